@@ -1,0 +1,377 @@
+"""Raw Linux system calls through ctypes: the only module in warren that touches ctypes.
+
+Owns: syscall numbers per architecture, the C structs the kernel expects, and thin
+wrappers that raise ``OSError`` with the real errno. It must not decide anything:
+no policy, no paths, no fallbacks. Callers above turn ``OSError`` into ``WarrenError``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_syscall = _libc.syscall
+_syscall.restype = ctypes.c_long
+
+_MACHINE = platform.machine()
+
+# Numbers that differ per architecture; the 4xx range is shared by all since Linux 5.1.
+_ARCH_NR: dict[str, dict[str, int]] = {
+    "x86_64": {
+        "mount": 165,
+        "umount2": 166,
+        "pivot_root": 155,
+        "unshare": 272,
+        "setns": 308,
+        "renameat2": 316,
+        "seccomp": 317,
+        "keyctl": 250,
+        "capset": 126,
+    },
+    "aarch64": {
+        "mount": 40,
+        "umount2": 39,
+        "pivot_root": 41,
+        "unshare": 97,
+        "setns": 268,
+        "renameat2": 276,
+        "seccomp": 277,
+        "keyctl": 219,
+        "capset": 91,
+    },
+}
+_COMMON_NR = {
+    "open_tree": 428,
+    "move_mount": 429,
+    "fsopen": 430,
+    "pidfd_open": 434,
+    "close_range": 436,
+    "openat2": 437,
+    "mount_setattr": 442,
+    "landlock_create_ruleset": 444,
+    "landlock_add_rule": 445,
+    "landlock_restrict_self": 446,
+}
+
+
+def supported_machine() -> bool:
+    return _MACHINE in _ARCH_NR
+
+
+def _nr(name: str) -> int:
+    if name in _COMMON_NR:
+        return _COMMON_NR[name]
+    try:
+        return _ARCH_NR[_MACHINE][name]
+    except KeyError:
+        raise OSError(38, f"{name}: no syscall number known for {_MACHINE}") from None
+
+
+def _check(result: int, what: str, path: str | None = None) -> int:
+    if result < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}", path)
+    return result
+
+
+def _b(path: str | bytes | None) -> bytes | None:
+    if path is None:
+        return None
+    return os.fsencode(path)
+
+
+# --- namespaces -----------------------------------------------------------------
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWCGROUP = 0x02000000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+
+
+def unshare(flags: int) -> None:
+    _check(_syscall(_nr("unshare"), ctypes.c_int(flags)), "unshare")
+
+
+def setns(fd: int, nstype: int = 0) -> None:
+    _check(_syscall(_nr("setns"), ctypes.c_int(fd), ctypes.c_int(nstype)), "setns")
+
+
+# --- mounts ---------------------------------------------------------------------
+
+MS_RDONLY = 0x1
+MS_NOSUID = 0x2
+MS_NODEV = 0x4
+MS_NOEXEC = 0x8
+MS_REMOUNT = 0x20
+MS_BIND = 0x1000
+MS_REC = 0x4000
+MS_PRIVATE = 1 << 18
+MS_SLAVE = 1 << 19
+MNT_DETACH = 0x2
+
+AT_FDCWD = -100
+AT_EMPTY_PATH = 0x1000
+AT_RECURSIVE = 0x8000
+AT_SYMLINK_NOFOLLOW = 0x100
+OPEN_TREE_CLONE = 0x1
+OPEN_TREE_CLOEXEC = os.O_CLOEXEC
+MOVE_MOUNT_F_EMPTY_PATH = 0x4
+
+MOUNT_ATTR_RDONLY = 0x1
+MOUNT_ATTR_NOSUID = 0x2
+MOUNT_ATTR_NODEV = 0x4
+MOUNT_ATTR_NOEXEC = 0x8
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
+
+
+def mount(
+    source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None
+) -> None:
+    r = _syscall(
+        _nr("mount"),
+        _b(source),
+        _b(target),
+        _b(fstype),
+        ctypes.c_ulong(flags),
+        _b(data),
+    )
+    _check(r, "mount", target)
+
+
+def umount2(target: str, flags: int) -> None:
+    _check(_syscall(_nr("umount2"), _b(target), ctypes.c_int(flags)), "umount2", target)
+
+
+def pivot_root(new_root: str, put_old: str) -> None:
+    _check(_syscall(_nr("pivot_root"), _b(new_root), _b(put_old)), "pivot_root", new_root)
+
+
+def open_tree(path: str, flags: int, dirfd: int = AT_FDCWD) -> int:
+    r = _syscall(_nr("open_tree"), ctypes.c_int(dirfd), _b(path), ctypes.c_uint(flags))
+    return _check(r, "open_tree", path)
+
+
+def move_mount(from_fd: int, to_path: str) -> None:
+    r = _syscall(
+        _nr("move_mount"),
+        ctypes.c_int(from_fd),
+        b"",
+        ctypes.c_int(AT_FDCWD),
+        _b(to_path),
+        ctypes.c_uint(MOVE_MOUNT_F_EMPTY_PATH),
+    )
+    _check(r, "move_mount", to_path)
+
+
+def mount_setattr(fd: int, attr_set: int, attr_clr: int = 0, recursive: bool = False) -> None:
+    attr = _MountAttr(attr_set, attr_clr, 0, 0)
+    flags = AT_EMPTY_PATH | (AT_RECURSIVE if recursive else 0)
+    r = _syscall(
+        _nr("mount_setattr"),
+        ctypes.c_int(fd),
+        b"",
+        ctypes.c_uint(flags),
+        ctypes.byref(attr),
+        ctypes.c_size_t(ctypes.sizeof(attr)),
+    )
+    _check(r, "mount_setattr")
+
+
+# --- landlock -------------------------------------------------------------------
+
+LANDLOCK_CREATE_RULESET_VERSION = 1
+LANDLOCK_RULE_PATH_BENEATH = 1
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [
+        ("handled_access_fs", ctypes.c_uint64),
+        ("handled_access_net", ctypes.c_uint64),
+        ("scoped", ctypes.c_uint64),
+    ]
+
+
+class _PathBeneathAttr(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def landlock_abi() -> int:
+    """The Landlock ABI version, or 0 when Landlock is absent or disabled."""
+    r = _syscall(
+        _nr("landlock_create_ruleset"),
+        None,
+        ctypes.c_size_t(0),
+        ctypes.c_uint32(LANDLOCK_CREATE_RULESET_VERSION),
+    )
+    return max(int(r), 0)
+
+
+def landlock_create_ruleset(handled_fs: int, handled_net: int = 0, scoped: int = 0) -> int:
+    attr = _RulesetAttr(handled_fs, handled_net, scoped)
+    # The kernel accepts a shorter struct from older callers; send only what is set.
+    size = 24 if scoped else (16 if handled_net else 8)
+    r = _syscall(
+        _nr("landlock_create_ruleset"),
+        ctypes.byref(attr),
+        ctypes.c_size_t(size),
+        ctypes.c_uint32(0),
+    )
+    return _check(r, "landlock_create_ruleset")
+
+
+def landlock_add_path_rule(ruleset_fd: int, path_fd: int, access: int, path: str = "") -> None:
+    attr = _PathBeneathAttr(access, path_fd)
+    r = _syscall(
+        _nr("landlock_add_rule"),
+        ctypes.c_int(ruleset_fd),
+        ctypes.c_int(LANDLOCK_RULE_PATH_BENEATH),
+        ctypes.byref(attr),
+        ctypes.c_uint32(0),
+    )
+    _check(r, "landlock_add_rule", path)
+
+
+def landlock_restrict_self(ruleset_fd: int) -> None:
+    r = _syscall(_nr("landlock_restrict_self"), ctypes.c_int(ruleset_fd), ctypes.c_uint32(0))
+    _check(r, "landlock_restrict_self")
+
+
+# --- process hardening ----------------------------------------------------------
+
+PR_SET_PDEATHSIG = 1
+PR_SET_SECCOMP = 22
+PR_CAPBSET_DROP = 24
+PR_SET_NO_NEW_PRIVS = 38
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+SECCOMP_MODE_FILTER = 2
+KEYCTL_JOIN_SESSION_KEYRING = 1
+
+_prctl = _libc.prctl
+_prctl.restype = ctypes.c_int
+_prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+
+
+def prctl(option: int, arg2: int = 0, arg3: int = 0, arg4: int = 0, arg5: int = 0) -> int:
+    return _check(_prctl(option, arg2, arg3, arg4, arg5), f"prctl({option})")
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [
+        ("code", ctypes.c_uint16),
+        ("jt", ctypes.c_uint8),
+        ("jf", ctypes.c_uint8),
+        ("k", ctypes.c_uint32),
+    ]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+class SeccompProgram:
+    """A BPF program packed into kernel layout once, so installing it is one call."""
+
+    def __init__(self, program: tuple[tuple[int, int, int, int], ...]) -> None:
+        self._filters = (_SockFilter * len(program))(*[_SockFilter(*ins) for ins in program])
+        self._prog = _SockFprog(len(program), self._filters)
+        self.address = ctypes.addressof(self._prog)
+
+    def install(self) -> None:
+        r = _prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, self.address, 0, 0)
+        _check(r, "seccomp")
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
+
+
+_CAP_HEADER = _CapHeader(0x20080522, 0)
+_CAP_EMPTY = (_CapData * 2)()
+
+
+def capset_empty() -> None:
+    r = _syscall(_nr("capset"), ctypes.byref(_CAP_HEADER), ctypes.byref(_CAP_EMPTY))
+    _check(r, "capset")
+
+
+def join_new_session_keyring() -> None:
+    r = _syscall(_nr("keyctl"), ctypes.c_int(KEYCTL_JOIN_SESSION_KEYRING), None)
+    _check(r, "keyctl(JOIN_SESSION_KEYRING)")
+
+
+CLOSE_RANGE_CLOEXEC = 1 << 2
+
+
+def close_range(first: int, last: int, flags: int = 0) -> None:
+    if first > last:
+        return
+    r = _syscall(
+        _nr("close_range"), ctypes.c_uint(first), ctypes.c_uint(last), ctypes.c_uint(flags)
+    )
+    _check(r, "close_range")
+
+
+# syscall() through PyDLL keeps the GIL held across the call, so the child of a raw
+# clone() resumes holding it (ctypes.CDLL would release it, and another thread could
+# own it at the moment of the clone: the child would then deadlock).
+_py_syscall = ctypes.PyDLL(None, use_errno=True).syscall
+_py_syscall.restype = ctypes.c_long
+_NR_CLONE = {"x86_64": 56, "aarch64": 220}
+SIGCHLD = 17
+
+
+def clone_process(flags: int) -> int:
+    """fork() with namespace flags: the child starts inside the new namespaces
+    (PID 1 of a new pid namespace). Returns 0 in the child, the pid in the parent.
+
+    The child must only make system calls and exit or exec: Python's at-fork hooks do
+    not run in it. x86_64 and aarch64 share the argument order used here (flags, stack,
+    parent_tid, child_tid, tls) when stack and pointers are zero.
+    """
+    nr = _NR_CLONE.get(_MACHINE)
+    if nr is None:
+        raise OSError(38, f"clone: no syscall number known for {_MACHINE}")
+    r = _py_syscall(nr, ctypes.c_ulong(flags | SIGCHLD), None, None, None, None)
+    if r < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"clone: {os.strerror(err)}")
+    return int(r)
+
+
+def renameat2(old: str, new: str, flags: int) -> None:
+    r = _syscall(
+        _nr("renameat2"),
+        ctypes.c_int(AT_FDCWD),
+        _b(old),
+        ctypes.c_int(AT_FDCWD),
+        _b(new),
+        ctypes.c_uint(flags),
+    )
+    _check(r, "renameat2", old)
+
+
+RENAME_NOREPLACE = 1
+RENAME_EXCHANGE = 2

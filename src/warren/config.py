@@ -1,0 +1,178 @@
+"""Policy files: ``warren.toml`` in the workspace and the user's config, with profiles.
+
+Owns the TOML schema and the layering order. Layers, later wins (lists extend):
+user config top level < user profile < workspace file top level < workspace profile
+< command-line flags. A workspace file comes with the repository, so it may not
+widen the sandbox beyond the workspace: its writable and readable paths must lie
+inside the workspace (presets, denies and env are fine).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+from .policy import PolicySpec, absolute
+
+WORKSPACE_FILE = "warren.toml"
+
+_LIST_KEYS = {
+    "write": "write",
+    "read": "read",
+    "deny": "deny",
+    "env_pass": "env_pass",
+    "preset": "presets",
+    "presets": "presets",
+    "allow_host": "allow_hosts",
+    "allow_hosts": "allow_hosts",
+}
+_BOOL_KEYS = ("default_deny", "workspace_writable", "allow_nested")
+_STR_KEYS = ("workspace", "network")
+_KNOWN = sorted({*_LIST_KEYS, *_BOOL_KEYS, *_STR_KEYS, "env", "profile"})
+
+
+def user_config_path(env: Mapping[str, str], home: Path) -> Path:
+    base = env.get("XDG_CONFIG_HOME") or str(home / ".config")
+    return Path(base) / "warren" / "config.toml"
+
+
+def _load(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        return {}
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(
+            f"{path}: not valid TOML: {e}",
+            operation="config",
+            path=str(path),
+            hint="fix the syntax; see README 'Policy files'",
+        ) from None
+    except OSError as e:
+        raise ConfigError(
+            f"{path}: cannot read",
+            operation="config",
+            path=str(path),
+            errno=e.errno,
+            hint="check the file's permissions",
+        ) from None
+
+
+def _spec_from_table(table: Mapping[str, Any], where: str, home: Path) -> PolicySpec:
+    spec = PolicySpec()
+    for key, value in table.items():
+        if key == "profile":
+            continue
+        if key in _LIST_KEYS:
+            if isinstance(value, str):
+                value = [value]
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise _type_error(where, key, "a list of strings")
+            if key in ("write", "read", "deny"):
+                value = [str(absolute(v, f"{where}: {key}", None, home)) for v in value]
+            getattr(spec, _LIST_KEYS[key]).extend(value)
+        elif key in _BOOL_KEYS:
+            if not isinstance(value, bool):
+                raise _type_error(where, key, "true or false")
+            setattr(spec, key, value)
+        elif key in _STR_KEYS:
+            if not isinstance(value, str):
+                raise _type_error(where, key, "a string")
+            if key == "workspace":
+                value = str(absolute(value, f"{where}: workspace", None, home))
+            setattr(spec, key, value)
+        elif key == "env":
+            if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+                raise _type_error(where, key, "a table of strings")
+            spec.env.update(value)
+        else:
+            raise ConfigError(
+                f"{where}: unknown key {key!r}",
+                operation="config",
+                hint=f"known keys: {', '.join(_KNOWN)}",
+            )
+    return spec
+
+
+def _type_error(where: str, key: str, expected: str) -> ConfigError:
+    return ConfigError(
+        f"{where}: {key!r} must be {expected}",
+        operation="config",
+        hint="see README 'Policy files' for the schema",
+    )
+
+
+def _profile(data: Mapping[str, Any], name: str, where: str) -> Mapping[str, Any] | None:
+    profiles = data.get("profile", {})
+    if not isinstance(profiles, dict):
+        raise _type_error(where, "profile", "a table of [profile.NAME] tables")
+    table = profiles.get(name)
+    if table is not None and not isinstance(table, dict):
+        raise _type_error(where, f"profile.{name}", "a table")
+    return table
+
+
+def _check_inside_workspace(spec: PolicySpec, workspace: Path, where: str) -> None:
+    for key, paths in (("write", spec.write), ("read", spec.read)):
+        for p in paths:
+            path = Path(p)
+            if path != workspace and workspace not in path.parents:
+                raise ConfigError(
+                    f"{where}: {key} = {p!r} is outside the workspace",
+                    operation="config",
+                    path=p,
+                    hint="a workspace file may only grant paths inside the workspace; "
+                    "put this in your user config or pass --write/--read",
+                )
+    if spec.workspace is not None:
+        raise ConfigError(
+            f"{where}: 'workspace' cannot be set in the workspace's own file",
+            operation="config",
+            hint="remove the key; the file's directory is the workspace",
+        )
+
+
+def load_spec(
+    workspace: Path,
+    profile: str | None,
+    env: Mapping[str, str] | None = None,
+    home: Path | None = None,
+    user_config: Path | None = None,
+) -> PolicySpec:
+    """The layered spec from config files (without command-line flags)."""
+    env = os.environ if env is None else env
+    home = home or Path(env.get("HOME") or os.path.expanduser("~"))
+    user_path = user_config or user_config_path(env, home)
+    ws_path = workspace / WORKSPACE_FILE
+    user = _load(user_path)
+    ws = _load(ws_path)
+
+    spec = _spec_from_table(user, str(user_path), home)
+    found = False
+    for data, path in ((user, user_path), (ws, ws_path)):
+        if data is ws:
+            ws_spec = _spec_from_table(ws, str(ws_path), home)
+            _check_inside_workspace(ws_spec, workspace, str(ws_path))
+            spec = spec.merged(ws_spec)
+        if profile is None:
+            continue
+        table = _profile(data, profile, str(path))
+        if table is None:
+            continue
+        found = True
+        prof = _spec_from_table(table, f"{path} [profile.{profile}]", home)
+        if data is ws:
+            _check_inside_workspace(prof, workspace, f"{path} [profile.{profile}]")
+        spec = spec.merged(prof)
+    if profile is not None and not found:
+        raise ConfigError(
+            f"profile {profile!r} is not defined",
+            operation="config",
+            hint=f"define [profile.{profile}] in {user_path} or {ws_path}",
+        )
+    return spec

@@ -1,0 +1,121 @@
+"""The one exception hierarchy of warren.
+
+Every error names the operation that failed, the path or resource involved, the errno
+where there is one, and a one-line hint a person or an agent can act on. The CLI
+prints ``str(error)`` and exits with ``error.exit_code``; nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import errno as _errno
+import os
+
+
+class WarrenError(Exception):
+    """Base of every error warren raises on purpose."""
+
+    exit_code = 125
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        operation: str = "",
+        path: str | None = None,
+        errno: int | None = None,
+        hint: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.operation = operation
+        self.path = path
+        self.errno = errno
+        self.hint = hint
+
+    def __str__(self) -> str:
+        parts = [f"warren: {self.message}"]
+        if self.errno is not None:
+            name = _errno.errorcode.get(self.errno, str(self.errno))
+            parts[0] += f" ({name}: {os.strerror(self.errno)})"
+        if self.hint:
+            parts.append(f"  hint: {self.hint}")
+        return "\n".join(parts)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "error": type(self).__name__,
+            "message": self.message,
+            "operation": self.operation,
+            "path": self.path,
+            "errno": self.errno,
+            "hint": self.hint,
+            "exit_code": self.exit_code,
+        }
+
+
+class PolicyError(WarrenError):
+    """The policy is invalid: caught before anything starts."""
+
+
+class ConfigError(PolicyError):
+    """A TOML config file is malformed or names an unknown key or profile."""
+
+
+class HostError(WarrenError):
+    """This host lacks something warren needs (kernel feature, architecture)."""
+
+
+class SetupError(WarrenError):
+    """The sandbox could not be set up (namespaces, mounts, Landlock, seccomp)."""
+
+
+class CwdNotFound(SetupError):
+    """The working directory asked for does not exist inside the sandbox."""
+
+
+class ExecError(WarrenError):
+    """The command exists but could not be executed (permission, format)."""
+
+    exit_code = 126
+
+
+class CommandNotFound(ExecError):
+    """The command was not found inside the sandbox."""
+
+    exit_code = 127
+
+
+class SandboxTimeout(WarrenError):
+    """A command ran past its timeout and was killed with its whole process tree."""
+
+    exit_code = 124
+
+
+_KINDS: dict[str, type[WarrenError]] = {
+    cls.__name__: cls
+    for cls in (
+        WarrenError,
+        PolicyError,
+        ConfigError,
+        HostError,
+        SetupError,
+        CwdNotFound,
+        ExecError,
+        CommandNotFound,
+        SandboxTimeout,
+    )
+}
+
+
+def from_dict(data: dict[str, object]) -> WarrenError:
+    """Rebuild an error sent across a process boundary (the launcher's report pipe)."""
+    cls = _KINDS.get(str(data.get("error")), WarrenError)
+    err = data.get("errno")
+    path = data.get("path")
+    return cls(
+        str(data.get("message", "unknown failure")),
+        operation=str(data.get("operation", "")),
+        path=None if path is None else str(path),
+        errno=err if isinstance(err, int) else None,
+        hint=str(data.get("hint", "")),
+    )

@@ -1,0 +1,200 @@
+"""One-shot sandboxed commands for Python callers: ``warren.run(argv, policy=...)``.
+
+Owns output capture (with caps and a visible truncation marker), stdin feeding and
+timeouts for a single command. Launching is ``launch``'s job, planning ``plan``'s.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal as _signal
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from . import hostinfo, launch
+from . import plan as _plan
+from .errors import ExecError
+from .policy import Policy, PolicySpec, build
+
+DEFAULT_OUTPUT_LIMIT = 16 * 1024 * 1024
+
+
+def truncation_marker(dropped: int) -> bytes:
+    return f"\n[warren: output truncated, {dropped} more bytes dropped]\n".encode()
+
+
+@dataclass(frozen=True)
+class Result:
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+    duration: float
+    signal: int | None = None
+    timed_out: bool = False
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    @property
+    def signal_name(self) -> str | None:
+        return _signal.Signals(self.signal).name if self.signal else None
+
+    @property
+    def text(self) -> str:
+        return self.stdout.decode(errors="replace")
+
+
+class _Capture:
+    def __init__(self, limit: int, callback: Callable[[bytes], None] | None) -> None:
+        self.limit = limit
+        self.parts: list[bytes] = []
+        self.size = 0
+        self.dropped = 0
+        self.callback = callback
+
+    def feed(self, chunk: bytes) -> None:
+        if self.callback is not None:
+            self.callback(chunk)
+        room = self.limit - self.size
+        if room > 0:
+            keep = chunk[:room]
+            self.parts.append(keep)
+            self.size += len(keep)
+        self.dropped += max(0, len(chunk) - max(room, 0))
+
+    def value(self) -> bytes:
+        data = b"".join(self.parts)
+        return data + truncation_marker(self.dropped) if self.dropped else data
+
+
+def plan_for(policy: Policy, cwd: str | None = None) -> _plan.Plan:
+    paths = [r.path for r in (*policy.writable, *policy.readable, *policy.denied)]
+    facts = hostinfo.gather_for(paths)
+    return _plan.make_plan(policy, facts, cwd=cwd)
+
+
+def run(
+    argv: Sequence[str],
+    policy: Policy | None = None,
+    *,
+    stdin: bytes | None = None,
+    timeout: float | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    output_limit: int = DEFAULT_OUTPUT_LIMIT,
+    on_stdout: Callable[[bytes], None] | None = None,
+    on_stderr: Callable[[bytes], None] | None = None,
+) -> Result:
+    """Run ``argv`` in a fresh one-shot sandbox and capture its output.
+
+    Raises a :class:`~warren.errors.WarrenError` subclass when the sandbox cannot be
+    set up (``SetupError``, ``CwdNotFound``) or the command cannot run
+    (``CommandNotFound``, ``ExecError``). A command that runs and fails is a
+    ``Result`` with its exit status.
+    """
+    if isinstance(argv, (str, bytes)):
+        raise ExecError(
+            "argv must be a list of strings, not one string",
+            operation="run",
+            hint='use ["sh", "-c", "..."] to run a shell command line',
+        )
+    policy = policy or build(PolicySpec())
+    # Output is captured, never a terminal: always a new session.
+    plan = replace(plan_for(policy, str(cwd) if cwd is not None else None), new_session=True)
+    return run_plan(
+        plan,
+        argv,
+        stdin=stdin,
+        timeout=timeout,
+        cwd=str(Path(cwd)) if cwd is not None else None,
+        output_limit=output_limit,
+        on_stdout=on_stdout,
+        on_stderr=on_stderr,
+    )
+
+
+def run_plan(
+    plan: _plan.Plan,
+    argv: Sequence[str],
+    *,
+    stdin: bytes | None = None,
+    timeout: float | None = None,
+    cwd: str | None = None,
+    output_limit: int = DEFAULT_OUTPUT_LIMIT,
+    on_stdout: Callable[[bytes], None] | None = None,
+    on_stderr: Callable[[bytes], None] | None = None,
+) -> Result:
+    start = time.monotonic()
+    out_r, out_w = os.pipe2(os.O_CLOEXEC)
+    err_r, err_w = os.pipe2(os.O_CLOEXEC)
+    in_r, in_w = os.pipe2(os.O_CLOEXEC)
+    try:
+        child = launch.start(plan, argv, stdin=in_r, stdout=out_w, stderr=err_w, cwd=cwd)
+    finally:
+        for fd in (out_w, err_w, in_r):
+            os.close(fd)
+    captures = {out_r: _Capture(output_limit, on_stdout), err_r: _Capture(output_limit, on_stderr)}
+    pending = memoryview(stdin or b"")
+    if not pending:
+        os.close(in_w)
+        in_w = -1
+    else:
+        os.set_blocking(in_w, False)
+    readers = [out_r, err_r, child.report_fd]
+    deadline = None if timeout is None else start + timeout
+    timed_out = False
+    try:
+        while readers:
+            writers = [in_w] if in_w >= 0 else []
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready_r, ready_w, _ = select.select(readers, writers, [], wait)
+            if not ready_r and not ready_w:
+                timed_out = True
+                child.kill()
+                deadline = None
+                continue
+            for fd in ready_w:
+                try:
+                    n = os.write(fd, pending[:65536])
+                    pending = pending[n:]
+                except BrokenPipeError:
+                    pending = pending[:0]
+                if not pending:
+                    os.close(in_w)
+                    in_w = -1
+            for fd in ready_r:
+                if fd == child.report_fd:
+                    if not child.read_report():
+                        readers.remove(fd)
+                    continue
+                chunk = os.read(fd, 65536)
+                if chunk:
+                    captures[fd].feed(chunk)
+                else:
+                    readers.remove(fd)
+        outcome = child.wait()
+    finally:
+        for fd in (out_r, err_r, in_w):
+            if fd >= 0:
+                os.close(fd)
+        if child.outcome is None:
+            child.kill()
+    assert outcome is not None
+    if outcome.error is not None and not timed_out:
+        raise outcome.error
+    out, err = captures[out_r], captures[err_r]
+    return Result(
+        exit_code=outcome.exit_code,
+        stdout=out.value(),
+        stderr=err.value(),
+        duration=time.monotonic() - start,
+        signal=outcome.signal,
+        timed_out=timed_out,
+        stdout_truncated=bool(out.dropped),
+        stderr_truncated=bool(err.dropped),
+    )

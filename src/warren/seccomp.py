@@ -1,0 +1,227 @@
+"""The seccomp filter: which system calls a sandboxed process may not make.
+
+Owns the deny list and its compilation to classic BPF as plain (code, jt, jf, k)
+tuples. Pure: installing the program is the launcher's job (``_sys.seccomp_install``).
+The filter is a deny list on top of what namespaces, dropped capabilities and
+Landlock already forbid; it closes the kernel surfaces those do not cover.
+"""
+
+from __future__ import annotations
+
+import errno
+import platform
+from dataclasses import dataclass
+
+AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+
+# Only the calls denied here need numbers; anything else is allowed.
+_NR: dict[str, dict[str, int]] = {
+    "x86_64": {
+        "add_key": 248,
+        "request_key": 249,
+        "keyctl": 250,
+        "bpf": 321,
+        "perf_event_open": 298,
+        "userfaultfd": 323,
+        "kexec_load": 246,
+        "kexec_file_load": 320,
+        "io_uring_setup": 425,
+        "io_uring_enter": 426,
+        "io_uring_register": 427,
+        "mount": 165,
+        "umount2": 166,
+        "pivot_root": 155,
+        "open_tree": 428,
+        "move_mount": 429,
+        "fsopen": 430,
+        "fsconfig": 431,
+        "fsmount": 432,
+        "fspick": 433,
+        "mount_setattr": 442,
+        "setns": 308,
+        "unshare": 272,
+        "clone": 56,
+        "clone3": 435,
+        "ioctl": 16,
+        "acct": 163,
+        "swapon": 167,
+        "swapoff": 168,
+        "reboot": 169,
+        "init_module": 175,
+        "finit_module": 313,
+        "delete_module": 176,
+        "syslog": 103,
+        "name_to_handle_at": 303,
+        "open_by_handle_at": 304,
+        "lookup_dcookie": 212,
+        "quotactl": 179,
+    },
+    "aarch64": {
+        "add_key": 217,
+        "request_key": 218,
+        "keyctl": 219,
+        "bpf": 280,
+        "perf_event_open": 241,
+        "userfaultfd": 282,
+        "kexec_load": 104,
+        "kexec_file_load": 294,
+        "io_uring_setup": 425,
+        "io_uring_enter": 426,
+        "io_uring_register": 427,
+        "mount": 40,
+        "umount2": 39,
+        "pivot_root": 41,
+        "open_tree": 428,
+        "move_mount": 429,
+        "fsopen": 430,
+        "fsconfig": 431,
+        "fsmount": 432,
+        "fspick": 433,
+        "mount_setattr": 442,
+        "setns": 268,
+        "unshare": 97,
+        "clone": 220,
+        "clone3": 435,
+        "ioctl": 29,
+        "acct": 89,
+        "swapon": 224,
+        "swapoff": 225,
+        "reboot": 142,
+        "init_module": 105,
+        "finit_module": 273,
+        "delete_module": 106,
+        "syslog": 116,
+        "name_to_handle_at": 264,
+        "open_by_handle_at": 265,
+        "lookup_dcookie": 18,
+        "quotactl": 60,
+    },
+}
+
+# Denied outright, with why (shown by `warren plan`).
+DENIED: dict[str, str] = {
+    "add_key": "kernel keyrings are shared state outside the sandbox",
+    "request_key": "kernel keyrings are shared state outside the sandbox",
+    "keyctl": "kernel keyrings are shared state outside the sandbox",
+    "bpf": "eBPF is kernel attack surface",
+    "perf_event_open": "perf events leak host activity",
+    "userfaultfd": "a classic exploit primitive",
+    "kexec_load": "replaces the kernel",
+    "kexec_file_load": "replaces the kernel",
+    "io_uring_setup": "io_uring bypasses seccomp and is kernel attack surface",
+    "io_uring_enter": "io_uring bypasses seccomp and is kernel attack surface",
+    "io_uring_register": "io_uring bypasses seccomp and is kernel attack surface",
+    "mount": "the mount plan is fixed at launch",
+    "umount2": "the mount plan is fixed at launch (unmounting would reveal masked paths)",
+    "pivot_root": "the mount plan is fixed at launch",
+    "open_tree": "the mount plan is fixed at launch",
+    "move_mount": "the mount plan is fixed at launch",
+    "fsopen": "the mount plan is fixed at launch",
+    "fsconfig": "the mount plan is fixed at launch",
+    "fsmount": "the mount plan is fixed at launch",
+    "fspick": "the mount plan is fixed at launch",
+    "mount_setattr": "the mount plan is fixed at launch",
+    "setns": "no joining other namespaces",
+    "acct": "host administration",
+    "swapon": "host administration",
+    "swapoff": "host administration",
+    "reboot": "host administration",
+    "init_module": "loads kernel code",
+    "finit_module": "loads kernel code",
+    "delete_module": "unloads kernel code",
+    "syslog": "the kernel log leaks host activity",
+    "name_to_handle_at": "file handles can bypass path-based rules",
+    "open_by_handle_at": "file handles can bypass path-based rules",
+    "lookup_dcookie": "kernel profiling interface",
+    "quotactl": "host administration",
+}
+
+CLONE_NEWUSER = 0x10000000
+TIOCSTI = 0x5412
+TIOCLINUX = 0x541C
+
+# classic BPF opcodes
+_LD_W_ABS = 0x20
+_JEQ_K = 0x15
+_JGE_K = 0x35
+_JSET_K = 0x45
+_RET_K = 0x06
+
+RET_KILL_PROCESS = 0x80000000
+RET_ALLOW = 0x7FFF0000
+
+
+def _ret_errno(code: int) -> int:
+    return 0x00050000 | (code & 0xFFFF)
+
+
+_OFF_NR = 0
+_OFF_ARCH = 4
+
+
+def _arg_low(i: int) -> int:
+    # Low 32 bits of argument i (little-endian); the kernel truncates these args to int.
+    return 16 + 8 * i
+
+
+Instruction = tuple[int, int, int, int]
+
+
+@dataclass(frozen=True)
+class SeccompPlan:
+    machine: str
+    denied: tuple[str, ...]
+    deny_new_userns: bool
+    program: tuple[Instruction, ...]
+
+    def summary(self) -> list[str]:
+        lines = [f"deny {name}: {DENIED[name]}" for name in self.denied]
+        if self.deny_new_userns:
+            lines.append("deny clone/unshare with CLONE_NEWUSER: no nested user namespaces")
+            lines.append("clone3 -> ENOSYS so libc falls back to clone, whose flags are checked")
+        lines.append("deny ioctl TIOCSTI/TIOCLINUX: no typing into the caller's terminal")
+        return lines
+
+
+def build(machine: str | None = None, allow_nested: bool = False) -> SeccompPlan:
+    machine = machine or platform.machine()
+    nr = _NR[machine]
+    eperm = _ret_errno(errno.EPERM)
+    prog: list[Instruction] = [
+        (_LD_W_ABS, 0, 0, _OFF_ARCH),
+        (_JEQ_K, 1, 0, AUDIT_ARCH[machine]),
+        (_RET_K, 0, 0, RET_KILL_PROCESS),
+        (_LD_W_ABS, 0, 0, _OFF_NR),
+    ]
+    if machine == "x86_64":
+        # x32 ABI syscalls carry bit 30; nothing a developer tool needs uses them.
+        prog += [(_JGE_K, 0, 1, 0x40000000), (_RET_K, 0, 0, eperm)]
+    denied = tuple(DENIED)
+    for name in denied:
+        prog += [(_JEQ_K, 0, 1, nr[name]), (_RET_K, 0, 0, eperm)]
+
+    # ioctl(fd, TIOCSTI|TIOCLINUX): compare the low word of arg 1.
+    prog += [
+        (_JEQ_K, 0, 5, nr["ioctl"]),
+        (_LD_W_ABS, 0, 0, _arg_low(1)),
+        (_JEQ_K, 2, 0, TIOCSTI),
+        (_JEQ_K, 1, 0, TIOCLINUX),
+        (_RET_K, 0, 0, RET_ALLOW),
+        (_RET_K, 0, 0, eperm),
+    ]
+    if not allow_nested:
+        prog += [
+            (_JEQ_K, 0, 1, nr["clone3"]),
+            (_RET_K, 0, 0, _ret_errno(errno.ENOSYS)),
+        ]
+        for name in ("clone", "unshare"):
+            # clone's flags are arg 0 on x86_64 and aarch64; unshare's too.
+            prog += [
+                (_JEQ_K, 0, 4, nr[name]),
+                (_LD_W_ABS, 0, 0, _arg_low(0)),
+                (_JSET_K, 0, 1, CLONE_NEWUSER),
+                (_RET_K, 0, 0, eperm),
+                (_RET_K, 0, 0, RET_ALLOW),
+            ]
+    prog.append((_RET_K, 0, 0, RET_ALLOW))
+    return SeccompPlan(machine, denied, not allow_nested, tuple(prog))
