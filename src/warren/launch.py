@@ -123,41 +123,24 @@ def _clone(path: str, recursive: bool = True) -> int:
     return _sys.open_tree(path, flags)
 
 
-def _preclone(ops: Sequence[MountOp]) -> dict[int, int]:
-    """Clone every host source before anything is overlaid (e.g. roots under /tmp)."""
-    fds: dict[int, int] = {}
-    for i, op in enumerate(ops):
-        hint = "check that the path exists and is readable by you"
-        if op.kind == "root_view":
-            fd = _step("clone host root", "/", hint, _clone, "/")
-            _step("make root view read-only", "/", hint, _sys.mount_setattr, fd, _HIDE_ATTRS, 0, True)
-        elif op.kind == "bind_rw":
-            src = op.source or op.target
-            fd = _step("clone writable root", src, hint, _clone, src)
-            _step("protect submounts", src, hint, _sys.mount_setattr, fd, _HIDE_ATTRS, 0, True)
-            _step(
-                "make writable",
-                src,
-                "the host mount is read-only; choose a writable root on a writable filesystem",
-                _sys.mount_setattr,
-                fd,
-                0,
-                _sys.MOUNT_ATTR_RDONLY,
-                False,
-            )
-        elif op.kind == "bind_ro":
-            src = op.source or op.target
-            fd = _step("clone read-only root", src, hint, _clone, src)
-            _step("make read-only", src, hint, _sys.mount_setattr, fd, _HIDE_ATTRS, 0, True)
-        elif op.kind in ("bind_dev", "deny_file"):
-            src = op.source or "/dev/null"
-            fd = _step("clone device", src, hint, _clone, src, False)
-            if op.kind == "deny_file":
-                _step("make read-only", src, hint, _sys.mount_setattr, fd, _sys.MOUNT_ATTR_RDONLY, 0, False)
-        else:
-            continue
-        fds[i] = fd
-    return fds
+def _preclone(op: MountOp) -> int:
+    """Clone a host source as a detached mount with the attributes the op needs.
+
+    Done for every op before anything is overlaid, so sources under /tmp (where the
+    new root is staged) are taken from the host, not from the stage.
+    """
+    src = op.source or op.target
+    if op.kind == "root_view":
+        fd = _clone("/")
+        _sys.mount_setattr(fd, _HIDE_ATTRS, 0, True)
+    elif op.kind == "bind_rw":
+        fd = _clone(src)
+        _sys.mount_setattr(fd, _HIDE_ATTRS, 0, True)  # submounts stay read-only
+        _sys.mount_setattr(fd, 0, _sys.MOUNT_ATTR_RDONLY, False)
+    else:  # bind_ro
+        fd = _clone(src)
+        _sys.mount_setattr(fd, _HIDE_ATTRS, 0, True)
+    return fd
 
 
 def _attach(fd: int, target: str) -> None:
@@ -191,79 +174,83 @@ def _mask(directory: str, keep: tuple[str, ...]) -> None:
         _attach(fd, path)
 
 
-def _tmpfs(path: str, op: MountOp) -> None:
-    flags = _sys.MS_NOSUID | _sys.MS_NODEV | (_sys.MS_RDONLY if op.readonly else 0)
-    data = f"mode={op.mode:o}" if op.mode is not None else None
-    _sys.mount("tmpfs", path, "tmpfs", flags, data)
+def _apply_op(op: MountOp, target: str, fd: int | None) -> None:
+    kind = op.kind
+    if fd is not None:
+        if op.mkdir:
+            _mount_point(target, kind == "bind_rw" or os.path.isdir(op.source or op.target))
+        _attach(fd, target)
+    elif kind == "mask":
+        _mask(target, op.keep)
+    elif kind == "tmpfs":
+        if op.mkdir:
+            os.mkdir(target, 0o755)
+        flags = _sys.MS_NOSUID | _sys.MS_NODEV | (_sys.MS_RDONLY if op.readonly else 0)
+        _sys.mount("tmpfs", target, "tmpfs", flags, None if op.mode is None else f"mode={op.mode:o}")
+    elif kind == "bind_dev":
+        # The host /dev is still reachable at /dev (the stage sits on /tmp).
+        os.close(os.open(target, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o644))
+        _sys.mount(op.source, target, None, _sys.MS_BIND)
+    elif kind == "deny_file":
+        _sys.mount("/dev/null", target, None, _sys.MS_BIND)
+        _sys.mount(None, target, None, _sys.MS_REMOUNT | _sys.MS_BIND | _sys.MS_RDONLY)
+    elif kind == "devpts":
+        os.mkdir(target, 0o755)
+        flags = _sys.MS_NOSUID | _sys.MS_NOEXEC
+        _sys.mount("devpts", target, "devpts", flags, "newinstance,ptmxmode=0666,mode=620")
+    elif kind == "symlink":
+        os.symlink(op.source or "", target)
+    elif kind == "dir":
+        os.mkdir(target)
+        os.chmod(target, op.mode if op.mode is not None else 0o755)
+    elif kind == "proc":
+        _sys.mount("proc", target, "proc", _sys.MS_NOSUID | _sys.MS_NODEV | _sys.MS_NOEXEC)
+    elif kind == "ro_self":
+        if os.path.exists(target):
+            clone = _clone(target)
+            _sys.mount_setattr(clone, _HIDE_ATTRS, 0, True)
+            _attach(clone, target)
+    else:  # pragma: no cover - the planner only emits the kinds above
+        raise OSError(errno.EINVAL, f"unknown mount step {kind}")
+
+
+_PRECLONED = ("root_view", "bind_rw", "bind_ro")
 
 
 def _execute_mounts(plan: Plan) -> None:
-    _step(
-        "make mounts private",
-        "/",
-        "the mount namespace could not be detached from the host",
-        _sys.mount,
-        None,
-        "/",
-        None,
-        _sys.MS_REC | _sys.MS_PRIVATE,
-    )
     ops = plan.mounts
-    fds = _preclone(ops)
-    for i, op in enumerate(ops):
-        target = STAGE if op.target == "/" else STAGE + op.target
-        hint = f"while applying mount step {i} ({op.kind} {op.target}): {op.why}"
-        if op.kind == "root_view":
-            _step("attach root view", STAGE, hint, _attach, fds[i], STAGE)
-        elif op.kind in ("bind_rw", "bind_ro", "bind_dev", "deny_file"):
-            if op.mkdir or op.kind == "bind_dev":
-                is_dir = op.kind in ("bind_rw",) or os.path.isdir(op.source or op.target)
-                _step("create mount point", target, hint, _mount_point, target, is_dir)
-            _step(f"mount {op.kind}", op.target, hint, _attach, fds[i], target)
-        elif op.kind == "mask":
-            _step("mask read-only", op.target, hint, _mask, target, op.keep)
-        elif op.kind == "tmpfs":
-            if op.mkdir:
-                _step("create mount point", target, hint, os.makedirs, target, 0o755, True)
-            _step("mount tmpfs", op.target, hint, _tmpfs, target, op)
-        elif op.kind == "devpts":
-            _step("create mount point", target, hint, os.makedirs, target, 0o755, True)
-            _step(
-                "mount devpts",
-                op.target,
-                hint,
-                _sys.mount,
-                "devpts",
-                target,
-                "devpts",
-                _sys.MS_NOSUID | _sys.MS_NOEXEC,
-                "newinstance,ptmxmode=0666,mode=620",
-            )
-        elif op.kind == "symlink":
-            _step("create symlink", op.target, hint, os.symlink, op.source or "", target)
-        elif op.kind == "proc":
-            _step(
-                "mount proc",
-                op.target,
-                hint,
-                _sys.mount,
-                "proc",
-                target,
-                "proc",
-                _sys.MS_NOSUID | _sys.MS_NODEV | _sys.MS_NOEXEC,
-            )
-        elif op.kind == "ro_self":
-            if os.path.exists(target):
-                fd = _step("clone", op.target, hint, _clone, target)
-                _step("make read-only", op.target, hint, _sys.mount_setattr, fd, _HIDE_ATTRS, 0, True)
-                _step("mount read-only", op.target, hint, _attach, fd, target)
-        else:  # pragma: no cover - the planner only emits the kinds above
-            raise _fail(SetupError, f"unknown mount step {op.kind}", "mount", op.target, None, "")
-    hint = "pivot_root into the assembled root failed"
-    _step("enter new root", STAGE, hint, os.chdir, STAGE)
-    _step("pivot_root", STAGE, hint, _sys.pivot_root, ".", ".")
-    _step("detach host root", "/", hint, _sys.umount2, ".", _sys.MNT_DETACH)
-    os.chdir("/")
+    fds: dict[int, int] = {}
+    step = -1
+    op: MountOp | None = None
+    try:
+        _sys.mount(None, "/", None, _sys.MS_REC | _sys.MS_PRIVATE)
+        for step, op in enumerate(ops):
+            if op.kind in _PRECLONED:
+                fds[step] = _preclone(op)
+        for step, op in enumerate(ops):
+            target = STAGE if op.target == "/" else STAGE + op.target
+            _apply_op(op, target, fds.pop(step, None))
+        op = None
+        os.chdir(STAGE)
+        _sys.pivot_root(".", ".")
+        _sys.umount2(".", _sys.MNT_DETACH)
+        os.chdir("/")
+    except OSError as e:
+        for fd in fds.values():
+            os.close(fd)
+        if op is None:
+            raise _fail(SetupError, "sandbox setup failed: entering the new root", "pivot_root",
+                        None, e.errno, "the assembled root could not replace the host's") from None
+        path = e.filename if isinstance(e.filename, str) else op.target
+        raise _fail(
+            SetupError,
+            f"sandbox setup failed at mount step {step} ({op.kind} {op.target})",
+            op.kind,
+            path,
+            e.errno,
+            f"{op.why or op.kind}; check that {op.source or op.target} exists and is "
+            "readable by you, and run `warren plan` to see every step",
+        ) from None
 
 
 # --- C: per-process hardening ---------------------------------------------------------

@@ -115,6 +115,7 @@ class MountOp:
       bind_dev      bind the host device node ``source`` onto ``target``
       devpts        a new devpts instance
       symlink       ``target`` -> ``source`` (inside a fresh tmpfs)
+      dir           create directory ``target`` with ``mode`` (inside a fresh tmpfs)
       bind_ro       clone ``source`` from the host read-only onto ``target``
       deny_file     bind /dev/null over a file
       proc          a fresh procfs for the sandbox's pid namespace
@@ -351,6 +352,15 @@ def make_plan(policy: Policy, facts: HostFacts, *, cwd: str | None = None) -> Pl
         if g.overlaid is not None:
             add_group(g)
 
+    # A Landlock rule granting writes on /tmp would also cover the host directories
+    # between a grafted group's bind and its roots (Landlock follows the path up
+    # through mount points). Then /tmp itself stays read-only and temporary files go
+    # to a private directory inside it.
+    tmp_shared = any(g.overlaid == "/tmp" and g.mount_at not in g.roots for g in groups)
+    tmpdir = "/tmp/.warren-tmp" if tmp_shared else "/tmp"
+    if tmp_shared:
+        ops.append(MountOp("dir", tmpdir, why="private TMPDIR (/tmp holds the writable roots' bind)", mode=0o1777))
+
     visible_grafts = [g.mount_at for g in groups if g.overlaid is not None]
 
     def visible(path: str) -> bool:
@@ -380,8 +390,8 @@ def make_plan(policy: Policy, facts: HostFacts, *, cwd: str | None = None) -> Pl
     for path in PROC_READONLY:
         ops.append(MountOp("ro_self", path, why="kernel tunables stay read-only"))
 
-    landlock = _landlock_plan(policy, facts, writable) if use_landlock else None
-    env = _environment(policy, facts)
+    landlock = _landlock_plan(facts, writable, tmpdir) if use_landlock else None
+    env = _environment(policy, facts, tmpdir)
     run_cwd = _cwd(policy, cwd or facts.cwd)
     create = tuple(str(r.path) for r in policy.writable if r.create)
     return Plan(
@@ -416,7 +426,7 @@ def _deny_op(root: Root, facts: HostFacts, visible: bool) -> list[MountOp]:
     return []
 
 
-def _landlock_plan(policy: Policy, facts: HostFacts, writable: list[str]) -> LandlockPlan:
+def _landlock_plan(facts: HostFacts, writable: list[str], tmpdir: str) -> LandlockPlan:
     abi = facts.landlock_abi
     handled = handled_fs(abi)
     write = _WRITE_TREE & handled
@@ -424,7 +434,7 @@ def _landlock_plan(policy: Policy, facts: HostFacts, writable: list[str]) -> Lan
     rules = [LandlockRule("/", _READ, "read and execute everywhere the mounts show")]
     for path in _strip_nested(writable):
         rules.append(LandlockRule(path, _READ | write, "writable root (with REFER)"))
-    rules.append(LandlockRule("/tmp", _READ | write, "private /tmp"))
+    rules.append(LandlockRule(tmpdir, _READ | write, "private temporary files"))
     rules.append(LandlockRule("/dev/shm", _READ | write, "private shared memory"))
     for node in ("null", "zero", "full", "tty"):
         if facts.kind(f"/dev/{node}") != "missing":
@@ -434,11 +444,11 @@ def _landlock_plan(policy: Policy, facts: HostFacts, writable: list[str]) -> Lan
     return LandlockPlan(abi=abi, handled=handled, scoped=scoped, rules=tuple(rules))
 
 
-def _environment(policy: Policy, facts: HostFacts) -> dict[str, str]:
+def _environment(policy: Policy, facts: HostFacts, tmpdir: str) -> dict[str, str]:
     env = {k: v for k, v in facts.env.items() if policy.passes_env(k)}
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin")
     env.setdefault("HOME", facts.home)
-    env["TMPDIR"] = "/tmp"
+    env["TMPDIR"] = tmpdir
     env["WARREN_SANDBOX"] = "1"
     env.update(policy.env)
     return env

@@ -22,6 +22,8 @@ def _mount_line(op: MountOp) -> str:
         return f"devpts    {op.target}  (new instance)"
     if op.kind == "symlink":
         return f"symlink   {op.target} -> {op.source}"
+    if op.kind == "dir":
+        return f"dir       {op.target}  [mode {op.mode:o}]  ({op.why})"
     if op.kind == "bind_ro":
         return f"ro bind   {op.target}  ({op.why})"
     if op.kind == "deny_file":
