@@ -149,6 +149,22 @@ def presets_cmd() -> None:
         click.echo(f"{name:8} {summary}")
 
 
+@main.command("doctor")
+@click.option("--workspace", "-w", metavar="DIR", help="The workspace (default: current directory).")
+@click.option("--cache", multiple=True, metavar="DIR", help="A cache to probe (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (schema warren-doctor/1).")
+def doctor_cmd(workspace: str | None, cache: tuple[str, ...], as_json: bool) -> None:
+    """Probe the filesystem semantics developer tools need, here; name each failure's cause."""
+    from .doctor import probe_main
+
+    try:
+        text, code = probe_main.run(workspace, cache, as_json=as_json)
+    except probe_main.UsageError as e:
+        raise WarrenError(str(e), operation="doctor", hint="pass an existing directory") from None
+    click.echo(text)
+    sys.exit(code)
+
+
 def entrypoint(argv: list[str] | None = None) -> int:
     try:
         main.main(args=argv, prog_name="warren", standalone_mode=False)

@@ -1,0 +1,5 @@
+import sys
+
+from .probe_main import main
+
+sys.exit(main())

@@ -1,0 +1,133 @@
+"""The doctor's output: one JSON document with a stable schema, and a table for people.
+
+Schema ``warren-doctor/1`` (documented in ``SCHEMA.md`` beside this file). Adding keys
+is compatible; renaming or removing one, or changing a cause id, needs a new version.
+"""
+
+from __future__ import annotations
+
+import errno as _errno
+from collections.abc import Sequence
+
+from .diagnose import Cause, refer_blocked
+from .evidence import Evidence
+from .probes import ProbeResult
+
+SCHEMA = "warren-doctor/1"
+STATUSES = ("pass", "fail", "warn", "skip", "error")
+
+
+def final_status(r: ProbeResult, cause: Cause | None) -> str:
+    """``fail`` only when a tool needs it and the environment broke it. A failure of an
+    optional probe, or one that a genuinely different filesystem explains (the host
+    behaves the same; tools fall back to copying), is a ``warn``."""
+    if r.status == "fail" and (not r.required or (cause is not None and cause.id == "cross_device")):
+        return "warn"
+    if r.status == "error" and not r.required:
+        return "warn"
+    return r.status
+
+
+def build(
+    evidence: Evidence, results: Sequence[ProbeResult], causes: Sequence[Cause | None]
+) -> dict[str, object]:
+    probes: list[dict[str, object]] = []
+    grouped: dict[str, dict[str, object]] = {}
+    for r, cause in zip(results, causes, strict=True):
+        status = final_status(r, cause)
+        row = r.to_dict()
+        row["status"] = status
+        row["errno_name"] = None if r.errno is None else _errno.errorcode.get(r.errno)
+        row["cause"] = None if cause is None else cause.to_dict()
+        probes.append(row)
+        if cause is not None:
+            entry = grouped.setdefault(
+                cause.id,
+                {"id": cause.id, "title": cause.title, "fix": cause.fix, "explanations": [], "probes": []},
+            )
+            probes_of = entry["probes"]
+            explanations = entry["explanations"]
+            assert isinstance(probes_of, list) and isinstance(explanations, list)
+            probes_of.append(f"{r.location}:{r.id}")
+            if cause.explanation not in explanations:
+                explanations.append(cause.explanation)
+    summary = {s: sum(1 for p in probes if p["status"] == s) for s in STATUSES}
+    return {
+        "schema": SCHEMA,
+        "ok": summary["fail"] == 0 and summary["error"] == 0,
+        "summary": summary,
+        "process": evidence.process.to_dict(),
+        "inferred": {"landlock_refer_blocked": refer_blocked(evidence, results)},
+        "locations": [loc.to_dict() for loc in evidence.locations],
+        "probes": probes,
+        "causes": list(grouped.values()),
+    }
+
+
+def _wrap(text: str, indent: str, width: int = 100) -> list[str]:
+    lines, line = [], ""
+    for word in text.split():
+        if line and len(indent) + len(line) + 1 + len(word) > width:
+            lines.append(indent + line)
+            line = word
+        else:
+            line = f"{line} {word}" if line else word
+    if line:
+        lines.append(indent + line)
+    return lines
+
+
+def render(report: dict[str, object]) -> str:
+    """The table: one row per probe (pass / FAIL / warn / skip / ERROR, and the cause),
+    then each cause once with its evidence and its fix."""
+    out: list[str] = []
+    proc = report["process"]
+    assert isinstance(proc, dict)
+    out.append(
+        f"warren doctor: uid {proc['uid']}, kernel {proc['kernel']}, Landlock ABI {proc['landlock_abi']}, "
+        f"seccomp {proc['seccomp']}, no_new_privs {proc['no_new_privs']}, "
+        f"user namespace {'yes (' + str(proc['uid_map']) + ')' if proc['user_namespace'] else 'no'}"
+    )
+    locations = report["locations"]
+    assert isinstance(locations, list)
+    for loc in locations:
+        where = loc["path"] if loc["exists"] else f"{loc['path']} (absent; probed in {loc['probe_dir']})"
+        out.append(
+            f"  {loc['role']:<18} {where}  [{loc['fstype']}, mount {loc['mount_id']}, dev {loc['dev']}"
+            f"{', ro' if loc['read_only'] else ''}]"
+        )
+    out.append("")
+    probes = report["probes"]
+    assert isinstance(probes, list)
+    wid = max([len(str(p["location"])) for p in probes] + [8])
+    out.append(f"{'PROBE':<26} {'WHERE':<{wid}} {'RESULT':<6} CAUSE / DETAIL")
+    for p in probes:
+        status = str(p["status"])
+        shown = status.upper() if status in ("fail", "error") else status
+        cause = p["cause"]
+        if isinstance(cause, dict):
+            note = f"{cause['id']}: {p['operation']} -> {p['errno_name'] or p['message']}"
+        else:
+            note = str(p["message"] or p["detail"] or "")
+        out.append(f"{p['id']:<26} {p['location']:<{wid}} {shown:<6} {note}".rstrip())
+    causes = report["causes"]
+    assert isinstance(causes, list)
+    if causes:
+        out.append("")
+        out.append("Causes:")
+        for c in causes:
+            out.append(f"  [{c['id']}] {c['title']} ({len(c['probes'])} probe(s))")
+            for why in c["explanations"]:
+                out.extend(_wrap("why: " + why, "      "))
+            out.extend(_wrap("fix: " + c["fix"], "      "))
+    summary = report["summary"]
+    assert isinstance(summary, dict)
+    counts = ", ".join(f"{summary[s]} {s}" for s in STATUSES if summary[s])
+    verdict = (
+        "OK: everything developer tools need works here"
+        if report["ok"]
+        else "NOT OK: something developer tools need is broken"
+    )
+    out.append("")
+    out.append(f"{verdict} ({counts})")
+    return "\n".join(out)
