@@ -98,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Probe the filesystem semantics developer tools rely on, here, and name the "
         "cause of every failure with a fix.",
     )
-    parser.add_argument("--workspace", metavar="DIR", help="the workspace (default: current directory)")
+    parser.add_argument("--workspace", "-w", metavar="DIR", help="the workspace (default: current directory)")
     parser.add_argument("--cache", metavar="DIR", action="append", default=[], help="a cache (repeatable)")
     parser.add_argument(
         "--json", action="store_true", help="print the report as JSON (schema warren-doctor/1)"

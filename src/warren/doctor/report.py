@@ -15,6 +15,7 @@ from .probes import ProbeResult
 
 SCHEMA = "warren-doctor/1"
 STATUSES = ("pass", "fail", "warn", "skip", "error")
+_WHYS_SHOWN = 2
 
 
 def final_status(r: ProbeResult, cause: Cause | None) -> str:
@@ -117,8 +118,11 @@ def render(report: dict[str, object]) -> str:
         out.append("Causes:")
         for c in causes:
             out.append(f"  [{c['id']}] {c['title']} ({len(c['probes'])} probe(s))")
-            for why in c["explanations"]:
+            whys = c["explanations"]
+            for why in whys[:_WHYS_SHOWN]:
                 out.extend(_wrap("why: " + why, "      "))
+            if len(whys) > _WHYS_SHOWN:
+                out.append(f"      (+{len(whys) - _WHYS_SHOWN} more alike: see --json)")
             out.extend(_wrap("fix: " + c["fix"], "      "))
     summary = report["summary"]
     assert isinstance(summary, dict)
