@@ -137,9 +137,7 @@ class _MountAttr(ctypes.Structure):
     ]
 
 
-def mount(
-    source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None
-) -> None:
+def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
     r = _syscall(
         _nr("mount"),
         _b(source),
@@ -328,9 +326,7 @@ CLOSE_RANGE_CLOEXEC = 1 << 2
 def close_range(first: int, last: int, flags: int = 0) -> None:
     if first > last:
         return
-    r = _syscall(
-        _nr("close_range"), ctypes.c_uint(first), ctypes.c_uint(last), ctypes.c_uint(flags)
-    )
+    r = _syscall(_nr("close_range"), ctypes.c_uint(first), ctypes.c_uint(last), ctypes.c_uint(flags))
     _check(r, "close_range")
 
 

@@ -40,9 +40,15 @@ def _policy_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             metavar="NAME",
             help="Tool caches: " + ", ".join(presets.names()) + ".",
         ),
-        click.option("--profile", metavar="NAME", help="A [profile.NAME] from warren.toml or the user config."),
-        click.option("--network", type=click.Choice(["none"]), default=None, help="Network mode (default none)."),
-        click.option("--no-default-deny", is_flag=True, help="Do not hide ~/.ssh, ~/.aws and other credentials."),
+        click.option(
+            "--profile", metavar="NAME", help="A [profile.NAME] from warren.toml or the user config."
+        ),
+        click.option(
+            "--network", type=click.Choice(["none"]), default=None, help="Network mode (default none)."
+        ),
+        click.option(
+            "--no-default-deny", is_flag=True, help="Do not hide ~/.ssh, ~/.aws and other credentials."
+        ),
         click.option("--read-only-workspace", is_flag=True, help="Mount the workspace read-only."),
     ]
     for option in reversed(options):

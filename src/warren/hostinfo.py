@@ -73,9 +73,9 @@ def mount_of(path: str, mounts: Iterable[MountEntry]) -> MountEntry | None:
     best: MountEntry | None = None
     for entry in mounts:
         mp = entry.mount_point
-        if path == mp or mp == "/" or path.startswith(mp.rstrip("/") + "/"):
-            if best is None or len(mp) >= len(best.mount_point):
-                best = entry
+        inside = path == mp or mp == "/" or path.startswith(mp.rstrip("/") + "/")
+        if inside and (best is None or len(mp) >= len(best.mount_point)):
+            best = entry
     return best
 
 
@@ -140,6 +140,16 @@ def _cap_last_cap() -> int:
         return 40
 
 
+def _landlock_abi(env: Mapping[str, str]) -> int:
+    """The kernel's Landlock ABI. WARREN_LANDLOCK_ABI may only lower it, to rehearse
+    what warren does on an older kernel (the fallback and its warning)."""
+    abi = _sys.landlock_abi()
+    forced = env.get("WARREN_LANDLOCK_ABI")
+    if forced is not None and forced.isdigit():
+        return min(abi, int(forced))
+    return abi
+
+
 def gather(extra_paths: Iterable[str] = (), env: Mapping[str, str] | None = None) -> HostFacts:
     env = dict(os.environ if env is None else env)
     with open("/proc/self/mountinfo") as f:
@@ -159,7 +169,7 @@ def gather(extra_paths: Iterable[str] = (), env: Mapping[str, str] | None = None
         env=env,
         cwd=os.getcwd(),
         mounts=mounts,
-        landlock_abi=_sys.landlock_abi(),
+        landlock_abi=_landlock_abi(env),
         cap_last_cap=_cap_last_cap(),
         machine_supported=_sys.supported_machine() and sys.platform == "linux",
         path_kinds={p: path_kind(p) for p in paths},

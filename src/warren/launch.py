@@ -91,10 +91,8 @@ def _step(operation: str, path: str | None, hint: str, fn, *args):  # type: igno
 
 def _report(fd: int, record: dict[str, object]) -> None:
     data = (json.dumps(record) + "\n").encode()
-    try:
+    with contextlib.suppress(OSError):
         os.write(fd, data)
-    except OSError:
-        pass
 
 
 # --- A: namespaces and id maps ------------------------------------------------------
@@ -239,8 +237,14 @@ def _execute_mounts(plan: Plan) -> None:
         for fd in fds.values():
             os.close(fd)
         if op is None:
-            raise _fail(SetupError, "sandbox setup failed: entering the new root", "pivot_root",
-                        None, e.errno, "the assembled root could not replace the host's") from None
+            raise _fail(
+                SetupError,
+                "sandbox setup failed: entering the new root",
+                "pivot_root",
+                None,
+                e.errno,
+                "the assembled root could not replace the host's",
+            ) from None
         path = e.filename if isinstance(e.filename, str) else op.target
         raise _fail(
             SetupError,
@@ -258,7 +262,9 @@ def _execute_mounts(plan: Plan) -> None:
 
 def _apply_landlock(ll: LandlockPlan) -> None:
     hint = "Landlock refused the ruleset; run `warren doctor` to see what this kernel supports"
-    ruleset = _step("landlock_create_ruleset", None, hint, _sys.landlock_create_ruleset, ll.handled, 0, ll.scoped)
+    ruleset = _step(
+        "landlock_create_ruleset", None, hint, _sys.landlock_create_ruleset, ll.handled, 0, ll.scoped
+    )
     try:
         for rule in ll.rules:
             try:
@@ -273,7 +279,16 @@ def _apply_landlock(ll: LandlockPlan) -> None:
                     "recreate it or remove it from the policy",
                 ) from None
             try:
-                _step("landlock_add_rule", rule.path, hint, _sys.landlock_add_path_rule, ruleset, fd, rule.access & ll.handled, rule.path)
+                _step(
+                    "landlock_add_rule",
+                    rule.path,
+                    hint,
+                    _sys.landlock_add_path_rule,
+                    ruleset,
+                    fd,
+                    rule.access & ll.handled,
+                    rule.path,
+                )
             finally:
                 os.close(fd)
         _step("landlock_restrict_self", None, hint, _sys.landlock_restrict_self, ruleset)
@@ -297,7 +312,14 @@ def _harden(plan: Plan) -> None:
     hint = "process hardening failed"
     for cap in range(plan.cap_last_cap + 1):
         _step("drop capability", None, hint, _sys.prctl, _sys.PR_CAPBSET_DROP, cap)
-    _step("clear ambient capabilities", None, hint, _sys.prctl, _sys.PR_CAP_AMBIENT, _sys.PR_CAP_AMBIENT_CLEAR_ALL)
+    _step(
+        "clear ambient capabilities",
+        None,
+        hint,
+        _sys.prctl,
+        _sys.PR_CAP_AMBIENT,
+        _sys.PR_CAP_AMBIENT_CLEAR_ALL,
+    )
     _step("no_new_privs", None, hint, _sys.prctl, _sys.PR_SET_NO_NEW_PRIVS, 1)
     if plan.landlock is not None:
         _apply_landlock(plan.landlock)
@@ -354,7 +376,7 @@ def _spawn_command(plan: Plan, argv: Sequence[str]) -> int:
             list(argv),
             plan.env,
             setsid=plan.new_session,
-            setsigdef=_FORWARDED + (signal.SIGPIPE, signal.SIGXFSZ),
+            setsigdef=(*_FORWARDED, signal.SIGPIPE, signal.SIGXFSZ),
             setsigmask=(),
         )
     except OSError as e:
@@ -386,10 +408,8 @@ def _forward_signals(target: int, new_session: bool) -> None:
     too would deliver them twice, so PID 1 ignores them instead."""
 
     def forward(signum: int, _frame: object) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(target, signum)
-        except ProcessLookupError:
-            pass
 
     for sig in _FORWARDED:
         if not new_session and sig in (signal.SIGINT, signal.SIGQUIT):
@@ -524,7 +544,9 @@ class Child:
         return self.outcome
 
     def _interpret(self, a_status: int) -> Outcome:
-        records = [json.loads(line) for line in self._buf.decode(errors="replace").splitlines() if line.strip()]
+        records = [
+            json.loads(line) for line in self._buf.decode(errors="replace").splitlines() if line.strip()
+        ]
         for rec in records:
             if "error" in rec:
                 err = from_dict(rec)
@@ -556,6 +578,16 @@ class Child:
                 hint="run `warren doctor` to check this host's support",
             ),
         )
+
+
+def _close_all_but(*keep: int) -> None:
+    """The cloned PID 1 inherits every descriptor of the caller (other sandboxes'
+    pipes among them); holding a pipe's write end would keep its reader from EOF."""
+    low = 3
+    for fd in sorted(keep):
+        _sys.close_range(low, fd - 1)
+        low = fd + 1
+    _sys.close_range(low, 0xFFFFFFFF)
 
 
 def start(
@@ -601,13 +633,14 @@ def start(
         try:
             os.close(r)
             os.close(alive_w)
-            for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
-                if fd is not None and fd != target:
-                    os.dup2(fd, target)
+            for given, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
+                if given is not None and given != target:
+                    os.dup2(given, target)
+            _close_all_but(w, alive_r)
             code = _pid1(plan, argv, w, cwd or plan.cwd, alive_r)
         except _Failure as f:
             _report(w, f.record)
-        except BaseException as e:  # noqa: BLE001 - nothing may escape a cloned child
+        except BaseException as e:
             _report(w, {"error": "SetupError", "message": f"launcher crashed: {e!r}", "operation": "setup"})
         os._exit(code)
     os.close(w)

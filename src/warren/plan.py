@@ -260,9 +260,7 @@ def _mask_ops(group: _Group) -> list[MountOp]:
         if any(_within(directory, r) for r in group.roots):
             continue
         # Entries replaced by fresh mounts later need no mask of their own.
-        fresh = {
-            PurePosixPath(p).name for p in OVERLAID if str(PurePosixPath(p).parent) == directory
-        }
+        fresh = {PurePosixPath(p).name for p in OVERLAID if str(PurePosixPath(p).parent) == directory}
         ops.append(
             MountOp(
                 "mask",
@@ -298,9 +296,7 @@ def make_plan(policy: Policy, facts: HostFacts, *, cwd: str | None = None) -> Pl
     if use_landlock:
         groups = group_writable_roots(writable, facts)
     else:
-        groups = [
-            _Group(r, (r,), _overlaid_base(r)) for r in _strip_nested(writable)
-        ]
+        groups = [_Group(r, (r,), _overlaid_base(r)) for r in _strip_nested(writable)]
     for base in ("/dev", "/proc"):
         for g in groups:
             if g.overlaid == base:
@@ -359,7 +355,9 @@ def make_plan(policy: Policy, facts: HostFacts, *, cwd: str | None = None) -> Pl
     tmp_shared = any(g.overlaid == "/tmp" and g.mount_at not in g.roots for g in groups)
     tmpdir = "/tmp/.warren-tmp" if tmp_shared else "/tmp"
     if tmp_shared:
-        ops.append(MountOp("dir", tmpdir, why="private TMPDIR (/tmp holds the writable roots' bind)", mode=0o1777))
+        ops.append(
+            MountOp("dir", tmpdir, why="private TMPDIR (/tmp holds the writable roots' bind)", mode=0o1777)
+        )
 
     visible_grafts = [g.mount_at for g in groups if g.overlaid is not None]
 

@@ -257,9 +257,7 @@ def build(
     home = home or Path(env.get("HOME") or os.path.expanduser("~"))
     cwd = cwd or Path.cwd()
     base = relative_base if relative_base is not None else cwd
-    workspace = (
-        absolute(spec.workspace, "--workspace", base, home) if spec.workspace else cwd.resolve()
-    )
+    workspace = absolute(spec.workspace, "--workspace", base, home) if spec.workspace else cwd.resolve()
     grant = _presets.expand(tuple(spec.presets), env, home)
 
     writable: list[Root] = []

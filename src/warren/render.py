@@ -41,9 +41,7 @@ def render(plan: Plan) -> str:
         lines.append(f"WARNING: {w}")
     lines.append("identity")
     lines.append(f"  uid_map {plan.uid_map}   gid_map {plan.gid_map}   setgroups deny")
-    lines.append(
-        "  namespaces: user mount pid ipc uts net cgroup; hostname " + plan.hostname
-    )
+    lines.append("  namespaces: user mount pid ipc uts net cgroup; hostname " + plan.hostname)
     lines.append("mounts (in order)")
     lines.extend(f"  {_mount_line(op)}" for op in plan.mounts)
     if plan.groups:

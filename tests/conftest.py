@@ -1,0 +1,107 @@
+"""Shared fixtures. The suite runs as whoever invokes pytest: CI runs it once as root
+and once as an unprivileged user with uid 1001 (scripts/test)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+WARREN = [sys.executable, "-m", "warren"]
+
+
+def pytest_report_header() -> str:
+    return f"warren tests as uid={os.getuid()} gid={os.getgid()} home={os.environ.get('HOME')}"
+
+
+@dataclass
+class Layout:
+    """A workspace W and a tool cache C on the same host filesystem, side by side,
+    plus an ``outside`` file next to them that the sandbox must not change."""
+
+    root: Path
+    workspace: Path
+    cache: Path
+    outside: Path
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *flags: str,
+        stdin: str | None = None,
+        cwd: Path | None = None,
+        env: dict[str, str] | None = None,
+        timeout: float = 60,
+    ) -> subprocess.CompletedProcess[str]:
+        """`warren run --write C [flags] -- argv` from inside the workspace."""
+        return run_cli(
+            ["run", "--write", str(self.cache), *flags, "--", *argv],
+            cwd=cwd or self.workspace,
+            stdin=stdin,
+            env=env,
+            timeout=timeout,
+        )
+
+    def py(self, code: str, *flags: str) -> subprocess.CompletedProcess[str]:
+        return self.run(["python3", "-c", code], *flags)
+
+
+def run_cli(
+    args: Sequence[str],
+    *,
+    cwd: Path,
+    stdin: str | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 60,
+) -> subprocess.CompletedProcess[str]:
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run(
+        [*WARREN, *args],
+        cwd=cwd,
+        input=stdin if stdin is not None else "",
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=timeout,
+    )
+
+
+def _make_layout(base: Path) -> Layout:
+    base.mkdir(parents=True, exist_ok=True)
+    ws = base / "W"
+    cache = base / "C"
+    ws.mkdir()
+    cache.mkdir()
+    outside = base / "outside.txt"
+    outside.write_text("keep me\n")
+    return Layout(base, ws, cache, outside)
+
+
+@pytest.fixture
+def layout(tmp_path: Path) -> Layout:
+    """W and C under /tmp: the sandbox grafts their shared bind into its private /tmp."""
+    return _make_layout(tmp_path / "proj")
+
+
+@pytest.fixture(params=["tmp", "home"])
+def any_layout(request: pytest.FixtureRequest, tmp_path: Path) -> Layout:
+    """Both shapes of the mount plan: under /tmp (grafted) and under $HOME (masked
+    in place on the host view)."""
+    if request.param == "tmp":
+        return _make_layout(tmp_path / "proj")
+    home = Path(os.path.expanduser("~"))
+    base = home / f".warren-test-{os.getpid()}-{request.node.name[-40:].replace('/', '_')}"
+    layout = _make_layout(base)
+    request.addfinalizer(lambda: subprocess.run(["rm", "-rf", str(base)], check=False))
+    return layout
+
+
+@pytest.fixture
+def sandbox_py(layout: Layout) -> Callable[..., subprocess.CompletedProcess[str]]:
+    return layout.py

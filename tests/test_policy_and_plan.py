@@ -1,0 +1,216 @@
+"""Pure stages: policy validation, config layering and the planner (no sandbox runs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from warren import config
+from warren.errors import ConfigError, HostError, PolicyError
+from warren.hostinfo import HostFacts, MountEntry, parse_mountinfo
+from warren.plan import LL_REFER, make_plan
+from warren.policy import Policy, PolicySpec, Root, build
+
+MOUNTINFO = """\
+22 1 254:0 / / rw,relatime - ext4 /dev/vda rw
+23 22 0:21 / /proc rw - proc proc rw
+24 22 0:40 / /data rw - xfs /dev/vdb rw
+25 22 0:41 / /home/u/mnt\\040space rw - tmpfs tmpfs rw
+"""
+
+
+def facts(**over: object) -> HostFacts:
+    base: dict[str, object] = dict(
+        uid=1001,
+        gid=1001,
+        home="/home/u",
+        env={"PATH": "/usr/bin:/bin", "HOME": "/home/u", "SECRET_TOKEN": "x", "LC_ALL": "C"},
+        cwd="/home/u/proj",
+        mounts=parse_mountinfo(MOUNTINFO),
+        landlock_abi=7,
+        cap_last_cap=40,
+        machine_supported=True,
+        path_kinds={"/run": "dir", "/var/run": "symlink", "/dev/null": "other", "/home/u/.ssh": "dir"},
+    )
+    base.update(over)
+    return HostFacts(**base)  # type: ignore[arg-type]
+
+
+def policy(tmp_path: Path, writable: list[str], **kw: object) -> Policy:
+    """A policy over real directories under tmp_path, named as if under /home/u."""
+    ws = tmp_path / "proj"
+    ws.mkdir(exist_ok=True)
+    return Policy(
+        workspace=ws,
+        writable=tuple(Root(Path(p), "--write", create=True) for p in writable),
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_mountinfo_parsing_unescapes_spaces() -> None:
+    entries = parse_mountinfo(MOUNTINFO)
+    assert entries[-1].mount_point == "/home/u/mnt space"
+    assert isinstance(entries[0], MountEntry) and entries[0].fstype == "ext4"
+
+
+def test_roots_on_one_host_mount_share_one_bind(tmp_path: Path) -> None:
+    p = policy(tmp_path, ["/home/u/proj", "/home/u/.cache/uv"])
+    plan = make_plan(p, facts())
+    binds = [op for op in plan.mounts if op.kind == "bind_rw"]
+    assert [b.target for b in binds] == ["/home/u"]
+    masks = {op.target: op.keep for op in plan.mounts if op.kind == "mask"}
+    assert masks == {"/home/u": (".cache", "proj"), "/home/u/.cache": ("uv",)}
+    rules = {r.path: r.access for r in plan.landlock.rules} if plan.landlock else {}
+    assert rules["/home/u/proj"] & LL_REFER and rules["/home/u/.cache/uv"] & LL_REFER
+    assert "/home/u" not in rules
+
+
+def test_roots_on_different_mounts_get_separate_binds(tmp_path: Path) -> None:
+    p = policy(tmp_path, ["/home/u/proj", "/data/cache"])
+    plan = make_plan(p, facts())
+    assert sorted(op.target for op in plan.mounts if op.kind == "bind_rw") == ["/data/cache", "/home/u/proj"]
+
+
+def test_nested_roots_collapse_into_the_outer_one(tmp_path: Path) -> None:
+    p = policy(tmp_path, ["/home/u/proj", "/home/u/proj/sub"])
+    plan = make_plan(p, facts())
+    assert [op.target for op in plan.mounts if op.kind == "bind_rw"] == ["/home/u/proj"]
+    assert not [op for op in plan.mounts if op.kind == "mask"]
+
+
+def test_roots_under_tmp_are_grafted_and_tmp_loses_its_write_rule(tmp_path: Path) -> None:
+    p = policy(tmp_path, ["/tmp/x/ws", "/tmp/x/cache"])
+    plan = make_plan(p, facts())
+    kinds = [(op.kind, op.target) for op in plan.mounts]
+    assert kinds.index(("tmpfs", "/tmp")) < kinds.index(("bind_rw", "/tmp/x"))
+    assert plan.landlock is not None
+    paths = [r.path for r in plan.landlock.rules]
+    assert "/tmp" not in paths and "/tmp/.warren-tmp" in paths
+    assert plan.env["TMPDIR"] == "/tmp/.warren-tmp"
+
+
+def test_single_root_under_tmp_keeps_tmp_writable(tmp_path: Path) -> None:
+    plan = make_plan(policy(tmp_path, ["/tmp/ws"]), facts())
+    assert plan.landlock is not None
+    assert "/tmp" in [r.path for r in plan.landlock.rules]
+    assert plan.env["TMPDIR"] == "/tmp"
+
+
+def test_landlock_below_abi_2_falls_back_with_a_warning(tmp_path: Path) -> None:
+    p = policy(tmp_path, ["/home/u/proj", "/home/u/.cache/uv"])
+    plan = make_plan(p, facts(landlock_abi=1))
+    assert plan.landlock is None
+    assert sorted(op.target for op in plan.mounts if op.kind == "bind_rw") == [
+        "/home/u/.cache/uv",
+        "/home/u/proj",
+    ]
+    assert any("EXDEV" in w for w in plan.warnings)
+
+
+def test_hidden_dirs_env_and_identity(tmp_path: Path) -> None:
+    plan = make_plan(
+        policy(tmp_path, []),
+        facts(env={"XDG_RUNTIME_DIR": "/run/user/1001", "SECRET_TOKEN": "x", "LC_ALL": "C"}),
+    )
+    hidden = [op.target for op in plan.mounts if op.kind == "tmpfs" and op.readonly]
+    assert hidden == ["/run"]  # /var/run is a symlink to it; XDG_RUNTIME_DIR lies below it
+    assert "SECRET_TOKEN" not in plan.env and plan.env["LC_ALL"] == "C"
+    assert plan.uid_map == "1001 1001 1"
+
+
+def test_denied_dir_and_file_get_masks(tmp_path: Path) -> None:
+    ws = tmp_path / "proj"
+    ws.mkdir()
+    p = Policy(workspace=ws, denied=(Root(Path("/home/u/.ssh"), "default"),))
+    plan = make_plan(p, facts())
+    deny = [op for op in plan.mounts if op.target == "/home/u/.ssh"]
+    assert deny and deny[0].kind == "tmpfs" and deny[0].readonly
+
+
+def test_unsupported_machine_is_a_host_error(tmp_path: Path) -> None:
+    with pytest.raises(HostError):
+        make_plan(policy(tmp_path, []), facts(machine_supported=False))
+
+
+def test_policy_rejects_missing_and_relative_paths(tmp_path: Path) -> None:
+    with pytest.raises(PolicyError, match="does not exist"):
+        build(PolicySpec(workspace=str(tmp_path), write=[str(tmp_path / "nope")]))
+    with pytest.raises(PolicyError, match="workspace does not exist"):
+        build(PolicySpec(workspace=str(tmp_path / "missing")))
+    with pytest.raises(PolicyError, match="must be absolute"):
+        Policy(workspace=tmp_path, writable=(Root(Path("rel"), "--write"),))
+
+
+def test_writable_inside_denied_is_rejected(tmp_path: Path) -> None:
+    (tmp_path / "d" / "inner").mkdir(parents=True)
+    with pytest.raises(PolicyError, match="inside denied path"):
+        build(
+            PolicySpec(
+                workspace=str(tmp_path), deny=[str(tmp_path / "d")], write=[str(tmp_path / "d" / "inner")]
+            )
+        )
+
+
+def test_writable_in_proc_is_rejected(tmp_path: Path) -> None:
+    with pytest.raises(PolicyError, match="cannot be writable"):
+        build(PolicySpec(workspace=str(tmp_path), write=["/proc/self"]))
+
+
+def test_preset_python_adds_uv_and_pip_caches(tmp_path: Path) -> None:
+    env = {"HOME": str(tmp_path), "UV_CACHE_DIR": str(tmp_path / "uvc")}
+    p = build(PolicySpec(workspace=str(tmp_path), presets=["python"]), env=env, home=tmp_path)
+    sources = {str(r.path): r.source for r in p.writable}
+    assert sources[str(tmp_path / "uvc")] == "preset:uv"
+    assert sources[str(tmp_path / ".cache" / "pip")] == "preset:pip"
+    assert "UV_CACHE_DIR" in p.env_pass
+
+
+def test_unknown_preset_is_named(tmp_path: Path) -> None:
+    with pytest.raises(PolicyError, match="unknown preset 'ruby'"):
+        build(PolicySpec(workspace=str(tmp_path), presets=["ruby"]))
+
+
+def test_cargo_preset_never_makes_cargo_bin_writable(tmp_path: Path) -> None:
+    p = build(
+        PolicySpec(workspace=str(tmp_path), presets=["cargo"]), env={"HOME": str(tmp_path)}, home=tmp_path
+    )
+    paths = {str(r.path) for r in p.writable}
+    assert str(tmp_path / ".cargo" / "registry") in paths
+    assert not any(path.endswith("/.cargo") or "/bin" in path for path in paths)
+
+
+def test_config_layers_and_profiles(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / "build").mkdir(parents=True)
+    user = tmp_path / "user.toml"
+    user.write_text('preset = ["git"]\n[env]\nA = "user"\n[profile.ci]\nenv = { A = "ci" }\n')
+    (ws / "warren.toml").write_text(f'write = ["{ws}/build"]\n[profile.ci]\nenv_pass = ["CI"]\n')
+    spec = config.load_spec(ws, "ci", env={}, home=tmp_path, user_config=user)
+    assert spec.presets == ["git"] and spec.env == {"A": "ci"}
+    assert spec.write == [str(ws / "build")] and spec.env_pass == ["CI"]
+
+
+def test_config_unknown_key_and_missing_profile(tmp_path: Path) -> None:
+    user = tmp_path / "user.toml"
+    user.write_text('writeable = ["/x"]\n')
+    with pytest.raises(ConfigError, match="unknown key 'writeable'"):
+        config.load_spec(tmp_path, None, env={}, home=tmp_path, user_config=user)
+    user.write_text("")
+    with pytest.raises(ConfigError, match="profile 'nope' is not defined"):
+        config.load_spec(tmp_path, "nope", env={}, home=tmp_path, user_config=user)
+
+
+def test_config_relative_path_is_an_error(tmp_path: Path) -> None:
+    user = tmp_path / "user.toml"
+    user.write_text('write = ["cache"]\n')
+    with pytest.raises(PolicyError, match=r"user\.toml: write: path must be absolute"):
+        config.load_spec(tmp_path, None, env={}, home=tmp_path, user_config=user)
+
+
+def test_workspace_file_cannot_widen_beyond_the_workspace(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "warren.toml").write_text('write = ["~/"]\n')
+    with pytest.raises(ConfigError, match="outside the workspace"):
+        config.load_spec(ws, None, env={}, home=tmp_path, user_config=tmp_path / "none.toml")
