@@ -265,3 +265,14 @@ attempt('TIOCSTI', lambda: fcntl.ioctl(replica, termios.TIOCSTI, b'x'))
 def test_new_user_namespace_is_refused(layout: Layout) -> None:
     r = layout.run(["sh", "-c", "unshare -Ur true; echo status=$?"])
     assert "status=0" not in r.stdout
+
+
+def test_ancestor_metadata_changes_are_undone_and_reported(any_layout: Layout) -> None:
+    parent = any_layout.root
+    before = parent.stat()
+    r = any_layout.run(["sh", "-c", f"chmod 700 {parent}; touch -d 2001-01-01 {parent}; echo ran"])
+    assert r.stdout.strip() == "ran"
+    after = parent.stat()
+    assert after.st_mode == before.st_mode
+    assert after.st_mtime_ns == before.st_mtime_ns
+    assert "changed the mode of" in r.stderr and "restored" in r.stderr

@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from . import config, hostinfo, launch, presets
+from . import config, guard, hostinfo, launch, presets
 from . import plan as _plan
 from .errors import WarrenError
 from .policy import Policy, PolicySpec, build
@@ -117,6 +117,7 @@ def run(command: tuple[str, ...], **opts: Any) -> None:
 
 def _run_attached(plan: _plan.Plan, argv: list[str]) -> int:
     """Run with the caller's stdio and terminal; return the exit status to use."""
+    before = guard.snapshot(plan)
     child = launch.start(plan, argv)
 
     def forward(signum: int, _frame: object) -> None:
@@ -129,6 +130,8 @@ def _run_attached(plan: _plan.Plan, argv: list[str]) -> int:
         signal.signal(sig, signal.SIG_IGN if not plan.new_session else forward)
     outcome = child.wait()
     assert outcome is not None
+    for note in guard.restore(before):
+        click.echo(f"warren: WARNING: {note}", err=True)
     if outcome.error is not None:
         raise outcome.error
     return outcome.exit_code
@@ -156,19 +159,58 @@ def presets_cmd() -> None:
 
 
 @main.command("doctor")
-@click.option("--workspace", "-w", metavar="DIR", help="The workspace (default: current directory).")
+@_policy_options
 @click.option("--cache", multiple=True, metavar="DIR", help="A cache to probe (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (schema warren-doctor/1).")
-def doctor_cmd(workspace: str | None, cache: tuple[str, ...], as_json: bool) -> None:
+@click.option(
+    "--sandbox",
+    is_flag=True,
+    help="Run the probes inside a warren sandbox built from the policy flags.",
+)
+def doctor_cmd(cache: tuple[str, ...], as_json: bool, sandbox: bool, **opts: Any) -> None:
     """Probe the filesystem semantics developer tools need, here; name each failure's cause."""
     from .doctor import probe_main
 
+    if sandbox:
+        sys.exit(_doctor_in_sandbox(opts, cache, as_json))
+    given = [name for name, value in opts.items() if value and name != "workspace"]
+    if given:
+        raise WarrenError(
+            f"policy flags need --sandbox: {', '.join('--' + g.replace('_', '-') for g in given)}",
+            operation="doctor",
+            hint="add --sandbox to probe inside a sandbox built from them",
+        )
     try:
-        text, code = probe_main.run(workspace, cache, as_json=as_json)
+        text, code = probe_main.run(opts.get("workspace"), cache, as_json=as_json)
     except probe_main.UsageError as e:
         raise WarrenError(str(e), operation="doctor", hint="pass an existing directory") from None
     click.echo(text)
     sys.exit(code)
+
+
+def _doctor_in_sandbox(opts: dict[str, Any], cache: tuple[str, ...], as_json: bool) -> int:
+    """The same probes, run by the same interpreter inside the sandbox the policy makes."""
+    from dataclasses import replace
+
+    from .run import run_plan
+
+    package_parent = str(Path(__file__).resolve().parent.parent)
+    opts = {**opts, "env": (*opts.get("env", ()), f"PYTHONPATH={package_parent}")}
+    policy = policy_from_flags(opts)
+    caches = list(cache) or [str(r.path) for r in policy.writable if r.path != policy.workspace]
+    plan = replace(_make_plan(policy), new_session=True)
+    for warning in plan.warnings:
+        click.echo(f"warren: WARNING: {warning}", err=True)
+    argv = [sys.executable, "-m", "warren.doctor.probe_main", "--only-given"]
+    argv += ["--workspace", str(policy.workspace)]
+    for c in caches:
+        argv += ["--cache", c]
+    if as_json:
+        argv.append("--json")
+    result = run_plan(plan, argv, cwd=str(policy.workspace))
+    sys.stdout.buffer.write(result.stdout)
+    sys.stderr.buffer.write(result.stderr)
+    return result.exit_code
 
 
 def entrypoint(argv: list[str] | None = None) -> int:

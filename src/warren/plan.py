@@ -244,6 +244,27 @@ def group_writable_roots(roots: Iterable[str], facts: HostFacts) -> list[_Group]
     return sorted(groups, key=lambda g: (g.overlaid is not None, g.mount_at.count("/"), g.mount_at))
 
 
+def _split_warnings(groups: list[_Group], facts: HostFacts) -> list[str]:
+    """Roots on one host filesystem that still end up on two mounts: say so."""
+    out = []
+    by_mount: dict[int, list[_Group]] = {}
+    for g in groups:
+        entry = mount_of(g.roots[0], facts.mounts)
+        by_mount.setdefault(entry.mount_id if entry else -1, []).append(g)
+    for members in by_mount.values():
+        inside = [g for g in members if g.overlaid]
+        outside = [g for g in members if not g.overlaid]
+        for g in inside:
+            for other in outside:
+                out.append(
+                    f"{', '.join(g.roots)} (under {g.overlaid}, which the sandbox gets fresh) and "
+                    f"{', '.join(other.roots)} are on one host filesystem but cannot share a mount: "
+                    "hardlinks and renames between them will fail with EXDEV (uv: 'falling back "
+                    f"to full copy'). Keep workspace and caches both outside {g.overlaid}, or both in it."
+                )
+    return out
+
+
 def _mask_ops(group: _Group) -> list[MountOp]:
     """Read-only masks for every directory between the bind and its roots."""
     keep: dict[str, set[str]] = {}
@@ -297,6 +318,7 @@ def make_plan(policy: Policy, facts: HostFacts, *, cwd: str | None = None) -> Pl
         groups = group_writable_roots(writable, facts)
     else:
         groups = [_Group(r, (r,), _overlaid_base(r)) for r in _strip_nested(writable)]
+    warnings.extend(_split_warnings(groups, facts))
     for base in ("/dev", "/proc"):
         for g in groups:
             if g.overlaid == base:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from . import hostinfo, launch
+from . import guard, hostinfo, launch
 from . import plan as _plan
 from .errors import ExecError
 from .policy import Policy, PolicySpec, build
@@ -36,6 +36,7 @@ class Result:
     timed_out: bool = False
     stdout_truncated: bool = False
     stderr_truncated: bool = False
+    warnings: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -130,6 +131,7 @@ def run_plan(
     on_stderr: Callable[[bytes], None] | None = None,
 ) -> Result:
     start = time.monotonic()
+    before = guard.snapshot(plan)
     out_r, out_w = os.pipe2(os.O_CLOEXEC)
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
     in_r, in_w = os.pipe2(os.O_CLOEXEC)
@@ -185,6 +187,7 @@ def run_plan(
         if child.outcome is None:
             child.kill()
     assert outcome is not None
+    repairs = guard.restore(before)
     if outcome.error is not None and not timed_out:
         raise outcome.error
     out, err = captures[out_r], captures[err_r]
@@ -197,4 +200,5 @@ def run_plan(
         timed_out=timed_out,
         stdout_truncated=bool(out.dropped),
         stderr_truncated=bool(err.dropped),
+        warnings=(*plan.warnings, *repairs),
     )

@@ -34,7 +34,10 @@ def _same(a: str, b: str) -> bool:
 
 
 def gather(
-    workspace: str | None, caches: Sequence[str], env: Mapping[str, str]
+    workspace: str | None,
+    caches: Sequence[str],
+    env: Mapping[str, str],
+    tool_caches: bool = True,
 ) -> tuple[_evidence.Evidence, frozenset[str]]:
     """Evidence for the locations to probe, and the roles that get the full file suite."""
     process = _evidence.gather_process()
@@ -60,7 +63,7 @@ def gather(
         full.add(role)
         seen.append(cache)
     home = env.get("HOME") or os.path.expanduser("~")
-    for tool, path in _evidence.tool_caches(env, home):
+    for tool, path in _evidence.tool_caches(env, home) if tool_caches else ():
         if any(_same(path, s) for s in seen):
             continue
         loc = _evidence.gather_location(f"tool-cache:{tool}", path, mounts)
@@ -83,9 +86,13 @@ def run(
     *,
     as_json: bool = False,
     env: Mapping[str, str] | None = None,
+    tool_caches: bool = True,
 ) -> tuple[str, int]:
-    """Run the doctor and return (output, exit status)."""
-    ev, full = gather(workspace, caches, os.environ if env is None else env)
+    """Run the doctor and return (output, exit status).
+
+    ``tool_caches=False`` probes only the workspace, the given caches and $TMPDIR: how
+    a sandbox is checked, where the policy decides which tools' caches exist."""
+    ev, full = gather(workspace, caches, os.environ if env is None else env, tool_caches)
     results = run_probes(ev, full_suite_roles=full)
     report = build(ev, results, diagnose(ev, results))
     text = json.dumps(report, indent=2, ensure_ascii=False) if as_json else render(report)
@@ -103,9 +110,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--json", action="store_true", help="print the report as JSON (schema warren-doctor/1)"
     )
+    parser.add_argument(
+        "--only-given",
+        action="store_true",
+        help="probe only the workspace, the --cache directories and $TMPDIR (no tool-cache discovery)",
+    )
     args = parser.parse_args(argv)
     try:
-        text, code = run(args.workspace, args.cache, as_json=args.json)
+        text, code = run(args.workspace, args.cache, as_json=args.json, tool_caches=not args.only_given)
     except UsageError as e:
         print(f"warren doctor: {e}", file=sys.stderr)
         return EXIT_USAGE
