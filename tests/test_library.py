@@ -55,7 +55,8 @@ def test_argv_as_a_string_is_rejected(layout: Layout) -> None:
 
 def test_timeout_kills_the_whole_tree_including_sigterm_ignorers(layout: Layout) -> None:
     pidfile = layout.workspace / "child.pid"
-    script = f"sh -c 'trap \"\" TERM; echo $$ > {pidfile}; exec sleep 300' & wait"
+    naptime = f"{300 + os.getpid() % 1000}.{time.monotonic_ns() % 1000}"  # unique on this host
+    script = f"sh -c 'trap \"\" TERM; echo $$ > {pidfile}; exec sleep {naptime}' & wait"
     start = time.monotonic()
     r = warren.run(["sh", "-c", script], policy=_policy(layout), timeout=1.5)
     assert r.timed_out
@@ -87,9 +88,10 @@ def test_output_is_capped_with_a_visible_marker(layout: Layout) -> None:
 
 
 def test_background_processes_do_not_outlive_a_one_shot_run(layout: Layout) -> None:
-    r = warren.run(["sh", "-c", "sleep 301 & echo started"], policy=_policy(layout))
+    naptime = f"{300 + os.getpid() % 1000}.{time.monotonic_ns() % 1000}"  # unique on this host
+    r = warren.run(["sh", "-c", f"sleep {naptime} & echo started"], policy=_policy(layout))
     assert r.stdout == b"started\n"
-    leftovers = [p for p in os.listdir("/proc") if p.isdigit() and _cmdline(p) == "sleep\x00301\x00"]
+    leftovers = [p for p in os.listdir("/proc") if p.isdigit() and _cmdline(p) == f"sleep\x00{naptime}\x00"]
     assert leftovers == []
 
 

@@ -1,22 +1,30 @@
 """warren: a Linux sandbox for AI coding agents in which real developer tools work.
 
 Library first: ``warren.run(argv, policy=...)`` runs one command in a one-shot
-sandbox; ``warren.Policy`` / ``warren.policy.build`` describe what it may touch.
+sandbox; ``warren.Policy`` / ``warren.build`` describe what it may touch.
+Names are imported on first use, so ``python -m warren`` starts fast.
 """
 
-from .errors import (
-    CommandNotFound,
-    ConfigError,
-    CwdNotFound,
-    ExecError,
-    HostError,
-    PolicyError,
-    SetupError,
-    WarrenError,
-)
-from .policy import Policy, PolicySpec, build
-from .run import Result, run
+from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "CommandNotFound": "errors",
+    "ConfigError": "errors",
+    "CwdNotFound": "errors",
+    "ExecError": "errors",
+    "HostError": "errors",
+    "PolicyError": "errors",
+    "SetupError": "errors",
+    "WarrenError": "errors",
+    "Policy": "policy",
+    "PolicySpec": "policy",
+    "build": "policy",
+    "Result": "run",
+    "run": "run",
+}
 __all__ = [
     "CommandNotFound",
     "ConfigError",
@@ -32,3 +40,26 @@ __all__ = [
     "build",
     "run",
 ]
+
+if TYPE_CHECKING:
+    from .errors import (
+        CommandNotFound,
+        ConfigError,
+        CwdNotFound,
+        ExecError,
+        HostError,
+        PolicyError,
+        SetupError,
+        WarrenError,
+    )
+    from .policy import Policy, PolicySpec, build
+    from .run import Result, run
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'warren' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import ctypes
 import os
-import platform
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _syscall = _libc.syscall
 _syscall.restype = ctypes.c_long
 
-_MACHINE = platform.machine()
+_MACHINE = os.uname().machine
 
 # Numbers that differ per architecture; the 4xx range is shared by all since Linux 5.1.
 _ARCH_NR: dict[str, dict[str, int]] = {
@@ -321,6 +320,11 @@ def join_new_session_keyring() -> None:
 
 
 CLOSE_RANGE_CLOEXEC = 1 << 2
+
+
+def sethostname(name: str) -> None:
+    raw = name.encode()
+    _check(_libc.sethostname(raw, ctypes.c_size_t(len(raw))), "sethostname")
 
 
 def close_range(first: int, last: int, flags: int = 0) -> None:

@@ -10,7 +10,6 @@ inside the workspace (presets, denies and env are fine).
 from __future__ import annotations
 
 import os
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -41,6 +40,10 @@ def user_config_path(env: Mapping[str, str], home: Path) -> Path:
 
 
 def _load(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        return {}
+    import tomllib  # only when a file exists: keeps `warren run` start-up short
+
     try:
         with open(path, "rb") as f:
             return tomllib.load(f)

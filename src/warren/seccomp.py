@@ -9,7 +9,7 @@ Landlock already forbid; it closes the kernel surfaces those do not cover.
 from __future__ import annotations
 
 import errno
-import platform
+import os
 from dataclasses import dataclass
 
 AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
@@ -184,7 +184,7 @@ class SeccompPlan:
 
 
 def build(machine: str | None = None, allow_nested: bool = False) -> SeccompPlan:
-    machine = machine or platform.machine()
+    machine = machine or os.uname().machine
     nr = _NR[machine]
     eperm = _ret_errno(errno.EPERM)
     prog: list[Instruction] = [
