@@ -21,7 +21,6 @@ import json
 import os
 import select
 import signal
-import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,8 +37,8 @@ from .errors import (
 from .plan import LandlockPlan, MountOp, Plan
 
 STAGE = "/tmp"  # where the new root is assembled, in the sandbox's own mount namespace
-_FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
-_NS_FLAGS = (
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+NS_FLAGS = (
     _sys.CLONE_NEWUSER
     | _sys.CLONE_NEWNS
     | _sys.CLONE_NEWPID
@@ -52,7 +51,7 @@ _CLONE = _sys.OPEN_TREE_CLONE | _sys.OPEN_TREE_CLOEXEC
 _HIDE_ATTRS = _sys.MOUNT_ATTR_RDONLY | _sys.MOUNT_ATTR_NOSUID | _sys.MOUNT_ATTR_NODEV
 
 
-class _Failure(Exception):
+class Failure(Exception):
     """A setup step failed inside a launcher process; carries the report record."""
 
     def __init__(self, record: dict[str, object]) -> None:
@@ -60,10 +59,10 @@ class _Failure(Exception):
         self.record = record
 
 
-def _fail(
+def fail(
     kind: type[WarrenError], message: str, operation: str, path: str | None, err: int | None, hint: str
-) -> _Failure:
-    return _Failure(
+) -> Failure:
+    return Failure(
         {
             "error": kind.__name__,
             "message": message,
@@ -79,7 +78,7 @@ def _step(operation: str, path: str | None, hint: str, fn, *args):  # type: igno
     try:
         return fn(*args)
     except OSError as e:
-        raise _fail(
+        raise fail(
             SetupError,
             f"sandbox setup failed: {operation} {path or ''}".rstrip(),
             operation,
@@ -89,7 +88,7 @@ def _step(operation: str, path: str | None, hint: str, fn, *args):  # type: igno
         ) from None
 
 
-def _report(fd: int, record: dict[str, object]) -> None:
+def report(fd: int, record: dict[str, object]) -> None:
     data = (json.dumps(record) + "\n").encode()
     with contextlib.suppress(OSError):
         os.write(fd, data)
@@ -237,7 +236,7 @@ def _execute_mounts(plan: Plan) -> None:
         for fd in fds.values():
             os.close(fd)
         if op is None:
-            raise _fail(
+            raise fail(
                 SetupError,
                 "sandbox setup failed: entering the new root",
                 "pivot_root",
@@ -246,7 +245,7 @@ def _execute_mounts(plan: Plan) -> None:
                 "the assembled root could not replace the host's",
             ) from None
         path = e.filename if isinstance(e.filename, str) else op.target
-        raise _fail(
+        raise fail(
             SetupError,
             f"sandbox setup failed at mount step {step} ({op.kind} {op.target})",
             op.kind,
@@ -257,10 +256,24 @@ def _execute_mounts(plan: Plan) -> None:
         ) from None
 
 
+def enter_new_root(plan: Plan) -> None:
+    """In a process cloned into fresh namespaces: id maps, hostname, the whole mount
+    plan and pivot_root. Afterwards "/" is the sandbox's root; nothing is hardened yet."""
+    _write_id_maps(plan)
+    _sys.sethostname(plan.hostname)
+    _execute_mounts(plan)
+
+
 # --- C: per-process hardening ---------------------------------------------------------
 
 
-def _apply_landlock(ll: LandlockPlan) -> None:
+def landlock_ruleset(ll: LandlockPlan) -> int:
+    """Build the Landlock ruleset and return its fd; restricting is a separate step.
+
+    A long-lived sandbox builds it once in PID 1, right after pivoting: rules bind to
+    the inodes of their paths then, so a later exec does not depend on a writable
+    root still being reachable by its path (DESIGN F5).
+    """
     hint = "Landlock refused the ruleset; run `warren doctor` to see what this kernel supports"
     ruleset = _step(
         "landlock_create_ruleset", None, hint, _sys.landlock_create_ruleset, ll.handled, 0, ll.scoped
@@ -270,7 +283,7 @@ def _apply_landlock(ll: LandlockPlan) -> None:
             try:
                 fd = os.open(rule.path, os.O_PATH | os.O_CLOEXEC)
             except FileNotFoundError:
-                raise _fail(
+                raise fail(
                     SetupError,
                     f"writable root vanished before the sandbox started: {rule.path}",
                     "landlock_add_rule",
@@ -291,15 +304,16 @@ def _apply_landlock(ll: LandlockPlan) -> None:
                 )
             finally:
                 os.close(fd)
-        _step("landlock_restrict_self", None, hint, _sys.landlock_restrict_self, ruleset)
-    finally:
+    except BaseException:
         os.close(ruleset)
+        raise
+    return ruleset
 
 
 _PROGRAMS: dict[tuple[tuple[int, int, int, int], ...], _sys.SeccompProgram] = {}
 
 
-def _seccomp_program(plan: Plan) -> _sys.SeccompProgram:
+def seccomp_program(plan: Plan) -> _sys.SeccompProgram:
     """Packed once per process (before cloning), so the child only installs it."""
     program = plan.seccomp.program
     packed = _PROGRAMS.get(program)
@@ -308,7 +322,10 @@ def _seccomp_program(plan: Plan) -> _sys.SeccompProgram:
     return packed
 
 
-def _harden(plan: Plan) -> None:
+def harden(plan: Plan, ruleset: int | None) -> None:
+    """Per-process hardening (DESIGN section 4), applied by every process that will run
+    user code: capabilities dropped, no_new_privs, the Landlock domain of ``ruleset``
+    (from ``landlock_ruleset``), the seccomp filter. Irreversible."""
     hint = "process hardening failed"
     for cap in range(plan.cap_last_cap + 1):
         _step("drop capability", None, hint, _sys.prctl, _sys.PR_CAPBSET_DROP, cap)
@@ -321,17 +338,32 @@ def _harden(plan: Plan) -> None:
         _sys.PR_CAP_AMBIENT_CLEAR_ALL,
     )
     _step("no_new_privs", None, hint, _sys.prctl, _sys.PR_SET_NO_NEW_PRIVS, 1)
-    if plan.landlock is not None:
-        _apply_landlock(plan.landlock)
+    if ruleset is not None:
+        _step(
+            "landlock_restrict_self",
+            None,
+            "Landlock refused the ruleset; run `warren doctor` to see what this kernel supports",
+            _sys.landlock_restrict_self,
+            ruleset,
+        )
     _step("drop capabilities", None, hint, _sys.capset_empty)
-    _step("install seccomp filter", None, hint, _seccomp_program(plan).install)
+    _step("install seccomp filter", None, hint, seccomp_program(plan).install)
+
+
+def _harden(plan: Plan) -> None:
+    ruleset = landlock_ruleset(plan.landlock) if plan.landlock is not None else None
+    try:
+        harden(plan, ruleset)
+    finally:
+        if ruleset is not None:
+            os.close(ruleset)
 
 
 def _enter_cwd(cwd: str) -> None:
     try:
         os.chdir(cwd)
     except OSError as e:
-        raise _fail(
+        raise fail(
             CwdNotFound,
             f"working directory does not exist in the sandbox: {cwd}"
             if e.errno == errno.ENOENT
@@ -343,7 +375,7 @@ def _enter_cwd(cwd: str) -> None:
         ) from None
 
 
-def _resolve(cmd: str, path_var: str) -> str:
+def resolve_command(cmd: str, path_var: str) -> str:
     """PATH search with the sandbox's PATH, as execvp would, keeping the first
     error that is not "absent" (EACCES on a non-executable file wins over ENOENT)."""
     if "/" in cmd:
@@ -357,7 +389,7 @@ def _resolve(cmd: str, path_var: str) -> str:
             first_error = first_error or candidate
     if first_error:
         return first_error
-    raise _fail(
+    raise fail(
         CommandNotFound,
         f"command not found in the sandbox: {cmd}",
         "execve",
@@ -369,19 +401,19 @@ def _resolve(cmd: str, path_var: str) -> str:
 
 def _spawn_command(plan: Plan, argv: Sequence[str]) -> int:
     """Start the command as PID 2 with everything inherited from the hardened PID 1."""
-    path = _resolve(argv[0], plan.env.get("PATH", ""))
+    path = resolve_command(argv[0], plan.env.get("PATH", ""))
     try:
         return os.posix_spawn(
             path,
             list(argv),
             plan.env,
             setsid=plan.new_session,
-            setsigdef=(*_FORWARDED, signal.SIGPIPE, signal.SIGXFSZ),
+            setsigdef=(*FORWARDED, signal.SIGPIPE, signal.SIGXFSZ),
             setsigmask=(),
         )
     except OSError as e:
         if e.errno in (errno.ENOENT, errno.ENOTDIR):
-            raise _fail(
+            raise fail(
                 CommandNotFound,
                 f"command not found in the sandbox: {argv[0]}",
                 "execve",
@@ -389,7 +421,7 @@ def _spawn_command(plan: Plan, argv: Sequence[str]) -> int:
                 e.errno,
                 "check the path; inside the sandbox only what the policy shows exists",
             ) from None
-        raise _fail(
+        raise fail(
             ExecError,
             f"cannot execute {argv[0]}",
             "execve",
@@ -411,7 +443,7 @@ def _forward_signals(target: int, new_session: bool) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(target, signum)
 
-    for sig in _FORWARDED:
+    for sig in FORWARDED:
         if not new_session and sig in (signal.SIGINT, signal.SIGQUIT):
             signal.signal(sig, signal.SIG_IGN)
         else:
@@ -430,9 +462,7 @@ def _pid1(plan: Plan, argv: Sequence[str], report_fd: int, cwd: str, alive_fd: i
     if select.select([alive_fd], [], [], 0)[0]:
         return 125
     os.close(alive_fd)
-    _write_id_maps(plan)
-    socket.sethostname(plan.hostname)
-    _execute_mounts(plan)
+    enter_new_root(plan)
     _enter_cwd(cwd)
     _harden(plan)
     _sys.close_range(3, 0xFFFFFFFF, _sys.CLOSE_RANGE_CLOEXEC)
@@ -448,7 +478,7 @@ def _pid1(plan: Plan, argv: Sequence[str], report_fd: int, cwd: str, alive_fd: i
             # sees the status no process of this sandbox is left running.
             with contextlib.suppress(ProcessLookupError):
                 os.kill(-1, signal.SIGKILL)
-            _report(report_fd, {"status": status})
+            report(report_fd, {"status": status})
             return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
 
 
@@ -580,7 +610,7 @@ class Child:
         )
 
 
-def _close_all_but(*keep: int) -> None:
+def close_all_but(*keep: int) -> None:
     """The cloned PID 1 inherits every descriptor of the caller (other sandboxes'
     pipes among them); holding a pipe's write end would keep its reader from EOF."""
     low = 3
@@ -613,11 +643,11 @@ def start(
                 errno=e.errno,
                 hint="create it yourself or drop the preset",
             ) from None
-    _seccomp_program(plan)
+    seccomp_program(plan)
     r, w = os.pipe2(os.O_CLOEXEC)
     alive_r, alive_w = os.pipe2(os.O_CLOEXEC)
     try:
-        pid = _sys.clone_process(_NS_FLAGS)
+        pid = _sys.clone_process(NS_FLAGS)
     except OSError as e:
         for fd in (r, w, alive_r, alive_w):
             os.close(fd)
@@ -636,12 +666,12 @@ def start(
             for given, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
                 if given is not None and given != target:
                     os.dup2(given, target)
-            _close_all_but(w, alive_r)
+            close_all_but(w, alive_r)
             code = _pid1(plan, argv, w, cwd or plan.cwd, alive_r)
-        except _Failure as f:
-            _report(w, f.record)
+        except Failure as f:
+            report(w, f.record)
         except BaseException as e:
-            _report(w, {"error": "SetupError", "message": f"launcher crashed: {e!r}", "operation": "setup"})
+            report(w, {"error": "SetupError", "message": f"launcher crashed: {e!r}", "operation": "setup"})
         os._exit(code)
     os.close(w)
     os.close(alive_r)
