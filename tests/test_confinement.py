@@ -276,3 +276,22 @@ def test_ancestor_metadata_changes_are_undone_and_reported(any_layout: Layout) -
     assert after.st_mode == before.st_mode
     assert after.st_mtime_ns == before.st_mtime_ns
     assert "changed the mode of" in r.stderr and "restored" in r.stderr
+
+
+def test_read_flag_makes_a_path_inside_the_workspace_read_only(layout: Layout) -> None:
+    protected = layout.workspace / ".git"
+    protected.mkdir()
+    (protected / "config").write_text("[core]\n")
+    res = _attempts(
+        layout,
+        f"""
+attempt('write', lambda: open({str(protected / "config")!r}, 'a').write('x'))
+attempt('create', lambda: open({str(protected / "new")!r}, 'w'))
+open('still-writable', 'w').write('ok')
+""",
+        "--read",
+        str(protected),
+    )
+    assert res == {"write": "EROFS", "create": "EROFS"}
+    assert (protected / "config").read_text() == "[core]\n"
+    assert (layout.workspace / "still-writable").read_text() == "ok"
