@@ -275,7 +275,7 @@ def landlock_ruleset(ll: LandlockPlan) -> int:
     root still being reachable by its path (DESIGN F5).
     """
     hint = "Landlock refused the ruleset; run `warren doctor` to see what this kernel supports"
-    ruleset = _step(
+    ruleset: int = _step(
         "landlock_create_ruleset", None, hint, _sys.landlock_create_ruleset, ll.handled, 0, ll.scoped
     )
     try:
