@@ -7,6 +7,7 @@ the system; ``HostFacts`` is plain data so tests can build one by hand.
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 import sys
@@ -46,7 +47,14 @@ def _unescape(field_: str) -> str:
     return "".join(out)
 
 
+_parsed: tuple[str, tuple[MountEntry, ...]] = ("", ())
+
+
 def parse_mountinfo(text: str) -> tuple[MountEntry, ...]:
+    """Parse /proc/self/mountinfo; the last result is reused while the text is unchanged."""
+    global _parsed
+    if text == _parsed[0]:
+        return _parsed[1]
     entries = []
     for line in text.splitlines():
         if not line.strip():
@@ -65,7 +73,8 @@ def parse_mountinfo(text: str) -> tuple[MountEntry, ...]:
                 source=_unescape(rparts[1]) if len(rparts) > 1 else "",
             )
         )
-    return tuple(entries)
+    _parsed = (text, tuple(entries))
+    return _parsed[1]
 
 
 def mount_of(path: str, mounts: Iterable[MountEntry]) -> MountEntry | None:
@@ -132,6 +141,7 @@ FIXED_PATHS = (
 )
 
 
+@functools.cache
 def _cap_last_cap() -> int:
     try:
         with open("/proc/sys/kernel/cap_last_cap") as f:
@@ -140,10 +150,15 @@ def _cap_last_cap() -> int:
         return 40
 
 
+@functools.cache
+def _kernel_landlock_abi() -> int:
+    return _sys.landlock_abi()
+
+
 def _landlock_abi(env: Mapping[str, str]) -> int:
     """The kernel's Landlock ABI. WARREN_LANDLOCK_ABI may only lower it, to rehearse
     what warren does on an older kernel (the fallback and its warning)."""
-    abi = _sys.landlock_abi()
+    abi = _kernel_landlock_abi()
     forced = env.get("WARREN_LANDLOCK_ABI")
     if forced is not None and forced.isdigit():
         return min(abi, int(forced))

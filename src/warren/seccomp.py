@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import os
 from dataclasses import dataclass
+from functools import lru_cache
 
 AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 
@@ -184,7 +185,11 @@ class SeccompPlan:
 
 
 def build(machine: str | None = None, allow_nested: bool = False) -> SeccompPlan:
-    machine = machine or os.uname().machine
+    return _build(machine or os.uname().machine, allow_nested)
+
+
+@lru_cache(maxsize=8)
+def _build(machine: str, allow_nested: bool) -> SeccompPlan:
     nr = _NR[machine]
     eperm = _ret_errno(errno.EPERM)
     prog: list[Instruction] = [
