@@ -91,6 +91,38 @@ class SandboxTimeout(WarrenError):
     exit_code = 124
 
 
+class SandboxError(WarrenError):
+    """A long-lived sandbox could not be created, reached or managed."""
+
+
+class SandboxNotFound(SandboxError):
+    """No sandbox of that name is registered for this user."""
+
+    exit_code = 127
+
+
+class SandboxExists(SandboxError):
+    """A sandbox of that name is already registered."""
+
+
+class SandboxDead(SandboxError):
+    """The sandbox is no longer running (stopped, or its supervisor or PID 1 died)."""
+
+
+class SandboxFileError(WarrenError):
+    """A files-API operation failed inside the sandbox (errno says why)."""
+
+    exit_code = 1
+
+
+class SandboxFileNotFound(SandboxFileError):
+    """The path does not exist in the sandbox's view."""
+
+
+class SandboxPermissionDenied(SandboxFileError):
+    """The policy does not allow this access (EACCES, EPERM, EROFS)."""
+
+
 _KINDS: dict[str, type[WarrenError]] = {
     cls.__name__: cls
     for cls in (
@@ -103,6 +135,13 @@ _KINDS: dict[str, type[WarrenError]] = {
         ExecError,
         CommandNotFound,
         SandboxTimeout,
+        SandboxError,
+        SandboxNotFound,
+        SandboxExists,
+        SandboxDead,
+        SandboxFileError,
+        SandboxFileNotFound,
+        SandboxPermissionDenied,
     )
 }
 

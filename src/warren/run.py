@@ -37,6 +37,7 @@ class Result:
     stdout_truncated: bool = False
     stderr_truncated: bool = False
     warnings: tuple[str, ...] = ()
+    cwd: str | None = None
 
     @property
     def ok(self) -> bool:
