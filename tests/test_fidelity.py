@@ -179,3 +179,16 @@ def test_tmpdir_is_writable_and_private(layout: Layout, tmp_path: Path) -> None:
     tmpdir, seen = r.stdout.split()
     assert tmpdir.startswith("/tmp")
     assert seen == "False", "host /tmp content must not be visible"
+
+
+def test_loopback_inside_the_sandbox_works(layout: Layout) -> None:
+    code = """
+import socket, threading
+srv = socket.socket(); srv.bind(('127.0.0.1', 0)); srv.listen()
+threading.Thread(target=lambda: srv.accept()[0].sendall(b'pong'), daemon=True).start()
+c = socket.create_connection(srv.getsockname(), timeout=5)
+print(c.recv(4).decode())
+"""
+    r = layout.py(code)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "pong"

@@ -322,6 +322,28 @@ def join_new_session_keyring() -> None:
 CLOSE_RANGE_CLOEXEC = 1 << 2
 
 
+_SIOCGIFFLAGS = 0x8913
+_SIOCSIFFLAGS = 0x8914
+_IFF_UP = 0x1
+_AF_INET = 2
+_SOCK_DGRAM = 2
+
+
+def loopback_up() -> None:
+    """Bring up ``lo`` in the current network namespace (a new one starts with it down)."""
+    import fcntl
+    import struct
+
+    fd = _check(_libc.socket(_AF_INET, _SOCK_DGRAM | os.O_CLOEXEC, 0), "socket")
+    try:
+        req = bytearray(struct.pack("16sH22x", b"lo", 0))
+        fcntl.ioctl(fd, _SIOCGIFFLAGS, req)
+        flags = struct.unpack_from("16sH", req)[1] | _IFF_UP
+        fcntl.ioctl(fd, _SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags))
+    finally:
+        os.close(fd)
+
+
 def sethostname(name: str) -> None:
     raw = name.encode()
     _check(_libc.sethostname(raw, ctypes.c_size_t(len(raw))), "sethostname")
