@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from . import config, guard, hostinfo, launch, presets
+from . import cli_sandbox, config, guard, hostinfo, launch, presets
 from . import plan as _plan
 from .errors import WarrenError
 from .policy import Policy, PolicySpec, build
@@ -211,6 +211,9 @@ def _doctor_in_sandbox(opts: dict[str, Any], cache: tuple[str, ...], as_json: bo
     sys.stdout.buffer.write(result.stdout)
     sys.stderr.buffer.write(result.stderr)
     return result.exit_code
+
+
+cli_sandbox.register(main, _policy_options, policy_from_flags, _parse_env)
 
 
 def entrypoint(argv: list[str] | None = None) -> int:

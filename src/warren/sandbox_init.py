@@ -265,7 +265,7 @@ def _enter_explicit_cwd(cwd: str, workspace: str) -> str:
             "chdir",
             path,
             e.errno,
-            f"create it first, e.g. exec(['mkdir', '-p', '{path}']), or omit cwd to use the workspace",
+            f"create it first (run mkdir -p {path} in the sandbox), or omit cwd to use the workspace",
         ) from None
     return path
 
