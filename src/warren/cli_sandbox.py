@@ -8,17 +8,24 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
 from .errors import WarrenError
+from .policy import Policy
 
 _EXEC_SETTINGS = {"ignore_unknown_options": False, "allow_interspersed_args": True}
 
 
-def register(main: click.Group, policy_options: Any, policy_from_flags: Any, parse_env: Any) -> None:
+def register(
+    main: click.Group,
+    policy_options: Callable[[Callable[..., Any]], Callable[..., Any]],
+    policy_from_flags: Callable[[dict[str, Any]], Policy],
+    parse_env: Callable[[tuple[str, ...]], dict[str, str]],
+) -> None:
     @main.command("create")
     @policy_options
     @click.argument("name")

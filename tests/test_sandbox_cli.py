@@ -1,0 +1,71 @@
+"""`warren create/exec/ps/ls/cp/stop/rm`, and AsyncSandbox, end to end."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from conftest import Layout, run_cli
+from warren.aio import AsyncSandbox
+from warren.policy import PolicySpec, build
+
+
+def test_cli_lifecycle_outlives_the_creating_process(layout: Layout, tmp_path: Path) -> None:
+    env = {"XDG_STATE_HOME": str(tmp_path / "state")}
+    ws = layout.workspace
+
+    def cli(*args: str, stdin: str | None = None) -> tuple[int, str, str]:
+        p = run_cli(list(args), cwd=ws, env=env, stdin=stdin)
+        return p.returncode, p.stdout, p.stderr
+
+    assert cli("create", "dev", "-w", str(ws)) == (0, "dev\n", "")
+    try:
+        assert cli("exec", "dev", "--", "sh", "-c", "pwd; echo $X; exit 4", "--env", "X=1")[0] == 4
+        code, out, _ = cli("exec", "dev", "--env", "X=1", "--", "sh", "-c", "pwd; echo $X")
+        assert (code, out) == (0, f"{ws}\n1\n")
+        assert cli("exec", "dev", "--", "cat", stdin="piped\n")[1] == "piped\n"
+
+        code, _, err = cli("exec", "dev", "--cwd", str(ws / "nope"), "--", "true")
+        assert code == 125
+        assert err.splitlines()[0].startswith(
+            f"warren: working directory does not exist in the sandbox: {ws / 'nope'}"
+        )
+        assert "Traceback" not in err and "hint:" in err
+
+        (tmp_path / "in.txt").write_text("from host\n")
+        assert cli("cp", str(tmp_path / "in.txt"), "dev:copied.txt")[0] == 0
+        assert (ws / "copied.txt").read_text() == "from host\n"
+        assert cli("cp", "dev:copied.txt", str(tmp_path / "out.txt"))[0] == 0
+        assert (tmp_path / "out.txt").read_text() == "from host\n"
+
+        assert cli("exec", "dev", "--", "sh", "-c", "sleep 77 > /dev/null 2>&1 &")[0] == 0
+        code, out, _ = cli("ps", "dev")
+        assert code == 0 and "sleep 77" in out
+
+        code, out, _ = cli("ls")
+        assert "dev" in out and "running" in out
+        assert cli("stop", "dev")[0] == 0
+        code, out, _ = cli("ls")
+        assert "stopped" in out
+        code, _, err = cli("exec", "dev", "--", "true")
+        assert code == 125 and "sandbox dev is stopped" in err
+    finally:
+        cli("rm", "dev")
+    assert "dev" not in cli("ls")[1]
+    code, _, err = cli("exec", "dev", "--", "true")
+    assert code == 127 and "no sandbox named dev" in err
+
+
+def test_async_sandbox_runs_execs_concurrently(layout: Layout, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+
+    async def main() -> list[bytes]:
+        policy = build(PolicySpec(workspace=str(layout.workspace)))
+        async with await AsyncSandbox.create(policy) as sb:
+            await sb.files.write("x.txt", "async\n")
+            results = await asyncio.gather(
+                *(sb.exec(["sh", "-c", f"echo {i}; cat x.txt"]) for i in range(10))
+            )
+            return [r.stdout for r in results]
+
+    assert asyncio.run(main()) == [f"{i}\nasync\n".encode() for i in range(10)]
