@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import registry
+from .output import DEFAULT_OUTPUT_LIMIT, Result
 from .policy import Policy
-from .run import DEFAULT_OUTPUT_LIMIT, Result
 from .sandbox import FileInfo, Output, Process, ProcessInfo, Sandbox
 
 

@@ -8,71 +8,19 @@ from __future__ import annotations
 
 import os
 import select
-import signal as _signal
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from . import guard, hostinfo, launch
 from . import plan as _plan
 from .errors import ExecError
+from .output import DEFAULT_OUTPUT_LIMIT, Result, truncation_marker
+from .output import Capture as _Capture
 from .policy import Policy, PolicySpec, build
 
-DEFAULT_OUTPUT_LIMIT = 16 * 1024 * 1024
-
-
-def truncation_marker(dropped: int) -> bytes:
-    return f"\n[warren: output truncated, {dropped} more bytes dropped]\n".encode()
-
-
-@dataclass(frozen=True)
-class Result:
-    exit_code: int
-    stdout: bytes
-    stderr: bytes
-    duration: float
-    signal: int | None = None
-    timed_out: bool = False
-    stdout_truncated: bool = False
-    stderr_truncated: bool = False
-    warnings: tuple[str, ...] = ()
-    cwd: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_code == 0
-
-    @property
-    def signal_name(self) -> str | None:
-        return _signal.Signals(self.signal).name if self.signal else None
-
-    @property
-    def text(self) -> str:
-        return self.stdout.decode(errors="replace")
-
-
-class _Capture:
-    def __init__(self, limit: int, callback: Callable[[bytes], None] | None) -> None:
-        self.limit = limit
-        self.parts: list[bytes] = []
-        self.size = 0
-        self.dropped = 0
-        self.callback = callback
-
-    def feed(self, chunk: bytes) -> None:
-        if self.callback is not None:
-            self.callback(chunk)
-        room = self.limit - self.size
-        if room > 0:
-            keep = chunk[:room]
-            self.parts.append(keep)
-            self.size += len(keep)
-        self.dropped += max(0, len(chunk) - max(room, 0))
-
-    def value(self) -> bytes:
-        data = b"".join(self.parts)
-        return data + truncation_marker(self.dropped) if self.dropped else data
+__all__ = ["DEFAULT_OUTPUT_LIMIT", "Result", "plan_for", "run", "run_plan", "truncation_marker"]
 
 
 def plan_for(policy: Policy, cwd: str | None = None) -> _plan.Plan:

@@ -25,7 +25,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from . import registry, wire
+from . import hostinfo, registry, wire
+from . import plan as _plan
 from .errors import (
     ExecError,
     SandboxDead,
@@ -35,8 +36,8 @@ from .errors import (
     WarrenError,
     from_dict,
 )
+from .output import DEFAULT_OUTPUT_LIMIT, Capture, Result
 from .policy import Policy, PolicySpec, Root, build
-from .run import DEFAULT_OUTPUT_LIMIT, Result, _Capture, plan_for
 
 _CLIENT_GRACE = 10.0  # beyond a timeout, how long to wait for the sandbox to say so
 
@@ -313,7 +314,9 @@ class Sandbox:
         # The state directory holds the sockets of every sandbox and the supervisor:
         # hidden inside, like the host's other sockets.
         policy = replace(policy, denied=(*policy.denied, Root(root, "warren state directory")))
-        plan = replace(plan_for(policy, str(policy.workspace)), new_session=True)
+        paths = [r.path for r in (*policy.writable, *policy.readable, *policy.denied)]
+        facts = hostinfo.gather_for(paths)
+        plan = replace(_plan.make_plan(policy, facts, cwd=str(policy.workspace)), new_session=True)
         reply = _raise_if_error(
             _supervisor_request(
                 root, {"op": "create", "name": name, "workspace": str(policy.workspace)}, pickle.dumps(plan)
@@ -489,7 +492,7 @@ class Sandbox:
             for fd in fds:
                 os.close(fd)
         limit = self.output_limit if output_limit is None else output_limit
-        captures = {out_r: _Capture(limit, on_stdout), err_r: _Capture(limit, on_stderr)}
+        captures = {out_r: Capture(limit, on_stdout), err_r: Capture(limit, on_stderr)}
         try:
             return self._collect(sock, captures, in_w, data, timeout, start)
         finally:
@@ -500,7 +503,7 @@ class Sandbox:
     def _collect(
         self,
         sock: socket.socket,
-        captures: dict[int, _Capture],
+        captures: dict[int, Capture],
         in_w: int,
         data: bytes | None,
         timeout: float | None,

@@ -38,8 +38,8 @@ from typing import Any, NoReturn
 
 from . import _sys, launch, wire
 from .errors import CommandNotFound, CwdNotFound, ExecError, SetupError
+from .output import truncation_marker
 from .plan import Plan
-from .run import truncation_marker
 
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36

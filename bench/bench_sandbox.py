@@ -1,0 +1,109 @@
+"""Long-lived sandbox benchmark, side by side in one run.
+
+  exec("true") in a live sandbox vs subprocess.run(["true"]): median and p99
+  create + remove of a sandbox (supervisor already running)
+  memory: PSS of the supervisor and every sandbox's PID 1, per idle sandbox, 50 alive
+
+Run: python bench/bench_sandbox.py [--runs 1000] [--idle 50]
+PSS of another user's non-dumpable PID 1 is unreadable without privileges: run it as
+root for the memory figure (it says so otherwise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from warren.policy import PolicySpec, build
+from warren.registry import Registry, state_dir
+from warren.sandbox import Sandbox
+
+
+def _stats(samples: list[float]) -> str:
+    samples = sorted(samples)
+    p99 = samples[min(len(samples) - 1, int(len(samples) * 0.99))]
+    return f"median {statistics.median(samples) * 1000:7.2f} ms   p99 {p99 * 1000:7.2f} ms"
+
+
+def _pss_kib(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=1000)
+    ap.add_argument("--idle", type=int, default=50)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="warren-bench-") as tmp:
+        os.environ["XDG_STATE_HOME"] = str(Path(tmp) / "state")
+        ws = Path(tmp) / "ws"
+        ws.mkdir()
+        policy = build(PolicySpec(workspace=str(ws)))
+
+        t = time.perf_counter()
+        first = Sandbox.create(policy, name="bench")
+        cold = time.perf_counter() - t
+
+        for _ in range(50):
+            first.exec(["true"])
+            subprocess.run(["true"])
+        host, sandbox = [], []
+        for _ in range(args.runs):
+            t = time.perf_counter()
+            subprocess.run(["true"])
+            host.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            r = first.exec(["true"])
+            sandbox.append(time.perf_counter() - t)
+            assert r.exit_code == 0
+        print(f"exec true, {args.runs} runs")
+        print(f"  subprocess.run(['true'])     {_stats(host)}")
+        print(f"  Sandbox.exec(['true'])       {_stats(sandbox)}")
+
+        creates, removes = [], []
+        for i in range(20):
+            t = time.perf_counter()
+            sb = Sandbox.create(policy, name=f"c{i}")
+            creates.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            sb.remove()
+            removes.append(time.perf_counter() - t)
+        print("create / remove, 20 runs (supervisor running)")
+        print(
+            f"  Sandbox.create               {_stats(creates)}   (first, starting the supervisor: {cold * 1000:.0f} ms)"
+        )
+        print(f"  Sandbox.remove               {_stats(removes)}")
+
+        idle = [Sandbox.create(policy, name=f"idle{i}") for i in range(args.idle - 1)]
+        time.sleep(1)
+        reg = Registry(state_dir())
+        entries = [e for e in reg.all() if e.state == "running"]
+        sup = {e.supervisor_pid for e in entries}
+        pids = [*sup, *(e.pid1 for e in entries)]
+        values = [_pss_kib(p) for p in pids]
+        if any(v is None for v in values):
+            print("memory: PSS of PID 1 is not readable as this user (not dumpable); run as root")
+        else:
+            total = sum(v for v in values if v is not None)
+            sup_kib = sum(_pss_kib(p) or 0 for p in sup)
+            print(f"memory with {len(entries)} idle sandboxes alive")
+            print(f"  supervisor PSS               {sup_kib / 1024:7.2f} MiB")
+            print(f"  supervisor + all PID 1s      {total / 1024:7.2f} MiB")
+            print(f"  per idle sandbox             {total / len(entries) / 1024:7.2f} MiB")
+        for sb in [first, *idle]:
+            sb.remove()
+
+
+if __name__ == "__main__":
+    main()
