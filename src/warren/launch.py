@@ -261,6 +261,17 @@ def enter_new_root(plan: Plan) -> None:
     plan and pivot_root. Afterwards "/" is the sandbox's root; nothing is hardened yet."""
     _write_id_maps(plan)
     _sys.sethostname(plan.hostname)
+    try:
+        _sys.loopback_up()
+    except OSError as e:
+        raise fail(
+            SetupError,
+            "cannot bring up the loopback interface in the sandbox's network namespace",
+            "ioctl(SIOCSIFFLAGS)",
+            "lo",
+            e.errno,
+            "run `warren doctor`; the kernel refused to configure the new network namespace",
+        ) from None
     _execute_mounts(plan)
 
 
