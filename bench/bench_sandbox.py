@@ -81,7 +81,8 @@ def main() -> None:
             removes.append(time.perf_counter() - t)
         print("create / remove, 20 runs (supervisor running)")
         print(
-            f"  Sandbox.create               {_stats(creates)}   (first, starting the supervisor: {cold * 1000:.0f} ms)"
+            f"  Sandbox.create               {_stats(creates)}   "
+            f"(first, starting the supervisor: {cold * 1000:.0f} ms)"
         )
         print(f"  Sandbox.remove               {_stats(removes)}")
 

@@ -22,10 +22,13 @@ _EXPORTS = {
     "Policy": "policy",
     "PolicySpec": "policy",
     "build": "policy",
-    "Result": "run",
-    "run": "run",
+    "Result": "output",
+    "Sandbox": "sandbox",
+    "AsyncSandbox": "aio",
+    "run": "oneshot",
 }
 __all__ = [
+    "AsyncSandbox",
     "CommandNotFound",
     "ConfigError",
     "CwdNotFound",
@@ -35,6 +38,7 @@ __all__ = [
     "PolicyError",
     "PolicySpec",
     "Result",
+    "Sandbox",
     "SetupError",
     "WarrenError",
     "build",
@@ -42,6 +46,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from .aio import AsyncSandbox
     from .errors import (
         CommandNotFound,
         ConfigError,
@@ -52,8 +57,10 @@ if TYPE_CHECKING:
         SetupError,
         WarrenError,
     )
+    from .oneshot import run
+    from .output import Result
     from .policy import Policy, PolicySpec, build
-    from .run import Result, run
+    from .sandbox import Sandbox
 
 
 def __getattr__(name: str) -> Any:

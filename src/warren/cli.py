@@ -192,7 +192,7 @@ def _doctor_in_sandbox(opts: dict[str, Any], cache: tuple[str, ...], as_json: bo
     """The same probes, run by the same interpreter inside the sandbox the policy makes."""
     from dataclasses import replace
 
-    from .run import run_plan
+    from .oneshot import run_plan
 
     package_parent = str(Path(__file__).resolve().parent.parent)
     opts = {**opts, "env": (*opts.get("env", ()), f"PYTHONPATH={package_parent}")}

@@ -1,7 +1,8 @@
 """One-shot sandboxed commands for Python callers: ``warren.run(argv, policy=...)``.
 
-Owns output capture (with caps and a visible truncation marker), stdin feeding and
-timeouts for a single command. Launching is ``launch``'s job, planning ``plan``'s.
+Owns stdin feeding, output capture (caps from ``output``) and timeouts for a single
+command; the module is not named ``run`` so that ``warren.run`` is always the function.
+Launching is ``launch``'s job, planning ``plan``'s.
 """
 
 from __future__ import annotations
