@@ -95,6 +95,16 @@ def test_exec_reports_signals_as_128_plus_n_with_the_name(sb: Sandbox) -> None:
     assert (r.exit_code, r.signal, r.signal_name) == (143, 15, "SIGTERM")
 
 
+def test_exec_runs_fully_hardened_and_confined(sb: Sandbox, layout: Layout) -> None:
+    status = sb.exec(["cat", "/proc/self/status"]).stdout.decode()
+    for field in ("CapPrm", "CapEff", "CapBnd", "CapAmb"):
+        assert f"{field}:\t0000000000000000" in status
+    assert "NoNewPrivs:\t1" in status and "Seccomp:\t2" in status
+    r = sb.exec(["sh", "-c", f"touch {layout.root}/escape; touch /usr/escape"])
+    assert r.exit_code != 0
+    assert not (layout.root / "escape").exists()
+
+
 def test_missing_command_is_a_typed_error(sb: Sandbox) -> None:
     with pytest.raises(CommandNotFound) as info:
         sb.exec(["no-such-tool-here"])

@@ -615,6 +615,7 @@ def pid1_main(plan: Plan, workspace: str, listener: socket.socket, ready_fd: int
         return 125
     os.close(alive_fd)
     launch.enter_new_root(plan)
+    launch.drop_bounding_set(plan)
     os.chdir("/")
     ruleset = launch.landlock_ruleset(plan.landlock) if plan.landlock is not None else None
     launch.seccomp_program(plan)
