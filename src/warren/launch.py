@@ -426,6 +426,27 @@ def resolve_command(cmd: str, path_var: str) -> str:
     )
 
 
+def spawn_failure(e: OSError, cmd: str, path: str) -> Failure:
+    """The typed failure for a command that could not be started."""
+    if e.errno in (errno.ENOENT, errno.ENOTDIR):
+        return fail(
+            CommandNotFound,
+            f"command not found in the sandbox: {cmd}",
+            "execve",
+            path,
+            e.errno,
+            "check the path; inside the sandbox only what the policy shows exists",
+        )
+    return fail(
+        ExecError,
+        f"cannot execute {cmd}",
+        "execve",
+        path,
+        e.errno,
+        "is it a program with its execute bit set (chmod +x), built for this machine?",
+    )
+
+
 def _spawn_command(plan: Plan, argv: Sequence[str]) -> int:
     """Start the command as PID 2 with everything inherited from the hardened PID 1."""
     path = resolve_command(argv[0], plan.env.get("PATH", ""))
@@ -439,23 +460,7 @@ def _spawn_command(plan: Plan, argv: Sequence[str]) -> int:
             setsigmask=(),
         )
     except OSError as e:
-        if e.errno in (errno.ENOENT, errno.ENOTDIR):
-            raise fail(
-                CommandNotFound,
-                f"command not found in the sandbox: {argv[0]}",
-                "execve",
-                path,
-                e.errno,
-                "check the path; inside the sandbox only what the policy shows exists",
-            ) from None
-        raise fail(
-            ExecError,
-            f"cannot execute {argv[0]}",
-            "execve",
-            path,
-            e.errno,
-            "is it a program with its execute bit set (chmod +x), built for this machine?",
-        ) from None
+        raise spawn_failure(e, argv[0], path) from None
 
 
 # --- the sandbox's PID 1 ---------------------------------------------------------------

@@ -37,7 +37,7 @@ import time
 from typing import Any, NoReturn
 
 from . import _sys, launch, wire
-from .errors import CommandNotFound, CwdNotFound, ExecError, SetupError
+from .errors import CwdNotFound, SetupError
 from .output import truncation_marker
 from .plan import Plan
 
@@ -419,23 +419,7 @@ def _spawn(path: str, argv: list[str], env: dict[str, str]) -> int:
             setsigmask=(),
         )
     except OSError as e:
-        if e.errno in (errno.ENOENT, errno.ENOTDIR):
-            raise launch.fail(
-                CommandNotFound,
-                f"command not found in the sandbox: {argv[0]}",
-                "execve",
-                path,
-                e.errno,
-                "check the path; inside the sandbox only what the policy shows exists",
-            ) from None
-        raise launch.fail(
-            ExecError,
-            f"cannot execute {argv[0]}",
-            "execve",
-            path,
-            e.errno,
-            "is it a program with its execute bit set (chmod +x), built for this machine?",
-        ) from None
+        raise launch.spawn_failure(e, argv[0], path) from None
 
 
 def _kill_tree(main: int) -> int:
