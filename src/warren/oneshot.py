@@ -17,7 +17,7 @@ from pathlib import Path
 from . import guard, hostinfo, launch
 from . import plan as _plan
 from .errors import ExecError
-from .output import DEFAULT_OUTPUT_LIMIT, Result, truncation_marker
+from .output import DEFAULT_OUTPUT_LIMIT, Result, feed, truncation_marker
 from .output import Capture as _Capture
 from .policy import Policy, PolicySpec, build
 
@@ -111,11 +111,7 @@ def run_plan(
                 deadline = None
                 continue
             for fd in ready_w:
-                try:
-                    n = os.write(fd, pending[:65536])
-                    pending = pending[n:]
-                except BrokenPipeError:
-                    pending = pending[:0]
+                pending = feed(fd, pending)
                 if not pending:
                     os.close(in_w)
                     in_w = -1

@@ -2,11 +2,12 @@
 (``warren.run``) and long-lived sandboxes (``warren.sandbox``).
 
 Owns the output cap and its visible truncation marker, and the ``Result`` type.
-No processes, no I/O beyond calling a caller's callback.
+No processes; its only I/O is the stdin feed below and a caller's callback.
 """
 
 from __future__ import annotations
 
+import os
 import signal as _signal
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -65,3 +66,12 @@ class Capture:
     def value(self) -> bytes:
         data = b"".join(self.parts)
         return data + truncation_marker(self.dropped) if self.dropped else data
+
+
+def feed(fd: int, pending: memoryview) -> memoryview:
+    """Write what a non-blocking stdin pipe takes now; return what is left (empty once
+    everything is written or the reader has gone)."""
+    try:
+        return pending[os.write(fd, pending[:65536]) :]
+    except BrokenPipeError:
+        return pending[:0]

@@ -36,7 +36,7 @@ from .errors import (
     WarrenError,
     from_dict,
 )
-from .output import DEFAULT_OUTPUT_LIMIT, Capture, Result
+from .output import DEFAULT_OUTPUT_LIMIT, Capture, Result, feed
 from .policy import Policy, PolicySpec, Root, build
 
 _CLIENT_GRACE = 10.0  # beyond a timeout, how long to wait for the sandbox to say so
@@ -531,10 +531,7 @@ class Sandbox:
                     final = {"status": _signal.SIGKILL, "timed_out": True}
                     break
                 for fd in ready_w:
-                    try:
-                        pending = pending[os.write(fd, pending[:65536]) :]
-                    except BrokenPipeError:
-                        pending = pending[:0]
+                    pending = feed(fd, pending)
                     if not pending:
                         os.close(in_w)
                         in_w = -1
