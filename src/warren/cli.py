@@ -18,9 +18,10 @@ from typing import Any
 
 import click
 
-from . import cli_sandbox, config, guard, hostinfo, launch, presets
+from . import cli_sandbox, config, guard, hostinfo, launch, netns, presets
 from . import plan as _plan
 from .errors import WarrenError
+from .netpolicy import NetEvent, parse_resolve
 from .policy import Policy, PolicySpec, build
 
 _RUN_SETTINGS = {"ignore_unknown_options": False, "allow_interspersed_args": False}
@@ -44,7 +45,24 @@ def _policy_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             "--profile", metavar="NAME", help="A [profile.NAME] from warren.toml or the user config."
         ),
         click.option(
-            "--network", type=click.Choice(["none"]), default=None, help="Network mode (default none)."
+            "--network",
+            type=click.Choice(["none", "allow", "open"]),
+            default=None,
+            help="none (default): only loopback; allow: through warren's proxy to --allow-host "
+            "hosts only; open: outbound through pasta, never the host's loopback.",
+        ),
+        click.option(
+            "--allow-host",
+            multiple=True,
+            metavar="HOST[:PORT]",
+            help="Reachable in --network allow (implies it): pypi.org, *.example.org, "
+            "host:8443, 10.0.0.5:80, [::1]:8080. Presets add their registries.",
+        ),
+        click.option(
+            "--resolve",
+            multiple=True,
+            metavar="NAME=ADDR",
+            help="Answer NAME with ADDR instead of DNS, in the proxy (like curl --resolve).",
         ),
         click.option(
             "--no-default-deny", is_flag=True, help="Do not hide ~/.ssh, ~/.aws and other credentials."
@@ -81,6 +99,8 @@ def policy_from_flags(opts: dict[str, Any]) -> Policy:
         env_pass=list(opts.get("pass_env", ())),
         presets=list(opts.get("preset", ())),
         network=opts.get("network"),
+        allow_hosts=list(opts.get("allow_host", ())),
+        resolve=parse_resolve(opts.get("resolve", ())),
         default_deny=False if opts.get("no_default_deny") else None,
         workspace_writable=False if opts.get("read_only_workspace") else None,
     )
@@ -117,8 +137,11 @@ def run(command: tuple[str, ...], **opts: Any) -> None:
 
 def _run_attached(plan: _plan.Plan, argv: list[str]) -> int:
     """Run with the caller's stdio and terminal; return the exit status to use."""
+    from .oneshot import start_network
+
     before = guard.snapshot(plan)
     child = launch.start(plan, argv)
+    net = start_network(plan, child, _print_denial)
 
     def forward(signum: int, _frame: object) -> None:
         child.kill(signum)
@@ -128,13 +151,23 @@ def _run_attached(plan: _plan.Plan, argv: list[str]) -> int:
     for sig in (signal.SIGINT, signal.SIGQUIT):
         # On a terminal the command receives these itself; otherwise relay them.
         signal.signal(sig, signal.SIG_IGN if not plan.new_session else forward)
-    outcome = child.wait()
+    try:
+        outcome = child.wait()
+    finally:
+        netns.stop(net)
     assert outcome is not None
     for note in guard.restore(before):
         click.echo(f"warren: WARNING: {note}", err=True)
     if outcome.error is not None:
         raise outcome.error
     return outcome.exit_code
+
+
+def _print_denial(event: NetEvent) -> None:
+    if not event.allowed:
+        click.echo(
+            f"warren: network: refused {event.method} {event.host}:{event.port}: {event.reason}", err=True
+        )
 
 
 @main.command("plan")

@@ -122,6 +122,37 @@ def register(
                     hint="check the destination directory exists and is writable",
                 ) from None
 
+    @main.command("port")
+    @click.option(
+        "--host-port", type=int, default=0, metavar="N", help="Host port to use (default: a free one)."
+    )
+    @click.argument("name")
+    @click.argument("port", type=click.IntRange(1, 65535))
+    def port_cmd(name: str, port: int, host_port: int) -> None:
+        """Forward a loopback port on this host to PORT inside sandbox NAME; print the address."""
+        from .sandbox import Sandbox
+
+        click.echo(Sandbox.get(name).expose(port, host_port))
+
+    @main.command("logs")
+    @click.option("--net", "net", is_flag=True, help="The network proxy's decisions (--network allow).")
+    @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+    @click.argument("name")
+    def logs_cmd(name: str, net: bool, as_json: bool) -> None:
+        """Show sandbox NAME's logs: `warren logs --net NAME` lists every network decision."""
+        import json
+
+        from .errors import WarrenError
+
+        if not net:
+            raise WarrenError(
+                "say which log: only the network log exists (--net)",
+                operation="logs",
+                hint=f"warren logs --net {name}; a spawned process's output is in its Process.output()",
+            )
+        for event in _registered(name).net_log():
+            click.echo(json.dumps(event.to_dict()) if as_json else event.line())
+
     @main.command("stop")
     @click.argument("name")
     def stop_cmd(name: str) -> None:

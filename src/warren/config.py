@@ -4,7 +4,8 @@ Owns the TOML schema and the layering order. Layers, later wins (lists extend):
 user config top level < user profile < workspace file top level < workspace profile
 < command-line flags. A workspace file comes with the repository, so it may not
 widen the sandbox beyond the workspace: its writable and readable paths must lie
-inside the workspace (presets, denies and env are fine).
+inside the workspace (presets, denies and env are fine), and it may not open the
+network (mode, allowed hosts, resolver entries).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ _LIST_KEYS = {
 }
 _BOOL_KEYS = ("default_deny", "workspace_writable", "allow_nested")
 _STR_KEYS = ("workspace", "network")
-_KNOWN = sorted({*_LIST_KEYS, *_BOOL_KEYS, *_STR_KEYS, "env", "profile"})
+_KNOWN = sorted({*_LIST_KEYS, *_BOOL_KEYS, *_STR_KEYS, "env", "resolve", "profile"})
 
 
 def user_config_path(env: Mapping[str, str], home: Path) -> Path:
@@ -93,6 +94,10 @@ def _spec_from_table(table: Mapping[str, Any], where: str, home: Path) -> Policy
             if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
                 raise _type_error(where, key, "a table of strings")
             spec.env.update(value)
+        elif key == "resolve":
+            if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+                raise _type_error(where, key, 'a table of NAME = "ADDRESS"')
+            spec.resolve.update(value)
         else:
             raise ConfigError(
                 f"{where}: unknown key {key!r}",
@@ -132,6 +137,19 @@ def _check_inside_workspace(spec: PolicySpec, workspace: Path, where: str) -> No
                     hint="a workspace file may only grant paths inside the workspace; "
                     "put this in your user config or pass --write/--read",
                 )
+    # Network reach is a grant beyond the workspace too: only the user gives it.
+    if spec.network not in (None, "none") or spec.allow_hosts or spec.resolve:
+        given = (
+            "network = " + repr(spec.network)
+            if spec.network not in (None, "none")
+            else ("allow_host" if spec.allow_hosts else "resolve")
+        )
+        raise ConfigError(
+            f"{where}: {given} cannot be set in the workspace's own file",
+            operation="config",
+            hint="a workspace file may not open the network; put it in your user config "
+            "or pass --network/--allow-host",
+        )
     if spec.workspace is not None:
         raise ConfigError(
             f"{where}: 'workspace' cannot be set in the workspace's own file",

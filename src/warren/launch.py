@@ -21,11 +21,12 @@ import json
 import os
 import select
 import signal
+import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from . import _sys
+from . import _sys, netns
 from .errors import (
     CommandNotFound,
     CwdNotFound,
@@ -482,7 +483,9 @@ def _forward_signals(target: int, new_session: bool) -> None:
             signal.signal(sig, forward)
 
 
-def _pid1(plan: Plan, argv: Sequence[str], report_fd: int, cwd: str, alive_fd: int) -> int:
+def _pid1(
+    plan: Plan, argv: Sequence[str], report_fd: int, cwd: str, alive_fd: int, net: socket.socket | None
+) -> int:
     """PID 1 of the sandbox: set up, harden itself, spawn the command, reap, report.
 
     PID 1 applies the hardening to itself before spawning, so the command inherits
@@ -495,6 +498,8 @@ def _pid1(plan: Plan, argv: Sequence[str], report_fd: int, cwd: str, alive_fd: i
         return 125
     os.close(alive_fd)
     enter_new_root(plan)
+    if net is not None and not netns.pid1_handshake(plan, net):
+        return 125
     _enter_cwd(cwd)
     _harden(plan)
     _sys.close_range(3, 0xFFFFFFFF, _sys.CLOSE_RANGE_CLOEXEC)
@@ -549,8 +554,11 @@ def _reap_all() -> None:
 class Child:
     """A launched sandbox as seen from the caller."""
 
-    def __init__(self, pid: int, report_fd: int, alive_fd: int) -> None:
+    def __init__(self, pid: int, report_fd: int, alive_fd: int, net: socket.socket | None = None) -> None:
         self.pid = pid
+        # The caller's end of the network handshake (``netns.complete``),
+        # for --network allow/open; None for none.
+        self.net = net
         self._report_fd = report_fd
         self._alive_fd = alive_fd
         self._buf = b""
@@ -678,11 +686,15 @@ def start(
     seccomp_program(plan)
     r, w = os.pipe2(os.O_CLOEXEC)
     alive_r, alive_w = os.pipe2(os.O_CLOEXEC)
+    net_ours, net_theirs = socket.socketpair() if plan.network != "none" else (None, None)
     try:
         pid = _sys.clone_process(NS_FLAGS)
     except OSError as e:
         for fd in (r, w, alive_r, alive_w):
             os.close(fd)
+        for s in (net_ours, net_theirs):
+            if s is not None:
+                s.close()
         raise SetupError(
             "cannot create the sandbox's namespaces",
             operation="clone",
@@ -698,8 +710,10 @@ def start(
             for given, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
                 if given is not None and given != target:
                     os.dup2(given, target)
-            close_all_but(w, alive_r)
-            code = _pid1(plan, argv, w, cwd or plan.cwd, alive_r)
+            if net_ours is not None:
+                net_ours.close()
+            close_all_but(w, alive_r, *([net_theirs.fileno()] if net_theirs is not None else []))
+            code = _pid1(plan, argv, w, cwd or plan.cwd, alive_r, net_theirs)
         except Failure as f:
             report(w, f.record)
         except BaseException as e:
@@ -707,4 +721,6 @@ def start(
         os._exit(code)
     os.close(w)
     os.close(alive_r)
-    return Child(pid, r, alive_w)
+    if net_theirs is not None:
+        net_theirs.close()
+    return Child(pid, r, alive_w, net_ours)

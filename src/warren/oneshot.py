@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import os
 import select
+import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from . import guard, hostinfo, launch
+from . import guard, hostinfo, launch, netns
 from . import plan as _plan
 from .errors import ExecError
+from .netpolicy import NetEvent
+from .netproxy import Proxy
 from .output import DEFAULT_OUTPUT_LIMIT, Result, feed, truncation_marker
 from .output import Capture as _Capture
 from .policy import Policy, PolicySpec, build
@@ -40,8 +43,12 @@ def run(
     output_limit: int = DEFAULT_OUTPUT_LIMIT,
     on_stdout: Callable[[bytes], None] | None = None,
     on_stderr: Callable[[bytes], None] | None = None,
+    on_net_event: Callable[[NetEvent], None] | None = None,
 ) -> Result:
     """Run ``argv`` in a fresh one-shot sandbox and capture its output.
+
+    With ``--network allow`` every proxy decision is in ``Result.net_log`` and is
+    also passed to ``on_net_event`` as it happens.
 
     Raises a :class:`~warren.errors.WarrenError` subclass when the sandbox cannot be
     set up (``SetupError``, ``CwdNotFound``) or the command cannot run
@@ -66,6 +73,7 @@ def run(
         output_limit=output_limit,
         on_stdout=on_stdout,
         on_stderr=on_stderr,
+        on_net_event=on_net_event,
     )
 
 
@@ -79,6 +87,7 @@ def run_plan(
     output_limit: int = DEFAULT_OUTPUT_LIMIT,
     on_stdout: Callable[[bytes], None] | None = None,
     on_stderr: Callable[[bytes], None] | None = None,
+    on_net_event: Callable[[NetEvent], None] | None = None,
 ) -> Result:
     start = time.monotonic()
     before = guard.snapshot(plan)
@@ -90,6 +99,12 @@ def run_plan(
     finally:
         for fd in (out_w, err_w, in_r):
             os.close(fd)
+    try:
+        net = start_network(plan, child, on_net_event)
+    except BaseException:
+        for fd in (out_r, err_r, in_w):
+            os.close(fd)
+        raise
     captures = {out_r: _Capture(output_limit, on_stdout), err_r: _Capture(output_limit, on_stderr)}
     pending = memoryview(stdin or b"")
     if not pending:
@@ -132,6 +147,7 @@ def run_plan(
                 os.close(fd)
         if child.outcome is None:
             child.kill()
+        netns.stop(net)
     assert outcome is not None
     repairs = guard.restore(before)
     if outcome.error is not None and not timed_out:
@@ -147,4 +163,22 @@ def run_plan(
         stdout_truncated=bool(out.dropped),
         stderr_truncated=bool(err.dropped),
         warnings=(*plan.warnings, *repairs),
+        net_log=tuple(net.events) if isinstance(net, Proxy) else (),
     )
+
+
+def start_network(
+    plan: _plan.Plan, child: launch.Child, on_event: Callable[[NetEvent], None] | None = None
+) -> Proxy | netns.Pasta | None:
+    """Complete a launched sandbox's network mode; on failure the sandbox is ended."""
+    if child.net is None:
+        return None
+    try:
+        net = netns.complete(plan, child.net, child.pid)
+    except BaseException:
+        child.kill()
+        child.wait()
+        raise
+    if isinstance(net, socket.socket):
+        return netns.proxy_for(plan, net, f"run-{child.pid}", on_event).start()
+    return net

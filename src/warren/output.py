@@ -12,6 +12,8 @@ import signal as _signal
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .netpolicy import NetEvent
+
 DEFAULT_OUTPUT_LIMIT = 16 * 1024 * 1024
 
 
@@ -31,6 +33,7 @@ class Result:
     stderr_truncated: bool = False
     warnings: tuple[str, ...] = ()
     cwd: str | None = None
+    net_log: tuple[NetEvent, ...] = ()  # --network allow: every proxy decision
 
     @property
     def ok(self) -> bool:

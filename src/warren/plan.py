@@ -21,6 +21,7 @@ from pathlib import PurePosixPath
 from . import seccomp as _seccomp
 from .errors import HostError
 from .hostinfo import HostFacts, mount_of
+from .netpolicy import proxy_env
 from .policy import Policy, Root
 
 # --- Landlock access rights (include/uapi/linux/landlock.h) ---------------------
@@ -165,6 +166,9 @@ class Plan:
     create_dirs: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     groups: tuple[tuple[str, tuple[str, ...]], ...] = field(default=())
+    network: str = "none"
+    allow_hosts: tuple[str, ...] = ()
+    resolve: tuple[tuple[str, str], ...] = ()
 
     def to_dict(self) -> dict[str, object]:
         data = asdict(self)
@@ -430,6 +434,9 @@ def make_plan(policy: Policy, facts: HostFacts, *, cwd: str | None = None) -> Pl
         create_dirs=create,
         warnings=tuple(warnings),
         groups=tuple((g.mount_at, g.roots) for g in groups),
+        network=policy.network,
+        allow_hosts=policy.allowed_hosts,
+        resolve=tuple(sorted(policy.resolve.items())),
     )
 
 
@@ -470,6 +477,8 @@ def _environment(policy: Policy, facts: HostFacts, tmpdir: str) -> dict[str, str
     env.setdefault("HOME", facts.home)
     env["TMPDIR"] = tmpdir
     env["WARREN_SANDBOX"] = "1"
+    if policy.network == "allow":
+        env.update(proxy_env())
     env.update(policy.env)
     return env
 

@@ -13,10 +13,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import netpolicy as _netpolicy
 from . import presets as _presets
 from .errors import PolicyError
 
-NETWORK_MODES = ("none",)
+NETWORK_MODES = ("none", "allow", "open")
 
 # Passed from the caller's environment unless the policy says otherwise.
 DEFAULT_ENV_PASS = (
@@ -77,6 +78,7 @@ class Policy:
     network: str = "none"
     presets: tuple[str, ...] = ()
     allowed_hosts: tuple[str, ...] = ()
+    resolve: Mapping[str, str] = field(default_factory=dict)
     allow_nested: bool = False
 
     def __post_init__(self) -> None:
@@ -92,6 +94,9 @@ class Policy:
                 operation="policy",
                 hint=f"use one of: {', '.join(NETWORK_MODES)}",
             )
+        # Parsed here so a bad entry is an error before anything starts.
+        _netpolicy.parse_rules(self.allowed_hosts)
+        _netpolicy.parse_resolve(self.resolve)
         for root in (*self.writable, *self.readable, *self.denied):
             if not root.path.is_absolute():
                 raise PolicyError(
@@ -218,6 +223,7 @@ class PolicySpec:
     presets: list[str] = field(default_factory=list)
     network: str | None = None
     allow_hosts: list[str] = field(default_factory=list)
+    resolve: dict[str, str] = field(default_factory=dict)
     default_deny: bool | None = None
     workspace_writable: bool | None = None
     allow_nested: bool | None = None
@@ -234,6 +240,7 @@ class PolicySpec:
             presets=[*self.presets, *other.presets],
             network=other.network or self.network,
             allow_hosts=[*self.allow_hosts, *other.allow_hosts],
+            resolve={**self.resolve, **other.resolve},
             default_deny=_pick(other.default_deny, self.default_deny),
             workspace_writable=_pick(other.workspace_writable, self.workspace_writable),
             allow_nested=_pick(other.allow_nested, self.allow_nested),
@@ -259,6 +266,7 @@ def build(
     base = relative_base if relative_base is not None else cwd
     workspace = absolute(spec.workspace, "--workspace", base, home) if spec.workspace else cwd.resolve()
     grant = _presets.expand(tuple(spec.presets), env, home)
+    network = _network_mode(spec)
 
     writable: list[Root] = []
     if spec.workspace_writable is not False:
@@ -280,11 +288,26 @@ def build(
         denied=tuple(_dedupe(denied)),
         env=dict(spec.env),
         env_pass=tuple(dict.fromkeys([*DEFAULT_ENV_PASS, *grant.env_pass, *spec.env_pass])),
-        network=spec.network or "none",
+        network=network,
         presets=tuple(spec.presets),
-        allowed_hosts=tuple(dict.fromkeys([*grant.hosts, *spec.allow_hosts])),
+        allowed_hosts=tuple(dict.fromkeys([*grant.hosts, *spec.allow_hosts])) if network == "allow" else (),
+        resolve=dict(spec.resolve),
         allow_nested=bool(spec.allow_nested),
     )
+
+
+def _network_mode(spec: PolicySpec) -> str:
+    """``--allow-host`` alone means ``--network allow``; with another mode it is a
+    contradiction, said as such rather than silently ignored."""
+    if spec.network is None:
+        return "allow" if spec.allow_hosts else "none"
+    if spec.allow_hosts and spec.network != "allow":
+        raise PolicyError(
+            f"allowed hosts ({', '.join(spec.allow_hosts[:3])}) given with network mode {spec.network!r}",
+            operation="policy",
+            hint="allowed hosts only apply to --network allow; drop them or use --network allow",
+        )
+    return spec.network
 
 
 def _dedupe(roots: Iterable[Root]) -> list[Root]:

@@ -36,6 +36,7 @@ from .errors import (
     WarrenError,
     from_dict,
 )
+from .netpolicy import NetEvent
 from .output import DEFAULT_OUTPUT_LIMIT, Capture, Result, feed
 from .policy import Policy, PolicySpec, Root, build
 
@@ -675,6 +676,36 @@ class Sandbox:
         """Reattach to a background process started by ``spawn`` (any client)."""
         meta = json.loads((self._procdir / f"{spawn_id}.json").read_text())
         return Process(self, spawn_id, int(meta["pid"]), list(meta["argv"]), None)
+
+    # --- network ----------------------------------------------------------------------
+
+    def expose(self, port: int, host_port: int = 0) -> str:
+        """Forward ``127.0.0.1:host_port`` on the host (a free port when 0) to ``port``
+        on the sandbox's loopback, for dev servers and previews; returns the host
+        address ("127.0.0.1:NNNN"). Works in every network mode; closed with the
+        sandbox. Exposing a port again returns the same address."""
+        for value, what in ((port, "port"), (host_port, "host_port")):
+            if not isinstance(value, int) or not (0 if what == "host_port" else 1) <= value <= 65535:
+                raise SandboxError(
+                    f"{what} must be a TCP port number, got {value!r}",
+                    operation="expose",
+                    hint="ports are 1-65535 (host_port 0 picks a free one)",
+                )
+        if not self.alive:
+            raise self._dead_error()
+        reply = _raise_if_error(
+            _supervisor_request(
+                self._root, {"op": "expose", "name": self.name, "port": port, "host_port": host_port}
+            )
+        )
+        return str(reply["address"])
+
+    def net_log(self) -> builtins.list[NetEvent]:
+        """Every decision of this sandbox's network proxy (``--network allow``), oldest
+        first; kept after the sandbox stops, removed with it."""
+        from .netd import read_log
+
+        return read_log(self._procdir / "net.jsonl")
 
 
 class Files:

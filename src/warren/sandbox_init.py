@@ -36,7 +36,7 @@ import stat as _stat
 import time
 from typing import Any, NoReturn
 
-from . import _sys, launch, wire
+from . import _sys, launch, netns, wire
 from .errors import CwdNotFound, SetupError
 from .output import truncation_marker
 from .plan import Plan
@@ -130,6 +130,8 @@ class SandboxInit:
                 wire.send(conn, {"processes": self._ps()})
             elif op == "signal":
                 wire.send(conn, self._signal(int(msg["pid"]), int(msg["signal"])))
+            elif op == "connect":
+                _connect_inside(conn, int(msg["port"]))
             else:
                 wire.send(conn, {"ok": True, "pid": os.getpid()})
         except OSError:
@@ -199,6 +201,24 @@ class SandboxInit:
                 )
             code = 125
         os._exit(code)
+
+
+def _connect_inside(conn: socket.socket, port: int) -> None:
+    """For an exposed port: a TCP connection to the port on the sandbox's loopback,
+    made here (a socket belongs to the namespace it is created in) and handed over."""
+    for family, address in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+        sock = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        try:
+            sock.settimeout(2)
+            sock.connect((address, port))
+            sock.settimeout(None)
+            wire.send(conn, {"ok": True}, fds=[sock.fileno()])
+            return
+        except OSError:
+            continue
+        finally:
+            sock.close()
+    wire.send(conn, {"ok": False, "refused": True})
 
 
 def _proc_table() -> list[tuple[int, int, str]]:
@@ -590,7 +610,14 @@ def _file_op(conn: socket.socket, msg: dict[str, Any], payload: bytes, workspace
 # --- entry from the supervisor's clone -------------------------------------------------
 
 
-def pid1_main(plan: Plan, workspace: str, listener: socket.socket, ready_fd: int, alive_fd: int) -> int:
+def pid1_main(
+    plan: Plan,
+    workspace: str,
+    listener: socket.socket,
+    ready_fd: int,
+    alive_fd: int,
+    net: socket.socket | None = None,
+) -> int:
     """Run as the freshly cloned PID 1; returns its exit code."""
     _sys.prctl(_sys.PR_SET_PDEATHSIG, signal.SIGKILL)
     # The supervisor is outside this pid namespace (getppid() is 0): EOF on this pipe
@@ -599,6 +626,8 @@ def pid1_main(plan: Plan, workspace: str, listener: socket.socket, ready_fd: int
         return 125
     os.close(alive_fd)
     launch.enter_new_root(plan)
+    if net is not None and not netns.pid1_handshake(plan, net):
+        return 125
     launch.drop_bounding_set(plan)
     os.chdir("/")
     ruleset = launch.landlock_ruleset(plan.landlock) if plan.landlock is not None else None
