@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,3 +106,24 @@ def any_layout(request: pytest.FixtureRequest, tmp_path: Path) -> Layout:
 @pytest.fixture
 def sandbox_py(layout: Layout) -> Callable[..., subprocess.CompletedProcess[str]]:
     return layout.py
+
+
+def make_wheel(dest: Path, name: str = "warrendemo", version: str = "1.0") -> Path:
+    """A small pure-Python wheel, built by hand (no network, no build backend)."""
+    dist = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}/__init__.py": "VALUE = 42\n",
+        f"{name}/data.py": "BLOB = " + repr("x" * 4096) + "\n",
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{dist}/WHEEL": (
+            "Wheel-Version: 1.0\nGenerator: warren-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        ),
+    }
+    record = "".join(f"{path},,\n" for path in files) + f"{dist}/RECORD,,\n"
+    files[f"{dist}/RECORD"] = record
+    dest.mkdir(parents=True, exist_ok=True)
+    wheel = dest / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for path, text in files.items():
+            zf.writestr(path, text)
+    return wheel

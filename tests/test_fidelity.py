@@ -7,12 +7,11 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import zipfile
 from pathlib import Path
 
 import pytest
 
-from conftest import Layout
+from conftest import Layout, make_wheel
 
 
 def test_files_and_dirs_created_inside_are_owned_by_the_caller(any_layout: Layout) -> None:
@@ -70,27 +69,6 @@ def test_cache_marker_named_git_opens_for_writing(any_layout: Layout) -> None:
     assert (marker_dir / ".git").read_text() == "gitdir-marker"
 
 
-def _make_wheel(dest: Path, name: str = "warrendemo", version: str = "1.0") -> Path:
-    """A small pure-Python wheel, built by hand (no network, no build backend)."""
-    dist = f"{name}-{version}.dist-info"
-    files = {
-        f"{name}/__init__.py": "VALUE = 42\n",
-        f"{name}/data.py": "BLOB = " + repr("x" * 4096) + "\n",
-        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-        f"{dist}/WHEEL": (
-            "Wheel-Version: 1.0\nGenerator: warren-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-        ),
-    }
-    record = "".join(f"{path},,\n" for path in files) + f"{dist}/RECORD,,\n"
-    files[f"{dist}/RECORD"] = record
-    dest.mkdir(parents=True, exist_ok=True)
-    wheel = dest / f"{name}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w") as zf:
-        for path, text in files.items():
-            zf.writestr(path, text)
-    return wheel
-
-
 def _uv() -> str:
     uv = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
     if not os.path.exists(uv):
@@ -101,7 +79,7 @@ def _uv() -> str:
 def test_uv_install_from_warm_cache_hardlinks_into_workspace_venv(any_layout: Layout) -> None:
     uv = _uv()
     wheels = any_layout.root / "wheels"
-    _make_wheel(wheels)
+    make_wheel(wheels)
     env = {**os.environ, "UV_CACHE_DIR": str(any_layout.cache), "UV_NO_PROGRESS": "1"}
     # Warm the cache outside the sandbox, as a developer's earlier install would.
     warm = any_layout.root / "warm-venv"
