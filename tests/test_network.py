@@ -554,3 +554,29 @@ print(ask(b"GET http://allowed.test:{a.port}/after HTTP/1.1\\r\\nHost: allowed.t
     lines = r.stdout.decode().splitlines()
     assert lines[:3] == ["HTTP/1.1 400 Bad Request"] * 3, (lines, r.stderr)
     assert lines[3] == "HTTP/1.0 200 OK"
+
+
+def test_async_sandbox_exposes_and_reads_its_net_log(
+    ws: Path, state: Path, servers: dict[str, Server]
+) -> None:
+    import asyncio
+
+    from warren.aio import AsyncSandbox
+
+    (ws / "page.txt").write_text("async page\n")
+
+    async def main() -> tuple[str, list[str]]:
+        async with await AsyncSandbox.create(build(_allow_spec(ws, servers))) as sb:
+            await sb.spawn(["python3", "-m", "http.server", "--bind", "127.0.0.1", "8000"])
+            for _ in range(100):
+                if (await sb.exec(["curl", "-s", "--noproxy", "*", "http://127.0.0.1:8000/page.txt"])).ok:
+                    break
+                await asyncio.sleep(0.05)
+            address = await sb.expose(8000)
+            page = await asyncio.to_thread(_get, f"http://{address}/page.txt")
+            await sb.exec(_curl(f"http://denied.test:{servers['denied'].port}/"))
+            return page, [e.host for e in await sb.net_log()]
+
+    page, hosts = asyncio.run(main())
+    assert page == "async page\n"
+    assert hosts == ["denied.test"]

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import registry
+from .netpolicy import NetEvent
 from .output import DEFAULT_OUTPUT_LIMIT, Result
 from .policy import Policy
 from .sandbox import FileInfo, Output, Process, ProcessInfo, Sandbox
@@ -130,6 +131,12 @@ class AsyncSandbox:
 
     async def processes(self) -> builtins.list[ProcessInfo]:
         return await asyncio.to_thread(self.sync.processes)
+
+    async def expose(self, port: int, host_port: int = 0) -> str:
+        return await asyncio.to_thread(self.sync.expose, port, host_port)
+
+    async def net_log(self) -> builtins.list[NetEvent]:
+        return await asyncio.to_thread(self.sync.net_log)
 
     async def stop(self) -> None:
         await asyncio.to_thread(self.sync.stop)

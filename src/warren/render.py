@@ -67,6 +67,16 @@ def render(plan: Plan) -> str:
     lines.append(f"  cwd {plan.cwd}")
     if plan.create_dirs:
         lines.append(f"  create if missing: {', '.join(plan.create_dirs)}")
+    lines.append(f"network: {plan.network}")
+    if plan.network == "none":
+        lines.append("  only lo, in the sandbox's own network namespace")
+    elif plan.network == "allow":
+        lines.append("  only lo; warren's proxy listens on 127.0.0.1:3128 inside and connects to:")
+        lines.extend(f"    {host}" for host in plan.allow_hosts or ("(nothing: no host allowed)",))
+        lines.append("  never: link-local/metadata addresses; names resolving to internal addresses")
+        lines.extend(f"  resolve {name} -> {addr}" for name, addr in plan.resolve)
+    else:
+        lines.append("  pasta (user-mode stack) outbound; no port forwarding; host loopback not mapped")
     lines.append("environment")
     lines.extend(f"  {k}={v}" for k, v in sorted(plan.env.items()))
     return "\n".join(lines)
