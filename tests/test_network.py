@@ -43,6 +43,7 @@ class Server:
     host: str
     root: Path | None = None
     hits: list[str] = field(default_factory=list)
+    host_headers: list[str] = field(default_factory=list)
     httpd: http.server.ThreadingHTTPServer | None = None
 
     @property
@@ -59,6 +60,7 @@ class Server:
 
             def do_GET(self) -> None:
                 server.hits.append(self.path)
+                server.host_headers.append(str(self.headers.get("Host")))
                 if server.root is None:
                     body = f"hello from {server.host}\n".encode()
                     self.send_response(200)
@@ -97,6 +99,7 @@ def servers() -> Iterator[dict[str, Server]]:
 def _clear_hits(servers: dict[str, Server]) -> None:
     for s in servers.values():
         s.hits.clear()
+        s.host_headers.clear()
 
 
 def _allow_spec(ws: Path, servers: dict[str, Server], **extra: object) -> PolicySpec:
@@ -548,12 +551,14 @@ def ask(data):
 print(ask(b"NONSENSE\\r\\n\\r\\n"))
 print(ask(b"GET / HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n"))
 print(ask(b"CONNECT allowed.test HTTP/1.1\\r\\n\\r\\n"))
-print(ask(b"GET http://allowed.test:{a.port}/after HTTP/1.1\\r\\nHost: allowed.test\\r\\n\\r\\n"))
+print(ask(b"GET http://allowed.test:{a.port}/after HTTP/1.1\\r\\nHost: internal.service\\r\\n\\r\\n"))
 """
     r = warren.run(["python3", "-c", code], build(_allow_spec(ws, servers)))
     lines = r.stdout.decode().splitlines()
     assert lines[:3] == ["HTTP/1.1 400 Bad Request"] * 3, (lines, r.stderr)
     assert lines[3] == "HTTP/1.0 200 OK"
+    # The upstream saw the vetted URL's host, not the forged Host header.
+    assert a.host_headers == [f"allowed.test:{a.port}"]
 
 
 def test_async_sandbox_exposes_and_reads_its_net_log(

@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from .netpolicy import PROXY_PORT, Allowlist, Decision, NetEvent
 
 HEADER_LIMIT = 64 * 1024
+MAX_CLIENTS = 256  # concurrent connections per sandbox: threads here are the host's
 HEADER_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 15.0
 _SPLICE_CHUNK = 1 << 20
@@ -72,6 +73,7 @@ class Proxy:
         self._conns: set[socket.socket] = set()
         self._stopped = False
         self._thread: threading.Thread | None = None
+        self._slots = threading.BoundedSemaphore(MAX_CLIENTS)
 
     # --- lifecycle ----------------------------------------------------------------
 
@@ -105,7 +107,14 @@ class Proxy:
                 if e.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
                     time.sleep(0.05)
                 continue
+            if not self._slots.acquire(blocking=False):
+                _reply(
+                    client, 503, "Service Unavailable", f"warren proxy: more than {MAX_CLIENTS} connections\n"
+                )
+                client.close()
+                continue
             if not self._track(client):
+                self._slots.release()
                 client.close()
                 return
             threading.Thread(target=self._serve, args=(client,), daemon=True).start()
@@ -163,6 +172,7 @@ class Proxy:
             pass
         finally:
             self._untrack(client, *([upstream] if upstream is not None else []))
+            self._slots.release()
 
     def _open(self, method: str, host: str, port: int, client: socket.socket) -> socket.socket | None:
         decision = self.allowlist.check_target(host, port)
@@ -279,9 +289,11 @@ _HOP_BY_HOP = {"proxy-connection", "proxy-authorization", "connection", "keep-al
 def _origin_request(
     method: str, path: str, version: str, headers: list[tuple[str, str]], host: str, port: int
 ) -> bytes:
-    kept = [(k, v) for k, v in headers if k.lower() not in _HOP_BY_HOP]
-    if not any(k.lower() == "host" for k, _ in kept):
-        kept.insert(0, ("Host", host if port == 80 else f"{host}:{port}"))
+    # The Host header is the vetted URL's, whatever the client wrote: a different one
+    # could reach another virtual host behind the same allowed address.
+    kept = [(k, v) for k, v in headers if k.lower() not in _HOP_BY_HOP and k.lower() != "host"]
+    authority = f"[{host}]" if ":" in host else host
+    kept.insert(0, ("Host", authority if port == 80 else f"{authority}:{port}"))
     kept.append(("Connection", "close"))
     lines = [f"{method} {path} {version}", *(f"{k}: {v}" for k, v in kept)]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
