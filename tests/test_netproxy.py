@@ -1,0 +1,95 @@
+"""The proxy in process, without a sandbox: limits, half-close, stop."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from warren import netproxy
+from warren.netpolicy import Allowlist, parse_rules
+
+
+@pytest.fixture
+def upstream() -> Iterator[socket.socket]:
+    """A TCP server on 127.0.0.2 that reads until EOF, then answers with what it got."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.2", 0))
+    srv.listen()
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            data = b""
+            while chunk := conn.recv(65536):
+                data += chunk
+            conn.sendall(b"got " + str(len(data)).encode())
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield srv
+    srv.close()
+
+
+def _proxy(port: int) -> tuple[netproxy.Proxy, int]:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    rules = parse_rules([f"up.test:{port}", f"127.0.0.2:{port}"])
+    proxy = netproxy.Proxy(listener, Allowlist(rules), sandbox="t", resolve={"up.test": "127.0.0.2"})
+    return proxy.start(), listener.getsockname()[1]
+
+
+def _connect(proxy_port: int, target: str) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", proxy_port), timeout=10)
+    s.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += s.recv(1)
+    assert head.startswith(b"HTTP/1.1 200"), head
+    return s
+
+
+def test_tunnel_half_close_delivers_the_answer(upstream: socket.socket) -> None:
+    proxy, port = _proxy(upstream.getsockname()[1])
+    try:
+        s = _connect(port, f"up.test:{upstream.getsockname()[1]}")
+        s.sendall(b"x" * 3_000_000)
+        s.shutdown(socket.SHUT_WR)  # upstream sees EOF only through a half-close
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+        assert answer == b"got 3000000"
+        s.close()
+    finally:
+        proxy.stop()
+    assert [(e.method, e.allowed) for e in proxy.events] == [("CONNECT", True)]
+
+
+def test_connections_beyond_the_cap_get_503(upstream: socket.socket, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(netproxy, "MAX_CLIENTS", 2)
+    proxy, port = _proxy(upstream.getsockname()[1])
+    try:
+        held = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]  # no header yet
+        extra = socket.create_connection(("127.0.0.1", port), timeout=10)
+        assert extra.recv(100).startswith(b"HTTP/1.1 503")
+        for s in held:
+            s.close()
+    finally:
+        proxy.stop()
+
+
+def test_stop_closes_open_tunnels(upstream: socket.socket) -> None:
+    proxy, port = _proxy(upstream.getsockname()[1])
+    s = _connect(port, f"up.test:{upstream.getsockname()[1]}")
+    s.sendall(b"pending")
+    proxy.stop()
+    s.settimeout(10)
+    assert s.recv(100) in (b"", b"got 7")  # the tunnel ends; nothing hangs
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=2)
