@@ -50,6 +50,33 @@ def _pasta_processes() -> list[str]:
     return found
 
 
+def _long_lived(workdir: str) -> dict[str, object]:
+    """The same through a long-lived sandbox (pasta started by the supervisor)."""
+    env = {**os.environ, "XDG_STATE_HOME": f"{workdir}/state"}
+    warren = [sys.executable, "-m", "warren"]
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*warren, *args], capture_output=True, text=True, cwd=workdir, env=env, timeout=60
+        )
+
+    out: dict[str, object] = {}
+    created = cli("create", "--network", "open", "openbox")
+    if created.returncode != 0:
+        return {"error": created.stderr}
+    try:
+        r = cli("exec", "openbox", "--", "python3", "-c", PROBE)
+        out.update(json.loads(r.stdout) if r.returncode == 0 else {"error": r.stderr})
+        out["pasta_while_running"] = len(_pasta_processes())
+    finally:
+        cli("rm", "openbox")
+    deadline = time.monotonic() + 3
+    while _pasta_processes() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    out["pasta_left"] = _pasta_processes()
+    return out
+
+
 def sh(*argv: str) -> None:
     subprocess.run(argv, check=True)
 
@@ -91,6 +118,7 @@ def main(workdir: str) -> int:
             result.update(json.loads(r.stdout))
         # pasta ends with the sandbox: no process of it is left.
         result["pasta_left"] = _pasta_processes()
+        result["long_lived"] = _long_lived(workdir)
         print(json.dumps(result))
         return 0
     finally:

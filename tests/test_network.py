@@ -396,6 +396,10 @@ def test_open_reaches_a_remote_host_but_never_the_hosts_own_services(tmp_path: P
     for probe in ("host_loopback", "host_any", "host_any_via_gateway", "host_loopback_via_gateway"):
         assert result[probe].startswith("unreachable"), (probe, result[probe])
     assert result["pasta_left"] == []
+    box = result["long_lived"]  # the same through `warren create --network open`
+    assert box.get("remote") == "hello from the remote host\n", box
+    assert all(box[p].startswith("unreachable") for p in ("host_loopback", "host_any")), box
+    assert box["pasta_while_running"] == 1 and box["pasta_left"] == [], box
 
 
 def test_open_without_a_usable_pasta_is_a_clear_setup_error(ws: Path, tmp_path: Path) -> None:
@@ -585,3 +589,31 @@ def test_async_sandbox_exposes_and_reads_its_net_log(
     page, hosts = asyncio.run(main())
     assert page == "async page\n"
     assert hosts == ["denied.test"]
+
+
+def test_cli_port_forwards_into_a_sandbox(ws: Path, tmp_path: Path) -> None:
+    env = {"XDG_STATE_HOME": str(tmp_path / "state")}
+    (ws / "hi.txt").write_text("hi from the cli\n")
+    name = f"port-{os.getpid()}"
+    assert run_cli(["create", name], cwd=ws, env=env).returncode == 0
+    try:
+        run_cli(
+            ["exec", name, "--", "sh", "-c", "python3 -m http.server 8000 >/dev/null 2>&1 &"], cwd=ws, env=env
+        )
+        r = run_cli(["port", name, "8000"], cwd=ws, env=env)
+        assert r.returncode == 0, r.stderr
+        address = r.stdout.strip()
+        for _ in range(100):
+            try:
+                assert _get(f"http://{address}/hi.txt") == "hi from the cli\n"
+                break
+            except OSError:
+                time.sleep(0.05)
+        else:
+            pytest.fail("the exposed server never answered")
+        bad = run_cli(["port", name, "0"], cwd=ws, env=env)
+        assert bad.returncode == 125 and "Traceback" not in bad.stderr
+    finally:
+        run_cli(["rm", name], cwd=ws, env=env)
+    with pytest.raises(OSError):
+        _get(f"http://{address}/hi.txt")
