@@ -617,3 +617,15 @@ def test_cli_port_forwards_into_a_sandbox(ws: Path, tmp_path: Path) -> None:
         run_cli(["rm", name], cwd=ws, env=env)
     with pytest.raises(OSError):
         _get(f"http://{address}/hi.txt")
+
+
+def test_tls_trust_variables_pass_through(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Behind a proxy with its own CA (corporate, CI), tools find it through these."""
+    for name in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO", "PIP_CERT"):
+        monkeypatch.setenv(name, "/etc/ssl/certs/ca-certificates.crt")
+    monkeypatch.setenv("SOME_API_TOKEN", "secret")
+    r = warren.run(["env"], build(PolicySpec(workspace=str(ws))))
+    out = r.stdout.decode()
+    assert "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt" in out
+    assert "GIT_SSL_CAINFO=/etc/ssl/certs/ca-certificates.crt" in out
+    assert "SOME_API_TOKEN" not in out

@@ -35,6 +35,18 @@ DEFAULT_ENV_PASS = (
     "FORCE_COLOR",
     "COLUMNS",
     "LINES",
+    # Which certificates to trust (file names, not secrets): without them uv, pip,
+    # npm, git and curl fail TLS behind a corporate or CI proxy with its own CA.
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "PIP_CERT",
+    "NODE_EXTRA_CA_CERTS",
+    "GIT_SSL_CAINFO",
+    "CARGO_HTTP_CAINFO",
+    "NIX_SSL_CERT_FILE",
+    "UV_NATIVE_TLS",
 )
 _ENV_PASS_PATTERNS = (re.compile(r"LC_[A-Z_]+"),)
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
