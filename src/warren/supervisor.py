@@ -24,6 +24,7 @@ import contextlib
 import fcntl
 import os
 import pickle
+import select
 import selectors
 import signal
 import socket
@@ -58,6 +59,7 @@ class _Sandbox:
     kill_at: float | None = None
     remove: bool = False
     netd: socket.socket | None = None  # control socket of its network helper
+    netd_pidfd: int = -1
     pasta: netns.Pasta | None = None
     plan: Plan | None = None
 
@@ -248,7 +250,7 @@ class Supervisor:
         if proxy_listener is not None:
             proxy_listener.close()
         ours.settimeout(10)
-        box.netd = ours
+        box.netd, box.netd_pidfd = ours, os.pidfd_open(pid)  # before any reaping
 
     def _expose(self, msg: dict[str, Any]) -> dict[str, Any]:
         name = str(msg["name"])
@@ -378,10 +380,17 @@ class Supervisor:
     def _ended(self, box: _Sandbox, status: int) -> None:
         self.boxes.pop(box.name, None)
         os.close(box.alive_fd)
+        # Its network helper and pasta end before anyone hears the sandbox ended, so
+        # an exposed port is closed by the time stop/rm returns.
         if box.netd is not None:
-            box.netd.close()  # the helper sees its PID 1 gone too, and exits
+            box.netd.close()
+            # A pidfd, not the pid: the helper may already be reaped and its pid reused.
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(box.netd_pidfd, signal.SIGKILL)
+                select.select([box.netd_pidfd], [], [], 2.0)
+            os.close(box.netd_pidfd)
         if box.pasta is not None:
-            box.pasta.stop(wait=False)
+            box.pasta.stop()
         with contextlib.suppress(OSError):
             os.unlink(box.sock_path)
         if box.creator is not None:  # died during setup
