@@ -113,6 +113,21 @@ def _allow_spec(ws: Path, servers: dict[str, Server], **extra: object) -> Policy
     )
 
 
+def _connect_probe(targets: list[tuple[str, int]]) -> str:
+    """Python source that tries a plain TCP connect to each target, ignoring any proxy."""
+    return f"""
+import os, socket
+for addr in {targets!r}:
+    s = socket.socket()
+    s.settimeout(3)
+    try:
+        s.connect(addr)
+        print("CONNECTED", addr)
+    except OSError as e:
+        print("unreachable", addr, e.errno)
+"""
+
+
 def _curl(*args: str) -> list[str]:
     return ["curl", "-sS", "--max-time", "10", *args]
 
@@ -195,18 +210,9 @@ def test_allow_refuses_with_a_clear_proxy_error_and_a_log_line(
 
 
 def test_allow_refuses_direct_connections_that_ignore_the_proxy(ws: Path, servers: dict[str, Server]) -> None:
-    code = f"""
-import socket
-targets = [("127.0.0.2", {servers["allowed"].port}), ("127.0.0.1", {servers["host"].port}), ("192.0.2.1", 80)]
-for addr in targets:
-    s = socket.socket()
-    s.settimeout(3)
-    try:
-        s.connect(addr)
-        print("CONNECTED", addr)
-    except OSError as e:
-        print("refused", addr, e.errno)
-"""
+    code = _connect_probe(
+        [("127.0.0.2", servers["allowed"].port), ("127.0.0.1", servers["host"].port), ("192.0.2.1", 80)]
+    )
     r = warren.run(["python3", "-c", code], build(_allow_spec(ws, servers)))
     assert r.exit_code == 0, r.stderr
     assert "CONNECTED" not in r.stdout.decode(), r.stdout
@@ -342,18 +348,16 @@ def test_uv_pip_install_from_an_allowed_local_index(ws: Path, tmp_path: Path) ->
 
 
 def test_none_reaches_nothing_and_sets_no_proxy(ws: Path, servers: dict[str, Server]) -> None:
-    code = f"""
-import os, socket
+    code = _connect_probe(
+        [
+            ("127.0.0.2", servers["allowed"].port),
+            ("127.0.0.1", servers["host"].port),
+            ("192.0.2.1", 80),
+            ("1.1.1.1", 443),
+        ]
+    )
+    code += """
 print("proxy" if any("proxy" in k.lower() for k in os.environ) else "no proxy variables")
-targets = [("127.0.0.2", {servers["allowed"].port}), ("127.0.0.1", {servers["host"].port})]
-for addr in targets + [("192.0.2.1", 80), ("1.1.1.1", 443)]:
-    s = socket.socket()
-    s.settimeout(3)
-    try:
-        s.connect(addr)
-        print("CONNECTED", addr)
-    except OSError as e:
-        print("unreachable", addr)
 print(sorted(name for _, name in socket.if_nameindex()))
 """
     r = warren.run(["python3", "-c", code], build(PolicySpec(workspace=str(ws))))
