@@ -344,6 +344,35 @@ def test_uv_pip_install_from_an_allowed_local_index(ws: Path, tmp_path: Path) ->
         index.stop()
 
 
+def test_git_clone_from_the_allowed_forge_only(ws: Path, tmp_path: Path) -> None:
+    """git over HTTP (the dumb protocol, served by a plain file server) through the proxy."""
+    forge = tmp_path / "forge"
+    src = tmp_path / "src"
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.org", "-c", "init.defaultBranch=main"]
+    subprocess.run([*git, "init", "-q", str(src)], check=True)
+    (src / "README").write_text("cloned through warren\n")
+    subprocess.run([*git, "-C", str(src), "add", "README"], check=True)
+    subprocess.run([*git, "-C", str(src), "commit", "-qm", "first"], check=True)
+    subprocess.run([*git, "clone", "-q", "--bare", str(src), str(forge / "repo.git")], check=True)
+    subprocess.run(["git", "-C", str(forge / "repo.git"), "update-server-info"], check=True)
+    server = Server("127.0.0.2", root=forge).start()
+    try:
+        spec = PolicySpec(
+            workspace=str(ws),
+            presets=["git"],
+            allow_hosts=[f"forge.test:{server.port}", f"127.0.0.2:{server.port}"],
+            resolve={"forge.test": "127.0.0.2", "other.test": "127.0.0.2"},
+        )
+        r = warren.run(["git", "clone", "-q", f"http://forge.test:{server.port}/repo.git", "c"], build(spec))
+        assert r.exit_code == 0, r.stderr
+        assert (ws / "c" / "README").read_text() == "cloned through warren\n"
+        r = warren.run(["git", "clone", "-q", f"http://other.test:{server.port}/repo.git", "d"], build(spec))
+        assert r.exit_code != 0 and not (ws / "d").exists()
+        assert [e.host for e in r.net_log if not e.allowed] == ["other.test"]
+    finally:
+        server.stop()
+
+
 # --- none ---------------------------------------------------------------------------------
 
 
