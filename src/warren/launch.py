@@ -686,15 +686,13 @@ def start(
     seccomp_program(plan)
     r, w = os.pipe2(os.O_CLOEXEC)
     alive_r, alive_w = os.pipe2(os.O_CLOEXEC)
-    net_ours, net_theirs = socket.socketpair() if plan.network != "none" else (None, None)
+    net = netns.Channel(plan)
     try:
         pid = _sys.clone_process(NS_FLAGS)
     except OSError as e:
         for fd in (r, w, alive_r, alive_w):
             os.close(fd)
-        for s in (net_ours, net_theirs):
-            if s is not None:
-                s.close()
+        net.close()
         raise SetupError(
             "cannot create the sandbox's namespaces",
             operation="clone",
@@ -710,10 +708,9 @@ def start(
             for given, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
                 if given is not None and given != target:
                     os.dup2(given, target)
-            if net_ours is not None:
-                net_ours.close()
-            close_all_but(w, alive_r, *([net_theirs.fileno()] if net_theirs is not None else []))
-            code = _pid1(plan, argv, w, cwd or plan.cwd, alive_r, net_theirs)
+            theirs = net.in_child()  # before close_all_but, which closes our end's fd
+            close_all_but(w, alive_r, *net.child_fds())
+            code = _pid1(plan, argv, w, cwd or plan.cwd, alive_r, theirs)
         except Failure as f:
             report(w, f.record)
         except BaseException as e:
@@ -721,6 +718,4 @@ def start(
         os._exit(code)
     os.close(w)
     os.close(alive_r)
-    if net_theirs is not None:
-        net_theirs.close()
-    return Child(pid, r, alive_w, net_ours)
+    return Child(pid, r, alive_w, net.in_parent())

@@ -25,26 +25,28 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from . import _sys, wire
-from .netpolicy import Allowlist, NetEvent, parse_rules
-from .netproxy import Proxy, relay
+from . import _sys, netns, wire
+from .netpolicy import NetEvent
+from .netproxy import relay
 from .plan import Plan
 
 
 class _Log:
+    """Appends decisions as JSON lines; the file is opened on the first one."""
+
     def __init__(self, path: Path) -> None:
         self.path = path
         self.lock = threading.Lock()
+        self.fd = -1
 
     def __call__(self, event: NetEvent) -> None:
         line = (json.dumps(event.to_dict(), separators=(",", ":")) + "\n").encode()
         with self.lock:
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            try:
-                os.write(fd, line)
-            finally:
-                os.close(fd)
+            if self.fd < 0:
+                self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+                self.fd = os.open(self.path, flags, 0o600)
+            os.write(self.fd, line)
 
 
 def read_log(path: Path) -> list[NetEvent]:
@@ -69,7 +71,8 @@ class _Expose:
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.listener.bind(("127.0.0.1", host_port))
         self.listener.listen(128)
-        self.address = f"127.0.0.1:{self.listener.getsockname()[1]}"
+        self.host_port = int(self.listener.getsockname()[1])
+        self.address = f"127.0.0.1:{self.host_port}"
         threading.Thread(target=self._accept_loop, daemon=True).start()
 
     def _accept_loop(self) -> None:
@@ -131,13 +134,7 @@ def serve(
     except OSError:
         return 0  # the sandbox is already gone
     if proxy_listener is not None:
-        Proxy(
-            proxy_listener,
-            Allowlist(parse_rules(plan.allow_hosts)),
-            sandbox=name,
-            resolve=dict(plan.resolve),
-            on_event=_Log(log_path),
-        ).start()
+        netns.proxy_for(plan, proxy_listener, name, _Log(log_path)).start()
     exposes: dict[int, _Expose] = {}
     ctl.setblocking(True)
     while True:
@@ -158,7 +155,7 @@ def _handle(msg: dict[str, Any], exposes: dict[int, _Expose], pid1_socket: str) 
         return {"ok": True}
     port, host_port = int(msg["port"]), int(msg.get("host_port") or 0)
     current = exposes.get(port)
-    if current is not None and host_port in (0, int(current.address.rsplit(":", 1)[1])):
+    if current is not None and host_port in (0, current.host_port):
         return {"ok": True, "address": current.address}
     try:
         expose = _Expose(port, host_port, pid1_socket)

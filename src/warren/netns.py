@@ -35,6 +35,35 @@ HANDSHAKE_TIMEOUT = 10.0
 PASTA_TIMEOUT = 10.0
 
 
+class Channel:
+    """The socketpair of the handshake, across the clone of PID 1 (both ends None
+    for ``none``): one end stays with the caller, the other goes to PID 1."""
+
+    def __init__(self, plan: Plan) -> None:
+        pair = socket.socketpair() if plan.network != "none" else (None, None)
+        self.ours: socket.socket | None = pair[0]
+        self.theirs: socket.socket | None = pair[1]
+
+    def child_fds(self) -> list[int]:
+        """Descriptors the cloned PID 1 must keep."""
+        return [self.theirs.fileno()] if self.theirs is not None else []
+
+    def in_child(self) -> socket.socket | None:
+        if self.ours is not None:
+            self.ours.close()
+        return self.theirs
+
+    def in_parent(self) -> socket.socket | None:
+        if self.theirs is not None:
+            self.theirs.close()
+        return self.ours
+
+    def close(self) -> None:
+        for end in (self.ours, self.theirs):
+            if end is not None:
+                end.close()
+
+
 def pid1_handshake(plan: Plan, sock: socket.socket) -> bool:
     """In PID 1, after ``lo`` is up and before any command runs. False: the caller
     gave up on this sandbox (it reports why itself and kills it)."""

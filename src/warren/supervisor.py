@@ -173,15 +173,13 @@ class Supervisor:
         launch.seccomp_program(plan)
         ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
         alive_r, alive_w = os.pipe2(os.O_CLOEXEC)
-        net_ours, net_theirs = socket.socketpair() if plan.network != "none" else (None, None)
+        channel = netns.Channel(plan)
         try:
             pid = _sys.clone_process(launch.NS_FLAGS)
         except OSError as e:
             for fd in (ready_r, ready_w, alive_r, alive_w):
                 os.close(fd)
-            for s in (net_ours, net_theirs):
-                if s is not None:
-                    s.close()
+            channel.close()
             listener.close()
             os.unlink(sock_path)
             wire.send(
@@ -196,14 +194,11 @@ class Supervisor:
             )
             return False
         if pid == 0:
-            if net_ours is not None:
-                net_ours.close()
-            self._in_pid1(plan, workspace, listener, ready_w, alive_r, net_theirs)
+            self._in_pid1(plan, workspace, listener, ready_w, alive_r, channel)
         listener.close()
         os.close(ready_w)
         os.close(alive_r)
-        if net_theirs is not None:
-            net_theirs.close()
+        net_ours = channel.in_parent()
         box = _Sandbox(name, box_id, workspace, pid, sock_path, ready_r, alive_w, conn, plan=plan)
         self.boxes[name] = box
         self.by_pid[pid] = box
@@ -281,7 +276,7 @@ class Supervisor:
         listener: socket.socket,
         ready_w: int,
         alive_r: int,
-        net: socket.socket | None,
+        channel: netns.Channel,
     ) -> None:
         """The cloned child: never returns into the supervisor's loop."""
         code = 125
@@ -289,8 +284,8 @@ class Supervisor:
             signal.set_wakeup_fd(-1)
             for sig in (signal.SIGCHLD, signal.SIGTERM):
                 signal.signal(sig, signal.SIG_DFL)
-            keep = [listener.fileno(), ready_w, alive_r] + ([net.fileno()] if net is not None else [])
-            launch.close_all_but(*keep)
+            net = channel.in_child()  # before close_all_but, which closes our end's fd
+            launch.close_all_but(listener.fileno(), ready_w, alive_r, *channel.child_fds())
             code = sandbox_init.pid1_main(plan, workspace, listener, ready_w, alive_r, net)
         except launch.Failure as f:
             launch.report(ready_w, f.record)
