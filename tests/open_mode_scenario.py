@@ -52,7 +52,7 @@ def _pasta_processes() -> list[str]:
 
 def _long_lived(workdir: str) -> dict[str, object]:
     """The same through a long-lived sandbox (pasta started by the supervisor)."""
-    env = {**os.environ, "XDG_STATE_HOME": f"{workdir}/state"}
+    env = {**os.environ, "XDG_STATE_HOME": f"{workdir}.state"}  # never inside the workspace
     warren = [sys.executable, "-m", "warren"]
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -69,7 +69,7 @@ def _long_lived(workdir: str) -> dict[str, object]:
         out.update(json.loads(r.stdout) if r.returncode == 0 else {"error": r.stderr})
         out["pasta_while_running"] = len(_pasta_processes())
     finally:
-        cli("rm", "openbox")
+        cli("rm", "-f", "openbox")
     deadline = time.monotonic() + 3
     while _pasta_processes() and time.monotonic() < deadline:
         time.sleep(0.05)

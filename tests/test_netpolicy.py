@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from warren.errors import PolicyError
-from warren.netpolicy import ANY_PORT, Allowlist, parse_resolve, parse_rule, parse_rules
+from warren.net.allowlist import ANY_PORT, Allowlist, parse_resolve, parse_rule, parse_rules
 
 
 def _allow(*entries: str) -> Allowlist:

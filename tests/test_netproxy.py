@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from warren import netproxy
-from warren.netpolicy import Allowlist, parse_rules
+from warren.net import proxy as netproxy
+from warren.net.allowlist import Allowlist, parse_rules
 
 
 @pytest.fixture

@@ -29,9 +29,9 @@ import pytest
 
 import warren
 from conftest import make_wheel, run_cli
+from warren.client.sandbox import Sandbox
 from warren.errors import PolicyError
 from warren.policy import PolicySpec, build
-from warren.sandbox import Sandbox
 
 _SBIN_PATH = os.environ.get("PATH", "/usr/bin:/bin") + ":/usr/sbin:/sbin"
 
@@ -284,7 +284,7 @@ def test_cli_prints_refusals_and_logs_of_a_long_lived_sandbox(
             "address",
         }
     finally:
-        run_cli(["rm", name], cwd=ws, env=env)
+        run_cli(["rm", "-f", name], cwd=ws, env=env)
     gone = run_cli(["logs", "--net", name], cwd=ws, env=env)  # removed with the sandbox
     assert gone.returncode != 0 and f"no sandbox named {name}" in gone.stderr
     assert servers["denied"].hits == []
@@ -460,7 +460,7 @@ def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv("XDG_STATE_HOME", str(home))
     yield home
     for entry in Sandbox.list():
-        Sandbox(entry, home / "warren").remove()
+        Sandbox(entry).remove()
 
 
 def _get(url: str) -> str:
@@ -603,7 +603,7 @@ def test_async_sandbox_exposes_and_reads_its_net_log(
 ) -> None:
     import asyncio
 
-    from warren.aio import AsyncSandbox
+    from warren.client.aio import AsyncSandbox
 
     (ws / "page.txt").write_text("async page\n")
 
@@ -647,7 +647,7 @@ def test_cli_port_forwards_into_a_sandbox(ws: Path, tmp_path: Path) -> None:
         bad = run_cli(["port", name, "0"], cwd=ws, env=env)
         assert bad.returncode == 125 and "Traceback" not in bad.stderr
     finally:
-        run_cli(["rm", name], cwd=ws, env=env)
+        run_cli(["rm", "-f", name], cwd=ws, env=env)
     with pytest.raises(OSError):
         _get(f"http://{address}/hi.txt")
 

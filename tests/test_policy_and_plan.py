@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from warren import config
 from warren.errors import ConfigError, HostError, PolicyError
-from warren.hostinfo import HostFacts, MountEntry, parse_mountinfo
-from warren.plan import LL_REFER, make_plan
-from warren.policy import Policy, PolicySpec, Root, build
+from warren.plan import CallerFacts, HostFacts, Plan
+from warren.plan import make_plan as _make_plan
+from warren.plan.facts import MountEntry, parse_mountinfo
+from warren.plan.landlock import REFER as LL_REFER
+from warren.policy import Policy, PolicySpec, Root, build, config
 
 MOUNTINFO = """\
 22 1 254:0 / / rw,relatime - ext4 /dev/vda rw
@@ -20,13 +21,22 @@ MOUNTINFO = """\
 """
 
 
+CALLER = CallerFacts(
+    uid=1001,
+    gid=1001,
+    home="/home/u",
+    env={"PATH": "/usr/bin:/bin", "HOME": "/home/u", "SECRET_TOKEN": "x", "LC_ALL": "C"},
+    cwd="/home/u/proj",
+)
+
+
+def make_plan(p: Policy, host: HostFacts, env: dict[str, str] | None = None) -> Plan:
+    caller = CALLER if env is None else CallerFacts(1001, 1001, "/home/u", env, "/home/u/proj")
+    return _make_plan(p, host, caller)
+
+
 def facts(**over: object) -> HostFacts:
     base: dict[str, object] = dict(
-        uid=1001,
-        gid=1001,
-        home="/home/u",
-        env={"PATH": "/usr/bin:/bin", "HOME": "/home/u", "SECRET_TOKEN": "x", "LC_ALL": "C"},
-        cwd="/home/u/proj",
         mounts=parse_mountinfo(MOUNTINFO),
         landlock_abi=7,
         cap_last_cap=40,
@@ -57,9 +67,9 @@ def test_mountinfo_parsing_unescapes_spaces() -> None:
 def test_roots_on_one_host_mount_share_one_bind(tmp_path: Path) -> None:
     p = policy(tmp_path, ["/home/u/proj", "/home/u/.cache/uv"])
     plan = make_plan(p, facts())
-    binds = [op for op in plan.mounts if op.kind == "bind_rw"]
+    binds = [op for op in plan.mounts if op.kind.value == "bind_rw"]
     assert [b.target for b in binds] == ["/home/u"]
-    masks = {op.target: op.keep for op in plan.mounts if op.kind == "mask"}
+    masks = {op.target: op.keep for op in plan.mounts if op.kind.value == "mask"}
     assert masks == {"/home/u": (".cache", "proj"), "/home/u/.cache": ("uv",)}
     rules = {r.path: r.access for r in plan.landlock.rules} if plan.landlock else {}
     assert rules["/home/u/proj"] & LL_REFER and rules["/home/u/.cache/uv"] & LL_REFER
@@ -69,20 +79,23 @@ def test_roots_on_one_host_mount_share_one_bind(tmp_path: Path) -> None:
 def test_roots_on_different_mounts_get_separate_binds(tmp_path: Path) -> None:
     p = policy(tmp_path, ["/home/u/proj", "/data/cache"])
     plan = make_plan(p, facts())
-    assert sorted(op.target for op in plan.mounts if op.kind == "bind_rw") == ["/data/cache", "/home/u/proj"]
+    assert sorted(op.target for op in plan.mounts if op.kind.value == "bind_rw") == [
+        "/data/cache",
+        "/home/u/proj",
+    ]
 
 
 def test_nested_roots_collapse_into_the_outer_one(tmp_path: Path) -> None:
     p = policy(tmp_path, ["/home/u/proj", "/home/u/proj/sub"])
     plan = make_plan(p, facts())
-    assert [op.target for op in plan.mounts if op.kind == "bind_rw"] == ["/home/u/proj"]
-    assert not [op for op in plan.mounts if op.kind == "mask"]
+    assert [op.target for op in plan.mounts if op.kind.value == "bind_rw"] == ["/home/u/proj"]
+    assert not [op for op in plan.mounts if op.kind.value == "mask"]
 
 
 def test_roots_under_tmp_are_grafted_and_tmp_loses_its_write_rule(tmp_path: Path) -> None:
     p = policy(tmp_path, ["/tmp/x/ws", "/tmp/x/cache"])
     plan = make_plan(p, facts())
-    kinds = [(op.kind, op.target) for op in plan.mounts]
+    kinds = [(op.kind.value, op.target) for op in plan.mounts]
     assert kinds.index(("tmpfs", "/tmp")) < kinds.index(("bind_rw", "/tmp/x"))
     assert plan.landlock is not None
     paths = [r.path for r in plan.landlock.rules]
@@ -101,7 +114,7 @@ def test_landlock_below_abi_2_falls_back_with_a_warning(tmp_path: Path) -> None:
     p = policy(tmp_path, ["/home/u/proj", "/home/u/.cache/uv"])
     plan = make_plan(p, facts(landlock_abi=1))
     assert plan.landlock is None
-    assert sorted(op.target for op in plan.mounts if op.kind == "bind_rw") == [
+    assert sorted(op.target for op in plan.mounts if op.kind.value == "bind_rw") == [
         "/home/u/.cache/uv",
         "/home/u/proj",
     ]
@@ -111,9 +124,10 @@ def test_landlock_below_abi_2_falls_back_with_a_warning(tmp_path: Path) -> None:
 def test_hidden_dirs_env_and_identity(tmp_path: Path) -> None:
     plan = make_plan(
         policy(tmp_path, []),
-        facts(env={"XDG_RUNTIME_DIR": "/run/user/1001", "SECRET_TOKEN": "x", "LC_ALL": "C"}),
+        facts(),
+        env={"XDG_RUNTIME_DIR": "/run/user/1001", "SECRET_TOKEN": "x", "LC_ALL": "C"},
     )
-    hidden = [op.target for op in plan.mounts if op.kind == "tmpfs" and op.readonly]
+    hidden = [op.target for op in plan.mounts if op.kind.value == "tmpfs" and op.readonly]
     assert hidden == ["/run"]  # /var/run is a symlink to it; XDG_RUNTIME_DIR lies below it
     assert "SECRET_TOKEN" not in plan.env and plan.env["LC_ALL"] == "C"
     assert plan.uid_map == "1001 1001 1"
@@ -125,7 +139,7 @@ def test_denied_dir_and_file_get_masks(tmp_path: Path) -> None:
     p = Policy(workspace=ws, denied=(Root(Path("/home/u/.ssh"), "default"),))
     plan = make_plan(p, facts())
     deny = [op for op in plan.mounts if op.target == "/home/u/.ssh"]
-    assert deny and deny[0].kind == "tmpfs" and deny[0].readonly
+    assert deny and deny[0].kind.value == "tmpfs" and deny[0].readonly
 
 
 def test_unsupported_machine_is_a_host_error(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ import pytest
 
 import warren
 from conftest import Layout
+from warren.client.sandbox import Sandbox
 from warren.errors import (
     CommandNotFound,
     CwdNotFound,
@@ -29,8 +30,8 @@ from warren.errors import (
     SandboxPermissionDenied,
 )
 from warren.policy import PolicySpec, build
-from warren.registry import process_start_time
-from warren.sandbox import Sandbox
+from warren.server import statedir
+from warren.server.registry import process_start_time
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -40,7 +41,7 @@ def state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         mp.setenv("XDG_STATE_HOME", str(home))
         yield home
         for entry in Sandbox.list():
-            Sandbox(entry, home / "warren").remove()
+            Sandbox(entry).remove()
 
 
 def _policy(layout: Layout, **extra: object) -> warren.Policy:
@@ -342,8 +343,9 @@ def _kill_supervisor_and_check(sb: Sandbox, layout: Layout) -> None:
     pid1_start = process_start_time(sb.pid1)
     assert pid1_start is not None
     assert len(_host_pids_in_ns("pid", pid_ns)) >= 2
-    entry = next(e for e in Sandbox.list() if e.name == "doomed")
-    os.kill(entry.supervisor_pid, signal.SIGKILL)
+    found = statedir.read_address(statedir.location(os.environ))
+    assert found is not None
+    os.kill(found[1], signal.SIGKILL)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and (
         _host_pids_in_ns("pid", pid_ns) or process_start_time(sb.pid1) == pid1_start

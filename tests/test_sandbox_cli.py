@@ -6,7 +6,7 @@ import asyncio
 from pathlib import Path
 
 from conftest import Layout, run_cli
-from warren.aio import AsyncSandbox
+from warren.client.aio import AsyncSandbox
 from warren.policy import PolicySpec, build
 
 
@@ -21,11 +21,11 @@ def test_cli_lifecycle_outlives_the_creating_process(layout: Layout, tmp_path: P
     assert cli("create", "dev", "-w", str(ws)) == (0, "dev\n", "")
     try:
         assert cli("exec", "dev", "--", "sh", "-c", "pwd; echo $X; exit 4", "--env", "X=1")[0] == 4
-        code, out, _ = cli("exec", "dev", "--env", "X=1", "--", "sh", "-c", "pwd; echo $X")
+        code, out, _ = cli("exec", "--env", "X=1", "dev", "--", "sh", "-c", "pwd; echo $X")
         assert (code, out) == (0, f"{ws}\n1\n")
         assert cli("exec", "dev", "--", "cat", stdin="piped\n")[1] == "piped\n"
 
-        code, _, err = cli("exec", "dev", "--cwd", str(ws / "nope"), "--", "true")
+        code, _, err = cli("exec", "--cwd", str(ws / "nope"), "dev", "--", "true")
         assert code == 125
         assert err.splitlines()[0].startswith(
             f"warren: working directory does not exist in the sandbox: {ws / 'nope'}"
@@ -53,7 +53,7 @@ def test_cli_lifecycle_outlives_the_creating_process(layout: Layout, tmp_path: P
         cli("rm", "dev")
     assert "dev" not in cli("ls")[1]
     code, _, err = cli("exec", "dev", "--", "true")
-    assert code == 127 and "no sandbox named dev" in err
+    assert code == 125 and "no sandbox named dev" in err and "warren ls" in err
 
 
 def test_async_sandbox_runs_execs_concurrently(layout: Layout, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -7,8 +7,9 @@ Names are imported on first use, so ``python -m warren`` starts fast.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 _EXPORTS = {
     "CommandNotFound": "errors",
@@ -19,13 +20,23 @@ _EXPORTS = {
     "PolicyError": "errors",
     "SetupError": "errors",
     "WarrenError": "errors",
+    "SandboxError": "errors",
+    "SandboxNotFound": "errors",
+    "SandboxDead": "errors",
+    "SandboxTimeout": "errors",
     "Policy": "policy",
     "PolicySpec": "policy",
     "build": "policy",
-    "Result": "output",
-    "Sandbox": "sandbox",
-    "AsyncSandbox": "aio",
-    "run": "oneshot",
+    "Result": "models",
+    "SandboxInfo": "models",
+    "ProcessInfo": "models",
+    "FileInfo": "models",
+    "Sandbox": "client.sandbox",
+    "Process": "client.sandbox",
+    "AsyncSandbox": "client.aio",
+    "Transport": "client.transport",
+    "LocalTransport": "client.local",
+    "run": "client.oneshot",
 }
 __all__ = [
     "AsyncSandbox",
@@ -33,20 +44,34 @@ __all__ = [
     "ConfigError",
     "CwdNotFound",
     "ExecError",
+    "FileInfo",
     "HostError",
+    "LocalTransport",
     "Policy",
     "PolicyError",
     "PolicySpec",
+    "Process",
+    "ProcessInfo",
     "Result",
     "Sandbox",
+    "SandboxDead",
+    "SandboxError",
+    "SandboxInfo",
+    "SandboxNotFound",
+    "SandboxTimeout",
     "SetupError",
+    "Transport",
     "WarrenError",
     "build",
     "run",
 ]
 
 if TYPE_CHECKING:
-    from .aio import AsyncSandbox
+    from .client.aio import AsyncSandbox
+    from .client.local import LocalTransport
+    from .client.oneshot import run
+    from .client.sandbox import Process, Sandbox
+    from .client.transport import Transport
     from .errors import (
         CommandNotFound,
         ConfigError,
@@ -54,19 +79,23 @@ if TYPE_CHECKING:
         ExecError,
         HostError,
         PolicyError,
+        SandboxDead,
+        SandboxError,
+        SandboxNotFound,
+        SandboxTimeout,
         SetupError,
         WarrenError,
     )
-    from .oneshot import run
-    from .output import Result
+    from .models import FileInfo, ProcessInfo, Result, SandboxInfo
     from .policy import Policy, PolicySpec, build
-    from .sandbox import Sandbox
 
 
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'warren' has no attribute {name!r}")
+    import importlib
+
     value = getattr(importlib.import_module(f".{module}", __name__), name)
     globals()[name] = value
     return value

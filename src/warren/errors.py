@@ -1,8 +1,12 @@
-"""The one exception hierarchy of warren.
+"""The one exception hierarchy of warren, and its one wire form.
 
 Every error names the operation that failed, the path or resource involved, the errno
 where there is one, and a one-line hint a person or an agent can act on. The CLI
-prints ``str(error)`` and exits with ``error.exit_code``; nothing here does I/O.
+prints ``str(error)`` and exits with ``error.exit_code``. Errors cross process
+boundaries (PID 1 -> supervisor -> client, and later HTTP) as a record built by
+``to_record`` and turned back into the same class by ``from_record``: nowhere else.
+
+Imported by the CLI's fast path: standard library only, nothing heavy.
 """
 
 from __future__ import annotations
@@ -41,16 +45,8 @@ class WarrenError(Exception):
             parts.append(f"  hint: {self.hint}")
         return "\n".join(parts)
 
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "error": type(self).__name__,
-            "message": self.message,
-            "operation": self.operation,
-            "path": self.path,
-            "errno": self.errno,
-            "hint": self.hint,
-            "exit_code": self.exit_code,
-        }
+    def to_record(self) -> dict[str, object]:
+        return to_record(self)
 
 
 class PolicyError(WarrenError):
@@ -71,6 +67,12 @@ class SetupError(WarrenError):
 
 class CwdNotFound(SetupError):
     """The working directory asked for does not exist inside the sandbox."""
+
+
+class ProtocolError(WarrenError):
+    """A message between warren's processes was malformed, oversized, of an unknown
+    kind or of another protocol version. The peer that sent it gets this back; nothing
+    else is affected."""
 
 
 class ExecError(WarrenError):
@@ -98,8 +100,6 @@ class SandboxError(WarrenError):
 class SandboxNotFound(SandboxError):
     """No sandbox of that name is registered for this user."""
 
-    exit_code = 127
-
 
 class SandboxExists(SandboxError):
     """A sandbox of that name is already registered."""
@@ -123,6 +123,10 @@ class SandboxPermissionDenied(SandboxFileError):
     """The policy does not allow this access (EACCES, EPERM, EROFS)."""
 
 
+class FileTooLarge(SandboxFileError):
+    """A file read would return more than the caller's limit."""
+
+
 _KINDS: dict[str, type[WarrenError]] = {
     cls.__name__: cls
     for cls in (
@@ -132,6 +136,7 @@ _KINDS: dict[str, type[WarrenError]] = {
         HostError,
         SetupError,
         CwdNotFound,
+        ProtocolError,
         ExecError,
         CommandNotFound,
         SandboxTimeout,
@@ -142,19 +147,32 @@ _KINDS: dict[str, type[WarrenError]] = {
         SandboxFileError,
         SandboxFileNotFound,
         SandboxPermissionDenied,
+        FileTooLarge,
     )
 }
 
 
-def from_dict(data: dict[str, object]) -> WarrenError:
-    """Rebuild an error sent across a process boundary (the launcher's report pipe)."""
-    cls = _KINDS.get(str(data.get("error")), WarrenError)
+def to_record(error: WarrenError) -> dict[str, object]:
+    """The wire form of an error (also the body of an HTTP error later)."""
+    return {
+        "kind": type(error).__name__,
+        "message": error.message,
+        "operation": error.operation,
+        "path": error.path,
+        "errno": error.errno,
+        "hint": error.hint,
+    }
+
+
+def from_record(data: dict[str, object]) -> WarrenError:
+    """Rebuild an error sent across a process boundary, as the same class."""
+    cls = _KINDS.get(str(data.get("kind")), WarrenError)
     err = data.get("errno")
     path = data.get("path")
     return cls(
-        str(data.get("message", "unknown failure")),
-        operation=str(data.get("operation", "")),
+        str(data.get("message") or "unknown failure"),
+        operation=str(data.get("operation") or ""),
         path=None if path is None else str(path),
-        errno=err if isinstance(err, int) else None,
-        hint=str(data.get("hint", "")),
+        errno=err if isinstance(err, int) and not isinstance(err, bool) else None,
+        hint=str(data.get("hint") or ""),
     )

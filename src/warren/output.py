@@ -1,51 +1,20 @@
-"""Captured output and the result of one command: shared by one-shot runs
-(``warren.run``) and long-lived sandboxes (``warren.sandbox``).
-
-Owns the output cap and its visible truncation marker, and the ``Result`` type.
-No processes; its only I/O is the stdin feed below and a caller's callback.
+"""Output capture: the cap and its visible truncation marker, shared by one-shot runs
+and sandbox execs (and the shim's logs of background processes). No processes; its
+only I/O is the stdin feed below and a caller's callback.
 """
 
 from __future__ import annotations
 
 import os
-import signal as _signal
 from collections.abc import Callable
-from dataclasses import dataclass
 
-from .netpolicy import NetEvent
+from .protocol import DEFAULT_OUTPUT_LIMIT
 
-DEFAULT_OUTPUT_LIMIT = 16 * 1024 * 1024
+__all__ = ["DEFAULT_OUTPUT_LIMIT", "Capture", "feed", "truncation_marker"]
 
 
 def truncation_marker(dropped: int) -> bytes:
     return f"\n[warren: output truncated, {dropped} more bytes dropped]\n".encode()
-
-
-@dataclass(frozen=True)
-class Result:
-    exit_code: int
-    stdout: bytes
-    stderr: bytes
-    duration: float
-    signal: int | None = None
-    timed_out: bool = False
-    stdout_truncated: bool = False
-    stderr_truncated: bool = False
-    warnings: tuple[str, ...] = ()
-    cwd: str | None = None
-    net_log: tuple[NetEvent, ...] = ()  # --network allow: every proxy decision
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_code == 0
-
-    @property
-    def signal_name(self) -> str | None:
-        return _signal.Signals(self.signal).name if self.signal else None
-
-    @property
-    def text(self) -> str:
-        return self.stdout.decode(errors="replace")
 
 
 class Capture:

@@ -56,7 +56,7 @@ def test_separate_bind_mounts_are_named(place: Place, bwrap: str) -> None:
 
 LANDLOCK_ABI1 = """
 import os, sys
-from warren import _sys
+from warren._core import _sys
 ABI1_FS = (1 << 13) - 1
 ruleset = _sys.landlock_create_ruleset(ABI1_FS)
 _sys.landlock_add_path_rule(ruleset, os.open("/", os.O_PATH), ABI1_FS)
@@ -67,7 +67,7 @@ os.execv(sys.argv[1], sys.argv[1:])
 
 
 def test_landlock_without_refer_is_named(place: Place) -> None:
-    from warren import _sys
+    from warren._core import _sys
 
     if _sys.landlock_abi() < 1:
         pytest.skip("this kernel has no Landlock")

@@ -1,0 +1,66 @@
+"""The one way a sandbox starts: clone PID 1 straight into new namespaces.
+
+One raw ``clone()`` with CLONE_NEWUSER|NEWNS|NEWPID|NEWIPC|NEWUTS|NEWNET|NEWCGROUP
+from the single-threaded process that plans (the supervisor): the child is PID 1 of
+the sandbox at once (no intermediate fork), a copy-on-write image of a process that
+holds no caller's secrets beyond the request it is serving. The child keeps only its
+control channel to the parent and runs ``pid1.main``; it never returns here.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from ..errors import SetupError
+from ..plan.model import Plan
+from . import _sys, harden
+
+NS_FLAGS = (
+    _sys.CLONE_NEWUSER
+    | _sys.CLONE_NEWNS
+    | _sys.CLONE_NEWPID
+    | _sys.CLONE_NEWIPC
+    | _sys.CLONE_NEWUTS
+    | _sys.CLONE_NEWNET
+    | _sys.CLONE_NEWCGROUP
+)
+
+
+def close_all_but(*keep: int) -> None:
+    """A cloned child inherits every descriptor of its parent (other sandboxes'
+    channels among them): keep only ``keep`` and stdio."""
+    low = 3
+    for fd in sorted(keep):
+        _sys.close_range(low, fd - 1)
+        low = fd + 1
+    _sys.close_range(low, 0xFFFFFFFF)
+
+
+def start_pid1(plan: Plan, control: socket.socket, *, oneshot: bool) -> int:
+    """Clone PID 1 for ``plan``; ``control`` is the child's end of its channel to the
+    caller (the caller closes its copy). Returns PID 1's pid as the caller sees it."""
+    from . import pid1
+
+    harden.seccomp_program(plan)  # packed here, so the clone only copies it
+    try:
+        pid = _sys.clone_process(NS_FLAGS)
+    except OSError as e:
+        raise SetupError(
+            "cannot create the sandbox's namespaces",
+            operation="clone",
+            errno=e.errno,
+            hint="unprivileged user namespaces may be disabled: check "
+            "/proc/sys/user/max_user_namespaces and kernel.apparmor_restrict_unprivileged_userns",
+        ) from None
+    if pid == 0:
+        code = 125
+        try:
+            devnull = os.open("/dev/null", os.O_RDWR)
+            for target in (0, 1, 2):
+                os.dup2(devnull, target)
+            close_all_but(control.fileno())
+            code = pid1.main(plan, control, oneshot=oneshot)
+        finally:
+            os._exit(code)
+    return pid

@@ -1,0 +1,107 @@
+"""Process hardening (DESIGN.md section 4), applied with system calls. No decisions.
+
+Two kinds of process live in a sandbox:
+
+- warren's own: PID 1 and the helpers it forks. After setup they hold no capability
+  (and can regain none: the bounding set is empty), are not dumpable, and stay
+  *outside* every Landlock domain, so a command — which Landlock confines to its own
+  domain, with signal scoping from ABI 6 — can neither ptrace, read the memory or
+  environment of, nor signal them.
+- commands, and the file helpers that act for a client: each restricts itself
+  (``harden``): no_new_privs, its own Landlock domain from the ruleset PID 1 built
+  once, no capabilities, the seccomp filter. Irreversible.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+from ..errors import SetupError
+from ..plan.landlock import LandlockPlan
+from ..plan.model import Plan
+from . import _sys
+
+PR_SET_DUMPABLE = 4
+_HINT = "process hardening failed; run `warren doctor` to see what this kernel supports"
+
+
+def _step(what: str, fn, *args) -> None:  # type: ignore[no-untyped-def]
+    try:
+        fn(*args)
+    except OSError as e:
+        raise SetupError(f"sandbox setup failed: {what}", operation=what, errno=e.errno, hint=_HINT) from None
+
+
+def landlock_ruleset(ll: LandlockPlan) -> int:
+    """Build the Landlock ruleset and return its fd (PID 1 does it once, right after
+    pivoting: rules bind to the inodes of their paths then, so a later exec does not
+    depend on a writable root still being reachable by its path)."""
+    try:
+        ruleset = _sys.landlock_create_ruleset(ll.handled, 0, ll.scoped)
+    except OSError as e:
+        raise SetupError(
+            "sandbox setup failed: landlock_create_ruleset", operation="landlock", errno=e.errno, hint=_HINT
+        ) from None
+    try:
+        for rule in ll.rules:
+            try:
+                fd = os.open(rule.path, os.O_PATH | os.O_CLOEXEC)
+            except FileNotFoundError:
+                raise SetupError(
+                    f"writable root vanished before the sandbox started: {rule.path}",
+                    operation="landlock_add_rule",
+                    path=rule.path,
+                    errno=errno.ENOENT,
+                    hint="recreate it or remove it from the policy",
+                ) from None
+            try:
+                _sys.landlock_add_path_rule(ruleset, fd, rule.access & ll.handled, rule.path)
+            except OSError as e:
+                raise SetupError(
+                    f"sandbox setup failed: landlock_add_rule {rule.path}",
+                    operation="landlock_add_rule",
+                    path=rule.path,
+                    errno=e.errno,
+                    hint=_HINT,
+                ) from None
+            finally:
+                os.close(fd)
+    except BaseException:
+        os.close(ruleset)
+        raise
+    return ruleset
+
+
+_PROGRAMS: dict[tuple[tuple[int, int, int, int], ...], _sys.SeccompProgram] = {}
+
+
+def seccomp_program(plan: Plan) -> _sys.SeccompProgram:
+    """Packed once per process, so installing it in a fresh child is one call."""
+    program = plan.seccomp.program
+    packed = _PROGRAMS.get(program)
+    if packed is None:
+        packed = _PROGRAMS[program] = _sys.SeccompProgram(program)
+    return packed
+
+
+def settle_pid1(plan: Plan) -> None:
+    """PID 1 after setup: the bounding set emptied for every descendant, no
+    capabilities of its own, no_new_privs, not dumpable."""
+    for cap in range(plan.cap_last_cap + 1):
+        _step("drop capability", _sys.prctl, _sys.PR_CAPBSET_DROP, cap)
+    _step("clear ambient capabilities", _sys.prctl, _sys.PR_CAP_AMBIENT, _sys.PR_CAP_AMBIENT_CLEAR_ALL)
+    _step("no_new_privs", _sys.prctl, _sys.PR_SET_NO_NEW_PRIVS, 1)
+    _step("drop capabilities", _sys.capset_empty)
+    _step("not dumpable", _sys.prctl, PR_SET_DUMPABLE, 0)
+
+
+def harden(plan: Plan, ruleset: int | None) -> None:
+    """Confine this process for good: its own Landlock domain (from ``ruleset``), no
+    capabilities, the seccomp filter. Called in a command's process right before
+    execve, and in a file helper before it touches a path."""
+    _step("no_new_privs", _sys.prctl, _sys.PR_SET_NO_NEW_PRIVS, 1)
+    if ruleset is not None:
+        _step("landlock_restrict_self", _sys.landlock_restrict_self, ruleset)
+    _step("drop capabilities", _sys.capset_empty)
+    _step("install seccomp filter", seccomp_program(plan).install)

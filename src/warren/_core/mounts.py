@@ -1,0 +1,184 @@
+"""Execute a plan's identity and mount steps inside fresh namespaces. No decisions.
+
+Runs in PID 1 right after the clone: id maps, hostname, ``lo`` up, then every
+``MountOp`` in order on a stage at /tmp (the sandbox's own mount namespace), then
+pivot_root. Sources are cloned from the host before anything is overlaid, so a
+source under /tmp is the host's, not the stage's.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+from ..errors import SetupError
+from ..plan.model import PRECLONED, MountKind, MountOp, Plan
+from . import _sys
+
+STAGE = "/tmp"
+_CLONE = _sys.OPEN_TREE_CLONE | _sys.OPEN_TREE_CLOEXEC
+_HIDE_ATTRS = _sys.MOUNT_ATTR_RDONLY | _sys.MOUNT_ATTR_NOSUID | _sys.MOUNT_ATTR_NODEV
+
+
+def _write_file(path: str, data: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, data.encode())
+    finally:
+        os.close(fd)
+
+
+def _write_id_maps(plan: Plan) -> None:
+    for path, data in (
+        ("/proc/self/uid_map", plan.uid_map),
+        ("/proc/self/setgroups", "deny"),
+        ("/proc/self/gid_map", plan.gid_map),
+    ):
+        try:
+            _write_file(path, data)
+        except OSError as e:
+            raise SetupError(
+                f"sandbox setup failed: writing {path}",
+                operation="id map",
+                path=path,
+                errno=e.errno,
+                hint="the kernel refused the single-id map; is this process already in a restricted "
+                "user namespace?",
+            ) from None
+
+
+def _clone(path: str, recursive: bool = True) -> int:
+    return _sys.open_tree(path, _CLONE | (_sys.AT_RECURSIVE if recursive else 0))
+
+
+def _preclone(op: MountOp) -> int:
+    fd = _clone(op.source or op.target)
+    _sys.mount_setattr(fd, _HIDE_ATTRS, 0, True)  # submounts stay read-only
+    if op.kind is MountKind.BIND_RW:
+        _sys.mount_setattr(fd, 0, _sys.MOUNT_ATTR_RDONLY, False)
+    return fd
+
+
+def _attach(fd: int, target: str) -> None:
+    try:
+        _sys.move_mount(fd, target)
+    finally:
+        os.close(fd)
+
+
+def _mount_point(path: str, is_dir: bool) -> None:
+    if is_dir:
+        os.makedirs(path, exist_ok=True)
+    elif not os.path.lexists(path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o644))
+
+
+def _mask(directory: str, keep: tuple[str, ...]) -> None:
+    for name in os.listdir(directory):
+        if name in keep:
+            continue
+        path = f"{directory.rstrip('/')}/{name}"
+        if os.path.islink(path):
+            continue  # a symlink cannot be a mount point; Landlock denies replacing it
+        fd = _clone(path)
+        try:
+            _sys.mount_setattr(fd, _HIDE_ATTRS, 0, True)
+        except OSError:
+            os.close(fd)
+            raise
+        _attach(fd, path)
+
+
+def _apply(op: MountOp, target: str, fd: int | None) -> None:
+    kind = op.kind
+    if fd is not None:
+        if op.mkdir:
+            _mount_point(target, kind is MountKind.BIND_RW or os.path.isdir(op.source or op.target))
+        _attach(fd, target)
+    elif kind is MountKind.MASK:
+        _mask(target, op.keep)
+    elif kind is MountKind.TMPFS:
+        if op.mkdir:
+            os.mkdir(target, 0o755)
+        flags = _sys.MS_NOSUID | _sys.MS_NODEV | (_sys.MS_RDONLY if op.readonly else 0)
+        _sys.mount("tmpfs", target, "tmpfs", flags, None if op.mode is None else f"mode={op.mode:o}")
+    elif kind is MountKind.BIND_DEV:
+        # The host /dev is still reachable at /dev (the stage sits on /tmp).
+        os.close(os.open(target, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o644))
+        _sys.mount(op.source, target, None, _sys.MS_BIND)
+    elif kind is MountKind.DENY_FILE:
+        _sys.mount("/dev/null", target, None, _sys.MS_BIND)
+        _sys.mount(None, target, None, _sys.MS_REMOUNT | _sys.MS_BIND | _sys.MS_RDONLY)
+    elif kind is MountKind.DEVPTS:
+        os.mkdir(target, 0o755)
+        flags = _sys.MS_NOSUID | _sys.MS_NOEXEC
+        _sys.mount("devpts", target, "devpts", flags, "newinstance,ptmxmode=0666,mode=620")
+    elif kind is MountKind.SYMLINK:
+        os.symlink(op.source or "", target)
+    elif kind is MountKind.DIR:
+        os.mkdir(target)
+        os.chmod(target, op.mode if op.mode is not None else 0o755)
+    elif kind is MountKind.PROC:
+        _sys.mount("proc", target, "proc", _sys.MS_NOSUID | _sys.MS_NODEV | _sys.MS_NOEXEC)
+    elif kind is MountKind.RO_SELF:
+        if os.path.exists(target):
+            clone = _clone(target)
+            _sys.mount_setattr(clone, _HIDE_ATTRS, 0, True)
+            _attach(clone, target)
+    else:  # pragma: no cover - every kind is handled above
+        raise OSError(errno.EINVAL, f"unknown mount step {kind}")
+
+
+def _execute(plan: Plan) -> None:
+    fds: dict[int, int] = {}
+    step = -1
+    op: MountOp | None = None
+    try:
+        _sys.mount(None, "/", None, _sys.MS_REC | _sys.MS_PRIVATE)
+        for step, op in enumerate(plan.mounts):
+            if op.kind in PRECLONED:
+                fds[step] = _preclone(op)
+        for step, op in enumerate(plan.mounts):
+            _apply(op, STAGE if op.target == "/" else STAGE + op.target, fds.pop(step, None))
+        op = None
+        os.chdir(STAGE)
+        _sys.pivot_root(".", ".")
+        _sys.umount2(".", _sys.MNT_DETACH)
+        os.chdir("/")
+    except OSError as e:
+        for fd in fds.values():
+            os.close(fd)
+        if op is None:
+            raise SetupError(
+                "sandbox setup failed: entering the new root",
+                operation="pivot_root",
+                errno=e.errno,
+                hint="the assembled root could not replace the host's",
+            ) from None
+        raise SetupError(
+            f"sandbox setup failed at mount step {step} ({op.kind.value} {op.target})",
+            operation=op.kind.value,
+            path=e.filename if isinstance(e.filename, str) else op.target,
+            errno=e.errno,
+            hint=f"{op.why or op.kind.value}; check that {op.source or op.target} exists and is "
+            "readable by you, and run `warren plan` to see every step",
+        ) from None
+
+
+def enter_new_root(plan: Plan) -> None:
+    """In a process cloned into fresh namespaces: id maps, hostname, ``lo``, the whole
+    mount plan and pivot_root. Afterwards "/" is the sandbox's root."""
+    _write_id_maps(plan)
+    _sys.sethostname(plan.hostname)
+    try:
+        _sys.loopback_up()
+    except OSError as e:
+        raise SetupError(
+            "cannot bring up the loopback interface in the sandbox's network namespace",
+            operation="ioctl(SIOCSIFFLAGS)",
+            path="lo",
+            errno=e.errno,
+            hint="run `warren doctor`; the kernel refused to configure the new network namespace",
+        ) from None
+    _execute(plan)

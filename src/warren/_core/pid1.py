@@ -1,0 +1,244 @@
+"""PID 1 of a sandbox — one-shot or long-lived alike — and the helpers it forks.
+
+    supervisor ══ control channel (a socketpair: the only way in) ══ PID 1
+                                                                      ├─ shim: one per exec/spawn
+                                                                      ├─ file helper: one per call
+                                                                      └─ ps / signal / connector
+
+The preamble (``main``) is the same for every sandbox: parent-death signal, the id
+maps and the mount plan, the network handshake, the Landlock ruleset built once, then
+PID 1 settles: no capabilities, no way to regain any, not dumpable, outside every
+Landlock domain. It runs no user code. Requests arrive only from the supervisor, as
+``Handoff`` messages carrying the client's connection; PID 1 forks a helper for each
+and never reads from a client itself, so no client can stall or crash it. A one-shot
+sandbox serves exactly one exec and ends when it does, killing what is left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import socket
+import time
+from typing import NoReturn
+
+from .. import protocol, wire
+from ..errors import SandboxError, WarrenError
+from ..net.handshake import pid1_network
+from ..plan.model import Plan
+from . import _sys, fileops, harden, mounts, procs
+from .shim import Shim
+
+STOP_GRACE = 2.0
+MAX_HELPERS = 4096
+
+
+def main(plan: Plan, control: socket.socket, *, oneshot: bool) -> int:
+    """Run as the freshly cloned PID 1; returns its exit code."""
+    _sys.prctl(_sys.PR_SET_PDEATHSIG, signal.SIGKILL)
+    # The parent is outside this pid namespace (getppid() is 0): a hung-up channel
+    # means it died before the parent-death signal was armed.
+    poller = select.poll()
+    poller.register(control, select.POLLRDHUP)
+    if poller.poll(0):
+        return 125
+    try:
+        mounts.enter_new_root(plan)
+        if not pid1_network(plan, control):
+            return 125
+        os.chdir("/")
+        ruleset = harden.landlock_ruleset(plan.landlock) if plan.landlock is not None else None
+        harden.seccomp_program(plan)
+        harden.settle_pid1(plan)
+    except WarrenError as e:
+        with contextlib.suppress(OSError):
+            wire.send(control, protocol.Failed(error=protocol.error_message(e).error))
+        return 125
+    wire.send(control, protocol.Ready())
+    return Init(plan, control, ruleset, oneshot).serve()
+
+
+class Init:
+    def __init__(self, plan: Plan, control: socket.socket, ruleset: int | None, oneshot: bool) -> None:
+        self.plan = plan
+        self.control = control
+        self.ruleset = ruleset
+        self.oneshot = oneshot
+        self.helpers: set[int] = set()
+        self.served = False
+        self.stopping: float | None = None
+        self.wake_r, self.wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+
+    def serve(self) -> int:
+        self.control.setblocking(False)
+        inbox = wire.Inbox(self.control)
+        signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(signal.SIGTERM, self._on_term)
+        for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
+            signal.signal(sig, signal.SIG_IGN)
+        poller = select.poll()
+        poller.register(self.control, select.POLLIN)
+        poller.register(self.wake_r, select.POLLIN)
+        while True:
+            timeout = None if self.stopping is None else 50
+            for fd, _ev in poller.poll(timeout):
+                if fd == self.wake_r:
+                    with contextlib.suppress(BlockingIOError):
+                        while os.read(self.wake_r, 4096):
+                            pass
+                    continue
+                try:
+                    while (got := inbox.read((protocol.Handoff,))) is not None:
+                        self._dispatch(*got)
+                except (wire.ConnectionClosed, OSError):
+                    return 0  # the supervisor is gone; the parent-death signal follows
+                except WarrenError:
+                    return 125  # the supervisor speaks nonsense: it is not ours any more
+            done = self._reap()
+            if self.oneshot and self.served and done and not self.helpers:
+                # The one command ended: nothing of this sandbox outlives it.
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(-1, signal.SIGKILL)
+                return 0
+            if self.stopping is not None and (not procs.has_children() or time.monotonic() > self.stopping):
+                return 0
+
+    def _on_term(self, _signum: int, _frame: object) -> None:
+        # Stop: every process gets SIGTERM and a grace period; PID 1 exiting then
+        # SIGKILLs whatever is left (the kernel tears the pid namespace down).
+        if self.stopping is None:
+            self.stopping = time.monotonic() + STOP_GRACE
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(-1, signal.SIGTERM)
+
+    def _reap(self) -> bool:
+        reaped = False
+        while True:
+            try:
+                pid, _status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return reaped
+            if pid == 0:
+                return reaped
+            if pid in self.helpers:
+                self.helpers.discard(pid)
+                reaped = True
+
+    def _dispatch(self, msg: protocol.Message, _payload: int, fds: list[int]) -> None:
+        assert isinstance(msg, protocol.Handoff)
+        if not fds or len(self.helpers) >= MAX_HELPERS or (self.oneshot and self.served):
+            for fd in fds:
+                os.close(fd)
+            return
+        pid = os.fork()
+        if pid == 0:
+            self._helper(msg, fds)
+        self.helpers.add(pid)
+        self.served = True
+        for fd in fds:
+            os.close(fd)
+
+    def _helper(self, handoff: protocol.Handoff, fds: list[int]) -> NoReturn:
+        code = 0
+        conn = socket.socket(fileno=fds[0])
+        try:
+            signal.set_wakeup_fd(-1)
+            for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
+                signal.signal(sig, signal.SIG_DFL)
+            os.close(self.control.detach())
+            os.close(self.wake_r)
+            os.close(self.wake_w)
+            conn.setblocking(True)
+            request = protocol.from_dict(handoff.request)
+            self._run(request, handoff, conn, fds[1:])
+        except WarrenError as e:
+            with contextlib.suppress(OSError):
+                wire.send(conn, protocol.error_message(e))
+            code = 125
+        except BaseException as e:
+            with contextlib.suppress(OSError):
+                wire.send(
+                    conn,
+                    protocol.error_message(
+                        SandboxError(
+                            f"sandbox helper failed: {e!r}",
+                            operation=type(request).__name__ if "request" in locals() else "handoff",
+                            hint="this is a bug in warren; please report it with the command you ran",
+                        )
+                    ),
+                )
+            code = 1
+        os._exit(code)
+
+    def _run(
+        self, req: protocol.Message, handoff: protocol.Handoff, conn: socket.socket, fds: list[int]
+    ) -> None:
+        if isinstance(req, (protocol.ExecRequest, protocol.SpawnRequest)):
+            spawn_id = handoff.spawn_id if isinstance(req, protocol.SpawnRequest) else None
+            Shim(self.plan, self.ruleset, conn, req.command, fds, spawn_id).run()
+        elif isinstance(req, protocol.FileRequest):
+            payload = wire.recv_payload(conn, handoff.payload)
+            harden.harden(self.plan, self.ruleset)
+            fileops.handle(conn, req, payload, self.plan.workspace)
+        elif isinstance(req, protocol.PsRequest):
+            wire.send(conn, protocol.ProcessList(items=_ps(handoff.spawned)))
+        elif isinstance(req, protocol.SignalRequest):
+            _signal(req.pid, req.signal)
+            wire.send(conn, protocol.Ok())
+        elif isinstance(req, protocol.ConnectorRequest):
+            _connector(conn)
+        else:
+            raise SandboxError(f"PID 1 does not serve {req.TAG!r} requests", operation="handoff")
+
+
+def _ps(spawned: dict[str, str]) -> list[protocol.ProcInfo]:
+    out = []
+    for pid, ppid, state in procs.table():
+        if procs.is_warren(pid):
+            continue
+        argv = procs.cmdline(pid)
+        if argv is None:
+            continue
+        parent = 0 if ppid <= 1 or procs.is_warren(ppid) else ppid
+        out.append(
+            protocol.ProcInfo(pid=pid, ppid=parent, state=state, argv=argv, spawn_id=spawned.get(str(pid)))
+        )
+    return out
+
+
+def _signal(pid: int, sig: int) -> None:
+    if pid <= 1 or not 1 <= sig < signal.NSIG or procs.is_warren(pid):
+        raise SandboxError(
+            f"no such process in the sandbox: {pid}",
+            operation="signal",
+            hint="list them with `warren ps NAME` / Sandbox.processes()",
+        )
+    try:
+        os.killpg(pid, sig)  # commands lead their own session: signal the whole group
+    except ProcessLookupError:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+def _connector(conn: socket.socket) -> None:
+    """For the network helper: sockets connected to 127.0.0.1:PORT inside."""
+    while True:
+        try:
+            msg, _, fds = wire.recv(conn, (protocol.ConnectRequest,), max_payload=0)
+        except (wire.ConnectionClosed, OSError):
+            return
+        for fd in fds:
+            os.close(fd)
+        assert isinstance(msg, protocol.ConnectRequest)
+        inside = socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        try:
+            inside.connect(("127.0.0.1", msg.port))
+        except OSError:
+            wire.send(conn, protocol.Connected(ok=False))
+        else:
+            wire.send(conn, protocol.Connected(ok=True), fds=[inside.fileno()])
+        finally:
+            inside.close()

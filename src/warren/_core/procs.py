@@ -1,0 +1,89 @@
+"""Processes inside a sandbox, read from its own /proc: the table, one process's tree,
+killing a tree, and telling warren's own processes from the user's.
+
+warren's own (PID 1 and its helpers) are the only processes in a sandbox without a
+seccomp filter: every command installs one before execve and cannot remove it, so
+that mark cannot be forged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+
+
+def table() -> list[tuple[int, int, str]]:
+    """(pid, ppid, state) of every process in this pid namespace."""
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        out.append((int(name), int(fields[1]), fields[0]))
+    return out
+
+
+def is_warren(pid: int) -> bool:
+    """True for PID 1 and warren's helpers (no seccomp filter), False for commands."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("Seccomp:"):
+                    return line.split()[1] == "0"
+    except OSError:
+        return False
+    return False
+
+
+def cmdline(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return [a.decode(errors="replace") for a in f.read().split(b"\0")[:-1]]
+    except OSError:
+        return None
+
+
+def descendants(root: int) -> list[int]:
+    kids: dict[int, list[int]] = {}
+    for pid, ppid, _state in table():
+        kids.setdefault(ppid, []).append(pid)
+    out, todo = [], list(kids.get(root, []))
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(kids.get(pid, []))
+    return out
+
+
+def has_children() -> bool:
+    me = os.getpid()
+    return any(ppid == me for _pid, ppid, _state in table())
+
+
+def kill_tree(main: int) -> int:
+    """SIGKILL every descendant of this process until none is left; the wait status
+    of ``main``. As a child subreaper this process inherits the orphans of everything
+    it kills, so repeating "kill all descendants, reap" converges even for processes
+    that fork, setsid or ignore SIGTERM."""
+    status = 0x9  # killed by SIGKILL, if it was reaped before we saw it
+    while True:
+        for pid in descendants(os.getpid()):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        while True:
+            try:
+                pid, st = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return status
+            if pid == 0:
+                break
+            if pid == main:
+                status = st
+        time.sleep(0.002)

@@ -1,0 +1,140 @@
+"""The ``warren`` command line.
+
+Dispatch looks at the subcommand first and imports only what it needs: ``run`` and
+``exec`` (the commands an agent issues thousands of times) load the flag parser, the
+protocol and the connection to the supervisor, nothing else.
+
+Exit codes: the command's own status (128+N for signal N); 124 a timeout; 125 warren
+could not do it (bad flags, invalid policy, no such sandbox, setup failed); 126 the
+command could not be executed; 127 it was not found. Errors print one line and a
+hint, never a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from ..errors import WarrenError
+
+USAGE = """\
+usage: warren COMMAND [ARGS...]
+
+a sandbox for AI coding agents in which real developer tools work
+
+one-shot:
+  run [POLICY FLAGS] [--] CMD [ARGS...]   run CMD in a fresh sandbox
+  plan [POLICY FLAGS] [--json]            print exactly what `run` would set up
+long-lived:
+  create [POLICY FLAGS] NAME              create a sandbox
+  exec [--cwd DIR] [--env K=V] [--timeout S] NAME CMD [ARGS...]
+  ps [--json] NAME                        its processes
+  ls [--json]                             every sandbox, alive or dead and why
+  cp [-r] SRC DST                         copy host <-> sandbox (NAME:PATH)
+  port [--host-port N] NAME PORT          forward a host port into the sandbox
+  logs --net [--json] NAME                the network proxy's decisions
+  stop NAME / rm [-f] NAME                stop; stop and forget
+  shutdown                                let the supervisor exit once idle
+diagnostics:
+  doctor [--sandbox] [...]                probe what developer tools need, here or inside
+  presets                                 list the tool presets
+
+`warren COMMAND --help` shows each command's flags.
+"""
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("warren")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _dispatch(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        sys.stdout.write(USAGE)
+        return 0
+    if argv[0] == "--version":
+        print(f"warren {_version()}")
+        return 0
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "run":
+        from . import attach, flags
+
+        p = flags.parser("warren run", "Run CMD in a one-shot sandbox: warren run [FLAGS] [--] CMD [ARGS]...")
+        flags.add_policy_flags(p)
+        p.add_argument("command", nargs="...", help="the command and its arguments")
+        ns = p.parse_args(rest)
+        return attach.run(flags.spec_of(ns), ns.profile, flags.command_of(ns.command, "run"))
+    if cmd == "exec":
+        from . import attach, flags
+
+        p = flags.parser("warren exec", "Run CMD in sandbox NAME: everything after NAME is the command.")
+        p.add_argument(
+            "--cwd", metavar="DIR", help="working directory inside the sandbox (default: workspace)"
+        )
+        p.add_argument(
+            "--env", action="append", default=[], metavar="K=V", help="set an environment variable"
+        )
+        p.add_argument(
+            "--timeout", type=float, metavar="SECONDS", help="kill the command's whole tree after this"
+        )
+        p.add_argument("name")
+        p.add_argument("command", nargs="...", help="the command and its arguments")
+        ns = p.parse_args(rest)
+        from ..server.statedir import check_name
+
+        return attach.exec_(
+            check_name(ns.name),
+            flags.command_of(ns.command, f"exec {ns.name}"),
+            ns.cwd,
+            flags.pairs(ns.env, "--env"),
+            _timeout(ns.timeout),
+        )
+    from . import info, sandboxes
+
+    handler = {**sandboxes.COMMANDS, **info.COMMANDS}.get(cmd)
+    if handler is None:
+        from .flags import UsageError
+
+        raise UsageError(f"unknown command {cmd!r}", operation="cli", hint="see `warren --help`")
+    return handler(rest)
+
+
+def _timeout(value: float | None) -> float | None:
+    if value is not None and not 0 < value < float("inf"):
+        from .flags import UsageError
+
+        raise UsageError(f"--timeout must be a positive number of seconds, not {value}", operation="cli")
+    return value
+
+
+def entrypoint(argv: list[str] | None = None) -> int:
+    try:
+        return _dispatch(sys.argv[1:] if argv is None else argv)
+    except WarrenError as e:
+        try:  # noqa: SIM105 - contextlib is not loaded on the fast path
+            sys.stdout.flush()
+        except OSError:
+            pass
+        try:
+            sys.stderr.write(str(e) + "\n")
+            sys.stderr.flush()
+        except OSError:
+            pass
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 141
+
+
+def console_main() -> None:
+    code = entrypoint()
+    try:
+        sys.stdout.flush()
+    except (BrokenPipeError, OSError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    sys.exit(code)

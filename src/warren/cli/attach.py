@@ -1,0 +1,282 @@
+"""``warren run`` and ``warren exec``: thin clients of the warm supervisor.
+
+They send the request with this process's stdio descriptors, relay signals and the
+exit status, and nothing else. The user's terminal is never handed to the sandbox:
+when a standard stream is a terminal, the command gets a pseudo-terminal made inside
+the sandbox, whose master end comes back here and is relayed (raw mode, window size,
+Ctrl-C as a byte the inner terminal turns into SIGINT). Whatever the command leaves
+behind cannot read what the user types after it returned.
+
+If this process is killed (even SIGKILL), the connection closes and warren kills the
+command's whole tree.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import select
+import signal
+import socket
+import struct
+
+from .. import protocol, wire
+from ..client import connect
+from ..errors import SandboxError, from_record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+_FORWARD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+_NETWORK_VERBS = {
+    "pip": ("install", "download", "index"),
+    "uv": ("pip", "add", "sync", "lock", "tool", "python", "run"),
+    "uvx": (),
+    "npm": ("install", "i", "ci", "update", "exec"),
+    "npx": (),
+    "cargo": ("fetch", "build", "install", "update", "add"),
+    "git": ("clone", "fetch", "pull", "push", "ls-remote"),
+    "curl": (),
+    "wget": (),
+    "go": ("get", "install", "mod"),
+}
+
+
+def _terminal_fds() -> list[int]:
+    return [fd for fd in (0, 1, 2) if _isatty(fd)]
+
+
+def _isatty(fd: int) -> bool:
+    try:
+        return os.isatty(fd)
+    except OSError:
+        return False
+
+
+def _size(fd: int) -> tuple[int, int]:
+    import fcntl
+    import termios
+
+    try:
+        rows, cols, _, _ = struct.unpack("HHHH", fcntl.ioctl(fd, termios.TIOCGWINSZ, b"\0" * 8))
+        return rows or 24, cols or 80
+    except OSError:
+        return 24, 80
+
+
+def _looks_networked(argv: list[str]) -> bool:
+    prog = os.path.basename(argv[0])
+    if prog.startswith("python") and len(argv) > 2 and argv[1] == "-m":
+        prog, argv = argv[2], argv[2:]
+    verbs = _NETWORK_VERBS.get(prog)
+    if verbs is None:
+        return False
+    return not verbs or any(a in verbs for a in argv[1:3])
+
+
+class Attached:
+    def __init__(self, message: protocol.RunRequest | protocol.ExecRequest) -> None:
+        self.message = message
+        self.argv = message.command.argv
+        self.ttys = _terminal_fds()
+        self.master = -1
+        self.saved_mode: list[Any] | None = None
+        self.wake_r, self.wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self.pending: list[int] = []
+        self.network = ""
+
+    def run(self) -> int:
+        command = self.message.command
+        fds = [fd for fd in (0, 1, 2) if fd not in self.ttys]
+        command.stdio = [fd in fds for fd in (0, 1, 2)]
+        if self.ttys:
+            rows, cols = _size(self.ttys[0])
+            command.tty = protocol.Tty(rows=rows, cols=cols, fds=self.ttys)
+        net_r = -1
+        if isinstance(self.message, protocol.RunRequest):
+            net_r, net_w = os.pipe2(os.O_CLOEXEC)
+            fds.append(net_w)
+            self.message.net_events = True
+            sock = connect.for_run()
+        else:
+            sock = connect.supervisor()
+        for sig in (*_FORWARD, signal.SIGWINCH):
+            signal.signal(sig, self._on_signal)
+        signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+        try:
+            wire.send(sock, self.message, fds=fds)
+            if net_r >= 0:
+                os.close(fds[-1])
+            return self._loop(sock, net_r)
+        finally:
+            signal.set_wakeup_fd(-1)
+            self._restore_terminal()
+            sock.close()
+            for fd in (net_r, self.master):
+                if fd >= 0:
+                    os.close(fd)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        self.pending.append(signum)
+
+    def _raw_terminal(self) -> None:
+        if 0 not in self.ttys:
+            return
+        import termios
+        import tty
+
+        with contextlib.suppress(termios.error, OSError):
+            if os.tcgetpgrp(0) == os.getpgrp():  # in the background, leave the terminal alone
+                self.saved_mode = termios.tcgetattr(0)
+                tty.setraw(0)
+
+    def _restore_terminal(self) -> None:
+        if self.saved_mode is not None:
+            import termios
+
+            with contextlib.suppress(termios.error, OSError):
+                termios.tcsetattr(0, termios.TCSADRAIN, self.saved_mode)
+            self.saved_mode = None
+
+    def _loop(self, sock: socket.socket, net_r: int) -> int:
+        out_fd = 1 if 1 in self.ttys else 2 if 2 in self.ttys else 0
+        partial = b""
+        readers = [sock.fileno(), self.wake_r, *([net_r] if net_r >= 0 else [])]
+        while True:
+            ready, _, _ = select.select(readers, [], [])
+            if self.wake_r in ready:
+                with contextlib.suppress(BlockingIOError):
+                    while os.read(self.wake_r, 256):
+                        pass
+                self._deliver(sock)
+            if net_r in ready:
+                chunk = os.read(net_r, 65536)
+                if not chunk:
+                    readers.remove(net_r)
+                partial = self._print_refusals(partial + chunk)
+            if self.master >= 0 and self.master in ready:
+                self._copy(self.master, out_fd)
+            if 0 in ready and self.master >= 0 and not self._copy(0, self.master):
+                readers.remove(0)
+            if sock.fileno() in ready:
+                try:
+                    msg, _, fds = wire.recv(sock, (protocol.Started, protocol.Exited, protocol.Error))
+                except (wire.ConnectionClosed, ConnectionResetError):
+                    raise SandboxError(
+                        "the connection to warren was lost before the command finished",
+                        operation=self.message.TAG,
+                        hint="the sandbox was stopped or its supervisor died; see `warren ls`",
+                    ) from None
+                if isinstance(msg, protocol.Error):
+                    raise from_record(msg.error.to_fields())
+                if isinstance(msg, protocol.Started):
+                    self.network = msg.network
+                    for w in msg.warnings:
+                        _say(f"warren: WARNING: {w}")
+                    if fds:
+                        self.master = fds[0]
+                        readers.append(self.master)
+                        if 0 in self.ttys:
+                            readers.append(0)
+                        self._raw_terminal()
+                    continue
+                assert isinstance(msg, protocol.Exited)
+                if self.master >= 0:
+                    self._drain(out_fd)
+                self._restore_terminal()
+                if net_r >= 0:
+                    os.set_blocking(net_r, False)
+                    with contextlib.suppress(BlockingIOError):
+                        while chunk := os.read(net_r, 65536):
+                            partial = self._print_refusals(partial + chunk)
+                for w in msg.warnings:
+                    _say(f"warren: WARNING: {w}")
+                return self._status(msg)
+
+    def _status(self, msg: protocol.Exited) -> int:
+        status = msg.status
+        code = 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.waitstatus_to_exitcode(status)
+        if msg.timed_out:
+            _say(
+                f"warren: the command ran past its timeout of {self.message.command.timeout} s and was killed"
+            )
+            return 124
+        if code != 0 and self.network == "none" and _looks_networked(self.argv):
+            _say(
+                "warren: hint: the sandbox has no network (--network none, the default); to reach package "
+                "registries use --network allow (presets add theirs) or --allow-host HOST"
+            )
+        return code
+
+    def _deliver(self, sock: socket.socket) -> None:
+        while self.pending:
+            sig = self.pending.pop(0)
+            if sig == signal.SIGWINCH:
+                if self.master >= 0 and self.ttys:
+                    import fcntl
+                    import termios
+
+                    rows, cols = _size(self.ttys[0])
+                    with contextlib.suppress(OSError):
+                        fcntl.ioctl(self.master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+                continue
+            with contextlib.suppress(OSError):
+                wire.send(sock, protocol.Signal(signal=int(sig)))
+
+    def _copy(self, src: int, dst: int) -> bool:
+        try:
+            data = os.read(src, 65536)
+        except OSError as e:
+            if e.errno == errno.EIO:  # the pty's other side is closed
+                return False
+            raise
+        if not data:
+            return False
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(dst, view) :]
+            except BlockingIOError:
+                select.select([], [dst], [])
+        return True
+
+    def _drain(self, out_fd: int) -> None:
+        os.set_blocking(self.master, False)
+        with contextlib.suppress(OSError):
+            while self._copy(self.master, out_fd):
+                pass
+
+    def _print_refusals(self, data: bytes) -> bytes:
+        lines, _, rest = data.rpartition(b"\n")
+        from ..net.log import parse
+
+        for event in parse(lines.decode(errors="replace")):
+            if not event.allowed:
+                _say(f"warren: network: refused {event.line().split(' DENIED ', 1)[-1]}")
+        return rest
+
+
+def _say(line: str) -> None:
+    with contextlib.suppress(OSError):
+        os.write(2, (line.replace("\n", "\r\n") if _isatty(2) else line).encode(errors="replace") + b"\n")
+
+
+def run(spec: dict[str, object], profile: str | None, argv: list[str]) -> int:
+    message = protocol.RunRequest(
+        spec=spec,
+        caller=protocol.Caller(cwd=os.getcwd(), env=dict(os.environ), config=True, profile=profile),
+        command=protocol.Command(argv=argv),
+    )
+    return Attached(message).run()
+
+
+def exec_(name: str, argv: list[str], cwd: str | None, env: dict[str, str], timeout: float | None) -> int:
+    message = protocol.ExecRequest(
+        sandbox=name, command=protocol.Command(argv=argv, cwd=cwd, env=env, timeout=timeout)
+    )
+    return Attached(message).run()
+
+
+__all__ = ["exec_", "run"]

@@ -1,0 +1,129 @@
+"""CLI commands that explain: ``plan`` (what a run would set up, as the supervisor
+plans it), ``presets``, and ``doctor`` (probes, here or inside a sandbox)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+
+from .. import protocol, wire
+from ..client import connect
+from ..errors import WarrenError, from_record
+from . import flags
+
+
+def _plan(spec: dict[str, object], profile: str | None) -> protocol.PlanReply:
+    sock = connect.for_run()
+    try:
+        caller = protocol.Caller(cwd=os.getcwd(), env=dict(os.environ), config=True, profile=profile)
+        wire.send(sock, protocol.PlanRequest(spec=spec, caller=caller))
+        reply, _, fds = wire.recv(sock, (protocol.PlanReply, protocol.Error))
+    finally:
+        sock.close()
+    for fd in fds:
+        os.close(fd)
+    if isinstance(reply, protocol.Error):
+        raise from_record(reply.error.to_fields())
+    assert isinstance(reply, protocol.PlanReply)
+    return reply
+
+
+def plan(args: list[str]) -> int:
+    p = flags.parser("warren plan", "Print exactly what `warren run` with these flags would set up.")
+    flags.add_policy_flags(p)
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    ns = p.parse_args(args)
+    reply = _plan(flags.spec_of(ns), ns.profile)
+    print(json.dumps(reply.plan, indent=2) if ns.json else reply.text)
+    return 0
+
+
+def presets(args: list[str]) -> int:
+    from ..policy import presets as _presets
+
+    flags.parser("warren presets", "List the tool presets and what they make writable.").parse_args(args)
+    for name, summary in _presets.describe():
+        print(f"{name:8} {summary}")
+    return 0
+
+
+def doctor(args: list[str]) -> int:
+    p = flags.parser(
+        "warren doctor",
+        "Probe the filesystem semantics developer tools need, here; name each failure's cause.",
+    )
+    flags.add_policy_flags(p)
+    p.add_argument(
+        "--cache", action="append", default=[], metavar="DIR", help="a cache to probe (repeatable)"
+    )
+    p.add_argument("--json", action="store_true", help="print the report as JSON (schema warren-doctor/1)")
+    p.add_argument(
+        "--sandbox", action="store_true", help="run the probes inside a sandbox built from the flags"
+    )
+    ns = p.parse_args(args)
+    spec = flags.spec_of(ns)
+    if ns.sandbox:
+        return _doctor_in_sandbox(spec, ns.profile, ns.cache, ns.json)
+    given = sorted(k for k in spec if k != "workspace") + (["profile"] if ns.profile else [])
+    if given:
+        raise WarrenError(
+            f"policy flags need --sandbox: {', '.join('--' + g.replace('_', '-') for g in given)}",
+            operation="doctor",
+            hint="add --sandbox to probe inside a sandbox built from them",
+        )
+    from ..doctor import probe_main
+
+    try:
+        text, code = probe_main.run(ns.workspace, ns.cache, as_json=ns.json)
+    except probe_main.UsageError as e:
+        raise WarrenError(str(e), operation="doctor", hint="pass an existing directory") from None
+    print(text)
+    return code
+
+
+def _doctor_in_sandbox(spec: dict[str, object], profile: str | None, cache: list[str], as_json: bool) -> int:
+    """The same probes, run by the same interpreter inside the sandbox the policy makes."""
+    from ..client.local import LocalTransport
+    from ..policy.spec import from_mapping
+
+    package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = spec.get("env")
+    spec = {**spec, "env": {**(env if isinstance(env, dict) else {}), "PYTHONPATH": package_parent}}
+    plan = _plan(spec, profile).plan
+    workspace = str(plan["workspace"])
+    groups = plan.get("groups") or []
+    roots = (
+        [r for g in groups if isinstance(g, dict) for r in g.get("roots", [])]
+        if isinstance(groups, list)
+        else []
+    )
+    caches = list(cache) or [str(r) for r in roots if r != workspace]
+    argv = [sys.executable, "-m", "warren.doctor.probe_main", "--only-given", "--workspace", workspace]
+    for c in caches:
+        argv += ["--cache", c]
+    if as_json:
+        argv.append("--json")
+    result = LocalTransport().run(
+        argv,
+        from_mapping(spec, "flags"),
+        config=True,
+        profile=profile,
+        cwd=workspace,
+        stdin=None,
+        timeout=None,
+        output_limit=16 << 20,
+        on_stdout=None,
+        on_stderr=None,
+        on_net_event=None,
+    )
+    for w in result.warnings:
+        print(f"warren: WARNING: {w}", file=sys.stderr)
+    sys.stdout.buffer.write(result.stdout)
+    sys.stdout.flush()
+    sys.stderr.buffer.write(result.stderr)
+    return result.exit_code
+
+
+COMMANDS: dict[str, Callable[[list[str]], int]] = {"plan": plan, "presets": presets, "doctor": doctor}

@@ -1,0 +1,315 @@
+"""CLI commands for long-lived sandboxes: create, ls, ps, cp, port, logs, stop, rm,
+shutdown. Each parses its flags and calls the public API (``Sandbox`` over the local
+transport); errors reach the entrypoint as ``WarrenError`` (one line + hint)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+import time
+from collections.abc import Callable
+
+from .. import protocol
+from ..client import connect
+from ..client.local import LocalTransport
+from ..client.sandbox import Sandbox
+from ..errors import SandboxError, SandboxFileNotFound, WarrenError
+from ..models import SandboxInfo
+from ..server.statedir import check_name
+from . import flags
+
+
+def _transport() -> LocalTransport:
+    return LocalTransport()
+
+
+def create(args: list[str]) -> int:
+    from ..policy.spec import from_mapping
+
+    p = flags.parser("warren create", "Create a long-lived sandbox NAME (policy flags as for `warren run`).")
+    flags.add_policy_flags(p)
+    p.add_argument("name")
+    ns = p.parse_args(args)
+    spec = from_mapping(flags.spec_of(ns), "flags")
+    info = _transport().create(spec, check_name(ns.name), config=True, profile=ns.profile)
+    for w in info.warnings:
+        print(f"warren: WARNING: {w}", file=sys.stderr)
+    print(info.name)
+    return 0
+
+
+def _age(seconds: float) -> str:
+    if seconds < 120:
+        return f"{int(seconds)}s"
+    if seconds < 7200:
+        return f"{int(seconds // 60)}m"
+    return f"{int(seconds // 3600)}h"
+
+
+def _info_dict(i: SandboxInfo) -> dict[str, object]:
+    return {
+        "name": i.name,
+        "id": i.id,
+        "state": i.state,
+        "reason": i.reason,
+        "workspace": i.workspace,
+        "created": i.created,
+        "warnings": list(i.warnings),
+    }
+
+
+def ls(args: list[str]) -> int:
+    p = flags.parser("warren ls", "List your sandboxes; dead ones say why.")
+    p.add_argument("--json", action="store_true", help="one JSON array")
+    ns = p.parse_args(args)
+    items = Sandbox.list(transport=_transport())
+    if ns.json:
+        print(json.dumps([_info_dict(i) for i in items], indent=2))
+        return 0
+    print(f"{'NAME':20} {'STATE':8} {'AGE':>8}  WORKSPACE / REASON")
+    for i in items:
+        extra = i.workspace if i.state == "running" else f"{i.workspace}  ({i.reason})"
+        print(f"{i.name:20} {i.state:8} {_age(time.time() - i.created):>8}  {extra}")
+    return 0
+
+
+def ps(args: list[str]) -> int:
+    p = flags.parser("warren ps", "List the processes running in sandbox NAME.")
+    p.add_argument("--json", action="store_true", help="one JSON array")
+    p.add_argument("name")
+    ns = p.parse_args(args)
+    procs = Sandbox.get(check_name(ns.name), transport=_transport()).processes()
+    if ns.json:
+        rows = [
+            {"pid": q.pid, "ppid": q.ppid, "state": q.state, "argv": list(q.argv), "spawn_id": q.spawn_id}
+            for q in procs
+        ]
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'PID':>6} {'PPID':>6} S  {'SPAWN':12}  COMMAND")
+    for q in procs:
+        print(f"{q.pid:>6} {q.ppid:>6} {q.state}  {q.spawn_id or '-':12}  {' '.join(q.argv)}")
+    return 0
+
+
+def _split(spec: str) -> tuple[str | None, str]:
+    name, sep, path = spec.partition(":")
+    if sep and name and "/" not in name:
+        return check_name(name), path or "."
+    return None, spec
+
+
+def cp(args: list[str]) -> int:
+    p = flags.parser(
+        "warren cp",
+        "Copy between host and sandbox: warren cp [-r] SRC NAME:DEST, or warren cp [-r] NAME:SRC DEST. "
+        "A DEST ending in / (or an existing directory) receives SRC under its own name.",
+    )
+    p.add_argument("-r", "--recursive", action="store_true", help="copy directories")
+    p.add_argument("src")
+    p.add_argument("dst")
+    ns = p.parse_args(args)
+    s_name, s_path = _split(ns.src)
+    d_name, d_path = _split(ns.dst)
+    if (s_name is None) == (d_name is None):
+        raise WarrenError(
+            "exactly one side of cp must be NAME:PATH in a sandbox",
+            operation="cp",
+            hint="warren cp ./file NAME:dir/  or  warren cp NAME:file ./file",
+        )
+    if d_name is not None:
+        _to_sandbox(Sandbox.get(d_name, transport=_transport()), s_path, d_path, ns.recursive)
+    else:
+        assert s_name is not None
+        _from_sandbox(Sandbox.get(s_name, transport=_transport()), s_path, d_path, ns.recursive)
+    return 0
+
+
+def _host_error(what: str, path: str, e: OSError) -> WarrenError:
+    return WarrenError(
+        f"cannot {what} {path} on the host",
+        operation="cp",
+        path=path,
+        errno=e.errno,
+        hint="check the path exists and you may read/write it",
+    )
+
+
+def _into(sb: Sandbox, dest: str, name: str) -> str:
+    """Where a copy named ``name`` lands in the sandbox (cp's rule for directories)."""
+    if dest.endswith("/"):
+        return dest + name
+    try:
+        if sb.files.stat(dest).type == "dir":
+            return dest.rstrip("/") + "/" + name
+    except SandboxFileNotFound:
+        pass
+    return dest
+
+
+def _to_sandbox(sb: Sandbox, src: str, dest: str, recursive: bool) -> None:
+    try:
+        st = os.lstat(src)
+    except OSError as e:
+        raise _host_error("read", src, e) from None
+    target = _into(sb, dest, os.path.basename(os.path.normpath(src)))
+    if stat.S_ISDIR(st.st_mode):
+        if not recursive:
+            raise WarrenError(
+                f"{src} is a directory", operation="cp", path=src, hint="copy directories with -r"
+            )
+        sb.files.mkdir(target, parents=True, exist_ok=True)
+        for entry in sorted(os.scandir(src), key=lambda e: e.name):
+            if entry.is_symlink():
+                continue  # links are not followed out of the tree being copied
+            _to_sandbox(sb, entry.path, target.rstrip("/") + "/" + entry.name, recursive)
+        return
+    if not stat.S_ISREG(st.st_mode):
+        return
+    try:
+        with open(src, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise _host_error("read", src, e) from None
+    sb.files.write(target, data, mode=stat.S_IMODE(st.st_mode) & 0o777)
+
+
+def _from_sandbox(sb: Sandbox, src: str, dest: str, recursive: bool) -> None:
+    """Host-side writes never follow a link: not one the sandbox made (it is copied
+    as a link, or not at all), nor one sitting at the destination."""
+    info = sb.files.stat(src, follow_symlinks=False)
+    name = os.path.basename(os.path.normpath(src)) or "copy"
+    target = os.path.join(dest, name) if dest.endswith("/") or os.path.isdir(dest) else dest
+    if info.type == "dir":
+        if not recursive:
+            raise WarrenError(
+                f"{src} is a directory", operation="cp", path=src, hint="copy directories with -r"
+            )
+        _copy_dir(sb, src, target)
+    elif info.type == "file":
+        _write_host(target, sb.files.read(src), info.mode)
+    else:
+        raise WarrenError(
+            f"{src} is a {info.type} in the sandbox, not a file",
+            operation="cp",
+            path=src,
+            hint="copy the file it points to by its own path",
+        )
+
+
+def _copy_dir(sb: Sandbox, src: str, target: str) -> None:
+    try:
+        os.mkdir(target, 0o755)
+    except FileExistsError:
+        if not stat.S_ISDIR(os.lstat(target).st_mode):
+            raise WarrenError(
+                f"{target} exists and is not a directory", operation="cp", path=target
+            ) from None
+    except OSError as e:
+        raise _host_error("create", target, e) from None
+    for entry in sb.files.list(src):
+        inner, out = src.rstrip("/") + "/" + entry.name, os.path.join(target, entry.name)
+        if entry.type == "dir":
+            _copy_dir(sb, inner, out)
+        elif entry.type == "file":
+            _write_host(out, sb.files.read(inner), entry.mode)
+
+
+def _write_host(path: str, data: bytes, mode: int) -> None:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, mode & 0o777)
+    except OSError as e:
+        raise _host_error("write", path, e) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise WarrenError(f"{path} is not a regular file", operation="cp", path=path)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+
+
+def port(args: list[str]) -> int:
+    p = flags.parser("warren port", "Forward a loopback port on this host to PORT inside sandbox NAME.")
+    p.add_argument(
+        "--host-port", type=int, default=0, metavar="N", help="host port to use (default: a free one)"
+    )
+    p.add_argument("name")
+    p.add_argument("port", type=int)
+    ns = p.parse_args(args)
+    print(Sandbox.get(check_name(ns.name), transport=_transport()).expose(ns.port, ns.host_port))
+    return 0
+
+
+def logs(args: list[str]) -> int:
+    p = flags.parser("warren logs", "Show sandbox NAME's logs: --net lists every network decision.")
+    p.add_argument("--net", action="store_true", help="the network proxy's decisions (--network allow)")
+    p.add_argument("--json", action="store_true", help="one JSON object per line")
+    p.add_argument("name")
+    ns = p.parse_args(args)
+    if not ns.net:
+        raise WarrenError(
+            "say which log: only the network log exists (--net)",
+            operation="logs",
+            hint=f"warren logs --net {ns.name}; a spawned process's output is in its Process.output()",
+        )
+    for event in _transport().net_log(check_name(ns.name)):
+        print(json.dumps(event.to_dict()) if ns.json else event.line())
+    return 0
+
+
+def stop(args: list[str]) -> int:
+    p = flags.parser(
+        "warren stop", "Stop sandbox NAME: SIGTERM to its processes, SIGKILL after a grace period."
+    )
+    p.add_argument("name")
+    ns = p.parse_args(args)
+    _warn(_transport().stop(check_name(ns.name), remove=False))
+    return 0
+
+
+def rm(args: list[str]) -> int:
+    p = flags.parser("warren rm", "Forget sandbox NAME (the workspace is kept); -f also stops a running one.")
+    p.add_argument("-f", "--force", action="store_true", help="stop it first if it is running")
+    p.add_argument("name")
+    ns = p.parse_args(args)
+    transport = _transport()
+    info = transport.get(check_name(ns.name))
+    if info.state in ("running", "stopping") and not ns.force:
+        raise SandboxError(
+            f"sandbox {ns.name} is {info.state}",
+            operation="rm",
+            path=ns.name,
+            hint=f"stop it first (warren stop {ns.name}), or remove it at once with warren rm -f {ns.name}",
+        )
+    _warn(transport.stop(ns.name, remove=True))
+    return 0
+
+
+def _warn(info: SandboxInfo) -> None:
+    for w in info.warnings:
+        print(f"warren: WARNING: {w}", file=sys.stderr)
+
+
+def shutdown(args: list[str]) -> int:
+    flags.parser("warren shutdown", "Let this user's supervisor exit once it holds no sandbox.").parse_args(
+        args
+    )
+    connect.request(protocol.ShutdownRequest(), (protocol.Ok,))
+    return 0
+
+
+COMMANDS: dict[str, Callable[[list[str]], int]] = {
+    "create": create,
+    "ls": ls,
+    "ps": ps,
+    "cp": cp,
+    "port": port,
+    "logs": logs,
+    "stop": stop,
+    "rm": rm,
+    "shutdown": shutdown,
+}

@@ -1,0 +1,166 @@
+"""The one run-and-capture loop: send a run or exec request with pipes for the
+command's stdio, feed stdin, capture output (capped), follow the command's start and
+exit on the connection, and build the ``Result``. Used for one-shot runs and for
+execs in live sandboxes alike.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import socket
+import time
+from collections.abc import Callable
+
+from .. import protocol, wire
+from ..errors import SandboxError, from_record
+from ..models import Result
+from ..net.allowlist import NetEvent
+from ..net.log import parse as parse_events
+from ..output import Capture, feed
+
+CLIENT_GRACE = 10.0  # beyond a timeout, how long to wait for the sandbox to say so
+
+
+def _exit_code(status: int) -> tuple[int, int | None]:
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        return 128 + sig, sig
+    return os.waitstatus_to_exitcode(status), None
+
+
+def run_captured(
+    sock: socket.socket,
+    message: protocol.RunRequest | protocol.ExecRequest,
+    *,
+    stdin: bytes | None,
+    on_stdout: Callable[[bytes], None] | None = None,
+    on_stderr: Callable[[bytes], None] | None = None,
+    on_net_event: Callable[[NetEvent], None] | None = None,
+    lost: Callable[[], Exception] | None = None,
+) -> Result:
+    """``message``'s command gets pipes for stdout and stderr (and stdin when given);
+    a run with ``net_events`` also gets the pipe its proxy decisions come through.
+    ``lost`` makes the error for a connection that ends without an answer."""
+    start = time.monotonic()
+    command = message.command
+    out_r, out_w = os.pipe2(os.O_CLOEXEC)
+    err_r, err_w = os.pipe2(os.O_CLOEXEC)
+    theirs = [out_w, err_w]
+    in_w = net_r = -1
+    if stdin is not None:
+        in_r, in_w = os.pipe2(os.O_CLOEXEC)
+        theirs.insert(0, in_r)
+    want_events = isinstance(message, protocol.RunRequest) and message.net_events
+    if want_events:
+        net_r, net_w = os.pipe2(os.O_CLOEXEC)
+        theirs.append(net_w)
+    command.stdio = [stdin is not None, True, True]
+    ours = [fd for fd in (out_r, err_r, in_w, net_r) if fd >= 0]
+    try:
+        wire.send(sock, message, fds=theirs)
+    except BaseException:
+        for fd in ours:
+            os.close(fd)
+        raise
+    finally:
+        for fd in theirs:
+            os.close(fd)
+    captures = {
+        out_r: Capture(command.output_limit, on_stdout),
+        err_r: Capture(command.output_limit, on_stderr),
+    }
+    events: list[NetEvent] = []
+    partial = b""
+    pending = memoryview(stdin or b"")
+    if in_w >= 0:
+        if pending:
+            os.set_blocking(in_w, False)
+        else:
+            os.close(in_w)
+            in_w = -1
+    readers: list[int | socket.socket] = [sock, out_r, err_r, *([net_r] if net_r >= 0 else [])]
+    deadline = None if command.timeout is None else start + command.timeout + CLIENT_GRACE
+    started: protocol.Started | None = None
+    final: protocol.Exited | None = None
+
+    def take_events(chunk: bytes) -> None:
+        nonlocal partial
+        partial += chunk
+        lines, _, partial = partial.rpartition(b"\n")
+        for event in parse_events(lines.decode(errors="replace")):
+            events.append(event)
+            if on_net_event is not None:
+                with contextlib.suppress(Exception):
+                    on_net_event(event)
+
+    try:
+        while final is None:
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready_r, ready_w, _ = select.select(readers, [in_w] if in_w >= 0 else [], [], wait)
+            if not ready_r and not ready_w:
+                # The sandbox did not enforce the timeout: give up on it. Closing the
+                # connection makes warren kill the command's tree.
+                final = protocol.Exited(status=9, timed_out=True)
+                break
+            for _fd in ready_w:
+                pending = feed(in_w, pending)
+                if not pending:
+                    os.close(in_w)
+                    in_w = -1
+            for r in ready_r:
+                if r is sock:
+                    try:
+                        msg, _, fds = wire.recv(sock, (protocol.Started, protocol.Exited, protocol.Error))
+                    except (wire.ConnectionClosed, ConnectionResetError):
+                        raise (
+                            lost() if lost else SandboxError("the connection to warren was lost")
+                        ) from None
+                    for fd in fds:
+                        os.close(fd)
+                    if isinstance(msg, protocol.Error):
+                        raise from_record(msg.error.to_fields())
+                    if isinstance(msg, protocol.Started):
+                        started = msg
+                    else:
+                        assert isinstance(msg, protocol.Exited)
+                        final = msg
+                    continue
+                assert isinstance(r, int)
+                chunk = os.read(r, 65536)
+                if not chunk:
+                    readers.remove(r)
+                elif r == net_r:
+                    take_events(chunk)
+                else:
+                    captures[r].feed(chunk)
+        # The command has exited: what it wrote is in the pipes. Read to the end, but
+        # do not wait for background processes that inherited them.
+        for fd in [r for r in readers if isinstance(r, int)]:
+            os.set_blocking(fd, False)
+            with contextlib.suppress(BlockingIOError):
+                while chunk := os.read(fd, 65536):
+                    if fd == net_r:
+                        take_events(chunk)
+                    else:
+                        captures[fd].feed(chunk)
+    finally:
+        for fd in (out_r, err_r, net_r, in_w):
+            if fd >= 0:
+                os.close(fd)
+    exit_code, sig = _exit_code(final.status)
+    out, err = captures[out_r], captures[err_r]
+    return Result(
+        exit_code=exit_code,
+        stdout=out.value(),
+        stderr=err.value(),
+        duration=time.monotonic() - start,
+        signal=sig,
+        timed_out=final.timed_out,
+        stdout_truncated=bool(out.dropped),
+        stderr_truncated=bool(err.dropped),
+        warnings=(*(started.warnings if started else ()), *final.warnings),
+        cwd=started.cwd if started else None,
+        net_log=tuple(events),
+    )

@@ -1,0 +1,221 @@
+"""Reach the supervisor: find it, start it when none runs, or fall back to one inline.
+
+The supervisor's address is the random abstract name it published in the (verified)
+state directory; the client checks that whoever answers runs as this user. When no
+supervisor runs, one is started as a fresh interpreter — not a fork of the caller, so
+it holds none of the caller's memory — with a scrubbed environment (the caller's is
+sent per request, and filtered by the policy). When the state directory is unusable,
+one-shot runs still work: an inline supervisor serves just this connection.
+
+On the CLI's fast path: standard library only, nothing heavy.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import sys
+
+from .. import protocol, wire
+from ..errors import SandboxError, SetupError, WarrenError, from_record
+from ..server import statedir
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+START_TIMEOUT = 30.0
+# What the supervisor process itself may see of the environment it is started from.
+_SUPERVISOR_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "XDG_STATE_HOME", "WARREN_SUPERVISOR_IDLE")
+_BOOT = (
+    "import os,sys\n"
+    "if os.fork(): os._exit(0)\n"  # the supervisor is nobody's child here, never a zombie
+    "os.setsid()\n"
+    "sys.path.insert(0, sys.argv[1])\n"
+    "from warren.server.supervisor import main\n"
+    "sys.exit(main(sys.argv[2:]))\n"
+)
+
+
+def _package_parent() -> str:
+    import warren
+
+    return os.path.dirname(os.path.dirname(os.path.abspath(warren.__file__)))
+
+
+def _spawn_python(args: list[str], env: Mapping[str, str], keep: Sequence[int], log: int) -> int:
+    argv = [sys.executable, "-I", "-c", _BOOT, _package_parent(), *args]
+    scrubbed = {k: v for k, v in env.items() if k in _SUPERVISOR_ENV}
+    for fd in keep:
+        os.set_inheritable(fd, True)
+    devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.posix_spawn(
+            sys.executable,
+            argv,
+            scrubbed,
+            file_actions=[
+                (os.POSIX_SPAWN_DUP2, devnull, 0),
+                (os.POSIX_SPAWN_DUP2, log, 1),
+                (os.POSIX_SPAWN_DUP2, log, 2),
+            ],
+        )
+    finally:
+        os.close(devnull)
+        for fd in keep:
+            os.set_inheritable(fd, False)
+
+
+def _start_daemon(root: str, env: Mapping[str, str]) -> str:
+    r, w = os.pipe()
+    log = os.open(
+        os.path.join(root, statedir.LOG_FILE), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600
+    )
+    try:
+        pid = _spawn_python(["daemon", root, str(w)], env, [w], log)
+        os.waitpid(pid, 0)  # the intermediate exits at once
+    finally:
+        os.close(w)
+        os.close(log)
+    try:
+        answer = b""
+        while select.select([r], [], [], START_TIMEOUT)[0]:
+            chunk = os.read(r, 512)
+            if not chunk:
+                break
+            answer += chunk
+            if answer.endswith(b"\n"):
+                break
+    finally:
+        os.close(r)
+    return answer.decode(errors="replace").strip()
+
+
+def _verify_server(sock: socket.socket) -> None:
+    _pid, uid, _gid = wire.peer_creds(sock)
+    if uid != os.getuid():
+        sock.close()
+        raise SandboxError(
+            f"the process answering at warren's address runs as uid {uid}, not as you",
+            operation="connect",
+            hint="someone else may be impersonating warren's supervisor; remove "
+            "supervisor.addr from warren's state directory and try again",
+        )
+
+
+def _elsewhere(pid: int) -> str | None:
+    """Which namespace of ours the supervisor does not share ("gone" when it cannot be
+    seen from here): it serves only callers that see the files, processes and network
+    it does."""
+    for ns in ("net", "mnt", "user", "pid"):
+        try:
+            if os.readlink(f"/proc/{pid}/ns/{ns}") != os.readlink(f"/proc/self/ns/{ns}"):
+                return ns
+        except OSError:
+            return "gone"
+    return None
+
+
+def _unreachable(root: str, pid: int, ns: str) -> SetupError:
+    where = f"another {ns} namespace" if ns != "gone" else "namespaces this process cannot see"
+    return SetupError(
+        f"warren's supervisor for {root} (pid {pid}) runs in {where}",
+        operation="connect",
+        path=root,
+        hint="long-lived sandboxes are reachable from where they were created; elsewhere, "
+        "set XDG_STATE_HOME to a state directory of its own",
+    )
+
+
+def supervisor(env: Mapping[str, str] | None = None) -> socket.socket:
+    """A verified connection to this user's supervisor, starting it when needed. A
+    SetupError when it cannot be had here (state directory unusable, or the running
+    supervisor lives in other namespaces)."""
+    env = os.environ if env is None else env
+    root = statedir.prepare(statedir.location(env))
+    why = "it did not start"
+    for _attempt in range(6):
+        found = statedir.read_address(root)
+        if found is not None:
+            token, pid = found
+            try:
+                sock = wire.connect(wire.abstract_name(token))
+            except OSError as e:
+                why = f"it did not answer ({e.strerror})"
+            else:
+                ns = _elsewhere(pid)
+                if ns is not None:
+                    sock.close()
+                    raise _unreachable(root, pid, ns)
+                _verify_server(sock)
+                return sock
+        answer = _start_daemon(root, env)
+        if answer.startswith("error"):
+            raise SetupError(
+                f"the warren supervisor could not start: {answer[6:]}",
+                operation="supervisor",
+                path=root,
+                hint=f"see {os.path.join(root, statedir.LOG_FILE)}",
+            )
+        if answer == "other" and found is not None and _elsewhere(found[1]) is not None:
+            # Alive (it holds the lock) but not reachable from here.
+            raise _unreachable(root, found[1], _elsewhere(found[1]) or "gone")
+    raise SandboxError(
+        f"cannot reach the warren supervisor: {why}",
+        operation="connect",
+        path=root,
+        hint=f"see {os.path.join(root, statedir.LOG_FILE)}; check that {root} is writable",
+    )
+
+
+def inline() -> socket.socket:
+    """A supervisor of our own, for this one connection (no state directory needed)."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    log = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        pid = _spawn_python(["inline", str(theirs.fileno())], os.environ, [theirs.fileno()], log)
+        os.waitpid(pid, 0)  # the intermediate exits at once
+    finally:
+        os.close(log)
+        theirs.close()
+    return ours
+
+
+def for_run(env: Mapping[str, str] | None = None) -> socket.socket:
+    """Where a one-shot run goes: the supervisor, or inline when the state directory
+    cannot be used (slower: a fresh interpreter per run)."""
+    try:
+        return supervisor(env)
+    except SetupError:
+        return inline()
+
+
+def request(
+    message: protocol.Message,
+    expect: tuple[type[protocol.Message], ...],
+    env: Mapping[str, str] | None = None,
+    payload: bytes = b"",
+) -> tuple[protocol.Message, bytes]:
+    """One request to the supervisor (or, through it, to a sandbox's PID 1) and its
+    reply; an ``Error`` reply is raised as the error it carries."""
+    sock = supervisor(env)
+    try:
+        wire.send(sock, message, payload)
+        reply, data, fds = wire.recv(sock, (*expect, protocol.Error))
+    except (wire.ConnectionClosed, ConnectionResetError, BrokenPipeError):
+        raise SandboxError(
+            "the warren supervisor closed the connection",
+            operation=message.TAG,
+            hint="see supervisor.log in warren's state directory",
+        ) from None
+    finally:
+        sock.close()
+    for fd in fds:
+        os.close(fd)
+    if isinstance(reply, protocol.Error):
+        raise from_record(reply.error.to_fields())
+    return reply, data
+
+
+__all__ = ["WarrenError", "for_run", "inline", "request", "supervisor"]

@@ -1,0 +1,213 @@
+"""LocalTransport: sandboxes of this user on this machine, through the supervisor.
+
+Every call is one connection to the supervisor's abstract socket (``connect``): a
+request the supervisor answers, or one it hands to the sandbox's PID 1, whose helper
+answers on the same connection. The caller's context (working directory and
+environment) travels with the requests that plan a sandbox.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+from collections.abc import Callable, Mapping
+
+from .. import protocol, wire
+from ..errors import SandboxError, from_record
+from ..models import ProcessInfo, Result, SandboxInfo
+from ..net.allowlist import NetEvent
+from ..policy.spec import PolicySpec
+from . import connect
+from .capture import run_captured
+from .transport import OutputCallback, Transport
+
+
+def info(msg: protocol.SandboxInfo) -> SandboxInfo:
+    return SandboxInfo(
+        name=msg.name,
+        id=msg.id,
+        state=msg.state,
+        reason=msg.reason,
+        workspace=msg.workspace,
+        created=msg.created,
+        warnings=tuple(msg.warnings),
+        pid1=msg.pid1,
+    )
+
+
+def _lost(op: str) -> Callable[[], Exception]:
+    return lambda: SandboxError(
+        "the connection to the sandbox was lost before the command finished",
+        operation=op,
+        hint="the sandbox was stopped or its supervisor died; see `warren ls`",
+    )
+
+
+class LocalTransport(Transport):
+    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+        self._env = env  # None: this process's environment at each call
+
+    @property
+    def env(self) -> Mapping[str, str]:
+        return os.environ if self._env is None else self._env
+
+    def _caller(self, config: bool = False, profile: str | None = None) -> protocol.Caller:
+        return protocol.Caller(cwd=os.getcwd(), env=dict(self.env), config=config, profile=profile)
+
+    def _request(
+        self, message: protocol.Message, expect: tuple[type[protocol.Message], ...], payload: bytes = b""
+    ) -> tuple[protocol.Message, bytes]:
+        return connect.request(message, expect, self.env, payload)
+
+    # --- one-shot --------------------------------------------------------------------
+
+    def run(
+        self,
+        argv: builtins.list[str],
+        spec: PolicySpec,
+        *,
+        config: bool,
+        profile: str | None,
+        cwd: str | None,
+        stdin: bytes | None,
+        timeout: float | None,
+        output_limit: int,
+        on_stdout: OutputCallback,
+        on_stderr: OutputCallback,
+        on_net_event: Callable[[NetEvent], None] | None,
+    ) -> Result:
+        message = protocol.RunRequest(
+            spec=spec.to_mapping(),
+            caller=self._caller(config, profile),
+            command=protocol.Command(argv=argv, cwd=cwd, timeout=timeout, output_limit=output_limit),
+            net_events=True,
+        )
+        sock = connect.for_run(self.env)
+        try:
+            return run_captured(
+                sock,
+                message,
+                stdin=stdin,
+                on_stdout=on_stdout,
+                on_stderr=on_stderr,
+                on_net_event=on_net_event,
+                lost=_lost("run"),
+            )
+        finally:
+            sock.close()
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def create(self, spec: PolicySpec, name: str, *, config: bool, profile: str | None) -> SandboxInfo:
+        request = protocol.CreateRequest(
+            name=name, spec=spec.to_mapping(), caller=self._caller(config, profile)
+        )
+        reply, _ = self._request(request, (protocol.SandboxInfo,))
+        assert isinstance(reply, protocol.SandboxInfo)
+        return info(reply)
+
+    def get(self, name: str) -> SandboxInfo:
+        reply, _ = self._request(protocol.GetRequest(name=name), (protocol.SandboxInfo,))
+        assert isinstance(reply, protocol.SandboxInfo)
+        return info(reply)
+
+    def list(self) -> builtins.list[SandboxInfo]:
+        reply, _ = self._request(protocol.ListRequest(), (protocol.SandboxList,))
+        assert isinstance(reply, protocol.SandboxList)
+        return [info(i) for i in reply.items]
+
+    def stop(self, name: str, *, remove: bool) -> SandboxInfo:
+        reply, _ = self._request(protocol.StopRequest(name=name, remove=remove), (protocol.SandboxInfo,))
+        assert isinstance(reply, protocol.SandboxInfo)
+        return info(reply)
+
+    # --- in a sandbox -------------------------------------------------------------------------
+
+    def exec(
+        self,
+        name: str,
+        argv: builtins.list[str],
+        *,
+        cwd: str | None,
+        env: dict[str, str],
+        stdin: bytes | None,
+        timeout: float | None,
+        output_limit: int,
+        on_stdout: OutputCallback,
+        on_stderr: OutputCallback,
+    ) -> Result:
+        message = protocol.ExecRequest(
+            sandbox=name,
+            command=protocol.Command(argv=argv, cwd=cwd, env=env, timeout=timeout, output_limit=output_limit),
+        )
+        sock = connect.supervisor(self.env)
+        try:
+            return run_captured(
+                sock, message, stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr, lost=_lost("exec")
+            )
+        finally:
+            sock.close()
+
+    def spawn(
+        self,
+        name: str,
+        argv: builtins.list[str],
+        *,
+        cwd: str | None,
+        env: dict[str, str],
+        timeout: float | None,
+        output_limit: int,
+    ) -> tuple[str, int]:
+        message = protocol.SpawnRequest(
+            sandbox=name,
+            command=protocol.Command(argv=argv, cwd=cwd, env=env, timeout=timeout, output_limit=output_limit),
+        )
+        sock = connect.supervisor(self.env)
+        try:
+            wire.send(sock, message)
+            reply, _, fds = wire.recv(sock, (protocol.Started, protocol.Error))
+        except (wire.ConnectionClosed, ConnectionResetError, BrokenPipeError):
+            raise _lost("spawn")() from None
+        finally:
+            sock.close()
+        for fd in fds:
+            os.close(fd)
+        if isinstance(reply, protocol.Error):
+            raise from_record(reply.error.to_fields())
+        assert isinstance(reply, protocol.Started) and reply.spawn_id is not None
+        return reply.spawn_id, reply.pid
+
+    def process(
+        self, name: str, spawn_id: str, stdout_offset: int = 0, stderr_offset: int = 0
+    ) -> tuple[protocol.ProcessState, bytes, bytes]:
+        request = protocol.ProcessRequest(
+            sandbox=name, spawn_id=spawn_id, stdout_offset=stdout_offset, stderr_offset=stderr_offset
+        )
+        reply, data = self._request(request, (protocol.ProcessState,))
+        assert isinstance(reply, protocol.ProcessState)
+        return reply, data[: reply.stdout_len], data[reply.stdout_len : reply.stdout_len + reply.stderr_len]
+
+    def processes(self, name: str) -> builtins.list[ProcessInfo]:
+        reply, _ = self._request(protocol.PsRequest(sandbox=name), (protocol.ProcessList,))
+        assert isinstance(reply, protocol.ProcessList)
+        return [ProcessInfo(p.pid, p.ppid, p.state, tuple(p.argv), p.spawn_id) for p in reply.items]
+
+    def signal(self, name: str, pid: int, sig: int) -> None:
+        self._request(protocol.SignalRequest(sandbox=name, pid=pid, signal=sig), (protocol.Ok,))
+
+    def file(self, request: protocol.FileRequest, data: bytes = b"") -> tuple[protocol.FileReply, bytes]:
+        reply, payload = self._request(request, (protocol.FileReply,), data)
+        assert isinstance(reply, protocol.FileReply)
+        return reply, payload
+
+    def expose(self, name: str, port: int, host_port: int) -> str:
+        reply, _ = self._request(
+            protocol.ExposeRequest(sandbox=name, port=port, host_port=host_port), (protocol.Exposed,)
+        )
+        assert isinstance(reply, protocol.Exposed)
+        return reply.address
+
+    def net_log(self, name: str) -> builtins.list[NetEvent]:
+        reply, _ = self._request(protocol.NetLogRequest(sandbox=name), (protocol.NetLog,))
+        assert isinstance(reply, protocol.NetLog)
+        return [NetEvent(**e.to_fields()) for e in reply.events]  # type: ignore[arg-type]

@@ -1,0 +1,350 @@
+"""Long-lived sandboxes for Python callers: ``Sandbox.create(policy=...)``.
+
+A ``Sandbox`` is a handle: a name and a ``Transport`` (``LocalTransport`` unless one
+is given). It outlives this Python process unless used as a context manager (which
+removes it on exit); reattach with ``Sandbox.get(name)``. ``AsyncSandbox``
+(``client.aio``) offers the same methods with ``await``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import signal as _signal
+import time
+import uuid
+from collections.abc import Callable, Sequence
+
+from .. import protocol
+from ..errors import SandboxDead, SandboxError, SandboxFileError, SandboxTimeout, WarrenError
+from ..models import FileInfo, Output, ProcessInfo, Result, SandboxInfo
+from ..net.allowlist import NetEvent
+from ..output import DEFAULT_OUTPUT_LIMIT
+from ..policy import Policy, PolicySpec
+from . import checks
+from .transport import Transport
+
+PathArg = str | os.PathLike[str]
+DEFAULT_READ_LIMIT = 64 * 1024 * 1024
+
+
+def _local() -> Transport:
+    from .local import LocalTransport
+
+    return LocalTransport()
+
+
+def _exit_code(status: int) -> int:
+    return 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.waitstatus_to_exitcode(status)
+
+
+class Process:
+    """A background process started with ``Sandbox.spawn`` (or found again with
+    ``Sandbox.process(id)``)."""
+
+    def __init__(self, sandbox: Sandbox, spawn_id: str, pid: int, argv: Sequence[str]) -> None:
+        self.sandbox = sandbox
+        self.id = spawn_id
+        self.pid = pid
+        self.argv = list(argv)
+        self._status: int | None = None
+
+    def __repr__(self) -> str:
+        return f"<Process {self.id} pid {self.pid} {self.argv!r}>"
+
+    def _state(self) -> protocol.ProcessState:
+        state, _, _ = self.sandbox._transport.process(self.sandbox.name, self.id, 1 << 62, 1 << 62)
+        if state.status is not None:
+            self._status = state.status
+        return state
+
+    @property
+    def running(self) -> bool:
+        return self._status is None and self._state().running
+
+    @property
+    def returncode(self) -> int | None:
+        if self._status is None:
+            self._state()
+        return None if self._status is None else _exit_code(self._status)
+
+    def wait(self, timeout: float | None = None) -> int:
+        """The exit status (128+N for signal N); raises SandboxTimeout if ``timeout`` passes."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self._status is None:
+            state = self._state()
+            if self._status is not None:
+                break
+            if not state.running:
+                raise SandboxDead(
+                    f"sandbox {self.sandbox.name} ended while process {self.pid} was running",
+                    operation="wait",
+                    hint="see `warren ls` for why",
+                )
+            if deadline is not None and time.monotonic() >= deadline:
+                raise SandboxTimeout(
+                    f"process {self.pid} still running after {timeout} s",
+                    operation="wait",
+                    hint="kill it with .kill() or wait longer",
+                )
+            time.sleep(0.02)
+        return _exit_code(self._status)
+
+    def kill(self, signal: int = _signal.SIGTERM) -> None:
+        """Send ``signal`` to the process's group (it runs in its own session)."""
+        self.sandbox._transport.signal(self.sandbox.name, self.pid, int(signal))
+
+    def output(self) -> Output:
+        """Everything captured so far (capped per stream, with a visible marker)."""
+        _, out, err = self.sandbox._transport.process(self.sandbox.name, self.id)
+        return Output(out, err)
+
+
+class Sandbox:
+    """A named, long-lived sandbox: ``with Sandbox.create(policy) as sb: sb.exec([...])``."""
+
+    def __init__(
+        self, info: SandboxInfo, transport: Transport | None = None, output_limit: int = DEFAULT_OUTPUT_LIMIT
+    ) -> None:
+        self._info = info
+        self._transport = transport or _local()
+        self.output_limit = checks.limit(output_limit, "sandbox")
+        self.files = Files(self)
+
+    @property
+    def name(self) -> str:
+        return self._info.name
+
+    @property
+    def id(self) -> str:
+        return self._info.id
+
+    @property
+    def workspace(self) -> str:
+        return self._info.workspace
+
+    @property
+    def info(self) -> SandboxInfo:
+        return self._info
+
+    @property
+    def pid1(self) -> int:
+        """PID 1 of the sandbox, as a pid on the host (0 when not known)."""
+        return self._info.pid1
+
+    def __repr__(self) -> str:
+        return f"<Sandbox {self.name} {self._info.state}>"
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+    # --- lifecycle ------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        policy: PolicySpec | Policy | None = None,
+        name: str | None = None,
+        *,
+        output_limit: int = DEFAULT_OUTPUT_LIMIT,
+        transport: Transport | None = None,
+    ) -> Sandbox:
+        """Create a sandbox; the supervisor resolves and plans ``policy`` for you."""
+        transport = transport or _local()
+        name = f"sb-{uuid.uuid4().hex[:10]}" if name is None else name
+        info = transport.create(checks.spec_of(policy), name, config=False, profile=None)
+        return cls(info, transport, output_limit)
+
+    @classmethod
+    def get(cls, name: str, *, transport: Transport | None = None) -> Sandbox:
+        """Reattach to a running sandbox; SandboxNotFound or SandboxDead otherwise."""
+        transport = transport or _local()
+        info = transport.get(name)
+        if info.state != "running":
+            raise SandboxDead(
+                f"sandbox {name} is {info.state}" + (f": {info.reason}" if info.reason else ""),
+                operation="get",
+                path=name,
+                hint=f"remove it with `warren rm {name}` and create it again",
+            )
+        return cls(info, transport)
+
+    @classmethod
+    def list(cls, *, transport: Transport | None = None) -> builtins.list[SandboxInfo]:
+        """Every registered sandbox of this user, dead ones with the reason."""
+        return (transport or _local()).list()
+
+    @property
+    def alive(self) -> bool:
+        try:
+            info = self._transport.get(self.name)
+        except WarrenError:
+            return False
+        if info.id != self.id:
+            return False
+        self._info = info
+        return info.state == "running"
+
+    def stop(self) -> None:
+        """SIGTERM every process, then SIGKILL after a grace period; the record stays."""
+        self._info = self._transport.stop(self.name, remove=False)
+
+    def remove(self) -> None:
+        """Stop if running and forget the sandbox (its logs too). The workspace stays."""
+        self._transport.stop(self.name, remove=True)
+
+    # --- commands -----------------------------------------------------------------------
+
+    def exec(
+        self,
+        cmd: Sequence[str],
+        cwd: PathArg | None = None,
+        env: dict[str, str] | None = None,
+        stdin: bytes | str | None = None,
+        timeout: float | None = None,
+        on_stdout: Callable[[bytes], None] | None = None,
+        on_stderr: Callable[[bytes], None] | None = None,
+        output_limit: int | None = None,
+    ) -> Result:
+        """Run ``cmd`` in the sandbox and capture its output.
+
+        The cwd defaults to the workspace, re-resolved on every call; an explicit
+        ``cwd`` that does not exist raises ``CwdNotFound``. A timeout kills the
+        command's whole process tree and returns ``timed_out=True``.
+        """
+        return self._transport.exec(
+            self.name,
+            checks.argv(cmd, "exec"),
+            cwd=checks.cwd(cwd, "exec"),
+            env=checks.env(env, "exec"),
+            stdin=checks.stdin(stdin, "exec"),
+            timeout=checks.timeout(timeout, "exec"),
+            output_limit=checks.limit(self.output_limit if output_limit is None else output_limit, "exec"),
+            on_stdout=on_stdout,
+            on_stderr=on_stderr,
+        )
+
+    def spawn(
+        self,
+        cmd: Sequence[str],
+        cwd: PathArg | None = None,
+        env: dict[str, str] | None = None,
+        timeout: float | None = None,
+        output_limit: int | None = None,
+    ) -> Process:
+        """Start ``cmd`` in the background; it keeps running after this call and
+        after this Python process. Its output goes to capped logs (``output()``)."""
+        argv = checks.argv(cmd, "spawn")
+        spawn_id, pid = self._transport.spawn(
+            self.name,
+            argv,
+            cwd=checks.cwd(cwd, "spawn"),
+            env=checks.env(env, "spawn"),
+            timeout=checks.timeout(timeout, "spawn"),
+            output_limit=checks.limit(self.output_limit if output_limit is None else output_limit, "spawn"),
+        )
+        return Process(self, spawn_id, pid, argv)
+
+    def process(self, spawn_id: str) -> Process:
+        """Reattach to a background process started by ``spawn`` (any client)."""
+        state, _, _ = self._transport.process(self.name, spawn_id, 1 << 62, 1 << 62)
+        return Process(self, spawn_id, state.pid, state.argv)
+
+    def processes(self) -> builtins.list[ProcessInfo]:
+        """The processes running in the sandbox now (not warren's own)."""
+        return self._transport.processes(self.name)
+
+    # --- network ----------------------------------------------------------------------
+
+    def expose(self, port: int, host_port: int = 0) -> str:
+        """Forward ``127.0.0.1:host_port`` on the host (a free port when 0) to ``port``
+        on the sandbox's loopback; returns the host address ("127.0.0.1:NNNN"). Works
+        in every network mode; closed with the sandbox."""
+        for value, what, low in ((port, "port", 1), (host_port, "host_port", 0)):
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= 65535:
+                raise SandboxError(
+                    f"{what} must be a TCP port number, got {value!r}",
+                    operation="expose",
+                    hint="ports are 1-65535 (host_port 0 picks a free one)",
+                )
+        return self._transport.expose(self.name, port, host_port)
+
+    def net_log(self) -> builtins.list[NetEvent]:
+        """Every decision of this sandbox's network proxy (``--network allow``), oldest
+        first; kept after the sandbox stops, removed with it."""
+        return self._transport.net_log(self.name)
+
+
+class Files:
+    """File operations as the sandbox sees them: every path is resolved by the
+    kernel inside the sandbox (its root, mounts, symlinks, Landlock), by a hardened
+    helper process there. Relative paths start at the workspace."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self._sb = sandbox
+
+    def _op(
+        self, op: str, path: PathArg, data: bytes = b"", **extra: object
+    ) -> tuple[protocol.FileReply, bytes]:
+        request = protocol.FileRequest(sandbox=self._sb.name, op=op, path=checks.path(path, op), **extra)  # type: ignore[arg-type]
+        return self._sb._transport.file(request, data)
+
+    def read(self, path: PathArg, *, max_bytes: int = DEFAULT_READ_LIMIT) -> bytes:
+        """The file's bytes; FileTooLarge when it is bigger than ``max_bytes``."""
+        return self._op("read", path, max_bytes=checks.limit(max_bytes, "read"))[1]
+
+    def read_text(
+        self, path: PathArg, encoding: str = "utf-8", *, max_bytes: int = DEFAULT_READ_LIMIT
+    ) -> str:
+        return self.read(path, max_bytes=max_bytes).decode(encoding)
+
+    def write(
+        self,
+        path: PathArg,
+        data: bytes | str,
+        *,
+        mode: int = 0o644,
+        append: bool = False,
+        parents: bool = False,
+    ) -> None:
+        if isinstance(data, str):
+            raw = data.encode()
+        elif isinstance(data, (bytes, bytearray, memoryview)):
+            raw = bytes(data)
+        else:
+            raise SandboxFileError(
+                f"data must be bytes or str, not {type(data).__name__}",
+                operation="write",
+                hint="pass bytes or str",
+            )
+        self._op(
+            "write", path, raw, mode=checks.mode(mode, "write"), append=bool(append), parents=bool(parents)
+        )
+
+    def list(self, path: PathArg = ".") -> builtins.list[FileInfo]:
+        reply, _ = self._op("list", path)
+        return [FileInfo(**e.to_fields()) for e in reply.entries]  # type: ignore[arg-type]
+
+    def stat(self, path: PathArg, follow_symlinks: bool = True) -> FileInfo:
+        reply, _ = self._op("stat", path, follow=bool(follow_symlinks))
+        assert reply.stat is not None
+        return FileInfo(**reply.stat.to_fields())  # type: ignore[arg-type]
+
+    def exists(self, path: PathArg) -> bool:
+        return self._op("exists", path)[0].exists
+
+    def mkdir(
+        self, path: PathArg, *, parents: bool = False, exist_ok: bool = False, mode: int = 0o755
+    ) -> None:
+        self._op(
+            "mkdir", path, parents=bool(parents), exist_ok=bool(exist_ok), mode=checks.mode(mode, "mkdir")
+        )
+
+    def remove(self, path: PathArg, *, recursive: bool = False) -> None:
+        self._op("remove", path, recursive=bool(recursive))
+
+    def rename(self, src: PathArg, dst: PathArg) -> None:
+        self._op("rename", src, dst=checks.path(dst, "rename"))

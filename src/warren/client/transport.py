@@ -1,0 +1,101 @@
+"""The Transport interface: everything ``Sandbox``, ``AsyncSandbox`` and ``warren.run``
+need from wherever sandboxes live (httpx-style: one API, several transports).
+
+``LocalTransport`` (``client.local``) talks to this user's supervisor over its unix
+socket; an HTTP transport for ``warren serve`` implements the same methods. Above a
+transport nothing knows where state is kept: methods take and return warren's own
+types (``models``) and the protocol's request values.
+"""
+
+from __future__ import annotations
+
+import abc
+import builtins
+from collections.abc import Callable
+
+from .. import protocol
+from ..models import ProcessInfo, Result, SandboxInfo
+from ..net.allowlist import NetEvent
+from ..policy.spec import PolicySpec
+
+OutputCallback = Callable[[bytes], None] | None
+
+
+class Transport(abc.ABC):
+    @abc.abstractmethod
+    def run(
+        self,
+        argv: builtins.list[str],
+        spec: PolicySpec,
+        *,
+        config: bool,
+        profile: str | None,
+        cwd: str | None,
+        stdin: bytes | None,
+        timeout: float | None,
+        output_limit: int,
+        on_stdout: OutputCallback,
+        on_stderr: OutputCallback,
+        on_net_event: Callable[[NetEvent], None] | None,
+    ) -> Result: ...
+
+    @abc.abstractmethod
+    def create(self, spec: PolicySpec, name: str, *, config: bool, profile: str | None) -> SandboxInfo: ...
+
+    @abc.abstractmethod
+    def get(self, name: str) -> SandboxInfo: ...
+
+    @abc.abstractmethod
+    def list(self) -> builtins.list[SandboxInfo]: ...
+
+    @abc.abstractmethod
+    def stop(self, name: str, *, remove: bool) -> SandboxInfo: ...
+
+    @abc.abstractmethod
+    def exec(
+        self,
+        name: str,
+        argv: builtins.list[str],
+        *,
+        cwd: str | None,
+        env: dict[str, str],
+        stdin: bytes | None,
+        timeout: float | None,
+        output_limit: int,
+        on_stdout: OutputCallback,
+        on_stderr: OutputCallback,
+    ) -> Result: ...
+
+    @abc.abstractmethod
+    def spawn(
+        self,
+        name: str,
+        argv: builtins.list[str],
+        *,
+        cwd: str | None,
+        env: dict[str, str],
+        timeout: float | None,
+        output_limit: int,
+    ) -> tuple[str, int]:
+        """Start in the background; (spawn id, pid in the sandbox)."""
+
+    @abc.abstractmethod
+    def process(
+        self, name: str, spawn_id: str, stdout_offset: int = 0, stderr_offset: int = 0
+    ) -> tuple[protocol.ProcessState, bytes, bytes]:
+        """A background process's state and its output from the given offsets."""
+
+    @abc.abstractmethod
+    def processes(self, name: str) -> builtins.list[ProcessInfo]: ...
+
+    @abc.abstractmethod
+    def signal(self, name: str, pid: int, sig: int) -> None: ...
+
+    @abc.abstractmethod
+    def file(self, request: protocol.FileRequest, data: bytes = b"") -> tuple[protocol.FileReply, bytes]: ...
+
+    @abc.abstractmethod
+    def expose(self, name: str, port: int, host_port: int) -> str: ...
+
+    @abc.abstractmethod
+    def net_log(self, name: str) -> builtins.list[NetEvent]: ...

@@ -1,0 +1,92 @@
+"""warren's own result types, returned by the public API whatever the transport.
+
+Plain frozen dataclasses; built from protocol messages by the client, never from
+the supervisor's registry rows.
+"""
+
+from __future__ import annotations
+
+import signal as _signal
+from dataclasses import dataclass
+
+from .net.allowlist import NetEvent
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a command did: exit status (128+N when killed by signal N), its output
+    (capped, with a visible marker), and what warren noticed."""
+
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+    duration: float
+    signal: int | None = None
+    timed_out: bool = False
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    warnings: tuple[str, ...] = ()
+    cwd: str | None = None
+    net_log: tuple[NetEvent, ...] = ()  # --network allow (one-shot runs): every proxy decision
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    @property
+    def signal_name(self) -> str | None:
+        return _signal.Signals(self.signal).name if self.signal else None
+
+    @property
+    def text(self) -> str:
+        return self.stdout.decode(errors="replace")
+
+
+@dataclass(frozen=True)
+class SandboxInfo:
+    """A registered sandbox: alive, stopped or dead (and then why)."""
+
+    name: str
+    id: str
+    state: str  # "running", "stopping", "stopped", "dead"
+    reason: str
+    workspace: str
+    created: float
+    warnings: tuple[str, ...] = ()
+    pid1: int = 0  # its PID 1 as this host sees it (0 when unknown or remote)
+
+    @property
+    def alive(self) -> bool:
+        return self.state == "running"
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    """A process running in the sandbox (pids are the sandbox's own)."""
+
+    pid: int
+    ppid: int
+    state: str
+    argv: tuple[str, ...]
+    spawn_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Output:
+    stdout: bytes
+    stderr: bytes
+
+    @property
+    def text(self) -> str:
+        return self.stdout.decode(errors="replace")
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    name: str
+    type: str  # "file", "dir", "symlink" or "other"
+    size: int
+    mode: int
+    mtime: float
+    uid: int
+    gid: int

@@ -1,0 +1,207 @@
+"""Facts the planner needs, as plain data: about this host, and about the caller.
+
+Host facts (the mount table, the Landlock ABI, what kind of thing each relevant path
+is, where warren keeps its state) belong to the process that plans — the supervisor,
+which is warm and re-reads only what changed. Caller facts (uid, gid, home,
+environment, working directory) belong to whoever asked, and arrive with the request.
+Nothing here changes the system; tests build both by hand.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import stat
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .._core import _sys
+
+
+@dataclass(frozen=True)
+class MountEntry:
+    mount_id: int
+    parent_id: int
+    root: str
+    mount_point: str
+    options: str
+    fstype: str
+    source: str
+
+    @property
+    def read_only(self) -> bool:
+        return "ro" in self.options.split(",")
+
+
+def _unescape(field_: str) -> str:
+    # mountinfo escapes space, tab, newline and backslash as octal.
+    out, i = [], 0
+    while i < len(field_):
+        code = field_[i + 1 : i + 4]
+        if field_[i] == "\\" and len(code) == 3 and code.isdigit():
+            out.append(chr(int(code, 8)))
+            i += 4
+        else:
+            out.append(field_[i])
+            i += 1
+    return "".join(out)
+
+
+_parsed: tuple[str, tuple[MountEntry, ...]] = ("", ())
+
+
+def parse_mountinfo(text: str) -> tuple[MountEntry, ...]:
+    """Parse /proc/self/mountinfo; the last result is reused while the text is unchanged."""
+    global _parsed
+    if text == _parsed[0]:
+        return _parsed[1]
+    entries = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        left, _, right = line.partition(" - ")
+        parts = left.split()
+        rparts = right.split()
+        entries.append(
+            MountEntry(
+                mount_id=int(parts[0]),
+                parent_id=int(parts[1]),
+                root=_unescape(parts[3]),
+                mount_point=_unescape(parts[4]),
+                options=parts[5],
+                fstype=rparts[0] if rparts else "",
+                source=_unescape(rparts[1]) if len(rparts) > 1 else "",
+            )
+        )
+    _parsed = (text, tuple(entries))
+    return _parsed[1]
+
+
+def mount_of(path: str, mounts: Iterable[MountEntry]) -> MountEntry | None:
+    """The mount a path lives on: the deepest mount point above it, topmost if stacked."""
+    best: MountEntry | None = None
+    for entry in mounts:
+        mp = entry.mount_point
+        inside = path == mp or mp == "/" or path.startswith(mp.rstrip("/") + "/")
+        if inside and (best is None or len(mp) >= len(best.mount_point)):
+            best = entry
+    return best
+
+
+PathKind = str  # "dir" | "file" | "symlink" | "other" | "missing"
+
+
+def path_kind(path: str) -> PathKind:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return "missing"
+    if stat.S_ISLNK(st.st_mode):
+        return "symlink"
+    if stat.S_ISDIR(st.st_mode):
+        return "dir"
+    if stat.S_ISREG(st.st_mode):
+        return "file"
+    return "other"
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    mounts: tuple[MountEntry, ...]
+    landlock_abi: int
+    cap_last_cap: int
+    machine_supported: bool
+    path_kinds: Mapping[str, PathKind] = field(default_factory=dict)
+    state_dir: str | None = None  # warren's own: hidden in every sandbox, never writable
+
+    def kind(self, path: str) -> PathKind:
+        return self.path_kinds.get(path, "missing")
+
+
+@dataclass(frozen=True)
+class CallerFacts:
+    uid: int
+    gid: int
+    home: str
+    env: Mapping[str, str]
+    cwd: str
+
+    @classmethod
+    def here(cls, env: Mapping[str, str] | None = None, cwd: str | None = None) -> CallerFacts:
+        env = dict(os.environ if env is None else env)
+        return cls(
+            uid=os.getuid(),
+            gid=os.getgid(),
+            home=env.get("HOME") or os.path.expanduser("~"),
+            env=env,
+            cwd=cwd or os.getcwd(),
+        )
+
+
+# Paths whose kind the planner asks about beyond the policy's own.
+FIXED_PATHS = (
+    "/run",
+    "/var/run",
+    "/tmp",
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+    "/proc/irq",
+    "/proc/bus",
+)
+
+
+@functools.cache
+def _cap_last_cap() -> int:
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            return int(f.read())
+    except OSError:
+        return 40
+
+
+@functools.cache
+def _kernel_landlock_abi() -> int:
+    return _sys.landlock_abi()
+
+
+def landlock_abi(kernel_abi: int, env: Mapping[str, str]) -> int:
+    """The ABI to plan for. WARREN_LANDLOCK_ABI (the caller's) may only lower the
+    kernel's, to rehearse what warren does on an older kernel (the fallback and its
+    warning)."""
+    forced = env.get("WARREN_LANDLOCK_ABI")
+    if forced is not None and forced.isdigit():
+        return min(kernel_abi, int(forced))
+    return kernel_abi
+
+
+def gather(extra_paths: Iterable[str] = (), state_dir: str | None = None) -> HostFacts:
+    with open("/proc/self/mountinfo") as f:
+        mounts = parse_mountinfo(f.read())
+    paths = set(FIXED_PATHS) | set(extra_paths)
+    if state_dir:
+        paths.add(state_dir)
+    return HostFacts(
+        mounts=mounts,
+        landlock_abi=_kernel_landlock_abi(),
+        cap_last_cap=_cap_last_cap(),
+        machine_supported=_sys.supported_machine() and sys.platform == "linux",
+        path_kinds={p: path_kind(p) for p in paths},
+        state_dir=state_dir,
+    )
+
+
+def paths_of(policy_paths: Iterable[Path], caller: CallerFacts) -> list[str]:
+    """The paths whose kind a plan for this policy and caller depends on."""
+    out = [str(p) for p in policy_paths]
+    runtime = caller.env.get("XDG_RUNTIME_DIR")
+    if runtime:
+        out.append(runtime)
+    return out

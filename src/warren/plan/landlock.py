@@ -1,0 +1,105 @@
+"""Landlock: the access rights (include/uapi/linux/landlock.h) and the ruleset a plan
+asks for. Pure: building the ruleset in the kernel is ``_core.harden``'s job.
+
+Writes (with REFER, so renames and links across writable roots work) are granted
+only beneath the writable roots, the private temporary directories and the
+terminal devices; everything else the mounts show is read and execute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+EXECUTE = 1 << 0
+WRITE_FILE = 1 << 1
+READ_FILE = 1 << 2
+READ_DIR = 1 << 3
+REMOVE_DIR = 1 << 4
+REMOVE_FILE = 1 << 5
+MAKE_CHAR = 1 << 6
+MAKE_DIR = 1 << 7
+MAKE_REG = 1 << 8
+MAKE_SOCK = 1 << 9
+MAKE_FIFO = 1 << 10
+MAKE_BLOCK = 1 << 11
+MAKE_SYM = 1 << 12
+REFER = 1 << 13
+TRUNCATE = 1 << 14
+IOCTL_DEV = 1 << 15
+SCOPE_ABSTRACT_UNIX = 1 << 0
+SCOPE_SIGNAL = 1 << 1
+
+_ABI_FS = {1: (1 << 13) - 1, 2: (1 << 14) - 1, 3: (1 << 15) - 1, 4: (1 << 15) - 1}
+READ = EXECUTE | READ_FILE | READ_DIR
+WRITE_TREE = (
+    WRITE_FILE
+    | REMOVE_DIR
+    | REMOVE_FILE
+    | MAKE_DIR
+    | MAKE_REG
+    | MAKE_SOCK
+    | MAKE_FIFO
+    | MAKE_SYM
+    | REFER
+    | TRUNCATE
+)
+DEVICE = READ_FILE | WRITE_FILE | TRUNCATE | IOCTL_DEV
+
+_RIGHT_NAMES = {
+    EXECUTE: "execute",
+    WRITE_FILE: "write_file",
+    READ_FILE: "read_file",
+    READ_DIR: "read_dir",
+    REMOVE_DIR: "remove_dir",
+    REMOVE_FILE: "remove_file",
+    MAKE_CHAR: "make_char",
+    MAKE_DIR: "make_dir",
+    MAKE_REG: "make_reg",
+    MAKE_SOCK: "make_sock",
+    MAKE_FIFO: "make_fifo",
+    MAKE_BLOCK: "make_block",
+    MAKE_SYM: "make_sym",
+    REFER: "refer",
+    TRUNCATE: "truncate",
+    IOCTL_DEV: "ioctl_dev",
+}
+
+
+def handled_fs(abi: int) -> int:
+    return _ABI_FS.get(abi, (1 << 16) - 1) if abi >= 1 else 0
+
+
+def right_names(mask: int) -> list[str]:
+    return [name for bit, name in _RIGHT_NAMES.items() if mask & bit]
+
+
+@dataclass(frozen=True)
+class LandlockRule:
+    path: str
+    access: int
+    why: str
+    is_dir: bool = True
+
+
+@dataclass(frozen=True)
+class LandlockPlan:
+    abi: int
+    handled: int
+    scoped: int  # abstract unix sockets and signals, from ABI 6
+    rules: tuple[LandlockRule, ...]
+
+
+def plan(abi: int, writable: list[str], tmpdirs: tuple[str, ...], devices: tuple[str, ...]) -> LandlockPlan:
+    handled = handled_fs(abi)
+    write = WRITE_TREE & handled
+    device = DEVICE & handled
+    rules = [LandlockRule("/", READ, "read and execute everywhere the mounts show")]
+    for path in writable:
+        rules.append(LandlockRule(path, READ | write, "writable root (with REFER)"))
+    for path in tmpdirs:
+        rules.append(LandlockRule(path, READ | write, "private temporary files"))
+    for path in devices:
+        rules.append(LandlockRule(path, device, "device", is_dir=False))
+    rules.append(LandlockRule("/dev/pts", device, "pseudo-terminals"))
+    scoped = (SCOPE_ABSTRACT_UNIX | SCOPE_SIGNAL) if abi >= 6 else 0
+    return LandlockPlan(abi=abi, handled=handled, scoped=scoped, rules=tuple(rules))

@@ -1,0 +1,114 @@
+"""The plan as data: everything a sandbox launch will do, decided before it starts.
+
+A ``Plan`` is the whole truth: the mount steps in order, the Landlock ruleset, the
+seccomp filter, the identity, the environment, the working directory, the network
+rules, what the host must prepare (directories to create, ancestor directories to
+guard). Nothing is patched onto it afterwards; the executor in ``_core`` only
+carries it out. It prints (``warren plan``) and compares in tests.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field
+
+from ..net.allowlist import HostRule
+from .landlock import LandlockPlan, right_names
+from .seccomp import SeccompPlan
+
+
+class MountKind(enum.Enum):
+    ROOT_VIEW = "root_view"  # clone the host's / recursively, read-only and nosuid, as the new root
+    BIND_RW = "bind_rw"  # clone ``source`` from the host, read-only below, writable on top
+    MASK = "mask"  # read-only bind over every entry of ``target`` not named in ``keep``
+    TMPFS = "tmpfs"  # a fresh tmpfs (``readonly`` for hiding, ``mode`` for permissions)
+    BIND_DEV = "bind_dev"  # bind the host device node ``source`` onto ``target``
+    DEVPTS = "devpts"  # a new devpts instance
+    SYMLINK = "symlink"  # ``target`` -> ``source`` (inside a fresh tmpfs)
+    DIR = "dir"  # create directory ``target`` with ``mode`` (inside a fresh tmpfs)
+    BIND_RO = "bind_ro"  # clone ``source`` from the host read-only onto ``target``
+    DENY_FILE = "deny_file"  # bind /dev/null over a file
+    PROC = "proc"  # a fresh procfs for the sandbox's pid namespace
+    RO_SELF = "ro_self"  # re-bind ``target`` onto itself read-only (inside /proc)
+
+
+# Cloned from the host before anything is overlaid (their sources may lie under /tmp,
+# where the new root is staged).
+PRECLONED = frozenset({MountKind.ROOT_VIEW, MountKind.BIND_RW, MountKind.BIND_RO})
+
+
+@dataclass(frozen=True)
+class MountOp:
+    """One step of the mount plan, executed in order."""
+
+    kind: MountKind
+    target: str
+    source: str | None = None
+    why: str = ""
+    keep: tuple[str, ...] = ()
+    mode: int | None = None
+    readonly: bool = False
+    mkdir: bool = False  # create the mount point (it lies in a fresh tmpfs)
+
+
+@dataclass(frozen=True)
+class NetPlan:
+    mode: str  # "none" | "allow" | "open"
+    hosts: tuple[str, ...] = ()  # the allowlist entries as written
+    rules: tuple[HostRule, ...] = ()  # ... and parsed
+    resolve: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Plan:
+    mounts: tuple[MountOp, ...]
+    landlock: LandlockPlan | None
+    seccomp: SeccompPlan
+    uid: int
+    gid: int
+    env: dict[str, str]
+    workspace: str
+    cwd: str  # where a command starts unless it asks for another directory
+    net: NetPlan
+    cap_last_cap: int
+    hostname: str = "warren"
+    create_dirs: tuple[str, ...] = ()  # made on the host before launch (preset caches)
+    guarded: tuple[str, ...] = ()  # directories above shared roots: metadata snapshotted
+    groups: tuple[tuple[str, tuple[str, ...]], ...] = field(default=())
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def uid_map(self) -> str:
+        return f"{self.uid} {self.uid} 1"
+
+    @property
+    def gid_map(self) -> str:
+        return f"{self.gid} {self.gid} 1"
+
+    def to_dict(self) -> dict[str, object]:
+        data = asdict(self)
+        data["mounts"] = [{**asdict(op), "kind": op.kind.value} for op in self.mounts]
+        data["uid_map"], data["gid_map"] = self.uid_map, self.gid_map
+        data["seccomp"] = {
+            "machine": self.seccomp.machine,
+            "denied": list(self.seccomp.denied),
+            "deny_new_userns": self.seccomp.deny_new_userns,
+            "instructions": len(self.seccomp.program),
+        }
+        if self.landlock is not None:
+            data["landlock"] = {
+                "abi": self.landlock.abi,
+                "handled": right_names(self.landlock.handled),
+                "scoped": self.landlock.scoped,
+                "rules": [
+                    {"path": r.path, "access": right_names(r.access), "why": r.why}
+                    for r in self.landlock.rules
+                ],
+            }
+        data["net"] = {
+            "mode": self.net.mode,
+            "hosts": list(self.net.hosts),
+            "resolve": dict(self.net.resolve),
+        }
+        data["groups"] = [{"mount_at": a, "roots": list(r)} for a, r in self.groups]
+        return data

@@ -1,0 +1,272 @@
+"""The mount plan: where writable roots are bound, what is masked, hidden or fresh.
+
+This is where the heart of warren's fidelity is decided (DESIGN.md section 3):
+writable roots that live on the same host mount (and under the same overlaid
+directory such as /tmp) are exposed through ONE read-write bind of their deepest
+common ancestor, so hardlinks and renames between them stay on one mount. Everything
+else inside that bind is masked read-only at the mount level, and Landlock (ABI >= 2,
+with REFER) confines writes to the roots themselves. Pure.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from .facts import HostFacts, mount_of
+from .model import MountKind, MountOp
+
+# Directories the sandbox gets fresh: a writable root under one of them is grafted
+# onto the fresh mount, so it cannot share a mount with roots outside it.
+OVERLAID = ("/tmp", "/dev", "/proc", "/run", "/var/run")
+DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
+DEV_LINKS = (
+    ("ptmx", "pts/ptmx"),
+    ("fd", "/proc/self/fd"),
+    ("stdin", "/proc/self/fd/0"),
+    ("stdout", "/proc/self/fd/1"),
+    ("stderr", "/proc/self/fd/2"),
+)
+PROC_READONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus")
+
+
+def within(path: str, parent: str) -> bool:
+    return path == parent or path.startswith(parent.rstrip("/") + "/")
+
+
+def overlaid_base(path: str) -> str | None:
+    for base in OVERLAID:
+        if within(path, base):
+            return base
+    return None
+
+
+def _common_ancestor(paths: Iterable[str]) -> str:
+    return os.path.commonpath(list(paths))
+
+
+def strip_nested(roots: list[str]) -> list[str]:
+    """Drop roots inside other roots: the outer grant already covers them."""
+    kept: list[str] = []
+    for root in sorted(roots, key=len):
+        if not any(within(root, k) for k in kept):
+            kept.append(root)
+    return kept
+
+
+@dataclass(frozen=True)
+class Group:
+    mount_at: str
+    roots: tuple[str, ...]
+    overlaid: str | None
+
+
+def group_writable_roots(roots: Iterable[str], facts: HostFacts) -> list[Group]:
+    """Partition writable roots by host mount (and overlaid directory)."""
+    by_key: dict[tuple[int, str | None], list[str]] = {}
+    for root in strip_nested(list(roots)):
+        entry = mount_of(root, facts.mounts)
+        key = (entry.mount_id if entry else -1, overlaid_base(root))
+        by_key.setdefault(key, []).append(root)
+    groups = []
+    for (mount_id, base), members in by_key.items():
+        entry = next((m for m in facts.mounts if m.mount_id == mount_id), None)
+        ancestor = _common_ancestor(members)
+        # Never bind above the host mount's own root (it would span other mounts),
+        # nor above the overlaid directory the roots are grafted into.
+        floor = entry.mount_point if entry else "/"
+        if base and len(base) > len(floor):
+            floor = base
+        if not within(ancestor, floor):
+            ancestor = floor
+        groups.append(Group(ancestor, tuple(sorted(members)), base))
+    return sorted(groups, key=lambda g: (g.overlaid is not None, g.mount_at.count("/"), g.mount_at))
+
+
+def split_warnings(groups: list[Group], facts: HostFacts) -> list[str]:
+    """Roots on one host filesystem that still end up on two mounts: say so."""
+    out = []
+    by_mount: dict[int, list[Group]] = {}
+    for g in groups:
+        entry = mount_of(g.roots[0], facts.mounts)
+        by_mount.setdefault(entry.mount_id if entry else -1, []).append(g)
+    for members in by_mount.values():
+        inside = [g for g in members if g.overlaid]
+        outside = [g for g in members if not g.overlaid]
+        for g in inside:
+            for other in outside:
+                out.append(
+                    f"{', '.join(g.roots)} (under {g.overlaid}, which the sandbox gets fresh) and "
+                    f"{', '.join(other.roots)} are on one host filesystem but cannot share a mount: "
+                    "hardlinks and renames between them will fail with EXDEV (uv: 'falling back "
+                    f"to full copy'). Keep workspace and caches both outside {g.overlaid}, or both in it."
+                )
+    return out
+
+
+def mask_ops(group: Group) -> list[MountOp]:
+    """Read-only masks for every directory between the bind and its roots."""
+    keep: dict[str, set[str]] = {}
+    for root in group.roots:
+        if root == group.mount_at:
+            return []  # the bind is itself a writable root: nothing to mask
+        rel = PurePosixPath(root).relative_to(group.mount_at)
+        cur = PurePosixPath(group.mount_at)
+        for part in rel.parts:
+            keep.setdefault(str(cur), set()).add(part)
+            cur = cur / part
+    ops = []
+    for directory in sorted(keep, key=lambda d: (d.count("/"), d)):
+        if any(within(directory, r) for r in group.roots):
+            continue
+        # Entries replaced by fresh mounts later need no mask of their own.
+        fresh = {PurePosixPath(p).name for p in OVERLAID if str(PurePosixPath(p).parent) == directory}
+        ops.append(
+            MountOp(
+                MountKind.MASK,
+                directory,
+                keep=tuple(sorted(keep[directory] | fresh)),
+                why="read-only at the mount level: only the writable roots below are writable",
+            )
+        )
+    return ops
+
+
+@dataclass(frozen=True)
+class MountPlan:
+    ops: tuple[MountOp, ...]
+    groups: tuple[Group, ...]
+    tmpdir: str  # TMPDIR inside: /tmp, or a private directory when /tmp holds a bind
+    warnings: tuple[str, ...]
+
+
+def plan_mounts(
+    writable: list[str],
+    readable: list[str],
+    denied: list[tuple[str, str]],
+    hidden_candidates: list[str],
+    facts: HostFacts,
+    shared: bool,
+) -> MountPlan:
+    """The mount steps, in the order the kernel needs them. ``shared``: writable roots
+    on one filesystem share one bind (needs Landlock >= 2 to confine them); otherwise
+    one bind per root. ``denied`` pairs each path with where the rule came from."""
+    warnings: list[str] = []
+    ops: list[MountOp] = [MountOp(MountKind.ROOT_VIEW, "/", "/", why="the host, read-only and nosuid")]
+    if shared:
+        groups = group_writable_roots(writable, facts)
+    else:
+        groups = [Group(r, (r,), overlaid_base(r)) for r in strip_nested(writable)]
+    warnings.extend(split_warnings(groups, facts))
+
+    def add_group(g: Group) -> None:
+        why = "writable roots " + ", ".join(g.roots) + " share this one mount"
+        if len(g.roots) == 1 and g.roots[0] == g.mount_at:
+            why = "writable root"
+        ops.append(MountOp(MountKind.BIND_RW, g.mount_at, g.mount_at, why=why, mkdir=g.overlaid is not None))
+        ops.extend(mask_ops(g))
+
+    for g in groups:
+        if g.overlaid is None:
+            add_group(g)
+
+    ops.append(MountOp(MountKind.TMPFS, "/tmp", why="private /tmp", mode=0o1777))
+    ops.append(MountOp(MountKind.TMPFS, "/dev", why="minimal /dev", mode=0o755))
+    for node in DEV_NODES:
+        if facts.kind(f"/dev/{node}") != "missing":
+            ops.append(MountOp(MountKind.BIND_DEV, f"/dev/{node}", f"/dev/{node}", why="device node"))
+    ops.append(MountOp(MountKind.DEVPTS, "/dev/pts", why="private pseudo-terminals", mkdir=True))
+    ops.append(MountOp(MountKind.TMPFS, "/dev/shm", why="private shared memory", mode=0o1777, mkdir=True))
+    for name, dest in DEV_LINKS:
+        ops.append(MountOp(MountKind.SYMLINK, f"/dev/{name}", dest))
+
+    hidden: list[str] = []
+    for path in hidden_candidates:
+        if not path or not path.startswith("/") or facts.kind(path) != "dir":
+            continue
+        if any(within(path, h) for h in hidden) or within(path, "/tmp"):
+            continue
+        hidden.append(path)
+        ops.append(
+            MountOp(
+                MountKind.TMPFS,
+                path,
+                why="hide host sockets (docker.sock, session bus, ...)",
+                mode=0o755,
+                readonly=True,
+            )
+        )
+    for g in groups:
+        if g.overlaid is not None:
+            add_group(g)
+
+    # A Landlock rule granting writes on /tmp would also cover the host directories
+    # between a grafted group's bind and its roots (Landlock follows the path up
+    # through mount points). Then /tmp itself stays read-only and temporary files go
+    # to a private directory inside it.
+    tmp_shared = any(g.overlaid == "/tmp" and g.mount_at not in g.roots for g in groups)
+    tmpdir = "/tmp/.warren-tmp" if tmp_shared else "/tmp"
+    if tmp_shared:
+        ops.append(
+            MountOp(
+                MountKind.DIR, tmpdir, why="private TMPDIR (/tmp holds the writable roots' bind)", mode=0o1777
+            )
+        )
+
+    visible_grafts = [g.mount_at for g in groups if g.overlaid is not None]
+
+    def visible(path: str) -> bool:
+        base = overlaid_base(path)
+        return base is None or any(within(path, a) for a in visible_grafts)
+
+    for path in readable:
+        inside_writable = any(within(path, w) for w in writable)
+        if inside_writable or not visible(path):
+            ops.append(
+                MountOp(
+                    MountKind.BIND_RO,
+                    path,
+                    path,
+                    why="read-only inside a writable root"
+                    if inside_writable
+                    else "read-only graft into a fresh directory",
+                    mkdir=not visible(path),
+                )
+            )
+
+    for path, source in denied:
+        if visible(path):  # under a fresh directory the host's copy is not there to hide
+            ops.extend(_deny_op(path, source, facts))
+
+    ops.append(MountOp(MountKind.PROC, "/proc", why="fresh /proc: only the sandbox's processes"))
+    for path in PROC_READONLY:
+        ops.append(MountOp(MountKind.RO_SELF, path, why="kernel tunables stay read-only"))
+    return MountPlan(tuple(ops), tuple(groups), tmpdir, tuple(warnings))
+
+
+def _deny_op(path: str, source: str, facts: HostFacts) -> list[MountOp]:
+    kind = facts.kind(path)
+    why = f"denied ({source})"
+    if kind == "dir":
+        return [MountOp(MountKind.TMPFS, path, why=why, mode=0o000, readonly=True)]
+    if kind in ("file", "other"):
+        return [MountOp(MountKind.DENY_FILE, path, "/dev/null", why=why)]
+    return []
+
+
+def guarded_ancestors(groups: Iterable[Group]) -> tuple[str, ...]:
+    """Directories on a shared mount above its writable roots: Landlock stops entries
+    being made or removed there, not chmod/utimes, so their metadata is guarded."""
+    out: set[str] = set()
+    for g in groups:
+        for root in g.roots:
+            if root == g.mount_at:
+                continue
+            cur = PurePosixPath(g.mount_at)
+            out.add(str(cur))
+            for part in PurePosixPath(root).relative_to(g.mount_at).parts[:-1]:
+                cur = cur / part
+                out.add(str(cur))
+    return tuple(sorted(out))

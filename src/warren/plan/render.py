@@ -1,0 +1,86 @@
+"""Human-readable rendering of a Plan (``warren plan``). Pure string building."""
+
+from __future__ import annotations
+
+from .landlock import right_names
+from .model import MountKind, MountOp, Plan
+
+_K = MountKind
+
+
+def _mount_line(op: MountOp) -> str:
+    if op.kind is _K.ROOT_VIEW:
+        return "root      /  <- host /, read-only, nosuid, nodev"
+    if op.kind is _K.BIND_RW:
+        return f"rw bind   {op.target}  ({op.why})"
+    if op.kind is _K.MASK:
+        return f"mask ro   {op.target}/*  except {', '.join(op.keep)}"
+    if op.kind is _K.TMPFS:
+        state = "read-only, empty" if op.readonly else f"mode {op.mode:o}" if op.mode is not None else ""
+        return f"tmpfs     {op.target}  [{state}]  ({op.why})"
+    if op.kind is _K.BIND_DEV:
+        return f"device    {op.target}"
+    if op.kind is _K.DEVPTS:
+        return f"devpts    {op.target}  (new instance)"
+    if op.kind is _K.SYMLINK:
+        return f"symlink   {op.target} -> {op.source}"
+    if op.kind is _K.DIR:
+        return f"dir       {op.target}  [mode {op.mode or 0o755:o}]  ({op.why})"
+    if op.kind is _K.BIND_RO:
+        return f"ro bind   {op.target}  ({op.why})"
+    if op.kind is _K.DENY_FILE:
+        return f"deny      {op.target}  <- /dev/null ({op.why})"
+    if op.kind is _K.PROC:
+        return f"proc      {op.target}  ({op.why})"
+    return f"ro        {op.target}  ({op.why})"
+
+
+def render(plan: Plan) -> str:
+    lines: list[str] = []
+    for w in plan.warnings:
+        lines.append(f"WARNING: {w}")
+    lines.append("identity")
+    lines.append(f"  uid_map {plan.uid_map}   gid_map {plan.gid_map}   setgroups deny")
+    lines.append("  namespaces: user mount pid ipc uts net cgroup; hostname " + plan.hostname)
+    lines.append("mounts (in order)")
+    lines.extend(f"  {_mount_line(op)}" for op in plan.mounts)
+    if plan.groups:
+        lines.append("writable roots by mount")
+        for at, roots in plan.groups:
+            lines.append(f"  {at}: {', '.join(roots)}")
+    if plan.guarded:
+        lines.append("ancestor directories on a shared mount (mode and times restored, with a warning)")
+        lines.append(f"  {', '.join(plan.guarded)}")
+    if plan.landlock is not None:
+        ll = plan.landlock
+        lines.append(f"landlock (ABI {ll.abi}; handles {len(right_names(ll.handled))} rights)")
+        for rule in ll.rules:
+            lines.append(f"  {rule.path}: {' '.join(right_names(rule.access & ll.handled))}")
+        if ll.scoped:
+            lines.append("  scoped: abstract unix sockets, signals")
+    else:
+        lines.append("landlock: not used")
+    lines.append(f"seccomp ({len(plan.seccomp.program)} BPF instructions)")
+    lines.extend(f"  {line}" for line in plan.seccomp.summary())
+    lines.append("process")
+    lines.append(
+        "  each command: own session (a pty made inside when you are on a terminal), no_new_privs, "
+        "all capabilities dropped, fds > 2 closed, its own Landlock domain (it cannot signal or "
+        "trace PID 1 or warren's helpers)"
+    )
+    lines.append(f"  cwd {plan.cwd}   (workspace {plan.workspace})")
+    if plan.create_dirs:
+        lines.append(f"  create if missing: {', '.join(plan.create_dirs)}")
+    lines.append(f"network: {plan.net.mode}")
+    if plan.net.mode == "none":
+        lines.append("  only lo, in the sandbox's own network namespace")
+    elif plan.net.mode == "allow":
+        lines.append("  only lo; warren's proxy listens on 127.0.0.1:3128 inside and connects to:")
+        lines.extend(f"    {host}" for host in plan.net.hosts or ("(nothing: no host allowed)",))
+        lines.append("  never: link-local/metadata addresses; names resolving to internal addresses")
+        lines.extend(f"  resolve {name} -> {addr}" for name, addr in plan.net.resolve)
+    else:
+        lines.append("  pasta (user-mode stack) outbound; no port forwarding; host loopback not mapped")
+    lines.append("environment")
+    lines.extend(f"  {k}={v}" for k, v in sorted(plan.env.items()))
+    return "\n".join(lines)

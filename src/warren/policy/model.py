@@ -1,0 +1,200 @@
+"""Policy: what a sandbox may see and do, as plain validated data.
+
+Owns the meaning of every policy field and its validation. Validation reads the
+filesystem only to check that named paths exist (``stat``); it makes no mount,
+namespace or Landlock call. ``resolve.build`` turns a ``PolicySpec`` into one.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import PolicyError
+from ..net import allowlist as _allowlist
+from .spec import PolicySpec
+
+NETWORK_MODES = ("none", "allow", "open")
+
+# Passed from the caller's environment unless the policy says otherwise.
+DEFAULT_ENV_PASS = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "TERM",
+    "COLORTERM",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "NO_COLOR",
+    "FORCE_COLOR",
+    "COLUMNS",
+    "LINES",
+    # Which certificates to trust (file names, not secrets): without them uv, pip,
+    # npm, git and curl fail TLS behind a corporate or CI proxy with its own CA.
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "PIP_CERT",
+    "NODE_EXTRA_CA_CERTS",
+    "GIT_SSL_CAINFO",
+    "CARGO_HTTP_CAINFO",
+    "NIX_SSL_CERT_FILE",
+    "UV_NATIVE_TLS",
+)
+_ENV_PASS_PATTERNS = (re.compile(r"LC_[A-Z_]+"),)
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+# Credentials that are unreadable by default when they exist (host mode shows the host).
+DEFAULT_DENIED = (
+    "~/.ssh",
+    "~/.gnupg",
+    "~/.aws",
+    "~/.azure",
+    "~/.kube",
+    "~/.docker",
+    "~/.netrc",
+    "~/.git-credentials",
+    "~/.pypirc",
+    "~/.config/gh",
+    "~/.config/gcloud",
+)
+
+# Writable roots here would hand the sandbox the kernel or the device tree.
+_FORBIDDEN_WRITABLE = ("/proc", "/sys", "/dev")
+
+
+@dataclass(frozen=True)
+class Root:
+    """A path the policy names, with where the grant came from (shown in the plan)."""
+
+    path: Path
+    source: str
+    create: bool = False
+
+
+@dataclass(frozen=True)
+class Policy:
+    workspace: Path
+    writable: tuple[Root, ...] = ()
+    readable: tuple[Root, ...] = ()
+    denied: tuple[Root, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    env_pass: tuple[str, ...] = DEFAULT_ENV_PASS
+    network: str = "none"
+    presets: tuple[str, ...] = ()
+    allowed_hosts: tuple[str, ...] = ()
+    resolve: Mapping[str, str] = field(default_factory=dict)
+    allow_nested: bool = False
+    # The spec this policy was resolved from: what a client sends, so the supervisor
+    # resolves the same policy for the same caller.
+    spec: PolicySpec = field(default_factory=PolicySpec, compare=False)
+
+    def __post_init__(self) -> None:
+        self._validate()
+
+    # -- validation ------------------------------------------------------------
+
+    def _validate(self) -> None:
+        _require_dir(self.workspace, "workspace")
+        if self.network not in NETWORK_MODES:
+            raise PolicyError(
+                f"unknown network mode {self.network!r}",
+                operation="policy",
+                hint=f"use one of: {', '.join(NETWORK_MODES)}",
+            )
+        # Parsed here so a bad entry is an error before anything starts.
+        _allowlist.parse_rules(self.allowed_hosts)
+        _allowlist.parse_resolve(self.resolve)
+        for root in (*self.writable, *self.readable, *self.denied):
+            if not root.path.is_absolute():
+                raise PolicyError(
+                    f"{root.source}: path must be absolute: {root.path}",
+                    operation="policy",
+                    path=str(root.path),
+                    hint="write it as an absolute path or start it with ~/",
+                )
+        for root in (*self.writable, *self.readable):
+            if not root.create and not os.path.lexists(root.path):
+                raise PolicyError(
+                    f"{root.source}: path does not exist: {root.path}",
+                    operation="policy",
+                    path=str(root.path),
+                    hint="create it first, or remove it from the policy",
+                )
+        for root in self.denied:
+            if root.source != "default" and not os.path.lexists(root.path):
+                raise PolicyError(
+                    f"{root.source}: denied path does not exist: {root.path}",
+                    operation="policy",
+                    path=str(root.path),
+                    hint="check the spelling; a deny rule that matches nothing protects nothing",
+                )
+        for root in self.writable:
+            for forbidden in _FORBIDDEN_WRITABLE:
+                if is_within(root.path, Path(forbidden)):
+                    raise PolicyError(
+                        f"{root.source}: {root.path} cannot be writable",
+                        operation="policy",
+                        path=str(root.path),
+                        hint=f"{forbidden} is the kernel's; the sandbox gets its own",
+                    )
+            for deny in self.denied:
+                if is_within(root.path, deny.path):
+                    raise PolicyError(
+                        f"{root.source}: writable path {root.path} is inside denied path "
+                        f"{deny.path} ({deny.source})",
+                        operation="policy",
+                        path=str(root.path),
+                        hint="remove one of the two rules; a denied path hides everything below it",
+                    )
+        for name in (*self.env, *self.env_pass):
+            if not _ENV_NAME.fullmatch(name):
+                raise PolicyError(
+                    f"invalid environment variable name {name!r}",
+                    operation="policy",
+                    hint="names are letters, digits and _, not starting with a digit",
+                )
+
+    # -- derived views -----------------------------------------------------------
+
+    @property
+    def allowed_rules(self) -> tuple[_allowlist.HostRule, ...]:
+        return _allowlist.parse_rules(self.allowed_hosts)
+
+    def passes_env(self, name: str) -> bool:
+        return name in self.env_pass or any(p.fullmatch(name) for p in _ENV_PASS_PATTERNS)
+
+
+def is_within(path: Path, parent: Path) -> bool:
+    return path == parent or parent in path.parents
+
+
+def _require_dir(path: Path, what: str) -> None:
+    if not path.is_absolute():
+        raise PolicyError(
+            f"{what} must be an absolute path: {path}",
+            operation="policy",
+            path=str(path),
+            hint="pass an absolute path",
+        )
+    if not path.exists():
+        raise PolicyError(
+            f"{what} does not exist: {path}",
+            operation="policy",
+            path=str(path),
+            hint=f"create it (mkdir -p {path}) or pass another --workspace",
+        )
+    if not path.is_dir():
+        raise PolicyError(
+            f"{what} is not a directory: {path}",
+            operation="policy",
+            path=str(path),
+            hint="the workspace must be a directory",
+        )

@@ -1,0 +1,141 @@
+"""Resolve a PolicySpec for one caller into a validated Policy.
+
+Owns what a user-written path means (``~/``, relative to the caller's directory,
+symlinks resolved so the plan names what the kernel will see), preset expansion and
+the default deny list. The caller's facts (cwd, env, home) are arguments: the
+supervisor resolves a spec for the client that sent it, not for itself.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from pathlib import Path
+
+from ..errors import PolicyError
+from . import presets as _presets
+from .model import DEFAULT_DENIED, DEFAULT_ENV_PASS, Policy, Root, is_within
+from .spec import PolicySpec, check_text
+
+
+def absolute(raw: str, where: str, base: Path | None, home: Path) -> Path:
+    """Turn a user-written path into a normalized absolute one.
+
+    ``base`` is where relative paths are anchored (the caller's cwd for flags and
+    requests); ``None`` means relative paths are an error (config files).
+    """
+    check_text(raw, where)
+    if not raw.strip():
+        raise PolicyError(
+            f"{where}: empty path",
+            operation="policy",
+            path=raw,
+            hint="name a directory (an empty path would silently mean the current directory)",
+        )
+    if raw.startswith("~"):
+        if raw != "~" and not raw.startswith("~/"):
+            raise PolicyError(
+                f"{where}: only ~/ is supported, not {raw!r}",
+                operation="policy",
+                path=raw,
+                hint="write the full path of another user's home",
+            )
+        raw = str(home) + raw[1:]
+    path = Path(raw)
+    if not path.is_absolute():
+        if base is None:
+            raise PolicyError(
+                f"{where}: path must be absolute: {raw}",
+                operation="policy",
+                path=raw,
+                hint="config files need absolute paths (or ~/...)",
+            )
+        path = base / path
+    if len(os.fsencode(str(path))) >= 4096 or any(len(os.fsencode(p)) > 255 for p in path.parts):
+        raise PolicyError(
+            f"{where}: path too long: {str(path)[:80]}...",
+            operation="policy",
+            path=str(path)[:200],
+            errno=36,
+            hint="paths are at most 4095 bytes, each name at most 255",
+        )
+    # Resolve symlinks so the plan names what the kernel will see.
+    return Path(os.path.realpath(path))
+
+
+def build(
+    spec: PolicySpec,
+    *,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    home: Path | None = None,
+    relative_base: Path | None = None,
+) -> Policy:
+    """Resolve a spec into a validated :class:`Policy` for the calling user."""
+    env = os.environ if env is None else env
+    home = home or Path(env.get("HOME") or os.path.expanduser("~"))
+    cwd = cwd or Path.cwd()
+    base = relative_base if relative_base is not None else cwd
+    workspace = absolute(spec.workspace, "--workspace", base, home) if spec.workspace else cwd.resolve()
+    grant = _presets.expand(tuple(spec.presets), env, home)
+    network = _network_mode(spec)
+
+    write = [absolute(p, "--write", base, home) for p in spec.write]
+    read = [absolute(p, "--read", base, home) for p in spec.read]
+    deny = [absolute(p, "--deny", base, home) for p in spec.deny]
+    writable: list[Root] = []
+    if spec.workspace_writable is not False:
+        writable.append(Root(workspace, "workspace"))
+    writable += [Root(p, "--write") for p in write]
+    writable += [Root(Path(os.path.realpath(p)), src, create=True) for p, src in grant.writable]
+    readable = [Root(p, "--read") for p in read]
+    denied = [Root(p, "--deny") for p in deny]
+    if spec.default_deny is not False:
+        for raw in DEFAULT_DENIED:
+            path = absolute(raw, "default deny", None, home)
+            writes_inside = any(is_within(w.path, path) for w in writable)
+            if os.path.lexists(path) and not writes_inside:
+                denied.append(Root(path, "default"))
+    return Policy(
+        workspace=workspace,
+        writable=tuple(_dedupe(writable)),
+        readable=tuple(_dedupe(readable)),
+        denied=tuple(_dedupe(denied)),
+        env=dict(spec.env),
+        env_pass=tuple(dict.fromkeys([*DEFAULT_ENV_PASS, *grant.env_pass, *spec.env_pass])),
+        network=network,
+        presets=tuple(spec.presets),
+        allowed_hosts=tuple(dict.fromkeys([*grant.hosts, *spec.allow_hosts])) if network == "allow" else (),
+        resolve=dict(spec.resolve),
+        allow_nested=bool(spec.allow_nested),
+        # Paths made absolute: the same spec resolves to this policy from any directory.
+        spec=replace(
+            spec,
+            workspace=str(workspace),
+            write=[str(p) for p in write],
+            read=[str(p) for p in read],
+            deny=[str(p) for p in deny],
+        ),
+    )
+
+
+def _network_mode(spec: PolicySpec) -> str:
+    """``--allow-host`` alone means ``--network allow``; with another mode it is a
+    contradiction, said as such rather than silently ignored."""
+    if spec.network is None:
+        return "allow" if spec.allow_hosts else "none"
+    if spec.allow_hosts and spec.network != "allow":
+        raise PolicyError(
+            f"allowed hosts ({', '.join(spec.allow_hosts[:3])}) given with network mode {spec.network!r}",
+            operation="policy",
+            hint="allowed hosts only apply to --network allow; drop them or use --network allow",
+        )
+    return spec.network
+
+
+def _dedupe(roots: Iterable[Root]) -> list[Root]:
+    seen: dict[Path, Root] = {}
+    for root in roots:
+        seen.setdefault(root.path, root)
+    return list(seen.values())

@@ -1,0 +1,173 @@
+"""PolicySpec: a policy as a user writes it, before it is resolved for a caller.
+
+Owns the one mapping between a spec and its dictionary form, whose keys are exactly
+the keys of ``warren.toml``: TOML files, the protocol (a client sends the spec, the
+supervisor resolves it) and later HTTP and MCP bodies all go through ``from_mapping``
+and ``to_mapping``, so a key means the same everywhere and a bad one is the same
+typed error naming where it came from. No filesystem access here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ConfigError, PolicyError
+
+# key -> attribute; both spellings of the list keys are accepted, the first is canonical.
+LIST_KEYS = {
+    "write": "write",
+    "read": "read",
+    "deny": "deny",
+    "env_pass": "env_pass",
+    "preset": "presets",
+    "presets": "presets",
+    "allow_host": "allow_hosts",
+    "allow_hosts": "allow_hosts",
+}
+BOOL_KEYS = ("default_deny", "workspace_writable", "allow_nested")
+STR_KEYS = ("workspace", "network")
+TABLE_KEYS = ("env", "resolve")
+PATH_KEYS = ("write", "read", "deny")
+KNOWN = sorted({*LIST_KEYS, *BOOL_KEYS, *STR_KEYS, *TABLE_KEYS})
+
+
+@dataclass
+class PolicySpec:
+    """Unvalidated options as a user writes them (flags, TOML, a request body)."""
+
+    workspace: str | None = None
+    write: list[str] = field(default_factory=list)
+    read: list[str] = field(default_factory=list)
+    deny: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    env_pass: list[str] = field(default_factory=list)
+    presets: list[str] = field(default_factory=list)
+    network: str | None = None
+    allow_hosts: list[str] = field(default_factory=list)
+    resolve: dict[str, str] = field(default_factory=dict)
+    default_deny: bool | None = None
+    workspace_writable: bool | None = None
+    allow_nested: bool | None = None
+
+    def merged(self, other: PolicySpec) -> PolicySpec:
+        """``other`` layered on top of ``self``: scalars replace, lists extend."""
+        return PolicySpec(
+            workspace=other.workspace or self.workspace,
+            write=[*self.write, *other.write],
+            read=[*self.read, *other.read],
+            deny=[*self.deny, *other.deny],
+            env={**self.env, **other.env},
+            env_pass=[*self.env_pass, *other.env_pass],
+            presets=[*self.presets, *other.presets],
+            network=other.network or self.network,
+            allow_hosts=[*self.allow_hosts, *other.allow_hosts],
+            resolve={**self.resolve, **other.resolve},
+            default_deny=_pick(other.default_deny, self.default_deny),
+            workspace_writable=_pick(other.workspace_writable, self.workspace_writable),
+            allow_nested=_pick(other.allow_nested, self.allow_nested),
+        )
+
+    def to_mapping(self) -> dict[str, object]:
+        """The ``warren.toml`` form, with only what is set."""
+        out: dict[str, object] = {}
+        if self.workspace is not None:
+            out["workspace"] = self.workspace
+        for key, attr in (
+            ("write", "write"),
+            ("read", "read"),
+            ("deny", "deny"),
+            ("preset", "presets"),
+            ("env_pass", "env_pass"),
+            ("allow_host", "allow_hosts"),
+        ):
+            value = getattr(self, attr)
+            if value:
+                out[key] = list(value)
+        if self.env:
+            out["env"] = dict(self.env)
+        if self.resolve:
+            out["resolve"] = dict(self.resolve)
+        if self.network is not None:
+            out["network"] = self.network
+        for key in BOOL_KEYS:
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = value
+        return out
+
+
+def _pick(a: bool | None, b: bool | None) -> bool | None:
+    return a if a is not None else b
+
+
+def type_error(where: str, key: str, expected: str) -> ConfigError:
+    return ConfigError(
+        f"{where}: {key!r} must be {expected}",
+        operation="config",
+        hint="see README 'Policy files' for the schema",
+    )
+
+
+def from_mapping(table: Mapping[str, Any], where: str, *, skip: tuple[str, ...] = ("profile",)) -> PolicySpec:
+    """A spec from its dictionary form, every key and value checked; paths are kept as
+    written (``resolve`` makes them absolute for a caller). ``where`` names the source
+    in errors (a file, "--write", "request")."""
+    if not isinstance(table, Mapping):
+        raise type_error(where, "policy", "a table of keys")
+    spec = PolicySpec()
+    for key, value in table.items():
+        if key in skip:
+            continue
+        if key in LIST_KEYS:
+            if isinstance(value, str):
+                value = [value]
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise type_error(where, key, "a list of strings")
+            for v in value:
+                check_text(v, f"{where}: {key}")
+            getattr(spec, LIST_KEYS[key]).extend(value)
+        elif key in BOOL_KEYS:
+            if not isinstance(value, bool):
+                raise type_error(where, key, "true or false")
+            setattr(spec, key, value)
+        elif key in STR_KEYS:
+            if not isinstance(value, str):
+                raise type_error(where, key, "a string")
+            check_text(value, f"{where}: {key}")
+            setattr(spec, key, value)
+        elif key in TABLE_KEYS:
+            expected = "a table of strings" if key == "env" else 'a table of NAME = "ADDRESS"'
+            if not isinstance(value, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+            ):
+                raise type_error(where, key, expected)
+            for k, v in value.items():
+                check_text(k, f"{where}: {key}")
+                check_text(v, f"{where}: {key}.{k}")
+            getattr(spec, key).update(value)
+        else:
+            raise ConfigError(
+                f"{where}: unknown key {key!r}",
+                operation="config",
+                hint=f"known keys: {', '.join(KNOWN)}",
+            )
+    return spec
+
+
+def check_text(value: str, where: str) -> str:
+    """Paths, names and values end up as C strings: no NUL, and not absurdly long."""
+    if "\x00" in value:
+        raise PolicyError(
+            f"{where}: {value[:60]!r} contains a NUL byte",
+            operation="policy",
+            hint="paths, names and values cannot contain NUL (\\0)",
+        )
+    if len(value) > 65536:
+        raise PolicyError(
+            f"{where}: value of {len(value)} characters is too long",
+            operation="policy",
+            hint="paths are at most 4096 bytes; values at most 64 KiB",
+        )
+    return value

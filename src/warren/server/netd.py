@@ -1,0 +1,146 @@
+"""The network helper of one sandbox: its allowlist proxy and its exposed ports.
+
+Forked by the supervisor (which stays single-threaded: the clone's parent-death
+signal is per thread) when a sandbox in ``--network allow`` starts, or on its first
+``expose``:
+
+    supervisor ── netd (this: the host's network namespace, threads)
+                   ├─ proxy: accepts on the socket PID 1 made inside the sandbox
+                   │   (``net.proxy``); each decision goes to the sandbox's net log
+                   │   and, for a one-shot run, to the client's event pipe
+                   └─ exposes: a listening socket on the host's 127.0.0.1 per port; each
+                       connection is joined to a socket PID 1's connector opens to
+                       127.0.0.1:PORT *inside* the sandbox
+
+It ends when the sandbox's PID 1 does (a pidfd), or when the supervisor does (its
+control socket closes; also the parent-death signal), closing every port with it.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import threading
+
+from .. import protocol, wire
+from .._core import _sys
+from ..errors import ProtocolError, SandboxError, WarrenError
+from ..net import log as netlog
+from ..net.allowlist import Allowlist
+from ..net.proxy import Proxy, relay
+from ..plan.model import NetPlan
+
+
+class _Connector:
+    """Sockets connected inside the sandbox, one request at a time."""
+
+    def __init__(self, sock: socket.socket | None) -> None:
+        self.sock = sock
+        self.lock = threading.Lock()
+
+    def connect(self, port: int) -> socket.socket | None:
+        if self.sock is None:
+            return None
+        with self.lock:
+            wire.send(self.sock, protocol.ConnectRequest(port=port))
+            reply, _, fds = wire.recv(self.sock, (protocol.Connected,), max_payload=0)
+        for extra in fds[1:]:
+            os.close(extra)
+        assert isinstance(reply, protocol.Connected)
+        return socket.socket(fileno=fds[0]) if reply.ok and fds else None
+
+
+class _Expose:
+    """127.0.0.1:host_port on the host -> 127.0.0.1:port inside the sandbox."""
+
+    def __init__(self, port: int, host_port: int, connector: _Connector) -> None:
+        self.port = port
+        self.connector = connector
+        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", host_port))
+        self.listener.listen(128)
+        self.host_port = int(self.listener.getsockname()[1])
+        self.address = f"127.0.0.1:{self.host_port}"
+        threading.Thread(target=self._accept_loop, daemon=True).start()
+
+    def _accept_loop(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        inside: socket.socket | None = None
+        try:
+            inside = self.connector.connect(self.port)
+            if inside is None:
+                # Nothing listens inside: refuse the way a closed port would.
+                client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                return
+            relay(client, inside)
+        except (OSError, WarrenError, wire.ConnectionClosed):
+            pass
+        finally:
+            client.close()
+            if inside is not None:
+                inside.close()
+
+
+def serve(
+    ctl: socket.socket,
+    net: NetPlan,
+    *,
+    name: str,
+    pid1_pidfd: int,
+    log: netlog.Writer,
+    proxy_listener: socket.socket | None,
+    connector: socket.socket | None,
+) -> int:
+    """The helper's main loop; returns its exit code."""
+    _sys.prctl(_sys.PR_SET_PDEATHSIG, signal.SIGKILL)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    if proxy_listener is not None:
+        Proxy(
+            proxy_listener, Allowlist(net.rules), sandbox=name, resolve=dict(net.resolve), on_event=log
+        ).start()
+    exposes: dict[int, _Expose] = {}
+    conn = _Connector(connector)
+    ctl.setblocking(True)
+    while True:
+        ready, _, _ = select.select([pid1_pidfd, ctl.fileno()], [], [])
+        if pid1_pidfd in ready:
+            return 0
+        try:
+            msg, _, fds = wire.recv(ctl, (protocol.ExposeRequest,), max_payload=0)
+        except (wire.ConnectionClosed, OSError, ProtocolError):
+            return 0
+        for fd in fds:
+            os.close(fd)
+        assert isinstance(msg, protocol.ExposeRequest)
+        wire.send(ctl, _expose(msg, exposes, conn))
+
+
+def _expose(msg: protocol.ExposeRequest, exposes: dict[int, _Expose], conn: _Connector) -> protocol.Message:
+    current = exposes.get(msg.port)
+    if current is not None and msg.host_port in (0, current.host_port):
+        return protocol.Exposed(address=current.address)
+    try:
+        expose = _Expose(msg.port, msg.host_port, conn)
+    except OSError as e:
+        return protocol.error_message(
+            SandboxError(
+                f"cannot listen on 127.0.0.1:{msg.host_port} on the host: {os.strerror(e.errno or 0)}",
+                operation="expose",
+                errno=e.errno,
+                hint="choose another host port, or pass none to get a free one",
+            )
+        )
+    exposes[msg.port] = expose
+    return protocol.Exposed(address=expose.address)

@@ -1,0 +1,116 @@
+"""Background processes' records: the files the supervisor keeps for each ``spawn``.
+
+For each, in the sandbox's state directory: ``ID.out`` and ``ID.err`` (output, capped
+by the shim with a visible marker), ``ID.status`` (the wait status once it ended) and
+``ID.json`` (pid, argv, when it started). Made here, written by the sandbox's shim
+through descriptors (never by path), read back here for clients, in chunks from an
+offset so a client that reconnects loses and repeats nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+
+from .. import protocol
+from ..errors import SandboxError
+from . import statedir
+
+_SUFFIXES = (".out", ".err", ".status", ".json")
+
+
+def _dir(root: str, name: str) -> str:
+    path = os.path.join(statedir.sandbox_dir(root, name), "procs")
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    return path
+
+
+def create(root: str, name: str) -> tuple[str, list[int]]:
+    """A new record: its id and descriptors for (out, err, status, meta)."""
+    spawn_id = secrets.token_hex(6)
+    base = os.path.join(_dir(root, name), spawn_id)
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
+    fds: list[int] = []
+    try:
+        for suffix in _SUFFIXES:
+            fds.append(os.open(base + suffix, flags, 0o600))
+    except OSError:
+        for fd in fds:
+            os.close(fd)
+        raise
+    return spawn_id, fds
+
+
+def _read_json(path: str) -> dict[str, object] | None:
+    try:
+        with open(path, "rb") as f:
+            data = f.read(1 << 20)
+    except OSError:
+        return None
+    if not data:
+        return None
+    try:
+        value = json.loads(data)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def running(root: str, name: str) -> dict[str, str]:
+    """pid (as text) -> spawn id, for background processes still running."""
+    out: dict[str, str] = {}
+    base = _dir(root, name)
+    for entry in os.listdir(base):
+        if not entry.endswith(".json"):
+            continue
+        spawn_id = entry[:-5]
+        meta = _read_json(os.path.join(base, entry))
+        if meta is None or _read_json(os.path.join(base, spawn_id + ".status")) is not None:
+            continue
+        out[str(meta.get("pid"))] = spawn_id
+    return out
+
+
+def _chunk(path: str, offset: int, limit: int) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, offset))
+            return f.read(max(0, limit))
+    except OSError:
+        return b""
+
+
+def state(
+    root: str, name: str, req: protocol.ProcessRequest, alive: bool
+) -> tuple[protocol.ProcessState, bytes]:
+    if not req.spawn_id.isalnum():
+        raise SandboxError(f"no background process {req.spawn_id!r}", operation="process")
+    base = os.path.join(_dir(root, name), req.spawn_id)
+    meta = _read_json(base + ".json")
+    if meta is None:
+        raise SandboxError(
+            f"no background process {req.spawn_id} in sandbox {name}",
+            operation="process",
+            path=req.spawn_id,
+            hint="list them with `warren ps NAME`",
+        )
+    status = _read_json(base + ".status")
+    half = max(0, min(req.max_bytes, 64 * 1024 * 1024)) // 2
+    out = _chunk(base + ".out", req.stdout_offset, half)
+    err = _chunk(base + ".err", req.stderr_offset, half)
+    pid = meta.get("pid")
+    argv = meta.get("argv")
+    code = status.get("status") if status else None
+    return (
+        protocol.ProcessState(
+            pid=pid if isinstance(pid, int) else 0,
+            argv=[str(a) for a in argv] if isinstance(argv, list) else [],
+            running=status is None and alive,
+            status=code if isinstance(code, int) else None,
+            timed_out=bool(status and status.get("timed_out")),
+            stdout_len=len(out),
+            stderr_len=len(err),
+        ),
+        out + err,
+    )

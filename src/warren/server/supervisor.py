@@ -1,0 +1,999 @@
+"""The supervisor: one small process per user that plans and holds every sandbox.
+
+Clients (the CLI, the library) send it a policy *spec* and their context; it resolves
+the policy for that caller, plans with the host facts it keeps warm, launches the
+sandbox through the one launch path (``launch``), and either answers itself (create,
+list, stop, logs) or hands the client's connection to the sandbox's PID 1 (exec,
+spawn, files, processes), which forks a helper to serve it. A one-shot ``run`` is a
+sandbox that serves exactly one exec: the supervisor relays its start and exit so it
+can tear the sandbox down (network helper, pasta, the ancestor guard) before telling
+the client the command's status.
+
+Security: the listening socket is abstract (only the host's network namespace can
+name it; every sandbox has its own), every peer is verified (``peer``), every message
+is typed and bounded (``protocol``, ``wire``), and nothing here ever waits on a client:
+headers are assembled without blocking and with a deadline, replies are queued.
+A malformed message costs its sender the connection and nothing else.
+
+Single-threaded on purpose: PID 1s get a parent-death signal, which fires when the
+*thread* that cloned them exits. If this process dies, every sandbox dies with it;
+the next supervisor records why (``registry.orphaned``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import selectors
+import shutil
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import protocol, wire
+from .._core import clone
+from ..errors import (
+    ProtocolError,
+    SandboxDead,
+    SandboxError,
+    SandboxExists,
+    SandboxNotFound,
+    SetupError,
+    WarrenError,
+    from_record,
+)
+from ..net import log as netlog
+from ..net.pasta import Pasta
+from ..plan import CallerFacts, Plan, make_plan
+from ..plan.facts import gather, paths_of
+from ..policy import build, config
+from ..policy.spec import from_mapping
+from . import launch, netd, peer, registry, spawns, statedir
+
+HEADER_DEADLINE = 10.0  # a client has this long to send a whole request header
+MAX_CLIENTS = 1024
+STOP_KILL_AFTER = 3.0  # after SIGTERM, PID 1's grace (2 s) and a margin
+NETLOG_MAX = 5000  # events in one reply (the newest)
+_R, _W = selectors.EVENT_READ, selectors.EVENT_WRITE
+_SUPERVISOR_REQUESTS = (
+    protocol.RunRequest,
+    protocol.PlanRequest,
+    protocol.CreateRequest,
+    protocol.GetRequest,
+    protocol.ListRequest,
+    protocol.StopRequest,
+    protocol.ExecRequest,
+    protocol.SpawnRequest,
+    protocol.PsRequest,
+    protocol.SignalRequest,
+    protocol.FileRequest,
+    protocol.ExposeRequest,
+    protocol.NetLogRequest,
+    protocol.ProcessRequest,
+    protocol.ShutdownRequest,
+)
+
+
+class Client:
+    def __init__(self, sock: socket.socket, uid: int, gid: int) -> None:
+        self.sock = sock
+        self.uid, self.gid = uid, gid
+        self.inbox = wire.Inbox(sock)
+        self.outbox = wire.Outbox(sock)
+        self.deadline: float | None = time.monotonic() + HEADER_DEADLINE
+        self.box: Box | None = None  # the one-shot sandbox running this client's command
+        self.busy = False  # its request is being served: it may only wait or hang up
+        self.closing = False  # close once the outbox is flushed
+
+
+@dataclass
+class Run:
+    client: Client
+    command: protocol.Command
+    stdio: list[int]
+    events: int | None
+    relay: socket.socket | None = None
+    relay_inbox: wire.Inbox | None = None
+    relay_outbox: wire.Outbox | None = None
+    exited: protocol.Exited | None = None
+    answered: bool = False
+
+
+@dataclass
+class Netd:
+    pid: int
+    pidfd: int
+    ctl: socket.socket
+
+
+@dataclass
+class Box:
+    name: str
+    id: str
+    plan: Plan
+    launched: launch.Launched
+    oneshot: bool
+    inbox: wire.Inbox
+    outbox: wire.Outbox
+    created: float = field(default_factory=time.time)
+    ready: bool = False
+    creator: Client | None = None
+    run: Run | None = None
+    failure: WarrenError | None = None
+    netd: Netd | None = None
+    pasta: Pasta | None = None
+    stoppers: list[Client] = field(default_factory=list)
+    remove: bool = False
+    kill_at: float | None = None
+    search_path: str | None = None  # the caller's PATH: where helper programs (pasta) are found
+
+    @property
+    def pid(self) -> int:
+        return self.launched.pid
+
+
+class Supervisor:
+    def __init__(self, root: str | None, listener: socket.socket | None, idle: float) -> None:
+        self.root = root
+        self.listener = listener
+        self.idle = idle
+        self.registry = registry.Registry(root) if root is not None else None
+        self.start_time = registry.process_start_time(os.getpid()) or 0
+        self.sel = selectors.DefaultSelector()
+        self.clients: set[Client] = set()
+        self.boxes: dict[str, Box] = {}  # long-lived, by name
+        self.oneshots: dict[str, Box] = {}  # by id
+        self.by_pid: dict[int, Box] = {}
+        self.netd_pids: set[int] = set()
+        self.idle_since = time.monotonic()
+        self.shutdown = False
+        self.wake_r, self.wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        if self.registry is not None:
+            self.registry.orphaned(os.getpid(), self.start_time)
+
+    # --- the loop ----------------------------------------------------------------------
+
+    def serve(self) -> None:
+        signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(signal.SIGTERM, self._on_term)
+        for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
+            signal.signal(sig, signal.SIG_IGN)
+        if self.listener is not None:
+            self.listener.setblocking(False)
+            self.sel.register(self.listener, _R, ("accept", None))
+        self.sel.register(self.wake_r, _R, ("wake", None))
+        while True:
+            for key, mask in self.sel.select(0.25):
+                kind, obj = key.data
+                try:
+                    self._event(kind, obj, mask)
+                except Exception as e:  # a bug must not take every sandbox down
+                    print(f"warren supervisor: {kind}: {e!r}", file=sys.stderr, flush=True)
+                    if isinstance(obj, Client):
+                        self._drop(obj)
+            self._reap()
+            self._timers()
+            if self._done():
+                return
+
+    def _event(self, kind: str, obj: object, mask: int) -> None:
+        if kind == "accept":
+            self._accept()
+        elif kind == "wake":
+            with contextlib.suppress(BlockingIOError):
+                while os.read(self.wake_r, 4096):
+                    pass
+        elif kind == "client":
+            assert isinstance(obj, Client)
+            self._on_client(obj, mask)
+        elif kind == "control":
+            assert isinstance(obj, Box)
+            self._on_control(obj, mask)
+        elif kind == "relay":
+            assert isinstance(obj, Box)
+            self._on_relay(obj, mask)
+        elif kind == "pasta":
+            assert isinstance(obj, Box)
+            self.sel.unregister(key_fd(obj.pasta))
+            if not obj.ready:
+                self._fail(obj, obj.pasta.failure() if obj.pasta else SetupError("pasta ended"))
+
+    def _done(self) -> bool:
+        now = time.monotonic()
+        if self.boxes or self.oneshots or self.clients:
+            self.idle_since = now
+            return False
+        if self.listener is None:  # inline: the one client has gone
+            return True
+        return self.shutdown or now - self.idle_since > self.idle
+
+    def _on_term(self, _signum: int, _frame: object) -> None:
+        self.shutdown = True
+        for box in [*self.boxes.values(), *self.oneshots.values()]:
+            self._signal(box, signal.SIGTERM)
+            box.kill_at = box.kill_at or time.monotonic() + STOP_KILL_AFTER
+
+    def _timers(self) -> None:
+        now = time.monotonic()
+        for c in list(self.clients):
+            if c.deadline is not None and now > c.deadline:
+                self._drop(c)  # too slow to send its request: it holds up nobody
+        for box in [*self.boxes.values(), *self.oneshots.values()]:
+            if box.kill_at is not None and now > box.kill_at:
+                self._signal(box, signal.SIGKILL)
+                box.kill_at = None
+
+    # --- clients -------------------------------------------------------------------------
+
+    def _accept(self) -> None:
+        assert self.listener is not None
+        while True:
+            try:
+                sock, _ = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return  # out of descriptors: the client retries
+            why = peer.verify(sock)
+            if why is not None or len(self.clients) >= MAX_CLIENTS:
+                print(
+                    f"warren supervisor: refused a connection: {why or 'too many clients'}", file=sys.stderr
+                )
+                sock.close()
+                continue
+            _pid, uid, gid = wire.peer_creds(sock)
+            self.add_client(sock, uid, gid)
+
+    def add_client(self, sock: socket.socket, uid: int, gid: int) -> Client:
+        c = Client(sock, uid, gid)
+        self.clients.add(c)
+        self.sel.register(sock, _R, ("client", c))
+        return c
+
+    def _drop(self, c: Client) -> None:
+        """Forget a client; a one-shot sandbox running its command is killed."""
+        if c not in self.clients:
+            return
+        self.clients.discard(c)
+        with contextlib.suppress(KeyError, ValueError):
+            self.sel.unregister(c.sock)
+        c.inbox.close_fds()
+        c.outbox.close()
+        c.sock.close()
+        if c.box is not None and c.box.run is not None and not c.box.run.answered:
+            c.box.run.answered = True
+            self._signal(c.box, signal.SIGKILL)
+
+    def _reply(
+        self, c: Client, message: protocol.Message, payload: bytes = b"", fds: list[int] | None = None
+    ) -> None:
+        """Queue ``message`` and close the connection once it is written."""
+        c.outbox.put(message, payload, fds or [])
+        c.closing = True
+        c.deadline = None
+        self._flush(c)
+
+    def _flush(self, c: Client) -> None:
+        try:
+            done = c.outbox.flush()
+        except OSError:
+            self._drop(c)
+            return
+        if done and c.closing:
+            self._drop(c)
+        elif c in self.clients:
+            self.sel.modify(c.sock, _R if done else _R | _W, ("client", c))
+
+    def _on_client(self, c: Client, mask: int) -> None:
+        if mask & _W:
+            self._flush(c)
+            if c not in self.clients:
+                return
+        if not mask & _R:
+            return
+        if c.box is not None:
+            self._from_running_client(c)
+            return
+        if c.busy or c.closing:
+            # Nothing more is expected: a client that hangs up or keeps talking is dropped.
+            try:
+                data = c.sock.recv(1, socket.MSG_DONTWAIT | socket.MSG_PEEK)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data or c.busy:
+                self._drop(c)
+            return
+        try:
+            got = c.inbox.read(_SUPERVISOR_REQUESTS)
+        except wire.ConnectionClosed:
+            self._drop(c)
+            return
+        except WarrenError as e:
+            self._reply(c, protocol.error_message(e))
+            return
+        except OSError:
+            self._drop(c)
+            return
+        if got is None:
+            return
+        c.deadline = None
+        c.busy = True
+        msg, payload_len, fds = got
+        try:
+            self._request(c, msg, payload_len, fds)
+        except WarrenError as e:
+            for fd in fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            if c in self.clients and not c.closing:
+                self._reply(c, protocol.error_message(e))
+
+    def _from_running_client(self, c: Client) -> None:
+        """A one-shot run's client may only send signals for its command, or hang up."""
+        box = c.box
+        assert box is not None and box.run is not None
+        try:
+            got = c.inbox.read((protocol.Signal,))
+        except (wire.ConnectionClosed, OSError, WarrenError):
+            self._drop(c)
+            return
+        if got is None:
+            return
+        msg, _n, fds = got
+        for fd in fds:
+            os.close(fd)
+        if box.run.relay_outbox is not None:
+            box.run.relay_outbox.put(msg)
+            with contextlib.suppress(OSError):
+                box.run.relay_outbox.flush()
+
+    # --- requests ------------------------------------------------------------------------
+
+    def _request(self, c: Client, msg: protocol.Message, payload_len: int, fds: list[int]) -> None:
+        if isinstance(msg, protocol.RunRequest):
+            self._run(c, msg, fds)
+            return
+        if isinstance(msg, protocol.PlanRequest):
+            for fd in fds:
+                os.close(fd)
+            from ..plan.render import render
+
+            plan = self._plan(msg.spec, self._caller(c, msg.caller), msg.caller, msg.cwd)
+            self._reply(c, protocol.PlanReply(text=render(plan), plan=json_safe(plan.to_dict())))
+            return
+        if self.root is None:
+            raise SandboxError(
+                "long-lived sandboxes need warren's state directory, which is not usable here",
+                operation=msg.TAG,
+                hint="fix the state directory (see the error of `warren ls`), or use `warren run`",
+            )
+        if isinstance(
+            msg,
+            (
+                protocol.ExecRequest,
+                protocol.SpawnRequest,
+                protocol.FileRequest,
+                protocol.PsRequest,
+                protocol.SignalRequest,
+            ),
+        ):
+            self._handoff(c, msg, payload_len, fds)
+            return
+        for fd in fds:
+            os.close(fd)
+        if payload_len:
+            raise ProtocolError(f"a {msg.TAG} request carries no payload", operation="decode")
+        if isinstance(msg, protocol.CreateRequest):
+            self._create(c, msg)
+        elif isinstance(msg, protocol.GetRequest):
+            self._reply(c, self._info(msg.name))
+        elif isinstance(msg, protocol.ListRequest):
+            assert self.registry is not None
+            self._reply(c, protocol.SandboxList(items=[self._info(e.name) for e in self.registry.all()]))
+        elif isinstance(msg, protocol.StopRequest):
+            self._stop(c, msg)
+        elif isinstance(msg, protocol.ExposeRequest):
+            self._reply(c, self._expose(msg))
+        elif isinstance(msg, protocol.NetLogRequest):
+            self._reply(c, self._netlog(msg))
+        elif isinstance(msg, protocol.ProcessRequest):
+            box = self._known(msg.sandbox)
+            reply, data = spawns.state(self.root, msg.sandbox, msg, alive=box is not None and box.ready)
+            self._reply(c, reply, data)
+        elif isinstance(msg, protocol.ShutdownRequest):
+            self.shutdown = True
+            self._reply(c, protocol.Ok())
+
+    def _caller(self, c: Client, caller: protocol.Caller) -> CallerFacts:
+        return CallerFacts(
+            uid=c.uid,
+            gid=c.gid,
+            home=caller.env.get("HOME") or os.path.expanduser("~"),
+            env=caller.env,
+            cwd=caller.cwd,
+        )
+
+    def _plan(
+        self, spec_map: dict[str, object], caller: CallerFacts, msg_caller: protocol.Caller, cwd: str | None
+    ) -> Plan:
+        spec = from_mapping(spec_map, "the request's policy", skip=())
+        home = Path(caller.home)
+        here = Path(caller.cwd)
+        if msg_caller.config:
+            workspace = Path(os.path.realpath(here / spec.workspace)) if spec.workspace else here.resolve()
+            if workspace.is_dir():  # else build() names the precise error
+                spec = config.load_spec(workspace, msg_caller.profile, env=caller.env, home=home).merged(spec)
+        elif msg_caller.profile:
+            raise SetupError("a profile needs the config files", operation="policy", hint="set config=True")
+        policy = build(spec, cwd=here, env=caller.env, home=home)
+        state_dir = self.root or statedir.location(caller.env)
+        paths = [r.path for r in (*policy.writable, *policy.readable, *policy.denied)]
+        host = gather(paths_of(paths, caller), state_dir=state_dir)
+        return make_plan(policy, host, caller, cwd=cwd)
+
+    def _launch(self, plan: Plan, name: str, oneshot: bool) -> Box:
+        launched = launch.launch(plan, oneshot=oneshot)
+        box = Box(
+            name=name,
+            id=secrets.token_hex(6),
+            plan=plan,
+            launched=launched,
+            oneshot=oneshot,
+            inbox=wire.Inbox(launched.control),
+            outbox=wire.Outbox(launched.control),
+        )
+        self.by_pid[box.pid] = box
+        (self.oneshots if oneshot else self.boxes)[box.id if oneshot else name] = box
+        self.sel.register(launched.control, _R, ("control", box))
+        return box
+
+    def _run(self, c: Client, msg: protocol.RunRequest, fds: list[int]) -> None:
+        stdio = sum(1 for attached in msg.command.stdio[:3] if attached)
+        if len(fds) != stdio + (1 if msg.net_events else 0):
+            raise ProtocolError(
+                f"a run request declared {stdio} stdio descriptors"
+                f"{' and an event pipe' if msg.net_events else ''} but carried {len(fds)}",
+                operation="decode",
+            )
+        caller = self._caller(c, msg.caller)
+        plan = self._plan(msg.spec, caller, msg.caller, msg.command.cwd)
+        box = self._launch(plan, "run", oneshot=True)
+        box.search_path = caller.env.get("PATH")
+        box.run = Run(c, msg.command, fds[:stdio], fds[stdio] if msg.net_events else None)
+        c.box = box
+
+    def _create(self, c: Client, msg: protocol.CreateRequest) -> None:
+        assert self.registry is not None
+        name = registry.check_name(msg.name)
+        existing = self.registry.get(name)
+        if name in self.boxes or (existing is not None and existing.state == registry.RUNNING):
+            raise SandboxExists(
+                f"a sandbox named {name} is already running",
+                operation="create",
+                path=name,
+                hint=f"use it (warren exec {name} CMD), or remove it first (warren rm -f {name})",
+            )
+        caller = self._caller(c, msg.caller)
+        plan = self._plan(msg.spec, caller, msg.caller, None)
+        box = self._launch(plan, name, oneshot=False)
+        box.search_path = caller.env.get("PATH")
+        box.creator = c
+        c.deadline = None
+
+    # --- PID 1's control channel -----------------------------------------------------------
+
+    def _on_control(self, box: Box, mask: int) -> None:
+        if mask & _W:
+            with contextlib.suppress(OSError):
+                if box.outbox.flush():
+                    self.sel.modify(box.launched.control, _R, ("control", box))
+        if not mask & _R:
+            return
+        while True:
+            try:
+                got = box.inbox.read(
+                    (protocol.Ready, protocol.Failed, protocol.NetProxy, protocol.NetReady, protocol.NetUp)
+                )
+            except (wire.ConnectionClosed, OSError):
+                # PID 1 is ending; its exit (SIGCHLD) finishes the job.
+                with contextlib.suppress(KeyError, ValueError):
+                    self.sel.unregister(box.launched.control)
+                return
+            except WarrenError as e:
+                self._fail(box, e)
+                return
+            if got is None:
+                return
+            msg, _n, fds = got
+            try:
+                self._control_message(box, msg, fds)
+            except WarrenError as e:
+                self._fail(box, e)
+
+    def _control_message(self, box: Box, msg: protocol.Message, fds: list[int]) -> None:
+        if isinstance(msg, protocol.NetProxy):
+            if not fds:
+                raise SetupError("PID 1 sent no proxy socket", operation="network")
+            self._start_netd(box, socket.socket(fileno=fds.pop(0)))
+        elif isinstance(msg, protocol.NetReady):
+            try:
+                box.pasta = Pasta.spawn(box.pid, box.search_path)
+            except SetupError:
+                self._control_send(box, protocol.NetGo(go=False))
+                raise
+            self.sel.register(box.pasta.pidfd or -1, _R, ("pasta", box))
+            self._control_send(box, protocol.NetGo(go=True))
+        elif isinstance(msg, protocol.NetUp):
+            if not msg.ok:
+                raise box.pasta.failure() if box.pasta else SetupError("the network did not come up")
+        elif isinstance(msg, protocol.Ready):
+            self._on_ready(box)
+        elif isinstance(msg, protocol.Failed):
+            raise from_record(msg.error.to_fields())
+        for fd in fds:
+            os.close(fd)
+
+    def _control_send(self, box: Box, msg: protocol.Message, fds: list[int] | None = None) -> None:
+        box.outbox.put(msg, fds=fds or [])
+        try:
+            if not box.outbox.flush():
+                self.sel.modify(box.launched.control, _R | _W, ("control", box))
+        except OSError:
+            pass  # PID 1 is gone; its exit is handled by the reaper
+
+    def _on_ready(self, box: Box) -> None:
+        if box.pasta is not None and box.pasta.pidfd is not None:
+            with contextlib.suppress(KeyError, ValueError):
+                self.sel.unregister(box.pasta.pidfd)
+        box.ready = True
+        if box.run is not None:
+            run = box.run
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+            request = protocol.ExecRequest(sandbox=box.id, command=run.command)
+            self._control_send(
+                box, protocol.Handoff(request=request.to_dict()), [theirs.fileno(), *run.stdio]
+            )
+            theirs.close()
+            for fd in run.stdio:
+                os.close(fd)
+            run.stdio = []
+            run.relay, run.relay_inbox, run.relay_outbox = ours, wire.Inbox(ours), wire.Outbox(ours)
+            self.sel.register(ours, _R, ("relay", box))
+        if box.creator is not None:
+            assert self.registry is not None
+            self.registry.add(
+                registry.Entry(
+                    name=box.name,
+                    id=box.id,
+                    state=registry.RUNNING,
+                    reason="",
+                    workspace=box.plan.workspace,
+                    created=box.created,
+                    supervisor_pid=os.getpid(),
+                    supervisor_start=self.start_time,
+                    pid1=box.pid,
+                    warnings=box.plan.warnings,
+                )
+            )
+            os.makedirs(statedir.sandbox_dir(self.root or "", box.name), mode=0o700, exist_ok=True)
+            creator, box.creator = box.creator, None
+            self._reply(creator, self._info(box.name))
+
+    def _on_relay(self, box: Box, mask: int) -> None:
+        run = box.run
+        assert run is not None and run.relay is not None and run.relay_inbox is not None
+        while True:
+            try:
+                got = run.relay_inbox.read((protocol.Started, protocol.Exited, protocol.Error))
+            except (wire.ConnectionClosed, OSError, WarrenError):
+                with contextlib.suppress(KeyError, ValueError):
+                    self.sel.unregister(run.relay)
+                return
+            if got is None:
+                return
+            msg, _n, fds = got
+            client = run.client
+            if isinstance(msg, protocol.Exited):
+                run.exited = msg  # answered once the sandbox is gone
+            elif client in self.clients and not run.answered:
+                if isinstance(msg, protocol.Started):
+                    msg.warnings = [*box.plan.warnings, *msg.warnings]
+                    client.outbox.put(msg, fds=fds)
+                    self._flush(client)
+                else:
+                    run.answered = True
+                    self._reply(client, msg, fds=fds)
+            for fd in fds:
+                os.close(fd)
+
+    # --- network helpers -----------------------------------------------------------------------
+
+    def _start_netd(self, box: Box, proxy_listener: socket.socket | None) -> None:
+        """Fork the sandbox's network helper: a fork of this small, single-threaded
+        process costs about a millisecond, an interpreter 30+."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        conn_ours: socket.socket | None = None
+        conn_theirs: socket.socket | None = None
+        if not box.oneshot:
+            conn_ours, conn_theirs = socket.socketpair(
+                socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC
+            )
+        events = box.run.events if box.run is not None else None
+        log_path = (
+            None if box.oneshot else Path(statedir.sandbox_dir(self.root or "", box.name)) / "net.jsonl"
+        )
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                signal.set_wakeup_fd(-1)
+                keep = [theirs.fileno(), box.launched.pidfd]
+                keep += [s.fileno() for s in (proxy_listener, conn_ours) if s is not None]
+                keep += [events] if events is not None else []
+                clone.close_all_but(*keep)
+                code = netd.serve(
+                    theirs,
+                    box.plan.net,
+                    name=box.name if not box.oneshot else f"run-{box.id}",
+                    pid1_pidfd=box.launched.pidfd,
+                    log=netlog.Writer(log_path, events),
+                    proxy_listener=proxy_listener,
+                    connector=conn_ours,
+                )
+            finally:
+                os._exit(code)
+        theirs.close()
+        if proxy_listener is not None:
+            proxy_listener.close()
+        if conn_ours is not None:
+            conn_ours.close()
+        ours.settimeout(5)
+        box.netd = Netd(pid, os.pidfd_open(pid), ours)
+        self.netd_pids.add(pid)
+        if conn_theirs is not None:
+            self._control_send(
+                box, protocol.Handoff(request=protocol.ConnectorRequest().to_dict()), [conn_theirs.fileno()]
+            )
+            conn_theirs.close()
+
+    def _expose(self, msg: protocol.ExposeRequest) -> protocol.Message:
+        box = self._live(msg.sandbox)
+        for value, what, low in ((msg.port, "port", 1), (msg.host_port, "host_port", 0)):
+            if not low <= value <= 65535:
+                raise SandboxError(
+                    f"{what} must be a TCP port number, got {value!r}",
+                    operation="expose",
+                    hint="ports are 1-65535 (host_port 0 picks a free one)",
+                )
+        if box.netd is None:
+            self._start_netd(box, None)
+        assert box.netd is not None
+        try:
+            wire.send(box.netd.ctl, msg)
+            reply, _, fds = wire.recv(box.netd.ctl, (protocol.Exposed, protocol.Error), max_payload=0)
+        except (wire.ConnectionClosed, OSError, WarrenError) as e:
+            raise SandboxError(
+                f"the network helper of sandbox {box.name} did not answer",
+                operation="expose",
+                path=box.name,
+                errno=getattr(e, "errno", None),
+                hint="the sandbox may be ending; check `warren ls`",
+            ) from None
+        for fd in fds:
+            os.close(fd)
+        return reply
+
+    def _netlog(self, msg: protocol.NetLogRequest) -> protocol.Message:
+        if self._known(msg.sandbox) is None:
+            self._entry(msg.sandbox)  # raises SandboxNotFound when there is no such sandbox
+        events = netlog.read(Path(statedir.sandbox_dir(self.root or "", msg.sandbox)) / "net.jsonl")
+        return protocol.NetLog(events=[protocol.NetEventRecord(**e.to_dict()) for e in events[-NETLOG_MAX:]])
+
+    # --- handing a request to PID 1 ---------------------------------------------------------------
+
+    def _handoff(self, c: Client, msg: protocol.Message, payload_len: int, fds: list[int]) -> None:
+        assert isinstance(
+            msg,
+            (
+                protocol.ExecRequest,
+                protocol.SpawnRequest,
+                protocol.FileRequest,
+                protocol.PsRequest,
+                protocol.SignalRequest,
+            ),
+        )
+        assert self.root is not None
+        box = self._live(msg.sandbox)
+        declared = sum(1 for a in msg.command.stdio[:3] if a) if isinstance(msg, protocol.ExecRequest) else 0
+        if len(fds) != declared:
+            raise ProtocolError(
+                f"a {msg.TAG} request declared {declared} descriptors but carried {len(fds)}",
+                operation="decode",
+            )
+        if payload_len and not isinstance(msg, protocol.FileRequest):
+            raise ProtocolError(f"a {msg.TAG} request carries no payload", operation="decode")
+        handoff = protocol.Handoff(request=msg.to_dict(), payload=payload_len)
+        extra: list[int] = []
+        if isinstance(msg, protocol.SpawnRequest):
+            handoff.spawn_id, extra = spawns.create(self.root, box.name)
+        elif isinstance(msg, protocol.PsRequest):
+            handoff.spawned = spawns.running(self.root, box.name)
+        self._control_send(box, handoff, [c.sock.fileno(), *fds, *extra])
+        for fd in [*fds, *extra]:
+            os.close(fd)
+        # PID 1's helper has the connection now; this process lets go of its copy.
+        self._drop(c)
+
+    # --- lookups ---------------------------------------------------------------------------------------
+
+    def _known(self, name: str) -> Box | None:
+        return self.boxes.get(name)
+
+    def _entry(self, name: str) -> registry.Entry:
+        assert self.registry is not None
+        entry = self.registry.get(name)
+        if entry is None:
+            raise SandboxNotFound(
+                f"no sandbox named {name}",
+                operation="lookup",
+                path=name,
+                hint="see `warren ls`; create one with `warren create NAME`",
+            )
+        return entry
+
+    def _live(self, name: str) -> Box:
+        box = self.boxes.get(name)
+        if box is not None and box.ready and box.kill_at is None:
+            return box
+        entry = self._entry(name)
+        raise SandboxDead(
+            f"sandbox {name} is {entry.state if box is None else 'stopping'}"
+            + (f": {entry.reason}" if entry.reason and box is None else ""),
+            operation="lookup",
+            path=name,
+            hint=f"remove it with `warren rm {name}` and create it again",
+        )
+
+    def _info(self, name: str) -> protocol.SandboxInfo:
+        box = self.boxes.get(name)
+        entry = self._entry(name)
+        state = entry.state
+        if box is not None and box.kill_at is not None:
+            state = "stopping"
+        return protocol.SandboxInfo(
+            name=entry.name,
+            id=entry.id,
+            state=state,
+            reason=entry.reason,
+            workspace=entry.workspace,
+            created=entry.created,
+            pid1=entry.pid1,
+            warnings=list(entry.warnings),
+        )
+
+    # --- stopping and ending ------------------------------------------------------------------------
+
+    def _stop(self, c: Client, msg: protocol.StopRequest) -> None:
+        assert self.registry is not None and self.root is not None
+        box = self.boxes.get(msg.name)
+        if box is not None:
+            box.stoppers.append(c)
+            box.remove = box.remove or msg.remove
+            c.deadline = None
+            if box.kill_at is None:
+                self._signal(box, signal.SIGTERM)
+                box.kill_at = time.monotonic() + STOP_KILL_AFTER
+            return
+        info = self._info(msg.name)
+        if msg.remove:
+            self.registry.remove(msg.name)
+            shutil.rmtree(statedir.sandbox_dir(self.root, msg.name), ignore_errors=True)
+        self._reply(c, info)
+
+    def _signal(self, box: Box, sig: int) -> None:
+        with contextlib.suppress(OSError):
+            signal.pidfd_send_signal(box.launched.pidfd, sig)
+
+    def _fail(self, box: Box, error: WarrenError) -> None:
+        """Setup went wrong: remember why (the waiting client hears it when PID 1 is
+        gone) and end the sandbox."""
+        box.failure = box.failure or error
+        self._signal(box, signal.SIGKILL)
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            self.netd_pids.discard(pid)
+            box = self.by_pid.pop(pid, None)
+            if box is not None:
+                self._ended(box, status)
+
+    def _ended(self, box: Box, status: int) -> None:
+        """PID 1 exited: the whole sandbox is gone. Clean up after it, then tell
+        whoever waits."""
+        (self.oneshots if box.oneshot else self.boxes).pop(box.id if box.oneshot else box.name, None)
+        for sock in (box.launched.control, box.run.relay if box.run else None):
+            if sock is not None:
+                with contextlib.suppress(KeyError, ValueError):
+                    self.sel.unregister(sock)
+                sock.close()
+        # Network helpers end before anyone hears the sandbox ended, so an exposed port
+        # is closed by the time stop/rm returns.
+        if box.netd is not None:
+            box.netd.ctl.close()
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(box.netd.pidfd, signal.SIGKILL)
+            os.close(box.netd.pidfd)
+        if box.pasta is not None:
+            if box.pasta.pidfd is not None:
+                with contextlib.suppress(KeyError, ValueError):
+                    self.sel.unregister(box.pasta.pidfd)
+            box.pasta.stop()
+        os.close(box.launched.pidfd)
+        repairs = launch.restore(box.launched)
+        if box.run is not None:
+            self._end_run(box, repairs)
+            return
+        if box.creator is not None:
+            creator, box.creator = box.creator, None
+            error = box.failure or SetupError(
+                "the sandbox ended during setup without a report",
+                operation="create",
+                hint="run `warren doctor`",
+            )
+            self._reply(creator, protocol.error_message(error))
+            return
+        assert self.registry is not None
+        warnings = [*box.plan.warnings, *repairs]
+        if box.stoppers:
+            if box.remove:
+                self.registry.remove(box.name)
+                shutil.rmtree(statedir.sandbox_dir(self.root or "", box.name), ignore_errors=True)
+            else:
+                self.registry.set_state(box.name, box.id, registry.STOPPED, "stopped on request", warnings)
+        elif self.shutdown:
+            self.registry.set_state(
+                box.name, box.id, registry.STOPPED, "the supervisor was stopped", warnings
+            )
+        else:
+            how = (
+                f"killed by signal {signal.Signals(os.WTERMSIG(status)).name}"
+                if os.WIFSIGNALED(status)
+                else f"exited with status {os.waitstatus_to_exitcode(status)}"
+            )
+            self.registry.set_state(
+                box.name, box.id, registry.DEAD, f"the sandbox's PID 1 ({box.pid}) was {how}", warnings
+            )
+        for c in box.stoppers:
+            if c in self.clients:
+                self._reply(
+                    c,
+                    protocol.SandboxInfo(
+                        name=box.name,
+                        id=box.id,
+                        state="removed" if box.remove else registry.STOPPED,
+                        workspace=box.plan.workspace,
+                        created=box.created,
+                        warnings=repairs,
+                    ),
+                )
+
+    def _end_run(self, box: Box, repairs: list[str]) -> None:
+        run = box.run
+        assert run is not None
+        for fd in [*run.stdio, *([run.events] if run.events is not None else [])]:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        client = run.client
+        client.box = None
+        if run.answered or client not in self.clients:
+            self._drop(client)
+            return
+        run.answered = True
+        if run.exited is not None:
+            run.exited.warnings = [*run.exited.warnings, *repairs]
+            self._reply(client, run.exited)
+            return
+        error = box.failure or SetupError(
+            "the sandbox ended before its command reported",
+            operation="run",
+            hint="something outside killed it; run `warren doctor` if this repeats",
+        )
+        self._reply(client, protocol.error_message(error))
+
+
+def json_safe(value: object) -> dict[str, object]:
+    """A plan's dictionary as plain JSON values (tuples become lists, and so on)."""
+    import json
+
+    result: dict[str, object] = json.loads(json.dumps(value, default=str))
+    return result
+
+
+def key_fd(pasta: Pasta | None) -> int:
+    return -1 if pasta is None or pasta.pidfd is None else pasta.pidfd
+
+
+# --- entry points ------------------------------------------------------------------------------------
+
+DEFAULT_IDLE = 60.0
+
+
+def _idle() -> float:
+    try:
+        return max(0.5, float(os.environ.get("WARREN_SUPERVISOR_IDLE", DEFAULT_IDLE)))
+    except ValueError:
+        return DEFAULT_IDLE
+
+
+def daemon(root: str, ready_fd: int) -> int:
+    """The per-user supervisor: one per state directory (a lock decides), reachable at
+    the abstract address it publishes there."""
+    import fcntl
+
+    os.chdir("/")
+    try:
+        statedir.prepare(root)
+    except WarrenError as e:
+        os.write(ready_fd, f"error {e.message}\n".encode())
+        return 1
+    lock = os.open(os.path.join(root, statedir.LOCK_FILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.write(ready_fd, b"other\n")  # another supervisor serves this state directory
+        return 0
+    token = secrets.token_hex(16)
+    listener = wire.listen_abstract(wire.abstract_name(token))
+    try:
+        sup = Supervisor(root, listener, _idle())
+    except WarrenError as e:
+        os.write(ready_fd, f"error {e.message}\n".encode())
+        return 1
+    statedir.write_address(root, token)
+    os.write(ready_fd, b"ready\n")
+    os.close(ready_fd)
+    try:
+        sup.serve()
+    finally:
+        # Unpublish before releasing the lock, so a racing client either reached this
+        # supervisor (and gets an answer) or starts the next one.
+        statedir.clear_address(root, token)
+        listener.close()
+    return 0
+
+
+def inline(fd: int) -> int:
+    """A supervisor for one client on an inherited socket, without state: the
+    fallback that runs one-shot sandboxes when the state directory is unusable."""
+    os.chdir("/")
+    sock = socket.socket(fileno=fd)
+    sup = Supervisor(None, None, 0)
+    sup.add_client(sock, os.getuid(), os.getgid())
+    sup.serve()
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) == 3 and argv[0] == "daemon":
+        return daemon(argv[1], int(argv[2]))
+    if len(argv) == 2 and argv[0] == "inline":
+        return inline(int(argv[1]))
+    print("usage: python -m warren.server.supervisor daemon ROOT READY_FD | inline FD", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
