@@ -8,17 +8,18 @@ rejects everything else (unknown kind or field, wrong type, NUL byte in a string
 another version) with a ``ProtocolError`` naming the field. Raw payloads (file
 contents) and descriptors travel beside the JSON (``wire``).
 
-This module is on the CLI's fast path: it uses no ``typing``, ``dataclasses`` or
-``enum`` at run time (each costs milliseconds of start-up), which is why messages are
-declared with the small ``Message`` base below rather than dataclasses. mypy sees them
+This module is on the CLI's fast path: it uses no ``typing``, ``dataclasses``, ``enum``
+or ``re`` at run time (each costs milliseconds of start-up; JSON goes through
+``jsonc``), which is why messages are declared with the small ``Message`` base below
+rather than dataclasses. mypy sees them
 as dataclasses (``dataclass_transform``), so constructing one is type-checked.
 """
 
 from __future__ import annotations
 
-import json
 import math
 
+from . import jsonc
 from .errors import ProtocolError
 
 TYPE_CHECKING = False  # not typing's: importing typing costs milliseconds (mypy knows the name)
@@ -208,7 +209,7 @@ class Message:
         return {"v": VERSION, "t": self.TAG, **self.to_fields()}
 
     def encode(self) -> bytes:
-        return json.dumps(self.to_dict(), separators=(",", ":"), ensure_ascii=False).encode()
+        return jsonc.dumps(self.to_dict()).encode()
 
     @classmethod
     def _from_fields(cls, data: dict[str, object], where: str) -> Any:
@@ -236,7 +237,7 @@ class Message:
 def decode(raw: bytes, expect: tuple[type[Message], ...] = ()) -> Message:
     """One message from its JSON bytes; ``expect`` limits which kinds are acceptable."""
     try:
-        data = json.loads(raw)
+        data = jsonc.loads(raw.decode())
     except (ValueError, UnicodeDecodeError, RecursionError) as e:
         raise ProtocolError(f"malformed message: not JSON ({e})", operation="decode") from None
     return from_dict(data, expect)
@@ -599,6 +600,19 @@ class Handoff(Message):
     payload: int = 0
     spawn_id: str | None = None
     spawned: dict[str, str] = {}
+
+
+class Launch(Message):
+    """Inside a sandbox, from an exec helper to the process it forked ahead of time:
+    become this command. Descriptors: the command's stdin, stdout and stderr;
+    ``ctty`` names the one that is its controlling terminal (-1: none)."""
+
+    TAG = "launch"
+    path: str
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+    ctty: int = -1
 
 
 class ConnectorRequest(Message):

@@ -15,9 +15,8 @@ sandbox can name them — plus the peer credentials a listener checks.
 
 from __future__ import annotations
 
-import array
+import _socket as socket  # the C module: ``socket`` would load enum (start-up time)
 import os
-import socket
 import struct
 
 from . import protocol
@@ -25,6 +24,7 @@ from .errors import ProtocolError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import socket as _stdsocket
     from collections.abc import Sequence
 
 PREFIX = struct.Struct("!II")  # JSON length, payload length
@@ -33,6 +33,7 @@ MAX_PAYLOAD = 256 * 1024 * 1024
 MAX_FDS = 8
 _CMSG_SPACE = socket.CMSG_SPACE(MAX_FDS * 4)
 SO_PEERPIDFD = 77  # Linux 6.5
+Sock = socket.socket  # what every function here takes (``socket.socket`` is one too)
 
 
 class ConnectionClosed(EOFError):
@@ -69,7 +70,7 @@ def send(
 ) -> None:
     data = frame(message, len(payload))
     if fds:
-        ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())]
+        ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))]
         sent = sock.sendmsg([data], ancillary)
         data = data[sent:]
     if data:
@@ -96,9 +97,8 @@ def _check_lengths(head_len: int, payload_len: int, max_payload: int) -> None:
 def _take_fds(ancdata: list[tuple[int, int, bytes]], flags: int, fds: list[int]) -> None:
     for level, kind, blob in ancdata:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            arr = array.array("i")
-            arr.frombytes(blob[: len(blob) - len(blob) % 4])
-            fds.extend(arr)
+            whole = len(blob) - len(blob) % 4
+            fds.extend(struct.unpack(f"{whole // 4}i", blob[:whole]))
     if flags & socket.MSG_CTRUNC:
         raise ProtocolError(f"malformed frame: more than {MAX_FDS} descriptors attached", operation="decode")
 
@@ -224,7 +224,7 @@ class Outbox:
             data, fds = self.queue[0]
             try:
                 if fds:
-                    anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())]
+                    anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))]
                     n = self.sock.sendmsg([data], anc, socket.MSG_DONTWAIT)
                     _close(fds)
                     fds.clear()
@@ -253,8 +253,10 @@ def abstract_name(token: str) -> str:
     return "\0warren-" + token
 
 
-def listen_abstract(name: str, backlog: int = 512) -> socket.socket:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+def listen_abstract(name: str, backlog: int = 512) -> _stdsocket.socket:
+    import socket as stdsocket
+
+    sock = stdsocket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     try:
         sock.bind(name)
         sock.listen(backlog)

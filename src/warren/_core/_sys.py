@@ -263,6 +263,9 @@ _prctl.restype = ctypes.c_int
 _prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
 
 
+PR_GET_DUMPABLE = 3
+
+
 def prctl(option: int, arg2: int = 0, arg3: int = 0, arg4: int = 0, arg5: int = 0) -> int:
     return _check(_prctl(option, arg2, arg3, arg4, arg5), f"prctl({option})")
 

@@ -29,10 +29,12 @@ from ..errors import SandboxError, WarrenError
 from ..net.handshake import pid1_network
 from ..plan.model import Plan
 from . import _sys, fileops, harden, mounts, procs
-from .shim import Shim
+from .shim import Launcher, Shim, warm
 
 STOP_GRACE = 2.0
+PR_SET_CHILD_SUBREAPER = 36
 MAX_HELPERS = 4096
+SPARE_AFTER_MS = 5
 
 
 def main(plan: Plan, control: socket.socket, *, oneshot: bool) -> int:
@@ -68,10 +70,14 @@ class Init:
         self.oneshot = oneshot
         self.helpers: set[int] = set()
         self.served = False
+        self.spare: socket.socket | None = None  # a helper forked ahead of the next request
+        self.want_spare = False  # fork the next spare once things are quiet
         self.stopping: float | None = None
         self.wake_r, self.wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
 
     def serve(self) -> int:
+        if not self.oneshot:
+            self._fork_spare(warm_up=True)
         self.control.setblocking(False)
         inbox = wire.Inbox(self.control)
         signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
@@ -84,7 +90,15 @@ class Init:
         poller.register(self.wake_r, select.POLLIN)
         while True:
             timeout = None if self.stopping is None else 50
-            for fd, _ev in poller.poll(timeout):
+            if self.want_spare and self.stopping is None:
+                timeout = SPARE_AFTER_MS
+            events = poller.poll(timeout)
+            if not events and self.want_spare and self.stopping is None:
+                # Quiet for a moment: fork the next spare now, not while the request
+                # just handed over still needs the CPU.
+                self.want_spare = False
+                self._fork_spare(warm_up=True)
+            for fd, _ev in events:
                 if fd == self.wake_r:
                     with contextlib.suppress(BlockingIOError):
                         while os.read(self.wake_r, 4096):
@@ -128,57 +142,98 @@ class Init:
                 reaped = True
 
     def _dispatch(self, msg: protocol.Message, _payload: int, fds: list[int]) -> None:
+        """Hand a request to the spare helper (forked ahead of time), then fork the
+        next spare while this one works: no fork on a request's path."""
         assert isinstance(msg, protocol.Handoff)
-        if not fds or len(self.helpers) >= MAX_HELPERS or (self.oneshot and self.served):
+        try:
+            if not fds or len(self.helpers) >= MAX_HELPERS or (self.oneshot and self.served):
+                return
+            if self.spare is None:
+                self._fork_spare(warm_up=False)  # the request waits: nothing to prepare ahead
+            assert self.spare is not None
+            spare, self.spare = self.spare, None
+            with contextlib.suppress(OSError):
+                wire.send(spare, msg, fds=fds)
+            spare.close()
+            self.served = True
+        finally:
             for fd in fds:
                 os.close(fd)
-            return
+        self.want_spare = not self.oneshot
+
+    def _fork_spare(self, warm_up: bool) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         pid = os.fork()
         if pid == 0:
-            self._helper(msg, fds)
+            ours.close()
+            self._helper(theirs, warm_up)
+        theirs.close()
         self.helpers.add(pid)
-        self.served = True
-        for fd in fds:
-            os.close(fd)
+        self.spare = ours
 
-    def _helper(self, handoff: protocol.Handoff, fds: list[int]) -> NoReturn:
+    def _helper(self, from_pid1: socket.socket, warm_up: bool) -> NoReturn:
+        """A spare helper: ready (its command's process forked too), then serves the one
+        request PID 1 hands it."""
         code = 0
-        conn = socket.socket(fileno=fds[0])
+        conn: socket.socket | None = None
+        request: protocol.Message | None = None
         try:
             signal.set_wakeup_fd(-1)
             for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
                 signal.signal(sig, signal.SIG_DFL)
-            os.close(self.control.detach())
+            for sock in (self.control, *([self.spare] if self.spare is not None else [])):
+                os.close(sock.detach())
             os.close(self.wake_r)
             os.close(self.wake_w)
+            _sys.prctl(PR_SET_CHILD_SUBREAPER, 1)
+            launcher = Launcher(self.plan, self.ruleset, warm_up)
+            if warm_up:
+                warm(self.plan)
+            try:
+                handoff, _, fds = wire.recv(from_pid1, (protocol.Handoff,), max_payload=0)
+            except (wire.ConnectionClosed, OSError):
+                launcher.discard()
+                os._exit(0)
+            from_pid1.close()
+            assert isinstance(handoff, protocol.Handoff)
+            conn = socket.socket(fileno=fds[0])
             conn.setblocking(True)
             request = protocol.from_dict(handoff.request)
-            self._run(request, handoff, conn, fds[1:])
+            if not isinstance(request, (protocol.ExecRequest, protocol.SpawnRequest)):
+                launcher.discard()
+            self._run(request, handoff, conn, fds[1:], launcher)
         except WarrenError as e:
-            with contextlib.suppress(OSError):
-                wire.send(conn, protocol.error_message(e))
+            if conn is not None:
+                with contextlib.suppress(OSError):
+                    wire.send(conn, protocol.error_message(e))
             code = 125
         except BaseException as e:
-            with contextlib.suppress(OSError):
-                wire.send(
-                    conn,
-                    protocol.error_message(
-                        SandboxError(
-                            f"sandbox helper failed: {e!r}",
-                            operation=type(request).__name__ if "request" in locals() else "handoff",
-                            hint="this is a bug in warren; please report it with the command you ran",
-                        )
-                    ),
-                )
+            if conn is not None:
+                with contextlib.suppress(OSError):
+                    wire.send(
+                        conn,
+                        protocol.error_message(
+                            SandboxError(
+                                f"sandbox helper failed: {e!r}",
+                                operation=request.TAG if request is not None else "handoff",
+                                hint="this is a bug in warren; please report it with the command you ran",
+                            )
+                        ),
+                    )
             code = 1
         os._exit(code)
 
     def _run(
-        self, req: protocol.Message, handoff: protocol.Handoff, conn: socket.socket, fds: list[int]
+        self,
+        req: protocol.Message,
+        handoff: protocol.Handoff,
+        conn: socket.socket,
+        fds: list[int],
+        launcher: Launcher,
     ) -> None:
         if isinstance(req, (protocol.ExecRequest, protocol.SpawnRequest)):
             spawn_id = handoff.spawn_id if isinstance(req, protocol.SpawnRequest) else None
-            Shim(self.plan, self.ruleset, conn, req.command, fds, spawn_id).run()
+            Shim(self.plan, launcher, conn, req.command, fds, spawn_id).run()
         elif isinstance(req, protocol.FileRequest):
             payload = wire.recv_payload(conn, handoff.payload)
             harden.harden(self.plan, self.ruleset)

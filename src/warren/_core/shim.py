@@ -2,13 +2,14 @@
 
     PID 1 ── shim (this; warren's: unconfined, no capabilities, not dumpable, a child
               │   subreaper): resolves the cwd and the program *now*, makes a pty when
-              │   asked, forks the command, reports its pid, relays signals from the
+              │   asked, starts the command, reports its pid, relays signals from the
               │   client, enforces the timeout by killing the command's whole tree, and
               │   reports the wait status
-              └─ the command: its own session, hardened in its own process right before
-                  execve (``harden.harden``), so it lives in a Landlock domain of its
-                  own: it can neither signal nor trace the shim, PID 1 or any other
-                  exec's helper (signal scoping needs Landlock ABI >= 6).
+              └─ the command: forked ahead of time (``Launcher``), in its own session,
+                  hardened in its own process right before execve (``harden.harden``),
+                  so it lives in a Landlock domain of its own: it can neither signal nor
+                  trace the shim, PID 1 or any other exec's helper (signal scoping needs
+                  Landlock ABI >= 6).
 
 A background process (spawn) has its output relayed into capped logs the supervisor
 made (stdout, stderr, status, and its pid and argv); the shim stays until it ends and
@@ -28,6 +29,7 @@ import socket
 import struct
 import termios
 import time
+from typing import NoReturn
 
 from .. import protocol, wire
 from ..errors import (
@@ -37,13 +39,11 @@ from ..errors import (
     ProtocolError,
     WarrenError,
     from_record,
-    to_record,
 )
 from ..output import truncation_marker
 from ..plan.model import Plan
 from . import _sys, harden, procs
 
-PR_SET_CHILD_SUBREAPER = 36
 # Dispositions a command must start with; Python ignores SIGPIPE and SIGXFSZ, and
 # ignored signals stay ignored across execve.
 _DEFAULT_SIGNALS = (
@@ -121,42 +121,137 @@ def _default_cwd(plan: Plan) -> tuple[str, list[str]]:
     ]
 
 
+def _cwd_error(path: str, e: OSError) -> CwdNotFound:
+    return CwdNotFound(
+        f"working directory does not exist in the sandbox: {path}"
+        if e.errno in (errno.ENOENT, errno.ENOTDIR)
+        else f"cannot enter working directory {path}",
+        operation="chdir",
+        path=path,
+        errno=e.errno,
+        hint=f"create it first (mkdir -p {path} in the sandbox), or omit the cwd to use the workspace",
+    )
+
+
 def _enter_cwd(cwd: str, workspace: str) -> str:
     path = cwd if cwd.startswith("/") else os.path.join(workspace, cwd)
     try:
         os.chdir(path)
     except OSError as e:
-        raise CwdNotFound(
-            f"working directory does not exist in the sandbox: {path}"
-            if e.errno in (errno.ENOENT, errno.ENOTDIR)
-            else f"cannot enter working directory {path}",
-            operation="chdir",
-            path=path,
-            errno=e.errno,
-            hint=f"create it first (mkdir -p {path} in the sandbox), or omit the cwd to use the workspace",
-        ) from None
+        raise _cwd_error(path, e) from None
     return path
+
+
+def warm(plan: Plan) -> None:
+    """Run, once and without effect, the code a request will run. A process forked
+    ahead of time shares its parent's memory copy-on-write, and the first write to
+    each page (Python writes reference counts on everything it touches) costs a page
+    fault and a copy: taking them now keeps them off the request's path."""
+    command = protocol.Command(argv=["true"], env={"A": "b"}, stdio=[False, True, True])
+    request = protocol.ExecRequest(sandbox="warm", command=command)
+    protocol.from_dict(protocol.Handoff(request=request.to_dict()).to_dict())
+    protocol.from_dict(protocol.Launch(path="/x", argv=["x"], env={}, cwd="/").to_dict())
+    for message in (protocol.Started(pid=2, cwd="/"), protocol.Exited(status=0), protocol.Signal(signal=1)):
+        protocol.decode(wire.frame(message)[wire.PREFIX.size :])
+    harden.seccomp_program(plan)
+    _sys.prctl(_sys.PR_GET_DUMPABLE)  # the ctypes call path hardening takes
+    _sys.close_range(0xFFFFFFFE, 0xFFFFFFFF)
+    with contextlib.suppress(CommandNotFound):
+        resolve_command("warren-warm-not-a-command", plan.env.get("PATH", ""))
+
+
+class Launcher:
+    """The command's process, forked ahead of time (while the sandbox waits for work),
+    so that starting a command costs no fork: on ``launch`` it takes its stdio,
+    enters the directory, confines itself for good (``harden``) and execs. Until
+    then it is warren's (no seccomp filter: ``procs.is_warren``)."""
+
+    def __init__(self, plan: Plan, ruleset: int | None, warm_up: bool) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        pid = os.fork()
+        if pid == 0:
+            ours.close()
+            _await_launch(plan, ruleset, theirs, warm_up)
+        theirs.close()
+        self.pid, self.sock = pid, ours
+
+    def launch(
+        self, path: str, argv: list[str], env: dict[str, str], cwd: str, stdio: list[int], ctty: int
+    ) -> int:
+        """The command's pid once it has exec'd; its typed error if it could not."""
+        wire.send(self.sock, protocol.Launch(path=path, argv=argv, env=env, cwd=cwd, ctty=ctty), fds=stdio)
+        try:
+            msg, _, fds = wire.recv(self.sock, (protocol.Error,), max_payload=0)
+        except wire.ConnectionClosed:
+            return self.pid  # its end closed on execve: the command runs
+        finally:
+            self.sock.close()
+        for fd in fds:
+            os.close(fd)
+        os.waitpid(self.pid, 0)
+        assert isinstance(msg, protocol.Error)
+        raise from_record(msg.error.to_fields())
+
+    def discard(self) -> None:
+        """Not needed (the request was not a command): it exits, and is reaped."""
+        self.sock.close()
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.pid, 0)
+
+
+def _await_launch(plan: Plan, ruleset: int | None, sock: socket.socket, warm_up: bool) -> NoReturn:
+    """In the process forked ahead of time: wait for the command, then become it."""
+    try:
+        os.setsid()
+        for sig in _DEFAULT_SIGNALS:
+            signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, ())
+        if warm_up:
+            warm(plan)
+        msg, _, fds = wire.recv(sock, (protocol.Launch,), max_payload=0)
+    except BaseException:
+        os._exit(0)  # not needed after all
+    assert isinstance(msg, protocol.Launch)
+    try:
+        os.chdir(msg.cwd)
+        if 0 <= msg.ctty < len(fds):
+            fcntl.ioctl(fds[msg.ctty], termios.TIOCSCTTY, 0)
+        for target, fd in enumerate(fds[:3]):
+            os.dup2(fd, target)  # dup2 clears close-on-exec on the copy
+        harden.harden(plan, ruleset)
+        _sys.close_range(3, 0xFFFFFFFF, _sys.CLOSE_RANGE_CLOEXEC)
+        os.execve(msg.path, msg.argv, msg.env)
+    except OSError as e:
+        error: WarrenError = exec_failure(e.errno or errno.EIO, msg.argv[0], msg.path)
+        if e.filename == msg.cwd or (e.errno in (errno.ENOENT, errno.ENOTDIR) and not os.path.isdir(msg.cwd)):
+            error = _cwd_error(msg.cwd, e)
+    except WarrenError as e:
+        error = e
+    except BaseException as e:
+        error = ExecError(f"cannot start {msg.argv[0]}: {e!r}", operation="execve")
+    with contextlib.suppress(OSError):
+        wire.send(sock, protocol.error_message(error))
+    os._exit(127)
 
 
 class Shim:
     def __init__(
         self,
         plan: Plan,
-        ruleset: int | None,
+        launcher: Launcher,
         conn: socket.socket,
         command: protocol.Command,
         fds: list[int],
         spawn_id: str | None,
     ) -> None:
         self.plan = plan
-        self.ruleset = ruleset
+        self.launcher = launcher
         self.conn = conn
         self.command = command
         self.fds = fds
         self.spawn_id = spawn_id  # set for a background process: fds are its logs
 
     def run(self) -> None:
-        _sys.prctl(PR_SET_CHILD_SUBREAPER, 1)
         cmd = self.command
         if not cmd.argv or not cmd.argv[0]:
             raise ExecError("no command given", operation="exec", hint="pass a command after --")
@@ -187,7 +282,8 @@ class Shim:
             for i in cmd.tty.fds:
                 if 0 <= i <= 2:
                     stdio[i] = slave
-        pid = self._fork_command(path, cmd.argv, env, stdio, slave)
+        ctty = stdio.index(slave) if slave >= 0 and slave in stdio else -1
+        pid = self.launcher.launch(path, cmd.argv, env, cwd, stdio, ctty)
         for fd in {*stdio, slave} - {-1}:
             os.close(fd)
         if self.spawn_id is not None:
@@ -204,43 +300,6 @@ class Shim:
             self._relay(pid, deadline, *relay)
         else:
             self._wait(pid, deadline)
-
-    def _fork_command(
-        self, path: str, argv: list[str], env: dict[str, str], stdio: list[int], tty: int
-    ) -> int:
-        err_r, err_w = os.pipe2(os.O_CLOEXEC)
-        pid = os.fork()
-        if pid == 0:
-            try:
-                os.setsid()
-                if tty >= 0:
-                    fcntl.ioctl(tty, termios.TIOCSCTTY, 0)
-                for target, fd in enumerate(stdio):
-                    os.dup2(fd, target)  # dup2 clears close-on-exec on the copy
-                for sig in _DEFAULT_SIGNALS:
-                    signal.signal(sig, signal.SIG_DFL)
-                signal.pthread_sigmask(signal.SIG_SETMASK, ())
-                harden.harden(self.plan, self.ruleset)
-                _sys.close_range(3, 0xFFFFFFFF, _sys.CLOSE_RANGE_CLOEXEC)
-                os.execve(path, argv, env)
-            except OSError as e:
-                record = to_record(exec_failure(e.errno or errno.EIO, argv[0], path))
-            except WarrenError as e:
-                record = to_record(e)
-            except BaseException as e:
-                record = to_record(ExecError(f"cannot start {argv[0]}: {e!r}", operation="execve"))
-            with contextlib.suppress(OSError):
-                os.write(err_w, json.dumps(record).encode())
-            os._exit(127)
-        os.close(err_w)
-        report = b""
-        while chunk := os.read(err_r, 65536):
-            report += chunk
-        os.close(err_r)
-        if report:
-            os.waitpid(pid, 0)
-            raise from_record(json.loads(report))
-        return pid
 
     def _forward(self, pid: int) -> bool:
         """A message from the client: a signal to forward. False when it went away."""

@@ -63,32 +63,34 @@ def _dispatch(argv: list[str]) -> int:
     if cmd == "run":
         from . import attach, flags
 
-        p = flags.parser("warren run", "Run CMD in a one-shot sandbox: warren run [FLAGS] [--] CMD [ARGS]...")
-        flags.add_policy_flags(p)
-        p.add_argument("command", nargs="...", help="the command and its arguments")
-        ns = p.parse_args(rest)
-        return attach.run(flags.spec_of(ns), ns.profile, flags.command_of(ns.command, "run"))
+        got = flags.quick(rest, flags.POLICY_FLAGS)
+        if got is None:
+            p = flags.parser(
+                "warren run", "Run CMD in a one-shot sandbox: warren run [FLAGS] [--] CMD [ARGS]..."
+            )
+            flags.add_policy_flags(p)
+            p.add_argument("command", nargs="...", help="the command and its arguments")
+            ns = p.parse_args(rest)
+            got = ns, ns.command
+        ns, command = got
+        return attach.run(flags.spec_of(ns), ns.profile, flags.command_of(command, "run"))
     if cmd == "exec":
+        from ..server.statedir import check_name
         from . import attach, flags
 
-        p = flags.parser("warren exec", "Run CMD in sandbox NAME: everything after NAME is the command.")
-        p.add_argument(
-            "--cwd", metavar="DIR", help="working directory inside the sandbox (default: workspace)"
-        )
-        p.add_argument(
-            "--env", action="append", default=[], metavar="K=V", help="set an environment variable"
-        )
-        p.add_argument(
-            "--timeout", type=float, metavar="SECONDS", help="kill the command's whole tree after this"
-        )
-        p.add_argument("name")
-        p.add_argument("command", nargs="...", help="the command and its arguments")
-        ns = p.parse_args(rest)
-        from ..server.statedir import check_name
-
+        got = flags.quick(rest, flags.EXEC_FLAGS)
+        if got is None or not got[1] or got[1][0].startswith("-"):
+            p = flags.parser("warren exec", "Run CMD in sandbox NAME: everything after NAME is the command.")
+            for flag in flags.EXEC_FLAGS:
+                flag.add_to(p)
+            p.add_argument("name")
+            p.add_argument("command", nargs="...", help="the command and its arguments")
+            ns = p.parse_args(rest)
+            got = ns, [ns.name, *ns.command]
+        ns, (name, *command) = got
         return attach.exec_(
-            check_name(ns.name),
-            flags.command_of(ns.command, f"exec {ns.name}"),
+            check_name(name),
+            flags.command_of(command, f"exec {name}"),
             ns.cwd,
             flags.pairs(ns.env, "--env"),
             _timeout(ns.timeout),

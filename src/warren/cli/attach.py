@@ -13,21 +13,22 @@ command's whole tree.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import select
-import signal
-import socket
 import struct
 
-from .. import protocol, wire
+from .. import jsonc, protocol, wire
 from ..client import connect
 from ..errors import SandboxError, from_record
+from ..terminal import printable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import signal
     from typing import Any
+else:
+    import _signal as signal  # the C module: ``signal`` would load enum (start-up time)
 
 _FORWARD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 _NETWORK_VERBS = {
@@ -127,29 +128,28 @@ class Attached:
         import termios
         import tty
 
-        with contextlib.suppress(termios.error, OSError):
+        try:
             if os.tcgetpgrp(0) == os.getpgrp():  # in the background, leave the terminal alone
                 self.saved_mode = termios.tcgetattr(0)
                 tty.setraw(0)
+        except (termios.error, OSError):
+            pass
 
     def _restore_terminal(self) -> None:
         if self.saved_mode is not None:
             import termios
 
-            with contextlib.suppress(termios.error, OSError):
-                termios.tcsetattr(0, termios.TCSADRAIN, self.saved_mode)
+            _ignoring((termios.error, OSError), termios.tcsetattr, 0, termios.TCSADRAIN, self.saved_mode)
             self.saved_mode = None
 
-    def _loop(self, sock: socket.socket, net_r: int) -> int:
+    def _loop(self, sock: wire.Sock, net_r: int) -> int:
         out_fd = 1 if 1 in self.ttys else 2 if 2 in self.ttys else 0
         partial = b""
         readers = [sock.fileno(), self.wake_r, *([net_r] if net_r >= 0 else [])]
         while True:
             ready, _, _ = select.select(readers, [], [])
             if self.wake_r in ready:
-                with contextlib.suppress(BlockingIOError):
-                    while os.read(self.wake_r, 256):
-                        pass
+                _drain_pipe(self.wake_r, lambda _chunk: None)
                 self._deliver(sock)
             if net_r in ready:
                 chunk = os.read(net_r, 65536)
@@ -188,9 +188,9 @@ class Attached:
                 self._restore_terminal()
                 if net_r >= 0:
                     os.set_blocking(net_r, False)
-                    with contextlib.suppress(BlockingIOError):
-                        while chunk := os.read(net_r, 65536):
-                            partial = self._print_refusals(partial + chunk)
+                    chunks = [partial]
+                    _drain_pipe(net_r, chunks.append)
+                    self._print_refusals(b"".join(chunks) + b"\n")
                 for w in msg.warnings:
                     _say(f"warren: WARNING: {w}")
                 return self._status(msg)
@@ -210,7 +210,7 @@ class Attached:
             )
         return code
 
-    def _deliver(self, sock: socket.socket) -> None:
+    def _deliver(self, sock: wire.Sock) -> None:
         while self.pending:
             sig = self.pending.pop(0)
             if sig == signal.SIGWINCH:
@@ -219,11 +219,10 @@ class Attached:
                     import termios
 
                     rows, cols = _size(self.ttys[0])
-                    with contextlib.suppress(OSError):
-                        fcntl.ioctl(self.master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+                    size = struct.pack("HHHH", rows, cols, 0, 0)
+                    _ignoring(OSError, fcntl.ioctl, self.master, termios.TIOCSWINSZ, size)
                 continue
-            with contextlib.suppress(OSError):
-                wire.send(sock, protocol.Signal(signal=int(sig)))
+            _ignoring(OSError, wire.send, sock, protocol.Signal(signal=int(sig)))
 
     def _copy(self, src: int, dst: int) -> bool:
         try:
@@ -244,23 +243,48 @@ class Attached:
 
     def _drain(self, out_fd: int) -> None:
         os.set_blocking(self.master, False)
-        with contextlib.suppress(OSError):
+        try:
             while self._copy(self.master, out_fd):
                 pass
+        except OSError:
+            pass
 
     def _print_refusals(self, data: bytes) -> bytes:
+        """Decisions arrive as JSON lines (``net.log``); refusals are shown, escaped."""
         lines, _, rest = data.rpartition(b"\n")
-        from ..net.log import parse
-
-        for event in parse(lines.decode(errors="replace")):
-            if not event.allowed:
-                _say(f"warren: network: refused {event.line().split(' DENIED ', 1)[-1]}")
+        for line in lines.splitlines():
+            event: Any
+            try:
+                event = jsonc.loads(line.decode(errors="replace"))
+                if event["allowed"]:
+                    continue
+                text = f"{event['method']} {event['host']}:{event['port']}: {event['reason']}"
+            except (ValueError, KeyError, TypeError):
+                continue
+            _say(f"warren: network: refused {printable(text)}")
         return rest
 
 
 def _say(line: str) -> None:
-    with contextlib.suppress(OSError):
-        os.write(2, (line.replace("\n", "\r\n") if _isatty(2) else line).encode(errors="replace") + b"\n")
+    data = (line.replace("\n", "\r\n") if _isatty(2) else line).encode(errors="replace") + b"\n"
+    _ignoring(OSError, os.write, 2, data)
+
+
+def _ignoring(errors: type[BaseException] | tuple[type[BaseException], ...], fn: Any, *args: Any) -> None:
+    """``fn(*args)``, ignoring ``errors`` (contextlib is not loaded on the fast path)."""
+    try:  # noqa: SIM105 - the point is not to load contextlib
+        fn(*args)
+    except errors:
+        pass
+
+
+def _drain_pipe(fd: int, take: Any) -> None:
+    """Read a non-blocking pipe until nothing is left now."""
+    try:
+        while chunk := os.read(fd, 65536):
+            take(chunk)
+    except BlockingIOError:
+        pass
 
 
 def run(spec: dict[str, object], profile: str | None, argv: list[str]) -> int:

@@ -1,79 +1,187 @@
-"""Command-line flags: the argument parser warren uses (argparse, with usage errors as
-warren errors: one line, a hint, exit 125) and the policy flags shared by ``run``,
-``create``, ``plan`` and ``doctor``, turned into a policy spec in ``warren.toml``'s
-own keys. Relative paths stay relative: the supervisor resolves them against the
-caller's directory.
+"""Command-line flags: one table of the policy flags shared by ``run``, ``create``,
+``plan`` and ``doctor``, turned into a policy spec in ``warren.toml``'s own keys
+(relative paths stay relative: the supervisor resolves them against the caller's
+directory).
 
-On the CLI's fast path: no policy or planning code is imported here.
+argparse is the parser — for help, usage errors (one line, a hint, exit 125) and
+every command. ``run`` and ``exec``, which an agent issues thousands of times, first
+try ``quick``: the same table read by a small loop that accepts only the plain forms
+and hands anything else (``--help``, an unknown or malformed flag) to argparse,
+because importing argparse (and the ``re`` it loads) costs more start-up time than the
+rest of the client.
 """
 
 from __future__ import annotations
 
-import argparse
+import os
 
 from ..errors import WarrenError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import NoReturn
+    import argparse
+    from typing import Any, NoReturn
 
 PRESETS = "uv, pip, npm, cargo, go, git, python, node, rust, golang"
+
+
+class Flag:
+    """One flag: its names, where its value goes, and its kind: "value" (the last one
+    wins), "multi" (each adds one), "switch" (no value), "float" (a number)."""
+
+    def __init__(
+        self,
+        names: tuple[str, ...],
+        dest: str,
+        kind: str,
+        help: str,
+        metavar: str | None = None,
+        choices: tuple[str, ...] | None = None,
+    ) -> None:
+        self.names, self.dest, self.kind, self.help = names, dest, kind, help
+        self.metavar, self.choices = metavar, choices
+
+    def add_to(self, p: argparse._ActionsContainer) -> None:
+        kw: dict[str, Any] = {"dest": self.dest, "help": self.help}
+        if self.kind == "switch":
+            kw["action"] = "store_true"
+        else:
+            kw["metavar"] = self.metavar
+            if self.kind == "multi":
+                kw.update(action="append", default=[])
+            if self.kind == "float":
+                kw["type"] = float
+            if self.choices:
+                kw.update(choices=self.choices, metavar=None)
+        p.add_argument(*self.names, **kw)
+
+
+POLICY_FLAGS = (
+    Flag(
+        ("--workspace", "-w"), "workspace", "value", "the workspace (default: the current directory)", "DIR"
+    ),
+    Flag(("--write",), "write", "multi", "also writable (repeatable)", "PATH"),
+    Flag(("--read",), "read", "multi", "read-only, even inside a writable root", "PATH"),
+    Flag(("--deny",), "deny", "multi", "unreadable: hidden by an empty mount", "PATH"),
+    Flag(("--env",), "env", "multi", "set an environment variable", "K=V"),
+    Flag(("--pass-env",), "pass_env", "multi", "pass a variable from the caller", "NAME"),
+    Flag(("--preset",), "preset", "multi", f"tool caches: {PRESETS}", "NAME"),
+    Flag(("--profile",), "profile", "value", "a [profile.NAME] from warren.toml or the user config", "NAME"),
+    Flag(
+        ("--network",),
+        "network",
+        "value",
+        "none (default): only loopback; allow: through warren's proxy to --allow-host hosts only; "
+        "open: outbound through pasta, never the host's loopback",
+        choices=("none", "allow", "open"),
+    ),
+    Flag(
+        ("--allow-host",),
+        "allow_host",
+        "multi",
+        "reachable in --network allow (implies it): pypi.org, *.example.org, host:8443, 10.0.0.5:80, "
+        "[::1]:8080; presets add their registries",
+        "HOST[:PORT]",
+    ),
+    Flag(("--resolve",), "resolve", "multi", "answer NAME with ADDR in the proxy", "NAME=ADDR"),
+    Flag(
+        ("--no-default-deny",),
+        "no_default_deny",
+        "switch",
+        "do not hide ~/.ssh, ~/.aws and other credentials",
+    ),
+    Flag(("--read-only-workspace",), "read_only_workspace", "switch", "mount the workspace read-only"),
+)
+EXEC_FLAGS = (
+    Flag(("--cwd",), "cwd", "value", "working directory inside the sandbox (default: the workspace)", "DIR"),
+    Flag(("--env",), "env", "multi", "set an environment variable", "K=V"),
+    Flag(("--timeout",), "timeout", "float", "kill the command's whole tree after this", "SECONDS"),
+)
 
 
 class UsageError(WarrenError):
     """Bad command-line usage."""
 
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message, operation="cli", hint=f"see `{self.prog} --help`")
+class Namespace:
+    """Parsed flags as attributes (argparse's or ``quick``'s)."""
+
+    def __init__(self, **values: Any) -> None:
+        self.__dict__.update(values)
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(name)
 
 
-def parser(prog: str, description: str) -> Parser:
-    return Parser(prog=prog, description=description, allow_abbrev=False)
+def quick(args: list[str], table: tuple[Flag, ...]) -> tuple[Any, list[str]] | None:
+    """Flags up to the first argument that is not one (or ``--``), and the rest; None
+    when anything is not plain, so argparse decides (and explains)."""
+    by_name = {name: flag for flag in table for name in flag.names}
+    values: dict[str, Any] = {
+        f.dest: [] if f.kind == "multi" else (False if f.kind == "switch" else None) for f in table
+    }
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--" or not arg.startswith("-") or arg == "-":
+            return Namespace(**values), args[i:]
+        name, eq, given = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+        flag = by_name.get(name)
+        if flag is None:
+            return None
+        if flag.kind == "switch":
+            if eq:
+                return None
+            values[flag.dest] = True
+            i += 1
+            continue
+        if not eq:
+            if i + 1 >= len(args) or args[i + 1].startswith("-"):
+                return None
+            i += 1
+            given = args[i]
+        if flag.choices and given not in flag.choices:
+            return None
+        if flag.kind == "float":
+            try:
+                values[flag.dest] = float(given)
+            except ValueError:
+                return None
+        elif flag.kind == "multi":
+            values[flag.dest].append(given)
+        else:
+            values[flag.dest] = given
+        i += 1
+    return Namespace(**values), []
+
+
+def parser(prog: str, description: str) -> argparse.ArgumentParser:
+    import argparse
+
+    class Formatter(argparse.HelpFormatter):
+        """argparse's, without its import of shutil just to learn the width."""
+
+        def __init__(
+            self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None
+        ):
+            if width is None:
+                try:
+                    width = os.get_terminal_size(1).columns - 2
+                except OSError:
+                    width = 78
+            super().__init__(prog, indent_increment, max_help_position, width)
+
+    class Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> NoReturn:
+            raise UsageError(message, operation="cli", hint=f"see `{self.prog} --help`")
+
+    return Parser(prog=prog, description=description, allow_abbrev=False, formatter_class=Formatter)
 
 
 def add_policy_flags(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("policy")
-    g.add_argument("--workspace", "-w", metavar="DIR", help="the workspace (default: the current directory)")
-    g.add_argument("--write", action="append", default=[], metavar="PATH", help="also writable (repeatable)")
-    g.add_argument(
-        "--read", action="append", default=[], metavar="PATH", help="read-only, even inside a writable root"
-    )
-    g.add_argument(
-        "--deny", action="append", default=[], metavar="PATH", help="unreadable: hidden by an empty mount"
-    )
-    g.add_argument("--env", action="append", default=[], metavar="K=V", help="set an environment variable")
-    g.add_argument(
-        "--pass-env", action="append", default=[], metavar="NAME", help="pass a variable from the caller"
-    )
-    g.add_argument("--preset", action="append", default=[], metavar="NAME", help=f"tool caches: {PRESETS}")
-    g.add_argument("--profile", metavar="NAME", help="a [profile.NAME] from warren.toml or the user config")
-    g.add_argument(
-        "--network",
-        choices=("none", "allow", "open"),
-        help="none (default): only loopback; allow: through warren's proxy to --allow-host hosts only; "
-        "open: outbound through pasta, never the host's loopback",
-    )
-    g.add_argument(
-        "--allow-host",
-        action="append",
-        default=[],
-        metavar="HOST[:PORT]",
-        help="reachable in --network allow (implies it): pypi.org, *.example.org, host:8443, "
-        "10.0.0.5:80, [::1]:8080; presets add their registries",
-    )
-    g.add_argument(
-        "--resolve",
-        action="append",
-        default=[],
-        metavar="NAME=ADDR",
-        help="answer NAME with ADDR in the proxy",
-    )
-    g.add_argument(
-        "--no-default-deny", action="store_true", help="do not hide ~/.ssh, ~/.aws and other credentials"
-    )
-    g.add_argument("--read-only-workspace", action="store_true", help="mount the workspace read-only")
+    group = p.add_argument_group("policy")
+    for flag in POLICY_FLAGS:
+        flag.add_to(group)
 
 
 def pairs(values: list[str], flag: str, value_name: str = "VALUE") -> dict[str, str]:
@@ -90,7 +198,7 @@ def pairs(values: list[str], flag: str, value_name: str = "VALUE") -> dict[str, 
     return out
 
 
-def spec_of(ns: argparse.Namespace) -> dict[str, object]:
+def spec_of(ns: Any) -> dict[str, object]:
     """The policy flags as a spec, in warren.toml's keys (only what was given)."""
     spec: dict[str, object] = {}
     if ns.workspace is not None:

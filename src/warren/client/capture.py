@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import os
 import select
-import socket
 import time
 from collections.abc import Callable
 
@@ -31,7 +30,7 @@ def _exit_code(status: int) -> tuple[int, int | None]:
 
 
 def run_captured(
-    sock: socket.socket,
+    sock: wire.Sock,
     message: protocol.RunRequest | protocol.ExecRequest,
     *,
     stdin: bytes | None,
@@ -80,7 +79,7 @@ def run_captured(
         else:
             os.close(in_w)
             in_w = -1
-    readers: list[int | socket.socket] = [sock, out_r, err_r, *([net_r] if net_r >= 0 else [])]
+    readers: list[int | wire.Sock] = [sock, out_r, err_r, *([net_r] if net_r >= 0 else [])]
     deadline = None if command.timeout is None else start + command.timeout + CLIENT_GRACE
     started: protocol.Started | None = None
     final: protocol.Exited | None = None

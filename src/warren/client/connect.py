@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import select
-import socket
 import sys
 
 from .. import protocol, wire
@@ -92,7 +91,7 @@ def _start_daemon(root: str, env: Mapping[str, str]) -> str:
     return answer.decode(errors="replace").strip()
 
 
-def _verify_server(sock: socket.socket) -> None:
+def _verify_server(sock: wire.Sock) -> None:
     _pid, uid, _gid = wire.peer_creds(sock)
     if uid != os.getuid():
         sock.close()
@@ -128,12 +127,27 @@ def _unreachable(root: str, pid: int, ns: str) -> SetupError:
     )
 
 
-def supervisor(env: Mapping[str, str] | None = None) -> socket.socket:
+# State directory -> the address of its supervisor, once found and checked (state
+# directory verified, same namespaces): later connections only check the peer's uid.
+_verified: dict[str, str] = {}
+
+
+def supervisor(env: Mapping[str, str] | None = None) -> wire.Sock:
     """A verified connection to this user's supervisor, starting it when needed. A
     SetupError when it cannot be had here (state directory unusable, or the running
     supervisor lives in other namespaces)."""
     env = os.environ if env is None else env
-    root = statedir.prepare(statedir.location(env))
+    location = statedir.location(env)
+    known = _verified.get(location)
+    if known is not None:
+        try:
+            sock = wire.connect(known)
+        except OSError:
+            del _verified[location]  # it exited: find (or start) the next one
+        else:
+            _verify_server(sock)
+            return sock
+    root = statedir.prepare(location)
     why = "it did not start"
     for _attempt in range(6):
         found = statedir.read_address(root)
@@ -149,6 +163,7 @@ def supervisor(env: Mapping[str, str] | None = None) -> socket.socket:
                     sock.close()
                     raise _unreachable(root, pid, ns)
                 _verify_server(sock)
+                _verified[location] = wire.abstract_name(token)
                 return sock
         answer = _start_daemon(root, env)
         if answer.startswith("error"):
@@ -169,8 +184,10 @@ def supervisor(env: Mapping[str, str] | None = None) -> socket.socket:
     )
 
 
-def inline() -> socket.socket:
+def inline() -> wire.Sock:
     """A supervisor of our own, for this one connection (no state directory needed)."""
+    import socket
+
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     log = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
     try:
@@ -182,7 +199,7 @@ def inline() -> socket.socket:
     return ours
 
 
-def for_run(env: Mapping[str, str] | None = None) -> socket.socket:
+def for_run(env: Mapping[str, str] | None = None) -> wire.Sock:
     """Where a one-shot run goes: the supervisor, or inline when the state directory
     cannot be used (slower: a fresh interpreter per run)."""
     try:

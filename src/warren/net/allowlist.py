@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..errors import PolicyError
+from ..terminal import printable
 
 DEFAULT_PORTS = (80, 443)
 PROXY_PORT = 3128  # on 127.0.0.1 inside the sandbox (its own network namespace)
@@ -130,14 +131,6 @@ class NetEvent:
         via = f" via {self.address}" if self.address else ""
         target = f"{self.method} {self.host}:{self.port}{via}"
         return printable(f"{self.time} {self.sandbox} {verdict} {target}: {self.reason}")
-
-
-def printable(text: str) -> str:
-    """``text`` with every non-printable character (ESC, CR, newline, OSC, C1 ...)
-    written as an escape, so it is one inert line on any terminal."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
 def _bad(entry: str, why: str, where: str) -> PolicyError:
