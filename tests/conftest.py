@@ -3,6 +3,7 @@ and once as an unprivileged user with uid 1001 (scripts/test)."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -20,15 +22,23 @@ def pytest_report_header() -> str:
     return f"warren tests as uid={os.getuid()} gid={os.getgid()} home={os.environ.get('HOME')}"
 
 
+_names = itertools.count()
+
+
 @dataclass
 class Layout:
     """A workspace W and a tool cache C on the same host filesystem, side by side,
-    plus an ``outside`` file next to them that the sandbox must not change."""
+    plus an ``outside`` file next to them that the sandbox must not change.
+
+    ``via`` says how ``run`` runs a command: "run" (a one-shot ``warren run``) or
+    "exec" (``warren create`` with the same flags, ``warren exec``, ``warren rm -f``):
+    suites that set it per test cover both launch paths with the same assertions."""
 
     root: Path
     workspace: Path
     cache: Path
     outside: Path
+    via: ClassVar[str] = "run"
 
     def run(
         self,
@@ -39,14 +49,30 @@ class Layout:
         env: dict[str, str] | None = None,
         timeout: float = 60,
     ) -> subprocess.CompletedProcess[str]:
-        """`warren run --write C [flags] -- argv` from inside the workspace."""
-        return run_cli(
-            ["run", "--write", str(self.cache), *flags, "--", *argv],
-            cwd=cwd or self.workspace,
-            stdin=stdin,
-            env=env,
-            timeout=timeout,
+        """`warren run --write C [flags] -- argv` from inside the workspace (or the
+        same through a long-lived sandbox, see ``via``)."""
+        where = cwd or self.workspace
+        if self.via == "run":
+            return run_cli(
+                ["run", "--write", str(self.cache), *flags, "--", *argv],
+                cwd=where,
+                stdin=stdin,
+                env=env,
+                timeout=timeout,
+            )
+        name = f"t{os.getpid()}-{next(_names)}"
+        made = run_cli(
+            ["create", "--write", str(self.cache), *flags, name], cwd=where, env=env, timeout=timeout
         )
+        if made.returncode != 0:
+            return made
+        try:
+            ran = run_cli(
+                ["exec", "--cwd", str(where), name, *argv], cwd=where, stdin=stdin, env=env, timeout=timeout
+            )
+        finally:
+            gone = run_cli(["rm", "-f", name], cwd=where, env=env, timeout=timeout)
+        return subprocess.CompletedProcess(ran.args, ran.returncode, ran.stdout, ran.stderr + gone.stderr)
 
     def py(self, code: str, *flags: str) -> subprocess.CompletedProcess[str]:
         return self.run(["python3", "-c", code], *flags)

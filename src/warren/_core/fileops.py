@@ -135,7 +135,7 @@ def handle(conn: socket.socket, req: protocol.FileRequest, payload: bytes, works
     out = b""
     try:
         if op == "read":
-            out = _read_regular(path, req.max_bytes)
+            out = _read_regular(path, min(req.max_bytes, wire.MAX_PAYLOAD))
         elif op == "write":
             _write_regular(path, payload, req.append, 0o644 if req.mode is None else req.mode, req.parents)
         elif op == "list":

@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 
-from .. import protocol
+from .. import protocol, wire
 from ..errors import SandboxDead, SandboxError, SandboxFileError, SandboxTimeout, WarrenError
 from ..models import FileInfo, Output, ProcessInfo, Result, SandboxInfo
 from ..net.allowlist import NetEvent
@@ -293,8 +293,16 @@ class Files:
         return self._sb._transport.file(request, data)
 
     def read(self, path: PathArg, *, max_bytes: int = DEFAULT_READ_LIMIT) -> bytes:
-        """The file's bytes; FileTooLarge when it is bigger than ``max_bytes``."""
-        return self._op("read", path, max_bytes=checks.limit(max_bytes, "read"))[1]
+        """The file's bytes; FileTooLarge when it is bigger than ``max_bytes`` (at most
+        256 MiB: what one message may carry)."""
+        if checks.limit(max_bytes, "read") > wire.MAX_PAYLOAD:
+            raise SandboxFileError(
+                f"max_bytes {max_bytes} is above what one read carries ({wire.MAX_PAYLOAD} bytes)",
+                operation="read",
+                path=str(path),
+                hint="read a part with a command (sb.exec(['head', '-c', N, path])), or use the workspace",
+            )
+        return self._op("read", path, max_bytes=max_bytes)[1]
 
     def read_text(
         self, path: PathArg, encoding: str = "utf-8", *, max_bytes: int = DEFAULT_READ_LIMIT

@@ -255,8 +255,9 @@ class Supervisor:
         self.sel.register(sock, _R, ("client", c))
         return c
 
-    def _drop(self, c: Client) -> None:
-        """Forget a client; a one-shot sandbox running its command is killed."""
+    def _drop(self, c: Client, handed_off: bool = False) -> None:
+        """Forget a client; a one-shot sandbox running its command is killed. A
+        connection handed to a sandbox is only let go of: its helper reads on."""
         if c not in self.clients:
             return
         self.clients.discard(c)
@@ -264,6 +265,12 @@ class Supervisor:
             self.sel.unregister(c.sock)
         c.inbox.close_fds()
         c.outbox.close()
+        # Unread input makes the kernel reset the connection, and the client would
+        # lose the error it was just sent: discard a bounded amount first.
+        with contextlib.suppress(OSError):
+            for _ in range(0 if handed_off else 16):
+                if not c.sock.recv(65536, socket.MSG_DONTWAIT):
+                    break
         c.sock.close()
         if c.box is not None and c.box.run is not None and not c.box.run.answered:
             c.box.run.answered = True
@@ -421,8 +428,15 @@ class Supervisor:
         )
 
     def _plan(
-        self, spec_map: dict[str, object], caller: CallerFacts, msg_caller: protocol.Caller, cwd: str | None
+        self,
+        spec_map: dict[str, object],
+        caller: CallerFacts,
+        msg_caller: protocol.Caller,
+        cwd: str | None,
+        long_lived: bool = False,
     ) -> Plan:
+        """``long_lived``: commands start in the workspace (not wherever the sandbox
+        happened to be created from)."""
         spec = from_mapping(spec_map, "the request's policy", skip=())
         home = Path(caller.home)
         here = Path(caller.cwd)
@@ -436,7 +450,7 @@ class Supervisor:
         state_dir = self.root or statedir.location(caller.env)
         paths = [r.path for r in (*policy.writable, *policy.readable, *policy.denied)]
         host = gather(paths_of(paths, caller), state_dir=state_dir)
-        return make_plan(policy, host, caller, cwd=cwd)
+        return make_plan(policy, host, caller, cwd=str(policy.workspace) if long_lived else cwd)
 
     def _launch(self, plan: Plan, name: str, oneshot: bool) -> Box:
         launched = launch.launch(plan, oneshot=oneshot)
@@ -481,7 +495,7 @@ class Supervisor:
                 hint=f"use it (warren exec {name} CMD), or remove it first (warren rm -f {name})",
             )
         caller = self._caller(c, msg.caller)
-        plan = self._plan(msg.spec, caller, msg.caller, None)
+        plan = self._plan(msg.spec, caller, msg.caller, None, long_lived=True)
         box = self._launch(plan, name, oneshot=False)
         box.search_path = caller.env.get("PATH")
         box.creator = c
@@ -729,7 +743,7 @@ class Supervisor:
         for fd in [*fds, *extra]:
             os.close(fd)
         # PID 1's helper has the connection now; this process lets go of its copy.
-        self._drop(c)
+        self._drop(c, handed_off=True)
 
     # --- lookups ---------------------------------------------------------------------------------------
 
