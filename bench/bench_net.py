@@ -32,9 +32,9 @@ import time
 from pathlib import Path
 
 import warren
-from warren.netpolicy import Allowlist, parse_rules
-from warren.netproxy import Proxy
-from warren.policy import PolicySpec, build
+from warren.net.allowlist import Allowlist, parse_rules
+from warren.net.proxy import Proxy
+from warren.policy import PolicySpec
 
 SERVER_ADDR = "127.0.0.2"
 NAME = "bench.test"
@@ -166,7 +166,7 @@ def _curl_host(argv: list[str], mib: int) -> float:
     return _parse_curl(r.stdout, mib)
 
 
-def _curl_sandbox(argv: list[str], policy: warren.Policy, mib: int) -> float:
+def _curl_sandbox(argv: list[str], policy: PolicySpec, mib: int) -> float:
     r = warren.run(argv, policy=policy)
     if r.exit_code != 0:
         raise RuntimeError(f"curl in the sandbox exited {r.exit_code}: {r.stderr.decode(errors='replace')}")
@@ -221,7 +221,7 @@ def main() -> None:
         listener.listen(512)
         proxy_port = listener.getsockname()[1]
         proxy = Proxy(listener, Allowlist(parse_rules(allow)), sandbox="bench", resolve=resolve).start()
-        policy = build(PolicySpec(workspace=str(ws), allow_hosts=allow, resolve=resolve))
+        policy = PolicySpec(workspace=str(ws), allow_hosts=allow, resolve=resolve)
 
         url = f"http://{NAME}:{port}/"
         via = ["-x", f"http://127.0.0.1:{proxy_port}"]

@@ -19,9 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from warren.policy import PolicySpec, build
-from warren.registry import Registry, state_dir
-from warren.sandbox import Sandbox
+from warren import PolicySpec, Sandbox
+from warren.server import statedir
 
 
 def _stats(samples: list[float]) -> str:
@@ -40,6 +39,23 @@ def _pss_kib(pid: int) -> int | None:
     return None
 
 
+def _descendants(root: int) -> list[int]:
+    kids: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                stat = Path(f"/proc/{name}/stat").read_text()
+            except OSError:
+                continue
+            kids.setdefault(int(stat[stat.rindex(")") + 2 :].split()[1]), []).append(int(name))
+    out, todo = [], list(kids.get(root, []))
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(kids.get(pid, []))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=1000)
@@ -49,7 +65,7 @@ def main() -> None:
         os.environ["XDG_STATE_HOME"] = str(Path(tmp) / "state")
         ws = Path(tmp) / "ws"
         ws.mkdir()
-        policy = build(PolicySpec(workspace=str(ws)))
+        policy = PolicySpec(workspace=str(ws))
 
         t = time.perf_counter()
         first = Sandbox.create(policy, name="bench")
@@ -88,22 +104,30 @@ def main() -> None:
 
         idle = [Sandbox.create(policy, name=f"idle{i}") for i in range(args.idle - 1)]
         time.sleep(1)
-        reg = Registry(state_dir())
-        entries = [e for e in reg.all() if e.state == "running"]
-        sup = {e.supervisor_pid for e in entries}
-        pids = [*sup, *(e.pid1 for e in entries)]
-        values = [_pss_kib(p) for p in pids]
-        if any(v is None for v in values):
-            print("memory: PSS of PID 1 is not readable as this user (not dumpable); run as root")
-        else:
-            total = sum(v for v in values if v is not None)
-            sup_kib = sum(_pss_kib(p) or 0 for p in sup)
-            print(f"memory with {len(entries)} idle sandboxes alive")
-            print(f"  supervisor PSS               {sup_kib / 1024:7.2f} MiB")
-            print(f"  supervisor + all PID 1s      {total / 1024:7.2f} MiB")
-            print(f"  per idle sandbox             {total / len(entries) / 1024:7.2f} MiB")
+        _memory("just used (each with a warm spare exec helper)")
+        time.sleep(21)  # PID 1 lets its spare go after 20 s without a request
+        _memory("idle for 20 s (spares let go)")
         for sb in [first, *idle]:
             sb.remove()
+
+
+def _memory(when: str) -> None:
+    entries = [e for e in Sandbox.list() if e.state == "running"]
+    found = statedir.read_address(statedir.location(os.environ))
+    assert found is not None
+    sup = found[1]
+    # Each sandbox: PID 1, and while in use a spare exec helper with its launcher.
+    pids = [sup, *_descendants(sup)]
+    values = [_pss_kib(p) for p in pids]
+    if any(v is None for v in values):
+        print("memory: PSS of PID 1 is not readable as this user (not dumpable); run as root")
+        return
+    total = sum(v for v in values if v is not None)
+    sup_kib = _pss_kib(sup) or 0
+    print(f"memory with {len(entries)} sandboxes alive, {when}: {len(pids) - 1} processes")
+    print(f"  supervisor PSS               {sup_kib / 1024:7.2f} MiB")
+    print(f"  supervisor + all sandboxes   {total / 1024:7.2f} MiB")
+    print(f"  per sandbox                  {(total - sup_kib) / len(entries) / 1024:7.2f} MiB")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ control channel to the parent and runs ``pid1.main``; it never returns here.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 
 from ..errors import SetupError
@@ -43,9 +44,13 @@ def start_pid1(plan: Plan, control: socket.socket, *, oneshot: bool) -> int:
     from . import pid1
 
     harden.seccomp_program(plan)  # packed here, so the clone only copies it
+    # A stop (SIGTERM) that comes early waits, blocked, until PID 1 has its own
+    # handler: before that it would run the parent's.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     try:
         pid = _sys.clone_process(NS_FLAGS)
     except OSError as e:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
         raise SetupError(
             "cannot create the sandbox's namespaces",
             operation="clone",
@@ -63,4 +68,5 @@ def start_pid1(plan: Plan, control: socket.socket, *, oneshot: bool) -> int:
             code = pid1.main(plan, control, oneshot=oneshot)
         finally:
             os._exit(code)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     return pid

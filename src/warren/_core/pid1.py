@@ -35,6 +35,7 @@ STOP_GRACE = 2.0
 PR_SET_CHILD_SUBREAPER = 36
 MAX_HELPERS = 4096
 SPARE_AFTER_MS = 5
+SPARE_IDLE = 20.0  # seconds without a request before the spare helper is let go
 
 
 def main(plan: Plan, control: socket.socket, *, oneshot: bool) -> int:
@@ -72,12 +73,11 @@ class Init:
         self.served = False
         self.spare: socket.socket | None = None  # a helper forked ahead of the next request
         self.want_spare = False  # fork the next spare once things are quiet
+        self.last_request = time.monotonic()
         self.stopping: float | None = None
         self.wake_r, self.wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
 
     def serve(self) -> int:
-        if not self.oneshot:
-            self._fork_spare(warm_up=True)
         self.control.setblocking(False)
         inbox = wire.Inbox(self.control)
         signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
@@ -85,19 +85,31 @@ class Init:
         signal.signal(signal.SIGTERM, self._on_term)
         for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
             signal.signal(sig, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # blocked since the clone
         poller = select.poll()
         poller.register(self.control, select.POLLIN)
         poller.register(self.wake_r, select.POLLIN)
+        if not self.oneshot and self.stopping is None:
+            self._fork_spare(warm_up=True)
         while True:
-            timeout = None if self.stopping is None else 50
-            if self.want_spare and self.stopping is None:
+            timeout: float | None = None
+            if self.stopping is not None:
+                timeout = 50
+            elif self.want_spare:
                 timeout = SPARE_AFTER_MS
+            elif self.spare is not None:
+                timeout = max(0.0, (self.last_request + SPARE_IDLE - time.monotonic()) * 1000)
             events = poller.poll(timeout)
             if not events and self.want_spare and self.stopping is None:
                 # Quiet for a moment: fork the next spare now, not while the request
                 # just handed over still needs the CPU.
                 self.want_spare = False
                 self._fork_spare(warm_up=True)
+            elif self.spare is not None and time.monotonic() - self.last_request > SPARE_IDLE:
+                # Nobody uses this sandbox now: its spare goes (it exits when its
+                # channel closes), and the memory it held with it.
+                self.spare.close()
+                self.spare = None
             for fd, _ev in events:
                 if fd == self.wake_r:
                     with contextlib.suppress(BlockingIOError):
@@ -127,6 +139,9 @@ class Init:
             self.stopping = time.monotonic() + STOP_GRACE
             with contextlib.suppress(ProcessLookupError):
                 os.kill(-1, signal.SIGTERM)
+            if self.spare is not None:  # it exits when its channel closes, signal or not
+                self.spare.close()
+                self.spare = None
 
     def _reap(self) -> bool:
         reaped = False
@@ -145,6 +160,7 @@ class Init:
         """Hand a request to the spare helper (forked ahead of time), then fork the
         next spare while this one works: no fork on a request's path."""
         assert isinstance(msg, protocol.Handoff)
+        self.last_request = time.monotonic()
         try:
             if not fds or len(self.helpers) >= MAX_HELPERS or (self.oneshot and self.served):
                 return
@@ -163,10 +179,14 @@ class Init:
 
     def _fork_spare(self, warm_up: bool) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        # SIGTERM (stop) stays blocked across the fork until the child has dropped PID
+        # 1's handler: a helper must die of it, never run the stop sequence itself.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         pid = os.fork()
         if pid == 0:
             ours.close()
             self._helper(theirs, warm_up)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
         theirs.close()
         self.helpers.add(pid)
         self.spare = ours
@@ -181,6 +201,7 @@ class Init:
             signal.set_wakeup_fd(-1)
             for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
                 signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
             for sock in (self.control, *([self.spare] if self.spare is not None else [])):
                 os.close(sock.detach())
             os.close(self.wake_r)
