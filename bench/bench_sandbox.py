@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from warren import PolicySpec, Sandbox
+from warren._core.procs import descendants
 from warren.server import statedir
 
 
@@ -37,23 +38,6 @@ def _pss_kib(pid: int) -> int | None:
     except OSError:
         return None
     return None
-
-
-def _descendants(root: int) -> list[int]:
-    kids: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                stat = Path(f"/proc/{name}/stat").read_text()
-            except OSError:
-                continue
-            kids.setdefault(int(stat[stat.rindex(")") + 2 :].split()[1]), []).append(int(name))
-    out, todo = [], list(kids.get(root, []))
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(kids.get(pid, []))
-    return out
 
 
 def main() -> None:
@@ -117,7 +101,7 @@ def _memory(when: str) -> None:
     assert found is not None
     sup = found[1]
     # Each sandbox: PID 1, and while in use a spare exec helper with its launcher.
-    pids = [sup, *_descendants(sup)]
+    pids = [sup, *descendants(sup)]
     values = [_pss_kib(p) for p in pids]
     if any(v is None for v in values):
         print("memory: PSS of PID 1 is not readable as this user (not dumpable); run as root")

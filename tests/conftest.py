@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -127,6 +127,19 @@ def any_layout(request: pytest.FixtureRequest, tmp_path: Path) -> Layout:
     layout = _make_layout(base)
     request.addfinalizer(lambda: subprocess.run(["rm", "-rf", str(base)], check=False))
     return layout
+
+
+@pytest.fixture
+def state_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """warren's state (and so its supervisor) private to one test; every sandbox it
+    left is removed afterwards."""
+    from warren.client.sandbox import Sandbox
+
+    home = tmp_path / "state"
+    monkeypatch.setenv("XDG_STATE_HOME", str(home))
+    yield home
+    for info in Sandbox.list():
+        Sandbox(info).remove()
 
 
 @pytest.fixture

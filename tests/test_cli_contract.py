@@ -9,7 +9,6 @@ import inspect
 import json
 import os
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,14 +19,7 @@ from warren.client.aio import AsyncSandbox
 from warren.client.sandbox import Sandbox
 from warren.policy import PolicySpec
 
-
-@pytest.fixture(autouse=True)
-def state_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    home = tmp_path / "state"
-    monkeypatch.setenv("XDG_STATE_HOME", str(home))
-    yield home
-    for info in Sandbox.list():
-        Sandbox(info).remove()
+pytestmark = pytest.mark.usefixtures("state_home")
 
 
 def cli(ws: Path, *args: str, stdin: str | None = None) -> tuple[int, str, str]:

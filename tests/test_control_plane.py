@@ -16,7 +16,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,14 +28,7 @@ from warren.errors import ExecError, FileTooLarge, SandboxFileError
 from warren.policy import PolicySpec
 from warren.server import statedir
 
-
-@pytest.fixture(autouse=True)
-def state_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    home = tmp_path / "state"
-    monkeypatch.setenv("XDG_STATE_HOME", str(home))
-    yield home
-    for info in Sandbox.list():
-        Sandbox(info).remove()
+pytestmark = pytest.mark.usefixtures("state_home")
 
 
 def _supervisor() -> tuple[str, int]:

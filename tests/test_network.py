@@ -455,12 +455,8 @@ def test_open_without_a_usable_pasta_is_a_clear_setup_error(ws: Path, tmp_path: 
 
 
 @pytest.fixture
-def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    home = tmp_path / "state"
-    monkeypatch.setenv("XDG_STATE_HOME", str(home))
-    yield home
-    for entry in Sandbox.list():
-        Sandbox(entry).remove()
+def state(state_home: Path) -> Path:
+    return state_home
 
 
 def _get(url: str) -> str:

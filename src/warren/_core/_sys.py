@@ -22,32 +22,19 @@ _ARCH_NR: dict[str, dict[str, int]] = {
         "mount": 165,
         "umount2": 166,
         "pivot_root": 155,
-        "unshare": 272,
-        "setns": 308,
-        "renameat2": 316,
-        "seccomp": 317,
-        "keyctl": 250,
         "capset": 126,
     },
     "aarch64": {
         "mount": 40,
         "umount2": 39,
         "pivot_root": 41,
-        "unshare": 97,
-        "setns": 268,
-        "renameat2": 276,
-        "seccomp": 277,
-        "keyctl": 219,
         "capset": 91,
     },
 }
 _COMMON_NR = {
     "open_tree": 428,
     "move_mount": 429,
-    "fsopen": 430,
-    "pidfd_open": 434,
     "close_range": 436,
-    "openat2": 437,
     "mount_setattr": 442,
     "landlock_create_ruleset": 444,
     "landlock_add_rule": 445,
@@ -92,14 +79,6 @@ CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 
 
-def unshare(flags: int) -> None:
-    _check(_syscall(_nr("unshare"), ctypes.c_int(flags)), "unshare")
-
-
-def setns(fd: int, nstype: int = 0) -> None:
-    _check(_syscall(_nr("setns"), ctypes.c_int(fd), ctypes.c_int(nstype)), "setns")
-
-
 # --- mounts ---------------------------------------------------------------------
 
 MS_RDONLY = 0x1
@@ -110,13 +89,11 @@ MS_REMOUNT = 0x20
 MS_BIND = 0x1000
 MS_REC = 0x4000
 MS_PRIVATE = 1 << 18
-MS_SLAVE = 1 << 19
 MNT_DETACH = 0x2
 
 AT_FDCWD = -100
 AT_EMPTY_PATH = 0x1000
 AT_RECURSIVE = 0x8000
-AT_SYMLINK_NOFOLLOW = 0x100
 OPEN_TREE_CLONE = 0x1
 OPEN_TREE_CLOEXEC = os.O_CLOEXEC
 MOVE_MOUNT_F_EMPTY_PATH = 0x4
@@ -124,7 +101,6 @@ MOVE_MOUNT_F_EMPTY_PATH = 0x4
 MOUNT_ATTR_RDONLY = 0x1
 MOUNT_ATTR_NOSUID = 0x2
 MOUNT_ATTR_NODEV = 0x4
-MOUNT_ATTR_NOEXEC = 0x8
 
 
 class _MountAttr(ctypes.Structure):
@@ -256,7 +232,6 @@ PR_SET_NO_NEW_PRIVS = 38
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 SECCOMP_MODE_FILTER = 2
-KEYCTL_JOIN_SESSION_KEYRING = 1
 
 _prctl = _libc.prctl
 _prctl.restype = ctypes.c_int
@@ -315,11 +290,6 @@ _CAP_EMPTY = (_CapData * 2)()
 def capset_empty() -> None:
     r = _syscall(_nr("capset"), ctypes.byref(_CAP_HEADER), ctypes.byref(_CAP_EMPTY))
     _check(r, "capset")
-
-
-def join_new_session_keyring() -> None:
-    r = _syscall(_nr("keyctl"), ctypes.c_int(KEYCTL_JOIN_SESSION_KEYRING), None)
-    _check(r, "keyctl(JOIN_SESSION_KEYRING)")
 
 
 CLOSE_RANGE_CLOEXEC = 1 << 2
@@ -384,19 +354,3 @@ def clone_process(flags: int) -> int:
         err = ctypes.get_errno()
         raise OSError(err, f"clone: {os.strerror(err)}")
     return int(r)
-
-
-def renameat2(old: str, new: str, flags: int) -> None:
-    r = _syscall(
-        _nr("renameat2"),
-        ctypes.c_int(AT_FDCWD),
-        _b(old),
-        ctypes.c_int(AT_FDCWD),
-        _b(new),
-        ctypes.c_uint(flags),
-    )
-    _check(r, "renameat2", old)
-
-
-RENAME_NOREPLACE = 1
-RENAME_EXCHANGE = 2

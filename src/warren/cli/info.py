@@ -8,24 +8,17 @@ import os
 import sys
 from collections.abc import Callable
 
-from .. import protocol, wire
+from .. import protocol
 from ..client import connect
-from ..errors import WarrenError, from_record
+from ..errors import WarrenError
 from . import flags
 
 
 def _plan(spec: dict[str, object], profile: str | None) -> protocol.PlanReply:
-    sock = connect.for_run()
-    try:
-        caller = protocol.Caller(cwd=os.getcwd(), env=dict(os.environ), config=True, profile=profile)
-        wire.send(sock, protocol.PlanRequest(spec=spec, caller=caller))
-        reply, _, fds = wire.recv(sock, (protocol.PlanReply, protocol.Error))
-    finally:
-        sock.close()
-    for fd in fds:
-        os.close(fd)
-    if isinstance(reply, protocol.Error):
-        raise from_record(reply.error.to_fields())
+    caller = protocol.Caller(cwd=os.getcwd(), env=dict(os.environ), config=True, profile=profile)
+    reply, _ = connect.exchange(
+        connect.for_run(), protocol.PlanRequest(spec=spec, caller=caller), (protocol.PlanReply,)
+    )
     assert isinstance(reply, protocol.PlanReply)
     return reply
 

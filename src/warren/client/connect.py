@@ -216,7 +216,16 @@ def request(
 ) -> tuple[protocol.Message, bytes]:
     """One request to the supervisor (or, through it, to a sandbox's PID 1) and its
     reply; an ``Error`` reply is raised as the error it carries."""
-    sock = supervisor(env)
+    return exchange(supervisor(env), message, expect, payload)
+
+
+def exchange(
+    sock: wire.Sock,
+    message: protocol.Message,
+    expect: tuple[type[protocol.Message], ...],
+    payload: bytes = b"",
+) -> tuple[protocol.Message, bytes]:
+    """Send ``message`` on ``sock``, read the one reply and close: see ``request``."""
     try:
         wire.send(sock, message, payload)
         reply, data, fds = wire.recv(sock, (*expect, protocol.Error))

@@ -12,8 +12,8 @@ import builtins
 import os
 from collections.abc import Callable, Mapping
 
-from .. import protocol, wire
-from ..errors import SandboxError, from_record
+from .. import protocol
+from ..errors import SandboxError
 from ..models import ProcessInfo, Result, SandboxInfo
 from ..net.allowlist import NetEvent
 from ..policy.spec import PolicySpec
@@ -162,18 +162,7 @@ class LocalTransport(Transport):
             sandbox=name,
             command=protocol.Command(argv=argv, cwd=cwd, env=env, timeout=timeout, output_limit=output_limit),
         )
-        sock = connect.supervisor(self.env)
-        try:
-            wire.send(sock, message)
-            reply, _, fds = wire.recv(sock, (protocol.Started, protocol.Error))
-        except (wire.ConnectionClosed, ConnectionResetError, BrokenPipeError):
-            raise _lost("spawn")() from None
-        finally:
-            sock.close()
-        for fd in fds:
-            os.close(fd)
-        if isinstance(reply, protocol.Error):
-            raise from_record(reply.error.to_fields())
+        reply, _ = self._request(message, (protocol.Started,))
         assert isinstance(reply, protocol.Started) and reply.spawn_id is not None
         return reply.spawn_id, reply.pid
 
