@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 
 from ..errors import SetupError
 from ..plan.model import PRECLONED, MountKind, MountOp, Plan
@@ -94,7 +95,9 @@ def _apply(op: MountOp, target: str, fd: int | None) -> None:
     kind = op.kind
     if fd is not None:
         if op.mkdir:
-            _mount_point(target, kind is MountKind.BIND_RW or os.path.isdir(op.source or op.target))
+            # The clone itself says what it is: by now its source path may name
+            # something else (the stage is on /tmp).
+            _mount_point(target, stat.S_ISDIR(os.fstat(fd).st_mode))
         _attach(fd, target)
     elif kind is MountKind.MASK:
         _mask(target, op.keep)

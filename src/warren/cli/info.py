@@ -81,9 +81,14 @@ def _doctor_in_sandbox(spec: dict[str, object], profile: str | None, cache: list
     from ..client.local import LocalTransport
     from ..policy.spec import from_mapping
 
-    package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
     env = spec.get("env")
     spec = {**spec, "env": {**(env if isinstance(env, dict) else {}), "PYTHONPATH": package_parent}}
+    if package_parent == "/tmp" or package_parent.startswith("/tmp/"):
+        # The sandbox gets a /tmp of its own: show it warren's code (read-only), which
+        # an editable install or a checkout under /tmp keeps there.
+        read = spec.get("read")
+        spec["read"] = [*(read if isinstance(read, list) else []), package_parent]
     plan = _plan(spec, profile).plan
     workspace = str(plan["workspace"])
     groups = plan.get("groups") or []
