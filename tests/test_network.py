@@ -553,7 +553,7 @@ def test_cli_rejects_bad_network_flags_with_a_hint(ws: Path) -> None:
 def test_workspace_file_cannot_open_the_network(ws: Path) -> None:
     (ws / "warren.toml").write_text('network = "open"\n')
     r = run_cli(["run", "--", "true"], cwd=ws)
-    assert r.returncode == 125 and "cannot be set in the workspace's own file" in r.stderr
+    assert r.returncode == 125 and "network = 'open' would open the network" in r.stderr
     (ws / "warren.toml").write_text('allow_host = ["evil.example"]\n')
     r = run_cli(["run", "--", "true"], cwd=ws)
     assert r.returncode == 125 and "allow_host" in r.stderr

@@ -173,7 +173,8 @@ def test_writable_in_proc_is_rejected(tmp_path: Path) -> None:
 
 def test_preset_python_adds_uv_and_pip_caches(tmp_path: Path) -> None:
     env = {"HOME": str(tmp_path), "UV_CACHE_DIR": str(tmp_path / "uvc")}
-    p = build(PolicySpec(workspace=str(tmp_path), presets=["python"]), env=env, home=tmp_path)
+    (tmp_path / "proj").mkdir()
+    p = build(PolicySpec(workspace=str(tmp_path / "proj"), presets=["python"]), env=env, home=tmp_path)
     sources = {str(r.path): r.source for r in p.writable}
     assert sources[str(tmp_path / "uvc")] == "preset:uv"
     assert sources[str(tmp_path / ".cache" / "pip")] == "preset:pip"
@@ -186,8 +187,11 @@ def test_unknown_preset_is_named(tmp_path: Path) -> None:
 
 
 def test_cargo_preset_never_makes_cargo_bin_writable(tmp_path: Path) -> None:
+    (tmp_path / "proj").mkdir()
     p = build(
-        PolicySpec(workspace=str(tmp_path), presets=["cargo"]), env={"HOME": str(tmp_path)}, home=tmp_path
+        PolicySpec(workspace=str(tmp_path / "proj"), presets=["cargo"]),
+        env={"HOME": str(tmp_path)},
+        home=tmp_path,
     )
     paths = {str(r.path) for r in p.writable}
     assert str(tmp_path / ".cargo" / "registry") in paths
@@ -198,11 +202,14 @@ def test_config_layers_and_profiles(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     (ws / "build").mkdir(parents=True)
     user = tmp_path / "user.toml"
-    user.write_text('preset = ["git"]\n[env]\nA = "user"\n[profile.ci]\nenv = { A = "ci" }\n')
-    (ws / "warren.toml").write_text(f'write = ["{ws}/build"]\n[profile.ci]\nenv_pass = ["CI"]\n')
+    user.write_text(
+        f'preset = ["git"]\nwrite = ["{ws}/build"]\n[env]\nA = "user"\n[profile.ci]\nenv_pass = ["CI"]\n'
+    )
+    (ws / "warren.toml").write_text('deny = ["build/secret"]\n[profile.ci]\nenv = { A = "ci" }\n')
+    (ws / "build" / "secret").write_text("x")
     spec = config.load_spec(ws, "ci", env={}, home=tmp_path, user_config=user)
-    assert spec.presets == ["git"] and spec.env == {"A": "ci"}
-    assert spec.write == [str(ws / "build")] and spec.env_pass == ["CI"]
+    assert spec.presets == ["git"] and spec.env == {"A": "ci"} and spec.env_pass == ["CI"]
+    assert spec.write == [str(ws / "build")] and spec.deny == [str(ws / "build" / "secret")]
 
 
 def test_config_unknown_key_and_missing_profile(tmp_path: Path) -> None:
@@ -225,6 +232,51 @@ def test_config_relative_path_is_an_error(tmp_path: Path) -> None:
 def test_workspace_file_cannot_widen_beyond_the_workspace(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()
-    (ws / "warren.toml").write_text('write = ["~/"]\n')
+    (ws / "warren.toml").write_text('read = ["~/"]\n')
     with pytest.raises(ConfigError, match="outside the workspace"):
         config.load_spec(ws, None, env={}, home=tmp_path, user_config=tmp_path / "none.toml")
+
+
+WIDENING = {
+    "write": '["sub"]',
+    "preset": '["python"]',
+    "env_pass": '["GITHUB_TOKEN"]',
+    "network": '"allow"',
+    "allow_host": '["pypi.org"]',
+    "resolve": '{ "a.test" = "127.0.0.1" }',
+    "default_deny": "false",
+    "workspace_writable": "true",
+    "allow_nested": "true",
+    "allow_broad_workspace": "true",
+    "workspace": '"/"',
+    "read": '["/etc"]',
+}
+
+
+@pytest.mark.parametrize("key", sorted(WIDENING))
+@pytest.mark.parametrize("in_profile", [False, True])
+def test_a_workspace_file_may_only_narrow(tmp_path: Path, key: str, in_profile: bool) -> None:
+    ws = tmp_path / "ws"
+    (ws / "sub").mkdir(parents=True)
+    line = f"{key} = {WIDENING[key]}\n"
+    (ws / "warren.toml").write_text(f"[profile.p]\n{line}" if in_profile else line)
+    with pytest.raises(ConfigError) as info:
+        config.load_spec(
+            ws, "p" if in_profile else None, env={}, home=tmp_path, user_config=tmp_path / "u.toml"
+        )
+    err = info.value
+    assert str(ws / "warren.toml") in err.message and f"{key} =" in err.message
+    assert "~/.config/warren/config.toml" in err.hint and err.exit_code == 125
+
+
+def test_a_workspace_file_may_narrow(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / "secrets").mkdir(parents=True)
+    (ws / "warren.toml").write_text(
+        'deny = ["secrets"]\nread = ["docs"]\nnetwork = "none"\ndefault_deny = true\n'
+        'workspace_writable = false\nallow_nested = false\n[env]\nCI = "1"\n'
+    )
+    (ws / "docs").mkdir()
+    spec = config.load_spec(ws, None, env={}, home=tmp_path, user_config=tmp_path / "u.toml")
+    assert spec.deny == [str(ws / "secrets")] and spec.read == [str(ws / "docs")]
+    assert spec.workspace_writable is False and spec.env == {"CI": "1"}

@@ -18,11 +18,13 @@ import errno
 import os
 
 from ..errors import SetupError
-from ..plan.landlock import LandlockPlan
+from ..plan.landlock import EXECUTE, READ_DIR, READ_FILE, TRUNCATE, WRITE_FILE, LandlockPlan, LandlockRule
 from ..plan.model import Plan
 from . import _sys
 
 PR_SET_DUMPABLE = 4
+LL_DIR_ONLY = READ_DIR  # listing a directory on the way to something denied, not reading its files
+LL_FILE_RIGHTS = EXECUTE | READ_FILE | WRITE_FILE | TRUNCATE
 _HINT = "process hardening failed; run `warren doctor` to see what this kernel supports"
 
 
@@ -44,7 +46,7 @@ def landlock_ruleset(ll: LandlockPlan) -> int:
             "sandbox setup failed: landlock_create_ruleset", operation="landlock", errno=e.errno, hint=_HINT
         ) from None
     try:
-        for rule in ll.rules:
+        for rule in _expanded(ll.rules):
             try:
                 fd = os.open(rule.path, os.O_PATH | os.O_CLOEXEC)
             except FileNotFoundError:
@@ -71,6 +73,44 @@ def landlock_ruleset(ll: LandlockPlan) -> int:
         os.close(ruleset)
         raise
     return ruleset
+
+
+def _expanded(rules: tuple[LandlockRule, ...]) -> list[LandlockRule]:
+    """Rules as given, a read rule with exclusions turned into rules for every entry
+    of the directories above the excluded paths (as they are now) but those."""
+    out: list[LandlockRule] = []
+    for rule in rules:
+        if not rule.excluding:
+            out.append(rule)
+            continue
+        excluded = set(rule.excluding)
+
+        def cover(directory: str, rule: LandlockRule = rule, excluded: set[str] = excluded) -> None:
+            prefix = directory.rstrip("/") + "/"
+            if not any(x.startswith(prefix) for x in excluded):
+                out.append(LandlockRule(directory, rule.access, rule.why))
+                return
+            out.append(LandlockRule(directory, rule.access & LL_DIR_ONLY, rule.why))
+            try:
+                names = os.listdir(directory)
+            except OSError:
+                return
+            for name in names:
+                child = prefix + name
+                if child in excluded:
+                    continue
+                target = os.path.realpath(child)
+                if target in excluded or any(target.startswith(x.rstrip("/") + "/") for x in excluded):
+                    continue  # a link into something denied
+                if os.path.isdir(child) and not os.path.islink(child):
+                    cover(child)
+                elif os.path.exists(child):
+                    is_dir = os.path.isdir(target)
+                    access = rule.access if is_dir else rule.access & LL_FILE_RIGHTS
+                    out.append(LandlockRule(child, access, rule.why, is_dir=is_dir))
+
+        cover(rule.path)
+    return out
 
 
 _PROGRAMS: dict[tuple[tuple[int, int, int, int], ...], _sys.SeccompProgram] = {}

@@ -17,6 +17,7 @@ from ..plan.model import PRECLONED, MountKind, MountOp, Plan
 from . import _sys
 
 STAGE = "/tmp"
+DENIED_FILE = "/dev/.warren-denied"  # in the sandbox's fresh /dev: what a denied file shows
 _CLONE = _sys.OPEN_TREE_CLONE | _sys.OPEN_TREE_CLOEXEC
 _HIDE_ATTRS = _sys.MOUNT_ATTR_RDONLY | _sys.MOUNT_ATTR_NOSUID | _sys.MOUNT_ATTR_NODEV
 
@@ -111,7 +112,13 @@ def _apply(op: MountOp, target: str, fd: int | None) -> None:
         os.close(os.open(target, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o644))
         _sys.mount(op.source, target, None, _sys.MS_BIND)
     elif kind is MountKind.DENY_FILE:
-        _sys.mount("/dev/null", target, None, _sys.MS_BIND)
+        # An empty file nobody may open (mode 000, and no capability inside overrides
+        # that): reads and writes fail with EACCES, as a program can tell.
+        source = STAGE + DENIED_FILE
+        if not os.path.exists(source):
+            os.close(os.open(source, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0))
+            os.chmod(source, 0)
+        _sys.mount(source, target, None, _sys.MS_BIND)
         _sys.mount(None, target, None, _sys.MS_REMOUNT | _sys.MS_BIND | _sys.MS_RDONLY)
     elif kind is MountKind.DEVPTS:
         os.mkdir(target, 0o755)

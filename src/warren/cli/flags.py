@@ -91,6 +91,12 @@ POLICY_FLAGS = (
         "do not hide ~/.ssh, ~/.aws and other credentials",
     ),
     Flag(("--read-only-workspace",), "read_only_workspace", "switch", "mount the workspace read-only"),
+    Flag(
+        ("--allow-broad-workspace",),
+        "allow_broad_workspace",
+        "switch",
+        "allow /, your home, or a system directory as the workspace or a writable path",
+    ),
 )
 EXEC_FLAGS = (
     Flag(("--cwd",), "cwd", "value", "working directory inside the sandbox (default: the workspace)", "DIR"),
@@ -223,6 +229,8 @@ def spec_of(ns: Any) -> dict[str, object]:
         spec["default_deny"] = False
     if ns.read_only_workspace:
         spec["workspace_writable"] = False
+    if ns.allow_broad_workspace:
+        spec["allow_broad_workspace"] = True
     return spec
 
 

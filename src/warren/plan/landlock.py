@@ -79,6 +79,10 @@ class LandlockRule:
     access: int
     why: str
     is_dir: bool = True
+    # Read access below ``path`` except beneath these (expanded when the ruleset is
+    # built, from what the directories hold then): a denied path stays unreadable
+    # even if it is created after the sandbox started.
+    excluding: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -89,11 +93,21 @@ class LandlockPlan:
     rules: tuple[LandlockRule, ...]
 
 
-def plan(abi: int, writable: list[str], tmpdirs: tuple[str, ...], devices: tuple[str, ...]) -> LandlockPlan:
+def plan(
+    abi: int,
+    writable: list[str],
+    tmpdirs: tuple[str, ...],
+    devices: tuple[str, ...],
+    denied: tuple[str, ...] = (),
+) -> LandlockPlan:
+    """``denied``: paths outside the writable roots that must stay unreadable."""
     handled = handled_fs(abi)
     write = WRITE_TREE & handled
     device = DEVICE & handled
-    rules = [LandlockRule("/", READ, "read and execute everywhere the mounts show")]
+    why = "read and execute everywhere the mounts show"
+    if denied:
+        why += ", except the denied paths (existing or created later)"
+    rules = [LandlockRule("/", READ, why, excluding=tuple(sorted(denied)))]
     for path in writable:
         rules.append(LandlockRule(path, READ | write, "writable root (with REFER)"))
     for path in tmpdirs:

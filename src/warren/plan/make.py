@@ -68,8 +68,11 @@ def make_plan(policy: Policy, host: HostFacts, caller: CallerFacts, *, cwd: str 
     devices = tuple(
         f"/dev/{n}" for n in ("null", "zero", "full", "tty") if host.kind(f"/dev/{n}") != "missing"
     )
+    unreadable = tuple(
+        str(r.path) for r in policy.denied if not any(within(str(r.path), w) for w in writable)
+    )
     landlock = (
-        _landlock.plan(abi, strip_nested(writable), (mounts.tmpdir, "/dev/shm"), devices)
+        _landlock.plan(abi, strip_nested(writable), (mounts.tmpdir, "/dev/shm"), devices, unreadable)
         if abi >= 2
         else None
     )

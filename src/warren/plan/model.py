@@ -27,7 +27,7 @@ class MountKind(enum.Enum):
     SYMLINK = "symlink"  # ``target`` -> ``source`` (inside a fresh tmpfs)
     DIR = "dir"  # create directory ``target`` with ``mode`` (inside a fresh tmpfs)
     BIND_RO = "bind_ro"  # clone ``source`` from the host read-only onto ``target``
-    DENY_FILE = "deny_file"  # bind /dev/null over a file
+    DENY_FILE = "deny_file"  # bind an empty mode-000 file over a file (reads and writes: EACCES)
     PROC = "proc"  # a fresh procfs for the sandbox's pid namespace
     RO_SELF = "ro_self"  # re-bind ``target`` onto itself read-only (inside /proc)
 

@@ -81,8 +81,30 @@ def group_writable_roots(roots: Iterable[str], facts: HostFacts) -> list[Group]:
             floor = base
         if not within(ancestor, floor):
             ancestor = floor
-        groups.append(Group(ancestor, tuple(sorted(members)), base))
+        for at, part in _unshared(ancestor, members):
+            groups.append(Group(at, tuple(sorted(part)), base))
     return sorted(groups, key=lambda g: (g.overlaid is not None, g.mount_at.count("/"), g.mount_at))
+
+
+# A shared mount exposes the metadata of the directories between its top and the
+# roots (chmod, utimes): never at the root or a directory the whole system shares.
+NEVER_SHARED = frozenset(
+    ("/", "/tmp", "/var/tmp", "/var", "/home", "/usr", "/opt", "/srv", "/etc", "/mnt", "/media")
+)
+
+
+def _unshared(ancestor: str, members: list[str]) -> list[tuple[str, list[str]]]:
+    """``members`` under ``ancestor``, split below it as far as it is NEVER_SHARED."""
+    if ancestor not in NEVER_SHARED or len(members) == 1:
+        return [(ancestor if len(members) > 1 else members[0], members)]
+    by_child: dict[str, list[str]] = {}
+    for m in members:
+        child = PurePosixPath(m).relative_to(ancestor).parts[0]
+        by_child.setdefault(child, []).append(m)
+    out: list[tuple[str, list[str]]] = []
+    for part in by_child.values():
+        out.extend(_unshared(_common_ancestor(part), part))
+    return out
 
 
 def split_warnings(groups: list[Group], facts: HostFacts) -> list[str]:
@@ -252,7 +274,7 @@ def _deny_op(path: str, source: str, facts: HostFacts) -> list[MountOp]:
     if kind == "dir":
         return [MountOp(MountKind.TMPFS, path, why=why, mode=0o000, readonly=True)]
     if kind in ("file", "other"):
-        return [MountOp(MountKind.DENY_FILE, path, "/dev/null", why=why)]
+        return [MountOp(MountKind.DENY_FILE, path, why=why)]
     return []
 
 

@@ -29,7 +29,7 @@ def _mount_line(op: MountOp) -> str:
     if op.kind is _K.BIND_RO:
         return f"ro bind   {op.target}  ({op.why})"
     if op.kind is _K.DENY_FILE:
-        return f"deny      {op.target}  <- /dev/null ({op.why})"
+        return f"deny      {op.target}  <- an empty mode-000 file: EACCES ({op.why})"
     if op.kind is _K.PROC:
         return f"proc      {op.target}  ({op.why})"
     return f"ro        {op.target}  ({op.why})"
@@ -56,6 +56,8 @@ def render(plan: Plan) -> str:
         lines.append(f"landlock (ABI {ll.abi}; handles {len(right_names(ll.handled))} rights)")
         for rule in ll.rules:
             lines.append(f"  {rule.path}: {' '.join(right_names(rule.access & ll.handled))}")
+            if rule.excluding:
+                lines.append(f"    except (unreadable even if created later): {', '.join(rule.excluding)}")
         if ll.scoped:
             lines.append("  scoped: abstract unix sockets, signals")
     else:

@@ -2,10 +2,10 @@
 
 Owns the TOML schema and the layering order. Layers, later wins (lists extend):
 user config top level < user profile < workspace file top level < workspace profile
-< command-line flags. A workspace file comes with the repository, so it may not
-widen the sandbox beyond the workspace: its writable and readable paths must lie
-inside the workspace (presets, denies and env are fine), and it may not open the
-network (mode, allowed hosts, resolver entries).
+< command-line flags. A workspace file comes with the repository (nobody vetted it),
+so it may only narrow the sandbox: deny paths, make paths inside the workspace
+read-only, set environment values, keep the network off and the default deny on.
+Every other key, or a value that widens, is refused naming the file and the key.
 """
 
 from __future__ import annotations
@@ -54,11 +54,14 @@ def _load(path: Path) -> dict[str, Any]:
         ) from None
 
 
-def _spec_from_table(table: Mapping[str, Any], where: str, home: Path) -> PolicySpec:
+def _spec_from_table(
+    table: Mapping[str, Any], where: str, home: Path, base: Path | None = None
+) -> PolicySpec:
+    """``base``: where relative paths start (the workspace, for its own file); the
+    user's config has no directory of its own, so paths there are absolute or ~/."""
     spec = from_mapping(table, where)
-    # Paths in files are absolute or ~/ (relative to what? a file has no cwd).
     for key in PATH_KEYS:
-        setattr(spec, key, [str(absolute(v, f"{where}: {key}", None, home)) for v in getattr(spec, key)])
+        setattr(spec, key, [str(absolute(v, f"{where}: {key}", base, home)) for v in getattr(spec, key)])
     if spec.workspace is not None:
         spec.workspace = str(absolute(spec.workspace, f"{where}: workspace", None, home))
     return spec
@@ -74,37 +77,64 @@ def _profile(data: Mapping[str, Any], name: str, where: str) -> Mapping[str, Any
     return table
 
 
-def _check_inside_workspace(spec: PolicySpec, workspace: Path, where: str) -> None:
-    for key, paths in (("write", spec.write), ("read", spec.read)):
-        for p in paths:
-            path = Path(p)
-            if path != workspace and workspace not in path.parents:
-                raise ConfigError(
-                    f"{where}: {key} = {p!r} is outside the workspace",
-                    operation="config",
-                    path=p,
-                    hint="a workspace file may only grant paths inside the workspace; "
-                    "put this in your user config or pass --write/--read",
-                )
-    # Network reach is a grant beyond the workspace too: only the user gives it.
-    if spec.network not in (None, "none") or spec.allow_hosts or spec.resolve:
-        given = (
-            "network = " + repr(spec.network)
-            if spec.network not in (None, "none")
-            else ("allow_host" if spec.allow_hosts else "resolve")
-        )
-        raise ConfigError(
-            f"{where}: {given} cannot be set in the workspace's own file",
+# What a workspace's own file may set, and the values that keep it narrowing: it comes
+# with the repository, so it may only take away (deny, make read-only, set values).
+_NARROWING = {
+    "deny": "any path",
+    "read": "paths inside the workspace",
+    "env": "literal values",
+    "network": '"none"',
+    "default_deny": "true",
+    "workspace_writable": "false",
+    "allow_nested": "false",
+}
+_FLAG_FOR = {
+    "write": "--write PATH",
+    "read": "--read PATH",
+    "preset": "--preset NAME",
+    "presets": "--preset NAME",
+    "env_pass": "--pass-env NAME",
+    "network": "--network MODE",
+    "allow_host": "--allow-host HOST",
+    "allow_hosts": "--allow-host HOST",
+    "resolve": "--resolve NAME=ADDR",
+    "default_deny": "--no-default-deny",
+    "workspace_writable": "(leave out --read-only-workspace)",
+    "allow_nested": "(your own config only)",
+    "workspace": "--workspace DIR",
+}
+
+
+def _check_narrowing(table: Mapping[str, Any], spec: PolicySpec, workspace: Path, where: str) -> None:
+    """Refuse every key or value of a workspace file that would widen the policy."""
+
+    def refuse(key: str, value: object, why: str) -> ConfigError:
+        return ConfigError(
+            f"{where}: {key} = {value!r} {why}",
             operation="config",
-            hint="a workspace file may not open the network; put it in your user config "
-            "or pass --network/--allow-host",
+            path=where.split(" [", 1)[0],
+            hint="a repository's own warren.toml may only narrow the sandbox "
+            f"({', '.join(f'{k}: {v}' for k, v in _NARROWING.items())}); "
+            f"put this in your ~/.config/warren/config.toml or pass {_FLAG_FOR.get(key, 'the flag')}",
         )
-    if spec.workspace is not None:
-        raise ConfigError(
-            f"{where}: 'workspace' cannot be set in the workspace's own file",
-            operation="config",
-            hint="remove the key; the file's directory is the workspace",
-        )
+
+    for key, value in table.items():
+        if key == "profile":
+            continue
+        if key not in _NARROWING:
+            raise refuse(key, value, "would widen the policy")
+        if key == "network" and value != "none":
+            raise refuse(key, value, "would open the network")
+        if key == "default_deny" and value is not True:
+            raise refuse(key, value, "would reveal credentials in your home")
+        if key == "workspace_writable" and value is not False:
+            raise refuse(key, value, "would make the workspace writable")
+        if key == "allow_nested" and value is not False:
+            raise refuse(key, value, "would allow nested sandboxes")
+    for p in spec.read:
+        path = Path(p)
+        if path != workspace and workspace not in path.parents:
+            raise refuse("read", p, "is outside the workspace")
 
 
 def load_spec(
@@ -126,8 +156,8 @@ def load_spec(
     found = False
     for data, path in ((user, user_path), (ws, ws_path)):
         if data is ws:
-            ws_spec = _spec_from_table(ws, str(ws_path), home)
-            _check_inside_workspace(ws_spec, workspace, str(ws_path))
+            ws_spec = _spec_from_table(ws, str(ws_path), home, workspace)
+            _check_narrowing(ws, ws_spec, workspace, str(ws_path))
             spec = spec.merged(ws_spec)
         if profile is None:
             continue
@@ -135,9 +165,10 @@ def load_spec(
         if table is None:
             continue
         found = True
-        prof = _spec_from_table(table, f"{path} [profile.{profile}]", home)
+        where = f"{path} [profile.{profile}]"
+        prof = _spec_from_table(table, where, home, workspace if data is ws else None)
         if data is ws:
-            _check_inside_workspace(prof, workspace, f"{path} [profile.{profile}]")
+            _check_narrowing(table, prof, workspace, where)
         spec = spec.merged(prof)
     if profile is not None and not found:
         raise ConfigError(

@@ -51,19 +51,65 @@ DEFAULT_ENV_PASS = (
 _ENV_PASS_PATTERNS = (re.compile(r"LC_[A-Z_]+"),)
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
-# Credentials that are unreadable by default when they exist (host mode shows the host).
+# Where developer tools, clouds, registries, forges, browsers and agents keep secrets
+# in a home: unreadable by default, whether they exist when the sandbox starts or are
+# created later (README "What is hidden" lists them with their owners).
 DEFAULT_DENIED = (
+    # keys and agents
     "~/.ssh",
     "~/.gnupg",
+    "~/.password-store",
+    "~/.local/share/keyrings",
+    "~/.config/op",
+    "~/.vault-token",
+    # clouds and infrastructure
     "~/.aws",
     "~/.azure",
+    "~/.config/gcloud",
+    "~/.oci",
     "~/.kube",
     "~/.docker",
+    "~/.dockercfg",
+    "~/.config/doctl",
+    "~/.terraform.d/credentials.tfrc.json",
+    "~/.config/rclone",
+    "~/.s3cfg",
+    "~/.boto",
+    "~/.fly",
+    "~/.local/share/com.vercel.cli",
+    "~/.netlify",
+    # package registries
     "~/.netrc",
-    "~/.git-credentials",
     "~/.pypirc",
+    "~/.npmrc",
+    "~/.yarnrc",
+    "~/.yarnrc.yml",
+    "~/.cargo/credentials",
+    "~/.cargo/credentials.toml",
+    "~/.gem/credentials",
+    "~/.m2/settings.xml",
+    "~/.gradle/gradle.properties",
+    "~/.cache/huggingface/token",
+    "~/.huggingface/token",
+    # forges and git
+    "~/.git-credentials",
+    "~/.config/git/credentials",
     "~/.config/gh",
-    "~/.config/gcloud",
+    "~/.config/hub",
+    "~/.config/glab-cli",
+    # databases
+    "~/.pgpass",
+    "~/.my.cnf",
+    # AI agents and editors
+    "~/.claude",
+    "~/.claude.json",
+    "~/.codex",
+    "~/.gemini",
+    "~/.config/github-copilot",
+    # browsers (cookies, saved passwords)
+    "~/.mozilla",
+    "~/.config/google-chrome",
+    "~/.config/chromium",
 )
 
 # Writable roots here would hand the sandbox the kernel or the device tree.

@@ -89,13 +89,16 @@ def build(
         writable.append(Root(workspace, "workspace"))
     writable += [Root(p, "--write") for p in write]
     writable += [Root(Path(os.path.realpath(p)), src, create=True) for p, src in grant.writable]
+    if not spec.allow_broad_workspace:
+        for root in writable:
+            _refuse_broad(root, Path(os.path.realpath(home)))
     readable = [Root(p, "--read") for p in read]
     denied = [Root(p, "--deny") for p in deny]
     if spec.default_deny is not False:
+        # Kept whether or not they exist now: one created later stays unreadable.
         for raw in DEFAULT_DENIED:
             path = absolute(raw, "default deny", None, home)
-            writes_inside = any(is_within(w.path, path) for w in writable)
-            if os.path.lexists(path) and not writes_inside:
+            if not any(is_within(w.path, path) for w in writable):
                 denied.append(Root(path, "default"))
     return Policy(
         workspace=workspace,
@@ -117,6 +120,32 @@ def build(
             read=[str(p) for p in read],
             deny=[str(p) for p in deny],
         ),
+    )
+
+
+# Writable here, a sandbox could change the system or everything you own.
+SYSTEM_TREES = ("/usr", "/etc", "/boot", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/snap")
+BROAD = ("/", "/var", "/opt", "/srv", "/home", "/root", "/mnt", "/media", "/tmp", "/var/tmp", "/var/lib")
+
+
+def _refuse_broad(root: Root, home: Path) -> None:
+    path = root.path
+    if path == home:
+        why = f"{path} is your home (shell startup files, keys, every project)"
+    elif is_within(home, path):
+        why = f"{path} contains your home"
+    elif str(path) in BROAD:
+        why = f"{path} is a whole tree of the system"
+    elif any(is_within(path, Path(t)) for t in SYSTEM_TREES):
+        why = f"{path} is a system directory"
+    else:
+        return
+    raise PolicyError(
+        f"{root.source} {path} is too broad to be writable: {why}",
+        operation="policy",
+        path=str(path),
+        hint="choose the project directory (cd into it, or --workspace DIR); if you really mean it, "
+        "pass --allow-broad-workspace (or allow_broad_workspace = true in ~/.config/warren/config.toml)",
     )
 
 

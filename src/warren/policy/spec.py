@@ -26,7 +26,7 @@ LIST_KEYS = {
     "allow_host": "allow_hosts",
     "allow_hosts": "allow_hosts",
 }
-BOOL_KEYS = ("default_deny", "workspace_writable", "allow_nested")
+BOOL_KEYS = ("default_deny", "workspace_writable", "allow_nested", "allow_broad_workspace")
 STR_KEYS = ("workspace", "network")
 TABLE_KEYS = ("env", "resolve")
 PATH_KEYS = ("write", "read", "deny")
@@ -50,6 +50,7 @@ class PolicySpec:
     default_deny: bool | None = None
     workspace_writable: bool | None = None
     allow_nested: bool | None = None
+    allow_broad_workspace: bool | None = None
 
     def merged(self, other: PolicySpec) -> PolicySpec:
         """``other`` layered on top of ``self``: scalars replace, lists extend."""
@@ -67,6 +68,7 @@ class PolicySpec:
             default_deny=_pick(other.default_deny, self.default_deny),
             workspace_writable=_pick(other.workspace_writable, self.workspace_writable),
             allow_nested=_pick(other.allow_nested, self.allow_nested),
+            allow_broad_workspace=_pick(other.allow_broad_workspace, self.allow_broad_workspace),
         )
 
     def to_mapping(self) -> dict[str, object]:
