@@ -44,6 +44,18 @@ _NR: dict[str, dict[str, int]] = {
         "clone": 56,
         "clone3": 435,
         "ioctl": 16,
+        "open": 2,
+        "creat": 85,
+        "chmod": 90,
+        "fchmod": 91,
+        "mkdir": 83,
+        "mknod": 133,
+        "openat": 257,
+        "mkdirat": 258,
+        "mknodat": 259,
+        "fchmodat": 268,
+        "fchmodat2": 452,
+        "openat2": 437,
         "acct": 163,
         "swapon": 167,
         "swapoff": 168,
@@ -84,6 +96,13 @@ _NR: dict[str, dict[str, int]] = {
         "clone": 220,
         "clone3": 435,
         "ioctl": 29,
+        "openat": 56,
+        "mkdirat": 34,
+        "mknodat": 33,
+        "fchmod": 52,
+        "fchmodat": 53,
+        "fchmodat2": 452,
+        "openat2": 437,
         "acct": 89,
         "swapon": 224,
         "swapoff": 225,
@@ -138,6 +157,23 @@ DENIED: dict[str, str] = {
 }
 
 CLONE_NEWUSER = 0x10000000
+SETID_BITS = 0o6000  # S_ISUID | S_ISGID
+CREATING = 0o100 | 0o20000000  # O_CREAT | __O_TMPFILE
+# (syscall, argument holding the mode, argument holding open flags or None): a mode
+# with a setuid or setgid bit is refused, so nothing a sandbox makes can carry one.
+MODE_ARGS = (
+    ("chmod", 1, None),
+    ("fchmod", 1, None),
+    ("fchmodat", 2, None),
+    ("fchmodat2", 2, None),
+    ("mkdir", 1, None),
+    ("mkdirat", 2, None),
+    ("mknod", 1, None),
+    ("mknodat", 2, None),
+    ("creat", 1, None),
+    ("open", 2, 1),
+    ("openat", 3, 2),
+)
 TIOCSTI = 0x5412
 TIOCLINUX = 0x541C
 
@@ -181,6 +217,10 @@ class SeccompPlan:
             lines.append("deny clone/unshare with CLONE_NEWUSER: no nested user namespaces")
             lines.append("clone3 -> ENOSYS so libc falls back to clone, whose flags are checked")
         lines.append("deny ioctl TIOCSTI/TIOCLINUX: no typing into the caller's terminal")
+        lines.append(
+            "deny setuid/setgid modes in chmod, fchmod(at), open(at) with O_CREAT, mkdir(at), mknod(at), "
+            "creat; openat2 -> ENOSYS (its mode is out of reach), so libc uses openat"
+        )
         return lines
 
 
@@ -228,5 +268,20 @@ def _build(machine: str, allow_nested: bool) -> SeccompPlan:
                 (_RET_K, 0, 0, eperm),
                 (_RET_K, 0, 0, RET_ALLOW),
             ]
+    prog += [(_JEQ_K, 0, 1, nr["openat2"]), (_RET_K, 0, 0, _ret_errno(errno.ENOSYS))]
+    for name, mode_arg, flags_arg in MODE_ARGS:
+        if name not in nr:
+            continue  # not on this architecture (aarch64 has only the *at calls)
+        block: list[Instruction] = []
+        if flags_arg is not None:
+            # Without O_CREAT/O_TMPFILE the mode is ignored: allow.
+            block += [(_LD_W_ABS, 0, 0, _arg_low(flags_arg)), (_JSET_K, 0, 3, CREATING)]
+        block += [
+            (_LD_W_ABS, 0, 0, _arg_low(mode_arg)),
+            (_JSET_K, 0, 1, SETID_BITS),
+            (_RET_K, 0, 0, eperm),
+            (_RET_K, 0, 0, RET_ALLOW),
+        ]
+        prog += [(_JEQ_K, 0, len(block), nr[name]), *block]
     prog.append((_RET_K, 0, 0, RET_ALLOW))
     return SeccompPlan(machine, denied, not allow_nested, tuple(prog))
