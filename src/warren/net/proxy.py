@@ -163,15 +163,21 @@ class Proxy:
                 client.sendall(f"{version} 200 Connection established\r\n\r\n".encode())
                 if rest:
                     upstream.sendall(rest)
+                client.settimeout(None)
+                upstream.settimeout(None)
+                relay(client, upstream)
             else:
                 host, port, path = _absolute_url(target)
                 upstream = self._open(method, host, port, client)
                 if upstream is None:
                     return
-                upstream.sendall(_origin_request(method, path, version, headers, host, port) + rest)
-            client.settimeout(None)
-            upstream.settimeout(None)
-            relay(client, upstream)
+                # One request per connection: its head (Host rewritten to the vetted
+                # name) and its body, nothing after. A second request pipelined behind
+                # it would carry its own Host header past the check: it is never sent.
+                upstream.sendall(_origin_request(method, path, version, headers, host, port))
+                _send_body(client, upstream, headers, rest)
+                upstream.settimeout(None)
+                _pump(upstream, client)
         except _BadRequest as e:
             _reply(client, 400, "Bad Request", f"warren proxy: {e}")
         except OSError:
@@ -303,6 +309,67 @@ def _origin_request(
     kept.append(("Connection", "close"))
     lines = [f"{method} {path} {version}", *(f"{k}: {v}" for k, v in kept)]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def _send_body(
+    client: socket.socket, upstream: socket.socket, headers: list[tuple[str, str]], rest: bytes
+) -> None:
+    """The first request's body, framed as its headers say (Content-Length or
+    chunked); bytes after it are discarded."""
+    fields = {k.lower(): v for k, v in headers}
+    if "chunked" in fields.get("transfer-encoding", "").lower():
+        _send_chunked(client, upstream, rest)
+        return
+    try:
+        length = int(fields.get("content-length", "0") or "0")
+    except ValueError:
+        raise _BadRequest("bad Content-Length") from None
+    if length < 0:
+        raise _BadRequest("bad Content-Length")
+    upstream.sendall(rest[:length])
+    left = length - min(length, len(rest))
+    while left:
+        chunk = client.recv(min(left, 1 << 16))
+        if not chunk:
+            raise _BadRequest("connection closed inside the request body")
+        upstream.sendall(chunk)
+        left -= len(chunk)
+
+
+def _send_chunked(client: socket.socket, upstream: socket.socket, buf: bytes) -> None:
+    def fill(need: int) -> None:
+        nonlocal buf
+        while len(buf) < need:
+            chunk = client.recv(1 << 16)
+            if not chunk:
+                raise _BadRequest("connection closed inside a chunked body")
+            buf += chunk
+
+    def line() -> bytes:
+        nonlocal buf
+        while b"\r\n" not in buf:
+            if len(buf) > HEADER_LIMIT:
+                raise _BadRequest("chunk size line too long")
+            fill(len(buf) + 1)
+        out, _, buf = buf.partition(b"\r\n")
+        return out
+
+    while True:
+        size_line = line()
+        upstream.sendall(size_line + b"\r\n")
+        try:
+            size = int(size_line.split(b";", 1)[0].strip(), 16)
+        except ValueError:
+            raise _BadRequest("bad chunk size") from None
+        if size == 0:
+            while True:  # trailers, up to the empty line
+                trailer = line()
+                upstream.sendall(trailer + b"\r\n")
+                if not trailer:
+                    return
+        fill(size + 2)
+        upstream.sendall(buf[: size + 2])
+        buf = buf[size + 2 :]
 
 
 def _pump(src: socket.socket, dst: socket.socket) -> None:
