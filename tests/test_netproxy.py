@@ -93,3 +93,45 @@ def test_stop_closes_open_tunnels(upstream: socket.socket) -> None:
     assert s.recv(100) in (b"", b"got 7")  # the tunnel ends; nothing hangs
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=2)
+
+
+def test_a_pipelined_request_never_reaches_upstream_with_its_own_host() -> None:
+    srv = socket.socket()
+    srv.bind(("127.0.0.2", 0))
+    srv.listen()
+    seen: list[bytes] = []
+
+    def serve() -> None:
+        conn, _ = srv.accept()
+        conn.settimeout(1.0)
+        data = b""
+        try:
+            while chunk := conn.recv(65536):
+                data += chunk
+        except TimeoutError:
+            pass
+        seen.append(data)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+        conn.close()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    port = srv.getsockname()[1]
+    proxy, proxy_port = _proxy(port)
+    try:
+        c = socket.create_connection(("127.0.0.1", proxy_port), timeout=10)
+        first = f"POST http://up.test:{port}/a HTTP/1.1\r\nHost: up.test\r\nContent-Length: 5\r\n\r\nhello"
+        second = f"GET http://up.test:{port}/b HTTP/1.1\r\nHost: internal.admin\r\n\r\n"
+        c.sendall((first + second).encode())
+        reply = b""
+        while chunk := c.recv(65536):
+            reply += chunk
+        c.close()
+        t.join(5)
+    finally:
+        proxy.stop()
+        srv.close()
+    assert reply.startswith(b"HTTP/1.1 200") and reply.endswith(b"ok")
+    [got] = seen
+    assert got.count(b"HTTP/1.1") == 1 and got.endswith(b"hello")
+    assert b"internal.admin" not in got and f"Host: up.test:{port}".encode() in got

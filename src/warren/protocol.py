@@ -562,6 +562,13 @@ class Ready(Message):
     TAG = "ready"
 
 
+class Refresh(Message):
+    """From the supervisor: a writable root was replaced on the host and bound anew;
+    rebuild the Landlock ruleset (rules bind to inodes) before the next request."""
+
+    TAG = "refresh"
+
+
 class Failed(Message):
     TAG = "failed"
     error: ErrorRecord

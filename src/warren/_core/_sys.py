@@ -36,6 +36,7 @@ _COMMON_NR = {
     "move_mount": 429,
     "close_range": 436,
     "mount_setattr": 442,
+    "setns": 308 if _MACHINE == "x86_64" else 268,
     "landlock_create_ruleset": 444,
     "landlock_add_rule": 445,
     "landlock_restrict_self": 446,
@@ -77,6 +78,11 @@ CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
+
+
+def setns(fd: int, nstype: int) -> None:
+    """Join the namespaces ``fd`` names (a pidfd joins several at once)."""
+    _check(_syscall(_nr("setns"), ctypes.c_int(fd), ctypes.c_int(nstype)), "setns")
 
 
 # --- mounts ---------------------------------------------------------------------

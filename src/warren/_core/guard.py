@@ -24,6 +24,7 @@ class DirState:
     mode: int
     atime_ns: int
     mtime_ns: int
+    names: frozenset[str]
 
 
 def snapshot(paths: Iterable[str]) -> list[DirState]:
@@ -35,8 +36,19 @@ def snapshot(paths: Iterable[str]) -> list[DirState]:
             st = os.stat(path)
         except OSError:
             continue
-        states.append(DirState(path, stat.S_IMODE(st.st_mode), st.st_atime_ns, st.st_mtime_ns))
+        try:
+            names = frozenset(os.listdir(path))
+        except OSError:
+            names = frozenset()
+        states.append(DirState(path, stat.S_IMODE(st.st_mode), st.st_atime_ns, st.st_mtime_ns, names))
     return states
+
+
+def _names(path: str) -> frozenset[str]:
+    try:
+        return frozenset(os.listdir(path))
+    except OSError:
+        return frozenset()
 
 
 def restore(states: list[DirState]) -> list[str]:
@@ -56,9 +68,10 @@ def restore(states: list[DirState]) -> list[str]:
                 )
             except OSError as e:
                 notes.append(f"the sandbox changed the mode of {before.path}; restoring failed: {e}")
-        if st.st_mtime_ns != before.mtime_ns:
+        if st.st_mtime_ns != before.mtime_ns and _names(before.path) == before.names:
             # Landlock forbids entries being added or removed in these directories, so
-            # a new mtime came from utimes() on the directory itself.
+            # with the same entries a new mtime came from utimes() on the directory
+            # itself; with other entries, from the host (not the sandbox's doing).
             try:
                 os.utime(before.path, ns=(before.atime_ns, before.mtime_ns))
                 notes.append(f"the sandbox changed the times of {before.path}; restored")

@@ -192,3 +192,17 @@ def enter_new_root(plan: Plan) -> None:
             hint="run `warren doctor`; the kernel refused to configure the new network namespace",
         ) from None
     _execute(plan)
+
+
+def rebind_writable(path: str) -> None:
+    """In the sandbox's namespaces: ``path`` now names another directory (replaced on
+    the host) that the sandbox sees read-only; bind it read-write where it is, as the
+    mount plan would have."""
+    fd = _clone(path)
+    try:
+        _sys.mount_setattr(fd, _HIDE_ATTRS, 0, True)
+        _sys.mount_setattr(fd, 0, _sys.MOUNT_ATTR_RDONLY, False)
+    except OSError:
+        os.close(fd)
+        raise
+    _attach(fd, path)

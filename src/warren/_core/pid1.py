@@ -117,8 +117,11 @@ class Init:
                             pass
                     continue
                 try:
-                    while (got := inbox.read((protocol.Handoff,))) is not None:
-                        self._dispatch(*got)
+                    while (got := inbox.read((protocol.Handoff, protocol.Refresh))) is not None:
+                        if isinstance(got[0], protocol.Refresh):
+                            self._refresh()
+                        else:
+                            self._dispatch(*got)
                 except (wire.ConnectionClosed, OSError):
                     return 0  # the supervisor is gone; the parent-death signal follows
                 except WarrenError:
@@ -131,6 +134,18 @@ class Init:
                 return 0
             if self.stopping is not None and (not procs.has_children() or time.monotonic() > self.stopping):
                 return 0
+
+    def _refresh(self) -> None:
+        """A writable root now names another directory: rules for the new one (the
+        spare holds the old ruleset, so it goes)."""
+        if self.plan.landlock is not None:
+            old, self.ruleset = self.ruleset, harden.landlock_ruleset(self.plan.landlock)
+            if old is not None:
+                os.close(old)
+        if self.spare is not None:
+            self.spare.close()
+            self.spare = None
+        self.want_spare = not self.oneshot
 
     def _on_term(self, _signum: int, _frame: object) -> None:
         # Stop: every process gets SIGTERM and a grace period; PID 1 exiting then

@@ -52,7 +52,7 @@ from ..plan import CallerFacts, Plan, make_plan
 from ..plan.facts import gather, paths_of
 from ..policy import build, config
 from ..policy.spec import from_mapping
-from . import launch, netd, peer, registry, spawns, statedir
+from . import follow, launch, netd, peer, registry, spawns, statedir
 
 HEADER_DEADLINE = 10.0  # a client has this long to send a whole request header
 MAX_CLIENTS = 1024
@@ -130,6 +130,7 @@ class Box:
     remove: bool = False
     kill_at: float | None = None
     search_path: str | None = None  # the caller's PATH: where helper programs (pasta) are found
+    roots: dict[str, follow.Identity] = field(default_factory=dict)  # writable roots as launched
 
     @property
     def pid(self) -> int:
@@ -463,6 +464,7 @@ class Supervisor:
             inbox=wire.Inbox(launched.control),
             outbox=wire.Outbox(launched.control),
         )
+        box.roots = follow.identities(plan)
         self.by_pid[box.pid] = box
         (self.oneshots if oneshot else self.boxes)[box.id if oneshot else name] = box
         self.sel.register(launched.control, _R, ("control", box))
@@ -725,6 +727,11 @@ class Supervisor:
         )
         assert self.root is not None
         box = self._live(msg.sandbox)
+        changed = follow.replaced(box.roots)
+        if changed:
+            follow.rebind(box.launched.pidfd, box.name, changed)
+            box.roots.update(changed)
+            self._control_send(box, protocol.Refresh())
         declared = sum(1 for a in msg.command.stdio[:3] if a) if isinstance(msg, protocol.ExecRequest) else 0
         if len(fds) != declared:
             raise ProtocolError(
