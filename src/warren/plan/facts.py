@@ -115,6 +115,9 @@ class HostFacts:
     machine_supported: bool
     path_kinds: Mapping[str, PathKind] = field(default_factory=dict)
     state_dir: str | None = None  # warren's own: hidden in every sandbox, never writable
+    # Files in the writable roots also linked from outside them, and whether every local
+    # user may read them (server.links finds them).
+    outside_links: tuple[tuple[str, bool], ...] = ()
 
     def kind(self, path: str) -> PathKind:
         return self.path_kinds.get(path, "missing")
@@ -182,7 +185,11 @@ def landlock_abi(kernel_abi: int, env: Mapping[str, str]) -> int:
     return kernel_abi
 
 
-def gather(extra_paths: Iterable[str] = (), state_dir: str | None = None) -> HostFacts:
+def gather(
+    extra_paths: Iterable[str] = (),
+    state_dir: str | None = None,
+    outside_links: tuple[tuple[str, bool], ...] = (),
+) -> HostFacts:
     with open("/proc/self/mountinfo") as f:
         mounts = parse_mountinfo(f.read())
     paths = set(FIXED_PATHS) | set(extra_paths)
@@ -195,6 +202,7 @@ def gather(extra_paths: Iterable[str] = (), state_dir: str | None = None) -> Hos
         machine_supported=_sys.supported_machine() and sys.platform == "linux",
         path_kinds={p: path_kind(p) for p in paths},
         state_dir=state_dir,
+        outside_links=outside_links,
     )
 
 

@@ -258,6 +258,13 @@ def plan_mounts(
                 )
             )
 
+    for path, world_readable in facts.outside_links:
+        why = "a hard link to a file outside the writable roots: "
+        if world_readable:
+            ops.append(MountOp(MountKind.BIND_RO, path, path, why=why + "read-only"))
+        else:
+            ops.append(MountOp(MountKind.DENY_FILE, path, why=why + "unreadable (not readable by all)"))
+
     for path, source in denied:
         if visible(path):  # under a fresh directory the host's copy is not there to hide
             ops.extend(_deny_op(path, source, facts))

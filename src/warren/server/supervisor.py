@@ -50,12 +50,14 @@ from ..net import log as netlog
 from ..net.pasta import Pasta
 from ..plan import CallerFacts, Plan, make_plan
 from ..plan.facts import gather, paths_of
+from ..plan.mounts import strip_nested
 from ..policy import build, config
 from ..policy.spec import from_mapping
-from . import follow, launch, netd, peer, registry, spawns, statedir
+from . import follow, launch, links, netd, peer, registry, spawns, statedir
 
 HEADER_DEADLINE = 10.0  # a client has this long to send a whole request header
 MAX_CLIENTS = 1024
+LINKS_FILE = "links.cache"  # the hardlink scan's memory, for the next supervisor
 STOP_KILL_AFTER = 3.0  # after SIGTERM, PID 1's grace (2 s) and a margin
 NETLOG_MAX = 5000  # events in one reply (the newest)
 _R, _W = selectors.EVENT_READ, selectors.EVENT_WRITE
@@ -152,6 +154,9 @@ class Supervisor:
         self.netd_pids: set[int] = set()
         self.idle_since = time.monotonic()
         self.shutdown = False
+        self.links = links.LinkScanner()
+        if root is not None:
+            self.links.load(os.path.join(root, LINKS_FILE))
         self.wake_r, self.wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         if self.registry is not None:
             self.registry.orphaned(os.getpid(), self.start_time)
@@ -450,7 +455,15 @@ class Supervisor:
         policy = build(spec, cwd=here, env=caller.env, home=home)
         state_dir = self.root or statedir.location(caller.env)
         paths = [r.path for r in (*policy.writable, *policy.readable, *policy.denied)]
-        host = gather(paths_of(paths, caller), state_dir=state_dir)
+        found = self.links.scan(
+            strip_nested([str(r.path) for r in policy.writable]),
+            shared=[str(r.path) for r in policy.writable if r.source.startswith("preset:")],
+        )
+        host = gather(
+            paths_of(paths, caller),
+            state_dir=state_dir,
+            outside_links=tuple((o.path, o.world_readable) for o in found),
+        )
         return make_plan(policy, host, caller, cwd=str(policy.workspace) if long_lived else cwd)
 
     def _launch(self, plan: Plan, name: str, oneshot: bool) -> Box:
@@ -993,6 +1006,7 @@ def daemon(root: str, ready_fd: int) -> int:
         # supervisor (and gets an answer) or starts the next one.
         statedir.clear_address(root, token)
         listener.close()
+        sup.links.save(os.path.join(root, LINKS_FILE))
     return 0
 
 
