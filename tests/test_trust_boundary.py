@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import time
+import uuid
 from pathlib import Path
 
 import pytest
 
-from conftest import Layout
+from conftest import Layout, run_cli
 from warren.server.links import LinkScanner
 
 # Runs inside the sandbox: try each operation, report the outcome (or errno name) as JSON.
@@ -102,3 +105,189 @@ def test_the_link_scan_remembers_and_sees_new_links(tmp_path: Path, via: str) ->
     broken = LinkScanner()
     broken.load(str(saved))  # an unreadable memory means a cold scan, not an error
     assert broken.dirs == {}
+
+
+# --- 2: git on the host never runs what a sandbox wrote; git inside keeps working -------
+
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.com",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.com",
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
+
+
+def _host_git(ws: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **GIT_ENV, "HOME": str(ws.parent / "githome")}
+    return subprocess.run(["git", *args], cwd=ws, capture_output=True, text=True, env=env, timeout=60)
+
+
+@pytest.fixture
+def repo(layout: Layout, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A repository in the workspace, made on the host; warren's git stores private to
+    the test."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    (layout.root / "githome").mkdir()
+    ws = layout.workspace
+    for args in (["init", "-q", "-b", "main"], ["commit", "-q", "--allow-empty", "-m", "first"]):
+        assert _host_git(ws, *args).returncode == 0
+    return ws
+
+
+def test_host_git_never_runs_what_a_sandbox_wrote(layout: Layout, repo: Path) -> None:
+    marker = Path(f"/tmp/warren-git-marker-{uuid.uuid4().hex}")  # inside, /tmp is private
+    evil = f"#!/bin/sh\ntouch {marker}-$(basename $0)\nexit 0\n"
+    script = f"""
+set -e
+printf '{evil}' > evil.sh && chmod +x evil.sh
+mkdir -p evilhooks && cp evil.sh evilhooks/pre-commit && cp evil.sh evilhooks/post-checkout
+for h in pre-commit post-checkout post-commit reference-transaction; do
+  cp evil.sh .git/hooks/$h
+done
+git config core.fsmonitor "$PWD/evil.sh"
+git config core.hooksPath "$PWD/evilhooks"
+git config core.pager "$PWD/evil.sh"
+git config alias.st "!$PWD/evil.sh"
+git config filter.x.clean "$PWD/evil.sh"
+printf '[core]\\n\\tsshCommand = {marker}-ssh\\n[include]\\n\\tpath = {repo}/evil.cfg\\n' >> .git/config
+printf '[core]\\n\\tfsmonitor = {repo}/evil.sh\\n' > evil.cfg
+echo '* filter=x' > .git/info/attributes
+git config user.name Inside
+git remote add origin https://example.invalid/r.git
+git config user.name
+"""
+    r = layout.run(["sh", "-c", script])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().endswith("Inside")
+    # The host, as a user and an IDE would use it:
+    for args in (
+        ["status"],
+        ["add", "-A"],
+        ["commit", "-q", "-m", "host"],
+        ["checkout", "-q", "-b", "topic"],
+        ["log", "-1"],
+        ["diff", "HEAD~1"],
+        ["st"],
+    ):
+        _host_git(repo, *args)
+    assert not list(Path("/tmp").glob(marker.name + "*")), "host git ran a program the sandbox wrote"
+    host_config = _host_git(repo, "config", "--list", "--show-origin").stdout
+    for key in ("fsmonitor", "hookspath", "pager", "alias", "filter", "sshcommand", "include"):
+        assert key not in host_config.lower(), host_config
+    # What only names things reached the host: the remote and the name set inside.
+    assert _host_git(repo, "config", "remote.origin.url").stdout.strip() == "https://example.invalid/r.git"
+    assert _host_git(repo, "config", "user.name").stdout.strip() == "Inside"
+
+
+def test_a_git_directory_planted_through_commondir_is_removed(layout: Layout, repo: Path) -> None:
+    """``.git/commondir`` would point host git at a config and hooks the sandbox wrote."""
+    marker = Path(f"/tmp/warren-git-marker-{uuid.uuid4().hex}")
+    script = f"""
+set -e
+cp -r .git/. planted
+printf '#!/bin/sh\ntouch {marker}\n' > planted/hooks/post-checkout
+printf '#!/bin/sh\ntouch {marker}\n' > planted/fsmon
+chmod +x planted/hooks/post-checkout planted/fsmon
+git config --file planted/config core.fsmonitor "$PWD/planted/fsmon"
+echo "$PWD/planted" > .git/commondir
+"""
+    r = layout.run(["sh", "-c", script])
+    assert r.returncode == 0, r.stderr
+    for args in (["status"], ["checkout", "-q", "-b", "topic"]):
+        _host_git(repo, *args)
+    assert not marker.exists(), "host git ran a program the sandbox wrote"
+    assert not (repo / ".git" / "commondir").exists()
+
+
+def test_the_host_rewriting_its_config_leaves_a_live_sandbox_protected(
+    layout: Layout, repo: Path, via: str
+) -> None:
+    """Host git replaces .git/config by a rename, which detaches a bind on it in every
+    sandbox; the supervisor binds the store again."""
+    if via == "run":
+        pytest.skip("needs a sandbox alive across host commands")
+    name = f"gitlive{os.getpid()}"
+    assert run_cli(["create", name], cwd=repo).returncode == 0
+    try:
+        assert _host_git(repo, "config", "core.editor", "vi").returncode == 0  # rename on the host
+        time.sleep(1.0)  # the supervisor checks every quarter second
+        r = run_cli(
+            ["exec", name, "sh", "-c", "printf '[core]\\n\\tfsmonitor = /x/evil\\n' >> .git/config"], cwd=repo
+        )
+        assert r.returncode == 0, r.stderr
+        assert "evil" not in (repo / ".git" / "config").read_text()
+        assert _host_git(repo, "config", "core.editor").stdout.strip() == "vi"  # the host's own change
+        inside = run_cli(["exec", name, "git", "config", "core.fsmonitor"], cwd=repo)
+        assert inside.stdout.strip() == "/x/evil"
+    finally:
+        run_cli(["rm", "-f", name], cwd=repo)
+
+
+def test_git_inside_keeps_working_across_runs(layout: Layout, repo: Path) -> None:
+    hook = '#!/bin/sh\necho fired >> "$(git rev-parse --show-toplevel)/hook-log"\n'
+    first = layout.run(
+        [
+            "sh",
+            "-c",
+            f"set -e; printf '{hook}' > .git/hooks/post-commit; chmod +x .git/hooks/post-commit;"
+            "git config user.name Agent; git config user.email agent@example.com;"
+            "git commit -q --allow-empty -m one; git config --get user.name",
+        ]
+    )
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.strip() == "Agent"
+    assert (repo / "hook-log").read_text() == "fired\n"
+    # On the host the sandbox's hook does not fire ...
+    assert _host_git(repo, "commit", "-q", "--allow-empty", "-m", "host").returncode == 0
+    assert (repo / "hook-log").read_text() == "fired\n"
+    # ... and in a later sandbox run it does, with the config set before.
+    later = layout.run(
+        [
+            "sh",
+            "-c",
+            "set -e; git commit -q --allow-empty -m two; git log -1 --format=%an;"
+            "git worktree add -q -b feature wt; cd wt; echo x > f; git add f; git commit -q -m three;"
+            "git log -1 --format=%s",
+        ]
+    )
+    assert later.returncode == 0, later.stderr
+    assert later.stdout.split() == ["Agent", "three"]
+    assert (repo / "hook-log").read_text() == "fired\nfired\n"
+    assert (repo / "wt" / "hook-log").read_text() == "fired\n"  # the worktree's commit
+    log = _host_git(repo, "log", "--all", "--format=%s").stdout.split()
+    assert {"one", "two", "three", "host"} <= set(log)
+
+
+# --- 5: a workspace replaced on the host is followed by a live sandbox ---------------------
+
+
+@pytest.mark.parametrize("how", ["rm", "mv"])
+def test_a_workspace_replaced_on_the_host_is_followed(any_layout: Layout, via: str, how: str) -> None:
+    if via == "run":
+        pytest.skip("needs a sandbox alive across the replacement")
+    ws = any_layout.workspace
+    name = f"follow{os.getpid()}{how}"
+    assert run_cli(["create", name], cwd=ws).returncode == 0
+    try:
+        if how == "rm":
+            subprocess.run(["rm", "-rf", str(ws)], check=True)
+        else:
+            ws.rename(ws.with_name("W.old"))
+        ws.mkdir()
+        r = run_cli(
+            ["exec", "--cwd", str(ws), name, "sh", "-c", "echo new > made-inside; cat made-inside"], cwd=ws
+        )
+        if any_layout.root.is_relative_to("/tmp"):
+            # Grafted into the sandbox's private /tmp: the new directory is out of reach,
+            # and the error says so with a hint that works.
+            assert r.returncode == 125, r.stderr
+            assert "was replaced on the host" in r.stderr and f"warren rm -f {name}" in r.stderr
+            return
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip() == "new"
+        assert (ws / "made-inside").read_text() == "new\n"  # judged on the host
+        if how == "mv":
+            assert not (ws.with_name("W.old") / "made-inside").exists()
+    finally:
+        run_cli(["rm", "-f", name], cwd=any_layout.root)

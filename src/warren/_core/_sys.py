@@ -8,7 +8,9 @@ no policy, no paths, no fallbacks. Callers above turn ``OSError`` into ``WarrenE
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import os
+import struct
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _syscall = _libc.syscall
@@ -23,12 +25,14 @@ _ARCH_NR: dict[str, dict[str, int]] = {
         "umount2": 166,
         "pivot_root": 155,
         "capset": 126,
+        "seccomp": 317,
     },
     "aarch64": {
         "mount": 40,
         "umount2": 39,
         "pivot_root": 41,
         "capset": 91,
+        "seccomp": 277,
     },
 }
 _COMMON_NR = {
@@ -275,6 +279,50 @@ class SeccompProgram:
     def install(self) -> None:
         r = _prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, self.address, 0, 0)
         _check(r, "seccomp")
+
+    def install_listener(self) -> int:
+        """Install with a user-notification listener; returns its fd (close-on-exec)."""
+        r = _syscall(
+            _nr("seccomp"),
+            ctypes.c_uint(SECCOMP_SET_MODE_FILTER),
+            ctypes.c_uint(SECCOMP_FILTER_FLAG_NEW_LISTENER),
+            ctypes.c_void_p(self.address),
+        )
+        return _check(r, "seccomp")
+
+
+# struct seccomp_notif (80 bytes) and seccomp_notif_resp (24 bytes); the ioctls on a
+# listener: _IOWR('!', 0 | 1, ...) and _IOW('!', 2, __u64).
+SECCOMP_SET_MODE_FILTER = 1
+SECCOMP_FILTER_FLAG_NEW_LISTENER = 1 << 3
+SECCOMP_USER_NOTIF_FLAG_CONTINUE = 1
+_NOTIF_RECV = 0xC0502100
+_NOTIF_SEND = 0xC0182101
+_NOTIF_ID_VALID = 0x40082102
+_NOTIF = struct.Struct("=QIIiIQ6Q")
+_RESP = struct.Struct("=QqiI")
+
+
+def notif_recv(listener: int) -> tuple[int, int, int, tuple[int, ...]]:
+    """The next notification: (id, pid, syscall number, args)."""
+    buf = bytearray(_NOTIF.size)
+    fcntl.ioctl(listener, _NOTIF_RECV, buf, True)
+    nid, pid, _flags, nr, _arch, _ip, *args = _NOTIF.unpack(buf)
+    return nid, pid, nr, tuple(args)
+
+
+def notif_valid(listener: int, nid: int) -> bool:
+    try:
+        fcntl.ioctl(listener, _NOTIF_ID_VALID, bytearray(struct.pack("=Q", nid)), True)
+    except OSError:
+        return False
+    return True
+
+
+def notif_send(listener: int, nid: int, error: int = 0, cont: bool = False) -> None:
+    """Answer: let the kernel run the call (``cont``), or its result: 0 or -errno."""
+    flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE if cont else 0
+    fcntl.ioctl(listener, _NOTIF_SEND, bytearray(_RESP.pack(nid, 0, -error if error else 0, flags)), True)
 
 
 class _CapHeader(ctypes.Structure):

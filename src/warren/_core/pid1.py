@@ -25,10 +25,11 @@ import time
 from typing import NoReturn
 
 from .. import protocol, wire
-from ..errors import SandboxError, WarrenError
+from ..errors import SandboxError, SetupError, WarrenError
 from ..net.handshake import pid1_network
 from ..plan.model import Plan
 from . import _sys, fileops, harden, mounts, procs
+from .broker import Broker
 from .shim import Launcher, Shim, warm
 
 STOP_GRACE = 2.0
@@ -55,17 +56,41 @@ def main(plan: Plan, control: socket.socket, *, oneshot: bool) -> int:
         ruleset = harden.landlock_ruleset(plan.landlock) if plan.landlock is not None else None
         harden.seccomp_program(plan)
         harden.settle_pid1(plan)
+        broker = _start_broker(plan)
     except WarrenError as e:
         with contextlib.suppress(OSError):
             wire.send(control, protocol.Failed(error=protocol.error_message(e).error))
         return 125
-    wire.send(control, protocol.Ready())
-    return Init(plan, control, ruleset, oneshot).serve()
+    # The sandbox's user and mount namespaces, for the supervisor to join later (to
+    # follow a replaced workspace, to bind a git store again): PID 1 is not dumpable
+    # from here on, so they cannot be opened through /proc afterwards.
+    ns = [os.open(f"/proc/self/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC) for kind in ("user", "mnt")]
+    wire.send(control, protocol.Ready(), fds=ns)
+    for fd in ns:
+        os.close(fd)
+    return Init(plan, control, ruleset, oneshot, broker).serve()
+
+
+def _start_broker(plan: Plan) -> Broker | None:
+    if not plan.git:
+        return None
+    try:
+        return Broker.start([gitdir for gitdir, _store in plan.git])
+    except OSError as e:
+        raise SetupError(
+            f"sandbox setup failed: seccomp user notification for git's renames: {e.strerror}",
+            operation="seccomp",
+            errno=e.errno,
+            hint="this kernel lacks seccomp user notification (Linux >= 5.5 has it)",
+        ) from None
 
 
 class Init:
-    def __init__(self, plan: Plan, control: socket.socket, ruleset: int | None, oneshot: bool) -> None:
+    def __init__(
+        self, plan: Plan, control: socket.socket, ruleset: int | None, oneshot: bool, broker: Broker | None
+    ) -> None:
         self.plan = plan
+        self.broker = broker
         self.control = control
         self.ruleset = ruleset
         self.oneshot = oneshot
@@ -89,6 +114,8 @@ class Init:
         poller = select.poll()
         poller.register(self.control, select.POLLIN)
         poller.register(self.wake_r, select.POLLIN)
+        if self.broker is not None:
+            poller.register(self.broker.listener, select.POLLIN)
         if not self.oneshot and self.stopping is None:
             self._fork_spare(warm_up=True)
         while True:
@@ -115,6 +142,12 @@ class Init:
                     with contextlib.suppress(BlockingIOError):
                         while os.read(self.wake_r, 4096):
                             pass
+                    continue
+                if self.broker is not None and fd == self.broker.listener:
+                    changed = self.broker.handle()
+                    if changed is not None:
+                        with contextlib.suppress(OSError):
+                            wire.send(self.control, protocol.GitChanged(gitdir=changed))
                     continue
                 try:
                     while (got := inbox.read((protocol.Handoff, protocol.Refresh))) is not None:
@@ -221,6 +254,8 @@ class Init:
                 os.close(sock.detach())
             os.close(self.wake_r)
             os.close(self.wake_w)
+            if self.broker is not None:
+                os.close(self.broker.listener)
             _sys.prctl(PR_SET_CHILD_SUBREAPER, 1)
             launcher = Launcher(self.plan, self.ruleset, warm_up)
             if warm_up:

@@ -118,6 +118,8 @@ class HostFacts:
     # Files in the writable roots also linked from outside them, and whether every local
     # user may read them (server.links finds them).
     outside_links: tuple[tuple[str, bool], ...] = ()
+    # Git directories in the writable roots and their stores (server.gitstore).
+    git: tuple[tuple[str, str], ...] = ()
 
     def kind(self, path: str) -> PathKind:
         return self.path_kinds.get(path, "missing")
@@ -189,6 +191,7 @@ def gather(
     extra_paths: Iterable[str] = (),
     state_dir: str | None = None,
     outside_links: tuple[tuple[str, bool], ...] = (),
+    git: tuple[tuple[str, str], ...] = (),
 ) -> HostFacts:
     with open("/proc/self/mountinfo") as f:
         mounts = parse_mountinfo(f.read())
@@ -203,6 +206,7 @@ def gather(
         path_kinds={p: path_kind(p) for p in paths},
         state_dir=state_dir,
         outside_links=outside_links,
+        git=git,
     )
 
 

@@ -94,6 +94,7 @@ def make_plan(policy: Policy, host: HostFacts, caller: CallerFacts, *, cwd: str 
         cap_last_cap=host.cap_last_cap,
         create_dirs=tuple(str(r.path) for r in policy.writable if r.create),
         guarded=guarded_ancestors(mounts.groups),
+        git=host.git,
         groups=tuple((g.mount_at, g.roots) for g in mounts.groups),
         warnings=tuple(warnings),
     )

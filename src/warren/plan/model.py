@@ -74,6 +74,7 @@ class Plan:
     hostname: str = "warren"
     create_dirs: tuple[str, ...] = ()  # made on the host before launch (preset caches)
     guarded: tuple[str, ...] = ()  # directories above shared roots: metadata snapshotted
+    git: tuple[tuple[str, str], ...] = ()  # (git directory, its store): see server.gitstore
     groups: tuple[tuple[str, tuple[str, ...]], ...] = field(default=())
     warnings: tuple[str, ...] = ()
 

@@ -164,6 +164,11 @@ class MountPlan:
     warnings: tuple[str, ...]
 
 
+def git_spare(i: int) -> str:
+    """Where a sandbox keeps its i-th git store read-only (in its fresh /dev)."""
+    return f"/dev/.warren-git/{i}"
+
+
 def plan_mounts(
     writable: list[str],
     readable: list[str],
@@ -257,6 +262,23 @@ def plan_mounts(
                     mkdir=not visible(path),
                 )
             )
+
+    for i, (gitdir, store) in enumerate(facts.git):
+        # The store again, read-only where nothing else is: the supervisor binds its
+        # files again from here should the host detach them (follow.reattach).
+        ops.append(
+            MountOp(MountKind.BIND_RO, git_spare(i), store, mkdir=True, why="git store, for re-binding")
+        )
+        why = "the repository's config and hooks inside are warren's store of them: host git never runs "
+        # A mount point cannot be renamed or removed: no sandbox moves .git aside to
+        # plant its own.
+        ops.append(MountOp(MountKind.BIND_RW, gitdir, gitdir, why="a git directory stays where it is"))
+        ops.append(
+            MountOp(MountKind.BIND_RW, f"{gitdir}/config", f"{store}/config", why=why + "what a sandbox sets")
+        )
+        ops.append(
+            MountOp(MountKind.BIND_RW, f"{gitdir}/hooks", f"{store}/hooks", mkdir=True, why=why + "its hooks")
+        )
 
     for path, world_readable in facts.outside_links:
         why = "a hard link to a file outside the writable roots: "

@@ -51,6 +51,16 @@ def render(plan: Plan) -> str:
     if plan.guarded:
         lines.append("ancestor directories on a shared mount (mode and times restored, with a warning)")
         lines.append(f"  {', '.join(plan.guarded)}")
+    if plan.git:
+        lines.append("git repositories (no host git runs what a sandbox writes)")
+        for gitdir, store in plan.git:
+            lines.append(f"  {gitdir}: config and hooks inside are {store}")
+        lines.append(
+            "    PID 1 performs git's renames onto the config (seccomp user notification on rename*);"
+        )
+        lines.append(
+            "    the host's config gets only naming keys the sandbox changed (remotes, branches, user.*)"
+        )
     if plan.landlock is not None:
         ll = plan.landlock
         lines.append(f"landlock (ABI {ll.abi}; handles {len(right_names(ll.handled))} rights)")

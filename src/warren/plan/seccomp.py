@@ -285,3 +285,30 @@ def _build(machine: str, allow_nested: bool) -> SeccompPlan:
         prog += [(_JEQ_K, 0, len(block), nr[name]), *block]
     prog.append((_RET_K, 0, 0, RET_ALLOW))
     return SeccompPlan(machine, denied, not allow_nested, tuple(prog))
+
+
+RET_USER_NOTIF = 0x7FC00000
+# The renames PID 1 performs for a sandbox when they replace a protected file.
+_RENAMES: dict[str, tuple[int, ...]] = {"x86_64": (82, 264, 316), "aarch64": (38, 276)}
+RENAME_NR: dict[str, dict[int, str]] = {
+    "x86_64": {82: "rename", 264: "renameat", 316: "renameat2"},
+    "aarch64": {38: "renameat", 276: "renameat2"},
+}
+
+
+@lru_cache(maxsize=2)
+def notify_program(machine: str | None = None) -> tuple[Instruction, ...]:
+    """A second filter: the rename family goes to PID 1 (seccomp user notification),
+    everything else passes to the deny filter above."""
+    machine = machine or os.uname().machine
+    numbers = _RENAMES[machine]
+    prog: list[Instruction] = [
+        (_LD_W_ABS, 0, 0, _OFF_ARCH),
+        (_JEQ_K, 1, 0, AUDIT_ARCH[machine]),
+        (_RET_K, 0, 0, RET_ALLOW),  # the deny filter kills a foreign architecture
+        (_LD_W_ABS, 0, 0, _OFF_NR),
+    ]
+    for nr in numbers:
+        prog += [(_JEQ_K, 0, 1, nr), (_RET_K, 0, 0, RET_USER_NOTIF)]
+    prog.append((_RET_K, 0, 0, RET_ALLOW))
+    return tuple(prog)

@@ -13,6 +13,7 @@ directory cannot be reached from inside (a root grafted into the sandbox's priva
 from __future__ import annotations
 
 import os
+import sys
 
 from .._core import _sys, mounts
 from ..errors import SandboxError
@@ -50,7 +51,12 @@ def replaced(known: dict[str, Identity]) -> dict[str, Identity]:
     return out
 
 
-def rebind(pid1_pidfd: int, name: str, changed: dict[str, Identity]) -> None:
+def _enter(ns: tuple[int, int]) -> None:
+    _sys.setns(ns[0], _sys.CLONE_NEWUSER)
+    _sys.setns(ns[1], _sys.CLONE_NEWNS)
+
+
+def rebind(ns: tuple[int, int] | None, name: str, changed: dict[str, Identity]) -> None:
     """Make the sandbox see (and write) the new directories; SandboxError if it can't."""
     r, w = os.pipe2(os.O_CLOEXEC)
     pid = os.fork()
@@ -58,7 +64,9 @@ def rebind(pid1_pidfd: int, name: str, changed: dict[str, Identity]) -> None:
         code = 1
         try:
             os.close(r)
-            _sys.setns(pid1_pidfd, _sys.CLONE_NEWUSER | _sys.CLONE_NEWNS)
+            if ns is None:
+                raise SystemExit
+            _enter(ns)
             for root, (dev, ino) in changed.items():
                 st = os.stat(root)
                 if (st.st_dev, st.st_ino) != (dev, ino):
@@ -85,3 +93,24 @@ def rebind(pid1_pidfd: int, name: str, changed: dict[str, Identity]) -> None:
             hint=f"recreate the sandbox (warren rm -f {name}, then warren create {name} with the same "
             "flags); a workspace outside /tmp is followed on its own",
         )
+
+
+def reattach(ns: tuple[int, int], binds: list[tuple[str, str]]) -> bool:
+    """Bind each ``(source, target)`` again inside the sandbox: the host replaced the
+    directory entry a bind sat on (git's own config writes rename over the file),
+    which detached it there. ``source`` is a path inside the sandbox (its read-only
+    spare of the store, ``plan.mounts.git_spare``). True if every bind is back."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            _enter(ns)
+            for source, target in binds:
+                mounts.attach(mounts.clone_for_bind(source), target)
+            code = 0
+        except BaseException as e:
+            print(f"warren supervisor: re-binding in the sandbox: {e!r}", file=sys.stderr, flush=True)
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0

@@ -7,10 +7,12 @@ whose link count is larger than the number of its links found inside the writabl
 roots: the scan counts them, and the plan masks each one — read-only when every local
 user may read it anyway, unreadable otherwise.
 
-Shared tool caches (a preset's writable roots) are exempt: they are shared with the
-host by design, so a file there, or linked from there (a venv hardlinked from the uv
-cache, which other projects' venvs link too), is not masked — the cache already gives
-the sandbox that file, and masking it would break the tool's hardlinking.
+Writable roots other than the workspace (tool caches of presets, ``--write`` paths)
+are exempt: the user shares them with the host on purpose, so a file there, or linked
+from there (a venv hardlinked from the uv cache, which other projects' venvs link
+too), is not masked — the root already gives the sandbox that file, and masking it
+would break the tool's hardlinking (a mount point cannot be linked from). The
+workspace, an untrusted repository by default, is what the scan protects.
 
 Where the cost goes, and what is cached (bench/bench_links.py has the figures): the
 scan runs in the supervisor, which is warm. It remembers each directory's identity,

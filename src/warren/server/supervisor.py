@@ -31,6 +31,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,10 +51,10 @@ from ..net import log as netlog
 from ..net.pasta import Pasta
 from ..plan import CallerFacts, Plan, make_plan
 from ..plan.facts import gather, paths_of
-from ..plan.mounts import strip_nested
+from ..plan.mounts import git_spare, strip_nested
 from ..policy import build, config
 from ..policy.spec import from_mapping
-from . import follow, launch, links, netd, peer, registry, spawns, statedir
+from . import follow, gitstore, launch, links, netd, peer, registry, spawns, statedir
 
 HEADER_DEADLINE = 10.0  # a client has this long to send a whole request header
 MAX_CLIENTS = 1024
@@ -133,6 +134,9 @@ class Box:
     kill_at: float | None = None
     search_path: str | None = None  # the caller's PATH: where helper programs (pasta) are found
     roots: dict[str, follow.Identity] = field(default_factory=dict)  # writable roots as launched
+    ns: tuple[int, int] | None = None  # fds of the sandbox's user and mount namespaces
+    # host git files a bind sits on, as launched (see _git_sweep)
+    git_files: dict[str, tuple[int, int] | None] = field(default_factory=dict)
 
     @property
     def pid(self) -> int:
@@ -233,6 +237,26 @@ class Supervisor:
             if box.kill_at is not None and now > box.kill_at:
                 self._signal(box, signal.SIGKILL)
                 box.kill_at = None
+            self._git_sweep(box)
+
+    def _git_sweep(self, box: Box) -> None:
+        """Every quarter second while a sandbox lives: what it planted in a protected
+        git directory goes, and a bind the host detached (by replacing the file it sat
+        on: git's own config writes on the host do) is put back."""
+        lost: list[tuple[str, str]] = []
+        if not box.ready:
+            return
+        for i, (gitdir, _store) in enumerate(box.plan.git):
+            for path in gitstore.sweep(gitdir):
+                print(f"warren supervisor: removed {path}, planted by sandbox {box.name}", file=sys.stderr)
+            for name in ("config", "hooks"):
+                target = os.path.join(gitdir, name)
+                now = gitstore.identity(target)
+                if box.git_files.setdefault(target, now) != now and now is not None:
+                    lost.append((os.path.join(git_spare(i), name), target))
+                    box.git_files[target] = now
+        if lost and box.ns is not None and not follow.reattach(box.ns, lost):
+            print(f"warren supervisor: could not bind {lost} again in {box.name}", file=sys.stderr)
 
     # --- clients -------------------------------------------------------------------------
 
@@ -455,16 +479,31 @@ class Supervisor:
         policy = build(spec, cwd=here, env=caller.env, home=home)
         state_dir = self.root or statedir.location(caller.env)
         paths = [r.path for r in (*policy.writable, *policy.readable, *policy.denied)]
+        roots = strip_nested([str(r.path) for r in policy.writable])
         found = self.links.scan(
-            strip_nested([str(r.path) for r in policy.writable]),
-            shared=[str(r.path) for r in policy.writable if r.source.startswith("preset:")],
+            roots, shared=[str(r.path) for r in policy.writable if r.source != "workspace"]
         )
         host = gather(
             paths_of(paths, caller),
             state_dir=state_dir,
             outside_links=tuple((o.path, o.world_readable) for o in found),
+            git=self._git_stores(roots, caller.env),
         )
         return make_plan(policy, host, caller, cwd=str(policy.workspace) if long_lived else cwd)
+
+    def _git_stores(self, roots: list[str], env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+        stores = []
+        for gitdir in gitstore.repositories(roots):
+            try:
+                stores.append((gitdir, gitstore.prepare(gitdir, env).path))
+            except OSError as e:
+                raise SetupError(
+                    f"cannot prepare warren's store for the git repository {gitdir}: {e}",
+                    operation="git store",
+                    path=gitdir,
+                    hint="check that $XDG_DATA_HOME (default ~/.local/share) is writable, and git installed",
+                ) from None
+        return tuple(stores)
 
     def _launch(self, plan: Plan, name: str, oneshot: bool) -> Box:
         launched = launch.launch(plan, oneshot=oneshot)
@@ -478,6 +517,11 @@ class Supervisor:
             outbox=wire.Outbox(launched.control),
         )
         box.roots = follow.identities(plan)
+        box.git_files = {
+            os.path.join(gitdir, name): gitstore.identity(os.path.join(gitdir, name))
+            for gitdir, _store in plan.git
+            for name in ("config", "hooks")
+        }
         self.by_pid[box.pid] = box
         (self.oneshots if oneshot else self.boxes)[box.id if oneshot else name] = box
         self.sel.register(launched.control, _R, ("control", box))
@@ -528,7 +572,14 @@ class Supervisor:
         while True:
             try:
                 got = box.inbox.read(
-                    (protocol.Ready, protocol.Failed, protocol.NetProxy, protocol.NetReady, protocol.NetUp)
+                    (
+                        protocol.Ready,
+                        protocol.Failed,
+                        protocol.NetProxy,
+                        protocol.NetReady,
+                        protocol.NetUp,
+                        protocol.GitChanged,
+                    )
                 )
             except (wire.ConnectionClosed, OSError):
                 # PID 1 is ending; its exit (SIGCHLD) finishes the job.
@@ -563,11 +614,25 @@ class Supervisor:
             if not msg.ok:
                 raise box.pasta.failure() if box.pasta else SetupError("the network did not come up")
         elif isinstance(msg, protocol.Ready):
+            if len(fds) >= 2 and box.ns is None:
+                box.ns = (fds.pop(0), fds.pop(0))
             self._on_ready(box)
         elif isinstance(msg, protocol.Failed):
             raise from_record(msg.error.to_fields())
+        elif isinstance(msg, protocol.GitChanged):
+            self._git_changed(box, msg.gitdir)
         for fd in fds:
             os.close(fd)
+
+    def _git_changed(self, box: Box, gitdir: str) -> None:
+        """The sandbox replaced a repository's config: the keys that only name things
+        reach the host's copy (the store is the plan's, never a path PID 1 chose)."""
+        for known, store in box.plan.git:
+            if known == gitdir:
+                try:
+                    gitstore.push(gitstore.Store(known, store))
+                except OSError as e:
+                    print(f"warren supervisor: git config of {known}: {e}", file=sys.stderr, flush=True)
 
     def _control_send(self, box: Box, msg: protocol.Message, fds: list[int] | None = None) -> None:
         box.outbox.put(msg, fds=fds or [])
@@ -742,7 +807,7 @@ class Supervisor:
         box = self._live(msg.sandbox)
         changed = follow.replaced(box.roots)
         if changed:
-            follow.rebind(box.launched.pidfd, box.name, changed)
+            follow.rebind(box.ns, box.name, changed)
             box.roots.update(changed)
             self._control_send(box, protocol.Refresh())
         declared = sum(1 for a in msg.command.stdio[:3] if a) if isinstance(msg, protocol.ExecRequest) else 0
@@ -857,6 +922,12 @@ class Supervisor:
     def _ended(self, box: Box, status: int) -> None:
         """PID 1 exited: the whole sandbox is gone. Clean up after it, then tell
         whoever waits."""
+        for gitdir, _store in box.plan.git:
+            gitstore.sweep(gitdir)
+        if box.run is not None and box.run.relay is not None and box.run.exited is None:
+            # What the command's helper said before the end may not have been read yet
+            # (the loop was busy when both arrived).
+            self._on_relay(box, _R)
         (self.oneshots if box.oneshot else self.boxes).pop(box.id if box.oneshot else box.name, None)
         for sock in (box.launched.control, box.run.relay if box.run else None):
             if sock is not None:
@@ -876,6 +947,9 @@ class Supervisor:
                     self.sel.unregister(box.pasta.pidfd)
             box.pasta.stop()
         os.close(box.launched.pidfd)
+        for fd in box.ns or ():
+            os.close(fd)
+        box.ns = None
         repairs = launch.restore(box.launched)
         if box.run is not None:
             self._end_run(box, repairs)
