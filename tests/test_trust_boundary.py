@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import socket
 import subprocess
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -291,3 +294,204 @@ def test_a_workspace_replaced_on_the_host_is_followed(any_layout: Layout, via: s
             assert not (ws.with_name("W.old") / "made-inside").exists()
     finally:
         run_cli(["rm", "-f", name], cwd=any_layout.root)
+
+
+# --- 7: pathname unix sockets outside the sandbox's own places ----------------------------
+
+
+def test_host_unix_sockets_are_unreachable_and_own_ones_work(layout: Layout) -> None:
+    """Landlock covers pathname sockets only from ABI 9: PID 1's broker decides connect
+    and addressed sends by the socket file reached. Judged from the host listener."""
+    where = Path(tempfile.mkdtemp(prefix="warren-sock-", dir="/var/tmp"))  # visible inside, read-only
+    try:
+        stream = socket.socket(socket.AF_UNIX)
+        stream.bind(str(where / "s"))
+        stream.listen()
+        stream.settimeout(0.5)
+        dgram = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        dgram.bind(str(where / "d"))
+        dgram.settimeout(0.5)
+        os.chmod(where, 0o755)
+        for p in ("s", "d"):
+            os.chmod(where / p, 0o777)
+        res = _attempts(
+            layout,
+            f"""
+import socket
+def conn(path, relative=False):
+    s = socket.socket(socket.AF_UNIX)
+    if relative:
+        os.chdir(os.path.dirname(path)); path = os.path.basename(path)
+    s.connect(path)
+def send(path):
+    socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto(b'leak', path)
+def sendmsg(path):
+    socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendmsg([b'leak'], [], 0, path)
+here = os.getcwd()
+attempt('connect', lambda: conn({str(where / "s")!r}))
+attempt('connect_relative', lambda: conn({str(where / "s")!r}, True))
+os.chdir(here)
+attempt('sendto', lambda: send({str(where / "d")!r}))
+attempt('sendmsg', lambda: sendmsg({str(where / "d")!r}))
+def own(base):
+    l = socket.socket(socket.AF_UNIX); l.bind(base + '/own.sock'); l.listen()
+    c = socket.socket(socket.AF_UNIX); c.connect(base + '/own.sock'); c.send(b'x')
+    a, _ = l.accept(); assert a.recv(1) == b'x'
+    d = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); d.bind(base + '/own.dg')
+    socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto(b'y', base + '/own.dg')
+    assert d.recv(1) == b'y'
+    os.unlink(base + '/own.sock'); os.unlink(base + '/own.dg')
+attempt('own_in_workspace', lambda: own(here))
+attempt('own_in_tmpdir', lambda: own(os.environ.get('TMPDIR', '/tmp')))
+def own_abstract():
+    l = socket.socket(socket.AF_UNIX); l.bind('\\0warren-test'); l.listen()
+    socket.socket(socket.AF_UNIX).connect('\\0warren-test')
+attempt('abstract', own_abstract)
+attempt('tcp_to_nowhere', lambda: socket.create_connection(('127.0.0.1', 9), timeout=1))
+""",
+        )
+        assert res["connect"] == "EACCES" and res["connect_relative"] == "EACCES", res
+        assert res["sendto"] == "EACCES" and res["sendmsg"] == "EACCES", res
+        assert res["own_in_workspace"] == "ALLOWED" and res["own_in_tmpdir"] == "ALLOWED", res
+        assert res["abstract"] == "ALLOWED", res
+        assert res["tcp_to_nowhere"] == "ECONNREFUSED", res  # other families go on unchanged
+        with pytest.raises(TimeoutError):
+            stream.accept()
+        with pytest.raises(TimeoutError):
+            dgram.recv(16)
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+
+
+# --- 3, 4, 8, 9, 11 --------------------------------------------------------------------------
+
+
+def test_a_broad_workspace_is_refused(tmp_path: Path, via: str) -> None:
+    if via == "exec":
+        pytest.skip("refused before any launch: one path is enough")
+    marker = Path(f"/usr/local/warren-broad-{uuid.uuid4().hex}")
+    for cwd, flags in ((Path("/"), []), (Path.home(), []), (tmp_path, ["--write", "/etc"])):
+        r = run_cli(["run", *flags, "--", "touch", str(marker)], cwd=cwd)
+        assert r.returncode == 125, (cwd, r.stderr)
+        assert "too broad" in r.stderr and "--allow-broad-workspace" in r.stderr
+        assert not marker.exists()
+
+
+def test_denied_paths_fail_with_eacces_and_keep_their_content(layout: Layout) -> None:
+    secret = layout.root / "token.txt"
+    secret.write_text("TOKEN")
+    secret_dir = layout.root / "keys"
+    secret_dir.mkdir()
+    (secret_dir / "k").write_text("KEY")
+    inner = layout.workspace / ".env"
+    inner.write_text("INNER")
+    res = _attempts(
+        layout,
+        f"""
+for p in ({str(secret)!r}, {str(inner)!r}):
+    attempt('read ' + p, lambda: open(p).read())
+    attempt('write ' + p, lambda: open(p, 'w').write('x'))
+attempt('list dir', lambda: str(os.listdir({str(secret_dir)!r})))
+attempt('read in dir', lambda: open({str(secret_dir / "k")!r}).read())
+""",
+        "--deny",
+        str(secret),
+        "--deny",
+        str(inner),
+        "--deny",
+        str(secret_dir),
+    )
+    for name, outcome in res.items():
+        if name == "list dir":
+            assert outcome in ("EACCES", "[]"), res  # a read-only empty directory in its place
+        else:
+            assert outcome == "EACCES" or (name == "read in dir" and outcome == "ENOENT"), res
+    assert secret.read_text() == "TOKEN" and inner.read_text() == "INNER"
+    assert (secret_dir / "k").read_text() == "KEY"
+
+
+CREDENTIALS = (
+    ".npmrc",
+    ".claude/.credentials.json",
+    ".cargo/credentials.toml",
+    ".azure/accessTokens.json",
+    ".config/hub",
+    ".terraform.d/credentials.tfrc.json",
+    ".vault-token",
+    ".local/share/keyrings/login.keyring",
+    ".aws/credentials",
+    ".git-credentials",
+    ".config/gh/hosts.yml",
+    ".docker/config.json",
+    ".kube/config",
+    ".pypirc",
+    ".netrc",
+    ".ssh/id_ed25519",
+    ".config/gcloud/credentials.db",
+)
+
+
+def test_credential_stores_are_unreadable_even_when_made_later(tmp_path: Path, via: str) -> None:
+    """Planted dummy credentials, some before the sandbox exists and some after (item 11):
+    no token is printed."""
+    home = tmp_path / "home"
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    early, late = CREDENTIALS[::2], CREDENTIALS[1::2]
+    for rel in early:
+        (home / rel).parent.mkdir(parents=True, exist_ok=True)
+        (home / rel).write_text(f"TOKEN-{rel}")
+    env = {"HOME": str(home)}
+    script = (
+        "for f in " + " ".join(f"'{home / rel}'" for rel in CREDENTIALS) + '; do cat "$f"; done; echo end'
+    )
+    name = f"creds{os.getpid()}"
+    if via == "exec":
+        assert run_cli(["create", name], cwd=ws, env=env).returncode == 0
+    try:
+        for rel in late:
+            (home / rel).parent.mkdir(parents=True, exist_ok=True)
+            (home / rel).write_text(f"TOKEN-{rel}")
+        args = ["exec", name, "sh", "-c", script] if via == "exec" else ["run", "--", "sh", "-c", script]
+        r = run_cli(args, cwd=ws, env=env)
+        assert r.stdout.strip().endswith("end"), r.stderr
+        assert "TOKEN-" not in r.stdout, r.stdout
+    finally:
+        if via == "exec":
+            run_cli(["rm", "-f", name], cwd=ws, env=env)
+
+
+def test_no_setuid_file_can_be_made(layout: Layout) -> None:
+    res = _attempts(
+        layout,
+        """
+import shutil
+shutil.copy('/bin/sh', 'suidsh')
+attempt('chmod', lambda: os.chmod('suidsh', 0o4755))
+attempt('chmod_setgid', lambda: os.chmod('suidsh', 0o2755))
+attempt('fchmod', lambda: os.fchmod(os.open('suidsh', os.O_RDONLY), 0o4755))
+attempt('open_mode', lambda: os.close(os.open('made', os.O_CREAT | os.O_WRONLY, 0o4755)))
+attempt('mkdir_mode', lambda: os.mkdir('d', 0o2755))
+""",
+    )
+    for _name, outcome in res.items():
+        assert outcome == "EPERM", res
+    for p in layout.workspace.iterdir():
+        assert not p.stat().st_mode & 0o6000, p
+
+
+def test_plan_shows_git_protection_hardlink_masks_and_the_socket_rule(
+    layout: Layout, repo: Path, via: str
+) -> None:
+    if via == "exec":
+        pytest.skip("the plan is the same for both")
+    secret = layout.root / "secret"
+    secret.write_text("s")
+    secret.chmod(0o600)
+    os.link(secret, repo / "linked")
+    r = run_cli(["plan"], cwd=repo)
+    assert r.returncode == 0, r.stderr
+    assert f"{repo}/.git: config and hooks inside are" in r.stdout
+    assert f"deny      {repo}/linked" in r.stdout and "a hard link to a file outside" in r.stdout
+    assert "unix sockets: connect/sendto/sendmsg to a pathname socket only inside" in r.stdout
+    assert "metadata: chmod, utimensat, xattrs only inside" in r.stdout

@@ -41,6 +41,8 @@ _COMMON_NR = {
     "close_range": 436,
     "mount_setattr": 442,
     "setns": 308 if _MACHINE == "x86_64" else 268,
+    "pidfd_getfd": 438,
+    "utimensat": 280 if _MACHINE == "x86_64" else 88,
     "landlock_create_ruleset": 444,
     "landlock_add_rule": 445,
     "landlock_restrict_self": 446,
@@ -319,10 +321,26 @@ def notif_valid(listener: int, nid: int) -> bool:
     return True
 
 
-def notif_send(listener: int, nid: int, error: int = 0, cont: bool = False) -> None:
-    """Answer: let the kernel run the call (``cont``), or its result: 0 or -errno."""
+def notif_send(listener: int, nid: int, error: int = 0, cont: bool = False, val: int = 0) -> None:
+    """Answer: let the kernel run the call (``cont``), or its result: ``val``, or -1
+    with ``error`` as errno."""
     flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE if cont else 0
-    fcntl.ioctl(listener, _NOTIF_SEND, bytearray(_RESP.pack(nid, 0, -error if error else 0, flags)), True)
+    resp = _RESP.pack(nid, 0 if error else val, -error if error else 0, flags)
+    fcntl.ioctl(listener, _NOTIF_SEND, bytearray(resp), True)
+
+
+def pidfd_getfd(pidfd: int, fd: int) -> int:
+    """A copy of another process's fd (close-on-exec), as pidfd_getfd(2)."""
+    r = _syscall(_nr("pidfd_getfd"), ctypes.c_int(pidfd), ctypes.c_int(fd), ctypes.c_uint(0))
+    return _check(r, "pidfd_getfd")
+
+
+def utimensat(path: bytes, times: bytes | None, flags: int = 0) -> None:
+    """utimensat(AT_FDCWD, path, times, flags) with ``times`` as the raw two
+    ``struct timespec`` a program passed (UTIME_NOW and UTIME_OMIT kept), or NULL."""
+    buf = ctypes.create_string_buffer(times, len(times)) if times is not None else None
+    r = _syscall(_nr("utimensat"), ctypes.c_int(-100), _b(path), buf, ctypes.c_int(flags))
+    _check(r, "utimensat")
 
 
 class _CapHeader(ctypes.Structure):

@@ -118,8 +118,10 @@ def _apply(op: MountOp, target: str, fd: int | None) -> None:
         if not os.path.exists(source):
             os.close(os.open(source, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0))
             os.chmod(source, 0)
+        # Writable mount, so writes meet the mode (EACCES), not the mount (EROFS); PID 1's
+        # broker refuses chmod and the like on it.
         _sys.mount(source, target, None, _sys.MS_BIND)
-        _sys.mount(None, target, None, _sys.MS_REMOUNT | _sys.MS_BIND | _sys.MS_RDONLY)
+        _sys.mount(None, target, None, _sys.MS_REMOUNT | _sys.MS_BIND | _sys.MS_NOSUID | _sys.MS_NODEV)
     elif kind is MountKind.DEVPTS:
         os.mkdir(target, 0o755)
         flags = _sys.MS_NOSUID | _sys.MS_NOEXEC

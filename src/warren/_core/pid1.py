@@ -56,7 +56,9 @@ def main(plan: Plan, control: socket.socket, *, oneshot: bool) -> int:
         ruleset = harden.landlock_ruleset(plan.landlock) if plan.landlock is not None else None
         harden.seccomp_program(plan)
         harden.settle_pid1(plan)
-        broker = _start_broker(plan)
+        helpers: set[int] = set()
+        changed_r, changed_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        broker = _start_broker(plan, helpers, changed_w)
     except WarrenError as e:
         with contextlib.suppress(OSError):
             wire.send(control, protocol.Failed(error=protocol.error_message(e).error))
@@ -68,17 +70,15 @@ def main(plan: Plan, control: socket.socket, *, oneshot: bool) -> int:
     wire.send(control, protocol.Ready(), fds=ns)
     for fd in ns:
         os.close(fd)
-    return Init(plan, control, ruleset, oneshot, broker).serve()
+    return Init(plan, control, ruleset, oneshot, broker, helpers, changed_r).serve()
 
 
-def _start_broker(plan: Plan) -> Broker | None:
-    if not plan.git:
-        return None
+def _start_broker(plan: Plan, helpers: set[int], changed_w: int) -> Broker | None:
     try:
-        return Broker.start([gitdir for gitdir, _store in plan.git])
+        return Broker.start(plan, helpers, changed_w)
     except OSError as e:
         raise SetupError(
-            f"sandbox setup failed: seccomp user notification for git's renames: {e.strerror}",
+            f"sandbox setup failed: seccomp user notification (the syscall broker): {e.strerror}",
             operation="seccomp",
             errno=e.errno,
             hint="this kernel lacks seccomp user notification (Linux >= 5.5 has it)",
@@ -87,14 +87,22 @@ def _start_broker(plan: Plan) -> Broker | None:
 
 class Init:
     def __init__(
-        self, plan: Plan, control: socket.socket, ruleset: int | None, oneshot: bool, broker: Broker | None
+        self,
+        plan: Plan,
+        control: socket.socket,
+        ruleset: int | None,
+        oneshot: bool,
+        broker: Broker | None,
+        helpers: set[int],
+        changed_r: int,
     ) -> None:
         self.plan = plan
         self.broker = broker
+        self.changed_r = changed_r  # git directories the broker saw replaced, a line each
         self.control = control
         self.ruleset = ruleset
         self.oneshot = oneshot
-        self.helpers: set[int] = set()
+        self.helpers = helpers  # the broker thread reads it too
         self.served = False
         self.spare: socket.socket | None = None  # a helper forked ahead of the next request
         self.want_spare = False  # fork the next spare once things are quiet
@@ -114,8 +122,7 @@ class Init:
         poller = select.poll()
         poller.register(self.control, select.POLLIN)
         poller.register(self.wake_r, select.POLLIN)
-        if self.broker is not None:
-            poller.register(self.broker.listener, select.POLLIN)
+        poller.register(self.changed_r, select.POLLIN)
         if not self.oneshot and self.stopping is None:
             self._fork_spare(warm_up=True)
         while True:
@@ -143,11 +150,8 @@ class Init:
                         while os.read(self.wake_r, 4096):
                             pass
                     continue
-                if self.broker is not None and fd == self.broker.listener:
-                    changed = self.broker.handle()
-                    if changed is not None:
-                        with contextlib.suppress(OSError):
-                            wire.send(self.control, protocol.GitChanged(gitdir=changed))
+                if fd == self.changed_r:
+                    self._git_changed()
                     continue
                 try:
                     while (got := inbox.read((protocol.Handoff, protocol.Refresh))) is not None:
@@ -167,6 +171,15 @@ class Init:
                 return 0
             if self.stopping is not None and (not procs.has_children() or time.monotonic() > self.stopping):
                 return 0
+
+    def _git_changed(self) -> None:
+        data = b""
+        with contextlib.suppress(BlockingIOError):
+            while chunk := os.read(self.changed_r, 65536):
+                data += chunk
+        for gitdir in dict.fromkeys(data.decode(errors="replace").splitlines()):
+            with contextlib.suppress(OSError):
+                wire.send(self.control, protocol.GitChanged(gitdir=gitdir))
 
     def _refresh(self) -> None:
         """A writable root now names another directory: rules for the new one (the
@@ -254,6 +267,7 @@ class Init:
                 os.close(sock.detach())
             os.close(self.wake_r)
             os.close(self.wake_w)
+            os.close(self.changed_r)
             if self.broker is not None:
                 os.close(self.broker.listener)
             _sys.prctl(PR_SET_CHILD_SUBREAPER, 1)

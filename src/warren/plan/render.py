@@ -49,15 +49,16 @@ def render(plan: Plan) -> str:
         for at, roots in plan.groups:
             lines.append(f"  {at}: {', '.join(roots)}")
     if plan.guarded:
-        lines.append("ancestor directories on a shared mount (mode and times restored, with a warning)")
+        lines.append(
+            "ancestor directories on a shared mount (the broker refuses changes to their metadata; "
+            "a last line: mode and times restored, with a warning)"
+        )
         lines.append(f"  {', '.join(plan.guarded)}")
     if plan.git:
         lines.append("git repositories (no host git runs what a sandbox writes)")
         for gitdir, store in plan.git:
             lines.append(f"  {gitdir}: config and hooks inside are {store}")
-        lines.append(
-            "    PID 1 performs git's renames onto the config (seccomp user notification on rename*);"
-        )
+        lines.append("    PID 1 performs git's renames onto the config (the syscall broker below);")
         lines.append(
             "    the host's config gets only naming keys the sandbox changed (remotes, branches, user.*)"
         )
@@ -74,6 +75,17 @@ def render(plan: Plan) -> str:
         lines.append("landlock: not used")
     lines.append(f"seccomp ({len(plan.seccomp.program)} BPF instructions)")
     lines.extend(f"  {line}" for line in plan.seccomp.summary())
+    lines.append("syscall broker (PID 1 answers these, by the object reached: seccomp user notification)")
+    lines.append(
+        "  unix sockets: connect/sendto/sendmsg to a pathname socket only inside the writable roots or the "
+        "private /tmp, /dev/shm (else EACCES); abstract ones stay in the sandbox's network namespace"
+    )
+    lines.append(
+        "  metadata: chmod, utimensat, xattrs only inside the writable roots or the private tmpfs (else "
+        "EPERM, EROFS on a read-only mount): ancestors of a shared mount stay as they are"
+    )
+    if plan.git:
+        lines.append("  renames onto a protected git config: performed by PID 1 (see git repositories)")
     lines.append("process")
     lines.append(
         "  each command: own session (a pty made inside when you are on a terminal), no_new_privs, "

@@ -288,27 +288,104 @@ def _build(machine: str, allow_nested: bool) -> SeccompPlan:
 
 
 RET_USER_NOTIF = 0x7FC00000
-# The renames PID 1 performs for a sandbox when they replace a protected file.
-_RENAMES: dict[str, tuple[int, ...]] = {"x86_64": (82, 264, 316), "aarch64": (38, 276)}
-RENAME_NR: dict[str, dict[int, str]] = {
-    "x86_64": {82: "rename", 264: "renameat", 316: "renameat2"},
-    "aarch64": {38: "renameat", 276: "renameat2"},
+
+# The calls PID 1's broker (_core.broker) answers for a sandbox, by architecture.
+BROKERED: dict[str, dict[str, int]] = {
+    "x86_64": {
+        "rename": 82,
+        "renameat": 264,
+        "renameat2": 316,
+        "connect": 42,
+        "sendto": 44,
+        "sendmsg": 46,
+        "sendmmsg": 307,
+        "chmod": 90,
+        "fchmod": 91,
+        "fchmodat": 268,
+        "fchmodat2": 452,
+        "utimensat": 280,
+        "utime": 132,
+        "utimes": 235,
+        "futimesat": 261,
+        "setxattr": 188,
+        "lsetxattr": 189,
+        "fsetxattr": 190,
+        "removexattr": 197,
+        "lremovexattr": 198,
+        "fremovexattr": 199,
+    },
+    "aarch64": {
+        "renameat": 38,
+        "renameat2": 276,
+        "connect": 203,
+        "sendto": 206,
+        "sendmsg": 211,
+        "sendmmsg": 269,
+        "fchmod": 52,
+        "fchmodat": 53,
+        "fchmodat2": 452,
+        "utimensat": 88,
+        "setxattr": 5,
+        "lsetxattr": 6,
+        "fsetxattr": 7,
+        "removexattr": 14,
+        "lremovexattr": 15,
+        "fremovexattr": 16,
+    },
 }
+RENAMES = ("rename", "renameat", "renameat2")
+SOCKETS = ("connect", "sendto", "sendmsg", "sendmmsg")
+METADATA = (
+    "chmod",
+    "fchmod",
+    "fchmodat",
+    "fchmodat2",
+    "utimensat",
+    "utime",
+    "utimes",
+    "futimesat",
+    "setxattr",
+    "lsetxattr",
+    "fsetxattr",
+    "removexattr",
+    "lremovexattr",
+    "fremovexattr",
+)
 
 
-@lru_cache(maxsize=2)
-def notify_program(machine: str | None = None) -> tuple[Instruction, ...]:
-    """A second filter: the rename family goes to PID 1 (seccomp user notification),
-    everything else passes to the deny filter above."""
+@lru_cache(maxsize=8)
+def notify_program(groups: tuple[str, ...], machine: str | None = None) -> tuple[Instruction, ...]:
+    """A second filter: the brokered calls of ``groups`` ("renames", "sockets",
+    "metadata") go to PID 1 (seccomp user notification); everything else passes on to
+    the deny filter. ``sendto`` without an address (a connected socket) is not sent."""
     machine = machine or os.uname().machine
-    numbers = _RENAMES[machine]
+    nr = BROKERED[machine]
+    names = [
+        n
+        for g, members in (("renames", RENAMES), ("sockets", SOCKETS), ("metadata", METADATA))
+        if g in groups
+        for n in members
+        if n in nr
+    ]
     prog: list[Instruction] = [
         (_LD_W_ABS, 0, 0, _OFF_ARCH),
         (_JEQ_K, 1, 0, AUDIT_ARCH[machine]),
         (_RET_K, 0, 0, RET_ALLOW),  # the deny filter kills a foreign architecture
         (_LD_W_ABS, 0, 0, _OFF_NR),
     ]
-    for nr in numbers:
-        prog += [(_JEQ_K, 0, 1, nr), (_RET_K, 0, 0, RET_USER_NOTIF)]
+    for name in names:
+        if name == "sendto":
+            # sendto(fd, buf, len, flags, dest_addr, addrlen): only with an address.
+            prog += [
+                (_JEQ_K, 0, 6, nr[name]),
+                (_LD_W_ABS, 0, 0, _arg_low(4)),
+                (_JEQ_K, 0, 2, 0),
+                (_LD_W_ABS, 0, 0, _arg_low(4) + 4),
+                (_JEQ_K, 1, 0, 0),
+                (_RET_K, 0, 0, RET_USER_NOTIF),
+                (_RET_K, 0, 0, RET_ALLOW),
+            ]
+        else:
+            prog += [(_JEQ_K, 0, 1, nr[name]), (_RET_K, 0, 0, RET_USER_NOTIF)]
     prog.append((_RET_K, 0, 0, RET_ALLOW))
     return tuple(prog)

@@ -1,0 +1,98 @@
+"""Cost of PID 1's syscall broker: the calls it answers for a sandbox, per call.
+
+The same Python loop (N calls each of chmod, utimensat, fchmod, a unix-socket connect,
+a rename in the workspace, and stat as a control that is not brokered) runs on the
+host, under bubblewrap (no broker), and in `warren run`, side by side in one run.
+A second warren row runs inside a git repository, where renames are brokered too.
+
+Run: python bench/bench_broker.py [--n 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+LOOP = r"""
+import json, os, socket, sys, time
+n = int(sys.argv[1])
+open('f', 'w').close()
+out = {}
+def timed(name, fn):
+    t = time.perf_counter()
+    for i in range(n):
+        fn(i)
+    out[name] = (time.perf_counter() - t) / n * 1e6
+fd = os.open('f', os.O_RDONLY)
+timed('stat', lambda i: os.stat('f'))
+timed('chmod', lambda i: os.chmod('f', 0o644 if i % 2 else 0o600))
+timed('fchmod', lambda i: os.fchmod(fd, 0o644))
+timed('utime', lambda i: os.utime('f', (i, i)))
+def ren(i):
+    open('r', 'w').close(); os.rename('r', 'f2')
+timed('create+rename', ren)
+l = socket.socket(socket.AF_UNIX); l.bind('s.sock'); l.listen(1024)
+def conn(i):
+    c = socket.socket(socket.AF_UNIX); c.connect('s.sock'); a, _ = l.accept(); a.close(); c.close()
+timed('unix connect', conn)
+os.unlink('s.sock')
+print(json.dumps(out))
+"""
+
+
+def _run(argv: list[str], cwd: Path) -> dict[str, float]:
+    r = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=True)
+    return dict(json.loads(r.stdout.strip().splitlines()[-1]))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=2000)
+    args = ap.parse_args()
+    py = sys.executable
+    rows: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="warren-bench-broker-", dir="/var/tmp") as tmp:
+        ws = Path(tmp) / "ws"
+        ws.mkdir()
+        cmd = [py, "-c", LOOP, str(args.n)]
+        rows["host"] = _run(cmd, ws)
+        bwrap = shutil.which("bwrap")
+        if bwrap:
+            rows["bwrap"] = _run(
+                [
+                    bwrap,
+                    "--ro-bind",
+                    "/",
+                    "/",
+                    "--dev",
+                    "/dev",
+                    "--proc",
+                    "/proc",
+                    "--bind",
+                    str(ws),
+                    str(ws),
+                    "--chdir",
+                    str(ws),
+                    "--unshare-all",
+                    *cmd,
+                ],
+                ws,
+            )
+        warren = [py, "-m", "warren", "run", "--"]
+        rows["warren"] = _run([*warren, *cmd], ws)
+        subprocess.run(["git", "init", "-q", str(ws)], check=True)
+        rows["warren, git repo"] = _run([*warren, *cmd], ws)
+    names = list(rows["host"])
+    print(f"per call, microseconds (mean over {args.n} calls)")
+    print(f"{'':18}" + "".join(f"{k:>18}" for k in rows))
+    for name in names:
+        print(f"{name:18}" + "".join(f"{rows[k][name]:18.1f}" for k in rows))
+
+
+if __name__ == "__main__":
+    main()
