@@ -451,7 +451,13 @@ class Supervisor:
         state_dir = self.root or statedir.location(caller.env)
         paths = [r.path for r in (*policy.writable, *policy.readable, *policy.denied)]
         host = gather(paths_of(paths, caller), state_dir=state_dir)
-        return make_plan(policy, host, caller, cwd=str(policy.workspace) if long_lived else cwd)
+        return make_plan(
+            policy,
+            host,
+            caller,
+            cwd=str(policy.workspace) if long_lived else cwd,
+            scratch_id=secrets.token_hex(6),
+        )
 
     def _launch(self, plan: Plan, name: str, oneshot: bool) -> Box:
         launched = launch.launch(plan, oneshot=oneshot)
