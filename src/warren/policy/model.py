@@ -82,6 +82,7 @@ DEFAULT_DENIED = (
     # package registries
     "~/.netrc",
     "~/.pypirc",
+    "~/.local/share/uv/credentials",
     "~/.npmrc",
     "~/.yarnrc",
     "~/.yarnrc.yml",
