@@ -7,20 +7,23 @@ is decided later (a preset's cache is created on launch when missing).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import PolicyError
 
-# A preset passes its tool's settings, never its credentials: a name with one of
-# these words stays out unless the caller passes it explicitly (--pass-env NAME).
-CREDENTIAL_WORDS = ("TOKEN", "PASSWORD", "SECRET", "AUTH", "CREDENTIAL")
+# A preset passes its tool's settings, never its credentials: a name containing one
+# of these stays out unless the caller passes it explicitly (--pass-env NAME); AUTH
+# counts as a word of its own (npm's _auth, BASIC_AUTH), not inside GIT_AUTHOR_NAME.
+CREDENTIAL_PARTS = ("TOKEN", "PASSWORD", "PASSWD", "SECRET", "CREDENTIAL")
+_AUTH_WORD = re.compile(r"(^|_)AUTH(_|$)")
 
 
 def is_credential_name(name: str) -> bool:
     upper = name.upper()
-    return any(word in upper for word in CREDENTIAL_WORDS)
+    return any(part in upper for part in CREDENTIAL_PARTS) or bool(_AUTH_WORD.search(upper))
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,10 @@ class Preset:
     not_writable: tuple[str, ...] = ()
 
 
+# Where a tool looks for its cache, data and programs when its own variable is unset:
+# the sandbox must look where the preset made things writable.
+_XDG = ("XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_BIN_HOME")
+
 _PRESETS: dict[str, Preset] = {
     p.name: p
     for p in (
@@ -52,6 +59,7 @@ _PRESETS: dict[str, Preset] = {
                 ("UV_PYTHON_INSTALL_DIR", "{data}/uv/python"),
             ),
             env_pass=(
+                *_XDG,
                 "UV_CACHE_DIR",
                 "UV_TOOL_DIR",
                 "UV_TOOL_BIN_DIR",
@@ -103,6 +111,7 @@ _PRESETS: dict[str, Preset] = {
             "pip's HTTP and wheel cache",
             caches=(("PIP_CACHE_DIR", "{cache}/pip"),),
             env_pass=(
+                *_XDG,
                 "PIP_CACHE_DIR",
                 "PIP_NO_CACHE_DIR",
                 "PIP_INDEX_URL",
@@ -135,6 +144,7 @@ _PRESETS: dict[str, Preset] = {
             "npm's content-addressed cache (npx too) and corepack's package managers",
             caches=(("npm_config_cache", "{home}/.npm"), ("COREPACK_HOME", "{cache}/node/corepack")),
             env_pass=(
+                *_XDG,
                 "npm_config_cache",
                 "npm_config_registry",
                 "npm_config_prefix",
@@ -206,6 +216,7 @@ _PRESETS: dict[str, Preset] = {
             "go's module and build caches",
             caches=(("GOMODCACHE", "{home}/go/pkg/mod"), ("GOCACHE", "{cache}/go-build")),
             env_pass=(
+                *_XDG,
                 "GOPATH",
                 "GOMODCACHE",
                 "GOCACHE",
@@ -234,7 +245,13 @@ _PRESETS: dict[str, Preset] = {
                 "GIT_CONFIG_GLOBAL",
             ),
         ),
-        Preset("python", "uv + pip + git", includes=("uv", "pip", "git")),
+        Preset(
+            "pre-commit",
+            "pre-commit's hook environments",
+            caches=(("PRE_COMMIT_HOME", "{cache}/pre-commit"),),
+            env_pass=("XDG_CACHE_HOME", "PRE_COMMIT_HOME", "PRE_COMMIT_COLOR", "SKIP"),
+        ),
+        Preset("python", "uv + pip + pre-commit + git", includes=("uv", "pip", "pre-commit", "git")),
         Preset("node", "npm + git", includes=("npm", "git")),
         Preset("rust", "cargo + git", includes=("cargo", "git")),
         Preset("golang", "go + git", includes=("go", "git")),
