@@ -353,3 +353,91 @@ def test_tmpdir_of_a_long_lived_sandbox_lives_until_it_is_removed(home: Home) ->
     finally:
         assert run_cli(["rm", "-f", name], cwd=home.ws, env=home.env()).returncode == 0
     assert not tmpdir.exists()
+
+
+# --- node: npx / npm exec from npm's offline cache, npm install -g --------------------------
+
+
+@pytest.fixture
+def npm_package(home: Home) -> Path:
+    if shutil.which("npm") is None:
+        pytest.skip("npm is not installed on this machine")
+    pkg = home.base / "pkg"
+    pkg.mkdir()
+    (pkg / "package.json").write_text(
+        '{"name": "warren-hello", "version": "1.0.0", "bin": {"warren-hello": "bin.js"}}\n'
+    )
+    (pkg / "bin.js").write_text('#!/usr/bin/env node\nconsole.log("hello from npx")\n')
+    (pkg / "bin.js").chmod(0o755)
+    cache = home.base / "npm-cache"
+    subprocess.run(
+        ["npm", "pack", "-q", "--pack-destination", str(home.base), "--cache", str(cache)],
+        cwd=pkg,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    return home.base / "warren-hello-1.0.0.tgz"
+
+
+def test_npx_and_npm_exec_run_a_package_through_npms_cache(home: Home, npm_package: Path) -> None:
+    cache = home.base / "npm-cache"
+    script = (
+        f"set -e; npx --yes --offline --package={npm_package} warren-hello; "
+        f"npm exec --yes --offline --package={npm_package} -- warren-hello"
+    )
+    r = home.run(["sh", "-c", script], "--preset", "node", env=home.env(npm_config_cache=str(cache)))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["hello from npx", "hello from npx"]
+    assert any((cache / "_npx").iterdir()), "npx installs into npm's cache, which the preset makes writable"
+
+
+def test_npm_install_global_needs_its_prefix_granted(home: Home, npm_package: Path) -> None:
+    prefix = home.base / "prefix"
+    env = home.env(npm_config_cache=str(home.base / "npm-cache"), npm_config_prefix=str(prefix))
+    argv = ["npm", "install", "-g", "--offline", str(npm_package)]
+    r = home.run(argv, "--preset", "node", env=env)
+    assert r.returncode != 0 and not prefix.exists()
+    assert any("writes programs to" in line and "--write" in line for line in r.stderr.splitlines()), r.stderr
+    prefix.mkdir()
+    r = home.run(argv, "--preset", "node", "--write", str(prefix), env=env)
+    assert r.returncode == 0, r.stderr
+    ran = subprocess.run([str(prefix / "bin" / "warren-hello")], capture_output=True, text=True, timeout=30)
+    assert ran.stdout.strip() == "hello from npx"
+
+
+# --- rust: cargo install, rustup's offline parts ------------------------------------------------
+
+
+def _cargo() -> str:
+    cargo = shutil.which("cargo")
+    if cargo is None or subprocess.run([cargo, "--version"], capture_output=True).returncode != 0:
+        pytest.skip(f"cargo is not installed for uid {os.getuid()} on this machine (root's ~/.cargo only)")
+    return cargo
+
+
+def test_cargo_install_goes_to_the_workspace_and_not_to_cargo_bin(home: Home) -> None:
+    _cargo()
+    crate = home.ws / "hello"
+    (crate / "src").mkdir(parents=True)
+    (crate / "Cargo.toml").write_text(
+        '[package]\nname = "warren-hello"\nversion = "0.1.0"\nedition = "2021"\n'
+    )
+    (crate / "src" / "main.rs").write_text('fn main() { println!("hello from cargo"); }\n')
+    env = home.env(CARGO_HOME=str(home.base / "cargo"))
+    r = home.run(["cargo", "install", "--offline", "--path", "hello"], "--preset", "rust", env=env)
+    assert r.returncode != 0 and not (home.base / "cargo" / "bin").exists()
+    assert any("writes programs to ~/.cargo/bin" in line for line in r.stderr.splitlines()), r.stderr
+    script = "set -e; cargo install -q --offline --root inst --path hello; ./inst/bin/warren-hello"
+    r = home.run(["sh", "-c", script], "--preset", "rust", env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "hello from cargo"
+    assert (home.base / "cargo" / "registry").is_dir()  # the preset's cache, made for cargo
+
+
+def test_rustup_answers_offline_questions(home: Home) -> None:
+    _cargo()
+    host = subprocess.run(["rustup", "show", "active-toolchain"], capture_output=True, text=True, timeout=60)
+    r = home.run(["rustup", "show", "active-toolchain"], "--preset", "rust")
+    assert r.returncode == host.returncode == 0, r.stderr
+    assert r.stdout == host.stdout
