@@ -39,7 +39,9 @@ def presets(args: list[str]) -> int:
 
     flags.parser("warren presets", "List the tool presets and what they make writable.").parse_args(args)
     for name, summary in _presets.describe():
-        print(f"{name:8} {summary}")
+        print(f"{name:10} {summary}")
+        for where in _presets.get(name).not_writable:
+            print(f"{'':10}   left read-only: {where}")
     return 0
 
 
