@@ -492,3 +492,23 @@ def test_rustup_answers_offline_questions(home: Home) -> None:
     r = home.run(["rustup", "show", "active-toolchain"], "--preset", "rust")
     assert r.returncode == host.returncode == 0, r.stderr
     assert r.stdout == host.stdout
+
+
+def test_tmpdir_removed_by_git_clean_is_there_again_for_the_next_exec(home: Home) -> None:
+    if _host_rename(os.environ.get("TMPDIR") or "/tmp", home.ws) != "renamed":
+        pytest.skip("the host's TMPDIR is on another filesystem than the workspace: no TMPDIR is made there")
+    name = f"clean{os.getpid()}"
+    assert run_cli(["create", name], cwd=home.ws, env=home.env()).returncode == 0
+    try:
+        gone = run_cli(
+            ["exec", name, "sh", "-c", 'rm -rf "$TMPDIR"; test ! -e "$TMPDIR"'], cwd=home.ws, env=home.env()
+        )
+        assert gone.returncode == 0, gone.stderr
+        again = run_cli(
+            ["exec", name, "python3", "-c", "import tempfile; print(tempfile.mkstemp()[1])"], cwd=home.ws
+        )
+        assert again.returncode == 0, again.stderr
+        assert again.stdout.startswith(f"{home.ws}/.warren-tmp-"), again.stdout
+    finally:
+        assert run_cli(["rm", "-f", name], cwd=home.ws, env=home.env()).returncode == 0
+    assert list(home.ws.iterdir()) == []
