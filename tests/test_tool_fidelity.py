@@ -512,3 +512,26 @@ def test_tmpdir_removed_by_git_clean_is_there_again_for_the_next_exec(home: Home
     finally:
         assert run_cli(["rm", "-f", name], cwd=home.ws, env=home.env()).returncode == 0
     assert list(home.ws.iterdir()) == []
+
+
+# --- pre-commit: its hook environments live in its own home -----------------------------------
+
+
+def test_pre_commit_runs_hooks_with_its_home_from_the_preset(home: Home) -> None:
+    pre_commit = shutil.which("pre-commit") or os.path.join(os.path.dirname(sys.executable), "pre-commit")
+    if not os.path.exists(pre_commit):
+        pytest.skip(
+            "pre-commit is not installed on this machine (it is not one of warren's dev dependencies)"
+        )
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.org"]
+    subprocess.run([*git, "init", "-q", str(home.ws)], check=True)
+    (home.ws / ".pre-commit-config.yaml").write_text(
+        "repos:\n- repo: local\n  hooks:\n  - id: echo\n    name: echo\n"
+        "    entry: sh -c 'echo checked \"$@\"' --\n    language: system\n    files: \\.txt$\n"
+    )
+    (home.ws / "a.txt").write_text("hi\n")
+    subprocess.run([*git, "-C", str(home.ws), "add", "-A"], check=True)
+    r = home.run([pre_commit, "run", "--all-files"], "--preset", "python")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Passed" in r.stdout
+    assert (home.cache / "pre-commit").is_dir()
