@@ -69,6 +69,7 @@ def test_node_preset_makes_npm_cache_and_corepack_home_writable(tmp_path: Path) 
         ("uv", "UV_PYTHON_INSTALL_DIR"),
         ("npm", "npm_config_registry"),
         ("npm", "COREPACK_NPM_REGISTRY"),
+        ("npm", "npm_config_@corp:registry"),
         ("cargo", "CARGO_REGISTRIES_MY_CORP_INDEX"),
         ("cargo", "CARGO_REGISTRY_DEFAULT"),
         ("cargo", "CARGO_SOURCE_CRATES_IO_REPLACE_WITH"),
@@ -99,6 +100,12 @@ def test_no_preset_passes_a_credential_unless_named_explicitly(tmp_path: Path, n
     every = _presets.names()
     assert not _build(tmp_path, every, {}).passes_env(name)  # type: ignore[attr-defined]
     assert _build(tmp_path, every, {}, env_pass=[name]).passes_env(name)  # type: ignore[attr-defined]
+
+
+def test_npms_per_registry_token_is_not_a_scope_registry(tmp_path: Path) -> None:
+    p = _build(tmp_path, ["node"], {})
+    assert not p.passes_env("npm_config_//registry.example/:_authToken")  # type: ignore[attr-defined]
+    assert not p.passes_env("npm_config_@corp:_authToken")  # type: ignore[attr-defined]
 
 
 def test_author_is_not_auth() -> None:

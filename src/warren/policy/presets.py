@@ -175,6 +175,8 @@ _PRESETS: dict[str, Preset] = {
                 "YARN_REGISTRY",
                 "YARN_NPM_REGISTRY_SERVER",
             ),
+            # A scope's registry (npm reads npm_config_@scope:registry from the environment).
+            env_patterns=(r"(npm|NPM)_(config|CONFIG)_@[A-Za-z0-9._-]+:registry",),
             hosts=("registry.npmjs.org",),
             not_writable=("the global prefix (npm install -g)",),
         ),
