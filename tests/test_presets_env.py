@@ -36,6 +36,8 @@ def test_python_preset_makes_uv_tool_and_python_dirs_writable(tmp_path: Path) ->
     assert sources[str(data / "tools")] == "preset:uv"
     assert sources[str(data / "python")] == "preset:uv"
     assert sources[str(tmp_path / ".cache" / "pre-commit")] == "preset:pre-commit"
+    assert sources[str(tmp_path / ".local" / "share" / "pipx")] == "preset:pipx"
+    assert sources[str(tmp_path / ".local" / "state" / "pipx" / "log")] == "preset:pipx"
     # Programs for your PATH and uv's credential store: never writable by a preset.
     assert not any(path.startswith(str(tmp_path / ".local" / "bin")) for path in sources)
     assert str(data) not in sources and str(data / "credentials") not in sources

@@ -31,7 +31,8 @@ class Preset:
     name: str
     summary: str
     # Each entry: (environment variable that overrides it, default below $HOME or XDG).
-    # Defaults use {home}, {cache} ($XDG_CACHE_HOME), {data} ($XDG_DATA_HOME), {cargo}.
+    # Defaults use {home}, {cache} ($XDG_CACHE_HOME), {data} ($XDG_DATA_HOME), {state}
+    # ($XDG_STATE_HOME), {cargo}.
     caches: tuple[tuple[str, str], ...] = ()
     env_pass: tuple[str, ...] = ()
     # Families of settings named per index or registry (regular expressions, full match).
@@ -253,7 +254,33 @@ _PRESETS: dict[str, Preset] = {
             caches=(("PRE_COMMIT_HOME", "{cache}/pre-commit"),),
             env_pass=("XDG_CACHE_HOME", "PRE_COMMIT_HOME", "PRE_COMMIT_COLOR", "SKIP"),
         ),
-        Preset("python", "uv + pip + pre-commit + git", includes=("uv", "pip", "pre-commit", "git")),
+        Preset(
+            "pipx",
+            "pipx's home, venv cache and logs (pipx run)",
+            caches=(
+                ("PIPX_HOME", "{data}/pipx"),
+                ("", "{cache}/pipx"),
+                ("", "{state}/pipx/log"),
+            ),
+            env_pass=(
+                *_XDG,
+                "XDG_STATE_HOME",
+                "PIPX_HOME",
+                "PIPX_BIN_DIR",
+                "PIPX_MAN_DIR",
+                "PIPX_DEFAULT_PYTHON",
+                "PIPX_DEFAULT_BACKEND",
+                "PIPX_FETCH_MISSING_PYTHON",
+                "PIPX_USE_EMOJI",
+            ),
+            hosts=("pypi.org", "files.pythonhosted.org"),
+            not_writable=("~/.local/bin and ~/.local/share/man (PIPX_BIN_DIR, PIPX_MAN_DIR)",),
+        ),
+        Preset(
+            "python",
+            "uv + pip + pipx + pre-commit + git",
+            includes=("uv", "pip", "pipx", "pre-commit", "git"),
+        ),
         Preset("node", "npm + git", includes=("npm", "git")),
         Preset("rust", "cargo + git", includes=("cargo", "git")),
         Preset("golang", "go + git", includes=("go", "git")),
@@ -306,6 +333,7 @@ def expand(requested: tuple[str, ...], env: Mapping[str, str], home: Path) -> Pr
     presets = [p for name in requested for p in _flatten(name, seen)]
     cache_home = Path(env.get("XDG_CACHE_HOME") or home / ".cache")
     data_home = Path(env.get("XDG_DATA_HOME") or home / ".local" / "share")
+    state_home = Path(env.get("XDG_STATE_HOME") or home / ".local" / "state")
     writable: list[tuple[Path, str]] = []
     env_pass: list[str] = []
     patterns: list[str] = []
@@ -314,7 +342,7 @@ def expand(requested: tuple[str, ...], env: Mapping[str, str], home: Path) -> Pr
         for var, default in preset.caches:
             cargo_home = env.get("CARGO_HOME") or f"{home}/.cargo"
             raw = (env.get(var) if var else None) or default.format(
-                home=home, cache=cache_home, data=data_home, cargo=cargo_home
+                home=home, cache=cache_home, data=data_home, state=state_home, cargo=cargo_home
             )
             path = Path(raw).expanduser()
             if not path.is_absolute():
