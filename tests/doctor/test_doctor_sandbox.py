@@ -24,12 +24,25 @@ def home_workspace() -> Iterator[Path]:
     shutil.rmtree(ws, ignore_errors=True)
 
 
-def test_preset_python_sandbox_passes_every_probe(home_workspace: Path) -> None:
+@pytest.fixture
+def home_state() -> Iterator[dict[str, str]]:
+    """warren's state (and so XDG_STATE_HOME, where pipx keeps its logs) under $HOME, as
+    for a user who never moved it: every writable root of the preset then lies on one
+    filesystem. Its own supervisor is stopped afterwards."""
+    state = Path(os.path.expanduser("~")) / f".warren-doctor-state-{os.getpid()}"
+    env = {**os.environ, "XDG_STATE_HOME": str(state)}
+    yield env
+    subprocess.run([*WARREN, "shutdown"], env=env, capture_output=True, timeout=60)
+    shutil.rmtree(state, ignore_errors=True)
+
+
+def test_preset_python_sandbox_passes_every_probe(home_workspace: Path, home_state: dict[str, str]) -> None:
     r = subprocess.run(
         [*WARREN, "doctor", "--sandbox", "--preset", "python", "--json", "-w", str(home_workspace)],
         capture_output=True,
         text=True,
         cwd=home_workspace,
+        env=home_state,
         timeout=120,
     )
     report = json.loads(r.stdout)
