@@ -148,3 +148,57 @@ def test_sandbox_doctor_names_the_split_when_workspace_is_under_tmp(tmp_path: Pa
     causes = {c["id"] for c in report["causes"]}
     assert "separate_bind_mounts" in causes
     assert "cannot share a mount" in r.stderr  # warren said so before running
+
+
+def test_sandbox_doctor_names_an_interpreter_the_sandbox_cannot_see(home_workspace: Path) -> None:
+    """A Python in a denied directory (a copy of this one): one line naming it, no traceback."""
+    hidden = home_workspace.with_name(home_workspace.name + "-python")
+    (hidden / "bin").mkdir(parents=True)
+    python = hidden / "bin" / "python3"
+    shutil.copy2(os.path.realpath(sys.executable), python)
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    paths = [src, *(p for p in sys.path if p.endswith("site-packages"))]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    try:
+        r = subprocess.run(
+            [
+                str(python),
+                "-m",
+                "warren",
+                "doctor",
+                "--sandbox",
+                "--deny",
+                str(hidden),
+                "-w",
+                str(home_workspace),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=home_workspace,
+            env=env,
+            timeout=120,
+        )
+    finally:
+        shutil.rmtree(hidden, ignore_errors=True)
+    assert r.returncode == 125, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 2 and f"the Python running warren ({python})" in lines[0], r.stderr
+    assert lines[1].strip().startswith("hint:") and "--read" in lines[1]
+
+
+def test_sandbox_doctor_shows_an_interpreter_under_tmp(home_workspace: Path, tmp_path: Path) -> None:
+    """A Python under /tmp (the sandbox's /tmp is its own) is shown to it read-only."""
+    python = tmp_path / "bin" / "python3"
+    python.parent.mkdir()
+    shutil.copy2(os.path.realpath(sys.executable), python)
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    paths = [src, *(p for p in sys.path if p.endswith("site-packages"))]
+    r = subprocess.run(
+        [str(python), "-m", "warren", "doctor", "--sandbox", "--json", "-w", str(home_workspace)],
+        capture_output=True,
+        text=True,
+        cwd=home_workspace,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(paths)},
+        timeout=120,
+    )
+    assert r.returncode == 0 and json.loads(r.stdout)["ok"], r.stderr

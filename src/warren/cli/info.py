@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from .. import protocol
 from ..client import connect
-from ..errors import CommandNotFound, WarrenError
+from ..errors import CommandNotFound, ExecError, WarrenError
 from ..models import Result
 from . import flags
 
@@ -88,9 +88,10 @@ def _doctor_in_sandbox(spec: dict[str, object], profile: str | None, cache: list
     # shown read-only.
     python = os.path.realpath(sys.executable)
     prefix = os.path.realpath(sys.base_prefix)
-    if within_tmp(prefix):
+    shown = sorted({p for p in (prefix, os.path.dirname(python)) if within_tmp(p)})
+    if shown:
         read = spec.get("read")
-        spec = {**spec, "read": [*(read if isinstance(read, list) else []), prefix]}
+        spec = {**spec, "read": [*(read if isinstance(read, list) else []), *shown]}
     plan = _plan(spec, profile).plan
     workspace = str(plan["workspace"])
     groups = plan.get("groups") or []
@@ -107,13 +108,13 @@ def _doctor_in_sandbox(spec: dict[str, object], profile: str | None, cache: list
         args.append("--json")
     try:
         result = _run_doctor(carry.command(python, args), spec, profile, workspace)
-    except CommandNotFound:
+    except (CommandNotFound, ExecError):
         raise WarrenError(
             f"the Python running warren ({python}) is not visible inside the sandbox",
             operation="doctor",
             path=python,
-            hint=f"show it with --read {prefix}, or run warren from a Python installed outside hidden "
-            "and denied directories",
+            hint="run warren with a Python the sandbox can see (outside /run and denied directories), "
+            f"or show {os.path.dirname(python)} with --read",
         ) from None
     for w in result.warnings:
         print(f"warren: WARNING: {w}", file=sys.stderr)
