@@ -1,8 +1,12 @@
-"""Developer-tool presets: which cache directories a tool needs writable, and its env.
+"""Developer-tool presets: what a tool writes while it works, and which settings it reads.
 
-Owns the knowledge of where uv, pip, npm, cargo, go and git keep their caches, as a
-pure function of the caller's environment. Does no I/O: whether a directory exists
-is decided later (a preset's cache is created on launch when missing).
+Owns the knowledge of where uv, pip, pipx, pre-commit, npm, corepack, cargo, go and git
+keep their caches (and uv its tools and Pythons), which environment variables configure
+them (private indexes and registries included), and where their programs for PATH land
+(never made writable here). A preset never passes a credential: ``is_credential_name``
+keeps such names out. A pure function of the caller's environment; no I/O: whether a
+directory exists is decided later (a preset's directory is created on launch when
+missing).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The one launch path: prepare the host for a plan, then clone its PID 1.
 
 Used for every sandbox, one-shot or long-lived, so whatever is added here (the
-directories a preset needs, the ancestor guard, cgroups next) is added once. Order
+directories a preset needs, the sandbox's TMPDIR in the workspace, the ancestor guard,
+cgroups next) is added once. Order
 matters: warren creates what it must create *before* snapshotting the ancestors'
 metadata, so its own mkdir is never reported as the sandbox's doing.
 """
