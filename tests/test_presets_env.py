@@ -129,7 +129,8 @@ def test_url_credentials_are_stripped_from_every_url_in_a_value() -> None:
 
 def _plan(tmp_path: Path, mountinfo: str, env: dict[str, str], **kw: object) -> object:
     p = _build(tmp_path, ["pip"], env, **kw)
-    host = HostFacts(parse_mountinfo(mountinfo), 7, 40, True)
+    ws = str(tmp_path / "proj")
+    host = HostFacts(parse_mountinfo(mountinfo), 7, 40, True, writable_dirs=frozenset({ws}))
     caller = CallerFacts(1001, 1001, str(tmp_path), {"HOME": str(tmp_path), **env}, str(tmp_path / "proj"))
     return _make_plan(p, host, caller, scratch_id="abc")  # type: ignore[arg-type]
 
@@ -162,6 +163,14 @@ def test_tmpdir_stays_private_tmpfs_when_the_hosts_is_another_mount(tmp_path: Pa
 def test_tmpdir_stays_private_for_a_read_only_workspace(tmp_path: Path) -> None:
     plan = _plan(tmp_path, ROOT_ONLY, {}, workspace_writable=False)
     assert plan.scratch is None  # type: ignore[attr-defined]
+
+
+def test_tmpdir_stays_private_for_a_workspace_the_caller_cannot_write(tmp_path: Path) -> None:
+    p = _build(tmp_path, ["pip"], {})
+    host = HostFacts(parse_mountinfo(ROOT_ONLY), 7, 40, True)  # the workspace is not among writable_dirs
+    caller = CallerFacts(1001, 1001, str(tmp_path), {"HOME": str(tmp_path)}, str(tmp_path / "proj"))
+    plan = _make_plan(p, host, caller, scratch_id="abc")  # type: ignore[arg-type]
+    assert plan.scratch is None and plan.env["TMPDIR"].startswith("/tmp")
 
 
 @pytest.mark.parametrize(

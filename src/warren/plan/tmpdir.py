@@ -9,7 +9,7 @@ works, the sandbox gets a private TMPDIR *inside the workspace* (the only place
 certain to share the workspace's mount): a new directory made by warren before the
 launch, which git ignores (it holds a ``.gitignore`` of ``*``), removed when the
 sandbox ends. When the host's rename is EXDEV, the private tmpfs is the faithful
-answer and stays.
+answer and stays; so it does for a workspace the caller cannot write on the host.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def scratch_tmpdir(
     scratch_id: str | None,
 ) -> str | None:
     """The TMPDIR to make inside the workspace, or None to keep the private tmpfs."""
-    if scratch_id is None or not workspace_writable:
+    if scratch_id is None or not workspace_writable or workspace not in host.writable_dirs:
         return None
     ws_mount = mount_of(workspace, host.mounts)
     tmp_mount = mount_of(host_tmpdir(caller_env), host.mounts)

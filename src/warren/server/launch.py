@@ -66,13 +66,18 @@ def _make_scratch(path: str) -> None:
     there already, nor through a symlink), that git ignores."""
     try:
         os.mkdir(path, 0o700)
-        fd = os.open(
-            os.path.join(path, ".gitignore"), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644
-        )
+        # Through the directory's own descriptor: a sandbox that sees the workspace
+        # cannot swap the new name for a symlink and have the file written elsewhere.
+        dfd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
-            os.write(fd, b"# warren: this sandbox's TMPDIR, removed when it ends\n*\n")
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(".gitignore", flags, 0o644, dir_fd=dfd)
+            try:
+                os.write(fd, b"# warren: this sandbox's TMPDIR, removed when it ends\n*\n")
+            finally:
+                os.close(fd)
         finally:
-            os.close(fd)
+            os.close(dfd)
     except OSError as e:
         raise SetupError(
             f"cannot create the sandbox's TMPDIR {path}",
