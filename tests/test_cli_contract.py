@@ -145,7 +145,8 @@ def test_a_missing_preset_cache_gives_no_false_warning(layout: Layout, tmp_path:
     r = run_cli(
         ["run", "--preset", "uv", "--", "true"],
         cwd=home_like / "proj",
-        env={"UV_CACHE_DIR": str(home_like / ".cache" / "uv")},
+        # uv's tool and Python dirs too: all of uv's places beside the workspace.
+        env={"UV_CACHE_DIR": str(home_like / ".cache" / "uv"), "XDG_DATA_HOME": str(home_like / "data")},
     )
     assert r.returncode == 0 and "WARNING" not in r.stderr, r.stderr
 

@@ -178,7 +178,7 @@ def test_preset_python_adds_uv_and_pip_caches(tmp_path: Path) -> None:
     sources = {str(r.path): r.source for r in p.writable}
     assert sources[str(tmp_path / "uvc")] == "preset:uv"
     assert sources[str(tmp_path / ".cache" / "pip")] == "preset:pip"
-    assert "UV_CACHE_DIR" in p.env_pass
+    assert p.passes_env("UV_CACHE_DIR")
 
 
 def test_unknown_preset_is_named(tmp_path: Path) -> None:

@@ -261,6 +261,11 @@ class Shim:
         else:
             cwd, warnings = _default_cwd(self.plan)
         env = {**self.plan.env, **cmd.env}
+        if self.plan.scratch:
+            # The sandbox's TMPDIR in the workspace, removed by an earlier command
+            # (git clean -fdx): made again, empty, so this command has one.
+            with contextlib.suppress(OSError):
+                os.mkdir(self.plan.scratch, 0o700)
         path = resolve_command(cmd.argv[0], env.get("PATH", ""))
         master = -1
         relay: tuple[int, int] | None = None

@@ -208,6 +208,12 @@ class Attached:
                 "warren: hint: the sandbox has no network (--network none, the default); to reach package "
                 "registries use --network allow (presets add theirs) or --allow-host HOST"
             )
+        if code != 0:
+            from .hints import installs_programs
+
+            hint = installs_programs(self.argv)
+            if hint:
+                _say(hint)
         return code
 
     def _deliver(self, sock: wire.Sock) -> None:

@@ -10,7 +10,8 @@ from collections.abc import Callable
 
 from .. import protocol
 from ..client import connect
-from ..errors import WarrenError
+from ..errors import CommandNotFound, ExecError, WarrenError
+from ..models import Result
 from . import flags
 
 
@@ -38,7 +39,9 @@ def presets(args: list[str]) -> int:
 
     flags.parser("warren presets", "List the tool presets and what they make writable.").parse_args(args)
     for name, summary in _presets.describe():
-        print(f"{name:8} {summary}")
+        print(f"{name:10} {summary}")
+        for where in _presets.get(name).not_writable:
+            print(f"{'':10}   left read-only: {where}")
     return 0
 
 
@@ -78,17 +81,17 @@ def doctor(args: list[str]) -> int:
 
 def _doctor_in_sandbox(spec: dict[str, object], profile: str | None, cache: list[str], as_json: bool) -> int:
     """The same probes, run by the same interpreter inside the sandbox the policy makes."""
-    from ..client.local import LocalTransport
-    from ..policy.spec import from_mapping
+    from ..doctor import carry
 
-    package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
-    env = spec.get("env")
-    spec = {**spec, "env": {**(env if isinstance(env, dict) else {}), "PYTHONPATH": package_parent}}
-    if package_parent == "/tmp" or package_parent.startswith("/tmp/"):
-        # The sandbox gets a /tmp of its own: show it warren's code (read-only), which
-        # an editable install or a checkout under /tmp keeps there.
+    # The doctor travels in the command line (any install location works); only the
+    # interpreter must be visible. Under /tmp (the sandbox has a /tmp of its own) it is
+    # shown read-only.
+    python = os.path.realpath(sys.executable)
+    prefix = os.path.realpath(sys.base_prefix)
+    shown = sorted({p for p in (prefix, os.path.dirname(python)) if within_tmp(p)})
+    if shown:
         read = spec.get("read")
-        spec["read"] = [*(read if isinstance(read, list) else []), package_parent]
+        spec = {**spec, "read": [*(read if isinstance(read, list) else []), *shown]}
     plan = _plan(spec, profile).plan
     workspace = str(plan["workspace"])
     groups = plan.get("groups") or []
@@ -98,12 +101,38 @@ def _doctor_in_sandbox(spec: dict[str, object], profile: str | None, cache: list
         else []
     )
     caches = list(cache) or [str(r) for r in roots if r != workspace]
-    argv = [sys.executable, "-m", "warren.doctor.probe_main", "--only-given", "--workspace", workspace]
+    args = ["--only-given", "--workspace", workspace]
     for c in caches:
-        argv += ["--cache", c]
+        args += ["--cache", c]
     if as_json:
-        argv.append("--json")
-    result = LocalTransport().run(
+        args.append("--json")
+    try:
+        result = _run_doctor(carry.command(python, args), spec, profile, workspace)
+    except (CommandNotFound, ExecError):
+        raise WarrenError(
+            f"the Python running warren ({python}) is not visible inside the sandbox",
+            operation="doctor",
+            path=python,
+            hint="run warren with a Python the sandbox can see (outside /run and denied directories), "
+            f"or show {os.path.dirname(python)} with --read",
+        ) from None
+    for w in result.warnings:
+        print(f"warren: WARNING: {w}", file=sys.stderr)
+    sys.stdout.buffer.write(result.stdout)
+    sys.stdout.flush()
+    sys.stderr.buffer.write(result.stderr)
+    return result.exit_code
+
+
+def within_tmp(path: str) -> bool:
+    return path == "/tmp" or path.startswith("/tmp/")
+
+
+def _run_doctor(argv: list[str], spec: dict[str, object], profile: str | None, workspace: str) -> Result:
+    from ..client.local import LocalTransport
+    from ..policy.spec import from_mapping
+
+    return LocalTransport().run(
         argv,
         from_mapping(spec, "flags"),
         config=True,
@@ -116,12 +145,6 @@ def _doctor_in_sandbox(spec: dict[str, object], profile: str | None, cache: list
         on_stderr=None,
         on_net_event=None,
     )
-    for w in result.warnings:
-        print(f"warren: WARNING: {w}", file=sys.stderr)
-    sys.stdout.buffer.write(result.stdout)
-    sys.stdout.flush()
-    sys.stderr.buffer.write(result.stderr)
-    return result.exit_code
 
 
 COMMANDS: dict[str, Callable[[list[str]], int]] = {"plan": plan, "presets": presets, "doctor": doctor}

@@ -120,6 +120,9 @@ class HostFacts:
     outside_links: tuple[tuple[str, bool], ...] = ()
     # Git directories in the writable roots and their stores (server.gitstore).
     git: tuple[tuple[str, str], ...] = ()
+    # Directories among the asked-about paths that the planning user may write (the
+    # supervisor runs as its callers): where warren itself may make a TMPDIR.
+    writable_dirs: frozenset[str] = frozenset()
 
     def kind(self, path: str) -> PathKind:
         return self.path_kinds.get(path, "missing")
@@ -198,15 +201,17 @@ def gather(
     paths = set(FIXED_PATHS) | set(extra_paths)
     if state_dir:
         paths.add(state_dir)
+    kinds = {p: path_kind(p) for p in paths}
     return HostFacts(
         mounts=mounts,
         landlock_abi=_kernel_landlock_abi(),
         cap_last_cap=_cap_last_cap(),
         machine_supported=_sys.supported_machine() and sys.platform == "linux",
-        path_kinds={p: path_kind(p) for p in paths},
+        path_kinds=kinds,
         state_dir=state_dir,
         outside_links=outside_links,
         git=git,
+        writable_dirs=frozenset(p for p in paths if kinds[p] == "dir" and os.access(p, os.W_OK)),
     )
 
 

@@ -14,18 +14,27 @@ from ..errors import HostError, PolicyError
 from ..policy import Policy
 from . import landlock as _landlock
 from . import seccomp as _seccomp
-from .env import environment
+from .env import credential_warnings, environment, passed
 from .facts import CallerFacts, HostFacts, landlock_abi
 from .model import NetPlan, Plan
 from .mounts import OVERLAID, guarded_ancestors, plan_mounts, strip_nested, within
+from .tmpdir import scratch_tmpdir
 
 STATE_DIR_SOURCE = "warren's state directory"
 
 
-def make_plan(policy: Policy, host: HostFacts, caller: CallerFacts, *, cwd: str | None = None) -> Plan:
+def make_plan(
+    policy: Policy,
+    host: HostFacts,
+    caller: CallerFacts,
+    *,
+    cwd: str | None = None,
+    scratch_id: str | None = None,
+) -> Plan:
     """``cwd``: where commands start by default (absolute, or relative to the
     workspace); None means the caller's directory when it lies in the workspace, else
-    the workspace."""
+    the workspace. ``scratch_id``: a fresh random name part for a TMPDIR inside the
+    workspace (see ``tmpdir``); None keeps TMPDIR on the private tmpfs."""
     if not host.machine_supported:
         raise HostError(
             "this architecture is not supported",
@@ -65,11 +74,16 @@ def make_plan(policy: Policy, host: HostFacts, caller: CallerFacts, *, cwd: str 
         shared=abi >= 2,
     )
     warnings.extend(mounts.warnings)
+    warnings.extend(credential_warnings(passed(policy, caller.env)[1]))
     devices = tuple(
         f"/dev/{n}" for n in ("null", "zero", "full", "tty") if host.kind(f"/dev/{n}") != "missing"
     )
     unreadable = tuple(
         str(r.path) for r in policy.denied if not any(within(str(r.path), w) for w in writable)
+    )
+    workspace = str(policy.workspace)
+    scratch = scratch_tmpdir(
+        workspace, any(r.path == policy.workspace for r in policy.writable), caller.env, host, scratch_id
     )
     landlock = (
         _landlock.plan(abi, strip_nested(writable), (mounts.tmpdir, "/dev/shm"), devices, unreadable)
@@ -82,9 +96,9 @@ def make_plan(policy: Policy, host: HostFacts, caller: CallerFacts, *, cwd: str 
         seccomp=_seccomp.build(allow_nested=policy.allow_nested),
         uid=caller.uid,
         gid=caller.gid,
-        env=environment(policy, caller.env, caller.home, mounts.tmpdir),
-        workspace=str(policy.workspace),
-        cwd=_cwd(str(policy.workspace), caller.cwd, cwd),
+        env=environment(policy, caller.env, caller.home, scratch or mounts.tmpdir),
+        workspace=workspace,
+        cwd=_cwd(workspace, caller.cwd, cwd),
         net=NetPlan(
             mode=policy.network,
             hosts=policy.allowed_hosts,
@@ -93,6 +107,7 @@ def make_plan(policy: Policy, host: HostFacts, caller: CallerFacts, *, cwd: str 
         ),
         cap_last_cap=host.cap_last_cap,
         create_dirs=tuple(str(r.path) for r in policy.writable if r.create),
+        scratch=scratch,
         guarded=guarded_ancestors(mounts.groups),
         git=host.git,
         groups=tuple((g.mount_at, g.roots) for g in mounts.groups),

@@ -73,6 +73,7 @@ class Plan:
     cap_last_cap: int
     hostname: str = "warren"
     create_dirs: tuple[str, ...] = ()  # made on the host before launch (preset caches)
+    scratch: str | None = None  # TMPDIR made in the workspace before launch, removed after
     guarded: tuple[str, ...] = ()  # directories above shared roots: metadata snapshotted
     git: tuple[tuple[str, str], ...] = ()  # (git directory, its store): see server.gitstore
     groups: tuple[tuple[str, tuple[str, ...]], ...] = field(default=())

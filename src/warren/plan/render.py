@@ -95,6 +95,12 @@ def render(plan: Plan) -> str:
     lines.append(f"  cwd {plan.cwd}   (workspace {plan.workspace})")
     if plan.create_dirs:
         lines.append(f"  create if missing: {', '.join(plan.create_dirs)}")
+    lines.append(f"  TMPDIR {plan.env.get('TMPDIR', '')}")
+    if plan.scratch:
+        lines.append(
+            "    made in the workspace (the host's TMPDIR shares its mount, so renames into it work "
+            "as there), ignored by git, removed when the sandbox ends"
+        )
     lines.append(f"network: {plan.net.mode}")
     if plan.net.mode == "none":
         lines.append("  only lo, in the sandbox's own network namespace")

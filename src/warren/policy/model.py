@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..errors import PolicyError
 from ..net import allowlist as _allowlist
+from .presets import is_credential_name
 from .spec import PolicySpec
 
 NETWORK_MODES = ("none", "allow", "open")
@@ -81,6 +82,7 @@ DEFAULT_DENIED = (
     # package registries
     "~/.netrc",
     "~/.pypirc",
+    "~/.local/share/uv/credentials",
     "~/.npmrc",
     "~/.yarnrc",
     "~/.yarnrc.yml",
@@ -133,6 +135,10 @@ class Policy:
     denied: tuple[Root, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     env_pass: tuple[str, ...] = DEFAULT_ENV_PASS
+    # What presets pass: their tools' settings, never a name that looks like a
+    # credential (see ``presets.is_credential_name``) unless ``env_pass`` names it too.
+    preset_env_pass: tuple[str, ...] = ()
+    preset_env_patterns: tuple[str, ...] = ()
     network: str = "none"
     presets: tuple[str, ...] = ()
     allowed_hosts: tuple[str, ...] = ()
@@ -200,7 +206,7 @@ class Policy:
                         path=str(root.path),
                         hint="remove one of the two rules; a denied path hides everything below it",
                     )
-        for name in (*self.env, *self.env_pass):
+        for name in (*self.env, *self.env_pass, *self.preset_env_pass):
             if not _ENV_NAME.fullmatch(name):
                 raise PolicyError(
                     f"invalid environment variable name {name!r}",
@@ -215,7 +221,16 @@ class Policy:
         return _allowlist.parse_rules(self.allowed_hosts)
 
     def passes_env(self, name: str) -> bool:
+        return self.passes_explicitly(name) or self.passes_by_preset(name)
+
+    def passes_explicitly(self, name: str) -> bool:
+        """Passed by default or because the caller named it (not only by a preset)."""
         return name in self.env_pass or any(p.fullmatch(name) for p in _ENV_PASS_PATTERNS)
+
+    def passes_by_preset(self, name: str) -> bool:
+        if is_credential_name(name):
+            return False
+        return name in self.preset_env_pass or any(re.fullmatch(p, name) for p in self.preset_env_patterns)
 
 
 def is_within(path: Path, parent: Path) -> bool:

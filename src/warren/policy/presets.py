@@ -1,17 +1,33 @@
-"""Developer-tool presets: which cache directories a tool needs writable, and its env.
+"""Developer-tool presets: what a tool writes while it works, and which settings it reads.
 
-Owns the knowledge of where uv, pip, npm, cargo, go and git keep their caches, as a
-pure function of the caller's environment. Does no I/O: whether a directory exists
-is decided later (a preset's cache is created on launch when missing).
+Owns the knowledge of where uv, pip, pipx, pre-commit, npm, corepack, cargo, go and git
+keep their caches (and uv its tools and Pythons), which environment variables configure
+them (private indexes and registries included), and where their programs for PATH land
+(never made writable here). A preset never passes a credential: ``is_credential_name``
+keeps such names out. A pure function of the caller's environment; no I/O: whether a
+directory exists is decided later (a preset's directory is created on launch when
+missing).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import PolicyError
+
+# A preset passes its tool's settings, never its credentials: a name containing one
+# of these stays out unless the caller passes it explicitly (--pass-env NAME); AUTH
+# counts as a word of its own (npm's _auth, BASIC_AUTH), not inside GIT_AUTHOR_NAME.
+CREDENTIAL_PARTS = ("TOKEN", "PASSWORD", "PASSWD", "SECRET", "CREDENTIAL")
+_AUTH_WORD = re.compile(r"(^|_)AUTH(_|$)")
+
+
+def is_credential_name(name: str) -> bool:
+    upper = name.upper()
+    return any(part in upper for part in CREDENTIAL_PARTS) or bool(_AUTH_WORD.search(upper))
 
 
 @dataclass(frozen=True)
@@ -19,50 +35,211 @@ class Preset:
     name: str
     summary: str
     # Each entry: (environment variable that overrides it, default below $HOME or XDG).
+    # Defaults use {home}, {cache} ($XDG_CACHE_HOME), {data} ($XDG_DATA_HOME), {state}
+    # ($XDG_STATE_HOME), {cargo}.
     caches: tuple[tuple[str, str], ...] = ()
     env_pass: tuple[str, ...] = ()
+    # Families of settings named per index or registry (regular expressions, full match).
+    env_patterns: tuple[str, ...] = ()
     includes: tuple[str, ...] = ()
     hosts: tuple[str, ...] = field(default=())
+    # Where the tool puts programs for your PATH: never made writable by a preset,
+    # since what lands there runs later outside the sandbox (shown by `warren presets`).
+    not_writable: tuple[str, ...] = ()
 
+
+# Where a tool looks for its cache, data and programs when its own variable is unset:
+# the sandbox must look where the preset made things writable.
+_XDG = ("XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_BIN_HOME")
 
 _PRESETS: dict[str, Preset] = {
     p.name: p
     for p in (
         Preset(
             "uv",
-            "uv's cache (hardlinked into venvs)",
-            caches=(("UV_CACHE_DIR", "{cache}/uv"),),
-            env_pass=("UV_CACHE_DIR", "UV_INDEX_URL", "UV_DEFAULT_INDEX", "UV_LINK_MODE", "UV_PYTHON"),
+            "uv's cache (hardlinked into venvs), its tools and its Pythons",
+            caches=(
+                ("UV_CACHE_DIR", "{cache}/uv"),
+                ("UV_TOOL_DIR", "{data}/uv/tools"),
+                ("UV_PYTHON_INSTALL_DIR", "{data}/uv/python"),
+            ),
+            env_pass=(
+                *_XDG,
+                "UV_CACHE_DIR",
+                "UV_TOOL_DIR",
+                "UV_TOOL_BIN_DIR",
+                "UV_PYTHON_INSTALL_DIR",
+                "UV_PYTHON_BIN_DIR",
+                "UV_PYTHON_INSTALL_MIRROR",
+                "UV_PYPY_INSTALL_MIRROR",
+                "UV_PYTHON_DOWNLOADS",
+                "UV_PYTHON_DOWNLOADS_JSON_URL",
+                "UV_PYTHON_PREFERENCE",
+                "UV_MANAGED_PYTHON",
+                "UV_NO_MANAGED_PYTHON",
+                "UV_PYTHON",
+                "UV_INDEX",
+                "UV_INDEX_URL",
+                "UV_DEFAULT_INDEX",
+                "UV_EXTRA_INDEX_URL",
+                "UV_FIND_LINKS",
+                "UV_INDEX_STRATEGY",
+                "UV_INSECURE_HOST",
+                "UV_NO_INDEX",
+                "UV_OFFLINE",
+                "UV_NO_CACHE",
+                "UV_LINK_MODE",
+                "UV_CONSTRAINT",
+                "UV_OVERRIDE",
+                "UV_PRERELEASE",
+                "UV_RESOLUTION",
+                "UV_EXCLUDE_NEWER",
+                "UV_HTTP_TIMEOUT",
+                "UV_CONCURRENT_DOWNLOADS",
+                "UV_CONCURRENT_BUILDS",
+                "UV_CONCURRENT_INSTALLS",
+                "UV_COMPILE_BYTECODE",
+                "UV_NO_PROGRESS",
+                "UV_CONFIG_FILE",
+                "UV_NO_CONFIG",
+                "UV_PROJECT_ENVIRONMENT",
+                "UV_SYSTEM_PYTHON",
+                "UV_FROZEN",
+                "UV_LOCKED",
+                "UV_NO_SYNC",
+            ),
             hosts=("pypi.org", "files.pythonhosted.org"),
+            not_writable=("~/.local/bin (UV_TOOL_BIN_DIR, UV_PYTHON_BIN_DIR)",),
         ),
         Preset(
             "pip",
             "pip's HTTP and wheel cache",
             caches=(("PIP_CACHE_DIR", "{cache}/pip"),),
-            env_pass=("PIP_CACHE_DIR", "PIP_INDEX_URL", "PIP_NO_CACHE_DIR"),
+            env_pass=(
+                *_XDG,
+                "PIP_CACHE_DIR",
+                "PIP_NO_CACHE_DIR",
+                "PIP_INDEX_URL",
+                "PIP_EXTRA_INDEX_URL",
+                "PIP_FIND_LINKS",
+                "PIP_NO_INDEX",
+                "PIP_TRUSTED_HOST",
+                "PIP_CONSTRAINT",
+                "PIP_PRE",
+                "PIP_ONLY_BINARY",
+                "PIP_NO_BINARY",
+                "PIP_PREFER_BINARY",
+                "PIP_DEFAULT_TIMEOUT",
+                "PIP_TIMEOUT",
+                "PIP_RETRIES",
+                "PIP_DISABLE_PIP_VERSION_CHECK",
+                "PIP_REQUIRE_VIRTUALENV",
+                "PIP_BREAK_SYSTEM_PACKAGES",
+                "PIP_CONFIG_FILE",
+                "PIP_NO_INPUT",
+                "PIP_PROGRESS_BAR",
+                "PIP_CLIENT_CERT",
+                "PIP_USER",
+            ),
             hosts=("pypi.org", "files.pythonhosted.org"),
+            not_writable=("~/.local (pip install --user)",),
         ),
         Preset(
             "npm",
-            "npm's content-addressed cache",
-            caches=(("npm_config_cache", "{home}/.npm"),),
-            env_pass=("npm_config_cache", "npm_config_registry"),
+            "npm's content-addressed cache (npx too) and corepack's package managers",
+            caches=(("npm_config_cache", "{home}/.npm"), ("COREPACK_HOME", "{cache}/node/corepack")),
+            env_pass=(
+                *_XDG,
+                "npm_config_cache",
+                "npm_config_registry",
+                "npm_config_prefix",
+                "npm_config_offline",
+                "npm_config_prefer_offline",
+                "npm_config_prefer_online",
+                "npm_config_strict_ssl",
+                "npm_config_cafile",
+                "npm_config_fetch_retries",
+                "npm_config_fetch_timeout",
+                "npm_config_userconfig",
+                "npm_config_globalconfig",
+                "npm_config_update_notifier",
+                "npm_config_fund",
+                "npm_config_audit",
+                "NPM_CONFIG_CACHE",
+                "NPM_CONFIG_REGISTRY",
+                "NPM_CONFIG_PREFIX",
+                "NPM_CONFIG_OFFLINE",
+                "NPM_CONFIG_PREFER_OFFLINE",
+                "NPM_CONFIG_USERCONFIG",
+                "COREPACK_HOME",
+                "COREPACK_NPM_REGISTRY",
+                "COREPACK_ENABLE_DOWNLOAD_PROMPT",
+                "COREPACK_ENABLE_NETWORK",
+                "COREPACK_ENABLE_STRICT",
+                "COREPACK_DEFAULT_TO_LATEST",
+                "YARN_REGISTRY",
+                "YARN_NPM_REGISTRY_SERVER",
+            ),
+            # A scope's registry (npm reads npm_config_@scope:registry from the environment).
+            env_patterns=(r"(npm|NPM)_(config|CONFIG)_@[A-Za-z0-9._-]+:registry",),
             hosts=("registry.npmjs.org",),
+            not_writable=("the global prefix (npm install -g)",),
         ),
         Preset(
             "cargo",
             "cargo's registry and git checkouts",
             # Only the download caches: ~/.cargo/bin holds programs the host runs.
             caches=(("", "{cargo}/registry"), ("", "{cargo}/git")),
-            env_pass=("CARGO_HOME", "RUSTUP_HOME", "RUSTUP_TOOLCHAIN"),
+            env_pass=(
+                "CARGO_HOME",
+                "RUSTUP_HOME",
+                "RUSTUP_TOOLCHAIN",
+                "RUSTUP_DIST_SERVER",
+                "RUSTUP_UPDATE_ROOT",
+                "CARGO_REGISTRY_DEFAULT",
+                "CARGO_NET_OFFLINE",
+                "CARGO_NET_RETRY",
+                "CARGO_NET_GIT_FETCH_WITH_CLI",
+                "CARGO_HTTP_TIMEOUT",
+                "CARGO_HTTP_MULTIPLEXING",
+                "CARGO_TARGET_DIR",
+                "CARGO_BUILD_JOBS",
+                "CARGO_BUILD_TARGET",
+                "CARGO_INCREMENTAL",
+                "CARGO_TERM_COLOR",
+                "RUSTFLAGS",
+                "RUSTDOCFLAGS",
+            ),
+            # [registries.NAME] and [source.NAME]; their tokens are credentials, left out.
+            env_patterns=(
+                r"CARGO_REGISTRIES_[A-Z0-9_]+_(INDEX|PROTOCOL)",
+                r"CARGO_SOURCE_[A-Z0-9_]+_(REGISTRY|REPLACE_WITH|LOCAL_REGISTRY|DIRECTORY)",
+            ),
             hosts=("crates.io", "index.crates.io", "static.crates.io"),
+            not_writable=("~/.cargo/bin (cargo install)", "~/.rustup (rustup toolchain install)"),
         ),
         Preset(
             "go",
             "go's module and build caches",
             caches=(("GOMODCACHE", "{home}/go/pkg/mod"), ("GOCACHE", "{cache}/go-build")),
-            env_pass=("GOPATH", "GOMODCACHE", "GOCACHE", "GOPROXY", "GOFLAGS"),
+            env_pass=(
+                *_XDG,
+                "GOPATH",
+                "GOMODCACHE",
+                "GOCACHE",
+                "GOPROXY",
+                "GOFLAGS",
+                "GOPRIVATE",
+                "GONOPROXY",
+                "GONOSUMDB",
+                "GOSUMDB",
+                "GOINSECURE",
+                "GOTOOLCHAIN",
+                "GOBIN",
+                "GOENV",
+            ),
             hosts=("proxy.golang.org", "sum.golang.org"),
+            not_writable=("~/go/bin (go install)",),
         ),
         Preset(
             "git",
@@ -75,7 +252,39 @@ _PRESETS: dict[str, Preset] = {
                 "GIT_CONFIG_GLOBAL",
             ),
         ),
-        Preset("python", "uv + pip + git", includes=("uv", "pip", "git")),
+        Preset(
+            "pre-commit",
+            "pre-commit's hook environments",
+            caches=(("PRE_COMMIT_HOME", "{cache}/pre-commit"),),
+            env_pass=("XDG_CACHE_HOME", "PRE_COMMIT_HOME", "PRE_COMMIT_COLOR", "SKIP"),
+        ),
+        Preset(
+            "pipx",
+            "pipx's home, venv cache and logs (pipx run)",
+            caches=(
+                ("PIPX_HOME", "{data}/pipx"),
+                ("", "{cache}/pipx"),
+                ("", "{state}/pipx/log"),
+            ),
+            env_pass=(
+                *_XDG,
+                "XDG_STATE_HOME",
+                "PIPX_HOME",
+                "PIPX_BIN_DIR",
+                "PIPX_MAN_DIR",
+                "PIPX_DEFAULT_PYTHON",
+                "PIPX_DEFAULT_BACKEND",
+                "PIPX_FETCH_MISSING_PYTHON",
+                "PIPX_USE_EMOJI",
+            ),
+            hosts=("pypi.org", "files.pythonhosted.org"),
+            not_writable=("~/.local/bin and ~/.local/share/man (PIPX_BIN_DIR, PIPX_MAN_DIR)",),
+        ),
+        Preset(
+            "python",
+            "uv + pip + pipx + pre-commit + git",
+            includes=("uv", "pip", "pipx", "pre-commit", "git"),
+        ),
         Preset("node", "npm + git", includes=("npm", "git")),
         Preset("rust", "cargo + git", includes=("cargo", "git")),
         Preset("golang", "go + git", includes=("go", "git")),
@@ -90,6 +299,7 @@ class PresetGrant:
     writable: tuple[tuple[Path, str], ...]  # (path, "preset:NAME")
     env_pass: tuple[str, ...]
     hosts: tuple[str, ...]
+    env_patterns: tuple[str, ...] = ()
 
 
 def names() -> list[str]:
@@ -98,6 +308,10 @@ def names() -> list[str]:
 
 def describe() -> list[tuple[str, str]]:
     return [(p.name, p.summary) for p in sorted(_PRESETS.values(), key=lambda p: p.name)]
+
+
+def get(name: str) -> Preset:
+    return _flatten(name, set())[0]
 
 
 def _flatten(name: str, seen: set[str]) -> list[Preset]:
@@ -122,14 +336,17 @@ def expand(requested: tuple[str, ...], env: Mapping[str, str], home: Path) -> Pr
     seen: set[str] = set()
     presets = [p for name in requested for p in _flatten(name, seen)]
     cache_home = Path(env.get("XDG_CACHE_HOME") or home / ".cache")
+    data_home = Path(env.get("XDG_DATA_HOME") or home / ".local" / "share")
+    state_home = Path(env.get("XDG_STATE_HOME") or home / ".local" / "state")
     writable: list[tuple[Path, str]] = []
     env_pass: list[str] = []
+    patterns: list[str] = []
     hosts: list[str] = []
     for preset in presets:
         for var, default in preset.caches:
             cargo_home = env.get("CARGO_HOME") or f"{home}/.cargo"
             raw = (env.get(var) if var else None) or default.format(
-                home=home, cache=cache_home, cargo=cargo_home
+                home=home, cache=cache_home, data=data_home, state=state_home, cargo=cargo_home
             )
             path = Path(raw).expanduser()
             if not path.is_absolute():
@@ -141,6 +358,13 @@ def expand(requested: tuple[str, ...], env: Mapping[str, str], home: Path) -> Pr
                 )
             if all(path != w for w, _ in writable):
                 writable.append((path, f"preset:{preset.name}"))
-        env_pass.extend(v for v in preset.env_pass if v not in env_pass)
+        env_pass.extend(v for v in preset.env_pass if v not in env_pass and not is_credential_name(v))
+        patterns.extend(p for p in preset.env_patterns if p not in patterns)
         hosts.extend(h for h in preset.hosts if h not in hosts)
-    return PresetGrant(tuple(writable), tuple(env_pass), tuple(hosts))
+    return PresetGrant(tuple(writable), tuple(env_pass), tuple(hosts), tuple(patterns))
+
+
+def not_writable(requested: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(preset, place) for each place a preset's tool installs programs and leaves read-only."""
+    seen: set[str] = set()
+    return [(p.name, where) for name in requested for p in _flatten(name, seen) for where in p.not_writable]

@@ -1,7 +1,8 @@
 """The one launch path: prepare the host for a plan, then clone its PID 1.
 
 Used for every sandbox, one-shot or long-lived, so whatever is added here (the
-directories a preset needs, the ancestor guard, cgroups next) is added once. Order
+directories a preset needs, the sandbox's TMPDIR in the workspace, the ancestor guard,
+cgroups next) is added once. Order
 matters: warren creates what it must create *before* snapshotting the ancestors'
 metadata, so its own mkdir is never reported as the sandbox's doing.
 """
@@ -9,6 +10,7 @@ metadata, so its own mkdir is never reported as the sandbox's doing.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 from dataclasses import dataclass
 
@@ -23,6 +25,7 @@ class Launched:
     pidfd: int
     control: socket.socket  # the supervisor's end of PID 1's control channel
     guard: list[guard.DirState]
+    scratch: str | None = None  # the TMPDIR warren made in the workspace
 
 
 def launch(plan: Plan, *, oneshot: bool) -> Launched:
@@ -37,18 +40,58 @@ def launch(plan: Plan, *, oneshot: bool) -> Launched:
                 errno=e.errno,
                 hint="create it yourself or drop the preset",
             ) from None
+    if plan.scratch:
+        _make_scratch(plan.scratch)
     states = guard.snapshot(plan.guarded)
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     try:
         pid = clone.start_pid1(plan, theirs, oneshot=oneshot)
     except BaseException:
         ours.close()
+        _remove_scratch(plan.scratch)
         raise
     finally:
         theirs.close()
-    return Launched(pid, os.pidfd_open(pid), ours, states)
+    return Launched(pid, os.pidfd_open(pid), ours, states, plan.scratch)
 
 
 def restore(launched: Launched) -> list[str]:
-    """After the sandbox ended: put the guarded directories' metadata back."""
-    return guard.restore(launched.guard)
+    """After the sandbox ended: remove its TMPDIR, put the guarded directories'
+    metadata back."""
+    return [*_remove_scratch(launched.scratch), *guard.restore(launched.guard)]
+
+
+def _make_scratch(path: str) -> None:
+    """The sandbox's TMPDIR in the workspace: a new directory (never one that is
+    there already, nor through a symlink), that git ignores."""
+    try:
+        os.mkdir(path, 0o700)
+        # Through the directory's own descriptor: a sandbox that sees the workspace
+        # cannot swap the new name for a symlink and have the file written elsewhere.
+        dfd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(".gitignore", flags, 0o644, dir_fd=dfd)
+            try:
+                os.write(fd, b"# warren: this sandbox's TMPDIR, removed when it ends\n*\n")
+            finally:
+                os.close(fd)
+        finally:
+            os.close(dfd)
+    except OSError as e:
+        raise SetupError(
+            f"cannot create the sandbox's TMPDIR {path}",
+            operation="mkdir",
+            path=path,
+            errno=e.errno,
+            hint="make the workspace writable for you, or set TMPDIR to a directory on another filesystem",
+        ) from None
+
+
+def _remove_scratch(path: str | None) -> list[str]:
+    if not path or not os.path.lexists(path):
+        return []
+    if os.path.islink(path) or not os.path.isdir(path):
+        return [f"the sandbox replaced its TMPDIR {path} with something else; left it in place"]
+    shutil.rmtree(path, ignore_errors=True)
+    return [f"could not remove the sandbox's TMPDIR {path}"] if os.path.lexists(path) else []

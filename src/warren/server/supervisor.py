@@ -489,7 +489,13 @@ class Supervisor:
             outside_links=tuple((o.path, o.world_readable) for o in found),
             git=self._git_stores(roots, caller.env),
         )
-        return make_plan(policy, host, caller, cwd=str(policy.workspace) if long_lived else cwd)
+        return make_plan(
+            policy,
+            host,
+            caller,
+            cwd=str(policy.workspace) if long_lived else cwd,
+            scratch_id=secrets.token_hex(6),
+        )
 
     def _git_stores(self, roots: list[str], env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
         stores = []
