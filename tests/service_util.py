@@ -18,7 +18,9 @@ WARREN = [sys.executable, "-m", "warren"]
 
 
 class Serve:
-    def __init__(self, tmp: Path, *, unix: bool = False, token: bool = True) -> None:
+    def __init__(
+        self, tmp: Path, *, unix: bool = False, token: bool = True, mcp_workspace: Path | None = None
+    ) -> None:
         self.token = secrets.token_hex(16) if token else None
         self.socket = str(tmp / "serve.sock") if unix else None
         args = [*WARREN, "serve", "--listen", f"unix:{self.socket}" if unix else "127.0.0.1:0"]
@@ -27,6 +29,8 @@ class Serve:
             token_file.write_text(self.token + "\n")
             token_file.chmod(0o600)
             args += ["--token-file", str(token_file)]
+        if mcp_workspace is not None:
+            args += ["--mcp-workspace", str(mcp_workspace)]
         env = {k: v for k, v in os.environ.items() if k not in ("WARREN_URL", "WARREN_TOKEN")}
         self.log = tmp / f"serve-{secrets.token_hex(4)}.log"
         self._log = self.log.open("w")

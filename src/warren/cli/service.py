@@ -24,11 +24,16 @@ def serve(args: list[str]) -> int:
     )
     p.add_argument("--token-file", metavar="FILE", help="the bearer token (else $WARREN_TOKEN)")
     p.add_argument("--allow-remote", action="store_true", help="allow a non-loopback TCP address")
+    p.add_argument(
+        "--mcp-workspace",
+        metavar="DIR",
+        help="the workspace of /mcp's sandboxes (default: the current directory); default policy",
+    )
     ns = p.parse_args(args)
     listen = srv.parse_listen(ns.listen, os.environ)
     token = srv.read_token(ns.token_file, os.environ)
     srv.check(listen, token, ns.allow_remote)
-    return srv.serve(listen, token)
+    return srv.serve(listen, token, mcp_workspace=ns.mcp_workspace)
 
 
 def mcp(args: list[str]) -> int:

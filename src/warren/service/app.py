@@ -26,7 +26,7 @@ import anyio.to_thread
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Mount, Route
+from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import protocol, wire
@@ -627,7 +627,7 @@ def make_app(
     token: str | None,
     *,
     log: Callable[[str], None] | None = None,
-    extra: list[Mount] | None = None,
+    extra: list[BaseRoute] | None = None,
     lifespan: Any = None,
 ) -> ASGIApp:
     service = Service(transport)

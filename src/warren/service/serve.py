@@ -147,7 +147,6 @@ def serve(
     listen: Listen, token: str | None, *, mcp_spec: Any = None, mcp_workspace: str | None = None
 ) -> int:
     import uvicorn
-    from starlette.routing import Mount
 
     from ..client.local import LocalTransport
     from ..mcp.server import build
@@ -155,15 +154,15 @@ def serve(
 
     sock = bind(listen)
     transport = LocalTransport()
-    mcp = build(transport, mcp_spec, mcp_workspace, streamable_path="/")
-    mcp_app = mcp.streamable_http_app()
+    mcp = build(transport, mcp_spec, mcp_workspace, streamable_path="/mcp")
+    mcp_routes = list(mcp.streamable_http_app().routes)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:
         async with mcp.session_manager.run():
             yield
 
-    app = make_app(transport, token, log=_log, extra=[Mount("/mcp", app=mcp_app)], lifespan=lifespan)
+    app = make_app(transport, token, log=_log, extra=mcp_routes, lifespan=lifespan)
     where = f"unix:{listen.unix}" if listen.unix else f"http://{listen.host}:{sock.getsockname()[1]}"
     _log(f"warren serve listening on {where}" + (" (token required)" if token else ""))
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", timeout_keep_alive=30)
