@@ -124,6 +124,9 @@ def bind(listen: Listen) -> socket.socket:
         family = socket.AF_INET6 if ":" in listen.host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # inherited by accepted connections: without it a response's body waits for the
+        # client's delayed ACK of its headers (measured: +40 ms per keep-alive request)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             sock.bind((listen.host, listen.port))
         except OSError as e:
