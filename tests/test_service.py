@@ -340,3 +340,11 @@ def test_sse_exec_reports_a_failure_as_an_error_event(unix: Serve, ws: Path) -> 
             got = list(events(r.iter_lines()))
         assert got[-1][0] == "error" and got[-1][1]["error"]["type"] == "CommandNotFound"
     assert threading.active_count() >= 1
+
+
+def test_sigterm_stops_serve_and_removes_its_socket(tmp_path: Path, state_home: Path) -> None:
+    server = Serve(tmp_path, unix=True, token=False)
+    assert server.socket is not None and os.path.exists(server.socket)
+    server.stop(signal.SIGTERM)
+    assert server.proc.returncode == 0
+    assert not os.path.exists(server.socket)

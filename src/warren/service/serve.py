@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import os
+import signal
 import socket
 import sys
 import time
@@ -40,7 +41,7 @@ class Listen:
 
 def parse_listen(value: str | None, env: Mapping[str, str]) -> Listen:
     if value is None:
-        return Listen(unix=os.path.join(statedir.location(env), "serve.sock"))
+        return Listen(unix=os.path.join(statedir.prepare(statedir.location(env)), "serve.sock"))
     if value.startswith("unix:"):
         path = value[5:]
         if not path:
@@ -169,7 +170,16 @@ def serve(
     where = f"unix:{listen.unix}" if listen.unix else f"http://{listen.host}:{sock.getsockname()[1]}"
     _log(f"warren serve listening on {where}" + (" (token required)" if token else ""))
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", timeout_keep_alive=30)
-    server = uvicorn.Server(config)
+
+    class Server(uvicorn.Server):
+        # uvicorn re-raises SIGTERM/SIGINT after its graceful shutdown, which would skip
+        # removing the socket below: stop gracefully and return instead.
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if self.should_exit and sig == signal.SIGINT:
+                self.force_exit = True
+            self.should_exit = True
+
+    server = Server(config)
     try:
         server.run(sockets=[sock])
     except WarrenError:
