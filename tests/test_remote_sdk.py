@@ -98,3 +98,10 @@ def test_output_callbacks_stream_over_sse(tmp_path: Path) -> None:
     with Sandbox.create(warren.PolicySpec(workspace=str(tmp_path))) as sandbox:
         result = sandbox.exec(["sh", "-c", "echo a; echo b >&2; echo c"], on_stdout=chunks.append)
     assert b"".join(chunks) == b"a\nc\n" == result.stdout and result.stderr == b"b\n"
+
+
+def test_run_streams_output_to_callbacks_over_http(tmp_path: Path) -> None:
+    chunks: list[bytes] = []
+    policy = warren.PolicySpec(workspace=str(tmp_path))
+    result = warren.run(["sh", "-c", "echo x; echo y >&2"], policy, on_stderr=chunks.append)
+    assert result.stdout == b"x\n" and chunks == [b"y\n"] and result.ok

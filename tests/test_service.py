@@ -204,6 +204,12 @@ def test_exec_sse_streams_the_first_event_before_the_command_ends(unix: Serve, w
         assert base64.b64decode(seen[0][2]["data"]) == b"first\n"  # type: ignore[index]
         assert seen[-1][2]["exit_code"] == 7  # type: ignore[index]
 
+        body = {"argv": ["sh", "-c", "echo one-shot"], "policy": {"workspace": str(ws)}}
+        with c.stream("POST", "/v1/run", json=body, headers={"Accept": "text/event-stream"}) as r:
+            got = list(events(r.iter_lines()))
+        assert [e for e, _ in got] == ["stdout", "exit"] and got[-1][1]["exit_code"] == 0
+        assert base64.b64decode(got[0][1]["data"]) == b"one-shot\n"
+
 
 def test_process_output_resumes_without_loss_or_duplication(unix: Serve, ws: Path) -> None:
     with unix.client(None) as c:
