@@ -18,6 +18,7 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from service_util import Serve
+from warren import PolicySpec, Sandbox
 
 TOOLS = {
     "run_command",
@@ -103,6 +104,13 @@ async def _agent_session(session: ClientSession, ws: Path, outside: Path) -> Non
     text = _error_text(await session.call_tool("write_file", {"path": str(outside), "content": "changed"}))
     assert "hint:" in text
     assert outside.read_text() == "keep\n"
+    # a sandbox the user made (with a wider policy) is out of the agent's reach
+    text = _error_text(
+        await session.call_tool("run_command", {"command": "touch /tmp/x", "sandbox": "plain"})
+    )
+    assert "no sandbox" in text
+    text = _error_text(await session.call_tool("remove_sandbox", {"name": "plain"}))
+    assert "no sandbox" in text
     text = _error_text(await session.call_tool("run_command", {"command": "x", "argv": ["y"]}))
     assert "exactly one" in text
     text = _error_text(await session.call_tool("read_file", {"path": "missing.txt"}))
@@ -112,9 +120,12 @@ async def _agent_session(session: ClientSession, ws: Path, outside: Path) -> Non
 
 
 @pytest.fixture
-def project(tmp_path: Path) -> tuple[Path, Path]:
+def project(tmp_path: Path, state_home: Path) -> tuple[Path, Path]:
     ws = tmp_path / "proj"
     ws.mkdir()
+    (tmp_path / "extra").mkdir()
+    wider = PolicySpec(workspace=str(ws), write=[str(tmp_path / "extra")])
+    Sandbox.create(wider, name="plain")
     outside = Path(os.path.expanduser("~")) / f".warren-mcp-test-{os.getpid()}"
     outside.write_text("keep\n")
     return ws, outside
