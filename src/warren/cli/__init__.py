@@ -35,6 +35,9 @@ long-lived:
   logs --net [--json] NAME                the network proxy's decisions
   stop NAME / rm [-f] NAME                stop; stop and forget
   shutdown                                let the supervisor exit once idle
+service:
+  serve [--listen unix:PATH|HOST:PORT] [--token-file F]   the HTTP API v1 (+ MCP at /mcp)
+  mcp [POLICY FLAGS]                      an MCP server on stdio for one workspace
 diagnostics:
   doctor [--sandbox] [...]                probe what developer tools need, here or inside
   presets                                 list the tool presets
@@ -95,9 +98,9 @@ def _dispatch(argv: list[str]) -> int:
             flags.pairs(ns.env, "--env"),
             _timeout(ns.timeout),
         )
-    from . import info, sandboxes
+    from . import info, sandboxes, service
 
-    handler = {**sandboxes.COMMANDS, **info.COMMANDS}.get(cmd)
+    handler = {**sandboxes.COMMANDS, **info.COMMANDS, **service.COMMANDS}.get(cmd)
     if handler is None:
         from .flags import UsageError
 

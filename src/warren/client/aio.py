@@ -149,19 +149,35 @@ class AsyncSandbox:
         *,
         output_limit: int = DEFAULT_OUTPUT_LIMIT,
         transport: Transport | None = None,
+        remote: str | None = None,
+        token: str | None = None,
     ) -> AsyncSandbox:
         sb = await asyncio.to_thread(
-            lambda: Sandbox.create(policy, name, output_limit=output_limit, transport=transport)
+            lambda: Sandbox.create(
+                policy, name, output_limit=output_limit, transport=transport, remote=remote, token=token
+            )
         )
         return cls._wrap(sb)
 
     @classmethod
-    async def get(cls, name: str, *, transport: Transport | None = None) -> AsyncSandbox:
-        return cls._wrap(await asyncio.to_thread(lambda: Sandbox.get(name, transport=transport)))
+    async def get(
+        cls,
+        name: str,
+        *,
+        transport: Transport | None = None,
+        remote: str | None = None,
+        token: str | None = None,
+    ) -> AsyncSandbox:
+        sb = await asyncio.to_thread(
+            lambda: Sandbox.get(name, transport=transport, remote=remote, token=token)
+        )
+        return cls._wrap(sb)
 
     @classmethod
-    async def list(cls, *, transport: Transport | None = None) -> builtins.list[SandboxInfo]:
-        return await asyncio.to_thread(lambda: Sandbox.list(transport=transport))
+    async def list(
+        cls, *, transport: Transport | None = None, remote: str | None = None, token: str | None = None
+    ) -> builtins.list[SandboxInfo]:
+        return await asyncio.to_thread(lambda: Sandbox.list(transport=transport, remote=remote, token=token))
 
     async def stop(self) -> None:
         await asyncio.to_thread(self.sync.stop)

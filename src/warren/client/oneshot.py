@@ -31,6 +31,8 @@ def run(
     on_stderr: Callable[[bytes], None] | None = None,
     on_net_event: Callable[[NetEvent], None] | None = None,
     transport: Transport | None = None,
+    remote: str | None = None,
+    token: str | None = None,
 ) -> Result:
     """Run ``argv`` in a fresh one-shot sandbox and capture its output.
 
@@ -43,9 +45,9 @@ def run(
     ``Result`` with its exit status.
     """
     if transport is None:
-        from .local import LocalTransport
+        from .sandbox import _local
 
-        transport = LocalTransport()
+        transport = _local(remote, token)
     return transport.run(
         checks.argv(argv, "run"),
         checks.spec_of(policy),

@@ -28,7 +28,19 @@ PathArg = str | os.PathLike[str]
 DEFAULT_READ_LIMIT = 64 * 1024 * 1024
 
 
-def _local() -> Transport:
+def _local(remote: str | None = None, token: str | None = None) -> Transport:
+    """The transport a call without one uses: ``remote`` (a ``warren serve`` URL), else
+    ``WARREN_URL``/``WARREN_TOKEN`` from the environment, else this machine's supervisor."""
+    if remote is not None:
+        from .http import HttpTransport
+
+        return HttpTransport(remote, token if token is not None else os.environ.get("WARREN_TOKEN"))
+    if os.environ.get("WARREN_URL"):
+        from .http import from_env
+
+        transport = from_env()
+        assert transport is not None
+        return transport
     from .local import LocalTransport
 
     return LocalTransport()
@@ -151,17 +163,27 @@ class Sandbox:
         *,
         output_limit: int = DEFAULT_OUTPUT_LIMIT,
         transport: Transport | None = None,
+        remote: str | None = None,
+        token: str | None = None,
     ) -> Sandbox:
-        """Create a sandbox; the supervisor resolves and plans ``policy`` for you."""
-        transport = transport or _local()
+        """Create a sandbox; the supervisor resolves and plans ``policy`` for you.
+        ``remote="http://host:7420"`` (or ``WARREN_URL``) creates it behind a ``warren serve``."""
+        transport = transport or _local(remote, token)
         name = f"sb-{uuid.uuid4().hex[:10]}" if name is None else name
         info = transport.create(checks.spec_of(policy), name, config=False, profile=None)
         return cls(info, transport, output_limit)
 
     @classmethod
-    def get(cls, name: str, *, transport: Transport | None = None) -> Sandbox:
+    def get(
+        cls,
+        name: str,
+        *,
+        transport: Transport | None = None,
+        remote: str | None = None,
+        token: str | None = None,
+    ) -> Sandbox:
         """Reattach to a running sandbox; SandboxNotFound or SandboxDead otherwise."""
-        transport = transport or _local()
+        transport = transport or _local(remote, token)
         info = transport.get(name)
         if info.state != "running":
             raise SandboxDead(
@@ -173,9 +195,11 @@ class Sandbox:
         return cls(info, transport)
 
     @classmethod
-    def list(cls, *, transport: Transport | None = None) -> builtins.list[SandboxInfo]:
+    def list(
+        cls, *, transport: Transport | None = None, remote: str | None = None, token: str | None = None
+    ) -> builtins.list[SandboxInfo]:
         """Every registered sandbox of this user, dead ones with the reason."""
-        return (transport or _local()).list()
+        return (transport or _local(remote, token)).list()
 
     @property
     def alive(self) -> bool:

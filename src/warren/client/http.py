@@ -1,0 +1,307 @@
+"""HttpTransport: sandboxes behind a ``warren serve``, with httpx.
+
+The same ``Transport`` methods as ``LocalTransport``, mapped onto API v1; an error
+body comes back as the same ``WarrenError`` subclass the server raised
+(``service.codec.error_of``). ``url`` is ``http://HOST:PORT`` or ``unix:PATH``.
+Output callbacks switch exec/run to SSE so the callback sees output as it comes.
+"""
+
+from __future__ import annotations
+
+import base64
+import builtins
+import json
+import os
+import socket
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import httpx
+
+from .. import protocol
+from ..errors import SandboxError, WarrenError
+from ..models import ProcessInfo, Result, SandboxInfo
+from ..net.allowlist import NetEvent
+from ..policy.spec import PolicySpec
+from ..service import codec
+from .transport import OutputCallback, Transport
+
+
+def from_env(env: Mapping[str, str] | None = None) -> HttpTransport | None:
+    """An HttpTransport when ``WARREN_URL`` is set (with ``WARREN_TOKEN``), else None."""
+    env = os.environ if env is None else env
+    url = env.get("WARREN_URL")
+    return HttpTransport(url, env.get("WARREN_TOKEN")) if url else None
+
+
+class HttpTransport(Transport):
+    def __init__(self, url: str, token: str | None = None, *, timeout: float | None = None) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        if url.startswith("unix:"):
+            transport = httpx.HTTPTransport(uds=url[5:])
+            base = "http://localhost"
+        else:
+            # headers and body go out as two writes: without TCP_NODELAY the second waits
+            # for the server's delayed ACK (~40 ms per request on loopback)
+            transport = httpx.HTTPTransport(socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
+            base = url.rstrip("/")
+        self.url = url
+        self._client = httpx.Client(
+            base_url=base,
+            headers=headers,
+            transport=transport,
+            timeout=httpx.Timeout(timeout, connect=10.0),
+            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+        )
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __repr__(self) -> str:
+        return f"<HttpTransport {self.url}>"
+
+    # --- plumbing ------------------------------------------------------------------------------
+
+    def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            response = self._client.request(method, path, **kwargs)
+        except httpx.TransportError as e:
+            raise SandboxError(
+                f"cannot reach warren serve at {self.url}: {e}",
+                operation="http",
+                hint="is `warren serve` running there? check WARREN_URL",
+            ) from None
+        if response.status_code >= 400:
+            raise codec.error_of(_json_or_none(response), response.status_code)
+        return response
+
+    def _json(self, method: str, path: str, **kwargs: Any) -> Any:
+        return self._send(method, path, **kwargs).json()
+
+    def _stream(
+        self, path: str, body: dict[str, Any], on_stdout: OutputCallback, on_stderr: OutputCallback
+    ) -> Result:
+        try:
+            with self._client.stream(
+                "POST", path, json=body, headers={"Accept": "text/event-stream"}
+            ) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise codec.error_of(_json_or_none(response), response.status_code)
+                for event, data in events(response.iter_lines()):
+                    if event in ("stdout", "stderr"):
+                        callback = on_stdout if event == "stdout" else on_stderr
+                        if callback is not None:
+                            callback(base64.b64decode(data["data"]))
+                    elif event == "exit":
+                        return codec.result_of(data)
+                    elif event == "error":
+                        raise codec.error_of(data, 500)
+        except httpx.TransportError as e:
+            raise SandboxError(
+                f"the connection to warren serve at {self.url} was lost: {e}",
+                operation="http",
+                hint="is `warren serve` running there?",
+            ) from None
+        raise SandboxError(
+            "the service ended the stream before the command finished",
+            operation="http",
+            hint="see the service's log",
+        )
+
+    @staticmethod
+    def _command(
+        argv: builtins.list[str],
+        cwd: str | None,
+        stdin: bytes | None,
+        timeout: float | None,
+        output_limit: int,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"argv": argv, "output_limit": output_limit}
+        if cwd is not None:
+            body["cwd"] = cwd
+        if timeout is not None:
+            body["timeout"] = timeout
+        if stdin is not None:
+            body["stdin"] = base64.b64encode(stdin).decode()
+            body["stdin_encoding"] = "base64"
+        return body
+
+    # --- Transport -------------------------------------------------------------------------------
+
+    def run(
+        self,
+        argv: builtins.list[str],
+        spec: PolicySpec,
+        *,
+        config: bool,
+        profile: str | None,
+        cwd: str | None,
+        stdin: bytes | None,
+        timeout: float | None,
+        output_limit: int,
+        on_stdout: OutputCallback,
+        on_stderr: OutputCallback,
+        on_net_event: Callable[[NetEvent], None] | None,
+    ) -> Result:
+        if config or profile:
+            raise SandboxError(
+                "config files and profiles are read on the caller's machine, not over HTTP",
+                operation="run",
+                hint="send the policy itself (PolicySpec)",
+            )
+        body = {**self._command(argv, cwd, stdin, timeout, output_limit), "policy": spec.to_mapping()}
+        if on_stdout is not None or on_stderr is not None:
+            result = self._stream("/v1/run", body, on_stdout, on_stderr)
+        else:
+            result = codec.result_of(self._json("POST", "/v1/run", json=body))
+        if on_net_event is not None:
+            for e in result.net_log:
+                on_net_event(e)
+        return result
+
+    def create(self, spec: PolicySpec, name: str, *, config: bool, profile: str | None) -> SandboxInfo:
+        body = {**spec.to_mapping(), "name": name}
+        return codec.sandbox_of(self._json("POST", "/v1/sandboxes", json=body))
+
+    def get(self, name: str) -> SandboxInfo:
+        return codec.sandbox_of(self._json("GET", f"/v1/sandboxes/{name}"))
+
+    def list(self) -> builtins.list[SandboxInfo]:
+        return [codec.sandbox_of(i) for i in self._json("GET", "/v1/sandboxes")["sandboxes"]]
+
+    def stop(self, name: str, *, remove: bool) -> SandboxInfo:
+        params = {"remove": "true" if remove else "false"}
+        return codec.sandbox_of(self._json("DELETE", f"/v1/sandboxes/{name}", params=params))
+
+    def exec(
+        self,
+        name: str,
+        argv: builtins.list[str],
+        *,
+        cwd: str | None,
+        env: dict[str, str],
+        stdin: bytes | None,
+        timeout: float | None,
+        output_limit: int,
+        on_stdout: OutputCallback,
+        on_stderr: OutputCallback,
+    ) -> Result:
+        body = self._command(argv, cwd, stdin, timeout, output_limit)
+        if env:
+            body["env"] = env
+        path = f"/v1/sandboxes/{name}/exec"
+        if on_stdout is not None or on_stderr is not None:
+            return self._stream(path, body, on_stdout, on_stderr)
+        return codec.result_of(self._json("POST", path, json=body))
+
+    def spawn(
+        self,
+        name: str,
+        argv: builtins.list[str],
+        *,
+        cwd: str | None,
+        env: dict[str, str],
+        timeout: float | None,
+        output_limit: int,
+    ) -> tuple[str, int]:
+        body = self._command(argv, cwd, None, timeout, output_limit)
+        if env:
+            body["env"] = env
+        data = self._json("POST", f"/v1/sandboxes/{name}/processes", json=body)
+        return str(data["id"]), int(data["pid"])
+
+    def process(
+        self, name: str, spawn_id: str, stdout_offset: int = 0, stderr_offset: int = 0
+    ) -> tuple[protocol.ProcessState, bytes, bytes]:
+        data = self._json(
+            "GET",
+            f"/v1/sandboxes/{name}/processes/{spawn_id}",
+            params={"offset": stdout_offset, "stderr_offset": stderr_offset},
+        )
+        out, err = codec.get_bytes(data, "stdout"), codec.get_bytes(data, "stderr")
+        state = protocol.ProcessState(
+            pid=data["pid"],
+            argv=data["argv"],
+            running=data["alive"],
+            status=data["status"],
+            timed_out=data["timed_out"],
+            stdout_len=len(out),
+            stderr_len=len(err),
+        )
+        return state, out, err
+
+    def processes(self, name: str) -> builtins.list[ProcessInfo]:
+        return [
+            codec.process_of(p) for p in self._json("GET", f"/v1/sandboxes/{name}/processes")["processes"]
+        ]
+
+    def signal(self, name: str, pid: int, sig: int) -> None:
+        self._json("POST", f"/v1/sandboxes/{name}/processes/{pid}/signal", json={"signal": sig})
+
+    def file(self, request: protocol.FileRequest, data: bytes = b"") -> tuple[protocol.FileReply, bytes]:
+        base = f"/v1/sandboxes/{request.sandbox}/files"
+        path = request.path
+        op = request.op
+        if op == "read":
+            r = self._send("GET", base, params={"path": path, "type": "file", "max_bytes": request.max_bytes})
+            return protocol.FileReply(), r.content
+        if op == "list":
+            entries = self._json("GET", base, params={"path": path, "type": "dir"})["entries"]
+            return protocol.FileReply(entries=[protocol.FileStat(**e) for e in entries]), b""
+        if op == "stat":
+            info = self._json("GET", f"{base}/stat", params={"path": path, "follow": int(request.follow)})
+            return protocol.FileReply(stat=protocol.FileStat(**info)), b""
+        if op == "exists":
+            exists = self._json("GET", f"{base}/stat", params={"path": path, "exists": 1})["exists"]
+            return protocol.FileReply(exists=bool(exists)), b""
+        if op == "write":
+            params = {
+                "path": path,
+                "mode": f"{request.mode if request.mode is not None else 0o644:o}",
+                "parents": int(request.parents),
+                "append": int(request.append),
+            }
+            self._send("PUT", base, params=params, content=data)
+            return protocol.FileReply(), b""
+        if op == "remove":
+            self._send("DELETE", base, params={"path": path, "recursive": int(request.recursive)})
+            return protocol.FileReply(), b""
+        if op == "mkdir":
+            body = {"path": path, "parents": request.parents, "exist_ok": request.exist_ok}
+            if request.mode is not None:
+                body["mode"] = request.mode
+            self._send("POST", f"{base}/mkdir", json=body)
+            return protocol.FileReply(), b""
+        if op == "rename":
+            self._send("POST", f"{base}/move", json={"src": path, "dst": request.dst})
+            return protocol.FileReply(), b""
+        raise WarrenError(f"file operation {op!r} is not available over HTTP", operation=op)
+
+    def expose(self, name: str, port: int, host_port: int) -> str:
+        data = self._json("POST", f"/v1/sandboxes/{name}/ports", json={"port": port, "host_port": host_port})
+        return str(data["address"])
+
+    def net_log(self, name: str) -> builtins.list[NetEvent]:
+        return [NetEvent(**e) for e in self._json("GET", f"/v1/sandboxes/{name}/netlog")["events"]]
+
+
+def events(lines: Iterator[str]) -> Iterator[tuple[str, Any]]:
+    """(event, parsed JSON data) from server-sent-event lines."""
+    event, data = "message", list[str]()
+    for line in lines:
+        if not line:
+            if data:
+                yield event, json.loads("\n".join(data))
+            event, data = "message", list[str]()
+        elif line.startswith("event:"):
+            event = line[6:].strip()
+        elif line.startswith("data:"):
+            data.append(line[5:].lstrip())
+
+
+def _json_or_none(response: httpx.Response) -> object:
+    try:
+        return response.json()
+    except ValueError:
+        return None

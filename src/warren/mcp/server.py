@@ -1,0 +1,348 @@
+"""The MCP server: warren's sandboxes as tools an agent can call.
+
+Built on the official ``mcp`` SDK (FastMCP). The policy is fixed by whoever starts
+the server (``warren mcp [policy flags]``): no tool takes a policy, every sandbox a
+tool creates gets the server's policy, and a call with an argument a tool does not
+declare is refused (``Tools.call_tool``) rather than silently ignored, so an agent
+cannot widen anything through a tool argument.
+
+Sandboxes of one server are named ``mcp-<hash of workspace and policy>-<name>``:
+a tool reaches only those (never a sandbox the user made with another policy), and
+a restarted server with the same policy finds them again. ``run_command`` without a
+sandbox uses the workspace's default one, created on first use.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import signal as _signal
+from collections.abc import Sequence
+from typing import Annotated, Any
+
+import anyio
+import anyio.to_thread
+from mcp.server.fastmcp import FastMCP
+from mcp.server.fastmcp.exceptions import ToolError
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.types import ContentBlock
+from pydantic import Field
+
+from .. import protocol
+from ..client import checks
+from ..client.transport import Transport
+from ..errors import SandboxExists, SandboxNotFound, WarrenError
+from ..policy.spec import PolicySpec
+
+OUTPUT_LIMIT = 1 << 20
+READ_LIMIT = 4 << 20
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")
+
+INSTRUCTIONS = """\
+A Linux sandbox (warren) for one project. Commands run with the project's workspace as
+the working directory; the network, writable paths and hidden files are fixed by the
+person who started this server. Use run_command for builds, tests and git; files
+outside the workspace are mostly read-only. Long-running servers: start_process, then
+process_output; reach them with expose_port."""
+
+
+def _prefix(spec: PolicySpec, workspace: str) -> str:
+    digest = hashlib.sha256(json.dumps([workspace, spec.to_mapping()], sort_keys=True).encode()).hexdigest()
+    return f"mcp-{digest[:8]}-"
+
+
+def _error(e: WarrenError) -> ToolError:
+    text = e.message + (f" (path: {e.path})" if e.path and e.path not in e.message else "")
+    if e.hint:
+        text += f"\nhint: {e.hint}"
+    return ToolError(text)
+
+
+class Tools(FastMCP):
+    """FastMCP that refuses undeclared arguments instead of ignoring them."""
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any]
+    ) -> Sequence[ContentBlock] | dict[str, Any]:
+        tool = self._tool_manager.get_tool(name)
+        if tool is not None:
+            known = set(tool.parameters.get("properties", {}))
+            unknown = sorted(set(arguments) - known)
+            if unknown:
+                raise ToolError(
+                    f"{name} has no argument {', '.join(map(repr, unknown))}; the sandbox policy (paths, "
+                    "network, environment) is fixed by whoever started this MCP server and cannot be "
+                    "changed by a tool call\nhint: known arguments: " + ", ".join(sorted(known))
+                )
+        return await super().call_tool(name, arguments)
+
+
+class Warren:
+    """The tools' state: the transport, the fixed policy and the sandbox names."""
+
+    def __init__(self, transport: Transport, spec: PolicySpec, workspace: str) -> None:
+        self.transport = transport
+        self.spec = PolicySpec(**{**vars(spec), "workspace": workspace})
+        self.workspace = workspace
+        self.prefix = _prefix(self.spec, workspace)
+        self.default = "default"
+
+    async def call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs))
+        except WarrenError as e:
+            raise _error(e) from None
+
+    def full(self, name: str | None) -> str:
+        name = name or self.default
+        if not NAME.match(name):
+            raise ToolError(
+                f"sandbox name {name!r} is not allowed\nhint: 1-40 letters, digits, '.', '_', '-'; "
+                "start with a letter or digit"
+            )
+        return self.prefix + name
+
+    async def ensure(self, name: str | None) -> str:
+        """The sandbox's full name; the default one is created on first use."""
+        full = self.full(name)
+        if (name or self.default) != self.default:
+            return full
+        try:
+            info = await anyio.to_thread.run_sync(self.transport.get, full)
+            if info.state == "running":
+                return full
+            await self.call(self.transport.stop, full, remove=True)
+        except SandboxNotFound:
+            pass
+        except WarrenError as e:
+            raise _error(e) from None
+        try:
+            await anyio.to_thread.run_sync(
+                lambda: self.transport.create(self.spec, full, config=False, profile=None)
+            )
+        except SandboxExists:
+            pass
+        except WarrenError as e:
+            raise _error(e) from None
+        return full
+
+
+def _argv(command: str | None, argv: list[str] | None) -> list[str]:
+    if (command is None) == (argv is None):
+        raise ToolError('give exactly one of "command" (a shell string) or "argv" (a list of strings)')
+    if command is not None:
+        return ["sh", "-c", command]
+    try:
+        return checks.argv(argv, "run_command")
+    except WarrenError as e:
+        raise _error(e) from None
+
+
+def _text(data: bytes) -> str:
+    return data.decode(errors="replace")
+
+
+SandboxArg = Annotated[
+    str | None,
+    Field(description="a sandbox made by create_sandbox; omit for the workspace's default sandbox"),
+]
+Command = Annotated[str | None, Field(description="a shell command line, run with `sh -c` (or use argv)")]
+Argv = Annotated[list[str] | None, Field(description="the program and its arguments, run without a shell")]
+Cwd = Annotated[str | None, Field(description="working directory in the sandbox (default: the workspace)")]
+Timeout = Annotated[float | None, Field(description="seconds before the command's whole tree is killed")]
+
+
+def build(
+    transport: Transport, spec: PolicySpec | None, workspace: str | None, *, streamable_path: str = "/mcp"
+) -> Tools:
+    """The MCP server over ``transport`` with the fixed policy ``spec``."""
+    base = spec or PolicySpec()
+    ws = os.path.abspath(workspace or base.workspace or os.getcwd())
+    w = Warren(transport, base, ws)
+    mcp = Tools(
+        "warren",
+        instructions=INSTRUCTIONS,
+        streamable_http_path=streamable_path,
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        log_level="WARNING",
+    )
+
+    @mcp.tool()
+    async def run_command(
+        command: Command = None,
+        argv: Argv = None,
+        cwd: Cwd = None,
+        timeout: Timeout = 120,
+        sandbox: SandboxArg = None,
+    ) -> dict[str, Any]:
+        """Run a command in the sandbox and wait for it. Returns exit_code, stdout, stderr
+        (each capped at 1 MiB; truncated says so) and timed_out. A non-zero exit code is a
+        result, not an error."""
+        args = _argv(command, argv)
+        name = await w.ensure(sandbox)
+        result = await w.call(
+            transport.exec,
+            name,
+            args,
+            cwd=cwd,
+            env={},
+            stdin=None,
+            timeout=checks.timeout(timeout, "run_command") if timeout else None,
+            output_limit=OUTPUT_LIMIT,
+            on_stdout=None,
+            on_stderr=None,
+        )
+        return {
+            "exit_code": result.exit_code,
+            "stdout": _text(result.stdout),
+            "stderr": _text(result.stderr),
+            "truncated": result.stdout_truncated or result.stderr_truncated,
+            "timed_out": result.timed_out,
+        }
+
+    @mcp.tool()
+    async def create_sandbox(
+        name: Annotated[str, Field(description="a short name: letters, digits, '.', '_', '-'")],
+    ) -> dict[str, Any]:
+        """Create another sandbox with this server's policy (an isolated set of processes;
+        it shares the workspace). Use it by passing `sandbox` to the other tools."""
+        full = w.full(name)
+        info = await w.call(transport.create, w.spec, full, config=False, profile=None)
+        return {
+            "name": name,
+            "state": info.state,
+            "workspace": info.workspace,
+            "warnings": list(info.warnings),
+        }
+
+    @mcp.tool()
+    async def list_sandboxes() -> dict[str, Any]:
+        """The sandboxes of this server, with their state ("running", "stopped", "dead")."""
+        items = await w.call(transport.list)
+        return {
+            "sandboxes": [
+                {"name": i.name[len(w.prefix) :], "state": i.state, "reason": i.reason}
+                for i in items
+                if i.name.startswith(w.prefix)
+            ]
+        }
+
+    @mcp.tool()
+    async def remove_sandbox(
+        name: Annotated[str, Field(description="the sandbox to stop and remove (the workspace stays)")],
+    ) -> dict[str, Any]:
+        """Stop every process of a sandbox and remove it. Files in the workspace stay."""
+        await w.call(transport.stop, w.full(name), remove=True)
+        return {"removed": name}
+
+    async def _file(
+        sandbox: str | None, op: str, path: str, data: bytes = b"", **extra: Any
+    ) -> tuple[protocol.FileReply, bytes]:
+        name = await w.ensure(sandbox)
+        try:
+            request = protocol.FileRequest(sandbox=name, op=op, path=checks.path(path, op), **extra)
+        except WarrenError as e:
+            raise _error(e) from None
+        result: tuple[protocol.FileReply, bytes] = await w.call(transport.file, request, data)
+        return result
+
+    @mcp.tool()
+    async def read_file(
+        path: Annotated[str, Field(description="relative to the workspace, or absolute in the sandbox")],
+        sandbox: SandboxArg = None,
+    ) -> str:
+        """Read a text file (at most 4 MiB) as the sandbox sees it."""
+        _, data = await _file(sandbox, "read", path, max_bytes=READ_LIMIT)
+        return _text(data)
+
+    @mcp.tool()
+    async def write_file(
+        path: Annotated[str, Field(description="relative to the workspace, or absolute in the sandbox")],
+        content: Annotated[str, Field(description="the whole new content (UTF-8 text)")],
+        append: Annotated[bool, Field(description="append instead of replacing")] = False,
+        sandbox: SandboxArg = None,
+    ) -> dict[str, Any]:
+        """Write a text file, creating missing parent directories. Only paths the policy
+        makes writable (the workspace, usually) can be written."""
+        raw = content.encode()
+        await _file(sandbox, "write", path, raw, mode=0o644, parents=True, append=append)
+        return {"path": path, "bytes": len(raw)}
+
+    @mcp.tool()
+    async def list_files(
+        path: Annotated[str, Field(description="a directory; default the workspace")] = ".",
+        sandbox: SandboxArg = None,
+    ) -> dict[str, Any]:
+        """List a directory: name, type ("file", "dir", "symlink", "other") and size."""
+        reply, _ = await _file(sandbox, "list", path)
+        return {"entries": [{"name": e.name, "type": e.type, "size": e.size} for e in reply.entries]}
+
+    @mcp.tool()
+    async def start_process(
+        command: Command = None, argv: Argv = None, cwd: Cwd = None, sandbox: SandboxArg = None
+    ) -> dict[str, Any]:
+        """Start a long-running command (a dev server, a watcher) in the background.
+        Returns its id for process_output and stop_process."""
+        args = _argv(command, argv)
+        name = await w.ensure(sandbox)
+        spawn_id, pid = await w.call(
+            transport.spawn, name, args, cwd=cwd, env={}, timeout=None, output_limit=16 << 20
+        )
+        return {"id": spawn_id, "pid": pid}
+
+    @mcp.tool()
+    async def process_output(
+        id: Annotated[str, Field(description="the id start_process returned")],
+        offset: Annotated[
+            int, Field(description="stdout bytes already seen (returns only what follows)")
+        ] = 0,
+        stderr_offset: Annotated[int, Field(description="stderr bytes already seen")] = 0,
+        sandbox: SandboxArg = None,
+    ) -> dict[str, Any]:
+        """A background process's output since the given offsets, whether it still runs,
+        and its exit code once it ended. Pass back next_offset/next_stderr_offset."""
+        name = await w.ensure(sandbox)
+        state, out, err = await w.call(transport.process, name, id, offset, stderr_offset)
+        code = None
+        if state.status is not None:
+            st = state.status
+            code = 128 + os.WTERMSIG(st) if os.WIFSIGNALED(st) else os.waitstatus_to_exitcode(st)
+        return {
+            "running": state.status is None and state.running,
+            "exit_code": code,
+            "stdout": _text(out[:OUTPUT_LIMIT]),
+            "stderr": _text(err[:OUTPUT_LIMIT]),
+            "next_offset": offset + len(out[:OUTPUT_LIMIT]),
+            "next_stderr_offset": stderr_offset + len(err[:OUTPUT_LIMIT]),
+        }
+
+    @mcp.tool()
+    async def stop_process(
+        id: Annotated[str, Field(description="the id start_process returned")],
+        signal: Annotated[str, Field(description="SIGTERM (default), SIGINT or SIGKILL")] = "SIGTERM",
+        sandbox: SandboxArg = None,
+    ) -> dict[str, Any]:
+        """Send a signal to a background process's whole process group."""
+        if signal not in ("SIGTERM", "SIGINT", "SIGKILL", "SIGHUP"):
+            raise ToolError(f"signal {signal!r} is not one of SIGTERM, SIGINT, SIGKILL, SIGHUP")
+        name = await w.ensure(sandbox)
+        state, _, _ = await w.call(transport.process, name, id, 1 << 62, 1 << 62)
+        await w.call(transport.signal, name, state.pid, int(_signal.Signals[signal]))
+        return {"signalled": id, "signal": signal}
+
+    @mcp.tool()
+    async def expose_port(
+        port: Annotated[
+            int, Field(description="a TCP port a server in the sandbox listens on", ge=1, le=65535)
+        ],
+        sandbox: SandboxArg = None,
+    ) -> dict[str, Any]:
+        """Make a port of the sandbox reachable from the host; returns the host address
+        (127.0.0.1:NNNN) to open, e.g. with a browser or curl on the host."""
+        name = await w.ensure(sandbox)
+        address = await w.call(transport.expose, name, port, 0)
+        return {"address": address, "url": f"http://{address}/"}
+
+    return mcp

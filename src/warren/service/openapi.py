@@ -1,0 +1,360 @@
+"""The OpenAPI 3.1 document of API v1, generated from the route table (``app.TABLE``)
+and the schemas below; a test checks that every route is described and every
+description is a route."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..policy.spec import BOOL_KEYS, LIST_KEYS, STR_KEYS, TABLE_KEYS
+
+STR: dict[str, Any] = {"type": "string"}
+INT: dict[str, Any] = {"type": "integer"}
+BOOL: dict[str, Any] = {"type": "boolean"}
+NUM: dict[str, Any] = {"type": "number"}
+STRS: dict[str, Any] = {"type": "array", "items": STR}
+STRMAP: dict[str, Any] = {"type": "object", "additionalProperties": STR}
+
+
+def _ref(name: str) -> dict[str, Any]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _object(props: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": "object", "properties": props, "additionalProperties": False}
+    if required:
+        out["required"] = list(required)
+    return out
+
+
+def _policy_props() -> dict[str, Any]:
+    props: dict[str, Any] = {}
+    for key in LIST_KEYS:
+        props[key] = {"oneOf": [STRS, STR]}
+    for key in BOOL_KEYS:
+        props[key] = BOOL
+    for key in STR_KEYS:
+        props[key] = STR
+    for key in TABLE_KEYS:
+        props[key] = STRMAP
+    props["network"] = {"type": "string", "enum": ["none", "allow", "open"]}
+    return props
+
+
+COMMAND = {
+    "argv": {"type": "array", "items": STR, "minItems": 1},
+    "cwd": STR,
+    "env": STRMAP,
+    "stdin": STR,
+    "stdin_encoding": {"type": "string", "enum": ["utf-8", "base64"]},
+    "timeout": {"type": "number", "exclusiveMinimum": 0},
+    "output_limit": {"type": "integer", "minimum": 0},
+}
+
+SCHEMAS: dict[str, Any] = {
+    "Error": _object(
+        {
+            "error": _object(
+                {
+                    "type": STR,
+                    "message": STR,
+                    "operation": STR,
+                    "path": {"type": ["string", "null"]},
+                    "errno": {"type": ["integer", "null"]},
+                    "hint": STR,
+                },
+                ("type", "message", "path", "errno", "hint"),
+            )
+        },
+        ("error",),
+    ),
+    "Policy": _object(_policy_props()),
+    "CreateSandbox": _object({"name": STR, **_policy_props()}),
+    "Run": _object({"policy": _ref("Policy"), **{k: v for k, v in COMMAND.items() if k != "env"}}, ("argv",)),
+    "Exec": _object(COMMAND, ("argv",)),
+    "Spawn": _object({k: v for k, v in COMMAND.items() if not k.startswith("stdin")}, ("argv",)),
+    "Result": {
+        "type": "object",
+        "properties": {
+            "exit_code": INT,
+            "stdout": STR,
+            "stdout_encoding": {"type": "string", "enum": ["utf-8", "base64"]},
+            "stderr": STR,
+            "stderr_encoding": {"type": "string", "enum": ["utf-8", "base64"]},
+            "duration": NUM,
+            "truncated": BOOL,
+            "stdout_truncated": BOOL,
+            "stderr_truncated": BOOL,
+            "timed_out": BOOL,
+            "signal": {"type": ["integer", "null"]},
+            "warnings": STRS,
+            "cwd": {"type": ["string", "null"]},
+            "net_log": {"type": "array", "items": {"type": "object"}},
+        },
+        "required": ["exit_code", "stdout", "stderr", "duration", "truncated"],
+    },
+    "Sandbox": {
+        "type": "object",
+        "properties": {
+            "name": STR,
+            "id": STR,
+            "state": {"type": "string", "enum": ["running", "stopping", "stopped", "dead"]},
+            "reason": STR,
+            "workspace": STR,
+            "created": NUM,
+            "warnings": STRS,
+        },
+        "required": ["name", "id", "state"],
+    },
+    "SandboxList": {
+        "type": "object",
+        "properties": {"sandboxes": {"type": "array", "items": _ref("Sandbox")}},
+    },
+    "Process": {
+        "type": "object",
+        "properties": {
+            "pid": INT,
+            "ppid": INT,
+            "state": STR,
+            "argv": STRS,
+            "id": {"type": ["string", "null"]},
+        },
+    },
+    "ProcessList": {
+        "type": "object",
+        "properties": {"processes": {"type": "array", "items": _ref("Process")}},
+    },
+    "Started": {"type": "object", "properties": {"id": STR, "pid": INT}, "required": ["id", "pid"]},
+    "ProcessState": {
+        "type": "object",
+        "properties": {
+            "pid": INT,
+            "argv": STRS,
+            "running": BOOL,
+            "exit_code": {"type": ["integer", "null"]},
+            "stdout": STR,
+            "stderr": STR,
+            "next_offset": INT,
+            "next_stderr_offset": INT,
+        },
+    },
+    "Signal": _object({"signal": {"oneOf": [INT, STR]}}),
+    "FileInfo": {
+        "type": "object",
+        "properties": {
+            "name": STR,
+            "type": {"type": "string", "enum": ["file", "dir", "symlink", "other"]},
+            "size": INT,
+            "mode": INT,
+            "mtime": NUM,
+            "uid": INT,
+            "gid": INT,
+        },
+    },
+    "Listing": {
+        "type": "object",
+        "properties": {"path": STR, "entries": {"type": "array", "items": _ref("FileInfo")}},
+    },
+    "Mkdir": _object({"path": STR, "parents": BOOL, "exist_ok": BOOL, "mode": INT}, ("path",)),
+    "Move": _object({"src": STR, "dst": STR}, ("src", "dst")),
+    "Expose": _object({"port": INT, "host_port": INT}, ("port",)),
+    "Exposed": {"type": "object", "properties": {"address": STR}},
+    "NetLog": {"type": "object", "properties": {"events": {"type": "array", "items": {"type": "object"}}}},
+    "Ok": {"type": "object"},
+}
+
+NAME = {"name": "name", "in": "path", "required": True, "schema": STR}
+ID = {
+    "name": "id",
+    "in": "path",
+    "required": True,
+    "schema": STR,
+    "description": "process id from POST processes",
+}
+PATHQ = {"name": "path", "in": "query", "required": True, "schema": STR}
+
+
+def _q(name: str, schema: dict[str, Any], description: str = "") -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "schema": schema, "description": description}
+
+
+SSE = {"text/event-stream": {"schema": STR}}
+
+
+def _json(name: str) -> dict[str, Any]:
+    return {"application/json": {"schema": _ref(name)}}
+
+
+# (path, method) -> summary, request body schema, success status, success content, extra params
+OPS: dict[tuple[str, str], tuple[str, dict[str, Any] | None, int, dict[str, Any], list[dict[str, Any]]]] = {
+    ("/v1/health", "GET"): (
+        "Liveness and version",
+        None,
+        200,
+        {"application/json": {"schema": {"type": "object"}}},
+        [],
+    ),
+    ("/v1/openapi.json", "GET"): (
+        "This document",
+        None,
+        200,
+        {"application/json": {"schema": {"type": "object"}}},
+        [],
+    ),
+    ("/v1/run", "POST"): (
+        "Run a command in a fresh one-shot sandbox (SSE with Accept: text/event-stream)",
+        _json("Run"),
+        200,
+        {**_json("Result"), **SSE},
+        [],
+    ),
+    ("/v1/sandboxes", "POST"): (
+        "Create a sandbox from a policy spec",
+        _json("CreateSandbox"),
+        201,
+        _json("Sandbox"),
+        [],
+    ),
+    ("/v1/sandboxes", "GET"): ("Every sandbox of this user", None, 200, _json("SandboxList"), []),
+    ("/v1/sandboxes/{name}", "GET"): ("One sandbox", None, 200, _json("Sandbox"), []),
+    ("/v1/sandboxes/{name}", "DELETE"): (
+        "Stop and remove a sandbox (?remove=false: only stop)",
+        None,
+        200,
+        _json("Sandbox"),
+        [_q("remove", BOOL)],
+    ),
+    ("/v1/sandboxes/{name}/exec", "POST"): (
+        "Run a command in the sandbox; SSE events stdout, stderr, exit with Accept: text/event-stream",
+        _json("Exec"),
+        200,
+        {**_json("Result"), **SSE},
+        [],
+    ),
+    ("/v1/sandboxes/{name}/processes", "POST"): (
+        "Start a background process",
+        _json("Spawn"),
+        201,
+        _json("Started"),
+        [],
+    ),
+    ("/v1/sandboxes/{name}/processes", "GET"): (
+        "Processes running in the sandbox",
+        None,
+        200,
+        _json("ProcessList"),
+        [],
+    ),
+    ("/v1/sandboxes/{name}/processes/{id}", "GET"): (
+        "A background process's state and output from byte offsets",
+        None,
+        200,
+        _json("ProcessState"),
+        [_q("offset", INT), _q("stderr_offset", INT)],
+    ),
+    ("/v1/sandboxes/{name}/processes/{id}/output", "GET"): (
+        "SSE of a background process's output; event ids are STDOUT:STDERR offsets "
+        "(resume with Last-Event-ID)",
+        None,
+        200,
+        SSE,
+        [_q("offset", INT), _q("stderr_offset", INT)],
+    ),
+    ("/v1/sandboxes/{name}/processes/{id}/signal", "POST"): (
+        "Signal a process group (id: process id or pid)",
+        _json("Signal"),
+        200,
+        _json("Ok"),
+        [],
+    ),
+    ("/v1/sandboxes/{name}/files", "GET"): (
+        "A file's bytes, or a directory's listing as JSON",
+        None,
+        200,
+        {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}, **_json("Listing")},
+        [PATHQ, _q("type", {"type": "string", "enum": ["file", "dir"]}), _q("max_bytes", INT)],
+    ),
+    ("/v1/sandboxes/{name}/files", "PUT"): (
+        "Write a file from the raw body",
+        {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+        201,
+        _json("Ok"),
+        [PATHQ, _q("parents", BOOL), _q("append", BOOL), _q("mode", STR, "octal, e.g. 644")],
+    ),
+    ("/v1/sandboxes/{name}/files", "DELETE"): (
+        "Remove a file or (recursive) a directory",
+        None,
+        200,
+        _json("Ok"),
+        [PATHQ, _q("recursive", BOOL)],
+    ),
+    ("/v1/sandboxes/{name}/files/stat", "GET"): (
+        "Stat a path (?exists=1: only whether it exists)",
+        None,
+        200,
+        _json("FileInfo"),
+        [PATHQ, _q("follow", BOOL), _q("exists", BOOL)],
+    ),
+    ("/v1/sandboxes/{name}/files/mkdir", "POST"): ("Make a directory", _json("Mkdir"), 201, _json("Ok"), []),
+    ("/v1/sandboxes/{name}/files/move", "POST"): ("Rename a path", _json("Move"), 200, _json("Ok"), []),
+    ("/v1/sandboxes/{name}/ports", "POST"): (
+        "Forward a host port to a port in the sandbox",
+        _json("Expose"),
+        201,
+        _json("Exposed"),
+        [],
+    ),
+    ("/v1/sandboxes/{name}/netlog", "GET"): ("The network proxy's decisions", None, 200, _json("NetLog"), []),
+}
+
+ERRORS = {
+    "400": "bad request: invalid JSON, unknown key, bad policy or argument",
+    "401": "missing or wrong bearer token",
+    "403": "the sandbox's policy forbids it",
+    "404": "no such sandbox, process, file or route",
+    "409": "a sandbox of that name exists",
+    "413": "request body or file too large",
+    "500": "warren failed (setup error or bug)",
+    "504": "timed out",
+}
+
+
+def _operation_id(method: str, path: str) -> str:
+    words = path.strip("/").replace("{", "").replace("}", "").replace(".", "_").split("/")
+    return "_".join([method.lower(), *words])
+
+
+def document() -> dict[str, Any]:
+    paths: dict[str, dict[str, Any]] = {}
+    for (path, method), (summary, request, status, content, params) in OPS.items():
+        op: dict[str, Any] = {
+            "summary": summary,
+            "operationId": _operation_id(method, path),
+            "responses": {
+                str(status): {"description": "success", "content": content},
+                **{code: {"description": text, "content": _json("Error")} for code, text in ERRORS.items()},
+            },
+        }
+        parameters = [NAME] if "{name}" in path else []
+        if "{id}" in path:
+            parameters.append(ID)
+        if parameters or params:
+            op["parameters"] = [*parameters, *params]
+        if request is not None:
+            op["requestBody"] = {"required": True, "content": request}
+        paths.setdefault(path, {})[method.lower()] = op
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "warren",
+            "version": "1",
+            "description": "Sandboxes for AI coding agents. Every request needs "
+            "'Authorization: Bearer TOKEN' when the service was started with a token (always on TCP).",
+        },
+        "paths": paths,
+        "components": {
+            "schemas": SCHEMAS,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{"bearer": []}],
+    }

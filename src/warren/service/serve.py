@@ -1,0 +1,191 @@
+"""Running the API: where it listens, the token, and uvicorn.
+
+Why Starlette + uvicorn: small, typed, long-maintained ASGI pieces; streaming
+responses (SSE) without a framework in the way; the official ``mcp`` SDK's
+streamable-HTTP transport is itself a Starlette app, so ``/mcp`` mounts beside
+``/v1`` in one process and one event loop.
+
+Security model: a unix socket (default ``$XDG_STATE_HOME/warren/serve.sock``, mode
+0600) is reachable only by this user; TCP always needs a bearer token and a
+non-loopback address needs ``--allow-remote`` (the token then travels in clear unless
+a TLS proxy is in front).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import PolicyError, WarrenError
+from ..server import statedir
+
+
+class ServeError(PolicyError):
+    """``warren serve`` refuses these settings."""
+
+
+@dataclass(frozen=True)
+class Listen:
+    unix: str | None = None
+    host: str = ""
+    port: int = 0
+
+
+def parse_listen(value: str | None, env: Mapping[str, str]) -> Listen:
+    if value is None:
+        return Listen(unix=os.path.join(statedir.prepare(statedir.location(env)), "serve.sock"))
+    if value.startswith("unix:"):
+        path = value[5:]
+        if not path:
+            raise ServeError(
+                "--listen unix: needs a path", operation="serve", hint="e.g. --listen unix:/tmp/w.sock"
+            )
+        return Listen(unix=os.path.abspath(path))
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ServeError(
+            f"--listen {value!r} is neither unix:PATH nor HOST:PORT",
+            operation="serve",
+            hint="e.g. --listen 127.0.0.1:7420 or --listen unix:/run/user/1000/warren.sock",
+        )
+    return Listen(host=host.strip("[]") or "127.0.0.1", port=int(port))
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def read_token(token_file: str | None, env: Mapping[str, str]) -> str | None:
+    if token_file is not None:
+        try:
+            with open(token_file, encoding="utf-8") as f:
+                token = f.read().strip()
+        except OSError as e:
+            raise ServeError(
+                f"cannot read the token file {token_file}",
+                operation="serve",
+                path=token_file,
+                errno=e.errno,
+                hint="create it with e.g. `openssl rand -hex 32 > FILE; chmod 600 FILE`",
+            ) from None
+        if not token:
+            raise ServeError(f"the token file {token_file} is empty", operation="serve", path=token_file)
+        return token
+    return env.get("WARREN_TOKEN") or None
+
+
+def check(listen: Listen, token: str | None, allow_remote: bool) -> None:
+    if listen.unix is not None:
+        return
+    if token is None:
+        raise ServeError(
+            f"refusing to listen on {listen.host}:{listen.port} without a token",
+            operation="serve",
+            hint="pass --token-file FILE or set WARREN_TOKEN (TCP always needs a bearer token)",
+        )
+    if len(token) < 16:
+        raise ServeError(
+            "the token is shorter than 16 characters", operation="serve", hint="use 32 random hex digits"
+        )
+    if not is_loopback(listen.host) and not allow_remote:
+        raise ServeError(
+            f"refusing to listen on the non-loopback address {listen.host}",
+            operation="serve",
+            hint="pass --allow-remote if other machines should reach it (put TLS in front)",
+        )
+
+
+def bind(listen: Listen) -> socket.socket:
+    if listen.unix is not None:
+        path = listen.unix
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            sock.bind(path)
+        finally:
+            os.umask(old)
+        os.chmod(path, 0o600)
+    else:
+        family = socket.AF_INET6 if ":" in listen.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # inherited by accepted connections: without it a response's body waits for the
+        # client's delayed ACK of its headers (measured: +40 ms per keep-alive request)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            sock.bind((listen.host, listen.port))
+        except OSError as e:
+            raise ServeError(
+                f"cannot listen on {listen.host}:{listen.port}",
+                operation="serve",
+                errno=e.errno,
+                hint="is another service on that port? pick another with --listen",
+            ) from None
+    sock.listen(1024)
+    return sock
+
+
+def _log(line: str) -> None:
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+    sys.stderr.write(f"{stamp} {line}\n")
+    sys.stderr.flush()
+
+
+def serve(
+    listen: Listen, token: str | None, *, mcp_spec: Any = None, mcp_workspace: str | None = None
+) -> int:
+    import uvicorn
+
+    from ..client.local import LocalTransport
+    from ..mcp.server import build
+    from .app import make_app
+
+    sock = bind(listen)
+    transport = LocalTransport()
+    mcp = build(transport, mcp_spec, mcp_workspace, streamable_path="/mcp")
+    mcp_routes = list(mcp.streamable_http_app().routes)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Any) -> AsyncIterator[None]:
+        async with mcp.session_manager.run():
+            yield
+
+    app = make_app(transport, token, log=_log, extra=mcp_routes, lifespan=lifespan)
+    where = f"unix:{listen.unix}" if listen.unix else f"http://{listen.host}:{sock.getsockname()[1]}"
+    _log(f"warren serve listening on {where}" + (" (token required)" if token else ""))
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", timeout_keep_alive=30)
+
+    class Server(uvicorn.Server):
+        # uvicorn re-raises SIGTERM/SIGINT after its graceful shutdown, which would skip
+        # removing the socket below: stop gracefully and return instead.
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if self.should_exit and sig == signal.SIGINT:
+                self.force_exit = True
+            self.should_exit = True
+
+    server = Server(config)
+    try:
+        server.run(sockets=[sock])
+    except WarrenError:
+        raise
+    finally:
+        if listen.unix is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(listen.unix)
+    return 0
