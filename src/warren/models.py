@@ -23,6 +23,7 @@ class Result:
     duration: float
     signal: int | None = None
     timed_out: bool = False
+    limit: str | None = None  # a limit of the sandbox it ran into: "memory limit 512M reached"
     stdout_truncated: bool = False
     stderr_truncated: bool = False
     warnings: tuple[str, ...] = ()

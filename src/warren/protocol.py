@@ -485,6 +485,7 @@ class Exited(Message):
     status: int
     timed_out: bool = False
     warnings: list[str] = []
+    limit: str | None = None  # the sandbox's limit it ran into ("memory limit 512M reached")
 
 
 class ProcInfo(Message):

@@ -203,6 +203,11 @@ class Attached:
                 f"warren: the command ran past its timeout of {self.message.command.timeout} s and was killed"
             )
             return 124
+        if msg.limit is not None:
+            if code == 128 + signal.SIGKILL:
+                _say(f"warren: killed: {msg.limit}")
+            else:
+                _say(f"warren: {msg.limit} (a fork or an allocation failed)")
         if code != 0 and self.network == "none" and _looks_networked(self.argv):
             _say(
                 "warren: hint: the sandbox has no network (--network none, the default); to reach package "

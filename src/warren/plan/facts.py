@@ -18,6 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .._core import _sys
+from .._core import cgroups as _cgroups
+from ..policy.limits import mem_total
+from .limits import CgroupFacts
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,9 @@ class HostFacts:
     outside_links: tuple[tuple[str, bool], ...] = ()
     # Git directories in the writable roots and their stores (server.gitstore).
     git: tuple[tuple[str, str], ...] = ()
+    # Which cgroups this caller may use, and the RAM the default limits scale with.
+    cgroups: CgroupFacts = field(default_factory=lambda: CgroupFacts(uid=-1))
+    mem_total: int = 4 << 30
 
     def kind(self, path: str) -> PathKind:
         return self.path_kinds.get(path, "missing")
@@ -207,6 +213,8 @@ def gather(
         state_dir=state_dir,
         outside_links=outside_links,
         git=git,
+        cgroups=_cgroups.probe(os.getuid()),
+        mem_total=mem_total(),
     )
 
 

@@ -9,12 +9,14 @@ metadata, so its own mkdir is never reported as the sandbox's doing.
 from __future__ import annotations
 
 import os
+import signal
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from .._core import clone, guard
+from .._core import cgroups, clone, guard
 from ..errors import SetupError
 from ..plan.model import Plan
+from ..policy.limits import show_size
 
 
 @dataclass
@@ -23,9 +25,13 @@ class Launched:
     pidfd: int
     control: socket.socket  # the supervisor's end of PID 1's control channel
     guard: list[guard.DirState]
+    cgroups: list[str] = field(default_factory=list)  # the sandbox's own, one per controller
+    record_dir: str | None = None
 
 
-def launch(plan: Plan, *, oneshot: bool) -> Launched:
+def launch(plan: Plan, *, oneshot: bool, record_dir: str | None = None) -> Launched:
+    """``record_dir``: where the sandbox's cgroups are listed until removed (so a
+    crashed supervisor's successor finds them: ``cgroups.sweep``)."""
     for path in plan.create_dirs:
         try:
             os.makedirs(path, exist_ok=True)
@@ -37,18 +43,52 @@ def launch(plan: Plan, *, oneshot: bool) -> Launched:
                 errno=e.errno,
                 hint="create it yourself or drop the preset",
             ) from None
+    groups = cgroups.create(plan.limits.cgroups, plan.uid, record_dir) if plan.limits else []
     states = guard.snapshot(plan.guarded)
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     try:
         pid = clone.start_pid1(plan, theirs, oneshot=oneshot)
     except BaseException:
         ours.close()
+        cgroups.remove(groups, record_dir)
         raise
     finally:
         theirs.close()
-    return Launched(pid, os.pidfd_open(pid), ours, states)
+    pidfd = os.pidfd_open(pid)
+    launched = Launched(pid, pidfd, ours, states, groups, record_dir)
+    try:
+        # PID 1 forks nothing before it reports ready (to this supervisor, which has not
+        # read yet): everything in the sandbox descends from it inside these cgroups.
+        cgroups.attach(groups, pid)
+    except OSError as e:
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        raise SetupError(
+            f"cannot move the sandbox into its cgroup: {e.strerror}",
+            operation="cgroup",
+            path=e.filename,
+            errno=e.errno,
+            hint="run `warren plan` to see how each limit is enforced",
+        ) from None
+    return launched
+
+
+def limit_hit(launched: Launched, plan: Plan) -> str | None:
+    """Which limit the sandbox ran into, from the cgroups' own counters (the OOM
+    killer's kills, refused forks); None if none or nothing counts (rlimits)."""
+    if plan.limits is None:
+        return None
+    eff = plan.limits.limits
+    for path in launched.cgroups:
+        kind = cgroups.controller_of(path)
+        if kind == "memory" and eff.memory and cgroups.counter(path, "memory.oom_control", "oom_kill"):
+            return f"memory limit {show_size(eff.memory)} reached"
+        if kind == "pids" and eff.pids and cgroups.counter(path, "pids.events", "max"):
+            return f"pids limit {eff.pids} reached"
+    return None
 
 
 def restore(launched: Launched) -> list[str]:
-    """After the sandbox ended: put the guarded directories' metadata back."""
+    """After the sandbox ended: put the guarded directories' metadata back, remove its
+    cgroups (a busy one stays recorded for the next sweep)."""
+    cgroups.remove(launched.cgroups, launched.record_dir)
     return guard.restore(launched.guard)

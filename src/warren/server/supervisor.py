@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import protocol, wire
-from .._core import clone
+from .._core import cgroups, clone
 from ..errors import (
     ProtocolError,
     SandboxDead,
@@ -162,8 +162,11 @@ class Supervisor:
         if root is not None:
             self.links.load(os.path.join(root, LINKS_FILE))
         self.wake_r, self.wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self.cgroup_records = os.path.join(root, "cgroups") if root is not None else None
         if self.registry is not None:
             self.registry.orphaned(os.getpid(), self.start_time)
+        if self.cgroup_records is not None:
+            cgroups.sweep(self.cgroup_records)
 
     # --- the loop ----------------------------------------------------------------------
 
@@ -506,7 +509,7 @@ class Supervisor:
         return tuple(stores)
 
     def _launch(self, plan: Plan, name: str, oneshot: bool) -> Box:
-        launched = launch.launch(plan, oneshot=oneshot)
+        launched = launch.launch(plan, oneshot=oneshot, record_dir=self.cgroup_records)
         box = Box(
             name=name,
             id=secrets.token_hex(6),
@@ -950,7 +953,10 @@ class Supervisor:
         for fd in box.ns or ():
             os.close(fd)
         box.ns = None
+        limit = launch.limit_hit(box.launched, box.plan)
         repairs = launch.restore(box.launched)
+        if box.run is not None and box.run.exited is not None:
+            box.run.exited.limit = limit
         if box.run is not None:
             self._end_run(box, repairs)
             return
