@@ -292,11 +292,11 @@ def _drain_pipe(fd: int, take: Any) -> None:
         pass
 
 
-def run(spec: dict[str, object], profile: str | None, argv: list[str]) -> int:
+def run(spec: dict[str, object], profile: str | None, argv: list[str], timeout: float | None = None) -> int:
     message = protocol.RunRequest(
         spec=spec,
         caller=protocol.Caller(cwd=os.getcwd(), env=dict(os.environ), config=True, profile=profile),
-        command=protocol.Command(argv=argv),
+        command=protocol.Command(argv=argv, timeout=timeout),
     )
     return Attached(message).run()
 

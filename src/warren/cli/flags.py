@@ -102,10 +102,14 @@ POLICY_FLAGS = (
     Flag(("--cpus",), "cpus", "value", "CPU time, in CPUs (e.g. 0.5; default: no limit)", "N"),
     Flag(("--tmp-size",), "tmp_size", "value", "size of /tmp and of /dev/shm (default: RAM/8)", "SIZE"),
 )
+TIMEOUT = Flag(
+    ("--timeout",), "timeout", "float", "kill the command's whole tree after this (exit 124)", "SECONDS"
+)
+RUN_FLAGS = (*POLICY_FLAGS, TIMEOUT)
 EXEC_FLAGS = (
     Flag(("--cwd",), "cwd", "value", "working directory inside the sandbox (default: the workspace)", "DIR"),
     Flag(("--env",), "env", "multi", "set an environment variable", "K=V"),
-    Flag(("--timeout",), "timeout", "float", "kill the command's whole tree after this", "SECONDS"),
+    TIMEOUT,
 )
 
 

@@ -157,7 +157,20 @@ def plan(given: Limits, facts: CgroupFacts, mem_total: int) -> LimitsPlan:
         else:
             rows.append(LimitRow("cpus", f"{eff.cpus:g}", False, NOT, facts.why_not("cpu")))
     else:
-        rows.append(LimitRow("cpus", "none", True, "none", "shared fairly by the scheduler"))
+        h = facts.writable("cpu")
+        if h is not None:
+            # No quota, but one scheduling group: a sandbox of many busy processes gets
+            # one fair share, not one per process.
+            groups.append(CgroupPlan("cpu", h.parent, ()))
+        rows.append(
+            LimitRow(
+                "cpus",
+                "none",
+                True,
+                "none",
+                "one fair share as a cgroup1 cpu group" if h else "shared fairly by the scheduler",
+            )
+        )
     if eff.tmp_size is not None:
         rows.append(
             LimitRow(

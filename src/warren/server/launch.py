@@ -47,21 +47,23 @@ def launch(plan: Plan, *, oneshot: bool, record_dir: str | None = None) -> Launc
     states = guard.snapshot(plan.guarded)
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     try:
-        pid = clone.start_pid1(plan, theirs, oneshot=oneshot)
+        # PID 1 waits until it is in its cgroups: everything in the sandbox descends
+        # from it, inside them.
+        pid = clone.start_pid1(plan, theirs, oneshot=oneshot, before_start=lambda pid: _attach(groups, pid))
     except BaseException:
         ours.close()
         cgroups.remove(groups, record_dir)
         raise
     finally:
         theirs.close()
-    pidfd = os.pidfd_open(pid)
-    launched = Launched(pid, pidfd, ours, states, groups, record_dir)
+    return Launched(pid, os.pidfd_open(pid), ours, states, groups, record_dir)
+
+
+def _attach(groups: list[str], pid: int) -> None:
     try:
-        # PID 1 forks nothing before it reports ready (to this supervisor, which has not
-        # read yet): everything in the sandbox descends from it inside these cgroups.
         cgroups.attach(groups, pid)
     except OSError as e:
-        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        os.kill(pid, signal.SIGKILL)  # still waiting at its gate: reaped by the supervisor
         raise SetupError(
             f"cannot move the sandbox into its cgroup: {e.strerror}",
             operation="cgroup",
@@ -69,7 +71,6 @@ def launch(plan: Plan, *, oneshot: bool, record_dir: str | None = None) -> Launc
             errno=e.errno,
             hint="run `warren plan` to see how each limit is enforced",
         ) from None
-    return launched
 
 
 def limit_hit(launched: Launched, plan: Plan) -> str | None:
