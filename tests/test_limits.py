@@ -173,7 +173,7 @@ def _plan(layout: Layout, *flags: str) -> dict[str, dict[str, object]]:
 # --- planning and input -------------------------------------------------------------
 
 
-def test_plan_says_how_each_limit_is_enforced_for_this_caller(layout: Layout) -> None:
+def test_plan_says_how_each_limit_is_enforced_for_this_caller(state_home: Path, layout: Layout) -> None:
     rows = _plan(layout, "--memory", "512M", "--pids", "64", "--cpus", "0.5", "--tmp-size", "64M")
     assert rows["tmp_size"]["mechanism"] == "tmpfs size=" and rows["tmp_size"]["value"] == "64M"
     if ROOT_CGROUPS:
@@ -191,7 +191,7 @@ def test_plan_says_how_each_limit_is_enforced_for_this_caller(layout: Layout) ->
         assert "not enforceable here: cgroup v1 cpu" in text
 
 
-def test_defaults_bound_memory_pids_and_tmp_from_the_machine_size(layout: Layout) -> None:
+def test_defaults_bound_memory_pids_and_tmp_from_the_machine_size(state_home: Path, layout: Layout) -> None:
     rows = _plan(layout)
     d = defaults(mem_total())
     assert d.memory == mem_total() // 2 and d.tmp_size == mem_total() // 8 and d.pids == 4096
@@ -203,7 +203,9 @@ def test_defaults_bound_memory_pids_and_tmp_from_the_machine_size(layout: Layout
     ("flag", "value"),
     [("--memory", "lots"), ("--memory", "5"), ("--pids", "-3"), ("--cpus", "0"), ("--tmp-size", "1Q")],
 )
-def test_a_bad_limit_is_a_usage_error_naming_it(layout: Layout, flag: str, value: str) -> None:
+def test_a_bad_limit_is_a_usage_error_naming_it(
+    state_home: Path, layout: Layout, flag: str, value: str
+) -> None:
     r = subprocess.run(
         [*WARREN, "run", "-w", str(layout.workspace), flag, value, "--", "true"],
         capture_output=True,
@@ -214,8 +216,20 @@ def test_a_bad_limit_is_a_usage_error_naming_it(layout: Layout, flag: str, value
     assert "Traceback" not in r.stderr
 
 
+def test_none_asks_for_no_limit(state_home: Path, layout: Layout) -> None:
+    rows = _plan(layout, "--memory", "none", "--pids", "unlimited", "--tmp-size", "none")
+    assert [rows[k]["value"] for k in ("memory", "pids", "tmp_size")] == ["none"] * 3
+    r = subprocess.run(
+        [*WARREN, "run", "-w", str(layout.workspace), "--tmp-size", "none", "--", "df", "-B1", "/tmp"],
+        capture_output=True,
+        text=True,
+    )
+    assert int(r.stdout.split()[-5]) > defaults(mem_total()).tmp_size  # the kernel's own size: RAM/2
+
+
 def test_sizes_and_lowering() -> None:
     assert parse("512M", "64", "0.5", "1.5G", "t") == Limits(512 << 20, 64, 0.5, 3 << 29)
+    assert lowered(Limits(memory=0), Limits(memory=1 << 30)).memory == 1 << 30  # none is the highest
     with pytest.raises(PolicyError):
         parse(True, None, None, None, "t")
     assert lowered(Limits(memory=8 << 30, pids=100), Limits(memory=1 << 30)) == Limits(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..policy.limits import Limits, defaults, show_size
+from ..policy.limits import NO_LIMIT, Limits, defaults, show_size
 
 CGROUP1 = "cgroup1"
 NPROC = "rlimit (RLIMIT_NPROC in the sandbox's own user namespace: counts the whole sandbox)"
@@ -110,7 +110,10 @@ def plan(given: Limits, facts: CgroupFacts, mem_total: int) -> LimitsPlan:
     groups: list[CgroupPlan] = []
     rlimits: list[tuple[str, int]] = []
 
-    if eff.memory is not None:
+    for name in ("memory", "pids", "tmp_size"):
+        if getattr(eff, name) == NO_LIMIT:
+            rows.append(LimitRow(name, "none", False, "none", "no limit, as asked"))
+    if eff.memory:
         shown = show_size(eff.memory)
         h = facts.writable("memory")
         if h is not None:
@@ -132,7 +135,7 @@ def plan(given: Limits, facts: CgroupFacts, mem_total: int) -> LimitsPlan:
                     "several processes together can use more; " + facts.why_not("memory"),
                 )
             )
-    if eff.pids is not None:
+    if eff.pids:
         h = facts.writable("pids")
         if h is not None:
             groups.append(CgroupPlan("pids", h.parent, (("pids.max", str(eff.pids + OVERHEAD_TASKS)),)))
@@ -140,7 +143,7 @@ def plan(given: Limits, facts: CgroupFacts, mem_total: int) -> LimitsPlan:
         else:
             rlimits.append(("RLIMIT_NPROC", eff.pids + OVERHEAD_TASKS))
             rows.append(LimitRow("pids", str(eff.pids), given.pids is None, NPROC, facts.why_not("pids")))
-    if eff.cpus is not None:
+    if eff.cpus:
         h = facts.writable("cpu")
         if h is not None:
             quota = max(1000, round(eff.cpus * CFS_PERIOD_US))
@@ -171,7 +174,7 @@ def plan(given: Limits, facts: CgroupFacts, mem_total: int) -> LimitsPlan:
                 "one fair share as a cgroup1 cpu group" if h else "shared fairly by the scheduler",
             )
         )
-    if eff.tmp_size is not None:
+    if eff.tmp_size:
         rows.append(
             LimitRow(
                 "tmp_size",

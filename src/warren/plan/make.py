@@ -65,7 +65,7 @@ def make_plan(policy: Policy, host: HostFacts, caller: CallerFacts, *, cwd: str 
         ["/run", "/var/run", caller.env.get("XDG_RUNTIME_DIR", "")],
         host,
         shared=abi >= 2,
-        tmp_size=limits.limits.tmp_size,
+        tmp_size=limits.limits.tmp_size or None,
     )
     warnings.extend(mounts.warnings)
     devices = tuple(

@@ -20,11 +20,18 @@ MIN_MEMORY = 32 << 20
 MIN_TMP = 1 << 20
 MIN_PIDS = 16
 MAX_PIDS = 1 << 22
+NO_LIMIT = 0
+_NONE_WORDS = ("none", "unlimited")
+
+
+def _is_none_word(value: object) -> bool:
+    return isinstance(value, str) and value.strip().lower() in _NONE_WORDS
 
 
 @dataclass(frozen=True)
 class Limits:
-    """Resolved limits; ``None`` means none."""
+    """Resolved limits; ``None``: not set (the default applies); ``NO_LIMIT`` (0): no
+    limit, asked for explicitly (``--memory none``)."""
 
     memory: int | None = None  # bytes, the whole sandbox
     pids: int | None = None  # processes + threads in the sandbox
@@ -75,16 +82,36 @@ def parse_cpus(value: object, where: str) -> float:
 def parse(memory: object, pids: object, cpus: object, tmp_size: object, where: str) -> Limits:
     """Limits from a spec's raw values (``None``: not set); every bad value is a
     ``PolicyError`` naming the key and where it came from."""
-    mem = None if memory is None else parse_size(memory, f"{where}: memory")
-    if mem is not None and mem < MIN_MEMORY:
+    mem = (
+        None
+        if memory is None
+        else NO_LIMIT
+        if _is_none_word(memory)
+        else parse_size(memory, f"{where}: memory")
+    )
+    if mem and mem < MIN_MEMORY:
         raise _bad(f"{where}: memory", memory, f"at least {show_size(MIN_MEMORY)}")
-    tmp = None if tmp_size is None else parse_size(tmp_size, f"{where}: tmp_size")
-    if tmp is not None and tmp < MIN_TMP:
+    tmp = (
+        None
+        if tmp_size is None
+        else NO_LIMIT
+        if _is_none_word(tmp_size)
+        else parse_size(tmp_size, f"{where}: tmp_size")
+    )
+    if tmp and tmp < MIN_TMP:
         raise _bad(f"{where}: tmp_size", tmp_size, f"at least {show_size(MIN_TMP)}")
     return Limits(
         memory=mem,
-        pids=None if pids is None else parse_count(pids, f"{where}: pids"),
-        cpus=None if cpus is None else parse_cpus(cpus, f"{where}: cpus"),
+        pids=None
+        if pids is None
+        else NO_LIMIT
+        if _is_none_word(pids)
+        else parse_count(pids, f"{where}: pids"),
+        cpus=None
+        if cpus is None
+        else NO_LIMIT
+        if _is_none_word(cpus)
+        else parse_cpus(cpus, f"{where}: cpus"),
         tmp_size=tmp,
     )
 
@@ -123,7 +150,11 @@ def lowered(current: Limits, ceiling: Limits) -> Limits:
     workspace file may only lower limits)."""
 
     def low(a: float | None, b: float | None) -> float | None:
-        return b if a is None else a if b is None else min(a, b)
+        if a is None or b is None:
+            return b if a is None else a
+        # NO_LIMIT is the highest of all: a ceiling of none keeps ``a``, and ``a`` of
+        # none under a ceiling is the ceiling.
+        return b if a == NO_LIMIT else a if b == NO_LIMIT else min(a, b)
 
     return Limits(
         memory=_int(low(current.memory, ceiling.memory)),
@@ -151,5 +182,5 @@ def _bad(where: str, value: object, expected: str) -> PolicyError:
         f"{where}: {value!r} is not {expected}",
         operation="policy",
         hint="sizes take K, M, G or T (powers of 1024), e.g. --memory 512M --tmp-size 1G; "
-        "--pids takes a count, --cpus a number such as 0.5",
+        "--pids takes a count, --cpus a number such as 0.5; none (or unlimited) for no limit",
     )
