@@ -436,3 +436,24 @@ def test_supervisor_killed_again_and_again_leaks_no_cgroup(state_home: Path, lay
     assert len(names) >= 8 if ROOT_CGROUPS else names == set()
     assert _leftovers(state_home, names=names) == []
     assert (ws / "keep.txt").read_text() == "intact\n"
+
+
+def test_planning_picks_the_best_mechanism_and_says_why_not() -> None:
+    from warren.plan.limits import CgroupFacts, Hierarchy, plan
+
+    asked = Limits(memory=1 << 30, pids=64, cpus=0.5, tmp_size=1 << 28)
+    v1 = tuple(Hierarchy(c, f"/sys/fs/cgroup/{c}/me", True) for c in ("pids", "memory", "cpu"))
+    root = plan(asked, CgroupFacts(0, v1), 8 << 30)
+    assert {r.name: r.mechanism for r in root.rows} == {
+        "memory": "cgroup1",
+        "pids": "cgroup1",
+        "cpus": "cgroup1",
+        "tmp_size": "tmpfs size=",
+    }
+    assert ("pids.max", "72") in root.cgroups[1].files and root.rlimits == ()
+    locked = tuple(Hierarchy(h.controller, h.parent, False) for h in v1)
+    user = plan(asked, CgroupFacts(1001, locked, "/sys/fs/cgroup/user", ("memory",), True), 8 << 30)
+    assert user.cgroups == () and dict(user.rlimits) == {"RLIMIT_DATA": 1 << 30, "RLIMIT_NPROC": 72}
+    assert user.row("cpus").mechanism == "not enforceable here"
+    assert "not writable by uid 1001" in user.row("cpus").detail
+    assert "warren does not use cgroup2 yet" in user.row("memory").detail

@@ -59,6 +59,8 @@ class CgroupFacts:
             parts.append("no cgroup2 mount")
         elif controller not in self.v2_controllers or not self.v2_writable:
             parts.append(f"no delegated cgroup2 subtree with {controller} (at {self.v2_path})")
+        else:
+            parts.append(f"cgroup2 at {self.v2_path} offers {controller}; warren does not use cgroup2 yet")
         return "; ".join(parts)
 
 
