@@ -457,3 +457,30 @@ def test_planning_picks_the_best_mechanism_and_says_why_not() -> None:
     assert user.row("cpus").mechanism == "not enforceable here"
     assert "not writable by uid 1001" in user.row("cpus").detail
     assert "warren does not use cgroup2 yet" in user.row("memory").detail
+
+
+def test_stats_report_use_against_the_limits(state_home: Path, layout: Layout) -> None:
+    sb = Sandbox.create(PolicySpec(workspace=str(layout.workspace), memory="256M", pids=100), name="st")
+    try:
+        hog = (
+            "import time\nb = bytearray(64 << 20)\nb[::4096] = b'x' * len(b[::4096])\n"
+            "w = time.monotonic()\nwhile time.monotonic() - w < 0.5: pass\ntime.sleep(30)"
+        )
+        sb.spawn(["python3", "-c", hog])
+        time.sleep(1.2)
+        s = sb.stats()
+        assert (s.memory_limit, s.pids_limit, s.cpus_limit) == (256 << 20, 100, None)
+        assert s.memory >= 64 << 20 and s.pids >= 2 and s.cpu_time >= 0.4, s
+        if ROOT_CGROUPS:
+            dirs = (state_home / "warren" / "cgroups" / _records(state_home)[0]).read_text().split()
+            mem = next(d for d in dirs if "/memory/" in d)
+            pids = next(d for d in dirs if "/pids/" in d)
+            assert s.source.startswith("cgroup1")
+            assert abs(s.memory - int(Path(mem, "memory.usage_in_bytes").read_text())) < 8 << 20
+            assert s.pids == int(Path(pids, "pids.current").read_text())
+        else:
+            assert s.source.startswith("/proc")
+        cli = subprocess.run([*WARREN, "stats", "--json", "st"], capture_output=True, text=True, check=True)
+        assert json.loads(cli.stdout)["pids_limit"] == 100
+    finally:
+        sb.remove()

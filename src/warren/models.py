@@ -62,6 +62,21 @@ class SandboxInfo:
 
 
 @dataclass(frozen=True)
+class Stats:
+    """A sandbox's use now against its limits (``None``: no limit). ``source`` says
+    where the numbers come from (the cgroup files the limits are enforced on, or the
+    sandbox's processes in /proc)."""
+
+    memory: int  # bytes
+    pids: int  # processes + threads, warren's own few included
+    cpu_time: float  # seconds
+    source: str
+    memory_limit: int | None = None
+    pids_limit: int | None = None
+    cpus_limit: float | None = None
+
+
+@dataclass(frozen=True)
 class ProcessInfo:
     """A process running in the sandbox (pids are the sandbox's own)."""
 

@@ -409,6 +409,11 @@ class NetLogRequest(Message):
     sandbox: str
 
 
+class StatsRequest(Message):
+    TAG = "stats"
+    sandbox: str
+
+
 class ProcessRequest(Message):
     """The state of a background process, and its output from the given offsets."""
 
@@ -539,6 +544,19 @@ class NetEventRecord(Message):
 class NetLog(Message):
     TAG = "netlog-ok"
     events: list[NetEventRecord] = []
+
+
+class Stats(Message):
+    """A sandbox's use now against its limits (``None``: no limit)."""
+
+    TAG = "stats-ok"
+    memory: int  # bytes
+    pids: int  # processes + threads, warren's own few included
+    cpu_time: float  # seconds, of the processes alive now and the children they reaped
+    source: str  # where the numbers come from: cgroup files or the sandbox's /proc entries
+    memory_limit: int | None = None
+    pids_limit: int | None = None
+    cpus_limit: float | None = None
 
 
 class ProcessState(Message):

@@ -29,6 +29,7 @@ long-lived:
   create [POLICY FLAGS] NAME              create a sandbox
   exec [--cwd DIR] [--env K=V] [--timeout S] NAME CMD [ARGS...]
   ps [--json] NAME                        its processes
+  stats [--json] NAME                     memory, pids, CPU time against its limits
   ls [--json]                             every sandbox, alive or dead and why
   cp [-r] SRC DST                         copy host <-> sandbox (NAME:PATH)
   port [--host-port N] NAME PORT          forward a host port into the sandbox

@@ -54,7 +54,7 @@ from ..plan.facts import gather, paths_of
 from ..plan.mounts import git_spare, strip_nested
 from ..policy import build, config
 from ..policy.spec import from_mapping
-from . import follow, gitstore, launch, links, netd, peer, registry, spawns, statedir
+from . import follow, gitstore, launch, links, netd, peer, registry, spawns, statedir, usage
 
 HEADER_DEADLINE = 10.0  # a client has this long to send a whole request header
 MAX_CLIENTS = 1024
@@ -76,6 +76,7 @@ _SUPERVISOR_REQUESTS = (
     protocol.FileRequest,
     protocol.ExposeRequest,
     protocol.NetLogRequest,
+    protocol.StatsRequest,
     protocol.ProcessRequest,
     protocol.ShutdownRequest,
 )
@@ -443,6 +444,9 @@ class Supervisor:
             self._reply(c, self._expose(msg))
         elif isinstance(msg, protocol.NetLogRequest):
             self._reply(c, self._netlog(msg))
+        elif isinstance(msg, protocol.StatsRequest):
+            live = self._live(msg.sandbox)
+            self._reply(c, usage.measure(live.pid, live.launched.cgroups, live.plan.limits))
         elif isinstance(msg, protocol.ProcessRequest):
             box = self._known(msg.sandbox)
             reply, data = spawns.state(self.root, msg.sandbox, msg, alive=box is not None and box.ready)
