@@ -59,7 +59,7 @@ for name in ("\0warren-" + token,):
         out["connect"] = e.__class__.__name__
         continue
     out["connect"] = "CONNECTED"
-    req = {"v": 1, "t": "run", "spec": {"workspace": os.path.dirname(marker)},
+    req = {"v": 2, "t": "run", "spec": {"workspace": os.path.dirname(marker)},
            "caller": {"cwd": "/", "env": {"PATH": "/usr/bin:/bin"}},
            "command": {"argv": ["touch", marker]}}
     data = json.dumps(req).encode()
@@ -112,12 +112,10 @@ def test_a_process_in_another_user_namespace_is_refused(tmp_path: Path) -> None:
     probe = (
         "import socket, struct, sys\n"
         "s = socket.socket(socket.AF_UNIX); s.connect('\\0warren-' + sys.argv[1])\n"
-        'd = b\'{"v":1,"t":"list"}\'\n'
-        "try:\n    s.sendall(struct.pack('!II', len(d), 0) + d)\n"
-        "except BrokenPipeError:\n    print(repr(b'')); sys.exit(0)\n"
+        'd = b\'{"v":2,"t":"list"}\'\n'
         "s.settimeout(5)\n"
-        "try:\n    print(repr(s.recv(4096)))\n"
-        "except ConnectionResetError:\n    print(repr(b''))\n"
+        "try:\n    s.sendall(struct.pack('!II', len(d), 0) + d)\n    print(repr(s.recv(4096)))\n"
+        "except (ConnectionResetError, BrokenPipeError):\n    print(repr(b''))\n"
     )
     r = subprocess.run(
         ["unshare", "--user", "--map-root-user", sys.executable, "-c", probe, token],
@@ -297,19 +295,19 @@ def test_malformed_messages_are_typed_errors_that_harm_nothing(layout: Layout) -
     _token, pid = _supervisor()
     cases = {
         "huge length": struct.pack("!II", 0xFFFFFFF0, 0) + b"{}x",
-        "huge payload": _frame({"v": 1, "t": "list"}, payload_len=0xFFFFFFFF),
+        "huge payload": _frame({"v": protocol.VERSION, "t": "list"}, payload_len=0xFFFFFFFF),
         "not json": struct.pack("!II", 5, 0) + b"{nope",
         "json array": _frame([1, 2, 3]),
         "other version": _frame({"v": 999, "t": "list"}),
-        "unknown kind": _frame({"v": 1, "t": "format-disk"}),
-        "wrong types": _frame({"v": 1, "t": "stop", "name": 42}),
-        "unknown field": _frame({"v": 1, "t": "list", "evil": True}),
+        "unknown kind": _frame({"v": protocol.VERSION, "t": "format-disk"}),
+        "wrong types": _frame({"v": protocol.VERSION, "t": "stop", "name": 42}),
+        "unknown field": _frame({"v": protocol.VERSION, "t": "list", "evil": True}),
         "NUL in argv": _frame(
-            {"v": 1, "t": "exec", "sandbox": "bystander", "command": {"argv": ["tr\u0000ue"]}}
+            {"v": protocol.VERSION, "t": "exec", "sandbox": "bystander", "command": {"argv": ["tr\u0000ue"]}}
         ),
         "declared stdio missing": _frame(
             {
-                "v": 1,
+                "v": protocol.VERSION,
                 "t": "exec",
                 "sandbox": "bystander",
                 "command": {"argv": ["true"], "stdio": [True, True, True]},
@@ -322,7 +320,7 @@ def test_malformed_messages_are_typed_errors_that_harm_nothing(layout: Layout) -
     # Nine descriptors: more than a frame may carry.
     fds = [os.open(os.devnull, os.O_RDONLY) for _ in range(9)]
     try:
-        assert _error_kind(_raw(_frame({"v": 1, "t": "list"}), fds)) == "ProtocolError"
+        assert _error_kind(_raw(_frame({"v": protocol.VERSION, "t": "list"}), fds)) == "ProtocolError"
     finally:
         for fd in fds:
             os.close(fd)

@@ -296,6 +296,9 @@ def test_ports_and_netlog(unix: Serve, ws: Path) -> None:
                 time.sleep(0.1)
         _error(c.post("/v1/sandboxes/n/ports", json={"port": 0}), 400, "WarrenError")
         assert c.get("/v1/sandboxes/n/netlog").json() == {"events": []}
+        stats = c.get("/v1/sandboxes/n/stats").json()
+        assert stats["pids"] >= 2 and stats["memory"] > 0, stats  # the http.server is running
+        assert set(stats) >= {"memory", "pids", "cpu_time", "source", "memory_limit", "pids_limit"}
 
 
 def test_twenty_sandboxes_times_ten_concurrent_execs(tcp: Serve, ws: Path) -> None:

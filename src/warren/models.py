@@ -23,6 +23,7 @@ class Result:
     duration: float
     signal: int | None = None
     timed_out: bool = False
+    limit: str | None = None  # a limit of the sandbox it ran into: "memory limit 512M reached"
     stdout_truncated: bool = False
     stderr_truncated: bool = False
     warnings: tuple[str, ...] = ()
@@ -58,6 +59,21 @@ class SandboxInfo:
     @property
     def alive(self) -> bool:
         return self.state == "running"
+
+
+@dataclass(frozen=True)
+class Stats:
+    """A sandbox's use now against its limits (``None``: no limit). ``source`` says
+    where the numbers come from (the cgroup files the limits are enforced on, or the
+    sandbox's processes in /proc)."""
+
+    memory: int  # bytes
+    pids: int  # processes + threads, warren's own few included
+    cpu_time: float  # seconds
+    source: str
+    memory_limit: int | None = None
+    pids_limit: int | None = None
+    cpus_limit: float | None = None
 
 
 @dataclass(frozen=True)

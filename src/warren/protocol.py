@@ -32,7 +32,7 @@ else:
         return lambda cls: cls
 
 
-VERSION = 1
+VERSION = 2  # bumped whenever a message changes: a supervisor of other code refuses cleanly
 DEFAULT_OUTPUT_LIMIT = 16 * 1024 * 1024
 
 _MISSING = object()
@@ -409,6 +409,11 @@ class NetLogRequest(Message):
     sandbox: str
 
 
+class StatsRequest(Message):
+    TAG = "stats"
+    sandbox: str
+
+
 class ProcessRequest(Message):
     """The state of a background process, and its output from the given offsets."""
 
@@ -485,6 +490,7 @@ class Exited(Message):
     status: int
     timed_out: bool = False
     warnings: list[str] = []
+    limit: str | None = None  # the sandbox's limit it ran into ("memory limit 512M reached")
 
 
 class ProcInfo(Message):
@@ -538,6 +544,19 @@ class NetEventRecord(Message):
 class NetLog(Message):
     TAG = "netlog-ok"
     events: list[NetEventRecord] = []
+
+
+class Stats(Message):
+    """A sandbox's use now against its limits (``None``: no limit)."""
+
+    TAG = "stats-ok"
+    memory: int  # bytes
+    pids: int  # processes + threads, warren's own few included
+    cpu_time: float  # seconds, of the processes alive now and the children they reaped
+    source: str  # where the numbers come from: cgroup files or the sandbox's /proc entries
+    memory_limit: int | None = None
+    pids_limit: int | None = None
+    cpus_limit: float | None = None
 
 
 class ProcessState(Message):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+from collections.abc import Callable
 
 from ..errors import SetupError
 from ..plan.model import Plan
@@ -38,12 +39,17 @@ def close_all_but(*keep: int) -> None:
     _sys.close_range(low, 0xFFFFFFFF)
 
 
-def start_pid1(plan: Plan, control: socket.socket, *, oneshot: bool) -> int:
+def start_pid1(
+    plan: Plan, control: socket.socket, *, oneshot: bool, before_start: Callable[[int], None] | None = None
+) -> int:
     """Clone PID 1 for ``plan``; ``control`` is the child's end of its channel to the
-    caller (the caller closes its copy). Returns PID 1's pid as the caller sees it."""
+    caller (the caller closes its copy). Returns PID 1's pid as the caller sees it.
+    ``before_start(pid)`` runs in the caller while the child waits, before it does
+    anything (the launch puts it into its cgroups there: nothing it forks escapes)."""
     from . import pid1
 
     harden.seccomp_program(plan)  # packed here, so the clone only copies it
+    gate_r, gate_w = os.pipe2(os.O_CLOEXEC)
     # A stop (SIGTERM) that comes early waits, blocked, until PID 1 has its own
     # handler: before that it would run the parent's.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
@@ -51,6 +57,8 @@ def start_pid1(plan: Plan, control: socket.socket, *, oneshot: bool) -> int:
         pid = _sys.clone_process(NS_FLAGS)
     except OSError as e:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        os.close(gate_r)
+        os.close(gate_w)
         raise SetupError(
             "cannot create the sandbox's namespaces",
             operation="clone",
@@ -61,6 +69,9 @@ def start_pid1(plan: Plan, control: socket.socket, *, oneshot: bool) -> int:
     if pid == 0:
         code = 125
         try:
+            os.close(gate_w)
+            if os.read(gate_r, 1) != b"1":
+                os._exit(125)  # the caller gave up on us (or died)
             devnull = os.open("/dev/null", os.O_RDWR)
             for target in (0, 1, 2):
                 os.dup2(devnull, target)
@@ -69,4 +80,11 @@ def start_pid1(plan: Plan, control: socket.socket, *, oneshot: bool) -> int:
         finally:
             os._exit(code)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    os.close(gate_r)
+    try:
+        if before_start is not None:
+            before_start(pid)
+        os.write(gate_w, b"1")
+    finally:
+        os.close(gate_w)
     return pid

@@ -106,7 +106,10 @@ def _apply(op: MountOp, target: str, fd: int | None) -> None:
         if op.mkdir:
             os.mkdir(target, 0o755)
         flags = _sys.MS_NOSUID | _sys.MS_NODEV | (_sys.MS_RDONLY if op.readonly else 0)
-        _sys.mount("tmpfs", target, "tmpfs", flags, None if op.mode is None else f"mode={op.mode:o}")
+        options = [f"mode={op.mode:o}"] if op.mode is not None else []
+        if op.size is not None:
+            options.append(f"size={op.size}")
+        _sys.mount("tmpfs", target, "tmpfs", flags, ",".join(options) or None)
     elif kind is MountKind.BIND_DEV:
         # The host /dev is still reachable at /dev (the stage sits on /tmp).
         os.close(os.open(target, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o644))

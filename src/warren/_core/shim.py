@@ -23,6 +23,7 @@ import errno
 import fcntl
 import json
 import os
+import resource as resource_mod
 import select
 import signal
 import socket
@@ -199,6 +200,24 @@ class Launcher:
             os.waitpid(self.pid, 0)
 
 
+def limit_resources(plan: Plan) -> None:
+    """The planned rlimits (where no cgroup enforces a limit), soft and hard: once the
+    capabilities are dropped, nothing in the command can raise them again."""
+    if plan.limits is None:
+        return
+    if plan.limits.cgroups:
+        # At the memory limit the OOM killer picks in the sandbox's cgroup: the command
+        # (raising its own score needs no privilege), never PID 1 or a helper, so the
+        # sandbox survives and the kill is reported.
+        with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as f:
+            f.write("500")
+    for name, value in plan.limits.rlimits:
+        resource = getattr(resource_mod, name)
+        _soft, hard = resource_mod.getrlimit(resource)
+        value = value if hard == resource_mod.RLIM_INFINITY else min(value, hard)
+        resource_mod.setrlimit(resource, (value, value))
+
+
 def _await_launch(plan: Plan, ruleset: int | None, sock: socket.socket, warm_up: bool) -> NoReturn:
     """In the process forked ahead of time: wait for the command, then become it."""
     try:
@@ -218,6 +237,7 @@ def _await_launch(plan: Plan, ruleset: int | None, sock: socket.socket, warm_up:
             fcntl.ioctl(fds[msg.ctty], termios.TIOCSCTTY, 0)
         for target, fd in enumerate(fds[:3]):
             os.dup2(fd, target)  # dup2 clears close-on-exec on the copy
+        limit_resources(plan)
         harden.harden(plan, ruleset)
         _sys.close_range(3, 0xFFFFFFFF, _sys.CLOSE_RANGE_CLOEXEC)
         os.execve(msg.path, msg.argv, msg.env)

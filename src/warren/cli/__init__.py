@@ -23,12 +23,13 @@ usage: warren COMMAND [ARGS...]
 a sandbox for AI coding agents in which real developer tools work
 
 one-shot:
-  run [POLICY FLAGS] [--] CMD [ARGS...]   run CMD in a fresh sandbox
+  run [POLICY FLAGS] [--timeout S] [--] CMD [ARGS...]   run CMD in a fresh sandbox
   plan [POLICY FLAGS] [--json]            print exactly what `run` would set up
 long-lived:
   create [POLICY FLAGS] NAME              create a sandbox
   exec [--cwd DIR] [--env K=V] [--timeout S] NAME CMD [ARGS...]
   ps [--json] NAME                        its processes
+  stats [--json] NAME                     memory, pids, CPU time against its limits
   ls [--json]                             every sandbox, alive or dead and why
   cp [-r] SRC DST                         copy host <-> sandbox (NAME:PATH)
   port [--host-port N] NAME PORT          forward a host port into the sandbox
@@ -66,17 +67,20 @@ def _dispatch(argv: list[str]) -> int:
     if cmd == "run":
         from . import attach, flags
 
-        got = flags.quick(rest, flags.POLICY_FLAGS)
+        got = flags.quick(rest, flags.RUN_FLAGS)
         if got is None:
             p = flags.parser(
                 "warren run", "Run CMD in a one-shot sandbox: warren run [FLAGS] [--] CMD [ARGS]..."
             )
             flags.add_policy_flags(p)
+            flags.TIMEOUT.add_to(p)
             p.add_argument("command", nargs="...", help="the command and its arguments")
             ns = p.parse_args(rest)
             got = ns, ns.command
         ns, command = got
-        return attach.run(flags.spec_of(ns), ns.profile, flags.command_of(command, "run"))
+        return attach.run(
+            flags.spec_of(ns), ns.profile, flags.command_of(command, "run"), _timeout(ns.timeout)
+        )
     if cmd == "exec":
         from ..server.statedir import check_name
         from . import attach, flags

@@ -203,6 +203,11 @@ class Attached:
                 f"warren: the command ran past its timeout of {self.message.command.timeout} s and was killed"
             )
             return 124
+        if msg.limit is not None:
+            if code == 128 + signal.SIGKILL:
+                _say(f"warren: killed: {msg.limit}")
+            else:
+                _say(f"warren: {msg.limit} (a fork or an allocation failed)")
         if code != 0 and self.network == "none" and _looks_networked(self.argv):
             _say(
                 "warren: hint: the sandbox has no network (--network none, the default); to reach package "
@@ -293,11 +298,11 @@ def _drain_pipe(fd: int, take: Any) -> None:
         pass
 
 
-def run(spec: dict[str, object], profile: str | None, argv: list[str]) -> int:
+def run(spec: dict[str, object], profile: str | None, argv: list[str], timeout: float | None = None) -> int:
     message = protocol.RunRequest(
         spec=spec,
         caller=protocol.Caller(cwd=os.getcwd(), env=dict(os.environ), config=True, profile=profile),
-        command=protocol.Command(argv=argv),
+        command=protocol.Command(argv=argv, timeout=timeout),
     )
     return Attached(message).run()
 

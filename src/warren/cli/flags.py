@@ -97,11 +97,19 @@ POLICY_FLAGS = (
         "switch",
         "allow /, your home, or a system directory as the workspace or a writable path",
     ),
+    Flag(("--memory",), "memory", "value", "memory of the whole sandbox (default: half of RAM)", "SIZE"),
+    Flag(("--pids",), "pids", "value", "processes + threads in the sandbox (default: 4096)", "N"),
+    Flag(("--cpus",), "cpus", "value", "CPU time, in CPUs (e.g. 0.5; default: no limit)", "N"),
+    Flag(("--tmp-size",), "tmp_size", "value", "size of /tmp and of /dev/shm (default: RAM/8)", "SIZE"),
 )
+TIMEOUT = Flag(
+    ("--timeout",), "timeout", "float", "kill the command's whole tree after this (exit 124)", "SECONDS"
+)
+RUN_FLAGS = (*POLICY_FLAGS, TIMEOUT)
 EXEC_FLAGS = (
     Flag(("--cwd",), "cwd", "value", "working directory inside the sandbox (default: the workspace)", "DIR"),
     Flag(("--env",), "env", "multi", "set an environment variable", "K=V"),
-    Flag(("--timeout",), "timeout", "float", "kill the command's whole tree after this", "SECONDS"),
+    TIMEOUT,
 )
 
 
@@ -231,6 +239,9 @@ def spec_of(ns: Any) -> dict[str, object]:
         spec["workspace_writable"] = False
     if ns.allow_broad_workspace:
         spec["allow_broad_workspace"] = True
+    for key in ("memory", "pids", "cpus", "tmp_size"):
+        if getattr(ns, key) is not None:
+            spec[key] = getattr(ns, key)
     return spec
 
 

@@ -4,6 +4,7 @@ transport); errors reach the entrypoint as ``WarrenError`` (one line + hint)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import stat
@@ -302,7 +303,30 @@ def shutdown(args: list[str]) -> int:
     return 0
 
 
+def _of(limit: object) -> str:
+    return f" of {limit}" if limit is not None else " (no limit)"
+
+
+def stats(args: list[str]) -> int:
+    from ..policy.limits import show_size
+
+    p = flags.parser("warren stats", "Memory, processes and CPU time of sandbox NAME against its limits.")
+    p.add_argument("--json", action="store_true", help="one JSON object")
+    p.add_argument("name")
+    ns = p.parse_args(args)
+    s = Sandbox.get(check_name(ns.name), transport=_transport()).stats()
+    if ns.json:
+        print(json.dumps(dataclasses.asdict(s), indent=2))
+        return 0
+    print(f"memory    {show_size(s.memory)}{_of(show_size(s.memory_limit) if s.memory_limit else None)}")
+    print(f"pids      {s.pids}{_of(s.pids_limit)}")
+    print(f"cpu time  {s.cpu_time:.2f} s{_of(f'{s.cpus_limit:g} CPUs' if s.cpus_limit else None)}")
+    print(f"source    {s.source}")
+    return 0
+
+
 COMMANDS: dict[str, Callable[[list[str]], int]] = {
+    "stats": stats,
     "create": create,
     "ls": ls,
     "ps": ps,

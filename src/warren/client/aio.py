@@ -13,7 +13,7 @@ import builtins
 import signal as _signal
 from collections.abc import Callable, Sequence
 
-from ..models import FileInfo, Output, ProcessInfo, Result, SandboxInfo
+from ..models import FileInfo, Output, ProcessInfo, Result, SandboxInfo, Stats
 from ..net.allowlist import NetEvent
 from ..output import DEFAULT_OUTPUT_LIMIT
 from ..policy import Policy, PolicySpec
@@ -220,6 +220,9 @@ class AsyncSandbox:
 
     async def expose(self, port: int, host_port: int = 0) -> str:
         return await asyncio.to_thread(self.sync.expose, port, host_port)
+
+    async def stats(self) -> Stats:
+        return await asyncio.to_thread(self.sync.stats)
 
     async def net_log(self) -> builtins.list[NetEvent]:
         return await asyncio.to_thread(self.sync.net_log)

@@ -157,6 +157,7 @@ def run_captured(
         duration=time.monotonic() - start,
         signal=sig,
         timed_out=final.timed_out,
+        limit=final.limit,
         stdout_truncated=bool(out.dropped),
         stderr_truncated=bool(err.dropped),
         warnings=(*(started.warnings if started else ()), *final.warnings),

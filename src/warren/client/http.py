@@ -20,7 +20,7 @@ import httpx
 
 from .. import protocol
 from ..errors import SandboxError, WarrenError
-from ..models import ProcessInfo, Result, SandboxInfo
+from ..models import ProcessInfo, Result, SandboxInfo, Stats
 from ..net.allowlist import NetEvent
 from ..policy.spec import PolicySpec
 from ..service import codec
@@ -284,6 +284,9 @@ class HttpTransport(Transport):
 
     def net_log(self, name: str) -> builtins.list[NetEvent]:
         return [NetEvent(**e) for e in self._json("GET", f"/v1/sandboxes/{name}/netlog")["events"]]
+
+    def stats(self, name: str) -> Stats:
+        return Stats(**self._json("GET", f"/v1/sandboxes/{name}/stats"))
 
 
 def events(lines: Iterator[str]) -> Iterator[tuple[str, Any]]:

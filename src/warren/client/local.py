@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 
 from .. import protocol
 from ..errors import SandboxError
-from ..models import ProcessInfo, Result, SandboxInfo
+from ..models import ProcessInfo, Result, SandboxInfo, Stats
 from ..net.allowlist import NetEvent
 from ..policy.spec import PolicySpec
 from . import connect
@@ -195,6 +195,11 @@ class LocalTransport(Transport):
         )
         assert isinstance(reply, protocol.Exposed)
         return reply.address
+
+    def stats(self, name: str) -> Stats:
+        reply, _ = self._request(protocol.StatsRequest(sandbox=name), (protocol.Stats,))
+        assert isinstance(reply, protocol.Stats)
+        return Stats(**reply.to_fields())  # type: ignore[arg-type]
 
     def net_log(self, name: str) -> builtins.list[NetEvent]:
         reply, _ = self._request(protocol.NetLogRequest(sandbox=name), (protocol.NetLog,))

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 from .. import protocol, wire
 from ..errors import SandboxDead, SandboxError, SandboxFileError, SandboxTimeout, WarrenError
-from ..models import FileInfo, Output, ProcessInfo, Result, SandboxInfo
+from ..models import FileInfo, Output, ProcessInfo, Result, SandboxInfo, Stats
 from ..net.allowlist import NetEvent
 from ..output import DEFAULT_OUTPUT_LIMIT
 from ..policy import Policy, PolicySpec
@@ -295,6 +295,11 @@ class Sandbox:
                     hint="ports are 1-65535 (host_port 0 picks a free one)",
                 )
         return self._transport.expose(self.name, port, host_port)
+
+    def stats(self) -> Stats:
+        """Memory, processes + threads and CPU time of the whole sandbox now, against its
+        limits."""
+        return self._transport.stats(self.name)
 
     def net_log(self) -> builtins.list[NetEvent]:
         """Every decision of this sandbox's network proxy (``--network allow``), oldest

@@ -14,7 +14,7 @@ import builtins
 from collections.abc import Callable
 
 from .. import protocol
-from ..models import ProcessInfo, Result, SandboxInfo
+from ..models import ProcessInfo, Result, SandboxInfo, Stats
 from ..net.allowlist import NetEvent
 from ..policy.spec import PolicySpec
 
@@ -99,3 +99,6 @@ class Transport(abc.ABC):
 
     @abc.abstractmethod
     def net_log(self, name: str) -> builtins.list[NetEvent]: ...
+
+    @abc.abstractmethod
+    def stats(self, name: str) -> Stats: ...

@@ -18,6 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .._core import _sys
+from .._core import cgroups as _cgroups
+from ..policy.limits import mem_total
+from .limits import CgroupFacts
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,9 @@ class HostFacts:
     # Directories among the asked-about paths that the planning user may write (the
     # supervisor runs as its callers): where warren itself may make a TMPDIR.
     writable_dirs: frozenset[str] = frozenset()
+    # Which cgroups this caller may use, and the RAM the default limits scale with.
+    cgroups: CgroupFacts = field(default_factory=lambda: CgroupFacts(uid=-1))
+    mem_total: int = 4 << 30
 
     def kind(self, path: str) -> PathKind:
         return self.path_kinds.get(path, "missing")
@@ -212,6 +218,8 @@ def gather(
         outside_links=outside_links,
         git=git,
         writable_dirs=frozenset(p for p in paths if kinds[p] == "dir" and os.access(p, os.W_OK)),
+        cgroups=_cgroups.probe(os.getuid()),
+        mem_total=mem_total(),
     )
 
 

@@ -13,6 +13,7 @@ import os
 from ..errors import HostError, PolicyError
 from ..policy import Policy
 from . import landlock as _landlock
+from . import limits as _limits
 from . import seccomp as _seccomp
 from .env import credential_warnings, environment, passed
 from .facts import CallerFacts, HostFacts, landlock_abi
@@ -62,6 +63,7 @@ def make_plan(
             "workspace) will fail with EXDEV, and ancestor directories of writable roots "
             "are protected only by mounts. Use Linux >= 5.19 with Landlock enabled."
         )
+    limits = _limits.plan(policy.limits, host.cgroups, host.mem_total)
     denied = [(str(r.path), r.source) for r in policy.denied]
     if host.state_dir and host.kind(host.state_dir) == "dir":
         denied.append((host.state_dir, STATE_DIR_SOURCE))
@@ -72,6 +74,7 @@ def make_plan(
         ["/run", "/var/run", caller.env.get("XDG_RUNTIME_DIR", "")],
         host,
         shared=abi >= 2,
+        tmp_size=limits.limits.tmp_size or None,
     )
     warnings.extend(mounts.warnings)
     warnings.extend(credential_warnings(passed(policy, caller.env)[1]))
@@ -112,6 +115,7 @@ def make_plan(
         git=host.git,
         groups=tuple((g.mount_at, g.roots) for g in mounts.groups),
         warnings=tuple(warnings),
+        limits=limits,
     )
 
 

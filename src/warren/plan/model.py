@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 
 from ..net.allowlist import HostRule
 from .landlock import LandlockPlan, right_names
+from .limits import LimitsPlan
 from .seccomp import SeccompPlan
 
 
@@ -49,6 +50,7 @@ class MountOp:
     mode: int | None = None
     readonly: bool = False
     mkdir: bool = False  # create the mount point (it lies in a fresh tmpfs)
+    size: int | None = None  # a tmpfs's size= in bytes
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,7 @@ class Plan:
     git: tuple[tuple[str, str], ...] = ()  # (git directory, its store): see server.gitstore
     groups: tuple[tuple[str, tuple[str, ...]], ...] = field(default=())
     warnings: tuple[str, ...] = ()
+    limits: LimitsPlan | None = None  # None: no limits (plans built by hand in tests)
 
     @property
     def uid_map(self) -> str:

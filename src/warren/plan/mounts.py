@@ -176,6 +176,7 @@ def plan_mounts(
     hidden_candidates: list[str],
     facts: HostFacts,
     shared: bool,
+    tmp_size: int | None = None,
 ) -> MountPlan:
     """The mount steps, in the order the kernel needs them. ``shared``: writable roots
     on one filesystem share one bind (needs Landlock >= 2 to confine them); otherwise
@@ -199,13 +200,17 @@ def plan_mounts(
         if g.overlaid is None:
             add_group(g)
 
-    ops.append(MountOp(MountKind.TMPFS, "/tmp", why="private /tmp", mode=0o1777))
+    ops.append(MountOp(MountKind.TMPFS, "/tmp", why="private /tmp", mode=0o1777, size=tmp_size))
     ops.append(MountOp(MountKind.TMPFS, "/dev", why="minimal /dev", mode=0o755))
     for node in DEV_NODES:
         if facts.kind(f"/dev/{node}") != "missing":
             ops.append(MountOp(MountKind.BIND_DEV, f"/dev/{node}", f"/dev/{node}", why="device node"))
     ops.append(MountOp(MountKind.DEVPTS, "/dev/pts", why="private pseudo-terminals", mkdir=True))
-    ops.append(MountOp(MountKind.TMPFS, "/dev/shm", why="private shared memory", mode=0o1777, mkdir=True))
+    ops.append(
+        MountOp(
+            MountKind.TMPFS, "/dev/shm", why="private shared memory", mode=0o1777, mkdir=True, size=tmp_size
+        )
+    )
     for name, dest in DEV_LINKS:
         ops.append(MountOp(MountKind.SYMLINK, f"/dev/{name}", dest))
 

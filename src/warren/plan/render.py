@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from ..policy.limits import show_size
 from .landlock import right_names
+from .limits import render as render_limits
 from .model import MountKind, MountOp, Plan
 
 _K = MountKind
@@ -17,6 +19,8 @@ def _mount_line(op: MountOp) -> str:
         return f"mask ro   {op.target}/*  except {', '.join(op.keep)}"
     if op.kind is _K.TMPFS:
         state = "read-only, empty" if op.readonly else f"mode {op.mode:o}" if op.mode is not None else ""
+        if op.size is not None:
+            state += f", size={show_size(op.size)}"
         return f"tmpfs     {op.target}  [{state}]  ({op.why})"
     if op.kind is _K.BIND_DEV:
         return f"device    {op.target}"
@@ -86,6 +90,8 @@ def render(plan: Plan) -> str:
     )
     if plan.git:
         lines.append("  renames onto a protected git config: performed by PID 1 (see git repositories)")
+    if plan.limits is not None:
+        lines.extend(render_limits(plan.limits))
     lines.append("process")
     lines.append(
         "  each command: own session (a pty made inside when you are on a terminal), no_new_privs, "

@@ -4,7 +4,8 @@ Owns the TOML schema and the layering order. Layers, later wins (lists extend):
 user config top level < user profile < workspace file top level < workspace profile
 < command-line flags. A workspace file comes with the repository (nobody vetted it),
 so it may only narrow the sandbox: deny paths, make paths inside the workspace
-read-only, set environment values, keep the network off and the default deny on.
+read-only, set environment values, keep the network off and the default deny on,
+lower resource limits.
 Every other key, or a value that widens, is refused naming the file and the key.
 """
 
@@ -12,10 +13,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from . import limits as _limits
 from .resolve import absolute
 from .spec import PATH_KEYS, PolicySpec, from_mapping, type_error
 
@@ -87,6 +90,10 @@ _NARROWING = {
     "default_deny": "true",
     "workspace_writable": "false",
     "allow_nested": "false",
+    "memory": "a lower limit",
+    "pids": "a lower limit",
+    "cpus": "a lower limit",
+    "tmp_size": "a lower limit",
 }
 _FLAG_FOR = {
     "write": "--write PATH",
@@ -158,7 +165,7 @@ def load_spec(
         if data is ws:
             ws_spec = _spec_from_table(ws, str(ws_path), home, workspace)
             _check_narrowing(ws, ws_spec, workspace, str(ws_path))
-            spec = spec.merged(ws_spec)
+            spec = spec.merged(_only_lower(ws_spec, spec, str(ws_path)))
         if profile is None:
             continue
         table = _profile(data, profile, str(path))
@@ -169,6 +176,7 @@ def load_spec(
         prof = _spec_from_table(table, where, home, workspace if data is ws else None)
         if data is ws:
             _check_narrowing(table, prof, workspace, where)
+            prof = _only_lower(prof, spec, where)
         spec = spec.merged(prof)
     if profile is not None and not found:
         raise ConfigError(
@@ -177,3 +185,20 @@ def load_spec(
             hint=f"define [profile.{profile}] in {user_path} or {ws_path}",
         )
     return spec
+
+
+def _only_lower(ws: PolicySpec, below: PolicySpec, where: str) -> PolicySpec:
+    """A workspace file's limits, each no higher than what it would otherwise be (the
+    layers below it, else the default): a repository may tighten, never loosen."""
+    given = ws.limits(where)
+    if given == _limits.Limits():
+        return ws
+    ceiling = _limits.lowered(below.limits("your config"), _limits.defaults(_limits.mem_total()))
+    low = _limits.lowered(given, ceiling)
+    return replace(
+        ws,
+        memory=low.memory if ws.memory is not None else None,
+        pids=low.pids if ws.pids is not None else None,
+        cpus=low.cpus if ws.cpus is not None else None,
+        tmp_size=low.tmp_size if ws.tmp_size is not None else None,
+    )

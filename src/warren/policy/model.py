@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..errors import PolicyError
 from ..net import allowlist as _allowlist
+from .limits import Limits
 from .presets import is_credential_name
 from .spec import PolicySpec
 
@@ -144,6 +145,9 @@ class Policy:
     allowed_hosts: tuple[str, ...] = ()
     resolve: Mapping[str, str] = field(default_factory=dict)
     allow_nested: bool = False
+    limits: Limits = field(
+        default_factory=Limits
+    )  # as set (flags, config); the planner fills in the defaults
     # The spec this policy was resolved from: what a client sends, so the supervisor
     # resolves the same policy for the same caller.
     spec: PolicySpec = field(default_factory=PolicySpec, compare=False)

@@ -114,6 +114,7 @@ def build(
         allowed_hosts=tuple(dict.fromkeys([*grant.hosts, *spec.allow_hosts])) if network == "allow" else (),
         resolve=dict(spec.resolve),
         allow_nested=bool(spec.allow_nested),
+        limits=spec.limits("policy"),
         # Paths made absolute: the same spec resolves to this policy from any directory.
         spec=replace(
             spec,

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import ConfigError, PolicyError
+from . import limits as _limits
 
 # key -> attribute; both spellings of the list keys are accepted, the first is canonical.
 LIST_KEYS = {
@@ -29,8 +30,13 @@ LIST_KEYS = {
 BOOL_KEYS = ("default_deny", "workspace_writable", "allow_nested", "allow_broad_workspace")
 STR_KEYS = ("workspace", "network")
 TABLE_KEYS = ("env", "resolve")
+LIMIT_KEYS = ("memory", "pids", "cpus", "tmp_size")
 PATH_KEYS = ("write", "read", "deny")
-KNOWN = sorted({*LIST_KEYS, *BOOL_KEYS, *STR_KEYS, *TABLE_KEYS})
+KNOWN = sorted({*LIST_KEYS, *BOOL_KEYS, *STR_KEYS, *TABLE_KEYS, *LIMIT_KEYS})
+Raw = str | int | float
+
+
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -51,6 +57,14 @@ class PolicySpec:
     workspace_writable: bool | None = None
     allow_nested: bool | None = None
     allow_broad_workspace: bool | None = None
+    # Resource limits as written ("512M", 64, 0.5); policy.limits gives their meaning.
+    memory: Raw | None = None
+    pids: Raw | None = None
+    cpus: Raw | None = None
+    tmp_size: Raw | None = None
+
+    def limits(self, where: str) -> _limits.Limits:
+        return _limits.parse(self.memory, self.pids, self.cpus, self.tmp_size, where)
 
     def merged(self, other: PolicySpec) -> PolicySpec:
         """``other`` layered on top of ``self``: scalars replace, lists extend."""
@@ -69,6 +83,10 @@ class PolicySpec:
             workspace_writable=_pick(other.workspace_writable, self.workspace_writable),
             allow_nested=_pick(other.allow_nested, self.allow_nested),
             allow_broad_workspace=_pick(other.allow_broad_workspace, self.allow_broad_workspace),
+            memory=other.memory if other.memory is not None else self.memory,
+            pids=other.pids if other.pids is not None else self.pids,
+            cpus=other.cpus if other.cpus is not None else self.cpus,
+            tmp_size=other.tmp_size if other.tmp_size is not None else self.tmp_size,
         )
 
     def to_mapping(self) -> dict[str, object]:
@@ -93,14 +111,14 @@ class PolicySpec:
             out["resolve"] = dict(self.resolve)
         if self.network is not None:
             out["network"] = self.network
-        for key in BOOL_KEYS:
+        for key in (*BOOL_KEYS, *LIMIT_KEYS):
             value = getattr(self, key)
             if value is not None:
                 out[key] = value
         return out
 
 
-def _pick(a: bool | None, b: bool | None) -> bool | None:
+def _pick(a: _T | None, b: _T | None) -> _T | None:
     return a if a is not None else b
 
 
@@ -149,6 +167,12 @@ def from_mapping(table: Mapping[str, Any], where: str, *, skip: tuple[str, ...] 
                 check_text(k, f"{where}: {key}")
                 check_text(v, f"{where}: {key}.{k}")
             getattr(spec, key).update(value)
+        elif key in LIMIT_KEYS:
+            if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+                raise type_error(where, key, "a number or a size such as 512M")
+            # Checked now, so a bad value is an error naming where it was written.
+            _limits.parse(**{k: value if k == key else None for k in LIMIT_KEYS}, where=where)
+            setattr(spec, key, value)
         else:
             raise ConfigError(
                 f"{where}: unknown key {key!r}",

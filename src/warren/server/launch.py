@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from .._core import clone, guard
+from .._core import cgroups, clone, guard
 from ..errors import SetupError
 from ..plan.model import Plan
+from ..policy.limits import show_size
 
 
 @dataclass
@@ -26,9 +28,13 @@ class Launched:
     control: socket.socket  # the supervisor's end of PID 1's control channel
     guard: list[guard.DirState]
     scratch: str | None = None  # the TMPDIR warren made in the workspace
+    cgroups: list[str] = field(default_factory=list)  # the sandbox's own, one per controller
+    record_dir: str | None = None
 
 
-def launch(plan: Plan, *, oneshot: bool) -> Launched:
+def launch(plan: Plan, *, oneshot: bool, record_dir: str | None = None) -> Launched:
+    """``record_dir``: where the sandbox's cgroups are listed until removed (so a
+    crashed supervisor's successor finds them: ``cgroups.sweep``)."""
     for path in plan.create_dirs:
         try:
             os.makedirs(path, exist_ok=True)
@@ -42,22 +48,60 @@ def launch(plan: Plan, *, oneshot: bool) -> Launched:
             ) from None
     if plan.scratch:
         _make_scratch(plan.scratch)
+    try:
+        groups = cgroups.create(plan.limits.cgroups, plan.uid, record_dir) if plan.limits else []
+    except BaseException:
+        _remove_scratch(plan.scratch)
+        raise
     states = guard.snapshot(plan.guarded)
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     try:
-        pid = clone.start_pid1(plan, theirs, oneshot=oneshot)
+        # PID 1 waits until it is in its cgroups: everything in the sandbox descends
+        # from it, inside them.
+        pid = clone.start_pid1(plan, theirs, oneshot=oneshot, before_start=lambda pid: _attach(groups, pid))
     except BaseException:
         ours.close()
+        cgroups.remove(groups, record_dir)
         _remove_scratch(plan.scratch)
         raise
     finally:
         theirs.close()
-    return Launched(pid, os.pidfd_open(pid), ours, states, plan.scratch)
+    return Launched(pid, os.pidfd_open(pid), ours, states, plan.scratch, groups, record_dir)
+
+
+def _attach(groups: list[str], pid: int) -> None:
+    try:
+        cgroups.attach(groups, pid)
+    except OSError as e:
+        os.kill(pid, signal.SIGKILL)  # still waiting at its gate: reaped by the supervisor
+        raise SetupError(
+            f"cannot move the sandbox into its cgroup: {e.strerror}",
+            operation="cgroup",
+            path=e.filename,
+            errno=e.errno,
+            hint="run `warren plan` to see how each limit is enforced",
+        ) from None
+
+
+def limit_hit(launched: Launched, plan: Plan) -> str | None:
+    """Which limit the sandbox ran into, from the cgroups' own counters (the OOM
+    killer's kills, refused forks); None if none or nothing counts (rlimits)."""
+    if plan.limits is None:
+        return None
+    eff = plan.limits.limits
+    for path in launched.cgroups:
+        kind = cgroups.controller_of(path)
+        if kind == "memory" and eff.memory and cgroups.counter(path, "memory.oom_control", "oom_kill"):
+            return f"memory limit {show_size(eff.memory)} reached"
+        if kind == "pids" and eff.pids and cgroups.counter(path, "pids.events", "max"):
+            return f"pids limit {eff.pids} reached"
+    return None
 
 
 def restore(launched: Launched) -> list[str]:
-    """After the sandbox ended: remove its TMPDIR, put the guarded directories'
-    metadata back."""
+    """After the sandbox ended: remove its TMPDIR and its cgroups (a busy one stays
+    recorded for the next sweep), put the guarded directories' metadata back."""
+    cgroups.remove(launched.cgroups, launched.record_dir)
     return [*_remove_scratch(launched.scratch), *guard.restore(launched.guard)]
 
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import protocol, wire
-from .._core import clone
+from .._core import cgroups, clone
 from ..errors import (
     ProtocolError,
     SandboxDead,
@@ -54,7 +54,7 @@ from ..plan.facts import gather, paths_of
 from ..plan.mounts import git_spare, strip_nested
 from ..policy import build, config
 from ..policy.spec import from_mapping
-from . import follow, gitstore, launch, links, netd, peer, registry, spawns, statedir
+from . import follow, gitstore, launch, links, netd, peer, registry, spawns, statedir, usage
 
 HEADER_DEADLINE = 10.0  # a client has this long to send a whole request header
 MAX_CLIENTS = 1024
@@ -76,6 +76,7 @@ _SUPERVISOR_REQUESTS = (
     protocol.FileRequest,
     protocol.ExposeRequest,
     protocol.NetLogRequest,
+    protocol.StatsRequest,
     protocol.ProcessRequest,
     protocol.ShutdownRequest,
 )
@@ -162,8 +163,11 @@ class Supervisor:
         if root is not None:
             self.links.load(os.path.join(root, LINKS_FILE))
         self.wake_r, self.wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self.cgroup_records = os.path.join(root, "cgroups") if root is not None else None
         if self.registry is not None:
             self.registry.orphaned(os.getpid(), self.start_time)
+        if self.cgroup_records is not None:
+            cgroups.sweep(self.cgroup_records)
 
     # --- the loop ----------------------------------------------------------------------
 
@@ -440,6 +444,9 @@ class Supervisor:
             self._reply(c, self._expose(msg))
         elif isinstance(msg, protocol.NetLogRequest):
             self._reply(c, self._netlog(msg))
+        elif isinstance(msg, protocol.StatsRequest):
+            live = self._live(msg.sandbox)
+            self._reply(c, usage.measure(live.pid, live.launched.cgroups, live.plan.limits))
         elif isinstance(msg, protocol.ProcessRequest):
             box = self._known(msg.sandbox)
             reply, data = spawns.state(self.root, msg.sandbox, msg, alive=box is not None and box.ready)
@@ -512,7 +519,7 @@ class Supervisor:
         return tuple(stores)
 
     def _launch(self, plan: Plan, name: str, oneshot: bool) -> Box:
-        launched = launch.launch(plan, oneshot=oneshot)
+        launched = launch.launch(plan, oneshot=oneshot, record_dir=self.cgroup_records)
         box = Box(
             name=name,
             id=secrets.token_hex(6),
@@ -956,7 +963,10 @@ class Supervisor:
         for fd in box.ns or ():
             os.close(fd)
         box.ns = None
+        limit = launch.limit_hit(box.launched, box.plan)
         repairs = launch.restore(box.launched)
+        if box.run is not None and box.run.exited is not None:
+            box.run.exited.limit = limit
         if box.run is not None:
             self._end_run(box, repairs)
             return

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import hmac
 import json
 import sys
@@ -448,6 +449,10 @@ class Service:
         address = await self.call(self.transport.expose, name, port, host_port)
         return JSONResponse({"address": address}, status_code=201)
 
+    async def stats(self, request: Request) -> Response:
+        stats = await self.call(self.transport.stats, _name(request))
+        return JSONResponse(dataclasses.asdict(stats))
+
     async def net_log(self, request: Request) -> Response:
         events = await self.call(self.transport.net_log, _name(request))
         return JSONResponse({"events": [codec.net_event(e) for e in events]})
@@ -557,6 +562,7 @@ def routes(service: Service) -> list[Route]:
         (f"{prefix}/files/move", "POST", s.files_move),
         (f"{prefix}/ports", "POST", s.expose),
         (f"{prefix}/netlog", "GET", s.net_log),
+        (f"{prefix}/stats", "GET", s.stats),
     ]
     by_path: dict[str, dict[str, Handler]] = {}
     for path, method, handler in table:

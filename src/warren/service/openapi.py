@@ -161,6 +161,18 @@ SCHEMAS: dict[str, Any] = {
     "Exposed": {"type": "object", "properties": {"address": STR}},
     "NetLog": {"type": "object", "properties": {"events": {"type": "array", "items": {"type": "object"}}}},
     "Ok": {"type": "object"},
+    "Stats": {
+        "type": "object",
+        "properties": {
+            "memory": {"type": "integer"},
+            "pids": {"type": "integer"},
+            "cpu_time": {"type": "number"},
+            "source": STR,
+            "memory_limit": {"type": ["integer", "null"]},
+            "pids_limit": {"type": ["integer", "null"]},
+            "cpus_limit": {"type": ["number", "null"]},
+        },
+    },
 }
 
 NAME = {"name": "name", "in": "path", "required": True, "schema": STR}
@@ -305,6 +317,13 @@ OPS: dict[tuple[str, str], tuple[str, dict[str, Any] | None, int, dict[str, Any]
         [],
     ),
     ("/v1/sandboxes/{name}/netlog", "GET"): ("The network proxy's decisions", None, 200, _json("NetLog"), []),
+    ("/v1/sandboxes/{name}/stats", "GET"): (
+        "Memory, processes and CPU time now, against the limits",
+        None,
+        200,
+        _json("Stats"),
+        [],
+    ),
 }
 
 ERRORS = {

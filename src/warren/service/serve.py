@@ -156,6 +156,11 @@ def serve(
     from ..mcp.server import build
     from .app import make_app
 
+    # A stop asked for before uvicorn installs its own handlers (the socket already
+    # exists by then) still stops gracefully: remembered, and honoured once it runs.
+    early: list[int] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, _frame: early.append(signum))
     sock = bind(listen)
     transport = LocalTransport()
     mcp = build(transport, mcp_spec, mcp_workspace, streamable_path="/mcp")
@@ -180,6 +185,10 @@ def serve(
             self.should_exit = True
 
     server = Server(config)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, frame: server.handle_exit(signum, frame))
+    if early:
+        server.should_exit = True
     try:
         server.run(sockets=[sock])
     except WarrenError:

@@ -1,0 +1,186 @@
+"""Resource limits as a user writes them, parsed and checked; and the safe defaults.
+
+Owns the meaning of ``memory``, ``pids``, ``cpus`` and ``tmp_size`` (flags and
+``warren.toml`` keys): sizes like ``512M`` or ``2G``, counts, fractional CPUs. The
+defaults come from the machine's size (``defaults``; ``mem_total`` reads
+/proc/meminfo, the only file read here); how each limit is enforced on this host is
+the planner's business (``plan.limits``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import PolicyError
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+# Below these a sandbox cannot start a shell: a typo (``--memory 512``), not a choice.
+MIN_MEMORY = 32 << 20
+MIN_TMP = 1 << 20
+MIN_PIDS = 16
+MAX_PIDS = 1 << 22
+NO_LIMIT = 0
+_NONE_WORDS = ("none", "unlimited")
+
+
+def _is_none_word(value: object) -> bool:
+    return isinstance(value, str) and value.strip().lower() in _NONE_WORDS
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resolved limits; ``None``: not set (the default applies); ``NO_LIMIT`` (0): no
+    limit, asked for explicitly (``--memory none``)."""
+
+    memory: int | None = None  # bytes, the whole sandbox
+    pids: int | None = None  # processes + threads in the sandbox
+    cpus: float | None = None  # CPUs' worth of time per wall-clock second
+    tmp_size: int | None = None  # bytes, each of the private /tmp and /dev/shm
+
+
+def parse_size(value: object, where: str) -> int:
+    """``512M``, ``2G``, ``1.5G``, ``1048576`` (bytes); units are powers of 1024."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise _bad(where, value, "a size such as 512M or 2G")
+    text = str(value).strip().upper().removesuffix("IB").removesuffix("B")
+    unit = text[-1:] if text[-1:] in _UNITS and text[-1:] else ""
+    number = text[: len(text) - len(unit)]
+    try:
+        amount = float(number)
+    except ValueError:
+        raise _bad(where, value, "a size such as 512M or 2G") from None
+    if not amount > 0 or amount == float("inf"):
+        raise _bad(where, value, "a positive size such as 512M or 2G")
+    return int(amount * _UNITS[unit])
+
+
+def parse_count(value: object, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise _bad(where, value, "a whole number such as 256")
+    try:
+        n = int(value)
+    except ValueError:
+        raise _bad(where, value, "a whole number such as 256") from None
+    if not MIN_PIDS <= n <= MAX_PIDS:
+        raise _bad(where, value, f"between {MIN_PIDS} and {MAX_PIDS}")
+    return n
+
+
+def parse_cpus(value: object, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise _bad(where, value, "a number of CPUs such as 0.5 or 2")
+    try:
+        n = float(value)
+    except ValueError:
+        raise _bad(where, value, "a number of CPUs such as 0.5 or 2") from None
+    if not 0.01 <= n <= 4096:
+        raise _bad(where, value, "a number of CPUs between 0.01 and 4096")
+    return n
+
+
+def parse(memory: object, pids: object, cpus: object, tmp_size: object, where: str) -> Limits:
+    """Limits from a spec's raw values (``None``: not set); every bad value is a
+    ``PolicyError`` naming the key and where it came from."""
+    mem = (
+        None
+        if memory is None
+        else NO_LIMIT
+        if _is_none_word(memory)
+        else parse_size(memory, f"{where}: memory")
+    )
+    if mem and mem < MIN_MEMORY:
+        raise _bad(f"{where}: memory", memory, f"at least {show_size(MIN_MEMORY)}")
+    tmp = (
+        None
+        if tmp_size is None
+        else NO_LIMIT
+        if _is_none_word(tmp_size)
+        else parse_size(tmp_size, f"{where}: tmp_size")
+    )
+    if tmp and tmp < MIN_TMP:
+        raise _bad(f"{where}: tmp_size", tmp_size, f"at least {show_size(MIN_TMP)}")
+    return Limits(
+        memory=mem,
+        pids=None
+        if pids is None
+        else NO_LIMIT
+        if _is_none_word(pids)
+        else parse_count(pids, f"{where}: pids"),
+        cpus=None
+        if cpus is None
+        else NO_LIMIT
+        if _is_none_word(cpus)
+        else parse_cpus(cpus, f"{where}: cpus"),
+        tmp_size=tmp,
+    )
+
+
+def defaults(mem_total: int) -> Limits:
+    """What a sandbox gets with no flags, sized to keep the host alive:
+
+    - memory: half of RAM. The other half stays for the host and other sandboxes,
+      so the host's own OOM killer never has to pick among its services.
+    - pids: 4096 processes + threads: a fork bomb stops there (the host has tens of
+      thousands), while `make -j`, cargo and test runners with thread pools fit.
+    - tmp_size: an eighth of RAM each for /tmp and /dev/shm (tmpfs lives in RAM;
+      the kernel's default of half of RAM each could take it all).
+    - cpus: none. CPU time is shared fairly by the scheduler; a hog slows the host
+      but cannot take it down.
+    """
+    return Limits(
+        memory=max(MIN_MEMORY, mem_total // 2), pids=4096, cpus=None, tmp_size=max(MIN_TMP, mem_total // 8)
+    )
+
+
+def mem_total() -> int:
+    """MemTotal of /proc/meminfo in bytes (the one fact the defaults need)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 4 << 30
+
+
+def lowered(current: Limits, ceiling: Limits) -> Limits:
+    """Each limit of ``current`` no higher than the same one of ``ceiling`` (a
+    workspace file may only lower limits)."""
+
+    def low(a: float | None, b: float | None) -> float | None:
+        if a is None or b is None:
+            return b if a is None else a
+        # NO_LIMIT is the highest of all: a ceiling of none keeps ``a``, and ``a`` of
+        # none under a ceiling is the ceiling.
+        return b if a == NO_LIMIT else a if b == NO_LIMIT else min(a, b)
+
+    return Limits(
+        memory=_int(low(current.memory, ceiling.memory)),
+        pids=_int(low(current.pids, ceiling.pids)),
+        cpus=low(current.cpus, ceiling.cpus),
+        tmp_size=_int(low(current.tmp_size, ceiling.tmp_size)),
+    )
+
+
+def _int(value: float | None) -> int | None:
+    return None if value is None else int(value)
+
+
+def show_size(n: int) -> str:
+    """Exact when a whole number of a unit, else one decimal of the largest unit."""
+    for unit in ("T", "G", "M", "K"):
+        scale = _UNITS[unit]
+        if n >= scale:
+            return f"{n // scale}{unit}" if n % scale == 0 else f"{n / scale:.1f}{unit}"
+    return str(n)
+
+
+def _bad(where: str, value: object, expected: str) -> PolicyError:
+    return PolicyError(
+        f"{where}: {value!r} is not {expected}",
+        operation="policy",
+        hint="sizes take K, M, G or T (powers of 1024), e.g. --memory 512M --tmp-size 1G; "
+        "--pids takes a count, --cpus a number such as 0.5; none (or unlimited) for no limit",
+    )
