@@ -44,7 +44,7 @@ import socket
 import stat
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from ..plan import seccomp as _seccomp
 from ..plan.model import Plan
@@ -302,27 +302,38 @@ class Broker:
             return -errno.ECONNREFUSED
         return f"/proc/self/fd/{fd}", fd
 
+    def _to_peer(
+        self, call: Call, addr_ptr: int, addr_len: int, act: Callable[[str | bytes], int]
+    ) -> Outcome:
+        """Read the AF_UNIX address the process passed, resolve and judge it, then
+        ``act`` on what was judged: its result, or -errno."""
+        raw = call.read(addr_ptr, min(addr_len & 0xFFFFFFFF, 110))
+        if raw is None:
+            return -errno.EFAULT
+        peer = self._unix_peer(call, raw)
+        if isinstance(peer, int):
+            return peer
+        address, fd = peer
+        try:
+            return act(address)
+        except OSError as e:
+            return -(e.errno or errno.EIO)
+        finally:
+            if fd >= 0:
+                os.close(fd)
+
     def _connect(self, call: Call) -> Outcome:
         with call.socket(call.args[0]) as sock:
             if isinstance(sock, int):
                 return sock
             if sock.family != socket.AF_UNIX:
                 return None  # its family is fixed: the address cannot lead to a unix socket
-            raw = call.read(call.args[1], min(call.args[2] & 0xFFFFFFFF, 110))
-            if raw is None:
-                return -errno.EFAULT
-            peer = self._unix_peer(call, raw)
-            if isinstance(peer, int):
-                return peer
-            address, fd = peer
-            try:
+
+            def connect(address: str | bytes) -> int:
                 sock.connect(address)
                 return 0
-            except OSError as e:
-                return -(e.errno or errno.EIO)
-            finally:
-                if fd >= 0:
-                    os.close(fd)
+
+            return self._to_peer(call, call.args[1], call.args[2], connect)
 
     def _sendto(self, call: Call) -> Outcome:
         with call.socket(call.args[0]) as sock:
@@ -333,20 +344,13 @@ class Broker:
             length = call.args[2]
             if length > MAX_DATAGRAM:
                 return -errno.EMSGSIZE
-            data, raw = call.read(call.args[1], length), call.read(call.args[4], min(call.args[5], 110))
-            if data is None or raw is None:
+            data = call.read(call.args[1], length)
+            if data is None:
                 return -errno.EFAULT
-            peer = self._unix_peer(call, raw)
-            if isinstance(peer, int):
-                return peer
-            address, fd = peer
-            try:
-                return sock.sendto(data, call.args[3] & 0xFFFFFFFF, address)
-            except OSError as e:
-                return -(e.errno or errno.EIO)
-            finally:
-                if fd >= 0:
-                    os.close(fd)
+            flags = call.args[3] & 0xFFFFFFFF
+            return self._to_peer(
+                call, call.args[4], call.args[5], lambda address: sock.sendto(data, flags, address)
+            )
 
     def _sendmsg(self, call: Call) -> Outcome:
         with call.socket(call.args[0]) as sock:
@@ -371,21 +375,12 @@ class Broker:
                     return -errno.EFAULT
                 parts.append(part)
             flags = call.args[2] & 0xFFFFFFFF
+            if name:
+                return self._to_peer(
+                    call, name, namelen, lambda address: sock.sendmsg(parts, [], flags, address)
+                )
             try:
-                if not name:
-                    return sock.sendmsg(parts, [], flags)
-                raw = call.read(name, min(namelen, 110))
-                if raw is None:
-                    return -errno.EFAULT
-                peer = self._unix_peer(call, raw)
-                if isinstance(peer, int):
-                    return peer
-                address, fd = peer
-                try:
-                    return sock.sendmsg(parts, [], flags, address)
-                finally:
-                    if fd >= 0:
-                        os.close(fd)
+                return sock.sendmsg(parts, [], flags)
             except OSError as e:
                 return -(e.errno or errno.EIO)
 
