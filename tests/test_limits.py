@@ -186,7 +186,7 @@ def test_plan_says_how_each_limit_is_enforced_for_this_caller(state_home: Path, 
     text = subprocess.run(
         [*WARREN, "plan", "-w", str(layout.workspace), "--cpus", "0.5"], capture_output=True, text=True
     ).stdout
-    assert "cpus      0.5" in text
+    assert "cpus         0.5" in text
     if not ROOT_CGROUPS:
         assert "not enforceable here: cgroup v1 cpu" in text
 
@@ -449,25 +449,31 @@ def test_planning_picks_the_best_mechanism_and_says_why_not() -> None:
         "pids": "cgroup1",
         "cpus": "cgroup1",
         "tmp_size": "tmpfs size=",
+        "idle_timeout": "none",
     }
     assert ("pids.max", "72") in root.cgroups[1].files and root.rlimits == ()
     locked = tuple(Hierarchy(h.controller, h.parent, False) for h in v1)
-    user = plan(asked, CgroupFacts(1001, locked, "/sys/fs/cgroup/user", ("memory",), True), 8 << 30)
+    user = plan(asked, CgroupFacts(1001, locked, "/sys/fs/cgroup/user", (), False), 8 << 30)
     assert user.cgroups == () and dict(user.rlimits) == {"RLIMIT_DATA": 1 << 30, "RLIMIT_NPROC": 72}
     assert user.row("cpus").mechanism == "not enforceable here"
     assert "not writable by uid 1001" in user.row("cpus").detail
-    assert "warren does not use cgroup2 yet" in user.row("memory").detail
+    assert "not delegated to uid 1001" in user.row("memory").detail
+    assert user.pause.startswith("signals")
 
 
 def test_stats_report_use_against_the_limits(state_home: Path, layout: Layout) -> None:
     sb = Sandbox.create(PolicySpec(workspace=str(layout.workspace), memory="256M", pids=100), name="st")
     try:
+        # Half a second of CPU time (not of wall time: the machine may be busy), then a
+        # mark in the workspace, then idle.
         hog = (
             "import time\nb = bytearray(64 << 20)\nb[::4096] = b'x' * len(b[::4096])\n"
-            "w = time.monotonic()\nwhile time.monotonic() - w < 0.5: pass\ntime.sleep(30)"
+            "while time.process_time() < 0.5: pass\nopen('burnt', 'w').close()\ntime.sleep(30)"
         )
         sb.spawn(["python3", "-c", hog])
-        time.sleep(1.2)
+        deadline = time.monotonic() + 30
+        while not (layout.workspace / "burnt").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
         s = sb.stats()
         assert (s.memory_limit, s.pids_limit, s.cpus_limit) == (256 << 20, 100, None)
         assert s.memory >= 64 << 20 and s.pids >= 2 and s.cpu_time >= 0.4, s

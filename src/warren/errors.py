@@ -87,6 +87,11 @@ class CommandNotFound(ExecError):
     exit_code = 127
 
 
+class LimitReached(ExecError):
+    """A command could not start because the sandbox is at one of its limits (no
+    process can be forked at the pids limit)."""
+
+
 class SandboxTimeout(WarrenError):
     """A command ran past its timeout and was killed with its whole process tree."""
 
@@ -107,6 +112,10 @@ class SandboxExists(SandboxError):
 
 class SandboxDead(SandboxError):
     """The sandbox is no longer running (stopped, or its supervisor or PID 1 died)."""
+
+
+class SandboxPaused(SandboxError):
+    """The sandbox is paused (``warren pause``): nothing runs in it until it is resumed."""
 
 
 class SandboxFileError(WarrenError):
@@ -139,11 +148,13 @@ _KINDS: dict[str, type[WarrenError]] = {
         ProtocolError,
         ExecError,
         CommandNotFound,
+        LimitReached,
         SandboxTimeout,
         SandboxError,
         SandboxNotFound,
         SandboxExists,
         SandboxDead,
+        SandboxPaused,
         SandboxFileError,
         SandboxFileNotFound,
         SandboxPermissionDenied,

@@ -49,16 +49,19 @@ class SandboxInfo:
 
     name: str
     id: str
-    state: str  # "running", "stopping", "stopped", "dead"
+    state: str  # "running", "paused", "stopping", "stopped", "dead"
     reason: str
     workspace: str
     created: float
     warnings: tuple[str, ...] = ()
     pid1: int = 0  # its PID 1 as this host sees it (0 when unknown or remote)
+    idle_timeout: float | None = None  # seconds without a request before it stops by itself
+    last_active: float = 0.0  # when it was last used (a request, or the end of an exec)
 
     @property
     def alive(self) -> bool:
-        return self.state == "running"
+        """Its processes exist (running, or paused with everything kept)."""
+        return self.state in ("running", "paused")
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ else:
         return lambda cls: cls
 
 
-VERSION = 2  # bumped whenever a message changes: a supervisor of other code refuses cleanly
+VERSION = 3  # bumped whenever a message changes: a supervisor of other code refuses cleanly
 DEFAULT_OUTPUT_LIMIT = 16 * 1024 * 1024
 
 _MISSING = object()
@@ -425,6 +425,14 @@ class ProcessRequest(Message):
     max_bytes: int = 16 * 1024 * 1024
 
 
+class PauseRequest(Message):
+    """Freeze every process of a sandbox (``paused``), or thaw them."""
+
+    TAG = "pause"
+    sandbox: str
+    paused: bool
+
+
 class ShutdownRequest(Message):
     """Ask the supervisor to exit once it holds no sandbox."""
 
@@ -460,6 +468,8 @@ class SandboxInfo(Message):
     created: float = 0.0
     pid1: int = 0
     warnings: list[str] = []
+    idle_timeout: float | None = None  # seconds without a request before it stops
+    last_active: float = 0.0  # when a request last reached it (or an exec ended)
 
 
 class SandboxList(Message):
@@ -568,6 +578,7 @@ class ProcessState(Message):
     running: bool
     status: int | None = None
     timed_out: bool = False
+    limit: str | None = None  # a limit of the sandbox it ran into
     stdout_len: int = 0
     stderr_len: int = 0
 
@@ -634,6 +645,10 @@ class Handoff(Message):
     payload: int = 0
     spawn_id: str | None = None
     spawned: dict[str, str] = {}
+    # Descriptors after the request's own, by name: "active" (held while an exec runs:
+    # the supervisor sees it end), "LIMIT:KEY" (a cgroup counter file, e.g.
+    # "memory:oom_kill", read before and after the command to tell a limit it hit).
+    extra: list[str] = []
 
 
 class Launch(Message):

@@ -5,8 +5,14 @@ A sandbox's cgroups are made *beneath the caller's own* cgroup in each hierarchy
 already limits the caller (a memory cgroup of the machine's management) stays in
 charge. Each is named ``warren-<uid>-<token>`` and listed in a record file before it
 is made, so a supervisor killed at any moment leaves nothing the next one cannot
-find and remove (``sweep``). Decisions live in ``plan.limits``; this module only
-reads and writes the files.
+find and remove (``sweep``: it thaws and kills what is left first). Decisions live
+in ``plan.limits``; this module only reads and writes the files.
+
+cgroup2 (a delegated subtree): a sandbox gets one group holding every controller the
+plan enables. Domain controllers can only be handed to children of a group without
+processes of its own, so when the supervisor sits in the delegated group itself it
+moves into a leaf beneath it (``warren-<uid>-supervisor``): still beneath where it
+started.
 """
 
 from __future__ import annotations
@@ -17,11 +23,16 @@ import os
 import secrets
 import time
 
-from ..errors import SetupError
-from ..plan.limits import CgroupFacts, CgroupPlan, Hierarchy
+from ..errors import SandboxError, SetupError
+from ..plan.limits import V2, CgroupFacts, CgroupPlan, Counter, Hierarchy
 
 ROOT = "/sys/fs/cgroup"
 V1_CONTROLLERS = ("pids", "memory", "cpu", "freezer")
+FREEZE_WAIT = 2.0  # seconds a freeze may take before it is undone and reported
+
+
+def supervisor_leaf(uid: int) -> str:
+    return f"warren-{uid}-supervisor"
 
 
 def own_paths(text: str | None = None) -> dict[str, str]:
@@ -60,9 +71,15 @@ def probe(uid: int) -> CgroupFacts:
     for mount in (os.path.join(ROOT, "unified"), ROOT):
         if "" in own and os.path.exists(os.path.join(mount, "cgroup.subtree_control")):
             v2_path = os.path.normpath(mount + own[""])
+            if os.path.basename(v2_path) == supervisor_leaf(uid):
+                v2_path = os.path.dirname(v2_path)  # the delegated group is the one above
             with contextlib.suppress(OSError), open(os.path.join(v2_path, "cgroup.controllers")) as f:
                 ctrls = tuple(f.read().split())
-            writable = os.access(v2_path, os.W_OK)
+            # Delegated: this caller may make groups there and move its processes.
+            writable = v2_path != mount and all(
+                os.access(os.path.join(v2_path, f), os.W_OK)
+                for f in ("", "cgroup.procs", "cgroup.subtree_control")
+            )
             break
     return CgroupFacts(uid, tuple(v1), v2_path, ctrls, writable)
 
@@ -85,6 +102,8 @@ def create(groups: tuple[CgroupPlan, ...], uid: int, record_dir: str | None) -> 
     made: list[str] = []
     try:
         for g, path in zip(groups, dirs, strict=True):
+            if g.enable:
+                _delegate(g.parent, g.enable, uid)
             os.mkdir(path, 0o755)
             made.append(path)
             for file, value in g.files:
@@ -100,6 +119,52 @@ def create(groups: tuple[CgroupPlan, ...], uid: int, record_dir: str | None) -> 
             hint="run `warren plan` to see how each limit is enforced; a lower limit may be needed",
         ) from None
     return dirs
+
+
+def _delegate(parent: str, controllers: tuple[str, ...], uid: int) -> None:
+    """Let children of ``parent`` (cgroup2) have ``controllers``: with processes of its
+    own it cannot, so the supervisor moves into a leaf beneath it first."""
+    have = read(parent, "cgroup.subtree_control").split()
+    missing = [c for c in controllers if c not in have]
+    if not missing:
+        return
+    line = " ".join(f"+{c}" for c in missing)
+    try:
+        _write(parent, "cgroup.subtree_control", line)
+        return
+    except OSError as e:
+        if e.errno != errno.EBUSY:
+            raise
+    leaf = os.path.join(parent, supervisor_leaf(uid))
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(leaf, 0o755)
+    _write(leaf, "cgroup.procs", "0")  # "0": the writing process itself
+    try:
+        _write(parent, "cgroup.subtree_control", line)
+    except OSError as e:
+        others = read(parent, "cgroup.procs").split()
+        raise SetupError(
+            f"cannot enable {' '.join(missing)} for the sandboxes' cgroups in {parent}: {e.strerror}",
+            operation="cgroup",
+            path=parent,
+            errno=e.errno,
+            hint=f"other processes ({', '.join(others[:5])}) live in that group itself; start warren from a "
+            "group of its own (e.g. systemd-run --user --scope -p Delegate=yes warren ...)",
+        ) from None
+
+
+def _write(path: str, file: str, value: str) -> None:
+    with open(os.path.join(path, file), "w") as f:
+        f.write(value)
+
+
+def is_v2(path: str) -> bool:
+    return os.path.exists(os.path.join(path, "cgroup.controllers"))
+
+
+def kind_of(path: str) -> str:
+    """The controller a sandbox's cgroup directory is for: a v1 controller, or V2."""
+    return V2 if is_v2(path) else controller_of(path)
 
 
 def attach(dirs: list[str], pid: int) -> None:
@@ -128,6 +193,90 @@ def counter(path: str, file: str, key: str) -> int:
 def controller_of(path: str) -> str:
     rel = os.path.relpath(path, ROOT)
     return rel.split(os.sep, 1)[0]
+
+
+def counter_files(dirs: list[str], counters: tuple[Counter, ...]) -> list[tuple[str, int]]:
+    """(limit, descriptor) of each counter file, opened read-only now: whoever holds
+    the descriptor can read the count later from inside the sandbox."""
+    by_kind = {kind_of(d): d for d in dirs}
+    out = []
+    for c in counters:
+        if c.controller in by_kind:
+            with contextlib.suppress(OSError):
+                fd = os.open(os.path.join(by_kind[c.controller], c.file), os.O_RDONLY | os.O_CLOEXEC)
+                out.append((f"{c.limit}:{c.key}", fd))
+    return out
+
+
+def read_counter(fd: int, key: str) -> int:
+    """The ``key`` line of a flat-keyed cgroup file, read afresh through ``fd``."""
+    try:
+        text = os.pread(fd, 65536, 0).decode()
+    except OSError:
+        return 0
+    for line in text.splitlines():
+        k, _, v = line.partition(" ")
+        if k == key and v.strip().isdigit():
+            return int(v)
+    return 0
+
+
+def freezer_of(dirs: list[str]) -> str | None:
+    """The group that can freeze the sandbox: its v1 freezer cgroup, else its cgroup2 group."""
+    for d in dirs:
+        if kind_of(d) == "freezer":
+            return d
+    return next((d for d in dirs if kind_of(d) == V2), None)
+
+
+def freeze(path: str, frozen: bool) -> None:
+    """Freeze (or thaw) every task of the group and wait until the kernel says it is
+    done; a freeze that does not complete in time is undone and reported."""
+    v2 = is_v2(path)
+    if v2:
+        _write(path, "cgroup.freeze", "1" if frozen else "0")
+    else:
+        _write(path, "freezer.state", "FROZEN" if frozen else "THAWED")
+    want = "1" if frozen else "0"
+    deadline = time.monotonic() + FREEZE_WAIT
+    delay = 0.0005
+    while True:
+        if v2:
+            done = str(counter_text(path, "cgroup.events", "frozen")) == want
+        else:
+            done = read(path, "freezer.state").strip() == ("FROZEN" if frozen else "THAWED")
+        if done:
+            return
+        if time.monotonic() > deadline:
+            if frozen:
+                freeze(path, False)
+            raise SandboxError(
+                f"the sandbox's tasks did not {'freeze' if frozen else 'thaw'} within {FREEZE_WAIT:g} s",
+                operation="pause" if frozen else "resume",
+                path=path,
+                hint="a task may be stuck in the kernel (D state, e.g. on a hung NFS mount); try again",
+            )
+        time.sleep(delay)
+        delay = min(delay * 2, 0.02)
+
+
+def counter_text(path: str, file: str, key: str) -> str:
+    for line in read(path, file).splitlines():
+        k, _, v = line.partition(" ")
+        if k == key:
+            return v.strip()
+    return ""
+
+
+def kill_all(path: str) -> None:
+    """SIGKILL every task of the group (cgroup2 has cgroup.kill; v1: one by one)."""
+    if is_v2(path):
+        with contextlib.suppress(OSError):
+            _write(path, "cgroup.kill", "1")
+            return
+    for pid in read(path, "cgroup.procs").split():
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(pid), 9)
 
 
 def remove(dirs: list[str], record_dir: str | None, wait: float = 0.5) -> bool:
@@ -172,6 +321,13 @@ def sweep(record_dir: str) -> int:
                 ]
         except OSError:
             continue
+        for d in dirs:
+            # A sandbox frozen when its supervisor died: its tasks can only die (of the
+            # parent-death signal, pending since) once thawed.
+            if kind_of(d) == "freezer" or (is_v2(d) and read(d, "cgroup.freeze").strip() == "1"):
+                with contextlib.suppress(OSError, SandboxError):
+                    freeze(d, False)
+            kill_all(d)
         if not remove(dirs, record_dir, wait=0.2):
             busy += 1
         elif not dirs:

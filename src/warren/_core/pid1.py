@@ -17,6 +17,7 @@ sandbox serves exactly one exec and ends when it does, killing what is left.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import select
 import signal
@@ -25,7 +26,7 @@ import time
 from typing import NoReturn
 
 from .. import protocol, wire
-from ..errors import SandboxError, SetupError, WarrenError
+from ..errors import LimitReached, SandboxError, SetupError, WarrenError
 from ..net.handshake import pid1_network
 from ..plan.model import Plan
 from . import _sys, fileops, harden, mounts, procs
@@ -37,6 +38,7 @@ PR_SET_CHILD_SUBREAPER = 36
 MAX_HELPERS = 4096
 SPARE_AFTER_MS = 5
 SPARE_IDLE = 20.0  # seconds without a request before the spare helper is let go
+INLINE_REPLY_MAX = 64 * 1024  # what PID 1 writes to a client itself: its buffer takes it at once
 
 
 def main(plan: Plan, control: socket.socket, *, oneshot: bool) -> int:
@@ -124,7 +126,7 @@ class Init:
         poller.register(self.wake_r, select.POLLIN)
         poller.register(self.changed_r, select.POLLIN)
         if not self.oneshot and self.stopping is None:
-            self._fork_spare(warm_up=True)
+            self._try_spare()
         while True:
             timeout: float | None = None
             if self.stopping is not None:
@@ -138,7 +140,7 @@ class Init:
                 # Quiet for a moment: fork the next spare now, not while the request
                 # just handed over still needs the CPU.
                 self.want_spare = False
-                self._fork_spare(warm_up=True)
+                self._try_spare()
             elif self.spare is not None and time.monotonic() - self.last_request > SPARE_IDLE:
                 # Nobody uses this sandbox now: its spare goes (it exits when its
                 # channel closes), and the memory it held with it.
@@ -217,6 +219,12 @@ class Init:
                 self.helpers.discard(pid)
                 reaped = True
 
+    def _try_spare(self) -> None:
+        """Fork a spare ahead of time, unless the sandbox is at its pids (or memory)
+        limit: then the next request forks its own, and hears why if it cannot."""
+        with contextlib.suppress(OSError):
+            self._fork_spare(warm_up=True)
+
     def _dispatch(self, msg: protocol.Message, _payload: int, fds: list[int]) -> None:
         """Hand a request to the spare helper (forked ahead of time), then fork the
         next spare while this one works: no fork on a request's path."""
@@ -226,7 +234,12 @@ class Init:
             if not fds or len(self.helpers) >= MAX_HELPERS or (self.oneshot and self.served):
                 return
             if self.spare is None:
-                self._fork_spare(warm_up=False)  # the request waits: nothing to prepare ahead
+                try:
+                    self._fork_spare(warm_up=False)  # the request waits: nothing to prepare ahead
+                except OSError as e:
+                    self._without_helper(msg, fds[0], e)
+                    self.served = True
+                    return
             assert self.spare is not None
             spare, self.spare = self.spare, None
             with contextlib.suppress(OSError):
@@ -237,6 +250,29 @@ class Init:
             for fd in fds:
                 os.close(fd)
         self.want_spare = not self.oneshot
+
+    def _without_helper(self, handoff: protocol.Handoff, conn: int, cannot: OSError) -> None:
+        """No helper can be forked (the sandbox is at its pids limit). Listing and
+        signalling processes are served here all the same — they are how a user makes
+        room again — when the answer fits the connection's buffer at once (PID 1 never
+        waits on a client); any other request is told why it cannot run."""
+        reply: protocol.Message = protocol.error_message(
+            fork_failed(cannot, self.plan, "start a helper for the request")
+        )
+        try:
+            request = protocol.from_dict(handoff.request)
+            if isinstance(request, protocol.SignalRequest):
+                _signal(request.pid, request.signal)
+                reply = protocol.Ok()
+            elif isinstance(request, protocol.PsRequest):
+                listing = protocol.ProcessList(items=_ps(handoff.spawned))
+                if len(listing.encode()) <= INLINE_REPLY_MAX:
+                    reply = listing
+        except WarrenError as e:
+            reply = protocol.error_message(e)
+        with contextlib.suppress(OSError):
+            os.set_blocking(conn, False)
+            os.write(conn, wire.frame(reply))
 
     def _fork_spare(self, warm_up: bool) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
@@ -271,22 +307,34 @@ class Init:
             if self.broker is not None:
                 os.close(self.broker.listener)
             _sys.prctl(PR_SET_CHILD_SUBREAPER, 1)
-            launcher = Launcher(self.plan, self.ruleset, warm_up)
+            launcher: Launcher | None = None
+            cannot: OSError | None = None
+            try:
+                launcher = Launcher(self.plan, self.ruleset, warm_up)
+            except OSError as e:
+                cannot = e  # at a limit: said to the request that comes
             if warm_up:
                 warm(self.plan)
             try:
                 handoff, _, fds = wire.recv(from_pid1, (protocol.Handoff,), max_payload=0)
             except (wire.ConnectionClosed, OSError):
-                launcher.discard()
+                if launcher is not None:
+                    launcher.discard()
                 os._exit(0)
             from_pid1.close()
             assert isinstance(handoff, protocol.Handoff)
             conn = socket.socket(fileno=fds[0])
             conn.setblocking(True)
+            mine = len(fds) - len(handoff.extra)
+            extra = dict(zip(handoff.extra, fds[mine:], strict=True))
             request = protocol.from_dict(handoff.request)
             if not isinstance(request, (protocol.ExecRequest, protocol.SpawnRequest)):
-                launcher.discard()
-            self._run(request, handoff, conn, fds[1:], launcher)
+                if launcher is not None:
+                    launcher.discard()
+            elif launcher is None:
+                assert cannot is not None
+                raise fork_failed(cannot, self.plan, "start the command")
+            self._run(request, handoff, conn, fds[1:mine], extra, launcher)
         except WarrenError as e:
             if conn is not None:
                 with contextlib.suppress(OSError):
@@ -314,11 +362,13 @@ class Init:
         handoff: protocol.Handoff,
         conn: socket.socket,
         fds: list[int],
-        launcher: Launcher,
+        extra: dict[str, int],
+        launcher: Launcher | None,
     ) -> None:
         if isinstance(req, (protocol.ExecRequest, protocol.SpawnRequest)):
+            assert launcher is not None
             spawn_id = handoff.spawn_id if isinstance(req, protocol.SpawnRequest) else None
-            Shim(self.plan, launcher, conn, req.command, fds, spawn_id).run()
+            Shim(self.plan, launcher, conn, req.command, fds, spawn_id, extra).run()
         elif isinstance(req, protocol.FileRequest):
             payload = wire.recv_payload(conn, handoff.payload)
             harden.harden(self.plan, self.ruleset)
@@ -332,6 +382,29 @@ class Init:
             _connector(conn)
         else:
             raise SandboxError(f"PID 1 does not serve {req.TAG!r} requests", operation="handoff")
+
+
+def fork_failed(e: OSError, plan: Plan, what: str) -> WarrenError:
+    """A fork refused in the sandbox: at its pids limit (EAGAIN) or its memory limit
+    (ENOMEM), said as such."""
+    limits = plan.limits.limits if plan.limits is not None else None
+    if e.errno == errno.EAGAIN:
+        which = f"pids limit ({limits.pids})" if limits and limits.pids else "process limit"
+        return LimitReached(
+            f"cannot {what}: the sandbox is at its {which}",
+            operation="fork",
+            errno=e.errno,
+            hint="see what runs with `warren ps NAME` / `warren stats NAME`; end some of it, or create the "
+            "sandbox with a higher --pids",
+        )
+    if e.errno == errno.ENOMEM:
+        return LimitReached(
+            f"cannot {what}: the sandbox is out of memory",
+            operation="fork",
+            errno=e.errno,
+            hint="see `warren stats NAME`; end what holds memory, or create the sandbox with more --memory",
+        )
+    return SandboxError(f"cannot {what}: {e.strerror}", operation="fork", errno=e.errno)
 
 
 def _ps(spawned: dict[str, str]) -> list[protocol.ProcInfo]:

@@ -30,6 +30,16 @@ def table() -> list[tuple[int, int, str]]:
     return out
 
 
+def state(pid: int) -> str:
+    """The one-letter state of ``pid`` ("R", "S", "T", ...); "" when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return ""
+    return stat[stat.rindex(")") + 2 :].split(maxsplit=1)[0]
+
+
 def is_warren(pid: int) -> bool:
     """True for PID 1 and warren's helpers (no seccomp filter), False for commands."""
     try:

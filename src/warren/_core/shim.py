@@ -43,7 +43,7 @@ from ..errors import (
 )
 from ..output import truncation_marker
 from ..plan.model import Plan
-from . import _sys, harden, procs
+from . import _sys, cgroups, harden, procs
 
 # Dispositions a command must start with; Python ignores SIGPIPE and SIGXFSZ, and
 # ignored signals stay ignored across execve.
@@ -263,6 +263,7 @@ class Shim:
         command: protocol.Command,
         fds: list[int],
         spawn_id: str | None,
+        extra: dict[str, int] | None = None,
     ) -> None:
         self.plan = plan
         self.launcher = launcher
@@ -270,6 +271,22 @@ class Shim:
         self.command = command
         self.fds = fds
         self.spawn_id = spawn_id  # set for a background process: fds are its logs
+        # The sandbox's cgroup counters ("memory:oom_kill", "pids:max") and the
+        # supervisor's "active" pipe (held until this shim exits: the exec's end).
+        self.counters = {k: fd for k, fd in (extra or {}).items() if ":" in k}
+        self.before: dict[str, int] = {}
+
+    def _limit_hit(self, status: int) -> str | None:
+        """The limit the sandbox ran into while the command ran: its counter went up
+        (for memory, only when the command itself was killed: the OOM killer's)."""
+        if self.plan.limits is None:
+            return None
+        killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+        for name, fd in self.counters.items():
+            limit, _, key = name.partition(":")
+            if cgroups.read_counter(fd, key) > self.before.get(name, 0) and (limit != "memory" or killed):
+                return self.plan.limits.reached(limit)
+        return None
 
     def run(self) -> None:
         cmd = self.command
@@ -308,6 +325,9 @@ class Shim:
                 if 0 <= i <= 2:
                     stdio[i] = slave
         ctty = stdio.index(slave) if slave >= 0 and slave in stdio else -1
+        self.before = {
+            name: cgroups.read_counter(fd, name.partition(":")[2]) for name, fd in self.counters.items()
+        }
         pid = self.launcher.launch(path, cmd.argv, env, cwd, stdio, ctty)
         for fd in {*stdio, slave} - {-1}:
             os.close(fd)
@@ -363,8 +383,9 @@ class Shim:
                 # The client went away (or was killed): nobody will read the result.
                 procs.kill_tree(pid)
                 return
+        exited = protocol.Exited(status=status, timed_out=timed_out, limit=self._limit_hit(status))
         with contextlib.suppress(OSError):
-            wire.send(self.conn, protocol.Exited(status=status, timed_out=timed_out))
+            wire.send(self.conn, exited)
 
     def _relay(self, pid: int, deadline: float | None, out_r: int, err_r: int) -> None:
         out_log, err_log, status_fd = self.fds[:3]
@@ -409,8 +430,9 @@ class Shim:
 
     def _finished(self, status_fd: int, status: int, timed_out: bool) -> None:
         """Record the status where any client finds it, and tell the one that spawned."""
-        data = json.dumps({"status": status, "timed_out": timed_out}).encode()
+        limit = self._limit_hit(status)
+        data = json.dumps({"status": status, "timed_out": timed_out, "limit": limit}).encode()
         os.ftruncate(status_fd, 0)
         os.pwrite(status_fd, data, 0)
         with contextlib.suppress(OSError):
-            wire.send(self.conn, protocol.Exited(status=status, timed_out=timed_out))
+            wire.send(self.conn, protocol.Exited(status=status, timed_out=timed_out, limit=limit))

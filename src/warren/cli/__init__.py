@@ -30,7 +30,8 @@ long-lived:
   exec [--cwd DIR] [--env K=V] [--timeout S] NAME CMD [ARGS...]
   ps [--json] NAME                        its processes
   stats [--json] NAME                     memory, pids, CPU time against its limits
-  ls [--json]                             every sandbox, alive or dead and why
+  pause NAME / resume NAME                freeze every process of it; let it run again
+  ls [--json]                             every sandbox, alive or dead and why, idle time
   cp [-r] SRC DST                         copy host <-> sandbox (NAME:PATH)
   port [--host-port N] NAME PORT          forward a host port into the sandbox
   logs --net [--json] NAME                the network proxy's decisions

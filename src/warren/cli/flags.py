@@ -101,6 +101,13 @@ POLICY_FLAGS = (
     Flag(("--pids",), "pids", "value", "processes + threads in the sandbox (default: 4096)", "N"),
     Flag(("--cpus",), "cpus", "value", "CPU time, in CPUs (e.g. 0.5; default: no limit)", "N"),
     Flag(("--tmp-size",), "tmp_size", "value", "size of /tmp and of /dev/shm (default: RAM/8)", "SIZE"),
+    Flag(
+        ("--idle-timeout",),
+        "idle_timeout",
+        "value",
+        "long-lived sandboxes: stop after this long without a request (e.g. 30m; default: never)",
+        "DURATION",
+    ),
 )
 TIMEOUT = Flag(
     ("--timeout",), "timeout", "float", "kill the command's whole tree after this (exit 124)", "SECONDS"
@@ -239,7 +246,7 @@ def spec_of(ns: Any) -> dict[str, object]:
         spec["workspace_writable"] = False
     if ns.allow_broad_workspace:
         spec["allow_broad_workspace"] = True
-    for key in ("memory", "pids", "cpus", "tmp_size"):
+    for key in ("memory", "pids", "cpus", "tmp_size", "idle_timeout"):
         if getattr(ns, key) is not None:
             spec[key] = getattr(ns, key)
     return spec

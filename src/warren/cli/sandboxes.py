@@ -1,5 +1,5 @@
-"""CLI commands for long-lived sandboxes: create, ls, ps, cp, port, logs, stop, rm,
-shutdown. Each parses its flags and calls the public API (``Sandbox`` over the local
+"""CLI commands for long-lived sandboxes: create, ls, ps, cp, port, logs, stats, pause,
+resume, stop, rm, shutdown. Each parses its flags and calls the public API (``Sandbox`` over the local
 transport); errors reach the entrypoint as ``WarrenError`` (one line + hint)."""
 
 from __future__ import annotations
@@ -58,6 +58,8 @@ def _info_dict(i: SandboxInfo) -> dict[str, object]:
         "workspace": i.workspace,
         "created": i.created,
         "warnings": list(i.warnings),
+        "idle_timeout": i.idle_timeout,
+        "last_active": i.last_active,
     }
 
 
@@ -69,10 +71,18 @@ def ls(args: list[str]) -> int:
     if ns.json:
         print(json.dumps([_info_dict(i) for i in items], indent=2))
         return 0
-    print(f"{'NAME':20} {'STATE':8} {'AGE':>8}  WORKSPACE / REASON")
+    from ..policy.limits import show_duration
+
+    print(f"{'NAME':20} {'STATE':8} {'AGE':>8} {'IDLE':>12}  WORKSPACE / REASON")
+    now = time.time()
     for i in items:
-        extra = i.workspace if i.state == "running" else f"{i.workspace}  ({i.reason})"
-        print(f"{i.name:20} {i.state:8} {_age(time.time() - i.created):>8}  {extra}")
+        extra = i.workspace if i.alive else f"{i.workspace}  ({i.reason})"
+        idle = "-"
+        if i.alive and i.last_active:
+            idle = _age(now - i.last_active)
+            if i.idle_timeout:
+                idle += f"/{show_duration(i.idle_timeout)}"  # idle for / stops after
+        print(f"{i.name:20} {i.state:8} {_age(now - i.created):>8} {idle:>12}  {extra}")
     return 0
 
 
@@ -303,6 +313,26 @@ def shutdown(args: list[str]) -> int:
     return 0
 
 
+def pause(args: list[str]) -> int:
+    p = flags.parser(
+        "warren pause",
+        "Freeze every process of sandbox NAME: no CPU used, processes and memory kept, "
+        "until `warren resume NAME`.",
+    )
+    p.add_argument("name")
+    ns = p.parse_args(args)
+    Sandbox.get(check_name(ns.name), transport=_transport()).pause()
+    return 0
+
+
+def resume(args: list[str]) -> int:
+    p = flags.parser("warren resume", "Let paused sandbox NAME run again where it stopped.")
+    p.add_argument("name")
+    ns = p.parse_args(args)
+    Sandbox.get(check_name(ns.name), transport=_transport()).resume()
+    return 0
+
+
 def _of(limit: object) -> str:
     return f" of {limit}" if limit is not None else " (no limit)"
 
@@ -327,6 +357,8 @@ def stats(args: list[str]) -> int:
 
 COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "stats": stats,
+    "pause": pause,
+    "resume": resume,
     "create": create,
     "ls": ls,
     "ps": ps,

@@ -221,6 +221,12 @@ class AsyncSandbox:
     async def expose(self, port: int, host_port: int = 0) -> str:
         return await asyncio.to_thread(self.sync.expose, port, host_port)
 
+    async def pause(self) -> None:
+        await asyncio.to_thread(self.sync.pause)
+
+    async def resume(self) -> None:
+        await asyncio.to_thread(self.sync.resume)
+
     async def stats(self) -> Stats:
         return await asyncio.to_thread(self.sync.stats)
 

@@ -288,6 +288,9 @@ class HttpTransport(Transport):
     def stats(self, name: str) -> Stats:
         return Stats(**self._json("GET", f"/v1/sandboxes/{name}/stats"))
 
+    def pause(self, name: str, paused: bool) -> SandboxInfo:
+        return codec.sandbox_of(self._json("POST", f"/v1/sandboxes/{name}/{'pause' if paused else 'resume'}"))
+
 
 def events(lines: Iterator[str]) -> Iterator[tuple[str, Any]]:
     """(event, parsed JSON data) from server-sent-event lines."""

@@ -32,6 +32,8 @@ def info(msg: protocol.SandboxInfo) -> SandboxInfo:
         created=msg.created,
         warnings=tuple(msg.warnings),
         pid1=msg.pid1,
+        idle_timeout=msg.idle_timeout,
+        last_active=msg.last_active,
     )
 
 
@@ -200,6 +202,11 @@ class LocalTransport(Transport):
         reply, _ = self._request(protocol.StatsRequest(sandbox=name), (protocol.Stats,))
         assert isinstance(reply, protocol.Stats)
         return Stats(**reply.to_fields())  # type: ignore[arg-type]
+
+    def pause(self, name: str, paused: bool) -> SandboxInfo:
+        reply, _ = self._request(protocol.PauseRequest(sandbox=name, paused=paused), (protocol.SandboxInfo,))
+        assert isinstance(reply, protocol.SandboxInfo)
+        return info(reply)
 
     def net_log(self, name: str) -> builtins.list[NetEvent]:
         reply, _ = self._request(protocol.NetLogRequest(sandbox=name), (protocol.NetLog,))

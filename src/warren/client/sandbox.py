@@ -185,7 +185,7 @@ class Sandbox:
         """Reattach to a running sandbox; SandboxNotFound or SandboxDead otherwise."""
         transport = transport or _local(remote, token)
         info = transport.get(name)
-        if info.state != "running":
+        if not info.alive:
             raise SandboxDead(
                 f"sandbox {name} is {info.state}" + (f": {info.reason}" if info.reason else ""),
                 operation="get",
@@ -210,7 +210,7 @@ class Sandbox:
         if info.id != self.id:
             return False
         self._info = info
-        return info.state == "running"
+        return info.alive
 
     def stop(self) -> None:
         """SIGTERM every process, then SIGKILL after a grace period; the record stays."""
@@ -300,6 +300,15 @@ class Sandbox:
         """Memory, processes + threads and CPU time of the whole sandbox now, against its
         limits."""
         return self._transport.stats(self.name)
+
+    def pause(self) -> None:
+        """Freeze every process of the sandbox: it uses no CPU and keeps its processes and
+        memory. Until ``resume``, exec, spawn and file operations raise SandboxPaused."""
+        self._info = self._transport.pause(self.name, True)
+
+    def resume(self) -> None:
+        """Let a paused sandbox run again, exactly where it stopped."""
+        self._info = self._transport.pause(self.name, False)
 
     def net_log(self) -> builtins.list[NetEvent]:
         """Every decision of this sandbox's network proxy (``--network allow``), oldest

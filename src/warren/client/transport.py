@@ -102,3 +102,7 @@ class Transport(abc.ABC):
 
     @abc.abstractmethod
     def stats(self, name: str) -> Stats: ...
+
+    @abc.abstractmethod
+    def pause(self, name: str, paused: bool) -> SandboxInfo:
+        """Freeze every process of the sandbox (``paused``), or thaw them."""

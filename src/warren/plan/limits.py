@@ -3,23 +3,35 @@
 Inputs: the policy's limits (unset ones take ``policy.limits.defaults``), the cgroup
 hierarchies this caller could write (``CgroupFacts``, probed by ``_core.cgroups``),
 the machine's RAM. Output: a ``LimitsPlan`` — one row per limit saying how it is
-enforced (``cgroup1``, ``rlimit (...)``, ``tmpfs size=``, or ``not enforceable
-here: why``), the cgroup files to write and the rlimits to set. The best mechanism
-wins; nothing is dropped silently. Executed by ``_core.cgroups`` and ``_core.shim``.
+enforced (``cgroup1``, ``cgroup2``, ``rlimit (...)``, ``tmpfs size=``, or ``not
+enforceable here: why``), the cgroup files to write, the rlimits to set, how the
+sandbox is paused, and which cgroup counters tell that a limit was reached. The best
+mechanism wins (a writable cgroup v1 controller, then a delegated cgroup2 subtree,
+then rlimits); nothing is dropped silently. Executed by ``_core.cgroups`` and
+``_core.shim``; the supervisor enforces the idle timeout.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..policy.limits import NO_LIMIT, Limits, defaults, show_size
+from ..policy.limits import NO_LIMIT, Limits, defaults, show_duration, show_size
 
 CGROUP1 = "cgroup1"
+CGROUP2 = "cgroup2"
 NPROC = "rlimit (RLIMIT_NPROC in the sandbox's own user namespace: counts the whole sandbox)"
 DATA = "rlimit (per process: RLIMIT_DATA)"
 TMPFS = "tmpfs size="
 NOT = "not enforceable here"
 CFS_PERIOD_US = 100_000
+SUPERVISOR = "supervisor"
+# How a sandbox is paused: the freezer stops every task without its knowledge; signals
+# are the fallback (a stopped child is visible to its parent, and resume continues
+# whatever the sandbox had stopped itself).
+FREEZER1 = "cgroup1 freezer"
+FREEZE2 = "cgroup2 cgroup.freeze"
+SIGNALS = "signals (SIGSTOP/SIGCONT; the processes' parents can see the stop)"
+V2 = "cgroup2"  # the controller name of the one cgroup2 group a sandbox gets
 
 
 @dataclass(frozen=True)
@@ -47,6 +59,10 @@ class CgroupFacts:
                 return h
         return None
 
+    def v2_offers(self, controller: str) -> bool:
+        """A delegated cgroup2 subtree whose children may get ``controller``."""
+        return self.v2_writable and self.v2_path is not None and controller in self.v2_controllers
+
     def why_not(self, controller: str) -> str:
         """Why no cgroup can enforce ``controller`` for this caller."""
         v1 = next((h for h in self.v1 if h.controller == controller), None)
@@ -57,10 +73,13 @@ class CgroupFacts:
             parts.append(f"cgroup v1 {controller} ({v1.parent}) is not writable by uid {self.uid}")
         if self.v2_path is None:
             parts.append("no cgroup2 mount")
-        elif controller not in self.v2_controllers or not self.v2_writable:
-            parts.append(f"no delegated cgroup2 subtree with {controller} (at {self.v2_path})")
+        elif not self.v2_writable:
+            parts.append(f"the caller's cgroup2 group {self.v2_path} is not delegated to uid {self.uid}")
         else:
-            parts.append(f"cgroup2 at {self.v2_path} offers {controller}; warren does not use cgroup2 yet")
+            offered = " ".join(self.v2_controllers) or "none"
+            parts.append(
+                f"the delegated cgroup2 group {self.v2_path} has no {controller} controller (has: {offered})"
+            )
         return "; ".join(parts)
 
 
@@ -79,9 +98,21 @@ class LimitRow:
 
 @dataclass(frozen=True)
 class CgroupPlan:
-    controller: str
+    controller: str  # a v1 controller, or V2 for the sandbox's one cgroup2 group
     parent: str  # the sandbox's cgroup is made beneath, named at launch
     files: tuple[tuple[str, str], ...]  # (file, value), written in order
+    # cgroup2: controllers to enable in ``parent``'s cgroup.subtree_control first
+    enable: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Counter:
+    """A cgroup file whose ``key`` line counts the times a limit was reached."""
+
+    limit: str  # "memory" or "pids"
+    controller: str  # the group it is read from (a v1 controller or V2)
+    file: str
+    key: str
 
 
 @dataclass(frozen=True)
@@ -90,9 +121,17 @@ class LimitsPlan:
     rows: tuple[LimitRow, ...] = ()
     cgroups: tuple[CgroupPlan, ...] = ()
     rlimits: tuple[tuple[str, int], ...] = ()  # ("RLIMIT_NPROC", n): set on each command before execve
+    pause: str = SIGNALS  # FREEZER1, FREEZE2 or SIGNALS
+    counters: tuple[Counter, ...] = ()
 
     def row(self, name: str) -> LimitRow:
         return next(r for r in self.rows if r.name == name)
+
+    def reached(self, limit: str) -> str:
+        """How a command is told it ran into ``limit`` ("memory limit 512M reached")."""
+        if limit == "memory":
+            return f"memory limit {show_size(self.limits.memory or 0)} reached"
+        return f"pids limit {self.limits.pids} reached"
 
 
 # PID 1, its spare helper, each command's helper, the git broker: tasks of the sandbox that
@@ -107,25 +146,48 @@ def plan(given: Limits, facts: CgroupFacts, mem_total: int) -> LimitsPlan:
         pids=given.pids if given.pids is not None else base.pids,
         cpus=given.cpus if given.cpus is not None else base.cpus,
         tmp_size=given.tmp_size if given.tmp_size is not None else base.tmp_size,
+        idle_timeout=given.idle_timeout if given.idle_timeout is not None else base.idle_timeout,
     )
     rows: list[LimitRow] = []
     groups: list[CgroupPlan] = []
+    v2_files: list[tuple[str, str]] = []
+    v2_enable: list[str] = []
     rlimits: list[tuple[str, int]] = []
+    counters: list[Counter] = []
+
+    def by_cgroup(
+        controller: str, v1: list[tuple[str, str]], v2: list[tuple[str, str]], counter: Counter | None
+    ) -> str:
+        """Enforce through a writable v1 controller, else the delegated cgroup2 group:
+        the mechanism's name, or "" when neither can."""
+        h = facts.writable(controller)
+        if h is not None:
+            groups.append(CgroupPlan(controller, h.parent, tuple(v1)))
+            if counter:
+                counters.append(counter)
+            return CGROUP1
+        if facts.v2_offers(controller):
+            v2_enable.append(controller)
+            v2_files.extend(v2)
+            if counter:
+                counters.append(Counter(counter.limit, V2, *V2_COUNTERS[counter.limit]))
+            return CGROUP2
+        return ""
 
     for name in ("memory", "pids", "tmp_size"):
         if getattr(eff, name) == NO_LIMIT:
             rows.append(LimitRow(name, "none", False, "none", "no limit, as asked"))
     if eff.memory:
         shown = show_size(eff.memory)
-        h = facts.writable("memory")
-        if h is not None:
-            files = [("memory.limit_in_bytes", str(eff.memory))]
-            groups.append(CgroupPlan("memory", h.parent, tuple(files)))
-            rows.append(
-                LimitRow(
-                    "memory", shown, given.memory is None, CGROUP1, "memory.limit_in_bytes, all processes"
-                )
-            )
+        how = by_cgroup(
+            "memory",
+            [("memory.limit_in_bytes", str(eff.memory))],
+            [("memory.max", str(eff.memory))],
+            Counter("memory", "memory", "memory.oom_control", "oom_kill"),
+        )
+        if how:
+            file = "memory.limit_in_bytes" if how == CGROUP1 else "memory.max"
+            rows.append(LimitRow("memory", shown, given.memory is None, how, f"{file}, all processes"))
         else:
             rlimits.append(("RLIMIT_DATA", eff.memory))
             rows.append(
@@ -138,42 +200,41 @@ def plan(given: Limits, facts: CgroupFacts, mem_total: int) -> LimitsPlan:
                 )
             )
     if eff.pids:
-        h = facts.writable("pids")
-        if h is not None:
-            groups.append(CgroupPlan("pids", h.parent, (("pids.max", str(eff.pids + OVERHEAD_TASKS)),)))
-            rows.append(LimitRow("pids", str(eff.pids), given.pids is None, CGROUP1, "pids.max"))
+        files = [("pids.max", str(eff.pids + OVERHEAD_TASKS))]
+        how = by_cgroup("pids", files, files, Counter("pids", "pids", "pids.events", "max"))
+        if how:
+            rows.append(LimitRow("pids", str(eff.pids), given.pids is None, how, "pids.max"))
         else:
             rlimits.append(("RLIMIT_NPROC", eff.pids + OVERHEAD_TASKS))
             rows.append(LimitRow("pids", str(eff.pids), given.pids is None, NPROC, facts.why_not("pids")))
     if eff.cpus:
-        h = facts.writable("cpu")
-        if h is not None:
-            quota = max(1000, round(eff.cpus * CFS_PERIOD_US))
-            groups.append(
-                CgroupPlan(
-                    "cpu",
-                    h.parent,
-                    (("cpu.cfs_period_us", str(CFS_PERIOD_US)), ("cpu.cfs_quota_us", str(quota))),
-                )
+        quota = max(1000, round(eff.cpus * CFS_PERIOD_US))
+        how = by_cgroup(
+            "cpu",
+            [("cpu.cfs_period_us", str(CFS_PERIOD_US)), ("cpu.cfs_quota_us", str(quota))],
+            [("cpu.max", f"{quota} {CFS_PERIOD_US}")],
+            None,
+        )
+        if how:
+            detail = (
+                f"cpu.cfs_quota_us {quota} per 100 ms"
+                if how == CGROUP1
+                else f"cpu.max {quota} {CFS_PERIOD_US}"
             )
-            rows.append(
-                LimitRow("cpus", f"{eff.cpus:g}", False, CGROUP1, f"cpu.cfs_quota_us {quota} per 100 ms")
-            )
+            rows.append(LimitRow("cpus", f"{eff.cpus:g}", False, how, detail))
         else:
             rows.append(LimitRow("cpus", f"{eff.cpus:g}", False, NOT, facts.why_not("cpu")))
     else:
-        h = facts.writable("cpu")
-        if h is not None:
-            # No quota, but one scheduling group: a sandbox of many busy processes gets
-            # one fair share, not one per process.
-            groups.append(CgroupPlan("cpu", h.parent, ()))
+        # No quota, but one scheduling group: a sandbox of many busy processes gets
+        # one fair share, not one per process.
+        how = by_cgroup("cpu", [], [], None)
         rows.append(
             LimitRow(
                 "cpus",
                 "none",
                 True,
                 "none",
-                "one fair share as a cgroup1 cpu group" if h else "shared fairly by the scheduler",
+                f"one fair share as a {how} cpu group" if how else "shared fairly by the scheduler",
             )
         )
     if eff.tmp_size:
@@ -186,7 +247,36 @@ def plan(given: Limits, facts: CgroupFacts, mem_total: int) -> LimitsPlan:
                 "each of /tmp and /dev/shm",
             )
         )
-    return LimitsPlan(eff, tuple(rows), tuple(groups), tuple(rlimits))
+    if eff.idle_timeout:
+        rows.append(
+            LimitRow(
+                "idle_timeout",
+                show_duration(eff.idle_timeout),
+                False,
+                SUPERVISOR,
+                "a long-lived sandbox stops after this long without a request",
+            )
+        )
+    else:
+        rows.append(
+            LimitRow("idle_timeout", "none", given.idle_timeout is None, "none", "lives until stopped")
+        )
+    pause = SIGNALS
+    freezer = facts.writable("freezer")
+    if freezer is not None:
+        groups.append(CgroupPlan("freezer", freezer.parent, ()))
+        pause = FREEZER1
+    elif facts.v2_writable and facts.v2_path is not None:
+        pause = FREEZE2
+    if facts.v2_writable and facts.v2_path is not None and (v2_enable or pause == FREEZE2):
+        # One group holds the whole sandbox: what it enforces, and cgroup.freeze and
+        # cgroup.kill, which every cgroup2 group has.
+        groups.append(CgroupPlan(V2, facts.v2_path, tuple(v2_files), tuple(v2_enable)))
+    return LimitsPlan(eff, tuple(rows), tuple(groups), tuple(rlimits), pause, tuple(counters))
+
+
+# The counters of a cgroup2 group: (file, key) per limit.
+V2_COUNTERS = {"memory": ("memory.events", "oom_kill"), "pids": ("pids.events", "max")}
 
 
 def render(lp: LimitsPlan) -> list[str]:
@@ -194,5 +284,6 @@ def render(lp: LimitsPlan) -> list[str]:
     for r in lp.rows:
         how = r.mechanism if r.mechanism != NOT else f"{NOT}: {r.detail}"
         extra = f"  ({r.detail})" if r.detail and r.mechanism != NOT else ""
-        lines.append(f"  {r.name:<9} {r.value:<7}{' (default)' if r.default else '':<10} {how}{extra}")
+        lines.append(f"  {r.name:<12} {r.value:<7}{' (default)' if r.default else '':<10} {how}{extra}")
+    lines.append(f"  {'pause':<12} {'':<7}{'':<10} {lp.pause}")
     return lines

@@ -94,6 +94,7 @@ _NARROWING = {
     "pids": "a lower limit",
     "cpus": "a lower limit",
     "tmp_size": "a lower limit",
+    "idle_timeout": "a shorter timeout",
 }
 _FLAG_FOR = {
     "write": "--write PATH",
@@ -201,4 +202,5 @@ def _only_lower(ws: PolicySpec, below: PolicySpec, where: str) -> PolicySpec:
         pids=low.pids if ws.pids is not None else None,
         cpus=low.cpus if ws.cpus is not None else None,
         tmp_size=low.tmp_size if ws.tmp_size is not None else None,
+        idle_timeout=low.idle_timeout if ws.idle_timeout is not None else None,
     )

@@ -1,7 +1,8 @@
 """Resource limits as a user writes them, parsed and checked; and the safe defaults.
 
-Owns the meaning of ``memory``, ``pids``, ``cpus`` and ``tmp_size`` (flags and
-``warren.toml`` keys): sizes like ``512M`` or ``2G``, counts, fractional CPUs. The
+Owns the meaning of ``memory``, ``pids``, ``cpus``, ``tmp_size`` and ``idle_timeout``
+(flags and ``warren.toml`` keys): sizes like ``512M`` or ``2G``, counts, fractional
+CPUs, durations like ``90``, ``30s``, ``10m`` or ``2h``. The
 defaults come from the machine's size (``defaults``; ``mem_total`` reads
 /proc/meminfo, the only file read here); how each limit is enforced on this host is
 the planner's business (``plan.limits``).
@@ -14,6 +15,8 @@ from dataclasses import dataclass
 from ..errors import PolicyError
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+MIN_IDLE = 1.0
 
 # Below these a sandbox cannot start a shell: a typo (``--memory 512``), not a choice.
 MIN_MEMORY = 32 << 20
@@ -37,6 +40,7 @@ class Limits:
     pids: int | None = None  # processes + threads in the sandbox
     cpus: float | None = None  # CPUs' worth of time per wall-clock second
     tmp_size: int | None = None  # bytes, each of the private /tmp and /dev/shm
+    idle_timeout: float | None = None  # seconds without a request before a long-lived sandbox stops
 
 
 def parse_size(value: object, where: str) -> int:
@@ -79,7 +83,38 @@ def parse_cpus(value: object, where: str) -> float:
     return n
 
 
-def parse(memory: object, pids: object, cpus: object, tmp_size: object, where: str) -> Limits:
+def parse_duration(value: object, where: str) -> float:
+    """``90`` (seconds), ``30s``, ``10m``, ``1.5h``, ``1d``."""
+    expected = "a duration such as 90, 30s, 10m or 2h"
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise _bad(where, value, expected)
+    text = str(value).strip().lower()
+    unit = text[-1:] if text[-1:] in _SECONDS and text[-1:] else ""
+    try:
+        amount = float(text[: len(text) - len(unit)]) * _SECONDS[unit]
+    except ValueError:
+        raise _bad(where, value, expected) from None
+    if not MIN_IDLE <= amount < float("inf"):
+        raise _bad(where, value, f"{expected}, at least {MIN_IDLE:g} s")
+    return amount
+
+
+def show_duration(seconds: float) -> str:
+    for unit in ("d", "h", "m"):
+        scale = _SECONDS[unit]
+        if seconds >= scale and seconds % scale == 0:
+            return f"{int(seconds // scale)}{unit}"
+    return f"{seconds:g}s"
+
+
+def parse(
+    memory: object,
+    pids: object,
+    cpus: object,
+    tmp_size: object,
+    where: str,
+    idle_timeout: object = None,
+) -> Limits:
     """Limits from a spec's raw values (``None``: not set); every bad value is a
     ``PolicyError`` naming the key and where it came from."""
     mem = (
@@ -113,6 +148,11 @@ def parse(memory: object, pids: object, cpus: object, tmp_size: object, where: s
         if _is_none_word(cpus)
         else parse_cpus(cpus, f"{where}: cpus"),
         tmp_size=tmp,
+        idle_timeout=None
+        if idle_timeout is None
+        else NO_LIMIT
+        if _is_none_word(idle_timeout)
+        else parse_duration(idle_timeout, f"{where}: idle_timeout"),
     )
 
 
@@ -127,6 +167,8 @@ def defaults(mem_total: int) -> Limits:
       the kernel's default of half of RAM each could take it all).
     - cpus: none. CPU time is shared fairly by the scheduler; a hog slows the host
       but cannot take it down.
+    - idle_timeout: none. A long-lived sandbox lives until it is stopped, as it did
+      before the option existed; an idle one costs a few MiB.
     """
     return Limits(
         memory=max(MIN_MEMORY, mem_total // 2), pids=4096, cpus=None, tmp_size=max(MIN_TMP, mem_total // 8)
@@ -161,6 +203,7 @@ def lowered(current: Limits, ceiling: Limits) -> Limits:
         pids=_int(low(current.pids, ceiling.pids)),
         cpus=low(current.cpus, ceiling.cpus),
         tmp_size=_int(low(current.tmp_size, ceiling.tmp_size)),
+        idle_timeout=low(current.idle_timeout, ceiling.idle_timeout),
     )
 
 
@@ -182,5 +225,6 @@ def _bad(where: str, value: object, expected: str) -> PolicyError:
         f"{where}: {value!r} is not {expected}",
         operation="policy",
         hint="sizes take K, M, G or T (powers of 1024), e.g. --memory 512M --tmp-size 1G; "
-        "--pids takes a count, --cpus a number such as 0.5; none (or unlimited) for no limit",
+        "--pids takes a count, --cpus a number such as 0.5, --idle-timeout a duration such as 10m; "
+        "none (or unlimited) for no limit",
     )

@@ -30,7 +30,7 @@ LIST_KEYS = {
 BOOL_KEYS = ("default_deny", "workspace_writable", "allow_nested", "allow_broad_workspace")
 STR_KEYS = ("workspace", "network")
 TABLE_KEYS = ("env", "resolve")
-LIMIT_KEYS = ("memory", "pids", "cpus", "tmp_size")
+LIMIT_KEYS = ("memory", "pids", "cpus", "tmp_size", "idle_timeout")
 PATH_KEYS = ("write", "read", "deny")
 KNOWN = sorted({*LIST_KEYS, *BOOL_KEYS, *STR_KEYS, *TABLE_KEYS, *LIMIT_KEYS})
 Raw = str | int | float
@@ -62,9 +62,10 @@ class PolicySpec:
     pids: Raw | None = None
     cpus: Raw | None = None
     tmp_size: Raw | None = None
+    idle_timeout: Raw | None = None
 
     def limits(self, where: str) -> _limits.Limits:
-        return _limits.parse(self.memory, self.pids, self.cpus, self.tmp_size, where)
+        return _limits.parse(self.memory, self.pids, self.cpus, self.tmp_size, where, self.idle_timeout)
 
     def merged(self, other: PolicySpec) -> PolicySpec:
         """``other`` layered on top of ``self``: scalars replace, lists extend."""
@@ -87,6 +88,7 @@ class PolicySpec:
             pids=other.pids if other.pids is not None else self.pids,
             cpus=other.cpus if other.cpus is not None else self.cpus,
             tmp_size=other.tmp_size if other.tmp_size is not None else self.tmp_size,
+            idle_timeout=other.idle_timeout if other.idle_timeout is not None else self.idle_timeout,
         )
 
     def to_mapping(self) -> dict[str, object]:

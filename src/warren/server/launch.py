@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from .._core import cgroups, clone, guard
 from ..errors import SetupError
 from ..plan.model import Plan
-from ..policy.limits import show_size
 
 
 @dataclass
@@ -30,6 +29,9 @@ class Launched:
     scratch: str | None = None  # the TMPDIR warren made in the workspace
     cgroups: list[str] = field(default_factory=list)  # the sandbox's own, one per controller
     record_dir: str | None = None
+    # ("LIMIT:KEY", fd) of the counter files that tell a limit was reached; every exec's
+    # helper gets them (it reads them before and after its command)
+    counters: list[tuple[str, int]] = field(default_factory=list)
 
 
 def launch(plan: Plan, *, oneshot: bool, record_dir: str | None = None) -> Launched:
@@ -66,7 +68,8 @@ def launch(plan: Plan, *, oneshot: bool, record_dir: str | None = None) -> Launc
         raise
     finally:
         theirs.close()
-    return Launched(pid, os.pidfd_open(pid), ours, states, plan.scratch, groups, record_dir)
+    counters = cgroups.counter_files(groups, plan.limits.counters) if plan.limits else []
+    return Launched(pid, os.pidfd_open(pid), ours, states, plan.scratch, groups, record_dir, counters)
 
 
 def _attach(groups: list[str], pid: int) -> None:
@@ -83,24 +86,12 @@ def _attach(groups: list[str], pid: int) -> None:
         ) from None
 
 
-def limit_hit(launched: Launched, plan: Plan) -> str | None:
-    """Which limit the sandbox ran into, from the cgroups' own counters (the OOM
-    killer's kills, refused forks); None if none or nothing counts (rlimits)."""
-    if plan.limits is None:
-        return None
-    eff = plan.limits.limits
-    for path in launched.cgroups:
-        kind = cgroups.controller_of(path)
-        if kind == "memory" and eff.memory and cgroups.counter(path, "memory.oom_control", "oom_kill"):
-            return f"memory limit {show_size(eff.memory)} reached"
-        if kind == "pids" and eff.pids and cgroups.counter(path, "pids.events", "max"):
-            return f"pids limit {eff.pids} reached"
-    return None
-
-
 def restore(launched: Launched) -> list[str]:
     """After the sandbox ended: remove its TMPDIR and its cgroups (a busy one stays
     recorded for the next sweep), put the guarded directories' metadata back."""
+    for _name, fd in launched.counters:
+        os.close(fd)
+    launched.counters = []
     cgroups.remove(launched.cgroups, launched.record_dir)
     return [*_remove_scratch(launched.scratch), *guard.restore(launched.guard)]
 

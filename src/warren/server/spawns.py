@@ -102,6 +102,7 @@ def state(
     pid = meta.get("pid")
     argv = meta.get("argv")
     code = status.get("status") if status else None
+    limit = status.get("limit") if status else None
     return (
         protocol.ProcessState(
             pid=pid if isinstance(pid, int) else 0,
@@ -109,6 +110,7 @@ def state(
             running=status is None and alive,
             status=code if isinstance(code, int) else None,
             timed_out=bool(status and status.get("timed_out")),
+            limit=limit if isinstance(limit, str) else None,
             stdout_len=len(out),
             stderr_len=len(err),
         ),

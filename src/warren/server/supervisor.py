@@ -36,13 +36,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import protocol, wire
-from .._core import cgroups, clone
+from .._core import cgroups, clone, procs
 from ..errors import (
     ProtocolError,
     SandboxDead,
     SandboxError,
     SandboxExists,
     SandboxNotFound,
+    SandboxPaused,
     SetupError,
     WarrenError,
     from_record,
@@ -78,8 +79,11 @@ _SUPERVISOR_REQUESTS = (
     protocol.NetLogRequest,
     protocol.StatsRequest,
     protocol.ProcessRequest,
+    protocol.PauseRequest,
     protocol.ShutdownRequest,
 )
+# Requests that are not a use of the sandbox: they do not reset its idle timeout.
+_NOT_USE = (protocol.GetRequest, protocol.ListRequest, protocol.StatsRequest, protocol.NetLogRequest)
 
 
 class Client:
@@ -138,6 +142,11 @@ class Box:
     ns: tuple[int, int] | None = None  # fds of the sandbox's user and mount namespaces
     # host git files a bind sits on, as launched (see _git_sweep)
     git_files: dict[str, tuple[int, int] | None] = field(default_factory=dict)
+    paused: bool = False
+    last_active: float = field(default_factory=time.time)  # a request reached it, or an exec ended
+    active: set[int] = field(default_factory=set)  # read ends of running execs' "active" pipes
+    stopped_why: str = ""  # the supervisor stopped it on its own (idle timeout)
+    thaw_guard: int | None = None  # write end of the pipe a paused sandbox's guard waits on
 
     @property
     def pid(self) -> int:
@@ -211,6 +220,9 @@ class Supervisor:
         elif kind == "relay":
             assert isinstance(obj, Box)
             self._on_relay(obj, mask)
+        elif kind == "active":
+            assert isinstance(obj, tuple)
+            self._exec_ended(*obj)
         elif kind == "pasta":
             assert isinstance(obj, Box)
             self.sel.unregister(key_fd(obj.pasta))
@@ -229,6 +241,7 @@ class Supervisor:
     def _on_term(self, _signum: int, _frame: object) -> None:
         self.shutdown = True
         for box in [*self.boxes.values(), *self.oneshots.values()]:
+            self._thaw(box)
             self._signal(box, signal.SIGTERM)
             box.kill_at = box.kill_at or time.monotonic() + STOP_KILL_AFTER
 
@@ -242,6 +255,24 @@ class Supervisor:
                 self._signal(box, signal.SIGKILL)
                 box.kill_at = None
             self._git_sweep(box)
+        for box in list(self.boxes.values()):
+            self._idle_check(box)
+
+    def _idle_check(self, box: Box) -> None:
+        """Stop a sandbox nobody used for its idle timeout (an exec still running is use;
+        background processes are not)."""
+        limit = box.plan.limits.limits.idle_timeout if box.plan.limits else None
+        if not limit or not box.ready or box.kill_at is not None or box.active:
+            return
+        idle = time.time() - box.last_active
+        if idle < limit:
+            return
+        from ..policy.limits import show_duration
+
+        box.stopped_why = f"stopped after {show_duration(limit)} without a request (idle timeout)"
+        self._thaw(box)
+        self._signal(box, signal.SIGTERM)
+        box.kill_at = time.monotonic() + STOP_KILL_AFTER
 
     def _git_sweep(self, box: Box) -> None:
         """Every quarter second while a sandbox lives: what it planted in a protected
@@ -415,6 +446,10 @@ class Supervisor:
                 operation=msg.TAG,
                 hint="fix the state directory (see the error of `warren ls`), or use `warren run`",
             )
+        if not isinstance(msg, _NOT_USE):
+            used = self.boxes.get(str(getattr(msg, "sandbox", getattr(msg, "name", ""))))
+            if used is not None:
+                used.last_active = time.time()
         if isinstance(
             msg,
             (
@@ -445,12 +480,14 @@ class Supervisor:
         elif isinstance(msg, protocol.NetLogRequest):
             self._reply(c, self._netlog(msg))
         elif isinstance(msg, protocol.StatsRequest):
-            live = self._live(msg.sandbox)
+            live = self._live(msg.sandbox, paused_ok=True)
             self._reply(c, usage.measure(live.pid, live.launched.cgroups, live.plan.limits))
         elif isinstance(msg, protocol.ProcessRequest):
             box = self._known(msg.sandbox)
             reply, data = spawns.state(self.root, msg.sandbox, msg, alive=box is not None and box.ready)
             self._reply(c, reply, data)
+        elif isinstance(msg, protocol.PauseRequest):
+            self._reply(c, self._pause(msg.sandbox, msg.paused))
         elif isinstance(msg, protocol.ShutdownRequest):
             self.shutdown = True
             self._reply(c, protocol.Ok())
@@ -664,8 +701,11 @@ class Supervisor:
             run = box.run
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
             request = protocol.ExecRequest(sandbox=box.id, command=run.command)
+            counters = box.launched.counters
             self._control_send(
-                box, protocol.Handoff(request=request.to_dict()), [theirs.fileno(), *run.stdio]
+                box,
+                protocol.Handoff(request=request.to_dict(), extra=[name for name, _fd in counters]),
+                [theirs.fileno(), *run.stdio, *(fd for _name, fd in counters)],
             )
             theirs.close()
             for fd in run.stdio:
@@ -833,11 +873,23 @@ class Supervisor:
             raise ProtocolError(f"a {msg.TAG} request carries no payload", operation="decode")
         handoff = protocol.Handoff(request=msg.to_dict(), payload=payload_len)
         extra: list[int] = []
+        named: list[int] = []  # handoff.extra's descriptors: ours, not closed here
         if isinstance(msg, protocol.SpawnRequest):
             handoff.spawn_id, extra = spawns.create(self.root, box.name)
         elif isinstance(msg, protocol.PsRequest):
             handoff.spawned = spawns.running(self.root, box.name)
-        self._control_send(box, handoff, [c.sock.fileno(), *fds, *extra])
+        if isinstance(msg, protocol.ExecRequest):
+            # The exec's helper holds the write end until it exits: the end of the
+            # exec is an event here (the idle timeout counts from it).
+            active_r, active_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+            box.active.add(active_r)
+            self.sel.register(active_r, _R, ("active", (box, active_r)))
+            handoff.extra.append("active")
+            extra.append(active_w)
+        if isinstance(msg, (protocol.ExecRequest, protocol.SpawnRequest)):
+            handoff.extra.extend(name for name, _fd in box.launched.counters)
+            named = [fd for _name, fd in box.launched.counters]
+        self._control_send(box, handoff, [c.sock.fileno(), *fds, *extra, *named])
         for fd in [*fds, *extra]:
             os.close(fd)
         # PID 1's helper has the connection now; this process lets go of its copy.
@@ -860,9 +912,16 @@ class Supervisor:
             )
         return entry
 
-    def _live(self, name: str) -> Box:
+    def _live(self, name: str, paused_ok: bool = False) -> Box:
         box = self.boxes.get(name)
         if box is not None and box.ready and box.kill_at is None:
+            if box.paused and not paused_ok:
+                raise SandboxPaused(
+                    f"sandbox {name} is paused: nothing runs in it until it is resumed",
+                    operation="lookup",
+                    path=name,
+                    hint=f"resume it with `warren resume {name}` (Sandbox.resume())",
+                )
             return box
         entry = self._entry(name)
         raise SandboxDead(
@@ -879,7 +938,12 @@ class Supervisor:
         state = entry.state
         if box is not None and box.kill_at is not None:
             state = "stopping"
+        elif box is not None and box.paused:
+            state = "paused"
+        limits = box.plan.limits if box is not None else None
         return protocol.SandboxInfo(
+            idle_timeout=(limits.limits.idle_timeout or None) if limits else None,
+            last_active=box.last_active if box is not None else 0.0,
             name=entry.name,
             id=entry.id,
             state=state,
@@ -900,6 +964,7 @@ class Supervisor:
             box.remove = box.remove or msg.remove
             c.deadline = None
             if box.kill_at is None:
+                self._thaw(box)
                 self._signal(box, signal.SIGTERM)
                 box.kill_at = time.monotonic() + STOP_KILL_AFTER
             return
@@ -908,6 +973,48 @@ class Supervisor:
             self.registry.remove(msg.name)
             shutil.rmtree(statedir.sandbox_dir(self.root, msg.name), ignore_errors=True)
         self._reply(c, info)
+
+    # --- pause and resume -------------------------------------------------------------------------
+
+    def _pause(self, name: str, paused: bool) -> protocol.SandboxInfo:
+        """Freeze every process of the sandbox (PID 1 and warren's helpers too: nothing
+        runs, memory stays), or thaw them, by the plan's mechanism."""
+        box = self._live(name, paused_ok=True)
+        if box.paused != paused:
+            freezer = cgroups.freezer_of(box.launched.cgroups)
+            try:
+                if freezer is not None:
+                    cgroups.freeze(freezer, paused)
+                    if paused:
+                        box.thaw_guard = _thaw_guard(freezer)
+                    else:
+                        _release(box)
+                else:
+                    _stop_signals(box.pid, paused)
+            except OSError as e:
+                raise SandboxError(
+                    f"cannot {'pause' if paused else 'resume'} sandbox {name}: {e.strerror}",
+                    operation="pause" if paused else "resume",
+                    path=e.filename or name,
+                    errno=e.errno,
+                    hint="see `warren plan` (pause) for the mechanism this host offers you",
+                ) from None
+            box.paused = paused
+        return self._info(name)
+
+    def _thaw(self, box: Box) -> None:
+        """Before a paused sandbox is stopped: frozen tasks cannot act on SIGTERM."""
+        if box.paused:
+            with contextlib.suppress(OSError, WarrenError):
+                self._pause(box.name, False)
+            box.paused = False
+
+    def _exec_ended(self, box: Box, fd: int) -> None:
+        with contextlib.suppress(KeyError, ValueError):
+            self.sel.unregister(fd)
+        os.close(fd)
+        box.active.discard(fd)
+        box.last_active = time.time()
 
     def _signal(self, box: Box, sig: int) -> None:
         with contextlib.suppress(OSError):
@@ -960,13 +1067,14 @@ class Supervisor:
                     self.sel.unregister(box.pasta.pidfd)
             box.pasta.stop()
         os.close(box.launched.pidfd)
-        for fd in box.ns or ():
+        for fd in [*(box.ns or ()), *box.active]:
+            with contextlib.suppress(KeyError, ValueError):
+                self.sel.unregister(fd)
             os.close(fd)
         box.ns = None
-        limit = launch.limit_hit(box.launched, box.plan)
+        box.active.clear()
+        _release(box)
         repairs = launch.restore(box.launched)
-        if box.run is not None and box.run.exited is not None:
-            box.run.exited.limit = limit
         if box.run is not None:
             self._end_run(box, repairs)
             return
@@ -987,6 +1095,8 @@ class Supervisor:
                 shutil.rmtree(statedir.sandbox_dir(self.root or "", box.name), ignore_errors=True)
             else:
                 self.registry.set_state(box.name, box.id, registry.STOPPED, "stopped on request", warnings)
+        elif box.stopped_why:
+            self.registry.set_state(box.name, box.id, registry.STOPPED, box.stopped_why, warnings)
         elif self.shutdown:
             self.registry.set_state(
                 box.name, box.id, registry.STOPPED, "the supervisor was stopped", warnings
@@ -1036,6 +1146,62 @@ class Supervisor:
             hint="something outside killed it; run `warren doctor` if this repeats",
         )
         self._reply(client, protocol.error_message(error))
+
+
+def _thaw_guard(freezer: str) -> int:
+    """A small process that thaws a frozen sandbox if this supervisor dies: frozen tasks
+    cannot die (not even of the parent-death signal) until thawed, and nobody else would
+    thaw them before the next supervisor's sweep. It waits on a pipe whose write end
+    only this process holds: EOF without a word means this process is gone."""
+    r, w = os.pipe2(os.O_CLOEXEC)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            signal.set_wakeup_fd(-1)
+            clone.close_all_but(r)
+            word = b""
+            with contextlib.suppress(OSError):
+                word = os.read(r, 1)
+            if not word:
+                with contextlib.suppress(OSError, WarrenError):
+                    cgroups.freeze(freezer, False)
+        finally:
+            os._exit(0)
+    os.close(r)
+    return w
+
+
+def _release(box: Box) -> None:
+    """The sandbox is thawed (or gone): its guard may exit without doing anything."""
+    if box.thaw_guard is not None:
+        with contextlib.suppress(OSError):
+            os.write(box.thaw_guard, b"r")
+        os.close(box.thaw_guard)
+        box.thaw_guard = None
+
+
+def _stop_signals(pid1: int, stopped: bool) -> None:
+    """Pause without a freezer: SIGSTOP every process of the sandbox, again until none
+    is left running (one forking at the moment of the first pass has a child the next
+    pass stops); resume sends SIGCONT to all."""
+    sig = signal.SIGSTOP if stopped else signal.SIGCONT
+    for _ in range(50 if stopped else 1):
+        running = 0
+        for pid in [pid1, *procs.descendants(pid1)]:
+            if stopped and procs.state(pid) in ("T", "t", "Z", "X", ""):
+                continue
+            running += 1
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        if not running:
+            return
+        time.sleep(0.001)
+    if stopped:
+        raise SandboxError(
+            "the sandbox's processes kept starting new ones while being stopped",
+            operation="pause",
+            hint="try again; a host with a freezer cgroup (root, or delegated cgroup2) pauses atomically",
+        )
 
 
 def json_safe(value: object) -> dict[str, object]:

@@ -12,7 +12,7 @@ import os
 
 from .. import protocol
 from .._core import cgroups, procs
-from ..plan.limits import LimitsPlan
+from ..plan.limits import V2, LimitsPlan
 
 _TICK = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -38,17 +38,24 @@ def measure(pid1: int, groups: list[str], limits: LimitsPlan | None) -> protocol
     memory = sum(s[2] for s in per)
     pids = sum(s[1] for s in per)
     source = "/proc (resident memory and threads summed over the sandbox's processes)"
-    by_kind = {cgroups.controller_of(g): g for g in groups}
+    by_kind = {cgroups.kind_of(g): g for g in groups}
     used: list[str] = []
+    v2 = by_kind.get(V2)
     with contextlib.suppress(ValueError):
         if "memory" in by_kind:
             memory = int(cgroups.read(by_kind["memory"], "memory.usage_in_bytes"))
-            used.append("memory.usage_in_bytes")
+            used.append("cgroup1 memory.usage_in_bytes")
+        elif v2 is not None and os.path.exists(os.path.join(v2, "memory.current")):
+            memory = int(cgroups.read(v2, "memory.current"))
+            used.append("cgroup2 memory.current")
         if "pids" in by_kind:
             pids = int(cgroups.read(by_kind["pids"], "pids.current"))
-            used.append("pids.current")
+            used.append("cgroup1 pids.current")
+        elif v2 is not None and os.path.exists(os.path.join(v2, "pids.current")):
+            pids = int(cgroups.read(v2, "pids.current"))
+            used.append("cgroup2 pids.current")
     if used:
-        source = f"cgroup1 ({', '.join(used)}); CPU time from /proc"
+        source = f"{', '.join(used)}; CPU time from /proc"
     eff = limits.limits if limits is not None else None
     return protocol.Stats(
         memory=memory,

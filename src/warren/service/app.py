@@ -453,6 +453,12 @@ class Service:
         stats = await self.call(self.transport.stats, _name(request))
         return JSONResponse(dataclasses.asdict(stats))
 
+    async def pause(self, request: Request) -> Response:
+        return JSONResponse(codec.sandbox(await self.call(self.transport.pause, _name(request), True)))
+
+    async def resume(self, request: Request) -> Response:
+        return JSONResponse(codec.sandbox(await self.call(self.transport.pause, _name(request), False)))
+
     async def net_log(self, request: Request) -> Response:
         events = await self.call(self.transport.net_log, _name(request))
         return JSONResponse({"events": [codec.net_event(e) for e in events]})
@@ -473,6 +479,7 @@ def process_state(state: protocol.ProcessState) -> dict[str, Any]:
         "status": state.status,
         "exit_code": exit_code,
         "timed_out": state.timed_out,
+        "limit": state.limit,
     }
 
 
@@ -563,6 +570,8 @@ def routes(service: Service) -> list[Route]:
         (f"{prefix}/ports", "POST", s.expose),
         (f"{prefix}/netlog", "GET", s.net_log),
         (f"{prefix}/stats", "GET", s.stats),
+        (f"{prefix}/pause", "POST", s.pause),
+        (f"{prefix}/resume", "POST", s.resume),
     ]
     by_path: dict[str, dict[str, Handler]] = {}
     for path, method, handler in table:

@@ -20,6 +20,7 @@ from ..errors import (
     CwdNotFound,
     ExecError,
     FileTooLarge,
+    LimitReached,
     PolicyError,
     ProtocolError,
     SandboxDead,
@@ -27,6 +28,7 @@ from ..errors import (
     SandboxFileError,
     SandboxFileNotFound,
     SandboxNotFound,
+    SandboxPaused,
     SandboxPermissionDenied,
     SandboxTimeout,
     WarrenError,
@@ -42,6 +44,8 @@ _STATUS: tuple[tuple[type[WarrenError], int], ...] = (
     (SandboxFileNotFound, 404),
     (SandboxExists, 409),
     (SandboxDead, 409),
+    (SandboxPaused, 409),
+    (LimitReached, 429),
     (SandboxPermissionDenied, 403),
     (FileTooLarge, 413),
     (SandboxTimeout, 504),
@@ -129,6 +133,7 @@ def result(r: Result) -> dict[str, Any]:
         "stdout_truncated": r.stdout_truncated,
         "stderr_truncated": r.stderr_truncated,
         "timed_out": r.timed_out,
+        "limit": r.limit,
         "signal": r.signal,
         "warnings": list(r.warnings),
         "cwd": r.cwd,
@@ -147,6 +152,7 @@ def result_of(data: dict[str, Any]) -> Result:
         duration=float(data["duration"]),
         signal=data.get("signal"),
         timed_out=bool(data.get("timed_out")),
+        limit=data.get("limit"),
         stdout_truncated=bool(data.get("stdout_truncated")),
         stderr_truncated=bool(data.get("stderr_truncated")),
         warnings=tuple(data.get("warnings") or ()),
@@ -164,6 +170,8 @@ def sandbox(info: SandboxInfo) -> dict[str, Any]:
         "workspace": info.workspace,
         "created": info.created,
         "warnings": list(info.warnings),
+        "idle_timeout": info.idle_timeout,
+        "last_active": info.last_active,
     }
 
 
@@ -176,6 +184,8 @@ def sandbox_of(data: dict[str, Any]) -> SandboxInfo:
         workspace=data.get("workspace", ""),
         created=float(data.get("created", 0.0)),
         warnings=tuple(data.get("warnings") or ()),
+        idle_timeout=data.get("idle_timeout"),
+        last_active=float(data.get("last_active") or 0.0),
     )
 
 

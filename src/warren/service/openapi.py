@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..policy.spec import BOOL_KEYS, LIST_KEYS, STR_KEYS, TABLE_KEYS
+from ..policy.spec import BOOL_KEYS, LIMIT_KEYS, LIST_KEYS, STR_KEYS, TABLE_KEYS
 
 STR: dict[str, Any] = {"type": "string"}
 INT: dict[str, Any] = {"type": "integer"}
@@ -37,6 +37,8 @@ def _policy_props() -> dict[str, Any]:
         props[key] = STR
     for key in TABLE_KEYS:
         props[key] = STRMAP
+    for key in LIMIT_KEYS:
+        props[key] = {"oneOf": [STR, NUM]}  # "512M", 64, 0.5, "10m", "none"
     props["network"] = {"type": "string", "enum": ["none", "allow", "open"]}
     return props
 
@@ -86,6 +88,7 @@ SCHEMAS: dict[str, Any] = {
             "stdout_truncated": BOOL,
             "stderr_truncated": BOOL,
             "timed_out": BOOL,
+            "limit": {"type": ["string", "null"]},
             "signal": {"type": ["integer", "null"]},
             "warnings": STRS,
             "cwd": {"type": ["string", "null"]},
@@ -98,11 +101,13 @@ SCHEMAS: dict[str, Any] = {
         "properties": {
             "name": STR,
             "id": STR,
-            "state": {"type": "string", "enum": ["running", "stopping", "stopped", "dead"]},
+            "state": {"type": "string", "enum": ["running", "paused", "stopping", "stopped", "dead"]},
             "reason": STR,
             "workspace": STR,
             "created": NUM,
             "warnings": STRS,
+            "idle_timeout": {"type": ["number", "null"]},
+            "last_active": NUM,
         },
         "required": ["name", "id", "state"],
     },
@@ -132,6 +137,8 @@ SCHEMAS: dict[str, Any] = {
             "argv": STRS,
             "running": BOOL,
             "exit_code": {"type": ["integer", "null"]},
+            "timed_out": BOOL,
+            "limit": {"type": ["string", "null"]},
             "stdout": STR,
             "stderr": STR,
             "next_offset": INT,
@@ -317,6 +324,20 @@ OPS: dict[tuple[str, str], tuple[str, dict[str, Any] | None, int, dict[str, Any]
         [],
     ),
     ("/v1/sandboxes/{name}/netlog", "GET"): ("The network proxy's decisions", None, 200, _json("NetLog"), []),
+    ("/v1/sandboxes/{name}/pause", "POST"): (
+        "Freeze every process of the sandbox (it keeps its memory and uses no CPU)",
+        None,
+        200,
+        _json("Sandbox"),
+        [],
+    ),
+    ("/v1/sandboxes/{name}/resume", "POST"): (
+        "Let a paused sandbox run again",
+        None,
+        200,
+        _json("Sandbox"),
+        [],
+    ),
     ("/v1/sandboxes/{name}/stats", "GET"): (
         "Memory, processes and CPU time now, against the limits",
         None,
@@ -331,7 +352,8 @@ ERRORS = {
     "401": "missing or wrong bearer token",
     "403": "the sandbox's policy forbids it",
     "404": "no such sandbox, process, file or route",
-    "409": "a sandbox of that name exists",
+    "409": "a sandbox of that name exists, or it is paused or not running",
+    "429": "the sandbox is at its pids or memory limit: the command could not start",
     "413": "request body or file too large",
     "500": "warren failed (setup error or bug)",
     "504": "timed out",

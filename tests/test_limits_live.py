@@ -1,0 +1,318 @@
+"""Limits of long-lived sandboxes: pause and resume, the idle timeout, and execs told
+which limit they ran into (or refused a start, typed, at the pids limit).
+
+Judged from the host: a counter file the sandbox's process writes, the processes' states
+and cgroup files as the host sees them, processes left behind (a token in their command
+line). Root gets the cgroup1 freezer and cgroup limits here; uid 1001 gets signals and
+rlimits, and each test asserts what that caller gets. Bombs run under the outer safety
+net of ``test_limits.Net``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import WARREN, Layout
+from test_limits import MEMORY_BOMB, ROOT_CGROUPS, Net, _forker, _host_pids_with, _leftovers, _records
+from warren import LocalTransport, PolicySpec, Sandbox
+from warren.errors import LimitReached, PolicyError, SandboxPaused, WarrenError
+from warren.policy import config
+from warren.policy.limits import parse
+from warren.server import statedir
+
+# Counts every 20 ms into ./count, with a check that its 32 MiB of memory still hold
+# what it wrote there at the start.
+COUNTER = (
+    "import os, sys, time\n"
+    "b = bytearray(32 << 20)\n"
+    "b[::4096] = b'w' * len(b[::4096])\n"
+    "i = 0\n"
+    "while True:\n"
+    "    i += 1\n"
+    "    ok = b[::4096].count(b'w') == len(b[::4096])\n"
+    "    with open('count.tmp', 'w') as f: f.write(f'{i} {ok}')\n"
+    "    os.replace('count.tmp', 'count')\n"
+    "    time.sleep(0.02)\n"
+)
+
+
+def _count(ws: Path) -> tuple[int, str]:
+    for _ in range(50):
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            n, ok = (ws / "count").read_text().split()
+            return int(n), ok
+        time.sleep(0.02)
+    raise AssertionError("the counter never wrote")
+
+
+def _wait(predicate: object, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _host_tree(pid1: int) -> list[int]:
+    kids: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                stat = Path(f"/proc/{name}/stat").read_text()
+                kids.setdefault(int(stat[stat.rindex(")") + 2 :].split()[1]), []).append(int(name))
+    out, todo = [], [pid1]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(kids.get(pid, []))
+    return out
+
+
+def _state(pid: int) -> str:
+    with contextlib.suppress(OSError):
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat[stat.rindex(")") + 2 :].split()[0]
+    return ""
+
+
+def _freezer(state: Path) -> Path:
+    record = state / "warren" / "cgroups" / _records(state)[0]
+    return Path(next(d for d in record.read_text().split() if "/freezer/" in d))
+
+
+@pytest.fixture
+def sandbox(state_home: Path, layout: Layout) -> Iterator[Sandbox]:
+    sb = Sandbox.create(PolicySpec(workspace=str(layout.workspace)), name="pz")
+    yield sb
+    with contextlib.suppress(Exception):
+        sb.remove()
+
+
+# --- pause and resume -----------------------------------------------------------------
+
+
+def test_pause_stops_all_work_and_resume_continues_where_it_was(
+    sandbox: Sandbox, layout: Layout, state_home: Path
+) -> None:
+    ws = layout.workspace
+    sandbox.spawn(["python3", "-c", COUNTER])
+    assert _wait(lambda: (ws / "count").exists() and _count(ws)[0] >= 3)
+    sandbox.pause()
+    assert Sandbox.get("pz").info.state == "paused"
+    listed = json.loads(subprocess.run([*WARREN, "ls", "--json"], capture_output=True, text=True).stdout)
+    assert [s["state"] for s in listed if s["name"] == "pz"] == ["paused"]
+    frozen_at, _ = _count(ws)
+    cpu = sandbox.stats().cpu_time
+    time.sleep(0.6)
+    assert _count(ws)[0] == frozen_at  # nothing ran: 30 ticks would have passed
+    assert abs(sandbox.stats().cpu_time - cpu) < 0.02
+    tree = _host_tree(sandbox.pid1)
+    if ROOT_CGROUPS:
+        assert _freezer(state_home).joinpath("freezer.state").read_text().strip() == "FROZEN"
+    else:
+        assert len(tree) >= 3 and {_state(p) for p in tree} <= {"T", "t"}, [(p, _state(p)) for p in tree]
+    with pytest.raises(SandboxPaused, match="paused"):
+        sandbox.exec(["true"])
+    cli = subprocess.run([*WARREN, "exec", "pz", "true"], capture_output=True, text=True)
+    assert cli.returncode == 125 and "warren resume pz" in cli.stderr and "Traceback" not in cli.stderr
+    sandbox.pause()  # again: nothing changes
+    sandbox.resume()
+    assert _wait(lambda: _count(ws)[0] > frozen_at + 3)
+    assert _count(ws)[1] == "True"  # its memory held what it wrote before the pause
+    assert sandbox.exec(["echo", "on"]).stdout == b"on\n"
+    assert Sandbox.get("pz").info.state == "running"
+    subprocess.run([*WARREN, "pause", "pz"], check=True)
+    subprocess.run([*WARREN, "resume", "pz"], check=True)
+    assert sandbox.exec(["true"]).exit_code == 0
+
+
+def test_a_paused_sandbox_stops_and_is_removed_cleanly(sandbox: Sandbox, state_home: Path) -> None:
+    token = f"{random.getrandbits(30)}"
+    sandbox.exec(["sh", "-c", f"setsid sleep 300.{token} & sleep 301.{token} &"])
+    assert len(_host_pids_with(token)) == 2
+    sandbox.pause()
+    start = time.monotonic()
+    sandbox.remove()
+    assert time.monotonic() - start < 10
+    assert _wait(lambda: not _host_pids_with(token), 5)
+    assert _leftovers(state_home) == []
+    assert [s.name for s in Sandbox.list()] == []
+
+
+def test_supervisor_killed_while_paused_leaves_no_process(sandbox: Sandbox, state_home: Path) -> None:
+    """Frozen tasks cannot die until thawed: the supervisor's thaw guard thaws them when
+    it dies, so the parent-death signal takes them at once, not at the next start."""
+    token = f"{random.getrandbits(30)}"
+    sandbox.exec(["sh", "-c", f"setsid sleep 300.{token} &"])
+    sandbox.pause()
+    found = statedir.read_address(statedir.location(os.environ))
+    assert found is not None
+    os.kill(found[1], signal.SIGKILL)
+    assert _wait(lambda: not _host_pids_with(token), 5), "frozen processes outlived their supervisor"
+    listed = subprocess.run([*WARREN, "ls"], capture_output=True, text=True, check=True).stdout
+    assert "dead" in listed
+    assert _wait(lambda: _leftovers(state_home) == [], 5), _leftovers(state_home)
+
+
+def test_pause_over_the_cli_on_an_unknown_sandbox_is_a_typed_error(state_home: Path) -> None:
+    r = subprocess.run([*WARREN, "pause", "nope"], capture_output=True, text=True)
+    assert r.returncode == 125 and "no sandbox named nope" in r.stderr and "hint:" in r.stderr
+
+
+# --- idle timeout -----------------------------------------------------------------------
+
+
+def test_idle_timeout_stops_a_sandbox_nobody_uses(state_home: Path, layout: Layout) -> None:
+    token = f"{random.getrandbits(30)}"
+    made = subprocess.run(
+        [*WARREN, "create", "-w", str(layout.workspace), "--idle-timeout", "2s", "idle"],
+        capture_output=True,
+        text=True,
+    )
+    assert made.returncode == 0, made.stderr
+    sb = Sandbox.get("idle")
+    sb.spawn(["sleep", f"300.{token}"])  # a background process is not use
+    info = next(s for s in Sandbox.list() if s.name == "idle")
+    assert info.idle_timeout == 2.0 and time.time() - info.last_active < 2
+    assert "/2s" in subprocess.run([*WARREN, "ls"], capture_output=True, text=True).stdout
+    assert _wait(lambda: Sandbox.list()[0].state == "stopped", 10)
+    assert "idle timeout" in Sandbox.list()[0].reason
+    assert _wait(lambda: not _host_pids_with(token), 5)
+    assert _leftovers(state_home) == []
+
+
+def test_execs_and_requests_keep_a_sandbox_alive(state_home: Path, layout: Layout) -> None:
+    sb = Sandbox.create(PolicySpec(workspace=str(layout.workspace), idle_timeout="2s"), name="busy")
+    # One exec running longer than the timeout: in use all along.
+    assert sb.exec(["sleep", "3.5"]).exit_code == 0
+    assert sb.alive
+    # Requests more often than the timeout: still in use.
+    for _ in range(4):
+        sb.files.write("f", "x")
+        time.sleep(1)
+    assert sb.alive
+    # stats and ls are not use: asked for all along, it stops all the same.
+    deadline = time.monotonic() + 10
+    while sb.alive and time.monotonic() < deadline:
+        with contextlib.suppress(WarrenError):
+            sb.stats()
+        subprocess.run([*WARREN, "ls"], capture_output=True, check=False)
+        time.sleep(0.3)
+    assert not sb.alive
+    assert "idle timeout" in Sandbox.list()[0].reason
+
+
+def test_idle_timeout_values_are_checked_and_a_workspace_may_only_shorten_it(tmp_path: Path) -> None:
+    assert parse(None, None, None, None, "t", "10m").idle_timeout == 600
+    assert parse(None, None, None, None, "t", 90).idle_timeout == 90
+    assert parse(None, None, None, None, "t", "1.5h").idle_timeout == 5400
+    for bad in ("0", "soon", "-5m", True):
+        with pytest.raises(PolicyError, match="idle_timeout"):
+            parse(None, None, None, None, "t", bad)
+    r = subprocess.run(
+        [*WARREN, "create", "-w", str(tmp_path), "--idle-timeout", "later", "x"],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 125 and "idle_timeout" in r.stderr and "hint:" in r.stderr
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    user = tmp_path / "user.toml"
+    user.write_text('idle_timeout = "10m"\n')
+    (ws / "warren.toml").write_text('idle_timeout = "1h"\n')
+    assert config.load_spec(ws, None, env={}, home=tmp_path, user_config=user).limits("t").idle_timeout == 600
+    (ws / "warren.toml").write_text('idle_timeout = "1m"\n')
+    assert config.load_spec(ws, None, env={}, home=tmp_path, user_config=user).limits("t").idle_timeout == 60
+
+
+# --- limits reached by an exec --------------------------------------------------------------
+
+
+@pytest.fixture
+def net(state_home: Path) -> Iterator[Net]:
+    n = Net(state_home)
+    yield n
+    n.close()
+
+
+def test_exec_says_which_limit_it_hit(net: Net, layout: Layout) -> None:
+    ws = str(layout.workspace)
+    made = net.run(["create", "-w", ws, "--memory", "96M", "--pids", "24", "lim"], layout.workspace)
+    assert made.returncode == 0, made.stderr
+    try:
+        bomb = net.run(["exec", "lim", "python3", "-c", MEMORY_BOMB], layout.workspace)
+        fork = net.run(["exec", "lim", *_forker(40)], layout.workspace)
+        env = {**os.environ, "XDG_STATE_HOME": str(net.state)}
+        sb = Sandbox.get("lim", transport=LocalTransport(env))
+        lib = sb.exec(["python3", "-c", MEMORY_BOMB])
+        after = net.run(["exec", "lim", "echo", "fine"], layout.workspace)
+    finally:
+        net.run(["rm", "-f", "lim"], layout.workspace)
+    if ROOT_CGROUPS:
+        assert bomb.returncode == 137 and bomb.stderr.strip().splitlines()[-1] == (
+            "warren: killed: memory limit 96M reached"
+        )
+        assert "warren: pids limit 24 reached" in fork.stderr
+        assert lib.exit_code == 137 and lib.limit == "memory limit 96M reached"
+    else:  # rlimits: the command sees the failure itself, and no counter says more
+        assert bomb.returncode == 1 and "MemoryError" in bomb.stderr and "warren:" not in bomb.stderr
+        assert lib.limit is None and b"MemoryError" in lib.stderr
+        assert int(fork.stdout.split()[-1]) <= 24 + 8
+    assert after.returncode == 0 and after.stdout == "fine\n"  # the sandbox is still usable
+
+
+# Keeps the sandbox at its pids limit: forks sleepers, and takes again any slot freed.
+FILLER = (
+    "import os, time\n"
+    "end = time.monotonic() + 60\n"
+    "while time.monotonic() < end:\n"
+    "    try:\n"
+    "        if os.fork() == 0:\n"
+    "            time.sleep(90)\n"
+    "            os._exit(0)\n"
+    "    except OSError:\n"
+    "        time.sleep(0.001)\n"
+)
+
+
+def test_exec_at_the_pids_limit_is_refused_typed_and_the_sandbox_recovers(net: Net, layout: Layout) -> None:
+    made = net.run(["create", "-w", str(layout.workspace), "--pids", "24", "full"], layout.workspace)
+    assert made.returncode == 0, made.stderr
+    sb = Sandbox.get("full", transport=LocalTransport({**os.environ, "XDG_STATE_HOME": str(net.state)}))
+    try:
+        filler = sb.spawn(["python3", "-c", FILLER])
+        assert _wait(lambda: sb.stats().pids >= 24, 30), sb.stats()
+        # At the limit an exec either runs (a helper forked ahead of time was there) or
+        # is refused, typed: never anything else. A few tries meet a refusal.
+        outcomes = [net.run(["exec", "full", "echo", "hi"], layout.workspace) for _ in range(5)]
+        for r in outcomes:
+            assert (r.returncode, r.stdout) == (0, "hi\n") or r.returncode == 126, r
+            assert "Traceback" not in r.stderr
+        refused = [r for r in outcomes if r.returncode == 126]
+        for _ in range(3):  # the library: a Result, or LimitReached
+            with contextlib.suppress(LimitReached):
+                assert sb.exec(["true"]).exit_code == 0
+        if ROOT_CGROUPS:
+            assert refused, outcomes
+            assert "pids limit (24)" in refused[0].stderr and "hint:" in refused[0].stderr
+        else:
+            # RLIMIT_NPROC binds the commands, not warren's helpers: execs still start.
+            assert refused == []
+        # Listing and killing still work at the limit: that is how room is made again.
+        assert any(p.spawn_id == filler.id for p in sb.processes())
+        filler.kill(signal.SIGKILL)  # its whole group: the sleepers too
+        assert _wait(lambda: sb.stats().pids < 12, 10), sb.stats()
+        assert sb.exec(["echo", "back"]).stdout == b"back\n"
+    finally:
+        net.run(["rm", "-f", "full"], layout.workspace)
