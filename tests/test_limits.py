@@ -151,12 +151,35 @@ def _leftovers(state: Path, net: Net | None = None, names: set[str] | None = Non
     if names:
         found += [
             os.path.join(p, d)
-            for c in ("pids", "memory", "cpu")
+            for c in ("pids", "memory", "cpu", "freezer", "unified")
             for p, dirs, _ in os.walk(f"{CG}/{c}")
             for d in dirs
             if d in names
         ]
+    # This caller's own cgroup2 group (delegated or not): no sandbox group left in it.
+    v2 = _own_v2()
+    if v2 is not None:
+        found += [
+            os.path.join(p, d)
+            for p, dirs, _ in os.walk(v2)
+            for d in dirs
+            if d.startswith(f"warren-{os.getuid()}-") and not d.endswith("-supervisor")
+        ]
     return found
+
+
+def _v2_delegated() -> bool:
+    """This caller's cgroup2 group is its own to make groups in (scripts/test delegates one
+    to uid 1001): then every sandbox gets a cgroup2 group, for pause and kill at least."""
+    v2 = _own_v2()
+    return v2 is not None and v2 != f"{CG}/unified" and os.access(v2, os.W_OK)
+
+
+def _own_v2() -> str | None:
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        if line.startswith("0::"):
+            return os.path.normpath(f"{CG}/unified{line[3:]}")
+    return None
 
 
 def _plan(layout: Layout, *flags: str) -> dict[str, dict[str, object]]:
@@ -433,7 +456,7 @@ def test_supervisor_killed_again_and_again_leaks_no_cgroup(state_home: Path, lay
     while _leftovers(state_home, names=names) and time.monotonic() < deadline:
         subprocess.run([*WARREN, "ls"], capture_output=True, check=True)
         time.sleep(0.1)
-    assert len(names) >= 8 if ROOT_CGROUPS else names == set()
+    assert len(names) >= 8 if ROOT_CGROUPS or _v2_delegated() else names == set()
     assert _leftovers(state_home, names=names) == []
     assert (ws / "keep.txt").read_text() == "intact\n"
 
@@ -490,3 +513,32 @@ def test_stats_report_use_against_the_limits(state_home: Path, layout: Layout) -
         assert json.loads(cli.stdout)["pids_limit"] == 100
     finally:
         sb.remove()
+
+
+def test_a_delegated_cgroup2_subtree_enforces_what_it_offers() -> None:
+    """Pure: on a systemd-style host (no writable v1, a delegated cgroup2 group with
+    memory, pids and cpu), one cgroup2 group per sandbox holds every limit, its counters
+    are cgroup2's, and pause uses cgroup.freeze. (This host's cgroup2 has no such
+    controllers: the delegated group the uid-1001 tests run in gives pause and kill.)"""
+    from warren.plan.limits import FREEZE2, V2, CgroupFacts, Counter, Hierarchy, plan
+
+    locked = tuple(Hierarchy(c, f"/sys/fs/cgroup/{c}", False) for c in ("pids", "memory", "cpu", "freezer"))
+    group = "/sys/fs/cgroup/user.slice/user-1001.slice/user@1001.service/app.slice/warren.service"
+    facts = CgroupFacts(1001, locked, group, ("cpu", "memory", "pids"), True)
+    p = plan(Limits(memory=1 << 30, pids=64, cpus=0.5), facts, 8 << 30)
+    assert [p.row(k).mechanism for k in ("memory", "pids", "cpus")] == ["cgroup2"] * 3
+    (g,) = p.cgroups
+    assert (g.controller, g.parent, g.enable) == (V2, group, ("memory", "pids", "cpu"))
+    assert dict(g.files) == {"memory.max": str(1 << 30), "pids.max": "72", "cpu.max": "50000 100000"}
+    assert p.counters == (
+        Counter("memory", V2, "memory.events", "oom_kill"),
+        Counter("pids", V2, "pids.events", "max"),
+    )
+    assert p.rlimits == () and p.pause == FREEZE2
+    # Delegated but without controllers (this host): pause and kill only, limits by rlimit.
+    bare = plan(Limits(memory=1 << 30), CgroupFacts(1001, locked, group, (), True), 8 << 30)
+    assert bare.pause == FREEZE2 and [g.controller for g in bare.cgroups] == [V2]
+    assert (
+        bare.row("memory").mechanism.startswith("rlimit")
+        and "has no memory controller" in bare.row("memory").detail
+    )
