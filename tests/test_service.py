@@ -357,3 +357,47 @@ def test_sigterm_stops_serve_and_removes_its_socket(tmp_path: Path, state_home: 
     server.stop(signal.SIGTERM)
     assert server.proc.returncode == 0
     assert not os.path.exists(server.socket)
+
+
+def test_pause_and_resume_over_http(unix: Serve, ws: Path) -> None:
+    """A paused sandbox does nothing (its counter file stands still) and refuses work with
+    409 SandboxPaused; resumed, it goes on where it was. The remote SDK gets the same."""
+    counter = (
+        "import time\ni = 0\nwhile True:\n    i += 1\n    open('n', 'w').write(str(i))\n    time.sleep(0.02)"
+    )
+    with unix.client(None) as c:
+        assert c.post("/v1/sandboxes", json={"name": "pz", "workspace": str(ws)}).status_code == 201
+        assert (
+            c.post("/v1/sandboxes/pz/processes", json={"argv": ["python3", "-c", counter]}).status_code == 201
+        )
+        deadline = time.monotonic() + 10
+        while not ((ws / "n").exists() and (ws / "n").read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        r = c.post("/v1/sandboxes/pz/pause")
+        assert r.status_code == 200 and r.json()["state"] == "paused"
+        assert c.get("/v1/sandboxes/pz").json()["state"] == "paused"
+        at = (ws / "n").read_text()
+        time.sleep(0.5)
+        assert (ws / "n").read_text() == at
+        _error(c.post("/v1/sandboxes/pz/exec", json={"argv": ["true"]}), 409, "SandboxPaused")
+        assert c.get("/v1/sandboxes/pz/stats").status_code == 200  # watching is allowed
+        r = c.post("/v1/sandboxes/pz/resume")
+        assert r.status_code == 200 and r.json()["state"] == "running"
+        deadline = time.monotonic() + 10
+        while (ws / "n").read_text() in ("", at) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert int((ws / "n").read_text() or 0) > int(at)
+        _error(c.post("/v1/sandboxes/nope/pause"), 404, "SandboxNotFound")
+
+    from warren.client.http import HttpTransport
+    from warren.client.sandbox import Sandbox
+    from warren.errors import SandboxPaused
+
+    sb = Sandbox.get("pz", transport=HttpTransport(f"unix:{unix.socket}", None))
+    sb.pause()
+    assert sb.info.state == "paused" and sb.alive
+    with pytest.raises(SandboxPaused):
+        sb.exec(["true"])
+    sb.resume()
+    assert sb.exec(["echo", "on"]).stdout == b"on\n"
+    sb.remove()
