@@ -69,3 +69,30 @@ def test_async_sandbox_runs_execs_concurrently(layout: Layout, tmp_path: Path, m
             return [r.stdout for r in results]
 
     assert asyncio.run(main()) == [f"{i}\nasync\n".encode() for i in range(10)]
+
+
+def test_shutdown_says_which_sandboxes_keep_the_supervisor_and_starts_none(
+    layout: Layout, tmp_path: Path
+) -> None:
+    import time
+
+    from warren.server import statedir
+
+    env = {"XDG_STATE_HOME": str(tmp_path / "state")}
+    root = str(tmp_path / "state" / "warren")
+    none = run_cli(["shutdown"], cwd=layout.workspace, env=env)
+    assert none.returncode == 0 and "no supervisor is running" in none.stderr
+    assert statedir.read_address(root) is None  # asking did not start one
+    assert (
+        run_cli(["create", "keep", "-w", str(layout.workspace)], cwd=layout.workspace, env=env).returncode
+        == 0
+    )
+    held = run_cli(["shutdown"], cwd=layout.workspace, env=env)
+    assert held.returncode == 0 and "keep" in held.stderr and "hint:" in held.stderr
+    assert statedir.read_address(root) is not None  # the sandbox still runs
+    assert run_cli(["exec", "keep", "true"], cwd=layout.workspace, env=env).returncode == 0
+    assert run_cli(["rm", "-f", "keep"], cwd=layout.workspace, env=env).returncode == 0
+    deadline = time.monotonic() + 10
+    while statedir.read_address(root) is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert statedir.read_address(root) is None  # gone once its last sandbox went

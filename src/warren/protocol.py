@@ -434,7 +434,8 @@ class PauseRequest(Message):
 
 
 class ShutdownRequest(Message):
-    """Ask the supervisor to exit once it holds no sandbox."""
+    """Ask the supervisor to exit once it holds no sandbox; the reply lists those it
+    still holds."""
 
     TAG = "shutdown"
 

@@ -18,6 +18,7 @@ from ..client.local import LocalTransport
 from ..client.sandbox import Sandbox
 from ..errors import SandboxError, SandboxFileNotFound, WarrenError
 from ..models import SandboxInfo
+from ..server import statedir
 from ..server.statedir import check_name
 from . import flags
 
@@ -309,7 +310,19 @@ def shutdown(args: list[str]) -> int:
     flags.parser("warren shutdown", "Let this user's supervisor exit once it holds no sandbox.").parse_args(
         args
     )
-    connect.request(protocol.ShutdownRequest(), (protocol.Ok,))
+    env = os.environ
+    if statedir.read_address(statedir.location(env)) is None:
+        print("warren: no supervisor is running", file=sys.stderr)
+        return 0
+    reply, _ = connect.request(protocol.ShutdownRequest(), (protocol.SandboxList,))
+    assert isinstance(reply, protocol.SandboxList)
+    live = [i.name for i in reply.items]
+    if live:
+        print(
+            f"warren: the supervisor exits once these {len(live)} sandbox(es) are gone: {', '.join(live)}\n"
+            "  hint: stop them (warren stop NAME, or warren rm -f NAME) and it exits at once",
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -489,8 +489,9 @@ class Supervisor:
         elif isinstance(msg, protocol.PauseRequest):
             self._reply(c, self._pause(msg.sandbox, msg.paused))
         elif isinstance(msg, protocol.ShutdownRequest):
+            # It exits once no sandbox is left: the caller hears which still hold it.
             self.shutdown = True
-            self._reply(c, protocol.Ok())
+            self._reply(c, protocol.SandboxList(items=[self._info(name) for name in self.boxes]))
 
     def _caller(self, c: Client, caller: protocol.Caller) -> CallerFacts:
         return CallerFacts(
