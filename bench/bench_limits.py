@@ -1,6 +1,9 @@
-"""What limits cost: `warren run -- true` and create + first exec, with the default
+"""What limits cost: `warren run -- true`, create + first exec, and an exec in a live
+sandbox (whose helper reads the cgroup counters before and after), with the default
 limits (cgroups as root here, rlimits for others) next to the same with none
-(`--memory none --pids none --tmp-size none`), interleaved in one run.
+(`--memory none --pids none --tmp-size none`), interleaved in one run; and what a
+pause + resume round trip takes with 20 processes in the sandbox (by the mechanism
+`warren plan` names for this caller).
 
 Run: python bench/bench_limits.py [--runs 100]
 """
@@ -53,10 +56,33 @@ def main() -> None:
                 sb.exec(["true"])
                 create[kind].append(time.monotonic() - start)
                 sb.remove()
+        execs: dict[str, list[float]] = {"with": [], "without": []}
+        boxes = {kind: Sandbox.create(limits[kind]) for kind in limits}
+        try:
+            for _ in range(runs):
+                for kind, sb in boxes.items():
+                    start = time.monotonic()
+                    sb.exec(["true"])
+                    execs[kind].append(time.monotonic() - start)
+                    time.sleep(0.01)  # paced: the spare helper is forked between execs
+            sb = boxes["with"]
+            sb.exec(["sh", "-c", "for i in $(seq 20); do sleep 600 & done"])
+            pauses = []
+            for _ in range(runs):
+                start = time.monotonic()
+                sb.pause()
+                sb.resume()
+                pauses.append(time.monotonic() - start)
+        finally:
+            for sb in boxes.values():
+                sb.remove()
         for kind in ("with", "without"):
             print(f"  warren run -- true, {kind:7} limits   {_ms(run[kind])}")
         for kind in ("with", "without"):
             print(f"  create + first exec, {kind:7} limits  {_ms(create[kind])}")
+        for kind in ("with", "without"):
+            print(f"  Sandbox.exec(true), {kind:7} limits   {_ms(execs[kind])}")
+        print(f"  pause + resume, 20 processes          {_ms(pauses)}")
 
 
 if __name__ == "__main__":

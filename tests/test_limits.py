@@ -542,3 +542,16 @@ def test_a_delegated_cgroup2_subtree_enforces_what_it_offers() -> None:
         bare.row("memory").mechanism.startswith("rlimit")
         and "has no memory controller" in bare.row("memory").detail
     )
+
+
+def test_root_without_a_pids_cgroup_is_told_the_limit_is_not_enforceable() -> None:
+    """Pure: the kernel exempts the host's root from RLIMIT_NPROC (the doctor measures
+    it), so a root caller without a writable pids cgroup gets "not enforceable", not a
+    rlimit that would do nothing."""
+    from warren.plan.limits import CgroupFacts, Hierarchy, plan
+
+    locked = tuple(Hierarchy(c, f"/sys/fs/cgroup/{c}", False) for c in ("pids", "memory", "cpu", "freezer"))
+    p = plan(Limits(pids=64), CgroupFacts(0, locked), 8 << 30)
+    assert p.row("pids").mechanism == "not enforceable here"
+    assert "RLIMIT_NPROC does not bind root" in p.row("pids").detail
+    assert "RLIMIT_NPROC" not in dict(p.rlimits)

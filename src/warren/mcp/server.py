@@ -111,7 +111,7 @@ class Warren:
             return full
         try:
             info = await anyio.to_thread.run_sync(self.transport.get, full)
-            if info.state == "running":
+            if info.alive:  # running, or paused by its user (then a tool says so)
                 return full
             await self.call(self.transport.stop, full, remove=True)
         except SandboxNotFound:

@@ -204,6 +204,11 @@ def plan(given: Limits, facts: CgroupFacts, mem_total: int) -> LimitsPlan:
         how = by_cgroup("pids", files, files, Counter("pids", "pids", "pids.events", "max"))
         if how:
             rows.append(LimitRow("pids", str(eff.pids), given.pids is None, how, "pids.max"))
+        elif facts.uid == 0:
+            # The kernel never applies RLIMIT_NPROC to the host's root (a root caller's
+            # sandbox maps to it): setting it would claim a limit that is not there.
+            why = "RLIMIT_NPROC does not bind root; " + facts.why_not("pids")
+            rows.append(LimitRow("pids", str(eff.pids), given.pids is None, NOT, why))
         else:
             rlimits.append(("RLIMIT_NPROC", eff.pids + OVERHEAD_TASKS))
             rows.append(LimitRow("pids", str(eff.pids), given.pids is None, NPROC, facts.why_not("pids")))

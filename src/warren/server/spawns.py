@@ -28,7 +28,8 @@ def _dir(root: str, name: str) -> str:
 
 def create(root: str, name: str) -> tuple[str, list[int]]:
     """A new record: its id and descriptors for (out, err, status, meta)."""
-    spawn_id = secrets.token_hex(6)
+    # Never all digits: where an id or a pid may be given (HTTP), it reads as the id.
+    spawn_id = "p" + secrets.token_hex(6)
     base = os.path.join(_dir(root, name), spawn_id)
     flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
     fds: list[int] = []
