@@ -54,7 +54,7 @@ from ..plan.facts import gather, paths_of
 from ..plan.mounts import git_spare, strip_nested
 from ..policy import build, config
 from ..policy.spec import from_mapping
-from . import follow, gitstore, launch, links, netd, peer, registry, spawns, statedir, usage
+from . import follow, gitstore, launch, links, netd, peer, registry, spawns, statedir, stdin, usage
 
 HEADER_DEADLINE = 10.0  # a client has this long to send a whole request header
 MAX_CLIENTS = 1024
@@ -78,6 +78,7 @@ _SUPERVISOR_REQUESTS = (
     protocol.NetLogRequest,
     protocol.StatsRequest,
     protocol.ProcessRequest,
+    protocol.StdinRequest,
     protocol.ShutdownRequest,
 )
 
@@ -92,6 +93,8 @@ class Client:
         self.box: Box | None = None  # the one-shot sandbox running this client's command
         self.busy = False  # its request is being served: it may only wait or hang up
         self.closing = False  # close once the outbox is flushed
+        self.stdin: protocol.StdinRequest | None = None  # its payload is still arriving
+        self.stdin_len = 0
 
 
 @dataclass
@@ -164,6 +167,7 @@ class Supervisor:
             self.links.load(os.path.join(root, LINKS_FILE))
         self.wake_r, self.wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         self.cgroup_records = os.path.join(root, "cgroups") if root is not None else None
+        self.stdin_pipes = stdin.StdinPipes(root, self.sel) if root is not None else None
         if self.registry is not None:
             self.registry.orphaned(os.getpid(), self.start_time)
         if self.cgroup_records is not None:
@@ -211,6 +215,9 @@ class Supervisor:
         elif kind == "relay":
             assert isinstance(obj, Box)
             self._on_relay(obj, mask)
+        elif kind == "stdin":
+            assert isinstance(obj, stdin.Pipe) and self.stdin_pipes is not None
+            self.stdin_pipes.flush(obj)
         elif kind == "pasta":
             assert isinstance(obj, Box)
             self.sel.unregister(key_fd(obj.pasta))
@@ -242,6 +249,8 @@ class Supervisor:
                 self._signal(box, signal.SIGKILL)
                 box.kill_at = None
             self._git_sweep(box)
+        if self.stdin_pipes is not None:
+            self.stdin_pipes.sweep()
 
     def _git_sweep(self, box: Box) -> None:
         """Every quarter second while a sandbox lives: what it planted in a protected
@@ -340,6 +349,9 @@ class Supervisor:
         if c.box is not None:
             self._from_running_client(c)
             return
+        if c.stdin is not None:
+            self._stdin_payload(c)
+            return
         if c.busy or c.closing:
             # Nothing more is expected: a client that hangs up or keeps talking is dropped.
             try:
@@ -429,6 +441,9 @@ class Supervisor:
             return
         for fd in fds:
             os.close(fd)
+        if isinstance(msg, protocol.StdinRequest):
+            self._stdin(c, msg, payload_len)
+            return
         if payload_len:
             raise ProtocolError(f"a {msg.TAG} request carries no payload", operation="decode")
         if isinstance(msg, protocol.CreateRequest):
@@ -454,6 +469,31 @@ class Supervisor:
         elif isinstance(msg, protocol.ShutdownRequest):
             self.shutdown = True
             self._reply(c, protocol.Ok())
+
+    def _stdin(self, c: Client, msg: protocol.StdinRequest, payload_len: int) -> None:
+        """Data for a background process's stdin: its payload is read here, without
+        blocking (``_stdin_payload``), then queued for the process (``stdin``)."""
+        stdin.check_size(payload_len, msg.process)
+        c.stdin, c.stdin_len = msg, payload_len
+        c.deadline = time.monotonic() + HEADER_DEADLINE
+        self._stdin_payload(c)
+
+    def _stdin_payload(self, c: Client) -> None:
+        assert c.stdin is not None and self.stdin_pipes is not None
+        try:
+            data = c.inbox.read_payload(c.stdin_len)
+        except (wire.ConnectionClosed, OSError):
+            self._drop(c)
+            return
+        if data is None:
+            return  # the rest comes with a later readable event
+        msg, c.stdin = c.stdin, None
+        try:
+            self._live(msg.sandbox)
+            reply: protocol.Message = self.stdin_pipes.write(msg, data)
+        except WarrenError as e:
+            reply = protocol.error_message(e)
+        self._reply(c, reply)
 
     def _caller(self, c: Client, caller: protocol.Caller) -> CallerFacts:
         return CallerFacts(
@@ -835,6 +875,9 @@ class Supervisor:
         extra: list[int] = []
         if isinstance(msg, protocol.SpawnRequest):
             handoff.spawn_id, extra = spawns.create(self.root, box.name)
+            if msg.stdin:
+                assert self.stdin_pipes is not None
+                extra.append(self.stdin_pipes.open(box.name, handoff.spawn_id))
         elif isinstance(msg, protocol.PsRequest):
             handoff.spawned = spawns.running(self.root, box.name)
         self._control_send(box, handoff, [c.sock.fileno(), *fds, *extra])
@@ -963,6 +1006,8 @@ class Supervisor:
         for fd in box.ns or ():
             os.close(fd)
         box.ns = None
+        if self.stdin_pipes is not None and not box.oneshot:
+            self.stdin_pipes.close_sandbox(box.name)
         limit = launch.limit_hit(box.launched, box.plan)
         repairs = launch.restore(box.launched)
         if box.run is not None and box.run.exited is not None:
