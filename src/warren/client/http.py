@@ -215,6 +215,9 @@ class HttpTransport(Transport):
         return str(data["id"]), int(data["pid"])
 
     def write_stdin(self, name: str, process: str, data: bytes, *, eof: bool = False) -> int:
+        from ..server.stdin import check_size
+
+        check_size(len(data), process)  # before sending it all
         # The raw form of the route: no base64 on the way.
         reply = self._json(
             "POST",

@@ -77,7 +77,8 @@ class StdinPipes:
                 f"{where} was started without stdin: its stdin is /dev/null",
                 operation="stdin",
                 path=req.process,
-                hint='start it with spawn(..., stdin=True) (HTTP: "stdin": true) to write to it',
+                hint="start it with stdin enabled to write to it: spawn(..., stdin=True); "
+                'HTTP and MCP: "stdin": true',
             )
         pipe = self.pipes.get(key)
         if spawns.ended(self.root, req.sandbox, spawn_id):
