@@ -31,6 +31,7 @@ TOOLS = {
     "start_process",
     "process_output",
     "stop_process",
+    "write_stdin",
     "expose_port",
 }
 
@@ -89,6 +90,30 @@ async def _agent_session(session: ClientSession, ws: Path, outside: Path) -> Non
         await asyncio.sleep(0.05)
     assert out["stdout"] == "up\n" and out["running"] and out["next_offset"] == 3
     _data(await session.call_tool("stop_process", {"id": started["id"], "signal": "SIGKILL"}))
+
+    # an interactive program: lines written later, answered in order, ended by eof
+    assert "stdin" in tools["start_process"].inputSchema["properties"]
+    upper = "import sys\nfor line in sys.stdin:\n    print(line.upper(), end='', flush=True)"
+    repl = _data(await session.call_tool("start_process", {"argv": ["python3", "-c", upper], "stdin": True}))
+    wrote = _data(await session.call_tool("write_stdin", {"id": repl["id"], "data": "first\n"}))
+    assert wrote == {"written": 6, "closed": False}
+    for _ in range(200):
+        out = _data(await session.call_tool("process_output", {"id": repl["id"]}))
+        if out["stdout"]:
+            break
+        await asyncio.sleep(0.05)
+    assert out["stdout"] == "FIRST\n" and out["running"]
+    _data(await session.call_tool("write_stdin", {"id": repl["id"], "data": "second\n", "eof": True}))
+    for _ in range(200):
+        out = _data(await session.call_tool("process_output", {"id": repl["id"]}))
+        if not out["running"]:
+            break
+        await asyncio.sleep(0.05)
+    assert out["stdout"] == "FIRST\nSECOND\n" and out["exit_code"] == 0
+    text = _error_text(await session.call_tool("write_stdin", {"id": repl["id"], "data": "late\n"}))
+    assert "has ended" in text and "hint:" in text
+    text = _error_text(await session.call_tool("write_stdin", {"id": started["id"], "data": "x"}))
+    assert "without stdin" in text and "stdin=True" in text
 
     # the policy is fixed by whoever started the server: tool arguments cannot widen it
     for tool, args in (

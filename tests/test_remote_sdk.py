@@ -1,5 +1,5 @@
-"""The remote SDK: the SDK's own behaviour tests (tests/test_sandbox.py and
-tests/test_library.py) run again, unchanged, with ``WARREN_URL``/``WARREN_TOKEN``
+"""The remote SDK: the SDK's own behaviour tests (tests/test_sandbox.py,
+tests/test_library.py and tests/test_stdin.py) run again, unchanged, with ``WARREN_URL``/``WARREN_TOKEN``
 pointing at a real ``warren serve`` on loopback TCP, so ``Sandbox``, ``warren.run``
 and their errors go through the HTTP transport. Left out: tests that inspect the
 supervisor's host processes, and the one relying on the caller's cwd (over HTTP a
@@ -38,6 +38,17 @@ from test_sandbox import (  # noqa: F401 - collected again here, over HTTP
     test_reattach_by_name_and_errors_for_missing_or_stopped,
     test_spawned_http_server_answers_a_later_exec,
     test_timeout_kills_a_forked_child_that_ignores_sigterm,
+)
+from test_stdin import (  # noqa: F401 - collected again here, over HTTP
+    test_a_line_reader_gets_each_line_written_later_in_order,
+    test_a_process_is_found_by_its_pid_and_from_another_handle,
+    test_a_process_that_closes_its_stdin_refuses_more_with_stdin_closed,
+    test_a_process_that_does_not_read_fills_up_to_the_bound_then_stdin_full,
+    test_async_sandbox_writes_and_closes_stdin,
+    test_eight_mib_reach_sha256sum_intact_while_other_clients_are_served,
+    test_eof_ends_cat_and_wc_with_everything_written,
+    test_spawn_without_stdin_reads_end_of_file_at_once,
+    test_writing_where_it_cannot_go_is_a_typed_error_naming_the_process,
 )
 from warren.client.http import HttpTransport
 from warren.client.sandbox import Sandbox

@@ -118,6 +118,30 @@ class SandboxPaused(SandboxError):
     """The sandbox is paused (``warren pause``): nothing runs in it until it is resumed."""
 
 
+class ProcessNotFound(SandboxError):
+    """No background process of that id (or pid) was started in the sandbox."""
+
+
+class ProcessEnded(SandboxError):
+    """The background process has ended: it takes no more input."""
+
+
+class StdinError(SandboxError):
+    """A background process's stdin cannot take this write."""
+
+
+class StdinNotOpen(StdinError):
+    """The process was started without ``stdin=True``: its stdin is /dev/null."""
+
+
+class StdinClosed(StdinError):
+    """The process's stdin was closed: by ``close_stdin`` (eof), or by the process."""
+
+
+class StdinFull(StdinError):
+    """The process is not reading its stdin, and what waits for it is at the bound."""
+
+
 class SandboxFileError(WarrenError):
     """A files-API operation failed inside the sandbox (errno says why)."""
 
@@ -155,6 +179,12 @@ _KINDS: dict[str, type[WarrenError]] = {
         SandboxExists,
         SandboxDead,
         SandboxPaused,
+        ProcessNotFound,
+        ProcessEnded,
+        StdinError,
+        StdinNotOpen,
+        StdinClosed,
+        StdinFull,
         SandboxFileError,
         SandboxFileNotFound,
         SandboxPermissionDenied,

@@ -34,6 +34,7 @@ else:
 
 VERSION = 3  # bumped whenever a message changes: a supervisor of other code refuses cleanly
 DEFAULT_OUTPUT_LIMIT = 16 * 1024 * 1024
+STDIN_MAX_QUEUED = 4 * 1024 * 1024  # a process's stdin bytes the supervisor holds beyond its pipe
 
 _MISSING = object()
 _KINDS: dict[str, type[Message]] = {}
@@ -361,11 +362,25 @@ class ExecRequest(Message):
 
 
 class SpawnRequest(Message):
-    """Start ``command`` in the background; its output goes to logs the supervisor keeps."""
+    """Start ``command`` in the background; its output goes to logs the supervisor keeps.
+    ``stdin``: its stdin is a pipe the supervisor holds the write end of (``StdinRequest``);
+    otherwise /dev/null."""
 
     TAG = "spawn"
     sandbox: str
     command: Command
+    stdin: bool = False
+
+
+class StdinRequest(Message):
+    """Data for a background process's stdin (the payload, at most ``STDIN_MAX_QUEUED``
+    bytes), then with ``eof`` the end of it. ``process``: its spawn id, or its pid in the
+    sandbox as decimal text."""
+
+    TAG = "stdin"
+    sandbox: str
+    process: str
+    eof: bool = False
 
 
 class PsRequest(Message):
@@ -568,6 +583,15 @@ class Stats(Message):
     memory_limit: int | None = None
     pids_limit: int | None = None
     cpus_limit: float | None = None
+
+
+class StdinState(Message):
+    """A write to a process's stdin was taken: ``queued`` bytes wait in the supervisor for
+    the process to read (beyond what its pipe holds); ``closed`` once eof was asked."""
+
+    TAG = "stdin-ok"
+    queued: int = 0
+    closed: bool = False
 
 
 class ProcessState(Message):

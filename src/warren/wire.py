@@ -161,6 +161,7 @@ class Inbox:
         self.fds: list[int] = []
         self.head_len = -1
         self.payload_len = 0
+        self.payload = bytearray()
 
     def read(
         self, expect: tuple[type[protocol.Message], ...] = ()
@@ -196,6 +197,21 @@ class Inbox:
         except BaseException:
             self.close_fds()
             raise
+
+    def read_payload(self, n: int) -> bytes | None:
+        """The ``n`` payload bytes after the header ``read`` returned, once all have
+        arrived; None until then. For requests the reader serves itself (the caller
+        bounds ``n``). Raises ConnectionClosed at end of file."""
+        while len(self.payload) < n:
+            try:
+                data = self.sock.recv(min(n - len(self.payload), 1 << 20), socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                return None
+            if not data:
+                raise ConnectionClosed("connection closed mid-payload")
+            self.payload += data
+        data, self.payload = bytes(self.payload), bytearray()
+        return data
 
     def close_fds(self) -> None:
         _close(self.fds)

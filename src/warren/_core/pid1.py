@@ -368,7 +368,8 @@ class Init:
         if isinstance(req, (protocol.ExecRequest, protocol.SpawnRequest)):
             assert launcher is not None
             spawn_id = handoff.spawn_id if isinstance(req, protocol.SpawnRequest) else None
-            Shim(self.plan, launcher, conn, req.command, fds, spawn_id, extra).run()
+            stdin = isinstance(req, protocol.SpawnRequest) and req.stdin
+            Shim(self.plan, launcher, conn, req.command, fds, spawn_id, extra, stdin).run()
         elif isinstance(req, protocol.FileRequest):
             payload = wire.recv_payload(conn, handoff.payload)
             harden.harden(self.plan, self.ruleset)

@@ -13,7 +13,8 @@
 
 A background process (spawn) has its output relayed into capped logs the supervisor
 made (stdout, stderr, status, and its pid and argv); the shim stays until it ends and
-records its status there.
+records its status there. Its stdin is /dev/null, or, when the spawn asked for it, the
+read end of a pipe whose write end the supervisor keeps.
 """
 
 from __future__ import annotations
@@ -264,6 +265,7 @@ class Shim:
         fds: list[int],
         spawn_id: str | None,
         extra: dict[str, int] | None = None,
+        stdin: bool = False,
     ) -> None:
         self.plan = plan
         self.launcher = launcher
@@ -271,6 +273,7 @@ class Shim:
         self.command = command
         self.fds = fds
         self.spawn_id = spawn_id  # set for a background process: fds are its logs
+        self.stdin = stdin  # a background process's stdin pipe follows its logs in fds
         # The sandbox's cgroup counters ("memory:oom_kill", "pids:max") and the
         # supervisor's "active" pipe (held until this shim exits: the exec's end).
         self.counters = {k: fd for k, fd in (extra or {}).items() if ":" in k}
@@ -309,7 +312,8 @@ class Shim:
         if self.spawn_id is not None:
             out_r, out_w = os.pipe2(os.O_CLOEXEC)
             err_r, err_w = os.pipe2(os.O_CLOEXEC)
-            stdio = [os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC), out_w, err_w]
+            stdin = self.fds[4] if self.stdin else os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+            stdio = [stdin, out_w, err_w]
             relay = (out_r, err_r)
         else:
             given = iter(self.fds)

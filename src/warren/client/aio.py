@@ -45,6 +45,12 @@ class AsyncProcess:
     async def output(self) -> Output:
         return await asyncio.to_thread(self.sync.output)
 
+    async def write(self, data: bytes | str, timeout: float | None = None) -> None:
+        await asyncio.to_thread(self.sync.write, data, timeout)
+
+    async def close_stdin(self) -> None:
+        await asyncio.to_thread(self.sync.close_stdin)
+
 
 class AsyncFiles:
     def __init__(self, sandbox: Sandbox) -> None:
@@ -207,9 +213,10 @@ class AsyncSandbox:
         env: dict[str, str] | None = None,
         timeout: float | None = None,
         output_limit: int | None = None,
+        stdin: bool = False,
     ) -> AsyncProcess:
         return AsyncProcess(
-            await asyncio.to_thread(lambda: self.sync.spawn(cmd, cwd, env, timeout, output_limit))
+            await asyncio.to_thread(lambda: self.sync.spawn(cmd, cwd, env, timeout, output_limit, stdin))
         )
 
     async def process(self, spawn_id: str) -> AsyncProcess:

@@ -204,12 +204,29 @@ class HttpTransport(Transport):
         env: dict[str, str],
         timeout: float | None,
         output_limit: int,
+        stdin: bool = False,
     ) -> tuple[str, int]:
         body = self._command(argv, cwd, None, timeout, output_limit)
         if env:
             body["env"] = env
+        if stdin:
+            body["stdin"] = True
         data = self._json("POST", f"/v1/sandboxes/{name}/processes", json=body)
         return str(data["id"]), int(data["pid"])
+
+    def write_stdin(self, name: str, process: str, data: bytes, *, eof: bool = False) -> int:
+        from ..server.stdin import check_size
+
+        check_size(len(data), process)  # before sending it all
+        # The raw form of the route: no base64 on the way.
+        reply = self._json(
+            "POST",
+            f"/v1/sandboxes/{name}/processes/{process}/stdin",
+            params={"eof": "true"} if eof else None,
+            content=data,
+            headers={"Content-Type": "application/octet-stream"},
+        )
+        return int(reply["queued"])
 
     def process(
         self, name: str, spawn_id: str, stdout_offset: int = 0, stderr_offset: int = 0

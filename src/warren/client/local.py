@@ -159,14 +159,27 @@ class LocalTransport(Transport):
         env: dict[str, str],
         timeout: float | None,
         output_limit: int,
+        stdin: bool = False,
     ) -> tuple[str, int]:
         message = protocol.SpawnRequest(
             sandbox=name,
             command=protocol.Command(argv=argv, cwd=cwd, env=env, timeout=timeout, output_limit=output_limit),
+            stdin=stdin,
         )
         reply, _ = self._request(message, (protocol.Started,))
         assert isinstance(reply, protocol.Started) and reply.spawn_id is not None
         return reply.spawn_id, reply.pid
+
+    def write_stdin(self, name: str, process: str, data: bytes, *, eof: bool = False) -> int:
+        from ..server.stdin import check_size as check_stdin_size
+
+        # Checked here too: the supervisor refuses an oversized payload before reading
+        # it, and the refusal could be lost while this side is still sending.
+        check_stdin_size(len(data), process)
+        request = protocol.StdinRequest(sandbox=name, process=process, eof=eof)
+        reply, _ = self._request(request, (protocol.StdinState,), data)
+        assert isinstance(reply, protocol.StdinState)
+        return reply.queued
 
     def process(
         self, name: str, spawn_id: str, stdout_offset: int = 0, stderr_offset: int = 0

@@ -16,7 +16,15 @@ import uuid
 from collections.abc import Callable, Sequence
 
 from .. import protocol, wire
-from ..errors import SandboxDead, SandboxError, SandboxFileError, SandboxTimeout, WarrenError
+from ..errors import (
+    ExecError,
+    SandboxDead,
+    SandboxError,
+    SandboxFileError,
+    SandboxTimeout,
+    StdinFull,
+    WarrenError,
+)
 from ..models import FileInfo, Output, ProcessInfo, Result, SandboxInfo, Stats
 from ..net.allowlist import NetEvent
 from ..output import DEFAULT_OUTPUT_LIMIT
@@ -26,6 +34,7 @@ from .transport import Transport
 
 PathArg = str | os.PathLike[str]
 DEFAULT_READ_LIMIT = 64 * 1024 * 1024
+STDIN_CHUNK = 1 << 20  # one write request's data: a quarter of what a process's stdin queues
 
 
 def _local(remote: str | None = None, token: str | None = None) -> Transport:
@@ -44,6 +53,36 @@ def _local(remote: str | None = None, token: str | None = None) -> Transport:
     from .local import LocalTransport
 
     return LocalTransport()
+
+
+def feed_stdin(
+    transport: Transport, name: str, process: str, data: bytes, timeout: float | None = None
+) -> None:
+    """Send ``data`` to a background process's stdin in order, in requests of at most
+    ``STDIN_CHUNK`` bytes. While the process does not read (its pipe and warren's queue
+    for it are full: ``StdinFull``), wait and retry, as a write to a pipe would block;
+    ``timeout`` bounds that wait."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    sent, pause = 0, 0.002
+    while True:
+        part = data[sent : sent + STDIN_CHUNK]
+        try:
+            transport.write_stdin(name, process, part)
+        except StdinFull as e:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise StdinFull(
+                    f"{e.message}; {sent} of {len(data)} bytes were sent within {timeout} s",
+                    operation=e.operation,
+                    path=e.path,
+                    hint=e.hint,
+                ) from None
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+            continue
+        sent += len(part)
+        pause = 0.002
+        if sent >= len(data):
+            return
 
 
 def _exit_code(status: int) -> int:
@@ -110,6 +149,25 @@ class Process:
         """Everything captured so far (capped per stream, with a visible marker)."""
         _, out, err = self.sandbox._transport.process(self.sandbox.name, self.id)
         return Output(out, err)
+
+    def write(self, data: bytes | str, timeout: float | None = None) -> None:
+        """Send ``data`` (str as UTF-8) to the process's stdin; it must have been
+        started with ``spawn(..., stdin=True)`` (else ``StdinNotOpen``). Returns once
+        warren holds all of it for the process, in order. While the process does not
+        read and what waits for it is at the bound (a few MiB), this waits, as a write
+        to a pipe would; ``timeout`` bounds that wait (``StdinFull``). ``StdinClosed``
+        after ``close_stdin``, ``ProcessEnded`` once the process has ended."""
+        raw = checks.stdin(data, "stdin")
+        if raw is None:
+            raise ExecError(
+                "stdin must be bytes or str, not None", operation="stdin", hint="pass bytes or str"
+            )
+        feed_stdin(self.sandbox._transport, self.sandbox.name, self.id, raw, checks.timeout(timeout, "stdin"))
+
+    def close_stdin(self) -> None:
+        """Close the process's stdin: it reads end of file after what was written.
+        Closing again, or after the process ended, does nothing."""
+        self.sandbox._transport.write_stdin(self.sandbox.name, self.id, b"", eof=True)
 
 
 class Sandbox:
@@ -258,10 +316,19 @@ class Sandbox:
         env: dict[str, str] | None = None,
         timeout: float | None = None,
         output_limit: int | None = None,
+        stdin: bool = False,
     ) -> Process:
         """Start ``cmd`` in the background; it keeps running after this call and
-        after this Python process. Its output goes to capped logs (``output()``)."""
+        after this Python process. Its output goes to capped logs (``output()``).
+        Its stdin is /dev/null, or with ``stdin=True`` a pipe fed by ``Process.write``
+        and closed by ``Process.close_stdin`` (from any client, ``Sandbox.process(id)``)."""
         argv = checks.argv(cmd, "spawn")
+        if not isinstance(stdin, bool):
+            raise ExecError(
+                f"stdin must be True or False, not {stdin!r}",
+                operation="spawn",
+                hint="spawn(..., stdin=True) gives the process a pipe; send data with Process.write",
+            )
         spawn_id, pid = self._transport.spawn(
             self.name,
             argv,
@@ -269,6 +336,7 @@ class Sandbox:
             env=checks.env(env, "spawn"),
             timeout=checks.timeout(timeout, "spawn"),
             output_limit=checks.limit(self.output_limit if output_limit is None else output_limit, "spawn"),
+            stdin=stdin,
         )
         return Process(self, spawn_id, pid, argv)
 

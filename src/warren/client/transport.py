@@ -76,8 +76,16 @@ class Transport(abc.ABC):
         env: dict[str, str],
         timeout: float | None,
         output_limit: int,
+        stdin: bool = False,
     ) -> tuple[str, int]:
-        """Start in the background; (spawn id, pid in the sandbox)."""
+        """Start in the background; (spawn id, pid in the sandbox). ``stdin``: a pipe
+        ``write_stdin`` feeds, else /dev/null."""
+
+    @abc.abstractmethod
+    def write_stdin(self, name: str, process: str, data: bytes, *, eof: bool = False) -> int:
+        """Queue ``data`` (at most ``protocol.STDIN_MAX_QUEUED`` bytes) for the stdin of
+        a background process (its spawn id, or its pid as text), then close it with
+        ``eof``; returns the bytes still waiting for the process to read."""
 
     @abc.abstractmethod
     def process(

@@ -32,12 +32,14 @@ from pydantic import Field
 
 from .. import protocol
 from ..client import checks
+from ..client.sandbox import feed_stdin
 from ..client.transport import Transport
 from ..errors import SandboxExists, SandboxNotFound, WarrenError
 from ..policy.spec import PolicySpec
 
 OUTPUT_LIMIT = 1 << 20
 READ_LIMIT = 4 << 20
+STDIN_WAIT = 10.0  # seconds write_stdin waits for a process that is not reading
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")
 
 INSTRUCTIONS = """\
@@ -45,7 +47,8 @@ A Linux sandbox (warren) for one project. Commands run with the project's worksp
 the working directory; the network, writable paths and hidden files are fixed by the
 person who started this server. Use run_command for builds, tests and git; files
 outside the workspace are mostly read-only. Long-running servers: start_process, then
-process_output; reach them with expose_port."""
+process_output; reach them with expose_port. Interactive programs (a REPL, a tool that
+reads requests on stdin): start_process with stdin=true, then write_stdin."""
 
 
 def _prefix(spec: PolicySpec, workspace: str) -> str:
@@ -281,16 +284,49 @@ def build(
 
     @mcp.tool()
     async def start_process(
-        command: Command = None, argv: Argv = None, cwd: Cwd = None, sandbox: SandboxArg = None
+        command: Command = None,
+        argv: Argv = None,
+        cwd: Cwd = None,
+        stdin: Annotated[
+            bool,
+            Field(
+                description="true: its stdin is a pipe you feed with write_stdin; false (default): "
+                "it reads end of file at once"
+            ),
+        ] = False,
+        sandbox: SandboxArg = None,
     ) -> dict[str, Any]:
-        """Start a long-running command (a dev server, a watcher) in the background.
-        Returns its id for process_output and stop_process."""
+        """Start a long-running command (a dev server, a watcher, an interactive program)
+        in the background. Returns its id for process_output, write_stdin and stop_process."""
         args = _argv(command, argv)
         name = await w.ensure(sandbox)
         spawn_id, pid = await w.call(
-            transport.spawn, name, args, cwd=cwd, env={}, timeout=None, output_limit=16 << 20
+            transport.spawn, name, args, cwd=cwd, env={}, timeout=None, output_limit=16 << 20, stdin=stdin
         )
         return {"id": spawn_id, "pid": pid}
+
+    @mcp.tool()
+    async def write_stdin(
+        id: Annotated[str, Field(description="the id start_process returned (started with stdin=true)")],
+        data: Annotated[
+            str, Field(description="text for its stdin, sent as UTF-8 (add \\n to end a line)")
+        ] = "",
+        eof: Annotated[
+            bool, Field(description="then close its stdin: the program reads end of file")
+        ] = False,
+        sandbox: SandboxArg = None,
+    ) -> dict[str, Any]:
+        """Write text to the stdin of a background process started with stdin=true, in
+        order; with eof=true close it afterwards. Read what it answers with process_output.
+        Fails if the process has ended, its stdin is closed, or it does not read for
+        10 s while a few MiB already wait for it."""
+        name = await w.ensure(sandbox)
+        raw = data.encode()
+        if raw or not eof:
+            await w.call(feed_stdin, transport, name, id, raw, STDIN_WAIT)
+        if eof:
+            await w.call(transport.write_stdin, name, id, b"", eof=True)
+        return {"written": len(raw), "closed": eof}
 
     @mcp.tool()
     async def process_output(

@@ -14,7 +14,7 @@ import os
 import secrets
 
 from .. import protocol
-from ..errors import SandboxError
+from ..errors import ProcessNotFound
 from . import statedir
 
 _SUFFIXES = (".out", ".err", ".status", ".json")
@@ -82,20 +82,49 @@ def _chunk(path: str, offset: int, limit: int) -> bytes:
         return b""
 
 
+def _not_found(name: str, ident: str, operation: str) -> ProcessNotFound:
+    return ProcessNotFound(
+        f"no background process {ident!r} in sandbox {name}",
+        operation=operation,
+        path=ident,
+        hint="give the id (or pid) that spawn returned; list them with `warren ps NAME`",
+    )
+
+
+def resolve(root: str, name: str, ident: str, operation: str) -> str:
+    """The spawn id ``ident`` names: itself, or, if it is a pid (decimal), the latest
+    background process started with that pid. ProcessNotFound otherwise."""
+    base = _dir(root, name)
+    if ident.isalnum() and _read_json(os.path.join(base, ident + ".json")) is not None:
+        return ident
+    if ident.isdigit():
+        latest: tuple[float, str] | None = None
+        for entry in os.listdir(base):
+            meta = _read_json(os.path.join(base, entry)) if entry.endswith(".json") else None
+            if meta is not None and str(meta.get("pid")) == ident:
+                started = meta.get("started")
+                when = float(started) if isinstance(started, (int, float)) else 0.0
+                if latest is None or when > latest[0]:
+                    latest = (when, entry[:-5])
+        if latest is not None:
+            return latest[1]
+    raise _not_found(name, ident, operation)
+
+
+def ended(root: str, name: str, spawn_id: str) -> bool:
+    """Whether the background process has ended (its status is recorded)."""
+    return _read_json(os.path.join(_dir(root, name), spawn_id + ".status")) is not None
+
+
 def state(
     root: str, name: str, req: protocol.ProcessRequest, alive: bool
 ) -> tuple[protocol.ProcessState, bytes]:
     if not req.spawn_id.isalnum():
-        raise SandboxError(f"no background process {req.spawn_id!r}", operation="process")
+        raise _not_found(name, req.spawn_id, "process")
     base = os.path.join(_dir(root, name), req.spawn_id)
     meta = _read_json(base + ".json")
     if meta is None:
-        raise SandboxError(
-            f"no background process {req.spawn_id} in sandbox {name}",
-            operation="process",
-            path=req.spawn_id,
-            hint="list them with `warren ps NAME`",
-        )
+        raise _not_found(name, req.spawn_id, "process")
     status = _read_json(base + ".status")
     half = max(0, min(req.max_bytes, 64 * 1024 * 1024)) // 2
     out = _chunk(base + ".out", req.stdout_offset, half)

@@ -55,7 +55,7 @@ from ..plan.facts import gather, paths_of
 from ..plan.mounts import git_spare, strip_nested
 from ..policy import build, config
 from ..policy.spec import from_mapping
-from . import follow, gitstore, launch, links, netd, peer, registry, spawns, statedir, usage
+from . import follow, gitstore, launch, links, netd, peer, registry, spawns, statedir, stdin, usage
 
 HEADER_DEADLINE = 10.0  # a client has this long to send a whole request header
 MAX_CLIENTS = 1024
@@ -80,6 +80,7 @@ _SUPERVISOR_REQUESTS = (
     protocol.StatsRequest,
     protocol.ProcessRequest,
     protocol.PauseRequest,
+    protocol.StdinRequest,
     protocol.ShutdownRequest,
 )
 # Requests that are not a use of the sandbox: they do not reset its idle timeout.
@@ -96,6 +97,8 @@ class Client:
         self.box: Box | None = None  # the one-shot sandbox running this client's command
         self.busy = False  # its request is being served: it may only wait or hang up
         self.closing = False  # close once the outbox is flushed
+        self.stdin: protocol.StdinRequest | None = None  # its payload is still arriving
+        self.stdin_len = 0
 
 
 @dataclass
@@ -173,6 +176,7 @@ class Supervisor:
             self.links.load(os.path.join(root, LINKS_FILE))
         self.wake_r, self.wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         self.cgroup_records = os.path.join(root, "cgroups") if root is not None else None
+        self.stdin_pipes = stdin.StdinPipes(root, self.sel) if root is not None else None
         if self.registry is not None:
             self.registry.orphaned(os.getpid(), self.start_time)
         if self.cgroup_records is not None:
@@ -223,6 +227,9 @@ class Supervisor:
         elif kind == "active":
             assert isinstance(obj, tuple)
             self._exec_ended(*obj)
+        elif kind == "stdin":
+            assert isinstance(obj, stdin.Pipe) and self.stdin_pipes is not None
+            self.stdin_pipes.flush(obj)
         elif kind == "pasta":
             assert isinstance(obj, Box)
             self.sel.unregister(key_fd(obj.pasta))
@@ -257,6 +264,8 @@ class Supervisor:
             self._git_sweep(box)
         for box in list(self.boxes.values()):
             self._idle_check(box)
+        if self.stdin_pipes is not None:
+            self.stdin_pipes.sweep()
 
     def _idle_check(self, box: Box) -> None:
         """Stop a sandbox nobody used for its idle timeout (an exec still running is use;
@@ -371,6 +380,9 @@ class Supervisor:
         if c.box is not None:
             self._from_running_client(c)
             return
+        if c.stdin is not None:
+            self._stdin_payload(c)
+            return
         if c.busy or c.closing:
             # Nothing more is expected: a client that hangs up or keeps talking is dropped.
             try:
@@ -464,6 +476,9 @@ class Supervisor:
             return
         for fd in fds:
             os.close(fd)
+        if isinstance(msg, protocol.StdinRequest):
+            self._stdin(c, msg, payload_len)
+            return
         if payload_len:
             raise ProtocolError(f"a {msg.TAG} request carries no payload", operation="decode")
         if isinstance(msg, protocol.CreateRequest):
@@ -492,6 +507,31 @@ class Supervisor:
             # It exits once no sandbox is left: the caller hears which still hold it.
             self.shutdown = True
             self._reply(c, protocol.SandboxList(items=[self._info(name) for name in self.boxes]))
+
+    def _stdin(self, c: Client, msg: protocol.StdinRequest, payload_len: int) -> None:
+        """Data for a background process's stdin: its payload is read here, without
+        blocking (``_stdin_payload``), then queued for the process (``stdin``)."""
+        stdin.check_size(payload_len, msg.process)
+        c.stdin, c.stdin_len = msg, payload_len
+        c.deadline = time.monotonic() + HEADER_DEADLINE
+        self._stdin_payload(c)
+
+    def _stdin_payload(self, c: Client) -> None:
+        assert c.stdin is not None and self.stdin_pipes is not None
+        try:
+            data = c.inbox.read_payload(c.stdin_len)
+        except (wire.ConnectionClosed, OSError):
+            self._drop(c)
+            return
+        if data is None:
+            return  # the rest comes with a later readable event
+        msg, c.stdin = c.stdin, None
+        try:
+            self._live(msg.sandbox)
+            reply: protocol.Message = self.stdin_pipes.write(msg, data)
+        except WarrenError as e:
+            reply = protocol.error_message(e)
+        self._reply(c, reply)
 
     def _caller(self, c: Client, caller: protocol.Caller) -> CallerFacts:
         return CallerFacts(
@@ -877,6 +917,9 @@ class Supervisor:
         named: list[int] = []  # handoff.extra's descriptors: ours, not closed here
         if isinstance(msg, protocol.SpawnRequest):
             handoff.spawn_id, extra = spawns.create(self.root, box.name)
+            if msg.stdin:
+                assert self.stdin_pipes is not None
+                extra.append(self.stdin_pipes.open(box.name, handoff.spawn_id))
         elif isinstance(msg, protocol.PsRequest):
             handoff.spawned = spawns.running(self.root, box.name)
         if isinstance(msg, protocol.ExecRequest):
@@ -1075,6 +1118,8 @@ class Supervisor:
         box.ns = None
         box.active.clear()
         _release(box)
+        if self.stdin_pipes is not None and not box.oneshot:
+            self.stdin_pipes.close_sandbox(box.name)
         repairs = launch.restore(box.launched)
         if box.run is not None:
             self._end_run(box, repairs)

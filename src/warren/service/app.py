@@ -106,6 +106,27 @@ def _stdin(data: Mapping[str, Any]) -> bytes | None:
     return value.encode()
 
 
+def _stdin_json(data: Mapping[str, Any]) -> tuple[bytes, bool]:
+    """(data, eof) of a JSON body for a process's stdin."""
+    text, encoding, eof = data.get("data", ""), data.get("encoding", "utf-8"), data.get("eof", False)
+    if not isinstance(text, str):
+        raise HttpError(400, "data must be a string", hint='text, or base64 with "encoding": "base64"')
+    if encoding not in ("utf-8", "base64"):
+        raise HttpError(
+            400,
+            f"encoding must be 'utf-8' or 'base64', not {encoding!r}",
+            hint="other bytes: base64, or a raw body with Content-Type application/octet-stream",
+        )
+    if not isinstance(eof, bool):
+        raise HttpError(400, f"eof must be true or false, not {eof!r}", hint="true closes stdin after data")
+    if encoding == "utf-8":
+        return text.encode(), eof
+    try:
+        return base64.b64decode(text, validate=True), eof
+    except ValueError:
+        raise HttpError(400, "data is not valid base64", hint="encode with standard base64") from None
+
+
 def _int(value: object, what: str, default: int) -> int:
     if value is None:
         return default
@@ -281,11 +302,33 @@ class Service:
     async def spawn(self, request: Request) -> Response:
         name = _name(request)
         data = await json_body(request, SPAWN_FIELDS, ("argv",))
+        stdin = data.pop("stdin", False)
+        if not isinstance(stdin, bool):
+            raise HttpError(
+                400,
+                f"stdin of a background process must be true or false, not {stdin!r}",
+                hint="true gives it a pipe: send data with POST .../processes/{id}/stdin",
+            )
         with codec.bad_request():
             argv, args = command_args(data, "spawn")
-        args.pop("stdin")
+        args["stdin"] = stdin
         spawn_id, pid = await self.call(self.transport.spawn, name, argv, **args)
         return JSONResponse({"id": spawn_id, "pid": pid}, status_code=201)
+
+    async def stdin(self, request: Request) -> Response:
+        """Data for a background process's stdin: a raw body (Content-Type
+        application/octet-stream, ``?eof=true`` to close after it), or JSON ``{"data",
+        "encoding", "eof"}``."""
+        name, ident = _name(request), request.path_params["id"]
+        if request.headers.get("content-type", "").startswith("application/octet-stream"):
+            # Up to the JSON bound: a body over what stdin may queue is the transport's
+            # StdinFull (413), as for the SDK.
+            data = await body(request, MAX_JSON)
+            eof = _flag(request, "eof")
+        else:
+            data, eof = _stdin_json(await json_body(request, STDIN_FIELDS))
+        queued = await self.call(self.transport.write_stdin, name, ident, data, eof=eof)
+        return JSONResponse({"queued": queued, "closed": eof})
 
     async def processes(self, request: Request) -> Response:
         items = await self.call(self.transport.processes, _name(request))
@@ -514,7 +557,15 @@ EXEC_FIELDS = {
     "timeout": "seconds",
     "output_limit": "bytes per stream",
 }
-SPAWN_FIELDS = {k: v for k, v in EXEC_FIELDS.items() if not k.startswith("stdin")}
+SPAWN_FIELDS = {
+    **{k: v for k, v in EXEC_FIELDS.items() if not k.startswith("stdin")},
+    "stdin": "bool: a pipe fed by POST .../processes/{id}/stdin (default: /dev/null)",
+}
+STDIN_FIELDS = {
+    "data": "string",
+    "encoding": "'utf-8' (default) or 'base64'",
+    "eof": "bool: close stdin after data",
+}
 MKDIR_FIELDS = {"path": "path", "parents": "bool", "exist_ok": "bool", "mode": "int (e.g. 493 = 0o755)"}
 MOVE_FIELDS = {"src": "path", "dst": "path"}
 PORT_FIELDS = {"port": "port in the sandbox", "host_port": "port on the host (0: a free one)"}
@@ -561,6 +612,7 @@ def routes(service: Service) -> list[Route]:
         (f"{prefix}/processes/{{id}}", "GET", s.process),
         (f"{prefix}/processes/{{id}}/output", "GET", s.output),
         (f"{prefix}/processes/{{id}}/signal", "POST", s.signal),
+        (f"{prefix}/processes/{{id}}/stdin", "POST", s.stdin),
         (f"{prefix}/files", "GET", s.files_get),
         (f"{prefix}/files", "PUT", s.files_put),
         (f"{prefix}/files", "DELETE", s.files_delete),

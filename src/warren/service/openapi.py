@@ -74,7 +74,35 @@ SCHEMAS: dict[str, Any] = {
     "CreateSandbox": _object({"name": STR, **_policy_props()}),
     "Run": _object({"policy": _ref("Policy"), **{k: v for k, v in COMMAND.items() if k != "env"}}, ("argv",)),
     "Exec": _object(COMMAND, ("argv",)),
-    "Spawn": _object({k: v for k, v in COMMAND.items() if not k.startswith("stdin")}, ("argv",)),
+    "Spawn": _object(
+        {
+            **{k: v for k, v in COMMAND.items() if not k.startswith("stdin")},
+            "stdin": {
+                "type": "boolean",
+                "description": "true: stdin is a pipe fed by POST .../processes/{id}/stdin "
+                "(default false: /dev/null, the process reads end of file at once)",
+            },
+        },
+        ("argv",),
+    ),
+    "Stdin": _object(
+        {
+            "data": STR,
+            "encoding": {"type": "string", "enum": ["utf-8", "base64"]},
+            "eof": {"type": "boolean", "description": "close stdin after data"},
+        }
+    ),
+    "StdinState": {
+        "type": "object",
+        "properties": {
+            "queued": {
+                "type": "integer",
+                "description": "bytes waiting in warren for the process to read (beyond its pipe)",
+            },
+            "closed": BOOL,
+        },
+        "required": ["queued", "closed"],
+    },
     "Result": {
         "type": "object",
         "properties": {
@@ -286,6 +314,20 @@ OPS: dict[tuple[str, str], tuple[str, dict[str, Any] | None, int, dict[str, Any]
         _json("Ok"),
         [],
     ),
+    ("/v1/sandboxes/{name}/processes/{id}/stdin", "POST"): (
+        "Write to the stdin of a background process started with stdin: true (id: process id "
+        "or pid). JSON body, or the raw bytes with Content-Type application/octet-stream "
+        "(then ?eof=true closes stdin after them). At most 4 MiB may wait for the process: "
+        "beyond, 413 StdinFull (it is not reading; retry later). 409: started without "
+        "stdin (StdinNotOpen), stdin closed (StdinClosed), or the process ended (ProcessEnded)",
+        {
+            **_json("Stdin"),
+            "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+        },
+        200,
+        _json("StdinState"),
+        [_q("eof", BOOL, "with a raw body: close stdin after it")],
+    ),
     ("/v1/sandboxes/{name}/files", "GET"): (
         "A file's bytes, or a directory's listing as JSON",
         None,
@@ -352,9 +394,10 @@ ERRORS = {
     "401": "missing or wrong bearer token",
     "403": "the sandbox's policy forbids it",
     "404": "no such sandbox, process, file or route",
-    "409": "a sandbox of that name exists, or it is paused or not running",
+    "409": "a sandbox of that name exists, or it is paused or dead; a process's stdin is not open, "
+    "closed, or the process ended",
+    "413": "request body or file too large; a process's stdin is full (it is not reading)",
     "429": "the sandbox is at its pids or memory limit: the command could not start",
-    "413": "request body or file too large",
     "500": "warren failed (setup error or bug)",
     "504": "timed out",
 }
