@@ -29,6 +29,8 @@ def test_plain_directories_pass_every_probe_and_leave_no_litter(place: Place) ->
     assert run.code == 0 and run.report["ok"] is True
     probes = run.report["probes"]
     assert isinstance(probes, list)
+    # The resource-limit rows depend on who runs (test_doctor_limits judges them).
+    probes = [p for p in probes if p["location"] != "limits"]
     assert {p["status"] for p in probes} == {"pass"}, [p for p in probes if p["status"] != "pass"]
     for tool in TOOLS:
         assert run.probe("hardlink_into_workspace", f"tool-cache:{tool}->workspace")["status"] == "pass"

@@ -101,7 +101,9 @@ def _doctor_in_sandbox(spec: dict[str, object], profile: str | None, cache: list
         else []
     )
     caches = list(cache) or [str(r) for r in roots if r != workspace]
-    args = ["--only-given", "--workspace", workspace]
+    # Resource limits are left out inside: there they would describe a sandbox nested in
+    # this one, while this sandbox's own limits are what `warren doctor` on the host says.
+    args = ["--only-given", "--no-limits", "--workspace", workspace]
     for c in caches:
         args += ["--cache", c]
     if as_json:

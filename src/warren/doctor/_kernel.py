@@ -30,6 +30,13 @@ IN_MOVED_TO = 0x80
 IN_NONBLOCK = os.O_NONBLOCK
 IN_CLOEXEC = os.O_CLOEXEC
 
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+MS_NOSUID = 0x2
+MS_NODEV = 0x4
+MS_REC = 0x4000
+MS_PRIVATE = 1 << 18
+
 _NR_RENAMEAT2 = {"x86_64": 316, "aarch64": 276}
 _NR_LANDLOCK_CREATE_RULESET = 444  # shared by every architecture since Linux 5.1
 _LANDLOCK_CREATE_RULESET_VERSION = 1
@@ -97,3 +104,20 @@ def inotify_add_watch(fd: int, path: str, mask: int) -> int:
     if wd < 0:
         _raise(path)
     return wd
+
+
+def unshare(flags: int) -> None:
+    fn = _libc.unshare
+    fn.argtypes = [ctypes.c_int]
+    fn.restype = ctypes.c_int
+    if fn(flags) != 0:
+        _raise()
+
+
+def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    fn = _libc.mount
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+    fn.restype = ctypes.c_int
+    enc = [None if v is None else os.fsencode(v) for v in (source, target, fstype, data)]
+    if fn(enc[0], enc[1], enc[2], flags, enc[3]) != 0:
+        _raise(target)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from .evidence import PASSTHROUGH_FS, Evidence, Location
+from .limits import LOCATION as LIMITS
 from .probes import ProbeResult
 
 UV_STOPGAP = (
@@ -83,6 +84,40 @@ CAUSES: dict[str, tuple[str, str]] = {
         "writable directory",
     ),
     "no_space": ("no space or quota left", "free space or raise the quota on that filesystem"),
+    # Resource limits: what is missing, and how to get a whole-sandbox limit instead of the
+    # fallback each row names. warren prefers cgroup v1 controllers it can write, then a
+    # delegated cgroup2 group (limits by the controllers it offers, pause, kill).
+    "cgroup_absent": (
+        "no such cgroup hierarchy here",
+        "whole-sandbox limits need writable cgroup v1 pids, memory and cpu hierarchies, or a delegated "
+        "cgroup2 group offering those controllers; until a host offers them, warren uses the fallback "
+        "each row names",
+    ),
+    "cgroup_not_writable": (
+        "this user cannot make a cgroup there",
+        "for whole-sandbox limits run warren as root, or have an administrator delegate a subtree to "
+        "this user: in cgroup v1, chown the caller's own cgroup in each of pids, memory, cpu and "
+        "freezer to it (warren makes sandboxes' cgroups beneath it); or in cgroup2, start warren in a "
+        "group delegated to this user (systemd: Delegate=yes, e.g. systemd-run --user --scope -p "
+        "Delegate=yes) that offers memory, pids and cpu. Until then warren uses the fallback each row names",
+    ),
+    "no_user_namespace": (
+        "this caller cannot create a user namespace",
+        "enable unprivileged user namespaces (sysctl user.max_user_namespaces > 0; Debian: "
+        "kernel.unprivileged_userns_clone=1; Ubuntu: kernel.apparmor_restrict_unprivileged_userns=0); "
+        "inside another sandbox its policy refusing one is expected",
+    ),
+    "nproc_not_per_userns": (
+        "RLIMIT_NPROC is counted per user, not per user namespace",
+        "use a kernel >= 5.14 (it counts RLIMIT_NPROC per user namespace), or give this user a cgroup v1 "
+        "pids hierarchy it can write; otherwise a sandbox's pids limit also counts the user's processes "
+        "outside it",
+    ),
+    "no_freezer": (
+        "no freezer this user can write",
+        "for an atomic pause run warren as root (cgroup v1 freezer) or in a cgroup2 subtree delegated to "
+        "this user (systemd user session); signals work, but stop the processes one by one",
+    ),
     "unknown": (
         "no known cause matched",
         "run with --json and report the output: it holds every piece of evidence used",
@@ -242,6 +277,8 @@ def explain(r: ProbeResult, ev: Evidence, results: Sequence[ProbeResult]) -> Cau
     """The cause of one failed probe, or None when it did not fail."""
     if r.status != "fail":
         return None
+    if r.location == LIMITS:
+        return _limit_cause(r, ev, results)
     p = ev.process
     if r.id == "cwd":
         if p.cwd_deleted or r.errno == E.ENOENT:
@@ -285,6 +322,67 @@ def explain(r: ProbeResult, ev: Evidence, results: Sequence[ProbeResult]) -> Cau
     if r.errno is None and r.operation is not None and not r.operation.startswith("git"):
         return _cause("fs_unsupported", f"on {fstype}: {r.message}.")
     return _cause("unknown", f"{r.operation} failed: {r.message}")
+
+
+def _status(results: Sequence[ProbeResult], probe_id: str) -> str | None:
+    return next((r.status for r in results if r.location == LIMITS and r.id == probe_id), None)
+
+
+def _pause(results: Sequence[ProbeResult]) -> str:
+    row = next((r for r in results if r.location == LIMITS and r.id == "pause"), None)
+    return str(row.facts.get("mechanism")) if row is not None else "an unknown mechanism"
+
+
+def limit_meaning(r: ProbeResult, ev: Evidence, results: Sequence[ProbeResult]) -> str:
+    """What a missing mechanism means for warren's sandboxes: the fallback `warren plan`
+    takes for this caller, judged by the other rows' measurements."""
+    if r.id == "cgroup1_memory":
+        return "memory is limited per process only (RLIMIT_DATA): several processes together can use more"
+    if r.id == "cgroup1_pids":
+        nproc = next((x for x in results if x.location == LIMITS and x.id == "nproc_per_userns"), None)
+        if nproc is not None and nproc.status == "skip" and nproc.facts.get("forked") is not None:
+            # Measured: forks beyond the limit succeeded for root.
+            return "the kernel never applies RLIMIT_NPROC to root, so its sandboxes get no pids limit"
+        return "pids fall back to RLIMIT_NPROC in the sandbox's own user namespace, " + (
+            "which caps the whole sandbox here (nproc_per_userns)"
+            if nproc is not None and nproc.status == "pass"
+            else "which does not cap the whole sandbox here (see nproc_per_userns)"
+        )
+    if r.id == "cgroup1_cpu":
+        return (
+            "--cpus is not enforceable, and a sandbox's busy processes get a fair share each, not one in all"
+        )
+    if r.id == "cgroup1_freezer":
+        return f"pause uses {_pause(results)}"
+    if r.id == "cgroup2":
+        return f"pause cannot use cgroup.freeze (it uses {_pause(results)}), and no limit comes from cgroup2"
+    if r.id == "nproc_per_userns":
+        if _status(results, "cgroup1_pids") == "pass":
+            return "warren limits pids with cgroup v1 pids.max instead (usable here), so nothing is lost"
+        return "sandboxes get no pids limit that covers the whole sandbox"
+    if r.id == "tmpfs_size":
+        return "--tmp-size cannot cap /tmp and /dev/shm in a sandbox"
+    if r.id == "pause":
+        return "pause stops each process with SIGSTOP, one by one, not the sandbox as one"
+    return "warren cannot use it"
+
+
+def _limit_cause(r: ProbeResult, ev: Evidence, results: Sequence[ProbeResult]) -> Cause:
+    why = f"{r.message}. For warren: {limit_meaning(r, ev, results)}."
+    op = r.operation or ""
+    if r.id == "pause":
+        return _cause("no_freezer", why)
+    if op in ("mountinfo", "/proc/self/cgroup"):
+        return _cause("cgroup_absent", why)
+    if op == "mkdir" and r.errno in (E.EACCES, E.EPERM, E.EROFS):
+        return _cause("cgroup_not_writable", why)
+    if op.startswith(("unshare", "write /proc/self/")):
+        return _cause("no_user_namespace", why)
+    if r.id == "nproc_per_userns" and r.errno == E.EAGAIN:
+        return _cause("nproc_not_per_userns", why)
+    if r.errno == E.EPERM and ev.process.seccomp == "filter":
+        return _cause("seccomp_denied", why)
+    return _cause("unknown", why)
 
 
 def diagnose(evidence: Evidence, results: Sequence[ProbeResult]) -> list[Cause | None]:

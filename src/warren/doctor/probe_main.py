@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 
 from . import evidence as _evidence
 from .diagnose import diagnose
+from .limits import run_limit_probes
 from .probes import run_probes
 from .report import build, render
 
@@ -87,13 +88,16 @@ def run(
     as_json: bool = False,
     env: Mapping[str, str] | None = None,
     tool_caches: bool = True,
+    limits: bool = True,
 ) -> tuple[str, int]:
     """Run the doctor and return (output, exit status).
 
     ``tool_caches=False`` probes only the workspace, the given caches and $TMPDIR: how
-    a sandbox is checked, where the policy decides which tools' caches exist."""
+    a sandbox is checked, where the policy decides which tools' caches exist.
+    ``limits=False`` leaves out the resource-limit rows: inside a sandbox they would
+    describe nesting, while its limits are what the host's rows and `warren plan` say."""
     ev, full = gather(workspace, caches, os.environ if env is None else env, tool_caches)
-    results = run_probes(ev, full_suite_roles=full)
+    results = run_probes(ev, full_suite_roles=full) + (run_limit_probes(ev) if limits else [])
     report = build(ev, results, diagnose(ev, results))
     text = json.dumps(report, indent=2, ensure_ascii=False) if as_json else render(report)
     return text, EXIT_OK if report["ok"] else EXIT_PROBLEMS
@@ -103,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="warren doctor",
         description="Probe the filesystem semantics developer tools rely on, here, and name the "
-        "cause of every failure with a fix.",
+        "cause of every failure with a fix; and which resource-limit mechanisms this host offers you.",
     )
     parser.add_argument("--workspace", "-w", metavar="DIR", help="the workspace (default: current directory)")
     parser.add_argument("--cache", metavar="DIR", action="append", default=[], help="a cache (repeatable)")
@@ -115,9 +119,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="probe only the workspace, the --cache directories and $TMPDIR (no tool-cache discovery)",
     )
+    parser.add_argument(
+        "--no-limits",
+        action="store_true",
+        help="leave out the resource-limit rows (cgroups, RLIMIT_NPROC, tmpfs size=, pause)",
+    )
     args = parser.parse_args(argv)
     try:
-        text, code = run(args.workspace, args.cache, as_json=args.json, tool_caches=not args.only_given)
+        text, code = run(
+            args.workspace,
+            args.cache,
+            as_json=args.json,
+            tool_caches=not args.only_given,
+            limits=not args.no_limits,
+        )
     except UsageError as e:
         print(f"warren doctor: {e}", file=sys.stderr)
         return EXIT_USAGE

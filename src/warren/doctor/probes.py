@@ -22,7 +22,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import TypeVar
 
 from . import _kernel
@@ -46,6 +46,9 @@ class ProbeResult:
     src: str | None = None  # role of the source location of a step between two locations
     dst: str | None = None
     detail: str = ""
+    # What a probe measured beyond pass or fail, as plain JSON values (the limit probes:
+    # the cgroup it tried, the mechanism pause will use). Empty for filesystem probes.
+    facts: dict[str, object] = field(default_factory=dict)
 
     @property
     def roles(self) -> tuple[str, ...]:
@@ -74,10 +77,10 @@ def _op(operation: str, fn: Callable[..., T], *args: object, kind: str | None = 
     try:
         return fn(*args, **kw)
     except OSError as e:
-        raise ProbeFailure(operation, _describe(e), e.errno, kind) from e
+        raise ProbeFailure(operation, describe(e), e.errno, kind) from e
 
 
-def _describe(e: OSError) -> str:
+def describe(e: OSError) -> str:
     name = _errno.errorcode.get(e.errno or 0, str(e.errno))
     where = " -> ".join(str(p) for p in (e.filename, e.filename2) if p is not None)
     return f"{name}: {e.strerror or e}" + (f" ({where})" if where else "")
@@ -101,7 +104,7 @@ def _read(path: str) -> bytes:
         with open(path, "rb") as f:
             return f.read()
     except OSError as e:
-        raise ProbeFailure("open", _describe(e), e.errno) from e
+        raise ProbeFailure("open", describe(e), e.errno) from e
 
 
 def _mkdirs(*paths: str) -> None:
@@ -166,7 +169,7 @@ def renameat2_noreplace(d: str) -> str:
         _kernel.renameat2(j(d, "a"), j(d, "b"), _kernel.RENAME_NOREPLACE)
     except OSError as e:
         if e.errno != _errno.EEXIST:
-            raise ProbeFailure("renameat2(NOREPLACE)", _describe(e), e.errno, "file") from e
+            raise ProbeFailure("renameat2(NOREPLACE)", describe(e), e.errno, "file") from e
     else:
         raise ProbeFailure("renameat2(NOREPLACE)", "replaced an existing file it must not replace")
     _op(
@@ -272,7 +275,7 @@ def fcntl_lock(d: str) -> str:
         except OSError as e:
             if e.errno in (_errno.EAGAIN, _errno.EACCES):
                 return "POSIX and OFD locks, conflicts enforced"
-            raise ProbeFailure("fcntl(F_OFD_SETLK)", _describe(e), e.errno) from e
+            raise ProbeFailure("fcntl(F_OFD_SETLK)", describe(e), e.errno) from e
         raise ProbeFailure(
             "fcntl(F_OFD_SETLK)", "a conflicting lock was granted: locks are not enforced here"
         )
@@ -452,7 +455,7 @@ def _cwd() -> str:
     try:
         cwd = os.getcwd()
     except OSError as e:
-        raise ProbeFailure("getcwd", _describe(e), e.errno) from e
+        raise ProbeFailure("getcwd", describe(e), e.errno) from e
     _op("stat", os.stat, ".")
     return cwd
 
@@ -699,7 +702,7 @@ def _make_scratch(loc: Location) -> str | ProbeResult:
     try:
         return tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=loc.probe_dir)
     except OSError as e:
-        return ProbeResult("create_dir", title, loc.role, "fail", True, "mkdir", e.errno, _describe(e), "dir")
+        return ProbeResult("create_dir", title, loc.role, "fail", True, "mkdir", e.errno, describe(e), "dir")
 
 
 def _cleanup(role: str, path: str) -> list[ProbeResult]:

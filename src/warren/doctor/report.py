@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from .diagnose import Cause, refer_blocked
 from .evidence import Evidence
+from .limits import LOCATION as LIMITS
 from .probes import ProbeResult
 
 SCHEMA = "warren-doctor/1"
@@ -78,6 +79,36 @@ def _wrap(text: str, indent: str, width: int = 100) -> list[str]:
     return lines
 
 
+def _shown(status: str) -> str:
+    return status.upper() if status in ("fail", "error") else status
+
+
+def _render_limits(rows: list[dict[str, object]], uid: object) -> list[str]:
+    """One entry per mechanism: what was measured and, where it is missing, what that
+    means for warren; then each hint once."""
+    if not rows:
+        return []
+    out = [
+        "",
+        f"{'RESOURCE LIMITS':<18} {'RESULT':<6} WHAT THIS HOST OFFERS UID {uid} (`warren plan` applies it)",
+    ]
+    indent = " " * 26
+    hints: dict[str, str] = {}
+    for p in rows:
+        cause = p["cause"]
+        if isinstance(cause, dict):
+            text = str(cause["explanation"])
+            hints.setdefault(str(cause["id"]), str(cause["fix"]))
+        else:
+            text = str(p["message"] or p["detail"])
+        lines = _wrap(text, indent) or [indent]
+        out.append(f"{p['id']:<18} {_shown(str(p['status'])):<6} {lines[0].strip()}")
+        out.extend(lines[1:])
+    for cause_id, fix in hints.items():
+        out.extend(_wrap(f"hint [{cause_id}]: {fix}", "  "))
+    return out
+
+
 def render(report: dict[str, object]) -> str:
     """The table: one row per probe (pass / FAIL / warn / skip / ERROR, and the cause),
     then each cause once with its evidence and its fix."""
@@ -98,8 +129,9 @@ def render(report: dict[str, object]) -> str:
             f"{', ro' if loc['read_only'] else ''}]"
         )
     out.append("")
-    probes = report["probes"]
-    assert isinstance(probes, list)
+    all_probes = report["probes"]
+    assert isinstance(all_probes, list)
+    probes = [p for p in all_probes if p["location"] != LIMITS]
     wid = max([len(str(p["location"])) for p in probes] + [8])
     out.append(f"{'PROBE':<26} {'WHERE':<{wid}} {'RESULT':<6} CAUSE / DETAIL")
     for p in probes:
@@ -111,8 +143,11 @@ def render(report: dict[str, object]) -> str:
         else:
             note = str(p["message"] or p["detail"] or "")
         out.append(f"{p['id']:<26} {p['location']:<{wid}} {shown:<6} {note}".rstrip())
+    out.extend(_render_limits([p for p in all_probes if p["location"] == LIMITS], proc["uid"]))
     causes = report["causes"]
     assert isinstance(causes, list)
+    # The limits section already gave each of its causes and hints.
+    causes = [c for c in causes if any(not str(where).startswith(LIMITS + ":") for where in c["probes"])]
     if causes:
         out.append("")
         out.append("Causes:")
