@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 from dataclasses import dataclass, field
 
@@ -54,11 +53,13 @@ def launch(plan: Plan, *, oneshot: bool, record_dir: str | None = None) -> Launc
         _remove_scratch(plan.scratch)
         raise
     states = guard.snapshot(plan.guarded)
+    tasks: list[tuple[str, int]] = []
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     try:
-        # PID 1 waits until it is in its cgroups: everything in the sandbox descends
+        tasks = _open_tasks(groups)
+        # PID 1 enters its cgroups first thing: everything in the sandbox descends
         # from it, inside them.
-        pid = clone.start_pid1(plan, theirs, oneshot=oneshot, before_start=lambda pid: _attach(groups, pid))
+        pid = clone.start_pid1(plan, theirs, oneshot=oneshot, cgroup_tasks=tasks)
     except BaseException:
         ours.close()
         cgroups.remove(groups, record_dir)
@@ -66,14 +67,15 @@ def launch(plan: Plan, *, oneshot: bool, record_dir: str | None = None) -> Launc
         raise
     finally:
         theirs.close()
+        for _path, fd in tasks:
+            os.close(fd)
     return Launched(pid, os.pidfd_open(pid), ours, states, plan.scratch, groups, record_dir)
 
 
-def _attach(groups: list[str], pid: int) -> None:
+def _open_tasks(groups: list[str]) -> list[tuple[str, int]]:
     try:
-        cgroups.attach(groups, pid)
+        return cgroups.open_tasks(groups)
     except OSError as e:
-        os.kill(pid, signal.SIGKILL)  # still waiting at its gate: reaped by the supervisor
         raise SetupError(
             f"cannot move the sandbox into its cgroup: {e.strerror}",
             operation="cgroup",
