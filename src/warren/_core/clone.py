@@ -17,7 +17,7 @@ import socket
 from .. import protocol, wire
 from ..errors import SetupError
 from ..plan.model import Plan
-from . import _sys, cgroups, harden
+from . import _sys, broker, cgroups, harden
 
 NS_FLAGS = (
     _sys.CLONE_NEWUSER
@@ -49,7 +49,8 @@ def start_pid1(
     does anything else, so nothing it forks escapes them; the caller closes its copies."""
     from . import pid1
 
-    harden.seccomp_program(plan)  # packed here, so the clone only copies it
+    harden.seccomp_program(plan)  # packed here, so the clone only copies them
+    broker.prepare(plan)
     # A stop (SIGTERM) that comes early waits, blocked, until PID 1 has its own
     # handler: before that it would run the parent's.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
