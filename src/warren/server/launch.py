@@ -139,5 +139,29 @@ def _remove_scratch(path: str | None) -> list[str]:
         return []
     if os.path.islink(path) or not os.path.isdir(path):
         return [f"the sandbox replaced its TMPDIR {path} with something else; left it in place"]
-    shutil.rmtree(path, ignore_errors=True)
+    if not _remove_untouched(path):
+        shutil.rmtree(path, ignore_errors=True)
     return [f"could not remove the sandbox's TMPDIR {path}"] if os.path.lexists(path) else []
+
+
+def _remove_untouched(path: str) -> bool:
+    """The common case, in three calls: the TMPDIR holds only warren's .gitignore
+    (rmtree costs a few tenths of a millisecond on every run). False when it holds
+    anything else, for rmtree to deal with; the sandbox has ended, nothing races."""
+    try:
+        dfd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        os.unlink(".gitignore", dir_fd=dfd)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return False
+    finally:
+        os.close(dfd)
+    try:
+        os.rmdir(path)
+    except OSError:
+        return False
+    return True
