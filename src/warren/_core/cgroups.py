@@ -124,7 +124,7 @@ def enter_self(tasks: list[tuple[str, int]]) -> None:
     ever forks starts inside. Why not the parent writing PID 1's pid into
     ``cgroup.procs``: moving another process (or a whole thread group) takes the
     kernel's global threadgroup lock for writing, which waits for an RCU grace period
-    (12-25 ms measured here, the largest cost of a `warren run`); a thread moving
+    (13 ms median measured here, the largest cost of a `warren run`); a thread moving
     itself through ``tasks`` ("0") does not take it."""
     try:
         for path, fd in tasks:
