@@ -423,6 +423,52 @@ def test_limits_of_a_sandbox_hold_across_execs_and_background(state_home: Path, 
     assert _leftovers(state_home) == []
 
 
+def test_pid1_and_everything_it_starts_are_in_the_sandboxs_cgroups(state_home: Path, layout: Layout) -> None:
+    """PID 1 moves itself into its cgroups before anything else: it, its helpers, the
+    commands and their background children are all inside, and nothing of the
+    sandbox stays in the supervisor's cgroups."""
+    sb = Sandbox.create(PolicySpec(workspace=str(layout.workspace), pids=64), name="cg")
+    try:
+        sb.spawn(["sleep", "30"])
+        sb.exec(["true"])
+        records = _records(state_home)
+        if not ROOT_CGROUPS:
+            assert records == []
+            return
+        dirs = (state_home / "warren" / "cgroups" / records[0]).read_text().split()
+        assert {os.path.relpath(d, CG).split("/")[0] for d in dirs} >= {"pids", "memory", "cpu"}
+        tree = [sb.pid1, *_descendants(sb.pid1)]
+        assert len(tree) >= 3, tree  # PID 1, a helper, the sleeper
+        for d in dirs:
+            inside = {int(p) for p in Path(d, "cgroup.procs").read_text().split()}
+            # A helper that exited meanwhile (a zombie or gone) has left every cgroup.
+            outside = [p for p in set(tree) - inside if _alive(p)]
+            assert outside == [], (d, tree, inside)
+            assert sb.pid1 in inside
+    finally:
+        sb.remove()
+    assert _leftovers(state_home) == []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _descendants(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        for task in os.listdir(f"/proc/{p}/task"):
+            with contextlib.suppress(OSError):
+                kids = [int(k) for k in Path(f"/proc/{p}/task/{task}/children").read_text().split()]
+                found += kids
+                todo += kids
+    return found
+
+
 def test_result_names_the_limit_it_hit(state_home: Path, layout: Layout) -> None:
     import warren
 

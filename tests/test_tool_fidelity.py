@@ -373,6 +373,15 @@ def test_tmpdir_renames_into_the_workspace_as_on_the_host(home: Home) -> None:
     assert [p.name for p in home.ws.iterdir()] == ["renamed"], "the sandbox's TMPDIR is removed"
 
 
+def test_tmpdir_a_command_filled_is_removed_with_what_it_holds(home: Home) -> None:
+    if _host_rename(os.environ.get("TMPDIR") or "/tmp", home.ws) != "renamed":
+        pytest.skip("the host's TMPDIR is on another filesystem than the workspace: no TMPDIR is made there")
+    fill = 'mkdir "$TMPDIR/d" && echo x > "$TMPDIR/d/f" && echo y > "$TMPDIR/g" && rm "$TMPDIR/.gitignore"'
+    r = home.run(["sh", "-c", fill])
+    assert r.returncode == 0, r.stderr
+    assert [p.name for p in home.ws.iterdir()] == [], "the sandbox's TMPDIR is removed, whatever it holds"
+
+
 def test_tmpdir_on_another_filesystem_stays_a_private_tmpfs(home: Home) -> None:
     if not os.access("/dev/shm", os.W_OK) or os.stat("/dev/shm").st_dev == os.stat(home.ws).st_dev:
         pytest.skip("/dev/shm is not a writable filesystem of its own here")

@@ -87,6 +87,8 @@ def _check_any(value: object, where: str) -> object:
 
 def _split_top(text: str, sep: str) -> list[str]:
     """Split a type expression at top-level ``sep`` (not inside brackets)."""
+    if sep not in text:
+        return [text.strip()]
     parts, depth, cur = [], 0, ""
     for ch in text:
         depth += ch == "["
@@ -100,8 +102,20 @@ def _split_top(text: str, sep: str) -> list[str]:
     return parts
 
 
+_CHECKERS: dict[str, Callable[[object, str], object]] = {}
+
+
 def _checker(expr: str, owner: str) -> Callable[[object, str], object]:
-    """A validator for one annotation, written as the small subset used here."""
+    """A validator for one annotation, written as the small subset used here. Made
+    once per distinct annotation (validators hold no state): building them for every
+    field of every message was most of this module's import time."""
+    check = _CHECKERS.get(expr)
+    if check is None:
+        check = _CHECKERS[expr] = _make_checker(expr, owner)
+    return check
+
+
+def _make_checker(expr: str, owner: str) -> Callable[[object, str], object]:
     alts = _split_top(expr, "|")
     if len(alts) == 2 and "None" in alts:
         inner = _checker(alts[0] if alts[1] == "None" else alts[1], owner)

@@ -63,6 +63,27 @@ MAX_XATTR = 64 << 10
 Outcome = int | None  # None: let the kernel run it; >= 0: its result; < 0: -errno
 
 
+_FILTERS: dict[bool, _sys.SeccompProgram] = {}
+
+
+def notify_filter(renames: bool) -> _sys.SeccompProgram:
+    """The notification filter, packed once per process: the supervisor packs it
+    before cloning (``prepare``), so PID 1 only installs its copy."""
+    packed = _FILTERS.get(renames)
+    if packed is None:
+        groups = ("sockets", "metadata", *(("renames",) if renames else ()))
+        packed = _FILTERS[renames] = _sys.SeccompProgram(_seccomp.notify_program(groups))
+    return packed
+
+
+def prepare(plan: Plan) -> None:
+    """In the supervisor: pack the filters PID 1 may need (renames are brokered only
+    when a protected git config exists, which PID 1 sees for itself)."""
+    notify_filter(False)
+    if plan.git:
+        notify_filter(True)
+
+
 class Broker:
     def __init__(
         self,
@@ -98,8 +119,7 @@ class Broker:
             with contextlib.suppress(OSError):
                 private.add(os.stat(path).st_dev)
         roots = sorted({r for _at, group in plan.groups for r in group})
-        groups = ("sockets", "metadata", *(("renames",) if protected else ()))
-        program = _sys.SeccompProgram(_seccomp.notify_program(groups))
+        program = notify_filter(bool(protected))
         box: list[Broker] = []
         ready = threading.Event()
 

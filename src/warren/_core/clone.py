@@ -9,14 +9,15 @@ control channel to the parent and runs ``pid1.main``; it never returns here.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
-from collections.abc import Callable
 
+from .. import protocol, wire
 from ..errors import SetupError
 from ..plan.model import Plan
-from . import _sys, harden
+from . import _sys, broker, cgroups, harden
 
 NS_FLAGS = (
     _sys.CLONE_NEWUSER
@@ -40,16 +41,16 @@ def close_all_but(*keep: int) -> None:
 
 
 def start_pid1(
-    plan: Plan, control: socket.socket, *, oneshot: bool, before_start: Callable[[int], None] | None = None
+    plan: Plan, control: socket.socket, *, oneshot: bool, cgroup_tasks: list[tuple[str, int]] | None = None
 ) -> int:
     """Clone PID 1 for ``plan``; ``control`` is the child's end of its channel to the
     caller (the caller closes its copy). Returns PID 1's pid as the caller sees it.
-    ``before_start(pid)`` runs in the caller while the child waits, before it does
-    anything (the launch puts it into its cgroups there: nothing it forks escapes)."""
+    ``cgroup_tasks`` (``cgroups.open_tasks``): PID 1 enters these cgroups before it
+    does anything else, so nothing it forks escapes them; the caller closes its copies."""
     from . import pid1
 
-    harden.seccomp_program(plan)  # packed here, so the clone only copies it
-    gate_r, gate_w = os.pipe2(os.O_CLOEXEC)
+    harden.seccomp_program(plan)  # packed here, so the clone only copies them
+    broker.prepare(plan)
     # A stop (SIGTERM) that comes early waits, blocked, until PID 1 has its own
     # handler: before that it would run the parent's.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
@@ -57,8 +58,6 @@ def start_pid1(
         pid = _sys.clone_process(NS_FLAGS)
     except OSError as e:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
-        os.close(gate_r)
-        os.close(gate_w)
         raise SetupError(
             "cannot create the sandbox's namespaces",
             operation="clone",
@@ -69,9 +68,8 @@ def start_pid1(
     if pid == 0:
         code = 125
         try:
-            os.close(gate_w)
-            if os.read(gate_r, 1) != b"1":
-                os._exit(125)  # the caller gave up on us (or died)
+            if not _enter_cgroups(cgroup_tasks or [], control):
+                os._exit(125)
             devnull = os.open("/dev/null", os.O_RDWR)
             for target in (0, 1, 2):
                 os.dup2(devnull, target)
@@ -80,11 +78,23 @@ def start_pid1(
         finally:
             os._exit(code)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
-    os.close(gate_r)
-    try:
-        if before_start is not None:
-            before_start(pid)
-        os.write(gate_w, b"1")
-    finally:
-        os.close(gate_w)
     return pid
+
+
+def _enter_cgroups(tasks: list[tuple[str, int]], control: socket.socket) -> bool:
+    """In the new PID 1, still single-threaded: join its cgroups, or tell the
+    supervisor why not (it then ends the sandbox and passes the error on)."""
+    try:
+        cgroups.enter_self(tasks)
+    except OSError as e:
+        error = SetupError(
+            f"cannot move the sandbox into its cgroup: {e.strerror}",
+            operation="cgroup",
+            path=e.filename,
+            errno=e.errno,
+            hint="run `warren plan` to see how each limit is enforced",
+        )
+        with contextlib.suppress(OSError):
+            wire.send(control, protocol.Failed(error=protocol.error_message(error).error))
+        return False
+    return True

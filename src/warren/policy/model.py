@@ -238,6 +238,11 @@ class Policy:
 
 
 def is_within(path: Path, parent: Path) -> bool:
+    p, q = str(path), str(parent)
+    if p.startswith("/") and q.startswith("/") and not p.startswith("//") and not q.startswith("//"):
+        # The common case, as strings: walking ``path.parents`` builds a Path per
+        # ancestor, and planning asks this hundreds of times per sandbox.
+        return p == q or p.startswith(q if q == "/" else q + "/")
     return path == parent or parent in path.parents
 
 

@@ -9,6 +9,7 @@ supervisor resolves a spec for the client that sent it, not for itself.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -19,11 +20,14 @@ from .model import DEFAULT_DENIED, DEFAULT_ENV_PASS, Policy, Root, is_within
 from .spec import PolicySpec, check_text
 
 
-def absolute(raw: str, where: str, base: Path | None, home: Path) -> Path:
+def absolute(
+    raw: str, where: str, base: Path | None, home: Path, parents: dict[str, str] | None = None
+) -> Path:
     """Turn a user-written path into a normalized absolute one.
 
     ``base`` is where relative paths are anchored (the caller's cwd for flags and
     requests); ``None`` means relative paths are an error (config files).
+    ``parents``: resolved parent directories to reuse (``realpath``).
     """
     check_text(raw, where)
     if not raw.strip():
@@ -61,7 +65,28 @@ def absolute(raw: str, where: str, base: Path | None, home: Path) -> Path:
             hint="paths are at most 4095 bytes, each name at most 255",
         )
     # Resolve symlinks so the plan names what the kernel will see.
-    return Path(os.path.realpath(path))
+    return Path(os.path.realpath(path) if parents is None else realpath(str(path), parents))
+
+
+def realpath(path: str, parents: dict[str, str]) -> str:
+    """``os.path.realpath`` of a normalized absolute path, resolving its parent
+    directory once for all the paths that share it (``parents``): the default deny
+    list is dozens of paths under a few directories of home, resolved for every
+    sandbox. Where the last name is a symlink (or is not a plain name), the full
+    resolution."""
+    parent, _, name = path.rpartition("/")
+    if not parent or name in ("", ".", ".."):
+        return os.path.realpath(path)
+    real_parent = parents.get(parent)
+    if real_parent is None:
+        real_parent = parents[parent] = os.path.realpath(parent)
+    joined = os.path.join(real_parent, name)
+    try:
+        if stat.S_ISLNK(os.lstat(joined).st_mode):
+            return os.path.realpath(path)
+    except OSError:
+        pass  # absent (or unreadable): realpath keeps the name as it is
+    return joined
 
 
 def build(
@@ -96,8 +121,9 @@ def build(
     denied = [Root(p, "--deny") for p in deny]
     if spec.default_deny is not False:
         # Kept whether or not they exist now: one created later stays unreadable.
+        parents: dict[str, str] = {}
         for raw in DEFAULT_DENIED:
-            path = absolute(raw, "default deny", None, home)
+            path = absolute(raw, "default deny", None, home, parents)
             if not any(is_within(w.path, path) for w in writable):
                 denied.append(Root(path, "default"))
     return Policy(
