@@ -381,6 +381,31 @@ def test_cpu_hog_under_half_a_cpu(net: Net, layout: Layout) -> None:
         assert _plan(layout, "--cpus", "0.5")["cpus"]["mechanism"] == "not enforceable here"
 
 
+def test_output_flood_is_capped_with_the_host_responsive(net: Net, layout: Layout) -> None:
+    """300 MiB on stdout and stderr each: the library keeps 1 MiB of each with a visible
+    marker, its own memory stays bounded, and the host stays responsive."""
+    import resource
+
+    import warren
+
+    env = {**os.environ, "XDG_STATE_HOME": str(net.state)}
+    net.run(["run", "-w", str(layout.workspace), "--", "true"], layout.workspace)  # the net's supervisor
+    flood = "yes flood | head -c 300M & yes flood | head -c 300M >&2; wait"
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with Probe():
+        r = warren.run(
+            ["sh", "-c", flood],
+            PolicySpec(workspace=str(layout.workspace)),
+            output_limit=1 << 20,
+            transport=warren.LocalTransport(env),
+        )
+    grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024
+    assert r.exit_code == 0 and r.stdout_truncated and r.stderr_truncated
+    assert r.stdout.startswith(b"flood\n") and b"[warren: output truncated" in r.stdout
+    assert len(r.stdout) < (1 << 20) + 200 and len(r.stderr) < (1 << 20) + 200
+    assert grown < 64 << 20, grown  # never held the 600 MiB
+
+
 def _host_pids_with(token: str) -> list[int]:
     out = []
     for name in os.listdir("/proc"):
@@ -432,11 +457,12 @@ def test_pid1_and_everything_it_starts_are_in_the_sandboxs_cgroups(state_home: P
         sb.spawn(["sleep", "30"])
         sb.exec(["true"])
         records = _records(state_home)
-        if not ROOT_CGROUPS:
+        if not ROOT_CGROUPS and not _v2_delegated():
             assert records == []
             return
         dirs = (state_home / "warren" / "cgroups" / records[0]).read_text().split()
-        assert {os.path.relpath(d, CG).split("/")[0] for d in dirs} >= {"pids", "memory", "cpu"}
+        kinds = {os.path.relpath(d, CG).split("/")[0] for d in dirs}
+        assert kinds >= ({"pids", "memory", "cpu", "freezer"} if ROOT_CGROUPS else {"unified"}), kinds
         tree = [sb.pid1, *_descendants(sb.pid1)]
         assert len(tree) >= 3, tree  # PID 1, a helper, the sleeper
         for d in dirs:
@@ -483,18 +509,15 @@ def test_supervisor_killed_again_and_again_leaks_no_cgroup(state_home: Path, lay
     ws = layout.workspace
     (ws / "keep.txt").write_text("intact\n")
     names: set[str] = set()
-    for i in range(int(os.environ.get("WARREN_CRASH_LOOPS", "8"))):
+    for i in range(int(os.environ.get("WARREN_CRASH_LOOPS", "50"))):
         sb = Sandbox.create(PolicySpec(workspace=str(ws), memory="256M", pids=64), name=f"crash{i % 2}")
         sb.exec(["sh", "-c", "setsid sleep 100 &"])
         names.update(_records(state_home))
         found = statedir.read_address(statedir.location(os.environ))
         assert found is not None
         os.kill(found[1], signal.SIGKILL)
-        while True:
-            try:
-                os.kill(found[1], 0)
-            except ProcessLookupError:
-                break
+        # Dead once a zombie: who reaps it (this machine's init) may take seconds.
+        while _alive(found[1]):
             time.sleep(0.01)
     listed = subprocess.run([*WARREN, "ls"], capture_output=True, text=True, check=True).stdout
     assert "crash1" in listed
