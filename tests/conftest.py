@@ -142,6 +142,19 @@ def state_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
         Sandbox(info).remove()
 
 
+def module_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """For a module-scoped ``state_home``: one private state (and supervisor) for the
+    module's tests, every sandbox it left removed at the end."""
+    from warren.client.sandbox import Sandbox
+
+    home = tmp_path_factory.mktemp("state")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_STATE_HOME", str(home))
+        yield home
+        for entry in Sandbox.list():
+            Sandbox(entry).remove()
+
+
 @pytest.fixture
 def sandbox_py(layout: Layout) -> Callable[..., subprocess.CompletedProcess[str]]:
     return layout.py

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import warren
-from conftest import Layout
+from conftest import Layout, module_state
 from warren.client.sandbox import Sandbox
 from warren.errors import (
     CommandNotFound,
@@ -36,12 +36,7 @@ from warren.server.registry import process_start_time
 
 @pytest.fixture(scope="module", autouse=True)
 def state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    home = tmp_path_factory.mktemp("state")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("XDG_STATE_HOME", str(home))
-        yield home
-        for entry in Sandbox.list():
-            Sandbox(entry).remove()
+    yield from module_state(tmp_path_factory)
 
 
 def _policy(layout: Layout, **extra: object) -> warren.Policy:

@@ -362,8 +362,9 @@ def test_sigterm_stops_serve_and_removes_its_socket(tmp_path: Path, state_home: 
 def test_pause_and_resume_over_http(unix: Serve, ws: Path) -> None:
     """A paused sandbox does nothing (its counter file stands still) and refuses work with
     409 SandboxPaused; resumed, it goes on where it was. The remote SDK gets the same."""
-    counter = (
-        "import time\ni = 0\nwhile True:\n    i += 1\n    open('n', 'w').write(str(i))\n    time.sleep(0.02)"
+    counter = (  # writes ./n atomically: a reader never sees it empty
+        "import os, time\ni = 0\nwhile True:\n    i += 1\n    open('n.tmp', 'w').write(str(i))\n"
+        "    os.replace('n.tmp', 'n')\n    time.sleep(0.02)"
     )
     with unix.client(None) as c:
         assert c.post("/v1/sandboxes", json={"name": "pz", "workspace": str(ws)}).status_code == 201

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import protocol, wire
-from .._core import cgroups, clone, procs
+from .._core import cgroups, clone
 from ..errors import (
     ProtocolError,
     SandboxDead,
@@ -55,7 +55,7 @@ from ..plan.facts import gather, paths_of
 from ..plan.mounts import git_spare, strip_nested
 from ..policy import build, config
 from ..policy.spec import from_mapping
-from . import follow, gitstore, launch, links, netd, peer, registry, spawns, statedir, stdin, usage
+from . import follow, gitstore, launch, links, netd, pause, peer, registry, spawns, statedir, stdin, usage
 
 HEADER_DEADLINE = 10.0  # a client has this long to send a whole request header
 MAX_CLIENTS = 1024
@@ -145,11 +145,10 @@ class Box:
     ns: tuple[int, int] | None = None  # fds of the sandbox's user and mount namespaces
     # host git files a bind sits on, as launched (see _git_sweep)
     git_files: dict[str, tuple[int, int] | None] = field(default_factory=dict)
-    paused: bool = False
+    paused: pause.Paused | None = None  # how it was paused, while it is
     last_active: float = field(default_factory=time.time)  # a request reached it, or an exec ended
     active: set[int] = field(default_factory=set)  # read ends of running execs' "active" pipes
     stopped_why: str = ""  # the supervisor stopped it on its own (idle timeout)
-    thaw_guard: int | None = None  # write end of the pipe a paused sandbox's guard waits on
 
     @property
     def pid(self) -> int:
@@ -959,7 +958,7 @@ class Supervisor:
     def _live(self, name: str, paused_ok: bool = False) -> Box:
         box = self.boxes.get(name)
         if box is not None and box.ready and box.kill_at is None:
-            if box.paused and not paused_ok:
+            if box.paused is not None and not paused_ok:
                 raise SandboxPaused(
                     f"sandbox {name} is paused: nothing runs in it until it is resumed",
                     operation="lookup",
@@ -982,7 +981,7 @@ class Supervisor:
         state = entry.state
         if box is not None and box.kill_at is not None:
             state = "stopping"
-        elif box is not None and box.paused:
+        elif box is not None and box.paused is not None:
             state = "paused"
         limits = box.plan.limits if box is not None else None
         return protocol.SandboxInfo(
@@ -1021,37 +1020,22 @@ class Supervisor:
     # --- pause and resume -------------------------------------------------------------------------
 
     def _pause(self, name: str, paused: bool) -> protocol.SandboxInfo:
-        """Freeze every process of the sandbox (PID 1 and warren's helpers too: nothing
-        runs, memory stays), or thaw them, by the plan's mechanism."""
+        """Freeze every process of the sandbox, or thaw them (``pause``)."""
         box = self._live(name, paused_ok=True)
-        if box.paused != paused:
-            freezer = cgroups.freezer_of(box.launched.cgroups)
-            try:
-                if freezer is not None:
-                    cgroups.freeze(freezer, paused)
-                    if paused:
-                        box.thaw_guard = _thaw_guard(freezer)
-                    else:
-                        _release(box)
-                else:
-                    _stop_signals(box.pid, paused)
-            except OSError as e:
-                raise SandboxError(
-                    f"cannot {'pause' if paused else 'resume'} sandbox {name}: {e.strerror}",
-                    operation="pause" if paused else "resume",
-                    path=e.filename or name,
-                    errno=e.errno,
-                    hint="see `warren plan` (pause) for the mechanism this host offers you",
-                ) from None
-            box.paused = paused
+        if paused and box.paused is None:
+            box.paused = pause.pause(name, box.pid, box.launched.cgroups)
+        elif not paused and box.paused is not None:
+            pause.resume(name, box.pid, box.paused)
+            box.paused = None
         return self._info(name)
 
     def _thaw(self, box: Box) -> None:
         """Before a paused sandbox is stopped: frozen tasks cannot act on SIGTERM."""
-        if box.paused:
-            with contextlib.suppress(OSError, WarrenError):
-                self._pause(box.name, False)
-            box.paused = False
+        if box.paused is not None:
+            with contextlib.suppress(WarrenError):
+                pause.resume(box.name, box.pid, box.paused)
+            pause.release(box.paused)
+            box.paused = None
 
     def _exec_ended(self, box: Box, fd: int) -> None:
         with contextlib.suppress(KeyError, ValueError):
@@ -1117,7 +1101,8 @@ class Supervisor:
             os.close(fd)
         box.ns = None
         box.active.clear()
-        _release(box)
+        if box.paused is not None:
+            pause.release(box.paused)
         if self.stdin_pipes is not None and not box.oneshot:
             self.stdin_pipes.close_sandbox(box.name)
         repairs = launch.restore(box.launched)
@@ -1192,62 +1177,6 @@ class Supervisor:
             hint="something outside killed it; run `warren doctor` if this repeats",
         )
         self._reply(client, protocol.error_message(error))
-
-
-def _thaw_guard(freezer: str) -> int:
-    """A small process that thaws a frozen sandbox if this supervisor dies: frozen tasks
-    cannot die (not even of the parent-death signal) until thawed, and nobody else would
-    thaw them before the next supervisor's sweep. It waits on a pipe whose write end
-    only this process holds: EOF without a word means this process is gone."""
-    r, w = os.pipe2(os.O_CLOEXEC)
-    pid = os.fork()
-    if pid == 0:
-        try:
-            signal.set_wakeup_fd(-1)
-            clone.close_all_but(r)
-            word = b""
-            with contextlib.suppress(OSError):
-                word = os.read(r, 1)
-            if not word:
-                with contextlib.suppress(OSError, WarrenError):
-                    cgroups.freeze(freezer, False)
-        finally:
-            os._exit(0)
-    os.close(r)
-    return w
-
-
-def _release(box: Box) -> None:
-    """The sandbox is thawed (or gone): its guard may exit without doing anything."""
-    if box.thaw_guard is not None:
-        with contextlib.suppress(OSError):
-            os.write(box.thaw_guard, b"r")
-        os.close(box.thaw_guard)
-        box.thaw_guard = None
-
-
-def _stop_signals(pid1: int, stopped: bool) -> None:
-    """Pause without a freezer: SIGSTOP every process of the sandbox, again until none
-    is left running (one forking at the moment of the first pass has a child the next
-    pass stops); resume sends SIGCONT to all."""
-    sig = signal.SIGSTOP if stopped else signal.SIGCONT
-    for _ in range(50 if stopped else 1):
-        running = 0
-        for pid in [pid1, *procs.descendants(pid1)]:
-            if stopped and procs.state(pid) in ("T", "t", "Z", "X", ""):
-                continue
-            running += 1
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-        if not running:
-            return
-        time.sleep(0.001)
-    if stopped:
-        raise SandboxError(
-            "the sandbox's processes kept starting new ones while being stopped",
-            operation="pause",
-            hint="try again; a host with a freezer cgroup (root, or delegated cgroup2) pauses atomically",
-        )
 
 
 def json_safe(value: object) -> dict[str, object]:

@@ -1,0 +1,117 @@
+"""Pausing a sandbox: freeze every one of its processes (PID 1 and warren's helpers
+too: nothing runs, memory stays), or thaw them.
+
+By the mechanism the plan chose for this caller (``plan.limits``: ``pause``): the
+sandbox's freezer cgroup (v1 ``freezer.state`` or cgroup2 ``cgroup.freeze``), else
+SIGSTOP/SIGCONT to each process. Frozen tasks cannot die, not even of the parent-death
+signal, until thawed: a pause by freezer leaves a small guard process that thaws the
+sandbox if the supervisor dies. The supervisor keeps the state (which sandbox is
+paused, its guard); this module does the work.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+
+from .._core import cgroups, clone, procs
+from ..errors import SandboxError, WarrenError
+
+
+class Paused:
+    """How one sandbox was paused: what ``resume`` undoes."""
+
+    def __init__(self, freezer: str | None, guard: int | None) -> None:
+        self.freezer = freezer
+        self.guard = guard  # write end of the pipe the guard waits on
+
+
+def pause(name: str, pid1: int, groups: list[str]) -> Paused:
+    freezer = cgroups.freezer_of(groups)
+    with _as_sandbox_error(name, "pause"):
+        if freezer is None:
+            _stop_signals(pid1, True)
+            return Paused(None, None)
+        cgroups.freeze(freezer, True)
+        return Paused(freezer, _thaw_guard(freezer))
+
+
+def resume(name: str, pid1: int, paused: Paused) -> None:
+    with _as_sandbox_error(name, "resume"):
+        if paused.freezer is None:
+            _stop_signals(pid1, False)
+        else:
+            cgroups.freeze(paused.freezer, False)
+    release(paused)
+
+
+def release(paused: Paused) -> None:
+    """The sandbox is thawed (or gone): its guard may exit without doing anything."""
+    if paused.guard is not None:
+        with contextlib.suppress(OSError):
+            os.write(paused.guard, b"r")
+        os.close(paused.guard)
+        paused.guard = None
+
+
+@contextlib.contextmanager
+def _as_sandbox_error(name: str, what: str):  # type: ignore[no-untyped-def]
+    try:
+        yield
+    except OSError as e:
+        raise SandboxError(
+            f"cannot {what} sandbox {name}: {e.strerror}",
+            operation=what,
+            path=e.filename or name,
+            errno=e.errno,
+            hint="see `warren plan` (pause) for the mechanism this host offers you",
+        ) from None
+
+
+def _thaw_guard(freezer: str) -> int:
+    """A small process that thaws a frozen sandbox if this supervisor dies: nobody else
+    would before the next supervisor's sweep. It waits on a pipe whose write end only
+    this process holds: EOF without a word means this process is gone."""
+    r, w = os.pipe2(os.O_CLOEXEC)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            signal.set_wakeup_fd(-1)
+            clone.close_all_but(r)
+            word = b""
+            with contextlib.suppress(OSError):
+                word = os.read(r, 1)
+            if not word:
+                with contextlib.suppress(OSError, WarrenError):
+                    cgroups.freeze(freezer, False)
+        finally:
+            os._exit(0)
+    os.close(r)
+    return w
+
+
+def _stop_signals(pid1: int, stopped: bool) -> None:
+    """Pause without a freezer: SIGSTOP every process of the sandbox, again until none
+    is left running (one forking at the moment of the first pass has a child the next
+    pass stops); resume sends SIGCONT to all."""
+    sig = signal.SIGSTOP if stopped else signal.SIGCONT
+    for _ in range(50 if stopped else 1):
+        running = 0
+        for pid in [pid1, *procs.descendants(pid1)]:
+            if stopped and procs.state(pid) in ("T", "t", "Z", "X", ""):
+                continue
+            running += 1
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        if not running:
+            return
+        time.sleep(0.001)
+    if stopped:
+        _stop_signals(pid1, False)  # not half paused
+        raise SandboxError(
+            "the sandbox's processes kept starting new ones while being stopped",
+            operation="pause",
+            hint="try again; a host with a freezer cgroup (root, or delegated cgroup2) pauses atomically",
+        )
