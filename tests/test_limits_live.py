@@ -23,7 +23,16 @@ from pathlib import Path
 import pytest
 
 from conftest import WARREN, Layout
-from test_limits import MEMORY_BOMB, ROOT_CGROUPS, Net, _forker, _host_pids_with, _leftovers, _records
+from test_limits import (
+    MEMORY_BOMB,
+    ROOT_CGROUPS,
+    Net,
+    _forker,
+    _host_pids_with,
+    _leftovers,
+    _records,
+    _v2_delegated,
+)
 from warren import LocalTransport, PolicySpec, Sandbox
 from warren.errors import LimitReached, PolicyError, SandboxPaused, WarrenError
 from warren.policy import config
@@ -334,3 +343,55 @@ def test_exec_at_the_pids_limit_is_refused_typed_and_the_sandbox_recovers(net: N
         assert sb.exec(["echo", "back"]).stdout == b"back\n"
     finally:
         net.run(["rm", "-f", "full"], layout.workspace)
+
+
+# --- a delegated group from systemd ----------------------------------------------------
+
+
+def _fake_systemd(tmp_path: Path, fail: bool) -> dict[str, str]:
+    """A user manager's socket and a `systemd-run` that records its arguments and runs
+    the command after `--` (or fails, like one that cannot reach the user bus)."""
+    import socket
+
+    runtime = tmp_path / "run"
+    (runtime / "systemd").mkdir(parents=True)
+    socket.socket(socket.AF_UNIX).bind(str(runtime / "systemd" / "private"))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "systemd-run"
+    body = "exit 1" if fail else 'while [ "$1" != "--" ]; do shift; done; shift; exec "$@"'
+    fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > "$XDG_RUNTIME_DIR/args"\n{body}\n')
+    fake.chmod(0o755)
+    return {"XDG_RUNTIME_DIR": str(runtime), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+@pytest.mark.parametrize("fail", [False, True], ids=["scope", "systemd-run-fails"])
+def test_the_supervisor_asks_systemd_for_a_delegated_scope(
+    state_home: Path, layout: Layout, tmp_path: Path, fail: bool
+) -> None:
+    """Where the caller's cgroup2 group is not delegated and a user manager runs, the
+    supervisor is started in a transient scope with Delegate=yes (systemd-run); where
+    systemd-run fails, it starts as before and says so in its log. (No systemd runs on
+    this machine: the manager's side is a stand-in, warren's side is real.)"""
+    env = _fake_systemd(tmp_path, fail)
+    ws = layout.workspace
+    made = subprocess.run(
+        [*WARREN, "create", "-w", str(ws), "sc"], env={**os.environ, **env}, capture_output=True, text=True
+    )
+    try:
+        assert made.returncode == 0, made.stderr
+        ran = subprocess.run(
+            [*WARREN, "exec", "sc", "echo", "ok"], env={**os.environ, **env}, capture_output=True, text=True
+        )
+        assert ran.stdout == "ok\n"
+    finally:
+        subprocess.run([*WARREN, "rm", "-f", "sc"], env={**os.environ, **env}, capture_output=True)
+    args_file = Path(env["XDG_RUNTIME_DIR"]) / "args"
+    if _v2_delegated():
+        assert not args_file.exists()  # already in a delegated group: nothing to ask for
+        return
+    args = args_file.read_text().split("\n")
+    assert args[:7] == ["--user", "--scope", "--quiet", "--collect", "-p", "Delegate=yes", "--unit"], args
+    assert args[8] == "--" and "daemon" in args
+    log = (state_home / "warren" / "supervisor.log").read_text()
+    assert ("could not start a scope" in log) == fail

@@ -43,15 +43,22 @@ def _package_parent() -> str:
     return os.path.dirname(os.path.dirname(os.path.abspath(warren.__file__)))
 
 
-def _spawn_python(args: list[str], env: Mapping[str, str], keep: Sequence[int], log: int) -> int:
-    argv = [sys.executable, "-I", "-c", _BOOT, _package_parent(), *args]
+def _spawn_python(
+    args: list[str], env: Mapping[str, str], keep: Sequence[int], log: int, prefix: Sequence[str] = ()
+) -> int:
+    """``prefix``: a command the interpreter is started through (``systemd_scope``)."""
+    argv = [*prefix, sys.executable, "-I", "-c", _BOOT, _package_parent(), *args]
     scrubbed = {k: v for k, v in env.items() if k in _SUPERVISOR_ENV}
+    if prefix:  # systemd-run finds the user's service manager through these
+        scrubbed.update(
+            {k: v for k, v in env.items() if k in ("XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS")}
+        )
     for fd in keep:
         os.set_inheritable(fd, True)
     devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
     try:
         return os.posix_spawn(
-            sys.executable,
+            argv[0],
             argv,
             scrubbed,
             file_actions=[
@@ -66,14 +73,47 @@ def _spawn_python(args: list[str], env: Mapping[str, str], keep: Sequence[int], 
             os.set_inheritable(fd, False)
 
 
+def systemd_scope(env: Mapping[str, str]) -> list[str]:
+    """How to start the supervisor in a cgroup2 group delegated to this user, when its
+    own is not and a systemd user manager runs: a transient scope with Delegate=yes
+    (a login session's scope is not delegated, and only a delegated group lets warren
+    give each sandbox a group of its own: limits, pause, kill). Empty otherwise, or when
+    WARREN_SYSTEMD_SCOPE=0."""
+    import shutil
+
+    from .._core import cgroups
+
+    runtime = env.get("XDG_RUNTIME_DIR", "")
+    if env.get("WARREN_SYSTEMD_SCOPE") == "0" or not runtime:
+        return []
+    if not os.path.exists(os.path.join(runtime, "systemd", "private")):
+        return []  # no user manager
+    if cgroups.probe(os.getuid()).v2_writable:
+        return []  # already in a delegated group
+    tool = shutil.which("systemd-run", path=env.get("PATH"))
+    if tool is None:
+        return []
+    unit = f"warren-supervisor-{os.getuid()}-{os.getpid()}"
+    return [tool, "--user", "--scope", "--quiet", "--collect", "-p", "Delegate=yes", "--unit", unit, "--"]
+
+
 def _start_daemon(root: str, env: Mapping[str, str]) -> str:
     r, w = os.pipe()
     log = os.open(
         os.path.join(root, statedir.LOG_FILE), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600
     )
     try:
-        pid = _spawn_python(["daemon", root, str(w)], env, [w], log)
-        os.waitpid(pid, 0)  # the intermediate exits at once
+        scope = systemd_scope(env)
+        pid = _spawn_python(["daemon", root, str(w)], env, [w], log, scope)
+        _pid, status = os.waitpid(pid, 0)  # the intermediate exits at once
+        if scope and status != 0:
+            # systemd-run could not make the scope (no user bus, refused): say so in
+            # the log and start the supervisor where this process is.
+            os.write(
+                log, f"warren: systemd-run could not start a scope ({status:#x}); started without\n".encode()
+            )
+            pid = _spawn_python(["daemon", root, str(w)], env, [w], log)
+            os.waitpid(pid, 0)
     finally:
         os.close(w)
         os.close(log)
