@@ -153,6 +153,8 @@ def test_pause_stops_all_work_and_resume_continues_where_it_was(
         sandbox.exec(["true"])
     cli = subprocess.run([*WARREN, "exec", "pz", "true"], capture_output=True, text=True)
     assert cli.returncode == 125 and "warren resume pz" in cli.stderr and "Traceback" not in cli.stderr
+    kept = subprocess.run([*WARREN, "rm", "pz"], capture_output=True, text=True)
+    assert kept.returncode == 125 and "is paused" in kept.stderr and "rm -f pz" in kept.stderr
     sandbox.pause()  # again: nothing changes
     sandbox.resume()
     assert _wait(lambda: _count(ws)[0] > frozen_at + 3)

@@ -290,7 +290,7 @@ def rm(args: list[str]) -> int:
     ns = p.parse_args(args)
     transport = _transport()
     info = transport.get(check_name(ns.name))
-    if info.state in ("running", "stopping") and not ns.force:
+    if (info.alive or info.state == "stopping") and not ns.force:
         raise SandboxError(
             f"sandbox {ns.name} is {info.state}",
             operation="rm",
