@@ -68,6 +68,10 @@ def test_tcp_without_or_with_a_wrong_token_is_401_and_runs_nothing(tcp: Serve, w
         r = c.post("/v1/run", json=body)
         assert r.status_code == 200 and r.json()["exit_code"] == 0
     assert marker.exists()
+    # serve logs a request once its response is sent: the last line may come a moment later.
+    deadline = time.monotonic() + 5
+    while "POST /v1/run 200" not in tcp.log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.02)
     log = tcp.log.read_text()
     assert "POST /v1/run 401" in log and "POST /v1/run 200" in log and "ms" in log
 
