@@ -213,13 +213,14 @@ def read(path: str, file: str) -> str:
         return ""
 
 
-def counter(path: str, file: str, key: str) -> int:
-    """A ``key value`` line of a flat-keyed file (``oom_kill`` of memory.oom_control)."""
-    for line in read(path, file).splitlines():
+def flat_value(text: str, key: str) -> str:
+    """The value of the ``key value`` line of a flat-keyed cgroup file (``oom_kill`` of
+    memory.oom_control, ``frozen`` of cgroup.events); "" when there is none."""
+    for line in text.splitlines():
         k, _, v = line.partition(" ")
-        if k == key and v.strip().isdigit():
-            return int(v)
-    return 0
+        if k == key:
+            return v.strip()
+    return ""
 
 
 def controller_of(path: str) -> str:
@@ -243,14 +244,10 @@ def counter_files(dirs: list[str], counters: tuple[Counter, ...]) -> list[tuple[
 def read_counter(fd: int, key: str) -> int:
     """The ``key`` line of a flat-keyed cgroup file, read afresh through ``fd``."""
     try:
-        text = os.pread(fd, 65536, 0).decode()
+        value = flat_value(os.pread(fd, 65536, 0).decode(), key)
     except OSError:
         return 0
-    for line in text.splitlines():
-        k, _, v = line.partition(" ")
-        if k == key and v.strip().isdigit():
-            return int(v)
-    return 0
+    return int(value) if value.isdigit() else 0
 
 
 def freezer_of(dirs: list[str]) -> str | None:
@@ -274,7 +271,7 @@ def freeze(path: str, frozen: bool) -> None:
     delay = 0.0005
     while True:
         if v2:
-            done = str(counter_text(path, "cgroup.events", "frozen")) == want
+            done = flat_value(read(path, "cgroup.events"), "frozen") == want
         else:
             done = read(path, "freezer.state").strip() == ("FROZEN" if frozen else "THAWED")
         if done:
@@ -290,14 +287,6 @@ def freeze(path: str, frozen: bool) -> None:
             )
         time.sleep(delay)
         delay = min(delay * 2, 0.02)
-
-
-def counter_text(path: str, file: str, key: str) -> str:
-    for line in read(path, file).splitlines():
-        k, _, v = line.partition(" ")
-        if k == key:
-            return v.strip()
-    return ""
 
 
 def kill_all(path: str) -> None:

@@ -247,9 +247,7 @@ class Supervisor:
     def _on_term(self, _signum: int, _frame: object) -> None:
         self.shutdown = True
         for box in [*self.boxes.values(), *self.oneshots.values()]:
-            self._thaw(box)
-            self._signal(box, signal.SIGTERM)
-            box.kill_at = box.kill_at or time.monotonic() + STOP_KILL_AFTER
+            self._terminate(box)
 
     def _timers(self) -> None:
         now = time.monotonic()
@@ -278,9 +276,7 @@ class Supervisor:
         from ..policy.limits import show_duration
 
         box.stopped_why = f"stopped after {show_duration(limit)} without a request (idle timeout)"
-        self._thaw(box)
-        self._signal(box, signal.SIGTERM)
-        box.kill_at = time.monotonic() + STOP_KILL_AFTER
+        self._terminate(box)
 
     def _git_sweep(self, box: Box) -> None:
         """Every quarter second while a sandbox lives: what it planted in a protected
@@ -1007,9 +1003,7 @@ class Supervisor:
             box.remove = box.remove or msg.remove
             c.deadline = None
             if box.kill_at is None:
-                self._thaw(box)
-                self._signal(box, signal.SIGTERM)
-                box.kill_at = time.monotonic() + STOP_KILL_AFTER
+                self._terminate(box)
             return
         info = self._info(msg.name)
         if msg.remove:
@@ -1029,8 +1023,14 @@ class Supervisor:
             box.paused = None
         return self._info(name)
 
+    def _terminate(self, box: Box) -> None:
+        """Stop a sandbox: thawed first (frozen tasks cannot act on SIGTERM), SIGTERM to
+        PID 1 (which passes it on), SIGKILL after its grace if it is still there."""
+        self._thaw(box)
+        self._signal(box, signal.SIGTERM)
+        box.kill_at = box.kill_at or time.monotonic() + STOP_KILL_AFTER
+
     def _thaw(self, box: Box) -> None:
-        """Before a paused sandbox is stopped: frozen tasks cannot act on SIGTERM."""
         if box.paused is not None:
             with contextlib.suppress(WarrenError):
                 pause.resume(box.name, box.pid, box.paused)
