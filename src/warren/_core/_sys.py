@@ -42,6 +42,7 @@ _COMMON_NR = {
     "mount_setattr": 442,
     "setns": 308 if _MACHINE == "x86_64" else 268,
     "pidfd_getfd": 438,
+    "openat2": 437,
     "utimensat": 280 if _MACHINE == "x86_64" else 88,
     "landlock_create_ruleset": 444,
     "landlock_add_rule": 445,
@@ -333,6 +334,20 @@ def pidfd_getfd(pidfd: int, fd: int) -> int:
     """A copy of another process's fd (close-on-exec), as pidfd_getfd(2)."""
     r = _syscall(_nr("pidfd_getfd"), ctypes.c_int(pidfd), ctypes.c_int(fd), ctypes.c_uint(0))
     return _check(r, "pidfd_getfd")
+
+
+RESOLVE_NO_XDEV = 0x01
+RESOLVE_NO_MAGICLINKS = 0x02
+RESOLVE_NO_SYMLINKS = 0x04
+RESOLVE_BENEATH = 0x08
+_OPEN_HOW = struct.Struct("QQQ")
+
+
+def openat2(dirfd: int, path: str | bytes, flags: int, mode: int, resolve: int) -> int:
+    """openat2(2): open ``path`` relative to ``dirfd`` with ``resolve`` restrictions."""
+    how = ctypes.create_string_buffer(_OPEN_HOW.pack(flags, mode, resolve), _OPEN_HOW.size)
+    r = _syscall(_nr("openat2"), ctypes.c_int(dirfd), _b(path), how, ctypes.c_size_t(_OPEN_HOW.size))
+    return _check(r, "openat2", os.fsdecode(path))
 
 
 def utimensat(path: bytes, times: bytes | None, flags: int = 0) -> None:

@@ -1,0 +1,210 @@
+"""Host-side file access to directories a sandbox can write: never through a link.
+
+Everything a sandbox can write is hostile to the host side (the supervisor, ``warren
+cp``, the service's file routes, TMPDIR clean-up, the git store): between two calls
+it can replace any name there with a symlink to ``~/.bashrc``. So host code reaches
+such places only from a directory descriptor it opened itself, with ``openat2``'s
+``RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS`` (a path that leaves
+the directory or passes a link fails with ``EXDEV``/``ELOOP`` instead of being
+followed), names its temporary files with a random part (nothing to plant in advance),
+and renames with both directory descriptors (the last component of a rename is never
+followed).
+
+Owns: those primitives. Must not decide what is trusted: the caller opens the root
+directory it trusts (``open_dir``) and passes paths relative to it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+import stat
+from collections.abc import Iterable
+
+from . import _sys
+
+RESOLVE = _sys.RESOLVE_BENEATH | _sys.RESOLVE_NO_SYMLINKS | _sys.RESOLVE_NO_MAGICLINKS
+_BASE = os.O_CLOEXEC | os.O_NOFOLLOW
+
+
+def open_dir(path: str) -> int:
+    """A descriptor of a directory the caller trusts by its full path (the workspace
+    the user named, warren's own state directory). Its last component must not be a
+    link."""
+    return os.open(path, os.O_RDONLY | os.O_DIRECTORY | _BASE)
+
+
+def open_beneath(dirfd: int, rel: str, flags: int, mode: int = 0o600) -> int:
+    """``rel`` opened beneath ``dirfd``, never through a link or out of it."""
+    return _sys.openat2(dirfd, rel or ".", flags | _BASE, mode if flags & os.O_CREAT else 0, RESOLVE)
+
+
+def dir_beneath(dirfd: int, rel: str) -> int:
+    return open_beneath(dirfd, rel, os.O_RDONLY | os.O_DIRECTORY)
+
+
+def split(rel: str) -> tuple[str, str]:
+    """(parent, name) of a relative path; refuses names that are not one entry."""
+    parent, _, name = rel.rstrip("/").rpartition("/")
+    if name in ("", ".", ".."):
+        raise OSError(errno.EINVAL, "not a file name", rel)
+    return parent, name
+
+
+def lstat_beneath(dirfd: int, rel: str) -> os.stat_result | None:
+    """The entry ``rel`` itself (a link is not followed); None when it is missing."""
+    parent, name = split(rel)
+    pfd = dir_beneath(dirfd, parent)
+    try:
+        return os.stat(name, dir_fd=pfd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    finally:
+        os.close(pfd)
+
+
+def read_file(dirfd: int, rel: str, limit: int) -> bytes:
+    """The content of the regular file ``rel`` (at most ``limit`` bytes, else EFBIG)."""
+    fd = open_beneath(dirfd, rel, os.O_RDONLY)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", rel)
+        chunks, size = [], 0
+        while chunk := os.read(fd, 1 << 20):
+            size += len(chunk)
+            if size > limit:
+                raise OSError(errno.EFBIG, f"larger than {limit} bytes", rel)
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def temp_name(name: str) -> str:
+    """A name beside ``name`` that nobody can guess ahead."""
+    return f".{name[:64]}.warren-{secrets.token_hex(8)}"
+
+
+def write_atomic(
+    dirfd: int,
+    rel: str,
+    data: bytes | Iterable[bytes],
+    mode: int | None = None,
+    fsync: bool = True,
+) -> int:
+    """Replace (or create) the file ``rel`` with ``data``: written to a fresh temporary
+    file in the same directory, synced, then renamed over it. Any failure leaves the old
+    file exactly as it was. The mode is ``mode``, else the old file's, else 0644.
+    Returns the number of bytes written."""
+    parent, name = split(rel)
+    pfd = dir_beneath(dirfd, parent)
+    tmp = temp_name(name)
+    try:
+        if mode is None:
+            try:
+                old = os.stat(name, dir_fd=pfd, follow_symlinks=False)
+                mode = stat.S_IMODE(old.st_mode) if stat.S_ISREG(old.st_mode) else 0o644
+            except FileNotFoundError:
+                mode = 0o644
+        fd = open_beneath(pfd, tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            written = _write_all(fd, data)
+            os.fchmod(fd, mode)
+            if fsync:
+                os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=pfd)
+            raise
+        os.close(fd)
+        try:
+            os.rename(tmp, name, src_dir_fd=pfd, dst_dir_fd=pfd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=pfd)
+            raise
+        if fsync:
+            with contextlib.suppress(OSError):
+                os.fsync(pfd)
+        return written
+    finally:
+        os.close(pfd)
+
+
+def write_in_place(dirfd: int, rel: str, data: bytes) -> None:
+    """Overwrite the existing regular file ``rel`` keeping its inode (for a file some
+    mount sits on, which a rename would detach). Not atomic: use ``write_atomic``
+    wherever the inode may change."""
+    fd = open_beneath(dirfd, rel, os.O_WRONLY)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", rel)
+        _write_all(fd, data)
+        os.ftruncate(fd, len(data))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def unlink(dirfd: int, rel: str) -> bool:
+    """Remove the entry ``rel`` (a link itself, never its target); False if missing."""
+    parent, name = split(rel)
+    pfd = dir_beneath(dirfd, parent)
+    try:
+        os.unlink(name, dir_fd=pfd)
+        return True
+    except FileNotFoundError:
+        return False
+    finally:
+        os.close(pfd)
+
+
+def remove_tree(dirfd: int, rel: str) -> bool:
+    """Remove ``rel`` and everything beneath it without following any link (a link is
+    removed as an entry). False if it was missing."""
+    parent, name = split(rel)
+    pfd = dir_beneath(dirfd, parent)
+    try:
+        try:
+            st = os.stat(name, dir_fd=pfd, follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        if stat.S_ISDIR(st.st_mode):
+            _empty_dir(pfd, name)
+            os.rmdir(name, dir_fd=pfd)
+        else:
+            os.unlink(name, dir_fd=pfd)
+        return True
+    finally:
+        os.close(pfd)
+
+
+def _empty_dir(pfd: int, name: str) -> None:
+    fd = open_beneath(pfd, name, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with os.scandir(fd) as entries:
+            names = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+        for child, is_dir in names:
+            if is_dir:
+                _empty_dir(fd, child)
+                os.rmdir(child, dir_fd=fd)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(child, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes | Iterable[bytes]) -> int:
+    chunks: Iterable[bytes] = (data,) if isinstance(data, bytes | bytearray | memoryview) else data
+    total = 0
+    for chunk in chunks:
+        view = memoryview(chunk)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+            total += n
+    return total

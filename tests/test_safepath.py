@@ -1,0 +1,102 @@
+"""The host side's access to sandbox-writable directories never follows a planted link."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
+from warren._core import safepath
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> tuple[Path, Path, int]:
+    box = tmp_path / "box"
+    box.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    fd = safepath.open_dir(str(box))
+    yield box, victim, fd
+    os.close(fd)
+
+
+def test_write_atomic_over_a_planted_symlink_replaces_the_link_not_its_target(tree) -> None:
+    box, victim, fd = tree
+    (box / "config").symlink_to(victim)
+    safepath.write_atomic(fd, "config", b"new\n")
+    assert victim.read_text() == "precious\n"
+    assert not (box / "config").is_symlink()
+    assert (box / "config").read_text() == "new\n"
+
+
+def test_a_link_in_the_parent_path_is_refused(tree) -> None:
+    box, victim, fd = tree
+    (box / "sub").symlink_to(victim.parent)
+    with pytest.raises(OSError) as e:
+        safepath.write_atomic(fd, "sub/victim", b"owned\n")
+    assert e.value.errno in (errno.ELOOP, errno.EXDEV, errno.ENOTDIR)
+    assert victim.read_text() == "precious\n"
+
+
+def test_dotdot_cannot_leave_the_directory(tree) -> None:
+    _box, _victim, fd = tree
+    with pytest.raises(OSError) as e:
+        safepath.open_beneath(fd, "../victim", os.O_RDONLY)
+    assert e.value.errno == errno.EXDEV
+
+
+def test_write_in_place_refuses_a_planted_link(tree) -> None:
+    box, victim, fd = tree
+    (box / "config").symlink_to(victim)
+    with pytest.raises(OSError):
+        safepath.write_in_place(fd, "config", b"owned\n")
+    assert victim.read_text() == "precious\n"
+
+
+def test_write_atomic_keeps_the_old_file_when_writing_fails(tree) -> None:
+    box, _victim, fd = tree
+    (box / "f").write_bytes(b"old")
+
+    def chunks():
+        yield b"partial"
+        raise OSError(errno.ENOSPC, "no space")
+
+    with pytest.raises(OSError):
+        safepath.write_atomic(fd, "f", chunks())
+    assert (box / "f").read_bytes() == b"old"
+    assert os.listdir(box) == ["f"]  # no temporary left
+
+
+def test_write_atomic_keeps_the_mode_and_temp_names_are_unguessable(tree) -> None:
+    box, _victim, fd = tree
+    (box / "run.sh").write_text("old")
+    os.chmod(box / "run.sh", 0o751)
+    safepath.write_atomic(fd, "run.sh", b"new")
+    assert (box / "run.sh").stat().st_mode & 0o777 == 0o751
+    assert safepath.temp_name("config") != safepath.temp_name("config")
+
+
+def test_remove_tree_removes_links_not_their_targets(tree) -> None:
+    box, victim, fd = tree
+    (box / "t" / "d").mkdir(parents=True)
+    (box / "t" / "d" / "f").write_text("x")
+    (box / "t" / "outside").symlink_to(victim.parent)
+    (box / "t" / "file-link").symlink_to(victim)
+    assert safepath.remove_tree(fd, "t")
+    assert not (box / "t").exists()
+    assert victim.read_text() == "precious\n"
+    assert not safepath.remove_tree(fd, "t")
+
+
+def test_read_file_refuses_links_and_bounds_size(tree) -> None:
+    box, victim, fd = tree
+    (box / "l").symlink_to(victim)
+    with pytest.raises(OSError):
+        safepath.read_file(fd, "l", 100)
+    (box / "big").write_bytes(b"x" * 200)
+    with pytest.raises(OSError) as e:
+        safepath.read_file(fd, "big", 100)
+    assert e.value.errno == errno.EFBIG
+    assert safepath.read_file(fd, "big", 200) == b"x" * 200
