@@ -199,7 +199,7 @@ def _empty_dir(pfd: int, name: str) -> None:
 
 
 def _write_all(fd: int, data: bytes | Iterable[bytes]) -> int:
-    chunks: Iterable[bytes] = (data,) if isinstance(data, bytes | bytearray | memoryview) else data
+    chunks: Iterable[bytes] = (data,) if isinstance(data, bytes) else data
     total = 0
     for chunk in chunks:
         view = memoryview(chunk)
