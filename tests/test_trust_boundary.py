@@ -491,7 +491,8 @@ def test_plan_shows_git_protection_hardlink_masks_and_the_socket_rule(
     os.link(secret, repo / "linked")
     r = run_cli(["plan"], cwd=repo)
     assert r.returncode == 0, r.stderr
-    assert f"{repo}/.git: config and hooks inside are" in r.stdout
+    assert f"{repo}/.git: its top level inside (config, hooks, HEAD, index) is" in r.stdout
+    assert "shared with the host: " in r.stdout and "objects" in r.stdout
     assert f"deny      {repo}/linked" in r.stdout and "a hard link to a file outside" in r.stdout
     assert "unix sockets: connect/sendto/sendmsg to a pathname socket only inside" in r.stdout
     assert "metadata: chmod, utimensat, xattrs only inside" in r.stdout

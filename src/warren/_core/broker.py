@@ -80,8 +80,6 @@ def prepare(plan: Plan) -> None:
     """In the supervisor: pack the filters PID 1 may need (renames are brokered only
     when a protected git config exists, which PID 1 sees for itself)."""
     notify_filter(False)
-    if plan.git:
-        notify_filter(True)
 
 
 class Broker:
@@ -109,11 +107,9 @@ class Broker:
         the notification filter on PID 1's main thread, inherited by everything it
         forks. A git directory whose config was replaced is written, one line each, to
         ``changed_w``."""
+        # Git configs are no longer mount points a rename must be brokered onto (a
+        # sandbox-side git directory holds them: server.gitstore).
         protected: dict[tuple[int, int], str] = {}
-        for gitdir, _store in plan.git:
-            with contextlib.suppress(OSError):
-                st = os.stat(os.path.join(gitdir, "config"))
-                protected[(st.st_dev, st.st_ino)] = gitdir
         private = set()
         for path in ("/tmp", "/dev/shm"):
             with contextlib.suppress(OSError):

@@ -211,19 +211,3 @@ def rebind_writable(path: str) -> None:
         os.close(fd)
         raise
     _attach(fd, path)
-
-
-def clone_for_bind(path: str) -> int:
-    """A detached read-write clone of ``path`` (nosuid, nodev), to attach later."""
-    fd = _clone(path)
-    try:
-        _sys.mount_setattr(fd, _HIDE_ATTRS, 0, True)
-        _sys.mount_setattr(fd, 0, _sys.MOUNT_ATTR_RDONLY, False)
-    except OSError:
-        os.close(fd)
-        raise
-    return fd
-
-
-def attach(fd: int, target: str) -> None:
-    _attach(fd, target)

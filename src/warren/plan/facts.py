@@ -21,6 +21,7 @@ from .._core import _sys
 from .._core import cgroups as _cgroups
 from ..policy.limits import mem_total
 from .limits import CgroupFacts
+from .model import GitDir
 
 
 @dataclass(frozen=True)
@@ -121,8 +122,9 @@ class HostFacts:
     # Files in the writable roots also linked from outside them, and whether every local
     # user may read them (server.links finds them).
     outside_links: tuple[tuple[str, bool], ...] = ()
-    # Git directories in the writable roots and their stores (server.gitstore).
-    git: tuple[tuple[str, str], ...] = ()
+    # Git directories in the writable roots, their trees, and .git files (server.gitstore).
+    git: tuple[GitDir, ...] = ()
+    git_files: tuple[str, ...] = ()
     # Directories among the asked-about paths that the planning user may write (the
     # supervisor runs as its callers): where warren itself may make a TMPDIR.
     writable_dirs: frozenset[str] = frozenset()
@@ -200,7 +202,8 @@ def gather(
     extra_paths: Iterable[str] = (),
     state_dir: str | None = None,
     outside_links: tuple[tuple[str, bool], ...] = (),
-    git: tuple[tuple[str, str], ...] = (),
+    git: tuple[GitDir, ...] = (),
+    git_files: tuple[str, ...] = (),
 ) -> HostFacts:
     with open("/proc/self/mountinfo") as f:
         mounts = parse_mountinfo(f.read())
@@ -217,6 +220,7 @@ def gather(
         state_dir=state_dir,
         outside_links=outside_links,
         git=git,
+        git_files=git_files,
         writable_dirs=frozenset(p for p in paths if kinds[p] == "dir" and os.access(p, os.W_OK)),
         cgroups=_cgroups.probe(os.getuid()),
         mem_total=mem_total(),

@@ -113,6 +113,7 @@ def make_plan(
         scratch=scratch,
         guarded=guarded_ancestors(mounts.groups),
         git=host.git,
+        git_files=host.git_files,
         groups=tuple((g.mount_at, g.roots) for g in mounts.groups),
         warnings=tuple(warnings),
         limits=limits,

@@ -62,6 +62,17 @@ class NetPlan:
 
 
 @dataclass(frozen=True)
+class GitDir:
+    """A repository's git directory as a sandbox sees it (see ``server.gitstore``):
+    at ``path`` the sandbox-side ``tree`` (warren's), with the host's own ``shared``
+    subdirectories (objects, refs, ...) bound into it."""
+
+    path: str
+    tree: str
+    shared: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Plan:
     mounts: tuple[MountOp, ...]
     landlock: LandlockPlan | None
@@ -77,7 +88,8 @@ class Plan:
     create_dirs: tuple[str, ...] = ()  # made on the host before launch (preset caches)
     scratch: str | None = None  # TMPDIR made in the workspace before launch, removed after
     guarded: tuple[str, ...] = ()  # directories above shared roots: metadata snapshotted
-    git: tuple[tuple[str, str], ...] = ()  # (git directory, its store): see server.gitstore
+    git: tuple[GitDir, ...] = ()  # repositories' git directories: see server.gitstore
+    git_files: tuple[str, ...] = ()  # ``.git`` files (linked worktrees, submodules): read-only
     groups: tuple[tuple[str, tuple[str, ...]], ...] = field(default=())
     warnings: tuple[str, ...] = ()
     limits: LimitsPlan | None = None  # None: no limits (plans built by hand in tests)

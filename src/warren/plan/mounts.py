@@ -164,11 +164,6 @@ class MountPlan:
     warnings: tuple[str, ...]
 
 
-def git_spare(i: int) -> str:
-    """Where a sandbox keeps its i-th git store read-only (in its fresh /dev)."""
-    return f"/dev/.warren-git/{i}"
-
-
 def plan_mounts(
     writable: list[str],
     readable: list[str],
@@ -268,21 +263,25 @@ def plan_mounts(
                 )
             )
 
-    for i, (gitdir, store) in enumerate(facts.git):
-        # The store again, read-only where nothing else is: the supervisor binds its
-        # files again from here should the host detach them (follow.reattach).
+    for git in facts.git:
+        # The sandbox-side git directory: its top level (config, hooks, HEAD, the
+        # index) is warren's tree, never the host's; a mount point cannot be renamed
+        # or removed, so no sandbox moves it aside to plant its own.
         ops.append(
-            MountOp(MountKind.BIND_RO, git_spare(i), store, mkdir=True, why="git store, for re-binding")
+            MountOp(
+                MountKind.BIND_RW,
+                git.path,
+                git.tree,
+                why="git directory inside: its top level is warren's, host git never reads what the "
+                "sandbox writes there",
+            )
         )
-        why = "the repository's config and hooks inside are warren's store of them: host git never runs "
-        # A mount point cannot be renamed or removed: no sandbox moves .git aside to
-        # plant its own.
-        ops.append(MountOp(MountKind.BIND_RW, gitdir, gitdir, why="a git directory stays where it is"))
+        for name in git.shared:
+            sub = f"{git.path}/{name}"
+            ops.append(MountOp(MountKind.BIND_RW, sub, sub, why="the host's own git data, shared"))
+    for path in facts.git_files:
         ops.append(
-            MountOp(MountKind.BIND_RW, f"{gitdir}/config", f"{store}/config", why=why + "what a sandbox sets")
-        )
-        ops.append(
-            MountOp(MountKind.BIND_RW, f"{gitdir}/hooks", f"{store}/hooks", mkdir=True, why=why + "its hooks")
+            MountOp(MountKind.BIND_RO, path, path, why="a .git file names the git directory host git uses")
         )
 
     for path, world_readable in facts.outside_links:

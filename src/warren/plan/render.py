@@ -58,14 +58,20 @@ def render(plan: Plan) -> str:
             "a last line: mode and times restored, with a warning)"
         )
         lines.append(f"  {', '.join(plan.guarded)}")
-    if plan.git:
+    if plan.git or plan.git_files:
         lines.append("git repositories (no host git runs what a sandbox writes)")
-        for gitdir, store in plan.git:
-            lines.append(f"  {gitdir}: config and hooks inside are {store}")
-        lines.append("    PID 1 performs git's renames onto the config (the syscall broker below);")
+        for git in plan.git:
+            lines.append(f"  {git.path}: its top level inside (config, hooks, HEAD, index) is {git.tree}")
+            lines.append(f"    shared with the host: {', '.join(git.shared)}")
+        for path in plan.git_files:
+            lines.append(f"  {path}: read-only (it names the git directory host git uses)")
         lines.append(
-            "    the host's config gets only naming keys the sandbox changed (remotes, branches, user.*)"
+            "    synced back: data files (HEAD checked, an index naming an unprotected submodule held) and"
         )
+        lines.append(
+            "    of the config only naming keys (remotes, branches, user.*); repositories made inside"
+        )
+        lines.append("    are adopted (config and hooks into warren's store) when the sandbox ends")
     if plan.landlock is not None:
         ll = plan.landlock
         lines.append(f"landlock (ABI {ll.abi}; handles {len(right_names(ll.handled))} rights)")
@@ -88,8 +94,6 @@ def render(plan: Plan) -> str:
         "  metadata: chmod, utimensat, xattrs only inside the writable roots or the private tmpfs (else "
         "EPERM, EROFS on a read-only mount): ancestors of a shared mount stay as they are"
     )
-    if plan.git:
-        lines.append("  renames onto a protected git config: performed by PID 1 (see git repositories)")
     if plan.limits is not None:
         lines.extend(render_limits(plan.limits))
     lines.append("process")

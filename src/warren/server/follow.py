@@ -13,7 +13,6 @@ directory cannot be reached from inside (a root grafted into the sandbox's priva
 from __future__ import annotations
 
 import os
-import sys
 
 from .._core import _sys, mounts
 from ..errors import SandboxError
@@ -93,24 +92,3 @@ def rebind(ns: tuple[int, int] | None, name: str, changed: dict[str, Identity]) 
             hint=f"recreate the sandbox (warren rm -f {name}, then warren create {name} with the same "
             "flags); a workspace outside /tmp is followed on its own",
         )
-
-
-def reattach(ns: tuple[int, int], binds: list[tuple[str, str]]) -> bool:
-    """Bind each ``(source, target)`` again inside the sandbox: the host replaced the
-    directory entry a bind sat on (git's own config writes rename over the file),
-    which detached it there. ``source`` is a path inside the sandbox (its read-only
-    spare of the store, ``plan.mounts.git_spare``). True if every bind is back."""
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            _enter(ns)
-            for source, target in binds:
-                mounts.attach(mounts.clone_for_bind(source), target)
-            code = 0
-        except BaseException as e:
-            print(f"warren supervisor: re-binding in the sandbox: {e!r}", file=sys.stderr, flush=True)
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status) == 0

@@ -1,38 +1,66 @@
-"""Git repositories in the writable roots: what the sandbox writes never runs on the host.
+"""Git repositories in the writable roots: host git never runs what a sandbox wrote.
 
-Host git runs what a repository's ``.git/config`` and ``.git/hooks`` name (hooks,
-``core.fsmonitor``, filters, ``core.sshCommand``, pagers, ``include.path``, ...). So a
-sandbox never writes either of the host's. Inside, ``.git/config`` and ``.git/hooks``
-are the repository's *store*, kept by warren outside every sandbox
-(``$XDG_DATA_HOME/warren/git/<id>``): git inside reads and writes them as usual, and
-a hook installed in one run fires in the next (inside). Git replaces its config by
-renaming ``config.lock`` onto it, which a mount point refuses: PID 1 performs those
-renames for the sandbox (``_core.broker``).
+Host git runs what a git directory names: hooks, ``core.fsmonitor``, filters, pagers,
+``include.path``, ``core.sshCommand`` in its config, and ``commondir`` or
+``config.worktree`` point it at other files of that kind. All of these live at the
+*top level* of a git directory (``hooks/`` is one level down). So inside a sandbox
+every repository that exists when it starts gets a **sandbox-side git directory**: at
+``REPO/.git`` the sandbox sees warren's *tree* for that repository
+(``$XDG_DATA_HOME/warren/git/<id>/tree``), whose top level is the sandbox's own —
+config, hooks, ``HEAD``, the index — while the subdirectories that hold only data
+(``objects``, ``refs``, ``logs``, ``info``, ``modules``, ...) are the host's own,
+bound in read-write. Nothing the sandbox writes at the top level reaches the host's
+git directory, because the sandbox cannot name it: a planted ``commondir`` or
+``config.worktree`` lands in the tree, by construction, however often it is planted.
+A repository's submodule git directories (``modules/NAME``) get trees of their own.
 
-Host and store stay in step, key by key, against the last state both agreed on
-(``base.json``):
+The supervisor keeps both sides in step (``sync``: when a sandbox starts, after
+each command, twice a second while one lives, and when it ends), never through a
+path the sandbox could have changed — the host's git directory and the tree are
+reached only from directory descriptors opened before the sandbox existed
+(``_core.safepath``):
 
-- at every launch the host's changes since then are pulled into the store;
-- after the sandbox changes the config, the keys on ``SYNCED`` that it changed are
-  written to the host's file (remotes, branches' upstreams, ``user.name``, ...:
-  settings that only name things). Anything else it sets — hooks paths, filters,
-  fsmonitor, pagers, editors, ssh commands, includes, aliases — stays in the store.
+- **config**, key by key against the last state both agreed on (``base.json``): the
+  host's changes are pulled into the tree; of the sandbox's changes only the keys on
+  ``SYNCED`` — settings that only name things (remotes, upstreams, ``user.*``) — are
+  written to the host's file. Everything else it sets stays inside.
+- **hooks** are the tree's; the host's newer hooks are copied in, never out.
+- **the top-level data files** (``SYNC_FILES``: ``HEAD``, the index, ``packed-refs``,
+  ``ORIG_HEAD``, ...) are copied whichever side changed, the host winning a tie;
+  ``HEAD`` must be a ref or an object name, and an index that names a submodule whose
+  git directory nobody protects (a repository made inside, not yet adopted) is held
+  back, so host ``git status`` never recurses into one.
+- **linked worktrees' metadata** is mirrored from the host (so ``git gc`` inside keeps
+  what the host's other worktrees need); worktrees made inside stay inside.
 
-The host's hooks are copied into the store when they are newer there; the sandbox's
-hooks are never copied out.
+Repositories *made* inside a sandbox (``git init sub``, ``cargo new``, a ``.git``
+planted by hand, a bare-repository-shaped directory) are the sandbox's own until it
+ends: then, when no other sandbox can write there, they are **adopted** — their
+config is moved into a store and the host keeps only its ``SYNCED`` keys, their
+hooks, ``commondir`` and ``config.worktree`` move into the store too — and from the
+next sandbox on they are protected like any other. A workspace whose ``.git`` is a
+file (a linked worktree, a submodule checkout) keeps that file read-only inside.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fnmatch
 import hashlib
 import json
 import os
+import re
 import shutil
+import stat
+import struct
 import subprocess
-from collections.abc import Mapping
-from dataclasses import dataclass
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._core import safepath
 
 # The keys a sandbox's config writes reach the host with: none of them names a
 # program, a file to include, or a command (git lower-cases sections and names).
@@ -81,6 +109,44 @@ SYNCED = (
     "submodule.*.branch",
 )
 
+# Top-level files of a git directory that hold only data, kept in step both ways.
+SYNC_FILES = (
+    "HEAD",
+    "ORIG_HEAD",
+    "FETCH_HEAD",
+    "MERGE_HEAD",
+    "MERGE_MSG",
+    "MERGE_MODE",
+    "MERGE_AUTOSTASH",
+    "CHERRY_PICK_HEAD",
+    "REVERT_HEAD",
+    "AUTO_MERGE",
+    "COMMIT_EDITMSG",
+    "TAG_EDITMSG",
+    "SQUASH_MSG",
+    "BISECT_LOG",
+    "BISECT_START",
+    "BISECT_TERMS",
+    "BISECT_NAMES",
+    "BISECT_EXPECTED_REV",
+    "BISECT_ANCESTORS_OK",
+    "index",
+    "packed-refs",
+    "shallow",
+    "description",
+)
+_SHARED_INDEX = re.compile(r"sharedindex\.[0-9a-f]{40,64}")
+# Top-level directories the host never shares with a sandbox: hooks and the git
+# directories of linked worktrees name programs and configs host git runs; an
+# operation in progress holds commands (a rebase's todo list runs ``exec`` lines).
+PRIVATE_DIRS = frozenset({"hooks", "worktrees", "rebase-merge", "rebase-apply", "sequencer"})
+# Made on the host when missing, so that what git writes there inside is shared.
+ALWAYS_SHARED = ("objects", "refs", "logs", "info", "modules")
+_HEAD = re.compile(rb"(ref: refs/[^\0\n]{1,1024}|[0-9a-f]{40}|[0-9a-f]{64})\n?")
+_WORKTREE_FILES = ("HEAD", "ORIG_HEAD", "index", "gitdir", "commondir", "locked")
+MAX_CONFIG = 4 << 20
+MAX_DATA = 256 << 20
+
 Values = dict[str, list[str]]
 
 
@@ -94,20 +160,6 @@ def _odd(key: str) -> bool:
     return len(parts) > 3 and parts[0] in ("remote", "branch", "submodule")
 
 
-@dataclass(frozen=True)
-class Store:
-    gitdir: str  # the repository's git directory on the host
-    path: str  # the store: config, hooks/, base.json
-
-    @property
-    def config(self) -> str:
-        return os.path.join(self.path, "config")
-
-    @property
-    def hooks(self) -> str:
-        return os.path.join(self.path, "hooks")
-
-
 def location(gitdir: str, env: Mapping[str, str]) -> str:
     base = env.get("XDG_DATA_HOME") or ""
     if not base.startswith("/"):
@@ -116,136 +168,587 @@ def location(gitdir: str, env: Mapping[str, str]) -> str:
     return os.path.join(os.path.normpath(base), "warren", "git", digest)
 
 
-def repositories(roots: list[str]) -> list[str]:
-    """Git directories a sandbox with these writable roots could write: a root's own
-    ``.git`` and its submodules' (``.git/modules/*``)."""
-    found: list[str] = []
-    for root in roots:
-        for gitdir in (os.path.join(root, ".git"), root):
-            if _is_gitdir(gitdir) and gitdir not in found:
-                found.extend(_with_modules(gitdir))
+# --- finding repositories ---------------------------------------------------------------
+
+
+@dataclass
+class Found:
+    gitdirs: list[str] = field(default_factory=list)  # relative to the root ("" is the root itself)
+    gitfiles: list[str] = field(default_factory=list)  # ``.git`` files, relative to the root
+
+
+def find(root_fd: int) -> Found:
+    """Every git directory and ``.git`` file beneath a root, walked from its descriptor
+    without following links: ``.git`` directories (and their ``modules/*``), and
+    directories shaped like a bare repository (``HEAD``, ``objects``, ``refs``), which
+    host git run there would take for one."""
+    found = Found()
+    _walk(root_fd, "", found, depth=0)
     return found
 
 
-def _is_gitdir(path: str) -> bool:
-    return (
-        os.path.isdir(path)
-        and not os.path.islink(path)
-        and all(os.path.exists(os.path.join(path, n)) for n in ("config", "HEAD", "objects"))
-    )
-
-
-def _with_modules(gitdir: str) -> list[str]:
-    found = [gitdir]
-    modules = os.path.join(gitdir, "modules")
-    with contextlib.suppress(OSError):
-        for name in sorted(os.listdir(modules)):
-            sub = os.path.join(modules, name)
-            if _is_gitdir(sub):
-                found.append(sub)
-    return found
-
-
-def prepare(gitdir: str, env: Mapping[str, str]) -> Store:
-    """The repository's store, created on first use and brought up to date with the
-    host (its config changes since the last agreement, its newer hooks)."""
-    store = Store(gitdir, location(gitdir, env))
-    sweep(gitdir)
-    os.makedirs(store.hooks, mode=0o700, exist_ok=True)
-    os.chmod(store.path, 0o700)
-    host_config = os.path.join(gitdir, "config")
-    base_file = os.path.join(store.path, "base.json")
-    if not os.path.exists(store.config):
-        shutil.copyfile(host_config, store.config)
-        _save_base(base_file, _stamp(host_config), _read(host_config))
-    else:
-        stamp, base = _load_base(base_file)
-        if stamp != _stamp(host_config):
-            host = _read(host_config)
-            _apply(store.config, {k: host.get(k, []) for k in {*host, *base} if host.get(k) != base.get(k)})
-            _save_base(base_file, _stamp(host_config), host)
-    _copy_newer_hooks(os.path.join(gitdir, "hooks"), store.hooks)
-    return store
-
-
-def push(store: Store) -> list[str]:
-    """After the sandbox changed its config: the synced keys it changed, written to the
-    host's file. Returns the keys written.
-
-    Written in place, not renamed over: the sandbox's bind sits on the host file's
-    directory entry, and replacing that entry on the host detaches the bind in every
-    sandbox (see ``reattach``)."""
-    base_file = os.path.join(store.path, "base.json")
-    _stamp_was, base = _load_base(base_file)
-    mine = _read(store.config)
-    changed = sorted(k for k in {*mine, *base} if synced(k) and mine.get(k) != base.get(k))
-    if not changed:
-        return []
-    host_config = os.path.join(store.gitdir, "config")
-    tmp = f"{host_config}.warren-{os.getpid()}"
-    shutil.copyfile(host_config, tmp)
+def _walk(fd: int, rel: str, found: Found, depth: int) -> None:
+    if depth > 64:
+        return
     try:
-        _apply(tmp, {k: mine.get(k, []) for k in changed})
-        with open(tmp, "rb") as src:
-            data = src.read()
-        fd = os.open(host_config, os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-        try:
-            os.write(fd, data)
-            os.ftruncate(fd, len(data))
-        finally:
-            os.close(fd)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-    for k in changed:
-        if k in mine:
-            base[k] = mine[k]
-        else:
-            base.pop(k, None)
-    _save_base(base_file, _stamp(host_config), base)
-    return changed
-
-
-# Files a sandbox could create in a protected git directory that would make host git
-# read a configuration it wrote: ``commondir`` points git at another directory's
-# config and hooks (git reads it in any git directory, not only linked worktrees').
-PLANTED = ("commondir",)
-
-
-def sweep(gitdir: str) -> list[str]:
-    """Remove what a sandbox planted in a protected git directory (checked every
-    quarter second while a sandbox lives, and when it ends); the paths removed."""
-    removed = []
-    for name in PLANTED:
-        path = os.path.join(gitdir, name)
-        with contextlib.suppress(FileNotFoundError):
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path)
-            else:
-                os.unlink(path)
-            removed.append(path)
-    return removed
-
-
-def identity(path: str) -> tuple[int, int] | None:
-    try:
-        st = os.lstat(path)
+        with os.scandir(fd) as it:
+            entries = {e.name: e for e in it}
     except OSError:
-        return None
-    return st.st_dev, st.st_ino
+        return
+    names = set(entries)
+    if {"HEAD", "objects", "refs"} <= names and _is_dir(entries["objects"]) and _is_dir(entries["refs"]):
+        found.gitdirs.extend(_with_modules(fd, rel))
+        return
+    git = entries.get(".git")
+    if git is not None:
+        if _is_dir(git):
+            found.gitdirs.extend(_with_modules(fd, _join(rel, ".git"), sub=".git"))
+        elif git.is_file(follow_symlinks=False) and _is_gitfile(fd, ".git"):
+            found.gitfiles.append(_join(rel, ".git"))
+    for name, entry in sorted(entries.items()):
+        if name == ".git" or not _is_dir(entry):
+            continue
+        try:
+            child = safepath.dir_beneath(fd, name)
+        except OSError:
+            continue
+        try:
+            _walk(child, _join(rel, name), found, depth + 1)
+        finally:
+            os.close(child)
 
 
-def _apply(path: str, changes: Values) -> None:
-    """Make each key of ``changes`` hold exactly its values in the config file ``path``
-    (an empty list removes the key)."""
-    for key, values in changes.items():
-        _git(["config", "--file", path, "--unset-all", key], ok=(0, 5))
-        for v in values:
-            _git(["config", "--file", path, "--add", key, v])
+def _with_modules(parent_fd: int, rel: str, sub: str = "") -> list[str]:
+    """``rel`` (a git directory) and its submodules' git directories, nested."""
+    out = [rel]
+    try:
+        gfd = safepath.dir_beneath(parent_fd, sub) if sub else os.dup(parent_fd)
+    except OSError:
+        return out
+    try:
+        try:
+            mfd = safepath.dir_beneath(gfd, "modules")
+        except OSError:
+            return out
+        try:
+            out.extend(_modules(mfd, _join(rel, "modules")))
+        finally:
+            os.close(mfd)
+    finally:
+        os.close(gfd)
+    return out
 
 
-def _read(path: str) -> Values:
-    out = _git(["config", "--file", path, "--null", "--list"], ok=(0,))
+def _modules(mfd: int, rel: str) -> list[str]:
+    # Submodule names may hold slashes: modules/a/b is a git directory or a level.
+    out: list[str] = []
+    try:
+        with os.scandir(mfd) as it:
+            dirs = sorted(e.name for e in it if _is_dir(e))
+    except OSError:
+        return out
+    for name in dirs:
+        try:
+            cfd = safepath.dir_beneath(mfd, name)
+        except OSError:
+            continue
+        try:
+            with os.scandir(cfd) as it:
+                names = {e.name for e in it}
+            if {"HEAD", "objects"} <= names or {"HEAD", "commondir"} <= names:
+                out.extend(_with_modules(cfd, _join(rel, name)))
+            else:
+                out.extend(_modules(cfd, _join(rel, name)))
+        finally:
+            os.close(cfd)
+    return out
+
+
+def _is_gitfile(fd: int, name: str) -> bool:
+    """A ``.git`` file git follows (``gitdir: PATH``), not a marker such as uv's empty one."""
+    try:
+        return safepath.read_file(fd, name, 4096).startswith(b"gitdir: ")
+    except OSError:
+        return False
+
+
+def _is_dir(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir(follow_symlinks=False)
+    except OSError:
+        return False
+
+
+def _join(rel: str, name: str) -> str:
+    return f"{rel}/{name}" if rel else name
+
+
+# --- one repository's sandbox-side git directory -------------------------------------------
+
+
+@dataclass
+class Shadow:
+    """A repository's git directory (``path``, reached by ``gfd``) and warren's tree
+    of it (``tree``, reached by ``tfd``; the store around it by ``sfd``)."""
+
+    path: str
+    store: str
+    shared: tuple[str, ...]
+    gfd: int
+    sfd: int
+    tfd: int
+    users: int = 0
+    held: str | None = None  # why the index is held back, once said
+
+    @property
+    def tree(self) -> str:
+        return os.path.join(self.store, "tree")
+
+    def close(self) -> None:
+        for fd in (self.gfd, self.sfd, self.tfd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def prepare(root_fd: int, root: str, rel: str, env: Mapping[str, str]) -> Shadow:
+    """Open the git directory ``rel`` beneath the root and bring its tree up to date
+    (made on first use; an old store's config and hooks move into it)."""
+    path = os.path.normpath(os.path.join(root, rel))
+    gfd = safepath.dir_beneath(root_fd, rel) if rel else os.dup(root_fd)
+    store = location(path, env)
+    try:
+        os.makedirs(store, mode=0o700, exist_ok=True)
+        sfd = safepath.open_dir(store)
+    except OSError:
+        os.close(gfd)
+        raise
+    try:
+        os.fchmod(sfd, 0o700)
+        _migrate(sfd)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir("tree", 0o700, dir_fd=sfd)
+        tfd = safepath.dir_beneath(sfd, "tree")
+    except OSError:
+        os.close(gfd)
+        os.close(sfd)
+        raise
+    shadow = Shadow(path=path, store=store, shared=(), gfd=gfd, sfd=sfd, tfd=tfd)
+    try:
+        shadow.shared = _shared_dirs(gfd)
+        for name in shadow.shared:
+            _ensure_dir(tfd, name)
+        _ensure_dir(tfd, "hooks")
+        if safepath.lstat_beneath(tfd, "config") is None:
+            data = safepath.read_file(gfd, "config", MAX_CONFIG)
+            safepath.write_atomic(tfd, "config", data, mode=0o644)
+            _save_json(sfd, "base.json", {"values": _values_of(sfd, data), "stamps": {}})
+        _copy_newer_hooks(gfd, tfd)
+        sync(shadow)
+    except BaseException:
+        shadow.close()
+        raise
+    return shadow
+
+
+def _migrate(sfd: int) -> None:
+    """Stores made before trees held ``config`` and ``hooks/`` beside ``base.json``."""
+    if safepath.lstat_beneath(sfd, "tree") is not None:
+        return
+    st = safepath.lstat_beneath(sfd, "config")
+    if st is None or not stat.S_ISREG(st.st_mode):
+        return
+    os.mkdir("tree", 0o700, dir_fd=sfd)
+    os.rename("config", "tree/config", src_dir_fd=sfd, dst_dir_fd=sfd)
+    hooks = safepath.lstat_beneath(sfd, "hooks")
+    if hooks is not None and stat.S_ISDIR(hooks.st_mode):
+        os.rename("hooks", "tree/hooks", src_dir_fd=sfd, dst_dir_fd=sfd)
+    with contextlib.suppress(OSError):
+        base = json.loads(safepath.read_file(sfd, "base.json", MAX_CONFIG))
+        _save_json(sfd, "base.json", {"values": base.get("values", {}), "stamps": {}})
+
+
+def _shared_dirs(gfd: int) -> tuple[str, ...]:
+    for name in ALWAYS_SHARED:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(name, 0o755, dir_fd=gfd)
+    with os.scandir(gfd) as it:
+        names = sorted(e.name for e in it if _is_dir(e) and e.name not in PRIVATE_DIRS)
+    return tuple(names)
+
+
+def _ensure_dir(fd: int, name: str) -> None:
+    st = safepath.lstat_beneath(fd, name)
+    if st is not None and not stat.S_ISDIR(st.st_mode):
+        safepath.unlink(fd, name)
+        st = None
+    if st is None:
+        os.mkdir(name, 0o755, dir_fd=fd)
+
+
+# --- keeping both sides in step --------------------------------------------------------------
+
+
+def sync(shadow: Shadow, gitlink_ok: Callable[[str], bool] | None = None) -> list[str]:
+    """One round of keeping the host's git directory and the tree in step; what was
+    done, one line each (for the supervisor's log)."""
+    done: list[str] = []
+    state = _load_json(shadow.sfd, "base.json")
+    stamps: dict[str, list[int]] = state.setdefault("stamps", {})
+    done += _sync_config(shadow, state, stamps)
+    done += _sync_files(shadow, stamps, gitlink_ok)
+    _mirror_worktrees(shadow)
+    _save_json(shadow.sfd, "base.json", state)
+    return done
+
+
+def _stamp(fd: int, name: str) -> list[int]:
+    try:
+        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+    except OSError:
+        return []
+    return [st.st_mode, st.st_ino, st.st_size, st.st_mtime_ns]
+
+
+def _sync_config(shadow: Shadow, state: dict[str, Any], stamps: dict[str, list[int]]) -> list[str]:
+    g_now, t_now = _stamp(shadow.gfd, "config"), _stamp(shadow.tfd, "config")
+    if stamps.get("config:host") == g_now and stamps.get("config:tree") == t_now:
+        return []
+    base: Values = state.get("values", {})
+    host_data = safepath.read_file(shadow.gfd, "config", MAX_CONFIG)
+    try:
+        tree_data = safepath.read_file(shadow.tfd, "config", MAX_CONFIG)
+    except OSError:
+        tree_data = host_data  # gone or not a file inside: the host's again
+    host, mine = _values_of(shadow.sfd, host_data), _values_of(shadow.sfd, tree_data, lenient=True)
+    pulled = {k: host.get(k, []) for k in {*host, *base} if host.get(k) != base.get(k)}
+    pushed = {
+        k: mine.get(k, [])
+        for k in {*mine, *base}
+        if synced(k) and mine.get(k) != base.get(k) and k not in pulled and mine.get(k) != host.get(k)
+    }
+    done = []
+    if pushed:
+        safepath.write_atomic(shadow.gfd, "config", _applied(shadow.sfd, host_data, pushed))
+        host = {**host, **{k: v for k, v in pushed.items() if v}}
+        for k, v in pushed.items():
+            if not v:
+                host.pop(k, None)
+        done.append(f"{shadow.path}/config: {', '.join(sorted(pushed))} from the sandbox")
+    fix = {k: v for k, v in pulled.items() if mine.get(k, []) != v}
+    if fix or tree_data is host_data:
+        safepath.write_atomic(shadow.tfd, "config", _applied(shadow.sfd, tree_data, fix))
+    state["values"] = host
+    stamps["config:host"] = _stamp(shadow.gfd, "config")
+    stamps["config:tree"] = _stamp(shadow.tfd, "config")
+    return done
+
+
+def _names(shadow: Shadow) -> list[str]:
+    extra: set[str] = set()
+    for fd in (shadow.gfd, shadow.tfd):
+        with contextlib.suppress(OSError), os.scandir(fd) as it:
+            extra |= {e.name for e in it if _SHARED_INDEX.fullmatch(e.name)}
+    return [*SYNC_FILES, *sorted(extra)]
+
+
+def _sync_files(
+    shadow: Shadow, stamps: dict[str, list[int]], gitlink_ok: Callable[[str], bool] | None
+) -> list[str]:
+    done = []
+    for name in _names(shadow):
+        g_now, t_now = _stamp(shadow.gfd, name), _stamp(shadow.tfd, name)
+        g_was, t_was = stamps.get("host:" + name), stamps.get("tree:" + name)
+        if g_now == g_was and t_now == t_was:
+            continue
+        if _stamp(shadow.gfd, name + ".lock") or _stamp(shadow.tfd, name + ".lock"):
+            continue  # a git command is writing it: next round
+        if g_was is None and t_was is None:
+            # First meeting: the host's copy is what the tree starts from.
+            if g_now:
+                _copy(shadow.gfd, shadow.tfd, name)
+            elif t_now:
+                safepath.unlink(shadow.tfd, name)
+        elif g_now != g_was:
+            if g_now:
+                _copy(shadow.gfd, shadow.tfd, name)
+            else:
+                safepath.unlink(shadow.tfd, name)
+        else:
+            verdict = _checked(shadow, name, t_now, gitlink_ok)
+            if isinstance(verdict, str):
+                if shadow.held != verdict:
+                    done.append(f"{shadow.path}/{name}: kept the host's ({verdict})")
+                    shadow.held = verdict
+                continue  # looked at again next round (held: said once)
+            shadow.held = None
+            if verdict is not None:
+                # What was checked is what is written: never a second read of the tree.
+                safepath.write_atomic(shadow.gfd, name, verdict, mode=stat.S_IMODE(t_now[0]), fsync=False)
+            elif name != "HEAD":
+                safepath.unlink(shadow.gfd, name)
+        stamps["host:" + name] = _stamp(shadow.gfd, name)
+        stamps["tree:" + name] = _stamp(shadow.tfd, name)
+    return done
+
+
+def _checked(
+    shadow: Shadow, name: str, t_now: list[int], gitlink_ok: Callable[[str], bool] | None
+) -> bytes | str | None:
+    """The tree's ``name`` as it may reach the host (None: it was removed), or why not."""
+    if not t_now:
+        return "HEAD may not go" if name == "HEAD" else None
+    if not stat.S_ISREG(t_now[0]):
+        return "not a regular file"
+    try:
+        data = safepath.read_file(shadow.tfd, name, MAX_DATA)
+    except OSError as e:
+        return f"unreadable: {e.strerror}"
+    if name == "HEAD" and not _HEAD.fullmatch(data):
+        return "not a ref or an object name"
+    if name == "index" and gitlink_ok is not None:
+        try:
+            links = gitlinks(data)
+        except ValueError as e:
+            return str(e)
+        for path in links:
+            if not gitlink_ok(path):
+                return f"it names a submodule at {path} whose git directory warren does not protect yet"
+    return data
+
+
+def _copy(src_fd: int, dst_fd: int, name: str) -> None:
+    st = os.stat(name, dir_fd=src_fd, follow_symlinks=False)
+    if not stat.S_ISREG(st.st_mode):
+        return
+    fd = safepath.open_beneath(src_fd, name, os.O_RDONLY)
+    try:
+        safepath.write_atomic(dst_fd, name, _chunks(fd), mode=stat.S_IMODE(st.st_mode), fsync=False)
+    finally:
+        os.close(fd)
+
+
+def _chunks(fd: int) -> Iterator[bytes]:
+    total = 0
+    while chunk := os.read(fd, 1 << 20):
+        total += len(chunk)
+        if total > MAX_DATA:
+            raise OSError(errno.EFBIG, "larger than warren copies")
+        yield chunk
+
+
+def _mirror_worktrees(shadow: Shadow) -> None:
+    """The host's linked worktrees, as data inside (their HEADs and indexes keep objects
+    alive for ``git gc``); a worktree the host removed goes from the tree too, one made
+    inside stays."""
+    try:
+        wfd = safepath.dir_beneath(shadow.gfd, "worktrees")
+    except OSError:
+        return
+    try:
+        _ensure_dir(shadow.tfd, "worktrees")
+        tw = safepath.dir_beneath(shadow.tfd, "worktrees")
+        try:
+            with os.scandir(wfd) as it:
+                names = [e.name for e in it if _is_dir(e)]
+            for name in names:
+                _ensure_dir(tw, name)
+                src = safepath.dir_beneath(wfd, name)
+                dst = safepath.dir_beneath(tw, name)
+                try:
+                    for f in _WORKTREE_FILES:
+                        if _stamp(src, f) and _stamp(src, f)[2:] != _stamp(dst, f)[2:]:
+                            _copy(src, dst, f)
+                finally:
+                    os.close(src)
+                    os.close(dst)
+        finally:
+            os.close(tw)
+    except OSError:
+        pass
+    finally:
+        os.close(wfd)
+
+
+def gitlinks(index: bytes) -> list[str]:
+    """Paths of the submodule entries (mode 160000) of a git index (v2-v4, SHA-1 or
+    SHA-256 by entry size). Raises ValueError for what is not an index."""
+    if len(index) < 12 or index[:4] != b"DIRC":
+        raise ValueError("not a git index")
+    version, count = struct.unpack_from(">II", index, 4)
+    if version not in (2, 3, 4):
+        raise ValueError(f"index version {version}")
+    for hash_len in (20, 32):
+        with contextlib.suppress(ValueError, struct.error, IndexError):
+            return _entries(index, version, count, hash_len)
+    raise ValueError("unreadable index")
+
+
+def _entries(index: bytes, version: int, count: int, hash_len: int) -> list[str]:
+    pos, out, prev = 12, [], b""
+    end = len(index) - hash_len
+    for _ in range(count):
+        start = pos
+        mode = struct.unpack_from(">I", index, pos + 24)[0]
+        pos += 40 + hash_len
+        flags = struct.unpack_from(">H", index, pos)[0]
+        pos += 2
+        if flags & 0x4000 and version >= 3:
+            pos += 2
+        if version == 4:
+            strip, n = 0, 0
+            while True:
+                byte = index[pos + n]
+                strip = (strip << 7) | (byte & 0x7F)
+                n += 1
+                if not byte & 0x80:
+                    break
+                strip += 1
+            pos += n
+            nul = index.index(b"\0", pos)
+            if strip > len(prev):
+                raise ValueError("bad prefix")
+            path = prev[: len(prev) - strip] + index[pos:nul]
+            pos = nul + 1
+        else:
+            nul = index.index(b"\0", pos)
+            path = index[pos:nul]
+            pos = start + ((nul - start + 8) // 8) * 8
+        if pos > end or not path:
+            raise ValueError("entry past the end")
+        prev = path
+        if mode >> 12 == 0o16:
+            out.append(os.fsdecode(path))
+    return out
+
+
+# --- repositories made inside -----------------------------------------------------------------
+
+
+def adopt(root_fd: int, root: str, rel: str, env: Mapping[str, str]) -> list[str]:
+    """A git directory made inside a sandbox, once no sandbox can write it: its config
+    and hooks become a store's (the host keeps the ``SYNCED`` keys), ``commondir`` and
+    ``config.worktree`` go, and so does what its worktrees hold of that kind. Returns
+    what was done."""
+    done = []
+    path = os.path.normpath(os.path.join(root, rel))
+    gfd = safepath.dir_beneath(root_fd, rel) if rel else os.dup(root_fd)
+    try:
+        store = location(path, env)
+        os.makedirs(os.path.join(store, "tree", "hooks"), mode=0o700, exist_ok=True)
+        sfd = safepath.open_dir(store)
+        try:
+            tfd = safepath.dir_beneath(sfd, "tree")
+            try:
+                done += _adopt_config(gfd, sfd, tfd, path)
+                done += _adopt_hooks(gfd, tfd, path)
+                for name in ("commondir", "config.worktree"):
+                    if _move_into(gfd, tfd, name):
+                        done.append(f"{path}/{name}: moved into warren's store")
+                done += _adopt_worktrees(gfd, path)
+            finally:
+                os.close(tfd)
+        finally:
+            os.close(sfd)
+    finally:
+        os.close(gfd)
+    return done
+
+
+def _adopt_config(gfd: int, sfd: int, tfd: int, path: str) -> list[str]:
+    try:
+        data = safepath.read_file(gfd, "config", MAX_CONFIG)
+    except FileNotFoundError:
+        return []
+    mine = _values_of(sfd, data, lenient=True)
+    kept = {k: v for k, v in mine.items() if synced(k)}
+    if kept == mine:
+        return []
+    safepath.write_atomic(tfd, "config", data, mode=0o644)
+    reduced = _applied(sfd, b"", kept)
+    safepath.write_atomic(gfd, "config", reduced)
+    _save_json(sfd, "base.json", {"values": kept, "stamps": {}})
+    gone = sorted(set(mine) - set(kept))
+    return [f"{path}/config: {', '.join(gone)} moved into warren's store"]
+
+
+def _adopt_hooks(gfd: int, tfd: int, path: str) -> list[str]:
+    try:
+        hfd = safepath.dir_beneath(gfd, "hooks")
+    except OSError:
+        st = safepath.lstat_beneath(gfd, "hooks")
+        if st is not None:  # a link or a file where hooks/ should be
+            safepath.remove_tree(gfd, "hooks")
+            return [f"{path}/hooks: removed (not a directory)"]
+        return []
+    moved = []
+    try:
+        th = safepath.dir_beneath(tfd, "hooks")
+        try:
+            with os.scandir(hfd) as it:
+                names = [e.name for e in it if not e.name.endswith(".sample")]
+            for name in names:
+                st = os.stat(name, dir_fd=hfd, follow_symlinks=False)
+                if stat.S_ISREG(st.st_mode):
+                    _copy(hfd, th, name)
+                safepath.remove_tree(hfd, name)
+                moved.append(name)
+        finally:
+            os.close(th)
+    finally:
+        os.close(hfd)
+    return [f"{path}/hooks/{', '.join(moved)}: moved into warren's store"] if moved else []
+
+
+def _move_into(gfd: int, tfd: int, name: str) -> bool:
+    st = safepath.lstat_beneath(gfd, name)
+    if st is None:
+        return False
+    if stat.S_ISREG(st.st_mode):
+        _copy(gfd, tfd, name)
+    safepath.remove_tree(gfd, name)
+    return True
+
+
+def _adopt_worktrees(gfd: int, path: str) -> list[str]:
+    done: list[str] = []
+    try:
+        wfd = safepath.dir_beneath(gfd, "worktrees")
+    except OSError:
+        return done
+    try:
+        with os.scandir(wfd) as it:
+            names = [e.name for e in it]
+        for name in names:
+            try:
+                efd = safepath.dir_beneath(wfd, name)
+            except OSError:
+                safepath.remove_tree(wfd, name)
+                continue
+            try:
+                if safepath.lstat_beneath(efd, "config.worktree") is not None:
+                    safepath.remove_tree(efd, "config.worktree")
+                    done.append(f"{path}/worktrees/{name}/config.worktree: removed")
+                try:
+                    common = safepath.read_file(efd, "commondir", 4096).strip()
+                except OSError:
+                    common = b"../.."
+                if common != b"../..":
+                    safepath.remove_tree(efd, "commondir")
+                    done.append(f"{path}/worktrees/{name}/commondir: removed (pointed elsewhere)")
+            finally:
+                os.close(efd)
+    finally:
+        os.close(wfd)
+    return done
+
+
+# --- config files, through git, on private copies ------------------------------------------
+
+
+def _values_of(sfd: int, data: bytes, lenient: bool = False) -> Values:
+    """The keys and values of config text ``data`` (read by git from a private copy)."""
+    with _private_copy(sfd, data) as path:
+        out = _git(["config", "--file", path, "--null", "--list"], ok=(0, 1, 128) if lenient else (0,))
     values: Values = {}
     for item in out.split("\0"):
         if not item:
@@ -255,55 +758,78 @@ def _read(path: str) -> Values:
     return values
 
 
+def _applied(sfd: int, data: bytes, changes: Values) -> bytes:
+    """Config text ``data`` with each key of ``changes`` holding exactly its values (an
+    empty list removes the key)."""
+    with _private_copy(sfd, data) as path:
+        for key, values in changes.items():
+            _git(["config", "--file", path, "--unset-all", key], ok=(0, 5))
+            for v in values:
+                _git(["config", "--file", path, "--add", key, v])
+        with open(path, "rb") as f:
+            return f.read()
+
+
+@contextlib.contextmanager
+def _private_copy(sfd: int, data: bytes) -> Iterator[str]:
+    # In warren's store (never in the tree or the repository), under a fresh name.
+    directory = tempfile.mkdtemp(prefix="cfg-", dir=os.readlink(f"/proc/self/fd/{sfd}"))
+    path = os.path.join(directory, "config")
+    try:
+        with open(path, "wb") as f:
+            f.write(data)
+        yield path
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def _git(args: list[str], ok: tuple[int, ...] = (0,)) -> str:
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
         "HOME": "/nonexistent",
     }
     r = subprocess.run(["git", *args], capture_output=True, text=True, env=env, check=False)
     if r.returncode not in ok:
-        raise OSError(f"git {' '.join(args[:3])}: {r.stderr.strip()}")
+        raise OSError(errno.EINVAL, f"git {' '.join(args[:3])}: {r.stderr.strip()}")
     return r.stdout
 
 
-def _stamp(path: str) -> list[int]:
+def _load_json(sfd: int, name: str) -> dict[str, Any]:
     try:
-        st = os.stat(path)
-    except OSError:
-        return []
-    return [st.st_ino, st.st_size, st.st_mtime_ns]
+        data = json.loads(safepath.read_file(sfd, name, MAX_CONFIG))
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
 
 
-def _load_base(path: str) -> tuple[list[int], Values]:
+def _save_json(sfd: int, name: str, data: dict[str, Any]) -> None:
+    safepath.write_atomic(sfd, name, json.dumps(data).encode(), mode=0o600, fsync=False)
+
+
+def _copy_newer_hooks(gfd: int, tfd: int) -> None:
     try:
-        with open(path) as f:
-            data = json.load(f)
-        return list(data["stamp"]), {str(k): [str(x) for x in v] for k, v in data["values"].items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return [], {}
-
-
-def _save_base(path: str, stamp: list[int], values: Values) -> None:
-    tmp = f"{path}.{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump({"stamp": stamp, "values": values}, f)
-    os.replace(tmp, path)
-
-
-def _copy_newer_hooks(host_hooks: str, store_hooks: str) -> None:
-    try:
-        names = os.listdir(host_hooks)
+        hfd = safepath.dir_beneath(gfd, "hooks")
     except OSError:
         return
-    for name in names:
-        src, dst = os.path.join(host_hooks, name), os.path.join(store_hooks, name)
-        try:
-            st = os.lstat(src)
-            if not os.path.isfile(src) or os.path.islink(src):
+    try:
+        th = safepath.dir_beneath(tfd, "hooks")
+    except OSError:
+        os.close(hfd)
+        return
+    try:
+        with os.scandir(hfd) as it:
+            names = [e.name for e in it]
+        for name in names:
+            src = _stamp(hfd, name)
+            if not src or not stat.S_ISREG(src[0]):
                 continue
-            if os.path.exists(dst) and os.lstat(dst).st_mtime_ns >= st.st_mtime_ns:
+            dst = _stamp(th, name)
+            if dst and dst[3] >= src[3]:
                 continue
-            shutil.copy2(src, dst)
-        except OSError:
-            continue
+            with contextlib.suppress(OSError):
+                _copy(hfd, th, name)
+    finally:
+        os.close(hfd)
+        os.close(th)

@@ -31,7 +31,6 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,16 +51,17 @@ from ..net import log as netlog
 from ..net.pasta import Pasta
 from ..plan import CallerFacts, Plan, make_plan
 from ..plan.facts import gather, paths_of
-from ..plan.mounts import git_spare, strip_nested
+from ..plan.mounts import strip_nested
 from ..policy import build, config
 from ..policy.spec import from_mapping
-from . import follow, gitstore, launch, links, netd, pause, peer, registry, spawns, statedir, stdin, usage
+from . import follow, gitkeeper, launch, links, netd, pause, peer, registry, spawns, statedir, stdin, usage
 
 HEADER_DEADLINE = 10.0  # a client has this long to send a whole request header
 MAX_CLIENTS = 1024
 LINKS_FILE = "links.cache"  # the hardlink scan's memory, for the next supervisor
 STOP_KILL_AFTER = 3.0  # after SIGTERM, PID 1's grace (2 s) and a margin
 NETLOG_MAX = 5000  # events in one reply (the newest)
+GIT_SYNC_EVERY = 0.5  # seconds between rounds of keeping live sandboxes' git directories in step
 _R, _W = selectors.EVENT_READ, selectors.EVENT_WRITE
 _SUPERVISOR_REQUESTS = (
     protocol.RunRequest,
@@ -143,8 +143,7 @@ class Box:
     search_path: str | None = None  # the caller's PATH: where helper programs (pasta) are found
     roots: dict[str, follow.Identity] = field(default_factory=dict)  # writable roots as launched
     ns: tuple[int, int] | None = None  # fds of the sandbox's user and mount namespaces
-    # host git files a bind sits on, as launched (see _git_sweep)
-    git_files: dict[str, tuple[int, int] | None] = field(default_factory=dict)
+    git: gitkeeper.Lease | None = None  # its repositories (server.gitkeeper)
     paused: pause.Paused | None = None  # how it was paused, while it is
     last_active: float = field(default_factory=time.time)  # a request reached it, or an exec ended
     active: set[int] = field(default_factory=set)  # read ends of running execs' "active" pipes
@@ -171,6 +170,8 @@ class Supervisor:
         self.idle_since = time.monotonic()
         self.shutdown = False
         self.links = links.LinkScanner()
+        self.git = gitkeeper.GitKeeper()
+        self.git_sync_at = 0.0
         if root is not None:
             self.links.load(os.path.join(root, LINKS_FILE))
         self.wake_r, self.wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
@@ -258,7 +259,9 @@ class Supervisor:
             if box.kill_at is not None and now > box.kill_at:
                 self._signal(box, signal.SIGKILL)
                 box.kill_at = None
-            self._git_sweep(box)
+        if now >= self.git_sync_at:
+            self.git_sync_at = now + GIT_SYNC_EVERY
+            self.git.tick()
         for box in list(self.boxes.values()):
             self._idle_check(box)
         if self.stdin_pipes is not None:
@@ -277,25 +280,6 @@ class Supervisor:
 
         box.stopped_why = f"stopped after {show_duration(limit)} without a request (idle timeout)"
         self._terminate(box)
-
-    def _git_sweep(self, box: Box) -> None:
-        """Every quarter second while a sandbox lives: what it planted in a protected
-        git directory goes, and a bind the host detached (by replacing the file it sat
-        on: git's own config writes on the host do) is put back."""
-        lost: list[tuple[str, str]] = []
-        if not box.ready:
-            return
-        for i, (gitdir, _store) in enumerate(box.plan.git):
-            for path in gitstore.sweep(gitdir):
-                print(f"warren supervisor: removed {path}, planted by sandbox {box.name}", file=sys.stderr)
-            for name in ("config", "hooks"):
-                target = os.path.join(gitdir, name)
-                now = gitstore.identity(target)
-                if box.git_files.setdefault(target, now) != now and now is not None:
-                    lost.append((os.path.join(git_spare(i), name), target))
-                    box.git_files[target] = now
-        if lost and box.ns is not None and not follow.reattach(box.ns, lost):
-            print(f"warren supervisor: could not bind {lost} again in {box.name}", file=sys.stderr)
 
     # --- clients -------------------------------------------------------------------------
 
@@ -444,7 +428,7 @@ class Supervisor:
                 os.close(fd)
             from ..plan.render import render
 
-            plan = self._plan(msg.spec, self._caller(c, msg.caller), msg.caller, msg.cwd)
+            plan, _ = self._plan(msg.spec, self._caller(c, msg.caller), msg.caller, msg.cwd, dry=True)
             self._reply(c, protocol.PlanReply(text=render(plan), plan=json_safe(plan.to_dict())))
             return
         if self.root is None:
@@ -544,9 +528,11 @@ class Supervisor:
         msg_caller: protocol.Caller,
         cwd: str | None,
         long_lived: bool = False,
-    ) -> Plan:
+        dry: bool = False,
+    ) -> tuple[Plan, gitkeeper.Lease | None]:
         """``long_lived``: commands start in the workspace (not wherever the sandbox
-        happened to be created from)."""
+        happened to be created from). ``dry``: only to show (``warren plan``): nothing
+        on disk changes, no lease on git directories is taken."""
         spec = from_mapping(spec_map, "the request's policy", skip=())
         home = Path(caller.home)
         here = Path(caller.cwd)
@@ -563,36 +549,38 @@ class Supervisor:
         found = self.links.scan(
             roots, shared=[str(r.path) for r in policy.writable if r.source != "workspace"]
         )
-        host = gather(
-            paths_of(paths, caller),
-            state_dir=state_dir,
-            outside_links=tuple((o.path, o.world_readable) for o in found),
-            git=self._git_stores(roots, caller.env),
+        # Repositories in the workspace and the --write roots (a preset's caches are
+        # the tool's, shared with the host on purpose: README, Known limits).
+        git_roots = strip_nested(
+            [str(r.path) for r in policy.writable if r.source in ("workspace", "--write")]
         )
-        return make_plan(
-            policy,
-            host,
-            caller,
-            cwd=str(policy.workspace) if long_lived else cwd,
-            scratch_id=secrets.token_hex(6),
-        )
+        gitdirs, git_files, lease = self.git.plan(git_roots, caller.env, dry=dry)
+        try:
+            host = gather(
+                paths_of(paths, caller),
+                state_dir=state_dir,
+                outside_links=tuple((o.path, o.world_readable) for o in found),
+                git=gitdirs,
+                git_files=git_files,
+            )
+            plan = make_plan(
+                policy,
+                host,
+                caller,
+                cwd=str(policy.workspace) if long_lived else cwd,
+                scratch_id=secrets.token_hex(6),
+            )
+        except BaseException:
+            self.git.release(lease)
+            raise
+        return plan, lease
 
-    def _git_stores(self, roots: list[str], env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-        stores = []
-        for gitdir in gitstore.repositories(roots):
-            try:
-                stores.append((gitdir, gitstore.prepare(gitdir, env).path))
-            except OSError as e:
-                raise SetupError(
-                    f"cannot prepare warren's store for the git repository {gitdir}: {e}",
-                    operation="git store",
-                    path=gitdir,
-                    hint="check that $XDG_DATA_HOME (default ~/.local/share) is writable, and git installed",
-                ) from None
-        return tuple(stores)
-
-    def _launch(self, plan: Plan, name: str, oneshot: bool) -> Box:
-        launched = launch.launch(plan, oneshot=oneshot, record_dir=self.cgroup_records)
+    def _launch(self, plan: Plan, lease: gitkeeper.Lease | None, name: str, oneshot: bool) -> Box:
+        try:
+            launched = launch.launch(plan, oneshot=oneshot, record_dir=self.cgroup_records)
+        except BaseException:
+            self.git.release(lease)
+            raise
         box = Box(
             name=name,
             id=secrets.token_hex(6),
@@ -603,11 +591,7 @@ class Supervisor:
             outbox=wire.Outbox(launched.control),
         )
         box.roots = follow.identities(plan)
-        box.git_files = {
-            os.path.join(gitdir, name): gitstore.identity(os.path.join(gitdir, name))
-            for gitdir, _store in plan.git
-            for name in ("config", "hooks")
-        }
+        box.git = lease
         self.by_pid[box.pid] = box
         (self.oneshots if oneshot else self.boxes)[box.id if oneshot else name] = box
         self.sel.register(launched.control, _R, ("control", box))
@@ -622,8 +606,8 @@ class Supervisor:
                 operation="decode",
             )
         caller = self._caller(c, msg.caller)
-        plan = self._plan(msg.spec, caller, msg.caller, msg.command.cwd)
-        box = self._launch(plan, "run", oneshot=True)
+        plan, lease = self._plan(msg.spec, caller, msg.caller, msg.command.cwd)
+        box = self._launch(plan, lease, "run", oneshot=True)
         box.search_path = caller.env.get("PATH")
         box.run = Run(c, msg.command, fds[:stdio], fds[stdio] if msg.net_events else None)
         c.box = box
@@ -640,8 +624,8 @@ class Supervisor:
                 hint=f"use it (warren exec {name} CMD), or remove it first (warren rm -f {name})",
             )
         caller = self._caller(c, msg.caller)
-        plan = self._plan(msg.spec, caller, msg.caller, None, long_lived=True)
-        box = self._launch(plan, name, oneshot=False)
+        plan, lease = self._plan(msg.spec, caller, msg.caller, None, long_lived=True)
+        box = self._launch(plan, lease, name, oneshot=False)
         box.search_path = caller.env.get("PATH")
         box.creator = c
         c.deadline = None
@@ -710,15 +694,8 @@ class Supervisor:
         for fd in fds:
             os.close(fd)
 
-    def _git_changed(self, box: Box, gitdir: str) -> None:
-        """The sandbox replaced a repository's config: the keys that only name things
-        reach the host's copy (the store is the plan's, never a path PID 1 chose)."""
-        for known, store in box.plan.git:
-            if known == gitdir:
-                try:
-                    gitstore.push(gitstore.Store(known, store))
-                except OSError as e:
-                    print(f"warren supervisor: git config of {known}: {e}", file=sys.stderr, flush=True)
+    def _git_changed(self, box: Box, _gitdir: str) -> None:
+        self.git.sync(box.git)
 
     def _control_send(self, box: Box, msg: protocol.Message, fds: list[int] | None = None) -> None:
         box.outbox.put(msg, fds=fds or [])
@@ -1043,6 +1020,7 @@ class Supervisor:
         os.close(fd)
         box.active.discard(fd)
         box.last_active = time.time()
+        self.git.sync(box.git)
 
     def _signal(self, box: Box, sig: int) -> None:
         with contextlib.suppress(OSError):
@@ -1070,8 +1048,9 @@ class Supervisor:
     def _ended(self, box: Box, status: int) -> None:
         """PID 1 exited: the whole sandbox is gone. Clean up after it, then tell
         whoever waits."""
-        for gitdir, _store in box.plan.git:
-            gitstore.sweep(gitdir)
+        # Before anyone hears it ended: what it committed is on the host by then.
+        self.git.release(box.git)
+        box.git = None
         if box.run is not None and box.run.relay is not None and box.run.exited is None:
             # What the command's helper said before the end may not have been read yet
             # (the loop was busy when both arrived).

@@ -1,0 +1,222 @@
+"""The supervisor's side of git protection: which repositories each sandbox has, their
+trees kept in step with the host, repositories made inside adopted at the end.
+
+``gitstore`` does the work on one repository; this module keeps the leases: a sandbox
+holds one per writable root it was planned with (the root's descriptor, opened before
+the sandbox existed, and the shadows of the repositories found there). A repository
+two live sandboxes share has one shadow. Adoption of what a sandbox made waits until no
+live sandbox can write that root any more.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from .._core import safepath
+from ..errors import SetupError
+from ..plan.model import GitDir
+from . import gitstore
+
+
+@dataclass
+class Lease:
+    """What one sandbox holds: per writable root (by path) its descriptor and the
+    git directories found there when it started."""
+
+    roots: dict[str, int] = field(default_factory=dict)
+    known: dict[str, set[str]] = field(default_factory=dict)  # root -> relative git directories
+    shadows: list[gitstore.Shadow] = field(default_factory=list)
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+class GitKeeper:
+    def __init__(self) -> None:
+        self.shadows: dict[str, gitstore.Shadow] = {}  # by git directory path
+        self.leases: list[Lease] = []
+        # Made inside and adopted since: safe for host git until a sandbox has them again
+        # (then they are shadows).
+        self.adopted: set[str] = set()
+
+    def plan(
+        self, roots: list[str], env: Mapping[str, str], dry: bool = False
+    ) -> tuple[tuple[GitDir, ...], tuple[str, ...], Lease | None]:
+        """The git directories and ``.git`` files of these writable roots, for the plan;
+        with their trees brought up to date and a lease taken unless ``dry`` (``warren
+        plan`` changes nothing)."""
+        lease = Lease(env=dict(env))
+        gitdirs: list[GitDir] = []
+        files: list[str] = []
+        try:
+            for root in roots:
+                try:
+                    fd = safepath.open_dir(root)
+                except OSError:
+                    continue  # not a directory: nothing of git's to protect
+                if dry:
+                    try:
+                        found = gitstore.find(fd)
+                    finally:
+                        os.close(fd)
+                else:
+                    lease.roots[root] = fd
+                    found = gitstore.find(fd)
+                    lease.known[root] = set(found.gitdirs)
+                files += [os.path.join(root, rel) for rel in found.gitfiles]
+                for rel in found.gitdirs:
+                    path = os.path.normpath(os.path.join(root, rel))
+                    if dry:
+                        tree = os.path.join(gitstore.location(path, env), "tree")
+                        gitdirs.append(GitDir(path, tree, _shared_now(path)))
+                        continue
+                    shadow = self._shadow(fd, root, rel, env)
+                    lease.shadows.append(shadow)
+                    gitdirs.append(GitDir(path, shadow.tree, shadow.shared))
+        except BaseException:
+            self._drop(lease)
+            raise
+        if dry:
+            return tuple(gitdirs), tuple(files), None
+        self.leases.append(lease)
+        return tuple(gitdirs), tuple(files), lease
+
+    def _shadow(self, root_fd: int, root: str, rel: str, env: Mapping[str, str]) -> gitstore.Shadow:
+        path = os.path.normpath(os.path.join(root, rel))
+        shadow = self.shadows.get(path)
+        if shadow is not None and shadow.users > 0:
+            self._sync(shadow)
+        else:
+            if shadow is not None:
+                shadow.close()
+            try:
+                shadow = gitstore.prepare(root_fd, root, rel, env)
+            except OSError as e:
+                raise SetupError(
+                    f"cannot prepare warren's git directory for the repository {path}: {e}",
+                    operation="git store",
+                    path=path,
+                    hint="check that $XDG_DATA_HOME (default ~/.local/share) is writable, that git is "
+                    "installed, and that the repository is not a link",
+                ) from None
+            self.shadows[path] = shadow
+        self.adopted.discard(path)
+        shadow.users += 1
+        return shadow
+
+    def sync(self, lease: Lease | None) -> None:
+        """After a command of this sandbox ended: its repositories, now."""
+        if lease is not None:
+            for shadow in lease.shadows:
+                self._sync(shadow)
+
+    def tick(self) -> None:
+        """Every repository a live sandbox has (twice a second: a command in the
+        background commits too)."""
+        for shadow in list(self.shadows.values()):
+            if shadow.users > 0:
+                self._sync(shadow)
+
+    def release(self, lease: Lease | None) -> None:
+        """A sandbox ended: a last sync, then the repositories it made are adopted where
+        no other live sandbox can write, then a sync again (an index held back for a
+        submodule made inside can go once that repository is adopted)."""
+        if lease is None or lease not in self.leases:
+            return
+        for shadow in lease.shadows:
+            self._sync(shadow)
+        others = [other for other in self.leases if other is not lease]
+        for root, fd in lease.roots.items():
+            if any(_overlap(r, root) for other in others for r in other.roots):
+                continue
+            try:
+                found = gitstore.find(fd)
+            except OSError:
+                continue
+            for rel in found.gitdirs:
+                if rel in lease.known.get(root, set()):
+                    continue
+                try:
+                    for line in gitstore.adopt(fd, root, rel, lease.env):
+                        _log(line)
+                    self.adopted.add(os.path.normpath(os.path.join(root, rel)))
+                except OSError as e:
+                    _log(f"adopting {os.path.join(root, rel)}: {e}")
+        for shadow in lease.shadows:
+            self._sync(shadow)
+        self.leases.remove(lease)
+        self._drop(lease)
+
+    def _drop(self, lease: Lease) -> None:
+        for shadow in lease.shadows:
+            shadow.users -= 1
+            if shadow.users <= 0 and self.shadows.get(shadow.path) is shadow:
+                shadow.close()
+                del self.shadows[shadow.path]
+        lease.shadows.clear()
+        for fd in lease.roots.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        lease.roots.clear()
+
+    def _sync(self, shadow: gitstore.Shadow) -> None:
+        lease_roots = [(root, fd) for lse in self.leases for root, fd in lse.roots.items()]
+        protected = set(self.shadows) | self.adopted
+
+        def gitlink_ok(rel_path: str) -> bool:
+            # A submodule path in this repository's index: its .git must be missing, or
+            # a git directory warren protects.
+            worktree = os.path.dirname(shadow.path)
+            target = os.path.join(worktree, rel_path, ".git")
+            for root, fd in lease_roots:
+                if target.startswith(root.rstrip("/") + "/"):
+                    return _protected_or_absent(fd, root, os.path.relpath(target, root), protected)
+            return True  # outside every writable root: no sandbox made it
+
+        try:
+            for line in gitstore.sync(shadow, gitlink_ok):
+                _log(line)
+        except OSError as e:
+            _log(f"git directory {shadow.path}: {e}")
+
+
+def _overlap(a: str, b: str) -> bool:
+    a, b = a.rstrip("/") or "/", b.rstrip("/") or "/"
+    return a == b or a.startswith(b + "/") or b.startswith(a + "/") or "/" in (a, b)
+
+
+def _protected_or_absent(root_fd: int, root: str, rel: str, protected: set[str]) -> bool:
+    try:
+        st = safepath.lstat_beneath(root_fd, rel)
+    except OSError:
+        return False
+    if st is None:
+        return True
+    if stat.S_ISDIR(st.st_mode):
+        return os.path.normpath(os.path.join(root, rel)) in protected
+    if stat.S_ISREG(st.st_mode):
+        try:
+            text = safepath.read_file(root_fd, rel, 4096).decode("utf-8", "replace").strip()
+        except OSError:
+            return False
+        if not text.startswith("gitdir: "):
+            return True  # git refuses it: nothing runs
+        target = os.path.normpath(os.path.join(os.path.dirname(os.path.join(root, rel)), text[8:]))
+        if not (target == root or target.startswith(root.rstrip("/") + "/")):
+            return True  # outside the root: not the sandbox's
+        return target in protected or safepath.lstat_beneath(root_fd, os.path.relpath(target, root)) is None
+    return False
+
+
+def _shared_now(path: str) -> tuple[str, ...]:
+    names = set(gitstore.ALWAYS_SHARED)
+    with contextlib.suppress(OSError), os.scandir(path) as it:
+        names |= {e.name for e in it if e.is_dir(follow_symlinks=False)}
+    return tuple(sorted(names - gitstore.PRIVATE_DIRS))
+
+
+def _log(line: str) -> None:
+    print(f"warren supervisor: git: {line}", file=sys.stderr, flush=True)

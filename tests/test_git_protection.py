@@ -1,0 +1,293 @@
+"""Host git never runs what a sandbox wrote, by construction: the sandbox's git
+directory is its own at the top level (config, hooks, HEAD, index, anything planted
+there), the host's data directories are shared, the supervisor syncs back only data
+and naming keys through descriptors, and repositories made inside are adopted when
+the sandbox ends. Each attack is judged on the host, beside git working inside."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import WARREN, Layout, run_cli
+
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.com",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.com",
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
+
+
+@pytest.fixture(autouse=True, params=["run", "exec"])
+def via(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setattr(Layout, "via", request.param)
+    return str(request.param)
+
+
+def host_git(where: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **GIT_ENV, "HOME": str(where.parent / "githome")}
+    return subprocess.run(["git", *args], cwd=where, capture_output=True, text=True, env=env, timeout=60)
+
+
+@pytest.fixture
+def repo(layout: Layout, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    (layout.root / "githome").mkdir()
+    (layout.workspace.parent / "githome").mkdir(exist_ok=True)
+    ws = layout.workspace
+    for args in (["init", "-q", "-b", "main"], ["commit", "-q", "--allow-empty", "-m", "first"]):
+        assert host_git(ws, *args).returncode == 0
+    return ws
+
+
+def marker_path() -> Path:
+    # Inside, /tmp is private: a marker there is made only by a program run on the host.
+    return Path(f"/tmp/warren-git-marker-{uuid.uuid4().hex}")
+
+
+def evil_script(marker: Path) -> str:
+    return f"#!/bin/sh\ntouch {marker}\nexit 0\n"
+
+
+@pytest.fixture
+def live(layout: Layout, repo: Path, via: str) -> Iterator[str | None]:
+    """A long-lived sandbox of the repository (exec), or None (run)."""
+    if via == "run":
+        yield None
+        return
+    name = f"git{os.getpid()}{uuid.uuid4().hex[:6]}"
+    made = run_cli(["create", "--write", str(layout.cache), name], cwd=repo)
+    assert made.returncode == 0, made.stderr
+    try:
+        yield name
+    finally:
+        run_cli(["rm", "-f", name], cwd=repo)
+
+
+IDENTITY = "export GIT_AUTHOR_NAME=t GIT_AUTHOR_EMAIL=t@x GIT_COMMITTER_NAME=t GIT_COMMITTER_EMAIL=t@x\n"
+
+
+def inside(layout: Layout, live: str | None, script: str) -> subprocess.CompletedProcess[str]:
+    script = IDENTITY + script
+    if live is None:
+        return run_cli(["run", "--write", str(layout.cache), "--", "sh", "-c", script], cwd=layout.workspace)
+    return run_cli(["exec", live, "sh", "-c", script], cwd=layout.workspace)
+
+
+def background(layout: Layout, live: str | None, script: str) -> subprocess.Popen[str]:
+    script = IDENTITY + script
+    if live is None:
+        argv = [*WARREN, "run", "--write", str(layout.cache), "--", "sh", "-c", script]
+    else:
+        argv = [*WARREN, "exec", live, "sh", "-c", script]
+    return subprocess.Popen(
+        argv, cwd=layout.workspace, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+
+
+# --- the supervisor's writes never follow what the sandbox planted -----------------------------
+
+
+def test_links_planted_in_the_git_directory_never_redirect_a_host_write(
+    layout: Layout, repo: Path, live: str | None
+) -> None:
+    victim = layout.outside
+    head_before = (repo / ".git" / "HEAD").read_bytes()
+    script = f"""
+set -e
+for n in $(seq 1 300); do ln -sf {victim} .git/config.warren-$n; done
+git config user.name '$(touch {marker_path()})'
+rm -f .git/HEAD .git/index && ln -s {victim} .git/HEAD && ln -s {victim} .git/index
+cp .git/config cfg && rm .git/config && ln -s {victim} .git/config
+sleep 1.5
+rm .git/config .git/HEAD && cp cfg .git/config && echo 'ref: refs/heads/main' > .git/HEAD
+git config user.email planted@example.com
+"""
+    r = inside(layout, live, script)
+    assert r.returncode == 0, r.stderr
+    if live is not None:
+        time.sleep(1.2)  # the supervisor syncs a live sandbox twice a second
+    assert victim.read_text() == "keep me\n", "a host file was written through a planted link"
+    assert (repo / ".git" / "HEAD").read_bytes() == head_before
+    assert not (repo / ".git" / "HEAD").is_symlink() and not (repo / ".git" / "config").is_symlink()
+    assert not list((repo / ".git").glob("config.warren-*"))
+    # The control: a plain change of a naming key does reach the host, so the sync ran.
+    assert host_git(repo, "config", "user.email").stdout.strip() == "planted@example.com"
+    assert host_git(repo, "status").returncode == 0
+
+
+def test_commondir_replanted_in_a_loop_never_reaches_host_git(
+    layout: Layout, repo: Path, live: str | None
+) -> None:
+    marker = marker_path()
+    script = f"""
+set -e
+cp -r .git/. planted
+printf '{evil_script(marker)}' > planted/fsmon && chmod +x planted/fsmon
+git config --file planted/config core.fsmonitor "$PWD/planted/fsmon"
+echo ready > ready
+end=$(( $(date +%s) + 4 ))
+while [ $(date +%s) -lt $end ]; do
+  echo "$PWD/planted" > .git/commondir.tmp && mv .git/commondir.tmp .git/commondir
+  printf '[core]\\n\\tfsmonitor = %s\\n' "$PWD/planted/fsmon" > .git/config.worktree
+done
+"""
+    proc = background(layout, live, script)
+    try:
+        deadline = time.monotonic() + 30
+        while not (repo / "ready").exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        for _ in range(25):  # the user's plain git on the host, while the plant is re-made
+            host_git(repo, "status")
+            host_git(repo, "-c", "extensions.worktreeConfig=true", "status")
+    finally:
+        _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert not marker.exists(), "host git ran the sandbox's core.fsmonitor"
+    assert not (repo / ".git" / "commondir").exists() and not (repo / ".git" / "config.worktree").exists()
+    # The control: the plant itself works when host git is pointed at it.
+    host_git(repo, "-c", f"core.fsmonitor={repo}/planted/fsmon", "status")
+    assert marker.exists(), "the planted fsmonitor does not run even when named: the test proves nothing"
+
+
+# --- repositories made inside ----------------------------------------------------------------------
+
+
+NESTED = """
+set -e
+printf '{evil}' > evil.sh && chmod +x evil.sh
+git init -q -b main sub
+git -C sub commit -q --allow-empty -m s
+git -C sub config core.fsmonitor "$PWD/evil.sh"
+cp evil.sh sub/.git/hooks/post-checkout
+git add sub evil.sh && git commit -q -m 'add sub'
+"""
+
+
+def test_a_nested_repository_made_inside_never_runs_on_the_host(
+    layout: Layout, repo: Path, live: str | None
+) -> None:
+    marker = marker_path()
+    r = inside(layout, live, NESTED.format(evil=evil_script(marker)))
+    assert r.returncode == 0, r.stderr
+    if live is not None:
+        # While the sandbox lives the host's index does not name the new submodule.
+        time.sleep(1.2)
+        host_git(repo, "status")
+        assert not marker.exists(), "host git status recursed into a repository the sandbox made"
+        assert "sub" not in host_git(repo, "ls-files", "-s").stdout.split()
+        run_cli(["rm", "-f", live], cwd=repo)
+    # Ended: adopted. Its config on the host holds no program; the index may name it now.
+    for args in (["status"], ["-C", "sub", "status"], ["-C", "sub", "checkout", "-q", "-b", "x"]):
+        host_git(repo, *args)
+    assert not marker.exists(), "host git ran what the sandbox wrote into a repository it made"
+    assert host_git(repo, "-C", "sub", "config", "core.fsmonitor").returncode == 1
+    assert not (repo / "sub" / ".git" / "hooks" / "post-checkout").exists()
+    assert "sub" in host_git(repo, "ls-files").stdout.split()
+    # Inside, the repository keeps what the sandbox set.
+    later = layout.run(["sh", "-c", "git -C sub config core.fsmonitor; git -C sub log -1 --format=%s"])
+    assert later.returncode == 0, later.stderr
+    assert later.stdout.split() == [f"{repo}/evil.sh", "s"]
+
+
+def test_the_nested_repository_attack_works_without_warren(tmp_path: Path) -> None:
+    """The control for the test above: the same repository made on the host runs the
+    fsmonitor from the outer repository's plain ``git status``."""
+    marker = marker_path()
+    ws = tmp_path / "plain"
+    ws.mkdir()
+    (tmp_path / "githome").mkdir()
+    for args in (["init", "-q", "-b", "main"], ["commit", "-q", "--allow-empty", "-m", "first"]):
+        assert host_git(ws, *args).returncode == 0
+    env = {**os.environ, **GIT_ENV, "HOME": str(tmp_path / "githome")}
+    r = subprocess.run(
+        ["sh", "-c", NESTED.format(evil=evil_script(marker))], cwd=ws, env=env, capture_output=True
+    )
+    assert r.returncode == 0, r.stderr
+    host_git(ws, "status")
+    assert marker.exists()
+    marker.unlink()
+
+
+def test_a_bare_repository_shaped_directory_made_inside_is_adopted(
+    layout: Layout, repo: Path, live: str | None
+) -> None:
+    marker = marker_path()
+    script = f"""
+set -e
+git init -q --bare shaped
+git -C shaped config core.sshCommand 'touch {marker}'
+git -C shaped config alias.x '!touch {marker}'
+printf '{evil_script(marker)}' > shaped/hooks/reference-transaction
+chmod +x shaped/hooks/reference-transaction
+"""
+    r = inside(layout, live, script)
+    assert r.returncode == 0, r.stderr
+    if live is not None:
+        run_cli(["rm", "-f", live], cwd=repo)
+    shaped = repo / "shaped"
+    assert host_git(shaped, "config", "core.sshCommand").returncode == 1
+    assert host_git(shaped, "config", "alias.x").returncode == 1
+    host_git(shaped, "update-ref", "refs/heads/t", host_git(repo, "rev-parse", "HEAD").stdout.strip())
+    assert not marker.exists()
+
+
+def test_a_git_file_workspace_keeps_its_git_file(layout: Layout, repo: Path, via: str) -> None:
+    """A linked worktree as the workspace: its ``.git`` file names the git directory
+    host git uses there, and stays as it is."""
+    if via == "exec":
+        pytest.skip("the .git file is planned the same way for both")
+    wt = layout.root / "wt"
+    assert host_git(repo, "worktree", "add", "-q", str(wt)).returncode == 0
+    (wt / "githome").mkdir(exist_ok=True)
+    before = (wt / ".git").read_text()
+    for attempt in ("printf 'gitdir: /tmp/evil\\n' > .git", "rm -f .git", "mv .git moved"):
+        r = run_cli(["run", "--", "sh", "-c", f"{attempt}; echo rc=$?"], cwd=wt)
+        assert r.returncode == 0 and "rc=0" not in r.stdout, r.stdout + r.stderr
+    assert (wt / ".git").read_text() == before
+
+
+# --- git inside keeps working, in step with the host ----------------------------------------------
+
+
+def test_git_inside_and_on_the_host_stay_in_step(layout: Layout, repo: Path, live: str | None) -> None:
+    r = inside(
+        layout, live, "set -e; echo a > a; git add a; git -c user.name=I -c user.email=i@x commit -qm inside"
+    )
+    assert r.returncode == 0, r.stderr
+    # Right after the command ended the host sees the commit, and its index.
+    assert host_git(repo, "log", "-1", "--format=%s").stdout.strip() == "inside"
+    assert host_git(repo, "status", "--porcelain").stdout == ""
+    assert host_git(repo, "commit", "-q", "--allow-empty", "-m", "host").returncode == 0
+    seen = ""
+    for _ in range(40):  # a live sandbox hears of the host's commit within a sync round
+        seen = inside(layout, live, "git log -1 --format=%s").stdout.strip()
+        if seen == "host":
+            break
+        time.sleep(0.1)
+    assert seen == "host"
+    script = """
+set -e
+git -c user.name=I -c user.email=i@x commit -qm gone --allow-empty
+git reset -q --hard HEAD~1
+git reflog expire --expire=now --all
+git gc -q --prune=now
+git worktree add -q -b feature wt2
+git fsck --no-progress
+git count-objects -v | grep -E '^(count|size-garbage)'
+"""
+    r = inside(layout, live, script)
+    assert r.returncode == 0, r.stderr
+    assert "size-garbage: 0" in r.stdout
+    assert host_git(repo, "fsck", "--no-progress").returncode == 0
+    assert "feature" in host_git(repo, "branch", "--list").stdout
