@@ -291,3 +291,46 @@ git count-objects -v | grep -E '^(count|size-garbage)'
     assert "size-garbage: 0" in r.stdout
     assert host_git(repo, "fsck", "--no-progress").returncode == 0
     assert "feature" in host_git(repo, "branch", "--list").stdout
+
+
+def test_a_submodule_added_inside_works_and_is_adopted(layout: Layout, repo: Path, live: str | None) -> None:
+    marker = marker_path()
+    script = f"""
+set -e
+git init -q -b main subsrc && git -C subsrc commit -q --allow-empty -m src
+git -c protocol.file.allow=always submodule -q add ./subsrc mod
+git commit -q -m 'add mod'
+git -C mod config core.fsmonitor 'touch {marker}; false'
+git submodule status
+"""
+    r = inside(layout, live, script)
+    assert r.returncode == 0, r.stderr
+    assert " mod " in r.stdout
+    if live is not None:
+        time.sleep(1.2)
+        host_git(repo, "status")
+        assert not marker.exists(), "host git status recursed into a submodule the sandbox made"
+        run_cli(["rm", "-f", live], cwd=repo)
+    host_git(repo, "status")
+    host_git(repo, "submodule", "status")
+    assert not marker.exists()
+    assert host_git(repo, "log", "-1", "--format=%s").stdout.strip() == "add mod"
+    assert host_git(repo / "mod", "log", "-1", "--format=%s").stdout.strip() == "src"
+
+
+def test_a_repository_made_in_a_subdirectory_workspace_is_adopted(
+    layout: Layout, repo: Path, via: str
+) -> None:
+    """A workspace inside a repository: the sandbox makes WS/.git, which host git in WS
+    would use; when the sandbox ends it holds no program any more."""
+    if via == "exec":
+        pytest.skip("adoption at the end is the same for both")
+    marker = marker_path()
+    ws = repo / "pkg"
+    ws.mkdir()
+    script = IDENTITY + f"git init -q . && git config core.fsmonitor 'touch {marker}; false' && git status -s"
+    r = run_cli(["run", "--", "sh", "-c", script], cwd=ws)
+    assert r.returncode == 0, r.stderr
+    host_git(ws, "status")
+    assert not marker.exists()
+    assert host_git(ws, "config", "core.fsmonitor").returncode == 1

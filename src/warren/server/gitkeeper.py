@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from .._core import safepath
 from ..errors import SetupError
 from ..plan.model import GitDir
-from . import gitstore
+from . import gitadopt, gitfind, gitstore
 
 
 @dataclass
@@ -59,12 +59,12 @@ class GitKeeper:
                     continue  # not a directory: nothing of git's to protect
                 if dry:
                     try:
-                        found = gitstore.find(fd)
+                        found = gitfind.find(fd)
                     finally:
                         os.close(fd)
                 else:
                     lease.roots[root] = fd
-                    found = gitstore.find(fd)
+                    found = gitfind.find(fd)
                     lease.known[root] = set(found.gitdirs)
                 files += [os.path.join(root, rel) for rel in found.gitfiles]
                 for rel in found.gitdirs:
@@ -133,14 +133,14 @@ class GitKeeper:
             if any(_overlap(r, root) for other in others for r in other.roots):
                 continue
             try:
-                found = gitstore.find(fd)
+                found = gitfind.find(fd)
             except OSError:
                 continue
             for rel in found.gitdirs:
                 if rel in lease.known.get(root, set()):
                     continue
                 try:
-                    for line in gitstore.adopt(fd, root, rel, lease.env):
+                    for line in gitadopt.adopt(fd, root, rel, lease.env):
                         _log(line)
                     self.adopted.add(os.path.normpath(os.path.join(root, rel)))
                 except OSError as e:

@@ -57,10 +57,11 @@ import struct
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .._core import safepath
+from .gitfind import is_dir as _is_dir
 
 # The keys a sandbox's config writes reach the host with: none of them names a
 # program, a file to include, or a command (git lower-cases sections and names).
@@ -168,121 +169,6 @@ def location(gitdir: str, env: Mapping[str, str]) -> str:
     return os.path.join(os.path.normpath(base), "warren", "git", digest)
 
 
-# --- finding repositories ---------------------------------------------------------------
-
-
-@dataclass
-class Found:
-    gitdirs: list[str] = field(default_factory=list)  # relative to the root ("" is the root itself)
-    gitfiles: list[str] = field(default_factory=list)  # ``.git`` files, relative to the root
-
-
-def find(root_fd: int) -> Found:
-    """Every git directory and ``.git`` file beneath a root, walked from its descriptor
-    without following links: ``.git`` directories (and their ``modules/*``), and
-    directories shaped like a bare repository (``HEAD``, ``objects``, ``refs``), which
-    host git run there would take for one."""
-    found = Found()
-    _walk(root_fd, "", found, depth=0)
-    return found
-
-
-def _walk(fd: int, rel: str, found: Found, depth: int) -> None:
-    if depth > 64:
-        return
-    try:
-        with os.scandir(fd) as it:
-            entries = {e.name: e for e in it}
-    except OSError:
-        return
-    names = set(entries)
-    if {"HEAD", "objects", "refs"} <= names and _is_dir(entries["objects"]) and _is_dir(entries["refs"]):
-        found.gitdirs.extend(_with_modules(fd, rel))
-        return
-    git = entries.get(".git")
-    if git is not None:
-        if _is_dir(git):
-            found.gitdirs.extend(_with_modules(fd, _join(rel, ".git"), sub=".git"))
-        elif git.is_file(follow_symlinks=False) and _is_gitfile(fd, ".git"):
-            found.gitfiles.append(_join(rel, ".git"))
-    for name, entry in sorted(entries.items()):
-        if name == ".git" or not _is_dir(entry):
-            continue
-        try:
-            child = safepath.dir_beneath(fd, name)
-        except OSError:
-            continue
-        try:
-            _walk(child, _join(rel, name), found, depth + 1)
-        finally:
-            os.close(child)
-
-
-def _with_modules(parent_fd: int, rel: str, sub: str = "") -> list[str]:
-    """``rel`` (a git directory) and its submodules' git directories, nested."""
-    out = [rel]
-    try:
-        gfd = safepath.dir_beneath(parent_fd, sub) if sub else os.dup(parent_fd)
-    except OSError:
-        return out
-    try:
-        try:
-            mfd = safepath.dir_beneath(gfd, "modules")
-        except OSError:
-            return out
-        try:
-            out.extend(_modules(mfd, _join(rel, "modules")))
-        finally:
-            os.close(mfd)
-    finally:
-        os.close(gfd)
-    return out
-
-
-def _modules(mfd: int, rel: str) -> list[str]:
-    # Submodule names may hold slashes: modules/a/b is a git directory or a level.
-    out: list[str] = []
-    try:
-        with os.scandir(mfd) as it:
-            dirs = sorted(e.name for e in it if _is_dir(e))
-    except OSError:
-        return out
-    for name in dirs:
-        try:
-            cfd = safepath.dir_beneath(mfd, name)
-        except OSError:
-            continue
-        try:
-            with os.scandir(cfd) as it:
-                names = {e.name for e in it}
-            if {"HEAD", "objects"} <= names or {"HEAD", "commondir"} <= names:
-                out.extend(_with_modules(cfd, _join(rel, name)))
-            else:
-                out.extend(_modules(cfd, _join(rel, name)))
-        finally:
-            os.close(cfd)
-    return out
-
-
-def _is_gitfile(fd: int, name: str) -> bool:
-    """A ``.git`` file git follows (``gitdir: PATH``), not a marker such as uv's empty one."""
-    try:
-        return safepath.read_file(fd, name, 4096).startswith(b"gitdir: ")
-    except OSError:
-        return False
-
-
-def _is_dir(entry: os.DirEntry[str]) -> bool:
-    try:
-        return entry.is_dir(follow_symlinks=False)
-    except OSError:
-        return False
-
-
-def _join(rel: str, name: str) -> str:
-    return f"{rel}/{name}" if rel else name
-
-
 # --- one repository's sandbox-side git directory -------------------------------------------
 
 
@@ -341,7 +227,7 @@ def prepare(root_fd: int, root: str, rel: str, env: Mapping[str, str]) -> Shadow
         if safepath.lstat_beneath(tfd, "config") is None:
             data = safepath.read_file(gfd, "config", MAX_CONFIG)
             safepath.write_atomic(tfd, "config", data, mode=0o644)
-            _save_json(sfd, "base.json", {"values": _values_of(sfd, data), "stamps": {}})
+            save_json(sfd, "base.json", {"values": values_of(sfd, data), "stamps": {}})
         _copy_newer_hooks(gfd, tfd)
         sync(shadow)
     except BaseException:
@@ -364,7 +250,7 @@ def _migrate(sfd: int) -> None:
         os.rename("hooks", "tree/hooks", src_dir_fd=sfd, dst_dir_fd=sfd)
     with contextlib.suppress(OSError):
         base = json.loads(safepath.read_file(sfd, "base.json", MAX_CONFIG))
-        _save_json(sfd, "base.json", {"values": base.get("values", {}), "stamps": {}})
+        save_json(sfd, "base.json", {"values": base.get("values", {}), "stamps": {}})
 
 
 def _shared_dirs(gfd: int) -> tuple[str, ...]:
@@ -397,7 +283,7 @@ def sync(shadow: Shadow, gitlink_ok: Callable[[str], bool] | None = None) -> lis
     done += _sync_config(shadow, state, stamps)
     done += _sync_files(shadow, stamps, gitlink_ok)
     _mirror_worktrees(shadow)
-    _save_json(shadow.sfd, "base.json", state)
+    save_json(shadow.sfd, "base.json", state)
     return done
 
 
@@ -419,7 +305,7 @@ def _sync_config(shadow: Shadow, state: dict[str, Any], stamps: dict[str, list[i
         tree_data = safepath.read_file(shadow.tfd, "config", MAX_CONFIG)
     except OSError:
         tree_data = host_data  # gone or not a file inside: the host's again
-    host, mine = _values_of(shadow.sfd, host_data), _values_of(shadow.sfd, tree_data, lenient=True)
+    host, mine = values_of(shadow.sfd, host_data), values_of(shadow.sfd, tree_data, lenient=True)
     pulled = {k: host.get(k, []) for k in {*host, *base} if host.get(k) != base.get(k)}
     pushed = {
         k: mine.get(k, [])
@@ -428,7 +314,7 @@ def _sync_config(shadow: Shadow, state: dict[str, Any], stamps: dict[str, list[i
     }
     done = []
     if pushed:
-        safepath.write_atomic(shadow.gfd, "config", _applied(shadow.sfd, host_data, pushed))
+        safepath.write_atomic(shadow.gfd, "config", applied(shadow.sfd, host_data, pushed))
         host = {**host, **{k: v for k, v in pushed.items() if v}}
         for k, v in pushed.items():
             if not v:
@@ -436,7 +322,7 @@ def _sync_config(shadow: Shadow, state: dict[str, Any], stamps: dict[str, list[i
         done.append(f"{shadow.path}/config: {', '.join(sorted(pushed))} from the sandbox")
     fix = {k: v for k, v in pulled.items() if mine.get(k, []) != v}
     if fix or tree_data is host_data:
-        safepath.write_atomic(shadow.tfd, "config", _applied(shadow.sfd, tree_data, fix))
+        safepath.write_atomic(shadow.tfd, "config", applied(shadow.sfd, tree_data, fix))
     state["values"] = host
     stamps["config:host"] = _stamp(shadow.gfd, "config")
     stamps["config:tree"] = _stamp(shadow.tfd, "config")
@@ -465,12 +351,12 @@ def _sync_files(
         if g_was is None and t_was is None:
             # First meeting: the host's copy is what the tree starts from.
             if g_now:
-                _copy(shadow.gfd, shadow.tfd, name)
+                copy_file(shadow.gfd, shadow.tfd, name)
             elif t_now:
                 safepath.unlink(shadow.tfd, name)
         elif g_now != g_was:
             if g_now:
-                _copy(shadow.gfd, shadow.tfd, name)
+                copy_file(shadow.gfd, shadow.tfd, name)
             else:
                 safepath.unlink(shadow.tfd, name)
         else:
@@ -516,7 +402,7 @@ def _checked(
     return data
 
 
-def _copy(src_fd: int, dst_fd: int, name: str) -> None:
+def copy_file(src_fd: int, dst_fd: int, name: str) -> None:
     st = os.stat(name, dir_fd=src_fd, follow_symlinks=False)
     if not stat.S_ISREG(st.st_mode):
         return
@@ -557,7 +443,7 @@ def _mirror_worktrees(shadow: Shadow) -> None:
                 try:
                     for f in _WORKTREE_FILES:
                         if _stamp(src, f) and _stamp(src, f)[2:] != _stamp(dst, f)[2:]:
-                            _copy(src, dst, f)
+                            copy_file(src, dst, f)
                 finally:
                     os.close(src)
                     os.close(dst)
@@ -621,131 +507,10 @@ def _entries(index: bytes, version: int, count: int, hash_len: int) -> list[str]
     return out
 
 
-# --- repositories made inside -----------------------------------------------------------------
-
-
-def adopt(root_fd: int, root: str, rel: str, env: Mapping[str, str]) -> list[str]:
-    """A git directory made inside a sandbox, once no sandbox can write it: its config
-    and hooks become a store's (the host keeps the ``SYNCED`` keys), ``commondir`` and
-    ``config.worktree`` go, and so does what its worktrees hold of that kind. Returns
-    what was done."""
-    done = []
-    path = os.path.normpath(os.path.join(root, rel))
-    gfd = safepath.dir_beneath(root_fd, rel) if rel else os.dup(root_fd)
-    try:
-        store = location(path, env)
-        os.makedirs(os.path.join(store, "tree", "hooks"), mode=0o700, exist_ok=True)
-        sfd = safepath.open_dir(store)
-        try:
-            tfd = safepath.dir_beneath(sfd, "tree")
-            try:
-                done += _adopt_config(gfd, sfd, tfd, path)
-                done += _adopt_hooks(gfd, tfd, path)
-                for name in ("commondir", "config.worktree"):
-                    if _move_into(gfd, tfd, name):
-                        done.append(f"{path}/{name}: moved into warren's store")
-                done += _adopt_worktrees(gfd, path)
-            finally:
-                os.close(tfd)
-        finally:
-            os.close(sfd)
-    finally:
-        os.close(gfd)
-    return done
-
-
-def _adopt_config(gfd: int, sfd: int, tfd: int, path: str) -> list[str]:
-    try:
-        data = safepath.read_file(gfd, "config", MAX_CONFIG)
-    except FileNotFoundError:
-        return []
-    mine = _values_of(sfd, data, lenient=True)
-    kept = {k: v for k, v in mine.items() if synced(k)}
-    if kept == mine:
-        return []
-    safepath.write_atomic(tfd, "config", data, mode=0o644)
-    reduced = _applied(sfd, b"", kept)
-    safepath.write_atomic(gfd, "config", reduced)
-    _save_json(sfd, "base.json", {"values": kept, "stamps": {}})
-    gone = sorted(set(mine) - set(kept))
-    return [f"{path}/config: {', '.join(gone)} moved into warren's store"]
-
-
-def _adopt_hooks(gfd: int, tfd: int, path: str) -> list[str]:
-    try:
-        hfd = safepath.dir_beneath(gfd, "hooks")
-    except OSError:
-        st = safepath.lstat_beneath(gfd, "hooks")
-        if st is not None:  # a link or a file where hooks/ should be
-            safepath.remove_tree(gfd, "hooks")
-            return [f"{path}/hooks: removed (not a directory)"]
-        return []
-    moved = []
-    try:
-        th = safepath.dir_beneath(tfd, "hooks")
-        try:
-            with os.scandir(hfd) as it:
-                names = [e.name for e in it if not e.name.endswith(".sample")]
-            for name in names:
-                st = os.stat(name, dir_fd=hfd, follow_symlinks=False)
-                if stat.S_ISREG(st.st_mode):
-                    _copy(hfd, th, name)
-                safepath.remove_tree(hfd, name)
-                moved.append(name)
-        finally:
-            os.close(th)
-    finally:
-        os.close(hfd)
-    return [f"{path}/hooks/{', '.join(moved)}: moved into warren's store"] if moved else []
-
-
-def _move_into(gfd: int, tfd: int, name: str) -> bool:
-    st = safepath.lstat_beneath(gfd, name)
-    if st is None:
-        return False
-    if stat.S_ISREG(st.st_mode):
-        _copy(gfd, tfd, name)
-    safepath.remove_tree(gfd, name)
-    return True
-
-
-def _adopt_worktrees(gfd: int, path: str) -> list[str]:
-    done: list[str] = []
-    try:
-        wfd = safepath.dir_beneath(gfd, "worktrees")
-    except OSError:
-        return done
-    try:
-        with os.scandir(wfd) as it:
-            names = [e.name for e in it]
-        for name in names:
-            try:
-                efd = safepath.dir_beneath(wfd, name)
-            except OSError:
-                safepath.remove_tree(wfd, name)
-                continue
-            try:
-                if safepath.lstat_beneath(efd, "config.worktree") is not None:
-                    safepath.remove_tree(efd, "config.worktree")
-                    done.append(f"{path}/worktrees/{name}/config.worktree: removed")
-                try:
-                    common = safepath.read_file(efd, "commondir", 4096).strip()
-                except OSError:
-                    common = b"../.."
-                if common != b"../..":
-                    safepath.remove_tree(efd, "commondir")
-                    done.append(f"{path}/worktrees/{name}/commondir: removed (pointed elsewhere)")
-            finally:
-                os.close(efd)
-    finally:
-        os.close(wfd)
-    return done
-
-
 # --- config files, through git, on private copies ------------------------------------------
 
 
-def _values_of(sfd: int, data: bytes, lenient: bool = False) -> Values:
+def values_of(sfd: int, data: bytes, lenient: bool = False) -> Values:
     """The keys and values of config text ``data`` (read by git from a private copy)."""
     with _private_copy(sfd, data) as path:
         out = _git(["config", "--file", path, "--null", "--list"], ok=(0, 1, 128) if lenient else (0,))
@@ -758,7 +523,7 @@ def _values_of(sfd: int, data: bytes, lenient: bool = False) -> Values:
     return values
 
 
-def _applied(sfd: int, data: bytes, changes: Values) -> bytes:
+def applied(sfd: int, data: bytes, changes: Values) -> bytes:
     """Config text ``data`` with each key of ``changes`` holding exactly its values (an
     empty list removes the key)."""
     with _private_copy(sfd, data) as path:
@@ -804,7 +569,7 @@ def _load_json(sfd: int, name: str) -> dict[str, Any]:
         return {}
 
 
-def _save_json(sfd: int, name: str, data: dict[str, Any]) -> None:
+def save_json(sfd: int, name: str, data: dict[str, Any]) -> None:
     safepath.write_atomic(sfd, name, json.dumps(data).encode(), mode=0o600, fsync=False)
 
 
@@ -829,7 +594,7 @@ def _copy_newer_hooks(gfd: int, tfd: int) -> None:
             if dst and dst[3] >= src[3]:
                 continue
             with contextlib.suppress(OSError):
-                _copy(hfd, th, name)
+                copy_file(hfd, th, name)
     finally:
         os.close(hfd)
         os.close(th)

@@ -1,0 +1,128 @@
+"""Finding git repositories beneath a writable root, without following links.
+
+What host git would take for a repository: a ``.git`` directory (and the git
+directories of its submodules under ``modules/``), a ``.git`` file that names one
+(``gitdir: PATH``; an empty marker such as uv's is not one), and a directory shaped
+like a bare repository (``HEAD``, ``objects``, ``refs``), which git run there uses.
+The walk goes from the root's descriptor through ``safepath``: a link is never
+followed, a directory swapped for one is skipped.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from .._core import safepath
+
+
+@dataclass
+class Found:
+    gitdirs: list[str] = field(default_factory=list)  # relative to the root ("" is the root itself)
+    gitfiles: list[str] = field(default_factory=list)  # ``.git`` files, relative to the root
+
+
+def find(root_fd: int) -> Found:
+    """Every git directory and ``.git`` file beneath a root, walked from its descriptor
+    without following links: ``.git`` directories (and their ``modules/*``), and
+    directories shaped like a bare repository (``HEAD``, ``objects``, ``refs``), which
+    host git run there would take for one."""
+    found = Found()
+    _walk(root_fd, "", found, depth=0)
+    return found
+
+
+def _walk(fd: int, rel: str, found: Found, depth: int) -> None:
+    if depth > 64:
+        return
+    try:
+        with os.scandir(fd) as it:
+            entries = {e.name: e for e in it}
+    except OSError:
+        return
+    names = set(entries)
+    if {"HEAD", "objects", "refs"} <= names and is_dir(entries["objects"]) and is_dir(entries["refs"]):
+        found.gitdirs.extend(_with_modules(fd, rel))
+        return
+    git = entries.get(".git")
+    if git is not None:
+        if is_dir(git):
+            found.gitdirs.extend(_with_modules(fd, _join(rel, ".git"), sub=".git"))
+        elif git.is_file(follow_symlinks=False) and _is_gitfile(fd, ".git"):
+            found.gitfiles.append(_join(rel, ".git"))
+    for name, entry in sorted(entries.items()):
+        if name == ".git" or not is_dir(entry):
+            continue
+        try:
+            child = safepath.dir_beneath(fd, name)
+        except OSError:
+            continue
+        try:
+            _walk(child, _join(rel, name), found, depth + 1)
+        finally:
+            os.close(child)
+
+
+def _with_modules(parent_fd: int, rel: str, sub: str = "") -> list[str]:
+    """``rel`` (a git directory) and its submodules' git directories, nested."""
+    out = [rel]
+    try:
+        gfd = safepath.dir_beneath(parent_fd, sub) if sub else os.dup(parent_fd)
+    except OSError:
+        return out
+    try:
+        try:
+            mfd = safepath.dir_beneath(gfd, "modules")
+        except OSError:
+            return out
+        try:
+            out.extend(_modules(mfd, _join(rel, "modules")))
+        finally:
+            os.close(mfd)
+    finally:
+        os.close(gfd)
+    return out
+
+
+def _modules(mfd: int, rel: str) -> list[str]:
+    # Submodule names may hold slashes: modules/a/b is a git directory or a level.
+    out: list[str] = []
+    try:
+        with os.scandir(mfd) as it:
+            dirs = sorted(e.name for e in it if is_dir(e))
+    except OSError:
+        return out
+    for name in dirs:
+        try:
+            cfd = safepath.dir_beneath(mfd, name)
+        except OSError:
+            continue
+        try:
+            with os.scandir(cfd) as it:
+                names = {e.name for e in it}
+            if {"HEAD", "objects"} <= names or {"HEAD", "commondir"} <= names:
+                out.extend(_with_modules(cfd, _join(rel, name)))
+            else:
+                out.extend(_modules(cfd, _join(rel, name)))
+        finally:
+            os.close(cfd)
+    return out
+
+
+def _is_gitfile(fd: int, name: str) -> bool:
+    """A ``.git`` file git follows (``gitdir: PATH``), not a marker such as uv's empty one."""
+    try:
+        return safepath.read_file(fd, name, 4096).startswith(b"gitdir: ")
+    except OSError:
+        return False
+
+
+def is_dir(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir(follow_symlinks=False)
+    except OSError:
+        return False
+
+
+def _join(rel: str, name: str) -> str:
+    return f"{rel}/{name}" if rel else name
