@@ -147,6 +147,7 @@ _HEAD = re.compile(rb"(ref: refs/[^\0\n]{1,1024}|[0-9a-f]{40}|[0-9a-f]{64})\n?")
 _WORKTREE_FILES = ("HEAD", "ORIG_HEAD", "index", "gitdir", "commondir", "locked")
 MAX_CONFIG = 4 << 20
 MAX_DATA = 256 << 20
+SMALL = 256 << 10  # files up to this size are told apart by content too
 
 Values = dict[str, list[str]]
 
@@ -288,11 +289,19 @@ def sync(shadow: Shadow, gitlink_ok: Callable[[str], bool] | None = None) -> lis
 
 
 def _stamp(fd: int, name: str) -> list[int]:
+    """What tells a file's versions apart: mode, inode, size, times, and for a small
+    file its content (an inode number is reused and times are as coarse as the
+    kernel's tick: ``HEAD`` rewritten twice in one tick keeps all the rest)."""
     try:
         st = os.stat(name, dir_fd=fd, follow_symlinks=False)
     except OSError:
         return []
-    return [st.st_mode, st.st_ino, st.st_size, st.st_mtime_ns]
+    stamp = [st.st_mode, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+    if stat.S_ISREG(st.st_mode) and st.st_size <= SMALL:
+        with contextlib.suppress(OSError):
+            digest = hashlib.blake2b(safepath.read_file(fd, name, SMALL), digest_size=8).digest()
+            stamp.append(int.from_bytes(digest, "big"))
+    return stamp
 
 
 def _sync_config(shadow: Shadow, state: dict[str, Any], stamps: dict[str, list[int]]) -> list[str]:
