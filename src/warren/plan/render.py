@@ -104,8 +104,17 @@ def render(plan: Plan) -> str:
     lines.append(f"  TMPDIR {plan.env.get('TMPDIR', '')}")
     if plan.scratch:
         lines.append(
-            "    made in the workspace (the host's TMPDIR shares its mount, so renames into it work "
-            "as there), ignored by git, removed when the sandbox ends"
+            "    made outside the workspace on its mount (the host's TMPDIR shares that mount, so renames "
+            "into the workspace work as there), mode 0700, removed when the sandbox ends"
+        )
+    else:
+        lines.append("    the private tmpfs /tmp")
+    lines.extend(f"  note: {n}" for n in plan.notes)
+    if plan.repository:
+        lines.append(
+            f"  note: the workspace lies in the git repository {plan.repository}, whose .git is read-only "
+            f"here: git reads it, commits fail; use --workspace {plan.repository}, or "
+            f"--write {plan.repository}/.git if you mean it"
         )
     lines.append(f"network: {plan.net.mode}")
     if plan.net.mode == "none":

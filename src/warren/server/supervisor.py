@@ -50,7 +50,7 @@ from ..errors import (
 )
 from ..net import log as netlog
 from ..net.pasta import Pasta
-from ..plan import CallerFacts, Plan, make_plan
+from ..plan import CallerFacts, Plan, make_plan, tmpdir
 from ..plan.facts import gather, paths_of
 from ..plan.mounts import git_spare, strip_nested
 from ..policy import build, config
@@ -175,11 +175,14 @@ class Supervisor:
             self.links.load(os.path.join(root, LINKS_FILE))
         self.wake_r, self.wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         self.cgroup_records = os.path.join(root, "cgroups") if root is not None else None
+        self.tmp_records = os.path.join(root, "tmpdirs") if root is not None else None
         self.stdin_pipes = stdin.StdinPipes(root, self.sel) if root is not None else None
         if self.registry is not None:
             self.registry.orphaned(os.getpid(), self.start_time)
         if self.cgroup_records is not None:
             cgroups.sweep(self.cgroup_records)
+        if self.tmp_records is not None:
+            launch.sweep_scratch(self.tmp_records)
 
     # --- the loop ----------------------------------------------------------------------
 
@@ -563,18 +566,20 @@ class Supervisor:
         found = self.links.scan(
             roots, shared=[str(r.path) for r in policy.writable if r.source != "workspace"]
         )
+        ws_path = str(policy.workspace)
         host = gather(
-            paths_of(paths, caller),
+            [*paths_of(paths, caller), *tmpdir.candidates(ws_path, caller.env, caller.home)],
             state_dir=state_dir,
             outside_links=tuple((o.path, o.world_readable) for o in found),
             git=self._git_stores(roots, caller.env),
+            workspace=ws_path,
         )
         return make_plan(
             policy,
             host,
             caller,
             cwd=str(policy.workspace) if long_lived else cwd,
-            scratch_id=secrets.token_hex(6),
+            scratch_id=secrets.token_hex(12),
         )
 
     def _git_stores(self, roots: list[str], env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
@@ -592,7 +597,9 @@ class Supervisor:
         return tuple(stores)
 
     def _launch(self, plan: Plan, name: str, oneshot: bool) -> Box:
-        launched = launch.launch(plan, oneshot=oneshot, record_dir=self.cgroup_records)
+        launched = launch.launch(
+            plan, oneshot=oneshot, record_dir=self.cgroup_records, tmp_records=self.tmp_records
+        )
         box = Box(
             name=name,
             id=secrets.token_hex(6),
