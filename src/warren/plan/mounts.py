@@ -98,6 +98,24 @@ def group_writable_roots(roots: Iterable[str], facts: HostFacts) -> list[Group]:
     return sorted(groups, key=lambda g: (g.overlaid is not None, g.mount_at.count("/"), g.mount_at))
 
 
+def tmp_views(groups: Iterable[Group], facts: HostFacts) -> list[str]:
+    """Where roots under /tmp would have shared a mount: their common ancestors there
+    (split below directories never shared), each shown read-only beneath the roots'
+    own grafts, so the siblings a shared mount would have shown stay visible."""
+    by_mount: dict[int, list[str]] = {}
+    for g in groups:
+        if g.overlaid == WRITABLE_FRESH:
+            entry = mount_of(g.mount_at, facts.mounts)
+            by_mount.setdefault(entry.mount_id if entry else -1, []).append(g.mount_at)
+    out: list[str] = []
+    for members in by_mount.values():
+        ancestor = _common_ancestor(members)
+        if not within(ancestor, WRITABLE_FRESH):
+            ancestor = WRITABLE_FRESH
+        out.extend(at for at, part in _unshared(ancestor, members) if len(part) > 1)
+    return out
+
+
 # A shared mount exposes the metadata of the directories between its top and the
 # roots (chmod, utimes): never at the root or a directory the whole system shares.
 NEVER_SHARED = frozenset(
@@ -252,24 +270,25 @@ def plan_mounts(
                 readonly=True,
             )
         )
-    grafted_repo = repository if repository and overlaid_base(repository) else None
-    if grafted_repo:
-        ops.append(
-            MountOp(
-                MountKind.BIND_RO,
-                grafted_repo,
-                grafted_repo,
-                why="the git repository the workspace lies in, read-only (git finds it as on the host)",
-                mkdir=True,
-            )
+    # Read-only views grafted before the writable roots under a fresh directory: what
+    # lies around roots under /tmp (a shared mount would have shown it), and a git
+    # repository above the workspace. Read-only mounts: nothing of the host's there is
+    # writable, whatever Landlock grants on /tmp.
+    views = {
+        at: "the host's directory around writable roots under /tmp, read-only"
+        for at in tmp_views(groups, facts)
+    }
+    if repository and overlaid_base(repository):
+        views[repository] = (
+            "the git repository the workspace lies in, read-only (git finds it as on the host)"
         )
+    for at in sorted(views, key=lambda v: (v.count("/"), v)):
+        ops.append(MountOp(MountKind.BIND_RO, at, at, why=views[at], mkdir=True))
     for g in groups:
         if g.overlaid is not None:
             add_group(g)
 
-    visible_grafts = [g.mount_at for g in groups if g.overlaid is not None]
-    if grafted_repo:
-        visible_grafts.append(grafted_repo)
+    visible_grafts = [g.mount_at for g in groups if g.overlaid is not None] + list(views)
 
     def visible(path: str) -> bool:
         base = overlaid_base(path)
