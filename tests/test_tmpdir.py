@@ -340,7 +340,13 @@ def test_pip_uninstalls_from_a_workspace_venv(shape: Shape) -> None:
         "venv/bin/pip uninstall -y -q warrendemo; "
         "venv/bin/python -c 'import warrendemo' 2>/dev/null && echo still-there || echo gone"
     )
-    r = shape.run(["sh", "-c", script], PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_CONFIG_FILE=os.devnull)
+    r = shape.run(
+        ["sh", "-c", script],
+        "--read",  # under /tmp a sibling of the workspace is not there unless named
+        str(wheels),
+        PIP_DISABLE_PIP_VERSION_CHECK="1",
+        PIP_CONFIG_FILE=os.devnull,
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1] == "gone"
     assert not list(shape.ws.glob("venv/lib/python3*/site-packages/warrendemo"))
@@ -384,9 +390,10 @@ def _host_targets(shape: Shape) -> tuple[Path, Path]:
     return target_file, target_dir
 
 
+@pytest.mark.parametrize("shape", ["home", "var_tmp"], indirect=True)
 def test_clean_up_of_tmpdir_never_follows_a_link_the_sandbox_planted(shape: Shape) -> None:
-    if shape.kind == "tmp":
-        pytest.skip("a workspace under /tmp has the private tmpfs as TMPDIR: nothing to clean on the host")
+    if _host_rename(_host_tmpdir(), shape.ws) != "renamed":
+        pytest.skip("the host's TMPDIR is on another filesystem than the workspace: no TMPDIR is made")
     target_file, target_dir = _host_targets(shape)
     name = f"links{os.getpid()}"
     assert run_cli(["create", name], cwd=shape.ws, env=shape.env()).returncode == 0
@@ -404,9 +411,10 @@ def test_clean_up_of_tmpdir_never_follows_a_link_the_sandbox_planted(shape: Shap
     assert (target_dir / "inner.txt").read_text() == "keep me too\n"
 
 
+@pytest.mark.parametrize("shape", ["home", "var_tmp"], indirect=True)
 def test_tmpdir_left_by_a_killed_supervisor_is_swept_by_the_next_one(shape: Shape) -> None:
-    if shape.kind == "tmp":
-        pytest.skip("a workspace under /tmp has the private tmpfs as TMPDIR: nothing left on the host")
+    if _host_rename(_host_tmpdir(), shape.ws) != "renamed":
+        pytest.skip("the host's TMPDIR is on another filesystem than the workspace: no TMPDIR is made")
     target_file, target_dir = _host_targets(shape)
     name = f"swept{os.getpid()}"
     assert run_cli(["create", name], cwd=shape.ws, env=shape.env()).returncode == 0
