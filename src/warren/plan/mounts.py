@@ -10,7 +10,10 @@ Roots under ``/tmp`` are grafted one by one into the sandbox's fresh ``/tmp``, n
 through a shared ancestor: the sandbox's ``/tmp`` is always writable, and a Landlock
 rule granting that covers everything below it, so a host directory between a grafted
 bind and its roots would be writable too (new files beside the workspace, the
-workspace renamed away). A grafted bind that is itself the root exposes none.
+workspace renamed away). A grafted bind that is itself the root exposes none; what a
+shared bind would have shown around them is grafted first as a read-only view
+(``tmp_views``), which no Landlock rule can make writable. The price: hardlinks and
+renames between two roots under ``/tmp`` are EXDEV (warned about at launch).
 """
 
 from __future__ import annotations
