@@ -494,3 +494,14 @@ def test_git_commit_in_a_repository_subdirectory_works_with_its_git_directory_gr
     assert "warren: hint:" not in r.stderr
     log = subprocess.run(["git", "log", "--format=%s"], cwd=root, capture_output=True, text=True)
     assert log.stdout.splitlines() == ["second", "first commit"]
+
+
+def test_a_unix_socket_in_tmpdir_works(shape: Shape) -> None:
+    code = (
+        "import os, socket; p = os.path.join(os.environ['TMPDIR'], 's'); "
+        "l = socket.socket(socket.AF_UNIX); l.bind(p); l.listen(); "
+        "c = socket.socket(socket.AF_UNIX); c.connect(p); c.send(b'x'); "
+        "a, _ = l.accept(); print(a.recv(1).decode()); os.unlink(p)"
+    )
+    r = shape.run(["python3", "-c", code])
+    assert (r.returncode, r.stdout) == (0, "x\n"), r.stderr
