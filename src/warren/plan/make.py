@@ -72,11 +72,11 @@ def make_plan(
     scratch = _tmpdir.scratch_tmpdir(
         workspace, ws_writable, caller.env, caller.home, host, scratch_id, shared=abi >= 2
     )
-    notes: list[str] = []
-    if ws_writable and workspace in host.writable_dirs and scratch_id is not None:
-        note = _tmpdir.limit(workspace, caller.env, host, scratch)
-        if note:
-            notes.append(note)
+    tmp_limit = (
+        _tmpdir.limit(workspace, caller.env, host, scratch)
+        if ws_writable and workspace in host.writable_dirs and scratch_id is not None
+        else None
+    )
     # The sandbox's TMPDIR is a writable root of its own: it joins the workspace's mount.
     roots = [*writable, scratch.path] if scratch else writable
     # A repository above the workspace: visible inside (``plan_mounts``), and named in
@@ -96,6 +96,9 @@ def make_plan(
         repository=repository,
     )
     warnings.extend(mounts.warnings)
+    notes = list(mounts.notes)
+    if tmp_limit:
+        notes.append(tmp_limit)
     warnings.extend(credential_warnings(passed(policy, caller.env)[1]))
     devices = tuple(
         f"/dev/{n}" for n in ("null", "zero", "full", "tty") if host.kind(f"/dev/{n}") != "missing"

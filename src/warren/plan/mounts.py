@@ -158,14 +158,25 @@ def split_warnings(groups: list[Group], facts: HostFacts) -> list[str]:
                     "hardlinks and renames between them will fail with EXDEV (uv: 'falling back "
                     f"to full copy'). Keep workspace and caches both outside {g.overlaid}."
                 )
-        if len(inside) > 1:
-            out.append(
-                f"{', '.join(r for g in inside for r in g.roots)} are on one host filesystem under "
-                f"{inside[0].overlaid}, which the sandbox gets fresh (and writable): each is a mount of its "
-                "own there, so hardlinks and renames between them will fail with EXDEV. Keep them "
-                f"outside {inside[0].overlaid} to share one mount."
-            )
     return out
+
+
+def tmp_notes(groups: list[Group], facts: HostFacts) -> list[str]:
+    """Roots under /tmp on one host filesystem: each a mount of its own (a known limit,
+    shown by ``warren plan``; the tools say so themselves when they copy)."""
+    by_mount: dict[int, list[str]] = {}
+    for g in groups:
+        if g.overlaid == WRITABLE_FRESH:
+            entry = mount_of(g.mount_at, facts.mounts)
+            by_mount.setdefault(entry.mount_id if entry else -1, []).extend(g.roots)
+    return [
+        f"{', '.join(roots)} are on one host filesystem under {WRITABLE_FRESH}, which the sandbox gets "
+        "fresh and writable: each is a mount of its own there, so hardlinks and renames between them "
+        f"fail with EXDEV (uv: 'falling back to full copy'). Keep them outside {WRITABLE_FRESH} to share "
+        "one mount."
+        for roots in by_mount.values()
+        if len(roots) > 1
+    ]
 
 
 def mask_ops(group: Group) -> list[MountOp]:
@@ -201,6 +212,7 @@ class MountPlan:
     ops: tuple[MountOp, ...]
     groups: tuple[Group, ...]
     warnings: tuple[str, ...]
+    notes: tuple[str, ...] = ()
 
 
 def git_spare(i: int) -> str:
@@ -343,7 +355,7 @@ def plan_mounts(
     ops.append(MountOp(MountKind.PROC, "/proc", why="fresh /proc: only the sandbox's processes"))
     for path in PROC_READONLY:
         ops.append(MountOp(MountKind.RO_SELF, path, why="kernel tunables stay read-only"))
-    return MountPlan(tuple(ops), tuple(groups), tuple(warnings))
+    return MountPlan(tuple(ops), tuple(groups), tuple(warnings), tuple(tmp_notes(groups, facts)))
 
 
 def _deny_op(path: str, source: str, facts: HostFacts) -> list[MountOp]:

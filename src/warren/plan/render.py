@@ -43,6 +43,7 @@ def render(plan: Plan) -> str:
     lines: list[str] = []
     for w in plan.warnings:
         lines.append(f"WARNING: {w}")
+    lines.extend(f"note: {n}" for n in plan.notes)
     lines.append("identity")
     lines.append(f"  uid_map {plan.uid_map}   gid_map {plan.gid_map}   setgroups deny")
     lines.append("  namespaces: user mount pid ipc uts net cgroup; hostname " + plan.hostname)
@@ -109,7 +110,6 @@ def render(plan: Plan) -> str:
         )
     else:
         lines.append("    the private tmpfs /tmp")
-    lines.extend(f"  note: {n}" for n in plan.notes)
     if plan.repository:
         lines.append(
             f"  note: the workspace lies in the git repository {plan.repository}, whose .git is read-only "
