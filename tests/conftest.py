@@ -112,7 +112,8 @@ def _make_layout(base: Path) -> Layout:
 
 @pytest.fixture
 def layout(tmp_path: Path) -> Layout:
-    """W and C under /tmp: the sandbox grafts their shared bind into its private /tmp."""
+    """W and C under /tmp: the sandbox grafts each into its private /tmp, on a read-only
+    view of the directory around them."""
     return _make_layout(tmp_path / "proj")
 
 

@@ -12,6 +12,14 @@ from pathlib import Path
 import pytest
 
 from conftest import Layout, make_wheel
+from warren.plan.mounts import WRITABLE_FRESH, within
+
+
+def _apart(layout: Layout) -> bool:
+    """W and C under /tmp: each is grafted alone into the sandbox's writable /tmp (on a
+    read-only view of what is around them), so they cannot share a mount: a known limit
+    that `warren plan` notes (README, Known limits)."""
+    return within(str(layout.root), WRITABLE_FRESH)
 
 
 def test_files_and_dirs_created_inside_are_owned_by_the_caller(any_layout: Layout) -> None:
@@ -33,6 +41,10 @@ os.makedirs('.venv', exist_ok=True)
 os.link({str(src)!r}, '.venv/f')
 """
     r = any_layout.py(code)
+    if _apart(any_layout):
+        assert r.returncode != 0 and "Invalid cross-device link" in r.stderr, r.stderr
+        assert src.stat().st_nlink == 1
+        return
     assert r.returncode == 0, r.stderr
     linked = any_layout.workspace / ".venv" / "f"
     assert linked.stat().st_ino == src.stat().st_ino
@@ -53,6 +65,12 @@ assert r == 0, os.strerror(ctypes.get_errno())
 os.rename({str(c / "g")!r}, "g")
 """
     r = any_layout.py(code)
+    if _apart(any_layout):
+        # Within the cache a rename is one; from the cache into the workspace, EXDEV.
+        assert r.returncode != 0 and "Invalid cross-device link" in r.stderr, r.stderr
+        assert (c / "archive-v0" / "ID" / "inner").read_text() == "x"
+        assert (c / "g").read_text() == "moved"
+        return
     assert r.returncode == 0, r.stderr
     assert (c / "archive-v0" / "ID" / "inner").read_text() == "x"
     assert not (c / ".tmpX").exists()
@@ -117,8 +135,13 @@ def test_uv_install_from_warm_cache_hardlinks_into_workspace_venv(any_layout: La
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().endswith("42")
-    assert "falling back" not in r.stderr.lower(), r.stderr
     installed = next(any_layout.workspace.glob(".venv/lib/python3*/site-packages/warrendemo/data.py"))
+    if _apart(any_layout):
+        # uv says so and copies, as it does between two filesystems.
+        assert "falling back" in r.stderr.lower(), r.stderr
+        assert installed.stat().st_nlink == 1
+        return
+    assert "falling back" not in r.stderr.lower(), r.stderr
     assert installed.stat().st_nlink > 1, "installed file is a copy, not a hardlink from the cache"
     assert installed.stat().st_uid == os.getuid()
 

@@ -1,5 +1,5 @@
-"""Pure: what each preset makes writable and passes, credentials kept out, and where
-the sandbox's TMPDIR goes (no sandbox runs)."""
+"""Pure: what each preset makes writable and passes, credentials kept out (no sandbox
+runs). Where the sandbox's TMPDIR goes: tests/test_tmpdir.py."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from warren.policy import PolicySpec, build
 from warren.policy import presets as _presets
 
 ROOT_ONLY = "22 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n"
-SHM_TMPFS = ROOT_ONLY + "30 22 0:50 / /dev/shm rw - tmpfs tmpfs rw\n"
 
 
 def _build(tmp_path: Path, presets: list[str], env: dict[str, str], **kw: object) -> object:
@@ -143,34 +142,6 @@ def test_preset_index_url_loses_its_credentials_with_a_warning(tmp_path: Path) -
     kept = _plan(tmp_path, ROOT_ONLY, env, env_pass=["PIP_INDEX_URL"])
     assert kept.env["PIP_INDEX_URL"] == env["PIP_INDEX_URL"]  # type: ignore[attr-defined]
     assert not any("PIP_INDEX_URL" in w for w in kept.warnings)  # type: ignore[attr-defined]
-
-
-def test_tmpdir_goes_into_the_workspace_when_the_hosts_shares_its_mount(tmp_path: Path) -> None:
-    plan = _plan(tmp_path, ROOT_ONLY, {})
-    ws = str(tmp_path / "proj")
-    assert plan.env["TMPDIR"] == f"{ws}/.warren-tmp-abc"  # type: ignore[attr-defined]
-    assert plan.scratch == f"{ws}/.warren-tmp-abc"  # type: ignore[attr-defined]
-
-
-def test_tmpdir_stays_private_tmpfs_when_the_hosts_is_another_mount(tmp_path: Path) -> None:
-    plan = _plan(tmp_path, SHM_TMPFS, {"TMPDIR": "/dev/shm"})
-    # The private tmpfs (its /tmp, or a directory in it when /tmp holds the workspace's bind).
-    assert plan.env["TMPDIR"].startswith("/tmp") and plan.scratch is None  # type: ignore[attr-defined]
-    plan = _plan(tmp_path, SHM_TMPFS, {"TMPDIR": "/var/tmp"})
-    assert plan.scratch is not None  # type: ignore[attr-defined]
-
-
-def test_tmpdir_stays_private_for_a_read_only_workspace(tmp_path: Path) -> None:
-    plan = _plan(tmp_path, ROOT_ONLY, {}, workspace_writable=False)
-    assert plan.scratch is None  # type: ignore[attr-defined]
-
-
-def test_tmpdir_stays_private_for_a_workspace_the_caller_cannot_write(tmp_path: Path) -> None:
-    p = _build(tmp_path, ["pip"], {})
-    host = HostFacts(parse_mountinfo(ROOT_ONLY), 7, 40, True)  # the workspace is not among writable_dirs
-    caller = CallerFacts(1001, 1001, str(tmp_path), {"HOME": str(tmp_path)}, str(tmp_path / "proj"))
-    plan = _make_plan(p, host, caller, scratch_id="abc")  # type: ignore[arg-type]
-    assert plan.scratch is None and plan.env["TMPDIR"].startswith("/tmp")
 
 
 @pytest.mark.parametrize(

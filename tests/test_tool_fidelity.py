@@ -367,19 +367,23 @@ def test_tmpdir_renames_into_the_workspace_as_on_the_host(home: Home) -> None:
     assert r.returncode == 0, r.stderr
     tmpdir, same_dev, outcome = r.stdout.split("\n")[:3]
     assert outcome == host, (tmpdir, outcome, host)
-    if host == "renamed":
-        assert tmpdir.startswith(f"{home.ws}/.warren-tmp-") and same_dev == "True"
+    if host == "renamed":  # a directory of its own beside the workspace, on its filesystem
+        assert not tmpdir.startswith(f"{home.ws}/") and same_dev == "True"
     assert (home.ws / "renamed").read_text() == "x"
-    assert [p.name for p in home.ws.iterdir()] == ["renamed"], "the sandbox's TMPDIR is removed"
+    assert [p.name for p in home.ws.iterdir()] == ["renamed"], "nothing else in the workspace"
+    assert tmpdir == "/tmp" or not os.path.lexists(tmpdir), "the sandbox's TMPDIR is removed"
 
 
 def test_tmpdir_a_command_filled_is_removed_with_what_it_holds(home: Home) -> None:
     if _host_rename(os.environ.get("TMPDIR") or "/tmp", home.ws) != "renamed":
         pytest.skip("the host's TMPDIR is on another filesystem than the workspace: no TMPDIR is made there")
-    fill = 'mkdir "$TMPDIR/d" && echo x > "$TMPDIR/d/f" && echo y > "$TMPDIR/g" && rm "$TMPDIR/.gitignore"'
+    fill = 'mkdir "$TMPDIR/d" && echo x > "$TMPDIR/d/f" && echo y > "$TMPDIR/g" && echo "$TMPDIR"'
     r = home.run(["sh", "-c", fill])
     assert r.returncode == 0, r.stderr
-    assert [p.name for p in home.ws.iterdir()] == [], "the sandbox's TMPDIR is removed, whatever it holds"
+    tmpdir = r.stdout.strip()
+    assert not tmpdir.startswith(f"{home.ws}/") and os.path.isabs(tmpdir)
+    assert not os.path.lexists(tmpdir), "the sandbox's TMPDIR is removed, whatever it holds"
+    assert [p.name for p in home.ws.iterdir()] == []
 
 
 def test_tmpdir_on_another_filesystem_stays_a_private_tmpfs(home: Home) -> None:
@@ -503,24 +507,29 @@ def test_rustup_answers_offline_questions(home: Home) -> None:
     assert r.stdout == host.stdout
 
 
-def test_tmpdir_removed_by_git_clean_is_there_again_for_the_next_exec(home: Home) -> None:
+def test_tmpdir_emptied_by_a_command_is_there_for_the_next_exec(home: Home) -> None:
     if _host_rename(os.environ.get("TMPDIR") or "/tmp", home.ws) != "renamed":
         pytest.skip("the host's TMPDIR is on another filesystem than the workspace: no TMPDIR is made there")
     name = f"clean{os.getpid()}"
     assert run_cli(["create", name], cwd=home.ws, env=home.env()).returncode == 0
     try:
-        gone = run_cli(
-            ["exec", name, "sh", "-c", 'rm -rf "$TMPDIR"; test ! -e "$TMPDIR"'], cwd=home.ws, env=home.env()
+        # git clean in the workspace never reaches it (it is not there); rm -rf empties
+        # it but cannot remove it (its parent is not writable).
+        script = (
+            'git init -q . && echo x > "$TMPDIR/f" && git clean -qfdx && cat "$TMPDIR/f"; rm -rf "$TMPDIR"'
         )
-        assert gone.returncode == 0, gone.stderr
+        gone = run_cli(["exec", name, "sh", "-c", script], cwd=home.ws, env=home.env())
+        assert gone.stdout == "x\n", gone.stderr
         again = run_cli(
             ["exec", name, "python3", "-c", "import tempfile; print(tempfile.mkstemp()[1])"], cwd=home.ws
         )
         assert again.returncode == 0, again.stderr
-        assert again.stdout.startswith(f"{home.ws}/.warren-tmp-"), again.stdout
+        made = again.stdout.strip()
+        assert os.path.exists(made) and not made.startswith(f"{home.ws}/"), made
     finally:
         assert run_cli(["rm", "-f", name], cwd=home.ws, env=home.env()).returncode == 0
-    assert list(home.ws.iterdir()) == []
+    assert not os.path.lexists(made)
+    assert sorted(p.name for p in home.ws.iterdir()) == [".git"]
 
 
 # --- pre-commit: its hook environments live in its own home -----------------------------------

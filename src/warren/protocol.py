@@ -523,6 +523,7 @@ class Started(Message):
     warnings: list[str] = []
     spawn_id: str | None = None
     network: str = ""  # the sandbox's network mode (for hints)
+    repository: str | None = None  # a git repository above the workspace, read-only (for hints)
 
 
 class Exited(Message):

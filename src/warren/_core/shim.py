@@ -302,8 +302,8 @@ class Shim:
             cwd, warnings = _default_cwd(self.plan)
         env = {**self.plan.env, **cmd.env}
         if self.plan.scratch:
-            # The sandbox's TMPDIR in the workspace, removed by an earlier command
-            # (git clean -fdx): made again, empty, so this command has one.
+            # The sandbox's TMPDIR, removed by an earlier command (possible only where
+            # its parent is writable too): made again, empty, so this command has one.
             with contextlib.suppress(OSError):
                 os.mkdir(self.plan.scratch, 0o700)
         path = resolve_command(cmd.argv[0], env.get("PATH", ""))
@@ -339,7 +339,12 @@ class Shim:
             meta = {"pid": pid, "argv": cmd.argv, "cwd": cwd, "started": time.time()}
             os.pwrite(self.fds[3], json.dumps(meta).encode(), 0)
         started = protocol.Started(
-            pid=pid, cwd=cwd, warnings=warnings, spawn_id=self.spawn_id, network=self.plan.net.mode
+            pid=pid,
+            cwd=cwd,
+            warnings=warnings,
+            spawn_id=self.spawn_id,
+            network=self.plan.net.mode,
+            repository=self.plan.repository,
         )
         wire.send(self.conn, started, fds=[master] if master >= 0 else [])
         if master >= 0:

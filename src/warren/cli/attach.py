@@ -87,6 +87,7 @@ class Attached:
         self.wake_r, self.wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         self.pending: list[int] = []
         self.network = ""
+        self.repository: str | None = None
 
     def run(self) -> int:
         command = self.message.command
@@ -173,6 +174,7 @@ class Attached:
                     raise from_record(msg.error.to_fields())
                 if isinstance(msg, protocol.Started):
                     self.network = msg.network
+                    self.repository = msg.repository
                     for w in msg.warnings:
                         _say(f"warren: WARNING: {w}")
                     if fds:
@@ -214,9 +216,9 @@ class Attached:
                 "registries use --network allow (presets add theirs) or --allow-host HOST"
             )
         if code != 0:
-            from .hints import installs_programs
+            from .hints import installs_programs, writes_repository
 
-            hint = installs_programs(self.argv)
+            hint = installs_programs(self.argv) or writes_repository(self.argv, self.repository)
             if hint:
                 _say(hint)
         return code

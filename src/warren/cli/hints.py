@@ -1,5 +1,6 @@
 """Hints for a command that failed in a sandbox: which tool commands install programs
-where no preset lets them write. Pure (argv in, text out).
+where no preset lets them write, and which git commands write a repository whose
+``.git`` lies above the workspace (read-only there). Pure (argv in, text out).
 
 A preset makes a tool's caches writable, never the places its programs land for your
 PATH (``~/.local/bin``, ``~/.cargo/bin``, ``~/go/bin``, npm's global prefix, a
@@ -62,3 +63,38 @@ def installs_programs(argv: list[str]) -> str | None:
             f"or install into the workspace{how}"
         )
     return None
+
+
+# git commands that write the repository (its index, objects, refs or config).
+_GIT_WRITES = frozenset(
+    (
+        *("add", "am", "apply", "branch", "checkout", "cherry-pick", "clean", "commit", "config"),
+        *("fetch", "gc", "merge", "mv", "notes", "pull", "push", "rebase", "reset", "restore"),
+        *("revert", "rm", "stash", "switch", "tag", "update-index", "update-ref", "worktree"),
+    )
+)
+_GIT_VALUED = frozenset(("-C", "-c", "--git-dir", "--work-tree", "--namespace", "--exec-path"))
+
+
+def _git_verb(argv: list[str]) -> str | None:
+    if not argv or os.path.basename(argv[0]) != "git":
+        return None
+    rest = iter(argv[1:])
+    for arg in rest:
+        if arg in _GIT_VALUED:
+            next(rest, None)
+        elif not arg.startswith("-"):
+            return arg
+    return None
+
+
+def writes_repository(argv: list[str], repository: str | None) -> str | None:
+    """A one-line hint when ``argv`` is a git command that writes the repository and
+    the workspace lies in ``repository`` whose ``.git`` is read-only in the sandbox."""
+    if not repository or _git_verb(argv) not in _GIT_WRITES:
+        return None
+    return (
+        f"warren: hint: the workspace lies in the git repository {repository}, whose .git is outside "
+        f"the workspace and read-only here; use --workspace {repository}, or --write {repository}/.git "
+        "if you mean to let the sandbox write it"
+    )

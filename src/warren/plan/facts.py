@@ -131,6 +131,9 @@ class HostFacts:
     # Which cgroups this caller may use, and the RAM the default limits scale with.
     cgroups: CgroupFacts = field(default_factory=lambda: CgroupFacts(uid=-1))
     mem_total: int = 4 << 30
+    # The root of the git repository the workspace lies in when its .git is above the
+    # workspace (None when the workspace is a repository of its own, or in none).
+    repository: str | None = None
 
     def kind(self, path: str) -> PathKind:
         return self.path_kinds.get(path, "missing")
@@ -198,12 +201,36 @@ def landlock_abi(kernel_abi: int, env: Mapping[str, str]) -> int:
     return kernel_abi
 
 
+def enclosing_repository(workspace: str) -> str | None:
+    """The directory above ``workspace`` holding the ``.git`` git would find from it
+    (None when the workspace has its own, or there is none), as git searches: upward,
+    not across a filesystem boundary."""
+    try:
+        if os.path.lexists(os.path.join(workspace, ".git")):
+            return None
+        dev = os.stat(workspace).st_dev
+    except OSError:
+        return None
+    path = workspace
+    while path != "/":
+        path = os.path.dirname(path)
+        try:
+            if os.stat(path).st_dev != dev:
+                return None
+        except OSError:
+            return None
+        if os.path.lexists(os.path.join(path, ".git")):
+            return path
+    return None
+
+
 def gather(
     extra_paths: Iterable[str] = (),
     state_dir: str | None = None,
     outside_links: tuple[tuple[str, bool], ...] = (),
     git: tuple[GitDir, ...] = (),
     git_files: tuple[str, ...] = (),
+    workspace: str | None = None,
 ) -> HostFacts:
     with open("/proc/self/mountinfo") as f:
         mounts = parse_mountinfo(f.read())
@@ -224,6 +251,7 @@ def gather(
         writable_dirs=frozenset(p for p in paths if kinds[p] == "dir" and os.access(p, os.W_OK)),
         cgroups=_cgroups.probe(os.getuid()),
         mem_total=mem_total(),
+        repository=enclosing_repository(workspace) if workspace else None,
     )
 
 

@@ -15,11 +15,11 @@ from ..policy import Policy
 from . import landlock as _landlock
 from . import limits as _limits
 from . import seccomp as _seccomp
+from . import tmpdir as _tmpdir
 from .env import credential_warnings, environment, passed
 from .facts import CallerFacts, HostFacts, landlock_abi
 from .model import NetPlan, Plan
 from .mounts import OVERLAID, guarded_ancestors, plan_mounts, strip_nested, within
-from .tmpdir import scratch_tmpdir
 
 STATE_DIR_SOURCE = "warren's state directory"
 
@@ -34,8 +34,8 @@ def make_plan(
 ) -> Plan:
     """``cwd``: where commands start by default (absolute, or relative to the
     workspace); None means the caller's directory when it lies in the workspace, else
-    the workspace. ``scratch_id``: a fresh random name part for a TMPDIR inside the
-    workspace (see ``tmpdir``); None keeps TMPDIR on the private tmpfs."""
+    the workspace. ``scratch_id``: a fresh random name part for the sandbox's TMPDIR
+    outside the workspace (see ``tmpdir``); None keeps TMPDIR on the private tmpfs."""
     if not host.machine_supported:
         raise HostError(
             "this architecture is not supported",
@@ -67,16 +67,38 @@ def make_plan(
     denied = [(str(r.path), r.source) for r in policy.denied]
     if host.state_dir and host.kind(host.state_dir) == "dir":
         denied.append((host.state_dir, STATE_DIR_SOURCE))
+    workspace = str(policy.workspace)
+    ws_writable = any(r.path == policy.workspace for r in policy.writable)
+    scratch = _tmpdir.scratch_tmpdir(
+        workspace, ws_writable, caller.env, caller.home, host, scratch_id, shared=abi >= 2
+    )
+    tmp_limit = (
+        _tmpdir.limit(workspace, caller.env, host, scratch)
+        if ws_writable and workspace in host.writable_dirs and scratch_id is not None
+        else None
+    )
+    # The sandbox's TMPDIR is a writable root of its own: it joins the workspace's mount.
+    roots = [*writable, scratch.path] if scratch else writable
+    # A repository above the workspace: visible inside (``plan_mounts``), and named in
+    # hints while its .git is not writable.
+    repository = host.repository if ws_writable else None
+    readonly_repository = (
+        repository if repository and not any(within(f"{repository}/.git", r) for r in writable) else None
+    )
     mounts = plan_mounts(
-        writable,
+        roots,
         [str(r.path) for r in policy.readable],
         denied,
         ["/run", "/var/run", caller.env.get("XDG_RUNTIME_DIR", "")],
         host,
         shared=abi >= 2,
         tmp_size=limits.limits.tmp_size or None,
+        repository=repository,
     )
     warnings.extend(mounts.warnings)
+    notes = list(mounts.notes)
+    if tmp_limit:
+        notes.append(tmp_limit)
     warnings.extend(credential_warnings(passed(policy, caller.env)[1]))
     devices = tuple(
         f"/dev/{n}" for n in ("null", "zero", "full", "tty") if host.kind(f"/dev/{n}") != "missing"
@@ -84,12 +106,8 @@ def make_plan(
     unreadable = tuple(
         str(r.path) for r in policy.denied if not any(within(str(r.path), w) for w in writable)
     )
-    workspace = str(policy.workspace)
-    scratch = scratch_tmpdir(
-        workspace, any(r.path == policy.workspace for r in policy.writable), caller.env, host, scratch_id
-    )
     landlock = (
-        _landlock.plan(abi, strip_nested(writable), (mounts.tmpdir, "/dev/shm"), devices, unreadable)
+        _landlock.plan(abi, strip_nested(roots), ("/tmp", "/dev/shm"), devices, unreadable)
         if abi >= 2
         else None
     )
@@ -99,7 +117,7 @@ def make_plan(
         seccomp=_seccomp.build(allow_nested=policy.allow_nested),
         uid=caller.uid,
         gid=caller.gid,
-        env=environment(policy, caller.env, caller.home, scratch or mounts.tmpdir),
+        env=environment(policy, caller.env, caller.home, scratch.path if scratch else "/tmp"),
         workspace=workspace,
         cwd=_cwd(workspace, caller.cwd, cwd),
         net=NetPlan(
@@ -110,12 +128,15 @@ def make_plan(
         ),
         cap_last_cap=host.cap_last_cap,
         create_dirs=tuple(str(r.path) for r in policy.writable if r.create),
-        scratch=scratch,
+        scratch=scratch.path if scratch else None,
+        scratch_base=scratch.base if scratch else None,
+        repository=readonly_repository,
         guarded=guarded_ancestors(mounts.groups),
         git=host.git,
         git_files=host.git_files,
         groups=tuple((g.mount_at, g.roots) for g in mounts.groups),
         warnings=tuple(warnings),
+        notes=tuple(notes),
         limits=limits,
     )
 

@@ -86,12 +86,17 @@ class Plan:
     cap_last_cap: int
     hostname: str = "warren"
     create_dirs: tuple[str, ...] = ()  # made on the host before launch (preset caches)
-    scratch: str | None = None  # TMPDIR made in the workspace before launch, removed after
+    scratch: str | None = None  # TMPDIR made outside the workspace before launch, removed after
+    scratch_base: str | None = None  # the caller's existing directory it is made beneath
+    # The root of the git repository the workspace lies in, whose .git is outside the
+    # workspace (read-only inside): for the hint when git cannot write it.
+    repository: str | None = None
     guarded: tuple[str, ...] = ()  # directories above shared roots: metadata snapshotted
     git: tuple[GitDir, ...] = ()  # repositories' git directories: see server.gitstore
     git_files: tuple[str, ...] = ()  # ``.git`` files (linked worktrees, submodules): read-only
     groups: tuple[tuple[str, tuple[str, ...]], ...] = field(default=())
     warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()  # shown by `warren plan` only (known limits that apply here)
     limits: LimitsPlan | None = None  # None: no limits (plans built by hand in tests)
 
     @property

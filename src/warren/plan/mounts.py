@@ -1,11 +1,19 @@
 """The mount plan: where writable roots are bound, what is masked, hidden or fresh.
 
-This is where the heart of warren's fidelity is decided (DESIGN.md section 3):
-writable roots that live on the same host mount (and under the same overlaid
-directory such as /tmp) are exposed through ONE read-write bind of their deepest
-common ancestor, so hardlinks and renames between them stay on one mount. Everything
-else inside that bind is masked read-only at the mount level, and Landlock (ABI >= 2,
-with REFER) confines writes to the roots themselves. Pure.
+This is where the heart of warren's fidelity is decided: writable roots that live on
+the same host mount are exposed through ONE read-write bind of their deepest common
+ancestor, so hardlinks and renames between them stay on one mount. Everything else
+inside that bind is masked read-only at the mount level, and Landlock (ABI >= 2, with
+REFER) confines writes to the roots themselves. Pure.
+
+Roots under ``/tmp`` are grafted one by one into the sandbox's fresh ``/tmp``, never
+through a shared ancestor: the sandbox's ``/tmp`` is always writable, and a Landlock
+rule granting that covers everything below it, so a host directory between a grafted
+bind and its roots would be writable too (new files beside the workspace, the
+workspace renamed away). A grafted bind that is itself the root exposes none; what a
+shared bind would have shown around them is grafted first as a read-only view
+(``tmp_views``), which no Landlock rule can make writable. The price: hardlinks and
+renames between two roots under ``/tmp`` are EXDEV (warned about at launch).
 """
 
 from __future__ import annotations
@@ -29,6 +37,8 @@ DEV_LINKS = (
     ("stdout", "/proc/self/fd/1"),
     ("stderr", "/proc/self/fd/2"),
 )
+# The fresh directory the sandbox may write in: roots under it are never shared.
+WRITABLE_FRESH = "/tmp"
 PROC_READONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus")
 
 
@@ -66,11 +76,16 @@ class Group:
 def group_writable_roots(roots: Iterable[str], facts: HostFacts) -> list[Group]:
     """Partition writable roots by host mount (and overlaid directory)."""
     by_key: dict[tuple[int, str | None], list[str]] = {}
-    for root in strip_nested(list(roots)):
-        entry = mount_of(root, facts.mounts)
-        key = (entry.mount_id if entry else -1, overlaid_base(root))
-        by_key.setdefault(key, []).append(root)
     groups = []
+    for root in strip_nested(list(roots)):
+        base = overlaid_base(root)
+        if base == WRITABLE_FRESH:
+            # Grafted alone, so no host directory lies between the bind and the root
+            # (the fresh directory above it is writable: see the module docstring).
+            groups.append(Group(root, (root,), base))
+            continue
+        entry = mount_of(root, facts.mounts)
+        by_key.setdefault((entry.mount_id if entry else -1, base), []).append(root)
     for (mount_id, base), members in by_key.items():
         entry = next((m for m in facts.mounts if m.mount_id == mount_id), None)
         ancestor = _common_ancestor(members)
@@ -84,6 +99,24 @@ def group_writable_roots(roots: Iterable[str], facts: HostFacts) -> list[Group]:
         for at, part in _unshared(ancestor, members):
             groups.append(Group(at, tuple(sorted(part)), base))
     return sorted(groups, key=lambda g: (g.overlaid is not None, g.mount_at.count("/"), g.mount_at))
+
+
+def tmp_views(groups: Iterable[Group], facts: HostFacts) -> list[str]:
+    """Where roots under /tmp would have shared a mount: their common ancestors there
+    (split below directories never shared), each shown read-only beneath the roots'
+    own grafts, so the siblings a shared mount would have shown stay visible."""
+    by_mount: dict[int, list[str]] = {}
+    for g in groups:
+        if g.overlaid == WRITABLE_FRESH:
+            entry = mount_of(g.mount_at, facts.mounts)
+            by_mount.setdefault(entry.mount_id if entry else -1, []).append(g.mount_at)
+    out: list[str] = []
+    for members in by_mount.values():
+        ancestor = _common_ancestor(members)
+        if not within(ancestor, WRITABLE_FRESH):
+            ancestor = WRITABLE_FRESH
+        out.extend(at for at, part in _unshared(ancestor, members) if len(part) > 1)
+    return out
 
 
 # A shared mount exposes the metadata of the directories between its top and the
@@ -123,9 +156,27 @@ def split_warnings(groups: list[Group], facts: HostFacts) -> list[str]:
                     f"{', '.join(g.roots)} (under {g.overlaid}, which the sandbox gets fresh) and "
                     f"{', '.join(other.roots)} are on one host filesystem but cannot share a mount: "
                     "hardlinks and renames between them will fail with EXDEV (uv: 'falling back "
-                    f"to full copy'). Keep workspace and caches both outside {g.overlaid}, or both in it."
+                    f"to full copy'). Keep workspace and caches both outside {g.overlaid}."
                 )
     return out
+
+
+def tmp_notes(groups: list[Group], facts: HostFacts) -> list[str]:
+    """Roots under /tmp on one host filesystem: each a mount of its own (a known limit,
+    shown by ``warren plan``; the tools say so themselves when they copy)."""
+    by_mount: dict[int, list[str]] = {}
+    for g in groups:
+        if g.overlaid == WRITABLE_FRESH:
+            entry = mount_of(g.mount_at, facts.mounts)
+            by_mount.setdefault(entry.mount_id if entry else -1, []).extend(g.roots)
+    return [
+        f"{', '.join(roots)} are on one host filesystem under {WRITABLE_FRESH}, which the sandbox gets "
+        "fresh and writable: each is a mount of its own there, so hardlinks and renames between them "
+        f"fail with EXDEV (uv: 'falling back to full copy'). Keep them outside {WRITABLE_FRESH} to share "
+        "one mount."
+        for roots in by_mount.values()
+        if len(roots) > 1
+    ]
 
 
 def mask_ops(group: Group) -> list[MountOp]:
@@ -160,8 +211,8 @@ def mask_ops(group: Group) -> list[MountOp]:
 class MountPlan:
     ops: tuple[MountOp, ...]
     groups: tuple[Group, ...]
-    tmpdir: str  # TMPDIR inside: /tmp, or a private directory when /tmp holds a bind
     warnings: tuple[str, ...]
+    notes: tuple[str, ...] = ()
 
 
 def plan_mounts(
@@ -172,10 +223,14 @@ def plan_mounts(
     facts: HostFacts,
     shared: bool,
     tmp_size: int | None = None,
+    repository: str | None = None,
 ) -> MountPlan:
     """The mount steps, in the order the kernel needs them. ``shared``: writable roots
     on one filesystem share one bind (needs Landlock >= 2 to confine them); otherwise
-    one bind per root. ``denied`` pairs each path with where the rule came from."""
+    one bind per root. ``denied`` pairs each path with where the rule came from.
+    ``repository``: the root of a git repository the workspace lies in, whose ``.git``
+    is outside it: under a fresh directory it is grafted read-only beneath the
+    workspace's bind, so git inside finds it as on the host."""
     warnings: list[str] = []
     ops: list[MountOp] = [MountOp(MountKind.ROOT_VIEW, "/", "/", why="the host, read-only and nosuid")]
     if shared:
@@ -225,24 +280,25 @@ def plan_mounts(
                 readonly=True,
             )
         )
+    # Read-only views grafted before the writable roots under a fresh directory: what
+    # lies around roots under /tmp (a shared mount would have shown it), and a git
+    # repository above the workspace. Read-only mounts: nothing of the host's there is
+    # writable, whatever Landlock grants on /tmp.
+    views = {
+        at: "the host's directory around writable roots under /tmp, read-only"
+        for at in tmp_views(groups, facts)
+    }
+    if repository and overlaid_base(repository):
+        views[repository] = (
+            "the git repository the workspace lies in, read-only (git finds it as on the host)"
+        )
+    for at in sorted(views, key=lambda v: (v.count("/"), v)):
+        ops.append(MountOp(MountKind.BIND_RO, at, at, why=views[at], mkdir=True))
     for g in groups:
         if g.overlaid is not None:
             add_group(g)
 
-    # A Landlock rule granting writes on /tmp would also cover the host directories
-    # between a grafted group's bind and its roots (Landlock follows the path up
-    # through mount points). Then /tmp itself stays read-only and temporary files go
-    # to a private directory inside it.
-    tmp_shared = any(g.overlaid == "/tmp" and g.mount_at not in g.roots for g in groups)
-    tmpdir = "/tmp/.warren-tmp" if tmp_shared else "/tmp"
-    if tmp_shared:
-        ops.append(
-            MountOp(
-                MountKind.DIR, tmpdir, why="private TMPDIR (/tmp holds the writable roots' bind)", mode=0o1777
-            )
-        )
-
-    visible_grafts = [g.mount_at for g in groups if g.overlaid is not None]
+    visible_grafts = [g.mount_at for g in groups if g.overlaid is not None] + list(views)
 
     def visible(path: str) -> bool:
         base = overlaid_base(path)
@@ -298,7 +354,7 @@ def plan_mounts(
     ops.append(MountOp(MountKind.PROC, "/proc", why="fresh /proc: only the sandbox's processes"))
     for path in PROC_READONLY:
         ops.append(MountOp(MountKind.RO_SELF, path, why="kernel tunables stay read-only"))
-    return MountPlan(tuple(ops), tuple(groups), tmpdir, tuple(warnings))
+    return MountPlan(tuple(ops), tuple(groups), tuple(warnings), tuple(tmp_notes(groups, facts)))
 
 
 def _deny_op(path: str, source: str, facts: HostFacts) -> list[MountOp]:

@@ -43,6 +43,7 @@ def render(plan: Plan) -> str:
     lines: list[str] = []
     for w in plan.warnings:
         lines.append(f"WARNING: {w}")
+    lines.extend(f"note: {n}" for n in plan.notes)
     lines.append("identity")
     lines.append(f"  uid_map {plan.uid_map}   gid_map {plan.gid_map}   setgroups deny")
     lines.append("  namespaces: user mount pid ipc uts net cgroup; hostname " + plan.hostname)
@@ -108,8 +109,16 @@ def render(plan: Plan) -> str:
     lines.append(f"  TMPDIR {plan.env.get('TMPDIR', '')}")
     if plan.scratch:
         lines.append(
-            "    made in the workspace (the host's TMPDIR shares its mount, so renames into it work "
-            "as there), ignored by git, removed when the sandbox ends"
+            "    made outside the workspace on its mount (the host's TMPDIR shares that mount, so renames "
+            "into the workspace work as there), mode 0700, removed when the sandbox ends"
+        )
+    else:
+        lines.append("    the private tmpfs /tmp")
+    if plan.repository:
+        lines.append(
+            f"  note: the workspace lies in the git repository {plan.repository}, whose .git is read-only "
+            f"here: git reads it, commits fail; use --workspace {plan.repository}, or "
+            f"--write {plan.repository}/.git if you mean it"
         )
     lines.append(f"network: {plan.net.mode}")
     if plan.net.mode == "none":

@@ -1,7 +1,7 @@
 """The one launch path: prepare the host for a plan, then clone its PID 1.
 
 Used for every sandbox, one-shot or long-lived, so whatever is added here (the
-directories a preset needs, the sandbox's TMPDIR in the workspace, the ancestor guard,
+directories a preset needs, the sandbox's TMPDIR beside the workspace, the ancestor guard,
 cgroups next) is added once. Order
 matters: warren creates what it must create *before* snapshotting the ancestors'
 metadata, so its own mkdir is never reported as the sandbox's doing.
@@ -9,14 +9,29 @@ metadata, so its own mkdir is never reported as the sandbox's doing.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
-import shutil
+import secrets
 import socket
 from dataclasses import dataclass, field
 
-from .._core import cgroups, clone, guard
+from .._core import cgroups, clone, guard, safepath
 from ..errors import SetupError
 from ..plan.model import Plan
+
+TMP_RECORD_PREFIX = "tmpdir-"
+
+
+@dataclass
+class Scratch:
+    """The sandbox's TMPDIR as made: ``name`` in the directory ``parent_fd`` (opened
+    by warren while making it, so removal never walks the path again)."""
+
+    path: str
+    parent_fd: int
+    name: str
+    record: str | None  # its record file (for the next supervisor's sweep), if any
 
 
 @dataclass
@@ -25,7 +40,7 @@ class Launched:
     pidfd: int
     control: socket.socket  # the supervisor's end of PID 1's control channel
     guard: list[guard.DirState]
-    scratch: str | None = None  # the TMPDIR warren made in the workspace
+    scratch: Scratch | None = None  # the TMPDIR warren made (outside the workspace)
     cgroups: list[str] = field(default_factory=list)  # the sandbox's own, one per controller
     record_dir: str | None = None
     # ("LIMIT:KEY", fd) of the counter files that tell a limit was reached; every exec's
@@ -33,9 +48,12 @@ class Launched:
     counters: list[tuple[str, int]] = field(default_factory=list)
 
 
-def launch(plan: Plan, *, oneshot: bool, record_dir: str | None = None) -> Launched:
+def launch(
+    plan: Plan, *, oneshot: bool, record_dir: str | None = None, tmp_records: str | None = None
+) -> Launched:
     """``record_dir``: where the sandbox's cgroups are listed until removed (so a
-    crashed supervisor's successor finds them: ``cgroups.sweep``)."""
+    crashed supervisor's successor finds them: ``cgroups.sweep``); ``tmp_records``:
+    the same for its TMPDIR (``sweep_scratch``)."""
     for path in plan.create_dirs:
         try:
             os.makedirs(path, exist_ok=True)
@@ -47,12 +65,11 @@ def launch(plan: Plan, *, oneshot: bool, record_dir: str | None = None) -> Launc
                 errno=e.errno,
                 hint="create it yourself or drop the preset",
             ) from None
-    if plan.scratch:
-        _make_scratch(plan.scratch)
+    scratch = _make_scratch(plan, tmp_records) if plan.scratch else None
     try:
         groups = cgroups.create(plan.limits.cgroups, plan.uid, record_dir) if plan.limits else []
     except BaseException:
-        _remove_scratch(plan.scratch)
+        _remove_scratch(scratch)
         raise
     states = guard.snapshot(plan.guarded)
     tasks: list[tuple[str, int]] = []
@@ -65,14 +82,14 @@ def launch(plan: Plan, *, oneshot: bool, record_dir: str | None = None) -> Launc
     except BaseException:
         ours.close()
         cgroups.remove(groups, record_dir)
-        _remove_scratch(plan.scratch)
+        _remove_scratch(scratch)
         raise
     finally:
         theirs.close()
         for _path, fd in tasks:
             os.close(fd)
     counters = cgroups.counter_files(groups, plan.limits.counters) if plan.limits else []
-    return Launched(pid, os.pidfd_open(pid), ours, states, plan.scratch, groups, record_dir, counters)
+    return Launched(pid, os.pidfd_open(pid), ours, states, scratch, groups, record_dir, counters)
 
 
 def _open_tasks(groups: list[str]) -> list[tuple[str, int]]:
@@ -98,61 +115,103 @@ def restore(launched: Launched) -> list[str]:
     return [*_remove_scratch(launched.scratch), *guard.restore(launched.guard)]
 
 
-def _make_scratch(path: str) -> None:
-    """The sandbox's TMPDIR in the workspace: a new directory (never one that is
-    there already, nor through a symlink), that git ignores."""
+def _make_scratch(plan: Plan, record_dir: str | None) -> Scratch:
+    """The sandbox's TMPDIR: a new directory (mode 0700, never one that is there
+    already) made beneath the caller's directory ``plan.scratch_base`` without
+    following a link, recorded first so a supervisor killed before removing it leaves
+    it to the next one's sweep."""
+    assert plan.scratch and plan.scratch_base
+    base, path = plan.scratch_base, plan.scratch
+    rel = os.path.relpath(path, base)
+    parts = rel.split("/")
+    record = None
+    fd = -1
     try:
-        os.mkdir(path, 0o700)
-        # Through the directory's own descriptor: a sandbox that sees the workspace
-        # cannot swap the new name for a symlink and have the file written elsewhere.
-        dfd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-            fd = os.open(".gitignore", flags, 0o644, dir_fd=dfd)
-            try:
-                os.write(fd, b"# warren: this sandbox's TMPDIR, removed when it ends\n*\n")
-            finally:
-                os.close(fd)
-        finally:
-            os.close(dfd)
+        if record_dir is not None:
+            os.makedirs(record_dir, mode=0o700, exist_ok=True)
+            record = os.path.join(record_dir, TMP_RECORD_PREFIX + secrets.token_hex(8))
+            with open(record, "x") as f:
+                f.write(f"{base}\n{rel}\n")
+        fd = safepath.open_dir(base)
+        for part in parts[:-1]:  # warren/tmp in the caller's cache: shared by sandboxes
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(part, 0o700, dir_fd=fd)
+            sub = safepath.dir_beneath(fd, part)
+            os.close(fd)
+            fd = sub
+            if os.fstat(fd).st_uid != os.geteuid():
+                raise OSError(errno.EPERM, "not yours", os.path.join(base, part))
+        os.mkdir(parts[-1], 0o700, dir_fd=fd)
     except OSError as e:
+        if fd >= 0:
+            os.close(fd)
+        if record:
+            with contextlib.suppress(OSError):
+                os.unlink(record)
         raise SetupError(
-            f"cannot create the sandbox's TMPDIR {path}",
+            f"cannot create the sandbox's TMPDIR {path}: {e.strerror}",
             operation="mkdir",
             path=path,
             errno=e.errno,
-            hint="make the workspace writable for you, or set TMPDIR to a directory on another filesystem",
+            hint=f"check that {base} is a directory of yours, or set TMPDIR to a directory on another "
+            "filesystem (the sandbox's private /tmp is then its TMPDIR)",
         ) from None
+    return Scratch(path, fd, parts[-1], record)
 
 
-def _remove_scratch(path: str | None) -> list[str]:
-    if not path or not os.path.lexists(path):
+def _remove_scratch(made: Scratch | None) -> list[str]:
+    """Remove the sandbox's TMPDIR with everything in it, never following a link the
+    sandbox planted there (it could write it until it ended)."""
+    if made is None or made.parent_fd < 0:
         return []
-    if os.path.islink(path) or not os.path.isdir(path):
-        return [f"the sandbox replaced its TMPDIR {path} with something else; left it in place"]
-    if not _remove_untouched(path):
-        shutil.rmtree(path, ignore_errors=True)
-    return [f"could not remove the sandbox's TMPDIR {path}"] if os.path.lexists(path) else []
-
-
-def _remove_untouched(path: str) -> bool:
-    """The common case, in three calls: the TMPDIR holds only warren's .gitignore
-    (rmtree costs a few tenths of a millisecond on every run). False when it holds
-    anything else, for rmtree to deal with; the sandbox has ended, nothing races."""
     try:
-        dfd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        os.unlink(".gitignore", dir_fd=dfd)
-    except FileNotFoundError:
-        pass
-    except OSError:
-        return False
+        safepath.remove_tree(made.parent_fd, made.name)
+    except (OSError, RecursionError) as e:
+        return [f"could not remove the sandbox's TMPDIR {made.path}: {e}; the next supervisor tries again"]
     finally:
-        os.close(dfd)
+        os.close(made.parent_fd)
+        made.parent_fd = -1
+    if made.record:
+        with contextlib.suppress(OSError):
+            os.unlink(made.record)
+    return []
+
+
+def sweep_scratch(record_dir: str) -> int:
+    """Remove the TMPDIRs of sandboxes a killed supervisor left (from their records),
+    never following a link; returns how many could not be removed."""
     try:
-        os.rmdir(path)
+        names = [n for n in os.listdir(record_dir) if n.startswith(TMP_RECORD_PREFIX)]
     except OSError:
-        return False
-    return True
+        return 0
+    left = 0
+    for name in names:
+        record = os.path.join(record_dir, name)
+        try:
+            with open(record) as f:
+                base, rel = f.read().splitlines()[:2]
+        except (OSError, ValueError):
+            continue
+        if not base.startswith("/") or rel.startswith("/") or ".." in rel.split("/"):
+            continue
+        try:
+            fd = safepath.open_dir(base)
+        except FileNotFoundError:
+            fd = -1
+        except OSError:
+            left += 1
+            continue
+        try:
+            if fd >= 0:
+                safepath.remove_tree(fd, rel)
+        except FileNotFoundError:
+            pass
+        except (OSError, RecursionError):
+            left += 1
+            continue
+        finally:
+            if fd >= 0:
+                os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(record)
+    return left

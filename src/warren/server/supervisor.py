@@ -49,7 +49,7 @@ from ..errors import (
 )
 from ..net import log as netlog
 from ..net.pasta import Pasta
-from ..plan import CallerFacts, Plan, make_plan
+from ..plan import CallerFacts, Plan, make_plan, tmpdir
 from ..plan.facts import gather, paths_of
 from ..plan.mounts import strip_nested
 from ..policy import build, config
@@ -176,11 +176,14 @@ class Supervisor:
             self.links.load(os.path.join(root, LINKS_FILE))
         self.wake_r, self.wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         self.cgroup_records = os.path.join(root, "cgroups") if root is not None else None
+        self.tmp_records = os.path.join(root, "tmpdirs") if root is not None else None
         self.stdin_pipes = stdin.StdinPipes(root, self.sel) if root is not None else None
         if self.registry is not None:
             self.registry.orphaned(os.getpid(), self.start_time)
         if self.cgroup_records is not None:
             cgroups.sweep(self.cgroup_records)
+        if self.tmp_records is not None:
+            launch.sweep_scratch(self.tmp_records)
 
     # --- the loop ----------------------------------------------------------------------
 
@@ -556,19 +559,21 @@ class Supervisor:
         )
         gitdirs, git_files, lease = self.git.plan(git_roots, caller.env, dry=dry)
         try:
+            ws_path = str(policy.workspace)
             host = gather(
-                paths_of(paths, caller),
+                [*paths_of(paths, caller), *tmpdir.candidates(ws_path, caller.env, caller.home)],
                 state_dir=state_dir,
                 outside_links=tuple((o.path, o.world_readable) for o in found),
                 git=gitdirs,
                 git_files=git_files,
+                workspace=ws_path,
             )
             plan = make_plan(
                 policy,
                 host,
                 caller,
                 cwd=str(policy.workspace) if long_lived else cwd,
-                scratch_id=secrets.token_hex(6),
+                scratch_id=secrets.token_hex(12),
             )
         except BaseException:
             self.git.release(lease)
@@ -577,7 +582,9 @@ class Supervisor:
 
     def _launch(self, plan: Plan, lease: gitkeeper.Lease | None, name: str, oneshot: bool) -> Box:
         try:
-            launched = launch.launch(plan, oneshot=oneshot, record_dir=self.cgroup_records)
+            launched = launch.launch(
+                plan, oneshot=oneshot, record_dir=self.cgroup_records, tmp_records=self.tmp_records
+            )
         except BaseException:
             self.git.release(lease)
             raise
