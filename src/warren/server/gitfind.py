@@ -11,6 +11,7 @@ followed, a directory swapped for one is skipped.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 
 from .._core import safepath
@@ -22,45 +23,76 @@ class Found:
     gitfiles: list[str] = field(default_factory=list)  # ``.git`` files, relative to the root
 
 
-def find(root_fd: int) -> Found:
+# Per directory (by path): (inode, mtime, what is there for git, subdirectories).
+Memory = dict[str, tuple[int, int, str, tuple[str, ...]]]
+RACY_NS = 50_000_000  # a directory changed this recently may change again within one tick
+
+
+def find(root_fd: int, memory: Memory | None = None) -> Found:
     """Every git directory and ``.git`` file beneath a root, walked from its descriptor
     without following links: ``.git`` directories (and their ``modules/*``), and
     directories shaped like a bare repository (``HEAD``, ``objects``, ``refs``), which
-    host git run there would take for one."""
+    host git run there would take for one.
+
+    With ``memory`` a directory whose inode and modification time are as remembered
+    is not listed again (its entries are the same; a change deeper changes a
+    subdirectory, which is visited anyway) — unless it changed in the last moments,
+    when a second change could keep the same time."""
     found = Found()
-    _walk(root_fd, "", found, depth=0)
+    _walk(root_fd, "", found, 0, memory, time.time_ns() - RACY_NS)
     return found
 
 
-def _walk(fd: int, rel: str, found: Found, depth: int) -> None:
+def _walk(fd: int, rel: str, found: Found, depth: int, memory: Memory | None, settled: int) -> None:
     if depth > 64:
         return
     try:
-        with os.scandir(fd) as it:
-            entries = {e.name: e for e in it}
+        st = os.fstat(fd)
     except OSError:
         return
-    names = set(entries)
-    if {"HEAD", "objects", "refs"} <= names and is_dir(entries["objects"]) and is_dir(entries["refs"]):
+    known = memory.get(rel) if memory is not None else None
+    if known is not None and known[:2] == (st.st_ino, st.st_mtime_ns):
+        kind, subdirs = known[2], known[3]
+    else:
+        try:
+            with os.scandir(fd) as it:
+                entries = {e.name: e for e in it}
+        except OSError:
+            return
+        kind, subdirs = (
+            _kind(entries),
+            tuple(sorted(n for n, e in entries.items() if n != ".git" and is_dir(e))),
+        )
+        if memory is not None and st.st_mtime_ns < settled:
+            memory[rel] = (st.st_ino, st.st_mtime_ns, kind, subdirs)
+    if kind == "bare":
         found.gitdirs.extend(_with_modules(fd, rel))
         return
-    git = entries.get(".git")
-    if git is not None:
-        if is_dir(git):
-            found.gitdirs.extend(_with_modules(fd, _join(rel, ".git"), sub=".git"))
-        elif git.is_file(follow_symlinks=False) and _is_gitfile(fd, ".git"):
-            found.gitfiles.append(_join(rel, ".git"))
-    for name, entry in sorted(entries.items()):
-        if name == ".git" or not is_dir(entry):
-            continue
+    if kind == "dotgit":
+        found.gitdirs.extend(_with_modules(fd, _join(rel, ".git"), sub=".git"))
+    elif kind == "dotfile" and _is_gitfile(fd, ".git"):
+        found.gitfiles.append(_join(rel, ".git"))
+    for name in subdirs:
         try:
             child = safepath.dir_beneath(fd, name)
         except OSError:
             continue
         try:
-            _walk(child, _join(rel, name), found, depth + 1)
+            _walk(child, _join(rel, name), found, depth + 1, memory, settled)
         finally:
             os.close(child)
+
+
+def _kind(entries: dict[str, os.DirEntry[str]]) -> str:
+    names = set(entries)
+    if {"HEAD", "objects", "refs"} <= names and is_dir(entries["objects"]) and is_dir(entries["refs"]):
+        return "bare"
+    git = entries.get(".git")
+    if git is None:
+        return ""
+    if is_dir(git):
+        return "dotgit"
+    return "dotfile" if git.is_file(follow_symlinks=False) else ""
 
 
 def _with_modules(parent_fd: int, rel: str, sub: str = "") -> list[str]:

@@ -38,6 +38,7 @@ class GitKeeper:
     def __init__(self) -> None:
         self.shadows: dict[str, gitstore.Shadow] = {}  # by git directory path
         self.leases: list[Lease] = []
+        self.memory: dict[str, gitfind.Memory] = {}  # per root: what the last walks saw
         # Made inside and adopted since: safe for host git until a sandbox has them again
         # (then they are shadows).
         self.adopted: set[str] = set()
@@ -64,7 +65,7 @@ class GitKeeper:
                         os.close(fd)
                 else:
                     lease.roots[root] = fd
-                    found = gitfind.find(fd)
+                    found = gitfind.find(fd, self.memory.setdefault(root, {}))
                     lease.known[root] = set(found.gitdirs)
                 files += [os.path.join(root, rel) for rel in found.gitfiles]
                 for rel in found.gitdirs:
