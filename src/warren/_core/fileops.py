@@ -30,7 +30,6 @@ import socket
 import stat as _stat
 
 from .. import protocol, wire
-from . import safepath
 from ..errors import (
     FileTooLarge,
     SandboxFileError,
@@ -38,6 +37,7 @@ from ..errors import (
     SandboxPermissionDenied,
     WarrenError,
 )
+from . import safepath
 
 _DENIED_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS)
 
