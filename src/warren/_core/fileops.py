@@ -68,6 +68,14 @@ def _file_error(op: str, path: str, e: OSError) -> WarrenError:
     )
 
 
+def _utf8(name: str) -> bool:
+    try:
+        name.encode()
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
 def _file_stat(st: os.stat_result, name: str = "") -> protocol.FileStat:
     mode = st.st_mode
     kind = (
@@ -261,6 +269,8 @@ def handle(conn: socket.socket, req: protocol.FileRequest, payload: bytes, works
             entries = []
             with os.scandir(path) as it:
                 for entry in it:
+                    if not _utf8(entry.name):
+                        continue  # messages carry text: such a name cannot be named back
                     try:
                         entries.append(_file_stat(entry.stat(follow_symlinks=False), entry.name))
                     except OSError:

@@ -39,6 +39,14 @@ def _umask() -> int:
     return mask
 
 
+def _utf8(name: str) -> bool:
+    try:
+        name.encode()
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
 def _note(message: str) -> None:
     print(f"warren cp: {message}", file=sys.stderr)
 
@@ -71,7 +79,15 @@ def to_sandbox(sb: Sandbox, src: str, dest: str, recursive: bool) -> None:
                 )
             _tree_to_sandbox(sb, where, target)
         elif stat.S_ISREG(st.st_mode):
-            data, mode = _read_host(where.dirfd, where.name, src)
+            try:
+                data, mode = _read_host(where.dirfd, where.name, src)
+            except _NotAFile as e:  # it changed since the walk looked at it
+                raise WarrenError(
+                    f"{src} is {e} now",
+                    operation="cp",
+                    path=src,
+                    hint="something is changing it; nothing was read",
+                ) from None
             sb.files.write(target, data, mode=mode)
         else:
             raise WarrenError(
@@ -103,6 +119,9 @@ def _tree_to_sandbox(sb: Sandbox, where: hostpath.Where, target: str) -> None:
         sb.files.mkdir(target, parents=True, exist_ok=True)
         for rel, is_dir in entries:
             out = f"{target.rstrip('/')}/{rel}"
+            if not _utf8(rel):
+                _note(f"skipped {os.path.join(where.path, rel)!r}: its name is not UTF-8")
+                continue
             if is_dir:
                 sb.files.mkdir(out, exist_ok=True)
                 continue
@@ -136,7 +155,7 @@ def _host_tree(root: int, shown: str) -> list[tuple[str, bool]]:
             os.close(fd)
         for name, is_dir in listed:
             found.append((os.path.join(rel, name), is_dir))
-            if is_dir:
+            if is_dir and _utf8(name):
                 todo.append(os.path.join(rel, name))
     return found
 
