@@ -18,6 +18,9 @@ in — is written in place, as before, and that write is not atomic. Append writ
 place (whoever has the file open keeps it) and takes a failed append's bytes back off,
 so a failure leaves the old content; only a kill in the middle of the append can leave
 part of it.
+
+A listing leaves out names that are not UTF-8: replies are JSON text, and such a name
+could not be named back in a request.
 """
 
 from __future__ import annotations
