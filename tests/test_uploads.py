@@ -12,6 +12,7 @@ workspace (an unprivileged user cannot mount one the supervisor sees).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
@@ -115,6 +116,46 @@ def test_a_supervisor_killed_during_an_upload_leaves_the_old_file_or_the_new(lay
     print(f"outcomes over {KILLS} kills: {dict(seen)}; temp files left by killed helpers: {leftovers}")
     assert seen["PARTIAL"] == 0
     assert seen["old"] >= 1  # kills did land before the rename
+
+
+def _children_holding(pid: int, least: int) -> list[int]:
+    """Children of ``pid`` whose resident memory is at least ``least`` bytes."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                fields = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid and int(fields[21]) * os.sysconf("SC_PAGE_SIZE") >= least:
+                found.append(int(name))
+    return found
+
+
+def test_a_helper_killed_during_an_upload_leaves_the_old_file_and_a_working_sandbox(layout: Layout) -> None:
+    ws, target = layout.workspace, layout.workspace / "big.bin"
+    old, new = os.urandom(SIZE), os.urandom(SIZE)
+    with Sandbox.create(PolicySpec(workspace=str(ws)), name="helperkill") as sb:
+        for _ in range(3):
+            target.write_bytes(old)
+            t, result = _in_background(lambda: sb.files.write("big.bin", new))
+            assert _wait_for(lambda: bool(_temps(ws)))
+            # The helper serving the write holds the payload (its spare sibling does not).
+            writers = _children_holding(sb.pid1, SIZE - SIZE // 4)
+            assert len(writers) == 1, writers
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(writers[0], signal.SIGKILL)
+            t.join(60)
+            data = target.read_bytes()
+            assert data in (old, new)
+            if data == old:
+                assert isinstance(result[0], WarrenError) and "all or nothing" in result[0].hint, result
+            for name in _temps(ws):
+                assert TEMP.fullmatch(name), name
+                (ws / name).unlink()
+        assert sb.exec(["true"]).exit_code == 0  # the sandbox lives on
+        sb.files.write("big.bin", new)
+        assert target.read_bytes() == new
 
 
 def test_control_a_write_in_place_killed_the_same_way_is_seen_partial(layout: Layout) -> None:

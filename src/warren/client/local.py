@@ -209,11 +209,11 @@ class LocalTransport(Transport):
                 f"the connection was lost before the write of {request.path} was confirmed",
                 operation="write",
                 path=request.path,
-                hint=(
-                    "the sandbox may have died (see `warren ls`); the append may be partial"
+                hint="the sandbox or its helper may have died (see `warren ls`); "
+                + (
+                    "the append may be partial"
                     if request.append
-                    else "the sandbox may have died (see `warren ls`); a write is all or nothing: "
-                    "the file has either its old content or all of the new"
+                    else "a write is all or nothing: the file has either its old content or all of the new"
                 ),
             ) from None
         assert isinstance(reply, protocol.FileReply)
