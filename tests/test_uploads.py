@@ -19,18 +19,22 @@ import os
 import random
 import re
 import signal
+import socket
 import subprocess
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
 
 from conftest import Layout
 from service_util import Serve
+from warren import protocol, wire
+from warren.client import connect
 from warren.client.sandbox import Sandbox
 from warren.errors import SandboxFileError, SandboxNotFound, SandboxPaused, WarrenError
 from warren.policy import PolicySpec
@@ -322,3 +326,32 @@ def test_writes_keep_what_tools_expect_of_the_file(layout: Layout) -> None:
         holder.wait(10)
         assert holder.output().stdout == b"one\ntwo\n"
         assert _temps(ws) == []
+
+
+def test_a_client_that_hangs_up_mid_upload_changes_nothing(layout: Layout, tmp_path: Path) -> None:
+    ws, target = layout.workspace, layout.workspace / "big.bin"
+    old = os.urandom(SIZE)
+    target.write_bytes(old)
+    part = os.urandom(SIZE // 5)
+    with Sandbox.create(PolicySpec(workspace=str(ws)), name="hangup") as sb:
+        for _ in range(3):  # to the supervisor: a header announcing 50 MiB, a fifth of it, gone
+            sock = connect.supervisor()
+            request = protocol.FileRequest(sandbox="hangup", op="write", path="big.bin", mode=0o644)
+            sock.sendall(wire.frame(request, SIZE) + part)
+            sock.close()
+        serve = Serve(tmp_path)
+        try:
+            where = urlsplit(serve.url)
+            for _ in range(3):  # to warren serve: a PUT whose body stops short
+                with socket.create_connection((where.hostname, where.port)) as s:
+                    head = (
+                        f"PUT /v1/sandboxes/hangup/files?path=big.bin HTTP/1.1\r\nHost: x\r\n"
+                        f"Authorization: Bearer {serve.token}\r\nContent-Length: {SIZE}\r\n\r\n"
+                    )
+                    s.sendall(head.encode() + part)
+        finally:
+            serve.stop()
+        time.sleep(0.5)  # let the helpers see the end of their input
+        assert target.read_bytes() == old and _temps(ws) == []
+        sb.files.write("big.bin", b"control")  # the sandbox still takes a whole upload
+        assert target.read_bytes() == b"control"
