@@ -5,10 +5,27 @@ itself exactly like a command (``harden``), and then touches the path: the kerne
 resolves ``..``, symlinks and swapped symlinks in the sandbox's view, with the
 sandbox's rights. Relative paths start at the workspace. Reads are capped; writes
 never follow the target into a device or a FIFO.
+
+A write is all or nothing, whoever dies when: the data goes to a new file in the
+target's directory under a random name (``safepath.temp_name``: ``.NAME.warren-<16
+hex>``), is synced, given the old file's mode (a new file: the requested mode less the
+umask), and renamed over the target. Any failure removes that file and leaves the old
+one as it was; only a kill of the helper (a SIGKILL of the supervisor takes the
+sandbox with it) can leave it behind. (Not an unnamed ``O_TMPFILE``: Landlock refuses
+to link one into a directory.) A file that cannot be replaced by a rename — a file
+bound alone over another, or a writable file in a directory the sandbox may not create
+in — is written in place, as before, and that write is not atomic. Append writes in
+place (whoever has the file open keeps it) and takes a failed append's bytes back off,
+so a failure leaves the old content; only a kill in the middle of the append can leave
+part of it.
+
+A listing leaves out names that are not UTF-8: replies are JSON text, and such a name
+could not be named back in a request.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
@@ -23,6 +40,7 @@ from ..errors import (
     SandboxPermissionDenied,
     WarrenError,
 )
+from . import safepath
 
 _DENIED_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS)
 
@@ -51,6 +69,14 @@ def _file_error(op: str, path: str, e: OSError) -> WarrenError:
     return SandboxFileError(
         message, operation=op, path=path, errno=code, hint=f"{op} failed inside the sandbox"
     )
+
+
+def _utf8(name: str) -> bool:
+    try:
+        name.encode()
+        return True
+    except UnicodeEncodeError:
+        return False
 
 
 def _file_stat(st: os.stat_result, name: str = "") -> protocol.FileStat:
@@ -108,20 +134,124 @@ def _read_regular(path: str, limit: int) -> bytes:
         os.close(fd)
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)  # read it back: the helper is one thread
+    os.umask(mask)
+    return mask
+
+
 def _write_regular(path: str, data: bytes, append: bool, mode: int, parents: bool) -> None:
     if parents:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
-    flags |= os.O_APPEND if append else 0
-    fd = os.open(path, flags, mode)
+    if os.path.islink(path):
+        # The link stays a link: the file it points to (in the sandbox's view) is written.
+        path = os.path.realpath(path)
+    if append:
+        _append(path, data, mode)
+    else:
+        _replace(path, data, mode)
+
+
+def _check_regular(st: os.stat_result, path: str) -> None:
+    if _stat.S_ISDIR(st.st_mode):
+        raise OSError(errno.EISDIR, "is a directory", path)
+    if not _stat.S_ISREG(st.st_mode):
+        raise OSError(errno.EINVAL, "not a regular file", path)
+
+
+def _replace(path: str, data: bytes, mode: int) -> None:
+    directory, name = os.path.split(path)
+    if not name:
+        raise OSError(errno.EISDIR, "is a directory", path)
+    dfd = os.open(directory or "/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        if not _stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", path)
-        if not append:
+        try:
+            old = os.stat(name, dir_fd=dfd)
+        except FileNotFoundError:
+            old = None
+        if old is not None:
+            _check_regular(old, path)
+        keep = _stat.S_IMODE(old.st_mode) & 0o1777 if old is not None else mode & ~_umask() & 0o1777
+        try:
+            fd, tmp = _temp_file(dfd, name)
+        except PermissionError:
+            if old is None:
+                raise
+            _overwrite(path, data)  # a writable file in a directory we may not create in
+            return
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fchmod(fd, keep)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dfd)
+            if e.errno in (errno.EBUSY, errno.EXDEV) and old is not None:
+                _overwrite(path, data)  # the target is a mount point: only its content can change
+                return
+            raise
+        with contextlib.suppress(OSError):
+            os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def _temp_file(dfd: int, name: str) -> tuple[int, str]:
+    """A new, empty file under a random name in the directory ``dfd``. (Not an
+    unnamed ``O_TMPFILE``: Landlock refuses to link one into a directory, EXDEV.)"""
+    tmp = safepath.temp_name(name)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    return os.open(tmp, flags, 0o600, dir_fd=dfd), tmp
+
+
+class _PartlyWritten(OSError):
+    """An in-place write failed after it had begun to change the file."""
+
+
+def _overwrite(path: str, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
+    try:
+        _check_regular(os.fstat(fd), path)
+        try:
             os.ftruncate(fd, 0)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        except OSError as e:
+            raise _PartlyWritten(e.errno, e.strerror, path) from None
+    finally:
+        os.close(fd)
+
+
+def _append(path: str, data: bytes, mode: int) -> None:
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
+    try:
+        fd, created = os.open(path, flags | os.O_CREAT | os.O_EXCL, mode), True
+    except FileExistsError:
+        fd, created = os.open(path, flags), False
+    try:
+        before = os.fstat(fd)
+        _check_regular(before, path)
+        written = 0
+        try:
+            while written < len(data):
+                written += os.write(fd, memoryview(data)[written:])
+            os.fsync(fd)
+        except OSError:
+            # Take our bytes back off, unless someone else appended after them.
+            with contextlib.suppress(OSError):
+                if os.fstat(fd).st_size == before.st_size + written:
+                    os.ftruncate(fd, before.st_size)
+                if created:
+                    os.unlink(path)
+            raise
     finally:
         os.close(fd)
 
@@ -142,6 +272,8 @@ def handle(conn: socket.socket, req: protocol.FileRequest, payload: bytes, works
             entries = []
             with os.scandir(path) as it:
                 for entry in it:
+                    if not _utf8(entry.name):
+                        continue  # messages carry text: such a name cannot be named back
                     try:
                         entries.append(_file_stat(entry.stat(follow_symlinks=False), entry.name))
                     except OSError:
@@ -178,7 +310,15 @@ def handle(conn: socket.socket, req: protocol.FileRequest, payload: bytes, works
                 hint="one of: read, write, list, stat, exists, mkdir, remove, rename",
             )
     except OSError as e:
-        wire.send(conn, protocol.error_message(_file_error(op, req.path, e)))
+        error = _file_error(op, req.path, e)
+        if op == "write":
+            error.hint += (
+                f"; {req.path} was being written in place (it cannot be replaced by a rename) "
+                "and may be partly written"
+                if isinstance(e, _PartlyWritten)
+                else f"; nothing was changed: {req.path} is as it was"
+            )
+        wire.send(conn, protocol.error_message(error))
         return
     except WarrenError as e:
         wire.send(conn, protocol.error_message(e))

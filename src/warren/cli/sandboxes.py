@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import stat
 import sys
 import time
 from collections.abc import Callable
@@ -16,11 +15,11 @@ from .. import protocol
 from ..client import connect
 from ..client.local import LocalTransport
 from ..client.sandbox import Sandbox
-from ..errors import SandboxError, SandboxFileNotFound, WarrenError
+from ..errors import SandboxError, WarrenError
 from ..models import SandboxInfo
 from ..server import statedir
 from ..server.statedir import check_name
-from . import flags
+from . import copy, flags
 
 
 def _transport() -> LocalTransport:
@@ -132,116 +131,11 @@ def cp(args: list[str]) -> int:
             hint="warren cp ./file NAME:dir/  or  warren cp NAME:file ./file",
         )
     if d_name is not None:
-        _to_sandbox(Sandbox.get(d_name, transport=_transport()), s_path, d_path, ns.recursive)
+        copy.to_sandbox(Sandbox.get(d_name, transport=_transport()), s_path, d_path, ns.recursive)
     else:
         assert s_name is not None
-        _from_sandbox(Sandbox.get(s_name, transport=_transport()), s_path, d_path, ns.recursive)
+        copy.from_sandbox(Sandbox.get(s_name, transport=_transport()), s_path, d_path, ns.recursive)
     return 0
-
-
-def _host_error(what: str, path: str, e: OSError) -> WarrenError:
-    return WarrenError(
-        f"cannot {what} {path} on the host",
-        operation="cp",
-        path=path,
-        errno=e.errno,
-        hint="check the path exists and you may read/write it",
-    )
-
-
-def _into(sb: Sandbox, dest: str, name: str) -> str:
-    """Where a copy named ``name`` lands in the sandbox (cp's rule for directories)."""
-    if dest.endswith("/"):
-        return dest + name
-    try:
-        if sb.files.stat(dest).type == "dir":
-            return dest.rstrip("/") + "/" + name
-    except SandboxFileNotFound:
-        pass
-    return dest
-
-
-def _to_sandbox(sb: Sandbox, src: str, dest: str, recursive: bool) -> None:
-    try:
-        st = os.lstat(src)
-    except OSError as e:
-        raise _host_error("read", src, e) from None
-    target = _into(sb, dest, os.path.basename(os.path.normpath(src)))
-    if stat.S_ISDIR(st.st_mode):
-        if not recursive:
-            raise WarrenError(
-                f"{src} is a directory", operation="cp", path=src, hint="copy directories with -r"
-            )
-        sb.files.mkdir(target, parents=True, exist_ok=True)
-        for entry in sorted(os.scandir(src), key=lambda e: e.name):
-            if entry.is_symlink():
-                continue  # links are not followed out of the tree being copied
-            _to_sandbox(sb, entry.path, target.rstrip("/") + "/" + entry.name, recursive)
-        return
-    if not stat.S_ISREG(st.st_mode):
-        return
-    try:
-        with open(src, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise _host_error("read", src, e) from None
-    sb.files.write(target, data, mode=stat.S_IMODE(st.st_mode) & 0o777)
-
-
-def _from_sandbox(sb: Sandbox, src: str, dest: str, recursive: bool) -> None:
-    """Host-side writes never follow a link: not one the sandbox made (it is copied
-    as a link, or not at all), nor one sitting at the destination."""
-    info = sb.files.stat(src, follow_symlinks=False)
-    name = os.path.basename(os.path.normpath(src)) or "copy"
-    target = os.path.join(dest, name) if dest.endswith("/") or os.path.isdir(dest) else dest
-    if info.type == "dir":
-        if not recursive:
-            raise WarrenError(
-                f"{src} is a directory", operation="cp", path=src, hint="copy directories with -r"
-            )
-        _copy_dir(sb, src, target)
-    elif info.type == "file":
-        _write_host(target, sb.files.read(src), info.mode)
-    else:
-        raise WarrenError(
-            f"{src} is a {info.type} in the sandbox, not a file",
-            operation="cp",
-            path=src,
-            hint="copy the file it points to by its own path",
-        )
-
-
-def _copy_dir(sb: Sandbox, src: str, target: str) -> None:
-    try:
-        os.mkdir(target, 0o755)
-    except FileExistsError:
-        if not stat.S_ISDIR(os.lstat(target).st_mode):
-            raise WarrenError(
-                f"{target} exists and is not a directory", operation="cp", path=target
-            ) from None
-    except OSError as e:
-        raise _host_error("create", target, e) from None
-    for entry in sb.files.list(src):
-        inner, out = src.rstrip("/") + "/" + entry.name, os.path.join(target, entry.name)
-        if entry.type == "dir":
-            _copy_dir(sb, inner, out)
-        elif entry.type == "file":
-            _write_host(out, sb.files.read(inner), entry.mode)
-
-
-def _write_host(path: str, data: bytes, mode: int) -> None:
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, mode & 0o777)
-    except OSError as e:
-        raise _host_error("write", path, e) from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise WarrenError(f"{path} is not a regular file", operation="cp", path=path)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    finally:
-        os.close(fd)
 
 
 def port(args: list[str]) -> int:

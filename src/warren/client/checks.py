@@ -111,7 +111,15 @@ def path(value: object, op: str) -> str:
             operation=op,
             hint="pass a str path",
         )
-    if len(value.encode()) >= 4096:
+    try:
+        encoded = value.encode()
+    except UnicodeEncodeError:
+        raise SandboxFileError(
+            f"path {value!r} is not valid UTF-8",
+            operation=op,
+            hint="file paths cross to the sandbox as UTF-8 text; rename the file",
+        ) from None
+    if len(encoded) >= 4096:
         raise SandboxFileError(
             "path too long", operation=op, path=value[:100], errno=36, hint="at most 4095 bytes"
         )

@@ -259,6 +259,9 @@ def request(
     return exchange(supervisor(env), message, expect, payload)
 
 
+CLOSED = "the warren supervisor closed the connection"
+
+
 def exchange(
     sock: wire.Sock,
     message: protocol.Message,
@@ -267,11 +270,17 @@ def exchange(
 ) -> tuple[protocol.Message, bytes]:
     """Send ``message`` on ``sock``, read the one reply and close: see ``request``."""
     try:
-        wire.send(sock, message, payload)
+        try:
+            wire.send(sock, message, payload)
+        except (ConnectionResetError, BrokenPipeError):
+            # The supervisor refuses a request (no such sandbox, paused) without
+            # reading its payload, and closes: its answer is still here to read.
+            if not payload:
+                raise
         reply, data, fds = wire.recv(sock, (*expect, protocol.Error))
     except (wire.ConnectionClosed, ConnectionResetError, BrokenPipeError):
         raise SandboxError(
-            "the warren supervisor closed the connection",
+            CLOSED,
             operation=message.TAG,
             hint="see supervisor.log in warren's state directory",
         ) from None

@@ -200,7 +200,22 @@ class LocalTransport(Transport):
         self._request(protocol.SignalRequest(sandbox=name, pid=pid, signal=sig), (protocol.Ok,))
 
     def file(self, request: protocol.FileRequest, data: bytes = b"") -> tuple[protocol.FileReply, bytes]:
-        reply, payload = self._request(request, (protocol.FileReply,), data)
+        try:
+            reply, payload = self._request(request, (protocol.FileReply,), data)
+        except SandboxError as e:
+            if request.op != "write" or e.message != connect.CLOSED:
+                raise
+            raise SandboxError(
+                f"the connection was lost before the write of {request.path} was confirmed",
+                operation="write",
+                path=request.path,
+                hint="the sandbox or its helper may have died (see `warren ls`); "
+                + (
+                    "the append may be partial"
+                    if request.append
+                    else "a write is all or nothing: the file has either its old content or all of the new"
+                ),
+            ) from None
         assert isinstance(reply, protocol.FileReply)
         return reply, payload
 

@@ -187,7 +187,8 @@ class Registry:
                 continue
             reason = (
                 f"supervisor (pid {entry.supervisor_pid}) was killed or crashed; the sandbox's "
-                "processes and mounts went down with it (workspace files are untouched)"
+                "processes and mounts went down with it (a file its commands were writing may be "
+                "incomplete; a write through warren's files API is whole or not made)"
             )
             self.set_state(entry.name, entry.id, DEAD, reason, list(entry.warnings))
 

@@ -336,11 +336,16 @@ OPS: dict[tuple[str, str], tuple[str, dict[str, Any] | None, int, dict[str, Any]
         [PATHQ, _q("type", {"type": "string", "enum": ["file", "dir"]}), _q("max_bytes", INT)],
     ),
     ("/v1/sandboxes/{name}/files", "PUT"): (
-        "Write a file from the raw body",
+        "Write a file from the raw body, all or nothing (a new file renamed over the old one)",
         {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
         201,
         _json("Ok"),
-        [PATHQ, _q("parents", BOOL), _q("append", BOOL), _q("mode", STR, "octal, e.g. 644")],
+        [
+            PATHQ,
+            _q("parents", BOOL),
+            _q("append", BOOL, "add to the file in place; a failed append is taken back off"),
+            _q("mode", STR, "octal, e.g. 644; for a new file (an existing one keeps its mode)"),
+        ],
     ),
     ("/v1/sandboxes/{name}/files", "DELETE"): (
         "Remove a file or (recursive) a directory",
