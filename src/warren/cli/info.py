@@ -100,7 +100,9 @@ def _doctor_in_sandbox(spec: dict[str, object], profile: str | None, cache: list
         if isinstance(groups, list)
         else []
     )
-    caches = list(cache) or [str(r) for r in roots if r != workspace]
+    # The sandbox's TMPDIR is made at launch under a name of its own: not a cache.
+    scratch = plan.get("scratch")
+    caches = list(cache) or [str(r) for r in roots if r not in (workspace, scratch)]
     # Resource limits are left out inside: there they would describe a sandbox nested in
     # this one, while this sandbox's own limits are what `warren doctor` on the host says.
     args = ["--only-given", "--no-limits", "--workspace", workspace]
