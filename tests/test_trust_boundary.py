@@ -521,9 +521,7 @@ def host_key() -> Iterator[Path | None]:
         pub.unlink(missing_ok=True)
 
 
-def test_system_secrets_are_hidden_from_a_root_callers_sandbox(
-    layout: Layout, host_key: Path | None
-) -> None:
+def test_system_secrets_are_hidden_from_a_root_callers_sandbox(layout: Layout, host_key: Path | None) -> None:
     """Password hashes, sudo rules and SSH host private keys print nothing in a
     sandbox; with --no-default-deny (the control) a root caller reads them, so the test
     could see the attack succeed. For uid 1001 permissions already refuse them: the

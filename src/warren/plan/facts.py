@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .._core import _sys
 from .._core import cgroups as _cgroups
-from ..policy.limits import mem_total
+from ..policy.limits import cpu_count, mem_total
 from .limits import CgroupFacts
 
 
@@ -126,9 +126,10 @@ class HostFacts:
     # Directories among the asked-about paths that the planning user may write (the
     # supervisor runs as its callers): where warren itself may make a TMPDIR.
     writable_dirs: frozenset[str] = frozenset()
-    # Which cgroups this caller may use, and the RAM the default limits scale with.
+    # Which cgroups this caller may use, and the RAM and CPUs the default limits scale with.
     cgroups: CgroupFacts = field(default_factory=lambda: CgroupFacts(uid=-1))
     mem_total: int = 4 << 30
+    cpus: int = 1  # the machine's CPUs: the default pids limit scales with them
 
     def kind(self, path: str) -> PathKind:
         return self.path_kinds.get(path, "missing")
@@ -220,6 +221,7 @@ def gather(
         writable_dirs=frozenset(p for p in paths if kinds[p] == "dir" and os.access(p, os.W_OK)),
         cgroups=_cgroups.probe(os.getuid()),
         mem_total=mem_total(),
+        cpus=cpu_count(),
     )
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..policy.limits import NO_LIMIT, Limits, defaults, show_duration, show_size
+from ..policy.limits import NO_LIMIT, Limits, defaults, pids_formula, show_duration, show_size
 
 CGROUP1 = "cgroup1"
 CGROUP2 = "cgroup2"
@@ -139,8 +139,9 @@ class LimitsPlan:
 OVERHEAD_TASKS = 8
 
 
-def plan(given: Limits, facts: CgroupFacts, mem_total: int) -> LimitsPlan:
-    base = defaults(mem_total)
+def plan(given: Limits, facts: CgroupFacts, mem_total: int, cpus: int = 1) -> LimitsPlan:
+    """``cpus``, ``mem_total``: the machine's, which the defaults scale with."""
+    base = defaults(mem_total, cpus)
     eff = Limits(
         memory=given.memory if given.memory is not None else base.memory,
         pids=given.pids if given.pids is not None else base.pids,
@@ -202,16 +203,19 @@ def plan(given: Limits, facts: CgroupFacts, mem_total: int) -> LimitsPlan:
     if eff.pids:
         files = [("pids.max", str(eff.pids + OVERHEAD_TASKS))]
         how = by_cgroup("pids", files, files, Counter("pids", "pids", "pids.events", "max"))
+        formula = f"; default: {pids_formula(mem_total, cpus)}" if given.pids is None else ""
         if how:
-            rows.append(LimitRow("pids", str(eff.pids), given.pids is None, how, "pids.max"))
+            rows.append(LimitRow("pids", str(eff.pids), given.pids is None, how, "pids.max" + formula))
         elif facts.uid == 0:
             # The kernel never applies RLIMIT_NPROC to the host's root (a root caller's
             # sandbox maps to it): setting it would claim a limit that is not there.
-            why = "RLIMIT_NPROC does not bind root; " + facts.why_not("pids")
+            why = "RLIMIT_NPROC does not bind root; " + facts.why_not("pids") + formula
             rows.append(LimitRow("pids", str(eff.pids), given.pids is None, NOT, why))
         else:
             rlimits.append(("RLIMIT_NPROC", eff.pids + OVERHEAD_TASKS))
-            rows.append(LimitRow("pids", str(eff.pids), given.pids is None, NPROC, facts.why_not("pids")))
+            rows.append(
+                LimitRow("pids", str(eff.pids), given.pids is None, NPROC, facts.why_not("pids") + formula)
+            )
     if eff.cpus:
         quota = max(1000, round(eff.cpus * CFS_PERIOD_US))
         how = by_cgroup(
