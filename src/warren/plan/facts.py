@@ -142,6 +142,9 @@ class CallerFacts:
     home: str
     env: Mapping[str, str]
     cwd: str
+    # The caller's /proc/PID/cgroup, as the kernel has it (the supervisor reads it for
+    # the connected client, never takes it from a request); None: the planning process.
+    cgroups: str | None = None
 
     @classmethod
     def here(cls, env: Mapping[str, str] | None = None, cwd: str | None = None) -> CallerFacts:
@@ -202,7 +205,10 @@ def gather(
     state_dir: str | None = None,
     outside_links: tuple[tuple[str, bool], ...] = (),
     git: tuple[tuple[str, str], ...] = (),
+    caller_cgroups: str | None = None,
 ) -> HostFacts:
+    """``caller_cgroups``: the caller's /proc/PID/cgroup text (``CallerFacts.cgroups``):
+    its sandboxes' cgroups go beneath the caller's groups, not this process's."""
     with open("/proc/self/mountinfo") as f:
         mounts = parse_mountinfo(f.read())
     paths = set(FIXED_PATHS) | set(extra_paths)
@@ -219,7 +225,7 @@ def gather(
         outside_links=outside_links,
         git=git,
         writable_dirs=frozenset(p for p in paths if kinds[p] == "dir" and os.access(p, os.W_OK)),
-        cgroups=_cgroups.probe(os.getuid()),
+        cgroups=_cgroups.probe(os.getuid(), caller_cgroups),
         mem_total=mem_total(),
         cpus=cpu_count(),
     )

@@ -44,7 +44,33 @@ class Hierarchy:
 
 
 @dataclass(frozen=True)
+class Placement:
+    """One hierarchy the caller is in (a v1 hierarchy, or cgroup2): where the caller
+    is, where the supervisor is (a new PID 1 starts there), and what the sandbox would
+    escape if it stayed there."""
+
+    controllers: tuple[str, ...]  # the v1 hierarchy's controllers, or (V2,)
+    caller: str  # the caller's own group (a directory)
+    supervisor: str  # the supervisor's group: where PID 1 is born
+    joinable: bool  # a process of this uid may move itself into ``caller``
+    # What is set on the caller's side, between its group and the one it shares with
+    # the supervisor ("pids.max 60 of /sys/fs/cgroup/pids/ci"): limits a sandbox left in
+    # the supervisor's group would escape. Filled only when the supervisor is not
+    # inside the caller's group.
+    escaped: tuple[str, ...] = ()
+
+    @property
+    def within(self) -> bool:
+        """The supervisor is in the caller's group or beneath it: whatever limits the
+        caller limits a sandbox born there."""
+        return self.supervisor == self.caller or self.supervisor.startswith(self.caller.rstrip("/") + "/")
+
+
+@dataclass(frozen=True)
 class CgroupFacts:
+    """The caller's cgroups (the client's, read from the kernel by the supervisor),
+    and what this uid may do there."""
+
     uid: int
     v1: tuple[Hierarchy, ...] = ()
     # cgroup2: the caller's own cgroup and the controllers enabled for its children
@@ -52,6 +78,10 @@ class CgroupFacts:
     v2_path: str | None = None
     v2_controllers: tuple[str, ...] = ()
     v2_writable: bool = False
+    placements: tuple[Placement, ...] = ()
+    # Finite pids limits of the caller's group and its ancestors in the hierarchy that
+    # holds the sandbox's pids group: (directory, pids.max), innermost first.
+    pids_caps: tuple[tuple[str, int], ...] = ()
 
     def writable(self, controller: str) -> Hierarchy | None:
         for h in self.v1:
@@ -123,14 +153,29 @@ class LimitsPlan:
     rlimits: tuple[tuple[str, int], ...] = ()  # ("RLIMIT_NPROC", n): set on each command before execve
     pause: str = SIGNALS  # FREEZER1, FREEZE2 or SIGNALS
     counters: tuple[Counter, ...] = ()
+    # The caller's own groups PID 1 moves into where the sandbox gets no group of its
+    # own in that hierarchy and the supervisor is elsewhere (it counts against them).
+    joins: tuple[str, ...] = ()
+    # Why the sandbox cannot be placed inside the caller's cgroups: launching is
+    # refused (a sandbox in the supervisor's groups would escape these limits).
+    refused: tuple[str, ...] = ()
+    # The caller's pids limits above the sandbox's own (see CgroupFacts.pids_caps).
+    pids_caps: tuple[tuple[str, int], ...] = ()
 
     def row(self, name: str) -> LimitRow:
         return next(r for r in self.rows if r.name == name)
 
-    def reached(self, limit: str) -> str:
-        """How a command is told it ran into ``limit`` ("memory limit 512M reached")."""
+    def reached(self, limit: str, peak: int | None = None) -> str:
+        """How a command is told it ran into ``limit`` ("memory limit 512M reached").
+        ``peak``: the most tasks the sandbox's own pids group ever held; below its own
+        limit, the refused fork was the caller's limit, named as such."""
         if limit == "memory":
             return f"memory limit {show_size(self.limits.memory or 0)} reached"
+        own = (self.limits.pids or 0) + OVERHEAD_TASKS
+        if peak is not None and self.pids_caps and peak < own:
+            group, cap = min(self.pids_caps, key=lambda c: c[1])
+            mine = self.limits.pids
+            return f"pids limit {cap} of the caller's cgroup {group} reached, not the sandbox's own ({mine})"
         return f"pids limit {self.limits.pids} reached"
 
 
@@ -155,6 +200,7 @@ def plan(given: Limits, facts: CgroupFacts, mem_total: int, cpus: int = 1) -> Li
     v2_enable: list[str] = []
     rlimits: list[tuple[str, int]] = []
     counters: list[Counter] = []
+    pids_in = ""  # the group that enforces the pids limit: "pids" (v1), V2, or none
 
     def by_cgroup(
         controller: str, v1: list[tuple[str, str]], v2: list[tuple[str, str]], counter: Counter | None
@@ -203,6 +249,7 @@ def plan(given: Limits, facts: CgroupFacts, mem_total: int, cpus: int = 1) -> Li
     if eff.pids:
         files = [("pids.max", str(eff.pids + OVERHEAD_TASKS))]
         how = by_cgroup("pids", files, files, Counter("pids", "pids", "pids.events", "max"))
+        pids_in = "pids" if how == CGROUP1 else V2 if how == CGROUP2 else ""
         formula = f"; default: {pids_formula(mem_total, cpus)}" if given.pids is None else ""
         if how:
             rows.append(LimitRow("pids", str(eff.pids), given.pids is None, how, "pids.max" + formula))
@@ -281,7 +328,44 @@ def plan(given: Limits, facts: CgroupFacts, mem_total: int, cpus: int = 1) -> Li
         # One group holds the whole sandbox: what it enforces, and cgroup.freeze and
         # cgroup.kill, which every cgroup2 group has.
         groups.append(CgroupPlan(V2, facts.v2_path, tuple(v2_files), tuple(v2_enable)))
-    return LimitsPlan(eff, tuple(rows), tuple(groups), tuple(rlimits), pause, tuple(counters))
+    caps = facts.pids_caps if pids_in else ()
+    if caps:
+        # The sandbox's own peak tells whose limit refused a fork (``reached``).
+        counters.append(Counter("pids", pids_in, "pids.peak", ""))
+    joins, refused = place(facts, tuple(groups))
+    return LimitsPlan(
+        eff,
+        tuple(rows),
+        tuple(groups),
+        tuple(rlimits),
+        pause,
+        tuple(counters),
+        joins,
+        refused,
+        caps,
+    )
+
+
+def place(facts: CgroupFacts, groups: tuple[CgroupPlan, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Where the sandbox goes in each hierarchy the caller is in: its own group beneath
+    the caller's (``groups``, made beneath ``Hierarchy.parent``, the caller's); else
+    nowhere new when the supervisor is inside the caller's group anyway; else the
+    caller's group itself (joined); else, if that would escape a limit set on the
+    caller's side, refused — never silently the supervisor's group. Returns (joins,
+    refusals)."""
+    joins: list[str] = []
+    refused: list[str] = []
+    for p in facts.placements:
+        if any(g.controller in p.controllers for g in groups) or p.within:
+            continue
+        if p.joinable:
+            joins.append(p.caller)
+        elif p.escaped:
+            refused.append(
+                f"the supervisor runs in {p.supervisor}, outside your cgroup {p.caller}, and uid "
+                f"{facts.uid} cannot place the sandbox there: it would escape {', '.join(p.escaped)}"
+            )
+    return tuple(joins), tuple(refused)
 
 
 # The counters of a cgroup2 group: (file, key) per limit.
@@ -295,4 +379,12 @@ def render(lp: LimitsPlan) -> list[str]:
         extra = f"  ({r.detail})" if r.detail and r.mechanism != NOT else ""
         lines.append(f"  {r.name:<12} {r.value:<7}{' (default)' if r.default else '':<10} {how}{extra}")
     lines.append(f"  {'pause':<12} {'':<7}{'':<10} {lp.pause}")
+    for g in lp.cgroups:
+        lines.append(f"  {'cgroup':<12} {g.controller:<17} beneath the caller's {g.parent}")
+    for j in lp.joins:
+        lines.append(f"  {'cgroup':<12} {'(joined)':<17} the caller's own {j}")
+    for cap in lp.pids_caps:
+        lines.append(f"  {'caller cap':<12} {'pids ' + str(cap[1]):<17} {cap[0]} (counts the sandbox too)")
+    for why in lp.refused:
+        lines.append(f"  refused: {why}")
     return lines

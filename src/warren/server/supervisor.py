@@ -91,6 +91,14 @@ class Client:
     def __init__(self, sock: socket.socket, uid: int, gid: int) -> None:
         self.sock = sock
         self.uid, self.gid = uid, gid
+        # The peer process, pinned at connect time (SO_PEERPIDFD): whose cgroups its
+        # sandboxes go beneath (``cgroups.peer_cgroups``).
+        self.pid, _uid, _gid = wire.peer_creds(sock)
+        self.pidfd = wire.peer_pidfd(sock)
+        if self.pidfd is None and self.pid > 0:
+            # Before Linux 6.5: pinned at accept, as ``peer.verify`` does.
+            with contextlib.suppress(OSError):
+                self.pidfd = os.pidfd_open(self.pid)
         self.inbox = wire.Inbox(sock)
         self.outbox = wire.Outbox(sock)
         self.deadline: float | None = time.monotonic() + HEADER_DEADLINE
@@ -334,6 +342,9 @@ class Supervisor:
             self.sel.unregister(c.sock)
         c.inbox.close_fds()
         c.outbox.close()
+        if c.pidfd is not None:
+            os.close(c.pidfd)
+            c.pidfd = None
         # Unread input makes the kernel reset the connection, and the client would
         # lose the error it was just sent: discard a bounded amount first.
         with contextlib.suppress(OSError):
@@ -535,7 +546,18 @@ class Supervisor:
             home=caller.env.get("HOME") or os.path.expanduser("~"),
             env=caller.env,
             cwd=caller.cwd,
+            cgroups=self._peer_cgroups(c),
         )
+
+    def _peer_cgroups(self, c: Client) -> str:
+        """The client's cgroups, from the kernel: its sandboxes count against them."""
+        if c.pidfd is None or c.pid <= 0:
+            raise SandboxError(
+                "cannot tell which cgroups the client is in (no pidfd for the connection)",
+                operation="cgroup",
+                hint="the client must be in this supervisor's pid namespace; ask again",
+            )
+        return cgroups.peer_cgroups(c.pid, c.pidfd)
 
     def _plan(
         self,
@@ -568,6 +590,7 @@ class Supervisor:
             state_dir=state_dir,
             outside_links=tuple((o.path, o.world_readable) for o in found),
             git=self._git_stores(roots, caller.env),
+            caller_cgroups=caller.cgroups,
         )
         return make_plan(
             policy,
