@@ -21,6 +21,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -132,8 +133,9 @@ def _in_group(group: str, args: list[str], cwd: Path) -> subprocess.CompletedPro
 class Watch:
     """From the host: the sandbox groups that appear beneath ``group`` while it runs."""
 
-    def __init__(self, group: str) -> None:
+    def __init__(self, group: str, uid: int | None = None) -> None:
         self.group = group
+        self.prefix = f"warren-{os.getuid() if uid is None else uid}-"
         self.seen: set[str] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
@@ -141,7 +143,7 @@ class Watch:
     def _loop(self) -> None:
         while not self._stop.is_set():
             with contextlib.suppress(OSError):
-                self.seen |= {d for d in os.listdir(self.group) if d.startswith(f"warren-{os.getuid()}-")}
+                self.seen |= {d for d in os.listdir(self.group) if d.startswith(self.prefix)}
             self._stop.wait(0.01)
 
     def __enter__(self) -> Watch:
@@ -213,13 +215,23 @@ def test_a_sandbox_counts_against_its_callers_cgroup_not_the_supervisors(
         assert forked == FLOOD and free_forked == FLOOD
 
 
-def test_a_caller_the_supervisor_cannot_reach_is_refused_not_escaped() -> None:
-    """Root puts a uid 1001 client into a root-owned v1 pids group with pids.max 60,
-    while that user's supervisor runs outside it: uid 1001 cannot make or join a group
-    there, so the run is refused (naming the group and its limit) instead of escaping to
-    the supervisor's group. The control: the same client in the supervisor's group runs."""
+@dataclass
+class OtherUser:
+    """uid 1001 driven by this root test: its own home, state (so its own supervisor)
+    and workspace; ``argv`` runs warren as it."""
+
+    argv: list[str]
+    ws: Path
+
+    def run(self, *args: str, group: str | None = None) -> subprocess.CompletedProcess[str]:
+        before = _enter(group) if group else []
+        return subprocess.run([*before, *self.argv, *args], cwd=self.ws, capture_output=True, text=True)
+
+
+@pytest.fixture
+def other_user() -> Iterator[OtherUser]:
     if not ROOT_PIDS:
-        pytest.skip("needs root to make a v1 pids group a uid 1001 client is put in")
+        pytest.skip("needs root: it puts a uid 1001 client into groups that uid cannot enter itself")
     try:
         user = pwd.getpwuid(1001)
     except KeyError:
@@ -240,34 +252,69 @@ def test_a_caller_the_supervisor_cannot_reach_is_refused_not_escaped() -> None:
         "LANG=C.UTF-8",
         "PYTHONDONTWRITEBYTECODE=1",
     ]
-    as_user = ["runuser", "-u", user.pw_name, "--", *env, *WARREN]
+    u = OtherUser(["runuser", "-u", user.pw_name, "--", *env, *WARREN], ws)
+    try:
+        yield u
+    finally:
+        u.run("shutdown")
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def test_a_caller_the_supervisor_cannot_reach_is_refused_not_escaped(other_user: OtherUser) -> None:
+    """Root puts a uid 1001 client into a root-owned v1 pids group with pids.max 60,
+    while that user's supervisor runs outside it: uid 1001 cannot make or join a group
+    there, so the run is refused (naming the group and its limit) instead of escaping to
+    the supervisor's group. The control: the same client in the supervisor's group runs."""
     capped = os.path.join(_own("pids"), f"warren-caller-{os.getpid()}-root")
     os.mkdir(capped)
     Path(capped, "pids.max").write_text(str(CAP))
     try:
-        first = subprocess.run([*as_user, "run", "--", "true"], cwd=ws, capture_output=True, text=True)
+        first = other_user.run("run", "--", "sh", "-c", "touch first")
         assert first.returncode == 0, first.stderr  # the control: its supervisor runs it
-        r = subprocess.run(
-            [*_enter(capped), *as_user, "run", "--", "sh", "-c", "touch ran"],
-            cwd=ws,
-            capture_output=True,
-            text=True,
-        )
+        assert (other_user.ws / "first").exists()
+        r = other_user.run("run", "--", "sh", "-c", "touch ran", group=capped)
         assert r.returncode == 125, r.stderr
         assert f"pids.max {CAP} of {capped}" in r.stderr and "hint:" in r.stderr, r.stderr
         assert "Traceback" not in r.stderr
-        assert not (ws / "ran").exists()
-        plan = subprocess.run(
-            [*_enter(capped), *as_user, "plan"],
-            cwd=ws,
-            capture_output=True,
-            text=True,
-        )
+        assert not (other_user.ws / "ran").exists()
+        plan = other_user.run("plan", group=capped)
         assert "refused: the supervisor runs in" in plan.stdout, plan.stdout
     finally:
-        subprocess.run([*as_user, "shutdown"], cwd=ws, capture_output=True)
         _remove(capped)
-        shutil.rmtree(top, ignore_errors=True)
+
+
+def test_an_undelegated_callers_sandbox_uses_the_supervisors_delegated_group_when_nothing_is_escaped(
+    other_user: OtherUser,
+) -> None:
+    """The systemd case: uid 1001's supervisor runs in a cgroup2 group delegated to it
+    (its own scope), the client in one that is not (a login session's scope) with no
+    limit set: the sandbox's cgroup2 group goes beneath the supervisor's (pause by
+    cgroup.freeze), and the plan says whose it is. The control: in a delegated group of
+    its own, beneath the client's."""
+    base = _own("")
+    delegated = os.path.join(base, f"warren-caller-{os.getpid()}-scope")
+    session = os.path.join(base, f"warren-caller-{os.getpid()}-session")
+    for g in (delegated, session):
+        os.mkdir(g)
+    for f in ("", "cgroup.procs", "cgroup.subtree_control", "cgroup.threads"):
+        os.chown(os.path.join(delegated, f), 1001, -1)
+    try:
+        assert (
+            other_user.run("run", "--", "true", group=delegated).returncode == 0
+        )  # its supervisor starts there
+        plan = other_user.run("plan", group=session).stdout
+        assert "cgroup2 cgroup.freeze" in plan and f"beneath {delegated}: the supervisor's" in plan, plan
+        with Watch(delegated, uid=1001) as watch:
+            r = other_user.run("run", "--", "true", group=session)
+        assert r.returncode == 0, r.stderr
+        assert any(d.startswith("warren-1001-") and not d.endswith("supervisor") for d in watch.seen), (
+            watch.seen
+        )
+        own = other_user.run("plan", group=delegated).stdout
+        assert f"beneath {delegated}: yours" in own, own
+    finally:
+        _remove(session)
+        _remove(delegated)
 
 
 def test_the_clients_cgroups_are_read_through_its_pidfd() -> None:

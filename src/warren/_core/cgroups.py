@@ -1,18 +1,23 @@
 """cgroup files: probe what this caller may use, make a sandbox's cgroups, read them, remove them.
 
-A sandbox's cgroups are made *beneath the caller's own* cgroup in each hierarchy
-(``/proc/self/cgroup``): nothing is moved out of where it started, so whatever
-already limits the caller (a memory cgroup of the machine's management) stays in
-charge. Each is named ``warren-<uid>-<token>`` and listed in a record file before it
-is made, so a supervisor killed at any moment leaves nothing the next one cannot
-find and remove (``sweep``: it thaws and kills what is left first). Decisions live
-in ``plan.limits``; this module only reads and writes the files.
+A sandbox's cgroups are made *beneath the caller's own* cgroup in each hierarchy: the
+caller is the client that asked, whose ``/proc/PID/cgroup`` the supervisor reads from
+the kernel through the connection's pidfd (``peer_cgroups``), not the supervisor
+itself. Nothing is moved out of where it started, so whatever already limits the
+caller (a CI job's pids cgroup, a memory cgroup of the machine's management) stays in
+charge; where the sandbox gets no group of its own, ``probe`` says whether PID 1 may
+join the caller's group and what a sandbox left in the supervisor's would escape
+(``placements``: ``plan.limits.place`` decides). Each is named
+``warren-<uid>-<token>`` and listed in a record file before it is made, so a
+supervisor killed at any moment leaves nothing the next one cannot find and remove
+(``sweep``: it thaws and kills what is left first). Decisions live in
+``plan.limits``; this module only reads and writes the files.
 
 cgroup2 (a delegated subtree): a sandbox gets one group holding every controller the
 plan enables. Domain controllers can only be handed to children of a group without
 processes of its own, so when the supervisor sits in the delegated group itself it
 moves into a leaf beneath it (``warren-<uid>-supervisor``): still beneath where it
-started.
+started; it never moves into a client's group.
 """
 
 from __future__ import annotations
@@ -239,27 +244,54 @@ def probe(uid: int, caller_text: str | None = None) -> CgroupFacts:
     v2_path = None
     ctrls: tuple[str, ...] = ()
     writable = False
+    borrowed = False
     v2_mount = _mount_of(())
     if v2_mount is not None and "" in own and ".." not in own[""]:
+        supervisor = os.path.normpath(v2_mount + mine.get("", "/"))
+        if os.path.basename(supervisor) == supervisor_leaf(uid):
+            supervisor = os.path.dirname(supervisor)  # the delegated group is the one above
         v2_path = os.path.normpath(v2_mount + own[""])
         if os.path.basename(v2_path) == supervisor_leaf(uid):
-            v2_path = os.path.dirname(v2_path)  # the delegated group is the one above
-        with contextlib.suppress(OSError), open(os.path.join(v2_path, "cgroup.controllers")) as f:
-            ctrls = tuple(f.read().split())
-        supervisor = os.path.normpath(v2_mount + mine.get("", "/"))
-        if v2_path not in (supervisor, os.path.dirname(supervisor)):
-            # A client's group holds the client: only controllers it already hands down
-            # can be had (the supervisor moves into a leaf of its own group only).
-            enabled = read(v2_path, "cgroup.subtree_control").split()
-            ctrls = tuple(c for c in ctrls if c in enabled)
-        # Delegated: this caller may make groups there and move its processes (from
-        # where the supervisor is: the kernel also checks the group both share).
-        writable = (
-            v2_path != v2_mount
-            and all(os.access(os.path.join(v2_path, f), os.W_OK) for f in _DELEGATED_FILES)
-            and _may_move((), v2_path, supervisor)
-        )
-    return CgroupFacts(uid, tuple(v1), v2_path, ctrls, writable, placements(uid, text, mine), pids_caps(own))
+            v2_path = os.path.dirname(v2_path)
+        ctrls, writable = _v2_group(v2_path, supervisor, v2_mount)
+        if not writable and v2_path != supervisor and not escaped((), v2_path, supervisor):
+            # The caller's group is not delegated (a login session's scope) but the
+            # supervisor's is (its own systemd scope), and nothing is set on the
+            # caller's side that a group there would escape: the sandbox's group goes
+            # beneath the supervisor's, as pause, kill and limits need a group.
+            sup_ctrls, sup_writable = _v2_group(supervisor, supervisor, v2_mount)
+            if sup_writable:
+                v2_path, ctrls, writable, borrowed = supervisor, sup_ctrls, True, True
+    return CgroupFacts(
+        uid,
+        tuple(v1),
+        v2_path,
+        ctrls,
+        writable,
+        placements(uid, text, mine),
+        pids_caps(own),
+        v2_borrowed=borrowed,
+    )
+
+
+def _v2_group(path: str, supervisor: str, mount: str) -> tuple[tuple[str, ...], bool]:
+    """(controllers its children may get, delegated) of the cgroup2 group ``path``."""
+    ctrls: tuple[str, ...] = ()
+    with contextlib.suppress(OSError), open(os.path.join(path, "cgroup.controllers")) as f:
+        ctrls = tuple(f.read().split())
+    if path != supervisor:
+        # A client's group holds the client: only controllers it already hands down
+        # can be had (the supervisor moves into a leaf of its own group only).
+        enabled = read(path, "cgroup.subtree_control").split()
+        ctrls = tuple(c for c in ctrls if c in enabled)
+    # Delegated: this uid may make groups there and move its processes into them (from
+    # where the supervisor is: the kernel also checks the group both share).
+    writable = (
+        path != mount
+        and all(os.access(os.path.join(path, f), os.W_OK) for f in _DELEGATED_FILES)
+        and _may_move((), path, supervisor)
+    )
+    return ctrls, writable
 
 
 def record_path(record_dir: str, name: str) -> str:

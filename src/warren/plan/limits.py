@@ -7,8 +7,11 @@ enforced (``cgroup1``, ``cgroup2``, ``rlimit (...)``, ``tmpfs size=``, or ``not
 enforceable here: why``), the cgroup files to write, the rlimits to set, how the
 sandbox is paused, and which cgroup counters tell that a limit was reached. The best
 mechanism wins (a writable cgroup v1 controller, then a delegated cgroup2 subtree,
-then rlimits); nothing is dropped silently. Executed by ``_core.cgroups`` and
-``_core.shim``; the supervisor enforces the idle timeout.
+then rlimits); nothing is dropped silently. The sandbox's groups go beneath the
+*caller's* (the client's) groups; ``place`` decides the hierarchies where it gets none:
+join the caller's group, stay (nothing escaped), or refuse (a limit set on the caller's
+side would be escaped). Executed by ``_core.cgroups`` and ``_core.shim``; the
+supervisor enforces the idle timeout.
 """
 
 from __future__ import annotations
@@ -82,6 +85,9 @@ class CgroupFacts:
     # Finite pids limits of the caller's group and its ancestors in the hierarchy that
     # holds the sandbox's pids group: (directory, pids.max), innermost first.
     pids_caps: tuple[tuple[str, int], ...] = ()
+    # ``v2_path`` is the supervisor's delegated group, not the caller's: the caller's is
+    # not delegated and sets no limit a group beneath the supervisor's would escape.
+    v2_borrowed: bool = False
 
     def writable(self, controller: str) -> Hierarchy | None:
         for h in self.v1:
@@ -133,6 +139,7 @@ class CgroupPlan:
     files: tuple[tuple[str, str], ...]  # (file, value), written in order
     # cgroup2: controllers to enable in ``parent``'s cgroup.subtree_control first
     enable: tuple[str, ...] = ()
+    borrowed: bool = False  # ``parent`` is the supervisor's group (CgroupFacts.v2_borrowed)
 
 
 @dataclass(frozen=True)
@@ -327,7 +334,7 @@ def plan(given: Limits, facts: CgroupFacts, mem_total: int, cpus: int = 1) -> Li
     if facts.v2_writable and facts.v2_path is not None and (v2_enable or pause == FREEZE2):
         # One group holds the whole sandbox: what it enforces, and cgroup.freeze and
         # cgroup.kill, which every cgroup2 group has.
-        groups.append(CgroupPlan(V2, facts.v2_path, tuple(v2_files), tuple(v2_enable)))
+        groups.append(CgroupPlan(V2, facts.v2_path, tuple(v2_files), tuple(v2_enable), facts.v2_borrowed))
     caps = facts.pids_caps if pids_in else ()
     if caps:
         # The sandbox's own peak tells whose limit refused a fork (``reached``).
@@ -380,7 +387,8 @@ def render(lp: LimitsPlan) -> list[str]:
         lines.append(f"  {r.name:<12} {r.value:<7}{' (default)' if r.default else '':<10} {how}{extra}")
     lines.append(f"  {'pause':<12} {'':<7}{'':<10} {lp.pause}")
     for g in lp.cgroups:
-        lines.append(f"  {'cgroup':<12} {g.controller:<17} beneath the caller's {g.parent}")
+        whose = "the supervisor's (yours is not delegated, and sets no limit)" if g.borrowed else "yours"
+        lines.append(f"  {'cgroup':<12} {g.controller:<17} beneath {g.parent}: {whose}")
     for j in lp.joins:
         lines.append(f"  {'cgroup':<12} {'(joined)':<17} the caller's own {j}")
     for cap in lp.pids_caps:
