@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import secrets
 import signal
@@ -88,8 +89,10 @@ def _client_gone(pid: int, e: OSError) -> SandboxError:
     )
 
 
+@functools.cache
 def _mount_of(controllers: tuple[str, ...]) -> str | None:
-    """Where a v1 hierarchy (by its controllers) or cgroup2 (``()``) is mounted."""
+    """Where a v1 hierarchy (by its controllers) or cgroup2 (``()``) is mounted
+    (remembered: a supervisor lives minutes, cgroup mounts for the machine's life)."""
     if not controllers:
         for mount in (os.path.join(ROOT, "unified"), ROOT):
             if os.path.exists(os.path.join(mount, "cgroup.subtree_control")):
