@@ -12,7 +12,7 @@ with pids.max 3000 around the client, and the supervisor it starts; anyone: prli
 the bomb's tasks (sampled from /proc: every task in the sandbox's pid namespace) and
 the median and p99 of /bin/true, next to /bin/true with no bomb.
 
-Run: python bench/bench_limits.py [--runs 100] [--fork-bomb-only]
+Run: python bench/bench_limits.py [--runs 100] [--fork-bomb-only] [--bomb-pids N]
 """
 
 from __future__ import annotations
@@ -64,8 +64,9 @@ def _tasks_in(ns: str) -> int:
     return n
 
 
-def fork_bomb() -> None:
-    """The default pids limit against a fork bomb, with the host's /bin/true timed."""
+def fork_bomb(pids: str | None = None) -> None:
+    """The default pids limit (or ``--pids``) against a fork bomb, with the host's
+    /bin/true timed."""
     idle: list[float] = []
     stop = threading.Event()
     t = threading.Thread(target=_true_times, args=(stop, idle))
@@ -92,11 +93,12 @@ def fork_bomb() -> None:
         plan = subprocess.run([*argv, "plan", "-w", ws], env=env, capture_output=True, text=True).stdout
         print(next(line for line in plan.splitlines() if line.strip().startswith("pids")))
         busy: list[float] = []
+        limit = ["--pids", pids] if pids else []
         stop = threading.Event()
         t = threading.Thread(target=_true_times, args=(stop, busy))
         t.start()
         bomb = subprocess.Popen(
-            [*argv, "run", "-w", ws, "--timeout", "8", "--", "sh", "-c", FORK_BOMB],
+            [*argv, "run", "-w", ws, *limit, "--timeout", "8", "--", "sh", "-c", FORK_BOMB],
             cwd=ws,
             env=env,
             stdout=subprocess.DEVNULL,
@@ -128,7 +130,10 @@ def fork_bomb() -> None:
                         os.kill(int(pid), signal.SIGKILL)
                 time.sleep(0.05)
         said = [line for line in err.splitlines() if line.startswith("warren:")]
-        print(f"  fork bomb, default limits: peak {peak} tasks in the sandbox", end="")
+        print(
+            f"  fork bomb, {' '.join(limit) or 'default limits'}: peak {peak} tasks in the sandbox",
+            end="",
+        )
         print(
             f" (the net's pids.peak {net_peak}, cap {NET_PIDS})"
             if net_peak
@@ -143,9 +148,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=100)
     ap.add_argument("--fork-bomb-only", action="store_true")
+    ap.add_argument("--bomb-pids", help="the fork bomb with this --pids instead of the default")
     args = ap.parse_args()
     runs = args.runs
-    fork_bomb()
+    fork_bomb(args.bomb_pids)
     if args.fork_bomb_only:
         return
     with tempfile.TemporaryDirectory() as ws:
