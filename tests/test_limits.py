@@ -26,8 +26,10 @@ import pytest
 from conftest import WARREN, Layout
 from warren import PolicySpec, Sandbox
 from warren.errors import PolicyError
+from warren.plan.limits import OVERHEAD_TASKS, CgroupFacts, Hierarchy
+from warren.plan.limits import plan as plan_limits
 from warren.policy import config
-from warren.policy.limits import Limits, defaults, lowered, mem_total, parse
+from warren.policy.limits import Limits, default_pids, defaults, lowered, mem_total, parse
 from warren.server import statedir
 
 CG = "/sys/fs/cgroup"
@@ -217,9 +219,27 @@ def test_plan_says_how_each_limit_is_enforced_for_this_caller(state_home: Path, 
 def test_defaults_bound_memory_pids_and_tmp_from_the_machine_size(state_home: Path, layout: Layout) -> None:
     rows = _plan(layout)
     d = defaults(mem_total())
-    assert d.memory == mem_total() // 2 and d.tmp_size == mem_total() // 8 and d.pids == 4096
+    assert d.memory == mem_total() // 2 and d.tmp_size == mem_total() // 8
+    assert d.pids == default_pids(mem_total(), os.cpu_count() or 1)
     assert all(rows[k]["default"] for k in ("memory", "pids", "tmp_size"))
-    assert rows["pids"]["value"] == "4096"
+    assert rows["pids"]["value"] == str(d.pids)
+    assert f"512 x {os.cpu_count()} CPUs" in str(rows["pids"]["detail"])  # plan shows the formula
+
+
+@pytest.mark.parametrize(
+    ("cpus", "ram_gib", "pids"),
+    [(2, 23, 1024), (2, 4, 256), (1, 2, 256), (16, 128, 8192), (16, 32, 2048), (128, 1024, 32768)],
+)
+def test_the_default_pids_limit_scales_with_cpus_and_ram(cpus: int, ram_gib: int, pids: int) -> None:
+    """512 per CPU, at most one per 16 MiB of RAM, within [256, 32768]: 1024 on this 2-CPU
+    machine (below the ~1400 tasks where a fork bomb starts to cost the host), more on a
+    bigger one; planned as the sandbox's pids limit with warren's few tasks on top."""
+    ram = ram_gib << 30
+    assert defaults(ram, cpus).pids == pids
+    lp = plan_limits(Limits(), CgroupFacts(0, (Hierarchy("pids", "/sys/fs/cgroup/pids", True),)), ram, cpus)
+    assert lp.row("pids").value == str(pids) and lp.row("pids").default
+    assert ("pids.max", str(pids + OVERHEAD_TASKS)) in lp.cgroups[0].files
+    assert f"512 x {cpus} CPUs" in lp.row("pids").detail
 
 
 @pytest.mark.parametrize(
@@ -275,21 +295,54 @@ def test_a_workspace_file_may_only_lower_limits(tmp_path: Path) -> None:
 
 # --- hostile workloads --------------------------------------------------------------
 
-FORK_BOMB = "f(){ f|f& }; f; sleep 2"
+# Writes its pid namespace where the test finds it (to count its tasks from the host).
+FORK_BOMB = "readlink /proc/self/ns/pid > ns.txt; f(){ f|f& }; f; sleep 2"
+DEFAULT_BOMB_BOUND = 1400  # a fork bomb with no flags stays below this on a 2-CPU machine
+
+
+def _tasks_in(ns: str) -> int:
+    n = 0
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{pid}/ns/pid") == ns:
+                    n += len(os.listdir(f"/proc/{pid}/task"))
+    return n
 
 
 @pytest.mark.parametrize("flags", [["--pids", "64"], []], ids=["pids64", "defaults"])
 def test_fork_bomb_is_contained(net: Net, layout: Layout, flags: list[str]) -> None:
+    """Stopped at the limit (with no flags: the default, under the bound that keeps a
+    2-CPU host answering), counted from the host in the sandbox's pid namespace, while
+    /bin/true started on the host stays fast (``Probe``)."""
+    peak = 0
     with Probe():
-        r = net.run(
-            ["run", "-w", str(layout.workspace), *flags, "--timeout", "4", "--", "sh", "-c", FORK_BOMB],
-            layout.workspace,
+        bomb = subprocess.Popen(
+            net.argv(
+                ["run", "-w", str(layout.workspace), *flags, "--timeout", "4", "--", "sh", "-c", FORK_BOMB]
+            ),
+            cwd=layout.workspace,
+            env={**os.environ, "XDG_STATE_HOME": str(net.state)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
-    assert r.returncode in (0, 124), r.stderr[-2000:]
-    assert "Cannot fork" in r.stderr
+        ns = ""
+        while bomb.poll() is None:
+            with contextlib.suppress(OSError):
+                ns = ns or (layout.workspace / "ns.txt").read_text().strip()
+            if ns:
+                peak = max(peak, _tasks_in(ns))
+            time.sleep(0.05)
+        _out, err = bomb.communicate(timeout=30)
+    assert bomb.returncode in (0, 124), err[-2000:]
+    assert "Cannot fork" in err
+    limit = int(flags[1]) if flags else defaults(mem_total()).pids or 0
+    assert ns and 0 < peak <= limit + OVERHEAD_TASKS, (peak, limit)
+    if not flags and (os.cpu_count() or 1) <= 2:
+        assert peak < DEFAULT_BOMB_BOUND, peak
     if ROOT_CGROUPS:
-        limit = flags[1] if flags else "4096"
-        assert f"warren: pids limit {limit} reached" in r.stderr
+        assert f"warren: pids limit {limit} reached" in err
     assert _leftovers(net.state, net) == []
 
 

@@ -12,6 +12,7 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -496,3 +497,69 @@ def test_plan_shows_git_protection_hardlink_masks_and_the_socket_rule(
     assert f"deny      {repo}/linked" in r.stdout and "a hard link to a file outside" in r.stdout
     assert "unix sockets: connect/sendto/sendmsg to a pathname socket only inside" in r.stdout
     assert "metadata: chmod, utimensat, xattrs only inside" in r.stdout
+
+
+SYSTEM_SECRETS = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-", "/etc/security/opasswd")
+
+
+@pytest.fixture
+def host_key() -> Iterator[Path | None]:
+    """A dummy SSH host key pair in /etc/ssh matched only by the ``ssh_host_*_key`` glob
+    (root only: nobody else may write there), removed afterwards."""
+    if os.getuid() != 0:
+        yield None
+        return
+    key = Path(f"/etc/ssh/ssh_host_warrentest{os.getpid()}_key")
+    key.parent.mkdir(exist_ok=True)
+    key.write_text("HOSTKEY-PRIVATE-MARKER\n")
+    key.chmod(0o600)
+    pub = key.with_name(key.name + ".pub")
+    pub.write_text("ssh-ed25519 HOSTKEY-PUBLIC-MARKER\n")
+    try:
+        yield key
+    finally:
+        key.unlink(missing_ok=True)
+        pub.unlink(missing_ok=True)
+
+
+def test_system_secrets_are_hidden_from_a_root_callers_sandbox(layout: Layout, host_key: Path | None) -> None:
+    """Password hashes, sudo rules and SSH host private keys print nothing in a
+    sandbox; with --no-default-deny (the control) a root caller reads them, so the test
+    could see the attack succeed. For uid 1001 permissions already refuse them: the
+    deny list must not break anything it can read (passwd, ssh_config, the .pub)."""
+    secrets_ = [p for p in SYSTEM_SECRETS if os.path.exists(p)]
+    assert "/etc/shadow" in secrets_
+    keys = [str(host_key)] if host_key else []
+    pubs = [str(host_key) + ".pub"] if host_key else []
+    script = (
+        "for f in "
+        + " ".join(f"'{p}'" for p in [*secrets_, *keys])
+        + '; do cat "$f" 2>/dev/null && echo "READ $f"; done; '
+        + "for f in /etc/passwd "
+        + " ".join(f"'{p}'" for p in pubs)
+        + '; do cat "$f" >/dev/null && echo "PUBLIC $f"; done; echo end'
+    )
+    hidden = layout.run(["sh", "-c", script])
+    shown = layout.run(["sh", "-c", script], "--no-default-deny")
+    assert hidden.returncode == 0 and hidden.stdout.strip().endswith("end"), hidden.stderr
+    assert "READ " not in hidden.stdout and "HOSTKEY-PRIVATE-MARKER" not in hidden.stdout, hidden.stdout
+    assert "root:" not in hidden.stdout, hidden.stdout
+    for p in ["/etc/passwd", *pubs]:
+        assert f"PUBLIC {p}" in hidden.stdout, hidden.stdout
+    if os.getuid() == 0:
+        # The control: the same command without the default deny list reads them all.
+        assert "READ /etc/shadow" in shown.stdout and "root:" in shown.stdout, shown.stdout
+        assert "HOSTKEY-PRIVATE-MARKER" in shown.stdout, shown.stdout
+    else:
+        assert "READ /etc/shadow" not in shown.stdout, shown.stdout  # file permissions, not warren
+
+
+def test_the_host_key_glob_is_expanded_and_the_usual_names_are_listed() -> None:
+    from warren.policy.model import SYSTEM_DENIED
+    from warren.policy.resolve import system_denied
+
+    got = system_denied(("/etc/ssh/ssh_host_*_key", "/etc/shadow"))
+    assert "/etc/shadow" in got and all("*" not in p for p in got)
+    assert all(p.endswith("_key") for p in got if p.startswith("/etc/ssh/"))
+    assert "/etc/ssh/ssh_host_ed25519_key" in SYSTEM_DENIED  # hidden even when made later
+    assert not any(p.endswith(".pub") for p in system_denied())

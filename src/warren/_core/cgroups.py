@@ -1,30 +1,37 @@
 """cgroup files: probe what this caller may use, make a sandbox's cgroups, read them, remove them.
 
-A sandbox's cgroups are made *beneath the caller's own* cgroup in each hierarchy
-(``/proc/self/cgroup``): nothing is moved out of where it started, so whatever
-already limits the caller (a memory cgroup of the machine's management) stays in
-charge. Each is named ``warren-<uid>-<token>`` and listed in a record file before it
-is made, so a supervisor killed at any moment leaves nothing the next one cannot
-find and remove (``sweep``: it thaws and kills what is left first). Decisions live
-in ``plan.limits``; this module only reads and writes the files.
+A sandbox's cgroups are made *beneath the caller's own* cgroup in each hierarchy: the
+caller is the client that asked, whose ``/proc/PID/cgroup`` the supervisor reads from
+the kernel through the connection's pidfd (``peer_cgroups``), not the supervisor
+itself. Nothing is moved out of where it started, so whatever already limits the
+caller (a CI job's pids cgroup, a memory cgroup of the machine's management) stays in
+charge; where the sandbox gets no group of its own, ``probe`` says whether PID 1 may
+join the caller's group and what a sandbox left in the supervisor's would escape
+(``placements``: ``plan.limits.place`` decides). Each is named
+``warren-<uid>-<token>`` and listed in a record file before it is made, so a
+supervisor killed at any moment leaves nothing the next one cannot find and remove
+(``sweep``: it thaws and kills what is left first). Decisions live in
+``plan.limits``; this module only reads and writes the files.
 
 cgroup2 (a delegated subtree): a sandbox gets one group holding every controller the
 plan enables. Domain controllers can only be handed to children of a group without
 processes of its own, so when the supervisor sits in the delegated group itself it
 moves into a leaf beneath it (``warren-<uid>-supervisor``): still beneath where it
-started.
+started; it never moves into a client's group.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import secrets
+import signal
 import time
 
 from ..errors import SandboxError, SetupError
-from ..plan.limits import V2, CgroupFacts, CgroupPlan, Counter, Hierarchy
+from ..plan.limits import V2, CgroupFacts, CgroupPlan, Counter, Hierarchy, Placement
 
 ROOT = "/sys/fs/cgroup"
 V1_CONTROLLERS = ("pids", "memory", "cpu", "freezer")
@@ -36,7 +43,8 @@ def supervisor_leaf(uid: int) -> str:
 
 
 def own_paths(text: str | None = None) -> dict[str, str]:
-    """Controller -> this process's cgroup path (``""`` is cgroup2's key)."""
+    """Controller -> this process's cgroup path (``""`` is cgroup2's key); or the
+    paths of another process's ``/proc/PID/cgroup`` text."""
     if text is None:
         with open("/proc/self/cgroup") as f:
             text = f.read()
@@ -49,15 +57,186 @@ def own_paths(text: str | None = None) -> dict[str, str]:
     return out
 
 
-def probe(uid: int) -> CgroupFacts:
+def peer_cgroups(pid: int, pidfd: int) -> str:
+    """The ``/proc/PID/cgroup`` text of a connected client, as the kernel has it: read
+    through its ``/proc`` directory, opened and *then* checked to belong to the pidfd
+    the connection carried (the process is still alive, so its pid was not reused), so
+    a recycled pid cannot answer for it. Paths are as this process's cgroup namespace
+    sees them, the same view as its ``/sys/fs/cgroup``."""
     try:
-        own = own_paths()
+        dirfd = os.open(f"/proc/{pid}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as e:
+        raise _client_gone(pid, e) from None
+    try:
+        try:
+            signal.pidfd_send_signal(pidfd, 0)
+            fd = os.open("cgroup", os.O_RDONLY | os.O_CLOEXEC, dir_fd=dirfd)
+        except OSError as e:
+            raise _client_gone(pid, e) from None
+        with os.fdopen(fd) as f:
+            return f.read()
+    finally:
+        os.close(dirfd)
+
+
+def _client_gone(pid: int, e: OSError) -> SandboxError:
+    return SandboxError(
+        f"the client (pid {pid}) is gone: its cgroups cannot be read",
+        operation="cgroup",
+        path=f"/proc/{pid}/cgroup",
+        errno=e.errno,
+        hint="the sandbox is placed in its caller's cgroups; ask again from a live process",
+    )
+
+
+@functools.cache
+def _mount_of(controllers: tuple[str, ...]) -> str | None:
+    """Where a v1 hierarchy (by its controllers) or cgroup2 (``()``) is mounted
+    (remembered: a supervisor lives minutes, cgroup mounts for the machine's life)."""
+    if not controllers:
+        for mount in (os.path.join(ROOT, "unified"), ROOT):
+            if os.path.exists(os.path.join(mount, "cgroup.subtree_control")):
+                return mount
+        return None
+    for c in controllers:
+        mount = os.path.join(ROOT, c)
+        if os.path.exists(os.path.join(mount, "cgroup.procs")):
+            return mount
+    return None
+
+
+# v1 controllers whose groups only count or tag: nothing a sandbox could escape.
+_COUNTING = ("cpuacct", "perf_event", "net_cls", "net_prio")
+_V1_UNLIMITED = 1 << 62
+_DELEGATED_FILES = (
+    "",
+    "cgroup.procs",
+    "cgroup.subtree_control",
+)  # the user's when delegated  # memory.limit_in_bytes reads 9223372036854771712 when unset
+
+
+def _limit_files(controllers: tuple[str, ...]) -> tuple[tuple[str, str], ...] | None:
+    """(file, its unlimited value) per limit a group of these controllers can set;
+    None: a controller whose limits are not known here (any group of it may limit)."""
+    if not controllers:  # cgroup2: only the controllers enabled show their files
+        return (
+            ("pids.max", "max"),
+            ("memory.max", "max"),
+            ("memory.high", "max"),
+            ("memory.swap.max", "max"),
+            ("cpu.max", "max"),
+            ("io.max", ""),
+        )
+    files: list[tuple[str, str]] = []
+    for c in controllers:
+        if c == "pids":
+            files.append(("pids.max", "max"))
+        elif c == "memory":
+            files += [("memory.limit_in_bytes", "v1"), ("memory.memsw.limit_in_bytes", "v1")]
+        elif c == "cpu":
+            files.append(("cpu.cfs_quota_us", "-1"))
+        elif c not in _COUNTING:
+            return None
+    return tuple(files)
+
+
+def _unlimited(value: str, unlimited: str) -> bool:
+    if unlimited == "v1":
+        return value.isdigit() and int(value) >= _V1_UNLIMITED
+    return value == unlimited or value.split(" ", 1)[0] == unlimited
+
+
+def escaped(controllers: tuple[str, ...], caller: str, supervisor: str) -> tuple[str, ...]:
+    """The limits set on the caller's side below the group it shares with the
+    supervisor: what a sandbox left in the supervisor's group would not count against."""
+    common = os.path.commonpath([caller, supervisor])
+    files = _limit_files(controllers)
+    out: list[str] = []
+    d = caller
+    while d != common and d.startswith(common + "/"):
+        if files is None:
+            out.append(f"whatever the {','.join(controllers)} cgroup {d} limits")
+        else:
+            for file, unlimited in files:
+                value = read(d, file).strip()
+                if value and not _unlimited(value, unlimited):
+                    out.append(f"{file} {value} of {d}")
+        d = os.path.dirname(d)
+    return tuple(out)
+
+
+def pids_caps(caller: dict[str, str]) -> tuple[tuple[str, int], ...]:
+    """Finite pids.max of the caller's group and its ancestors (v1 pids hierarchy and
+    cgroup2), innermost first."""
+    out: list[tuple[str, int]] = []
+    for key, controllers in (("pids", ("pids",)), ("", ())):
+        mount = _mount_of(controllers)
+        if key not in caller or mount is None or ".." in caller[key]:
+            continue
+        d = os.path.normpath(mount + caller[key])
+        while d.startswith(mount + "/"):
+            value = read(d, "pids.max").strip()
+            if value.isdigit():
+                out.append((d, int(value)))
+            d = os.path.dirname(d)
+    return tuple(out)
+
+
+def placements(uid: int, caller_text: str, own: dict[str, str]) -> tuple[Placement, ...]:
+    """Each hierarchy the caller is in (named ones, which hold no controller, aside):
+    the caller's group, the supervisor's, whether this uid may move a process into the
+    caller's, and (only when the supervisor is outside it) what would be escaped."""
+    out: list[Placement] = []
+    for line in caller_text.splitlines():
+        _id, _, rest = line.partition(":")
+        names, _, path = rest.partition(":")
+        controllers = tuple(c for c in names.split(",") if c)
+        if any(c.startswith("name=") for c in controllers):
+            continue
+        mount = _mount_of(controllers)
+        key = controllers[0] if controllers else ""
+        if mount is None or key not in own:
+            continue
+        kind = controllers or (V2,)
+        supervisor = os.path.normpath(mount + own[key])
+        if not controllers and os.path.basename(supervisor) == supervisor_leaf(uid):
+            supervisor = os.path.dirname(supervisor)
+        if ".." in path.split("/"):
+            # Outside this supervisor's cgroup namespace: nothing here can reach it.
+            out.append(Placement(kind, mount + path, supervisor, False, (f"the cgroup {path} out of reach",)))
+            continue
+        caller = os.path.normpath(mount + path)
+        p = Placement(kind, caller, supervisor, _may_move(controllers, caller, supervisor))
+        if not p.within:
+            p = Placement(kind, caller, supervisor, p.joinable, escaped(controllers, caller, supervisor))
+        out.append(p)
+    return tuple(out)
+
+
+def _may_move(controllers: tuple[str, ...], caller: str, supervisor: str) -> bool:
+    """A process of this uid born in ``supervisor`` may move itself into ``caller``
+    (cgroup2 also asks for the group both share: the kernel checks its cgroup.procs)."""
+    if controllers:
+        return os.access(os.path.join(caller, "tasks"), os.W_OK)
+    common = os.path.commonpath([caller, supervisor])
+    return all(os.access(os.path.join(d, "cgroup.procs"), os.W_OK) for d in (caller, common))
+
+
+def probe(uid: int, caller_text: str | None = None) -> CgroupFacts:
+    """What ``uid`` may do in the caller's cgroups. ``caller_text``: the client's
+    ``/proc/PID/cgroup`` (``peer_cgroups``); None: this process is the caller."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            self_text = f.read()
     except OSError:
         return CgroupFacts(uid)
+    text = self_text if caller_text is None else caller_text
+    own = own_paths(text)
+    mine = own_paths(self_text)
     v1 = []
     for c in V1_CONTROLLERS:
         mount = os.path.join(ROOT, c)
-        if c not in own or not os.path.exists(os.path.join(mount, "cgroup.procs")):
+        if c not in own or not os.path.exists(os.path.join(mount, "cgroup.procs")) or ".." in own[c]:
             continue
         parent = os.path.normpath(mount + own[c])
         v1.append(
@@ -68,20 +247,54 @@ def probe(uid: int) -> CgroupFacts:
     v2_path = None
     ctrls: tuple[str, ...] = ()
     writable = False
-    for mount in (os.path.join(ROOT, "unified"), ROOT):
-        if "" in own and os.path.exists(os.path.join(mount, "cgroup.subtree_control")):
-            v2_path = os.path.normpath(mount + own[""])
-            if os.path.basename(v2_path) == supervisor_leaf(uid):
-                v2_path = os.path.dirname(v2_path)  # the delegated group is the one above
-            with contextlib.suppress(OSError), open(os.path.join(v2_path, "cgroup.controllers")) as f:
-                ctrls = tuple(f.read().split())
-            # Delegated: this caller may make groups there and move its processes.
-            writable = v2_path != mount and all(
-                os.access(os.path.join(v2_path, f), os.W_OK)
-                for f in ("", "cgroup.procs", "cgroup.subtree_control")
-            )
-            break
-    return CgroupFacts(uid, tuple(v1), v2_path, ctrls, writable)
+    borrowed = False
+    v2_mount = _mount_of(())
+    if v2_mount is not None and "" in own and ".." not in own[""]:
+        supervisor = os.path.normpath(v2_mount + mine.get("", "/"))
+        if os.path.basename(supervisor) == supervisor_leaf(uid):
+            supervisor = os.path.dirname(supervisor)  # the delegated group is the one above
+        v2_path = os.path.normpath(v2_mount + own[""])
+        if os.path.basename(v2_path) == supervisor_leaf(uid):
+            v2_path = os.path.dirname(v2_path)
+        ctrls, writable = _v2_group(v2_path, supervisor, v2_mount)
+        if not writable and v2_path != supervisor and not escaped((), v2_path, supervisor):
+            # The caller's group is not delegated (a login session's scope) but the
+            # supervisor's is (its own systemd scope), and nothing is set on the
+            # caller's side that a group there would escape: the sandbox's group goes
+            # beneath the supervisor's, as pause, kill and limits need a group.
+            sup_ctrls, sup_writable = _v2_group(supervisor, supervisor, v2_mount)
+            if sup_writable:
+                v2_path, ctrls, writable, borrowed = supervisor, sup_ctrls, True, True
+    return CgroupFacts(
+        uid,
+        tuple(v1),
+        v2_path,
+        ctrls,
+        writable,
+        placements(uid, text, mine),
+        pids_caps(own),
+        v2_borrowed=borrowed,
+    )
+
+
+def _v2_group(path: str, supervisor: str, mount: str) -> tuple[tuple[str, ...], bool]:
+    """(controllers its children may get, delegated) of the cgroup2 group ``path``."""
+    ctrls: tuple[str, ...] = ()
+    with contextlib.suppress(OSError), open(os.path.join(path, "cgroup.controllers")) as f:
+        ctrls = tuple(f.read().split())
+    if path != supervisor:
+        # A client's group holds the client: only controllers it already hands down
+        # can be had (the supervisor moves into a leaf of its own group only).
+        enabled = read(path, "cgroup.subtree_control").split()
+        ctrls = tuple(c for c in ctrls if c in enabled)
+    # Delegated: this uid may make groups there and move its processes into them (from
+    # where the supervisor is: the kernel also checks the group both share).
+    writable = (
+        path != mount
+        and all(os.access(os.path.join(path, f), os.W_OK) for f in _DELEGATED_FILES)
+        and _may_move((), path, supervisor)
+    )
+    return ctrls, writable
 
 
 def record_path(record_dir: str, name: str) -> str:
@@ -132,9 +345,24 @@ def _delegate(parent: str, controllers: tuple[str, ...], uid: int) -> None:
     try:
         _write(parent, "cgroup.subtree_control", line)
         return
-    except OSError as e:
-        if e.errno != errno.EBUSY:
+    except OSError as busy:
+        if busy.errno != errno.EBUSY:
             raise
+        e = busy
+    mount = _mount_of(())
+    mine = os.path.normpath(f"{mount}{own_paths().get('', '/')}")
+    if parent not in (mine, os.path.dirname(mine)):
+        # The caller's group, not the supervisor's: the supervisor never moves into a
+        # client's group, and the client's own processes keep it from handing down.
+        raise SetupError(
+            f"cannot enable {' '.join(missing)} for the sandboxes' cgroups in {parent}: "
+            "the group has processes of its own",
+            operation="cgroup",
+            path=parent,
+            errno=e.errno,
+            hint="cgroup2 hands controllers only to children of a group without processes: run warren "
+            "from a group of its own (e.g. systemd-run --user --scope -p Delegate=yes warren ...)",
+        )
     leaf = os.path.join(parent, supervisor_leaf(uid))
     with contextlib.suppress(FileExistsError):
         os.mkdir(leaf, 0o755)
@@ -242,9 +470,11 @@ def counter_files(dirs: list[str], counters: tuple[Counter, ...]) -> list[tuple[
 
 
 def read_counter(fd: int, key: str) -> int:
-    """The ``key`` line of a flat-keyed cgroup file, read afresh through ``fd``."""
+    """The ``key`` line of a flat-keyed cgroup file, read afresh through ``fd`` (no
+    key: the file is one number, such as pids.peak)."""
     try:
-        value = flat_value(os.pread(fd, 65536, 0).decode(), key)
+        text = os.pread(fd, 65536, 0).decode()
+        value = flat_value(text, key) if key else text.strip()
     except OSError:
         return 0
     return int(value) if value.isdigit() else 0

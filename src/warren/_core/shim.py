@@ -287,8 +287,12 @@ class Shim:
         killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
         for name, fd in self.counters.items():
             limit, _, key = name.partition(":")
-            if cgroups.read_counter(fd, key) > self.before.get(name, 0) and (limit != "memory" or killed):
-                return self.plan.limits.reached(limit)
+            # A key names an event count; none, a level (the pids peak, read below).
+            went_up = key and cgroups.read_counter(fd, key) > self.before.get(name, 0)
+            if went_up and (limit != "memory" or killed):
+                level = self.counters.get(f"{limit}:")
+                peak = None if level is None else cgroups.read_counter(level, "")
+                return self.plan.limits.reached(limit, peak)
         return None
 
     def run(self) -> None:

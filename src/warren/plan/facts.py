@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .._core import _sys
 from .._core import cgroups as _cgroups
-from ..policy.limits import mem_total
+from ..policy.limits import cpu_count, mem_total
 from .limits import CgroupFacts
 from .model import GitDir
 
@@ -128,12 +128,13 @@ class HostFacts:
     # Directories among the asked-about paths that the planning user may write (the
     # supervisor runs as its callers): where warren itself may make a TMPDIR.
     writable_dirs: frozenset[str] = frozenset()
-    # Which cgroups this caller may use, and the RAM the default limits scale with.
+    # Which cgroups this caller may use, and the RAM and CPUs the default limits scale with.
     cgroups: CgroupFacts = field(default_factory=lambda: CgroupFacts(uid=-1))
     mem_total: int = 4 << 30
     # The root of the git repository the workspace lies in when its .git is above the
     # workspace (None when the workspace is a repository of its own, or in none).
     repository: str | None = None
+    cpus: int = 1  # the machine's CPUs: the default pids limit scales with them
 
     def kind(self, path: str) -> PathKind:
         return self.path_kinds.get(path, "missing")
@@ -146,6 +147,9 @@ class CallerFacts:
     home: str
     env: Mapping[str, str]
     cwd: str
+    # The caller's /proc/PID/cgroup, as the kernel has it (the supervisor reads it for
+    # the connected client, never takes it from a request); None: the planning process.
+    cgroups: str | None = None
 
     @classmethod
     def here(cls, env: Mapping[str, str] | None = None, cwd: str | None = None) -> CallerFacts:
@@ -231,7 +235,10 @@ def gather(
     git: tuple[GitDir, ...] = (),
     git_files: tuple[str, ...] = (),
     workspace: str | None = None,
+    caller_cgroups: str | None = None,
 ) -> HostFacts:
+    """``caller_cgroups``: the caller's /proc/PID/cgroup text (``CallerFacts.cgroups``):
+    its sandboxes' cgroups go beneath the caller's groups, not this process's."""
     with open("/proc/self/mountinfo") as f:
         mounts = parse_mountinfo(f.read())
     paths = set(FIXED_PATHS) | set(extra_paths)
@@ -249,9 +256,10 @@ def gather(
         git=git,
         git_files=git_files,
         writable_dirs=frozenset(p for p in paths if kinds[p] == "dir" and os.access(p, os.W_OK)),
-        cgroups=_cgroups.probe(os.getuid()),
+        cgroups=_cgroups.probe(os.getuid(), caller_cgroups),
         mem_total=mem_total(),
         repository=enclosing_repository(workspace) if workspace else None,
+        cpus=cpu_count(),
     )
 
 

@@ -7,15 +7,18 @@ enforced (``cgroup1``, ``cgroup2``, ``rlimit (...)``, ``tmpfs size=``, or ``not
 enforceable here: why``), the cgroup files to write, the rlimits to set, how the
 sandbox is paused, and which cgroup counters tell that a limit was reached. The best
 mechanism wins (a writable cgroup v1 controller, then a delegated cgroup2 subtree,
-then rlimits); nothing is dropped silently. Executed by ``_core.cgroups`` and
-``_core.shim``; the supervisor enforces the idle timeout.
+then rlimits); nothing is dropped silently. The sandbox's groups go beneath the
+*caller's* (the client's) groups; ``place`` decides the hierarchies where it gets none:
+join the caller's group, stay (nothing escaped), or refuse (a limit set on the caller's
+side would be escaped). Executed by ``_core.cgroups`` and ``_core.shim``; the
+supervisor enforces the idle timeout.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..policy.limits import NO_LIMIT, Limits, defaults, show_duration, show_size
+from ..policy.limits import NO_LIMIT, Limits, defaults, pids_formula, show_duration, show_size
 
 CGROUP1 = "cgroup1"
 CGROUP2 = "cgroup2"
@@ -44,7 +47,33 @@ class Hierarchy:
 
 
 @dataclass(frozen=True)
+class Placement:
+    """One hierarchy the caller is in (a v1 hierarchy, or cgroup2): where the caller
+    is, where the supervisor is (a new PID 1 starts there), and what the sandbox would
+    escape if it stayed there."""
+
+    controllers: tuple[str, ...]  # the v1 hierarchy's controllers, or (V2,)
+    caller: str  # the caller's own group (a directory)
+    supervisor: str  # the supervisor's group: where PID 1 is born
+    joinable: bool  # a process of this uid may move itself into ``caller``
+    # What is set on the caller's side, between its group and the one it shares with
+    # the supervisor ("pids.max 60 of /sys/fs/cgroup/pids/ci"): limits a sandbox left in
+    # the supervisor's group would escape. Filled only when the supervisor is not
+    # inside the caller's group.
+    escaped: tuple[str, ...] = ()
+
+    @property
+    def within(self) -> bool:
+        """The supervisor is in the caller's group or beneath it: whatever limits the
+        caller limits a sandbox born there."""
+        return self.supervisor == self.caller or self.supervisor.startswith(self.caller.rstrip("/") + "/")
+
+
+@dataclass(frozen=True)
 class CgroupFacts:
+    """The caller's cgroups (the client's, read from the kernel by the supervisor),
+    and what this uid may do there."""
+
     uid: int
     v1: tuple[Hierarchy, ...] = ()
     # cgroup2: the caller's own cgroup and the controllers enabled for its children
@@ -52,6 +81,13 @@ class CgroupFacts:
     v2_path: str | None = None
     v2_controllers: tuple[str, ...] = ()
     v2_writable: bool = False
+    placements: tuple[Placement, ...] = ()
+    # Finite pids limits of the caller's group and its ancestors in the hierarchy that
+    # holds the sandbox's pids group: (directory, pids.max), innermost first.
+    pids_caps: tuple[tuple[str, int], ...] = ()
+    # ``v2_path`` is the supervisor's delegated group, not the caller's: the caller's is
+    # not delegated and sets no limit a group beneath the supervisor's would escape.
+    v2_borrowed: bool = False
 
     def writable(self, controller: str) -> Hierarchy | None:
         for h in self.v1:
@@ -103,6 +139,7 @@ class CgroupPlan:
     files: tuple[tuple[str, str], ...]  # (file, value), written in order
     # cgroup2: controllers to enable in ``parent``'s cgroup.subtree_control first
     enable: tuple[str, ...] = ()
+    borrowed: bool = False  # ``parent`` is the supervisor's group (CgroupFacts.v2_borrowed)
 
 
 @dataclass(frozen=True)
@@ -123,14 +160,29 @@ class LimitsPlan:
     rlimits: tuple[tuple[str, int], ...] = ()  # ("RLIMIT_NPROC", n): set on each command before execve
     pause: str = SIGNALS  # FREEZER1, FREEZE2 or SIGNALS
     counters: tuple[Counter, ...] = ()
+    # The caller's own groups PID 1 moves into where the sandbox gets no group of its
+    # own in that hierarchy and the supervisor is elsewhere (it counts against them).
+    joins: tuple[str, ...] = ()
+    # Why the sandbox cannot be placed inside the caller's cgroups: launching is
+    # refused (a sandbox in the supervisor's groups would escape these limits).
+    refused: tuple[str, ...] = ()
+    # The caller's pids limits above the sandbox's own (see CgroupFacts.pids_caps).
+    pids_caps: tuple[tuple[str, int], ...] = ()
 
     def row(self, name: str) -> LimitRow:
         return next(r for r in self.rows if r.name == name)
 
-    def reached(self, limit: str) -> str:
-        """How a command is told it ran into ``limit`` ("memory limit 512M reached")."""
+    def reached(self, limit: str, peak: int | None = None) -> str:
+        """How a command is told it ran into ``limit`` ("memory limit 512M reached").
+        ``peak``: the most tasks the sandbox's own pids group ever held; below its own
+        limit, the refused fork was the caller's limit, named as such."""
         if limit == "memory":
             return f"memory limit {show_size(self.limits.memory or 0)} reached"
+        own = (self.limits.pids or 0) + OVERHEAD_TASKS
+        if peak is not None and self.pids_caps and peak < own:
+            group, cap = min(self.pids_caps, key=lambda c: c[1])
+            mine = self.limits.pids
+            return f"pids limit {cap} of the caller's cgroup {group} reached, not the sandbox's own ({mine})"
         return f"pids limit {self.limits.pids} reached"
 
 
@@ -139,8 +191,9 @@ class LimitsPlan:
 OVERHEAD_TASKS = 8
 
 
-def plan(given: Limits, facts: CgroupFacts, mem_total: int) -> LimitsPlan:
-    base = defaults(mem_total)
+def plan(given: Limits, facts: CgroupFacts, mem_total: int, cpus: int = 1) -> LimitsPlan:
+    """``cpus``, ``mem_total``: the machine's, which the defaults scale with."""
+    base = defaults(mem_total, cpus)
     eff = Limits(
         memory=given.memory if given.memory is not None else base.memory,
         pids=given.pids if given.pids is not None else base.pids,
@@ -154,6 +207,7 @@ def plan(given: Limits, facts: CgroupFacts, mem_total: int) -> LimitsPlan:
     v2_enable: list[str] = []
     rlimits: list[tuple[str, int]] = []
     counters: list[Counter] = []
+    pids_in = ""  # the group that enforces the pids limit: "pids" (v1), V2, or none
 
     def by_cgroup(
         controller: str, v1: list[tuple[str, str]], v2: list[tuple[str, str]], counter: Counter | None
@@ -202,16 +256,20 @@ def plan(given: Limits, facts: CgroupFacts, mem_total: int) -> LimitsPlan:
     if eff.pids:
         files = [("pids.max", str(eff.pids + OVERHEAD_TASKS))]
         how = by_cgroup("pids", files, files, Counter("pids", "pids", "pids.events", "max"))
+        pids_in = "pids" if how == CGROUP1 else V2 if how == CGROUP2 else ""
+        formula = f"; default: {pids_formula(mem_total, cpus)}" if given.pids is None else ""
         if how:
-            rows.append(LimitRow("pids", str(eff.pids), given.pids is None, how, "pids.max"))
+            rows.append(LimitRow("pids", str(eff.pids), given.pids is None, how, "pids.max" + formula))
         elif facts.uid == 0:
             # The kernel never applies RLIMIT_NPROC to the host's root (a root caller's
             # sandbox maps to it): setting it would claim a limit that is not there.
-            why = "RLIMIT_NPROC does not bind root; " + facts.why_not("pids")
+            why = "RLIMIT_NPROC does not bind root; " + facts.why_not("pids") + formula
             rows.append(LimitRow("pids", str(eff.pids), given.pids is None, NOT, why))
         else:
             rlimits.append(("RLIMIT_NPROC", eff.pids + OVERHEAD_TASKS))
-            rows.append(LimitRow("pids", str(eff.pids), given.pids is None, NPROC, facts.why_not("pids")))
+            rows.append(
+                LimitRow("pids", str(eff.pids), given.pids is None, NPROC, facts.why_not("pids") + formula)
+            )
     if eff.cpus:
         quota = max(1000, round(eff.cpus * CFS_PERIOD_US))
         how = by_cgroup(
@@ -276,8 +334,45 @@ def plan(given: Limits, facts: CgroupFacts, mem_total: int) -> LimitsPlan:
     if facts.v2_writable and facts.v2_path is not None and (v2_enable or pause == FREEZE2):
         # One group holds the whole sandbox: what it enforces, and cgroup.freeze and
         # cgroup.kill, which every cgroup2 group has.
-        groups.append(CgroupPlan(V2, facts.v2_path, tuple(v2_files), tuple(v2_enable)))
-    return LimitsPlan(eff, tuple(rows), tuple(groups), tuple(rlimits), pause, tuple(counters))
+        groups.append(CgroupPlan(V2, facts.v2_path, tuple(v2_files), tuple(v2_enable), facts.v2_borrowed))
+    caps = facts.pids_caps if pids_in else ()
+    if caps:
+        # The sandbox's own peak tells whose limit refused a fork (``reached``).
+        counters.append(Counter("pids", pids_in, "pids.peak", ""))
+    joins, refused = place(facts, tuple(groups))
+    return LimitsPlan(
+        eff,
+        tuple(rows),
+        tuple(groups),
+        tuple(rlimits),
+        pause,
+        tuple(counters),
+        joins,
+        refused,
+        caps,
+    )
+
+
+def place(facts: CgroupFacts, groups: tuple[CgroupPlan, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Where the sandbox goes in each hierarchy the caller is in: its own group beneath
+    the caller's (``groups``, made beneath ``Hierarchy.parent``, the caller's); else
+    nowhere new when the supervisor is inside the caller's group anyway; else the
+    caller's group itself (joined); else, if that would escape a limit set on the
+    caller's side, refused — never silently the supervisor's group. Returns (joins,
+    refusals)."""
+    joins: list[str] = []
+    refused: list[str] = []
+    for p in facts.placements:
+        if any(g.controller in p.controllers for g in groups) or p.within:
+            continue
+        if p.joinable:
+            joins.append(p.caller)
+        elif p.escaped:
+            refused.append(
+                f"the supervisor runs in {p.supervisor}, outside your cgroup {p.caller}, and uid "
+                f"{facts.uid} cannot place the sandbox there: it would escape {', '.join(p.escaped)}"
+            )
+    return tuple(joins), tuple(refused)
 
 
 # The counters of a cgroup2 group: (file, key) per limit.
@@ -291,4 +386,13 @@ def render(lp: LimitsPlan) -> list[str]:
         extra = f"  ({r.detail})" if r.detail and r.mechanism != NOT else ""
         lines.append(f"  {r.name:<12} {r.value:<7}{' (default)' if r.default else '':<10} {how}{extra}")
     lines.append(f"  {'pause':<12} {'':<7}{'':<10} {lp.pause}")
+    for g in lp.cgroups:
+        whose = "the supervisor's (yours is not delegated, and sets no limit)" if g.borrowed else "yours"
+        lines.append(f"  {'cgroup':<12} {g.controller:<17} beneath {g.parent}: {whose}")
+    for j in lp.joins:
+        lines.append(f"  {'cgroup':<12} {'(joined)':<17} the caller's own {j}")
+    for cap in lp.pids_caps:
+        lines.append(f"  {'caller cap':<12} {'pids ' + str(cap[1]):<17} {cap[0]} (counts the sandbox too)")
+    for why in lp.refused:
+        lines.append(f"  refused: {why}")
     return lines

@@ -63,7 +63,7 @@ def make_plan(
             "workspace) will fail with EXDEV, and ancestor directories of writable roots "
             "are protected only by mounts. Use Linux >= 5.19 with Landlock enabled."
         )
-    limits = _limits.plan(policy.limits, host.cgroups, host.mem_total)
+    limits = _limits.plan(policy.limits, host.cgroups, host.mem_total, host.cpus)
     denied = [(str(r.path), r.source) for r in policy.denied]
     if host.state_dir and host.kind(host.state_dir) == "dir":
         denied.append((host.state_dir, STATE_DIR_SOURCE))

@@ -4,12 +4,13 @@ Owns the meaning of ``memory``, ``pids``, ``cpus``, ``tmp_size`` and ``idle_time
 (flags and ``warren.toml`` keys): sizes like ``512M`` or ``2G``, counts, fractional
 CPUs, durations like ``90``, ``30s``, ``10m`` or ``2h``. The
 defaults come from the machine's size (``defaults``; ``mem_total`` reads
-/proc/meminfo, the only file read here); how each limit is enforced on this host is
-the planner's business (``plan.limits``).
+/proc/meminfo, the only file read here, and ``cpu_count`` asks for the CPUs); how
+each limit is enforced on this host is the planner's business (``plan.limits``).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from ..errors import PolicyError
@@ -156,23 +157,64 @@ def parse(
     )
 
 
-def defaults(mem_total: int) -> Limits:
-    """What a sandbox gets with no flags, sized to keep the host alive:
+# The default pids limit: PIDS_PER_CPU tasks per CPU, at most one per PIDS_RAM_PER_TASK
+# of RAM, within [PIDS_FLOOR, PIDS_CEILING] (see ``defaults``).
+PIDS_PER_CPU = 512
+PIDS_RAM_PER_TASK = 16 << 20
+PIDS_FLOOR = 256
+PIDS_CEILING = 32768
+
+
+def default_pids(mem_total: int, cpus: int) -> int:
+    """``clamp(min(512 x CPUs, RAM / 16 MiB), 256, 32768)``: 1024 on 2 CPUs."""
+    return max(PIDS_FLOOR, min(PIDS_CEILING, PIDS_PER_CPU * max(1, cpus), mem_total // PIDS_RAM_PER_TASK))
+
+
+def pids_formula(mem_total: int, cpus: int) -> str:
+    """How ``default_pids`` came out for this machine, as ``warren plan`` shows it."""
+    by_ram = mem_total // PIDS_RAM_PER_TASK
+    return (
+        f"min({PIDS_PER_CPU} x {cpus} CPUs = {PIDS_PER_CPU * max(1, cpus)}, "
+        f"RAM/16M = {by_ram}) within [{PIDS_FLOOR}, {PIDS_CEILING}]"
+    )
+
+
+def defaults(mem_total: int, cpus: int | None = None) -> Limits:
+    """What a sandbox gets with no flags, sized to keep the host answering:
 
     - memory: half of RAM. The other half stays for the host and other sandboxes,
       so the host's own OOM killer never has to pick among its services.
-    - pids: 4096 processes + threads: a fork bomb stops there (the host has tens of
-      thousands), while `make -j`, cargo and test runners with thread pools fit.
+    - pids: ``clamp(min(512 x CPUs, RAM / 16 MiB), 256, 32768)`` processes + threads
+      (``default_pids``). A fork bomb's cost to the host is CPU time and kernel memory
+      per task: what the host can bear grows with its CPUs (each runnable task takes
+      a share of them, and the host's own commands wait behind) and with its RAM (a
+      task's kernel stack, page tables and the smallest process footprint: 16 MiB
+      each leaves room). 1024 on a 2-CPU machine, where a fork bomb at that limit
+      still lets the host start `/bin/true` in milliseconds (bench/bench_limits.py);
+      8192 on 16 CPUs with 128 GiB. `make -j`, cargo and test runners with thread
+      pools fit: they use a few tasks per CPU.
     - tmp_size: an eighth of RAM each for /tmp and /dev/shm (tmpfs lives in RAM;
       the kernel's default of half of RAM each could take it all).
     - cpus: none. CPU time is shared fairly by the scheduler; a hog slows the host
       but cannot take it down.
     - idle_timeout: none. A long-lived sandbox lives until it is stopped, as it did
       before the option existed; an idle one costs a few MiB.
+
+    ``cpus``: the machine's CPU count (``cpu_count``) unless given (tests plan for
+    other machines).
     """
+    n = cpu_count() if cpus is None else cpus
     return Limits(
-        memory=max(MIN_MEMORY, mem_total // 2), pids=4096, cpus=None, tmp_size=max(MIN_TMP, mem_total // 8)
+        memory=max(MIN_MEMORY, mem_total // 2),
+        pids=default_pids(mem_total, n),
+        cpus=None,
+        tmp_size=max(MIN_TMP, mem_total // 8),
     )
+
+
+def cpu_count() -> int:
+    """The machine's CPUs (online), the other fact the defaults scale with."""
+    return os.cpu_count() or 1
 
 
 def mem_total() -> int:

@@ -115,6 +115,43 @@ DEFAULT_DENIED = (
     "~/.config/chromium",
 )
 
+# The system's own secrets: password and group hashes (and the backups the tools keep),
+# sudo rules, SSH host private keys (the .pub files stay readable), TLS and Kerberos
+# keys, VPN and network secrets, systemd's credentials. Permissions keep them from other
+# users, but not from a root caller's sandbox (its uid 0 owns them), so they are denied
+# like the home's. ``*`` in a name is expanded when the policy is built (the deny
+# mechanism has no globs): the usual host key names are listed too, so those stay
+# hidden when created after the sandbox started.
+SYSTEM_DENIED = (
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/security/opasswd",
+    "/var/backups/shadow.bak",
+    "/var/backups/gshadow.bak",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+    "/etc/ssh/ssh_host_rsa_key",
+    "/etc/ssh/ssh_host_ecdsa_key",
+    "/etc/ssh/ssh_host_ed25519_key",
+    "/etc/ssh/ssh_host_dsa_key",
+    "/etc/ssh/ssh_host_*_key",
+    "/etc/ssl/private",
+    "/etc/pki/tls/private",
+    "/etc/letsencrypt/archive",
+    "/etc/letsencrypt/live",
+    "/etc/krb5.keytab",
+    "/etc/wireguard",
+    "/etc/NetworkManager/system-connections",
+    "/etc/ipsec.secrets",
+    "/etc/ppp/chap-secrets",
+    "/etc/ppp/pap-secrets",
+    "/etc/credstore",
+    "/etc/credstore.encrypted",
+    "/var/lib/systemd/credential.secret",
+)
+
 # Writable roots here would hand the sandbox the kernel or the device tree.
 _FORBIDDEN_WRITABLE = ("/proc", "/sys", "/dev")
 

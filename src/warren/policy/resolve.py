@@ -8,6 +8,7 @@ supervisor resolves a spec for the client that sent it, not for itself.
 
 from __future__ import annotations
 
+import glob
 import os
 import stat
 from collections.abc import Iterable, Mapping
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from ..errors import PolicyError
 from . import presets as _presets
-from .model import DEFAULT_DENIED, DEFAULT_ENV_PASS, Policy, Root, is_within
+from .model import DEFAULT_DENIED, DEFAULT_ENV_PASS, SYSTEM_DENIED, Policy, Root, is_within
 from .spec import PolicySpec, check_text
 
 
@@ -122,7 +123,7 @@ def build(
     if spec.default_deny is not False:
         # Kept whether or not they exist now: one created later stays unreadable.
         parents: dict[str, str] = {}
-        for raw in DEFAULT_DENIED:
+        for raw in (*DEFAULT_DENIED, *system_denied()):
             path = absolute(raw, "default deny", None, home, parents)
             if not any(is_within(w.path, path) for w in writable):
                 denied.append(Root(path, "default"))
@@ -150,6 +151,18 @@ def build(
             deny=[str(p) for p in deny],
         ),
     )
+
+
+def system_denied(names: tuple[str, ...] = SYSTEM_DENIED) -> list[str]:
+    """``SYSTEM_DENIED`` with each glob expanded to the files that match now (the deny
+    mechanism has no globs; a plain name is kept whether or not it exists)."""
+    out: list[str] = []
+    for name in names:
+        if any(c in name for c in "*?["):
+            out += sorted(glob.glob(glob.escape(os.path.dirname(name)) + "/" + os.path.basename(name)))
+        else:
+            out.append(name)
+    return list(dict.fromkeys(out))
 
 
 # Writable here, a sandbox could change the system or everything you own.

@@ -65,6 +65,14 @@ def launch(
                 errno=e.errno,
                 hint="create it yourself or drop the preset",
             ) from None
+    if plan.limits is not None and plan.limits.refused:
+        raise SetupError(
+            f"cannot place the sandbox in your cgroups: {plan.limits.refused[0]}",
+            operation="cgroup",
+            hint="the sandbox must count against your own cgroups: stop the supervisor (`warren shutdown`) "
+            "and run warren from this group, so the next one starts here; or make your group writable "
+            "for your uid (cgroup2: delegate it)",
+        )
     scratch = _make_scratch(plan, tmp_records) if plan.scratch else None
     try:
         groups = cgroups.create(plan.limits.cgroups, plan.uid, record_dir) if plan.limits else []
@@ -75,7 +83,8 @@ def launch(
     tasks: list[tuple[str, int]] = []
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     try:
-        tasks = _open_tasks(groups)
+        # The sandbox's own groups, and the caller's own where it gets none (``joins``).
+        tasks = _open_tasks([*groups, *(plan.limits.joins if plan.limits else ())])
         # PID 1 enters its cgroups first thing: everything in the sandbox descends
         # from it, inside them.
         pid = clone.start_pid1(plan, theirs, oneshot=oneshot, cgroup_tasks=tasks)

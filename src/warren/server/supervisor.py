@@ -87,10 +87,36 @@ _SUPERVISOR_REQUESTS = (
 _NOT_USE = (protocol.GetRequest, protocol.ListRequest, protocol.StatsRequest, protocol.NetLogRequest)
 
 
+def _client_cgroups(sock: socket.socket) -> tuple[str | None, WarrenError | None]:
+    """The connected peer's /proc/PID/cgroup, read through the pidfd SO_PEERPIDFD gives
+    (``cgroups.peer_cgroups``), or why it cannot be had."""
+    pid, _uid, _gid = wire.peer_creds(sock)
+    pidfd = wire.peer_pidfd(sock)
+    if pidfd is None and pid > 0:
+        # Before Linux 6.5: pinned at accept, as ``peer.verify`` does.
+        with contextlib.suppress(OSError):
+            pidfd = os.pidfd_open(pid)
+    if pidfd is None:
+        return None, SandboxError(
+            "cannot tell which cgroups the client is in: it is gone or in another pid namespace",
+            operation="cgroup",
+            hint="sandboxes are placed in their caller's cgroups; ask again from a live process",
+        )
+    try:
+        return cgroups.peer_cgroups(pid, pidfd), None
+    except WarrenError as e:
+        return None, e
+    finally:
+        os.close(pidfd)
+
+
 class Client:
     def __init__(self, sock: socket.socket, uid: int, gid: int) -> None:
         self.sock = sock
         self.uid, self.gid = uid, gid
+        # The peer's cgroups as the kernel has them at accept (read through the pidfd
+        # of the process that connected): its sandboxes go beneath them.
+        self.cgroups, self.cgroups_error = _client_cgroups(sock)
         self.inbox = wire.Inbox(sock)
         self.outbox = wire.Outbox(sock)
         self.deadline: float | None = time.monotonic() + HEADER_DEADLINE
@@ -522,7 +548,14 @@ class Supervisor:
             home=caller.env.get("HOME") or os.path.expanduser("~"),
             env=caller.env,
             cwd=caller.cwd,
+            cgroups=self._peer_cgroups(c),
         )
+
+    def _peer_cgroups(self, c: Client) -> str:
+        """The client's cgroups, from the kernel: its sandboxes count against them."""
+        if c.cgroups is None:
+            raise c.cgroups_error or SandboxError("the client's cgroups are unknown", operation="cgroup")
+        return c.cgroups
 
     def _plan(
         self,
@@ -567,6 +600,7 @@ class Supervisor:
                 git=gitdirs,
                 git_files=git_files,
                 workspace=ws_path,
+                caller_cgroups=caller.cgroups,
             )
             plan = make_plan(
                 policy,
