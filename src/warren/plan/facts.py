@@ -118,9 +118,10 @@ class HostFacts:
     machine_supported: bool
     path_kinds: Mapping[str, PathKind] = field(default_factory=dict)
     state_dir: str | None = None  # warren's own: hidden in every sandbox, never writable
-    # Files in the writable roots also linked from outside them, and whether every local
-    # user may read them (server.links finds them).
-    outside_links: tuple[tuple[str, bool], ...] = ()
+    # Files in the workspace also linked from outside the writable roots: (path, dev,
+    # ino, secret) — secret when another name is denied or the user cannot read it
+    # (server.links finds them).
+    outside_links: tuple[tuple[str, int, int, bool], ...] = ()
     # Git directories in the writable roots and their stores (server.gitstore).
     git: tuple[tuple[str, str], ...] = ()
     # Directories among the asked-about paths that the planning user may write (the
@@ -199,7 +200,7 @@ def landlock_abi(kernel_abi: int, env: Mapping[str, str]) -> int:
 def gather(
     extra_paths: Iterable[str] = (),
     state_dir: str | None = None,
-    outside_links: tuple[tuple[str, bool], ...] = (),
+    outside_links: tuple[tuple[str, int, int, bool], ...] = (),
     git: tuple[tuple[str, str], ...] = (),
 ) -> HostFacts:
     with open("/proc/self/mountinfo") as f:

@@ -113,6 +113,7 @@ def make_plan(
         scratch=scratch,
         guarded=guarded_ancestors(mounts.groups),
         git=host.git,
+        unshare=tuple((path, dev, ino) for path, dev, ino, secret in host.outside_links if not secret),
         groups=tuple((g.mount_at, g.roots) for g in mounts.groups),
         warnings=tuple(warnings),
         limits=limits,

@@ -78,6 +78,9 @@ class Plan:
     scratch: str | None = None  # TMPDIR made in the workspace before launch, removed after
     guarded: tuple[str, ...] = ()  # directories above shared roots: metadata snapshotted
     git: tuple[tuple[str, str], ...] = ()  # (git directory, its store): see server.gitstore
+    # (path, dev, ino): workspace names of files linked from outside, given an inode of
+    # their own before launch (server.unshare)
+    unshare: tuple[tuple[str, int, int], ...] = ()
     groups: tuple[tuple[str, tuple[str, ...]], ...] = field(default=())
     warnings: tuple[str, ...] = ()
     limits: LimitsPlan | None = None  # None: no limits (plans built by hand in tests)

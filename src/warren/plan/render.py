@@ -66,6 +66,12 @@ def render(plan: Plan) -> str:
         lines.append(
             "    the host's config gets only naming keys the sandbox changed (remotes, branches, user.*)"
         )
+    if plan.unshare:
+        lines.append(
+            "hard links to files outside the writable roots (each workspace name gets a copy of "
+            "its own before launch; the outside file is left as it is)"
+        )
+        lines.extend(f"  own inode {path}" for path, _dev, _ino in plan.unshare)
     if plan.landlock is not None:
         ll = plan.landlock
         lines.append(f"landlock (ABI {ll.abi}; handles {len(right_names(ll.handled))} rights)")

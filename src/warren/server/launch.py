@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from .._core import cgroups, clone, guard
 from ..errors import SetupError
 from ..plan.model import Plan
+from . import unshare
 
 
 @dataclass
@@ -47,6 +48,7 @@ def launch(plan: Plan, *, oneshot: bool, record_dir: str | None = None) -> Launc
                 errno=e.errno,
                 hint="create it yourself or drop the preset",
             ) from None
+    unshare.own_inodes(plan.workspace, plan.unshare)
     if plan.scratch:
         _make_scratch(plan.scratch)
     try:

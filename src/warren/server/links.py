@@ -1,118 +1,165 @@
-"""Files in the writable roots that are hard links to files elsewhere.
+"""Files in the workspace that are hard links to files outside the writable roots.
 
-A file that is also linked from outside the writable roots (made before the sandbox
-started: links to outside files cannot be made inside, Landlock refuses them) would let
-a sandbox change that outside file, or read it when it is a secret. Such a file is one
-whose link count is larger than the number of its links found inside the writable
-roots: the scan counts them, and the plan masks each one — read-only when every local
-user may read it anyway, unreadable otherwise.
+A workspace file also linked from outside the writable roots (made before the sandbox
+started: links to outside files cannot be made inside, Landlock refuses them) would
+let a sandbox change that outside file, or read it when the policy denies it. Such a
+file is one whose link count is larger than the number of its names in the workspace
+and has no name in a shared root. The scan finds them; what happens to each is the
+plan's (``plan.mounts``): its workspace names get an inode of their own before the
+sandbox starts (``server.unshare``), or — when another name of it is under a denied
+path, or the user cannot read it to copy it — it is masked unreadable.
 
 Writable roots other than the workspace (tool caches of presets, ``--write`` paths)
-are exempt: the user shares them with the host on purpose, so a file there, or linked
-from there (a venv hardlinked from the uv cache, which other projects' venvs link
-too), is not masked — the root already gives the sandbox that file, and masking it
-would break the tool's hardlinking (a mount point cannot be linked from). The
-workspace, an untrusted repository by default, is what the scan protects.
+are shared with the host on purpose: a file with a name there (a venv hardlinked from
+the uv cache) is given to the sandbox by that root already, and is left alone.
 
-Where the cost goes, and what is cached (bench/bench_links.py has the figures): the
-scan runs in the supervisor, which is warm. It remembers each directory's identity,
-modification time, subdirectories and multiply-linked files, so a later scan stats only
-directories, and re-reads only those whose entries changed; when none did, the last
-answer stands. The memory is saved in the state directory when the supervisor exits
-and loaded by the next one. What that cannot see: a link made from outside *to* a file
-already in an unchanged workspace directory (the link changes the file, not its
-directory). Links made *into* the workspace change its directory and are found.
+No stale answers: a file's link count changes without its directory changing, so
+every workspace file is stat'ed on every scan (``bench/bench_links.py`` has the
+cost). What *can* be remembered is which inodes a directory names — that changes
+only with the directory's own modification time — so the shared roots and the
+denied paths (asked only when some workspace file has links outside) are indexed per
+directory and re-read only when a directory changed. A directory modified within the
+last two seconds is never remembered (its timestamp is coarse: a change in the same
+tick would not move it). The memory is saved in the state directory when the
+supervisor exits and loaded by the next one.
+
+Every directory of the workspace is opened beneath its parent's descriptor, never
+through a link (``_core.safepath``): a sandbox of the same workspace may be changing
+it while the supervisor walks it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import marshal
 import os
 import stat
-from collections.abc import Sequence
+import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-# name, dev, ino, nlink, mode — only for files with more than one link
-_Linked = tuple[str, int, int, int, int]
-# (dev, ino, mtime_ns), subdirectory names, multiply-linked files
-_Dir = tuple[tuple[int, int, int], tuple[str, ...], tuple[_Linked, ...]]
-_Roots = tuple[tuple[str, ...], tuple[str, ...]]  # writable roots, shared ones
-_FORMAT = 1
+from .._core import safepath
+
+_Ident = tuple[int, int, int]  # dev, ino, mtime_ns of a directory
+# identity (None: changed too recently to be trusted), subdirectories, inode numbers
+# of its regular files
+_Dir = tuple[_Ident | None, tuple[str, ...], tuple[int, ...]]
+_FORMAT = 2
+RACY_NS = 2_000_000_000  # younger directories are read again next time
+_Key = tuple[int, int]  # dev, ino
 
 
 @dataclass(frozen=True)
 class OutsideLink:
     path: str
-    world_readable: bool
+    dev: int
+    ino: int
+    # Another name of it is under a denied path, or the user cannot read it: never
+    # copied, masked unreadable instead.
+    secret: bool
+
+
+@dataclass
+class _Names:
+    """Multiply-linked regular files of the walked roots."""
+
+    paths: dict[_Key, list[str]] = field(default_factory=dict)
+    nlink: dict[_Key, int] = field(default_factory=dict)
+    shared: set[_Key] = field(default_factory=set)  # a name in a shared root nested inside
 
 
 @dataclass
 class LinkScanner:
-    """Remembers what it saw, per directory, across scans (one per supervisor)."""
+    """Remembers, per directory of the shared roots and denied paths, which inodes it
+    names (one per supervisor)."""
 
     dirs: dict[str, _Dir] = field(default_factory=dict)
-    answers: dict[_Roots, tuple[frozenset[str], tuple[tuple[str, bool], ...]]] = field(default_factory=dict)
 
-    def scan(self, roots: Sequence[str], shared: Sequence[str] = ()) -> list[OutsideLink]:
-        """Files under ``roots`` with links outside all of them; files in or linked from
-        a ``shared`` root are not reported."""
-        key = (tuple(roots), tuple(shared))
-        seen: dict[str, _Dir] = {}
-        changed = False
+    def scan(
+        self, roots: Sequence[str], shared: Sequence[str] = (), denied: Sequence[str] = ()
+    ) -> list[OutsideLink]:
+        """Files under ``roots`` with links outside all of them; files with a name in a
+        ``shared`` root are not reported; ``secret`` when a name is under ``denied``."""
+        walked = [r for r in roots if not any(_within(r, s) for s in shared)]
+        names = _Names()
         collecting = gc.isenabled()
         gc.disable()  # tens of thousands of small tuples: collections would only cost
         try:
-            for root in roots:
-                changed |= self._walk(root, seen)
-            for path in [p for p in self.dirs if p not in seen and any(_within(p, r) for r in roots)]:
-                del self.dirs[path]  # gone since the last scan
-            last = self.answers.get(key)
-            if last is not None and not changed and last[0] == frozenset(seen):
-                return [OutsideLink(p, r) for p, r in last[1]]
-            answer = _outside(seen, shared)
-            self.answers[key] = (frozenset(seen), tuple((o.path, o.world_readable) for o in answer))
-            return answer
+            for root in walked:
+                _walk(root, [s for s in shared if _within(s, root)], names)
+            count = {k: len(p) for k, p in names.paths.items()}
+            outside = {k for k, n in names.nlink.items() if n > count[k] and k not in names.shared}
+            if outside:
+                index = [s for s in shared if not any(_within(s, w) for w in walked)]
+                outside -= self._named(index, outside, exact=False)
+            secret = self._named(denied, outside, exact=True) if outside and denied else set()
         finally:
             if collecting:
                 gc.enable()
+        out = []
+        for key in outside:
+            paths = names.paths[key]
+            hidden = key in secret or not os.access(paths[0], os.R_OK, follow_symlinks=False)
+            out.extend(OutsideLink(p, key[0], key[1], hidden) for p in paths)
+        return sorted(out, key=lambda o: o.path)
 
-    def _walk(self, top: str, seen: dict[str, _Dir]) -> bool:
-        """Visit every directory under ``top``; True if any had to be read again."""
-        changed = False
+    def _named(self, tops: Iterable[str], wanted: set[_Key], exact: bool) -> set[_Key]:
+        """Which of ``wanted`` have a name under ``tops`` (files or directories).
+        ``exact``: inode numbers from stat, not from the directory entry (they differ
+        on some overlay filesystems; a miss there must not make a secret copyable)."""
+        devs = {dev for dev, _ino in wanted}
+        found: set[_Key] = set()
+        for top in tops:
+            try:
+                st = os.lstat(top)
+            except OSError:
+                continue
+            if st.st_dev not in devs:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                if (st.st_dev, st.st_ino) in wanted:
+                    found.add((st.st_dev, st.st_ino))
+            elif stat.S_ISDIR(st.st_mode):
+                self._index(top, st.st_dev, wanted, found, exact)
+        return found
+
+    def _index(self, top: str, dev: int, wanted: set[_Key], found: set[_Key], exact: bool) -> None:
+        seen: set[str] = set()
         stack = [top]
+        now = time.time_ns()
         while stack:
             path = stack.pop()
-            if path in seen:
-                continue
             try:
                 st = os.lstat(path)
             except OSError:
                 continue
-            if not stat.S_ISDIR(st.st_mode):
+            if not stat.S_ISDIR(st.st_mode) or st.st_dev != dev:
                 continue
+            seen.add(path)
             ident = (st.st_dev, st.st_ino, st.st_mtime_ns)
             entry = self.dirs.get(path)
-            if entry is None or entry[0] != ident:
-                entry = _read(path, ident)
-                self.dirs[path] = entry
-                changed = True
-            seen[path] = entry
+            if entry is None or entry[0] is None or entry[0] != ident or exact:
+                entry = _read(path, ident if now - st.st_mtime_ns >= RACY_NS else None, exact)
+                if not exact:
+                    self.dirs[path] = entry
+            for ino in entry[2]:
+                if (dev, ino) in wanted:
+                    found.add((dev, ino))
             stack.extend(os.path.join(path, d) for d in entry[1])
-        return changed
+        for path in [p for p in self.dirs if _within(p, top) and p not in seen]:
+            del self.dirs[path]  # gone since the last scan
 
     def save(self, path: str) -> None:
         """Keep the memory for the next supervisor (owner-only, replaced atomically)."""
-        tmp = f"{path}.{os.getpid()}.tmp"
+        parent, name = os.path.split(path)
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(marshal.dumps((_FORMAT, self.dirs, self.answers)))
-            os.replace(tmp, path)
+            fd = safepath.open_dir(parent)
+            try:
+                safepath.write_atomic(fd, name, marshal.dumps((_FORMAT, self.dirs)), mode=0o600, fsync=False)
+            finally:
+                os.close(fd)
         except (OSError, ValueError):
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+            pass
 
     def load(self, path: str) -> None:
         """Start from a saved memory; anything unreadable or of another format is ignored
@@ -132,13 +179,13 @@ class LinkScanner:
                     gc.enable()
         except (OSError, EOFError, ValueError, TypeError):
             return
-        if isinstance(data, tuple) and len(data) == 3 and data[0] == _FORMAT:
-            self.dirs, self.answers = data[1], data[2]
+        if isinstance(data, tuple) and len(data) == 2 and data[0] == _FORMAT and isinstance(data[1], dict):
+            self.dirs = data[1]
 
 
-def _read(path: str, ident: tuple[int, int, int]) -> _Dir:
+def _read(path: str, ident: _Ident | None, exact: bool) -> _Dir:
     subdirs: list[str] = []
-    linked: list[_Linked] = []
+    inodes: list[int] = []
     try:
         with os.scandir(path) as it:
             for e in it:
@@ -146,33 +193,67 @@ def _read(path: str, ident: tuple[int, int, int]) -> _Dir:
                     if e.is_dir(follow_symlinks=False):
                         subdirs.append(e.name)
                     elif e.is_file(follow_symlinks=False):
-                        st = e.stat(follow_symlinks=False)
-                        if st.st_nlink > 1:
-                            linked.append((e.name, st.st_dev, st.st_ino, st.st_nlink, st.st_mode))
+                        inodes.append(e.stat(follow_symlinks=False).st_ino if exact else e.inode())
                 except OSError:
                     continue
     except OSError:
         pass
-    return ident, tuple(subdirs), tuple(linked)
+    return ident, tuple(subdirs), tuple(inodes)
 
 
-def _outside(seen: dict[str, _Dir], shared: Sequence[str]) -> list[OutsideLink]:
-    count: dict[tuple[int, int], int] = {}
-    exempt: set[tuple[int, int]] = set()
-    for path, (_ident, _subdirs, linked) in seen.items():
-        in_shared = any(_within(path, r) for r in shared)
-        for _name, dev, ino, _nlink, _mode in linked:
-            key = (dev, ino)
-            count[key] = count.get(key, 0) + 1
-            if in_shared:
-                exempt.add(key)
-    out = [
-        OutsideLink(os.path.join(path, name), bool(mode & stat.S_IROTH))
-        for path, (_ident, _subdirs, linked) in seen.items()
-        for name, dev, ino, nlink, mode in linked
-        if nlink > count[(dev, ino)] and (dev, ino) not in exempt
-    ]
-    return sorted(out, key=lambda o: o.path)
+def _walk(root: str, nested_shared: list[str], names: _Names) -> None:
+    """Stat every regular file under ``root`` (each directory opened beneath its
+    parent, never through a link; at most one open descriptor per level) and note the
+    multiply-linked ones."""
+    try:
+        top = safepath.open_dir(root)
+    except OSError:
+        return
+    # (descriptor, path, subdirectories not yet visited)
+    stack: list[tuple[int, str, list[str]]] = [(top, root, _files(top, root, nested_shared, names))]
+    try:
+        while stack:
+            fd, path, pending = stack[-1]
+            if not pending:
+                os.close(fd)
+                stack.pop()
+                continue
+            name = pending.pop()
+            try:
+                child = safepath.dir_beneath(fd, name)
+            except OSError:
+                continue
+            sub = f"{path}/{name}"
+            stack.append((child, sub, _files(child, sub, nested_shared, names)))
+    finally:
+        for fd, _path, _pending in stack:
+            os.close(fd)
+
+
+def _files(fd: int, path: str, nested_shared: list[str], names: _Names) -> list[str]:
+    """Note the directory's multiply-linked files; its subdirectories."""
+    in_shared = any(_within(path, s) for s in nested_shared)
+    subdirs: list[str] = []
+    paths, nlink = names.paths, names.nlink
+    try:
+        with os.scandir(fd) as it:
+            for e in it:
+                try:
+                    if e.is_dir(follow_symlinks=False):
+                        subdirs.append(e.name)
+                    elif e.is_file(follow_symlinks=False):
+                        st = e.stat(follow_symlinks=False)
+                        if st.st_nlink > 1:
+                            key = (st.st_dev, st.st_ino)
+                            nlink[key] = st.st_nlink
+                            paths.setdefault(key, []).append(f"{path}/{e.name}")
+                            if in_shared:
+                                names.shared.add(key)
+                except OSError:
+                    continue
+    except OSError:
+        pass
+    return subdirs
 
 
 def _within(path: str, parent: str) -> bool:

@@ -561,12 +561,14 @@ class Supervisor:
         paths = [r.path for r in (*policy.writable, *policy.readable, *policy.denied)]
         roots = strip_nested([str(r.path) for r in policy.writable])
         found = self.links.scan(
-            roots, shared=[str(r.path) for r in policy.writable if r.source != "workspace"]
+            roots,
+            shared=[str(r.path) for r in policy.writable if r.source != "workspace"],
+            denied=[*(str(r.path) for r in policy.denied), state_dir],
         )
         host = gather(
             paths_of(paths, caller),
             state_dir=state_dir,
-            outside_links=tuple((o.path, o.world_readable) for o in found),
+            outside_links=tuple((o.path, o.dev, o.ino, o.secret) for o in found),
             git=self._git_stores(roots, caller.env),
         )
         return make_plan(
