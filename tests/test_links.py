@@ -44,7 +44,9 @@ def _git(cwd: Path, *args: str) -> str:
     return r.stdout
 
 
-def _sh(layout: Layout, script: str, *flags: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _sh(
+    layout: Layout, script: str, *flags: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return layout.run(["sh", "-c", script], *flags, env={**GIT_ENV, **(env or {})})
 
 
@@ -59,7 +61,11 @@ def _outside_repo(base: Path) -> Path:
         _git(repo, "commit", "-qm", f"c{i}")
     for name in ("junk", "junk2"):
         oid = subprocess.run(
-            ["git", "hash-object", "-w", "--stdin"], cwd=repo, input=f"{name}\n", capture_output=True, text=True
+            ["git", "hash-object", "-w", "--stdin"],
+            cwd=repo,
+            input=f"{name}\n",
+            capture_output=True,
+            text=True,
         ).stdout.strip()
         (repo / f".{name}").write_text(oid)
     return repo
@@ -154,7 +160,9 @@ def test_the_copy_keeps_the_mtime_and_the_inside_links_of_the_file(layout: Layou
     assert target.read_bytes() == b"\x00data" * 1000
 
 
-def test_a_link_added_from_outside_to_a_file_of_an_unchanged_directory_is_seen(layout: Layout, via: str) -> None:
+def test_a_link_added_from_outside_to_a_file_of_an_unchanged_directory_is_seen(
+    layout: Layout, via: str
+) -> None:
     sub = layout.workspace / "sub"
     sub.mkdir()
     (sub / "f.txt").write_text("mine\n")
@@ -258,7 +266,12 @@ def test_a_local_clone_of_the_workspace_repository_hardlinks_its_objects(layout:
 
 
 def test_the_scan_answers_from_the_files_not_from_memory(tmp_path: Path) -> None:
-    ws, shared, out, denied = tmp_path / "ws", tmp_path / "uv-cache", tmp_path / "elsewhere", tmp_path / "deny"
+    ws, shared, out, denied = (
+        tmp_path / "ws",
+        tmp_path / "uv-cache",
+        tmp_path / "elsewhere",
+        tmp_path / "deny",
+    )
     for d in (ws / "sub", shared, out, denied):
         d.mkdir(parents=True)
     (shared / "pkg.py").write_text("x")

@@ -96,7 +96,7 @@ class LinkScanner:
         finally:
             if collecting:
                 gc.enable()
-        out = []
+        out: list[OutsideLink] = []
         for key in outside:
             paths = names.paths[key]
             hidden = key in secret or not os.access(paths[0], os.R_OK, follow_symlinks=False)

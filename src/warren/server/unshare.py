@@ -36,7 +36,6 @@ from pathlib import PurePosixPath
 from .._core import safepath
 from ..errors import SetupError
 
-
 # A directory on the way that is no longer one (or became a link): the name is gone.
 _GONE = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EXDEV)
 
