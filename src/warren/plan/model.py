@@ -51,6 +51,9 @@ class MountOp:
     readonly: bool = False
     mkdir: bool = False  # create the mount point (it lies in a fresh tmpfs)
     size: int | None = None  # a tmpfs's size= in bytes
+    # (dev, ino) the target must still be when the step runs (a mask for one file goes
+    # only where that very file is; a sandbox of the same workspace may move things)
+    ident: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)

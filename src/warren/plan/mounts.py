@@ -287,10 +287,10 @@ def plan_mounts(
 
     # Other files linked from outside get an inode of their own before launch
     # (Plan.unshare): no mount. One whose content must stay unreadable cannot be copied.
-    for path, _dev, _ino, secret in facts.outside_links:
+    for path, dev, ino, secret in facts.outside_links:
         if secret:
             why = "a hard link to a file outside the writable roots that is denied or unreadable to you"
-            ops.append(MountOp(MountKind.DENY_FILE, path, why=why))
+            ops.append(MountOp(MountKind.DENY_FILE, path, why=why, ident=(dev, ino)))
 
     for path, source in denied:
         if visible(path):  # under a fresh directory the host's copy is not there to hide

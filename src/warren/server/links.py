@@ -232,27 +232,31 @@ def _walk(root: str, nested_shared: list[str], names: _Names) -> None:
 
 def _files(fd: int, path: str, nested_shared: list[str], names: _Names) -> list[str]:
     """Note the directory's multiply-linked files; its subdirectories."""
-    in_shared = any(_within(path, s) for s in nested_shared)
     subdirs: list[str] = []
-    paths, nlink = names.paths, names.nlink
+    linked: list[tuple[int, int, int, str]] = []
     try:
         with os.scandir(fd) as it:
             for e in it:
                 try:
-                    if e.is_dir(follow_symlinks=False):
-                        subdirs.append(e.name)
-                    elif e.is_file(follow_symlinks=False):
+                    if e.is_file(follow_symlinks=False):
                         st = e.stat(follow_symlinks=False)
                         if st.st_nlink > 1:
-                            key = (st.st_dev, st.st_ino)
-                            nlink[key] = st.st_nlink
-                            paths.setdefault(key, []).append(f"{path}/{e.name}")
-                            if in_shared:
-                                names.shared.add(key)
+                            linked.append((st.st_dev, st.st_ino, st.st_nlink, e.name))
+                    elif e.is_dir(follow_symlinks=False):
+                        subdirs.append(e.name)
                 except OSError:
                     continue
     except OSError:
         pass
+    if linked:
+        in_shared = any(_within(path, s) for s in nested_shared)
+        paths, nlink = names.paths, names.nlink
+        for dev, ino, n, name in linked:
+            key = (dev, ino)
+            nlink[key] = n
+            paths.setdefault(key, []).append(f"{path}/{name}")
+            if in_shared:
+                names.shared.add(key)
     return subdirs
 
 
