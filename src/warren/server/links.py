@@ -54,8 +54,8 @@ class OutsideLink:
     path: str
     dev: int
     ino: int
-    # Another name of it is under a denied path, or the user cannot read it: never
-    # copied, masked unreadable instead.
+    # Another name of it is under a denied path, or the user cannot read it (or
+    # replace it in its directory): never copied, masked unreadable instead.
     secret: bool
 
 
@@ -99,7 +99,7 @@ class LinkScanner:
         out: list[OutsideLink] = []
         for key in outside:
             paths = names.paths[key]
-            hidden = key in secret or not os.access(paths[0], os.R_OK, follow_symlinks=False)
+            hidden = key in secret or not all(_copyable(p) for p in paths)
             out.extend(OutsideLink(p, key[0], key[1], hidden) for p in paths)
         return sorted(out, key=lambda o: o.path)
 
@@ -127,6 +127,7 @@ class LinkScanner:
         seen: set[str] = set()
         stack = [top]
         now = time.time_ns()
+        changed = False
         while stack:
             path = stack.pop()
             try:
@@ -142,12 +143,14 @@ class LinkScanner:
                 entry = _read(path, ident if now - st.st_mtime_ns >= RACY_NS else None, exact)
                 if not exact:
                     self.dirs[path] = entry
+                    changed = True
             for ino in entry[2]:
                 if (dev, ino) in wanted:
                     found.add((dev, ino))
             stack.extend(os.path.join(path, d) for d in entry[1])
-        for path in [p for p in self.dirs if _within(p, top) and p not in seen]:
-            del self.dirs[path]  # gone since the last scan
+        if changed:  # a directory gone since the last scan changed its parent
+            for path in [p for p in self.dirs if _within(p, top) and p not in seen]:
+                del self.dirs[path]
 
     def save(self, path: str) -> None:
         """Keep the memory for the next supervisor (owner-only, replaced atomically)."""
@@ -181,6 +184,11 @@ class LinkScanner:
             return
         if isinstance(data, tuple) and len(data) == 2 and data[0] == _FORMAT and isinstance(data[1], dict):
             self.dirs = data[1]
+
+
+def _copyable(path: str) -> bool:
+    """The user may read the file and replace it in its directory."""
+    return os.access(path, os.R_OK, follow_symlinks=False) and os.access(os.path.dirname(path), os.W_OK)
 
 
 def _read(path: str, ident: _Ident | None, exact: bool) -> _Dir:
