@@ -357,3 +357,31 @@ def test_plan_shows_own_inodes_and_denied_links(layout: Layout, state_home: Path
     assert f"own inode {layout.workspace}/p" in r.stdout, r.stdout
     assert f"deny      {layout.workspace}/s" in r.stdout, r.stdout
     assert (layout.workspace / "p").stat().st_ino == ino  # planning changes nothing
+
+
+def test_a_running_sandbox_writes_its_own_copy_once_a_later_launch_has_made_it(
+    layout: Layout, state_home: Path
+) -> None:
+    """A link made from outside while a sandbox runs reaches that sandbox (README, Known
+    limits); the next launch on the workspace gives the name its own inode, and from
+    then on the running sandbox's writes through the name stay in the workspace."""
+    name = f"live{os.getpid()}"
+    made = run_cli(["create", name], cwd=layout.workspace)
+    assert made.returncode == 0, made.stderr
+    try:
+        (layout.workspace / "f.txt").write_text("mine\n")
+        outside = layout.root / "elsewhere"
+        outside.mkdir()
+        os.link(layout.workspace / "f.txt", outside / "g.txt")
+        # Control: until then the running sandbox writes the outside file through it.
+        r = run_cli(["exec", name, "sh", "-c", "echo before >> f.txt"], cwd=layout.workspace)
+        assert r.returncode == 0, r.stderr
+        assert (outside / "g.txt").read_text() == "mine\nbefore\n"
+        later = run_cli(["run", "--", "true"], cwd=layout.workspace)
+        assert later.returncode == 0, later.stderr
+        r = run_cli(["exec", name, "sh", "-c", "echo inside >> f.txt"], cwd=layout.workspace)
+        assert r.returncode == 0, r.stderr
+    finally:
+        run_cli(["rm", "-f", name], cwd=layout.workspace)
+    assert (outside / "g.txt").read_text() == "mine\nbefore\n"
+    assert (layout.workspace / "f.txt").read_text() == "mine\nbefore\ninside\n"
