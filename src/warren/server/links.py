@@ -35,8 +35,10 @@ import marshal
 import os
 import stat
 import time
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 from .._core import safepath
 
@@ -47,6 +49,8 @@ _Dir = tuple[_Ident | None, tuple[str, ...], tuple[int, ...]]
 _FORMAT = 2
 RACY_NS = 2_000_000_000  # younger directories are read again next time
 _Key = tuple[int, int]  # dev, ino
+_KEY = itemgetter(0, 1)
+_NLINK = itemgetter(2)
 
 
 @dataclass(frozen=True)
@@ -59,13 +63,8 @@ class OutsideLink:
     secret: bool
 
 
-@dataclass
-class _Names:
-    """Multiply-linked regular files of the walked roots."""
-
-    paths: dict[_Key, list[str]] = field(default_factory=dict)
-    nlink: dict[_Key, int] = field(default_factory=dict)
-    shared: set[_Key] = field(default_factory=set)  # a name in a shared root nested inside
+# dev, ino, nlink, directory, name of each multiply-linked regular file walked
+_Found = tuple[int, int, int, str, str]
 
 
 @dataclass
@@ -81,49 +80,63 @@ class LinkScanner:
         """Files under ``roots`` with links outside all of them; files with a name in a
         ``shared`` root are not reported; ``secret`` when a name is under ``denied``."""
         walked = [r for r in roots if not any(_within(r, s) for s in shared)]
-        names = _Names()
+        found: list[_Found] = []
         collecting = gc.isenabled()
         gc.disable()  # tens of thousands of small tuples: collections would only cost
         try:
             for root in walked:
-                _walk(root, [s for s in shared if _within(s, root)], names)
-            count = {k: len(p) for k, p in names.paths.items()}
-            outside = {k for k, n in names.nlink.items() if n > count[k] and k not in names.shared}
+                _walk(root, found)
+            keys = list(map(_KEY, found))
+            count = Counter(keys)
+            nlink = dict(zip(keys, map(_NLINK, found), strict=True))
+            outside = {k for k, c in count.items() if nlink[k] > c}
+            nested = [s for s in shared if any(_within(s, w) for w in walked)]
+            if outside and nested:  # a name in a shared root inside the workspace
+                outside -= {(f[0], f[1]) for f in found if any(_within(f[3], s) for s in nested)}
             if outside:
-                index = [s for s in shared if not any(_within(s, w) for w in walked)]
+                index = [s for s in shared if s not in nested]
                 outside -= self._named(index, outside, exact=False)
             secret = self._named(denied, outside, exact=True) if outside and denied else set()
+            paths: dict[_Key, list[str]] = {}
+            if outside:
+                for dev, ino, _n, directory, name in found:
+                    if (dev, ino) in outside:
+                        paths.setdefault((dev, ino), []).append(f"{directory}/{name}")
         finally:
             if collecting:
                 gc.enable()
         out: list[OutsideLink] = []
-        for key in outside:
-            paths = names.paths[key]
-            hidden = key in secret or not all(_copyable(p) for p in paths)
-            out.extend(OutsideLink(p, key[0], key[1], hidden) for p in paths)
+        for key, names in paths.items():
+            hidden = key in secret or not all(_copyable(p) for p in names)
+            out.extend(OutsideLink(p, key[0], key[1], hidden) for p in names)
         return sorted(out, key=lambda o: o.path)
 
     def _named(self, tops: Iterable[str], wanted: set[_Key], exact: bool) -> set[_Key]:
         """Which of ``wanted`` have a name under ``tops`` (files or directories).
         ``exact``: inode numbers from stat, not from the directory entry (they differ
         on some overlay filesystems; a miss there must not make a secret copyable)."""
-        devs = {dev for dev, _ino in wanted}
+        by_dev: dict[int, set[int]] = {}
+        for dev, ino in wanted:
+            by_dev.setdefault(dev, set()).add(ino)
         found: set[_Key] = set()
         for top in tops:
             try:
                 st = os.lstat(top)
             except OSError:
                 continue
-            if st.st_dev not in devs:
+            inos = by_dev.get(st.st_dev)
+            if inos is None:
                 continue
             if stat.S_ISREG(st.st_mode):
-                if (st.st_dev, st.st_ino) in wanted:
+                if st.st_ino in inos:
                     found.add((st.st_dev, st.st_ino))
             elif stat.S_ISDIR(st.st_mode):
-                self._index(top, st.st_dev, wanted, found, exact)
+                found.update((st.st_dev, ino) for ino in self._index(top, st.st_dev, inos, exact))
         return found
 
-    def _index(self, top: str, dev: int, wanted: set[_Key], found: set[_Key], exact: bool) -> None:
+    def _index(self, top: str, dev: int, wanted: set[int], exact: bool) -> set[int]:
+        """Which inode numbers of ``wanted`` the tree ``top`` names."""
+        hits: set[int] = set()
         seen: set[str] = set()
         stack = [top]
         now = time.time_ns()
@@ -144,13 +157,12 @@ class LinkScanner:
                 if not exact:
                     self.dirs[path] = entry
                     changed = True
-            for ino in entry[2]:
-                if (dev, ino) in wanted:
-                    found.add((dev, ino))
+            hits.update(wanted.intersection(entry[2]))
             stack.extend(os.path.join(path, d) for d in entry[1])
         if changed:  # a directory gone since the last scan changed its parent
             for path in [p for p in self.dirs if _within(p, top) and p not in seen]:
                 del self.dirs[path]
+        return hits
 
     def save(self, path: str) -> None:
         """Keep the memory for the next supervisor (owner-only, replaced atomically)."""
@@ -209,7 +221,7 @@ def _read(path: str, ident: _Ident | None, exact: bool) -> _Dir:
     return ident, tuple(subdirs), tuple(inodes)
 
 
-def _walk(root: str, nested_shared: list[str], names: _Names) -> None:
+def _walk(root: str, found: list[_Found]) -> None:
     """Stat every regular file under ``root`` (each directory opened beneath its
     parent, never through a link; at most one open descriptor per level) and note the
     multiply-linked ones."""
@@ -218,7 +230,7 @@ def _walk(root: str, nested_shared: list[str], names: _Names) -> None:
     except OSError:
         return
     # (descriptor, path, subdirectories not yet visited)
-    stack: list[tuple[int, str, list[str]]] = [(top, root, _files(top, root, nested_shared, names))]
+    stack: list[tuple[int, str, list[str]]] = [(top, root, _files(top, root, found))]
     try:
         while stack:
             fd, path, pending = stack[-1]
@@ -232,16 +244,15 @@ def _walk(root: str, nested_shared: list[str], names: _Names) -> None:
             except OSError:
                 continue
             sub = f"{path}/{name}"
-            stack.append((child, sub, _files(child, sub, nested_shared, names)))
+            stack.append((child, sub, _files(child, sub, found)))
     finally:
         for fd, _path, _pending in stack:
             os.close(fd)
 
 
-def _files(fd: int, path: str, nested_shared: list[str], names: _Names) -> list[str]:
+def _files(fd: int, path: str, found: list[_Found]) -> list[str]:
     """Note the directory's multiply-linked files; its subdirectories."""
     subdirs: list[str] = []
-    linked: list[tuple[int, int, int, str]] = []
     try:
         with os.scandir(fd) as it:
             for e in it:
@@ -249,22 +260,13 @@ def _files(fd: int, path: str, nested_shared: list[str], names: _Names) -> list[
                     if e.is_file(follow_symlinks=False):
                         st = e.stat(follow_symlinks=False)
                         if st.st_nlink > 1:
-                            linked.append((st.st_dev, st.st_ino, st.st_nlink, e.name))
+                            found.append((st.st_dev, st.st_ino, st.st_nlink, path, e.name))
                     elif e.is_dir(follow_symlinks=False):
                         subdirs.append(e.name)
                 except OSError:
                     continue
     except OSError:
         pass
-    if linked:
-        in_shared = any(_within(path, s) for s in nested_shared)
-        paths, nlink = names.paths, names.nlink
-        for dev, ino, n, name in linked:
-            key = (dev, ino)
-            nlink[key] = n
-            paths.setdefault(key, []).append(f"{path}/{name}")
-            if in_shared:
-                names.shared.add(key)
     return subdirs
 
 
