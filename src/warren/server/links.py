@@ -16,12 +16,13 @@ the uv cache) is given to the sandbox by that root already, and is left alone.
 No stale answers: a file's link count changes without its directory changing, so
 every workspace file is stat'ed on every scan (``bench/bench_links.py`` has the
 cost). What *can* be remembered is which inodes a directory names — that changes
-only with the directory's own modification time — so the shared roots and the
-denied paths (asked only when some workspace file has links outside) are indexed per
-directory and re-read only when a directory changed. A directory modified within the
-last two seconds is never remembered (its timestamp is coarse: a change in the same
-tick would not move it). The memory is saved in the state directory when the
-supervisor exits and loaded by the next one.
+only with the directory's own modification time — so the shared roots (asked only
+when some workspace file has links outside) are indexed per directory and re-read
+only when a directory changed. A directory modified within the last two seconds is
+never remembered (its timestamp is coarse: a change in the same tick would not move
+it). The memory is saved in the state directory when the supervisor exits and loaded
+by the next one. The denied paths (small, and asked only for files still linked from
+outside) are read afresh, inode numbers from stat.
 
 Every directory of the workspace is opened beneath its parent's descriptor, never
 through a link (``_core.safepath``): a sandbox of the same workspace may be changing
