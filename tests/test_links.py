@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import Layout, module_state, run_cli
+from conftest import Layout, _make_layout, module_state, run_cli
 from warren.errors import SetupError
 from warren.server import unshare
 from warren.server.links import LinkScanner
@@ -216,6 +219,34 @@ def test_a_denied_file_linked_into_the_workspace_is_not_readable_inside(layout: 
     assert secret.read_text() == "TOPSECRET\n"
     # Control: without the deny, the same command prints it.
     r = _sh(layout, "cat token")
+    assert r.stdout == "TOPSECRET\n", (r.stdout, r.stderr)
+
+
+@pytest.fixture
+def var_layout(request: pytest.FixtureRequest) -> Iterator[Layout]:
+    """W and C under /var/tmp: a read-only workspace under /tmp is not in the sandbox's
+    fresh /tmp at all."""
+    base = Path(tempfile.mkdtemp(prefix="warren-links-", dir="/var/tmp"))
+    yield _make_layout(base / "proj")
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_denied_file_linked_into_a_read_only_workspace_is_not_readable_inside(
+    var_layout: Layout, via: str
+) -> None:
+    layout = var_layout
+    denied = layout.root / "private"
+    denied.mkdir()
+    (denied / "token").write_text("TOPSECRET\n")
+    (layout.root / "plain").write_text("plain\n")
+    os.link(denied / "token", layout.workspace / "token")
+    os.link(layout.root / "plain", layout.workspace / "plain")
+    ino = (layout.workspace / "plain").stat().st_ino
+    r = _sh(layout, "cat token; cat plain; echo end", "--read-only-workspace", "--deny", str(denied))
+    assert "TOPSECRET" not in r.stdout and r.stdout.endswith("plain\nend\n"), (r.stdout, r.stderr)
+    assert (layout.workspace / "plain").stat().st_ino == ino  # read-only: nothing to copy
+    # Control: without the deny, the same command prints it.
+    r = _sh(layout, "cat token", "--read-only-workspace")
     assert r.stdout == "TOPSECRET\n", (r.stdout, r.stderr)
 
 

@@ -47,7 +47,7 @@ def via(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
 # --- 6: pre-existing hard links to files outside the writable roots ------------------
 
 
-def test_a_hardlink_to_an_outside_file_is_a_file_of_its_own_inside(layout: Layout) -> None:
+def test_a_hardlink_to_an_outside_file_is_a_file_of_its_own_inside(layout: Layout, state_home: Path) -> None:
     """The outside file keeps its content whatever the sandbox does with its workspace
     name (tests/test_links.py has the rest: git, denied files, stale answers)."""
     secret = layout.root / "secret.txt"
@@ -452,7 +452,7 @@ attempt('mkdir_mode', lambda: os.mkdir('d', 0o2755))
 
 
 def test_plan_shows_git_protection_hardlink_copies_and_the_socket_rule(
-    layout: Layout, repo: Path, via: str
+    layout: Layout, repo: Path, via: str, state_home: Path
 ) -> None:
     if via == "exec":
         pytest.skip("the plan is the same for both")

@@ -288,7 +288,7 @@ def plan_mounts(
     # Other files linked from outside get an inode of their own before launch
     # (Plan.unshare): no mount. One whose content must stay unreadable cannot be copied.
     for path, dev, ino, secret in facts.outside_links:
-        if secret:
+        if secret and visible(path):
             why = "a hard link to a file outside the writable roots that is denied or unreadable to you"
             ops.append(MountOp(MountKind.DENY_FILE, path, why=why, ident=(dev, ino)))
 

@@ -52,7 +52,7 @@ from ..net import log as netlog
 from ..net.pasta import Pasta
 from ..plan import CallerFacts, Plan, make_plan
 from ..plan.facts import gather, paths_of
-from ..plan.mounts import git_spare, strip_nested
+from ..plan.mounts import git_spare, strip_nested, within
 from ..policy import build, config
 from ..policy.spec import from_mapping
 from . import follow, gitstore, launch, links, netd, pause, peer, registry, spawns, statedir, stdin, usage
@@ -560,11 +560,17 @@ class Supervisor:
         state_dir = self.root or statedir.location(caller.env)
         paths = [r.path for r in (*policy.writable, *policy.readable, *policy.denied)]
         roots = strip_nested([str(r.path) for r in policy.writable])
-        found = self.links.scan(
-            roots,
-            shared=[str(r.path) for r in policy.writable if r.source != "workspace"],
-            denied=[*(str(r.path) for r in policy.denied), state_dir],
-        )
+        # A read-only workspace is walked too: a denied file linked into it must stay
+        # unreadable there (nothing in it needs a copy: it cannot be written).
+        found = [
+            o
+            for o in self.links.scan(
+                strip_nested([*roots, str(policy.workspace)]),
+                shared=[str(r.path) for r in policy.writable if r.source != "workspace"],
+                denied=[*(str(r.path) for r in policy.denied), state_dir],
+            )
+            if o.secret or any(within(o.path, r) for r in roots)
+        ]
         host = gather(
             paths_of(paths, caller),
             state_dir=state_dir,
