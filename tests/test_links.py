@@ -376,6 +376,32 @@ def test_the_copy_never_replaces_a_name_that_is_no_longer_that_file(tmp_path: Pa
         unshare.own_inodes(str(tmp_path / "missing"), planned)
 
 
+def test_a_name_replaced_while_the_copy_is_made_is_put_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sandbox wins the race between the check and the swap: what it put there is
+    swapped back, the copy dropped, the outside file untouched."""
+    ws, out = tmp_path / "ws", tmp_path / "out"
+    ws.mkdir()
+    out.mkdir()
+    (out / "f").write_text("outside\n")
+    os.link(out / "f", ws / "f")
+    st = (ws / "f").stat()
+    real_copy = unshare._copy
+
+    def racing_copy(pfd: int, name: str, tmp: str, key: tuple[int, int]) -> int:
+        fd = real_copy(pfd, name, tmp, key)
+        os.unlink(ws / "f")
+        (ws / "f").write_text("sandbox's\n")  # between the copy and the swap
+        return fd
+
+    monkeypatch.setattr(unshare, "_copy", racing_copy)
+    assert unshare.own_inodes(str(ws), [(str(ws / "f"), st.st_dev, st.st_ino)]) == 0
+    assert (ws / "f").read_text() == "sandbox's\n"
+    assert [p.name for p in ws.iterdir()] == ["f"]
+    assert (out / "f").read_text() == "outside\n" and (out / "f").stat().st_nlink == 1
+
+
 def test_plan_shows_own_inodes_and_denied_links(layout: Layout, state_home: Path) -> None:
     (layout.root / "d").mkdir()
     (layout.root / "d" / "s").write_text("s")
