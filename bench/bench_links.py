@@ -3,13 +3,16 @@
 A workspace whose venv is hardlinked from a uv-like cache of --files files (both
 writable roots, so every link is explained), side by side in one run:
 
-  the scan alone (server.links.LinkScanner): cold (first scan) and warm (again)
+  the scan alone (server.links.LinkScanner, the cache as a shared root, as the
+  supervisor calls it): cold (first scan) and warm (again)
+  the copy that gives --outside workspace files linked from outside an inode of their
+  own (server.unshare, once per file: the next runs find plain files)
   warren.run(["true"]) with that workspace and cache: the first run of a fresh
   supervisor with no saved memory (cold scan), the first run of a supervisor that
   loaded its predecessor's memory, and the median of later runs (warm), next to the
   same runs with an empty workspace (no scan work)
 
-Run: python bench/bench_links.py [--files 50000] [--runs 30]
+Run: python bench/bench_links.py [--files 50000] [--runs 30] [--outside 5000]
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from pathlib import Path
 
 import warren
 from warren import PolicySpec
+from warren.server import unshare
 from warren.server.links import LinkScanner
 
 
@@ -49,6 +53,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--files", type=int, default=50_000)
     ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--outside", type=int, default=5000)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="warren-bench-links-", dir="/var/tmp") as tmp:
         base = Path(tmp)
@@ -59,18 +64,33 @@ def main() -> None:
         roots = [str(ws), str(cache)]
         scanner = LinkScanner()
         t = time.perf_counter()
-        found = scanner.scan(roots)
+        found = scanner.scan(roots, [str(cache)])
         cold = time.perf_counter() - t
         warm = []
         for _ in range(args.runs):
             t = time.perf_counter()
-            scanner.scan(roots)
+            scanner.scan(roots, [str(cache)])
             warm.append(time.perf_counter() - t)
         print(
             f"{args.files} cache files hardlinked into the workspace venv ({len(found)} linked from outside)"
         )
         print(f"  scan alone, cold                  {cold * 1000:8.2f} ms")
         print(f"  scan alone, warm                  {_ms(warm)}")
+        if args.outside:
+            out, mine = base / "outside", base / "ws-linked"
+            out.mkdir()
+            mine.mkdir()
+            for i in range(args.outside):
+                (out / f"o{i}").write_bytes(b"x" * 4096)
+                os.link(out / f"o{i}", mine / f"o{i}")
+            linked = LinkScanner().scan([str(mine)])
+            t = time.perf_counter()
+            unshare.own_inodes(str(mine), [(o.path, o.dev, o.ino) for o in linked])
+            took = time.perf_counter() - t
+            print(
+                f"  own inodes for {len(linked)} files of 4 KiB linked from outside (once): "
+                f"{took * 1000:8.2f} ms ({took / max(len(linked), 1) * 1e6:.0f} us per file)"
+            )
 
         spec = PolicySpec(workspace=str(ws), write=[str(cache)])
         empty_spec = PolicySpec(workspace=str(empty))

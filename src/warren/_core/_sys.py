@@ -26,6 +26,7 @@ _ARCH_NR: dict[str, dict[str, int]] = {
         "pivot_root": 155,
         "capset": 126,
         "seccomp": 317,
+        "renameat2": 316,
     },
     "aarch64": {
         "mount": 40,
@@ -33,6 +34,7 @@ _ARCH_NR: dict[str, dict[str, int]] = {
         "pivot_root": 41,
         "capset": 91,
         "seccomp": 277,
+        "renameat2": 276,
     },
 }
 _COMMON_NR = {
@@ -348,6 +350,22 @@ def openat2(dirfd: int, path: str | bytes, flags: int, mode: int, resolve: int) 
     how = ctypes.create_string_buffer(_OPEN_HOW.pack(flags, mode, resolve), _OPEN_HOW.size)
     r = _syscall(_nr("openat2"), ctypes.c_int(dirfd), _b(path), how, ctypes.c_size_t(_OPEN_HOW.size))
     return _check(r, "openat2", os.fsdecode(path))
+
+
+RENAME_EXCHANGE = 2
+
+
+def renameat2(olddirfd: int, oldname: str, newdirfd: int, newname: str, flags: int) -> None:
+    """renameat2(2) (RENAME_EXCHANGE: swap two names atomically; neither is followed)."""
+    r = _syscall(
+        _nr("renameat2"),
+        ctypes.c_int(olddirfd),
+        _b(oldname),
+        ctypes.c_int(newdirfd),
+        _b(newname),
+        ctypes.c_uint(flags),
+    )
+    _check(r, "renameat2", newname)
 
 
 def utimensat(path: bytes, times: bytes | None, flags: int = 0) -> None:

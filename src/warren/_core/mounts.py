@@ -92,6 +92,21 @@ def _mask(directory: str, keep: tuple[str, ...]) -> None:
         _attach(fd, path)
 
 
+def _mask_file(source: str, target: str, ident: tuple[int, int]) -> None:
+    """The stand-in over ``target`` only if it still is the file ``ident``: checked
+    through a descriptor, and the mount lands on what was checked (a sandbox of the
+    same workspace may be moving its directories meanwhile). The bind keeps the
+    nosuid, nodev of the fresh /dev it comes from."""
+    held = os.open(target, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        st = os.fstat(held)
+        if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != ident:
+            raise OSError(errno.ESTALE, "no longer the file planned", target)
+        _sys.mount(source, f"/proc/self/fd/{held}", None, _sys.MS_BIND)
+    finally:
+        os.close(held)
+
+
 def _apply(op: MountOp, target: str, fd: int | None) -> None:
     kind = op.kind
     if fd is not None:
@@ -123,8 +138,11 @@ def _apply(op: MountOp, target: str, fd: int | None) -> None:
             os.chmod(source, 0)
         # Writable mount, so writes meet the mode (EACCES), not the mount (EROFS); PID 1's
         # broker refuses chmod and the like on it.
-        _sys.mount(source, target, None, _sys.MS_BIND)
-        _sys.mount(None, target, None, _sys.MS_REMOUNT | _sys.MS_BIND | _sys.MS_NOSUID | _sys.MS_NODEV)
+        if op.ident is None:
+            _sys.mount(source, target, None, _sys.MS_BIND)
+            _sys.mount(None, target, None, _sys.MS_REMOUNT | _sys.MS_BIND | _sys.MS_NOSUID | _sys.MS_NODEV)
+        else:
+            _mask_file(source, target, op.ident)
     elif kind is MountKind.DEVPTS:
         os.mkdir(target, 0o755)
         flags = _sys.MS_NOSUID | _sys.MS_NOEXEC

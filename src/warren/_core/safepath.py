@@ -208,3 +208,10 @@ def _write_all(fd: int, data: bytes | Iterable[bytes]) -> int:
             view = view[n:]
             total += n
     return total
+
+
+def exchange(dirfd: int, a: str, b: str) -> None:
+    """Swap the entries ``a`` and ``b`` of the directory ``dirfd`` in one step
+    (``renameat2(RENAME_EXCHANGE)``): neither is followed, and each name always names
+    something — a caller can look at what it swapped out and swap back."""
+    _sys.renameat2(dirfd, a, dirfd, b, _sys.RENAME_EXCHANGE)

@@ -119,9 +119,10 @@ class HostFacts:
     machine_supported: bool
     path_kinds: Mapping[str, PathKind] = field(default_factory=dict)
     state_dir: str | None = None  # warren's own: hidden in every sandbox, never writable
-    # Files in the writable roots also linked from outside them, and whether every local
-    # user may read them (server.links finds them).
-    outside_links: tuple[tuple[str, bool], ...] = ()
+    # Files in the workspace also linked from outside the writable roots: (path, dev,
+    # ino, secret) — secret when another name is denied or the user cannot read it
+    # (server.links finds them).
+    outside_links: tuple[tuple[str, int, int, bool], ...] = ()
     # Git directories in the writable roots, their trees, and .git files (server.gitstore).
     git: tuple[GitDir, ...] = ()
     git_files: tuple[str, ...] = ()
@@ -231,7 +232,7 @@ def enclosing_repository(workspace: str) -> str | None:
 def gather(
     extra_paths: Iterable[str] = (),
     state_dir: str | None = None,
-    outside_links: tuple[tuple[str, bool], ...] = (),
+    outside_links: tuple[tuple[str, int, int, bool], ...] = (),
     git: tuple[GitDir, ...] = (),
     git_files: tuple[str, ...] = (),
     workspace: str | None = None,

@@ -134,6 +134,7 @@ def make_plan(
         guarded=guarded_ancestors(mounts.groups),
         git=host.git,
         git_files=host.git_files,
+        unshare=tuple((path, dev, ino) for path, dev, ino, secret in host.outside_links if not secret),
         groups=tuple((g.mount_at, g.roots) for g in mounts.groups),
         warnings=tuple(warnings),
         notes=tuple(notes),

@@ -51,6 +51,9 @@ class MountOp:
     readonly: bool = False
     mkdir: bool = False  # create the mount point (it lies in a fresh tmpfs)
     size: int | None = None  # a tmpfs's size= in bytes
+    # (dev, ino) the target must still be when the step runs (a mask for one file goes
+    # only where that very file is; a sandbox of the same workspace may move things)
+    ident: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,9 @@ class Plan:
     guarded: tuple[str, ...] = ()  # directories above shared roots: metadata snapshotted
     git: tuple[GitDir, ...] = ()  # repositories' git directories: see server.gitstore
     git_files: tuple[str, ...] = ()  # ``.git`` files (linked worktrees, submodules): read-only
+    # (path, dev, ino): workspace names of files linked from outside, given an inode of
+    # their own before launch (server.unshare)
+    unshare: tuple[tuple[str, int, int], ...] = ()
     groups: tuple[tuple[str, tuple[str, ...]], ...] = field(default=())
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()  # shown by `warren plan` only (known limits that apply here)

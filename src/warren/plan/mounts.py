@@ -340,12 +340,12 @@ def plan_mounts(
             MountOp(MountKind.BIND_RO, path, path, why="a .git file names the git directory host git uses")
         )
 
-    for path, world_readable in facts.outside_links:
-        why = "a hard link to a file outside the writable roots: "
-        if world_readable:
-            ops.append(MountOp(MountKind.BIND_RO, path, path, why=why + "read-only"))
-        else:
-            ops.append(MountOp(MountKind.DENY_FILE, path, why=why + "unreadable (not readable by all)"))
+    # Other files linked from outside get an inode of their own before launch
+    # (Plan.unshare): no mount. One whose content must stay unreadable cannot be copied.
+    for path, dev, ino, secret in facts.outside_links:
+        if secret and visible(path):
+            why = "a hard link to a file outside the writable roots that is denied or unreadable to you"
+            ops.append(MountOp(MountKind.DENY_FILE, path, why=why, ident=(dev, ino)))
 
     for path, source in denied:
         if visible(path):  # under a fresh directory the host's copy is not there to hide

@@ -10,6 +10,9 @@ from .model import MountKind, MountOp, Plan
 _K = MountKind
 
 
+SHOWN = 50  # files given an inode of their own listed by name (a local clone has thousands)
+
+
 def _mount_line(op: MountOp) -> str:
     if op.kind is _K.ROOT_VIEW:
         return "root      /  <- host /, read-only, nosuid, nodev"
@@ -73,6 +76,14 @@ def render(plan: Plan) -> str:
             "    of the config only naming keys (remotes, branches, user.*); repositories made inside"
         )
         lines.append("    are adopted (config and hooks into warren's store) when the sandbox ends")
+    if plan.unshare:
+        lines.append(
+            "hard links to files outside the writable roots (each workspace name gets a copy of "
+            "its own before launch; the outside file is left as it is)"
+        )
+        lines.extend(f"  own inode {path}" for path, _dev, _ino in plan.unshare[:SHOWN])
+        if len(plan.unshare) > SHOWN:
+            lines.append(f"  ... and {len(plan.unshare) - SHOWN} more (--json lists all)")
     if plan.landlock is not None:
         ll = plan.landlock
         lines.append(f"landlock (ABI {ll.abi}; handles {len(right_names(ll.handled))} rights)")

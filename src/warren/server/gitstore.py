@@ -413,7 +413,9 @@ def _checked(
 
 def copy_file(src_fd: int, dst_fd: int, name: str) -> None:
     st = os.stat(name, dir_fd=src_fd, follow_symlinks=False)
-    if not stat.S_ISREG(st.st_mode):
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+        # A file with another name may be a secret's other name (git's own top-level
+        # files never have one): its content does not travel.
         return
     fd = safepath.open_beneath(src_fd, name, os.O_RDONLY)
     try:

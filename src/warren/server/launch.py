@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from .._core import cgroups, clone, guard, safepath
 from ..errors import SetupError
 from ..plan.model import Plan
+from . import unshare
 
 TMP_RECORD_PREFIX = "tmpdir-"
 
@@ -73,6 +74,7 @@ def launch(
             "and run warren from this group, so the next one starts here; or make your group writable "
             "for your uid (cgroup2: delegate it)",
         )
+    unshare.own_inodes(plan.workspace, plan.unshare)
     scratch = _make_scratch(plan, tmp_records) if plan.scratch else None
     try:
         groups = cgroups.create(plan.limits.cgroups, plan.uid, record_dir) if plan.limits else []

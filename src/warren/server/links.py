@@ -1,118 +1,181 @@
-"""Files in the writable roots that are hard links to files elsewhere.
+"""Files in the workspace that are hard links to files outside the writable roots.
 
-A file that is also linked from outside the writable roots (made before the sandbox
-started: links to outside files cannot be made inside, Landlock refuses them) would let
-a sandbox change that outside file, or read it when it is a secret. Such a file is one
-whose link count is larger than the number of its links found inside the writable
-roots: the scan counts them, and the plan masks each one — read-only when every local
-user may read it anyway, unreadable otherwise.
+A workspace file also linked from outside the writable roots (made before the sandbox
+started: links to outside files cannot be made inside, Landlock refuses them) would
+let a sandbox change that outside file, or read it when the policy denies it. Such a
+file is one whose link count is larger than the number of its names in the workspace
+and has no name in a shared root. The scan finds them; what happens to each is the
+plan's (``plan.mounts``): its workspace names get an inode of their own before the
+sandbox starts (``server.unshare``), or — when another name of it is under a denied
+path, or the user cannot read it to copy it — it is masked unreadable.
 
 Writable roots other than the workspace (tool caches of presets, ``--write`` paths)
-are exempt: the user shares them with the host on purpose, so a file there, or linked
-from there (a venv hardlinked from the uv cache, which other projects' venvs link
-too), is not masked — the root already gives the sandbox that file, and masking it
-would break the tool's hardlinking (a mount point cannot be linked from). The
-workspace, an untrusted repository by default, is what the scan protects.
+are shared with the host on purpose: a file with a name there (a venv hardlinked from
+the uv cache) is given to the sandbox by that root already, and is left alone.
 
-Where the cost goes, and what is cached (bench/bench_links.py has the figures): the
-scan runs in the supervisor, which is warm. It remembers each directory's identity,
-modification time, subdirectories and multiply-linked files, so a later scan stats only
-directories, and re-reads only those whose entries changed; when none did, the last
-answer stands. The memory is saved in the state directory when the supervisor exits
-and loaded by the next one. What that cannot see: a link made from outside *to* a file
-already in an unchanged workspace directory (the link changes the file, not its
-directory). Links made *into* the workspace change its directory and are found.
+No stale answers: a file's link count changes without its directory changing, so
+every workspace file is stat'ed on every scan (``bench/bench_links.py`` has the
+cost). What *can* be remembered is which inodes a directory names — that changes
+only with the directory's own modification time — so the shared roots (asked only
+when some workspace file has links outside) are indexed per directory and re-read
+only when a directory changed. A directory modified within the last two seconds is
+never remembered (its timestamp is coarse: a change in the same tick would not move
+it). The memory is saved in the state directory when the supervisor exits and loaded
+by the next one. The denied paths (small, and asked only for files still linked from
+outside) are read afresh, inode numbers from stat.
+
+Every directory of the workspace is opened beneath its parent's descriptor, never
+through a link (``_core.safepath``): a sandbox of the same workspace may be changing
+it while the supervisor walks it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import marshal
 import os
 import stat
-from collections.abc import Sequence
+import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 
-# name, dev, ino, nlink, mode — only for files with more than one link
-_Linked = tuple[str, int, int, int, int]
-# (dev, ino, mtime_ns), subdirectory names, multiply-linked files
-_Dir = tuple[tuple[int, int, int], tuple[str, ...], tuple[_Linked, ...]]
-_Roots = tuple[tuple[str, ...], tuple[str, ...]]  # writable roots, shared ones
-_FORMAT = 1
+from .._core import safepath
+
+_Ident = tuple[int, int, int]  # dev, ino, mtime_ns of a directory
+# identity (None: changed too recently to be trusted), subdirectories, inode numbers
+# of its regular files
+_Dir = tuple[_Ident | None, tuple[str, ...], tuple[int, ...]]
+_FORMAT = 2
+RACY_NS = 2_000_000_000  # younger directories are read again next time
+_Key = tuple[int, int]  # dev, ino
+_KEY = itemgetter(0, 1)
+_NLINK = itemgetter(2)
 
 
 @dataclass(frozen=True)
 class OutsideLink:
     path: str
-    world_readable: bool
+    dev: int
+    ino: int
+    # Another name of it is under a denied path, or the user cannot read it (or
+    # replace it in its directory): never copied, masked unreadable instead.
+    secret: bool
+
+
+# dev, ino, nlink, directory, name of each multiply-linked regular file walked
+_Found = tuple[int, int, int, str, str]
 
 
 @dataclass
 class LinkScanner:
-    """Remembers what it saw, per directory, across scans (one per supervisor)."""
+    """Remembers, per directory of the shared roots and denied paths, which inodes it
+    names (one per supervisor)."""
 
     dirs: dict[str, _Dir] = field(default_factory=dict)
-    answers: dict[_Roots, tuple[frozenset[str], tuple[tuple[str, bool], ...]]] = field(default_factory=dict)
 
-    def scan(self, roots: Sequence[str], shared: Sequence[str] = ()) -> list[OutsideLink]:
-        """Files under ``roots`` with links outside all of them; files in or linked from
-        a ``shared`` root are not reported."""
-        key = (tuple(roots), tuple(shared))
-        seen: dict[str, _Dir] = {}
-        changed = False
+    def scan(
+        self, roots: Sequence[str], shared: Sequence[str] = (), denied: Sequence[str] = ()
+    ) -> list[OutsideLink]:
+        """Files under ``roots`` with links outside all of them; files with a name in a
+        ``shared`` root are not reported; ``secret`` when a name is under ``denied``."""
+        walked = [r for r in roots if not any(_within(r, s) for s in shared)]
+        found: list[_Found] = []
         collecting = gc.isenabled()
         gc.disable()  # tens of thousands of small tuples: collections would only cost
         try:
-            for root in roots:
-                changed |= self._walk(root, seen)
-            for path in [p for p in self.dirs if p not in seen and any(_within(p, r) for r in roots)]:
-                del self.dirs[path]  # gone since the last scan
-            last = self.answers.get(key)
-            if last is not None and not changed and last[0] == frozenset(seen):
-                return [OutsideLink(p, r) for p, r in last[1]]
-            answer = _outside(seen, shared)
-            self.answers[key] = (frozenset(seen), tuple((o.path, o.world_readable) for o in answer))
-            return answer
+            for root in walked:
+                _walk(root, found)
+            keys = list(map(_KEY, found))
+            count = Counter(keys)
+            nlink = dict(zip(keys, map(_NLINK, found), strict=True))
+            outside = {k for k, c in count.items() if nlink[k] > c}
+            nested = [s for s in shared if any(_within(s, w) for w in walked)]
+            if outside and nested:  # a name in a shared root inside the workspace
+                outside -= {(f[0], f[1]) for f in found if any(_within(f[3], s) for s in nested)}
+            if outside:
+                index = [s for s in shared if s not in nested]
+                outside -= self._named(index, outside, exact=False)
+            secret = self._named(denied, outside, exact=True) if outside and denied else set()
+            paths: dict[_Key, list[str]] = {}
+            if outside:
+                for dev, ino, _n, directory, name in found:
+                    if (dev, ino) in outside:
+                        paths.setdefault((dev, ino), []).append(f"{directory}/{name}")
         finally:
             if collecting:
                 gc.enable()
+        out: list[OutsideLink] = []
+        for key, names in paths.items():
+            hidden = key in secret or not all(_copyable(p) for p in names)
+            out.extend(OutsideLink(p, key[0], key[1], hidden) for p in names)
+        return sorted(out, key=lambda o: o.path)
 
-    def _walk(self, top: str, seen: dict[str, _Dir]) -> bool:
-        """Visit every directory under ``top``; True if any had to be read again."""
-        changed = False
+    def _named(self, tops: Iterable[str], wanted: set[_Key], exact: bool) -> set[_Key]:
+        """Which of ``wanted`` have a name under ``tops`` (files or directories).
+        ``exact``: inode numbers from stat, not from the directory entry (they differ
+        on some overlay filesystems; a miss there must not make a secret copyable)."""
+        by_dev: dict[int, set[int]] = {}
+        for dev, ino in wanted:
+            by_dev.setdefault(dev, set()).add(ino)
+        found: set[_Key] = set()
+        for top in tops:
+            try:
+                st = os.lstat(top)
+            except OSError:
+                continue
+            inos = by_dev.get(st.st_dev)
+            if inos is None:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                if st.st_ino in inos:
+                    found.add((st.st_dev, st.st_ino))
+            elif stat.S_ISDIR(st.st_mode):
+                found.update((st.st_dev, ino) for ino in self._index(top, st.st_dev, inos, exact))
+        return found
+
+    def _index(self, top: str, dev: int, wanted: set[int], exact: bool) -> set[int]:
+        """Which inode numbers of ``wanted`` the tree ``top`` names."""
+        hits: set[int] = set()
+        seen: set[str] = set()
         stack = [top]
+        now = time.time_ns()
+        changed = False
         while stack:
             path = stack.pop()
-            if path in seen:
-                continue
             try:
                 st = os.lstat(path)
             except OSError:
                 continue
-            if not stat.S_ISDIR(st.st_mode):
+            if not stat.S_ISDIR(st.st_mode) or st.st_dev != dev:
                 continue
+            seen.add(path)
             ident = (st.st_dev, st.st_ino, st.st_mtime_ns)
             entry = self.dirs.get(path)
-            if entry is None or entry[0] != ident:
-                entry = _read(path, ident)
-                self.dirs[path] = entry
-                changed = True
-            seen[path] = entry
+            if entry is None or entry[0] is None or entry[0] != ident or exact:
+                entry = _read(path, ident if now - st.st_mtime_ns >= RACY_NS else None, exact)
+                if not exact:
+                    self.dirs[path] = entry
+                    changed = True
+            hits.update(wanted.intersection(entry[2]))
             stack.extend(os.path.join(path, d) for d in entry[1])
-        return changed
+        if changed:  # a directory gone since the last scan changed its parent
+            for path in [p for p in self.dirs if _within(p, top) and p not in seen]:
+                del self.dirs[path]
+        return hits
 
     def save(self, path: str) -> None:
         """Keep the memory for the next supervisor (owner-only, replaced atomically)."""
-        tmp = f"{path}.{os.getpid()}.tmp"
+        parent, name = os.path.split(path)
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(marshal.dumps((_FORMAT, self.dirs, self.answers)))
-            os.replace(tmp, path)
+            fd = safepath.open_dir(parent)
+            try:
+                safepath.write_atomic(fd, name, marshal.dumps((_FORMAT, self.dirs)), mode=0o600, fsync=False)
+            finally:
+                os.close(fd)
         except (OSError, ValueError):
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+            pass
 
     def load(self, path: str) -> None:
         """Start from a saved memory; anything unreadable or of another format is ignored
@@ -132,13 +195,18 @@ class LinkScanner:
                     gc.enable()
         except (OSError, EOFError, ValueError, TypeError):
             return
-        if isinstance(data, tuple) and len(data) == 3 and data[0] == _FORMAT:
-            self.dirs, self.answers = data[1], data[2]
+        if isinstance(data, tuple) and len(data) == 2 and data[0] == _FORMAT and isinstance(data[1], dict):
+            self.dirs = data[1]
 
 
-def _read(path: str, ident: tuple[int, int, int]) -> _Dir:
+def _copyable(path: str) -> bool:
+    """The user may read the file and replace it in its directory."""
+    return os.access(path, os.R_OK, follow_symlinks=False) and os.access(os.path.dirname(path), os.W_OK)
+
+
+def _read(path: str, ident: _Ident | None, exact: bool) -> _Dir:
     subdirs: list[str] = []
-    linked: list[_Linked] = []
+    inodes: list[int] = []
     try:
         with os.scandir(path) as it:
             for e in it:
@@ -146,33 +214,61 @@ def _read(path: str, ident: tuple[int, int, int]) -> _Dir:
                     if e.is_dir(follow_symlinks=False):
                         subdirs.append(e.name)
                     elif e.is_file(follow_symlinks=False):
-                        st = e.stat(follow_symlinks=False)
-                        if st.st_nlink > 1:
-                            linked.append((e.name, st.st_dev, st.st_ino, st.st_nlink, st.st_mode))
+                        inodes.append(e.stat(follow_symlinks=False).st_ino if exact else e.inode())
                 except OSError:
                     continue
     except OSError:
         pass
-    return ident, tuple(subdirs), tuple(linked)
+    return ident, tuple(subdirs), tuple(inodes)
 
 
-def _outside(seen: dict[str, _Dir], shared: Sequence[str]) -> list[OutsideLink]:
-    count: dict[tuple[int, int], int] = {}
-    exempt: set[tuple[int, int]] = set()
-    for path, (_ident, _subdirs, linked) in seen.items():
-        in_shared = any(_within(path, r) for r in shared)
-        for _name, dev, ino, _nlink, _mode in linked:
-            key = (dev, ino)
-            count[key] = count.get(key, 0) + 1
-            if in_shared:
-                exempt.add(key)
-    out = [
-        OutsideLink(os.path.join(path, name), bool(mode & stat.S_IROTH))
-        for path, (_ident, _subdirs, linked) in seen.items()
-        for name, dev, ino, nlink, mode in linked
-        if nlink > count[(dev, ino)] and (dev, ino) not in exempt
-    ]
-    return sorted(out, key=lambda o: o.path)
+def _walk(root: str, found: list[_Found]) -> None:
+    """Stat every regular file under ``root`` (each directory opened beneath its
+    parent, never through a link; at most one open descriptor per level) and note the
+    multiply-linked ones."""
+    try:
+        top = safepath.open_dir(root)
+    except OSError:
+        return
+    # (descriptor, path, subdirectories not yet visited)
+    stack: list[tuple[int, str, list[str]]] = [(top, root, _files(top, root, found))]
+    try:
+        while stack:
+            fd, path, pending = stack[-1]
+            if not pending:
+                os.close(fd)
+                stack.pop()
+                continue
+            name = pending.pop()
+            try:
+                child = safepath.dir_beneath(fd, name)
+            except OSError:
+                continue
+            sub = f"{path}/{name}"
+            stack.append((child, sub, _files(child, sub, found)))
+    finally:
+        for fd, _path, _pending in stack:
+            os.close(fd)
+
+
+def _files(fd: int, path: str, found: list[_Found]) -> list[str]:
+    """Note the directory's multiply-linked files; its subdirectories."""
+    subdirs: list[str] = []
+    try:
+        with os.scandir(fd) as it:
+            for e in it:
+                try:
+                    if e.is_file(follow_symlinks=False):
+                        st = e.stat(follow_symlinks=False)
+                        if st.st_nlink > 1:
+                            found.append((st.st_dev, st.st_ino, st.st_nlink, path, e.name))
+                    elif e.is_dir(follow_symlinks=False):
+                        subdirs.append(e.name)
+                except OSError:
+                    continue
+    except OSError:
+        pass
+    return subdirs
 
 
 def _within(path: str, parent: str) -> bool:

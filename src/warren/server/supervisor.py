@@ -51,7 +51,7 @@ from ..net import log as netlog
 from ..net.pasta import Pasta
 from ..plan import CallerFacts, Plan, make_plan, tmpdir
 from ..plan.facts import gather, paths_of
-from ..plan.mounts import strip_nested
+from ..plan.mounts import strip_nested, within
 from ..policy import build, config
 from ..policy.spec import from_mapping
 from . import follow, gitkeeper, launch, links, netd, pause, peer, registry, spawns, statedir, stdin, usage
@@ -582,9 +582,17 @@ class Supervisor:
         state_dir = self.root or statedir.location(caller.env)
         paths = [r.path for r in (*policy.writable, *policy.readable, *policy.denied)]
         roots = strip_nested([str(r.path) for r in policy.writable])
-        found = self.links.scan(
-            roots, shared=[str(r.path) for r in policy.writable if r.source != "workspace"]
-        )
+        # A read-only workspace is walked too: a denied file linked into it must stay
+        # unreadable there (nothing in it needs a copy: it cannot be written).
+        found = [
+            o
+            for o in self.links.scan(
+                strip_nested([*roots, str(policy.workspace)]),
+                shared=[str(r.path) for r in policy.writable if r.source != "workspace"],
+                denied=[*(str(r.path) for r in policy.denied), state_dir],
+            )
+            if o.secret or any(within(o.path, r) for r in roots)
+        ]
         # Repositories in the workspace and the --write roots (a preset's caches are
         # the tool's, shared with the host on purpose: README, Known limits).
         git_roots = strip_nested(
@@ -596,7 +604,7 @@ class Supervisor:
             host = gather(
                 [*paths_of(paths, caller), *tmpdir.candidates(ws_path, caller.env, caller.home)],
                 state_dir=state_dir,
-                outside_links=tuple((o.path, o.world_readable) for o in found),
+                outside_links=tuple((o.path, o.dev, o.ino, o.secret) for o in found),
                 git=gitdirs,
                 git_files=git_files,
                 workspace=ws_path,

@@ -1,0 +1,444 @@
+"""Workspace files that are hard links to files outside the writable roots: the outside
+file's content and secrecy are protected, and the workspace file behaves as any file
+(git gc, repack, rm, mv, a local clone), judged from the host; no stale answer between
+runs in either direction."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import Layout, _make_layout, module_state, run_cli
+from warren.errors import SetupError
+from warren.server import unshare
+from warren.server.links import LinkScanner
+
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.com",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.com",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": "/dev/null",
+}
+
+state_home = pytest.fixture(scope="module")(module_state)
+
+
+@pytest.fixture(params=["run", "exec"])
+def via(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, state_home: Path) -> str:
+    """Each claim holds for a one-shot `warren run` and for a long-lived sandbox."""
+    monkeypatch.setattr(Layout, "via", request.param)
+    return str(request.param)
+
+
+def _git(cwd: Path, *args: str) -> str:
+    r = subprocess.run(
+        ["git", *args], cwd=cwd, capture_output=True, text=True, env={**os.environ, **GIT_ENV}, timeout=60
+    )
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def _sh(
+    layout: Layout, script: str, *flags: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return layout.run(["sh", "-c", script], *flags, env={**GIT_ENV, **(env or {})})
+
+
+def _outside_repo(base: Path) -> Path:
+    """A repository outside the workspace with loose objects, one of them unreachable."""
+    repo = base / "outside" / "repo"
+    repo.mkdir(parents=True)
+    _git(repo, "init", "-q")
+    for i in range(3):
+        (repo / f"f{i}").write_text(f"content {i}\n")
+        _git(repo, "add", f"f{i}")
+        _git(repo, "commit", "-qm", f"c{i}")
+    for name in ("junk", "junk2"):
+        oid = subprocess.run(
+            ["git", "hash-object", "-w", "--stdin"],
+            cwd=repo,
+            input=f"{name}\n",
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        (repo / f".{name}").write_text(oid)
+    return repo
+
+
+def _objects(repo: Path) -> dict[str, tuple[int, str]]:
+    """Every file under the repository's objects: (inode, sha256 of its content)."""
+    out = {}
+    for p in sorted((repo / ".git" / "objects").rglob("*")):
+        if p.is_file():
+            out[str(p.relative_to(repo))] = (p.stat().st_ino, hashlib.sha256(p.read_bytes()).hexdigest())
+    return out
+
+
+def _loose(repo: Path, oid: str) -> Path:
+    return repo / ".git" / "objects" / oid[:2] / oid[2:]
+
+
+def test_a_workspace_cloned_from_an_outside_repository_gcs_repacks_and_removes_as_on_the_host(
+    layout: Layout, via: str
+) -> None:
+    repo = _outside_repo(layout.root)
+    junk, junk2 = (repo / ".junk").read_text(), (repo / ".junk2").read_text()
+    ws = layout.workspace / "clone"
+    _git(layout.workspace, "clone", "-q", str(repo), str(ws))
+    # Control: the clone really shares the outside repository's objects.
+    assert _loose(ws, junk).stat().st_ino == _loose(repo, junk).stat().st_ino
+    before = _objects(repo)
+    head = _git(ws, "rev-parse", "HEAD").strip()
+    obj = f".git/objects/{head[:2]}/{head[2:]}"
+    # The sandbox uses the workspace names first: mv (away and back), rm, an append;
+    # then git's own clean-up.
+    script = (
+        f"mv {obj} moved && mv moved {obj} && rm {_loose(Path(), junk2)} "
+        f"&& chmod u+w {_loose(Path(), junk)} && echo tampered >> {_loose(Path(), junk)} "
+        "&& git gc --prune=now -q && git repack -adq && git fsck --no-progress && echo OK"
+    )
+    r = _sh(layout, f"cd clone && {script}")
+    assert r.returncode == 0 and r.stdout.strip().endswith("OK"), (r.stdout, r.stderr)
+    assert "Device or resource busy" not in r.stderr and "unable to unlink" not in r.stderr, r.stderr
+    # Judged on the host: the unreachable object is gone, no loose object is left.
+    assert not _loose(ws, junk).exists() and not _loose(ws, junk2).exists()
+    assert not [p for p in (ws / ".git" / "objects").glob("??/*")], "loose objects left after gc"
+    # The outside repository is exactly as it was (same inodes, same content) and sound.
+    assert _objects(repo) == before
+    _git(repo, "fsck", "--no-progress")
+
+
+def test_writing_through_the_workspace_name_never_changes_the_outside_file(layout: Layout, via: str) -> None:
+    outside = layout.root / "elsewhere"
+    outside.mkdir()
+    target = outside / "config.txt"
+    target.write_text("outside\n")
+    target.chmod(0o640)
+    os.utime(target, ns=(1_000_000_000, 1_000_000_000))
+    os.link(target, layout.workspace / "config.txt")
+    script = (
+        "cat config.txt && echo inside >> config.txt && "
+        "python3 -c \"f=open('config.txt','r+'); f.write('X'); f.close()\" && cat config.txt"
+    )
+    r = _sh(layout, script)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "outside\nXutside\ninside\n", r.stdout  # an ordinary file inside
+    assert target.read_text() == "outside\n"
+    assert target.stat().st_nlink == 1
+    mine = layout.workspace / "config.txt"
+    assert mine.read_text() == "Xutside\ninside\n"
+    assert mine.stat().st_mode & 0o777 == 0o640  # the copy kept the mode
+    # Control: with the outside directory granted, the same write reaches it (the test
+    # sees a write through a shared inode when there is one).
+    os.link(target, layout.workspace / "granted.txt")
+    r = _sh(layout, "echo inside >> granted.txt", "--write", str(outside))
+    assert r.returncode == 0, r.stderr
+    assert target.read_text() == "outside\ninside\n"
+
+
+def test_the_copy_keeps_the_mtime_and_the_inside_links_of_the_file(layout: Layout, via: str) -> None:
+    outside = layout.root / "elsewhere"
+    outside.mkdir()
+    target = outside / "data.bin"
+    target.write_bytes(b"\x00data" * 1000)
+    os.utime(target, ns=(1_000_000_000, 2_000_000_000))
+    (layout.workspace / "sub").mkdir()
+    os.link(target, layout.workspace / "a.bin")
+    os.link(target, layout.workspace / "sub" / "b.bin")
+    r = _sh(layout, "echo more >> a.bin")
+    assert r.returncode == 0, r.stderr
+    a, b = layout.workspace / "a.bin", layout.workspace / "sub" / "b.bin"
+    assert a.stat().st_ino == b.stat().st_ino != target.stat().st_ino
+    assert a.stat().st_nlink == 2 and target.stat().st_nlink == 1
+    assert b.read_bytes() == b"\x00data" * 1000 + b"more\n"
+    assert target.read_bytes() == b"\x00data" * 1000
+
+
+def test_a_link_added_from_outside_to_a_file_of_an_unchanged_directory_is_seen(
+    layout: Layout, via: str
+) -> None:
+    sub = layout.workspace / "sub"
+    sub.mkdir()
+    (sub / "f.txt").write_text("mine\n")
+    assert _sh(layout, "cat sub/f.txt").returncode == 0  # the supervisor has seen it all
+    mtime = sub.stat().st_mtime_ns
+    outside = layout.root / "elsewhere"
+    outside.mkdir()
+    os.link(sub / "f.txt", outside / "g.txt")
+    assert sub.stat().st_mtime_ns == mtime  # control: the directory did not change
+    r = _sh(layout, "echo inside >> sub/f.txt")
+    assert r.returncode == 0, r.stderr
+    assert (outside / "g.txt").read_text() == "mine\n"
+    assert (sub / "f.txt").read_text() == "mine\ninside\n"
+
+
+def test_a_file_whose_outside_link_is_gone_is_a_plain_file_in_the_next_run(layout: Layout, via: str) -> None:
+    denied = layout.root / "private"
+    denied.mkdir()
+    (denied / "key").write_text("KEY-MATERIAL\n")
+    (layout.workspace / "sub").mkdir()
+    os.link(denied / "key", layout.workspace / "sub" / "key")
+    os.link(denied / "key", layout.workspace / "sub" / "key2")
+    first = _sh(layout, "cat sub/key", "--deny", str(denied))
+    assert "KEY-MATERIAL" not in first.stdout and first.returncode != 0
+    os.unlink(denied / "key")  # the outside name goes; the workspace's directory is unchanged
+    ino = (layout.workspace / "sub" / "key").stat().st_ino
+    r = _sh(layout, "cat sub/key && mv sub/key sub/moved && rm sub/key2 && echo done", "--deny", str(denied))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "KEY-MATERIAL\ndone\n"
+    # Nothing was copied: only inside links, so the file kept its inode.
+    assert (layout.workspace / "sub" / "moved").stat().st_ino == ino
+
+
+def test_a_denied_file_linked_into_the_workspace_is_not_readable_inside(layout: Layout, via: str) -> None:
+    denied = layout.root / "private"
+    denied.mkdir()
+    secret = denied / "token"
+    secret.write_text("TOPSECRET\n")
+    secret.chmod(0o644)  # world-readable: the policy, not the mode, decides
+    os.link(secret, layout.workspace / "token")
+    script = "cat token; cp token copy 2>/dev/null; cat copy 2>/dev/null; echo end"
+    r = _sh(layout, script, "--deny", str(denied))
+    assert "TOPSECRET" not in r.stdout + r.stderr, r.stdout
+    assert r.stdout.endswith("end\n"), (r.stdout, r.stderr)
+    # Host: nothing in the workspace holds the secret but its own name, which warren
+    # left as it was (never copied).
+    assert (layout.workspace / "token").stat().st_ino == secret.stat().st_ino
+    for p in layout.workspace.rglob("*"):
+        if p.is_file() and p.name != "token":
+            assert b"TOPSECRET" not in p.read_bytes(), p
+    assert secret.read_text() == "TOPSECRET\n"
+    # Control: without the deny, the same command prints it.
+    r = _sh(layout, "cat token")
+    assert r.stdout == "TOPSECRET\n", (r.stdout, r.stderr)
+
+
+@pytest.fixture
+def var_layout(request: pytest.FixtureRequest) -> Iterator[Layout]:
+    """W and C under /var/tmp: a read-only workspace under /tmp is not in the sandbox's
+    fresh /tmp at all."""
+    base = Path(tempfile.mkdtemp(prefix="warren-links-", dir="/var/tmp"))
+    yield _make_layout(base / "proj")
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_denied_file_linked_into_a_read_only_workspace_is_not_readable_inside(
+    var_layout: Layout, via: str
+) -> None:
+    layout = var_layout
+    denied = layout.root / "private"
+    denied.mkdir()
+    (denied / "token").write_text("TOPSECRET\n")
+    (layout.root / "plain").write_text("plain\n")
+    os.link(denied / "token", layout.workspace / "token")
+    os.link(layout.root / "plain", layout.workspace / "plain")
+    ino = (layout.workspace / "plain").stat().st_ino
+    r = _sh(layout, "cat token; cat plain; echo end", "--read-only-workspace", "--deny", str(denied))
+    assert "TOPSECRET" not in r.stdout and r.stdout.endswith("plain\nend\n"), (r.stdout, r.stderr)
+    assert (layout.workspace / "plain").stat().st_ino == ino  # read-only: nothing to copy
+    # Control: without the deny, the same command prints it.
+    r = _sh(layout, "cat token", "--read-only-workspace")
+    assert r.stdout == "TOPSECRET\n", (r.stdout, r.stderr)
+
+
+def test_a_file_linked_from_the_default_deny_list_is_not_readable_inside(layout: Layout, via: str) -> None:
+    home = layout.root / "home"
+    (home / ".ssh").mkdir(parents=True)
+    key = home / ".ssh" / "id_test"
+    key.write_text("PRIVATE-KEY\n")
+    key.chmod(0o644)
+    os.link(key, layout.workspace / "id_test")
+    r = _sh(layout, "cat id_test; echo end", env={"HOME": str(home)})
+    assert "PRIVATE-KEY" not in r.stdout and r.stdout.endswith("end\n"), (r.stdout, r.stderr)
+    # Control: with the default deny list off, it is readable.
+    r = _sh(layout, "cat id_test", "--no-default-deny", env={"HOME": str(home)})
+    assert r.stdout == "PRIVATE-KEY\n", (r.stdout, r.stderr)
+
+
+def test_a_local_clone_inside_the_workspace_hardlinks_its_objects(layout: Layout, via: str) -> None:
+    repo = _outside_repo(layout.root)
+    _git(layout.workspace, "clone", "-q", str(repo), "src")  # objects hardlinked from outside
+    r = _sh(layout, "git clone -q src c && git -C c fsck --no-progress --no-dangling && echo OK")
+    assert r.returncode == 0 and r.stdout == "OK\n", (r.stdout, r.stderr)
+    src, c = _objects(layout.workspace / "src"), _objects(layout.workspace / "c")
+    shared = [k for k in c if k in src and c[k][0] == src[k][0]]
+    assert len(shared) >= 10 and len(shared) == len(src), (len(shared), len(src))
+    # ... and none of them is the outside repository's inode.
+    outside = {ino for ino, _sha in _objects(repo).values()}
+    assert not outside & {ino for ino, _sha in c.values()}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the workspace's .git is a bind mount of itself (the git protection): link() never "
+    "crosses a mount, so git copies the objects of a local clone of the workspace's own repository",
+)
+def test_a_local_clone_of_the_workspace_repository_hardlinks_its_objects(layout: Layout, via: str) -> None:
+    _git(layout.workspace, "init", "-q")
+    (layout.workspace / "f").write_text("x\n")
+    _git(layout.workspace, "add", "f")
+    _git(layout.workspace, "commit", "-qm", "c")
+    r = _sh(layout, "git clone -q --bare . bare.git && echo OK")
+    assert r.returncode == 0, r.stderr
+    here, bare = _objects(layout.workspace), _objects(layout.workspace / "bare.git")
+    assert any(ino in {i for i, _s in here.values()} for ino, _s in bare.values()), "objects were copied"
+
+
+# --- the scan and the copy, directly -----------------------------------------------
+
+
+def test_the_scan_answers_from_the_files_not_from_memory(tmp_path: Path) -> None:
+    ws, shared, out, denied = (
+        tmp_path / "ws",
+        tmp_path / "uv-cache",
+        tmp_path / "elsewhere",
+        tmp_path / "deny",
+    )
+    for d in (ws / "sub", shared, out, denied):
+        d.mkdir(parents=True)
+    (shared / "pkg.py").write_text("x")
+    os.link(shared / "pkg.py", ws / "sub" / "pkg.py")
+    os.link(shared / "pkg.py", out / "other-venv-pkg.py")  # another project's venv
+    (out / "plain").write_text("s")
+    os.link(out / "plain", ws / "sub" / "plain")
+    (denied / "secret").write_text("s")
+    os.link(denied / "secret", ws / "secret")
+    (ws / "sub" / "mine").write_text("m")
+    scanner = LinkScanner()
+    roots, shared_roots = [str(ws), str(shared)], [str(shared)]
+
+    def scan() -> list[tuple[str, bool]]:
+        return [(o.path, o.secret) for o in scanner.scan(roots, shared_roots, [str(denied)])]
+
+    # The cache file is shared by design; the others are not explained.
+    assert scan() == [(str(ws / "secret"), True), (str(ws / "sub" / "plain"), False)]
+    assert scan() == [(str(ws / "secret"), True), (str(ws / "sub" / "plain"), False)]  # warm
+    mtime = (ws / "sub").stat().st_mtime_ns
+    os.link(ws / "sub" / "mine", out / "mine-too")  # a link from outside: sub does not change
+    os.unlink(out / "plain")  # and one goes away
+    assert (ws / "sub").stat().st_mtime_ns == mtime
+    assert scan() == [(str(ws / "secret"), True), (str(ws / "sub" / "mine"), False)]
+    saved = tmp_path / "links.cache"
+    scanner.save(str(saved))
+    again = LinkScanner()
+    again.load(str(saved))
+    assert again.dirs == scanner.dirs
+    saved.write_bytes(b"garbage")
+    broken = LinkScanner()
+    broken.load(str(saved))  # an unreadable memory means a cold scan, not an error
+    assert broken.dirs == {}
+
+
+def test_a_cache_directory_changed_in_the_same_tick_is_read_again(tmp_path: Path) -> None:
+    ws, cache = tmp_path / "ws", tmp_path / "cache"
+    ws.mkdir()
+    cache.mkdir()
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "f").write_text("x")
+    os.link(tmp_path / "out" / "f", ws / "f")
+    scanner = LinkScanner()
+    assert [o.path for o in scanner.scan([str(ws), str(cache)], [str(cache)])] == [str(ws / "f")]
+    # The cache gains a name of it, and its directory's time is set back to what the
+    # scanner saw: a memory keyed on fresh timestamps alone would miss it.
+    st = cache.stat()
+    os.link(ws / "f", cache / "f")
+    os.utime(cache, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert scanner.scan([str(ws), str(cache)], [str(cache)]) == []
+
+
+def test_the_copy_never_replaces_a_name_that_is_no_longer_that_file(tmp_path: Path) -> None:
+    ws, out = tmp_path / "ws", tmp_path / "out"
+    ws.mkdir()
+    out.mkdir()
+    (out / "f").write_text("outside\n")
+    os.link(out / "f", ws / "f")
+    st = (ws / "f").stat()
+    # Since the scan, the sandbox replaced the name by its own file, and a directory
+    # by a link to the outside.
+    os.unlink(ws / "f")
+    (ws / "f").write_text("sandbox's\n")
+    (ws / "d").symlink_to(out)
+    planned = [(str(ws / "f"), st.st_dev, st.st_ino), (str(ws / "d" / "f"), st.st_dev, st.st_ino)]
+    assert unshare.own_inodes(str(ws), planned) == 0
+    assert (ws / "f").read_text() == "sandbox's\n"
+    assert (out / "f").read_text() == "outside\n" and (out / "f").stat().st_ino == st.st_ino
+    assert sorted(p.name for p in ws.iterdir()) == ["d", "f"]  # no temporary file left
+    with pytest.raises(SetupError):
+        unshare.own_inodes(str(tmp_path / "missing"), planned)
+
+
+def test_a_name_replaced_while_the_copy_is_made_is_put_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sandbox wins the race between the check and the swap: what it put there is
+    swapped back, the copy dropped, the outside file untouched."""
+    ws, out = tmp_path / "ws", tmp_path / "out"
+    ws.mkdir()
+    out.mkdir()
+    (out / "f").write_text("outside\n")
+    os.link(out / "f", ws / "f")
+    st = (ws / "f").stat()
+    real_copy = unshare._copy
+
+    def racing_copy(pfd: int, name: str, tmp: str, key: tuple[int, int]) -> int:
+        fd = real_copy(pfd, name, tmp, key)
+        os.unlink(ws / "f")
+        (ws / "f").write_text("sandbox's\n")  # between the copy and the swap
+        return fd
+
+    monkeypatch.setattr(unshare, "_copy", racing_copy)
+    assert unshare.own_inodes(str(ws), [(str(ws / "f"), st.st_dev, st.st_ino)]) == 0
+    assert (ws / "f").read_text() == "sandbox's\n"
+    assert [p.name for p in ws.iterdir()] == ["f"]
+    assert (out / "f").read_text() == "outside\n" and (out / "f").stat().st_nlink == 1
+
+
+def test_plan_shows_own_inodes_and_denied_links(layout: Layout, state_home: Path) -> None:
+    (layout.root / "d").mkdir()
+    (layout.root / "d" / "s").write_text("s")
+    (layout.root / "p").write_text("p")
+    os.link(layout.root / "d" / "s", layout.workspace / "s")
+    os.link(layout.root / "p", layout.workspace / "p")
+    ino = (layout.workspace / "p").stat().st_ino
+    r = run_cli(["plan", "--deny", str(layout.root / "d")], cwd=layout.workspace)
+    assert r.returncode == 0, r.stderr
+    assert f"own inode {layout.workspace}/p" in r.stdout, r.stdout
+    assert f"deny      {layout.workspace}/s" in r.stdout, r.stdout
+    assert (layout.workspace / "p").stat().st_ino == ino  # planning changes nothing
+
+
+def test_a_running_sandbox_writes_its_own_copy_once_a_later_launch_has_made_it(
+    layout: Layout, state_home: Path
+) -> None:
+    """A link made from outside while a sandbox runs reaches that sandbox (README, Known
+    limits); the next launch on the workspace gives the name its own inode, and from
+    then on the running sandbox's writes through the name stay in the workspace."""
+    name = f"live{os.getpid()}"
+    made = run_cli(["create", name], cwd=layout.workspace)
+    assert made.returncode == 0, made.stderr
+    try:
+        (layout.workspace / "f.txt").write_text("mine\n")
+        outside = layout.root / "elsewhere"
+        outside.mkdir()
+        os.link(layout.workspace / "f.txt", outside / "g.txt")
+        # Control: until then the running sandbox writes the outside file through it.
+        r = run_cli(["exec", name, "sh", "-c", "echo before >> f.txt"], cwd=layout.workspace)
+        assert r.returncode == 0, r.stderr
+        assert (outside / "g.txt").read_text() == "mine\nbefore\n"
+        later = run_cli(["run", "--", "true"], cwd=layout.workspace)
+        assert later.returncode == 0, later.stderr
+        r = run_cli(["exec", name, "sh", "-c", "echo inside >> f.txt"], cwd=layout.workspace)
+        assert r.returncode == 0, r.stderr
+    finally:
+        run_cli(["rm", "-f", name], cwd=layout.workspace)
+    assert (outside / "g.txt").read_text() == "mine\nbefore\n"
+    assert (layout.workspace / "f.txt").read_text() == "mine\nbefore\ninside\n"
