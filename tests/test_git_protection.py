@@ -120,7 +120,10 @@ git config user.email planted@example.com
     assert not (repo / ".git" / "HEAD").is_symlink() and not (repo / ".git" / "config").is_symlink()
     assert not list((repo / ".git").glob("config.warren-*"))
     # The control: a plain change of a naming key does reach the host, so the sync ran.
-    assert host_git(repo, "config", "user.email").stdout.strip() == "planted@example.com"
+    deadline = time.monotonic() + 10
+    while host_git(repo, "config", "user.email").stdout.strip() != "planted@example.com":
+        assert time.monotonic() < deadline, "the sandbox's user.email never reached the host"
+        time.sleep(0.1)
     assert host_git(repo, "status").returncode == 0
 
 
