@@ -268,8 +268,12 @@ def test_git_inside_and_on_the_host_stay_in_step(layout: Layout, repo: Path, liv
         layout, live, "set -e; echo a > a; git add a; git -c user.name=I -c user.email=i@x commit -qm inside"
     )
     assert r.returncode == 0, r.stderr
-    # Right after the command ended the host sees the commit, and its index.
-    assert host_git(repo, "log", "-1", "--format=%s").stdout.strip() == "inside"
+    # The host sees the commit and its index once the command ended (a one-shot run:
+    # before it returns; a live sandbox: within a sync round).
+    deadline = time.monotonic() + (0 if live is None else 5)
+    while host_git(repo, "log", "-1", "--format=%s").stdout.strip() != "inside":
+        assert time.monotonic() < deadline, "the sandbox's commit did not reach the host"
+        time.sleep(0.1)
     assert host_git(repo, "status", "--porcelain").stdout == ""
     assert host_git(repo, "commit", "-q", "--allow-empty", "-m", "host").returncode == 0
     seen = ""
