@@ -44,11 +44,16 @@ class GitKeeper:
         self.adopted: set[str] = set()
 
     def plan(
-        self, roots: list[str], env: Mapping[str, str], dry: bool = False
+        self,
+        roots: list[str],
+        env: Mapping[str, str],
+        dry: bool = False,
+        readonly: tuple[str, ...] = (),
     ) -> tuple[tuple[GitDir, ...], tuple[str, ...], Lease | None]:
         """The git directories and ``.git`` files of these writable roots, for the plan;
         with their trees brought up to date and a lease taken unless ``dry`` (``warren
-        plan`` changes nothing)."""
+        plan`` changes nothing). Those under a ``readonly`` path (``--read`` inside a
+        writable root) stay read-only instead: the sandbox cannot write them at all."""
         lease = Lease(env=dict(env))
         gitdirs: list[GitDir] = []
         files: list[str] = []
@@ -70,6 +75,8 @@ class GitKeeper:
                 files += [os.path.join(root, rel) for rel in found.gitfiles]
                 for rel in found.gitdirs:
                     path = os.path.normpath(os.path.join(root, rel))
+                    if any(path == r or path.startswith(r.rstrip("/") + "/") for r in readonly):
+                        continue
                     if dry:
                         tree = os.path.join(gitstore.location(path, env), "tree")
                         gitdirs.append(GitDir(path, tree, _shared_now(path)))

@@ -598,7 +598,9 @@ class Supervisor:
         git_roots = strip_nested(
             [str(r.path) for r in policy.writable if r.source in ("workspace", "--write")]
         )
-        gitdirs, git_files, lease = self.git.plan(git_roots, caller.env, dry=dry)
+        gitdirs, git_files, lease = self.git.plan(
+            git_roots, caller.env, dry=dry, readonly=tuple(str(r.path) for r in policy.readable)
+        )
         try:
             ws_path = str(policy.workspace)
             host = gather(
