@@ -1,8 +1,10 @@
 """Cost of PID 1's syscall broker: the calls it answers for a sandbox, per call.
 
 The same Python loop (N calls each of chmod, utimensat, fchmod, a unix-socket connect,
-a rename in the workspace, and stat as a control that is not brokered) runs on the
-host, under bubblewrap (no broker), and in `warren run`, side by side in one run.
+a rename in the workspace, a TCP connect and a small TCP sendmsg on loopback — the
+broker makes these itself on a worker thread — and stat as a control that is not
+brokered) runs on the host, under bubblewrap (no broker), and in `warren run`, side by
+side in one run.
 A second warren row runs inside a git repository, where renames are brokered too.
 
 Run: python bench/bench_broker.py [--n 2000]
@@ -41,6 +43,14 @@ def conn(i):
     c = socket.socket(socket.AF_UNIX); c.connect('s.sock'); a, _ = l.accept(); a.close(); c.close()
 timed('unix connect', conn)
 os.unlink('s.sock')
+t = socket.socket(); t.bind(('127.0.0.1', 0)); t.listen(1024)
+def tcp(i):
+    c = socket.socket(); c.connect(t.getsockname()); a, _ = t.accept(); a.close(); c.close()
+timed('tcp connect', tcp)
+c = socket.socket(); c.connect(t.getsockname()); a, _ = t.accept()
+def sendmsg(i):
+    c.sendmsg([b'x' * 64]); a.recv(64)
+timed('tcp sendmsg 64B', sendmsg)
 print(json.dumps(out))
 """
 

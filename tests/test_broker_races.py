@@ -371,3 +371,98 @@ def test_blocking_connects_beyond_the_bound_are_refused_and_killed_callers_free_
     # Some of 40 are over the bound, and the second wave finds exactly as many workers:
     # none was kept by a caller killed in the first.
     assert 0 < first_refused < 40 and second_refused == first_refused, r.stdout
+
+
+# --- what the broker now does itself still behaves as on the host ------------------------
+
+FIDELITY = r"""
+import ctypes, errno, json, os, signal, socket, struct, threading
+out = {}
+def err(fn):
+    try:
+        r = fn()
+        return 'ok' if r is None else r
+    except OSError as e:
+        return errno.errorcode[e.errno]
+# fds passed over a unix stream socket (multiprocessing's forkserver does this)
+a, b = socket.socketpair()
+r, w = os.pipe()
+a.sendmsg([b'f'], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack('i', r))])
+msg, anc, _, _ = b.recvmsg(1, socket.CMSG_SPACE(4))
+got = struct.unpack('i', anc[0][2][:4])[0]
+os.write(w, b'through the passed fd')
+out['scm_rights'] = [msg.decode(), os.read(got, 64).decode(), got != r]
+# credentials: the kernel checks them against the sender
+c, d = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+d.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+creds = struct.pack('iII', os.getpid(), os.getuid(), os.getgid())
+out['scm_credentials'] = err(lambda: c.sendmsg([b'c'], [(socket.SOL_SOCKET, socket.SCM_CREDENTIALS, creds)]))
+_, anc, _, _ = d.recvmsg(1, 64)
+out['scm_credentials_uid'] = struct.unpack('iII', anc[0][2])[1] == os.getuid()
+no_fd = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack('i', 999))]
+out['scm_rights_bad_fd'] = err(lambda: a.sendmsg([b'f'], no_fd))
+# sendmmsg on a connected UDP socket (glibc's resolver sends its queries so)
+rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); rx.bind(('127.0.0.1', 0))
+tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); tx.connect(rx.getsockname())
+libc = ctypes.CDLL(None, use_errno=True)
+class iovec(ctypes.Structure):
+    _fields_ = [('base', ctypes.c_char_p), ('len', ctypes.c_size_t)]
+class msghdr(ctypes.Structure):
+    _fields_ = [('name', ctypes.c_void_p), ('namelen', ctypes.c_uint), ('iov', ctypes.POINTER(iovec)),
+                ('iovlen', ctypes.c_size_t), ('control', ctypes.c_void_p), ('controllen', ctypes.c_size_t),
+                ('flags', ctypes.c_int)]
+class mmsghdr(ctypes.Structure):
+    _fields_ = [('hdr', msghdr), ('len', ctypes.c_uint)]
+iovs = (iovec * 2)(iovec(b'one', 3), iovec(b'three', 5))
+vec = (mmsghdr * 2)()
+for i in range(2):
+    vec[i].hdr.iov = ctypes.pointer(iovs[i]); vec[i].hdr.iovlen = 1
+n = libc.sendmmsg(tx.fileno(), vec, 2, 0)
+out['sendmmsg'] = [n, vec[0].len, vec[1].len, rx.recv(16).decode(), rx.recv(16).decode()]
+# a datagram socket disconnected with AF_UNSPEC, then an unconnected send
+unspec = struct.pack('H14x', 0)
+out['unspec_connect'] = libc.connect(tx.fileno(), unspec, 16) and errno.errorcode[ctypes.get_errno()]
+out['send_after_unspec'] = err(lambda: tx.send(b'x'))
+# a write to a stream whose peer is gone: EPIPE, and SIGPIPE unless MSG_NOSIGNAL
+e, f = socket.socketpair(); f.close()
+out['epipe_nosignal'] = err(lambda: e.sendmsg([b'x'], [], socket.MSG_NOSIGNAL))
+pid = os.fork()
+if pid == 0:
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    try:
+        e.sendmsg([b'x'])
+    except OSError:
+        os._exit(3)
+    os._exit(0)
+out['epipe_signal'] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+# a large sendmsg on TCP, written in full by a loop over short writes
+l = socket.socket(); l.bind(('127.0.0.1', 0)); l.listen()
+s = socket.socket(); s.connect(l.getsockname()); p, _ = l.accept()
+total = []
+def drain():
+    n = 0
+    while (chunk := p.recv(1 << 20)):
+        n += len(chunk)
+    total.append(n)
+t = threading.Thread(target=drain); t.start()
+data = memoryview(b'z' * (12 << 20))
+while data:
+    data = data[s.sendmsg([data]):]
+s.close(); t.join()
+out['tcp_sendmsg_all'] = total[0]
+print(json.dumps(out))
+"""
+
+
+def test_socket_calls_the_broker_makes_behave_as_on_the_host(layout: Layout, via: str) -> None:
+    """fd passing, credentials, sendmmsg with its lengths written back, AF_UNSPEC,
+    EPIPE with and without SIGPIPE, a large TCP sendmsg: the same as on the host."""
+    r = layout.run(["python3", "-c", FIDELITY], timeout=60)
+    host = subprocess.run([sys.executable, "-c", FIDELITY], capture_output=True, text=True, check=True)
+    assert r.returncode == 0, r.stderr
+    inside, outside = json.loads(r.stdout), json.loads(host.stdout)
+    assert inside == outside, (inside, outside)
+    assert inside["scm_rights"] == ["f", "through the passed fd", True]
+    assert inside["sendmmsg"] == [2, 3, 5, "one", "three"]
+    assert inside["epipe_signal"] == -13 and inside["epipe_nosignal"] == "EPIPE"
+    assert inside["tcp_sendmsg_all"] == 12 << 20

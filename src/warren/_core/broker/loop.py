@@ -91,9 +91,9 @@ class Broker:
         ready = threading.Event()
         workers = pool.Workers()
         pool.install_interrupt()
+        workers.start()  # before the filter: none on them (and their pids come before any helper's)
 
         def serve() -> None:
-            workers.start()  # from this thread: no filter on it, so none on them
             ready.wait()
             box[0].serve(helpers, changed_w)  # PID 1's live set of helpers
 

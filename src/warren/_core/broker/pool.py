@@ -53,7 +53,8 @@ class Workers:
         self.busy: dict[int, int] = {}  # notification id -> worker's thread ident
 
     def start(self) -> None:
-        """The workers kept warm; call from a thread without the seccomp filter."""
+        """The workers kept warm; call from a thread without the seccomp filter (PID 1's
+        main thread before it installs it), so they carry none."""
         with self.cond:
             while self.threads < self.keep:
                 self._spawn()
