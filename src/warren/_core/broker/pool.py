@@ -49,7 +49,7 @@ class Workers:
         self.cond = threading.Condition()
         self.jobs: collections.deque[tuple[int, Job]] = collections.deque()
         self.threads = 0
-        self.waiting = 0  # workers waiting for a job
+        self.active = 0  # workers on a job; the others are free or about to be
         self.busy: dict[int, int] = {}  # notification id -> worker's thread ident
 
     def start(self) -> None:
@@ -63,7 +63,7 @@ class Workers:
         """Run ``job`` (which answers notification ``nid``) on a worker; False at the
         bound (the caller answers ENOBUFS)."""
         with self.cond:
-            if self.waiting <= len(self.jobs):
+            if self.threads - self.active <= len(self.jobs):
                 if self.threads >= self.limit:
                     return False
                 try:
@@ -99,15 +99,12 @@ class Workers:
         ident = threading.get_ident()
         while True:
             with self.cond:
-                self.waiting += 1
-                try:
-                    while not self.jobs:
-                        if not self.cond.wait(self.idle) and not self.jobs and self.threads > self.keep:
-                            self.threads -= 1
-                            return
-                finally:
-                    self.waiting -= 1
+                while not self.jobs:
+                    if not self.cond.wait(self.idle) and not self.jobs and self.threads > self.keep:
+                        self.threads -= 1
+                        return
                 nid, job = self.jobs.popleft()
+                self.active += 1
                 self.busy[nid] = ident
             try:
                 job()
@@ -115,4 +112,5 @@ class Workers:
                 pass
             finally:
                 with self.cond:
+                    self.active -= 1
                     self.busy.pop(nid, None)
