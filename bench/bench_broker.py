@@ -26,10 +26,15 @@ n = int(sys.argv[1])
 open('f', 'w').close()
 out = {}
 def timed(name, fn):
-    t = time.perf_counter()
-    for i in range(n):
-        fn(i)
-    out[name] = (time.perf_counter() - t) / n * 1e6
+    # The best of batches of 50 calls: the cost of the call itself, not the load of
+    # whatever else shares the machine.
+    best = float('inf')
+    for start in range(0, n, 50):
+        t = time.perf_counter()
+        for i in range(start, start + 50):
+            fn(i)
+        best = min(best, (time.perf_counter() - t) / 50)
+    out[name] = best * 1e6
 fd = os.open('f', os.O_RDONLY)
 timed('stat', lambda i: os.stat('f'))
 timed('chmod', lambda i: os.chmod('f', 0o644 if i % 2 else 0o600))
@@ -98,7 +103,7 @@ def main() -> None:
         subprocess.run(["git", "init", "-q", str(ws)], check=True)
         rows["warren, git repo"] = _run([*warren, *cmd], ws)
     names = list(rows["host"])
-    print(f"per call, microseconds (mean over {args.n} calls)")
+    print(f"per call, microseconds (best batch of 50, {args.n} calls)")
     print(f"{'':18}" + "".join(f"{k:>18}" for k in rows))
     for name in names:
         print(f"{name:18}" + "".join(f"{rows[k][name]:18.1f}" for k in rows))

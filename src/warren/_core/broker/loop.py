@@ -7,8 +7,10 @@ forks everything else) and its later children, so the broker's own calls — the
 it makes for the sandbox — are never brokered, and neither are those of the workers
 it starts (``pool``). PID 1's own calls and those of its helpers (warren's code) are
 answered "go on" at once, on this thread, which never waits on anything a sandbox
-controls: socket calls go to the workers; metadata and renames are file operations
-on objects the broker opened itself (``O_PATH``), done here.
+controls: a socket call is read and judged here and made here only when it cannot
+wait (a send tried with ``MSG_DONTWAIT``), else on a worker, which answers it;
+metadata and renames are file operations on objects the broker opened itself
+(``O_PATH``), done here.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import errno
 import os
 import select
 import threading
+import time
 from collections.abc import Callable
 
 from ...plan import seccomp as _seccomp
@@ -107,16 +110,25 @@ class Broker:
     def serve(self, helpers: set[int] | frozenset[int], changed_w: int) -> None:
         poller = select.poll()
         poller.register(self.listener, select.POLLIN)
+        tick: float | None = None
         while True:
-            # Wake each tick while workers are busy, to interrupt those whose caller left.
-            ready = poller.poll(pool.TICK * 1000 if self.workers.in_flight() else None)
-            if any(ev & select.POLLIN for _fd, ev in ready):
-                gitdir = self.handle(helpers)
-                if gitdir is not None:
-                    with contextlib.suppress(OSError):
-                        os.write(changed_w, gitdir.encode() + b"\n")
             if self.workers.in_flight():
-                self.workers.interrupt_abandoned(lambda nid: _sys.notif_valid(self.listener, nid))
+                # Wake each tick while workers are busy, to interrupt those whose
+                # caller left (a signal, death).
+                now = time.monotonic()
+                if tick is None:
+                    tick = now + pool.TICK
+                elif now >= tick:
+                    self.workers.interrupt_abandoned(lambda nid: _sys.notif_valid(self.listener, nid))
+                    tick = now + pool.TICK
+                if not poller.poll(max(0.0, tick - now) * 1000):
+                    continue
+            else:
+                tick = None
+            gitdir = self.handle(helpers)
+            if gitdir is not None:
+                with contextlib.suppress(OSError):
+                    os.write(changed_w, gitdir.encode() + b"\n")
 
     def handle(self, helpers: set[int] | frozenset[int] = frozenset()) -> str | None:
         """Answer one notification (or hand it to a worker, which answers it); the git
@@ -132,8 +144,7 @@ class Broker:
             return None
         call = Call(self.listener, nid, pid, args)
         if name in sockets.HANDLERS:
-            if not self.workers.submit(nid, lambda: self._run(name, call)):
-                self._answer(nid, -errno.ENOBUFS)
+            self._socket(name, call)
             return None
         changed: str | None = None
 
@@ -149,20 +160,52 @@ class Broker:
         self._answer(nid, outcome)
         return changed if outcome == 0 else None
 
-    def _run(self, name: str, call: Call) -> None:
-        """On a worker: decide a socket call, answer it, then what follows the answer."""
-        with call:
-            outcome = self._decide(name, call, lambda: sockets.HANDLERS[name](self.places, call))
+    def _socket(self, name: str, call: Call) -> None:
+        """Read and judge here (nothing waits); make the call here if it cannot wait,
+        else on a worker, which answers."""
+        pending: sockets.Pending | None = None
+
+        def prepare() -> Outcome:
+            nonlocal pending
+            got = sockets.HANDLERS[name](self.places, call)
+            if isinstance(got, int):
+                return got
+            pending = got
+            return pending.now()
+
+        outcome = self._decide(name, call, prepare)
+        if pending is None or outcome is not None:
+            # Never "go on" for a socket call: the kernel would look at it again.
+            self._finish(call, pending, -errno.EPERM if outcome is None else outcome)
+            return
+        waiting = pending  # for the closure
+
+        def made() -> Outcome:
+            return waiting.wait()
+
+        def job() -> None:  # on a worker
+            self._finish(call, waiting, self._decide(name, call, made, pin=False))
+
+        if not self.workers.submit(call.nid, job):
+            self._finish(call, pending, -errno.ENOBUFS)
+
+    def _finish(self, call: Call, pending: sockets.Pending | None, outcome: Outcome) -> None:
+        """Answer, then what follows the answer (a signal), then let go of the copies."""
+        try:
             self._answer(call.nid, outcome)
             if call.after is not None:
                 call.after()
+        finally:
+            if pending is not None:
+                pending.close()
+            call.__exit__()
 
-    def _decide(self, name: str, call: Call, act: Callable[[], Outcome]) -> Outcome:
+    def _decide(self, name: str, call: Call, act: Callable[[], Outcome], pin: bool = True) -> Outcome:
         """The outcome: ``act``'s for a call pinned to its process; else a rename goes
         on (the kernel's mount check protects it) and anything else is refused."""
         guarded = name not in _seccomp.RENAMES
         try:
-            if call.pin(writable=name == "sendmmsg"):
+            if not pin or call.pin(writable=name == "sendmmsg"):
                 return act()
             # Gone, or alive but closed to inspection (it made itself not dumpable):
             # what cannot be checked is refused.

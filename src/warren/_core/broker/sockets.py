@@ -16,16 +16,20 @@ and returns the result. Control messages go along with their fds copied from the
 process (``SCM_RIGHTS``); ``SCM_CREDENTIALS`` naming the caller names PID 1 instead
 (the kernel allows a sender only its own pid).
 
-These calls can block (a full backlog, a TCP handshake, a full send buffer), so they
-run on the broker's workers (``pool``), never on its own thread; the socket's own
-``O_NONBLOCK`` decides, as for the process. A worker interrupted because its caller
-went away (a signal, death) returns ``EINTR`` and the answer is dropped.
+Each call is read and judged first (``prepare``: no waiting), then made. A send is
+tried at once without waiting (``MSG_DONTWAIT``, a flag of this call only); what would
+wait — a send to a full buffer on a blocking socket, and every connect (a connect has
+no such flag, and the process can flip its socket's ``O_NONBLOCK`` under the broker's
+feet) — is made on one of the broker's workers (``pool``), blocking or not as the
+socket says, exactly as the kernel would for the process. A worker interrupted
+because its caller went away (a signal, death) gets ``EINTR``; the answer is dropped.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import signal
 import socket
@@ -34,13 +38,17 @@ import struct
 from collections.abc import Callable
 
 from .. import _sys
-from .call import AT_FDCWD, Call, Outcome, fd_arg_int
+from .call import AT_FDCWD, Call, fd_arg_int
 from .places import Places
 
 SOCKADDR_MAX = 128  # sizeof(struct sockaddr_storage): the kernel refuses longer (EINVAL)
 UIO_MAXIOV = 1024
-MAX_SEND = 4 << 20  # bytes per call: a stream socket gets a short write beyond, others EMSGSIZE
+# Bytes per call (sendmmsg: all its messages), read into PID 1 — whose memory is the
+# sandbox's: a stream socket gets a short write beyond, others EMSGSIZE (above any
+# datagram the default socket buffers take).
+MAX_SEND = 1 << 20
 MAX_CONTROL = 256 << 10  # above any optmem_max: the kernel says ENOBUFS too
+MSG_DONTWAIT = 0x40
 MSG_NOSIGNAL = 0x4000
 SCM_RIGHTS = 1
 SCM_CREDENTIALS = 2
@@ -92,108 +100,157 @@ def _address(call: Call, ptr: int, length_arg: int) -> bytes | int:
     return -errno.EFAULT if raw is None else raw
 
 
-class _Socket:
-    """The copy of the process's socket for one call: its fd, domain and type."""
+class Pending:
+    """A socket call read and judged, holding what it needs (the copy of the socket,
+    the judged peer, copies of passed fds) until ``close``."""
 
-    def __init__(self, call: Call, fd_arg: int) -> None:
-        self.fd = call.their_fd(fd_arg)
-        self.error = self.fd if self.fd < 0 else 0
-        self.domain = self.type = -1
-        if self.fd >= 0:
-            kind = _sys.socket_kind(self.fd)
-            if isinstance(kind, int):
-                self.error = kind
-            else:
-                self.domain, self.type = kind
+    def __init__(self, call: Call, fd: int, domain: int, kind: int) -> None:
+        self.call, self.fd, self.domain, self.type = call, fd, domain, kind
+        self.held: list[int] = []
+
+    def now(self) -> int | None:
+        """The result if the call can be made without waiting, else None."""
+        return None
+
+    def wait(self) -> int:
+        """The call made as the process would (on a worker: it may block)."""
+        raise NotImplementedError
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        for fd in (self.fd, *self.held):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.held = []
+        self.fd = -1
 
-    def judged(self, places: Places, call: Call, raw: bytes) -> tuple[bytes, int] | int:
-        """The address to use: judged where the kernel would look it up (a unix
-        datagram socket's destination; a connect's peer is judged by ``connect``)."""
-        if self.domain == socket.AF_UNIX and self.type == socket.SOCK_DGRAM and raw:
-            return _peer(places, call, raw)
-        return raw, -1
-
-
-def connect(places: Places, call: Call) -> Outcome:
-    sock = _Socket(call, call.args[0])
-    try:
-        if sock.error:
-            return sock.error
-        raw = _address(call, call.args[1], call.args[2])
-        if isinstance(raw, int):
+    def judged(self, places: Places, raw: bytes, unix_dgram_only: bool = True) -> bytes | int:
+        """The address to use, judged where the kernel would look it up: a connect's
+        peer on a unix socket, a unix datagram socket's destination. -errno if refused."""
+        if self.domain != socket.AF_UNIX or not raw:
             return raw
-        peer = _peer(places, call, raw) if sock.domain == socket.AF_UNIX else (raw, -1)
+        if unix_dgram_only and self.type != socket.SOCK_DGRAM:
+            return raw  # a stream or seqpacket socket does not use it: the kernel says so
+        peer = _peer(places, self.call, raw)
         if isinstance(peer, int):
             return peer
         address, held = peer
-        try:
-            return _retrying(call, lambda: _sys.connect(sock.fd, address))
-        finally:
-            if held >= 0:
-                os.close(held)
-    finally:
-        sock.close()
-
-
-def _sigpipe(call: Call, sock: _Socket, result: int, flags: int) -> None:
-    """The kernel signals a writer to a stream whose other end is gone: the broker
-    wrote for the process, so the process gets the signal (after its answer)."""
-    if result == -errno.EPIPE and not flags & MSG_NOSIGNAL and sock.type == socket.SOCK_STREAM:
-        pidfd = call.pidfd
-
-        def send() -> None:
-            with contextlib.suppress(OSError):  # gone meanwhile
-                signal.pidfd_send_signal(pidfd, signal.SIGPIPE)
-
-        call.after = send
-
-
-def sendto(places: Places, call: Call) -> Outcome:
-    sock = _Socket(call, call.args[0])
-    try:
-        if sock.error:
-            return sock.error
-        length = min(call.args[2], 0x7FFFFFFF)
-        if length > MAX_SEND and sock.type != socket.SOCK_STREAM:
-            return -errno.EMSGSIZE
-        raw = _address(call, call.args[4], call.args[5])
-        if isinstance(raw, int):
-            return raw
-        data = call.read(call.args[1], min(length, MAX_SEND))
-        if data is None:
-            return -errno.EFAULT
-        flags = call.args[3] & 0xFFFFFFFF
-        result = _send(places, call, sock, raw, [data], b"", flags)
-        _sigpipe(call, sock, result, flags)
-        return result
-    finally:
-        sock.close()
-
-
-def _send(
-    places: Places, call: Call, sock: _Socket, raw: bytes, parts: list[bytes], ctl: bytes, flags: int
-) -> int:
-    peer = sock.judged(places, call, raw)
-    if isinstance(peer, int):
-        return peer
-    address, held = peer
-    try:
-        return _retrying(call, lambda: _sys.sendmsg(sock.fd, address or None, parts, ctl, flags))
-    finally:
         if held >= 0:
-            os.close(held)
+            self.held.append(held)
+        return address
+
+    def _sigpipe(self, result: int, flags: int) -> int:
+        """The kernel signals a writer to a stream whose other end is gone: the broker
+        wrote for the process, so the process gets the signal (after its answer)."""
+        if result == -errno.EPIPE and not flags & MSG_NOSIGNAL and self.type == socket.SOCK_STREAM:
+            pidfd = self.call.pidfd
+
+            def send() -> None:
+                with contextlib.suppress(OSError):  # gone meanwhile
+                    signal.pidfd_send_signal(pidfd, signal.SIGPIPE)
+
+            self.call.after = send
+        return result
 
 
-def _control(call: Call, ctl: bytes) -> tuple[bytes, list[int]] | int:
-    """The control messages with the process's fds (SCM_RIGHTS) replaced by copies,
-    and those copies (to close after the send); -errno as the kernel would say."""
+def _socket(call: Call, fd_arg: int) -> tuple[int, int, int] | int:
+    """The copy of the process's socket, its domain and type; -errno."""
+    fd = call.their_fd(fd_arg)
+    if fd < 0:
+        return fd
+    kind = _sys.socket_kind(fd)
+    if isinstance(kind, int):
+        os.close(fd)
+        return kind
+    return fd, kind[0], kind[1]
+
+
+class _Connect(Pending):
+    address = b""
+
+    def wait(self) -> int:
+        return _retrying(self.call, lambda: _sys.connect(self.fd, self.address))
+
+
+class _Message:
+    """One message: judged address, data, control with copied fds."""
+
+    def __init__(self, address: bytes, parts: list[bytes], ctl: bytes) -> None:
+        self.address, self.parts, self.ctl = address, parts, ctl
+
+    def send(self, fd: int, flags: int) -> int:
+        return _sys.sendmsg(fd, self.address or None, self.parts, self.ctl, flags)
+
+    def skip(self, sent: int) -> None:
+        """Drop what a short write sent (its control went with the first byte)."""
+        rest, self.ctl = [], b""
+        for part in self.parts:
+            if sent >= len(part):
+                sent -= len(part)
+                continue
+            rest.append(part[sent:])
+            sent = 0
+        self.parts = rest
+
+
+class _Send(Pending):
+    message: _Message
+    flags = 0
+    sent = 0
+
+    def now(self) -> int | None:
+        flags = self.flags
+        if not flags & MSG_DONTWAIT and not fcntl.fcntl(self.fd, fcntl.F_GETFL) & os.O_NONBLOCK:
+            flags |= MSG_DONTWAIT  # this call only: the process's socket stays as it is
+        else:
+            return self._sigpipe(self.message.send(self.fd, flags), flags)  # never waits
+        result = self.message.send(self.fd, flags)
+        if result == -errno.EAGAIN:
+            return None  # it would wait: a worker does, as the process would
+        total = sum(len(p) for p in self.message.parts)
+        if 0 <= result < total and self.type == socket.SOCK_STREAM:
+            self.sent = result  # a blocking stream write goes on with the rest
+            self.message.skip(result)
+            return None
+        return self._sigpipe(result, self.flags)
+
+    def wait(self) -> int:
+        result = _retrying(self.call, lambda: self.message.send(self.fd, self.flags))
+        if self.sent:
+            return self.sent + max(result, 0)
+        return self._sigpipe(result, self.flags)
+
+
+class _SendMany(Pending):
+    """sendmmsg: each message as sendmsg, its ``msg_len`` written back; the count sent,
+    or the first error when none was. Made on a worker."""
+
+    vec = 0
+    flags = 0
+    messages: list[_Message | int]
+
+    def wait(self) -> int:
+        sent = 0
+        for i, message in enumerate(self.messages):
+            result = (
+                message
+                if isinstance(message, int)
+                else _retrying(
+                    self.call,
+                    lambda m=message: m.send(self.fd, self.flags),  # type: ignore[misc]
+                )
+            )
+            if result < 0:
+                return self._sigpipe(result, self.flags) if sent == 0 else sent
+            if not self.call.write(self.vec + _MMSGHDR * i + _MSGHDR_SIZE, struct.pack("=I", result)):
+                return sent or -errno.EFAULT
+            sent += 1
+        return sent
+
+
+def _control(call: Call, ctl: bytes, held: list[int]) -> bytes | int:
+    """The control messages with the process's fds (SCM_RIGHTS) replaced by copies
+    (added to ``held``, closed after the send); -errno as the kernel would say."""
     buf = bytearray(ctl)
-    held: list[int] = []
     off = 0
     while off + 16 <= len(buf):
         size, level, kind = struct.unpack_from("=Qii", buf, off)
@@ -204,8 +261,6 @@ def _control(call: Call, ctl: bytes) -> tuple[bytes, list[int]] | int:
                 (theirs,) = struct.unpack_from("=i", buf, at)
                 ours = call.their_fd(theirs)
                 if ours < 0:
-                    for fd in held:
-                        os.close(fd)
                     return -errno.EBADF
                 held.append(ours)
                 struct.pack_into("=i", buf, at, ours)
@@ -214,7 +269,7 @@ def _control(call: Call, ctl: bytes) -> tuple[bytes, list[int]] | int:
             if pid == _caller_tgid(call):
                 struct.pack_into("=i", buf, off + 16, os.getpid())
         off += (size + 7) & ~7
-    return bytes(buf), held
+    return bytes(buf)
 
 
 def _caller_tgid(call: Call) -> int:
@@ -228,8 +283,9 @@ def _caller_tgid(call: Call) -> int:
     return call.pid
 
 
-def _message(places: Places, call: Call, sock: _Socket, msg_ptr: int, flags: int) -> int:
-    """One ``struct msghdr`` of the process, sent on the copy: bytes sent or -errno."""
+def _message(places: Places, pending: Pending, msg_ptr: int) -> _Message | int:
+    """One ``struct msghdr`` of the process, read and judged; -errno."""
+    call = pending.call
     hdr = call.read(msg_ptr, _MSGHDR_SIZE)
     if hdr is None:
         return -errno.EFAULT
@@ -253,7 +309,7 @@ def _message(places: Places, call: Call, sock: _Socket, msg_ptr: int, flags: int
     for i in range(iovlen):
         base, size = struct.unpack_from("=QQ", vec, 16 * i)
         if size > room:
-            if sock.type != socket.SOCK_STREAM:
+            if pending.type != socket.SOCK_STREAM:
                 return -errno.EMSGSIZE
             size = room  # a short write, as a stream may give
         part = call.read(base, size) if size else b""
@@ -266,55 +322,93 @@ def _message(places: Places, call: Call, sock: _Socket, msg_ptr: int, flags: int
     ctl = call.read(control, controllen) if controllen else b""
     if ctl is None:
         return -errno.EFAULT
-    copied = _control(call, ctl)
+    copied = _control(call, ctl, pending.held)
     if isinstance(copied, int):
         return copied
-    ctl, held = copied
-    try:
-        return _send(places, call, sock, raw, parts, ctl, flags)
-    finally:
-        for fd in held:
-            os.close(fd)
+    address = pending.judged(places, raw)
+    if isinstance(address, int):
+        return address
+    return _Message(address, parts, copied)
 
 
-def sendmsg(places: Places, call: Call) -> Outcome:
-    sock = _Socket(call, call.args[0])
-    try:
-        if sock.error:
-            return sock.error
-        flags = call.args[2] & 0xFFFFFFFF
-        result = _message(places, call, sock, call.args[1], flags)
-        _sigpipe(call, sock, result, flags)
-        return result
-    finally:
-        sock.close()
+def _prepared(pending: Pending, outcome: int | None) -> Pending | int:
+    if outcome is not None:
+        pending.close()
+        return outcome
+    return pending
 
 
-def sendmmsg(places: Places, call: Call) -> Outcome:
-    """Each message as ``sendmsg``, its ``msg_len`` written back; the count sent, or
-    the first error when none was."""
-    sock = _Socket(call, call.args[0])
-    try:
-        if sock.error:
-            return sock.error
-        vec, flags = call.args[1], call.args[3] & 0xFFFFFFFF
-        sent = 0
-        for i in range(min(call.args[2] & 0xFFFFFFFF, UIO_MAXIOV)):
-            result = _message(places, call, sock, vec + _MMSGHDR * i, flags)
-            if result < 0:
-                if sent == 0:
-                    _sigpipe(call, sock, result, flags)
-                    return result
-                break
-            if not call.write(vec + _MMSGHDR * i + _MSGHDR_SIZE, struct.pack("=I", result)):
-                return sent or -errno.EFAULT
-            sent += 1
-        return sent
-    finally:
-        sock.close()
+def connect(places: Places, call: Call) -> Pending | int:
+    got = _socket(call, call.args[0])
+    if isinstance(got, int):
+        return got
+    pending = _Connect(call, *got)
+    raw = _address(call, call.args[1], call.args[2])
+    if isinstance(raw, int):
+        return _prepared(pending, raw)
+    address = pending.judged(places, raw, unix_dgram_only=False)
+    if isinstance(address, int):
+        return _prepared(pending, address)
+    pending.address = address
+    return pending
 
 
-HANDLERS: dict[str, Callable[[Places, Call], Outcome]] = {
+def sendto(places: Places, call: Call) -> Pending | int:
+    got = _socket(call, call.args[0])
+    if isinstance(got, int):
+        return got
+    pending = _Send(call, *got)
+    length = min(call.args[2], 0x7FFFFFFF)
+    if length > MAX_SEND and pending.type != socket.SOCK_STREAM:
+        return _prepared(pending, -errno.EMSGSIZE)
+    raw = _address(call, call.args[4], call.args[5])
+    if isinstance(raw, int):
+        return _prepared(pending, raw)
+    data = call.read(call.args[1], min(length, MAX_SEND))
+    if data is None:
+        return _prepared(pending, -errno.EFAULT)
+    address = pending.judged(places, raw)
+    if isinstance(address, int):
+        return _prepared(pending, address)
+    pending.message = _Message(address, [data], b"")
+    pending.flags = call.args[3] & 0xFFFFFFFF
+    return pending
+
+
+def sendmsg(places: Places, call: Call) -> Pending | int:
+    got = _socket(call, call.args[0])
+    if isinstance(got, int):
+        return got
+    pending = _Send(call, *got)
+    message = _message(places, pending, call.args[1])
+    if isinstance(message, int):
+        return _prepared(pending, message)
+    pending.message = message
+    pending.flags = call.args[2] & 0xFFFFFFFF
+    return pending
+
+
+def sendmmsg(places: Places, call: Call) -> Pending | int:
+    got = _socket(call, call.args[0])
+    if isinstance(got, int):
+        return got
+    pending = _SendMany(call, *got)
+    pending.vec, pending.flags = call.args[1], call.args[3] & 0xFFFFFFFF
+    pending.messages = []
+    size = 0
+    for i in range(min(call.args[2] & 0xFFFFFFFF, UIO_MAXIOV)):
+        message = _message(places, pending, pending.vec + _MMSGHDR * i)
+        if not isinstance(message, int):
+            size += sum(len(p) for p in message.parts)
+            if size > MAX_SEND and pending.messages:
+                break  # the count says how many went: the caller sends the rest again
+        pending.messages.append(message)
+        if isinstance(message, int):
+            break  # sent up to here, then this error (or the count)
+    return pending
+
+
+HANDLERS: dict[str, Callable[[Places, Call], Pending | int]] = {
     "connect": connect,
     "sendto": sendto,
     "sendmsg": sendmsg,
