@@ -311,6 +311,36 @@ def test_a_blocking_connect_to_a_full_backlog_does_not_wedge_the_sandbox(layout:
             c.close()
 
 
+def test_rm_f_answers_while_a_command_waits_in_connect(layout: Layout) -> None:
+    full = layout.workspace / "full.sock"
+    listener, held = _full_listener(full)
+    name = f"wedge-rm-{uuid.uuid4().hex[:8]}"
+    block = f"import socket; socket.socket(socket.AF_UNIX).connect({str(full)!r})"
+    assert run_cli(["create", name], cwd=layout.workspace).returncode == 0
+    waiting = subprocess.Popen(
+        [*WARREN, "exec", name, "python3", "-c", block],
+        cwd=layout.workspace,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        time.sleep(1.0)
+        assert waiting.poll() is None  # it really waits
+        t = time.monotonic()
+        r = run_cli(["rm", "-f", name], cwd=layout.workspace, timeout=30)
+        assert r.returncode == 0 and time.monotonic() - t < 8, r.stderr
+        waiting.wait(timeout=10)
+        assert name not in run_cli(["ls"], cwd=layout.workspace).stdout
+    finally:
+        if waiting.poll() is None:
+            waiting.kill()
+            waiting.wait()
+        run_cli(["rm", "-f", name], cwd=layout.workspace)
+        listener.close()
+        for c in held:
+            c.close()
+
+
 # Blocking connects beyond the workers' bound are refused at once (ENOBUFS), never
 # queued; callers killed while waiting free their workers (no thread kept).
 BOUND = (
