@@ -228,6 +228,11 @@ def _full_listener(path: Path) -> tuple[socket.socket, list[socket.socket]]:
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(str(path))
     listener.listen(0)
+    listener.setblocking(False)
+    return listener, _fill(path)
+
+
+def _fill(path: Path) -> list[socket.socket]:
     held: list[socket.socket] = []
     while True:
         c = socket.socket(socket.AF_UNIX)
@@ -236,9 +241,20 @@ def _full_listener(path: Path) -> tuple[socket.socket, list[socket.socket]]:
             c.connect(str(path))
         except BlockingIOError:
             c.close()
-            break
+            return held
         held.append(c)
-    return listener, held
+
+
+def _accept_for(listener: socket.socket, seconds: float) -> int:
+    accepted = 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            listener.accept()[0].close()
+            accepted += 1
+        except BlockingIOError:
+            time.sleep(0.05)
+    return accepted
 
 
 NONBLOCKING = r"""
@@ -260,9 +276,10 @@ print(json.dumps(out))
 
 
 def test_a_blocking_connect_to_a_full_backlog_does_not_wedge_the_sandbox(layout: Layout) -> None:
-    """A command waits in connect() on a listener that never accepts: other execs
-    answer at once, `exec --timeout 2` ends it with 124 in time, `warren stop`
-    answers; a non-blocking connect says what it says on the host."""
+    """A command waits in connect() on a listener that does not accept: other execs
+    answer at once, `exec --timeout 2` ends it with 124 in time and leaves no connect
+    behind, `warren stop` answers; a non-blocking connect says what it says on the
+    host."""
     full = layout.workspace / "full.sock"
     listener, held = _full_listener(full)
     name = f"wedge-{uuid.uuid4().hex[:8]}"
@@ -296,6 +313,20 @@ def test_a_blocking_connect_to_a_full_backlog_does_not_wedge_the_sandbox(layout:
             == json.loads(host.stdout)
             == {"tcp": "EINPROGRESS", "unix_full": "EAGAIN"}
         )
+        # The command killed by its timeout left no connect behind (no worker still
+        # waiting on its copy): once the host accepts, only the one still waiting
+        # gets in, and its exec ends well.
+        assert _accept_for(listener, 2.0) == len(held) + 1
+        assert waiting.wait(timeout=10) == 0
+        held += _fill(full)
+        waiting = subprocess.Popen(
+            [*WARREN, "exec", name, "python3", "-c", block],
+            cwd=layout.workspace,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        time.sleep(1.0)
+        assert waiting.poll() is None  # it waits again
         t = time.monotonic()
         r = run_cli(["stop", name], cwd=layout.workspace, timeout=30)
         assert r.returncode == 0 and time.monotonic() - t < 8, r.stderr

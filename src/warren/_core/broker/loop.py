@@ -192,6 +192,9 @@ class Broker:
     def _finish(self, call: Call, pending: sockets.Pending | None, outcome: Outcome) -> None:
         """Answer, then what follows the answer (a signal), then let go of the copies."""
         try:
+            # On a worker: free from now on (nothing left waits), so the caller's next
+            # call, which may come the moment it is answered, finds it free.
+            self.workers.answered(call.nid)
             self._answer(call.nid, outcome)
             if call.after is not None:
                 call.after()

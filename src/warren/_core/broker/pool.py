@@ -90,6 +90,15 @@ class Workers:
                     with contextlib.suppress(ProcessLookupError, OSError):
                         signal.pthread_kill(ident, INTERRUPT)
 
+    def answered(self, nid: int) -> None:
+        """On the worker, once its call no longer waits: free from here on (what is
+        left, answering and closing copies, takes no time), so the caller's next call
+        finds it free rather than starting another worker; no interruption is sent
+        for it any more."""
+        with self.cond:
+            if self.busy.pop(nid, None) is not None:
+                self.active -= 1
+
     def _spawn(self) -> None:
         thread = threading.Thread(target=self._work, name="warren-broker-worker", daemon=True)
         thread.start()
@@ -111,6 +120,4 @@ class Workers:
             except Exception:  # a job answers its own call; nothing may end a worker
                 pass
             finally:
-                with self.cond:
-                    self.active -= 1
-                    self.busy.pop(nid, None)
+                self.answered(nid)
