@@ -437,7 +437,7 @@ def test_blocking_connects_beyond_the_bound_are_refused_and_killed_callers_free_
 # --- what the broker now does itself still behaves as on the host ------------------------
 
 FIDELITY = r"""
-import ctypes, errno, json, os, signal, socket, struct, threading
+import ctypes, errno, json, os, signal, socket, struct, threading, time
 out = {}
 def err(fn):
     try:
@@ -496,6 +496,19 @@ if pid == 0:
         os._exit(3)
     os._exit(0)
 out['epipe_signal'] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+pid = os.fork()
+if pid == 0:
+    got = []
+    signal.signal(signal.SIGPIPE, lambda *_: got.append(1))
+    try:
+        e.sendmsg([b'x'])
+        code = 0
+    except OSError as x:
+        code = 10 if x.errno == errno.EPIPE else 20
+    time.sleep(0.2)
+    os._exit(code + len(got))
+out['epipe_handler'] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+out['epipe_ignored'] = err(lambda: e.sendmsg([b'x']))
 # a large sendmsg on TCP, written in full by a loop over short writes
 l = socket.socket(); l.bind(('127.0.0.1', 0)); l.listen()
 s = socket.socket(); s.connect(l.getsockname()); p, _ = l.accept()
@@ -526,4 +539,5 @@ def test_socket_calls_the_broker_makes_behave_as_on_the_host(layout: Layout, via
     assert inside["scm_rights"] == ["f", "through the passed fd", True]
     assert inside["sendmmsg"] == [2, 3, 5, "one", "three"]
     assert inside["epipe_signal"] == -13 and inside["epipe_nosignal"] == "EPIPE"
+    assert inside["epipe_handler"] == 11 and inside["epipe_ignored"] == "EPIPE"  # EPIPE, handler ran
     assert inside["tcp_sendmsg_all"] == 12 << 20

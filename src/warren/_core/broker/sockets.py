@@ -140,7 +140,11 @@ class Pending:
 
     def _sigpipe(self, result: int, flags: int) -> int:
         """The kernel signals a writer to a stream whose other end is gone: the broker
-        wrote for the process, so the process gets the signal (after its answer)."""
+        wrote for the process, so the process gets the signal. Sent before the answer
+        it is pending when the call returns, as on the host (the default action ends
+        the process there; ignored or blocked, the answer still arrives) — unless the
+        process has a handler: that would interrupt its wait and restart the call, so
+        the signal follows the answer instead."""
         if result == -errno.EPIPE and not flags & MSG_NOSIGNAL and self.type == socket.SOCK_STREAM:
             pidfd = self.call.pidfd
 
@@ -148,8 +152,23 @@ class Pending:
                 with contextlib.suppress(OSError):  # gone meanwhile
                     signal.pidfd_send_signal(pidfd, signal.SIGPIPE)
 
-            self.call.after = send
+            if _catches(self.call.pid, signal.SIGPIPE):
+                self.call.after = send
+            else:
+                send()
         return result
+
+
+def _catches(pid: int, sig: int) -> bool:
+    """Has the process a handler for ``sig`` (its SigCgt mask)?"""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) & (1 << (sig - 1)))
+    except (OSError, ValueError):
+        pass
+    return False
 
 
 def _socket(call: Call, fd_arg: int) -> tuple[int, int, int] | int:
@@ -198,12 +217,11 @@ class _Send(Pending):
     sent = 0
 
     def now(self) -> int | None:
-        flags = self.flags
-        if not flags & MSG_DONTWAIT and not fcntl.fcntl(self.fd, fcntl.F_GETFL) & os.O_NONBLOCK:
-            flags |= MSG_DONTWAIT  # this call only: the process's socket stays as it is
-        else:
-            return self._sigpipe(self.message.send(self.fd, flags), flags)  # never waits
-        result = self.message.send(self.fd, flags)
+        # MSG_DONTWAIT, a flag of this call only, never waits whatever the process does
+        # to its socket's O_NONBLOCK meanwhile; the process's own choice decides after.
+        result = self.message.send(self.fd, self.flags | MSG_DONTWAIT)
+        if self.flags & MSG_DONTWAIT or fcntl.fcntl(self.fd, fcntl.F_GETFL) & os.O_NONBLOCK:
+            return self._sigpipe(result, self.flags)  # it asked not to wait: as it is
         if result == -errno.EAGAIN:
             return None  # it would wait: a worker does, as the process would
         total = sum(len(p) for p in self.message.parts)
