@@ -338,6 +338,86 @@ def pidfd_getfd(pidfd: int, fd: int) -> int:
     return _check(r, "pidfd_getfd")
 
 
+# --- sockets, for PID 1's broker: it acts on a copy of a sandbox's socket with the
+# raw address and bytes the process passed, so nothing is re-read or re-parsed. Each
+# returns the result or -errno (never raises): the broker hands that back as it is.
+
+_SOL_SOCKET = 1
+_SO_TYPE = 3
+_SO_DOMAIN = 39
+
+
+class _IoVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+class _MsgHdr(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_void_p),
+        ("namelen", ctypes.c_uint32),
+        ("iov", ctypes.POINTER(_IoVec)),
+        ("iovlen", ctypes.c_size_t),
+        ("control", ctypes.c_void_p),
+        ("controllen", ctypes.c_size_t),
+        ("flags", ctypes.c_int),
+    ]
+
+
+_getsockopt = _libc.getsockopt
+_connect = _libc.connect
+_sendmsg = _libc.sendmsg
+_sendmsg.restype = ctypes.c_ssize_t
+_getsockopt.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+_connect.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint32]
+_sendmsg.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+
+
+def socket_kind(fd: int) -> tuple[int, int] | int:
+    """(domain, type) of a socket fd, or -errno (``ENOTSOCK`` for anything else)."""
+    out = []
+    for opt in (_SO_DOMAIN, _SO_TYPE):
+        value = ctypes.c_int(0)
+        size = ctypes.c_uint32(ctypes.sizeof(value))
+        if _getsockopt(fd, _SOL_SOCKET, opt, ctypes.byref(value), ctypes.byref(size)) < 0:
+            return -ctypes.get_errno()
+        out.append(value.value)
+    return out[0], out[1]
+
+
+def connect(fd: int, address: bytes) -> int:
+    """connect(2) with a raw ``struct sockaddr``: 0 or -errno. Blocks as the socket
+    says (its O_NONBLOCK); a signal to the calling thread interrupts it (EINTR)."""
+    buf = ctypes.create_string_buffer(address, len(address)) if address else None
+    if _connect(fd, buf, len(address)) < 0:
+        return -ctypes.get_errno()
+    return 0
+
+
+def sendmsg(fd: int, name: bytes | None, parts: list[bytes], control: bytes, flags: int) -> int:
+    """sendmsg(2) with a raw address (or none), the data and the raw control messages:
+    the bytes sent, or -errno."""
+    bufs = [ctypes.create_string_buffer(p, len(p)) for p in parts]
+    iov = (_IoVec * max(1, len(parts)))()
+    for i, (b, p) in enumerate(zip(bufs, parts, strict=True)):
+        iov[i].base = ctypes.cast(b, ctypes.c_void_p)
+        iov[i].len = len(p)
+    name_buf = ctypes.create_string_buffer(name, len(name)) if name else None
+    ctl_buf = ctypes.create_string_buffer(control, len(control)) if control else None
+    msg = _MsgHdr(
+        ctypes.cast(name_buf, ctypes.c_void_p) if name_buf is not None else None,
+        len(name) if name else 0,
+        iov,
+        len(parts),
+        ctypes.cast(ctl_buf, ctypes.c_void_p) if ctl_buf is not None else None,
+        len(control),
+        0,
+    )
+    r = _sendmsg(fd, ctypes.byref(msg), flags)
+    if r < 0:
+        return -ctypes.get_errno()
+    return int(r)
+
+
 RESOLVE_NO_XDEV = 0x01
 RESOLVE_NO_MAGICLINKS = 0x02
 RESOLVE_NO_SYMLINKS = 0x04

@@ -209,15 +209,20 @@ class Init:
     def _reap(self) -> bool:
         reaped = False
         while True:
+            # Look first, reap after: a helper leaves the broker's set of warren's own
+            # processes (whose calls go on unchecked) while its pid still names its
+            # zombie, so no new process can be given that pid while it is in the set.
             try:
-                pid, _status = os.waitpid(-1, os.WNOHANG)
+                seen = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
             except ChildProcessError:
                 return reaped
-            if pid == 0:
+            if seen is None:
                 return reaped
-            if pid in self.helpers:
-                self.helpers.discard(pid)
+            if seen.si_pid in self.helpers:
+                self.helpers.discard(seen.si_pid)
                 reaped = True
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(seen.si_pid, 0)
 
     def _try_spare(self) -> None:
         """Fork a spare ahead of time, unless the sandbox is at its pids (or memory)

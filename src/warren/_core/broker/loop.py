@@ -1,0 +1,223 @@
+"""The broker's own thread: receive each notification, answer it or hand it on.
+
+Owns the listener, the order of decisions for one call, and the thread layout. The
+broker is a thread of PID 1 started before the filter is installed: a filter
+installed without TSYNC binds only the installing thread (PID 1's main thread, which
+forks everything else) and its later children, so the broker's own calls — the ones
+it makes for the sandbox — are never brokered, and neither are those of the workers
+it starts (``pool``). PID 1's own calls and those of its helpers (warren's code) are
+answered "go on" at once, on this thread, which never waits on anything a sandbox
+controls: a socket call is read and judged here and made here only when it cannot
+wait (a send tried with ``MSG_DONTWAIT``), else on a worker, which answers it;
+metadata and renames are file operations on objects the broker opened itself
+(``O_PATH``), done here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import select
+import threading
+import time
+from collections.abc import Callable
+
+from ...plan import seccomp as _seccomp
+from ...plan.model import Plan
+from .. import _sys
+from ..mounts import DENIED_FILE
+from . import metadata, pool, sockets
+from .call import Call, Outcome
+from .places import Places
+from .renames import Renames
+
+_FILTERS: dict[bool, _sys.SeccompProgram] = {}
+
+
+def notify_filter(renames: bool) -> _sys.SeccompProgram:
+    """The notification filter, packed once per process: the supervisor packs it
+    before cloning (``prepare``), so PID 1 only installs its copy."""
+    packed = _FILTERS.get(renames)
+    if packed is None:
+        groups = ("sockets", "metadata", *(("renames",) if renames else ()))
+        packed = _FILTERS[renames] = _sys.SeccompProgram(_seccomp.notify_program(groups))
+    return packed
+
+
+def prepare(plan: Plan) -> None:
+    """In the supervisor: pack the filters PID 1 may need (renames are brokered only
+    when a protected git config exists, which PID 1 sees for itself)."""
+    notify_filter(False)
+
+
+class Broker:
+    def __init__(
+        self,
+        listener: int,
+        protected: dict[tuple[int, int], str],
+        roots: list[str],
+        private: set[int],
+        workers: pool.Workers | None = None,
+    ) -> None:
+        self.listener = listener
+        self.names = {v: k for k, v in _seccomp.BROKERED[os.uname().machine].items()}
+        sealed: set[tuple[int, int]] = set()
+        with contextlib.suppress(OSError):
+            st = os.stat(DENIED_FILE)
+            sealed.add((st.st_dev, st.st_ino))
+        self.places = Places(roots, private, sealed)
+        self.renames = Renames(protected)
+        self.protected = protected
+        self.workers = workers or pool.Workers()
+
+    @classmethod
+    def start(cls, plan: Plan, helpers: set[int], changed_w: int) -> Broker:
+        """In PID 1 after setup (no_new_privs already set): the broker's thread, then
+        the notification filter on PID 1's main thread, inherited by everything it
+        forks. A git directory whose config was replaced is written, one line each, to
+        ``changed_w``."""
+        # No git config is a mount point a rename must be brokered onto any more (a
+        # sandbox-side git directory holds them: server.gitstore).
+        protected: dict[tuple[int, int], str] = {}
+        private = set()
+        for path in ("/tmp", "/dev/shm"):
+            with contextlib.suppress(OSError):
+                private.add(os.stat(path).st_dev)
+        roots = sorted({r for _at, group in plan.groups for r in group})
+        program = notify_filter(bool(protected))
+        box: list[Broker] = []
+        ready = threading.Event()
+        workers = pool.Workers()
+        pool.install_interrupt()
+        workers.start()  # before the filter: none on them (and their pids come before any helper's)
+
+        def serve() -> None:
+            ready.wait()
+            box[0].serve(helpers, changed_w)  # PID 1's live set of helpers
+
+        thread = threading.Thread(target=serve, name="warren-broker", daemon=True)
+        thread.start()
+        listener = program.install_listener()
+        box.append(cls(listener, protected, roots, private, workers))
+        ready.set()
+        return box[0]
+
+    def serve(self, helpers: set[int] | frozenset[int], changed_w: int) -> None:
+        poller = select.poll()
+        poller.register(self.listener, select.POLLIN)
+        tick: float | None = None
+        while True:
+            if self.workers.in_flight():
+                # Wake each tick while workers are busy, to interrupt those whose
+                # caller left (a signal, death).
+                now = time.monotonic()
+                if tick is None:
+                    tick = now + pool.TICK
+                elif now >= tick:
+                    self.workers.interrupt_abandoned(lambda nid: _sys.notif_valid(self.listener, nid))
+                    tick = now + pool.TICK
+                if not poller.poll(max(0.0, tick - now) * 1000):
+                    continue
+            else:
+                tick = None
+            gitdir = self.handle(helpers)
+            if gitdir is not None:
+                with contextlib.suppress(OSError):
+                    os.write(changed_w, gitdir.encode() + b"\n")
+
+    def handle(self, helpers: set[int] | frozenset[int] = frozenset()) -> str | None:
+        """Answer one notification (or hand it to a worker, which answers it); the git
+        directory whose config it replaced, if any. ``helpers``: PID 1's own helpers
+        (warren's code, not the sandbox's): their calls go on unchanged."""
+        try:
+            nid, pid, nr, args = _sys.notif_recv(self.listener)
+        except OSError:
+            return None  # the caller died (or was interrupted) before we read it
+        name = self.names.get(nr, "")
+        if pid in helpers or pid == os.getpid() or not name:
+            self._answer(nid, None)
+            return None
+        call = Call(self.listener, nid, pid, args)
+        if name in sockets.HANDLERS:
+            self._socket(name, call)
+            return None
+        changed: str | None = None
+
+        def act() -> Outcome:
+            nonlocal changed
+            if name in _seccomp.RENAMES:
+                outcome, changed = self.renames.handle(name, call)
+                return outcome
+            return metadata.HANDLERS[name](self.places, call)
+
+        with call:
+            outcome = self._decide(name, call, act)
+        self._answer(nid, outcome)
+        return changed if outcome == 0 else None
+
+    def _socket(self, name: str, call: Call) -> None:
+        """Read and judge here (nothing waits); make the call here if it cannot wait,
+        else on a worker, which answers."""
+        pending: sockets.Pending | None = None
+
+        def prepare() -> Outcome:
+            nonlocal pending
+            got = sockets.HANDLERS[name](self.places, call)
+            if isinstance(got, int):
+                return got
+            pending = got
+            return pending.now()
+
+        outcome = self._decide(name, call, prepare)
+        if pending is None or outcome is not None:
+            # Never "go on" for a socket call: the kernel would look at it again.
+            self._finish(call, pending, -errno.EPERM if outcome is None else outcome)
+            return
+        waiting = pending  # for the closure
+
+        def made() -> Outcome:
+            return waiting.wait()
+
+        def job() -> None:  # on a worker
+            self._finish(call, waiting, self._decide(name, call, made, pin=False))
+
+        if not self.workers.submit(call.nid, job):
+            self._finish(call, pending, -errno.ENOBUFS)
+
+    def _finish(self, call: Call, pending: sockets.Pending | None, outcome: Outcome) -> None:
+        """Answer, then what follows the answer (a signal), then let go of the copies."""
+        try:
+            # On a worker: free from now on (nothing left waits), so the caller's next
+            # call, which may come the moment it is answered, finds it free.
+            self.workers.answered(call.nid)
+            self._answer(call.nid, outcome)
+            if call.after is not None:
+                call.after()
+        finally:
+            if pending is not None:
+                pending.close()
+            call.__exit__()
+
+    def _decide(self, name: str, call: Call, act: Callable[[], Outcome], pin: bool = True) -> Outcome:
+        """The outcome: ``act``'s for a call pinned to its process; else a rename goes
+        on (the kernel's mount check protects it) and anything else is refused."""
+        guarded = name not in _seccomp.RENAMES
+        try:
+            if not pin or call.pin(writable=name == "sendmmsg"):
+                return act()
+            # Gone, or alive but closed to inspection (it made itself not dumpable):
+            # what cannot be checked is refused.
+            return -errno.EPERM if guarded else None
+        except Exception:
+            # Anything unexpected: refuse what is guarded, let the rest run.
+            return -errno.EPERM if guarded else None
+
+    def _answer(self, nid: int, outcome: Outcome) -> None:
+        with contextlib.suppress(OSError):
+            if outcome is None:
+                _sys.notif_send(self.listener, nid, cont=True)
+            elif outcome < 0:
+                _sys.notif_send(self.listener, nid, error=-outcome)
+            else:
+                _sys.notif_send(self.listener, nid, val=outcome)

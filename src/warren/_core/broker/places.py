@@ -1,0 +1,38 @@
+"""Where a sandboxed process may act: the writable roots and the sandbox's own tmpfs.
+
+Owns the one judgment the metadata and socket concerns share, made on an fd the
+broker opened itself (an ``O_PATH`` fd of the resolved object), never on a path that
+could be swapped after the check.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+
+
+class Places:
+    def __init__(self, roots: list[str], private: set[int], sealed: set[tuple[int, int]]) -> None:
+        self.roots = [r.rstrip("/") or "/" for r in roots]  # writable roots, as seen inside
+        self.private = private  # st_dev of the sandbox's own tmpfs (/tmp, /dev/shm)
+        self.sealed = sealed  # objects whose metadata nobody may change
+
+    def inside(self, fd: int) -> bool:
+        """Is the object of ``fd`` in a writable root or on the sandbox's own tmpfs?"""
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) in self.sealed:
+            return False  # a denied file's stand-in
+        if st.st_dev in self.private:
+            return True
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if path.endswith(" (deleted)"):
+            path = path[: -len(" (deleted)")]
+        return any(path == r or path.startswith(r + "/") or r == "/" for r in self.roots)
+
+    @staticmethod
+    def refusal(fd: int) -> int:
+        with contextlib.suppress(OSError):
+            if os.fstatvfs(fd).f_flag & os.ST_RDONLY:
+                return -errno.EROFS
+        return -errno.EPERM
