@@ -39,6 +39,7 @@ from ..policy.spec import KNOWN, from_mapping
 from ..server.statedir import check_name
 from . import codec
 from .codec import HttpError
+from .conn import RateLimited
 
 MAX_JSON = 16 * 1024 * 1024
 MAX_FILE = wire.MAX_PAYLOAD
@@ -642,12 +643,21 @@ def _dispatch(methods: dict[str, Handler]) -> Handler:
 
 
 class Guard:
-    """Bearer-token check (constant time) and one log line per request."""
+    """Host/Origin check (TCP on loopback), bearer-token check (constant time), and one
+    log line per request; refused requests' lines are rate-limited."""
 
-    def __init__(self, app: ASGIApp, token: str | None, log: Callable[[str], None] | None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        token: str | None,
+        log: Callable[[str], None] | None,
+        hosts: frozenset[str] | None = None,
+    ) -> None:
         self.app = app
         self.token = None if token is None else token.encode()
         self.log = log
+        self.hosts = hosts
+        self.refusals = RateLimited(log, window=1.0) if log is not None else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -663,14 +673,11 @@ class Guard:
             await send(message)
 
         try:
-            if self.token is not None and not self._authorized(scope):
-                error = HttpError(
-                    401,
-                    "missing or wrong bearer token",
-                    hint="send 'Authorization: Bearer TOKEN' with the token `warren serve` was started with",
-                )
+            refusal = self._refusal(scope)
+            if refusal is not None:
+                headers = {"WWW-Authenticate": "Bearer"} if refusal.status == 401 else {}
                 response = JSONResponse(
-                    codec.error_body(error), status_code=401, headers={"WWW-Authenticate": "Bearer"}
+                    codec.error_body(refusal), status_code=refusal.status, headers=headers
                 )
                 await response(scope, receive, send_logged)
             else:
@@ -678,7 +685,32 @@ class Guard:
         finally:
             if self.log is not None:
                 took = (time.monotonic() - start) * 1000
-                self.log(f"{scope['method']} {scope['path']} {status} {took:.1f}ms")
+                line = f"{scope['method']} {scope['path']} {status} {took:.1f}ms"
+                if status in (401, 403) and self.refusals is not None:
+                    self.refusals(str(status), line)
+                else:
+                    self.log(line)
+
+    def _refusal(self, scope: Scope) -> HttpError | None:
+        if self.hosts is not None:
+            for key, value in scope["headers"]:
+                if (
+                    key in (b"host", b"origin")
+                    and _hostname(bytes(value), key == b"origin") not in self.hosts
+                ):
+                    what = "Host" if key == b"host" else "Origin"
+                    return HttpError(
+                        403,
+                        f"the {what} header does not name this service",
+                        hint="use http://127.0.0.1:PORT or http://localhost:PORT (web pages are refused)",
+                    )
+        if self.token is not None and not self._authorized(scope):
+            return HttpError(
+                401,
+                "missing or wrong bearer token",
+                hint="send 'Authorization: Bearer TOKEN' with the token `warren serve` was started with",
+            )
+        return None
 
     def _authorized(self, scope: Scope) -> bool:
         assert self.token is not None
@@ -689,6 +721,23 @@ class Guard:
         return False
 
 
+def _hostname(value: bytes, origin: bool) -> str:
+    """The host name of a Host header (``name[:port]``) or an Origin (``scheme://name[:port]``),
+    lower case; "" when it is not one."""
+    text = value.decode("latin-1").strip().lower()
+    if origin:
+        scheme, sep, text = text.partition("://")
+        if not sep or scheme not in ("http", "https"):
+            return ""
+    if text.startswith("["):
+        end = text.find("]")
+        rest = text[end + 1 :]
+        ok = end > 0 and (rest == "" or (rest[:1] == ":" and rest[1:].isdigit()))
+        return text[: end + 1] if ok else ""
+    name, _, port = text.partition(":")
+    return name if port == "" or port.isdigit() else ""
+
+
 def make_app(
     transport: Transport,
     token: str | None,
@@ -696,6 +745,7 @@ def make_app(
     log: Callable[[str], None] | None = None,
     extra: list[BaseRoute] | None = None,
     lifespan: Any = None,
+    hosts: frozenset[str] | None = None,
 ) -> ASGIApp:
     service = Service(transport)
     app = Starlette(routes=[*routes(service), *(extra or [])], lifespan=lifespan)
@@ -709,4 +759,4 @@ def make_app(
 
     app.add_exception_handler(404, not_found)
     app.add_exception_handler(405, not_found)
-    return Guard(app, token, log)
+    return Guard(app, token, log, hosts)
