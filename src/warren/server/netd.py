@@ -19,7 +19,7 @@ control socket closes; also the parent-death signal), closing every port with it
 from __future__ import annotations
 
 import os
-import select
+import selectors
 import signal
 import socket
 import threading
@@ -113,9 +113,14 @@ def serve(
     exposes: dict[int, _Expose] = {}
     conn = _Connector(connector)
     ctl.setblocking(True)
+    # selectors (epoll), not select(): the supervisor may hold thousands of descriptors,
+    # and this helper's copies of them can be numbered past select()'s limit of 1024.
+    sel = selectors.DefaultSelector()
+    sel.register(pid1_pidfd, selectors.EVENT_READ, "pid1")
+    sel.register(ctl, selectors.EVENT_READ, "ctl")
     while True:
-        ready, _, _ = select.select([pid1_pidfd, ctl.fileno()], [], [])
-        if pid1_pidfd in ready:
+        ready = {key.data for key, _ in sel.select()}
+        if "pid1" in ready:
             return 0
         try:
             msg, _, fds = wire.recv(ctl, (protocol.ExposeRequest,), max_payload=0)
