@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from .. import protocol, wire
 from ..errors import (
     ExecError,
+    ProcessNotFound,
     SandboxDead,
     SandboxError,
     SandboxFileError,
@@ -104,7 +105,9 @@ class Process:
         return f"<Process {self.id} pid {self.pid} {self.argv!r}>"
 
     def _state(self) -> protocol.ProcessState:
-        state, _, _ = self.sandbox._transport.process(self.sandbox.name, self.id, 1 << 62, 1 << 62)
+        state, _, _ = self.sandbox._transport.process(
+            self.sandbox.name, self.id, checks.MAX_OFFSET, checks.MAX_OFFSET
+        )
         if state.status is not None:
             self._status = state.status
         return state
@@ -142,8 +145,14 @@ class Process:
         return _exit_code(self._status)
 
     def kill(self, signal: int = _signal.SIGTERM) -> None:
-        """Send ``signal`` to the process's group (it runs in its own session)."""
-        self.sandbox._transport.signal(self.sandbox.name, self.pid, int(signal))
+        """Send ``signal`` to the process's group (it runs in its own session); nothing
+        when it has already ended (as ``subprocess.Popen.send_signal``)."""
+        sig = checks.signal(signal, "signal")
+        try:
+            self.sandbox._transport.signal(self.sandbox.name, self.pid, sig)
+        except ProcessNotFound:
+            if self.returncode is None:
+                raise
 
     def output(self) -> Output:
         """Everything captured so far (capped per stream, with a visible marker)."""

@@ -140,9 +140,16 @@ def _query_int(request: Request, key: str, default: int) -> int:
     raw = request.query_params.get(key)
     if raw is None:
         return default
-    if not raw.isdigit():
-        raise HttpError(400, f"query parameter {key}={raw!r} must be a non-negative integer")
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 19 or int(raw) > checks.MAX_OFFSET:
+        raise HttpError(
+            400, f"query parameter {key}={raw[:40]!r} must be an integer from 0 to {checks.MAX_OFFSET}"
+        )
     return int(raw)
+
+
+def _offsets(out: int, err: int) -> tuple[int, int]:
+    with codec.bad_request():
+        return checks.offset(out, "offset", "process"), checks.offset(err, "stderr_offset", "process")
 
 
 def command_args(data: Mapping[str, Any], op: str) -> tuple[list[str], dict[str, Any]]:
@@ -157,8 +164,15 @@ def command_args(data: Mapping[str, Any], op: str) -> tuple[list[str], dict[str,
     }
 
 
-def _flag(request: Request, key: str) -> bool:
-    return request.query_params.get(key, "").lower() in ("1", "true", "yes")
+def _flag(request: Request, key: str, default: bool = False) -> bool:
+    raw = request.query_params.get(key)
+    if raw is None:
+        return default
+    if raw.lower() in ("1", "true", "yes"):
+        return True
+    if raw.lower() in ("", "0", "false", "no"):
+        return False
+    raise HttpError(400, f"query parameter {key}={raw[:40]!r} must be true or false", hint=f"?{key}=true")
 
 
 def _name(request: Request) -> str:
@@ -282,8 +296,8 @@ class Service:
         return JSONResponse(codec.sandbox(await self.call(self.transport.get, _name(request))))
 
     async def delete(self, request: Request) -> Response:
-        remove = request.query_params.get("remove", "true").lower() not in ("0", "false", "no")
-        info = await self.call(self.transport.stop, _name(request), remove=remove)
+        name, remove = _name(request), _flag(request, "remove", True)
+        info = await self.call(self.transport.stop, name, remove=remove)
         return JSONResponse(codec.sandbox(info))
 
     async def exec(self, request: Request) -> Response:
@@ -354,9 +368,11 @@ class Service:
         last = request.headers.get("last-event-id")
         if last:
             first, _, second = last.partition(":")
-            if not (first.isdigit() and second.isdigit()):
-                raise HttpError(400, f"Last-Event-ID {last!r} is not STDOUT_OFFSET:STDERR_OFFSET")
-            out_off, err_off = int(first), int(second)
+            if not (first.isascii() and first.isdigit() and second.isascii() and second.isdigit()) or (
+                len(first) > 19 or len(second) > 19
+            ):
+                raise HttpError(400, f"Last-Event-ID {last[:80]!r} is not STDOUT_OFFSET:STDERR_OFFSET")
+            out_off, err_off = _offsets(int(first), int(second))
         state, out, err = await self.call(self.transport.process, name, spawn_id, out_off, err_off)
 
         async def events() -> AsyncIterator[bytes]:
@@ -388,15 +404,17 @@ class Service:
     async def signal(self, request: Request) -> Response:
         name = _name(request)
         data = await json_body(request, {"signal": "a signal number or name (default SIGTERM)"})
-        sig = _signal(data.get("signal", 15))
+        with codec.bad_request():
+            sig = checks.signal(data.get("signal", 15), "signal")
         pid = await self._pid(name, request.path_params["id"])
         await self.call(self.transport.signal, name, pid, sig)
         return JSONResponse({"ok": True})
 
     async def _pid(self, name: str, ident: str) -> int:
-        if ident.isdigit():
-            return int(ident)
-        state, _, _ = await self.call(self.transport.process, name, ident, 1 << 62, 1 << 62)
+        if ident.isascii() and ident.lstrip("-").isdigit():
+            return checks.pid(int(ident) if len(ident) < 20 else ident[:30], "signal")
+        end = checks.MAX_OFFSET
+        state, _, _ = await self.call(self.transport.process, name, ident, end, end)
         return int(state.pid)
 
     # --- files ---------------------------------------------------------------------------------------
@@ -525,19 +543,6 @@ def process_state(state: protocol.ProcessState) -> dict[str, Any]:
         "timed_out": state.timed_out,
         "limit": state.limit,
     }
-
-
-def _signal(value: object) -> int:
-    import signal
-
-    if isinstance(value, str):
-        try:
-            return int(signal.Signals[value if value.startswith("SIG") else f"SIG{value}"])
-        except KeyError:
-            raise HttpError(400, f"unknown signal {value!r}", hint="e.g. SIGTERM, SIGKILL, 15") from None
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 64:
-        raise HttpError(400, f"signal must be a name or a number 1-64, not {value!r}")
-    return value
 
 
 RUN_FIELDS = {
