@@ -4,18 +4,24 @@ connection closed, the status, the log), with a control showing success was visi
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 import resource
 import selectors
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+import uvicorn
 
 from service_util import Serve
+from warren.service import conn
 
 HEAD = 2.0  # the --header-timeout of these tests' server
 
@@ -42,12 +48,16 @@ def many_fds() -> Iterator[None]:
 
 def _closed(sock: socket.socket) -> bool:
     """The server closed it (end of file or reset); False while it is open and quiet."""
+    timeout = sock.gettimeout()
+    sock.settimeout(0)  # a socket with a timeout would wait for readiness first
     try:
-        return sock.recv(1, socket.MSG_DONTWAIT | socket.MSG_PEEK) == b""
+        return sock.recv(1, socket.MSG_PEEK) == b""
     except BlockingIOError:
         return False
     except OSError:
         return True
+    finally:
+        sock.settimeout(timeout)
 
 
 def _wait_closed(socks: list[socket.socket], within: float) -> list[socket.socket]:
@@ -216,3 +226,71 @@ def test_many_unauthenticated_requests_are_a_few_log_lines(tcp: Serve) -> None:
     lines = tcp.log.read_text().splitlines()
     assert any("GET /v1/health 401" in line for line in lines)  # control: refusals are logged
     assert len(lines) < 20, lines
+
+
+def _busy_server(limits: conn.Limits) -> tuple[uvicorn.Server, int, threading.Event]:
+    """uvicorn with ``limits`` around an app that holds every request until released."""
+    release = threading.Event()
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        while scope["path"] == "/hold" and not release.is_set():
+            await asyncio.sleep(0.02)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"done"})
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    config = uvicorn.Config(app, log_level="critical", lifespan="off", **conn.config_kwargs(limits))
+    server = uvicorn.Server(config)
+    threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True).start()
+    while not server.started:
+        time.sleep(0.01)
+    return server, sock.getsockname()[1], release
+
+
+def test_when_every_connection_is_busy_a_new_one_gets_a_503_json_error() -> None:
+    server, port, release = _busy_server(conn.Limits(max_total=4, max_per_peer=4))
+    busy = []
+    try:
+        for _ in range(4):
+            s = socket.create_connection(("127.0.0.1", port), timeout=10)
+            s.sendall(b"GET /hold HTTP/1.1\r\nHost: x\r\n\r\n")
+            busy.append(s)
+        time.sleep(0.3)
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            reply = s.recv(4096)
+        head, _, body = reply.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 503"), reply
+        assert json.loads(body)["error"]["message"].startswith("warren serve is at its connection limit")
+        release.set()
+        for s in busy:  # control: the busy requests themselves are served
+            assert s.recv(4096).startswith(b"HTTP/1.1 200")
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:  # and room is back
+            s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert s.recv(4096).startswith(b"HTTP/1.1 200")
+    finally:
+        for s in busy:
+            s.close()
+        server.should_exit = True
+
+
+def test_per_peer_cap_evicts_that_peers_oldest_idle_connection() -> None:
+    limits = conn.Limits(max_total=100, max_per_peer=3)
+    server, port, _release = _busy_server(limits)
+    try:
+        idle = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(3)]
+        time.sleep(0.2)
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert s.recv(4096).startswith(b"HTTP/1.1 200")
+        assert _closed(idle[0]) or not _wait_closed([idle[0]], 2)  # the oldest made room
+        assert not _closed(idle[2])  # the newest is still open
+        assert limits.evicted >= 1 and limits.refused == 0
+        for s in idle:
+            s.close()
+    finally:
+        server.should_exit = True
