@@ -120,3 +120,28 @@ def test_offsets_past_the_bound_are_400_and_the_process_still_answers(c: httpx.C
 def test_a_boolean_query_parameter_that_is_not_one_is_400(c: httpx.Client, sb: str, value: str) -> None:
     _typed(c.delete(f"{sb}?remove={value}"), 400)
     assert c.get(sb).json()["state"] == "running"
+
+
+def test_a_create_without_a_body_is_400_and_makes_no_sandbox(c: httpx.Client) -> None:
+    before = len(c.get("/v1/sandboxes").json()["sandboxes"])
+    _typed(c.post("/v1/sandboxes"), 400)
+    assert len(c.get("/v1/sandboxes").json()["sandboxes"]) == before
+
+
+def test_a_method_a_route_lacks_is_405_with_allow(c: httpx.Client, sb: str) -> None:
+    r = c.request("PATCH", "/v1/sandboxes")
+    _typed(r, 405)
+    assert set(r.headers["allow"].replace(" ", "").split(",")) >= {"GET", "POST"}
+    r = c.put(f"{sb}/exec")
+    _typed(r, 405)
+    assert "POST" in r.headers["allow"]
+
+
+def test_the_delete_answer_is_a_documented_state(c: httpx.Client, tmp_path: Path) -> None:
+    doc = c.get("/v1/openapi.json").json()
+    states = doc["components"]["schemas"]["Sandbox"]["properties"]["state"]["enum"]
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    assert c.post("/v1/sandboxes", json={"name": "gone", "workspace": str(ws)}).status_code == 201
+    r = c.delete("/v1/sandboxes/gone")
+    assert r.status_code == 200 and r.json()["state"] in states, (r.json(), states)

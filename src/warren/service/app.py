@@ -72,10 +72,18 @@ def _big(limit: int) -> str:
 
 
 async def json_body(
-    request: Request, fields: Mapping[str, str], required: tuple[str, ...] = ()
+    request: Request, fields: Mapping[str, str], required: tuple[str, ...] = (), empty_ok: bool = True
 ) -> dict[str, Any]:
-    """The request's JSON object with only ``fields`` (name -> what it must be)."""
+    """The request's JSON object with only ``fields`` (name -> what it must be); an
+    empty body is ``{}`` when ``empty_ok``."""
     raw = await body(request, MAX_JSON)
+    if not raw and not empty_ok:
+        raise HttpError(
+            400,
+            "request body is empty",
+            hint='send a JSON object, e.g. {"workspace": "/path"} (without one the sandbox would '
+            "get the service's working directory)",
+        )
     try:
         data = json.loads(raw or b"{}")
     except (ValueError, UnicodeDecodeError) as e:
@@ -274,7 +282,7 @@ class Service:
         return JSONResponse(codec.result(result))
 
     async def create(self, request: Request) -> Response:
-        data = await json_body(request, CREATE_FIELDS)
+        data = await json_body(request, CREATE_FIELDS, empty_ok=False)
         name = data.pop("name", None)
         if name is None:
             import uuid
@@ -760,7 +768,8 @@ def make_app(
         error = HttpError(
             status, f"no route {request.method} {request.url.path}", hint="see GET /v1/openapi.json"
         )
-        return JSONResponse(codec.error_body(error), status_code=status)
+        headers = getattr(exc, "headers", None) if status == 405 else None
+        return JSONResponse(codec.error_body(error), status_code=status, headers=headers)
 
     app.add_exception_handler(404, not_found)
     app.add_exception_handler(405, not_found)
