@@ -147,6 +147,17 @@ def pid(value: object, op: str) -> int:
     return value
 
 
+def port(value: object, what: str, op: str, low: int = 1) -> int:
+    """A TCP port number (``low`` 0: 0 picks a free one)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= 65535:
+        raise SandboxError(
+            f"{what} must be a TCP port number, got {value!r}",
+            operation=op,
+            hint="ports are 1-65535 (host_port 0 picks a free one)",
+        )
+    return value
+
+
 def signal(value: object, op: str) -> int:
     """A signal number, or a name ("SIGTERM", "TERM")."""
     import signal as _signal

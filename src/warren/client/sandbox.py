@@ -20,7 +20,6 @@ from ..errors import (
     ExecError,
     ProcessNotFound,
     SandboxDead,
-    SandboxError,
     SandboxFileError,
     SandboxTimeout,
     StdinFull,
@@ -364,13 +363,10 @@ class Sandbox:
         """Forward ``127.0.0.1:host_port`` on the host (a free port when 0) to ``port``
         on the sandbox's loopback; returns the host address ("127.0.0.1:NNNN"). Works
         in every network mode; closed with the sandbox."""
-        for value, what, low in ((port, "port", 1), (host_port, "host_port", 0)):
-            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= 65535:
-                raise SandboxError(
-                    f"{what} must be a TCP port number, got {value!r}",
-                    operation="expose",
-                    hint="ports are 1-65535 (host_port 0 picks a free one)",
-                )
+        port, host_port = (
+            checks.port(port, "port", "expose"),
+            checks.port(host_port, "host_port", "expose", 0),
+        )
         return self._transport.expose(self.name, port, host_port)
 
     def stats(self) -> Stats:

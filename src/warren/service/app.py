@@ -513,9 +513,10 @@ class Service:
     async def expose(self, request: Request) -> Response:
         name = _name(request)
         data = await json_body(request, PORT_FIELDS, ("port",))
-        port, host_port = _int(data["port"], "port", 8000), _int(data.get("host_port"), "host_port", 0)
-        if not (1 <= port <= 65535 and 0 <= host_port <= 65535):
-            raise HttpError(400, "ports are 1-65535 (host_port 0 picks a free one)")
+        host_port = data.get("host_port")
+        with codec.bad_request():
+            port = checks.port(data["port"], "port", "expose")
+            host_port = checks.port(0 if host_port is None else host_port, "host_port", "expose", 0)
         address = await self.call(self.transport.expose, name, port, host_port)
         return JSONResponse({"address": address}, status_code=201)
 
