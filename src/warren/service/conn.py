@@ -7,7 +7,8 @@ protocol class uvicorn runs (h11's, with these rules added), so they hold for ev
 connection by construction:
 
 - a request head must arrive whole within ``head_timeout`` of the connection (or of
-  the previous response): trickling bytes does not extend it (slowloris);
+  the previous response: that is also the keep-alive timeout): trickling bytes does
+  not extend it (slowloris);
 - a request body must keep coming: ``body_idle`` without a byte closes it;
 - at most ``max_total`` connections, and ``max_per_peer`` per peer address (a unix
   socket's peers are one peer: they are all this user). At a cap the oldest *idle*
@@ -226,10 +227,14 @@ class Guarded(H11Protocol):
 
     def _expired(self) -> None:
         self.timer = None
+        if self.conn.their_state is h11.SEND_BODY and not self.idle() and self.flow.read_paused:
+            self._set(self.limits.body_idle)  # the app is not reading yet: not the client's pause
+            return
         if self.idle() or self.conn.their_state is h11.SEND_BODY:
             self.close("timeout")
 
 
 def config_kwargs(limits: Limits) -> dict[str, Any]:
-    """What ``uvicorn.Config`` needs to run with these limits."""
-    return {"http": limits.protocol(), "timeout_keep_alive": min(5, int(limits.head_timeout) or 1)}
+    """What ``uvicorn.Config`` needs to run with these limits (a kept-alive connection
+    gets the head deadline too: its next request head must come within it)."""
+    return {"http": limits.protocol(), "timeout_keep_alive": max(1, round(limits.head_timeout))}
