@@ -1,11 +1,17 @@
 """The supervisor under a flood of connections from its own user: nobody is locked
 out, the connections that made room are told why, and a supervisor holding more than
-1024 descriptors still exposes ports (its helpers use epoll, not select())."""
+1024 descriptors still exposes ports (its helpers use epoll, not select()). The shape
+that shows it with the least: 1,100 idle connections (the supervisor then holds over
+1,024 descriptors), then a sandbox's first expose (its network helper starts then,
+with descriptors numbered past 1,024). An exposed port, reachable by every local user,
+holds a bounded number of connections."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
+import socket
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -14,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from warren import PolicySpec, Sandbox, build, protocol, wire
-from warren.server import statedir
+from warren.server import netd, statedir
 
 
 @pytest.fixture
@@ -69,3 +75,72 @@ def test_a_flood_of_idle_connections_locks_no_client_out_and_expose_works_past_1
         for s in flood:
             s.close()
         sb.remove()
+
+
+HOLDER = """
+import selectors, socket
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 8000))
+s.listen(4096)
+sel = selectors.DefaultSelector()
+sel.register(s, selectors.EVENT_READ)
+while True:
+    for key, _ in sel.select():
+        if key.fileobj is s:
+            c, _ = s.accept()
+            c.sendall(b"hi")
+            sel.register(c, selectors.EVENT_READ)
+        else:
+            try:
+                data = key.fileobj.recv(4096)
+            except OSError:
+                data = b""
+            if not data:
+                sel.unregister(key.fileobj)
+                key.fileobj.close()
+"""  # says hi on every connection, holds it until the other side closes
+
+
+def _greeted(sock: socket.socket) -> bool:
+    """The sandbox's server said hi on this connection (False: reset or closed)."""
+    try:
+        return sock.recv(2) == b"hi"
+    except OSError:
+        return False
+
+
+def test_an_exposed_port_caps_its_open_connections_and_recovers(
+    tmp_path: Path, state_home: Path, many_fds: None
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with Sandbox.create(build(PolicySpec(workspace=str(ws)))) as sb:
+        sb.spawn(["python3", "-c", HOLDER])
+        probe = ["python3", "-c", "import socket; socket.create_connection(('127.0.0.1', 8000))"]
+        for _ in range(200):
+            if sb.exec(probe).ok:
+                break
+            time.sleep(0.05)
+        host, port = sb.expose(8000).rsplit(":", 1)
+        flood = []
+        try:
+            for _ in range(netd.MAX_EXPOSED_CONNECTIONS + 100):
+                with contextlib.suppress(OSError):  # reset while connecting: one over the cap
+                    flood.append(socket.create_connection((host, int(port)), timeout=10))
+            greeted = sum(_greeted(s) for s in flood)
+            # the rest were reset, not given threads
+            assert greeted == netd.MAX_EXPOSED_CONNECTIONS, (greeted, len(flood))
+        finally:
+            for s in flood:
+                s.close()
+        for _ in range(100):  # the slots come back as the connections end
+            try:
+                with socket.create_connection((host, int(port)), timeout=10) as s:
+                    if _greeted(s):
+                        break
+            except OSError:
+                pass  # still full: reset
+            time.sleep(0.05)
+        else:
+            pytest.fail("the exposed port did not recover after its connections closed")
