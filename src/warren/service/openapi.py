@@ -389,15 +389,15 @@ OPS: dict[tuple[str, str], tuple[str, dict[str, Any] | None, int, dict[str, Any]
         ],
     ),
     ("/v1/sandboxes/{name}/files", "PUT"): (
-        "Write a file from the raw body",
+        "Write a file from the raw body, all or nothing (a new file renamed over the old one)",
         {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
         201,
         _json("Ok"),
         [
             PATHQ,
-            _q("parents", FLAG),
-            _q("append", FLAG),
-            _q("mode", {"type": "string", "pattern": "^[0-7]{1,4}$"}, "octal, e.g. 644"),
+            _q("parents", BOOL),
+            _q("append", BOOL, "add to the file in place; a failed append is taken back off"),
+            _q("mode", STR, "octal, e.g. 644; for a new file (an existing one keeps its mode)"),
         ],
     ),
     ("/v1/sandboxes/{name}/files", "DELETE"): (
