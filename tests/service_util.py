@@ -19,7 +19,13 @@ WARREN = [sys.executable, "-m", "warren"]
 
 class Serve:
     def __init__(
-        self, tmp: Path, *, unix: bool = False, token: bool = True, mcp_workspace: Path | None = None
+        self,
+        tmp: Path,
+        *,
+        unix: bool = False,
+        token: bool = True,
+        mcp_workspace: Path | None = None,
+        extra: tuple[str, ...] = (),
     ) -> None:
         self.token = secrets.token_hex(16) if token else None
         self.socket = str(tmp / "serve.sock") if unix else None
@@ -31,6 +37,7 @@ class Serve:
             args += ["--token-file", str(token_file)]
         if mcp_workspace is not None:
             args += ["--mcp-workspace", str(mcp_workspace)]
+        args += extra
         env = {k: v for k, v in os.environ.items() if k not in ("WARREN_URL", "WARREN_TOKEN")}
         self.log = tmp / f"serve-{secrets.token_hex(4)}.log"
         self._log = self.log.open("w")

@@ -40,6 +40,12 @@ def close_all_but(*keep: int) -> None:
     _sys.close_range(low, 0xFFFFFFFF)
 
 
+# The descriptor limit (soft) sandboxes start with when the caller raised its own (the
+# supervisor does, to hold thousands of connections): they keep the limit it was
+# started with, as the host's tools would have.
+sandbox_nofile: int | None = None
+
+
 def start_pid1(
     plan: Plan, control: socket.socket, *, oneshot: bool, cgroup_tasks: list[tuple[str, int]] | None = None
 ) -> int:
@@ -74,6 +80,11 @@ def start_pid1(
             for target in (0, 1, 2):
                 os.dup2(devnull, target)
             close_all_but(control.fileno())
+            if sandbox_nofile is not None:
+                import resource
+
+                _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+                resource.setrlimit(resource.RLIMIT_NOFILE, (min(sandbox_nofile, hard), hard))
             code = pid1.main(plan, control, oneshot=oneshot)
         finally:
             os._exit(code)

@@ -26,7 +26,7 @@ import time
 from typing import NoReturn
 
 from .. import protocol, wire
-from ..errors import LimitReached, SandboxError, SetupError, WarrenError
+from ..errors import LimitReached, ProcessNotFound, SandboxError, SetupError, WarrenError
 from ..net.handshake import pid1_network
 from ..plan.model import Plan
 from . import _sys, fileops, harden, mounts, procs
@@ -429,17 +429,29 @@ def _ps(spawned: dict[str, str]) -> list[protocol.ProcInfo]:
 
 
 def _signal(pid: int, sig: int) -> None:
-    if pid <= 1 or not 1 <= sig < signal.NSIG or procs.is_warren(pid):
+    """Signal a process of the sandbox (its group when it leads one); a pid that is not
+    one of the sandbox's own processes (0, 1, warren's helpers, none) is ProcessNotFound."""
+    if not 2 <= pid <= 1 << 22 or procs.is_warren(pid):  # 1 << 22: PID_MAX_LIMIT
+        raise _no_process(pid)
+    if not 1 <= sig < signal.NSIG:
         raise SandboxError(
-            f"no such process in the sandbox: {pid}",
-            operation="signal",
-            hint="list them with `warren ps NAME` / Sandbox.processes()",
+            f"no such signal: {sig}", operation="signal", hint="e.g. 15 (SIGTERM), 9 (SIGKILL)"
         )
     try:
         os.killpg(pid, sig)  # commands lead their own session: signal the whole group
     except ProcessLookupError:
-        with contextlib.suppress(ProcessLookupError):
+        try:
             os.kill(pid, sig)
+        except ProcessLookupError:
+            raise _no_process(pid) from None
+
+
+def _no_process(pid: int) -> ProcessNotFound:
+    return ProcessNotFound(
+        f"no such process in the sandbox: {pid}",
+        operation="signal",
+        hint="list them with `warren ps NAME` / Sandbox.processes() (a process that ended is gone)",
+    )
 
 
 def _connector(conn: socket.socket) -> None:

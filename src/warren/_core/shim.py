@@ -96,6 +96,15 @@ def exec_failure(err: int, cmd: str, path: str) -> WarrenError:
             errno=err,
             hint="check the path; inside the sandbox only what the policy shows exists",
         )
+    if err == errno.E2BIG:
+        return ExecError(
+            f"cannot execute {cmd}: the argument list is too long",
+            operation="execve",
+            path=path,
+            errno=err,
+            hint="the arguments and environment together exceed the kernel's limit (one string: "
+            "128 KiB); pass large data on stdin or in a file",
+        )
     return ExecError(
         f"cannot execute {cmd}",
         operation="execve",

@@ -145,7 +145,7 @@ def console_main() -> None:
     code = entrypoint()
     try:
         sys.stdout.flush()
-    except (BrokenPipeError, OSError):
+    except (OSError, ValueError):  # a closed pipe; or closed already (the MCP SDK's stdio does)
         os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
     if sys.argv[1:2] in (["run"], ["exec"]):
         # The agent's hot path ends here: its streams are flushed and it holds no

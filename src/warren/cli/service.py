@@ -29,11 +29,31 @@ def serve(args: list[str]) -> int:
         metavar="DIR",
         help="the workspace of /mcp's sandboxes (default: the current directory); default policy",
     )
+    p.add_argument(
+        "--header-timeout",
+        metavar="SECONDS",
+        type=float,
+        default=10.0,
+        help="close a connection that has not sent a whole request head in this time, or whose "
+        "body pauses for 3 times it (default 10)",
+    )
     ns = p.parse_args(args)
     listen = srv.parse_listen(ns.listen, os.environ)
     token = srv.read_token(ns.token_file, os.environ)
     srv.check(listen, token, ns.allow_remote)
-    return srv.serve(listen, token, mcp_workspace=ns.mcp_workspace)
+    if not 0.1 <= ns.header_timeout <= 3600:
+        raise srv.ServeError(
+            f"--header-timeout {ns.header_timeout} is out of range",
+            operation="serve",
+            hint="pass 0.1 to 3600 seconds",
+        )
+    return srv.serve(
+        listen,
+        token,
+        mcp_workspace=ns.mcp_workspace,
+        allow_remote=ns.allow_remote,
+        head_timeout=ns.header_timeout,
+    )
 
 
 def mcp(args: list[str]) -> int:

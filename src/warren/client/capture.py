@@ -7,6 +7,7 @@ execs in live sandboxes alike.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import select
 import time
@@ -97,7 +98,7 @@ def run_captured(
     try:
         while final is None:
             wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready_r, ready_w, _ = select.select(readers, [in_w] if in_w >= 0 else [], [], wait)
+            ready_r, ready_w = _ready(readers, [in_w] if in_w >= 0 else [], wait)
             if not ready_r and not ready_w:
                 # The sandbox did not enforce the timeout: give up on it. Closing the
                 # connection makes warren kill the command's tree.
@@ -164,3 +165,27 @@ def run_captured(
         cwd=started.cwd if started else None,
         net_log=tuple(events),
     )
+
+
+def _ready(
+    readers: list[int | wire.Sock], writers: list[int], wait: float | None
+) -> tuple[list[int | wire.Sock], list[int]]:
+    """select()'s answer from poll(): a caller may hold descriptors numbered past
+    select()'s limit of 1024."""
+    poller = select.poll()
+    by_fd: dict[int, int | wire.Sock] = {}
+    for r in readers:
+        fd = r if isinstance(r, int) else r.fileno()
+        by_fd[fd] = r
+        poller.register(fd, select.POLLIN)
+    for w in writers:
+        poller.register(w, select.POLLOUT)
+    timeout = None if wait is None else math.ceil(wait * 1000)
+    ready_r: list[int | wire.Sock] = []
+    ready_w: list[int] = []
+    for fd, _mask in poller.poll(timeout):
+        if fd in by_fd:
+            ready_r.append(by_fd[fd])
+        else:
+            ready_w.append(fd)
+    return ready_r, ready_w

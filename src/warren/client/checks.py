@@ -1,5 +1,10 @@
 """Checks of what a caller passes to the public API, before anything is sent: a bad
-argument is a typed error naming it, never a traceback from deep inside."""
+argument is a typed error naming it, never a traceback from deep inside.
+
+The one place where values are bounded: the SDK, the HTTP service and the MCP server
+all call these (the service turns their errors into 400s), so a number is refused the
+same way whichever door it came in by. The bounds are also the OpenAPI schema's.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +12,14 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 
-from ..errors import ExecError, PolicyError, SandboxFileError
+from ..errors import ExecError, PolicyError, ProcessNotFound, SandboxError, SandboxFileError
 from ..policy import Policy, PolicySpec
+
+MAX_TIMEOUT = 7 * 24 * 3600.0  # seconds: a week (well inside every clock's range)
+MAX_OUTPUT_LIMIT = 1 << 40  # bytes per stream
+MAX_OFFSET = 1 << 62  # byte offsets into a process's output
+PID_MAX = 1 << 22  # the kernel's PID_MAX_LIMIT
+MAX_ARG_STRLEN = 32 * 4096  # the kernel's limit on one argument or environment string (E2BIG)
 
 
 def argv(cmd: object, op: str) -> list[str]:
@@ -31,6 +42,14 @@ def argv(cmd: object, op: str) -> list[str]:
         if "\x00" in a:
             raise ExecError(
                 f"argv[{i}] contains a NUL byte", operation=op, hint="arguments cannot contain NUL"
+            )
+        if len(a) >= MAX_ARG_STRLEN // 4 and len(a.encode()) >= MAX_ARG_STRLEN:
+            raise ExecError(
+                f"argv[{i}] is {len(a.encode())} bytes: the argument is too long (E2BIG)",
+                operation=op,
+                errno=7,
+                hint=f"one argument may have at most {MAX_ARG_STRLEN - 1} bytes; pass large data on "
+                "stdin or in a file",
             )
         out.append(a)
     if not out[0]:
@@ -57,12 +76,12 @@ def timeout(value: object, op: str) -> float | None:
         isinstance(value, bool)
         or not isinstance(value, (int, float))
         or not math.isfinite(value)
-        or value <= 0
+        or not 0 < value <= MAX_TIMEOUT
     ):
         raise ExecError(
-            f"timeout must be a positive number of seconds, not {value!r}",
+            f"timeout must be a number of seconds above 0 and at most {MAX_TIMEOUT:.0f}, not {value!r}",
             operation=op,
-            hint="pass e.g. timeout=30, or None for no limit",
+            hint="pass e.g. timeout=30, or None (null) for no limit; 0 is not 'no limit'",
         )
     return float(value)
 
@@ -95,11 +114,66 @@ def env(value: object, op: str) -> dict[str, str]:
 
 
 def limit(value: object, op: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_OUTPUT_LIMIT:
         raise ExecError(
-            f"output_limit must be a byte count, not {value!r}", operation=op, hint="pass e.g. 1 << 20"
+            f"output_limit must be a byte count from 0 to {MAX_OUTPUT_LIMIT}, not {value!r}",
+            operation=op,
+            hint="pass e.g. 1 << 20",
         )
     return value
+
+
+def offset(value: object, what: str, op: str) -> int:
+    """A byte offset into a process's output."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_OFFSET:
+        raise ExecError(
+            f"{what} must be a byte offset from 0 to {MAX_OFFSET}, not {value!r}",
+            operation=op,
+            hint="pass 0, or the next_offset of the previous answer",
+        )
+    return value
+
+
+def pid(value: object, op: str) -> int:
+    """A pid of a sandbox's own process (as the sandbox sees it): never 0 (the group),
+    1 (its PID 1) or negative (every process)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 2 <= value <= PID_MAX:
+        raise ProcessNotFound(
+            f"no such process in the sandbox: {value!r}",
+            operation=op,
+            hint=f"a pid of one of the sandbox's processes (2 to {PID_MAX}); list them with "
+            "`warren ps NAME` / Sandbox.processes()",
+        )
+    return value
+
+
+def port(value: object, what: str, op: str, low: int = 1) -> int:
+    """A TCP port number (``low`` 0: 0 picks a free one)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= 65535:
+        raise SandboxError(
+            f"{what} must be a TCP port number, got {value!r}",
+            operation=op,
+            hint="ports are 1-65535 (host_port 0 picks a free one)",
+        )
+    return value
+
+
+def signal(value: object, op: str) -> int:
+    """A signal number, or a name ("SIGTERM", "TERM")."""
+    import signal as _signal
+
+    if isinstance(value, str):
+        try:
+            return int(_signal.Signals[value if value.startswith("SIG") else f"SIG{value}"])
+        except KeyError:
+            pass
+    elif not isinstance(value, bool) and isinstance(value, int) and 1 <= value < _signal.NSIG:
+        return value
+    raise SandboxError(
+        f"signal must be a name or a number 1-{_signal.NSIG - 1}, not {value!r}",
+        operation=op,
+        hint="e.g. SIGTERM, SIGKILL, 15",
+    )
 
 
 def path(value: object, op: str) -> str:

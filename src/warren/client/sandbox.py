@@ -18,8 +18,8 @@ from collections.abc import Callable, Sequence
 from .. import protocol, wire
 from ..errors import (
     ExecError,
+    ProcessNotFound,
     SandboxDead,
-    SandboxError,
     SandboxFileError,
     SandboxTimeout,
     StdinFull,
@@ -104,7 +104,9 @@ class Process:
         return f"<Process {self.id} pid {self.pid} {self.argv!r}>"
 
     def _state(self) -> protocol.ProcessState:
-        state, _, _ = self.sandbox._transport.process(self.sandbox.name, self.id, 1 << 62, 1 << 62)
+        state, _, _ = self.sandbox._transport.process(
+            self.sandbox.name, self.id, checks.MAX_OFFSET, checks.MAX_OFFSET
+        )
         if state.status is not None:
             self._status = state.status
         return state
@@ -142,8 +144,14 @@ class Process:
         return _exit_code(self._status)
 
     def kill(self, signal: int = _signal.SIGTERM) -> None:
-        """Send ``signal`` to the process's group (it runs in its own session)."""
-        self.sandbox._transport.signal(self.sandbox.name, self.pid, int(signal))
+        """Send ``signal`` to the process's group (it runs in its own session); nothing
+        when it has already ended (as ``subprocess.Popen.send_signal``)."""
+        sig = checks.signal(signal, "signal")
+        try:
+            self.sandbox._transport.signal(self.sandbox.name, self.pid, sig)
+        except ProcessNotFound:
+            if self.returncode is None:
+                raise
 
     def output(self) -> Output:
         """Everything captured so far (capped per stream, with a visible marker)."""
@@ -355,13 +363,10 @@ class Sandbox:
         """Forward ``127.0.0.1:host_port`` on the host (a free port when 0) to ``port``
         on the sandbox's loopback; returns the host address ("127.0.0.1:NNNN"). Works
         in every network mode; closed with the sandbox."""
-        for value, what, low in ((port, "port", 1), (host_port, "host_port", 0)):
-            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= 65535:
-                raise SandboxError(
-                    f"{what} must be a TCP port number, got {value!r}",
-                    operation="expose",
-                    hint="ports are 1-65535 (host_port 0 picks a free one)",
-                )
+        port, host_port = (
+            checks.port(port, "port", "expose"),
+            checks.port(host_port, "host_port", "expose", 0),
+        )
         return self._transport.expose(self.name, port, host_port)
 
     def stats(self) -> Stats:

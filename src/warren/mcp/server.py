@@ -34,7 +34,7 @@ from .. import protocol
 from ..client import checks
 from ..client.sandbox import feed_stdin
 from ..client.transport import Transport
-from ..errors import SandboxExists, SandboxNotFound, WarrenError
+from ..errors import ProcessNotFound, SandboxExists, SandboxNotFound, WarrenError
 from ..policy.spec import PolicySpec
 
 OUTPUT_LIMIT = 1 << 20
@@ -99,7 +99,7 @@ class Warren:
             raise _error(e) from None
 
     def full(self, name: str | None) -> str:
-        name = name or self.default
+        name = self.default if name is None else name  # "" is not the default: refused below
         if not NAME.match(name):
             raise ToolError(
                 f"sandbox name {name!r} is not allowed\nhint: 1-40 letters, digits, '.', '_', '-'; "
@@ -110,7 +110,7 @@ class Warren:
     async def ensure(self, name: str | None) -> str:
         """The sandbox's full name; the default one is created on first use."""
         full = self.full(name)
-        if (name or self.default) != self.default:
+        if name is not None and name != self.default:
             return full
         try:
             info = await anyio.to_thread.run_sync(self.transport.get, full)
@@ -135,10 +135,16 @@ class Warren:
 def _argv(command: str | None, argv: list[str] | None) -> list[str]:
     if (command is None) == (argv is None):
         raise ToolError('give exactly one of "command" (a shell string) or "argv" (a list of strings)')
-    if command is not None:
-        return ["sh", "-c", command]
+    args: list[str] = _checked(
+        checks.argv, ["sh", "-c", command] if command is not None else argv, "run_command"
+    )
+    return args
+
+
+def _checked(check: Any, *args: Any) -> Any:
+    """A value through ``checks`` (the bounds the SDK and HTTP use), as a tool error."""
     try:
-        return checks.argv(argv, "run_command")
+        return check(*args)
     except WarrenError as e:
         raise _error(e) from None
 
@@ -154,7 +160,16 @@ SandboxArg = Annotated[
 Command = Annotated[str | None, Field(description="a shell command line, run with `sh -c` (or use argv)")]
 Argv = Annotated[list[str] | None, Field(description="the program and its arguments, run without a shell")]
 Cwd = Annotated[str | None, Field(description="working directory in the sandbox (default: the workspace)")]
-Timeout = Annotated[float | None, Field(description="seconds before the command's whole tree is killed")]
+Timeout = Annotated[
+    float | None,
+    Field(
+        description="seconds before the command's whole tree is killed (above 0, at most a week); "
+        "null: no limit",
+        gt=0,
+        le=checks.MAX_TIMEOUT,
+    ),
+]
+Offset = Annotated[int, Field(ge=0, le=checks.MAX_OFFSET)]
 
 
 def build(
@@ -184,6 +199,8 @@ def build(
         (each capped at 1 MiB; truncated says so) and timed_out. A non-zero exit code is a
         result, not an error."""
         args = _argv(command, argv)
+        limit = _checked(checks.timeout, timeout, "run_command")
+        cwd = _checked(checks.cwd, cwd, "run_command")
         name = await w.ensure(sandbox)
         result = await w.call(
             transport.exec,
@@ -192,7 +209,7 @@ def build(
             cwd=cwd,
             env={},
             stdin=None,
-            timeout=checks.timeout(timeout, "run_command") if timeout else None,
+            timeout=limit,
             output_limit=OUTPUT_LIMIT,
             on_stdout=None,
             on_stderr=None,
@@ -299,6 +316,7 @@ def build(
         """Start a long-running command (a dev server, a watcher, an interactive program)
         in the background. Returns its id for process_output, write_stdin and stop_process."""
         args = _argv(command, argv)
+        cwd = _checked(checks.cwd, cwd, "start_process")
         name = await w.ensure(sandbox)
         spawn_id, pid = await w.call(
             transport.spawn, name, args, cwd=cwd, env={}, timeout=None, output_limit=16 << 20, stdin=stdin
@@ -332,13 +350,15 @@ def build(
     async def process_output(
         id: Annotated[str, Field(description="the id start_process returned")],
         offset: Annotated[
-            int, Field(description="stdout bytes already seen (returns only what follows)")
+            Offset, Field(description="stdout bytes already seen (returns only what follows)")
         ] = 0,
-        stderr_offset: Annotated[int, Field(description="stderr bytes already seen")] = 0,
+        stderr_offset: Annotated[Offset, Field(description="stderr bytes already seen")] = 0,
         sandbox: SandboxArg = None,
     ) -> dict[str, Any]:
         """A background process's output since the given offsets, whether it still runs,
         and its exit code once it ended. Pass back next_offset/next_stderr_offset."""
+        _checked(checks.offset, offset, "offset", "process_output")
+        _checked(checks.offset, stderr_offset, "stderr_offset", "process_output")
         name = await w.ensure(sandbox)
         state, out, err = await w.call(transport.process, name, id, offset, stderr_offset)
         code = None
@@ -360,13 +380,22 @@ def build(
         signal: Annotated[str, Field(description="SIGTERM (default), SIGINT or SIGKILL")] = "SIGTERM",
         sandbox: SandboxArg = None,
     ) -> dict[str, Any]:
-        """Send a signal to a background process's whole process group."""
+        """Send a signal to a background process's whole process group (nothing when it
+        has already ended: then ended is true)."""
         if signal not in ("SIGTERM", "SIGINT", "SIGKILL", "SIGHUP"):
             raise ToolError(f"signal {signal!r} is not one of SIGTERM, SIGINT, SIGKILL, SIGHUP")
         name = await w.ensure(sandbox)
-        state, _, _ = await w.call(transport.process, name, id, 1 << 62, 1 << 62)
-        await w.call(transport.signal, name, state.pid, int(_signal.Signals[signal]))
-        return {"signalled": id, "signal": signal}
+        state, _, _ = await w.call(transport.process, name, id, checks.MAX_OFFSET, checks.MAX_OFFSET)
+        if state.status is None:
+            try:
+                await anyio.to_thread.run_sync(
+                    transport.signal, name, state.pid, int(_signal.Signals[signal])
+                )
+            except ProcessNotFound:
+                pass  # it ended meanwhile
+            except WarrenError as e:
+                raise _error(e) from None
+        return {"signalled": id, "signal": signal, "ended": state.status is not None}
 
     @mcp.tool()
     async def expose_port(

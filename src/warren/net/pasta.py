@@ -112,7 +112,9 @@ class Pasta:
         with contextlib.suppress(OSError):
             signal.pidfd_send_signal(self.pidfd, signal.SIGTERM)
         if wait:
-            if not select.select([self.pidfd], [], [], 1.0)[0]:
+            poller = select.poll()  # not select(): the supervisor's descriptors pass 1024
+            poller.register(self.pidfd, select.POLLIN)
+            if not poller.poll(1000):
                 with contextlib.suppress(OSError):
                     signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
             with contextlib.suppress(ChildProcessError):

@@ -9,6 +9,15 @@ else, and the proxy's upstream connections are ordinary host connections that it
 makes only after ``netpolicy`` said yes, to the very addresses it vetted (no second
 resolution for an attacker's DNS to change).
 
+Requests are parsed strictly, because whatever the proxy and the upstream server read
+differently can smuggle a second request past the check: a request with both
+Content-Length and Transfer-Encoding, several Content-Lengths, a Transfer-Encoding
+other than ``chunked``, a folded (obs-fold) or malformed header line, a chunk size that
+is not plain hex, too many or too large headers, a CONNECT authority with userinfo, a
+port outside 1-65535, or a host that is an IP address in a non-canonical form
+(``0x7f.1``, ``2130706433``, ``127.1``: the resolver would read them as 127.0.0.1) is a
+400. The head must arrive whole within ``HEADER_TIMEOUT`` however slowly it trickles.
+
 Threads, not an event loop: one per client connection plus one per tunnel
 direction, each blocking in ``splice(2)`` so tunnelled bytes move between sockets
 inside the kernel (see bench/bench_net.py for the figures). Every decision is
@@ -20,7 +29,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import ipaddress
 import os
+import re
 import socket
 import threading
 import time
@@ -29,6 +40,7 @@ from collections.abc import Callable, Mapping
 from .allowlist import PROXY_PORT, Allowlist, Decision, NetEvent
 
 HEADER_LIMIT = 64 * 1024
+MAX_HEADERS = 100
 MAX_CLIENTS = 256  # concurrent connections per sandbox: threads here are the host's
 HEADER_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 15.0
@@ -240,45 +252,109 @@ def _reply(sock: socket.socket, code: int, phrase: str, body: str) -> None:
 
 
 def _read_head(sock: socket.socket) -> tuple[bytes, bytes]:
+    """The request head, read by one deadline for all of it (a trickle does not extend it)."""
     buf = b""
+    deadline = time.monotonic() + HEADER_TIMEOUT
     while b"\r\n\r\n" not in buf:
         if len(buf) > HEADER_LIMIT:
             raise _BadRequest("request header too large")
-        chunk = sock.recv(65536)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise _BadRequest(f"the request header did not arrive within {HEADER_TIMEOUT:.0f} s")
+        sock.settimeout(left)
+        try:
+            chunk = sock.recv(65536)
+        except TimeoutError:
+            raise _BadRequest(f"the request header did not arrive within {HEADER_TIMEOUT:.0f} s") from None
         if not chunk:
             raise _BadRequest("connection closed before the request header ended")
         buf += chunk
+    sock.settimeout(HEADER_TIMEOUT)  # a body may pause this long between reads
     head, _, rest = buf.partition(b"\r\n\r\n")
+    if len(head) > HEADER_LIMIT:
+        raise _BadRequest("request header too large")
     return head, rest
+
+
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # RFC 9110 field names and methods
+_BAD_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # controls other than tab (CR, LF: smuggling)
+_HOSTNAME = re.compile(
+    r"^[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?(\.[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?)*\.?$"
+)
+_NUMERIC_LABEL = re.compile(r"^(0x[0-9a-f]*|[0-9]+)$", re.IGNORECASE)
 
 
 def _parse_head(head: bytes) -> tuple[str, str, str, list[tuple[str, str]]]:
     lines = head.decode("latin-1").split("\r\n")
     parts = lines[0].split(" ")
-    if len(parts) != 3 or not parts[2].startswith("HTTP/"):
+    if len(parts) != 3 or not re.fullmatch(r"HTTP/1\.[01]", parts[2]) or not _TOKEN.match(parts[0]):
         raise _BadRequest(f"malformed request line {lines[0][:100]!r}")
+    if len(lines) - 1 > MAX_HEADERS:
+        raise _BadRequest(f"more than {MAX_HEADERS} header lines")
     headers = []
     for line in lines[1:]:
+        if line[:1] in (" ", "\t"):
+            raise _BadRequest("folded header line (obs-fold) refused")
         name, sep, value = line.partition(":")
-        if not sep:
+        if not sep or not _TOKEN.match(name):
             raise _BadRequest(f"malformed header line {line[:100]!r}")
-        headers.append((name.strip(), value.strip()))
+        if _BAD_VALUE.search(value):
+            raise _BadRequest(f"control character in header {name[:100]!r}")
+        headers.append((name, value.strip(" \t")))
+    _check_framing(headers)
     return parts[0].upper(), parts[1], parts[2], headers
 
 
+def _check_framing(headers: list[tuple[str, str]]) -> None:
+    """One way to read where the body ends, the same for any reader, or a 400."""
+    lengths = [v for k, v in headers if k.lower() == "content-length"]
+    codings = [v for k, v in headers if k.lower() == "transfer-encoding"]
+    if lengths and codings:
+        raise _BadRequest("both Content-Length and Transfer-Encoding (request smuggling) refused")
+    if len(lengths) > 1:
+        raise _BadRequest("more than one Content-Length refused")
+    if lengths and not (lengths[0].isascii() and lengths[0].isdigit() and len(lengths[0]) <= 18):
+        raise _BadRequest(f"bad Content-Length {lengths[0][:40]!r}")
+    if codings and (len(codings) > 1 or codings[0].lower() != "chunked"):
+        raise _BadRequest("a Transfer-Encoding other than a single 'chunked' refused")
+
+
 def _split_authority(authority: str, default_port: int | None) -> tuple[str, int]:
+    if "@" in authority:
+        raise _BadRequest(f"userinfo in {authority[:100]!r} refused")
     if authority.startswith("["):
         host, _, rest = authority[1:].partition("]")
         port_text = rest[1:] if rest.startswith(":") else ""
+        if (rest and not rest.startswith(":")) or ":" not in host:
+            raise _BadRequest(f"bad authority {authority[:100]!r} (brackets hold an IPv6 address)")
     else:
         host, _, port_text = authority.rpartition(":") if ":" in authority else (authority, "", "")
+    _check_host(host, authority)
     if not port_text:
         if default_port is None:
-            raise _BadRequest(f"CONNECT target {authority!r} has no port")
+            raise _BadRequest(f"CONNECT target {authority[:100]!r} has no port")
         return host, default_port
-    if not port_text.isdigit():
-        raise _BadRequest(f"bad port in {authority!r}")
+    if not (port_text.isascii() and port_text.isdigit()) or not 1 <= int(port_text[:6]) <= 65535:
+        raise _BadRequest(f"bad port in {authority[:100]!r} (1-65535)")
     return host, int(port_text)
+
+
+def _check_host(host: str, authority: str) -> None:
+    """A DNS name, or an IP address written the one canonical way."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    else:
+        if str(ipaddress.ip_address(host)) != host.lower() and ":" not in host:
+            raise _BadRequest(f"IP address {host[:100]!r} is not in canonical form")
+        return
+    if not host or len(host) > 253 or not _HOSTNAME.match(host):
+        raise _BadRequest(f"bad host in {authority[:100]!r}")
+    last = host.rstrip(".").rsplit(".", 1)[-1]
+    if _NUMERIC_LABEL.match(last):
+        # what inet_aton (and so getaddrinfo) reads as an IPv4 address: 0x7f.1, 2130706433, 127.1
+        raise _BadRequest(f"IP address {host[:100]!r} is not in canonical form (write it dotted-decimal)")
 
 
 def _absolute_url(target: str) -> tuple[str, int, str]:
@@ -320,12 +396,7 @@ def _send_body(
     if "chunked" in fields.get("transfer-encoding", "").lower():
         _send_chunked(client, upstream, rest)
         return
-    try:
-        length = int(fields.get("content-length", "0") or "0")
-    except ValueError:
-        raise _BadRequest("bad Content-Length") from None
-    if length < 0:
-        raise _BadRequest("bad Content-Length")
+    length = int(fields.get("content-length", "0") or "0")  # digits only: _check_framing
     upstream.sendall(rest[:length])
     left = length - min(length, len(rest))
     while left:
@@ -356,11 +427,13 @@ def _send_chunked(client: socket.socket, upstream: socket.socket, buf: bytes) ->
 
     while True:
         size_line = line()
+        digits = size_line.split(b";", 1)[0].rstrip(b" \t")
+        if not re.fullmatch(rb"[0-9A-Fa-f]{1,15}", digits) or re.search(
+            rb"[\x00-\x08\x0a-\x1f\x7f]", size_line
+        ):
+            raise _BadRequest("bad chunk size line")
+        size = int(digits, 16)
         upstream.sendall(size_line + b"\r\n")
-        try:
-            size = int(size_line.split(b";", 1)[0].strip(), 16)
-        except ValueError:
-            raise _BadRequest("bad chunk size") from None
         if size == 0:
             while True:  # trailers, up to the empty line
                 trailer = line()

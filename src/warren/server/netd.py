@@ -18,11 +18,14 @@ control socket closes; also the parent-death signal), closing every port with it
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
-import select
+import selectors
 import signal
 import socket
 import threading
+import time
 
 from .. import protocol, wire
 from .._core import _sys
@@ -52,12 +55,18 @@ class _Connector:
         return socket.socket(fileno=fds[0]) if reply.ok and fds else None
 
 
+MAX_EXPOSED_CONNECTIONS = 512  # open at once per exposed port: each is a thread here
+
+
 class _Expose:
-    """127.0.0.1:host_port on the host -> 127.0.0.1:port inside the sandbox."""
+    """127.0.0.1:host_port on the host -> 127.0.0.1:port inside the sandbox. Any local
+    user can connect to it, so open connections are capped: past the cap a new one is
+    reset at once (as a full server would), not given a thread."""
 
     def __init__(self, port: int, host_port: int, connector: _Connector) -> None:
         self.port = port
         self.connector = connector
+        self.slots = threading.BoundedSemaphore(MAX_EXPOSED_CONNECTIONS)
         self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.listener.bind(("127.0.0.1", host_port))
@@ -70,8 +79,14 @@ class _Expose:
         while True:
             try:
                 client, _ = self.listener.accept()
-            except OSError:
+            except OSError as e:
+                if e.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    time.sleep(0.05)  # out of descriptors for now: connections wait in the backlog
+                    continue
                 return
+            if not self.slots.acquire(blocking=False):
+                _reset(client)
+                continue
             threading.Thread(target=self._serve, args=(client,), daemon=True).start()
 
     def _serve(self, client: socket.socket) -> None:
@@ -80,7 +95,7 @@ class _Expose:
             inside = self.connector.connect(self.port)
             if inside is None:
                 # Nothing listens inside: refuse the way a closed port would.
-                client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                _reset(client)
                 return
             relay(client, inside)
         except (OSError, WarrenError, wire.ConnectionClosed):
@@ -89,6 +104,14 @@ class _Expose:
             client.close()
             if inside is not None:
                 inside.close()
+            self.slots.release()
+
+
+def _reset(sock: socket.socket) -> None:
+    """Close with a reset (SO_LINGER 0), the way a closed or full port answers."""
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    sock.close()
 
 
 def serve(
@@ -113,9 +136,14 @@ def serve(
     exposes: dict[int, _Expose] = {}
     conn = _Connector(connector)
     ctl.setblocking(True)
+    # selectors (epoll), not select(): the supervisor may hold thousands of descriptors,
+    # and this helper's copies of them can be numbered past select()'s limit of 1024.
+    sel = selectors.DefaultSelector()
+    sel.register(pid1_pidfd, selectors.EVENT_READ, "pid1")
+    sel.register(ctl, selectors.EVENT_READ, "ctl")
     while True:
-        ready, _, _ = select.select([pid1_pidfd, ctl.fileno()], [], [])
-        if pid1_pidfd in ready:
+        ready = {key.data for key, _ in sel.select()}
+        if "pid1" in ready:
             return 0
         try:
             msg, _, fds = wire.recv(ctl, (protocol.ExposeRequest,), max_payload=0)

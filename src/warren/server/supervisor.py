@@ -58,6 +58,7 @@ from . import follow, gitkeeper, launch, links, netd, pause, peer, registry, spa
 
 HEADER_DEADLINE = 10.0  # a client has this long to send a whole request header
 MAX_CLIENTS = 1024
+ACCEPT_BATCH = 64  # connections accepted per turn of the loop: the others' requests are read between
 LINKS_FILE = "links.cache"  # the hardlink scan's memory, for the next supervisor
 STOP_KILL_AFTER = 3.0  # after SIGTERM, PID 1's grace (2 s) and a margin
 NETLOG_MAX = 5000  # events in one reply (the newest)
@@ -188,13 +189,14 @@ class Supervisor:
         self.registry = registry.Registry(root) if root is not None else None
         self.start_time = registry.process_start_time(os.getpid()) or 0
         self.sel = selectors.DefaultSelector()
-        self.clients: set[Client] = set()
+        self.clients: dict[Client, None] = {}  # oldest first
         self.boxes: dict[str, Box] = {}  # long-lived, by name
         self.oneshots: dict[str, Box] = {}  # by id
         self.by_pid: dict[int, Box] = {}
         self.netd_pids: set[int] = set()
         self.idle_since = time.monotonic()
         self.shutdown = False
+        self.notes: dict[str, tuple[float, int]] = {}  # rate-limited log lines: kind -> (last, dropped)
         self.links = links.LinkScanner()
         self.git = gitkeeper.GitKeeper()
         self.git_sync_at = 0.0
@@ -313,8 +315,13 @@ class Supervisor:
     # --- clients -------------------------------------------------------------------------
 
     def _accept(self) -> None:
+        """Take new connections, a batch per turn. At ``MAX_CLIENTS`` the oldest client
+        that has sent nothing (its request head is not complete and no byte waits
+        unread) makes room and is told why: a flood of idle connections cannot lock a
+        client out, since a client sends its request as soon as it connects. When none
+        can make room the new connection is told so, and closed."""
         assert self.listener is not None
-        while True:
+        for _ in range(ACCEPT_BATCH):
             try:
                 sock, _ = self.listener.accept()
             except (BlockingIOError, InterruptedError):
@@ -322,18 +329,49 @@ class Supervisor:
             except OSError:
                 return  # out of descriptors: the client retries
             why = peer.verify(sock)
-            if why is not None or len(self.clients) >= MAX_CLIENTS:
-                print(
-                    f"warren supervisor: refused a connection: {why or 'too many clients'}", file=sys.stderr
-                )
+            if why is not None:
+                self._note("refused", f"refused a connection: {why}")
                 sock.close()
+                continue
+            if len(self.clients) >= MAX_CLIENTS and not self._make_room():
+                self._note("full", f"refused a connection: {MAX_CLIENTS} clients, all busy")
+                _tell(sock, _full(f"all {MAX_CLIENTS} of its connections are busy"))
                 continue
             _pid, uid, gid = wire.peer_creds(sock)
             self.add_client(sock, uid, gid)
 
+    def _make_room(self) -> bool:
+        for c in self.clients:
+            if c.deadline is None or c.busy or c.box is not None or c.stdin is not None:
+                continue
+            try:
+                if c.sock.recv(1, socket.MSG_DONTWAIT | socket.MSG_PEEK):
+                    continue  # its request is there, to be read this turn
+            except OSError:
+                pass  # nothing waits (BlockingIOError), or it is gone: either way it goes
+            self._note("evicted", f"closed an idle connection to make room ({MAX_CLIENTS} clients)")
+            with contextlib.suppress(OSError, WarrenError):
+                c.sock.send(
+                    wire.frame(_full("this connection sent nothing and made room")), socket.MSG_DONTWAIT
+                )
+            self._drop(c)
+            return True
+        return False
+
+    def _note(self, kind: str, line: str) -> None:
+        """A line in the log, at most one per kind every 5 seconds (with a count)."""
+        now = time.monotonic()
+        last, dropped = self.notes.get(kind, (-1e9, 0))
+        if now - last < 5:
+            self.notes[kind] = (last, dropped + 1)
+            return
+        self.notes[kind] = (now, 0)
+        more = f" (and {dropped} more since the last such line)" if dropped else ""
+        print(f"warren supervisor: {line}{more}", file=sys.stderr, flush=True)
+
     def add_client(self, sock: socket.socket, uid: int, gid: int) -> Client:
         c = Client(sock, uid, gid)
-        self.clients.add(c)
+        self.clients[c] = None
         self.sel.register(sock, _R, ("client", c))
         return c
 
@@ -342,7 +380,7 @@ class Supervisor:
         connection handed to a sandbox is only let go of: its helper reads on."""
         if c not in self.clients:
             return
-        self.clients.discard(c)
+        self.clients.pop(c, None)
         with contextlib.suppress(KeyError, ValueError):
             self.sel.unregister(c.sock)
         c.inbox.close_fds()
@@ -1209,6 +1247,23 @@ class Supervisor:
         self._reply(client, protocol.error_message(error))
 
 
+def _full(why: str) -> protocol.Message:
+    return protocol.error_message(
+        SandboxError(
+            f"the warren supervisor is at its connection limit: {why}",
+            operation="connect",
+            hint="too many connections at once (is a program opening many and sending nothing?); retry",
+        )
+    )
+
+
+def _tell(sock: socket.socket, message: protocol.Message) -> None:
+    """Send ``message`` if the socket takes it now, and close: never waits."""
+    with contextlib.suppress(OSError, WarrenError):
+        sock.send(wire.frame(message), socket.MSG_DONTWAIT)
+    sock.close()
+
+
 def json_safe(value: object) -> dict[str, object]:
     """A plan's dictionary as plain JSON values (tuples become lists, and so on)."""
     import json
@@ -1233,6 +1288,19 @@ def _idle() -> float:
         return DEFAULT_IDLE
 
 
+def _raise_nofile() -> None:
+    """Room for MAX_CLIENTS connections beside every sandbox's descriptors: the soft
+    descriptor limit up to the hard one (sandboxes get the old one back: ``clone``)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 16)
+    if want > soft:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            clone.sandbox_nofile = soft
+
+
 def daemon(root: str, ready_fd: int) -> int:
     """The per-user supervisor: one per state directory (a lock decides), reachable at
     the abstract address it publishes there."""
@@ -1250,6 +1318,7 @@ def daemon(root: str, ready_fd: int) -> int:
     except BlockingIOError:
         os.write(ready_fd, b"other\n")  # another supervisor serves this state directory
         return 0
+    _raise_nofile()
     token = secrets.token_hex(16)
     listener = wire.listen_abstract(wire.abstract_name(token))
     try:

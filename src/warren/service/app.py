@@ -39,6 +39,7 @@ from ..policy.spec import KNOWN, from_mapping
 from ..server.statedir import check_name
 from . import codec
 from .codec import HttpError
+from .conn import RateLimited
 
 MAX_JSON = 16 * 1024 * 1024
 MAX_FILE = wire.MAX_PAYLOAD
@@ -71,10 +72,18 @@ def _big(limit: int) -> str:
 
 
 async def json_body(
-    request: Request, fields: Mapping[str, str], required: tuple[str, ...] = ()
+    request: Request, fields: Mapping[str, str], required: tuple[str, ...] = (), empty_ok: bool = True
 ) -> dict[str, Any]:
-    """The request's JSON object with only ``fields`` (name -> what it must be)."""
+    """The request's JSON object with only ``fields`` (name -> what it must be); an
+    empty body is ``{}`` when ``empty_ok``."""
     raw = await body(request, MAX_JSON)
+    if not raw and not empty_ok:
+        raise HttpError(
+            400,
+            "request body is empty",
+            hint='send a JSON object, e.g. {"workspace": "/path"} (without one the sandbox would '
+            "get the service's working directory)",
+        )
     try:
         data = json.loads(raw or b"{}")
     except (ValueError, UnicodeDecodeError) as e:
@@ -139,9 +148,16 @@ def _query_int(request: Request, key: str, default: int) -> int:
     raw = request.query_params.get(key)
     if raw is None:
         return default
-    if not raw.isdigit():
-        raise HttpError(400, f"query parameter {key}={raw!r} must be a non-negative integer")
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 19 or int(raw) > checks.MAX_OFFSET:
+        raise HttpError(
+            400, f"query parameter {key}={raw[:40]!r} must be an integer from 0 to {checks.MAX_OFFSET}"
+        )
     return int(raw)
+
+
+def _offsets(out: int, err: int) -> tuple[int, int]:
+    with codec.bad_request():
+        return checks.offset(out, "offset", "process"), checks.offset(err, "stderr_offset", "process")
 
 
 def command_args(data: Mapping[str, Any], op: str) -> tuple[list[str], dict[str, Any]]:
@@ -156,8 +172,15 @@ def command_args(data: Mapping[str, Any], op: str) -> tuple[list[str], dict[str,
     }
 
 
-def _flag(request: Request, key: str) -> bool:
-    return request.query_params.get(key, "").lower() in ("1", "true", "yes")
+def _flag(request: Request, key: str, default: bool = False) -> bool:
+    raw = request.query_params.get(key)
+    if raw is None:
+        return default
+    if raw.lower() in ("1", "true", "yes"):
+        return True
+    if raw.lower() in ("", "0", "false", "no"):
+        return False
+    raise HttpError(400, f"query parameter {key}={raw[:40]!r} must be true or false", hint=f"?{key}=true")
 
 
 def _name(request: Request) -> str:
@@ -259,7 +282,7 @@ class Service:
         return JSONResponse(codec.result(result))
 
     async def create(self, request: Request) -> Response:
-        data = await json_body(request, CREATE_FIELDS)
+        data = await json_body(request, CREATE_FIELDS, empty_ok=False)
         name = data.pop("name", None)
         if name is None:
             import uuid
@@ -281,8 +304,8 @@ class Service:
         return JSONResponse(codec.sandbox(await self.call(self.transport.get, _name(request))))
 
     async def delete(self, request: Request) -> Response:
-        remove = request.query_params.get("remove", "true").lower() not in ("0", "false", "no")
-        info = await self.call(self.transport.stop, _name(request), remove=remove)
+        name, remove = _name(request), _flag(request, "remove", True)
+        info = await self.call(self.transport.stop, name, remove=remove)
         return JSONResponse(codec.sandbox(info))
 
     async def exec(self, request: Request) -> Response:
@@ -353,9 +376,11 @@ class Service:
         last = request.headers.get("last-event-id")
         if last:
             first, _, second = last.partition(":")
-            if not (first.isdigit() and second.isdigit()):
-                raise HttpError(400, f"Last-Event-ID {last!r} is not STDOUT_OFFSET:STDERR_OFFSET")
-            out_off, err_off = int(first), int(second)
+            if not (first.isascii() and first.isdigit() and second.isascii() and second.isdigit()) or (
+                len(first) > 19 or len(second) > 19
+            ):
+                raise HttpError(400, f"Last-Event-ID {last[:80]!r} is not STDOUT_OFFSET:STDERR_OFFSET")
+            out_off, err_off = _offsets(int(first), int(second))
         state, out, err = await self.call(self.transport.process, name, spawn_id, out_off, err_off)
 
         async def events() -> AsyncIterator[bytes]:
@@ -387,15 +412,17 @@ class Service:
     async def signal(self, request: Request) -> Response:
         name = _name(request)
         data = await json_body(request, {"signal": "a signal number or name (default SIGTERM)"})
-        sig = _signal(data.get("signal", 15))
+        with codec.bad_request():
+            sig = checks.signal(data.get("signal", 15), "signal")
         pid = await self._pid(name, request.path_params["id"])
         await self.call(self.transport.signal, name, pid, sig)
         return JSONResponse({"ok": True})
 
     async def _pid(self, name: str, ident: str) -> int:
-        if ident.isdigit():
-            return int(ident)
-        state, _, _ = await self.call(self.transport.process, name, ident, 1 << 62, 1 << 62)
+        if ident.isascii() and ident.lstrip("-").isdigit():
+            return checks.pid(int(ident) if len(ident) < 20 else ident[:30], "signal")
+        end = checks.MAX_OFFSET
+        state, _, _ = await self.call(self.transport.process, name, ident, end, end)
         return int(state.pid)
 
     # --- files ---------------------------------------------------------------------------------------
@@ -486,9 +513,10 @@ class Service:
     async def expose(self, request: Request) -> Response:
         name = _name(request)
         data = await json_body(request, PORT_FIELDS, ("port",))
-        port, host_port = _int(data["port"], "port", 8000), _int(data.get("host_port"), "host_port", 0)
-        if not (1 <= port <= 65535 and 0 <= host_port <= 65535):
-            raise HttpError(400, "ports are 1-65535 (host_port 0 picks a free one)")
+        host_port = data.get("host_port")
+        with codec.bad_request():
+            port = checks.port(data["port"], "port", "expose")
+            host_port = checks.port(0 if host_port is None else host_port, "host_port", "expose", 0)
         address = await self.call(self.transport.expose, name, port, host_port)
         return JSONResponse({"address": address}, status_code=201)
 
@@ -524,19 +552,6 @@ def process_state(state: protocol.ProcessState) -> dict[str, Any]:
         "timed_out": state.timed_out,
         "limit": state.limit,
     }
-
-
-def _signal(value: object) -> int:
-    import signal
-
-    if isinstance(value, str):
-        try:
-            return int(signal.Signals[value if value.startswith("SIG") else f"SIG{value}"])
-        except KeyError:
-            raise HttpError(400, f"unknown signal {value!r}", hint="e.g. SIGTERM, SIGKILL, 15") from None
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 64:
-        raise HttpError(400, f"signal must be a name or a number 1-64, not {value!r}")
-    return value
 
 
 RUN_FIELDS = {
@@ -642,12 +657,21 @@ def _dispatch(methods: dict[str, Handler]) -> Handler:
 
 
 class Guard:
-    """Bearer-token check (constant time) and one log line per request."""
+    """Host/Origin check (TCP on loopback), bearer-token check (constant time), and one
+    log line per request; refused requests' lines are rate-limited."""
 
-    def __init__(self, app: ASGIApp, token: str | None, log: Callable[[str], None] | None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        token: str | None,
+        log: Callable[[str], None] | None,
+        hosts: frozenset[str] | None = None,
+    ) -> None:
         self.app = app
         self.token = None if token is None else token.encode()
         self.log = log
+        self.hosts = hosts
+        self.refusals = RateLimited(log, window=1.0) if log is not None else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -663,14 +687,11 @@ class Guard:
             await send(message)
 
         try:
-            if self.token is not None and not self._authorized(scope):
-                error = HttpError(
-                    401,
-                    "missing or wrong bearer token",
-                    hint="send 'Authorization: Bearer TOKEN' with the token `warren serve` was started with",
-                )
+            refusal = self._refusal(scope)
+            if refusal is not None:
+                headers = {"WWW-Authenticate": "Bearer"} if refusal.status == 401 else {}
                 response = JSONResponse(
-                    codec.error_body(error), status_code=401, headers={"WWW-Authenticate": "Bearer"}
+                    codec.error_body(refusal), status_code=refusal.status, headers=headers
                 )
                 await response(scope, receive, send_logged)
             else:
@@ -678,7 +699,32 @@ class Guard:
         finally:
             if self.log is not None:
                 took = (time.monotonic() - start) * 1000
-                self.log(f"{scope['method']} {scope['path']} {status} {took:.1f}ms")
+                line = f"{scope['method']} {scope['path']} {status} {took:.1f}ms"
+                if status in (401, 403) and self.refusals is not None:
+                    self.refusals(str(status), line)
+                else:
+                    self.log(line)
+
+    def _refusal(self, scope: Scope) -> HttpError | None:
+        if self.hosts is not None:
+            for key, value in scope["headers"]:
+                if (
+                    key in (b"host", b"origin")
+                    and _hostname(bytes(value), key == b"origin") not in self.hosts
+                ):
+                    what = "Host" if key == b"host" else "Origin"
+                    return HttpError(
+                        403,
+                        f"the {what} header does not name this service",
+                        hint="use http://127.0.0.1:PORT or http://localhost:PORT (web pages are refused)",
+                    )
+        if self.token is not None and not self._authorized(scope):
+            return HttpError(
+                401,
+                "missing or wrong bearer token",
+                hint="send 'Authorization: Bearer TOKEN' with the token `warren serve` was started with",
+            )
+        return None
 
     def _authorized(self, scope: Scope) -> bool:
         assert self.token is not None
@@ -689,6 +735,23 @@ class Guard:
         return False
 
 
+def _hostname(value: bytes, origin: bool) -> str:
+    """The host name of a Host header (``name[:port]``) or an Origin (``scheme://name[:port]``),
+    lower case; "" when it is not one."""
+    text = value.decode("latin-1").strip().lower()
+    if origin:
+        scheme, sep, text = text.partition("://")
+        if not sep or scheme not in ("http", "https"):
+            return ""
+    if text.startswith("["):
+        end = text.find("]")
+        rest = text[end + 1 :]
+        ok = end > 0 and (rest == "" or (rest[:1] == ":" and rest[1:].isdigit()))
+        return text[: end + 1] if ok else ""
+    name, _, port = text.partition(":")
+    return name if port == "" or port.isdigit() else ""
+
+
 def make_app(
     transport: Transport,
     token: str | None,
@@ -696,6 +759,7 @@ def make_app(
     log: Callable[[str], None] | None = None,
     extra: list[BaseRoute] | None = None,
     lifespan: Any = None,
+    hosts: frozenset[str] | None = None,
 ) -> ASGIApp:
     service = Service(transport)
     app = Starlette(routes=[*routes(service), *(extra or [])], lifespan=lifespan)
@@ -705,8 +769,9 @@ def make_app(
         error = HttpError(
             status, f"no route {request.method} {request.url.path}", hint="see GET /v1/openapi.json"
         )
-        return JSONResponse(codec.error_body(error), status_code=status)
+        headers = getattr(exc, "headers", None) if status == 405 else None
+        return JSONResponse(codec.error_body(error), status_code=status, headers=headers)
 
     app.add_exception_handler(404, not_found)
     app.add_exception_handler(405, not_found)
-    return Guard(app, token, log)
+    return Guard(app, token, log, hosts)

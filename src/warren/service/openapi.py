@@ -1,11 +1,14 @@
 """The OpenAPI 3.1 document of API v1, generated from the route table (``app.TABLE``)
 and the schemas below; a test checks that every route is described and every
-description is a route."""
+description is a route, and a schemathesis run (tests/test_service_schema.py) that the
+server keeps to it. Every constraint the server enforces is stated here, from the
+same constants (``client.checks``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from ..client import checks
 from ..policy.spec import BOOL_KEYS, LIMIT_KEYS, LIST_KEYS, STR_KEYS, TABLE_KEYS
 
 STR: dict[str, Any] = {"type": "string"}
@@ -14,6 +17,10 @@ BOOL: dict[str, Any] = {"type": "boolean"}
 NUM: dict[str, Any] = {"type": "number"}
 STRS: dict[str, Any] = {"type": "array", "items": STR}
 STRMAP: dict[str, Any] = {"type": "object", "additionalProperties": STR}
+NO_NUL = "^[^\\u0000]*$"
+TEXT: dict[str, Any] = {"type": "string", "pattern": NO_NUL}  # paths, arguments: no NUL
+NAME_PATTERN = "^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
+PATH_TEXT: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": 4095, "pattern": NO_NUL}
 
 
 def _ref(name: str) -> dict[str, Any]:
@@ -44,13 +51,25 @@ def _policy_props() -> dict[str, Any]:
 
 
 COMMAND = {
-    "argv": {"type": "array", "items": STR, "minItems": 1},
-    "cwd": STR,
-    "env": STRMAP,
-    "stdin": STR,
+    "argv": {
+        "type": "array",
+        "prefixItems": [{"type": "string", "minLength": 1, "pattern": NO_NUL}],
+        "items": TEXT,
+        "minItems": 1,
+        "description": "the program (non-empty) and its arguments; no NUL, each under "
+        f"{checks.MAX_ARG_STRLEN} bytes",
+    },
+    "cwd": {"type": ["string", "null"], "minLength": 1, "pattern": NO_NUL},
+    "env": {"type": ["object", "null"], "additionalProperties": TEXT},
+    "stdin": {"type": ["string", "null"]},
     "stdin_encoding": {"type": "string", "enum": ["utf-8", "base64"]},
-    "timeout": {"type": "number", "exclusiveMinimum": 0},
-    "output_limit": {"type": "integer", "minimum": 0},
+    "timeout": {
+        "type": ["number", "null"],
+        "exclusiveMinimum": 0,
+        "maximum": checks.MAX_TIMEOUT,
+        "description": "seconds; null: no limit (0 is refused, not 'no limit')",
+    },
+    "output_limit": {"type": ["integer", "null"], "minimum": 0, "maximum": checks.MAX_OUTPUT_LIMIT},
 }
 
 SCHEMAS: dict[str, Any] = {
@@ -71,8 +90,16 @@ SCHEMAS: dict[str, Any] = {
         ("error",),
     ),
     "Policy": _object(_policy_props()),
-    "CreateSandbox": _object({"name": STR, **_policy_props()}),
-    "Run": _object({"policy": _ref("Policy"), **{k: v for k, v in COMMAND.items() if k != "env"}}, ("argv",)),
+    "CreateSandbox": _object(
+        {"name": {"type": "string", "pattern": NAME_PATTERN}, **_policy_props()},
+    ),
+    "Run": _object(
+        {
+            "policy": {"anyOf": [_ref("Policy"), {"type": "null"}]},
+            **{k: v for k, v in COMMAND.items() if k != "env"},
+        },
+        ("argv",),
+    ),
     "Exec": _object(COMMAND, ("argv",)),
     "Spawn": _object(
         {
@@ -129,7 +156,11 @@ SCHEMAS: dict[str, Any] = {
         "properties": {
             "name": STR,
             "id": STR,
-            "state": {"type": "string", "enum": ["running", "paused", "stopping", "stopped", "dead"]},
+            "state": {
+                "type": "string",
+                "enum": ["running", "paused", "stopping", "stopped", "dead", "removed"],
+                "description": "removed: the answer of DELETE when the sandbox is gone",
+            },
             "reason": STR,
             "workspace": STR,
             "created": NUM,
@@ -173,7 +204,9 @@ SCHEMAS: dict[str, Any] = {
             "next_stderr_offset": INT,
         },
     },
-    "Signal": _object({"signal": {"oneOf": [INT, STR]}}),
+    "Signal": _object(
+        {"signal": {"oneOf": [{"type": "integer", "minimum": 1, "maximum": 64}, {"type": "string"}]}}
+    ),
     "FileInfo": {
         "type": "object",
         "properties": {
@@ -190,9 +223,23 @@ SCHEMAS: dict[str, Any] = {
         "type": "object",
         "properties": {"path": STR, "entries": {"type": "array", "items": _ref("FileInfo")}},
     },
-    "Mkdir": _object({"path": STR, "parents": BOOL, "exist_ok": BOOL, "mode": INT}, ("path",)),
-    "Move": _object({"src": STR, "dst": STR}, ("src", "dst")),
-    "Expose": _object({"port": INT, "host_port": INT}, ("port",)),
+    "Mkdir": _object(
+        {
+            "path": PATH_TEXT,
+            "parents": BOOL,
+            "exist_ok": BOOL,
+            "mode": {"type": ["integer", "null"], "minimum": 0, "maximum": 0o1777},
+        },
+        ("path",),
+    ),
+    "Move": _object({"src": PATH_TEXT, "dst": PATH_TEXT}, ("src", "dst")),
+    "Expose": _object(
+        {
+            "port": {"type": "integer", "minimum": 1, "maximum": 65535},
+            "host_port": {"type": ["integer", "null"], "minimum": 0, "maximum": 65535},
+        },
+        ("port",),
+    ),
     "Exposed": {"type": "object", "properties": {"address": STR}},
     "NetLog": {"type": "object", "properties": {"events": {"type": "array", "items": {"type": "object"}}}},
     "Ok": {"type": "object"},
@@ -210,7 +257,7 @@ SCHEMAS: dict[str, Any] = {
     },
 }
 
-NAME = {"name": "name", "in": "path", "required": True, "schema": STR}
+NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string", "pattern": NAME_PATTERN}}
 ID = {
     "name": "id",
     "in": "path",
@@ -218,7 +265,9 @@ ID = {
     "schema": STR,
     "description": "process id from POST processes",
 }
-PATHQ = {"name": "path", "in": "query", "required": True, "schema": STR}
+PATHQ = {"name": "path", "in": "query", "required": True, "schema": PATH_TEXT}
+FLAG: dict[str, Any] = {"type": "string", "enum": ["true", "false", "1", "0", "yes", "no"]}
+OFFSET: dict[str, Any] = {"type": "integer", "minimum": 0, "maximum": checks.MAX_OFFSET}
 
 
 def _q(name: str, schema: dict[str, Any], description: str = "") -> dict[str, Any]:
@@ -269,7 +318,7 @@ OPS: dict[tuple[str, str], tuple[str, dict[str, Any] | None, int, dict[str, Any]
         None,
         200,
         _json("Sandbox"),
-        [_q("remove", BOOL)],
+        [_q("remove", FLAG, "default true; false: only stop")],
     ),
     ("/v1/sandboxes/{name}/exec", "POST"): (
         "Run a command in the sandbox; SSE events stdout, stderr, exit with Accept: text/event-stream",
@@ -297,7 +346,7 @@ OPS: dict[tuple[str, str], tuple[str, dict[str, Any] | None, int, dict[str, Any]
         None,
         200,
         _json("ProcessState"),
-        [_q("offset", INT), _q("stderr_offset", INT)],
+        [_q("offset", OFFSET), _q("stderr_offset", OFFSET)],
     ),
     ("/v1/sandboxes/{name}/processes/{id}/output", "GET"): (
         "SSE of a background process's output; event ids are STDOUT:STDERR offsets "
@@ -305,7 +354,7 @@ OPS: dict[tuple[str, str], tuple[str, dict[str, Any] | None, int, dict[str, Any]
         None,
         200,
         SSE,
-        [_q("offset", INT), _q("stderr_offset", INT)],
+        [_q("offset", OFFSET), _q("stderr_offset", OFFSET)],
     ),
     ("/v1/sandboxes/{name}/processes/{id}/signal", "POST"): (
         "Signal a process group (id: process id or pid)",
@@ -326,14 +375,18 @@ OPS: dict[tuple[str, str], tuple[str, dict[str, Any] | None, int, dict[str, Any]
         },
         200,
         _json("StdinState"),
-        [_q("eof", BOOL, "with a raw body: close stdin after it")],
+        [_q("eof", FLAG, "with a raw body: close stdin after it")],
     ),
     ("/v1/sandboxes/{name}/files", "GET"): (
         "A file's bytes, or a directory's listing as JSON",
         None,
         200,
         {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}, **_json("Listing")},
-        [PATHQ, _q("type", {"type": "string", "enum": ["file", "dir"]}), _q("max_bytes", INT)],
+        [
+            PATHQ,
+            _q("type", {"type": "string", "enum": ["file", "dir"]}),
+            _q("max_bytes", {"type": "integer", "minimum": 0, "maximum": 1 << 28}),
+        ],
     ),
     ("/v1/sandboxes/{name}/files", "PUT"): (
         "Write a file from the raw body, all or nothing (a new file renamed over the old one)",
@@ -352,14 +405,14 @@ OPS: dict[tuple[str, str], tuple[str, dict[str, Any] | None, int, dict[str, Any]
         None,
         200,
         _json("Ok"),
-        [PATHQ, _q("recursive", BOOL)],
+        [PATHQ, _q("recursive", FLAG)],
     ),
     ("/v1/sandboxes/{name}/files/stat", "GET"): (
         "Stat a path (?exists=1: only whether it exists)",
         None,
         200,
         _json("FileInfo"),
-        [PATHQ, _q("follow", BOOL), _q("exists", BOOL)],
+        [PATHQ, _q("follow", FLAG), _q("exists", FLAG)],
     ),
     ("/v1/sandboxes/{name}/files/mkdir", "POST"): ("Make a directory", _json("Mkdir"), 201, _json("Ok"), []),
     ("/v1/sandboxes/{name}/files/move", "POST"): ("Rename a path", _json("Move"), 200, _json("Ok"), []),
@@ -397,13 +450,16 @@ OPS: dict[tuple[str, str], tuple[str, dict[str, Any] | None, int, dict[str, Any]
 ERRORS = {
     "400": "bad request: invalid JSON, unknown key, bad policy or argument",
     "401": "missing or wrong bearer token",
-    "403": "the sandbox's policy forbids it",
+    "403": "the sandbox's policy forbids it; or a Host/Origin that does not name the service",
     "404": "no such sandbox, process, file or route",
     "409": "a sandbox of that name exists, or it is paused or dead; a process's stdin is not open, "
     "closed, or the process ended",
+    "405": "the route has no such method (the Allow header lists those it has)",
     "413": "request body or file too large; a process's stdin is full (it is not reading)",
+    "422": "the command or its working directory cannot be executed",
     "429": "the sandbox is at its pids or memory limit: the command could not start",
     "500": "warren failed (setup error or bug)",
+    "503": "every connection is busy (retry)",
     "504": "timed out",
 }
 

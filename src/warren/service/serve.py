@@ -8,14 +8,19 @@ streamable-HTTP transport is itself a Starlette app, so ``/mcp`` mounts beside
 Security model: a unix socket (default ``$XDG_STATE_HOME/warren/serve.sock``, mode
 0600) is reachable only by this user; TCP always needs a bearer token and a
 non-loopback address needs ``--allow-remote`` (the token then travels in clear unless
-a TLS proxy is in front).
+a TLS proxy is in front). On loopback TCP, a request must name this service in its
+``Host`` (and ``Origin``, when a browser sends one): a web page whose name resolves to
+127.0.0.1 (DNS rebinding) is refused before the token is looked at. Connection limits
+and timeouts are ``conn``'s; logs are escaped and refusals rate-limited there too.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ipaddress
+import logging
 import os
+import resource
 import signal
 import socket
 import sys
@@ -26,6 +31,7 @@ from typing import Any
 
 from ..errors import PolicyError, WarrenError
 from ..server import statedir
+from . import conn
 
 
 class ServeError(PolicyError):
@@ -143,12 +149,74 @@ def bind(listen: Listen) -> socket.socket:
 
 def _log(line: str) -> None:
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
-    sys.stderr.write(f"{stamp} {line}\n")
+    sys.stderr.write(f"{stamp} {conn.printable(line)}\n")
     sys.stderr.flush()
 
 
+class _QuietLogs(logging.Filter):
+    """uvicorn's and asyncio's own warnings (a malformed request, an accept error) at
+    most once per window per kind, escaped: a flood of bad requests is a few lines."""
+
+    def __init__(self, window: float = 5.0) -> None:
+        super().__init__()
+        self.window = window
+        self.last: dict[str, float] = {}
+        self.dropped: dict[str, int] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        kind = f"{record.name}:{record.msg}"
+        now = time.monotonic()
+        if now - self.last.get(kind, -1e9) < self.window:
+            self.dropped[kind] = self.dropped.get(kind, 0) + 1
+            return False
+        self.last[kind] = now
+        text = conn.printable(record.getMessage())
+        dropped = self.dropped.pop(kind, 0)
+        record.msg = text + (f" (and {dropped} more like it)" if dropped else "")
+        record.args = ()
+        return True
+
+
+def allowed_hosts(listen: Listen, allow_remote: bool) -> frozenset[str] | None:
+    """The names a request's ``Host`` may give on TCP (None: any, for a unix socket,
+    which no browser reaches, or a remote address, whose names we cannot know)."""
+    if listen.unix is not None or (allow_remote and not is_loopback(listen.host)):
+        return None
+    host = listen.host.lower()
+    return frozenset({"localhost", "127.0.0.1", "[::1]", host, f"[{host}]"})
+
+
+def raise_fd_limit() -> int:
+    """Raise this process's soft descriptor limit to its hard limit; the new soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard != resource.RLIM_INFINITY else max(soft, 65536)
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+        soft = want
+    return int(soft)
+
+
+def limits_for(fd_limit: int, head_timeout: float) -> conn.Limits:
+    """Connection caps that fit under the descriptor limit: room is kept for the
+    worker threads' supervisor connections (256) and the rest of the process."""
+    total = max(16, min(conn.MAX_TOTAL, fd_limit - 400))
+    return conn.Limits(
+        head_timeout=head_timeout,
+        body_idle=3 * head_timeout,
+        max_total=total,
+        max_per_peer=max(8, min(conn.MAX_PER_PEER, total // 2)),
+        log=conn.RateLimited(_log),
+    )
+
+
 def serve(
-    listen: Listen, token: str | None, *, mcp_spec: Any = None, mcp_workspace: str | None = None
+    listen: Listen,
+    token: str | None,
+    *,
+    mcp_spec: Any = None,
+    mcp_workspace: str | None = None,
+    allow_remote: bool = False,
+    head_timeout: float = conn.HEAD_TIMEOUT,
 ) -> int:
     import uvicorn
 
@@ -171,10 +239,18 @@ def serve(
         async with mcp.session_manager.run():
             yield
 
-    app = make_app(transport, token, log=_log, extra=mcp_routes, lifespan=lifespan)
-    where = f"unix:{listen.unix}" if listen.unix else f"http://{listen.host}:{sock.getsockname()[1]}"
+    hosts = allowed_hosts(listen, allow_remote)
+    app = make_app(transport, token, log=_log, extra=mcp_routes, lifespan=lifespan, hosts=hosts)
+    host = f"[{listen.host}]" if ":" in listen.host else listen.host
+    where = f"unix:{listen.unix}" if listen.unix else f"http://{host}:{sock.getsockname()[1]}"
     _log(f"warren serve listening on {where}" + (" (token required)" if token else ""))
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", timeout_keep_alive=30)
+    limits = limits_for(raise_fd_limit(), head_timeout)
+    quiet = _QuietLogs()
+    for name in ("uvicorn.error", "asyncio"):
+        logging.getLogger(name).addFilter(quiet)
+    config = uvicorn.Config(
+        app, log_level="warning", access_log=False, lifespan="on", **conn.config_kwargs(limits)
+    )
 
     class Server(uvicorn.Server):
         # uvicorn re-raises SIGTERM/SIGINT after its graceful shutdown, which would skip
