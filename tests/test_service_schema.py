@@ -2,11 +2,7 @@
 (valid and invalid data: its coverage and fuzzing phases, deterministic, bounded) and
 every answer must be a documented status with a body of the documented shape, never a
 5xx. Two runs: every operation with generated names (mostly no such sandbox), then
-the operations of one sandbox with its name pinned to a live one.
-
-``PUT .../files`` is left out for now: an upload to a sandbox that does not exist
-still ends in a 500 ("the supervisor closed the connection") until the atomic-upload
-change that answers 404/409 there lands; everything else is in."""
+the operations of one sandbox with its name pinned to a live one."""
 
 from __future__ import annotations
 
@@ -30,7 +26,7 @@ def _schemathesis(server: Serve, cwd: Path, *extra: str, config: Path | None = N
     args += [f"{server.url}/v1/openapi.json", "--checks", CHECKS, "--mode", "all"]
     args += ["--phases", "coverage,fuzzing", "--max-examples", str(EXAMPLES), "--generation-deterministic"]
     args += ["--workers", "1", "--no-shrink", "--request-timeout", "60", "--no-color"]
-    args += ["--header", f"Authorization: Bearer {server.token}", "--exclude-method", "PUT", *extra]
+    args += ["--header", f"Authorization: Bearer {server.token}", *extra]
     proc = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=400)
     out = proc.stdout
     assert proc.returncode == 0, out[-6000:] + proc.stderr[-2000:]
