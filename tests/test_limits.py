@@ -540,7 +540,11 @@ def _descendants(pid: int) -> list[int]:
     found, todo = [], [pid]
     while todo:
         p = todo.pop()
-        for task in os.listdir(f"/proc/{p}/task"):
+        try:
+            tasks = os.listdir(f"/proc/{p}/task")
+        except FileNotFoundError:
+            continue  # a helper that ended while being listed
+        for task in tasks:
             with contextlib.suppress(OSError):
                 kids = [int(k) for k in Path(f"/proc/{p}/task/{task}/children").read_text().split()]
                 found += kids

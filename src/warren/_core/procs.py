@@ -60,6 +60,31 @@ def cmdline(pid: int) -> list[str] | None:
         return None
 
 
+def signal_member(pid: int, sig: int, pidns: int) -> bool:
+    """Send ``sig`` to ``pid`` only if it is a process of the pid namespace ``pidns``
+    (the inode of its ``/proc/PID/ns/pid``): pinned by a pidfd first and checked after,
+    so a pid that was freed and taken by a process of the host meanwhile is never the
+    one signalled. False when nothing was sent."""
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return False
+    try:
+        if os.stat(f"/proc/{pid}/ns/pid").st_ino != pidns:
+            return False
+        signal.pidfd_send_signal(fd, sig)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def pid_namespace(pid: int) -> int:
+    """The inode naming the pid namespace ``pid`` is in."""
+    return os.stat(f"/proc/{pid}/ns/pid").st_ino
+
+
 def descendants(root: int) -> list[int]:
     kids: dict[int, list[int]] = {}
     for pid, ppid, _state in table():
