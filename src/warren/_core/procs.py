@@ -60,17 +60,17 @@ def cmdline(pid: int) -> list[str] | None:
         return None
 
 
-def signal_member(pid: int, sig: int, pidns: int) -> bool:
-    """Send ``sig`` to ``pid`` only if it is a process of the pid namespace ``pidns``
-    (the inode of its ``/proc/PID/ns/pid``): pinned by a pidfd first and checked after,
-    so a pid that was freed and taken by a process of the host meanwhile is never the
-    one signalled. False when nothing was sent."""
+def signal_member(pid: int, sig: int, root: int) -> bool:
+    """Send ``sig`` to ``pid`` only if it is ``root`` or one of its descendants: pinned
+    by a pidfd first and its ancestry read after, so a pid that was freed and taken by
+    a process of the host meanwhile is never the one signalled (a host process is
+    never a descendant of a sandbox's PID 1). False when nothing was sent."""
     try:
         fd = os.pidfd_open(pid)
     except OSError:
         return False
     try:
-        if os.stat(f"/proc/{pid}/ns/pid").st_ino != pidns:
+        if not _descends(pid, root):
             return False
         signal.pidfd_send_signal(fd, sig)
         return True
@@ -80,9 +80,19 @@ def signal_member(pid: int, sig: int, pidns: int) -> bool:
         os.close(fd)
 
 
-def pid_namespace(pid: int) -> int:
-    """The inode naming the pid namespace ``pid`` is in."""
-    return os.stat(f"/proc/{pid}/ns/pid").st_ino
+def _descends(pid: int, root: int) -> bool:
+    for _ in range(4096):
+        if pid == root:
+            return True
+        if pid <= 1:
+            return False
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            return False
+        pid = int(stat[stat.rindex(")") + 2 :].split()[1])
+    return False
 
 
 def descendants(root: int) -> list[int]:

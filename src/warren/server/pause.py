@@ -97,16 +97,15 @@ def _stop_signals(pid1: int, stopped: bool) -> None:
     is left running (one forking at the moment of the first pass has a child the next
     pass stops); resume sends SIGCONT to all."""
     sig = signal.SIGSTOP if stopped else signal.SIGCONT
-    # Signalled by pidfd, and only if still in the sandbox's pid namespace: a pid read
-    # from the process table may be freed and reused by a host process before the kill.
-    pidns = procs.pid_namespace(pid1)
+    # Signalled by pidfd, and only while still a descendant of PID 1: a pid read from
+    # the process table may be freed and reused by a host process before the kill.
     for _ in range(50 if stopped else 1):
         running = 0
         for pid in [pid1, *procs.descendants(pid1)]:
             if stopped and procs.state(pid) in ("T", "t", "Z", "X", ""):
                 continue
             running += 1
-            procs.signal_member(pid, sig, pidns)
+            procs.signal_member(pid, sig, pid1)
         if not running:
             return
         time.sleep(0.001)
