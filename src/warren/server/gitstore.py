@@ -330,11 +330,14 @@ def _sync_config(shadow: Shadow, state: dict[str, Any], stamps: dict[str, list[i
                 host.pop(k, None)
         done.append(f"{shadow.path}/config: {', '.join(sorted(pushed))} from the sandbox")
     fix = {k: v for k, v in pulled.items() if mine.get(k, []) != v}
-    if fix or tree_data is host_data:
+    wrote_tree = bool(fix) or tree_data is host_data
+    if wrote_tree:
         safepath.write_atomic(shadow.tfd, "config", applied(shadow.sfd, tree_data, fix))
     state["values"] = host
-    stamps["config:host"] = _stamp(shadow.gfd, "config")
-    stamps["config:tree"] = _stamp(shadow.tfd, "config")
+    # A side only read is recorded as it was before the read (a change made while this
+    # round ran is seen next round); a side written, as right after the write.
+    stamps["config:host"] = _stamp(shadow.gfd, "config") if pushed else g_now
+    stamps["config:tree"] = _stamp(shadow.tfd, "config") if wrote_tree else t_now
     return done
 
 
@@ -357,17 +360,16 @@ def _sync_files(
             continue
         if _stamp(shadow.gfd, name + ".lock") or _stamp(shadow.tfd, name + ".lock"):
             continue  # a git command is writing it: next round
-        if g_was is None and t_was is None:
-            # First meeting: the host's copy is what the tree starts from.
+        if (g_was is None and t_was is None) or g_now != g_was:
+            # The host changed (or this is the first meeting): the tree follows it. The
+            # host's side is recorded as it was before the copy, the tree's right after.
             if g_now:
                 copy_file(shadow.gfd, shadow.tfd, name)
             elif t_now:
                 safepath.unlink(shadow.tfd, name)
-        elif g_now != g_was:
-            if g_now:
-                copy_file(shadow.gfd, shadow.tfd, name)
-            else:
-                safepath.unlink(shadow.tfd, name)
+            stamps["host:" + name] = g_now
+            stamps["tree:" + name] = _stamp(shadow.tfd, name)
+            continue
         else:
             verdict = _checked(shadow, name, t_now, gitlink_ok)
             if isinstance(verdict, str):
@@ -381,8 +383,8 @@ def _sync_files(
                 safepath.write_atomic(shadow.gfd, name, verdict, mode=stat.S_IMODE(t_now[0]), fsync=False)
             elif name != "HEAD":
                 safepath.unlink(shadow.gfd, name)
-        stamps["host:" + name] = _stamp(shadow.gfd, name)
-        stamps["tree:" + name] = _stamp(shadow.tfd, name)
+            stamps["host:" + name] = _stamp(shadow.gfd, name)
+            stamps["tree:" + name] = t_now
     return done
 
 
