@@ -15,7 +15,7 @@ import stat
 from collections.abc import Mapping
 
 from .._core import safepath
-from .gitstore import MAX_CONFIG, applied, copy_file, location, save_json, synced, values_of
+from .gitstore import MAX_CONFIG, applied, copy_file, open_store, save_json, synced, values_of
 
 
 def adopt(root_fd: int, root: str, rel: str, env: Mapping[str, str]) -> list[str]:
@@ -27,21 +27,16 @@ def adopt(root_fd: int, root: str, rel: str, env: Mapping[str, str]) -> list[str
     path = os.path.normpath(os.path.join(root, rel))
     gfd = safepath.dir_beneath(root_fd, rel) if rel else os.dup(root_fd)
     try:
-        store = location(path, env)
-        os.makedirs(os.path.join(store, "tree", "hooks"), mode=0o700, exist_ok=True)
-        sfd = safepath.open_dir(store)
+        _store, sfd, tfd = open_store(path, env)
         try:
-            tfd = safepath.dir_beneath(sfd, "tree")
-            try:
-                done += _adopt_config(gfd, sfd, tfd, path)
-                done += _adopt_hooks(gfd, tfd, path)
-                for name in ("commondir", "config.worktree"):
-                    if _move_into(gfd, tfd, name):
-                        done.append(f"{path}/{name}: moved into warren's store")
-                done += _adopt_worktrees(gfd, path)
-            finally:
-                os.close(tfd)
+            done += _adopt_config(gfd, sfd, tfd, path)
+            done += _adopt_hooks(gfd, tfd, path)
+            for name in ("commondir", "config.worktree"):
+                if _move_into(gfd, tfd, name):
+                    done.append(f"{path}/{name}: moved into warren's store")
+            done += _adopt_worktrees(gfd, path)
         finally:
+            os.close(tfd)
             os.close(sfd)
     finally:
         os.close(gfd)

@@ -220,10 +220,11 @@ def _protected_or_absent(root_fd: int, root: str, rel: str, protected: set[str])
 
 
 def _shared_now(path: str) -> tuple[str, ...]:
-    names = set(gitstore.ALWAYS_SHARED)
+    # Only shown (warren plan): read as it is, nothing made.
+    names: set[str] = set()
     with contextlib.suppress(OSError), os.scandir(path) as it:
-        names |= {e.name for e in it if e.is_dir(follow_symlinks=False)}
-    return tuple(sorted(names - gitstore.PRIVATE_DIRS))
+        names = {e.name for e in it if e.is_dir(follow_symlinks=False)}
+    return gitstore.shared_of(names)
 
 
 def _log(line: str) -> None:

@@ -198,33 +198,19 @@ class Shadow:
 
 
 def prepare(root_fd: int, root: str, rel: str, env: Mapping[str, str]) -> Shadow:
-    """Open the git directory ``rel`` beneath the root and bring its tree up to date
-    (made on first use; an old store's config and hooks move into it)."""
+    """Open the git directory ``rel`` beneath the root and bring its tree up to date."""
     path = os.path.normpath(os.path.join(root, rel))
     gfd = safepath.dir_beneath(root_fd, rel) if rel else os.dup(root_fd)
-    store = location(path, env)
     try:
-        os.makedirs(store, mode=0o700, exist_ok=True)
-        sfd = safepath.open_dir(store)
+        store, sfd, tfd = open_store(path, env)
     except OSError:
         os.close(gfd)
-        raise
-    try:
-        os.fchmod(sfd, 0o700)
-        _migrate(sfd)
-        with contextlib.suppress(FileExistsError):
-            os.mkdir("tree", 0o700, dir_fd=sfd)
-        tfd = safepath.dir_beneath(sfd, "tree")
-    except OSError:
-        os.close(gfd)
-        os.close(sfd)
         raise
     shadow = Shadow(path=path, store=store, shared=(), gfd=gfd, sfd=sfd, tfd=tfd)
     try:
         shadow.shared = _shared_dirs(gfd)
         for name in shadow.shared:
-            _ensure_dir(tfd, name)
-        _ensure_dir(tfd, "hooks")
+            ensure_dir(tfd, name)
         if safepath.lstat_beneath(tfd, "config") is None:
             data = safepath.read_file(gfd, "config", MAX_CONFIG)
             safepath.write_atomic(tfd, "config", data, mode=0o644)
@@ -235,6 +221,31 @@ def prepare(root_fd: int, root: str, rel: str, env: Mapping[str, str]) -> Shadow
         shadow.close()
         raise
     return shadow
+
+
+def open_store(path: str, env: Mapping[str, str]) -> tuple[str, int, int]:
+    """The store of the git directory ``path``, made on first use (an old store's
+    config and hooks move into its tree): its path, and descriptors of it and of its
+    tree, which holds a ``hooks`` directory (whatever a sandbox planted there)."""
+    store = location(path, env)
+    os.makedirs(store, mode=0o700, exist_ok=True)
+    sfd = safepath.open_dir(store)
+    try:
+        os.fchmod(sfd, 0o700)
+        _migrate(sfd)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir("tree", 0o700, dir_fd=sfd)
+        tfd = safepath.dir_beneath(sfd, "tree")
+    except BaseException:
+        os.close(sfd)
+        raise
+    try:
+        ensure_dir(tfd, "hooks")
+    except BaseException:
+        os.close(sfd)
+        os.close(tfd)
+        raise
+    return store, sfd, tfd
 
 
 def _migrate(sfd: int) -> None:
@@ -259,11 +270,17 @@ def _shared_dirs(gfd: int) -> tuple[str, ...]:
         with contextlib.suppress(FileExistsError):
             os.mkdir(name, 0o755, dir_fd=gfd)
     with os.scandir(gfd) as it:
-        names = sorted(e.name for e in it if _is_dir(e) and e.name not in PRIVATE_DIRS)
-    return tuple(names)
+        return shared_of({e.name for e in it if _is_dir(e)})
 
 
-def _ensure_dir(fd: int, name: str) -> None:
+def shared_of(dirs: set[str]) -> tuple[str, ...]:
+    """Which of a git directory's subdirectories a sandbox shares with the host."""
+    return tuple(sorted((dirs | set(ALWAYS_SHARED)) - PRIVATE_DIRS))
+
+
+def ensure_dir(fd: int, name: str) -> None:
+    """``name`` beneath ``fd`` is a directory: whatever else stands there (a link, a
+    file) is removed first."""
     st = safepath.lstat_beneath(fd, name)
     if st is not None and not stat.S_ISDIR(st.st_mode):
         safepath.unlink(fd, name)
@@ -281,10 +298,12 @@ def sync(shadow: Shadow, gitlink_ok: Callable[[str], bool] | None = None) -> lis
     done: list[str] = []
     state = _load_json(shadow.sfd, "base.json")
     stamps: dict[str, list[int]] = state.setdefault("stamps", {})
+    before = json.dumps(state, sort_keys=True)
     done += _sync_config(shadow, state, stamps)
     done += _sync_files(shadow, stamps, gitlink_ok)
     _mirror_worktrees(shadow)
-    save_json(shadow.sfd, "base.json", state)
+    if json.dumps(state, sort_keys=True) != before:  # a quiet round writes nothing
+        save_json(shadow.sfd, "base.json", state)
     return done
 
 
@@ -444,13 +463,13 @@ def _mirror_worktrees(shadow: Shadow) -> None:
     except OSError:
         return
     try:
-        _ensure_dir(shadow.tfd, "worktrees")
+        ensure_dir(shadow.tfd, "worktrees")
         tw = safepath.dir_beneath(shadow.tfd, "worktrees")
         try:
             with os.scandir(wfd) as it:
                 names = [e.name for e in it if _is_dir(e)]
             for name in names:
-                _ensure_dir(tw, name)
+                ensure_dir(tw, name)
                 src = safepath.dir_beneath(wfd, name)
                 dst = safepath.dir_beneath(tw, name)
                 try:
