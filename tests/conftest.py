@@ -78,6 +78,22 @@ class Layout:
         return self.run(["python3", "-c", code], *flags)
 
 
+# Host git as a user runs it, with a fixed identity and no system config.
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.com",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.com",
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
+
+
+def host_git(where: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """git on the host in ``where``, its HOME beside it (``githome``, made by the test)."""
+    env = {**os.environ, **GIT_ENV, "HOME": str(where.parent / "githome")}
+    return subprocess.run(["git", *args], cwd=where, capture_output=True, text=True, env=env, timeout=60)
+
+
 def run_cli(
     args: Sequence[str],
     *,

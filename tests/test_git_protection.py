@@ -15,26 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import WARREN, Layout, run_cli
-
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@example.com",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@example.com",
-    "GIT_CONFIG_NOSYSTEM": "1",
-}
+from conftest import GIT_ENV, WARREN, Layout, host_git, run_cli
 
 
 @pytest.fixture(autouse=True, params=["run", "exec"])
 def via(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setattr(Layout, "via", request.param)
     return str(request.param)
-
-
-def host_git(where: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, **GIT_ENV, "HOME": str(where.parent / "githome")}
-    return subprocess.run(["git", *args], cwd=where, capture_output=True, text=True, env=env, timeout=60)
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Layout, run_cli
+from conftest import Layout, host_git, run_cli
 
 # Runs inside the sandbox: try each operation, report the outcome (or errno name) as JSON.
 ATTEMPT = r"""
@@ -84,19 +84,6 @@ attempt('read_public', lambda: open('pub-link').read())
 
 # --- 2: git on the host never runs what a sandbox wrote; git inside keeps working -------
 
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@example.com",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@example.com",
-    "GIT_CONFIG_NOSYSTEM": "1",
-}
-
-
-def _host_git(ws: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, **GIT_ENV, "HOME": str(ws.parent / "githome")}
-    return subprocess.run(["git", *args], cwd=ws, capture_output=True, text=True, env=env, timeout=60)
-
 
 @pytest.fixture
 def repo(layout: Layout, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -106,7 +93,7 @@ def repo(layout: Layout, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pat
     (layout.root / "githome").mkdir()
     ws = layout.workspace
     for args in (["init", "-q", "-b", "main"], ["commit", "-q", "--allow-empty", "-m", "first"]):
-        assert _host_git(ws, *args).returncode == 0
+        assert host_git(ws, *args).returncode == 0
     return ws
 
 
@@ -145,14 +132,14 @@ git config user.name
         ["diff", "HEAD~1"],
         ["st"],
     ):
-        _host_git(repo, *args)
+        host_git(repo, *args)
     assert not list(Path("/tmp").glob(marker.name + "*")), "host git ran a program the sandbox wrote"
-    host_config = _host_git(repo, "config", "--list", "--show-origin").stdout
+    host_config = host_git(repo, "config", "--list", "--show-origin").stdout
     for key in ("fsmonitor", "hookspath", "pager", "alias", "filter", "sshcommand", "include"):
         assert key not in host_config.lower(), host_config
     # What only names things reached the host: the remote and the name set inside.
-    assert _host_git(repo, "config", "remote.origin.url").stdout.strip() == "https://example.invalid/r.git"
-    assert _host_git(repo, "config", "user.name").stdout.strip() == "Inside"
+    assert host_git(repo, "config", "remote.origin.url").stdout.strip() == "https://example.invalid/r.git"
+    assert host_git(repo, "config", "user.name").stdout.strip() == "Inside"
 
 
 def test_a_git_directory_planted_through_commondir_is_removed(layout: Layout, repo: Path) -> None:
@@ -170,7 +157,7 @@ echo "$PWD/planted" > .git/commondir
     r = layout.run(["sh", "-c", script])
     assert r.returncode == 0, r.stderr
     for args in (["status"], ["checkout", "-q", "-b", "topic"]):
-        _host_git(repo, *args)
+        host_git(repo, *args)
     assert not marker.exists(), "host git ran a program the sandbox wrote"
     assert not (repo / ".git" / "commondir").exists()
 
@@ -185,14 +172,14 @@ def test_the_host_rewriting_its_config_leaves_a_live_sandbox_protected(
     name = f"gitlive{os.getpid()}"
     assert run_cli(["create", name], cwd=repo).returncode == 0
     try:
-        assert _host_git(repo, "config", "core.editor", "vi").returncode == 0  # rename on the host
+        assert host_git(repo, "config", "core.editor", "vi").returncode == 0  # rename on the host
         time.sleep(1.0)  # the supervisor checks every quarter second
         r = run_cli(
             ["exec", name, "sh", "-c", "printf '[core]\\n\\tfsmonitor = /x/evil\\n' >> .git/config"], cwd=repo
         )
         assert r.returncode == 0, r.stderr
         assert "evil" not in (repo / ".git" / "config").read_text()
-        assert _host_git(repo, "config", "core.editor").stdout.strip() == "vi"  # the host's own change
+        assert host_git(repo, "config", "core.editor").stdout.strip() == "vi"  # the host's own change
         inside = run_cli(["exec", name, "git", "config", "core.fsmonitor"], cwd=repo)
         assert inside.stdout.strip() == "/x/evil"
     finally:
@@ -214,7 +201,7 @@ def test_git_inside_keeps_working_across_runs(layout: Layout, repo: Path) -> Non
     assert first.stdout.strip() == "Agent"
     assert (repo / "hook-log").read_text() == "fired\n"
     # On the host the sandbox's hook does not fire ...
-    assert _host_git(repo, "commit", "-q", "--allow-empty", "-m", "host").returncode == 0
+    assert host_git(repo, "commit", "-q", "--allow-empty", "-m", "host").returncode == 0
     assert (repo / "hook-log").read_text() == "fired\n"
     # ... and in a later sandbox run it does, with the config set before.
     later = layout.run(
@@ -230,7 +217,7 @@ def test_git_inside_keeps_working_across_runs(layout: Layout, repo: Path) -> Non
     assert later.stdout.split() == ["Agent", "three"]
     assert (repo / "hook-log").read_text() == "fired\nfired\n"
     assert (repo / "wt" / "hook-log").read_text() == "fired\n"  # the worktree's commit
-    log = _host_git(repo, "log", "--all", "--format=%s").stdout.split()
+    log = host_git(repo, "log", "--all", "--format=%s").stdout.split()
     assert {"one", "two", "three", "host"} <= set(log)
 
 
