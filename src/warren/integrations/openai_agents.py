@@ -46,6 +46,7 @@ from agents.sandbox.errors import (
 )
 from agents.sandbox.manifest import Manifest
 from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
+from agents.sandbox.session.dependencies import Dependencies
 from agents.sandbox.session.manager import Instrumentation
 from agents.sandbox.session.pty_types import PtyExecUpdate
 from agents.sandbox.session.sandbox_client import BaseSandboxClient, BaseSandboxClientOptions
@@ -301,10 +302,11 @@ class WarrenSandboxSession(BaseSandboxSession):
             ) from e
         except (tarfile.TarError, OSError) as e:
             raise WorkspaceArchiveWriteError(path=Path(root), cause=e) from e
-        # --no-same-permissions: GNU tar run as root restores modes with
-        # fchmodat(AT_SYMLINK_NOFOLLOW), which warren refuses (EPERM); created entries get
-        # the archive's modes less the umask instead.
-        script = 'mkdir -p -- "$1" && exec tar -C "$1" --no-same-owner --no-same-permissions -xf -'
+        # GNU tar restores modes with fchmodat(AT_SYMLINK_NOFOLLOW) (run as root) and times
+        # with utimensat(AT_SYMLINK_NOFOLLOW), which warren's metadata broker refuses
+        # (EPERM) today: entries get the archive's modes less the umask, and the time
+        # of extraction (-m).
+        script = 'mkdir -p -- "$1" && exec tar -C "$1" --no-same-owner --no-same-permissions -m -xf -'
         try:
             result = await self._call(self.sandbox.exec, ["sh", "-c", script, "sh", root], cwd="/", stdin=raw)
         except WarrenError as e:
@@ -323,7 +325,14 @@ class WarrenSandboxClient(BaseSandboxClient[WarrenSandboxClientOptions | None]):
     backend_id = "warren"
     supports_default_options = True
 
-    def __init__(self, policy: PolicyKeys = None, *, instrumentation: Instrumentation | None = None) -> None:
+    def __init__(
+        self,
+        policy: PolicyKeys = None,
+        *,
+        instrumentation: Instrumentation | None = None,
+        dependencies: Dependencies | None = None,
+    ) -> None:
+        self._dependencies = dependencies
         self._policy = spec_from(policy, "WarrenSandboxClient")
         self._workspace_named = workspace_named(policy)
         self._instrumentation = instrumentation if instrumentation is not None else Instrumentation()
