@@ -32,6 +32,7 @@ from agents.sandbox.capabilities import Shell
 from agents.sandbox.entries import Dir, File
 from agents.sandbox.errors import (
     ConfigurationError,
+    ExecNonZeroError,
     ExecTimeoutError,
     InvalidManifestPathError,
     WorkspaceArchiveWriteError,
@@ -207,6 +208,61 @@ def test_writes_outside_the_root_are_refused_and_the_host_file_is_unchanged(ws: 
     result = _run(go())
     assert result.exit_code != 0
     assert outside.read_text() == "keep me\n"
+
+
+def test_read_and_write_refuse_paths_escaping_the_root(ws: Path) -> None:
+    async def go() -> None:
+        client = _client(ws)
+        session = await client.create()
+        async with session:
+            with pytest.raises(InvalidManifestPathError, match="must not escape root"):
+                await session.write(Path("../secret.txt"), io.BytesIO(b"nope"))
+            with pytest.raises(InvalidManifestPathError, match="must not escape root"):
+                await session.read(Path("../secret.txt"))
+        await client.delete(session)
+
+    _run(go())
+    assert not (ws.parent / "secret.txt").exists()
+
+
+def test_file_helpers_refuse_a_symlink_that_leads_out_of_the_root(ws: Path, tmp_path: Path) -> None:
+    out_dir = tmp_path / "outside-dir"
+    out_dir.mkdir()
+    (out_dir / "file.txt").write_text("keep\n")
+    (ws / "link").symlink_to(out_dir, target_is_directory=True)
+
+    async def go() -> None:
+        client = _client(ws)
+        session = await client.create()
+        async with session:
+            with pytest.raises(InvalidManifestPathError, match="must not escape root"):
+                await session.mkdir("link/nested", parents=True)
+            with pytest.raises(InvalidManifestPathError, match="must not escape root"):
+                await session.ls("link")
+            with pytest.raises(InvalidManifestPathError, match="must not escape root"):
+                await session.rm("link/file.txt")
+            with pytest.raises(InvalidManifestPathError, match="must not escape root"):
+                await session.read(Path("link/file.txt"))
+            with pytest.raises(InvalidManifestPathError, match="must not escape root"):
+                await session.write(Path("link/new.txt"), io.BytesIO(b"x"))
+        await client.delete(session)
+
+    _run(go())
+    assert sorted(p.name for p in out_dir.iterdir()) == ["file.txt"]
+    assert (out_dir / "file.txt").read_text() == "keep\n"
+
+
+def test_rm_recursive_ignores_a_missing_path_and_plain_rm_does_not(ws: Path) -> None:
+    async def go() -> None:
+        client = _client(ws)
+        session = await client.create()
+        async with session:
+            await session.rm("missing-dir", recursive=True)
+            with pytest.raises(ExecNonZeroError):
+                await session.rm("missing-dir")
+        await client.delete(session)
+
+    _run(go())
 
 
 def test_a_non_default_root_is_the_workspace_and_is_created(tmp_path: Path) -> None:

@@ -49,6 +49,7 @@ from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
 from agents.sandbox.session.dependencies import Dependencies
 from agents.sandbox.session.manager import Instrumentation
 from agents.sandbox.session.pty_types import PtyExecUpdate
+from agents.sandbox.session.runtime_helpers import RESOLVE_WORKSPACE_PATH_HELPER, RuntimeHelperScript
 from agents.sandbox.session.sandbox_client import BaseSandboxClient, BaseSandboxClientOptions
 from agents.sandbox.session.sandbox_session import SandboxSession
 from agents.sandbox.session.sandbox_session_state import SandboxSessionState
@@ -60,7 +61,6 @@ from pydantic import Field, field_validator
 from .. import wire
 from ..client.sandbox import Sandbox
 from ..errors import (
-    CommandNotFound,
     CwdNotFound,
     SandboxDead,
     SandboxFileNotFound,
@@ -205,7 +205,7 @@ class WarrenSandboxSession(BaseSandboxSession):
             )
         except CwdNotFound as e:
             raise WorkspaceRootNotFoundError(path=Path(self.state.manifest.root), cause=e) from e
-        except (CommandNotFound, WarrenError) as e:
+        except WarrenError as e:
             raise ExecTransportError(command=argv, context={"warren": str(e)}, cause=e) from e
         if result.timed_out:
             raise ExecTimeoutError(command=argv, timeout_s=timeout)
@@ -239,6 +239,19 @@ class WarrenSandboxSession(BaseSandboxSession):
 
     # --- files ----------------------------------------------------------------------
 
+    def _runtime_helpers(self) -> tuple[RuntimeHelperScript, ...]:
+        return (RESOLVE_WORKSPACE_PATH_HELPER,)
+
+    def _current_runtime_helper_cache_key(self) -> object | None:
+        # The helper lives in the sandbox's private /tmp: a replacement sandbox needs it again.
+        return self._sandbox.id if self._sandbox is not None else None
+
+    async def _validate_path_access(self, path: Path | str, *, for_write: bool = False) -> Path:
+        """The SDK's workspace scope, resolved inside the sandbox (a symlink in the
+        workspace pointing out of it is refused, as by the SDK's own backends). warren's
+        confinement, not this check, is what keeps the host safe."""
+        return await self._validate_remote_path_access(path, for_write=for_write)
+
     def _no_user(self, user: str | User | None) -> None:
         if user is not None:
             raise _unsupported(
@@ -248,7 +261,7 @@ class WarrenSandboxSession(BaseSandboxSession):
 
     async def read(self, path: Path, *, user: str | User | None = None) -> io.IOBase:
         self._no_user(user)
-        target = self.normalize_path(path)
+        target = await self._validate_path_access(path)
         try:
             data = await self._call(self.sandbox.files.read, target, max_bytes=wire.MAX_PAYLOAD)
         except SandboxFileNotFound as e:
@@ -259,7 +272,7 @@ class WarrenSandboxSession(BaseSandboxSession):
 
     async def write(self, path: Path, data: io.IOBase, *, user: str | User | None = None) -> None:
         self._no_user(user)
-        target = self.normalize_path(path, for_write=True)
+        target = await self._validate_path_access(path, for_write=True)
         raw = data.read()
         if isinstance(raw, str):
             raw = raw.encode()
