@@ -1,6 +1,7 @@
 """warren as a Deep Agents sandbox backend, against the real ``deepagents``: the
 backend's own primitives (execute, uploads, downloads), the file tools Deep Agents
-builds on them, confinement judged on the host, and the Deep Agents Code provider
+builds on them, confinement judged on the host, one ``create_deep_agent`` run with a
+scripted chat model, and the Deep Agents Code provider
 found through its entry-point group (that part needs ``deepagents-code``, which is
 not in the dev extra: its pins conflict with pipx's and schemathesis's)."""
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from deepagents.backends.protocol import ExecuteResponse
@@ -178,3 +180,32 @@ def test_the_deep_agents_code_provider_is_found_by_its_entry_point(
         provider.delete(sandbox_id=backend.id)
     with pytest.raises(ConfigError):
         provider.get_or_create(netwrok="open")
+
+
+def test_a_deep_agent_execute_call_runs_in_warren_and_stays_confined(
+    backend: WarrenSandbox, ws: Path, outside: Path, planted_secret: Path
+) -> None:
+    from deepagents import create_deep_agent
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage, ToolMessage
+
+    class ScriptedModel(GenericFakeChatModel):
+        """One ``execute`` call, then a final answer; no network model."""
+
+        def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+            return self
+
+    command = f"cat {planted_secret}; echo pwned > {outside}; echo ran > inside.txt; echo done"
+    call = {"name": "execute", "args": {"command": command}, "id": "call_1", "type": "tool_call"}
+    model = ScriptedModel(
+        messages=iter([AIMessage(content="", tool_calls=[call]), AIMessage(content="finished")])
+    )
+    agent = create_deep_agent(model=model, backend=backend)
+    result = agent.invoke({"messages": [{"role": "user", "content": "run it"}]})
+
+    tool_outputs = [str(m.content) for m in result["messages"] if isinstance(m, ToolMessage)]
+    assert len(tool_outputs) == 1 and "done" in tool_outputs[0]
+    assert "PLANTED-SECRET" not in str(result["messages"])
+    assert result["messages"][-1].content == "finished"
+    assert (ws / "inside.txt").read_text() == "ran\n"
+    assert outside.read_text() == "keep me\n"
