@@ -24,7 +24,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agents import Agent, ModelSettings, RunConfig, Runner, Tool, set_tracing_disabled
+from agents import (
+    Agent,
+    ModelSettings,
+    RunConfig,
+    Runner,
+    RunState,
+    Tool,
+    function_tool,
+    set_tracing_disabled,
+)
 from agents.items import ModelResponse
 from agents.models.interface import Model, ModelTracing
 from agents.sandbox import Manifest, SandboxAgent, SandboxPathGrant, SandboxRunConfig, User
@@ -525,12 +534,30 @@ def test_options_and_state_round_trip_through_json(ws: Path) -> None:
 # --- one agent run, end to end ------------------------------------------------------------
 
 
-class ScriptedModel(Model):
-    """Answers the first turn with one ``exec_command`` call and the second with a
-    final message; records what the tool returned."""
+def _call(name: str, arguments: dict[str, Any], n: int) -> ResponseFunctionToolCall:
+    return ResponseFunctionToolCall(
+        id=f"fc_{n}",
+        call_id=f"call_{n}",
+        name=name,
+        arguments=json.dumps(arguments),
+        type="function_call",
+        status="completed",
+    )
 
-    def __init__(self, command: str) -> None:
-        self.command = command
+
+def _final(text: str) -> ResponseOutputMessage:
+    content = [ResponseOutputText(text=text, type="output_text", annotations=[])]
+    return ResponseOutputMessage(
+        id="msg_1", role="assistant", status="completed", type="message", content=content
+    )
+
+
+class ScriptedModel(Model):
+    """Answers each turn with the next scripted output (no network model) and records
+    what the tools returned."""
+
+    def __init__(self, turns: list[list[Any]]) -> None:
+        self.turns = list(turns)
         self.tool_outputs: list[str] = []
 
     async def get_response(
@@ -547,24 +574,12 @@ class ScriptedModel(Model):
         conversation_id: str | None,
         prompt: Any,
     ) -> ModelResponse:
-        outputs = [i for i in input if isinstance(i, dict) and i.get("type") == "function_call_output"]
-        if not outputs:
-            assert "exec_command" in {tool.name for tool in tools}
-            call = ResponseFunctionToolCall(
-                id="fc_1",
-                call_id="call_1",
-                name="exec_command",
-                arguments=json.dumps({"cmd": self.command}),
-                type="function_call",
-                status="completed",
-            )
-            return ModelResponse(output=[call], usage=Usage(), response_id=None)
-        self.tool_outputs = [str(o["output"]) for o in outputs]
-        text = ResponseOutputText(text="finished", type="output_text", annotations=[])
-        message = ResponseOutputMessage(
-            id="msg_1", role="assistant", status="completed", type="message", content=[text]
-        )
-        return ModelResponse(output=[message], usage=Usage(), response_id=None)
+        assert "exec_command" in {tool.name for tool in tools}
+        items = input if isinstance(input, list) else []
+        self.tool_outputs = [
+            str(i["output"]) for i in items if isinstance(i, dict) and i.get("type") == "function_call_output"
+        ]
+        return ModelResponse(output=self.turns.pop(0), usage=Usage(), response_id=None)
 
     def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
         raise NotImplementedError("the scripted model answers only get_response")
@@ -589,7 +604,7 @@ def test_a_sandbox_agent_shell_call_runs_in_warren_and_stays_confined(
 ) -> None:
     before = _names()
     command = f"cat {planted_secret}; echo pwned > {outside}; echo ran > inside.txt; echo done"
-    model = ScriptedModel(command)
+    model = ScriptedModel([[_call("exec_command", {"cmd": command}, 1)], [_final("finished")]])
     agent: Agent[Any] = SandboxAgent(
         name="worker", instructions="Do the task.", model=model, capabilities=[Shell()]
     )
@@ -608,3 +623,44 @@ def test_a_sandbox_agent_shell_call_runs_in_warren_and_stays_confined(
     assert outside.read_text() == "keep me\n"
     assert (ws / "inside.txt").read_text() == "ran\n"
     assert _names() == before  # the run deleted the sandbox it created
+
+
+def test_a_paused_run_resumes_from_its_json_state_with_a_new_client(ws: Path) -> None:
+    """The SDK's resume path: a run stops for an approval, its state goes to JSON, and
+    a new client (as after a restart) continues it in the same workspace."""
+
+    @function_tool(name_override="approval_tool", needs_approval=True)
+    def approval_tool() -> str:
+        return "approved"
+
+    def agent(model: ScriptedModel) -> SandboxAgent[Any]:
+        return SandboxAgent(
+            name="worker",
+            instructions="Do the task.",
+            model=model,
+            tools=[approval_tool],
+            capabilities=[Shell()],
+        )
+
+    def config() -> RunConfig:
+        return RunConfig(sandbox=SandboxRunConfig(client=_client(ws)), tracing_disabled=True)
+
+    before = _names()
+    first_model = ScriptedModel(
+        [[_call("exec_command", {"cmd": "echo persist me > note.txt"}, 1)], [_call("approval_tool", {}, 2)]]
+    )
+    first = _run(Runner.run(agent(first_model), "start", run_config=config()))
+    assert len(first.interruptions) == 1
+    state = first.to_state()
+    assert state._sandbox is not None and state._sandbox["backend_id"] == "warren"
+    state_json = state.to_json()
+
+    second_model = ScriptedModel([[_call("exec_command", {"cmd": "cat note.txt"}, 3)], [_final("done")]])
+    second_agent = agent(second_model)
+    restored = _run(RunState.from_json(second_agent, state_json))
+    restored.approve(restored.get_interruptions()[0])
+    resumed = _run(Runner.run(second_agent, restored, run_config=config()))
+
+    assert resumed.final_output == "done"
+    assert any("persist me" in output for output in second_model.tool_outputs)
+    assert _names() == before  # neither run left a sandbox behind
