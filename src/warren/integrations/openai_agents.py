@@ -140,12 +140,12 @@ class WarrenSandboxSession(BaseSandboxSession):
 
     # --- lifecycle ------------------------------------------------------------------
 
-    def _attach(self) -> bool:
-        """Reattach to the named sandbox, or create it; True when it was still running."""
+    def _attach(self) -> None:
+        """Reattach to the named sandbox, or create it (in place of one that ended)."""
         name = self.state.sandbox_name
         try:
             self._sandbox = Sandbox.get(name)
-            return True
+            return
         except SandboxNotFound:
             pass
         except SandboxDead:
@@ -154,7 +154,6 @@ class WarrenSandboxSession(BaseSandboxSession):
                     Sandbox(info).remove()
         spec = from_mapping(self.state.policy, "session state")
         self._sandbox = Sandbox.create(spec, name)
-        return False
 
     async def _ensure_backend_started(self) -> None:
         if self._sandbox is not None and await self._call(lambda: self.sandbox.alive):
