@@ -13,6 +13,7 @@ import asyncio
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import tarfile
@@ -44,6 +45,7 @@ from agents.sandbox.errors import (
     ExecNonZeroError,
     ExecTimeoutError,
     InvalidManifestPathError,
+    PtySessionNotFoundError,
     WorkspaceArchiveWriteError,
     WorkspaceReadNotFoundError,
 )
@@ -459,6 +461,55 @@ def _fetch(url: str) -> str:
             time.sleep(0.1)
 
 
+def test_a_background_command_keeps_a_session_fed_by_write_stdin(ws: Path) -> None:
+    """The SDK's PTY-session contract without a terminal: a command still running after
+    its yield time keeps an id; write_stdin feeds it and collects the rest."""
+
+    async def go() -> None:
+        client = _client(ws)
+        session = await client.create()
+        async with session:
+            assert session.supports_pty()
+            quick = await session.pty_exec_start("echo hi; echo err >&2; exit 3")
+            assert (quick.process_id, quick.output, quick.exit_code) == (None, b"hi\nerr\n", 3)
+
+            started = await session.pty_exec_start(
+                "echo first; read line; echo got $line > answer.txt; echo got $line", yield_time_s=0.3
+            )
+            assert started.process_id is not None and started.exit_code is None  # it waits on stdin
+            done = await session.pty_write_stdin(
+                session_id=started.process_id, chars="hello\n", yield_time_s=30
+            )
+            assert (done.process_id, done.exit_code) == (None, 0)
+            assert started.output + done.output == b"first\ngot hello\n"  # each part returned once
+            with pytest.raises(PtySessionNotFoundError):
+                await session.pty_write_stdin(session_id=started.process_id, chars="")
+            with pytest.raises(PtySessionNotFoundError):
+                await session.pty_write_stdin(session_id=999_999, chars="")
+        await client.delete(session)
+
+    _run(go())
+    assert (ws / "answer.txt").read_text() == "got hello\n"
+
+
+def test_stop_ends_background_commands(ws: Path) -> None:
+    async def go() -> int:
+        client = _client(ws)
+        session = await client.create()
+        await session.start()
+        started = await session.pty_exec_start("read never", yield_time_s=0.3)
+        assert started.process_id is not None
+        process = session._inner._background[started.process_id].process  # type: ignore[attr-defined]
+        await session.stop()
+        with pytest.raises(PtySessionNotFoundError):
+            await session.pty_write_stdin(session_id=started.process_id, chars="")
+        status = await asyncio.to_thread(process.wait, 60)
+        await client.delete(session)
+        return int(status)
+
+    assert _run(go()) == 128 + signal.SIGKILL
+
+
 def test_what_warren_cannot_do_raises_the_sdk_configuration_error_with_a_hint(
     ws: Path, tmp_path: Path
 ) -> None:
@@ -469,17 +520,16 @@ def test_what_warren_cannot_do_raises_the_sdk_configuration_error_with_a_hint(
         grant = SandboxPathGrant(path="/mnt/data", host_path=str(tmp_path))
         await _client(ws).create(manifest=Manifest(extra_path_grants=(grant,)))
 
-    async def pty() -> None:
+    async def terminal() -> None:
         client = _client(ws)
         session = await client.create()
         try:
             async with session:
-                assert not session.supports_pty()
-                await session.pty_exec_start("true")
+                await session.pty_exec_start("true", tty=True)
         finally:
             await client.delete(session)
 
-    for attempt in (users, moved_grant, pty):
+    for attempt in (users, moved_grant, terminal):
         with pytest.raises(ConfigurationError) as info:
             _run(attempt())
         assert info.value.context["hint"]

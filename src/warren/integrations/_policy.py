@@ -46,11 +46,10 @@ def keys_of(spec: PolicySpec) -> dict[str, object]:
     return spec.to_mapping()
 
 
-def merged_stdout(shell: list[str], command: str) -> list[str]:
-    """argv running ``command`` under ``shell`` (e.g. ``["bash", "-lc"]``) with its
-    stderr sent to stdout by the sandbox's own shell, so both arrive interleaved as
-    written (two captured pipes would lose that order)."""
-    return ["/bin/sh", "-c", 'exec 2>&1; exec "$@"', "sh", *shell, command]
+def merged_stdout(argv: list[str]) -> list[str]:
+    """``argv`` with its stderr sent to stdout by the sandbox's own shell, so both
+    arrive interleaved as written (two captured pipes would lose that order)."""
+    return ["/bin/sh", "-c", 'exec 2>&1; exec "$@"', "sh", *argv]
 
 
 def workspace_named(policy: PolicyKeys) -> bool:

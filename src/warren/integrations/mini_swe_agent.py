@@ -91,7 +91,7 @@ class WarrenEnvironment:
                     hint="make a new WarrenEnvironment",
                 )
             result = self.sandbox.exec(
-                merged_stdout(list(self.config.interpreter), command),
+                merged_stdout([*self.config.interpreter, command]),
                 cwd=cwd or self.config.cwd or None,
                 env=self._env() or None,
                 timeout=limit,

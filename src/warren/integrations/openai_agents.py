@@ -17,8 +17,11 @@ Everything runs inside the sandbox: commands, file reads and writes (warren's fi
 operations, resolved by the kernel there) and the workspace tar stream of
 ``persist_workspace``/``hydrate_workspace`` (GNU tar in the sandbox, so a symlink
 planted in the workspace cannot make the host archive or overwrite its own files).
-What warren cannot do raises the SDK's ``ConfigurationError`` with warren's hint:
-manifest users and groups, path grants that map a host path elsewhere, PTY sessions.
+The SDK's "PTY" sessions (``exec_command`` that outlives its yield time, then
+``write_stdin``) are warren background processes with a stdin pipe, without a
+terminal. What warren cannot do raises the SDK's ``ConfigurationError`` with warren's
+hint: manifest users and groups, path grants that map a host path elsewhere, a
+terminal (``tty=True``), acting as another user.
 """
 
 from __future__ import annotations
@@ -27,9 +30,12 @@ import asyncio
 import contextlib
 import io
 import os
+import signal
 import tarfile
+import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 
@@ -38,6 +44,7 @@ from agents.sandbox.errors import (
     ErrorCode,
     ExecTimeoutError,
     ExecTransportError,
+    PtySessionNotFoundError,
     WorkspaceArchiveReadError,
     WorkspaceArchiveWriteError,
     WorkspaceReadNotFoundError,
@@ -48,7 +55,12 @@ from agents.sandbox.manifest import Manifest
 from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
 from agents.sandbox.session.dependencies import Dependencies
 from agents.sandbox.session.manager import Instrumentation
-from agents.sandbox.session.pty_types import PtyExecUpdate
+from agents.sandbox.session.pty_types import (
+    PtyExecUpdate,
+    allocate_pty_process_id,
+    clamp_pty_yield_time_ms,
+    resolve_pty_write_yield_time_ms,
+)
 from agents.sandbox.session.runtime_helpers import RESOLVE_WORKSPACE_PATH_HELPER, RuntimeHelperScript
 from agents.sandbox.session.sandbox_client import BaseSandboxClient, BaseSandboxClientOptions
 from agents.sandbox.session.sandbox_session import SandboxSession
@@ -56,12 +68,14 @@ from agents.sandbox.session.sandbox_session_state import SandboxSessionState
 from agents.sandbox.snapshot import SnapshotBase, SnapshotSpec, resolve_snapshot
 from agents.sandbox.types import ExecResult, ExposedPortEndpoint, User
 from agents.sandbox.util.tar_utils import UnsafeTarMemberError, validate_tarfile
+from agents.sandbox.util.token_truncation import formatted_truncate_text_with_token_count
 from pydantic import Field, field_validator
 
 from .. import wire
-from ..client.sandbox import Sandbox
+from ..client.sandbox import Process, Sandbox
 from ..errors import (
     CwdNotFound,
+    ProcessEnded,
     SandboxDead,
     SandboxFileNotFound,
     SandboxNotFound,
@@ -69,7 +83,7 @@ from ..errors import (
 )
 from ..policy import PolicySpec
 from ..policy.spec import from_mapping
-from ._policy import PolicyKeys, keys_of, spec_from, workspace_named
+from ._policy import PolicyKeys, keys_of, merged_stdout, spec_from, workspace_named
 
 __all__ = [
     "WarrenSandboxClient",
@@ -115,6 +129,15 @@ class WarrenSandboxSessionState(SandboxSessionState):
     policy: dict[str, Any] = Field(default_factory=dict)
 
 
+@dataclass
+class _Background:
+    """A command started by ``pty_exec_start``: its process and how much of its
+    output was already returned."""
+
+    process: Process
+    offset: int = 0
+
+
 class WarrenSandboxSession(BaseSandboxSession):
     """A session whose commands and files live in one warren sandbox."""
 
@@ -124,6 +147,7 @@ class WarrenSandboxSession(BaseSandboxSession):
         self.state = state
         self._sandbox: Sandbox | None = None
         self._ports: dict[int, ExposedPortEndpoint] = {}
+        self._background: dict[int, _Background] = {}
 
     @property
     def sandbox(self) -> Sandbox:
@@ -210,8 +234,10 @@ class WarrenSandboxSession(BaseSandboxSession):
             raise ExecTimeoutError(command=argv, timeout_s=timeout)
         return ExecResult(stdout=result.stdout, stderr=result.stderr, exit_code=result.exit_code)
 
+    # --- background commands (the SDK's "PTY" sessions, without a terminal) ------------
+
     def supports_pty(self) -> bool:
-        return False
+        return True
 
     async def pty_exec_start(
         self,
@@ -223,11 +249,83 @@ class WarrenSandboxSession(BaseSandboxSession):
         yield_time_s: float | None = None,
         max_output_tokens: int | None = None,
     ) -> PtyExecUpdate:
-        raise _unsupported(
-            "open a PTY session yet",
-            "run the command with session.exec(...); a background process can be started "
-            "with warren's own Sandbox.spawn (session.sandbox)",
+        """Start a command in the background (warren's ``spawn``) and return what it
+        printed within the yield time; a command still running keeps a session id for
+        ``pty_write_stdin``. Its stdin is a pipe: no terminal is allocated."""
+        self._no_user(user)
+        if tty:
+            raise _unsupported(
+                "allocate a terminal (tty=true) yet",
+                "run it with tty=false: its stdin is a pipe that write_stdin feeds",
+            )
+        argv = merged_stdout(self._prepare_exec_command(*command, shell=shell, user=None))
+        env = await self.state.manifest.environment.resolve()
+        try:
+            process = await self._call(
+                self.sandbox.spawn,
+                argv,
+                cwd=self.state.manifest.root,
+                env=env or None,
+                timeout=timeout,
+                stdin=True,
+            )
+        except CwdNotFound as e:
+            raise WorkspaceRootNotFoundError(path=Path(self.state.manifest.root), cause=e) from e
+        except WarrenError as e:
+            raise ExecTransportError(command=argv, context={"warren": str(e)}, cause=e) from e
+        session_id = allocate_pty_process_id(set(self._background))
+        self._background[session_id] = _Background(process)
+        yield_ms = clamp_pty_yield_time_ms(10_000 if yield_time_s is None else int(yield_time_s * 1000))
+        return await self._collect(session_id, yield_ms, max_output_tokens)
+
+    async def pty_write_stdin(
+        self,
+        *,
+        session_id: int,
+        chars: str,
+        yield_time_s: float | None = None,
+        max_output_tokens: int | None = None,
+    ) -> PtyExecUpdate:
+        entry = self._background.get(session_id)
+        if entry is None:
+            raise PtySessionNotFoundError(session_id=session_id)
+        if chars:
+            with contextlib.suppress(ProcessEnded):
+                await self._call(entry.process.write, chars)
+        yield_ms = resolve_pty_write_yield_time_ms(
+            yield_time_ms=250 if yield_time_s is None else int(yield_time_s * 1000), input_empty=chars == ""
         )
+        return await self._collect(session_id, yield_ms, max_output_tokens)
+
+    async def _collect(self, session_id: int, yield_ms: int, max_output_tokens: int | None) -> PtyExecUpdate:
+        """What the process printed since last asked, waiting until it ends or the
+        yield time passes; an ended process gives its exit code and its id is freed."""
+        entry = self._background[session_id]
+        deadline = time.monotonic() + yield_ms / 1000
+        while True:
+            code = await self._call(lambda: entry.process.returncode)
+            if code is not None or time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(0.05)
+        output = (await self._call(entry.process.output)).stdout
+        fresh, entry.offset = output[entry.offset :], len(output)
+        if code is not None:
+            del self._background[session_id]
+        text, tokens = formatted_truncate_text_with_token_count(
+            fresh.decode(errors="replace"), max_output_tokens
+        )
+        return PtyExecUpdate(
+            process_id=None if code is not None else session_id,
+            output=text.encode(),
+            exit_code=code,
+            original_token_count=tokens,
+        )
+
+    async def pty_terminate_all(self) -> None:
+        entries, self._background = list(self._background.values()), {}
+        for entry in entries:
+            with contextlib.suppress(WarrenError):
+                await self._call(entry.process.kill, signal.SIGKILL)
 
     async def _resolve_exposed_port(self, port: int) -> ExposedPortEndpoint:
         if port not in self._ports:
