@@ -183,8 +183,10 @@ def test_the_deep_agents_code_provider_is_found_by_its_entry_point(
 
 
 def test_a_deep_agent_execute_call_runs_in_warren_and_stays_confined(
-    backend: WarrenSandbox, ws: Path, outside: Path, planted_secret: Path
+    backend: WarrenSandbox, ws: Path, outside: Path, planted_secret: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    for name in ("LANGSMITH_TRACING", "LANGCHAIN_TRACING_V2"):  # no trace upload from a test
+        monkeypatch.setenv(name, "false")
     from deepagents import create_deep_agent
     from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
     from langchain_core.messages import AIMessage, ToolMessage
