@@ -34,8 +34,8 @@ KEY_MEANING = {
     "default_deny": "hide `~/.ssh`, `~/.aws` and the other credential stores and system secrets "
     "(default `true`; `--no-default-deny` sets `false`)",
     "workspace_writable": "the workspace is writable (default `true`; `--read-only-workspace` sets `false`)",
-    "allow_nested": "let commands in the sandbox create user namespaces, so nested sandboxes work "
-    "(default `false`; no flag: your own config only)",
+    "allow_nested": "let commands in the sandbox create new user namespaces, for sandboxes nested "
+    "inside (default `false`; no flag: your own config only)",
     "profile": "`[profile.NAME]` tables: named sets of these keys, chosen with `--profile NAME`",
 }
 KIND_TEXT = {
@@ -180,6 +180,8 @@ def policy_keys_md() -> str:
         narrowing = config._NARROWING.get(key)
         if key == "profile":
             ws = "yes (each key in it as at top level)"
+        elif narrowing == "any path":
+            ws = "yes"
         elif narrowing:
             ws = f"only {narrowing}"
         else:
