@@ -26,7 +26,9 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 if str(SRC) not in sys.path:
     sys.path.insert(0, str(SRC))
 
-MARKER = re.compile(r"<!-- warren:([a-z-]+) -->")
+# A marker, and the note after it for readers of the plain Markdown (on GitHub), which
+# the generated text replaces.
+MARKER = re.compile(r"<!-- warren:([a-z-]+) -->(?:\n\n?> [^\n]*(?:\n> [^\n]*)*)?")
 
 # Policy keys with no flag of their own, or whose flag says the opposite (a switch that
 # turns a default off): what the key means, in the words of a config file.
