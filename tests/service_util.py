@@ -14,8 +14,6 @@ from pathlib import Path
 
 import httpx
 
-WARREN = [sys.executable, "-m", "warren"]
-
 
 class Serve:
     def __init__(
@@ -26,10 +24,11 @@ class Serve:
         token: bool = True,
         mcp_workspace: Path | None = None,
         extra: tuple[str, ...] = (),
+        python: str = sys.executable,
     ) -> None:
         self.token = secrets.token_hex(16) if token else None
         self.socket = str(tmp / "serve.sock") if unix else None
-        args = [*WARREN, "serve", "--listen", f"unix:{self.socket}" if unix else "127.0.0.1:0"]
+        args = [python, "-m", "warren", "serve", "--listen", f"unix:{self.socket}" if unix else "127.0.0.1:0"]
         if self.token:
             token_file = tmp / f"token-{secrets.token_hex(4)}"
             token_file.write_text(self.token + "\n")
