@@ -1,0 +1,189 @@
+"""The coding agents' CLIs inside warren with their presets: the real npm packages
+(installed by scripts/setup into $WARREN_AGENTS), offline (--network none).
+
+Each agent starts, writes its config where its preset put its home, and reaches
+nothing else: the user's own config (``~/.claude``, ``~/.codex``, ``~/.gemini``, which
+the user's unsandboxed agent obeys later) can be neither read nor written, and no
+other file of HOME changes. All judged on the host. HOME is a scratch directory under
+the real one (the sandbox's /tmp is its own, so a pytest tmp_path is not visible in it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli
+
+AGENTS_PREFIX = Path(os.environ.get("WARREN_AGENTS", "/opt/warren-agents"))
+BIN = AGENTS_PREFIX / "node_modules" / ".bin"
+
+
+@dataclass(frozen=True)
+class Agent:
+    preset: str
+    command: str
+    package: str
+    home_var: str
+    users: str  # the user's own config directory, below HOME
+    add_mcp: tuple[str, ...]  # an offline config write: register an MCP server "warren-probe"
+    config: str  # the file that write lands in, below the agent's home
+    min_node: int = 0
+
+
+AGENTS = {
+    a.preset: a
+    for a in (
+        Agent(
+            "claude-code",
+            "claude",
+            "@anthropic-ai/claude-code",
+            "CLAUDE_CONFIG_DIR",
+            ".claude",
+            ("claude", "mcp", "add", "-s", "user", "warren-probe", "--", "echo", "hi"),
+            ".claude.json",
+        ),
+        Agent(
+            "codex",
+            "codex",
+            "@openai/codex",
+            "CODEX_HOME",
+            ".codex",
+            ("codex", "mcp", "add", "warren-probe", "--", "echo", "hi"),
+            "config.toml",
+        ),
+        Agent(
+            "gemini-cli",
+            "gemini",
+            "@google/gemini-cli",
+            "GEMINI_CLI_HOME",
+            ".gemini",
+            ("gemini", "mcp", "add", "-s", "user", "warren-probe", "echo", "hi"),
+            ".gemini/settings.json",
+            min_node=20,
+        ),
+    )
+}
+
+SECRET = "sk-planted-4f1c9e7a2b"
+
+
+def _node_major() -> int:
+    node = shutil.which("node")
+    if node is None:
+        return 0
+    out = subprocess.run([node, "--version"], capture_output=True, text=True, check=False)
+    return int(out.stdout.strip().lstrip("v").split(".", 1)[0] or 0)
+
+
+def _agent(name: str) -> Agent:
+    agent = AGENTS[name]
+    if not (BIN / agent.command).exists():
+        pytest.skip(f"{agent.package} is not installed in {AGENTS_PREFIX} (scripts/setup installs it)")
+    if _node_major() < agent.min_node:
+        pytest.skip(f"{agent.package} needs node >= {agent.min_node}; this machine has {_node_major()}")
+    return agent
+
+
+@dataclass
+class Home:
+    path: Path
+    ws: Path
+
+    def run(self, agent: Agent, script: str, *flags: str) -> subprocess.CompletedProcess[str]:
+        env = {
+            "HOME": str(self.path),
+            "PATH": f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+            "ANTHROPIC_API_KEY": SECRET,
+        }
+        for var in ("XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "CLAUDE_CONFIG_DIR", "CODEX_HOME"):
+            env[var] = ""  # the defaults below this HOME
+        args = ["run", "--preset", agent.preset, "--network", "none", *flags, "--", "sh", "-c", script]
+        return run_cli(args, cwd=self.ws, env=env, timeout=180)
+
+    def snapshot(self, *, skip: Path) -> dict[str, str]:
+        """Every entry of HOME but the agent's own home (and the directories above it,
+        which warren creates on launch): its type, mode, size, content."""
+        out: dict[str, str] = {}
+        for path in sorted(self.path.rglob("*")):
+            if path == skip or skip in path.parents or path in skip.parents:
+                continue
+            st = path.lstat()
+            body = path.read_text(errors="replace") if path.is_file() and not path.is_symlink() else ""
+            out[str(path.relative_to(self.path))] = f"{st.st_mode:o} {st.st_size} {body}"
+        return out
+
+
+@pytest.fixture
+def home(request: pytest.FixtureRequest, state_home: Path) -> Iterator[Home]:
+    base = Path(os.path.expanduser("~")) / f".warren-agents-{os.getpid()}-{request.node.name[-40:]}"
+    ws = base / "proj"
+    ws.mkdir(parents=True)
+    for agent in AGENTS.values():
+        users = base / agent.users
+        users.mkdir()
+        (users / "settings.json").write_text('{"hooks": {}}\n')
+        (users / "credentials.json").write_text(json.dumps({"token": SECRET}) + "\n")
+    (base / ".claude.json").write_text('{"mcpServers": {}}\n')
+    (base / ".bashrc").write_text("# the user's\n")
+    yield Home(base, ws)
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def _own_home(home: Home, agent: Agent) -> Path:
+    return home.path / ".local" / "share" / "warren" / "agents" / agent.preset
+
+
+@pytest.mark.parametrize("name", sorted(AGENTS))
+def test_the_agents_cli_starts_inside_warren_offline(home: Home, name: str) -> None:
+    agent = _agent(name)
+    package = json.loads((AGENTS_PREFIX / "node_modules" / agent.package / "package.json").read_text())
+    r = home.run(agent, f"{agent.command} --version")
+    assert r.returncode == 0, r.stderr
+    assert package["version"] in r.stdout
+
+
+@pytest.mark.parametrize("name", sorted(AGENTS))
+def test_the_agents_config_write_lands_in_its_own_home_and_nowhere_else(home: Home, name: str) -> None:
+    agent = _agent(name)
+    own = _own_home(home, agent)
+    before = home.snapshot(skip=own)
+    r = home.run(agent, f'echo "home=${{{agent.home_var}}}"; ' + " ".join(agent.add_mcp))
+    assert r.returncode == 0, r.stderr
+    assert f"home={own}\n" in r.stdout
+    assert "warren-probe" in (own / agent.config).read_text()
+    assert home.snapshot(skip=own) == before  # the user's config, .claude.json, .bashrc: untouched
+
+
+@pytest.mark.parametrize("name", sorted(AGENTS))
+def test_the_users_own_agent_config_is_neither_readable_nor_writable(home: Home, name: str) -> None:
+    agent = _agent(name)
+    users = home.path / agent.users
+    script = (
+        f"cat {users}/credentials.json; echo planted > {users}/settings.json; "
+        f"echo '{{\"hooks\": 1}}' > {home.path}/.claude.json; touch {home.path}/.profile; "
+        f"mkdir -p {home.path}/.config/{agent.command}; echo done"
+    )
+    r = home.run(agent, script)
+    assert "done" in r.stdout
+    assert SECRET not in r.stdout + r.stderr
+    assert (users / "settings.json").read_text() == '{"hooks": {}}\n'
+    assert (home.path / ".claude.json").read_text() == '{"mcpServers": {}}\n'
+    assert not (home.path / ".profile").exists()
+    assert not (home.path / ".config").exists()
+
+
+def test_an_api_key_reaches_the_agent_only_when_passed_explicitly(home: Home) -> None:
+    agent = _agent("claude-code")
+    r = home.run(agent, 'echo "key=${ANTHROPIC_API_KEY:-unset}"')
+    assert r.returncode == 0, r.stderr
+    assert "key=unset" in r.stdout and SECRET not in r.stdout
+    r = home.run(agent, 'echo "key=${ANTHROPIC_API_KEY:-unset}"', "--pass-env", "ANTHROPIC_API_KEY")
+    assert f"key={SECRET}" in r.stdout
