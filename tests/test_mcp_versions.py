@@ -138,3 +138,35 @@ def test_mcp_on_serve_over_streamable_http_with_the_other_sdk_major(
         _judge(_client(pythons[client_major], request), client_major, ws, outside)
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("server_major", [1, 2])
+def test_mcp_on_serve_leaves_host_checks_to_warren_under_each_sdk_major(
+    pythons: dict[int, str], project: Any, tmp_path: Path, server_major: int
+) -> None:
+    """On a unix socket warren takes any Host (no browser reaches it); the SDK's own
+    DNS-rebinding check, which 2.x turns on by itself for a loopback host unless told
+    otherwise, must not refuse what warren allows."""
+    ws, _ = project
+    server = Serve(tmp_path, unix=True, mcp_workspace=ws, python=pythons[server_major])
+    hello = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"},
+        },
+    }
+    try:
+        with server.client() as c:
+            answer = c.post(
+                "/mcp",
+                json=hello,
+                headers={"Host": "warren.internal", "Accept": "application/json, text/event-stream"},
+            )
+        assert answer.status_code == 200, answer.text
+        assert "warren" in answer.text
+    finally:
+        server.stop()
