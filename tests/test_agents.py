@@ -97,7 +97,9 @@ class Home:
     path: Path
     ws: Path
 
-    def run(self, agent: Agent, script: str, *flags: str) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, agent: Agent, script: str, *flags: str, network: str = "none"
+    ) -> subprocess.CompletedProcess[str]:
         env = {
             "HOME": str(self.path),
             "PATH": f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",
@@ -105,7 +107,7 @@ class Home:
         }
         for var in ("XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "CLAUDE_CONFIG_DIR", "CODEX_HOME"):
             env[var] = ""  # the defaults below this HOME
-        args = ["run", "--preset", agent.preset, "--network", "none", *flags, "--", "sh", "-c", script]
+        args = ["run", "--preset", agent.preset, "--network", network, *flags, "--", "sh", "-c", script]
         return run_cli(args, cwd=self.ws, env=env, timeout=180)
 
     def snapshot(self, *, skip: Path) -> dict[str, str]:
@@ -187,3 +189,24 @@ def test_an_api_key_reaches_the_agent_only_when_passed_explicitly(home: Home) ->
     assert "key=unset" in r.stdout and SECRET not in r.stdout
     r = home.run(agent, 'echo "key=${ANTHROPIC_API_KEY:-unset}"', "--pass-env", "ANTHROPIC_API_KEY")
     assert f"key={SECRET}" in r.stdout
+
+
+API_HOSTS = {
+    "claude-code": "api.anthropic.com",
+    "codex": "api.openai.com",
+    "gemini-cli": "generativelanguage.googleapis.com",
+}
+
+
+@pytest.mark.parametrize("name", sorted(AGENTS))
+def test_the_agents_api_host_is_on_the_allowlist_and_another_host_is_not(home: Home, name: str) -> None:
+    """No real network: both names resolve to a loopback address (--resolve), which the
+    proxy then refuses as internal; what matters is the stage each is refused at."""
+    agent = AGENTS[name]
+    api = API_HOSTS[name]
+    script = f"curl -sS -m 20 https://{api}/; curl -sS -m 20 https://elsewhere.test/; true"
+    flags = ("--resolve", f"{api}=127.0.0.2", "--resolve", "elsewhere.test=127.0.0.2")
+    r = home.run(agent, script, *flags, network="allow")
+    assert f"{api}:443 is not on the allowlist" not in r.stderr
+    assert f"refused CONNECT {api}:443: {api} resolved only to refused addresses" in r.stderr
+    assert "elsewhere.test:443 is not on the allowlist" in r.stderr
