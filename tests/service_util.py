@@ -13,6 +13,22 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
+
+# A second virtualenv with warren and the other major of the mcp SDK (scripts/setup).
+OTHER_MCP_VENV = Path(os.environ.get("WARREN_MCP_OTHER_VENV", "/opt/warren-venv-mcp-other"))
+OTHER_MCP_PYTHON = str(OTHER_MCP_VENV / "bin" / "python")
+
+
+def mcp_server_pythons() -> list[object]:
+    """Pythons to start warren's MCP server with: this venv's, and the second venv's
+    (the other major of the SDK), so each MCP test covers the server under both."""
+    missing = not os.access(OTHER_MCP_PYTHON, os.X_OK)
+    skip = pytest.mark.skipif(missing, reason=f"no {OTHER_MCP_VENV} (scripts/setup prepares it)")
+    return [
+        pytest.param(sys.executable, id="server-this-sdk"),
+        pytest.param(OTHER_MCP_PYTHON, id="server-other-sdk-major", marks=skip),
+    ]
 
 
 class Serve:

@@ -21,11 +21,9 @@ from typing import Any
 
 import pytest
 
-from service_util import Serve
+from service_util import OTHER_MCP_PYTHON, OTHER_MCP_VENV, Serve
 
 HERE = Path(__file__).resolve().parent
-OTHER_VENV = Path(os.environ.get("WARREN_MCP_OTHER_VENV", "/opt/warren-venv-mcp-other"))
-OTHER_PYTHON = str(OTHER_VENV / "bin" / "python")
 
 
 def _major(python: str) -> int:
@@ -41,9 +39,9 @@ def _major(python: str) -> int:
 @pytest.fixture(scope="module")
 def pythons() -> dict[int, str]:
     """mcp major -> a python whose venv holds it (and warren)."""
-    if not os.access(OTHER_PYTHON, os.X_OK):
-        pytest.skip(f"no second MCP venv at {OTHER_VENV} (scripts/setup prepares it)")
-    found = {int(version("mcp").split(".", 1)[0]): sys.executable, _major(OTHER_PYTHON): OTHER_PYTHON}
+    if not os.access(OTHER_MCP_PYTHON, os.X_OK):
+        pytest.skip(f"no second MCP venv at {OTHER_MCP_VENV} (scripts/setup prepares it)")
+    found = {int(version("mcp").split(".", 1)[0]): sys.executable, _major(OTHER_MCP_PYTHON): OTHER_MCP_PYTHON}
     assert set(found) == {1, 2}, f"the two venvs should hold mcp 1.x and 2.x, found {found}"
     return found
 
