@@ -1,8 +1,10 @@
 """The coding agents' CLIs inside warren with their presets: the real npm packages
-(installed by scripts/setup into $WARREN_AGENTS), offline (--network none).
+(installed by scripts/setup into $WARREN_AGENTS), offline: --network none, or a
+loopback stand-in for the model's API reached through warren's proxy.
 
 Each agent starts, writes its config where its preset put its home, and reaches
-nothing else: the user's own config (``~/.claude``, ``~/.codex``, ``~/.gemini``, which
+nothing else; Claude Code runs a whole turn whose Bash call writes the workspace and
+is refused outside it: the user's own config (``~/.claude``, ``~/.codex``, ``~/.gemini``, which
 the user's unsandboxed agent obeys later) can be neither read nor written, and no
 other file of HOME changes. All judged on the host. HOME is a scratch directory under
 the real one (the sandbox's /tmp is its own, so a pytest tmp_path is not visible in it).
@@ -14,9 +16,12 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -98,12 +103,13 @@ class Home:
     ws: Path
 
     def run(
-        self, agent: Agent, script: str, *flags: str, network: str = "none"
+        self, agent: Agent, script: str, *flags: str, network: str = "none", **extra: str
     ) -> subprocess.CompletedProcess[str]:
         env = {
             "HOME": str(self.path),
             "PATH": f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",
             "ANTHROPIC_API_KEY": SECRET,
+            **extra,
         }
         for var in ("XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "CLAUDE_CONFIG_DIR", "CODEX_HOME"):
             env[var] = ""  # the defaults below this HOME
@@ -210,3 +216,123 @@ def test_the_agents_api_host_is_on_the_allowlist_and_another_host_is_not(home: H
     assert f"{api}:443 is not on the allowlist" not in r.stderr
     assert f"refused CONNECT {api}:443: {api} resolved only to refused addresses" in r.stderr
     assert "elsewhere.test:443 is not on the allowlist" in r.stderr
+
+
+@dataclass
+class FakeModel:
+    """A loopback stand-in for the Anthropic Messages API: to a request that offers the
+    Bash tool it answers with one Bash call (``command``), to the request that carries
+    that call's result with a text, ``warren-ok``. It records what it was sent."""
+
+    command: str
+    requests: list[dict[str, Any]] = field(default_factory=list)
+
+    def start(self) -> ThreadingHTTPServer:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
+                fake.requests.append({"path": self.path, "key": self.headers.get("x-api-key"), "body": body})
+                offered = any(t.get("name") == "Bash" for t in body.get("tools", []))
+                answered = "tool_result" in json.dumps(body.get("messages", []))
+                if offered and not answered:
+                    block: dict[str, Any] = {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {}}
+                    delta = {
+                        "type": "input_json_delta",
+                        "partial_json": json.dumps({"command": fake.command}),
+                    }
+                    stop = "tool_use"
+                else:
+                    block = {"type": "text", "text": ""}
+                    delta = {"type": "text_delta", "text": "warren-ok"}
+                    stop = "end_turn"
+                message = {
+                    "id": "msg_1",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": body.get("model", "m"),
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": {"input_tokens": 1, "output_tokens": 1},
+                }
+                events = [
+                    ("message_start", {"message": message}),
+                    ("content_block_start", {"index": 0, "content_block": block}),
+                    ("content_block_delta", {"index": 0, "delta": delta}),
+                    ("content_block_stop", {"index": 0}),
+                    ("message_delta", {"delta": {"stop_reason": stop}, "usage": {"output_tokens": 1}}),
+                    ("message_stop", {}),
+                ]
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.end_headers()
+                for name, data in events:
+                    self.wfile.write(
+                        f"event: {name}\ndata: {json.dumps({'type': name, **data})}\n\n".encode()
+                    )
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.2", 0), Handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return server
+
+
+def test_claude_runs_a_turn_inside_warren_and_its_bash_tool_writes_only_the_workspace(home: Home) -> None:
+    """A whole agent turn, offline: the model is a loopback fake reached through warren's
+    proxy (the only host allowed besides the preset's, which resolve to a refused
+    address so nothing leaves the machine); the key is passed explicitly."""
+    agent = _agent("claude-code")
+    escaped = home.path / "escaped-by-agent"
+    fake = FakeModel(command=f"touch made-by-agent; touch {escaped}")
+    server = fake.start()
+    port = server.server_address[1]
+    try:
+        own = _own_home(home, agent)
+        before = home.snapshot(skip=own)
+        flags = [
+            "--resolve=fake.test=127.0.0.2",
+            f"--allow-host=fake.test:{port}",
+            f"--allow-host=127.0.0.2:{port}",
+        ]
+        flags += [
+            f"--resolve={h}=127.0.0.3" for h in ("api.anthropic.com", "claude.ai", "platform.claude.com")
+        ]
+        r = home.run(
+            agent,
+            "claude -p 'make the file' --dangerously-skip-permissions",
+            "--pass-env",
+            "ANTHROPIC_API_KEY",
+            # claude refuses to skip its permission checks as root outside a sandbox it knows of
+            "--env",
+            "IS_SANDBOX=1",
+            *flags,
+            network="allow",
+            ANTHROPIC_BASE_URL=f"http://fake.test:{port}",
+            CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "warren-ok" in r.stdout
+    assert fake.requests and all(q["key"] == SECRET for q in fake.requests)
+    results = [q for q in fake.requests if "tool_result" in json.dumps(q["body"].get("messages", []))]
+    assert results, "the agent never sent its Bash call's result back"
+    said = [
+        c
+        for m in results[-1]["body"]["messages"]
+        if isinstance(m.get("content"), list)
+        for c in m["content"]
+        if c.get("type") == "tool_result"
+    ]
+    assert (home.ws / "made-by-agent").exists(), said  # the workspace is the agent's
+    # the rest of HOME is not, whatever the agent runs: refused, and the agent was told
+    assert f"cannot touch '{escaped}'" in json.dumps(said)
+    assert not escaped.exists()
+    after = home.snapshot(skip=own)
+    assert after.pop("proj/made-by-agent")
+    assert after == before
