@@ -221,7 +221,7 @@ def test_an_agent_preset_passes_its_settings_but_not_its_key(tmp_path: Path) -> 
     for name in (
         "ANTHROPIC_BASE_URL",
         "ANTHROPIC_MODEL",
-        "OPENAI_BASE_URL",
+        "OPENAI_ORGANIZATION",
         "GEMINI_MODEL",
         "GIT_AUTHOR_NAME",
     ):

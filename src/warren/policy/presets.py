@@ -323,7 +323,8 @@ _PRESETS: dict[str, Preset] = {
             "codex",
             "OpenAI Codex CLI (codex) with a home of its own; pass OPENAI_API_KEY explicitly",
             homes=(("CODEX_HOME", "{data}/warren/agents/codex"),),
-            env_pass=("OPENAI_BASE_URL", "OPENAI_ORGANIZATION", "OPENAI_PROJECT", "RUST_LOG"),
+            # Its endpoint comes from its config (model_providers, in its home), not the environment.
+            env_pass=("OPENAI_ORGANIZATION", "RUST_LOG"),
             includes=("git",),
             hosts=("api.openai.com", "auth.openai.com", "chatgpt.com"),
         ),
