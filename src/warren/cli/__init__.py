@@ -19,6 +19,7 @@ from ..errors import WarrenError
 
 USAGE = """\
 usage: warren COMMAND [ARGS...]
+       warren --version
 
 a sandbox for AI coding agents in which real developer tools work
 
@@ -49,6 +50,7 @@ diagnostics:
 
 
 def _version() -> str:
+    """The installed distribution's version: pyproject.toml's ``version`` is the one place it is written."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -61,7 +63,7 @@ def _dispatch(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
         sys.stdout.write(USAGE)
         return 0
-    if argv[0] == "--version":
+    if argv[0] in ("--version", "-V"):
         print(f"warren {_version()}")
         return 0
     cmd, rest = argv[0], argv[1:]
