@@ -95,9 +95,9 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The wheel of this tree, built offline with the installed hatchling."""
     pytest.importorskip("hatchling", reason="the dev extra's hatchling builds the wheel offline")
     out = tmp_path_factory.mktemp("wheel")
+    build = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index"]
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index"]
-        + ["-w", str(out), str(SOURCE)],
+        [*build, "-w", str(out), str(SOURCE)],
         capture_output=True,
         text=True,
         env={**os.environ, "PIP_CONFIG_FILE": os.devnull},
@@ -147,7 +147,7 @@ def _first_use(inst: Installer, warren: Path) -> None:
         inst.run(warren, "shutdown")
 
 
-def _offline(inst: Installer) -> list[str]:
+def _offline() -> list[str]:
     return ["--no-index", "--find-links", str(WHEELHOUSE)]
 
 
@@ -155,14 +155,14 @@ def test_pip_install_into_a_fresh_venv_gives_a_working_warren(installer: Install
     venv = installer.top / "home/venv"
     made = installer.run(BASE_PYTHON, "-m", "venv", venv)
     assert made.returncode == 0, made.stderr
-    got = installer.run(venv / "bin/pip", "install", "-q", *_offline(installer), installer.top / wheel.name)
+    got = installer.run(venv / "bin/pip", "install", "-q", *_offline(), installer.top / wheel.name)
     assert got.returncode == 0, got.stderr
     _first_use(installer, venv / "bin/warren")
 
 
 def test_uv_tool_install_gives_a_warren_command(installer: Installer, wheel: Path) -> None:
     got = installer.run(
-        BIN / "uv", "tool", "install", "--offline", "--python", BASE_PYTHON, *_offline(installer),
+        BIN / "uv", "tool", "install", "--offline", "--python", BASE_PYTHON, *_offline(),
         installer.top / wheel.name,
     )  # fmt: skip
     assert got.returncode == 0, got.stderr
@@ -171,7 +171,7 @@ def test_uv_tool_install_gives_a_warren_command(installer: Installer, wheel: Pat
 
 def test_pipx_install_gives_a_warren_command(installer: Installer, wheel: Path) -> None:
     got = installer.run(
-        BIN / "pipx", "install", "--python", BASE_PYTHON, "--pip-args", " ".join(_offline(installer)),
+        BIN / "pipx", "install", "--python", BASE_PYTHON, "--pip-args", " ".join(_offline()),
         installer.top / wheel.name,
     )  # fmt: skip
     assert got.returncode == 0, got.stderr
