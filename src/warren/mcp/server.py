@@ -14,6 +14,7 @@ sandbox uses the workspace's default one, created on first use.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -31,6 +32,7 @@ from mcp.types import ContentBlock
 from pydantic import Field
 
 from .. import protocol
+from ..cli.hints import after_failure
 from ..client import checks
 from ..client.sandbox import feed_stdin
 from ..client.transport import Transport
@@ -65,6 +67,8 @@ def _error(e: WarrenError) -> ToolError:
 
 class Tools(FastMCP):
     """FastMCP that refuses undeclared arguments instead of ignoring them."""
+
+    warren: Warren
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any]
@@ -131,6 +135,12 @@ class Warren:
             raise _error(e) from None
         return full
 
+    def remove_default(self) -> None:
+        """Stop and forget the default sandbox (when the server ends): its processes and
+        its place in the registry; the workspace stays."""
+        with contextlib.suppress(SandboxNotFound):
+            self.transport.stop(self.full(None), remove=True)
+
 
 def _argv(command: str | None, argv: list[str] | None) -> list[str]:
     if (command is None) == (argv is None):
@@ -186,6 +196,8 @@ def build(
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         log_level="WARNING",
     )
+    mcp.warren = w
+    network = base.network or ("allow" if base.allow_hosts else "none")
 
     @mcp.tool()
     async def run_command(
@@ -196,8 +208,9 @@ def build(
         sandbox: SandboxArg = None,
     ) -> dict[str, Any]:
         """Run a command in the sandbox and wait for it. Returns exit_code, stdout, stderr
-        (each capped at 1 MiB; truncated says so) and timed_out. A non-zero exit code is a
-        result, not an error."""
+        (each capped at 1 MiB; truncated says so) and timed_out (then exit_code is 124). A
+        non-zero exit code is a result, not an error; hints, when present, say what warren
+        thinks stopped it (no network in the sandbox, a read-only install directory)."""
         args = _argv(command, argv)
         limit = _checked(checks.timeout, timeout, "run_command")
         cwd = _checked(checks.cwd, cwd, "run_command")
@@ -214,13 +227,19 @@ def build(
             on_stdout=None,
             on_stderr=None,
         )
-        return {
-            "exit_code": result.exit_code,
+        # As the CLI: a timeout is 124 (the kill that ended it is warren's, not the command's).
+        code = 124 if result.timed_out else result.exit_code
+        out = {
+            "exit_code": code,
             "stdout": _text(result.stdout),
             "stderr": _text(result.stderr),
             "truncated": result.stdout_truncated or result.stderr_truncated,
             "timed_out": result.timed_out,
         }
+        hints = [] if code == 0 or result.timed_out else after_failure(args, network, None, result.stderr)
+        if hints:
+            out["hints"] = hints
+        return out
 
     @mcp.tool()
     async def create_sandbox(
