@@ -197,3 +197,19 @@ def test_ps_shows_commands_as_typed_and_warren_own_as_one_word(web: tuple[Layout
     assert by_pid[1].endswith("  [warren]")
     assert any(row.endswith("  sh -c 'sleep 600; echo '\"'\"'a b'\"'\"''") for row in rows), rows
     assert len(rows) == len(r.stdout.splitlines()) - 1  # one line per process
+
+
+# --- hints after a failure (the CLI prints them, MCP returns them) ----------------------
+
+
+def test_network_hint_reads_shell_lines_and_resolver_errors() -> None:
+    from warren.cli.hints import NO_NETWORK, after_failure
+
+    assert after_failure(["pip", "install", "x"], "none", None) == [NO_NETWORK]
+    assert after_failure(["sh", "-c", "cd sub && pip install -e ."], "none", None) == [NO_NETWORK]
+    resolver = b"curl: (6) Could not resolve host: pypi.org\n"
+    assert after_failure(["sh", "-c", "make"], "none", None, resolver) == [NO_NETWORK]
+    assert after_failure(["sh", "-c", "make"], "none", None, b"make: *** no rule\n") == []
+    assert after_failure(["pip", "install", "x"], "allow", None, resolver) == []
+    both = after_failure(["git", "pull"], "none", "/r")
+    assert both[0] == NO_NETWORK and "--workspace /r" in both[1] and len(both) == 2
