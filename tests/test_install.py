@@ -1,11 +1,11 @@
 """warren installed the way a newcomer installs it: the wheel built from this tree, put in
-place by ``pip`` (a fresh venv), ``uv tool install`` and ``pipx install`` as the uid-1001
-user, each in a home of its own, then ``warren --version`` and a first ``warren run -- true``
-with nothing done as root in between.
+place by ``pip`` (a fresh venv), ``uv tool install`` and ``pipx install`` by an unprivileged
+user, each in a home of its own, then ``warren --version`` and a first ``warren run`` with
+nothing done as root in between.
 
 Offline: the wheel is built with the hatchling already installed (the ``dev`` extra), and
 the dependencies come from ``$WARREN_WHEELHOUSE``, which scripts/setup fills. As root the
-installs run as uid 1001 through runuser; as uid 1001 they run as itself.
+installs run as uid 1001 through runuser; as anyone else, as that user.
 """
 
 from __future__ import annotations
@@ -33,11 +33,14 @@ BIN = Path(sys.executable).parent
 BASE_PYTHON = os.path.realpath(sys.executable)
 
 
-def _user() -> pwd.struct_passwd:
+def _installer() -> pwd.struct_passwd:
+    """Who installs: uid 1001 when the suite runs as root, else the user running it."""
+    if os.geteuid() != 0:
+        return pwd.getpwuid(os.getuid())
     try:
         return pwd.getpwuid(1001)
     except KeyError:
-        pytest.skip("no user with uid 1001 (scripts/setup creates one)")
+        pytest.skip("no user with uid 1001 to install as (scripts/setup creates one)")
 
 
 @dataclass
@@ -46,6 +49,7 @@ class Installer:
 
     top: Path
     prefix: list[str]
+    uid: int
 
     @property
     def env(self) -> dict[str, str]:
@@ -110,11 +114,9 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def installer(wheel: Path) -> Iterator[Installer]:
-    user = _user()
+    user = _installer()
     if not (WHEELHOUSE / "warren-deps.txt").is_file():
         pytest.skip(f"warren's dependencies are not in {WHEELHOUSE} (scripts/setup fetches them there)")
-    if os.geteuid() != 0 and os.getuid() != user.pw_uid:
-        pytest.skip(f"installs as uid 1001: run as root or as {user.pw_name}")
     top = Path(tempfile.mkdtemp(prefix="warren-install-"))
     top.chmod(0o755)
     (top / "home/proj").mkdir(parents=True)
@@ -124,7 +126,7 @@ def installer(wheel: Path) -> Iterator[Installer]:
         for path in (top, top / "home", top / "home/proj", top / wheel.name):
             os.chown(path, user.pw_uid, user.pw_gid)
         prefix = ["runuser", "-u", user.pw_name, "--"]
-    inst = Installer(top, prefix)
+    inst = Installer(top, prefix, user.pw_uid)
     try:
         yield inst
     finally:
@@ -139,7 +141,7 @@ def _first_use(inst: Installer, warren: Path) -> None:
     first = inst.run(warren, "run", "--", "sh", "-c", "echo hello from $(id -u)", cwd=inst.top / "home/proj")
     try:
         assert first.returncode == 0, first.stderr
-        assert first.stdout == "hello from 1001\n"
+        assert first.stdout == f"hello from {inst.uid}\n"
         assert first.stderr == ""
         again = inst.run(warren, "run", "--", "true", cwd=inst.top / "home/proj")
         assert again.returncode == 0, again.stderr

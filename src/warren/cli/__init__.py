@@ -103,7 +103,7 @@ def run(rest: list[str]) -> int:
     from . import attach, flags
 
     got = flags.quick(rest, flags.RUN_FLAGS)
-    if got is None or flags._describing:
+    if got is None or flags.describing():
         p = flags.parser("warren run", "Run CMD in a one-shot sandbox: warren run [FLAGS] [--] CMD [ARGS]...")
         flags.add_policy_flags(p)
         flags.TIMEOUT.add_to(p)
@@ -122,7 +122,7 @@ def exec_(rest: list[str]) -> int:
 
     ns: Any = None
     got = flags.quick(rest, flags.EXEC_FLAGS)
-    split = got is not None and bool(got[1]) and not got[1][0].startswith("-") and not flags._describing
+    split = got is not None and bool(got[1]) and not got[1][0].startswith("-") and not flags.describing()
     if got is not None and split:
         before = rest[: len(rest) - len(got[1])]
         name, after = got[1][0], got[1][1:]

@@ -199,6 +199,12 @@ class Described(Exception):
 _describing = False
 
 
+def describing() -> bool:
+    """Whether parsers are being collected (a command whose fast path skips its parser
+    must then build it)."""
+    return _describing
+
+
 def describe(handler: Callable[[list[str]], int]) -> argparse.ArgumentParser:
     """The parser ``handler`` builds, without running the command: each command builds its
     parser next to its code, and completion scripts and the man page are made from those
