@@ -9,6 +9,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -170,6 +171,7 @@ def test_exec_detach_prints_an_id_and_logs_shows_and_follows_it(web: tuple[Layou
     # the command runs on after `exec -d` returned; its log so far is there
     while "first" not in (so_far := cli(web, "logs", "web", spawn_id)).stdout:
         assert so_far.returncode == 0, so_far.stderr
+        time.sleep(0.05)  # only spacing the polls: the loop ends when the line is there
     assert "last" not in so_far.stdout
     gate.touch()
     followed = cli(web, "logs", "-f", "web", spawn_id)
