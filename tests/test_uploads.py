@@ -156,7 +156,7 @@ def test_a_helper_killed_during_an_upload_leaves_the_old_file_and_a_working_sand
             target.write_bytes(old)
             before = set(_temps(ws))  # what earlier kills left (aged: the write removes them)
             t, result = _in_background(lambda: sb.files.write("big.bin", new))
-            assert _wait_for(lambda: bool(set(_temps(ws)) - before))
+            assert _wait_for(lambda: bool(set(_temps(ws)) - before))  # noqa: B023 - waited on here
             # The helper serving the write holds the payload (its spare sibling does not).
             writers = _children_holding(sb.pid1, SIZE - SIZE // 4)
             assert len(writers) == 1, writers
