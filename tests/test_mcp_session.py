@@ -162,3 +162,17 @@ def test_with_the_network_open_no_network_hint(tmp_path: Path, state_home: Path)
 
     got, _ = _session(tmp_path, ["--allow-host", "pypi.org"], {}, steps)
     assert got["exit_code"] == 6 and "hints" not in got
+
+
+def test_a_limit_that_killed_the_command_is_a_hint(tmp_path: Path, state_home: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("a memory cgroup needs root here; uid 1001 gets an rlimit the program meets itself")
+
+    async def steps(session: ClientSession) -> dict[str, Any]:
+        hog = ["python3", "-c", "x = bytearray(400 << 20)"]
+        return _data(await session.call_tool("run_command", {"argv": hog}))
+
+    got, stderr = _session(tmp_path, ["--memory", "64M"], {}, steps)
+    assert got["exit_code"] == 137, got
+    assert got["hints"] == ["killed: memory limit 64M reached"]
+    assert stderr == ""

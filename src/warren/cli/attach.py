@@ -184,10 +184,9 @@ class Attached:
             )
             return 124
         if msg.limit is not None:
-            if code == 128 + signal.SIGKILL:
-                _say(f"warren: killed: {msg.limit}")
-            else:
-                _say(f"warren: {msg.limit} (a fork or an allocation failed)")
+            from .hints import limit_reached
+
+            _say(f"warren: {limit_reached(msg.limit, code)}")
         if code != 0:
             from .hints import after_failure
 

@@ -16,6 +16,7 @@ two ways on.
 from __future__ import annotations
 
 import os
+import signal
 
 _NETWORK_VERBS = {
     "pip": ("install", "download", "index"),
@@ -69,6 +70,14 @@ def needs_network(argv: list[str], network: str, stderr: bytes = b"") -> bool:
     if network not in ("none", ""):
         return False
     return _looks_networked(argv) or any(s in stderr for s in _NO_RESOLVER)
+
+
+def limit_reached(limit: str, exit_code: int) -> str:
+    """What a sandbox limit did to the command: killed it (SIGKILL, the memory limit), or
+    made a fork or an allocation fail (the command then failed its own way)."""
+    if exit_code == 128 + signal.SIGKILL:
+        return f"killed: {limit}"
+    return f"{limit} (a fork or an allocation failed)"
 
 
 def after_failure(argv: list[str], network: str, repository: str | None, stderr: bytes = b"") -> list[str]:

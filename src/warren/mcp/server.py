@@ -32,7 +32,7 @@ from mcp.types import ContentBlock
 from pydantic import Field
 
 from .. import protocol
-from ..cli.hints import after_failure
+from ..cli.hints import after_failure, limit_reached
 from ..client import checks
 from ..client.sandbox import feed_stdin
 from ..client.transport import Transport
@@ -210,7 +210,8 @@ def build(
         """Run a command in the sandbox and wait for it. Returns exit_code, stdout, stderr
         (each capped at 1 MiB; truncated says so) and timed_out (then exit_code is 124). A
         non-zero exit code is a result, not an error; hints, when present, say what warren
-        thinks stopped it (no network in the sandbox, a read-only install directory)."""
+        thinks stopped it (a limit of the sandbox, no network in it, a read-only install
+        directory), and warnings what warren noticed."""
         args = _argv(command, argv)
         limit = _checked(checks.timeout, timeout, "run_command")
         cwd = _checked(checks.cwd, cwd, "run_command")
@@ -237,8 +238,12 @@ def build(
             "timed_out": result.timed_out,
         }
         hints = [] if code == 0 or result.timed_out else after_failure(args, network, None, result.stderr)
+        if result.limit is not None:
+            hints.insert(0, limit_reached(result.limit, code))
         if hints:
             out["hints"] = hints
+        if result.warnings:
+            out["warnings"] = list(result.warnings)
         return out
 
     @mcp.tool()
