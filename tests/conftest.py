@@ -7,6 +7,7 @@ import itertools
 import os
 import subprocess
 import sys
+import uuid
 import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -86,6 +87,23 @@ GIT_ENV = {
     "GIT_COMMITTER_EMAIL": "t@example.com",
     "GIT_CONFIG_NOSYSTEM": "1",
 }
+
+
+# Files a test's hostile script would make on the host if warren let it run there. The
+# sandbox's /tmp is its own, so one appears in the host's /tmp only from a host program.
+_MARKERS = f"warren-git-marker-{os.getpid()}-"
+
+
+def host_marker() -> Path:
+    return Path("/tmp") / f"{_MARKERS}{uuid.uuid4().hex}"
+
+
+@pytest.fixture(autouse=True)
+def _remove_host_markers() -> Iterator[None]:
+    """The markers of this run (the positive controls make theirs on purpose) go afterwards."""
+    yield
+    for marker in Path("/tmp").glob(_MARKERS + "*"):
+        marker.unlink(missing_ok=True)
 
 
 def host_git(where: Path, *args: str) -> subprocess.CompletedProcess[str]:

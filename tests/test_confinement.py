@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import shutil
 import socket
 import stat
 import subprocess
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import Layout
+from conftest import WARREN, Layout
 
 # Runs inside the sandbox: try each operation, report errno names as JSON.
 ATTEMPT = r"""
@@ -176,16 +178,18 @@ def test_proc_shows_only_sandbox_processes(layout: Layout) -> None:
 
 @pytest.fixture(scope="session")
 def setuid_probe() -> Iterator[Path]:
-    """A setuid-root program that prints its euid and effective capabilities.
-
-    Built by the root run of the suite (scripts/test runs root first) at a fixed
-    root-owned path, so the uid-1001 run can attempt the escalation too."""
-    path = Path("/var/tmp/warren-setuid-probe")
-    if os.getuid() == 0:
-        cc = shutil.which("cc") or shutil.which("gcc")
-        if cc is None:
-            pytest.fail("a C compiler is needed to build the setuid probe (scripts/test installs gcc)")
-        src = Path("/var/tmp/warren-setuid-probe.c")
+    """A setuid-root program that prints its euid and effective capabilities, in a private
+    directory under /var/tmp (the sandbox shows the host's /var/tmp; its /tmp is its own),
+    removed at the end. Only root can make one, so the root run also tries it as uid 1001."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make a setuid-root program; the root run tries it as uid 1001 too")
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.fail("a C compiler is needed to build the setuid probe (scripts/setup installs gcc)")
+    where = Path(tempfile.mkdtemp(prefix="warren-setuid-", dir="/var/tmp"))
+    try:
+        where.chmod(0o755)
+        src, path = where / "probe.c", where / "probe"
         src.write_text(
             "#include <stdio.h>\n#include <unistd.h>\n"
             'int main(void){char l[256];FILE*f=fopen("/proc/self/status","r");'
@@ -195,9 +199,9 @@ def setuid_probe() -> Iterator[Path]:
         subprocess.run([cc, "-O0", "-o", str(path), str(src)], check=True)
         os.chown(path, 0, 0)
         os.chmod(path, 0o4755)
-    if not (path.exists() and path.stat().st_mode & 0o4000 and path.stat().st_uid == 0):
-        pytest.skip("setuid probe not built: run the suite as root first (scripts/test does)")
-    yield path
+        yield path
+    finally:
+        shutil.rmtree(where)
 
 
 def test_setuid_binary_gains_no_privilege(layout: Layout, setuid_probe: Path) -> None:
@@ -207,6 +211,38 @@ def test_setuid_binary_gains_no_privilege(layout: Layout, setuid_probe: Path) ->
     assert r.returncode == 0, r.stderr
     assert f"euid={os.getuid()}" in r.stdout
     assert "CapEff:\t0000000000000000" in r.stdout
+
+
+def test_setuid_binary_gains_no_privilege_for_uid_1001(setuid_probe: Path) -> None:
+    try:
+        user = pwd.getpwuid(1001)
+    except KeyError:
+        pytest.skip("no user with uid 1001 (scripts/setup creates one)")
+    as_user = ["runuser", "-u", user.pw_name, "--"]
+    host = subprocess.run([*as_user, str(setuid_probe)], capture_output=True, text=True, check=True)
+    assert "euid=0" in host.stdout  # uid 1001 gets root from it on the host
+    top = Path(tempfile.mkdtemp(prefix="warren-setuid-user-"))
+    try:
+        top.chmod(0o755)
+        ws = top / "ws"
+        ws.mkdir()
+        for path in (top, ws):
+            os.chown(path, 1001, user.pw_gid)
+        keep = [f"{k}={v}" for k, v in os.environ.items() if k in ("PATH", "PYTHONPATH", "LANG")]
+        env = ["env", "-i", *keep, f"HOME={top}", f"XDG_STATE_HOME={top}/state", "PYTHONDONTWRITEBYTECODE=1"]
+        r = subprocess.run(
+            [*as_user, *env, *WARREN, "run", "--", str(setuid_probe)],
+            cwd=ws,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        subprocess.run([*as_user, *env, *WARREN, "shutdown"], cwd=ws, capture_output=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert "euid=1001" in r.stdout
+        assert "CapEff:\t0000000000000000" in r.stdout
+    finally:
+        shutil.rmtree(top)
 
 
 def test_outbound_network_fails(layout: Layout) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import GIT_ENV, WARREN, Layout, host_git, run_cli
+from conftest import GIT_ENV, WARREN, Layout, host_git, host_marker, run_cli
 
 
 @pytest.fixture(autouse=True, params=["run", "exec"])
@@ -36,8 +36,7 @@ def repo(layout: Layout, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pat
 
 
 def marker_path() -> Path:
-    # Inside, /tmp is private: a marker there is made only by a program run on the host.
-    return Path(f"/tmp/warren-git-marker-{uuid.uuid4().hex}")
+    return host_marker()
 
 
 def evil_script(marker: Path) -> str:

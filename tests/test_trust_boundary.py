@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Layout, host_git, run_cli
+from conftest import Layout, host_git, host_marker, run_cli
 
 # Runs inside the sandbox: try each operation, report the outcome (or errno name) as JSON.
 ATTEMPT = r"""
@@ -98,7 +98,7 @@ def repo(layout: Layout, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pat
 
 
 def test_host_git_never_runs_what_a_sandbox_wrote(layout: Layout, repo: Path) -> None:
-    marker = Path(f"/tmp/warren-git-marker-{uuid.uuid4().hex}")  # inside, /tmp is private
+    marker = host_marker()
     evil = f"#!/bin/sh\ntouch {marker}-$(basename $0)\nexit 0\n"
     script = f"""
 set -e
@@ -144,7 +144,7 @@ git config user.name
 
 def test_a_git_directory_planted_through_commondir_is_removed(layout: Layout, repo: Path) -> None:
     """``.git/commondir`` would point host git at a config and hooks the sandbox wrote."""
-    marker = Path(f"/tmp/warren-git-marker-{uuid.uuid4().hex}")
+    marker = host_marker()
     script = f"""
 set -e
 cp -r .git/. planted

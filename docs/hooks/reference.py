@@ -72,9 +72,8 @@ def _capturing_parsers() -> Iterator[None]:
 def command_names() -> list[str]:
     """Every sub-command, in the order of ``warren --help``."""
     from warren import cli
-    from warren.cli import info, sandboxes, service
 
-    known = {"run", "exec", *sandboxes.COMMANDS, *info.COMMANDS, *service.COMMANDS}
+    known = {"run", "exec", *cli.commands()}
     ordered = [w for w in re.findall(r"\b[a-z]+\b", cli.USAGE) if w in known]
     return list(dict.fromkeys([*ordered, *sorted(known)]))
 

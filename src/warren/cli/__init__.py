@@ -17,8 +17,14 @@ import sys
 
 from ..errors import WarrenError
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
 USAGE = """\
 usage: warren COMMAND [ARGS...]
+       warren --version
 
 a sandbox for AI coding agents in which real developer tools work
 
@@ -27,13 +33,15 @@ one-shot:
   plan [POLICY FLAGS] [--json]            print exactly what `run` would set up
 long-lived:
   create [POLICY FLAGS] NAME              create a sandbox
-  exec [--cwd DIR] [--env K=V] [--timeout S] NAME CMD [ARGS...]
+  exec [-d] [--cwd DIR] [--env K=V] [--timeout S] NAME [--] CMD [ARGS...]
+                                          (flags may also follow NAME; -d: in the background)
   ps [--json] NAME                        its processes
   stats [--json] NAME                     memory, pids, CPU time against its limits
   pause NAME / resume NAME                freeze every process of it; let it run again
   ls [--json]                             every sandbox, alive or dead and why, idle time
   cp [-r] SRC DST                         copy host <-> sandbox (NAME:PATH)
   port [--host-port N] NAME PORT          forward a host port into the sandbox
+  logs [-f] NAME ID                       a background process's output (ID from exec -d)
   logs --net [--json] NAME                the network proxy's decisions
   stop NAME / rm [-f] NAME                stop; stop and forget
   shutdown                                let the supervisor exit once idle
@@ -43,12 +51,16 @@ service:
 diagnostics:
   doctor [--sandbox] [...]                probe what developer tools need, here or inside
   presets                                 list the tool presets
+shell:
+  completion bash|zsh|fish                a completion script for your shell
+  man                                     this manual as a man page (warren man | man -l -)
 
 `warren COMMAND --help` shows each command's flags.
 """
 
 
 def _version() -> str:
+    """The installed distribution's version: pyproject.toml's ``version`` is the one place it is written."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -61,56 +73,88 @@ def _dispatch(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
         sys.stdout.write(USAGE)
         return 0
-    if argv[0] == "--version":
+    if argv[0] in ("--version", "-V"):
         print(f"warren {_version()}")
         return 0
     cmd, rest = argv[0], argv[1:]
     if cmd == "run":
-        from . import attach, flags
-
-        got = flags.quick(rest, flags.RUN_FLAGS)
-        if got is None:
-            p = flags.parser(
-                "warren run", "Run CMD in a one-shot sandbox: warren run [FLAGS] [--] CMD [ARGS]..."
-            )
-            flags.add_policy_flags(p)
-            flags.TIMEOUT.add_to(p)
-            p.add_argument("command", nargs="...", help="the command and its arguments")
-            ns = p.parse_args(rest)
-            got = ns, ns.command
-        ns, command = got
-        return attach.run(
-            flags.spec_of(ns), ns.profile, flags.command_of(command, "run"), _timeout(ns.timeout)
-        )
+        return run(rest)
     if cmd == "exec":
-        from ..server.statedir import check_name
-        from . import attach, flags
-
-        got = flags.quick(rest, flags.EXEC_FLAGS)
-        if got is None or not got[1] or got[1][0].startswith("-"):
-            p = flags.parser("warren exec", "Run CMD in sandbox NAME: everything after NAME is the command.")
-            for flag in flags.EXEC_FLAGS:
-                flag.add_to(p)
-            p.add_argument("name")
-            p.add_argument("command", nargs="...", help="the command and its arguments")
-            ns = p.parse_args(rest)
-            got = ns, [ns.name, *ns.command]
-        ns, (name, *command) = got
-        return attach.exec_(
-            check_name(name),
-            flags.command_of(command, f"exec {name}"),
-            ns.cwd,
-            flags.pairs(ns.env, "--env"),
-            _timeout(ns.timeout),
-        )
-    from . import info, sandboxes, service
-
-    handler = {**sandboxes.COMMANDS, **info.COMMANDS, **service.COMMANDS}.get(cmd)
+        return exec_(rest)
+    handler = commands().get(cmd)
     if handler is None:
-        from .flags import UsageError
+        from .flags import UsageError, suggest
 
-        raise UsageError(f"unknown command {cmd!r}", operation="cli", hint="see `warren --help`")
+        close = suggest(cmd, [*commands(), "run", "exec"])
+        raise UsageError(
+            f"unknown command {cmd!r}", operation="cli", hint=f"{close} see `warren --help`".lstrip()
+        )
     return handler(rest)
+
+
+def commands() -> dict[str, Callable[[list[str]], int]]:
+    """Every sub-command but the fast two (``run``, ``exec``), by name."""
+    from . import catalog, info, sandboxes, service
+
+    return {**sandboxes.COMMANDS, **info.COMMANDS, **service.COMMANDS, **catalog.COMMANDS}
+
+
+def run(rest: list[str]) -> int:
+    from . import attach, flags
+
+    got = flags.quick(rest, flags.RUN_FLAGS)
+    if got is None or flags.describing():
+        p = flags.parser("warren run", "Run CMD in a one-shot sandbox: warren run [FLAGS] [--] CMD [ARGS]...")
+        flags.add_policy_flags(p)
+        flags.TIMEOUT.add_to(p)
+        p.add_argument("command", nargs="...", help="the command and its arguments")
+        ns = p.parse_args(rest)
+        got = ns, ns.command
+    ns, command = got
+    return attach.run(flags.spec_of(ns), ns.profile, flags.command_of(command, "run"), _timeout(ns.timeout))
+
+
+def exec_(rest: list[str]) -> int:
+    """``exec [FLAGS] NAME [FLAGS] [--] CMD``: flags go before or after NAME; the command
+    starts after ``--`` or at the first word that is not a flag."""
+    from ..server.statedir import check_name
+    from . import flags
+
+    ns: Any = None
+    got = flags.quick(rest, flags.EXEC_FLAGS)
+    split = got is not None and bool(got[1]) and not got[1][0].startswith("-") and not flags.describing()
+    if got is not None and split:
+        before = rest[: len(rest) - len(got[1])]
+        name, after = got[1][0], got[1][1:]
+        options, command = flags.split_options(after, flags.EXEC_FLAGS)
+        parsed = flags.quick([*before, *options], flags.EXEC_FLAGS)
+        if parsed is not None and not parsed[1]:
+            ns = parsed[0]
+    if ns is None:
+        p = flags.parser(
+            "warren exec",
+            "Run CMD in sandbox NAME. Flags go before or after NAME; the command starts after `--`, "
+            "or at the first word that is not a flag.",
+        )
+        for flag in flags.EXEC_FLAGS:
+            flag.add_to(p)
+        p.add_argument("name")
+        p.add_argument("command", nargs="...", help="the command and its arguments")
+        if split:
+            ns = p.parse_args([*before, *options, "--", name])
+        else:
+            ns = p.parse_args(rest)
+            name, command = ns.name, ns.command
+    name = check_name(name)
+    command = flags.command_of(command, f"exec {name}")
+    env = flags.pairs(ns.env, "--env")
+    if ns.detach:
+        from . import background
+
+        return background.detach(name, command, ns.cwd, env, _timeout(ns.timeout))
+    from . import attach
+
+    return attach.exec_(name, command, ns.cwd, env, _timeout(ns.timeout))
 
 
 def _timeout(value: float | None) -> float | None:

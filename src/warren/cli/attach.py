@@ -31,18 +31,6 @@ else:
     import _signal as signal  # the C module: ``signal`` would load enum (start-up time)
 
 _FORWARD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
-_NETWORK_VERBS = {
-    "pip": ("install", "download", "index"),
-    "uv": ("pip", "add", "sync", "lock", "tool", "python", "run"),
-    "uvx": (),
-    "npm": ("install", "i", "ci", "update", "exec"),
-    "npx": (),
-    "cargo": ("fetch", "build", "install", "update", "add"),
-    "git": ("clone", "fetch", "pull", "push", "ls-remote"),
-    "curl": (),
-    "wget": (),
-    "go": ("get", "install", "mod"),
-}
 
 
 def _terminal_fds() -> list[int]:
@@ -65,16 +53,6 @@ def _size(fd: int) -> tuple[int, int]:
         return rows or 24, cols or 80
     except OSError:
         return 24, 80
-
-
-def _looks_networked(argv: list[str]) -> bool:
-    prog = os.path.basename(argv[0])
-    if prog.startswith("python") and len(argv) > 2 and argv[1] == "-m":
-        prog, argv = argv[2], argv[2:]
-    verbs = _NETWORK_VERBS.get(prog)
-    if verbs is None:
-        return False
-    return not verbs or any(a in verbs for a in argv[1:3])
 
 
 class Attached:
@@ -206,21 +184,14 @@ class Attached:
             )
             return 124
         if msg.limit is not None:
-            if code == 128 + signal.SIGKILL:
-                _say(f"warren: killed: {msg.limit}")
-            else:
-                _say(f"warren: {msg.limit} (a fork or an allocation failed)")
-        if code != 0 and self.network == "none" and _looks_networked(self.argv):
-            _say(
-                "warren: hint: the sandbox has no network (--network none, the default); to reach package "
-                "registries use --network allow (presets add theirs) or --allow-host HOST"
-            )
-        if code != 0:
-            from .hints import installs_programs, writes_repository
+            from .hints import limit_reached
 
-            hint = installs_programs(self.argv) or writes_repository(self.argv, self.repository)
-            if hint:
-                _say(hint)
+            _say(f"warren: {limit_reached(msg.limit, code)}")
+        if code != 0:
+            from .hints import after_failure
+
+            for hint in after_failure(self.argv, self.network, self.repository):
+                _say(f"warren: hint: {hint}")
         return code
 
     def _deliver(self, sock: wire.Sock) -> None:

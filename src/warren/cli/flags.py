@@ -20,6 +20,7 @@ from ..errors import WarrenError
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
+    from collections.abc import Callable, Iterable
     from typing import Any, NoReturn
 
 PRESETS = "uv, pip, npm, cargo, go, git, python, node, rust, golang"
@@ -120,6 +121,12 @@ TIMEOUT = Flag(
 )
 RUN_FLAGS = (*POLICY_FLAGS, TIMEOUT)
 EXEC_FLAGS = (
+    Flag(
+        ("-d", "--detach"),
+        "detach",
+        "switch",
+        "start CMD in the background and print its id (its output: warren logs NAME ID)",
+    ),
     Flag(("--cwd",), "cwd", "value", "working directory inside the sandbox (default: the workspace)", "DIR"),
     Flag(("--env",), "env", "multi", "set an environment variable", "K=V"),
     TIMEOUT,
@@ -182,6 +189,45 @@ def quick(args: list[str], table: tuple[Flag, ...]) -> tuple[Any, list[str]] | N
     return Namespace(**values), []
 
 
+class Described(Exception):
+    """Raised by a parser's ``parse_args`` in ``describe``: the parser, unused."""
+
+    def __init__(self, parser: argparse.ArgumentParser) -> None:
+        self.parser = parser
+
+
+_describing = False
+
+
+def describing() -> bool:
+    """Whether parsers are being collected (a command whose fast path skips its parser
+    must then build it)."""
+    return _describing
+
+
+def describe(handler: Callable[[list[str]], int]) -> argparse.ArgumentParser:
+    """The parser ``handler`` builds, without running the command: each command builds its
+    parser next to its code, and completion scripts and the man page are made from those
+    very parsers, so they cannot drift from what is accepted."""
+    global _describing
+    _describing = True
+    try:
+        handler([])
+    except Described as d:
+        return d.parser
+    finally:
+        _describing = False
+    raise AssertionError(f"{handler.__name__} ran without parsing its arguments")
+
+
+def suggest(word: str, known: Iterable[str]) -> str:
+    """`did you mean ...?` for a mistyped command or flag, or nothing."""
+    import difflib
+
+    close = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
+    return f"did you mean {close[0]!r}?" if close else ""
+
+
 def parser(prog: str, description: str) -> argparse.ArgumentParser:
     import argparse
 
@@ -199,8 +245,21 @@ def parser(prog: str, description: str) -> argparse.ArgumentParser:
             super().__init__(prog, indent_increment, max_help_position, width)
 
     class Parser(argparse.ArgumentParser):
+        def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
+            if _describing:
+                raise Described(self)
+            return super().parse_args(args, namespace)
+
         def error(self, message: str) -> NoReturn:
-            raise UsageError(message, operation="cli", hint=f"see `{self.prog} --help`")
+            hint = f"see `{self.prog} --help`"
+            unknown = [a for a in self._unknown(message) if a.startswith("-")]
+            close = suggest(unknown[0].partition("=")[0], self._option_string_actions) if unknown else ""
+            raise UsageError(message, operation="cli", hint=f"{close} {hint}" if close else hint)
+
+        @staticmethod
+        def _unknown(message: str) -> list[str]:
+            head = "unrecognized arguments: "
+            return message[len(head) :].split() if message.startswith(head) else []
 
     return Parser(prog=prog, description=description, allow_abbrev=False, formatter_class=Formatter)
 
@@ -256,6 +315,23 @@ def spec_of(ns: Any) -> dict[str, object]:
         if getattr(ns, key) is not None:
             spec[key] = getattr(ns, key)
     return spec
+
+
+def split_options(args: list[str], table: tuple[Flag, ...]) -> tuple[list[str], list[str]]:
+    """``args`` cut where the command starts: after ``--``, or at the first word that is
+    neither a flag nor a flag's value. Unknown flags stay on the options side, for the
+    parser to name (and suggest a near one)."""
+    by_name = {name: flag for flag in table for name in flag.names}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            return args[:i], args[i + 1 :]
+        if not arg.startswith("-") or arg == "-":
+            break
+        flag = by_name.get(arg)
+        i += 2 if flag is not None and flag.kind != "switch" else 1
+    return args[:i], args[i:]
 
 
 def command_of(rest: list[str], what: str) -> list[str]:

@@ -1,6 +1,8 @@
-"""Hints for a command that failed in a sandbox: which tool commands install programs
-where no preset lets them write, and which git commands write a repository whose
-``.git`` lies above the workspace (read-only there). Pure (argv in, text out).
+"""Hints for a command that failed in a sandbox: a command that needed the network in a
+sandbox without one, tool commands that install programs where no preset lets them
+write, and git commands that write a repository whose ``.git`` lies above the workspace
+(read-only there). Pure (argv and output in, text out); the CLI prints them after the
+command, MCP's ``run_command`` returns them with its result.
 
 A preset makes a tool's caches writable, never the places its programs land for your
 PATH (``~/.local/bin``, ``~/.cargo/bin``, ``~/go/bin``, npm's global prefix, a
@@ -14,6 +16,76 @@ two ways on.
 from __future__ import annotations
 
 import os
+import signal
+
+_NETWORK_VERBS = {
+    "pip": ("install", "download", "index"),
+    "uv": ("pip", "add", "sync", "lock", "tool", "python", "run"),
+    "uvx": (),
+    "npm": ("install", "i", "ci", "update", "exec"),
+    "npx": (),
+    "cargo": ("fetch", "build", "install", "update", "add"),
+    "git": ("clone", "fetch", "pull", "push", "ls-remote"),
+    "curl": (),
+    "wget": (),
+    "go": ("get", "install", "mod"),
+}
+# What a program prints when it could not even look a name up (curl, git, pip, getaddrinfo).
+_NO_RESOLVER = (
+    b"Could not resolve host",
+    b"Temporary failure in name resolution",
+    b"Name or service not known",
+    b"getaddrinfo failed",
+    b"Could not resolve proxy",
+)
+NO_NETWORK = (
+    "the sandbox has no network (--network none, the default); to reach package "
+    "registries use --network allow (presets add theirs) or --allow-host HOST"
+)
+
+
+def _looks_networked(argv: list[str]) -> bool:
+    if len(argv) >= 3 and os.path.basename(argv[0]) in ("sh", "bash", "dash") and argv[1] == "-c":
+        return any(_looks_networked(part.split()) for part in _commands(argv[2]))
+    if not argv:
+        return False
+    prog = os.path.basename(argv[0])
+    if prog.startswith("python") and len(argv) > 2 and argv[1] == "-m":
+        prog, argv = argv[2], argv[2:]
+    verbs = _NETWORK_VERBS.get(prog)
+    if verbs is None:
+        return False
+    return not verbs or any(a in verbs for a in argv[1:3])
+
+
+def _commands(line: str) -> list[str]:
+    """The simple commands of a shell line, roughly: split at ; & | and newlines."""
+    for sep in ("&&", "||", "|", ";", "&", "\n"):
+        line = line.replace(sep, "\0")
+    return [part for part in line.split("\0") if part.strip()]
+
+
+def needs_network(argv: list[str], network: str, stderr: bytes = b"") -> bool:
+    """Whether a failed command probably failed for want of the network it does not have."""
+    if network not in ("none", ""):
+        return False
+    return _looks_networked(argv) or any(s in stderr for s in _NO_RESOLVER)
+
+
+def limit_reached(limit: str, exit_code: int) -> str:
+    """What a sandbox limit did to the command: killed it (SIGKILL, the memory limit), or
+    made a fork or an allocation fail (the command then failed its own way)."""
+    if exit_code == 128 + signal.SIGKILL:
+        return f"killed: {limit}"
+    return f"{limit} (a fork or an allocation failed)"
+
+
+def after_failure(argv: list[str], network: str, repository: str | None, stderr: bytes = b"") -> list[str]:
+    """Every hint for a command that exited non-zero, without the "warren: hint: " prefix."""
+    hints = [NO_NETWORK] if network == "none" and needs_network(argv, network, stderr) else []
+    hint = installs_programs(argv) or writes_repository(argv, repository)
+    return [*hints, hint] if hint else hints
+
 
 # (program, verbs, options of which one must be present or () for none) -> where it writes
 _INSTALLERS: tuple[tuple[str, tuple[str, ...], tuple[str, ...], str, str], ...] = (
@@ -58,7 +130,7 @@ def installs_programs(argv: list[str]) -> str | None:
             continue
         how = f" ({override} to put them elsewhere)" if override else ""
         return (
-            f"warren: hint: `{name} {verb}` writes programs to {where}, which no preset makes "
+            f"`{name} {verb}` writes programs to {where}, which no preset makes "
             f"writable (they would run later outside the sandbox); add --write for it if you mean it, "
             f"or install into the workspace{how}"
         )
@@ -94,7 +166,7 @@ def writes_repository(argv: list[str], repository: str | None) -> str | None:
     if not repository or _git_verb(argv) not in _GIT_WRITES:
         return None
     return (
-        f"warren: hint: the workspace lies in the git repository {repository}, whose .git is outside "
+        f"the workspace lies in the git repository {repository}, whose .git is outside "
         f"the workspace and read-only here; use --workspace {repository}, or --write {repository}/.git "
         "if you mean to let the sandbox write it"
     )

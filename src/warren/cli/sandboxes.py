@@ -16,7 +16,7 @@ from ..client import connect
 from ..client.local import LocalTransport
 from ..client.sandbox import Sandbox
 from ..errors import SandboxError, WarrenError
-from ..models import SandboxInfo
+from ..models import ProcessInfo, SandboxInfo
 from ..server import statedir
 from ..server.statedir import check_name
 from . import copy, flags
@@ -86,22 +86,42 @@ def ls(args: list[str]) -> int:
     return 0
 
 
+OWN = "[warren]"  # how `ps` shows warren's own processes (PID 1, exec helpers)
+
+
+def _command(q: ProcessInfo) -> str:
+    """The command line as the user typed it (shell-quoted), or ``OWN`` for warren's own."""
+    import shlex
+
+    return OWN if connect.is_supervisor(q.argv) else shlex.join(q.argv)
+
+
 def ps(args: list[str]) -> int:
-    p = flags.parser("warren ps", "List the processes running in sandbox NAME.")
+    p = flags.parser(
+        "warren ps",
+        f"List the processes running in sandbox NAME; warren's own (PID 1, helpers) show as {OWN}.",
+    )
     p.add_argument("--json", action="store_true", help="one JSON array")
     p.add_argument("name")
     ns = p.parse_args(args)
     procs = Sandbox.get(check_name(ns.name), transport=_transport()).processes()
     if ns.json:
         rows = [
-            {"pid": q.pid, "ppid": q.ppid, "state": q.state, "argv": list(q.argv), "spawn_id": q.spawn_id}
+            {
+                "pid": q.pid,
+                "ppid": q.ppid,
+                "state": q.state,
+                "argv": list(q.argv),
+                "spawn_id": q.spawn_id,
+                "warren": connect.is_supervisor(q.argv),
+            }
             for q in procs
         ]
         print(json.dumps(rows, indent=2))
         return 0
     print(f"{'PID':>6} {'PPID':>6} S  {'SPAWN':12}  COMMAND")
     for q in procs:
-        print(f"{q.pid:>6} {q.ppid:>6} {q.state}  {q.spawn_id or '-':12}  {' '.join(q.argv)}")
+        print(f"{q.pid:>6} {q.ppid:>6} {q.state}  {q.spawn_id or '-':12}  {_command(q)}")
     return 0
 
 
@@ -151,20 +171,38 @@ def port(args: list[str]) -> int:
 
 
 def logs(args: list[str]) -> int:
-    p = flags.parser("warren logs", "Show sandbox NAME's logs: --net lists every network decision.")
+    p = flags.parser(
+        "warren logs",
+        "Show what background process ID of sandbox NAME wrote (warren exec -d printed its ID); "
+        "-f follows it until it ends. --net lists every network decision of NAME instead.",
+    )
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing until the process ends")
     p.add_argument("--net", action="store_true", help="the network proxy's decisions (--network allow)")
-    p.add_argument("--json", action="store_true", help="one JSON object per line")
+    p.add_argument("--json", action="store_true", help="with --net: one JSON object per line")
     p.add_argument("name")
+    p.add_argument("id", nargs="?", help="a background process's id (from warren exec -d)")
     ns = p.parse_args(args)
-    if not ns.net:
-        raise WarrenError(
-            "say which log: only the network log exists (--net)",
+    name = check_name(ns.name)
+    if ns.net:
+        if ns.id is not None or ns.follow:
+            raise flags.UsageError(
+                "--net shows the sandbox's network log: no process ID, no -f",
+                operation="logs",
+                hint=f"warren logs --net {name}",
+            )
+        for event in _transport().net_log(name):
+            print(json.dumps(event.to_dict()) if ns.json else event.line())
+        return 0
+    if ns.id is None:
+        raise flags.UsageError(
+            "say whose log: a background process's ID, or --net",
             operation="logs",
-            hint=f"warren logs --net {ns.name}; a spawned process's output is in its Process.output()",
+            hint=f"warren exec -d {name} CMD prints an ID for warren logs {name} ID; "
+            f"warren logs --net {name} shows the network log",
         )
-    for event in _transport().net_log(check_name(ns.name)):
-        print(json.dumps(event.to_dict()) if ns.json else event.line())
-    return 0
+    from . import background
+
+    return background.show(name, ns.id, ns.follow)
 
 
 def stop(args: list[str]) -> int:

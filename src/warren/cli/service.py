@@ -12,8 +12,6 @@ from . import flags
 
 
 def serve(args: list[str]) -> int:
-    from ..service import serve as srv
-
     p = flags.parser(
         "warren serve",
         "Serve this user's sandboxes over HTTP (API v1 at /v1, MCP at /mcp). "
@@ -38,6 +36,8 @@ def serve(args: list[str]) -> int:
         "body pauses for 3 times it (default 10)",
     )
     ns = p.parse_args(args)
+    from ..service import serve as srv
+
     listen = srv.parse_listen(ns.listen, os.environ)
     token = srv.read_token(ns.token_file, os.environ)
     srv.check(listen, token, ns.allow_remote)
@@ -56,22 +56,49 @@ def serve(args: list[str]) -> int:
     )
 
 
+MCP_IDLE_TIMEOUT = "30m"
+
+
 def mcp(args: list[str]) -> int:
     p = flags.parser(
         "warren mcp",
         "An MCP server on stdio giving an agent a sandboxed shell for one project. The policy flags "
-        "fix what every sandbox of this server may do; no tool call can change them.",
+        "fix what every sandbox of this server may do; no tool call can change them. Its sandboxes "
+        f"stop after {MCP_IDLE_TIMEOUT} without a call (--idle-timeout, or $WARREN_MCP_IDLE_TIMEOUT), "
+        "and the default one is removed when the server ends.",
     )
     flags.add_policy_flags(p)
     ns = p.parse_args(args)
+    import dataclasses
+    import signal
+
     from ..client.local import LocalTransport
     from ..mcp.server import build
+    from ..policy.limits import parse_duration
     from ..policy.spec import from_mapping
 
     if ns.profile is not None:
         raise flags.UsageError("warren mcp does not take --profile", operation="cli", hint="pass the flags")
     spec = from_mapping(flags.spec_of(ns), "flags")
-    build(LocalTransport(), spec, spec.workspace).run("stdio")
+    if spec.idle_timeout is None:
+        idle = os.environ.get("WARREN_MCP_IDLE_TIMEOUT") or MCP_IDLE_TIMEOUT
+        parse_duration(idle, "$WARREN_MCP_IDLE_TIMEOUT")  # refused here, not at the first tool call
+        spec = dataclasses.replace(spec, idle_timeout=idle)
+    server = build(LocalTransport(), spec, spec.workspace)
+
+    def ended(signum: int, _frame: object) -> None:
+        # Unwinding would wait for the SDK's thread blocked reading stdin: clean up, leave.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        server.warren.remove_default()
+        os._exit(128 + signum)
+
+    # A client ends a session by closing our stdin, and sends SIGTERM if we linger.
+    signal.signal(signal.SIGTERM, ended)
+    try:
+        server.run("stdio")
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the clean-up below is short; let it finish
+        server.warren.remove_default()
     return 0
 
 

@@ -37,6 +37,12 @@ _BOOT = (
 )
 
 
+def is_supervisor(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` is the supervisor's own (its forks, PID 1 and exec helpers of a
+    sandbox, keep it): ``warren ps`` shows them as one word, not as this boot code."""
+    return len(argv) >= 4 and argv[2] == "-c" and argv[3] == _BOOT
+
+
 def _package_parent() -> str:
     import warren
 

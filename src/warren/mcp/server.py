@@ -14,6 +14,7 @@ sandbox uses the workspace's default one, created on first use.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -28,6 +29,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import Field
 
 from .. import protocol
+from ..cli.hints import after_failure, limit_reached
 from ..client import checks
 from ..client.sandbox import feed_stdin
 from ..client.transport import Transport
@@ -64,6 +66,8 @@ def _error(e: WarrenError) -> Exception:
 
 class Tools(Server):  # type: ignore[misc]  # the SDK's server class, of either major (sdk.py)
     """The SDK's server (FastMCP, MCPServer) refusing undeclared arguments instead of ignoring them."""
+
+    warren: Warren
 
     def __init__(self, *args: Any, streamable_path: str, security: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs, **server_kwargs(streamable_path, security))
@@ -139,6 +143,12 @@ class Warren:
             raise _error(e) from None
         return full
 
+    def remove_default(self) -> None:
+        """Stop and forget the default sandbox (when the server ends): its processes and
+        its place in the registry; the workspace stays."""
+        with contextlib.suppress(SandboxNotFound):
+            self.transport.stop(self.full(None), remove=True)
+
 
 def _argv(command: str | None, argv: list[str] | None) -> list[str]:
     if (command is None) == (argv is None):
@@ -194,6 +204,8 @@ def build(
         security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         log_level="WARNING",
     )
+    mcp.warren = w
+    network = base.network or ("allow" if base.allow_hosts else "none")
 
     @mcp.tool()
     async def run_command(
@@ -204,8 +216,10 @@ def build(
         sandbox: SandboxArg = None,
     ) -> dict[str, Any]:
         """Run a command in the sandbox and wait for it. Returns exit_code, stdout, stderr
-        (each capped at 1 MiB; truncated says so) and timed_out. A non-zero exit code is a
-        result, not an error."""
+        (each capped at 1 MiB; truncated says so) and timed_out (then exit_code is 124). A
+        non-zero exit code is a result, not an error; hints, when present, say what warren
+        thinks stopped it (a limit of the sandbox, no network in it, a read-only install
+        directory), and warnings what warren noticed."""
         args = _argv(command, argv)
         limit = _checked(checks.timeout, timeout, "run_command")
         cwd = _checked(checks.cwd, cwd, "run_command")
@@ -222,13 +236,23 @@ def build(
             on_stdout=None,
             on_stderr=None,
         )
-        return {
-            "exit_code": result.exit_code,
+        # As the CLI: a timeout is 124 (the kill that ended it is warren's, not the command's).
+        code = 124 if result.timed_out else result.exit_code
+        out = {
+            "exit_code": code,
             "stdout": _text(result.stdout),
             "stderr": _text(result.stderr),
             "truncated": result.stdout_truncated or result.stderr_truncated,
             "timed_out": result.timed_out,
         }
+        hints = [] if code == 0 or result.timed_out else after_failure(args, network, None, result.stderr)
+        if result.limit is not None:
+            hints.insert(0, limit_reached(result.limit, code))
+        if hints:
+            out["hints"] = hints
+        if result.warnings:
+            out["warnings"] = list(result.warnings)
+        return out
 
     @mcp.tool()
     async def create_sandbox(

@@ -1,0 +1,217 @@
+"""What a newcomer meets on the command line: flags after NAME in ``exec``, "did you
+mean" for typos, completion scripts and the man page made from the parsers themselves,
+``exec -d`` + ``logs [-f]`` for background commands, and ``ps`` showing commands as
+they were typed with warren's own processes as one word."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import Layout, run_cli
+from warren.cli import catalog
+
+
+@pytest.fixture
+def web(layout: Layout, tmp_path: Path) -> Iterator[tuple[Layout, dict[str, str]]]:
+    """A long-lived sandbox ``web`` over the layout's workspace, with private state."""
+    env = {"XDG_STATE_HOME": str(tmp_path / "state")}
+    made = run_cli(["create", "web", "-w", str(layout.workspace)], cwd=layout.workspace, env=env)
+    assert made.returncode == 0, made.stderr
+    try:
+        yield layout, env
+    finally:
+        run_cli(["rm", "-f", "web"], cwd=layout.workspace, env=env)
+        run_cli(["shutdown"], cwd=layout.workspace, env=env)
+
+
+def cli(web: tuple[Layout, dict[str, str]], *args: str) -> subprocess.CompletedProcess[str]:
+    layout, env = web
+    return run_cli(list(args), cwd=layout.workspace, env=env)
+
+
+# --- exec: flags between NAME and the command -----------------------------------------
+
+
+def test_exec_takes_flags_after_name_before_double_dash(web: tuple[Layout, dict[str, str]]) -> None:
+    sub = web[0].workspace / "sub"
+    sub.mkdir()
+    r = cli(web, "exec", "web", "--cwd", str(sub), "--env", "A=1", "--", "sh", "-c", "pwd; echo $A")
+    assert (r.returncode, r.stdout, r.stderr) == (0, f"{sub}\n1\n", "")
+
+
+def test_exec_without_double_dash_starts_the_command_at_the_first_word(
+    web: tuple[Layout, dict[str, str]],
+) -> None:
+    sub = web[0].workspace / "sub"
+    sub.mkdir()
+    r = cli(web, "exec", "web", "--cwd", str(sub), "pwd")
+    assert (r.returncode, r.stdout) == (0, f"{sub}\n"), r.stderr
+    # the command's own flags stay the command's
+    r = cli(web, "exec", "web", "ls", "-d", "--", "/")
+    assert (r.returncode, r.stdout) == (0, "/\n"), r.stderr
+    r = cli(web, "exec", "--cwd", str(sub), "web", "sh", "-c", "pwd")
+    assert (r.returncode, r.stdout) == (0, f"{sub}\n"), r.stderr
+
+
+# --- did you mean ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "meant"),
+    [
+        (["lss"], "'ls'"),
+        (["exce", "web", "true"], "'exec'"),
+        (["run", "--netwrok", "none", "--", "true"], "'--network'"),
+        (["exec", "web", "--cdw", "/", "--", "pwd"], "'--cwd'"),
+        (["ps", "--jsno", "web"], "'--json'"),
+    ],
+)
+def test_a_typo_gets_did_you_mean(tmp_path: Path, args: list[str], meant: str) -> None:
+    r = run_cli(args, cwd=tmp_path, env={"XDG_STATE_HOME": str(tmp_path / "state")})
+    assert r.returncode == 125
+    assert f"did you mean {meant}?" in r.stderr
+    assert "Traceback" not in r.stderr and r.stderr.startswith("warren: ")
+
+
+def test_a_word_like_no_command_gets_no_guess(tmp_path: Path) -> None:
+    r = run_cli(["xyzzy"], cwd=tmp_path, env={"XDG_STATE_HOME": str(tmp_path / "state")})
+    assert r.returncode == 125 and "did you mean" not in r.stderr and "warren --help" in r.stderr
+
+
+# --- completion and man, from the parsers ---------------------------------------------
+
+
+def test_catalog_reads_every_command_and_flag_from_its_parser() -> None:
+    cmds = {c.name: c for c in catalog.commands()}
+    assert {"run", "exec", "create", "ls", "ps", "logs", "completion", "man", "mcp", "serve"} <= set(cmds)
+    exec_flags = {n for o in cmds["exec"].options for n in o.names}
+    assert {"-d", "--detach", "--cwd", "--env", "--timeout"} <= exec_flags
+    network = next(o for o in cmds["run"].options if "--network" in o.names)
+    assert network.choices == ("none", "allow", "open")
+
+
+@pytest.mark.parametrize("shell", catalog.SHELLS)
+def test_completion_script_names_every_command_and_flag(tmp_path: Path, shell: str) -> None:
+    r = run_cli(["completion", shell], cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    for c in catalog.commands():
+        assert c.name in r.stdout
+        for o in c.options:
+            for n in o.names:
+                word = n.lstrip("-") if shell == "fish" else n
+                assert word in r.stdout, (shell, c.name, n)
+    checker = {"bash": ["bash", "-n"], "zsh": ["zsh", "-n"], "fish": ["fish", "--no-execute"]}[shell]
+    if shutil.which(checker[0]) is None:
+        pytest.skip(f"{checker[0]} is not installed: the script's syntax was not checked")
+    script = tmp_path / f"warren.{shell}"
+    script.write_text(r.stdout)
+    checked = subprocess.run([*checker, str(script)], capture_output=True, text=True)
+    assert checked.returncode == 0 and checked.stderr == "", checked.stderr
+
+
+def _complete(script: str, words: list[str]) -> list[str]:
+    """What bash offers for the last word of ``words``, with the generated script."""
+    line = " ".join(shlex.quote(w) for w in words)
+    ask = f"COMP_WORDS=({line}); COMP_CWORD={len(words) - 1}; _warren"
+    program = f"{script}\n{ask}\nprintf '%s\\n' \"${{COMPREPLY[@]}}\"\n"
+    r = subprocess.run(["bash", "--norc", "-c", program], capture_output=True, text=True, check=True)
+    return r.stdout.split()
+
+
+def test_bash_completion_completes_commands_flags_and_choices(tmp_path: Path) -> None:
+    script = run_cli(["completion", "bash"], cwd=tmp_path).stdout
+    assert _complete(script, ["warren", "ex"]) == ["exec"]
+    assert _complete(script, ["warren", "exec", "web", "--c"]) == ["--cwd"]
+    assert _complete(script, ["warren", "run", "--network", ""]) == ["none", "allow", "open"]
+    assert "--follow" in _complete(script, ["warren", "logs", "--"])
+
+
+def test_man_page_renders_without_warnings_and_lists_every_command(tmp_path: Path) -> None:
+    page = run_cli(["man"], cwd=tmp_path)
+    assert page.returncode == 0, page.stderr
+    assert page.stdout.startswith(".TH WARREN 1 ")
+    source = tmp_path / "warren.1"
+    source.write_text(page.stdout)
+    env = {**os.environ, "MANWIDTH": "100", "LANG": "C.UTF-8", "MAN_KEEP_FORMATTING": ""}
+    if shutil.which("man"):
+        shown = subprocess.run(
+            ["man", "--warnings", "-l", str(source)], capture_output=True, text=True, env=env
+        )
+    elif shutil.which("groff"):
+        shown = subprocess.run(
+            ["groff", "-man", "-ww", "-Tutf8", str(source)], capture_output=True, text=True, env=env
+        )
+    else:
+        pytest.skip("neither man nor groff is installed: the page was not rendered")
+    assert shown.returncode == 0 and shown.stderr == "", shown.stderr
+    text = shown.stdout
+    for c in catalog.commands():
+        assert f"warren {c.name}" in text
+    assert "--detach" in text and "EXIT STATUS" in text and "124" in text
+
+
+# --- background commands: exec -d and logs ---------------------------------------------
+
+
+def test_exec_detach_prints_an_id_and_logs_shows_and_follows_it(web: tuple[Layout, dict[str, str]]) -> None:
+    gate = web[0].workspace / "gate"
+    script = f"echo first; echo oops >&2; while [ ! -e {gate} ]; do sleep 0.05; done; echo last; exit 3"
+    started = cli(web, "exec", "-d", "web", "--", "sh", "-c", script)
+    assert started.returncode == 0, started.stderr
+    spawn_id = started.stdout.strip()
+    assert spawn_id and "\n" not in spawn_id
+    # the command runs on after `exec -d` returned; its log so far is there
+    while "first" not in (so_far := cli(web, "logs", "web", spawn_id)).stdout:
+        assert so_far.returncode == 0, so_far.stderr
+        time.sleep(0.05)  # only spacing the polls: the loop ends when the line is there
+    assert "last" not in so_far.stdout
+    gate.touch()
+    followed = cli(web, "logs", "-f", "web", spawn_id)
+    assert (followed.returncode, followed.stdout, followed.stderr) == (3, "first\nlast\n", "oops\n")
+
+
+def test_logs_of_an_unknown_id_is_a_clear_error(web: tuple[Layout, dict[str, str]]) -> None:
+    r = cli(web, "logs", "web", "p000000000000")
+    assert r.returncode == 125 and "Traceback" not in r.stderr and "hint:" in r.stderr
+    r = cli(web, "logs", "web")
+    assert r.returncode == 125 and "warren exec -d web" in r.stderr
+
+
+# --- ps ---------------------------------------------------------------------------------
+
+
+def test_ps_shows_commands_as_typed_and_warren_own_as_one_word(web: tuple[Layout, dict[str, str]]) -> None:
+    started = cli(web, "exec", "-d", "web", "--", "sh", "-c", "sleep 600; echo 'a b'")
+    assert started.returncode == 0, started.stderr
+    r = cli(web, "ps", "web")
+    assert r.returncode == 0, r.stderr
+    rows = r.stdout.splitlines()[1:]
+    assert "import" not in r.stdout and "sys.exit" not in r.stdout  # no boot code
+    by_pid = {int(row.split()[0]): row for row in rows}
+    assert by_pid[1].endswith("  [warren]")
+    assert any(row.endswith("  sh -c 'sleep 600; echo '\"'\"'a b'\"'\"''") for row in rows), rows
+    assert len(rows) == len(r.stdout.splitlines()) - 1  # one line per process
+
+
+# --- hints after a failure (the CLI prints them, MCP returns them) ----------------------
+
+
+def test_network_hint_reads_shell_lines_and_resolver_errors() -> None:
+    from warren.cli.hints import NO_NETWORK, after_failure
+
+    assert after_failure(["pip", "install", "x"], "none", None) == [NO_NETWORK]
+    assert after_failure(["sh", "-c", "cd sub && pip install -e ."], "none", None) == [NO_NETWORK]
+    resolver = b"curl: (6) Could not resolve host: pypi.org\n"
+    assert after_failure(["sh", "-c", "make"], "none", None, resolver) == [NO_NETWORK]
+    assert after_failure(["sh", "-c", "make"], "none", None, b"make: *** no rule\n") == []
+    assert after_failure(["pip", "install", "x"], "allow", None, resolver) == []
+    both = after_failure(["git", "pull"], "none", "/r")
+    assert both[0] == NO_NETWORK and "--workspace /r" in both[1] and len(both) == 2
