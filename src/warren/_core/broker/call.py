@@ -102,8 +102,13 @@ class Call:
             return -(e.errno or errno.EBADF)
 
     def resolve(self, dirfd_arg: int, path: bytes) -> bytes:
-        """``path`` as the process would resolve it (from its cwd or the dirfd)."""
+        """``path`` as the process would resolve it (from its cwd or the dirfd). Its own
+        ``/proc/self`` (``/dev/fd``, ...) is its, not the broker's: glibc changes a file
+        ``AT_SYMLINK_NOFOLLOW`` through ``/proc/self/fd/N`` of an ``O_PATH`` descriptor."""
         if path.startswith(b"/"):
+            for own, under in _OWN.items():
+                if path == own.rstrip(b"/") or (own.endswith(b"/") and path.startswith(own)):
+                    return f"/proc/{self.pid}/{under}".encode() + path[len(own) :]
             return path
         dirfd = fd_arg_int(dirfd_arg)
         base = f"/proc/{self.pid}/cwd/" if dirfd == AT_FDCWD else f"/proc/{self.pid}/fd/{dirfd}/"
@@ -122,6 +127,17 @@ class Call:
         except OSError:
             return None
         return fd, tail
+
+
+# Paths naming the calling process itself, and what they are under /proc/PID.
+_OWN = {
+    b"/proc/self/": "",
+    b"/proc/thread-self/": "",
+    b"/dev/fd/": "fd/",
+    b"/dev/stdin": "fd/0",
+    b"/dev/stdout": "fd/1",
+    b"/dev/stderr": "fd/2",
+}
 
 
 def _tgid(tid: int) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from collections.abc import Callable
 
 from .. import _sys
@@ -31,8 +32,9 @@ def _meta(places: Places, fd: int, act: str, *rest: object) -> Outcome:
         if act == "chmod":
             os.chmod(target, int(rest[0]))  # type: ignore[call-overload]
         elif act == "utimens":
-            times, flags = rest
-            _sys.utimensat(target.encode(), times, int(flags))  # type: ignore[arg-type, call-overload]
+            # Through the magic link to the object itself: the fd was opened with or
+            # without O_NOFOLLOW as the call asked (a link itself: ``_link_times``).
+            _sys.utimensat(target.encode(), rest[0], 0)  # type: ignore[arg-type]
         elif act == "setxattr":
             name, value, flags = rest
             os.setxattr(target, name, value, int(flags))  # type: ignore[arg-type, call-overload]
@@ -95,10 +97,44 @@ def utimensat(places: Places, call: Call) -> Outcome:
     times = call.read(times_ptr, 32) if times_ptr else None
     if times_ptr and times is None:
         return -errno.EFAULT
-    nofollow = flags & AT_SYMLINK_NOFOLLOW
     if not path_ptr:  # futimens(dirfd, times)
-        return _at_fd(places, call, dirfd, "utimens", times, nofollow)
-    return _at_path(places, call, dirfd, path_ptr, flags, "utimens", times, nofollow)
+        return _at_fd(places, call, dirfd, "utimens", times)
+    if flags & AT_SYMLINK_NOFOLLOW:
+        path = call.string(path_ptr)
+        if path:
+            done = _link_times(places, call, dirfd, path, times)
+            if done is not None:
+                return done
+    return _at_path(places, call, dirfd, path_ptr, flags, "utimens", times)
+
+
+def _link_times(places: Places, call: Call, dirfd: int, path: bytes, times: bytes | None) -> Outcome | None:
+    """``utimensat(..., AT_SYMLINK_NOFOLLOW)`` on a symlink: its own times, set by name
+    in its directory (the magic link of an fd would follow it). None: not a link."""
+    try:
+        fd = os.open(call.resolve(dirfd, path), os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        return -(e.errno or errno.EIO)
+    try:
+        if not stat.S_ISLNK(os.fstat(fd).st_mode):
+            return None
+        if not places.inside(fd):
+            return places.refusal(fd)
+    finally:
+        os.close(fd)
+    found = call.parent(dirfd, path)
+    if found is None:
+        return -errno.EINVAL
+    pfd, name = found
+    try:
+        if not places.inside(pfd):
+            return places.refusal(pfd)
+        _sys.utimensat(f"/proc/self/fd/{pfd}/".encode() + name, times, AT_SYMLINK_NOFOLLOW)
+        return 0
+    except OSError as e:
+        return -(e.errno or errno.EIO)
+    finally:
+        os.close(pfd)
 
 
 def utime(places: Places, call: Call) -> Outcome:
