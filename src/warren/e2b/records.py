@@ -1,0 +1,126 @@
+"""What an E2B sandbox has that a warren sandbox does not: its template, metadata,
+environment, end time and workspace; and the per-sandbox access token.
+
+A record is a small JSON file beside the sandbox's workspace (``ROOT/ID/record.json``,
+the workspace is ``ROOT/ID/home``), so a restarted ``warren serve`` still knows when each
+sandbox ends and what it was created from. The directory above the workspace is outside
+every writable root: a sandbox can read its own record (its environment, which it has
+anyway) but cannot change it.
+
+The access token is derived, not stored: ``HMAC(key, sandbox id)`` with a key derived
+from the service token, so it survives a restart with the same token, differs for every
+sandbox, and one sandbox's token says nothing about another's. No I/O on sandboxes here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import shutil
+import threading
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+RECORD = "record.json"
+WORKSPACE = "home"
+
+
+@dataclass
+class Record:
+    sandbox_id: str
+    template: str
+    started_at: float
+    end_at: float
+    workspace: str
+    metadata: dict[str, str] = field(default_factory=dict)
+    envs: dict[str, str] = field(default_factory=dict)
+    auto_pause: bool = False
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+def root_of(env: Mapping[str, str]) -> str:
+    """Where E2B sandboxes' workspaces live: ``$XDG_DATA_HOME/warren/e2b`` (warren's state
+    directory cannot hold a workspace: it is hidden in every sandbox)."""
+    base = env.get("XDG_DATA_HOME") or ""
+    if not base.startswith("/"):
+        base = os.path.join(env.get("HOME") or os.path.expanduser("~"), ".local", "share")
+    return os.path.join(os.path.normpath(base), "warren", "e2b")
+
+
+class Records:
+    """The records under one root, cached in memory; safe to use from worker threads."""
+
+    def __init__(self, root: str, token: str | None) -> None:
+        self.root = root
+        seed = token.encode() if token is not None else secrets.token_bytes(32)
+        self._key = hashlib.sha256(b"warren-e2b-access-token\0" + seed).digest()
+        self._lock = threading.Lock()
+        self._cache: dict[str, Record] = {}
+
+    def access_token(self, sandbox_id: str) -> str:
+        return hmac.new(self._key, sandbox_id.encode(), hashlib.sha256).hexdigest()
+
+    def token_matches(self, sandbox_id: str, given: str) -> bool:
+        return hmac.compare_digest(self.access_token(sandbox_id).encode(), given.encode())
+
+    def new_workspace(self, sandbox_id: str) -> str:
+        os.makedirs(self.root, mode=0o700, exist_ok=True)
+        top = os.path.join(self.root, sandbox_id)
+        os.mkdir(top, 0o700)
+        workspace = os.path.join(top, WORKSPACE)
+        os.mkdir(workspace, 0o755)
+        return workspace
+
+    def save(self, record: Record) -> None:
+        path = os.path.join(self.root, record.sandbox_id, RECORD)
+        tmp = f"{path}.{secrets.token_hex(4)}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(record.to_json())
+        os.replace(tmp, path)
+        with self._lock:
+            self._cache[record.sandbox_id] = record
+
+    def get(self, sandbox_id: str) -> Record | None:
+        with self._lock:
+            if sandbox_id in self._cache:
+                return self._cache[sandbox_id]
+        record = self._load(sandbox_id)
+        if record is not None:
+            with self._lock:
+                self._cache[sandbox_id] = record
+        return record
+
+    def _load(self, sandbox_id: str) -> Record | None:
+        if "/" in sandbox_id or sandbox_id in ("", ".", ".."):
+            return None
+        try:
+            with open(os.path.join(self.root, sandbox_id, RECORD), encoding="utf-8") as f:
+                data: dict[str, Any] = json.load(f)
+            return Record(**data)
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def all(self) -> list[Record]:
+        try:
+            names = os.listdir(self.root)
+        except OSError:
+            return []
+        return [r for r in (self.get(n) for n in sorted(names)) if r is not None]
+
+    def drop(self, sandbox_id: str) -> None:
+        """Forget a sandbox and delete its workspace (only ever one this root made)."""
+        with self._lock:
+            self._cache.pop(sandbox_id, None)
+        if "/" in sandbox_id or sandbox_id in ("", ".", ".."):
+            return
+        top = os.path.join(self.root, sandbox_id)
+        with contextlib.suppress(FileNotFoundError):
+            # rmtree does not follow symlinks the sandbox may have left in its workspace
+            shutil.rmtree(top)
