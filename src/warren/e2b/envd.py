@@ -117,16 +117,19 @@ class Watcher:
 
 def end_event(state: protocol.ProcessState) -> pb.ProcessEvent.EndEvent:
     """Go's ``ProcessState`` as envd reports it: an exit code and "exit status N", or
-    -1 and "signal: NAME" for a process killed by a signal."""
+    -1 and "signal: NAME" for a process killed by a signal; a failure's status is also
+    its error (what Go's ``cmd.Wait`` returns)."""
     status = state.status
     if status is None:
         return pb.ProcessEvent.EndEvent(exit_code=-1, exited=False, status="unknown", error="process lost")
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         name = {9: "killed", 15: "terminated", 2: "interrupt"}.get(sig) or _signal.Signals(sig).name.lower()
-        return pb.ProcessEvent.EndEvent(exit_code=-1, exited=False, status=f"signal: {name}")
+        text = f"signal: {name}"
+        return pb.ProcessEvent.EndEvent(exit_code=-1, exited=False, status=text, error=text)
     code = os.waitstatus_to_exitcode(status)
-    return pb.ProcessEvent.EndEvent(exit_code=code, exited=True, status=f"exit status {code}")
+    text = f"exit status {code}"
+    return pb.ProcessEvent.EndEvent(exit_code=code, exited=True, status=text, error=text if code else None)
 
 
 def entry(stat: protocol.FileStat, path: str) -> fs.EntryInfo:

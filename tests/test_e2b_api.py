@@ -1,0 +1,374 @@
+"""The E2B-compatible API: the unmodified ``e2b`` SDK from PyPI drives a real ``warren
+serve`` on loopback (``E2B_API_URL`` = ``E2B_SANDBOX_URL`` = the service). What matters is
+judged from the host side: the workspace on disk, warren's own ``/v1`` view of the
+sandbox, the planted file's bytes. The service runs with a HOME of its own that holds a
+planted credential, so the attack tests never touch the real one."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from service_util import Serve
+
+e2b = pytest.importorskip("e2b")
+from e2b import (  # noqa: E402
+    AuthenticationException,
+    CommandExitException,
+    NotFoundException,
+    Sandbox,
+    SandboxException,
+)
+
+MARKER = "planted-credential-" + secrets.token_hex(8)
+
+
+class World:
+    def __init__(self, serve: Serve, home: Path) -> None:
+        self.serve = serve
+        self.home = home
+        self.url = serve.url
+        assert serve.token is not None
+        self.token = serve.token
+
+    def v1(self) -> httpx.Client:
+        """warren's own API: the host's view of a sandbox."""
+        return self.serve.client()
+
+    def warren_state(self, sandbox_id: str) -> str | None:
+        with self.v1() as c:
+            r = c.get(f"/v1/sandboxes/{sandbox_id}")
+        if r.status_code == 404:
+            return None
+        assert r.status_code == 200, r.text
+        state: str = r.json()["state"]
+        return state
+
+    def workspace(self, sandbox_id: str) -> Path:
+        return self.home / ".local" / "share" / "warren" / "e2b" / sandbox_id / "home"
+
+    def raw(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=30)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    # Below the real home, not in /tmp: a sandbox has a /tmp of its own, where a planted
+    # file would be out of sight whatever the policy, and a write would land unseen.
+    home = Path.home() / f".warren-e2b-test-{secrets.token_hex(6)}"
+    home.mkdir()
+    (home / ".aws").mkdir()
+    (home / ".aws" / "credentials").write_text(f"[default]\naws_secret_access_key = {MARKER}\n")
+    (home / "notes.txt").write_text("the caller's own file\n")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HOME", str(home))
+        mp.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+        mp.delenv("XDG_DATA_HOME", raising=False)
+        mp.delenv("WARREN_URL", raising=False)
+        serve = Serve(tmp_path_factory.mktemp("serve"))
+        mp.setenv("E2B_API_URL", serve.url)
+        mp.setenv("E2B_SANDBOX_URL", serve.url)
+        mp.setenv("E2B_API_KEY", serve.token or "")
+        mp.delenv("E2B_DOMAIN", raising=False)
+        mp.delenv("E2B_DEBUG", raising=False)
+        world = World(serve, home)
+        try:
+            yield world
+        finally:
+            for info in Sandbox.list().next_items():
+                Sandbox.kill(info.sandbox_id)
+            serve.stop()
+            shutil.rmtree(home)
+
+
+@pytest.fixture
+def sb(world: World) -> Iterator[Sandbox]:
+    sandbox = Sandbox.create()
+    try:
+        yield sandbox
+    finally:
+        Sandbox.kill(sandbox.sandbox_id)
+
+
+# --- lifecycle ----------------------------------------------------------------------------------
+
+
+def test_create_gives_a_warren_sandbox_with_a_home_of_its_own(world: World) -> None:
+    sandbox = Sandbox.create(metadata={"purpose": "test"}, envs={"GREETING": "hello"})
+    try:
+        assert world.warren_state(sandbox.sandbox_id) == "running"
+        home = world.workspace(sandbox.sandbox_id)
+        assert home.is_dir()
+        result = sandbox.commands.run('pwd; echo "$HOME $GREETING"')
+        assert result.stdout == f"{home}\n{home} hello\n"
+        info = sandbox.get_info()
+        assert info.template_id == "base" and info.metadata == {"purpose": "test"}
+        assert sandbox.is_running()
+        assert "POST /v2/sandboxes 201" in world.serve.log.read_text()
+    finally:
+        assert Sandbox.kill(sandbox.sandbox_id) is True
+    assert world.warren_state(sandbox.sandbox_id) is None
+    assert not home.parent.exists()
+
+
+def test_list_shows_running_sandboxes_with_metadata_and_kill_removes_them(world: World) -> None:
+    tag = secrets.token_hex(4)
+    a = Sandbox.create(metadata={"tag": tag, "n": "1"})
+    b = Sandbox.create(metadata={"tag": tag, "n": "2"})
+    from e2b import SandboxQuery
+
+    listed = Sandbox.list(query=SandboxQuery(metadata={"tag": tag})).next_items()
+    assert {s.sandbox_id for s in listed} == {a.sandbox_id, b.sandbox_id}
+    assert {s.metadata["n"] for s in listed} == {"1", "2"}
+    a.kill()
+    listed = Sandbox.list(query=SandboxQuery(metadata={"tag": tag})).next_items()
+    assert [s.sandbox_id for s in listed] == [b.sandbox_id]
+    assert world.warren_state(a.sandbox_id) is None
+    assert Sandbox.kill(a.sandbox_id) is False
+    b.kill()
+
+
+def test_set_timeout_ends_the_sandbox_when_its_time_is_up(world: World) -> None:
+    sandbox = Sandbox.create(timeout=120)
+    sandbox.set_timeout(2)
+    assert world.warren_state(sandbox.sandbox_id) == "running"
+    deadline = time.monotonic() + 15
+    while world.warren_state(sandbox.sandbox_id) is not None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert world.warren_state(sandbox.sandbox_id) is None
+    assert not world.workspace(sandbox.sandbox_id).exists()
+    with pytest.raises(NotFoundException):
+        Sandbox.connect(sandbox.sandbox_id)
+
+
+def test_pause_freezes_the_sandbox_and_connect_resumes_it_with_its_processes(world: World) -> None:
+    sandbox = Sandbox.create()
+    try:
+        sandbox.files.write("kept.txt", "still here")
+        handle = sandbox.commands.run("sleep 300", background=True)
+        assert sandbox.pause() is True
+        assert world.warren_state(sandbox.sandbox_id) == "paused"
+        assert sandbox.get_info().state.value == "paused"
+        assert sandbox.pause() is False  # already paused: E2B's 409
+        with pytest.raises(SandboxException):
+            sandbox.commands.run("true", request_timeout=10)
+        resumed = Sandbox.connect(sandbox.sandbox_id)
+        assert world.warren_state(sandbox.sandbox_id) == "running"
+        assert handle.pid in [p.pid for p in resumed.commands.list()]
+        assert resumed.files.read("kept.txt") == "still here"
+    finally:
+        Sandbox.kill(sandbox.sandbox_id)
+
+
+# --- commands -------------------------------------------------------------------------------------
+
+
+def test_a_foreground_command_gives_stdout_stderr_and_exit_code(sb: Sandbox) -> None:
+    result = sb.commands.run("echo out; echo err >&2")
+    assert result.exit_code == 0 and result.stdout == "out\n" and "err\n" in result.stderr
+    with pytest.raises(CommandExitException) as failed:
+        sb.commands.run("echo partial; exit 3")
+    assert failed.value.exit_code == 3 and failed.value.stdout == "partial\n"
+    moved = sb.commands.run("pwd; echo $X", cwd="/tmp", envs={"X": "per-command"})
+    assert moved.stdout == "/tmp\nper-command\n"
+
+
+def test_output_callbacks_get_each_line_as_it_comes(sb: Sandbox) -> None:
+    seen: list[tuple[float, str]] = []
+    errors: list[str] = []
+    sb.commands.run(
+        "for i in 1 2 3; do echo line$i; sleep 0.4; done; echo oops >&2",
+        on_stdout=lambda line: seen.append((time.monotonic(), line)),
+        on_stderr=errors.append,
+    )
+    assert "".join(text for _, text in seen) == "line1\nline2\nline3\n"
+    assert seen[-1][0] - seen[0][0] > 0.6  # streamed, not delivered at the end
+    assert "oops\n" in "".join(errors)
+
+
+def test_a_background_process_reads_stdin_and_is_killed(world: World, sb: Sandbox) -> None:
+    reader = sb.commands.run('read line; echo "got:$line"', background=True, stdin=True)
+    reader.send_stdin("hello\n")
+    assert reader.wait().stdout == "got:hello\n"
+
+    cat = sb.commands.run("cat", background=True, stdin=True)
+    sb.commands.send_stdin(cat.pid, "abc\n")
+    sb.commands.close_stdin(cat.pid)
+    assert cat.wait().stdout == "abc\n"
+
+    sleeper = sb.commands.run("sleep 300", background=True)
+    assert sleeper.pid in [p.pid for p in sb.commands.list()]
+    assert sleeper.kill() is True
+    with pytest.raises(CommandExitException) as killed:
+        sleeper.wait()
+    assert killed.value.exit_code == -1 and killed.value.error == "signal: killed"
+    assert sleeper.pid not in [p.pid for p in sb.commands.list()]
+    # a later client attaches to a running process by its pid
+    ticker = sb.commands.run("sleep 0.5; echo late", background=True)
+    again = sb.commands.connect(ticker.pid)
+    assert again.wait().stdout == "late\n"
+
+
+# --- files --------------------------------------------------------------------------------------------
+
+
+def test_files_write_read_list_exists_make_dir_rename_remove(world: World, sb: Sandbox) -> None:
+    home = world.workspace(sb.sandbox_id)
+    info = sb.files.write("dir/a.txt", "alpha")
+    assert info.path == f"{home}/dir/a.txt"
+    assert (home / "dir" / "a.txt").read_text() == "alpha"  # on the host, in its workspace
+    assert sb.files.read("dir/a.txt") == "alpha"
+    sb.files.write(f"{home}/bin.dat", b"\x00\xffraw")
+    assert bytes(sb.files.read("bin.dat", format="bytes")) == b"\x00\xffraw"
+    names = {e.name: e for e in sb.files.list(str(home))}
+    assert set(names) == {"dir", "bin.dat"}
+    assert names["dir"].type is not None and names["dir"].type.value == "dir"
+    assert names["bin.dat"].size == 5
+    assert sb.files.exists("dir/a.txt") and not sb.files.exists("nope.txt")
+    assert sb.files.make_dir("made/deep") is True
+    assert sb.files.make_dir("made/deep") is False
+    assert (home / "made" / "deep").is_dir()
+    moved = sb.files.rename("dir/a.txt", "made/b.txt")
+    assert moved.path == f"{home}/made/b.txt" and (home / "made" / "b.txt").read_text() == "alpha"
+    assert not (home / "dir" / "a.txt").exists()
+    sb.files.remove("made")
+    assert not (home / "made").exists() and not sb.files.exists("made")
+    with pytest.raises(NotFoundException):
+        sb.files.read("made/b.txt")
+    assert sb.commands.run("cat bin.dat | wc -c").stdout.strip() == "5"
+
+
+def test_watching_a_directory_reports_created_files(sb: Sandbox) -> None:
+    sb.files.make_dir("watched")
+    handle = sb.files.watch_dir("watched")
+    try:
+        sb.files.write("watched/new.txt", "x")
+        deadline = time.monotonic() + 5
+        events = []
+        while not events and time.monotonic() < deadline:
+            events = handle.get_new_events()
+            time.sleep(0.1)
+        assert [(e.name, e.type.value) for e in events] == [("new.txt", "create")]
+    finally:
+        handle.stop()
+
+
+# --- security ------------------------------------------------------------------------------------------
+
+
+def test_a_wrong_or_missing_api_key_is_refused_and_creates_nothing(world: World) -> None:
+    before = len(Sandbox.list().next_items())
+    with pytest.raises(AuthenticationException):
+        Sandbox.create(api_key="wrong-" + secrets.token_hex(16))
+    with pytest.raises(AuthenticationException):
+        Sandbox.list(api_key="wrong-" + secrets.token_hex(16)).next_items()
+    with world.raw() as c:
+        r = c.post("/v2/sandboxes", json={"templateID": "base"})
+        assert r.status_code == 401 and "API key" in r.json()["message"]
+        r = c.post("/v2/sandboxes", json={"templateID": "base"}, headers={"X-API-Key": "x" * 32})
+        assert r.status_code == 401
+    assert len(Sandbox.list().next_items()) == before
+
+
+def test_one_sandboxs_access_token_opens_no_other(world: World) -> None:
+    a, b = Sandbox.create(), Sandbox.create()
+    try:
+        b.files.write("secret.txt", "b's data")
+        token_a = a._envd_access_token
+        assert token_a and token_a != b._envd_access_token
+        tries = {
+            "a's token": token_a,
+            "the API key": world.token,
+            "none": None,
+        }
+        with world.raw() as c:
+            for what, token in tries.items():
+                headers = {"E2b-Sandbox-Id": b.sandbox_id}
+                if token is not None:
+                    headers["X-Access-Token"] = token
+                r = c.get("/files", params={"path": "secret.txt"}, headers=headers)
+                assert r.status_code == 401 and "b's data" not in r.text, what
+                r = c.post(
+                    "/process.Process/Start",
+                    headers={**headers, "Content-Type": "application/json"},
+                    content=json.dumps({"process": {"cmd": "/bin/touch", "args": ["pwned"]}}),
+                )
+                assert r.status_code == 401 and r.json()["code"] == "unauthenticated", what
+            ok = c.get(
+                "/files",
+                params={"path": "secret.txt"},
+                headers={"E2b-Sandbox-Id": b.sandbox_id, "X-Access-Token": b._envd_access_token or ""},
+            )
+            assert ok.status_code == 200 and ok.text == "b's data"  # the check can pass
+        assert not (world.workspace(b.sandbox_id) / "pwned").exists()
+    finally:
+        a.kill()
+        b.kill()
+
+
+def test_the_sandbox_cannot_read_a_credential_in_the_callers_home(world: World, sb: Sandbox) -> None:
+    planted = world.home / ".aws" / "credentials"
+    # the home is in sight (so the denial below is the policy's, not a missing path)
+    assert sb.commands.run(f"cat {world.home}/notes.txt").stdout == "the caller's own file\n"
+    with pytest.raises(CommandExitException) as denied:
+        sb.commands.run(f"cat {planted}")
+    assert MARKER not in denied.value.stdout + denied.value.stderr
+    grep = sb.commands.run(f"grep -rs {MARKER[:20]} {world.home} || true")
+    assert MARKER not in grep.stdout + grep.stderr
+    with pytest.raises(SandboxException) as read:
+        sb.files.read(str(planted))
+    assert MARKER not in str(read.value)
+
+
+def test_a_write_outside_the_workspace_is_refused_and_the_host_file_unchanged(
+    world: World, sb: Sandbox
+) -> None:
+    notes = world.home / "notes.txt"
+    with pytest.raises(SandboxException):
+        sb.files.write(str(notes), "overwritten")
+    with pytest.raises(CommandExitException):
+        sb.commands.run(f"echo overwritten > {notes}")
+    with pytest.raises(SandboxException):
+        sb.files.remove(str(notes))
+    assert notes.read_text() == "the caller's own file\n"
+
+
+# --- bad input and what is not offered --------------------------------------------------------------
+
+
+def test_bad_requests_get_a_typed_4xx_with_a_message(world: World) -> None:
+    key = {"X-API-Key": world.token}
+    with world.raw() as c:
+        cases = [
+            (c.post("/v2/sandboxes", content=b"{not json", headers=key), 400),
+            (c.post("/v2/sandboxes", json=[], headers=key), 400),
+            (c.post("/v2/sandboxes", json={}, headers=key), 400),
+            (c.post("/v2/sandboxes", json={"templateID": "base", "timeout": -1}, headers=key), 400),
+            (c.post("/v2/sandboxes", json={"templateID": "base", "envVars": {"A": 1}}, headers=key), 400),
+            (c.post("/v2/sandboxes", json={"templateID": "no-such-template"}, headers=key), 404),
+            (c.get("/sandboxes/no-such-box", headers=key), 404),
+            (c.post("/sandboxes/no-such-box/timeout", json={"timeout": 5}, headers=key), 404),
+        ]
+        for response, status in cases:
+            assert response.status_code == status, response.text
+            body = response.json()
+            assert body["code"] == status and body["message"]
+    with pytest.raises(SandboxException, match="template 'no-such-template' not found") as missing:
+        Sandbox.create(template="no-such-template")
+    assert missing.value.status_code == 404
+
+
+def test_what_is_not_offered_raises_a_clear_sdk_error(sb: Sandbox) -> None:
+    with pytest.raises(SandboxException, match="PTY is not offered"):
+        sb.pty.create(size=e2b.PtySize(rows=24, cols=80))
+    with pytest.raises(SandboxException, match="not offered"):
+        sb.get_metrics()
+    with pytest.raises(SandboxException, match="not offered"):
+        Sandbox.create(mcp={"github": {}})
