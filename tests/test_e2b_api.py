@@ -7,6 +7,7 @@ planted credential, so the attack tests never touch the real one."""
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import shutil
 import time
@@ -17,6 +18,7 @@ import httpx
 import pytest
 
 from service_util import Serve
+from warren.e2b.records import root_of
 
 e2b = pytest.importorskip("e2b")
 from e2b import (  # noqa: E402
@@ -31,9 +33,10 @@ MARKER = "planted-credential-" + secrets.token_hex(8)
 
 
 class World:
-    def __init__(self, serve: Serve, home: Path) -> None:
+    def __init__(self, serve: Serve, home: Path, root: Path) -> None:
         self.serve = serve
         self.home = home
+        self.root = root
         self.url = serve.url
         assert serve.token is not None
         self.token = serve.token
@@ -52,7 +55,7 @@ class World:
         return state
 
     def workspace(self, sandbox_id: str) -> Path:
-        return self.home / ".local" / "share" / "warren" / "e2b" / sandbox_id / "home"
+        return self.root / sandbox_id / "home"
 
     def raw(self) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=30)
@@ -70,7 +73,6 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HOME", str(home))
         mp.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
-        mp.delenv("XDG_DATA_HOME", raising=False)
         mp.delenv("WARREN_URL", raising=False)
         serve = Serve(tmp_path_factory.mktemp("serve"))
         mp.setenv("E2B_API_URL", serve.url)
@@ -78,7 +80,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         mp.setenv("E2B_API_KEY", serve.token or "")
         mp.delenv("E2B_DOMAIN", raising=False)
         mp.delenv("E2B_DEBUG", raising=False)
-        world = World(serve, home)
+        world = World(serve, home, Path(root_of(os.environ)))
         try:
             yield world
         finally:
@@ -308,6 +310,24 @@ def test_one_sandboxs_access_token_opens_no_other(world: World) -> None:
             )
             assert ok.status_code == 200 and ok.text == "b's data"  # the check can pass
         assert not (world.workspace(b.sandbox_id) / "pwned").exists()
+    finally:
+        a.kill()
+        b.kill()
+
+
+def test_a_sandbox_sees_nothing_of_another_sandboxs_workspace(world: World) -> None:
+    a, b = Sandbox.create(), Sandbox.create()
+    try:
+        b.files.write("private.txt", "b only")
+        theirs = world.workspace(b.sandbox_id)
+        assert (theirs / "private.txt").read_text() == "b only"  # there on the host
+        seen = a.commands.run(f"ls {world.root} {theirs}; cat {theirs}/private.txt; true")
+        assert "b only" not in seen.stdout and b.sandbox_id not in seen.stdout
+        with pytest.raises(NotFoundException):
+            a.files.read(f"{theirs}/private.txt")
+        with pytest.raises(CommandExitException):
+            a.commands.run(f"echo tampered > {theirs}/private.txt")
+        assert (theirs / "private.txt").read_text() == "b only"
     finally:
         a.kill()
         b.kill()

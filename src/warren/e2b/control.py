@@ -291,6 +291,8 @@ class Control:
         timeout = timeout_of(data, None)
         resumed = info.state == "paused"
         if resumed:
+            # a sandbox its timeout paused would be paused again at once without new time
+            timeout = DEFAULT_TIMEOUT if timeout is None else timeout
             info = await self.core.call(self.core.transport.pause, info.name, False)
         if timeout is not None and self.core.records.get(info.name) is not None:
             await self._extend(info, timeout, shorten=False)

@@ -113,9 +113,14 @@ class Core:
 
     def _reap(self) -> None:
         while not self._stopping.wait(REAP_EVERY):
+            try:
+                items = self.transport.list()
+            except WarrenError:
+                continue
             now = time.time()
-            for record in self.records.all():
-                if record.end_at > now:
+            for info in items:
+                record = self.records.get(info.name)
+                if record is None or record.end_at > now or info.state != "running":
                     continue
                 try:
                     self.expire(record)
@@ -123,17 +128,11 @@ class Core:
                     continue
 
     def expire(self, record: Record) -> None:
-        try:
-            info = self.transport.get(record.sandbox_id)
-        except SandboxNotFound:
-            self.records.drop(record.sandbox_id)
-            return
-        if info.state == "paused":
-            return
-        if record.auto_pause and info.state == "running":
+        """Time is up: pause (``autoPause``) or kill. A paused sandbox waits for a connect."""
+        if record.auto_pause:
             self.transport.pause(record.sandbox_id, True)
-            return
-        self.kill(record.sandbox_id)
+        else:
+            self.kill(record.sandbox_id)
 
     def kill(self, sandbox_id: str) -> None:
         """Stop and remove the sandbox, then its record and workspace (kept when the

@@ -1,11 +1,12 @@
 """What an E2B sandbox has that a warren sandbox does not: its template, metadata,
-environment, end time and workspace; and the per-sandbox access token.
+environment, end time and workspace (and where those live); and the per-sandbox access
+token.
 
 A record is a small JSON file beside the sandbox's workspace (``ROOT/ID/record.json``,
 the workspace is ``ROOT/ID/home``), so a restarted ``warren serve`` still knows when each
 sandbox ends and what it was created from. The directory above the workspace is outside
 every writable root: a sandbox can read its own record (its environment, which it has
-anyway) but cannot change it.
+anyway) but cannot change it, and sees no other sandbox's (``root_of``).
 
 The access token is derived, not stored: ``HMAC(key, sandbox id)`` with a key derived
 from the service token, so it survives a restart with the same token, differs for every
@@ -21,10 +22,14 @@ import json
 import os
 import secrets
 import shutil
+import stat as _stat
 import threading
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from ..errors import SetupError
+from ..server import statedir
 
 RECORD = "record.json"
 WORKSPACE = "home"
@@ -46,12 +51,30 @@ class Record:
 
 
 def root_of(env: Mapping[str, str]) -> str:
-    """Where E2B sandboxes' workspaces live: ``$XDG_DATA_HOME/warren/e2b`` (warren's state
-    directory cannot hold a workspace: it is hidden in every sandbox)."""
-    base = env.get("XDG_DATA_HOME") or ""
-    if not base.startswith("/"):
-        base = os.path.join(env.get("HOME") or os.path.expanduser("~"), ".local", "share")
-    return os.path.join(os.path.normpath(base), "warren", "e2b")
+    """Where this user's E2B sandboxes live: ``/tmp/warren-e2b-UID-STATE`` (STATE: a digest
+    of warren's state directory, so two services of one user never share it).
+
+    Under ``/tmp`` because every sandbox gets a private ``/tmp``: there no sandbox sees
+    another's workspace, as in E2B (anywhere else on the host, the read-only view of the
+    host would show them). warren's state directory cannot hold them: it is hidden in
+    every sandbox, and a workspace inside a hidden path is refused."""
+    digest = hashlib.sha256(statedir.location(env).encode()).hexdigest()[:12]
+    return f"/tmp/warren-e2b-{os.geteuid()}-{digest}"
+
+
+def ensure_root(root: str) -> None:
+    """Create ``root`` (mode 0700) or accept it only as this user's own private directory:
+    in a shared /tmp another user could have made it first, or planted a link."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(root, 0o700)
+    st = os.lstat(root)
+    if not _stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        raise SetupError(
+            f"{root} is not a private directory of this user",
+            operation="e2b",
+            path=root,
+            hint="remove it (another user or a link may have taken its place), then retry",
+        )
 
 
 class Records:
@@ -71,7 +94,7 @@ class Records:
         return hmac.compare_digest(self.access_token(sandbox_id).encode(), given.encode())
 
     def new_workspace(self, sandbox_id: str) -> str:
-        os.makedirs(self.root, mode=0o700, exist_ok=True)
+        ensure_root(self.root)
         top = os.path.join(self.root, sandbox_id)
         os.mkdir(top, 0o700)
         workspace = os.path.join(top, WORKSPACE)
@@ -106,13 +129,6 @@ class Records:
             return Record(**data)
         except (OSError, ValueError, TypeError):
             return None
-
-    def all(self) -> list[Record]:
-        try:
-            names = os.listdir(self.root)
-        except OSError:
-            return []
-        return [r for r in (self.get(n) for n in sorted(names)) if r is not None]
 
     def drop(self, sandbox_id: str) -> None:
         """Forget a sandbox and delete its workspace (only ever one this root made)."""
