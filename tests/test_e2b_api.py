@@ -150,6 +150,25 @@ def test_set_timeout_ends_the_sandbox_when_its_time_is_up(world: World) -> None:
         Sandbox.connect(sandbox.sandbox_id)
 
 
+def test_a_sandbox_created_to_pause_on_timeout_is_paused_then_resumed(world: World) -> None:
+    sandbox = Sandbox.create(timeout=120, lifecycle={"on_timeout": "pause"})
+    try:
+        handle = sandbox.commands.run("sleep 300", background=True)
+        sandbox.set_timeout(1)
+        deadline = time.monotonic() + 15
+        while world.warren_state(sandbox.sandbox_id) != "paused" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert world.warren_state(sandbox.sandbox_id) == "paused"
+        time.sleep(2)  # a paused sandbox does not time out
+        assert world.warren_state(sandbox.sandbox_id) == "paused"
+        resumed = Sandbox.connect(sandbox.sandbox_id, timeout=60)
+        time.sleep(2)  # and resuming gave it time again
+        assert world.warren_state(sandbox.sandbox_id) == "running"
+        assert handle.pid in [p.pid for p in resumed.commands.list()]
+    finally:
+        Sandbox.kill(sandbox.sandbox_id)
+
+
 def test_pause_freezes_the_sandbox_and_connect_resumes_it_with_its_processes(world: World) -> None:
     sandbox = Sandbox.create()
     try:
@@ -245,6 +264,14 @@ def test_files_write_read_list_exists_make_dir_rename_remove(world: World, sb: S
     with pytest.raises(NotFoundException):
         sb.files.read("made/b.txt")
     assert sb.commands.run("cat bin.dat | wc -c").stdout.strip() == "5"
+    many = sb.files.write_files([{"path": "m/one.txt", "data": "1"}, {"path": "m/two.txt", "data": b"2"}])
+    assert sorted(w.path for w in many) == [f"{home}/m/one.txt", f"{home}/m/two.txt"]
+    assert (home / "m" / "one.txt").read_text() == "1" and (home / "m" / "two.txt").read_text() == "2"
+    stat = sb.files.get_info("m/one.txt")
+    assert stat.size == 1 and stat.path == f"{home}/m/one.txt" and stat.type is not None
+    assert stat.type.value == "file"
+    with pytest.raises(NotFoundException):
+        sb.files.get_info("m/none.txt")
 
 
 def test_watching_a_directory_reports_created_files(sb: Sandbox) -> None:
@@ -390,5 +417,11 @@ def test_what_is_not_offered_raises_a_clear_sdk_error(sb: Sandbox) -> None:
         sb.pty.create(size=e2b.PtySize(rows=24, cols=80))
     with pytest.raises(SandboxException, match="not offered"):
         sb.get_metrics()
+    with pytest.raises(SandboxException, match="snapshots are not offered"):
+        Sandbox.list_snapshots().next_items()
+    with pytest.raises(SandboxException, match="not offered"):
+        sb.create_snapshot()
+    with pytest.raises(SandboxException, match="network is not offered"):
+        sb.update_network({"allow_out": ["example.com"]})
     with pytest.raises(SandboxException, match="not offered"):
         Sandbox.create(mcp={"github": {}})

@@ -28,6 +28,7 @@ from ..models import SandboxInfo
 from ..policy import presets
 from ..policy.spec import PolicySpec
 from .core import DEFAULT_TIMEOUT, ENVD_VERSION, MAX_TIMEOUT, Core, E2BError, message_of, status_of
+from .front import ELSEWHERE
 from .records import Record
 
 MAX_BODY = 1024 * 1024
@@ -302,6 +303,10 @@ class Control:
         what = request.url.path.rsplit("/", 1)[-1]
         raise E2BError(501, f"{what} is not offered by warren's E2B API (see docs/e2b.md)")
 
+    async def elsewhere(self, request: Request) -> Response:
+        what = next(part for part in request.url.path.split("/") if part and part not in ("v2", "v3"))
+        raise E2BError(501, f"{what} are not offered by warren's E2B API (see docs/e2b.md)")
+
     def routes(self) -> list[Route]:
         one = "/sandboxes/{id}"
         table: list[tuple[str, str, Handler]] = [
@@ -328,7 +333,12 @@ class Control:
         by_path: dict[str, dict[str, Handler]] = {}
         for path, method, handler in table:
             by_path.setdefault(path, {})[method] = handled(handler)
-        return [Route(path, dispatch(methods), methods=list(methods)) for path, methods in by_path.items()]
+        out = [Route(path, dispatch(methods), methods=list(methods)) for path, methods in by_path.items()]
+        every = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+        for prefix in ELSEWHERE:
+            for path in (prefix, prefix + "/{rest:path}"):
+                out.append(Route(path, handled(self.elsewhere), methods=every))
+        return out
 
 
 def handled(handler: Handler) -> Handler:

@@ -23,7 +23,17 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .records import Records
 
-CONTROL = ("/sandboxes", "/v2/sandboxes")
+# The rest of E2B's API (templates, snapshots, volumes, secrets): answered "not offered".
+ELSEWHERE = (
+    "/templates",
+    "/v2/templates",
+    "/v3/templates",
+    "/default-templates",
+    "/snapshots",
+    "/volumes",
+    "/secrets",
+)
+CONTROL = ("/sandboxes", "/v2/sandboxes", *ELSEWHERE)
 RPC = ("/process.Process/", "/filesystem.Filesystem/")
 REST = ("/files", "/envs", "/health")
 
