@@ -6,6 +6,7 @@ planted credential, so the attack tests never touch the real one."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import secrets
@@ -237,6 +238,32 @@ def test_a_background_process_reads_stdin_and_is_killed(world: World, sb: Sandbo
     assert again.wait().stdout == "late\n"
 
 
+def test_the_async_sdk_streams_output_and_ordered_stdin(world: World) -> None:
+    from e2b import AsyncSandbox
+
+    async def main() -> tuple[list[str], str, str]:
+        sandbox = await AsyncSandbox.create()
+        try:
+            lines: list[str] = []
+            await sandbox.commands.run("echo one; sleep 0.2; echo two", on_stdout=lines.append)
+            cat = await sandbox.commands.run("cat", background=True, stdin=True)
+            stream = sandbox.commands.stream_input(cat.pid)
+            for part in ("first ", "second ", "third"):
+                await stream.send(part)
+            await stream.close()
+            await sandbox.commands.close_stdin(cat.pid)
+            result = await cat.wait()
+            await sandbox.files.write("async.txt", "from async")
+            return lines, result.stdout, await sandbox.files.read("async.txt")
+        finally:
+            await sandbox.kill()
+
+    lines, echoed, read = asyncio.run(main())
+    assert "".join(lines) == "one\ntwo\n"
+    assert echoed == "first second third"
+    assert read == "from async"
+
+
 # --- files --------------------------------------------------------------------------------------------
 
 
@@ -407,6 +434,34 @@ def test_bad_requests_get_a_typed_4xx_with_a_message(world: World) -> None:
             assert response.status_code == status, response.text
             body = response.json()
             assert body["code"] == status and body["message"]
+    sandbox = Sandbox.create()
+    envd = {"E2b-Sandbox-Id": sandbox.sandbox_id, "X-Access-Token": sandbox._envd_access_token or ""}
+    try:
+        with world.raw() as c:
+            rpc = {**envd, "Content-Type": "application/json"}
+            # a server stream answers 200 and ends with the error (Connect's framing)
+            frame = json.dumps({"process": {"cmd": ""}}).encode()
+            streamed = c.post(
+                "/process.Process/Start",
+                headers={**envd, "Content-Type": "application/connect+json"},
+                content=b"\0" + len(frame).to_bytes(4, "big") + frame,
+            )
+            assert streamed.status_code == 200
+            end = json.loads(streamed.content[5:])
+            assert end["error"]["code"] == "invalid_argument" and "cmd" in end["error"]["message"]
+            envd_cases = [
+                c.post("/process.Process/List", headers=rpc, content=b"{not json"),
+                c.post("/filesystem.Filesystem/Stat", headers=rpc, content=b'{"path": 7}'),
+                c.post("/filesystem.Filesystem/ListDir", headers=rpc, content=b'{"path": "/nope-nowhere"}'),
+                c.post("/files", headers=envd, content=b"data"),
+                c.get("/files", headers=envd, params={"path": "."}),
+                c.get("/files", headers=envd),
+            ]
+            for response in envd_cases:
+                assert 400 <= response.status_code < 500, response.text
+                assert response.json()["message"]
+    finally:
+        sandbox.kill()
     with pytest.raises(SandboxException, match="template 'no-such-template' not found") as missing:
         Sandbox.create(template="no-such-template")
     assert missing.value.status_code == 404

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from connectrpc.code import Code
+from connectrpc.codec import Codec, proto_binary_codec, proto_json_codec
 from connectrpc.errors import ConnectError
 from connectrpc.request import RequestContext
 from e2b.envd.filesystem import filesystem_pb as fs
@@ -570,9 +571,10 @@ class Envd:
                     raise E2BError(400, "a file part has no file name and no ?path= names it")
                 uploads.append((name, await value.read()))
         else:
+            data = await body(request)  # read first: a refusal mid-upload would reset the connection
             if given is None:
                 raise E2BError(400, "query parameter path is required")
-            uploads.append((given, await body(request)))
+            uploads.append((given, data))
         written = []
         for raw, data in uploads:
             path = self.core.resolve(record, raw)
@@ -587,8 +589,8 @@ class Envd:
         process = _Service(self, PROCESS_METHODS)
         filesystem = _Service(self, FILESYSTEM_METHODS)
         return {
-            "/process.Process/": ProcessASGIApplication(process),  # type: ignore[arg-type]
-            "/filesystem.Filesystem/": FilesystemASGIApplication(filesystem),  # type: ignore[arg-type]
+            "/process.Process/": ProcessASGIApplication(process, codecs=CODECS),  # type: ignore[arg-type]
+            "/filesystem.Filesystem/": FilesystemASGIApplication(filesystem, codecs=CODECS),  # type: ignore[arg-type]
         }
 
     def routes(self) -> list[Route]:
@@ -623,6 +625,32 @@ FILESYSTEM_METHODS = {
     "get_watcher_events": "get_watcher_events",
     "remove_watcher": "remove_watcher",
 }
+
+
+class _Checked:
+    """A codec whose undecodable input is the caller's error (``invalid_argument``, HTTP
+    400), not connect-python's catch-all ``unknown`` (HTTP 500)."""
+
+    def __init__(self, inner: Codec[Any, Any]) -> None:
+        self.inner = inner
+
+    def name(self) -> str:
+        return self.inner.name()
+
+    def encode(self, message: Any) -> bytes:
+        return self.inner.encode(message)
+
+    def decode(self, data: bytes | bytearray, message_class: type[T]) -> T:
+        try:
+            decoded: T = self.inner.decode(data, message_class)
+        except Exception as e:
+            raise ConnectError(
+                Code.INVALID_ARGUMENT, f"cannot decode {message_class.__name__}: {e}"
+            ) from None
+        return decoded
+
+
+CODECS = [_Checked(proto_binary_codec()), _Checked(proto_json_codec())]
 
 
 class _Service:
