@@ -138,6 +138,28 @@ def test_list_shows_running_sandboxes_with_metadata_and_kill_removes_them(world:
     b.kill()
 
 
+def test_a_sandbox_made_with_warrens_own_api_is_listed_and_usable(world: World, tmp_path: Path) -> None:
+    name = f"v1-{secrets.token_hex(4)}"
+    with world.v1() as c:
+        r = c.post("/v1/sandboxes", json={"name": name, "workspace": str(tmp_path)})
+        assert r.status_code == 201, r.text
+    try:
+        listed = {s.sandbox_id: s for s in Sandbox.list().next_items()}
+        assert listed[name].template_id == "warren"
+        sandbox = Sandbox.connect(name)
+        assert sandbox.commands.run("pwd").stdout == f"{tmp_path}\n"
+        sandbox.files.write("from-e2b.txt", "hi")
+        assert (tmp_path / "from-e2b.txt").read_text() == "hi"
+        with pytest.raises(SandboxException, match="not created through the E2B API"):
+            sandbox.set_timeout(5)
+        assert sandbox.kill() is True
+        assert world.warren_state(name) is None
+        assert (tmp_path / "from-e2b.txt").exists()  # its workspace is the caller's: kept
+    finally:
+        with world.v1() as c:
+            c.delete(f"/v1/sandboxes/{name}")
+
+
 def test_set_timeout_ends_the_sandbox_when_its_time_is_up(world: World) -> None:
     sandbox = Sandbox.create(timeout=120)
     sandbox.set_timeout(2)

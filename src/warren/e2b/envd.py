@@ -200,6 +200,9 @@ class Envd:
             items = await self.core.call(self.core.transport.processes, info.name)
         except Exception as e:
             raise connect_error(e) from None
+        live = {p.pid for p in items}
+        for key in [k for k in self.procs if k[0] == info.name and k[1] not in live]:
+            del self.procs[key]  # ended unfollowed (nobody saw its end)
         out = []
         for p in items:
             if p.spawn_id is None:
@@ -284,6 +287,7 @@ class Envd:
                 quiet_since = time.monotonic()
                 continue
             if state.status is not None or not state.running:
+                self.procs.pop((sandbox_id, state.pid), None)
                 yield pb.ProcessEvent(event=Oneof("end", end_event(state)))
                 return
             if time.monotonic() - quiet_since > KEEPALIVE:
