@@ -192,6 +192,45 @@ def test_a_sandbox_created_to_pause_on_timeout_is_paused_then_resumed(world: Wor
         Sandbox.kill(sandbox.sandbox_id)
 
 
+def test_a_restarted_service_keeps_the_access_tokens_and_still_ends_sandboxes_on_time(
+    world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a state of its own: the module's service must not be the one that ends it
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    token = secrets.token_hex(16)
+    token_file = tmp_path / "token"
+    token_file.write_text(token)
+    token_file.chmod(0o600)
+
+    def start(n: int) -> Serve:
+        (tmp_path / f"serve{n}").mkdir()
+        return Serve(tmp_path / f"serve{n}", token=False, extra=("--token-file", str(token_file)))
+
+    first = start(1)
+    sandbox = Sandbox.create(timeout=120, api_key=token, api_url=first.url, sandbox_url=first.url)
+    sandbox.set_timeout(8)
+    first.stop()
+    second = start(2)
+    try:
+        again = Sandbox.connect(sandbox.sandbox_id, api_key=token, api_url=second.url, sandbox_url=second.url)
+        assert again._envd_access_token == sandbox._envd_access_token
+        assert again.commands.run("echo alive").stdout == "alive\n"
+        root = Path(root_of(os.environ))
+        assert (root / sandbox.sandbox_id / "home").is_dir()
+        headers = {"Authorization": f"Bearer {token}"}
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            gone = httpx.get(f"{second.url}/v1/sandboxes/{sandbox.sandbox_id}", headers=headers)
+            if gone.status_code == 404:
+                break
+            time.sleep(0.3)
+        assert gone.status_code == 404
+        assert not (root / sandbox.sandbox_id).exists()
+    finally:
+        Sandbox.kill(sandbox.sandbox_id, api_key=token, api_url=second.url)
+        second.stop()
+
+
 def test_pause_freezes_the_sandbox_and_connect_resumes_it_with_its_processes(world: World) -> None:
     sandbox = Sandbox.create()
     try:
