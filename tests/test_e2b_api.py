@@ -119,6 +119,7 @@ def test_create_gives_a_warren_sandbox_with_a_home_of_its_own(world: World) -> N
         assert Sandbox.kill(sandbox.sandbox_id) is True
     assert world.warren_state(sandbox.sandbox_id) is None
     assert not home.parent.exists()
+    assert not world.root.exists()  # the last sandbox gone, nothing is left in /tmp
 
 
 def test_list_shows_running_sandboxes_with_metadata_and_kill_removes_them(world: World) -> None:

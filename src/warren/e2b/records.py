@@ -85,6 +85,7 @@ class Records:
         seed = token.encode() if token is not None else secrets.token_bytes(32)
         self._key = hashlib.sha256(b"warren-e2b-access-token\0" + seed).digest()
         self._lock = threading.Lock()
+        self._root_lock = threading.Lock()  # creating in the root vs removing it when empty
         self._cache: dict[str, Record] = {}
 
     def access_token(self, sandbox_id: str) -> str:
@@ -94,9 +95,10 @@ class Records:
         return hmac.compare_digest(self.access_token(sandbox_id).encode(), given.encode())
 
     def new_workspace(self, sandbox_id: str) -> str:
-        ensure_root(self.root)
         top = os.path.join(self.root, sandbox_id)
-        os.mkdir(top, 0o700)
+        with self._root_lock:
+            ensure_root(self.root)
+            os.mkdir(top, 0o700)
         workspace = os.path.join(top, WORKSPACE)
         os.mkdir(workspace, 0o755)
         return workspace
@@ -140,3 +142,5 @@ class Records:
         with contextlib.suppress(FileNotFoundError):
             # rmtree does not follow symlinks the sandbox may have left in its workspace
             shutil.rmtree(top)
+        with self._root_lock, contextlib.suppress(OSError):
+            os.rmdir(self.root)  # the last one leaves no litter in /tmp (not empty: kept)
