@@ -326,6 +326,32 @@ def test_the_async_sdk_streams_output_and_ordered_stdin(world: World) -> None:
     assert read == "from async"
 
 
+def test_a_pty_runs_an_interactive_shell_that_can_be_resized(sb: Sandbox) -> None:
+    from e2b import PtySize
+
+    seen = bytearray()
+    terminal = sb.pty.create(size=PtySize(rows=30, cols=100))
+
+    def until(text: bytes) -> None:
+        deadline = time.monotonic() + 10
+        for _, _, chunk in terminal:
+            seen.extend(chunk or b"")
+            if text in seen or time.monotonic() > deadline:
+                return
+
+    sb.pty.send_stdin(terminal.pid, b"tty; stty size; echo sum-$((2+3))\n")
+    until(b"sum-5")
+    assert b"/dev/pts/" in seen and b"30 100" in seen and b"sum-5" in seen
+    sb.pty.resize(terminal.pid, PtySize(rows=40, cols=132))
+    sb.pty.send_stdin(terminal.pid, b"stty size\n")
+    until(b"40 132")
+    assert b"40 132" in seen
+    sb.pty.send_stdin(terminal.pid, b"exit 7\n")
+    with pytest.raises(CommandExitException) as ended:
+        terminal.wait()
+    assert ended.value.exit_code == 7
+
+
 # --- files --------------------------------------------------------------------------------------------
 
 
@@ -530,8 +556,6 @@ def test_bad_requests_get_a_typed_4xx_with_a_message(world: World) -> None:
 
 
 def test_what_is_not_offered_raises_a_clear_sdk_error(sb: Sandbox) -> None:
-    with pytest.raises(SandboxException, match="PTY is not offered"):
-        sb.pty.create(size=e2b.PtySize(rows=24, cols=80))
     with pytest.raises(SandboxException, match="not offered"):
         sb.get_metrics()
     with pytest.raises(SandboxException, match="snapshots are not offered"):

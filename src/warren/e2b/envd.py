@@ -10,6 +10,8 @@ mapping onto warren's live-sandbox operations:
 - every command is a background process (``spawn``), so ``Start`` streams its output by
   following it, ``Connect`` attaches later, ``SendInput``/``StreamInput``/``CloseStdin``
   feed its stdin pipe and ``SendSignal`` kills it;
+- a PTY is util-linux ``script`` around the command, relaying the terminal over those
+  pipes; ``Update`` resizes it with ``stty`` (``in_terminal``);
 - file operations are warren's (run inside the sandbox, so a path leads only where the
   sandbox itself could go); a relative path is relative to the sandbox's home;
 - watching a directory is a poll of its listing (warren's files API has no inotify), so
@@ -26,6 +28,7 @@ import grp
 import os
 import posixpath
 import pwd
+import shlex
 import signal as _signal
 import stat as _stat
 import sys
@@ -106,6 +109,7 @@ class Proc:
     envs: dict[str, str]
     cwd: str
     tag: str | None = None
+    pty: str | None = None  # in a PTY: the file in the sandbox naming its terminal
 
 
 @dataclass
@@ -131,6 +135,25 @@ def end_event(state: protocol.ProcessState) -> pb.ProcessEvent.EndEvent:
     code = os.waitstatus_to_exitcode(status)
     text = f"exit status {code}"
     return pb.ProcessEvent.EndEvent(exit_code=code, exited=True, status=text, error=text if code else None)
+
+
+def checked_size(size: pb.PTY.Size) -> tuple[int, int]:
+    rows, cols = size.rows, size.cols
+    if not (0 < rows <= 10_000 and 0 < cols <= 10_000):
+        raise E2BError(400, f"terminal size {rows}x{cols} is out of range (1 to 10000 rows and columns)")
+    return rows, cols
+
+
+def in_terminal(argv: list[str], size: pb.PTY.Size | None, tty_file: str) -> list[str]:
+    """``argv`` in a terminal of its own: util-linux ``script`` gives it a PTY and relays
+    it over plain pipes (warren's processes have pipes), after ``stty`` set its size. The
+    terminal's name goes to ``tty_file`` (in the sandbox's private /tmp) for resizing:
+    another exec may not look into this one's /proc (each has its own Landlock domain)."""
+    rows, cols = checked_size(size) if size is not None else (24, 80)
+    inner = (
+        f"tty > {shlex.quote(tty_file)}; stty rows {rows} cols {cols} 2>/dev/null; exec {shlex.join(argv)}"
+    )
+    return ["script", "--quiet", "--flush", "--return", "--command", inner, "/dev/null"]
 
 
 def entry(stat: protocol.FileStat, path: str) -> fs.EntryInfo:
@@ -220,8 +243,6 @@ class Envd:
     ) -> AsyncIterator[pb.StartResponse]:
         try:
             info, record = await self.sandbox(ctx.request_headers)
-            if request.pty is not None:
-                raise E2BError(501, "PTY is not offered by warren's E2B API: run commands without one")
             config = request.process or pb.ProcessConfig()
             if not config.cmd:
                 raise E2BError(400, "process.cmd is empty")
@@ -229,23 +250,28 @@ class Envd:
             home = {"HOME": record.workspace} if self.core.records.get(info.name) else {}
             envs = {**home, **record.envs, **dict(config.envs)}
             cwd = self.core.resolve(record, config.cwd) if config.cwd else record.workspace
+            argv = [config.cmd, *config.args]
+            tty_file = f"/tmp/.e2b-pty-{uuid.uuid4().hex}"
+            if request.pty is not None:
+                argv = in_terminal(argv, request.pty.size, tty_file)
             spawn_id, pid = await self.core.call(
                 self.core.transport.spawn,
                 info.name,
-                [config.cmd, *config.args],
+                argv,
                 cwd=cwd,
                 env=envs,
                 timeout=None,
                 output_limit=OUTPUT_LIMIT,
-                stdin=bool(request.stdin),
+                stdin=bool(request.stdin) or request.pty is not None,
             )
         except Exception as e:
             raise connect_error(e) from None
+        pty = tty_file if request.pty is not None else None
         self.procs[(info.name, pid)] = Proc(
-            spawn_id, pid, config.cmd, list(config.args), dict(config.envs), cwd, request.tag
+            spawn_id, pid, config.cmd, list(config.args), dict(config.envs), cwd, request.tag, pty
         )
         yield pb.StartResponse(event=self.started(pid))
-        async for event in self.follow(info.name, spawn_id, 0, 0):
+        async for event in self.follow(info.name, spawn_id, 0, 0, pty is not None):
             yield pb.StartResponse(event=event)
 
     async def connect(
@@ -259,16 +285,17 @@ class Envd:
         except Exception as e:
             raise connect_error(e) from None
         yield pb.ConnectResponse(event=self.started(proc.pid))
-        async for event in self.follow(info.name, proc.spawn_id, len(out), len(err)):
+        async for event in self.follow(info.name, proc.spawn_id, len(out), len(err), proc.pty is not None):
             yield pb.ConnectResponse(event=event)
 
     def started(self, pid: int) -> pb.ProcessEvent:
         return pb.ProcessEvent(event=Oneof("start", pb.ProcessEvent.StartEvent(pid=pid)))
 
     async def follow(
-        self, sandbox_id: str, spawn_id: str, out_off: int, err_off: int
+        self, sandbox_id: str, spawn_id: str, out_off: int, err_off: int, pty: bool = False
     ) -> AsyncIterator[pb.ProcessEvent]:
-        """The output of a background process as it comes, then its end."""
+        """The output of a background process as it comes (all of it the terminal's, for a
+        process in a PTY), then its end."""
         quiet_since = time.monotonic()
         while True:
             try:
@@ -278,6 +305,7 @@ class Envd:
             except Exception as e:
                 raise connect_error(e) from None
             for kind, data in (("stdout", out), ("stderr", err)):
+                kind = "pty" if pty else kind
                 if data:
                     yield pb.ProcessEvent(
                         event=Oneof("data", pb.ProcessEvent.DataEvent(output=Oneof(kind, data)))
@@ -313,7 +341,33 @@ class Envd:
         raise E2BError(404, f"process {chosen.field} {chosen.value!r} not found")
 
     async def update(self, request: pb.UpdateRequest, ctx: RequestContext[Any, Any]) -> pb.UpdateResponse:
-        raise ConnectError(Code.UNIMPLEMENTED, "PTY is not offered by warren's E2B API (nothing to resize)")
+        """Resize a process's terminal: ``stty`` on the terminal its child holds (the
+        kernel then sends SIGWINCH to the terminal's foreground processes)."""
+        try:
+            info, _ = await self.sandbox(ctx.request_headers)
+            proc = await self.find(info.name, request.process)
+            size = request.pty.size if request.pty is not None else None
+            if proc.pty is None or size is None:
+                raise E2BError(400, f"process {proc.pid} has no terminal to resize (or no size given)")
+            rows, cols = checked_size(size)
+            resize = f'stty -F "$(cat {shlex.quote(proc.pty)})" rows {rows} cols {cols}'
+            result = await self.core.call(
+                self.core.transport.exec,
+                info.name,
+                ["/bin/sh", "-c", resize],
+                cwd="/",
+                env={},
+                stdin=None,
+                timeout=10,
+                output_limit=4096,
+                on_stdout=None,
+                on_stderr=None,
+            )
+            if result.exit_code != 0:
+                raise E2BError(409, f"cannot resize the terminal of process {proc.pid}: {result.stderr!r}")
+        except Exception as e:
+            raise connect_error(e) from None
+        return pb.UpdateResponse()
 
     async def send_input(
         self, request: pb.SendInputRequest, ctx: RequestContext[Any, Any]
@@ -330,8 +384,9 @@ class Envd:
         chosen = given.input if given is not None else None
         if chosen is None:
             return
-        if chosen.field != "stdin":
-            raise E2BError(501, "PTY input is not offered by warren's E2B API")
+        in_pty = proc.pty is not None
+        if (chosen.field == "pty") != in_pty:
+            raise E2BError(400, f"process {proc.pid} takes {'pty' if in_pty else 'stdin'} input")
         await self.core.call(self.core.transport.write_stdin, sandbox_id, proc.spawn_id, chosen.value)
 
     async def stream_input(
