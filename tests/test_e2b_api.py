@@ -232,6 +232,22 @@ def test_a_restarted_service_keeps_the_access_tokens_and_still_ends_sandboxes_on
         second.stop()
 
 
+def test_an_idle_service_does_not_start_the_supervisor_to_reap_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    serve = Serve(tmp_path)
+    try:
+        time.sleep(2.5)  # the reaper looks every second
+        lock = tmp_path / "state" / "warren" / "supervisor.lock"
+        assert not lock.exists()
+        sandbox = Sandbox.create(api_key=serve.token, api_url=serve.url, sandbox_url=serve.url)
+        assert lock.exists()  # the check above can fail
+        sandbox.kill()
+    finally:
+        serve.stop()
+
+
 def test_pause_freezes_the_sandbox_and_connect_resumes_it_with_its_processes(world: World) -> None:
     sandbox = Sandbox.create()
     try:

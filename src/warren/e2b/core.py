@@ -113,6 +113,8 @@ class Core:
 
     def _reap(self) -> None:
         while not self._stopping.wait(REAP_EVERY):
+            if not self.records.any():
+                continue
             try:
                 items = self.transport.list()
             except WarrenError:

@@ -132,6 +132,14 @@ class Records:
         except (OSError, ValueError, TypeError):
             return None
 
+    def any(self) -> bool:
+        """Whether some E2B sandbox may exist (its directory does): a cheap local look,
+        so an idle service does not wake (or start) the supervisor to find none."""
+        try:
+            return bool(os.listdir(self.root))
+        except OSError:
+            return False
+
     def drop(self, sandbox_id: str) -> None:
         """Forget a sandbox and delete its workspace (only ever one this root made)."""
         with self._lock:
