@@ -122,6 +122,31 @@ def test_create_gives_a_warren_sandbox_with_a_home_of_its_own(world: World) -> N
     assert not world.root.exists()  # the last sandbox gone, nothing is left in /tmp
 
 
+def test_the_v1_routes_older_sdks_use_create_and_resume(world: World) -> None:
+    key = {"X-API-Key": world.token}
+    with world.raw() as c:
+        made = c.post("/sandboxes", json={"templateID": "base", "secure": True, "timeout": 60}, headers=key)
+        assert made.status_code == 201, made.text
+        body = made.json()
+        assert body["templateID"] == "base" and body["envdAccessToken"] and body["envdVersion"]
+        sandbox_id = body["sandboxID"]
+        try:
+            assert world.warren_state(sandbox_id) == "running"
+            assert c.post(f"/sandboxes/{sandbox_id}/resume", headers=key).status_code == 409
+            assert c.post(f"/sandboxes/{sandbox_id}/pause", headers=key).status_code == 204
+            resumed = c.post(f"/sandboxes/{sandbox_id}/resume", json={"timeout": 30}, headers=key)
+            assert resumed.status_code == 201 and resumed.json()["sandboxID"] == sandbox_id
+            assert world.warren_state(sandbox_id) == "running"
+            listed = c.get("/sandboxes", headers=key).json()
+            assert sandbox_id in [s["sandboxID"] for s in listed]
+        finally:
+            assert c.delete(f"/sandboxes/{sandbox_id}", headers=key).status_code == 204
+        refused = c.post(
+            "/sandboxes", json={"templateID": "base", "autoResume": {"enabled": True}}, headers=key
+        )
+        assert refused.status_code == 400 and "autoResume" in refused.json()["message"]
+
+
 def test_list_shows_running_sandboxes_with_metadata_and_kill_removes_them(world: World) -> None:
     tag = secrets.token_hex(4)
     a = Sandbox.create(metadata={"tag": tag, "n": "1"})

@@ -14,7 +14,9 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import sys
 import time
+import traceback
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -23,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..errors import SandboxNotFound, WarrenError
+from ..errors import ConfigError, SandboxNotFound, WarrenError
 from ..models import SandboxInfo
 from ..policy import presets
 from ..policy.spec import PolicySpec
@@ -36,14 +38,14 @@ ALIVE = ("running", "paused")
 
 # Create options whose E2B meaning warren does not offer: refused when set, so nothing
 # is silently ignored (null, false and empty values are what the SDK sends by default).
+# ``secure`` (envd needs the access token) is always so here; ``autoPauseMemory`` (what a
+# pause keeps) is moot: warren's pause keeps everything.
 NOT_OFFERED = {
     "mcp": "MCP servers inside the sandbox",
     "network": "per-host network rules",
     "iam": "workload identity tokens",
     "volumeMounts": "volumes",
     "autoResume": "auto-resume on traffic",
-    "secure": None,
-    "autoPauseMemory": None,
 }
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -59,11 +61,14 @@ def rfc3339(stamp: float) -> str:
 
 
 async def json_object(request: Request, required: bool) -> dict[str, Any]:
-    raw = b""
+    chunks: list[bytes] = []
+    size = 0
     async for chunk in request.stream():
-        raw += chunk
-        if len(raw) > MAX_BODY:
+        size += len(chunk)
+        if size > MAX_BODY:
             raise E2BError(413, f"request body is over {MAX_BODY} bytes")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
     if not raw:
         if required:
             raise E2BError(400, "request body is empty: send a JSON object")
@@ -179,7 +184,7 @@ class Control:
             raise E2BError(400, "templateID must be a non-empty string (e.g. 'base')")
         for key, what in NOT_OFFERED.items():
             if data.get(key) not in (None, False, {}, []):
-                raise E2BError(400, f"{key} ({what or key}) is not offered by warren's E2B API")
+                raise E2BError(400, f"{key} ({what}) is not offered by warren's E2B API")
         timeout = timeout_of(data, DEFAULT_TIMEOUT)
         assert timeout is not None
         metadata, envs = strings(data, "metadata"), strings(data, "envVars")
@@ -197,7 +202,7 @@ class Control:
             )
         except BaseException as e:
             await self.core.call(self.core.records.drop, sandbox_id)
-            if isinstance(e, WarrenError) and profile is not None and "profile" in e.message:
+            if isinstance(e, ConfigError) and profile is not None and "is not defined" in e.message:
                 raise E2BError(
                     404,
                     f"template {template!r} not found: it is neither 'base', a warren preset "
@@ -347,6 +352,9 @@ def handled(handler: Handler) -> Handler:
             return await handler(request)
         except (E2BError, WarrenError) as e:
             return error(status_of(e), message_of(e))
+        except Exception as e:
+            traceback.print_exc(file=sys.stderr)
+            return error(500, message_of(e))
 
     return route
 
