@@ -492,6 +492,8 @@ def test_one_sandboxs_access_token_opens_no_other(world: World) -> None:
                 headers={"E2b-Sandbox-Id": b.sandbox_id, "X-Access-Token": b._envd_access_token or ""},
             )
             assert ok.status_code == 200 and ok.text == "b's data"  # the check can pass
+            health = c.get("/health")  # envd's health says only "up", to anyone
+            assert health.status_code == 204 and health.content == b""
         assert not (world.workspace(b.sandbox_id) / "pwned").exists()
     finally:
         a.kill()
