@@ -341,10 +341,10 @@ def test_a_background_process_reads_stdin_and_is_killed(world: World, sb: Sandbo
     assert again.wait().stdout == "late\n"
 
 
-def test_the_async_sdk_streams_output_and_ordered_stdin(world: World) -> None:
+def test_the_async_sdk_streams_output_ordered_stdin_and_directory_events(world: World) -> None:
     from e2b import AsyncSandbox
 
-    async def main() -> tuple[list[str], str, str]:
+    async def main() -> tuple[list[str], str, str, list[tuple[str, str]]]:
         sandbox = await AsyncSandbox.create()
         try:
             lines: list[str] = []
@@ -356,15 +356,34 @@ def test_the_async_sdk_streams_output_and_ordered_stdin(world: World) -> None:
             await stream.close()
             await sandbox.commands.close_stdin(cat.pid)
             result = await cat.wait()
+            await sandbox.files.make_dir("watched")
+            events: list[tuple[str, str]] = []
+            watch = await sandbox.files.watch_dir(
+                "watched", on_event=lambda e: events.append((e.name, e.type.value)), recursive=True
+            )
+
+            async def seen(event: tuple[str, str]) -> None:
+                for _ in range(50):
+                    if event in events:
+                        return
+                    await asyncio.sleep(0.1)
+
+            await sandbox.files.write("watched/sub/deep.txt", "x")
+            await seen(("sub/deep.txt", "create"))  # the watch polls: a file made and gone between
+            await sandbox.files.remove("watched/sub/deep.txt")  # two looks would go unseen
+            await seen(("sub/deep.txt", "remove"))
+            await watch.stop()
             await sandbox.files.write("async.txt", "from async")
-            return lines, result.stdout, await sandbox.files.read("async.txt")
+            return lines, result.stdout, await sandbox.files.read("async.txt"), events
         finally:
             await sandbox.kill()
 
-    lines, echoed, read = asyncio.run(main())
+    lines, echoed, read, events = asyncio.run(main())
     assert "".join(lines) == "one\ntwo\n"
     assert echoed == "first second third"
     assert read == "from async"
+    assert ("sub", "create") in events and ("sub/deep.txt", "create") in events
+    assert ("sub/deep.txt", "remove") in events
 
 
 def test_a_pty_runs_an_interactive_shell_that_can_be_resized(sb: Sandbox) -> None:
