@@ -71,8 +71,13 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     (home / ".aws").mkdir()
     (home / ".aws" / "credentials").write_text(f"[default]\naws_secret_access_key = {MARKER}\n")
     (home / "notes.txt").write_text("the caller's own file\n")
+    (home / ".config" / "warren").mkdir(parents=True)
+    (home / ".config" / "warren" / "config.toml").write_text(
+        '[profile.e2b-test]\nenv = { FROM_PROFILE = "yes" }\n'
+    )
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HOME", str(home))
+        mp.delenv("XDG_CONFIG_HOME", raising=False)
         mp.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
         mp.delenv("WARREN_URL", raising=False)
         serve = Serve(tmp_path_factory.mktemp("serve"))
@@ -145,6 +150,21 @@ def test_the_v1_routes_older_sdks_use_create_and_resume(world: World) -> None:
             "/sandboxes", json={"templateID": "base", "autoResume": {"enabled": True}}, headers=key
         )
         assert refused.status_code == 400 and "autoResume" in refused.json()["message"]
+
+
+def test_a_template_names_a_preset_or_a_profile_of_the_users_config(world: World) -> None:
+    from_profile = Sandbox.create(template="e2b-test")
+    plain = Sandbox.create()
+    python = Sandbox.create(template="python")
+    try:
+        assert from_profile.get_info().template_id == "e2b-test"
+        assert from_profile.commands.run('echo "[$FROM_PROFILE]"').stdout == "[yes]\n"
+        assert plain.commands.run('echo "[$FROM_PROFILE]"').stdout == "[]\n"
+        assert python.get_info().template_id == "python"
+        assert python.commands.run("python3 -c 'print(6*7)'").stdout == "42\n"
+    finally:
+        for sandbox in (from_profile, plain, python):
+            sandbox.kill()
 
 
 def test_list_shows_running_sandboxes_with_metadata_and_kill_removes_them(world: World) -> None:
