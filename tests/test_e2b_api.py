@@ -167,6 +167,18 @@ def test_a_template_names_a_preset_or_a_profile_of_the_users_config(world: World
             sandbox.kill()
 
 
+def test_a_sandbox_removed_with_warrens_own_api_leaves_no_workspace_behind(world: World) -> None:
+    sandbox = Sandbox.create()
+    home = world.workspace(sandbox.sandbox_id)
+    assert home.is_dir()
+    with world.v1() as c:
+        assert c.delete(f"/v1/sandboxes/{sandbox.sandbox_id}").status_code == 200
+    deadline = time.monotonic() + 10
+    while home.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not home.parent.exists()
+
+
 def test_list_shows_running_sandboxes_with_metadata_and_kill_removes_them(world: World) -> None:
     tag = secrets.token_hex(4)
     a = Sandbox.create(metadata={"tag": tag, "n": "1"})

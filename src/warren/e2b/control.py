@@ -191,6 +191,21 @@ class Control:
         internet = flag(data, "allow_internet_access")
         auto_pause = bool(flag(data, "autoPause"))
         sandbox_id = f"e2b-{uuid.uuid4().hex[:16]}"
+        with self.core.creating(sandbox_id):
+            record = await self._create(sandbox_id, template, timeout, metadata, envs, internet, auto_pause)
+        self.core.start_reaper()
+        return JSONResponse(self.created(record), status_code=201)
+
+    async def _create(
+        self,
+        sandbox_id: str,
+        template: str,
+        timeout: int,
+        metadata: dict[str, str],
+        envs: dict[str, str],
+        internet: bool | None,
+        auto_pause: bool,
+    ) -> Record:
         workspace = await self.core.call(self.core.records.new_workspace, sandbox_id)
         spec, profile = policy_of(template, workspace, internet)
         now = time.time()
@@ -209,8 +224,7 @@ class Control:
                     f"({', '.join(presets.names())}) nor a [profile.{template}] of your warren config",
                 ) from None
             raise
-        self.core.start_reaper()
-        return JSONResponse(self.created(record), status_code=201)
+        return record
 
     async def list_v1(self, request: Request) -> Response:
         return JSONResponse(await self._list({"running"}, {}))

@@ -12,7 +12,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import anyio
@@ -66,6 +66,8 @@ class Core:
         self.records = records
         self.limiter = anyio.CapacityLimiter(threads)
         self._reaper: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._creating: set[str] = set()  # ids between their workspace and warren's create
         self._stopping = threading.Event()
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -128,6 +130,28 @@ class Core:
                     self.expire(record)
                 except WarrenError:
                     continue
+            self.sweep({info.name for info in items})
+
+    @contextlib.contextmanager
+    def creating(self, sandbox_id: str) -> Iterator[None]:
+        """While a sandbox is being made: ``sweep`` leaves its workspace alone."""
+        with self._lock:
+            self._creating.add(sandbox_id)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._creating.discard(sandbox_id)
+
+    def sweep(self, known: set[str]) -> None:
+        """Delete the workspace of every E2B sandbox warren no longer has (removed with
+        ``warren rm`` or ``/v1``): the root holds only this state's sandboxes, and one
+        being created is not swept before warren has it."""
+        with self._lock:
+            creating = set(self._creating)
+        for sandbox_id in self.records.ids():
+            if sandbox_id not in known and sandbox_id not in creating:
+                self.records.drop(sandbox_id)
 
     def expire(self, record: Record) -> None:
         """Time is up: pause (``autoPause``) or kill. A paused sandbox waits for a connect."""

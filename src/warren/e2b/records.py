@@ -140,6 +140,12 @@ class Records:
         except OSError:
             return False
 
+    def ids(self) -> list[str]:
+        try:
+            return sorted(os.listdir(self.root))
+        except OSError:
+            return []
+
     def drop(self, sandbox_id: str) -> None:
         """Forget a sandbox and delete its workspace (only ever one this root made)."""
         with self._lock:
