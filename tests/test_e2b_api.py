@@ -222,11 +222,13 @@ def test_set_timeout_ends_the_sandbox_when_its_time_is_up(world: World) -> None:
     sandbox = Sandbox.create(timeout=120)
     sandbox.set_timeout(2)
     assert world.warren_state(sandbox.sandbox_id) == "running"
+    top = world.workspace(sandbox.sandbox_id).parent
     deadline = time.monotonic() + 15
-    while world.warren_state(sandbox.sandbox_id) is not None and time.monotonic() < deadline:
+    # the reaper stops the sandbox, then deletes its workspace: wait for both
+    while (world.warren_state(sandbox.sandbox_id) or top.exists()) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert world.warren_state(sandbox.sandbox_id) is None
-    assert not world.workspace(sandbox.sandbox_id).exists()
+    assert not top.exists()
     with pytest.raises(NotFoundException):
         Sandbox.connect(sandbox.sandbox_id)
 
@@ -279,7 +281,7 @@ def test_a_restarted_service_keeps_the_access_tokens_and_still_ends_sandboxes_on
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             gone = httpx.get(f"{second.url}/v1/sandboxes/{sandbox.sandbox_id}", headers=headers)
-            if gone.status_code == 404:
+            if gone.status_code == 404 and not (root / sandbox.sandbox_id).exists():
                 break
             time.sleep(0.3)
         assert gone.status_code == 404
