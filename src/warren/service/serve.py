@@ -241,6 +241,10 @@ def serve(
 
     hosts = allowed_hosts(listen, allow_remote)
     app = make_app(transport, token, log=_log, extra=mcp_routes, lifespan=lifespan, hosts=hosts)
+    from .. import e2b
+
+    if e2b.available():
+        app = e2b.mount(app, transport, token, log=_log, hosts=hosts)
     host = f"[{listen.host}]" if ":" in listen.host else listen.host
     where = f"unix:{listen.unix}" if listen.unix else f"http://{host}:{sock.getsockname()[1]}"
     _log(f"warren serve listening on {where}" + (" (token required)" if token else ""))

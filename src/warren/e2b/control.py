@@ -1,0 +1,380 @@
+"""E2B's control plane (``api.e2b.app``): create, list, inspect, time out, pause, resume,
+connect to and kill sandboxes, as the ``e2b`` SDK calls them.
+
+A template names a policy: ``base`` is warren's default policy; a preset name (``uv``,
+``npm``, ...) adds that preset; any other name is a ``[profile.NAME]`` of the user's
+warren config. Each sandbox gets a fresh workspace of its own (E2B's ``/home/user``),
+deleted when it is killed. Answers are E2B's JSON (``templateID``, ``sandboxID``, ...);
+errors are ``{"code", "message"}`` with E2B's status codes. Authentication (the
+``X-API-Key`` header) is checked before any route here runs (``front``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
+import time
+import traceback
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ..errors import ConfigError, SandboxNotFound, WarrenError
+from ..models import SandboxInfo
+from ..policy import presets
+from ..policy.spec import PolicySpec
+from .core import DEFAULT_TIMEOUT, ENVD_VERSION, MAX_TIMEOUT, Core, E2BError, message_of, status_of
+from .front import ELSEWHERE
+from .records import Record
+
+MAX_BODY = 1024 * 1024
+ALIVE = ("running", "paused")
+
+# Create options whose E2B meaning warren does not offer: refused when set, so nothing
+# is silently ignored (null, false and empty values are what the SDK sends by default).
+# ``secure`` (envd needs the access token) is always so here; ``autoPauseMemory`` (what a
+# pause keeps) is moot: warren's pause keeps everything.
+NOT_OFFERED = {
+    "mcp": "MCP servers inside the sandbox",
+    "network": "per-host network rules",
+    "iam": "workload identity tokens",
+    "volumeMounts": "volumes",
+    "autoResume": "auto-resume on traffic",
+}
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"code": status, "message": message}, status_code=status)
+
+
+def rfc3339(stamp: float) -> str:
+    when = datetime.datetime.fromtimestamp(stamp, datetime.UTC)
+    return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+async def json_object(request: Request, required: bool) -> dict[str, Any]:
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise E2BError(413, f"request body is over {MAX_BODY} bytes")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    if not raw:
+        if required:
+            raise E2BError(400, "request body is empty: send a JSON object")
+        return {}
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise E2BError(400, f"request body is not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise E2BError(400, "request body must be a JSON object")
+    return data
+
+
+def timeout_of(data: Mapping[str, Any], default: int | None) -> int | None:
+    value = data.get("timeout", default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TIMEOUT:
+        raise E2BError(400, f"timeout must be whole seconds from 0 to {MAX_TIMEOUT}, not {value!r}")
+    return value
+
+
+def strings(data: Mapping[str, Any], key: str) -> dict[str, str]:
+    value = data.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise E2BError(400, f"{key} must be an object of strings")
+    for k, v in value.items():
+        if not k or "=" in k or "\x00" in k or "\x00" in v:
+            raise E2BError(400, f"{key}: invalid entry {k[:60]!r} (no '=' in names, no NUL anywhere)")
+    return dict(value)
+
+
+def flag(data: Mapping[str, Any], key: str) -> bool | None:
+    value = data.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise E2BError(400, f"{key} must be true or false, not {value!r}")
+    return value
+
+
+def policy_of(template: str, workspace: str, internet: bool | None) -> tuple[PolicySpec, str | None]:
+    """The spec and the config profile a template stands for."""
+    spec = PolicySpec(workspace=workspace)
+    if internet is True:
+        spec.network = "open"
+    elif internet is False:
+        spec.network = "none"
+    if template == "base":
+        return spec, None
+    if template in presets.names():
+        spec.presets = [template]
+        return spec, None
+    return spec, template
+
+
+class Control:
+    def __init__(self, core: Core) -> None:
+        self.core = core
+
+    # --- answers ---------------------------------------------------------------------------------
+
+    def created(self, record: Record) -> dict[str, Any]:
+        return {
+            "templateID": record.template,
+            "sandboxID": record.sandbox_id,
+            "clientID": "warren",
+            "alias": record.template,
+            "envdVersion": ENVD_VERSION,
+            "envdAccessToken": self.core.records.access_token(record.sandbox_id),
+            "trafficAccessToken": None,
+            "domain": None,
+        }
+
+    def listed(self, info: SandboxInfo, record: Record, detail: bool = False) -> dict[str, Any]:
+        end = record.end_at if record.end_at != float("inf") else record.started_at + 100 * 365 * 86400
+        out: dict[str, Any] = {
+            "templateID": record.template,
+            "sandboxID": record.sandbox_id,
+            "clientID": "warren",
+            "alias": record.template,
+            "startedAt": rfc3339(record.started_at),
+            "endAt": rfc3339(end),
+            "cpuCount": os.cpu_count() or 1,
+            "memoryMB": 0,
+            "diskSizeMB": 0,
+            "state": "paused" if info.state == "paused" else "running",
+            "envdVersion": ENVD_VERSION,
+            "metadata": record.metadata,
+        }
+        if detail:
+            out["envdAccessToken"] = self.core.records.access_token(record.sandbox_id)
+            out["domain"] = None
+        return out
+
+    async def alive(self, sandbox_id: str) -> SandboxInfo:
+        try:
+            info = await self.core.call(self.core.transport.get, sandbox_id)
+        except SandboxNotFound:
+            raise E2BError(404, f"sandbox {sandbox_id!r} not found") from None
+        if info.state not in ALIVE:
+            raise E2BError(404, f"sandbox {sandbox_id!r} is {info.state}, not running")
+        return info
+
+    # --- routes ----------------------------------------------------------------------------------
+
+    async def create(self, request: Request) -> Response:
+        data = await json_object(request, required=True)
+        template = data.get("templateID")
+        if not isinstance(template, str) or not template:
+            raise E2BError(400, "templateID must be a non-empty string (e.g. 'base')")
+        for key, what in NOT_OFFERED.items():
+            if data.get(key) not in (None, False, {}, []):
+                raise E2BError(400, f"{key} ({what}) is not offered by warren's E2B API")
+        timeout = timeout_of(data, DEFAULT_TIMEOUT)
+        assert timeout is not None
+        metadata, envs = strings(data, "metadata"), strings(data, "envVars")
+        internet = flag(data, "allow_internet_access")
+        auto_pause = bool(flag(data, "autoPause"))
+        sandbox_id = f"e2b-{uuid.uuid4().hex[:16]}"
+        with self.core.creating(sandbox_id):
+            record = await self._create(sandbox_id, template, timeout, metadata, envs, internet, auto_pause)
+        self.core.start_reaper()
+        return JSONResponse(self.created(record), status_code=201)
+
+    async def _create(
+        self,
+        sandbox_id: str,
+        template: str,
+        timeout: int,
+        metadata: dict[str, str],
+        envs: dict[str, str],
+        internet: bool | None,
+        auto_pause: bool,
+    ) -> Record:
+        workspace = await self.core.call(self.core.records.new_workspace, sandbox_id)
+        spec, profile = policy_of(template, workspace, internet)
+        now = time.time()
+        record = Record(sandbox_id, template, now, now + timeout, workspace, metadata, envs, auto_pause)
+        try:
+            await self.core.call(self.core.records.save, record)
+            await self.core.call(
+                self.core.transport.create, spec, sandbox_id, config=profile is not None, profile=profile
+            )
+        except BaseException as e:
+            await self.core.call(self.core.records.drop, sandbox_id)
+            if isinstance(e, ConfigError) and profile is not None and "is not defined" in e.message:
+                raise E2BError(
+                    404,
+                    f"template {template!r} not found: it is neither 'base', a warren preset "
+                    f"({', '.join(presets.names())}) nor a [profile.{template}] of your warren config",
+                ) from None
+            raise
+        return record
+
+    async def list_v1(self, request: Request) -> Response:
+        return JSONResponse(await self._list({"running"}, {}))
+
+    async def list_v2(self, request: Request) -> Response:
+        states = set(request.query_params.getlist("state")) or {"running", "paused"}
+        for part in list(states):
+            states.discard(part)
+            states.update(s for s in part.split(",") if s)
+        if not states <= {"running", "paused"}:
+            raise E2BError(400, f"state must be 'running' or 'paused', not {sorted(states)}")
+        wanted: dict[str, str] = {}
+        raw = request.query_params.get("metadata")
+        if raw:
+            from urllib.parse import parse_qsl
+
+            wanted = dict(parse_qsl(raw, keep_blank_values=True))
+        return JSONResponse(await self._list(states, wanted))
+
+    async def _list(self, states: set[str], metadata: dict[str, str]) -> list[dict[str, Any]]:
+        items = await self.core.call(self.core.transport.list)
+        out = []
+        for info in items:
+            if info.state not in ALIVE or info.state not in states:
+                continue
+            record = self.core.record_of(info)
+            if all(record.metadata.get(k) == v for k, v in metadata.items()):
+                out.append(self.listed(info, record))
+        return out
+
+    async def get(self, request: Request) -> Response:
+        info = await self.alive(request.path_params["id"])
+        return JSONResponse(self.listed(info, self.core.record_of(info), detail=True))
+
+    async def kill(self, request: Request) -> Response:
+        await self.alive(request.path_params["id"])
+        await self.core.call(self.core.kill, request.path_params["id"])
+        return Response(status_code=204)
+
+    async def set_timeout(self, request: Request) -> Response:
+        info = await self.alive(request.path_params["id"])
+        timeout = timeout_of(await json_object(request, required=True), None)
+        if timeout is None:
+            raise E2BError(400, "timeout is required (seconds from now)")
+        await self._extend(info, timeout, shorten=True)
+        return Response(status_code=204)
+
+    async def refresh(self, request: Request) -> Response:
+        info = await self.alive(request.path_params["id"])
+        data = await json_object(request, required=False)
+        duration = timeout_of({"timeout": data.get("duration")}, DEFAULT_TIMEOUT)
+        assert duration is not None
+        await self._extend(info, duration, shorten=False)
+        return Response(status_code=204)
+
+    async def _extend(self, info: SandboxInfo, seconds: int, *, shorten: bool) -> None:
+        record = self.core.records.get(info.name)
+        if record is None:
+            raise E2BError(
+                400, f"sandbox {info.name!r} was not created through the E2B API: it has no timeout"
+            )
+        end = time.time() + seconds
+        record.end_at = end if shorten else max(end, record.end_at)
+        await self.core.call(self.core.records.save, record)
+
+    async def pause(self, request: Request) -> Response:
+        info = await self.alive(request.path_params["id"])
+        if info.state == "paused":
+            raise E2BError(409, f"sandbox {info.name!r} is already paused")
+        await self.core.call(self.core.transport.pause, info.name, True)
+        return Response(status_code=204)
+
+    async def resume(self, request: Request) -> Response:
+        info = await self.alive(request.path_params["id"])
+        if info.state != "paused":
+            raise E2BError(409, f"sandbox {info.name!r} is already running")
+        return await self._connect(info, await json_object(request, required=False))
+
+    async def connect(self, request: Request) -> Response:
+        info = await self.alive(request.path_params["id"])
+        return await self._connect(info, await json_object(request, required=False))
+
+    async def _connect(self, info: SandboxInfo, data: Mapping[str, Any]) -> Response:
+        timeout = timeout_of(data, None)
+        resumed = info.state == "paused"
+        if resumed:
+            # a sandbox its timeout paused would be paused again at once without new time
+            timeout = DEFAULT_TIMEOUT if timeout is None else timeout
+            info = await self.core.call(self.core.transport.pause, info.name, False)
+        if timeout is not None and self.core.records.get(info.name) is not None:
+            await self._extend(info, timeout, shorten=False)
+        return JSONResponse(self.created(self.core.record_of(info)), status_code=201 if resumed else 200)
+
+    async def not_offered(self, request: Request) -> Response:
+        what = request.url.path.rsplit("/", 1)[-1]
+        raise E2BError(501, f"{what} is not offered by warren's E2B API (see docs/e2b.md)")
+
+    async def elsewhere(self, request: Request) -> Response:
+        what = next(part for part in request.url.path.split("/") if part and part not in ("v2", "v3"))
+        raise E2BError(501, f"{what} are not offered by warren's E2B API (see docs/e2b.md)")
+
+    def routes(self) -> list[Route]:
+        one = "/sandboxes/{id}"
+        table: list[tuple[str, str, Handler]] = [
+            ("/sandboxes/metrics", "GET", self.not_offered),
+            ("/sandboxes", "POST", self.create),
+            ("/v2/sandboxes", "POST", self.create),
+            ("/sandboxes", "GET", self.list_v1),
+            ("/v2/sandboxes", "GET", self.list_v2),
+            (one, "GET", self.get),
+            (one, "DELETE", self.kill),
+            (f"{one}/timeout", "POST", self.set_timeout),
+            (f"{one}/refreshes", "POST", self.refresh),
+            (f"{one}/pause", "POST", self.pause),
+            (f"{one}/resume", "POST", self.resume),
+            (f"{one}/connect", "POST", self.connect),
+            (f"/v2{one}/connect", "POST", self.connect),
+            (f"{one}/metrics", "GET", self.not_offered),
+            (f"{one}/logs", "GET", self.not_offered),
+            (f"/v2{one}/logs", "GET", self.not_offered),
+            (f"{one}/snapshots", "POST", self.not_offered),
+            (f"{one}/fork", "POST", self.not_offered),
+            (f"{one}/network", "PUT", self.not_offered),
+        ]
+        by_path: dict[str, dict[str, Handler]] = {}
+        for path, method, handler in table:
+            by_path.setdefault(path, {})[method] = handled(handler)
+        out = [Route(path, dispatch(methods), methods=list(methods)) for path, methods in by_path.items()]
+        every = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+        for prefix in ELSEWHERE:
+            for path in (prefix, prefix + "/{rest:path}"):
+                out.append(Route(path, handled(self.elsewhere), methods=every))
+        return out
+
+
+def handled(handler: Handler) -> Handler:
+    async def route(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except (E2BError, WarrenError) as e:
+            return error(status_of(e), message_of(e))
+        except Exception as e:
+            traceback.print_exc(file=sys.stderr)
+            return error(500, message_of(e))
+
+    return route
+
+
+def dispatch(methods: dict[str, Handler]) -> Handler:
+    async def route(request: Request) -> Response:
+        return await methods[request.method](request)
+
+    return route

@@ -1,0 +1,168 @@
+"""What the E2B control plane and envd share: the transport, the records, the calls
+into worker threads, and the mapping of warren's errors onto E2B's answers.
+
+Every sandbox operation goes through the same ``Transport`` the SDK, ``/v1`` and MCP use,
+so an E2B sandbox is an ordinary warren sandbox (``warren ls`` shows it). Nothing here
+speaks HTTP; routes live in ``control`` and ``envd``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import anyio
+import anyio.to_thread
+
+from ..client.transport import Transport
+from ..errors import SandboxNotFound, WarrenError
+from ..models import SandboxInfo
+from ..service import codec
+from .records import Record, Records
+
+T = TypeVar("T")
+
+# envd features the SDK gates on this version: stdin for commands (0.3.0), a default user
+# (0.4.0), closing stdin (0.5.2), octet-stream uploads (0.5.7). Later ones (file metadata,
+# entry info in watch events) are not offered, so the version stays below them.
+ENVD_VERSION = "0.5.7"
+DEFAULT_TIMEOUT = 300
+MAX_TIMEOUT = 24 * 3600
+REAP_EVERY = 1.0
+
+
+class E2BError(Exception):
+    """A request E2B's API refuses: ``status`` and a message for ``{"code", "message"}``."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def status_of(error: BaseException) -> int:
+    if isinstance(error, E2BError):
+        return error.status
+    if isinstance(error, WarrenError):
+        return codec.status_of(error)
+    return 500
+
+
+def message_of(error: BaseException) -> str:
+    if isinstance(error, E2BError):
+        return error.message
+    if isinstance(error, WarrenError):
+        return f"{error.message}" + (f" (hint: {error.hint})" if error.hint else "")
+    return f"internal error: {type(error).__name__}: {error}"
+
+
+class Core:
+    def __init__(self, transport: Transport, records: Records, threads: int = 128) -> None:
+        self.transport = transport
+        self.records = records
+        self.limiter = anyio.CapacityLimiter(threads)
+        self._reaper: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._creating: set[str] = set()  # ids between their workspace and warren's create
+        self._stopping = threading.Event()
+
+    async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs), limiter=self.limiter)
+
+    def record(self, sandbox_id: str) -> Record:
+        """The record of an E2B sandbox, or a 404 naming it."""
+        record = self.records.get(sandbox_id)
+        if record is None:
+            raise E2BError(404, f"sandbox {sandbox_id!r} not found")
+        return record
+
+    def record_of(self, info: SandboxInfo) -> Record:
+        """The E2B record, or one made up for a sandbox created another way (``warren
+        create``, ``/v1``): it has no end time and its workspace is its own."""
+        record = self.records.get(info.name)
+        if record is not None:
+            return record
+        return Record(
+            sandbox_id=info.name,
+            template="warren",
+            started_at=info.created,
+            end_at=float("inf"),
+            workspace=info.workspace,
+        )
+
+    def resolve(self, record: Record, path: str) -> str:
+        """A path as E2B means it: absolute, or relative to the sandbox's home (its
+        workspace). ``..`` and symlinks are resolved by the kernel inside the sandbox."""
+        if not path:
+            raise E2BError(400, "path is empty")
+        if "\x00" in path:
+            raise E2BError(400, "path contains a NUL byte")
+        return path if path.startswith("/") else os.path.join(record.workspace, path)
+
+    # --- end of life ---------------------------------------------------------------------------
+
+    def start_reaper(self) -> None:
+        """A thread that ends sandboxes whose time is up (pause them when created with
+        auto-pause), like E2B's timeout; idempotent."""
+        if self._reaper is not None:
+            return
+        self._reaper = threading.Thread(target=self._reap, name="e2b-reaper", daemon=True)
+        self._reaper.start()
+
+    def _reap(self) -> None:
+        while not self._stopping.wait(REAP_EVERY):
+            if not self.records.any():
+                continue
+            try:
+                items = self.transport.list()
+            except WarrenError:
+                continue
+            now = time.time()
+            for info in items:
+                record = self.records.get(info.name)
+                if record is None or record.end_at > now or info.state != "running":
+                    continue
+                try:
+                    self.expire(record)
+                except WarrenError:
+                    continue
+            self.sweep({info.name for info in items})
+
+    @contextlib.contextmanager
+    def creating(self, sandbox_id: str) -> Iterator[None]:
+        """While a sandbox is being made: ``sweep`` leaves its workspace alone."""
+        with self._lock:
+            self._creating.add(sandbox_id)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._creating.discard(sandbox_id)
+
+    def sweep(self, known: set[str]) -> None:
+        """Delete the workspace of every E2B sandbox warren no longer has (removed with
+        ``warren rm`` or ``/v1``): the root holds only this state's sandboxes, and one
+        being created is not swept before warren has it."""
+        with self._lock:
+            creating = set(self._creating)
+        for sandbox_id in self.records.ids():
+            if sandbox_id not in known and sandbox_id not in creating:
+                self.records.drop(sandbox_id)
+
+    def expire(self, record: Record) -> None:
+        """Time is up: pause (``autoPause``) or kill. A paused sandbox waits for a connect."""
+        if record.auto_pause:
+            self.transport.pause(record.sandbox_id, True)
+        else:
+            self.kill(record.sandbox_id)
+
+    def kill(self, sandbox_id: str) -> None:
+        """Stop and remove the sandbox, then its record and workspace (kept when the
+        stop failed: the sandbox may still be using them)."""
+        with contextlib.suppress(SandboxNotFound):
+            self.transport.stop(sandbox_id, remove=True)
+        self.records.drop(sandbox_id)

@@ -1,0 +1,664 @@
+"""The E2B-compatible API: the unmodified ``e2b`` SDK from PyPI drives a real ``warren
+serve`` on loopback (``E2B_API_URL`` = ``E2B_SANDBOX_URL`` = the service). What matters is
+judged from the host side: the workspace on disk, warren's own ``/v1`` view of the
+sandbox, the planted file's bytes. The service runs with a HOME of its own that holds a
+planted credential, so the attack tests never touch the real one."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from service_util import Serve
+from warren.e2b.records import root_of
+
+e2b = pytest.importorskip("e2b")
+from e2b import (  # noqa: E402
+    AuthenticationException,
+    CommandExitException,
+    NotFoundException,
+    Sandbox,
+    SandboxException,
+)
+
+MARKER = "planted-credential-" + secrets.token_hex(8)
+
+
+class World:
+    def __init__(self, serve: Serve, home: Path, root: Path) -> None:
+        self.serve = serve
+        self.home = home
+        self.root = root
+        self.url = serve.url
+        assert serve.token is not None
+        self.token = serve.token
+
+    def v1(self) -> httpx.Client:
+        """warren's own API: the host's view of a sandbox."""
+        return self.serve.client()
+
+    def warren_state(self, sandbox_id: str) -> str | None:
+        with self.v1() as c:
+            r = c.get(f"/v1/sandboxes/{sandbox_id}")
+        if r.status_code == 404:
+            return None
+        assert r.status_code == 200, r.text
+        state: str = r.json()["state"]
+        return state
+
+    def workspace(self, sandbox_id: str) -> Path:
+        return self.root / sandbox_id / "home"
+
+    def raw(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=30)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    # Below the real home, not in /tmp: a sandbox has a /tmp of its own, where a planted
+    # file would be out of sight whatever the policy, and a write would land unseen.
+    home = Path.home() / f".warren-e2b-test-{secrets.token_hex(6)}"
+    home.mkdir()
+    (home / ".aws").mkdir()
+    (home / ".aws" / "credentials").write_text(f"[default]\naws_secret_access_key = {MARKER}\n")
+    (home / "notes.txt").write_text("the caller's own file\n")
+    (home / ".config" / "warren").mkdir(parents=True)
+    (home / ".config" / "warren" / "config.toml").write_text(
+        '[profile.e2b-test]\nenv = { FROM_PROFILE = "yes" }\n'
+    )
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HOME", str(home))
+        mp.delenv("XDG_CONFIG_HOME", raising=False)
+        mp.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+        mp.delenv("WARREN_URL", raising=False)
+        serve = Serve(tmp_path_factory.mktemp("serve"))
+        mp.setenv("E2B_API_URL", serve.url)
+        mp.setenv("E2B_SANDBOX_URL", serve.url)
+        mp.setenv("E2B_API_KEY", serve.token or "")
+        mp.delenv("E2B_DOMAIN", raising=False)
+        mp.delenv("E2B_DEBUG", raising=False)
+        world = World(serve, home, Path(root_of(os.environ)))
+        try:
+            yield world
+        finally:
+            for info in Sandbox.list().next_items():
+                Sandbox.kill(info.sandbox_id)
+            serve.stop()
+            shutil.rmtree(home)
+
+
+@pytest.fixture
+def sb(world: World) -> Iterator[Sandbox]:
+    sandbox = Sandbox.create()
+    try:
+        yield sandbox
+    finally:
+        Sandbox.kill(sandbox.sandbox_id)
+
+
+# --- lifecycle ----------------------------------------------------------------------------------
+
+
+def test_create_gives_a_warren_sandbox_with_a_home_of_its_own(world: World) -> None:
+    sandbox = Sandbox.create(metadata={"purpose": "test"}, envs={"GREETING": "hello"})
+    try:
+        assert world.warren_state(sandbox.sandbox_id) == "running"
+        home = world.workspace(sandbox.sandbox_id)
+        assert home.is_dir()
+        result = sandbox.commands.run('pwd; echo "$HOME $GREETING"')
+        assert result.stdout == f"{home}\n{home} hello\n"
+        info = sandbox.get_info()
+        assert info.template_id == "base" and info.metadata == {"purpose": "test"}
+        assert sandbox.is_running()
+        assert "POST /v2/sandboxes 201" in world.serve.log.read_text()
+    finally:
+        assert Sandbox.kill(sandbox.sandbox_id) is True
+    assert world.warren_state(sandbox.sandbox_id) is None
+    assert not home.parent.exists()
+    assert not world.root.exists()  # the last sandbox gone, nothing is left in /tmp
+
+
+def test_the_v1_routes_older_sdks_use_create_and_resume(world: World) -> None:
+    key = {"X-API-Key": world.token}
+    with world.raw() as c:
+        made = c.post("/sandboxes", json={"templateID": "base", "secure": True, "timeout": 60}, headers=key)
+        assert made.status_code == 201, made.text
+        body = made.json()
+        assert body["templateID"] == "base" and body["envdAccessToken"] and body["envdVersion"]
+        sandbox_id = body["sandboxID"]
+        try:
+            assert world.warren_state(sandbox_id) == "running"
+            assert c.post(f"/sandboxes/{sandbox_id}/resume", headers=key).status_code == 409
+            assert c.post(f"/sandboxes/{sandbox_id}/pause", headers=key).status_code == 204
+            resumed = c.post(f"/sandboxes/{sandbox_id}/resume", json={"timeout": 30}, headers=key)
+            assert resumed.status_code == 201 and resumed.json()["sandboxID"] == sandbox_id
+            assert world.warren_state(sandbox_id) == "running"
+            listed = c.get("/sandboxes", headers=key).json()
+            assert sandbox_id in [s["sandboxID"] for s in listed]
+        finally:
+            assert c.delete(f"/sandboxes/{sandbox_id}", headers=key).status_code == 204
+        refused = c.post(
+            "/sandboxes", json={"templateID": "base", "autoResume": {"enabled": True}}, headers=key
+        )
+        assert refused.status_code == 400 and "autoResume" in refused.json()["message"]
+
+
+def test_a_template_names_a_preset_or_a_profile_of_the_users_config(world: World) -> None:
+    from_profile = Sandbox.create(template="e2b-test")
+    plain = Sandbox.create()
+    python = Sandbox.create(template="python")
+    try:
+        assert from_profile.get_info().template_id == "e2b-test"
+        assert from_profile.commands.run('echo "[$FROM_PROFILE]"').stdout == "[yes]\n"
+        assert plain.commands.run('echo "[$FROM_PROFILE]"').stdout == "[]\n"
+        assert python.get_info().template_id == "python"
+        assert python.commands.run("python3 -c 'print(6*7)'").stdout == "42\n"
+    finally:
+        for sandbox in (from_profile, plain, python):
+            sandbox.kill()
+
+
+def test_a_sandbox_removed_with_warrens_own_api_leaves_no_workspace_behind(world: World) -> None:
+    sandbox = Sandbox.create()
+    home = world.workspace(sandbox.sandbox_id)
+    assert home.is_dir()
+    with world.v1() as c:
+        assert c.delete(f"/v1/sandboxes/{sandbox.sandbox_id}").status_code == 200
+    deadline = time.monotonic() + 10
+    while home.parent.exists() and time.monotonic() < deadline:  # not home: rmtree ends with its parent
+        time.sleep(0.2)
+    assert not home.parent.exists()
+
+
+def test_list_shows_running_sandboxes_with_metadata_and_kill_removes_them(world: World) -> None:
+    tag = secrets.token_hex(4)
+    a = Sandbox.create(metadata={"tag": tag, "n": "1"})
+    b = Sandbox.create(metadata={"tag": tag, "n": "2"})
+    from e2b import SandboxQuery
+
+    listed = Sandbox.list(query=SandboxQuery(metadata={"tag": tag})).next_items()
+    assert {s.sandbox_id for s in listed} == {a.sandbox_id, b.sandbox_id}
+    assert {s.metadata["n"] for s in listed} == {"1", "2"}
+    a.kill()
+    listed = Sandbox.list(query=SandboxQuery(metadata={"tag": tag})).next_items()
+    assert [s.sandbox_id for s in listed] == [b.sandbox_id]
+    assert world.warren_state(a.sandbox_id) is None
+    assert Sandbox.kill(a.sandbox_id) is False
+    b.kill()
+
+
+def test_a_sandbox_made_with_warrens_own_api_is_listed_and_usable(world: World, tmp_path: Path) -> None:
+    name = f"v1-{secrets.token_hex(4)}"
+    with world.v1() as c:
+        r = c.post("/v1/sandboxes", json={"name": name, "workspace": str(tmp_path)})
+        assert r.status_code == 201, r.text
+    try:
+        listed = {s.sandbox_id: s for s in Sandbox.list().next_items()}
+        assert listed[name].template_id == "warren"
+        sandbox = Sandbox.connect(name)
+        assert sandbox.commands.run("pwd").stdout == f"{tmp_path}\n"
+        sandbox.files.write("from-e2b.txt", "hi")
+        assert (tmp_path / "from-e2b.txt").read_text() == "hi"
+        with pytest.raises(SandboxException, match="not created through the E2B API"):
+            sandbox.set_timeout(5)
+        assert sandbox.kill() is True
+        assert world.warren_state(name) is None
+        assert (tmp_path / "from-e2b.txt").exists()  # its workspace is the caller's: kept
+    finally:
+        with world.v1() as c:
+            c.delete(f"/v1/sandboxes/{name}")
+
+
+def test_set_timeout_ends_the_sandbox_when_its_time_is_up(world: World) -> None:
+    sandbox = Sandbox.create(timeout=120)
+    sandbox.set_timeout(2)
+    assert world.warren_state(sandbox.sandbox_id) == "running"
+    top = world.workspace(sandbox.sandbox_id).parent
+    deadline = time.monotonic() + 15
+    # the reaper stops the sandbox, then deletes its workspace: wait for both
+    while (world.warren_state(sandbox.sandbox_id) or top.exists()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert world.warren_state(sandbox.sandbox_id) is None
+    assert not top.exists()
+    with pytest.raises(NotFoundException):
+        Sandbox.connect(sandbox.sandbox_id)
+
+
+def test_a_sandbox_created_to_pause_on_timeout_is_paused_then_resumed(world: World) -> None:
+    sandbox = Sandbox.create(timeout=120, lifecycle={"on_timeout": "pause"})
+    try:
+        handle = sandbox.commands.run("sleep 300", background=True)
+        sandbox.set_timeout(1)
+        deadline = time.monotonic() + 15
+        while world.warren_state(sandbox.sandbox_id) != "paused" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert world.warren_state(sandbox.sandbox_id) == "paused"
+        time.sleep(2)  # a paused sandbox does not time out
+        assert world.warren_state(sandbox.sandbox_id) == "paused"
+        resumed = Sandbox.connect(sandbox.sandbox_id, timeout=60)
+        time.sleep(2)  # and resuming gave it time again
+        assert world.warren_state(sandbox.sandbox_id) == "running"
+        assert handle.pid in [p.pid for p in resumed.commands.list()]
+    finally:
+        Sandbox.kill(sandbox.sandbox_id)
+
+
+def test_a_restarted_service_keeps_the_access_tokens_and_still_ends_sandboxes_on_time(
+    world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a state of its own: the module's service must not be the one that ends it
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    token = secrets.token_hex(16)
+    token_file = tmp_path / "token"
+    token_file.write_text(token)
+    token_file.chmod(0o600)
+
+    def start(n: int) -> Serve:
+        (tmp_path / f"serve{n}").mkdir()
+        return Serve(tmp_path / f"serve{n}", token=False, extra=("--token-file", str(token_file)))
+
+    first = start(1)
+    sandbox = Sandbox.create(timeout=120, api_key=token, api_url=first.url, sandbox_url=first.url)
+    sandbox.set_timeout(8)
+    first.stop()
+    second = start(2)
+    try:
+        again = Sandbox.connect(sandbox.sandbox_id, api_key=token, api_url=second.url, sandbox_url=second.url)
+        assert again._envd_access_token == sandbox._envd_access_token
+        assert again.commands.run("echo alive").stdout == "alive\n"
+        root = Path(root_of(os.environ))
+        assert (root / sandbox.sandbox_id / "home").is_dir()
+        headers = {"Authorization": f"Bearer {token}"}
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            gone = httpx.get(f"{second.url}/v1/sandboxes/{sandbox.sandbox_id}", headers=headers)
+            if gone.status_code == 404 and not (root / sandbox.sandbox_id).exists():
+                break
+            time.sleep(0.3)
+        assert gone.status_code == 404
+        assert not (root / sandbox.sandbox_id).exists()
+    finally:
+        Sandbox.kill(sandbox.sandbox_id, api_key=token, api_url=second.url)
+        second.stop()
+
+
+def test_an_idle_service_does_not_start_the_supervisor_to_reap_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    serve = Serve(tmp_path)
+    try:
+        time.sleep(2.5)  # the reaper looks every second
+        lock = tmp_path / "state" / "warren" / "supervisor.lock"
+        assert not lock.exists()
+        sandbox = Sandbox.create(api_key=serve.token, api_url=serve.url, sandbox_url=serve.url)
+        assert lock.exists()  # the check above can fail
+        sandbox.kill()
+    finally:
+        serve.stop()
+
+
+def test_pause_freezes_the_sandbox_and_connect_resumes_it_with_its_processes(world: World) -> None:
+    sandbox = Sandbox.create()
+    try:
+        sandbox.files.write("kept.txt", "still here")
+        handle = sandbox.commands.run("sleep 300", background=True)
+        assert sandbox.pause() is True
+        assert world.warren_state(sandbox.sandbox_id) == "paused"
+        assert sandbox.get_info().state.value == "paused"
+        assert sandbox.pause() is False  # already paused: E2B's 409
+        with pytest.raises(SandboxException):
+            sandbox.commands.run("true", request_timeout=10)
+        resumed = Sandbox.connect(sandbox.sandbox_id)
+        assert world.warren_state(sandbox.sandbox_id) == "running"
+        assert handle.pid in [p.pid for p in resumed.commands.list()]
+        assert resumed.files.read("kept.txt") == "still here"
+    finally:
+        Sandbox.kill(sandbox.sandbox_id)
+
+
+# --- commands -------------------------------------------------------------------------------------
+
+
+def test_a_foreground_command_gives_stdout_stderr_and_exit_code(sb: Sandbox) -> None:
+    result = sb.commands.run("echo out; echo err >&2")
+    assert result.exit_code == 0 and result.stdout == "out\n" and "err\n" in result.stderr
+    with pytest.raises(CommandExitException) as failed:
+        sb.commands.run("echo partial; exit 3")
+    assert failed.value.exit_code == 3 and failed.value.stdout == "partial\n"
+    moved = sb.commands.run("pwd; echo $X", cwd="/tmp", envs={"X": "per-command"})
+    assert moved.stdout == "/tmp\nper-command\n"
+
+
+def test_output_callbacks_get_each_line_as_it_comes(sb: Sandbox) -> None:
+    seen: list[tuple[float, str]] = []
+    errors: list[str] = []
+    sb.commands.run(
+        "for i in 1 2 3; do echo line$i; sleep 0.4; done; echo oops >&2",
+        on_stdout=lambda line: seen.append((time.monotonic(), line)),
+        on_stderr=errors.append,
+    )
+    assert "".join(text for _, text in seen) == "line1\nline2\nline3\n"
+    assert seen[-1][0] - seen[0][0] > 0.6  # streamed, not delivered at the end
+    assert "oops\n" in "".join(errors)
+
+
+def test_a_background_process_reads_stdin_and_is_killed(world: World, sb: Sandbox) -> None:
+    reader = sb.commands.run('read line; echo "got:$line"', background=True, stdin=True)
+    reader.send_stdin("hello\n")
+    assert reader.wait().stdout == "got:hello\n"
+
+    cat = sb.commands.run("cat", background=True, stdin=True)
+    sb.commands.send_stdin(cat.pid, "abc\n")
+    sb.commands.close_stdin(cat.pid)
+    assert cat.wait().stdout == "abc\n"
+
+    sleeper = sb.commands.run("sleep 300", background=True)
+    assert sleeper.pid in [p.pid for p in sb.commands.list()]
+    assert sleeper.kill() is True
+    with pytest.raises(CommandExitException) as killed:
+        sleeper.wait()
+    assert killed.value.exit_code == -1 and killed.value.error == "signal: killed"
+    assert sleeper.pid not in [p.pid for p in sb.commands.list()]
+    # a later client attaches to a running process by its pid
+    ticker = sb.commands.run("sleep 0.5; echo late", background=True)
+    again = sb.commands.connect(ticker.pid)
+    assert again.wait().stdout == "late\n"
+
+
+def test_the_async_sdk_streams_output_ordered_stdin_and_directory_events(world: World) -> None:
+    from e2b import AsyncSandbox
+
+    async def main() -> tuple[list[str], str, str, list[tuple[str, str]]]:
+        sandbox = await AsyncSandbox.create()
+        try:
+            lines: list[str] = []
+            await sandbox.commands.run("echo one; sleep 0.2; echo two", on_stdout=lines.append)
+            cat = await sandbox.commands.run("cat", background=True, stdin=True)
+            stream = sandbox.commands.stream_input(cat.pid)
+            for part in ("first ", "second ", "third"):
+                await stream.send(part)
+            await stream.close()
+            await sandbox.commands.close_stdin(cat.pid)
+            result = await cat.wait()
+            await sandbox.files.make_dir("watched")
+            events: list[tuple[str, str]] = []
+            watch = await sandbox.files.watch_dir(
+                "watched", on_event=lambda e: events.append((e.name, e.type.value)), recursive=True
+            )
+
+            async def seen(event: tuple[str, str]) -> None:
+                for _ in range(50):
+                    if event in events:
+                        return
+                    await asyncio.sleep(0.1)
+
+            await sandbox.files.write("watched/sub/deep.txt", "x")
+            await seen(("sub/deep.txt", "create"))  # the watch polls: a file made and gone between
+            await sandbox.files.remove("watched/sub/deep.txt")  # two looks would go unseen
+            await seen(("sub/deep.txt", "remove"))
+            await watch.stop()
+            await sandbox.files.write("async.txt", "from async")
+            return lines, result.stdout, await sandbox.files.read("async.txt"), events
+        finally:
+            await sandbox.kill()
+
+    lines, echoed, read, events = asyncio.run(main())
+    assert "".join(lines) == "one\ntwo\n"
+    assert echoed == "first second third"
+    assert read == "from async"
+    assert ("sub", "create") in events and ("sub/deep.txt", "create") in events
+    assert ("sub/deep.txt", "remove") in events
+
+
+def test_a_pty_runs_an_interactive_shell_that_can_be_resized(sb: Sandbox) -> None:
+    from e2b import PtySize
+
+    seen = bytearray()
+    terminal = sb.pty.create(size=PtySize(rows=30, cols=100))
+
+    def until(text: bytes) -> None:
+        deadline = time.monotonic() + 10
+        for _, _, chunk in terminal:
+            seen.extend(chunk or b"")
+            if text in seen or time.monotonic() > deadline:
+                return
+
+    sb.pty.send_stdin(terminal.pid, b"tty; stty size; echo sum-$((2+3))\n")
+    until(b"sum-5")
+    assert b"/dev/pts/" in seen and b"30 100" in seen and b"sum-5" in seen
+    sb.pty.resize(terminal.pid, PtySize(rows=40, cols=132))
+    sb.pty.send_stdin(terminal.pid, b"stty size\n")
+    until(b"40 132")
+    assert b"40 132" in seen
+    sb.pty.send_stdin(terminal.pid, b"exit 7\n")
+    with pytest.raises(CommandExitException) as ended:
+        terminal.wait()
+    assert ended.value.exit_code == 7
+
+
+# --- files --------------------------------------------------------------------------------------------
+
+
+def test_files_write_read_list_exists_make_dir_rename_remove(world: World, sb: Sandbox) -> None:
+    home = world.workspace(sb.sandbox_id)
+    info = sb.files.write("dir/a.txt", "alpha")
+    assert info.path == f"{home}/dir/a.txt"
+    assert (home / "dir" / "a.txt").read_text() == "alpha"  # on the host, in its workspace
+    assert sb.files.read("dir/a.txt") == "alpha"
+    sb.files.write(f"{home}/bin.dat", b"\x00\xffraw")
+    assert bytes(sb.files.read("bin.dat", format="bytes")) == b"\x00\xffraw"
+    names = {e.name: e for e in sb.files.list(str(home))}
+    assert set(names) == {"dir", "bin.dat"}
+    assert names["dir"].type is not None and names["dir"].type.value == "dir"
+    assert names["bin.dat"].size == 5
+    assert sb.files.exists("dir/a.txt") and not sb.files.exists("nope.txt")
+    assert sb.files.make_dir("made/deep") is True
+    assert sb.files.make_dir("made/deep") is False
+    assert (home / "made" / "deep").is_dir()
+    moved = sb.files.rename("dir/a.txt", "made/b.txt")
+    assert moved.path == f"{home}/made/b.txt" and (home / "made" / "b.txt").read_text() == "alpha"
+    assert not (home / "dir" / "a.txt").exists()
+    sb.files.remove("made")
+    assert not (home / "made").exists() and not sb.files.exists("made")
+    with pytest.raises(NotFoundException):
+        sb.files.read("made/b.txt")
+    assert sb.commands.run("cat bin.dat | wc -c").stdout.strip() == "5"
+    many = sb.files.write_files([{"path": "m/one.txt", "data": "1"}, {"path": "m/two.txt", "data": b"2"}])
+    assert sorted(w.path for w in many) == [f"{home}/m/one.txt", f"{home}/m/two.txt"]
+    assert (home / "m" / "one.txt").read_text() == "1" and (home / "m" / "two.txt").read_text() == "2"
+    stat = sb.files.get_info("m/one.txt")
+    assert stat.size == 1 and stat.path == f"{home}/m/one.txt" and stat.type is not None
+    assert stat.type.value == "file"
+    with pytest.raises(NotFoundException):
+        sb.files.get_info("m/none.txt")
+
+
+def test_watching_a_directory_reports_created_files(sb: Sandbox) -> None:
+    sb.files.make_dir("watched")
+    handle = sb.files.watch_dir("watched")
+    try:
+        sb.files.write("watched/new.txt", "x")
+        deadline = time.monotonic() + 5
+        events = []
+        while not events and time.monotonic() < deadline:
+            events = handle.get_new_events()
+            time.sleep(0.1)
+        assert [(e.name, e.type.value) for e in events] == [("new.txt", "create")]
+    finally:
+        handle.stop()
+
+
+# --- security ------------------------------------------------------------------------------------------
+
+
+def test_a_wrong_or_missing_api_key_is_refused_and_creates_nothing(world: World) -> None:
+    before = len(Sandbox.list().next_items())
+    with pytest.raises(AuthenticationException):
+        Sandbox.create(api_key="wrong-" + secrets.token_hex(16))
+    with pytest.raises(AuthenticationException):
+        Sandbox.list(api_key="wrong-" + secrets.token_hex(16)).next_items()
+    with world.raw() as c:
+        r = c.post("/v2/sandboxes", json={"templateID": "base"})
+        assert r.status_code == 401 and "API key" in r.json()["message"]
+        r = c.post("/v2/sandboxes", json={"templateID": "base"}, headers={"X-API-Key": "x" * 32})
+        assert r.status_code == 401
+    assert len(Sandbox.list().next_items()) == before
+
+
+def test_one_sandboxs_access_token_opens_no_other(world: World) -> None:
+    a, b = Sandbox.create(), Sandbox.create()
+    try:
+        b.files.write("secret.txt", "b's data")
+        token_a = a._envd_access_token
+        assert token_a and token_a != b._envd_access_token
+        tries = {
+            "a's token": token_a,
+            "the API key": world.token,
+            "none": None,
+        }
+        with world.raw() as c:
+            for what, token in tries.items():
+                headers = {"E2b-Sandbox-Id": b.sandbox_id}
+                if token is not None:
+                    headers["X-Access-Token"] = token
+                r = c.get("/files", params={"path": "secret.txt"}, headers=headers)
+                assert r.status_code == 401 and "b's data" not in r.text, what
+                r = c.post(
+                    "/process.Process/Start",
+                    headers={**headers, "Content-Type": "application/json"},
+                    content=json.dumps({"process": {"cmd": "/bin/touch", "args": ["pwned"]}}),
+                )
+                assert r.status_code == 401 and r.json()["code"] == "unauthenticated", what
+            ok = c.get(
+                "/files",
+                params={"path": "secret.txt"},
+                headers={"E2b-Sandbox-Id": b.sandbox_id, "X-Access-Token": b._envd_access_token or ""},
+            )
+            assert ok.status_code == 200 and ok.text == "b's data"  # the check can pass
+            health = c.get("/health")  # envd's health says only "up", to anyone
+            assert health.status_code == 204 and health.content == b""
+        assert not (world.workspace(b.sandbox_id) / "pwned").exists()
+    finally:
+        a.kill()
+        b.kill()
+
+
+def test_a_sandbox_sees_nothing_of_another_sandboxs_workspace(world: World) -> None:
+    a, b = Sandbox.create(), Sandbox.create()
+    try:
+        b.files.write("private.txt", "b only")
+        theirs = world.workspace(b.sandbox_id)
+        assert (theirs / "private.txt").read_text() == "b only"  # there on the host
+        seen = a.commands.run(f"ls {world.root} {theirs}; cat {theirs}/private.txt; true")
+        assert "b only" not in seen.stdout and b.sandbox_id not in seen.stdout
+        with pytest.raises(NotFoundException):
+            a.files.read(f"{theirs}/private.txt")
+        with pytest.raises(CommandExitException):
+            a.commands.run(f"echo tampered > {theirs}/private.txt")
+        assert (theirs / "private.txt").read_text() == "b only"
+    finally:
+        a.kill()
+        b.kill()
+
+
+def test_the_sandbox_cannot_read_a_credential_in_the_callers_home(world: World, sb: Sandbox) -> None:
+    planted = world.home / ".aws" / "credentials"
+    # the home is in sight (so the denial below is the policy's, not a missing path)
+    assert sb.commands.run(f"cat {world.home}/notes.txt").stdout == "the caller's own file\n"
+    with pytest.raises(CommandExitException) as denied:
+        sb.commands.run(f"cat {planted}")
+    assert MARKER not in denied.value.stdout + denied.value.stderr
+    grep = sb.commands.run(f"grep -rs {MARKER[:20]} {world.home} || true")
+    assert MARKER not in grep.stdout + grep.stderr
+    with pytest.raises(SandboxException) as read:
+        sb.files.read(str(planted))
+    assert MARKER not in str(read.value)
+
+
+def test_a_write_outside_the_workspace_is_refused_and_the_host_file_unchanged(
+    world: World, sb: Sandbox
+) -> None:
+    notes = world.home / "notes.txt"
+    with pytest.raises(SandboxException):
+        sb.files.write(str(notes), "overwritten")
+    with pytest.raises(CommandExitException):
+        sb.commands.run(f"echo overwritten > {notes}")
+    with pytest.raises(SandboxException):
+        sb.files.remove(str(notes))
+    assert notes.read_text() == "the caller's own file\n"
+
+
+# --- bad input and what is not offered --------------------------------------------------------------
+
+
+def test_bad_requests_get_a_typed_4xx_with_a_message(world: World) -> None:
+    key = {"X-API-Key": world.token}
+    with world.raw() as c:
+        cases = [
+            (c.post("/v2/sandboxes", content=b"{not json", headers=key), 400),
+            (c.post("/v2/sandboxes", json=[], headers=key), 400),
+            (c.post("/v2/sandboxes", json={}, headers=key), 400),
+            (c.post("/v2/sandboxes", json={"templateID": "base", "timeout": -1}, headers=key), 400),
+            (c.post("/v2/sandboxes", json={"templateID": "base", "envVars": {"A": 1}}, headers=key), 400),
+            (c.post("/v2/sandboxes", json={"templateID": "no-such-template"}, headers=key), 404),
+            (c.get("/sandboxes/no-such-box", headers=key), 404),
+            (c.post("/sandboxes/no-such-box/timeout", json={"timeout": 5}, headers=key), 404),
+        ]
+        for response, status in cases:
+            assert response.status_code == status, response.text
+            body = response.json()
+            assert body["code"] == status and body["message"]
+    sandbox = Sandbox.create()
+    envd = {"E2b-Sandbox-Id": sandbox.sandbox_id, "X-Access-Token": sandbox._envd_access_token or ""}
+    try:
+        with world.raw() as c:
+            rpc = {**envd, "Content-Type": "application/json"}
+            # a server stream answers 200 and ends with the error (Connect's framing)
+            frame = json.dumps({"process": {"cmd": ""}}).encode()
+            streamed = c.post(
+                "/process.Process/Start",
+                headers={**envd, "Content-Type": "application/connect+json"},
+                content=b"\0" + len(frame).to_bytes(4, "big") + frame,
+            )
+            assert streamed.status_code == 200
+            end = json.loads(streamed.content[5:])
+            assert end["error"]["code"] == "invalid_argument" and "cmd" in end["error"]["message"]
+            envd_cases = [
+                c.post("/process.Process/List", headers=rpc, content=b"{not json"),
+                c.post("/filesystem.Filesystem/Stat", headers=rpc, content=b'{"path": 7}'),
+                c.post("/filesystem.Filesystem/ListDir", headers=rpc, content=b'{"path": "/nope-nowhere"}'),
+                c.post("/files", headers=envd, content=b"data"),
+                c.get("/files", headers=envd, params={"path": "."}),
+                c.get("/files", headers=envd),
+            ]
+            for response in envd_cases:
+                assert 400 <= response.status_code < 500, response.text
+                assert response.json()["message"]
+    finally:
+        sandbox.kill()
+    with pytest.raises(SandboxException, match="template 'no-such-template' not found") as missing:
+        Sandbox.create(template="no-such-template")
+    assert missing.value.status_code == 404
+
+
+def test_what_is_not_offered_raises_a_clear_sdk_error(sb: Sandbox) -> None:
+    with pytest.raises(SandboxException, match="not offered"):
+        sb.get_metrics()
+    with pytest.raises(SandboxException, match="snapshots are not offered"):
+        Sandbox.list_snapshots().next_items()
+    with pytest.raises(SandboxException, match="not offered"):
+        sb.create_snapshot()
+    with pytest.raises(SandboxException, match="network is not offered"):
+        sb.update_network({"allow_out": ["example.com"]})
+    with pytest.raises(SandboxException, match="not offered"):
+        Sandbox.create(mcp={"github": {}})
