@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -39,7 +38,7 @@ from ..errors import (
     from_record,
     to_record,
 )
-from ..models import FileInfo, ProcessInfo, Result, SandboxInfo
+from ..models import ProcessInfo, Result, SandboxInfo
 from ..net.allowlist import NetEvent
 
 # most specific first: the first class the error is an instance of decides
@@ -203,10 +202,6 @@ def process(p: ProcessInfo) -> dict[str, Any]:
 
 def process_of(data: dict[str, Any]) -> ProcessInfo:
     return ProcessInfo(data["pid"], data["ppid"], data["state"], tuple(data["argv"]), data.get("id"))
-
-
-def file_info(f: FileInfo) -> dict[str, Any]:
-    return dataclasses.asdict(f)
 
 
 def net_event(e: NetEvent) -> dict[str, Any]:
