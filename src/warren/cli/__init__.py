@@ -83,7 +83,7 @@ def _dispatch(argv: list[str]) -> int:
             flags.spec_of(ns), ns.profile, flags.command_of(command, "run"), _timeout(ns.timeout)
         )
     if cmd == "exec":
-        from ..server.statedir import check_name
+        from ..names import check_name
         from . import attach, flags
 
         got = flags.quick(rest, flags.EXEC_FLAGS)

@@ -11,14 +11,13 @@ import sys
 import time
 from collections.abc import Callable
 
-from .. import protocol
+from .. import protocol, statedir
 from ..client import connect
 from ..client.local import LocalTransport
 from ..client.sandbox import Sandbox
 from ..errors import SandboxError, WarrenError
 from ..models import SandboxInfo
-from ..server import statedir
-from ..server.statedir import check_name
+from ..names import check_name
 from . import copy, flags
 
 

@@ -16,9 +16,8 @@ import os
 import select
 import sys
 
-from .. import protocol, wire
+from .. import protocol, statedir, wire
 from ..errors import SandboxError, SetupError, WarrenError, from_record
-from ..server import statedir
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

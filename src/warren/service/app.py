@@ -34,9 +34,9 @@ from .. import protocol, wire
 from ..client import checks
 from ..client.transport import Transport
 from ..errors import WarrenError
+from ..names import check_name
 from ..output import DEFAULT_OUTPUT_LIMIT
 from ..policy.spec import KNOWN, from_mapping
-from ..server.statedir import check_name
 from . import codec
 from .codec import HttpError
 from .conn import RateLimited
