@@ -20,7 +20,7 @@ import struct
 
 from .. import jsonc, protocol, wire
 from ..client import connect
-from ..errors import SandboxError, from_record
+from ..errors import SandboxError
 from ..terminal import printable
 
 TYPE_CHECKING = False
@@ -162,16 +162,7 @@ class Attached:
             if 0 in ready and self.master >= 0 and not self._copy(0, self.master):
                 readers.remove(0)
             if sock.fileno() in ready:
-                try:
-                    msg, _, fds = wire.recv(sock, (protocol.Started, protocol.Exited, protocol.Error))
-                except (wire.ConnectionClosed, ConnectionResetError):
-                    raise SandboxError(
-                        "the connection to warren was lost before the command finished",
-                        operation=self.message.TAG,
-                        hint="the sandbox was stopped or its supervisor died; see `warren ls`",
-                    ) from None
-                if isinstance(msg, protocol.Error):
-                    raise from_record(msg.error.to_fields())
+                msg, fds = connect.command_event(sock, self._lost)
                 if isinstance(msg, protocol.Started):
                     self.network = msg.network
                     self.repository = msg.repository
@@ -197,9 +188,15 @@ class Attached:
                     _say(f"warren: WARNING: {w}")
                 return self._status(msg)
 
+    def _lost(self) -> SandboxError:
+        return SandboxError(
+            "the connection to warren was lost before the command finished",
+            operation=self.message.TAG,
+            hint="the sandbox was stopped or its supervisor died; see `warren ls`",
+        )
+
     def _status(self, msg: protocol.Exited) -> int:
-        status = msg.status
-        code = 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.waitstatus_to_exitcode(status)
+        code = protocol.exit_code(msg.status)
         if msg.timed_out:
             _say(
                 f"warren: the command ran past its timeout of {self.message.command.timeout} s and was killed"

@@ -14,20 +14,18 @@ import time
 from collections.abc import Callable
 
 from .. import protocol, wire
-from ..errors import SandboxError, from_record
+from ..errors import SandboxError
 from ..models import Result
 from ..net.allowlist import NetEvent
 from ..net.log import parse as parse_events
 from ..output import Capture, feed
+from .connect import command_event
 
 CLIENT_GRACE = 10.0  # beyond a timeout, how long to wait for the sandbox to say so
 
 
-def _exit_code(status: int) -> tuple[int, int | None]:
-    if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        return 128 + sig, sig
-    return os.waitstatus_to_exitcode(status), None
+def _lost() -> SandboxError:
+    return SandboxError("the connection to warren was lost")
 
 
 def run_captured(
@@ -111,20 +109,12 @@ def run_captured(
                     in_w = -1
             for r in ready_r:
                 if r is sock:
-                    try:
-                        msg, _, fds = wire.recv(sock, (protocol.Started, protocol.Exited, protocol.Error))
-                    except (wire.ConnectionClosed, ConnectionResetError):
-                        raise (
-                            lost() if lost else SandboxError("the connection to warren was lost")
-                        ) from None
+                    msg, fds = command_event(sock, lost or _lost)
                     for fd in fds:
                         os.close(fd)
-                    if isinstance(msg, protocol.Error):
-                        raise from_record(msg.error.to_fields())
                     if isinstance(msg, protocol.Started):
                         started = msg
                     else:
-                        assert isinstance(msg, protocol.Exited)
                         final = msg
                     continue
                 assert isinstance(r, int)
@@ -149,7 +139,8 @@ def run_captured(
         for fd in (out_r, err_r, net_r, in_w):
             if fd >= 0:
                 os.close(fd)
-    exit_code, sig = _exit_code(final.status)
+    exit_code = protocol.exit_code(final.status)
+    sig = os.WTERMSIG(final.status) if os.WIFSIGNALED(final.status) else None
     out, err = captures[out_r], captures[err_r]
     return Result(
         exit_code=exit_code,

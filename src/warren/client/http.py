@@ -2,7 +2,7 @@
 
 The same ``Transport`` methods as ``LocalTransport``, mapped onto API v1; an error
 body comes back as the same ``WarrenError`` subclass the server raised
-(``service.codec.error_of``). ``url`` is ``http://HOST:PORT`` or ``unix:PATH``.
+(``codec.error_of``). ``url`` is ``http://HOST:PORT`` or ``unix:PATH``.
 Output callbacks switch exec/run to SSE so the callback sees output as it comes.
 """
 
@@ -18,12 +18,11 @@ from typing import Any
 
 import httpx
 
-from .. import protocol
+from .. import codec, protocol
 from ..errors import SandboxError, WarrenError
 from ..models import ProcessInfo, Result, SandboxInfo, Stats
 from ..net.allowlist import NetEvent
 from ..policy.spec import PolicySpec
-from ..service import codec
 from .transport import OutputCallback, Transport
 
 
@@ -215,9 +214,7 @@ class HttpTransport(Transport):
         return str(data["id"]), int(data["pid"])
 
     def write_stdin(self, name: str, process: str, data: bytes, *, eof: bool = False) -> int:
-        from ..server.stdin import check_size
-
-        check_size(len(data), process)  # before sending it all
+        protocol.check_stdin_size(len(data), process)  # before sending it all
         # The raw form of the route: no base64 on the way.
         reply = self._json(
             "POST",
@@ -300,10 +297,10 @@ class HttpTransport(Transport):
         return str(data["address"])
 
     def net_log(self, name: str) -> builtins.list[NetEvent]:
-        return [NetEvent(**e) for e in self._json("GET", f"/v1/sandboxes/{name}/netlog")["events"]]
+        return [codec.net_event_of(e) for e in self._json("GET", f"/v1/sandboxes/{name}/netlog")["events"]]
 
     def stats(self, name: str) -> Stats:
-        return Stats(**self._json("GET", f"/v1/sandboxes/{name}/stats"))
+        return codec.decode(Stats, self._json("GET", f"/v1/sandboxes/{name}/stats"))
 
     def pause(self, name: str, paused: bool) -> SandboxInfo:
         return codec.sandbox_of(self._json("POST", f"/v1/sandboxes/{name}/{'pause' if paused else 'resume'}"))

@@ -171,11 +171,9 @@ class LocalTransport(Transport):
         return reply.spawn_id, reply.pid
 
     def write_stdin(self, name: str, process: str, data: bytes, *, eof: bool = False) -> int:
-        from ..server.stdin import check_size as check_stdin_size
-
         # Checked here too: the supervisor refuses an oversized payload before reading
         # it, and the refusal could be lost while this side is still sending.
-        check_stdin_size(len(data), process)
+        protocol.check_stdin_size(len(data), process)
         request = protocol.StdinRequest(sandbox=name, process=process, eof=eof)
         reply, _ = self._request(request, (protocol.StdinState,), data)
         assert isinstance(reply, protocol.StdinState)

@@ -85,10 +85,6 @@ def feed_stdin(
             return
 
 
-def _exit_code(status: int) -> int:
-    return 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.waitstatus_to_exitcode(status)
-
-
 class Process:
     """A background process started with ``Sandbox.spawn`` (or found again with
     ``Sandbox.process(id)``)."""
@@ -119,7 +115,7 @@ class Process:
     def returncode(self) -> int | None:
         if self._status is None:
             self._state()
-        return None if self._status is None else _exit_code(self._status)
+        return None if self._status is None else protocol.exit_code(self._status)
 
     def wait(self, timeout: float | None = None) -> int:
         """The exit status (128+N for signal N); raises SandboxTimeout if ``timeout`` passes."""
@@ -141,7 +137,7 @@ class Process:
                     hint="kill it with .kill() or wait longer",
                 )
             time.sleep(0.02)
-        return _exit_code(self._status)
+        return protocol.exit_code(self._status)
 
     def kill(self, signal: int = _signal.SIGTERM) -> None:
         """Send ``signal`` to the process's group (it runs in its own session); nothing

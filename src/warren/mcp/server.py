@@ -361,13 +361,9 @@ def build(
         _checked(checks.offset, stderr_offset, "stderr_offset", "process_output")
         name = await w.ensure(sandbox)
         state, out, err = await w.call(transport.process, name, id, offset, stderr_offset)
-        code = None
-        if state.status is not None:
-            st = state.status
-            code = 128 + os.WTERMSIG(st) if os.WIFSIGNALED(st) else os.waitstatus_to_exitcode(st)
         return {
             "running": state.status is None and state.running,
-            "exit_code": code,
+            "exit_code": None if state.status is None else protocol.exit_code(state.status),
             "stdout": _text(out[:OUTPUT_LIMIT]),
             "stderr": _text(err[:OUTPUT_LIMIT]),
             "next_offset": offset + len(out[:OUTPUT_LIMIT]),

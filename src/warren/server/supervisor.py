@@ -45,7 +45,6 @@ from ..errors import (
     SandboxPaused,
     SetupError,
     WarrenError,
-    from_record,
 )
 from ..net import log as netlog
 from ..net.pasta import Pasta
@@ -557,7 +556,7 @@ class Supervisor:
     def _stdin(self, c: Client, msg: protocol.StdinRequest, payload_len: int) -> None:
         """Data for a background process's stdin: its payload is read here, without
         blocking (``_stdin_payload``), then queued for the process (``stdin``)."""
-        stdin.check_size(payload_len, msg.process)
+        protocol.check_stdin_size(payload_len, msg.process)
         c.stdin, c.stdin_len = msg, payload_len
         c.deadline = time.monotonic() + HEADER_DEADLINE
         self._stdin_payload(c)
@@ -777,7 +776,7 @@ class Supervisor:
                 box.ns = (fds.pop(0), fds.pop(0))
             self._on_ready(box)
         elif isinstance(msg, protocol.Failed):
-            raise from_record(msg.error.to_fields())
+            protocol.raise_error(msg.error)
         elif isinstance(msg, protocol.GitChanged):
             self._git_changed(box, msg.gitdir)
         for fd in fds:
