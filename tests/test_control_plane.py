@@ -445,6 +445,7 @@ def test_bad_arguments_are_typed_errors(layout: Layout) -> None:
 
 
 def test_the_protocol_round_trips_every_message_kind() -> None:
+    protocol.base._load_channels()
     for kind, cls in protocol.base._KINDS.items():
         assert kind == cls.TAG
     msg = protocol.RunRequest(

@@ -271,10 +271,18 @@ def from_dict(data: object, expect: tuple[type[Message], ...] = ()) -> Message:
             "last sandbox ends (see `warren ls`), or stop it with `warren shutdown`",
         )
     cls = _KINDS.get(str(data.get("t")))
+    if cls is None:
+        _load_channels()
+        cls = _KINDS.get(str(data.get("t")))
     if cls is None or (expect and cls not in expect):
         raise ProtocolError(f"unexpected message kind {data.get('t')!r}", operation="decode")
     message: Message = cls._from_fields(data, "")
     return message
+
+
+def _load_channels() -> None:
+    """Declare every channel's messages (the package loads some only when named)."""
+    from . import handoff, pid1  # noqa: F401
 
 
 # --- errors, on every channel ------------------------------------------------------------
