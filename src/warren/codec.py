@@ -35,6 +35,7 @@ HIDDEN: dict[type, frozenset[str]] = {SandboxInfo: frozenset({"pid1"})}
 
 WireFields = tuple[tuple[str, "dataclasses.Field[Any]", Any], ...]
 _WIRE_FIELDS: dict[type, WireFields] = {}
+_OWN_FIELDS: dict[type, WireFields] = {}
 
 
 def wire_fields(model: type) -> WireFields:
@@ -72,10 +73,29 @@ def _plain(item: object) -> object:
 
 
 def decode(model: type[T], data: dict[str, Any]) -> T:
-    """The model value a JSON object stands for; absent optional fields take the
-    model's defaults."""
+    """The model value a JSON object of the HTTP API stands for; absent optional fields
+    take the model's defaults."""
+    return _build(model, data, wire_fields(model))
+
+
+def model_of(model: type[T], fields: dict[str, Any]) -> T:
+    """The model value a protocol message mirrors (``Message.to_fields()``): the same
+    names as the model's, every one shown, lists made tuples; fields the message has
+    beyond the model's (a process state's output lengths) are not the model's."""
+    return _build(model, fields, _own_fields(model))
+
+
+def _own_fields(model: type) -> WireFields:
+    found = _OWN_FIELDS.get(model)
+    if found is None:
+        hints = typing.get_type_hints(model)
+        found = _OWN_FIELDS[model] = tuple((f.name, f, hints[f.name]) for f in dataclasses.fields(model))
+    return found
+
+
+def _build(model: type[T], data: dict[str, Any], shown: WireFields) -> T:
     values: dict[str, Any] = {}
-    for wire, field, kind in wire_fields(model):
+    for wire, field, kind in shown:
         if kind is bytes:
             values[field.name] = get_bytes(data, wire)
         elif wire in data and data[wire] is not None:

@@ -20,7 +20,7 @@ import httpx
 
 from .. import codec, protocol
 from ..errors import SandboxError, WarrenError
-from ..models import ProcessInfo, Result, SandboxInfo, Stats
+from ..models import FileInfo, FileOp, FileResult, ProcessInfo, ProcessState, Result, SandboxInfo, Stats
 from ..net.allowlist import NetEvent
 from ..policy.spec import PolicySpec
 from .transport import OutputCallback, Transport
@@ -227,21 +227,20 @@ class HttpTransport(Transport):
 
     def process(
         self, name: str, spawn_id: str, stdout_offset: int = 0, stderr_offset: int = 0
-    ) -> tuple[protocol.ProcessState, bytes, bytes]:
+    ) -> tuple[ProcessState, bytes, bytes]:
         data = self._json(
             "GET",
             f"/v1/sandboxes/{name}/processes/{spawn_id}",
             params={"offset": stdout_offset, "stderr_offset": stderr_offset},
         )
         out, err = codec.get_bytes(data, "stdout"), codec.get_bytes(data, "stderr")
-        state = protocol.ProcessState(
+        state = ProcessState(
             pid=data["pid"],
-            argv=data["argv"],
+            argv=tuple(data["argv"]),
             running=data["alive"],
             status=data["status"],
             timed_out=data["timed_out"],
-            stdout_len=len(out),
-            stderr_len=len(err),
+            limit=data.get("limit"),
         )
         return state, out, err
 
@@ -253,44 +252,43 @@ class HttpTransport(Transport):
     def signal(self, name: str, pid: int, sig: int) -> None:
         self._json("POST", f"/v1/sandboxes/{name}/processes/{pid}/signal", json={"signal": sig})
 
-    def file(self, request: protocol.FileRequest, data: bytes = b"") -> tuple[protocol.FileReply, bytes]:
-        base = f"/v1/sandboxes/{request.sandbox}/files"
-        path = request.path
-        op = request.op
-        if op == "read":
-            r = self._send("GET", base, params={"path": path, "type": "file", "max_bytes": request.max_bytes})
-            return protocol.FileReply(), r.content
-        if op == "list":
+    def file(self, name: str, op: FileOp, data: bytes = b"") -> FileResult:
+        base = f"/v1/sandboxes/{name}/files"
+        path = op.path
+        if op.op == "read":
+            r = self._send("GET", base, params={"path": path, "type": "file", "max_bytes": op.max_bytes})
+            return FileResult(data=r.content)
+        if op.op == "list":
             entries = self._json("GET", base, params={"path": path, "type": "dir"})["entries"]
-            return protocol.FileReply(entries=[protocol.FileStat(**e) for e in entries]), b""
-        if op == "stat":
-            info = self._json("GET", f"{base}/stat", params={"path": path, "follow": int(request.follow)})
-            return protocol.FileReply(stat=protocol.FileStat(**info)), b""
-        if op == "exists":
+            return FileResult(entries=tuple(codec.decode(FileInfo, e) for e in entries))
+        if op.op == "stat":
+            info = self._json("GET", f"{base}/stat", params={"path": path, "follow": int(op.follow)})
+            return FileResult(stat=codec.decode(FileInfo, info))
+        if op.op == "exists":
             exists = self._json("GET", f"{base}/stat", params={"path": path, "exists": 1})["exists"]
-            return protocol.FileReply(exists=bool(exists)), b""
-        if op == "write":
+            return FileResult(exists=bool(exists))
+        if op.op == "write":
             params = {
                 "path": path,
-                "mode": f"{request.mode if request.mode is not None else 0o644:o}",
-                "parents": int(request.parents),
-                "append": int(request.append),
+                "mode": f"{op.mode if op.mode is not None else 0o644:o}",
+                "parents": int(op.parents),
+                "append": int(op.append),
             }
             self._send("PUT", base, params=params, content=data)
-            return protocol.FileReply(), b""
-        if op == "remove":
-            self._send("DELETE", base, params={"path": path, "recursive": int(request.recursive)})
-            return protocol.FileReply(), b""
-        if op == "mkdir":
-            body = {"path": path, "parents": request.parents, "exist_ok": request.exist_ok}
-            if request.mode is not None:
-                body["mode"] = request.mode
+            return FileResult()
+        if op.op == "remove":
+            self._send("DELETE", base, params={"path": path, "recursive": int(op.recursive)})
+            return FileResult()
+        if op.op == "mkdir":
+            body = {"path": path, "parents": op.parents, "exist_ok": op.exist_ok}
+            if op.mode is not None:
+                body["mode"] = op.mode
             self._send("POST", f"{base}/mkdir", json=body)
-            return protocol.FileReply(), b""
-        if op == "rename":
-            self._send("POST", f"{base}/move", json={"src": path, "dst": request.dst})
-            return protocol.FileReply(), b""
-        raise WarrenError(f"file operation {op!r} is not available over HTTP", operation=op)
+            return FileResult()
+        if op.op == "rename":
+            self._send("POST", f"{base}/move", json={"src": path, "dst": op.dst})
+            return FileResult()
+        raise WarrenError(f"file operation {op.op!r} is not available over HTTP", operation=op.op)
 
     def expose(self, name: str, port: int, host_port: int) -> str:
         data = self._json("POST", f"/v1/sandboxes/{name}/ports", json={"port": port, "host_port": host_port})

@@ -9,12 +9,13 @@ environment) travels with the requests that plan a sandbox.
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import os
 from collections.abc import Callable, Mapping
 
-from .. import protocol
+from .. import codec, protocol
 from ..errors import SandboxError
-from ..models import ProcessInfo, Result, SandboxInfo, Stats
+from ..models import FileInfo, FileOp, FileResult, ProcessInfo, ProcessState, Result, SandboxInfo, Stats
 from ..net.allowlist import NetEvent
 from ..policy.spec import PolicySpec
 from . import connect
@@ -23,18 +24,7 @@ from .transport import OutputCallback, Transport
 
 
 def info(msg: protocol.SandboxInfo) -> SandboxInfo:
-    return SandboxInfo(
-        name=msg.name,
-        id=msg.id,
-        state=msg.state,
-        reason=msg.reason,
-        workspace=msg.workspace,
-        created=msg.created,
-        warnings=tuple(msg.warnings),
-        pid1=msg.pid1,
-        idle_timeout=msg.idle_timeout,
-        last_active=msg.last_active,
-    )
+    return codec.model_of(SandboxInfo, msg.to_fields())
 
 
 def _lost(op: str) -> Callable[[], Exception]:
@@ -181,23 +171,29 @@ class LocalTransport(Transport):
 
     def process(
         self, name: str, spawn_id: str, stdout_offset: int = 0, stderr_offset: int = 0
-    ) -> tuple[protocol.ProcessState, bytes, bytes]:
+    ) -> tuple[ProcessState, bytes, bytes]:
         request = protocol.ProcessRequest(
             sandbox=name, spawn_id=spawn_id, stdout_offset=stdout_offset, stderr_offset=stderr_offset
         )
         reply, data = self._request(request, (protocol.ProcessState,))
         assert isinstance(reply, protocol.ProcessState)
-        return reply, data[: reply.stdout_len], data[reply.stdout_len : reply.stdout_len + reply.stderr_len]
+        out_len, err_len = reply.stdout_len, reply.stderr_len
+        return (
+            codec.model_of(ProcessState, reply.to_fields()),
+            data[:out_len],
+            data[out_len : out_len + err_len],
+        )
 
     def processes(self, name: str) -> builtins.list[ProcessInfo]:
         reply, _ = self._request(protocol.PsRequest(sandbox=name), (protocol.ProcessList,))
         assert isinstance(reply, protocol.ProcessList)
-        return [ProcessInfo(p.pid, p.ppid, p.state, tuple(p.argv), p.spawn_id) for p in reply.items]
+        return [codec.model_of(ProcessInfo, p.to_fields()) for p in reply.items]
 
     def signal(self, name: str, pid: int, sig: int) -> None:
         self._request(protocol.SignalRequest(sandbox=name, pid=pid, signal=sig), (protocol.Ok,))
 
-    def file(self, request: protocol.FileRequest, data: bytes = b"") -> tuple[protocol.FileReply, bytes]:
+    def file(self, name: str, op: FileOp, data: bytes = b"") -> FileResult:
+        request = protocol.FileRequest(sandbox=name, **dataclasses.asdict(op))
         try:
             reply, payload = self._request(request, (protocol.FileReply,), data)
         except SandboxError as e:
@@ -215,7 +211,12 @@ class LocalTransport(Transport):
                 ),
             ) from None
         assert isinstance(reply, protocol.FileReply)
-        return reply, payload
+        return FileResult(
+            data=payload,
+            entries=tuple(codec.model_of(FileInfo, e.to_fields()) for e in reply.entries),
+            stat=None if reply.stat is None else codec.model_of(FileInfo, reply.stat.to_fields()),
+            exists=reply.exists,
+        )
 
     def expose(self, name: str, port: int, host_port: int) -> str:
         reply, _ = self._request(
@@ -227,7 +228,7 @@ class LocalTransport(Transport):
     def stats(self, name: str) -> Stats:
         reply, _ = self._request(protocol.StatsRequest(sandbox=name), (protocol.Stats,))
         assert isinstance(reply, protocol.Stats)
-        return Stats(**reply.to_fields())  # type: ignore[arg-type]
+        return codec.model_of(Stats, reply.to_fields())
 
     def pause(self, name: str, paused: bool) -> SandboxInfo:
         reply, _ = self._request(protocol.PauseRequest(sandbox=name, paused=paused), (protocol.SandboxInfo,))
@@ -237,4 +238,4 @@ class LocalTransport(Transport):
     def net_log(self, name: str) -> builtins.list[NetEvent]:
         reply, _ = self._request(protocol.NetLogRequest(sandbox=name), (protocol.NetLog,))
         assert isinstance(reply, protocol.NetLog)
-        return [NetEvent(**e.to_fields()) for e in reply.events]  # type: ignore[arg-type]
+        return [codec.model_of(NetEvent, e.to_fields()) for e in reply.events]

@@ -35,6 +35,7 @@ from ..client import checks
 from ..client.sandbox import feed_stdin
 from ..client.transport import Transport
 from ..errors import ProcessNotFound, SandboxExists, SandboxNotFound, WarrenError
+from ..models import FileOp, FileResult
 from ..policy.spec import PolicySpec
 
 OUTPUT_LIMIT = 1 << 20
@@ -259,14 +260,14 @@ def build(
 
     async def _file(
         sandbox: str | None, op: str, path: str, data: bytes = b"", **extra: Any
-    ) -> tuple[protocol.FileReply, bytes]:
+    ) -> tuple[FileResult, bytes]:
         name = await w.ensure(sandbox)
         try:
-            request = protocol.FileRequest(sandbox=name, op=op, path=checks.path(path, op), **extra)
+            request = FileOp(op=op, path=checks.path(path, op), **extra)
         except WarrenError as e:
             raise _error(e) from None
-        result: tuple[protocol.FileReply, bytes] = await w.call(transport.file, request, data)
-        return result
+        result: FileResult = await w.call(transport.file, name, request, data)
+        return result, result.data
 
     @mcp.tool()
     async def read_file(

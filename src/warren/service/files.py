@@ -1,5 +1,5 @@
 """Handlers of API v1 for files in a sandbox: read a file or list a directory, stat,
-write (all or nothing, or append), remove, mkdir, move. Each is one ``FileRequest``
+write (all or nothing, or append), remove, mkdir, move. Each is one ``FileOp``
 to the transport, run inside the sandbox as the SDK's file operations are."""
 
 from __future__ import annotations
@@ -9,19 +9,17 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from .. import protocol
+from .. import codec
 from ..client import checks
+from ..models import FileOp, FileResult
 from . import fields
 from .body import MAX_FILE, body, flag, int_field, json_body, name_of, path_of, query_int
 from .core import Service
 from .status import HttpError, bad_request
 
 
-async def _file(
-    svc: Service, name: str, op: str, path: str, data: bytes = b"", **extra: Any
-) -> tuple[protocol.FileReply, bytes]:
-    request = protocol.FileRequest(sandbox=name, op=op, path=path, **extra)
-    result: tuple[protocol.FileReply, bytes] = await svc.call(svc.transport.file, request, data)
+async def _file(svc: Service, name: str, op: str, path: str, data: bytes = b"", **extra: Any) -> FileResult:
+    result: FileResult = await svc.call(svc.transport.file, name, FileOp(op=op, path=path, **extra), data)
     return result
 
 
@@ -31,28 +29,28 @@ async def get(svc: Service, request: Request) -> Response:
     if want not in (None, "file", "dir"):
         raise HttpError(400, f"type={want!r}: expected 'file' or 'dir'")
     if want is None:
-        reply, _ = await _file(svc, name, "stat", path)
-        assert reply.stat is not None
-        want = "dir" if reply.stat.type == "dir" else "file"
+        stat = (await _file(svc, name, "stat", path)).stat
+        assert stat is not None
+        want = "dir" if stat.type == "dir" else "file"
     if want == "dir":
-        reply, _ = await _file(svc, name, "list", path)
-        return JSONResponse({"path": path, "entries": [e.to_fields() for e in reply.entries]})
+        entries = (await _file(svc, name, "list", path)).entries
+        return JSONResponse({"path": path, "entries": [codec.encode(e) for e in entries]})
     max_bytes = query_int(request, "max_bytes", 64 * 1024 * 1024)
     if max_bytes > MAX_FILE:
         raise HttpError(413, f"max_bytes {max_bytes} is over {MAX_FILE}", hint="read a part with exec")
-    _, data = await _file(svc, name, "read", path, max_bytes=max_bytes)
-    return Response(data, media_type="application/octet-stream")
+    read = await _file(svc, name, "read", path, max_bytes=max_bytes)
+    return Response(read.data, media_type="application/octet-stream")
 
 
 async def stat(svc: Service, request: Request) -> Response:
     name, path = name_of(request), path_of(request)
     if flag(request, "exists"):
-        reply, _ = await _file(svc, name, "exists", path)
-        return JSONResponse({"exists": reply.exists})
+        found = await _file(svc, name, "exists", path)
+        return JSONResponse({"exists": found.exists})
     follow = request.query_params.get("follow", "1").lower() not in ("0", "false", "no")
-    reply, _ = await _file(svc, name, "stat", path, follow=follow)
-    assert reply.stat is not None
-    return JSONResponse(reply.stat.to_fields())
+    stat = (await _file(svc, name, "stat", path, follow=follow)).stat
+    assert stat is not None
+    return JSONResponse(codec.encode(stat))
 
 
 async def put(svc: Service, request: Request) -> Response:

@@ -14,6 +14,7 @@ from starlette.responses import JSONResponse, Response
 from .. import codec, protocol
 from ..client import checks
 from ..errors import WarrenError
+from ..models import ProcessState
 from . import fields
 from .body import MAX_JSON, body, command_args, flag, json_body, name_of, offsets, query_int, stdin_json
 from .core import Service
@@ -23,7 +24,7 @@ from .status import HttpError, bad_request, error_body
 POLL = 0.05  # seconds between looks at a background process that printed nothing new
 
 
-def process_state(state: protocol.ProcessState) -> dict[str, Any]:
+def process_state(state: ProcessState) -> dict[str, Any]:
     return {
         "pid": state.pid,
         "argv": list(state.argv),
