@@ -160,3 +160,64 @@ def test_the_import_walk_resolves_relative_imports() -> None:
     # the check above must be able to fail: a relative import of a sibling package is seen
     assert "warren.names.check_name" in _imports(SRC / "server" / "registry.py")
     assert "warren.statedir" in _imports(SRC / "client" / "connect.py")
+
+
+def test_the_spec_message_declares_every_key_a_policy_spec_sends() -> None:
+    from warren.policy.spec import PolicySpec
+
+    everything = PolicySpec(
+        workspace="/w",
+        write=["/a"],
+        read=["/b"],
+        deny=["/c"],
+        env={"A": "b"},
+        env_pass=["HOME"],
+        presets=["python"],
+        network="allow",
+        allow_hosts=["pypi.org"],
+        resolve={"pypi.org": "127.0.0.1"},
+        default_deny=False,
+        workspace_writable=True,
+        allow_nested=False,
+        allow_broad_workspace=True,
+        memory="512M",
+        pids=64,
+        cpus=0.5,
+        tmp_size="1G",
+        idle_timeout="10m",
+    )
+    assert {f.name for f in dataclasses.fields(PolicySpec)} <= {
+        "workspace", "write", "read", "deny", "env", "env_pass", "presets", "network", "allow_hosts",
+        "resolve", "default_deny", "workspace_writable", "allow_nested", "allow_broad_workspace",
+        "memory", "pids", "cpus", "tmp_size", "idle_timeout",
+    }  # fmt: skip
+    mapping = everything.to_mapping()
+    assert set(mapping) == {name for name, _check, _default in protocol.Spec._fields}
+    spec = protocol.Spec.of(mapping)
+    request = protocol.RunRequest(
+        spec=spec, caller=protocol.Caller(cwd="/", env={}), command=protocol.Command(argv=["x"])
+    )
+    assert protocol.decode(request.encode()) == request
+    assert spec.to_mapping() == mapping
+
+
+@pytest.mark.parametrize("value", ["512M", 64, 0.5, None])
+def test_a_limit_in_a_spec_is_text_or_a_number(value: object) -> None:
+    assert protocol.Spec.of({"memory": value}).memory == value
+
+
+@pytest.mark.parametrize("value", [True, [512], {"a": 1}, "5\x00M"])
+def test_a_limit_of_another_type_is_a_protocol_error_naming_it(value: object) -> None:
+    from warren.errors import ProtocolError
+
+    with pytest.raises(ProtocolError, match=r"spec\.memory"):
+        protocol.Spec.of({"memory": value})
+
+
+def test_the_local_transport_refuses_a_bad_policy_value_as_a_policy_error() -> None:
+    from warren.client.local import _spec
+    from warren.errors import PolicyError
+    from warren.policy.spec import PolicySpec
+
+    with pytest.raises(PolicyError, match="memory"):
+        _spec(PolicySpec(memory=[512]))  # type: ignore[arg-type]

@@ -299,7 +299,7 @@ def _drain_pipe(fd: int, take: Any) -> None:
 
 def run(spec: dict[str, object], profile: str | None, argv: list[str], timeout: float | None = None) -> int:
     message = protocol.RunRequest(
-        spec=spec,
+        spec=protocol.Spec.of(spec),
         caller=protocol.Caller(cwd=os.getcwd(), env=dict(os.environ), config=True, profile=profile),
         command=protocol.Command(argv=argv, timeout=timeout),
     )

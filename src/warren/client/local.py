@@ -17,7 +17,7 @@ from .. import codec, protocol
 from ..errors import SandboxError
 from ..models import FileInfo, FileOp, FileResult, ProcessInfo, ProcessState, Result, SandboxInfo, Stats
 from ..net.allowlist import NetEvent
-from ..policy.spec import PolicySpec
+from ..policy.spec import PolicySpec, from_mapping
 from . import connect
 from .capture import run_captured
 from .transport import OutputCallback, Transport
@@ -25,6 +25,14 @@ from .transport import OutputCallback, Transport
 
 def info(msg: protocol.SandboxInfo) -> SandboxInfo:
     return codec.model_of(SandboxInfo, msg.to_fields())
+
+
+def _spec(spec: PolicySpec) -> protocol.Spec:
+    """The spec as sent; checked here first with the supervisor's own check, so a bad
+    value is the same ``PolicyError`` naming its key, not a malformed message."""
+    mapping = spec.to_mapping()
+    from_mapping(mapping, "the request's policy", skip=())
+    return protocol.Spec.of(mapping)
 
 
 def _lost(op: str) -> Callable[[], Exception]:
@@ -69,7 +77,7 @@ class LocalTransport(Transport):
         on_net_event: Callable[[NetEvent], None] | None,
     ) -> Result:
         message = protocol.RunRequest(
-            spec=spec.to_mapping(),
+            spec=_spec(spec),
             caller=self._caller(config, profile),
             command=protocol.Command(argv=argv, cwd=cwd, timeout=timeout, output_limit=output_limit),
             net_events=True,
@@ -91,9 +99,7 @@ class LocalTransport(Transport):
     # --- lifecycle ------------------------------------------------------------------------
 
     def create(self, spec: PolicySpec, name: str, *, config: bool, profile: str | None) -> SandboxInfo:
-        request = protocol.CreateRequest(
-            name=name, spec=spec.to_mapping(), caller=self._caller(config, profile)
-        )
+        request = protocol.CreateRequest(name=name, spec=_spec(spec), caller=self._caller(config, profile))
         reply, _ = self._request(request, (protocol.SandboxInfo,))
         assert isinstance(reply, protocol.SandboxInfo)
         return info(reply)

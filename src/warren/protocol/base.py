@@ -34,7 +34,7 @@ else:
         return lambda cls: cls
 
 
-VERSION = 3  # bumped whenever a message changes: a supervisor of other code refuses cleanly
+VERSION = 4  # bumped whenever a message changes: a supervisor of other code refuses cleanly
 
 _MISSING = object()
 _KINDS: dict[str, type[Message]] = {}
@@ -103,6 +103,13 @@ def _split_top(text: str, sep: str) -> list[str]:
 
 
 _CHECKERS: dict[str, Callable[[object, str], object]] = {}
+_SCALARS: dict[str, Callable[[object, str], object]] = {
+    "str": _check_str,
+    "int": _check_int,
+    "float": _check_float,
+    "bool": _check_bool,
+}
+_SCALARS_BY_TYPE = {str: "str", int: "int", float: "float", bool: "bool"}
 
 
 def _checker(expr: str, owner: str) -> Callable[[object, str], object]:
@@ -117,13 +124,29 @@ def _checker(expr: str, owner: str) -> Callable[[object, str], object]:
 
 def _make_checker(expr: str, owner: str) -> Callable[[object, str], object]:
     alts = _split_top(expr, "|")
-    if len(alts) == 2 and "None" in alts:
-        inner = _checker(alts[0] if alts[1] == "None" else alts[1], owner)
+    if len(alts) > 1 and "None" in alts:
+        inner = _checker(" | ".join(a for a in alts if a != "None"), owner)
 
         def optional(value: object, where: str) -> object:
             return None if value is None else inner(value, where)
 
         return optional
+    if len(alts) > 1:
+        # a scalar of one of several types ("str | int | float"), checked as its own type
+        choices = {alt: _checker(alt, owner) for alt in alts}
+        if not set(choices) <= set(_SCALARS):  # pragma: no cover - a declaration error
+            raise TypeError(f"{owner}: only scalar types may be alternatives: {expr}")
+
+        def one_of(value: object, where: str) -> object:
+            kind = _SCALARS_BY_TYPE.get(type(value), "")
+            if kind == "int" and kind not in choices:
+                kind = "float"  # an integer is a number
+            check = choices.get(kind)
+            if check is None:
+                raise _bad(where, " or ".join(choices), value)
+            return check(value, where)
+
+        return one_of
     if expr.startswith("list[") and expr.endswith("]"):
         item = _checker(expr[5:-1], owner)
 
@@ -142,9 +165,8 @@ def _make_checker(expr: str, owner: str) -> Callable[[object, str], object]:
             return {_check_str(k, f"{where} key"): val(v, f"{where}.{k}") for k, v in value.items()}
 
         return dict_of
-    simple = {"str": _check_str, "int": _check_int, "float": _check_float, "bool": _check_bool}
-    if expr in simple:
-        return simple[expr]
+    if expr in _SCALARS:
+        return _SCALARS[expr]
     if expr == "object":
         return _check_any
 

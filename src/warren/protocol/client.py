@@ -31,6 +31,43 @@ class Caller(Message):
     profile: str | None = None
 
 
+class Spec(Message):
+    """A policy as the caller wrote it, in warren.toml's keys (``PolicySpec.to_mapping``,
+    the CLI's flags); the supervisor resolves it for the caller. Unset keys are None or
+    empty; ``to_mapping`` gives back only what is set, as ``policy.spec.from_mapping``
+    reads it (where a bad value is refused with the key's name)."""
+
+    workspace: str | None = None
+    write: list[str] = []
+    read: list[str] = []
+    deny: list[str] = []
+    env_pass: list[str] = []
+    preset: list[str] = []
+    allow_host: list[str] = []
+    env: dict[str, str] = {}
+    resolve: dict[str, str] = {}
+    network: str | None = None
+    default_deny: bool | None = None
+    workspace_writable: bool | None = None
+    allow_nested: bool | None = None
+    allow_broad_workspace: bool | None = None
+    memory: str | int | float | None = None  # as written: "512M", 64, 0.5, "none"
+    pids: str | int | float | None = None
+    cpus: str | int | float | None = None
+    tmp_size: str | int | float | None = None
+    idle_timeout: str | int | float | None = None
+
+    @classmethod
+    def of(cls, mapping: dict[str, object]) -> Spec:
+        """From warren.toml's keys; a key or type this message does not declare is a
+        ``ProtocolError`` naming it."""
+        spec: Spec = cls._from_fields(mapping, "spec")
+        return spec
+
+    def to_mapping(self) -> dict[str, object]:
+        return {k: v for k, v in self.to_fields().items() if v is not None and v != [] and v != {}}
+
+
 class Tty(Message):
     """A pseudo-terminal made inside the sandbox for the command; its master end goes
     back to the client. ``fds`` lists which of 0, 1, 2 it replaces."""
@@ -62,7 +99,7 @@ class RunRequest(Message):
     when ``net_events``."""
 
     TAG = "run"
-    spec: dict[str, object]
+    spec: Spec
     caller: Caller
     command: Command
     net_events: bool = False
@@ -72,7 +109,7 @@ class PlanRequest(Message):
     """What a ``run`` with this spec, from this caller, would set up (``warren plan``)."""
 
     TAG = "plan"
-    spec: dict[str, object]
+    spec: Spec
     caller: Caller
     cwd: str | None = None
 
@@ -80,7 +117,7 @@ class PlanRequest(Message):
 class CreateRequest(Message):
     TAG = "create"
     name: str
-    spec: dict[str, object]
+    spec: Spec
     caller: Caller
 
 

@@ -494,7 +494,9 @@ class Supervisor:
                 os.close(fd)
             from ..plan.render import render
 
-            plan, _ = self._plan(msg.spec, self._caller(c, msg.caller), msg.caller, msg.cwd, dry=True)
+            plan, _ = self._plan(
+                msg.spec.to_mapping(), self._caller(c, msg.caller), msg.caller, msg.cwd, dry=True
+            )
             self._reply(c, protocol.PlanReply(text=render(plan), plan=json_safe(plan.to_dict())))
             return
         if self.root is None:
@@ -694,7 +696,7 @@ class Supervisor:
                 operation="decode",
             )
         caller = self._caller(c, msg.caller)
-        plan, lease = self._plan(msg.spec, caller, msg.caller, msg.command.cwd)
+        plan, lease = self._plan(msg.spec.to_mapping(), caller, msg.caller, msg.command.cwd)
         box = self._launch(plan, lease, "run", oneshot=True)
         box.search_path = caller.env.get("PATH")
         box.run = Run(c, msg.command, fds[:stdio], fds[stdio] if msg.net_events else None)
@@ -712,7 +714,7 @@ class Supervisor:
                 hint=f"use it (warren exec {name} CMD), or remove it first (warren rm -f {name})",
             )
         caller = self._caller(c, msg.caller)
-        plan, lease = self._plan(msg.spec, caller, msg.caller, None, long_lived=True)
+        plan, lease = self._plan(msg.spec.to_mapping(), caller, msg.caller, None, long_lived=True)
         box = self._launch(plan, lease, name, oneshot=False)
         box.search_path = caller.env.get("PATH")
         box.creator = c
