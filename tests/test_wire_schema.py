@@ -221,3 +221,10 @@ def test_the_local_transport_refuses_a_bad_policy_value_as_a_policy_error() -> N
 
     with pytest.raises(PolicyError, match="memory"):
         _spec(PolicySpec(memory=[512]))  # type: ignore[arg-type]
+
+
+def test_every_described_operation_is_a_route_and_every_route_is_described() -> None:
+    from warren.service.openapi import OPS
+    from warren.service.routes import ROUTES
+
+    assert set(OPS) == {(path, method) for path, method, _handler in ROUTES}
