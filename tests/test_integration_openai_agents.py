@@ -1,0 +1,716 @@
+"""warren as the OpenAI Agents SDK's sandbox backend, against the real ``openai-agents``.
+
+The behaviours of the SDK's own local backend (``unix_local``: exec, manifest, files,
+archives, snapshots, resume, ports) ported to run in warren, where warren differs on
+purpose (the host environment is not inherited), the test says so; and one
+``SandboxAgent`` run with a scripted model whose shell call runs in warren and tries
+to read a secret planted in the caller's HOME and to write outside the workspace,
+judged on the host."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import textwrap
+import time
+import urllib.request
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agents import (
+    Agent,
+    ModelSettings,
+    RunConfig,
+    Runner,
+    RunState,
+    Tool,
+    function_tool,
+    set_tracing_disabled,
+)
+from agents.items import ModelResponse
+from agents.models.interface import Model, ModelTracing
+from agents.sandbox import Manifest, SandboxAgent, SandboxPathGrant, SandboxRunConfig, User
+from agents.sandbox.capabilities import Shell
+from agents.sandbox.entries import Dir, File
+from agents.sandbox.errors import (
+    ConfigurationError,
+    ExecNonZeroError,
+    ExecTimeoutError,
+    InvalidManifestPathError,
+    PtySessionNotFoundError,
+    WorkspaceArchiveWriteError,
+    WorkspaceReadNotFoundError,
+)
+from agents.sandbox.manifest import Environment
+from agents.sandbox.snapshot import LocalSnapshotSpec
+from agents.usage import Usage
+from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
+
+from conftest import module_state
+from warren import ConfigError, Sandbox
+from warren.integrations.openai_agents import (
+    WarrenSandboxClient,
+    WarrenSandboxClientOptions,
+    WarrenSandboxSessionState,
+)
+
+set_tracing_disabled(True)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    yield from module_state(tmp_path_factory)
+
+
+@pytest.fixture
+def outside() -> Iterator[Path]:
+    """A file of the caller's HOME, outside every workspace of these tests."""
+    path = Path.home() / f".warren-test-{os.getpid()}-outside.txt"
+    path.write_text("keep me\n")
+    yield path
+    path.unlink()
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    path = tmp_path / "ws"
+    path.mkdir()
+    return path
+
+
+def _client(ws: Path) -> WarrenSandboxClient:
+    return WarrenSandboxClient({"workspace": str(ws)})
+
+
+def _run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def _names() -> set[str]:
+    return {info.name for info in Sandbox.list()}
+
+
+def test_client_and_options_need_no_arguments_and_use_the_current_directory(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ws)
+
+    async def go() -> tuple[str, bytes]:
+        client = WarrenSandboxClient()
+        session = await client.create(options=WarrenSandboxClientOptions())
+        async with session:
+            out = await session.exec("pwd")
+        await client.delete(session)
+        return session.state.manifest.root, out.stdout
+
+    root, pwd = _run(go())
+    assert root == os.path.realpath(ws)
+    assert pwd.decode().strip() == os.path.realpath(ws)
+
+
+def test_exec_returns_output_status_and_sees_the_manifest_environment(ws: Path) -> None:
+    manifest = Manifest(environment=Environment(value={"MANIFEST_ONLY": "configured"}))
+
+    async def go() -> tuple[Any, Any]:
+        client = _client(ws)
+        session = await client.create(manifest=manifest)
+        async with session:
+            shell = await session.exec("echo out; echo err >&2; echo $MANIFEST_ONLY; exit 3")
+            direct = await session.exec("printf", "%s", "a b", shell=False)
+        await client.delete(session)
+        return shell, direct
+
+    shell, direct = _run(go())
+    assert (shell.stdout, shell.stderr, shell.exit_code) == (b"out\nconfigured\n", b"err\n", 3)
+    assert (direct.stdout, direct.exit_code) == (b"a b", 0)
+
+
+def test_host_secrets_in_the_environment_do_not_reach_commands(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """unix_local inherits the whole host environment; warren passes an allowlist."""
+    monkeypatch.setenv("OPENAI_API_KEY", "host-secret-value")
+
+    async def go() -> bytes:
+        client = _client(ws)
+        session = await client.create()
+        async with session:
+            out = await session.exec('printf %s "${OPENAI_API_KEY-unset}"')
+        await client.delete(session)
+        return out.stdout
+
+    assert _run(go()) == b"unset"
+
+
+def test_exec_timeout_raises_the_sdk_timeout_error(ws: Path) -> None:
+    async def go() -> None:
+        client = _client(ws)
+        session = await client.create()
+        try:
+            async with session:
+                await session.exec("sleep 30", timeout=0.5)
+        finally:
+            await client.delete(session)
+
+    with pytest.raises(ExecTimeoutError):
+        _run(go())
+
+
+def test_manifest_entries_are_written_under_the_root(ws: Path) -> None:
+    manifest = Manifest(
+        entries={
+            "hello.txt": File(content=b"hi\n"),
+            "pkg": Dir(children={"mod.py": File(content=b"x = 1\n")}),
+        }
+    )
+
+    async def go() -> None:
+        client = _client(ws)
+        session = await client.create(manifest=manifest)
+        async with session:
+            pass
+        await client.delete(session)
+
+    _run(go())
+    assert (ws / "hello.txt").read_bytes() == b"hi\n"
+    assert (ws / "pkg" / "mod.py").read_bytes() == b"x = 1\n"
+
+
+def test_files_round_trip_and_a_missing_file_is_not_found(ws: Path) -> None:
+    async def go() -> tuple[bytes, list[str]]:
+        client = _client(ws)
+        session = await client.create()
+        async with session:
+            await session.write(Path("a/b.txt"), io.BytesIO(b"data"))
+            data = (await session.read(Path("a/b.txt"))).read()
+            await session.mkdir("made")
+            await session.mv("a/b.txt", "made/c.txt")
+            names = sorted(Path(e.path).name for e in await session.ls("made"))
+            with pytest.raises(WorkspaceReadNotFoundError):
+                await session.read(Path("missing.txt"))
+        await client.delete(session)
+        return data, names
+
+    data, names = _run(go())
+    assert data == b"data"
+    assert names == ["c.txt"]
+    assert (ws / "made" / "c.txt").read_bytes() == b"data"
+
+
+def test_writes_outside_the_root_are_refused_and_the_host_file_is_unchanged(ws: Path, outside: Path) -> None:
+    async def go() -> Any:
+        client = _client(ws)
+        session = await client.create()
+        async with session:
+            with pytest.raises(InvalidManifestPathError):
+                await session.write(outside, io.BytesIO(b"pwned"))
+            result = await session.exec(f"echo pwned > {outside}")
+        await client.delete(session)
+        return result
+
+    result = _run(go())
+    assert result.exit_code != 0
+    assert outside.read_text() == "keep me\n"
+
+
+def test_read_and_write_refuse_paths_escaping_the_root(ws: Path) -> None:
+    async def go() -> None:
+        client = _client(ws)
+        session = await client.create()
+        async with session:
+            with pytest.raises(InvalidManifestPathError, match="must not escape root"):
+                await session.write(Path("../secret.txt"), io.BytesIO(b"nope"))
+            with pytest.raises(InvalidManifestPathError, match="must not escape root"):
+                await session.read(Path("../secret.txt"))
+        await client.delete(session)
+
+    _run(go())
+    assert not (ws.parent / "secret.txt").exists()
+
+
+def test_file_helpers_refuse_a_symlink_that_leads_out_of_the_root(ws: Path, tmp_path: Path) -> None:
+    out_dir = tmp_path / "outside-dir"
+    out_dir.mkdir()
+    (out_dir / "file.txt").write_text("keep\n")
+    (ws / "link").symlink_to(out_dir, target_is_directory=True)
+
+    async def go() -> None:
+        client = _client(ws)
+        session = await client.create()
+        async with session:
+            with pytest.raises(InvalidManifestPathError, match="must not escape root"):
+                await session.mkdir("link/nested", parents=True)
+            with pytest.raises(InvalidManifestPathError, match="must not escape root"):
+                await session.ls("link")
+            with pytest.raises(InvalidManifestPathError, match="must not escape root"):
+                await session.rm("link/file.txt")
+            with pytest.raises(InvalidManifestPathError, match="must not escape root"):
+                await session.read(Path("link/file.txt"))
+            with pytest.raises(InvalidManifestPathError, match="must not escape root"):
+                await session.write(Path("link/new.txt"), io.BytesIO(b"x"))
+        await client.delete(session)
+
+    _run(go())
+    assert sorted(p.name for p in out_dir.iterdir()) == ["file.txt"]
+    assert (out_dir / "file.txt").read_text() == "keep\n"
+
+
+def test_rm_recursive_ignores_a_missing_path_and_plain_rm_does_not(ws: Path) -> None:
+    async def go() -> None:
+        client = _client(ws)
+        session = await client.create()
+        async with session:
+            await session.rm("missing-dir", recursive=True)
+            with pytest.raises(ExecNonZeroError):
+                await session.rm("missing-dir")
+        await client.delete(session)
+
+    _run(go())
+
+
+def test_a_non_default_root_is_the_workspace_and_is_created(tmp_path: Path) -> None:
+    root = tmp_path / "made" / "here"
+
+    async def go() -> bytes:
+        client = WarrenSandboxClient()
+        session = await client.create(manifest=Manifest(root=str(root), entries={"f": File(content=b"1")}))
+        async with session:
+            out = await session.exec("pwd; cat f")
+        await client.delete(session)
+        return out.stdout
+
+    assert _run(go()) == f"{root}\n1".encode()
+
+
+def test_a_root_other_than_the_policy_workspace_is_a_configuration_error(ws: Path, tmp_path: Path) -> None:
+    async def go() -> None:
+        await _client(ws).create(manifest=Manifest(root=str(tmp_path / "elsewhere")))
+
+    with pytest.raises(ConfigurationError) as info:
+        _run(go())
+    assert "hint" in info.value.context
+
+
+def test_persist_then_hydrate_round_trips_files_modes_and_links(ws: Path, tmp_path: Path) -> None:
+    (ws / "dir").mkdir()
+    (ws / "dir" / "tool.sh").write_text("#!/bin/sh\necho hi\n")
+    (ws / "dir" / "tool.sh").chmod(0o755)
+    (ws / "link").symlink_to("dir/tool.sh")
+    (ws / "skip.txt").write_text("ephemeral\n")
+    other = tmp_path / "other"
+    other.mkdir()
+
+    async def go() -> None:
+        client = _client(ws)
+        session = await client.create()
+        async with session:
+            session.register_persist_workspace_skip_path("skip.txt")
+            archive = await session.persist_workspace()
+        await client.delete(session)
+        fresh_client = WarrenSandboxClient({"workspace": str(other)})
+        fresh = await fresh_client.create()
+        async with fresh:
+            await fresh.hydrate_workspace(archive)
+        await fresh_client.delete(fresh)
+
+    _run(go())
+    assert (other / "dir" / "tool.sh").read_text() == "#!/bin/sh\necho hi\n"
+    assert os.access(other / "dir" / "tool.sh", os.X_OK)
+    assert os.readlink(other / "link") == "dir/tool.sh"
+    assert not (other / "skip.txt").exists()
+
+
+def test_hydrate_refuses_an_archive_that_escapes_the_root(ws: Path, tmp_path: Path) -> None:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo("../escaped.txt")
+        info.size = 5
+        tar.addfile(info, io.BytesIO(b"pwned"))
+    buf.seek(0)
+
+    async def go() -> None:
+        client = _client(ws)
+        session = await client.create()
+        try:
+            async with session:
+                await session.hydrate_workspace(buf)
+        finally:
+            await client.delete(session)
+
+    with pytest.raises(WorkspaceArchiveWriteError):
+        _run(go())
+    assert not (tmp_path / "escaped.txt").exists()
+
+
+def test_a_local_snapshot_restores_the_workspace_on_resume(ws: Path, tmp_path: Path) -> None:
+    snapshots = tmp_path / "snapshots"
+    snapshots.mkdir()
+
+    async def go() -> bytes:
+        client = _client(ws)
+        session = await client.create(snapshot=LocalSnapshotSpec(base_path=snapshots))
+        async with session:
+            await session.exec("echo kept > kept.txt")
+        payload = client.serialize_session_state(session.state)
+        (ws / "kept.txt").unlink()  # the workspace drifted while nothing ran
+        resumed = await client.resume(client.deserialize_session_state(payload))
+        async with resumed:
+            out = await resumed.exec("cat kept.txt")
+        await client.delete(resumed)
+        return out.stdout
+
+    assert _run(go()) == b"kept\n"
+
+
+_FIRST_PROCESS = textwrap.dedent(
+    """
+    import asyncio, json, os, sys
+    from warren.integrations.openai_agents import WarrenSandboxClient
+
+    async def main():
+        client = WarrenSandboxClient({"workspace": sys.argv[1]})
+        session = await client.create()
+        await session.start()
+        await session.exec("echo only-in-this-sandbox > /tmp/marker")
+        print(json.dumps(client.serialize_session_state(session.state)), flush=True)
+        os._exit(0)  # the client process dies: no aclose, no delete
+
+    asyncio.run(main())
+    """
+)
+
+
+def test_resume_after_the_client_process_restarts_reattaches_to_the_same_sandbox(ws: Path) -> None:
+    first = subprocess.run(
+        [sys.executable, "-c", _FIRST_PROCESS, str(ws)], capture_output=True, text=True, timeout=120
+    )
+    assert first.returncode == 0, first.stderr
+    payload = json.loads(first.stdout)
+    name = payload["sandbox_name"]
+    assert name in _names()
+
+    async def go() -> bytes:
+        client = WarrenSandboxClient()
+        state = client.deserialize_session_state(payload)
+        assert isinstance(state, WarrenSandboxSessionState)
+        resumed = await client.resume(state)
+        await resumed.start()
+        out = await resumed.exec("cat /tmp/marker")  # the sandbox's private /tmp
+        await client.delete(resumed)
+        return out.stdout
+
+    assert _run(go()) == b"only-in-this-sandbox\n"
+    assert name not in _names()
+
+
+def test_resume_after_shutdown_replaces_the_sandbox_under_the_same_name(ws: Path) -> None:
+    async def go() -> tuple[bytes, bytes, bool]:
+        client = _client(ws)
+        session = await client.create(options=WarrenSandboxClientOptions(name=f"t-{os.getpid()}-shut"))
+        async with session:
+            await session.exec("echo gone > /tmp/marker; echo stays > file.txt")
+        assert not await session.running()
+        resumed = await client.resume(session.state)
+        async with resumed:
+            tmp = await resumed.exec("cat /tmp/marker 2>/dev/null || echo none")
+            kept = await resumed.exec("cat file.txt")
+            alive = await resumed.running()
+        await client.delete(resumed)
+        return tmp.stdout, kept.stdout, alive
+
+    tmp, kept, alive = _run(go())
+    assert (tmp, kept, alive) == (b"none\n", b"stays\n", True)
+    assert f"t-{os.getpid()}-shut" not in _names()
+
+
+def test_an_exposed_port_resolves_to_a_host_address_that_answers(ws: Path) -> None:
+    (ws / "index.html").write_text("served from the sandbox\n")
+
+    async def go() -> str:
+        client = _client(ws)
+        session = await client.create(options=WarrenSandboxClientOptions(exposed_ports=(8765,)))
+        async with session:
+            inner = session._inner
+            server = inner.sandbox.spawn(["python3", "-m", "http.server", "--bind", "127.0.0.1", "8765"])  # type: ignore[attr-defined]
+            endpoint = await session.resolve_exposed_port(8765)
+            body = await asyncio.to_thread(_fetch, f"http://{endpoint.host}:{endpoint.port}/index.html")
+            server.kill()
+        await client.delete(session)
+        return body
+
+    assert _run(go()) == "served from the sandbox\n"
+
+
+def _fetch(url: str) -> str:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=10) as response:
+                return str(response.read().decode())
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def test_a_background_command_keeps_a_session_fed_by_write_stdin(ws: Path) -> None:
+    """The SDK's PTY-session contract without a terminal: a command still running after
+    its yield time keeps an id; write_stdin feeds it and collects the rest."""
+
+    async def go() -> None:
+        client = _client(ws)
+        session = await client.create()
+        async with session:
+            assert session.supports_pty()
+            quick = await session.pty_exec_start("echo hi; echo err >&2; exit 3")
+            assert (quick.process_id, quick.output, quick.exit_code) == (None, b"hi\nerr\n", 3)
+
+            started = await session.pty_exec_start(
+                "echo first; read line; echo got $line > answer.txt; echo got $line", yield_time_s=0.3
+            )
+            assert started.process_id is not None and started.exit_code is None  # it waits on stdin
+            done = await session.pty_write_stdin(
+                session_id=started.process_id, chars="hello\n", yield_time_s=30
+            )
+            assert (done.process_id, done.exit_code) == (None, 0)
+            assert started.output + done.output == b"first\ngot hello\n"  # each part returned once
+            with pytest.raises(PtySessionNotFoundError):
+                await session.pty_write_stdin(session_id=started.process_id, chars="")
+            with pytest.raises(PtySessionNotFoundError):
+                await session.pty_write_stdin(session_id=999_999, chars="")
+        await client.delete(session)
+
+    _run(go())
+    assert (ws / "answer.txt").read_text() == "got hello\n"
+
+
+def test_stop_ends_background_commands(ws: Path) -> None:
+    async def go() -> int:
+        client = _client(ws)
+        session = await client.create()
+        await session.start()
+        started = await session.pty_exec_start("read never", yield_time_s=0.3)
+        assert started.process_id is not None
+        process = session._inner._background[started.process_id].process  # type: ignore[attr-defined]
+        await session.stop()
+        with pytest.raises(PtySessionNotFoundError):
+            await session.pty_write_stdin(session_id=started.process_id, chars="")
+        status = await asyncio.to_thread(process.wait, 60)
+        await client.delete(session)
+        return int(status)
+
+    assert _run(go()) == 128 + signal.SIGKILL
+
+
+def test_what_warren_cannot_do_raises_the_sdk_configuration_error_with_a_hint(
+    ws: Path, tmp_path: Path
+) -> None:
+    async def users() -> None:
+        await _client(ws).create(manifest=Manifest(users=[User(name="alice")]))
+
+    async def moved_grant() -> None:
+        grant = SandboxPathGrant(path="/mnt/data", host_path=str(tmp_path))
+        await _client(ws).create(manifest=Manifest(extra_path_grants=(grant,)))
+
+    async def terminal() -> None:
+        client = _client(ws)
+        session = await client.create()
+        try:
+            async with session:
+                await session.pty_exec_start("true", tty=True)
+        finally:
+            await client.delete(session)
+
+    for attempt in (users, moved_grant, terminal):
+        with pytest.raises(ConfigurationError) as info:
+            _run(attempt())
+        assert info.value.context["hint"]
+
+
+def test_a_path_grant_without_host_path_becomes_readable_in_the_sandbox(ws: Path, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "in.txt").write_text("granted\n")
+
+    async def go() -> tuple[bytes, int]:
+        client = _client(ws)
+        grant = SandboxPathGrant(path=str(data), read_only=True)
+        session = await client.create(manifest=Manifest(extra_path_grants=(grant,)))
+        async with session:
+            read = await session.exec(f"cat {data}/in.txt")
+            write = await session.exec(f"echo no > {data}/in.txt")
+        await client.delete(session)
+        return read.stdout, write.exit_code
+
+    out, status = _run(go())
+    assert out == b"granted\n"
+    assert status != 0
+    assert (data / "in.txt").read_text() == "granted\n"
+
+
+def test_an_unknown_policy_key_is_warrens_config_error_with_a_hint() -> None:
+    with pytest.raises(ConfigError) as info:
+        WarrenSandboxClientOptions(policy={"netwrok": "open"})
+    assert "known keys" in info.value.hint
+    with pytest.raises(ConfigError):
+        WarrenSandboxClient({"netwrok": "open"})
+
+
+def test_options_and_state_round_trip_through_json(ws: Path) -> None:
+    options = WarrenSandboxClientOptions(policy={"preset": ["python"]}, name="n1", exposed_ports=(80,))
+    assert WarrenSandboxClientOptions.parse(json.loads(options.model_dump_json())) == options
+
+    async def go() -> None:
+        client = _client(ws)
+        session = await client.create(options=WarrenSandboxClientOptions(policy={"preset": ["python"]}))
+        payload = json.loads(json.dumps(client.serialize_session_state(session.state)))
+        state = client.deserialize_session_state(payload)
+        assert isinstance(state, WarrenSandboxSessionState)
+        assert state.sandbox_name == session.state.sandbox_name
+        assert state.policy["preset"] == ["python"]
+        assert state.manifest.root == os.path.realpath(ws)
+
+    _run(go())
+
+
+# --- one agent run, end to end ------------------------------------------------------------
+
+
+def _call(name: str, arguments: dict[str, Any], n: int) -> ResponseFunctionToolCall:
+    return ResponseFunctionToolCall(
+        id=f"fc_{n}",
+        call_id=f"call_{n}",
+        name=name,
+        arguments=json.dumps(arguments),
+        type="function_call",
+        status="completed",
+    )
+
+
+def _final(text: str) -> ResponseOutputMessage:
+    content = [ResponseOutputText(text=text, type="output_text", annotations=[])]
+    return ResponseOutputMessage(
+        id="msg_1", role="assistant", status="completed", type="message", content=content
+    )
+
+
+class ScriptedModel(Model):
+    """Answers each turn with the next scripted output (no network model) and records
+    what the tools returned."""
+
+    def __init__(self, turns: list[list[Any]]) -> None:
+        self.turns = list(turns)
+        self.tool_outputs: list[str] = []
+
+    async def get_response(
+        self,
+        system_instructions: str | None,
+        input: Any,
+        model_settings: ModelSettings,
+        tools: list[Tool],
+        output_schema: Any,
+        handoffs: list[Any],
+        tracing: ModelTracing,
+        *,
+        previous_response_id: str | None,
+        conversation_id: str | None,
+        prompt: Any,
+    ) -> ModelResponse:
+        assert "exec_command" in {tool.name for tool in tools}
+        items = input if isinstance(input, list) else []
+        self.tool_outputs = [
+            str(i["output"]) for i in items if isinstance(i, dict) and i.get("type") == "function_call_output"
+        ]
+        return ModelResponse(output=self.turns.pop(0), usage=Usage(), response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        raise NotImplementedError("the scripted model answers only get_response")
+
+
+@pytest.fixture
+def planted_secret() -> Iterator[Path]:
+    """A credential in a default-denied place of the caller's HOME (~/.aws)."""
+    aws = Path.home() / ".aws"
+    made = not aws.exists()
+    aws.mkdir(exist_ok=True)
+    secret = aws / f"credentials-warren-test-{os.getpid()}"
+    secret.write_text("aws_secret_access_key = PLANTED-SECRET-4d1c\n")
+    yield secret
+    secret.unlink()
+    if made:
+        aws.rmdir()
+
+
+def test_a_sandbox_agent_shell_call_runs_in_warren_and_stays_confined(
+    ws: Path, outside: Path, planted_secret: Path
+) -> None:
+    before = _names()
+    command = f"cat {planted_secret}; echo pwned > {outside}; echo ran > inside.txt; echo done"
+    model = ScriptedModel([[_call("exec_command", {"cmd": command}, 1)], [_final("finished")]])
+    agent: Agent[Any] = SandboxAgent(
+        name="worker", instructions="Do the task.", model=model, capabilities=[Shell()]
+    )
+    config = RunConfig(
+        sandbox=SandboxRunConfig(client=_client(ws), options=WarrenSandboxClientOptions()),
+        tracing_disabled=True,
+    )
+    result = _run(Runner.run(agent, "run the command", run_config=config))
+
+    assert result.final_output == "finished"
+    assert len(model.tool_outputs) == 1
+    output = model.tool_outputs[0]
+    assert "done" in output
+    assert "PLANTED-SECRET" not in output
+    assert "PLANTED-SECRET" not in str(result.final_output)
+    assert outside.read_text() == "keep me\n"
+    assert (ws / "inside.txt").read_text() == "ran\n"
+    assert _names() == before  # the run deleted the sandbox it created
+
+
+def test_a_paused_run_resumes_from_its_json_state_with_a_new_client(ws: Path) -> None:
+    """The SDK's resume path: a run stops for an approval, its state goes to JSON, and
+    a new client (as after a restart) continues it in the same workspace."""
+
+    @function_tool(name_override="approval_tool", needs_approval=True)
+    def approval_tool() -> str:
+        return "approved"
+
+    def agent(model: ScriptedModel) -> SandboxAgent[Any]:
+        return SandboxAgent(
+            name="worker",
+            instructions="Do the task.",
+            model=model,
+            tools=[approval_tool],
+            capabilities=[Shell()],
+        )
+
+    def config() -> RunConfig:
+        return RunConfig(sandbox=SandboxRunConfig(client=_client(ws)), tracing_disabled=True)
+
+    before = _names()
+    first_model = ScriptedModel(
+        [[_call("exec_command", {"cmd": "echo persist me > note.txt"}, 1)], [_call("approval_tool", {}, 2)]]
+    )
+    first = _run(Runner.run(agent(first_model), "start", run_config=config()))
+    assert len(first.interruptions) == 1
+    state = first.to_state()
+    assert state._sandbox is not None and state._sandbox["backend_id"] == "warren"
+    state_json = state.to_json()
+
+    second_model = ScriptedModel([[_call("exec_command", {"cmd": "cat note.txt"}, 3)], [_final("done")]])
+    second_agent = agent(second_model)
+    restored = _run(RunState.from_json(second_agent, state_json))
+    restored.approve(restored.get_interruptions()[0])
+    resumed = _run(Runner.run(second_agent, restored, run_config=config()))
+
+    assert resumed.final_output == "done"
+    assert any("persist me" in output for output in second_model.tool_outputs)
+    assert _names() == before  # neither run left a sandbox behind
