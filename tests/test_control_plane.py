@@ -445,10 +445,11 @@ def test_bad_arguments_are_typed_errors(layout: Layout) -> None:
 
 
 def test_the_protocol_round_trips_every_message_kind() -> None:
-    for kind, cls in protocol._KINDS.items():
+    protocol.base._load_channels()
+    for kind, cls in protocol.base._KINDS.items():
         assert kind == cls.TAG
     msg = protocol.RunRequest(
-        spec={"write": ["/x"], "env": {"A": "b"}},
+        spec=protocol.Spec(write=["/x"], env={"A": "b"}, memory="512M", pids=64),
         caller=protocol.Caller(cwd="/", env={"K": "é"}),
         command=protocol.Command(argv=["a", "b"], tty=protocol.Tty(rows=3, fds=[0, 1])),
     )

@@ -109,3 +109,46 @@ class FileInfo:
     mtime: float
     uid: int
     gid: int
+
+
+@dataclass(frozen=True)
+class ProcessState:
+    """A background process as its sandbox's supervisor knows it: ``status`` is its
+    wait status once it ended (``protocol.exit_code`` turns it into an exit code);
+    ``running`` is false also when its sandbox ended under it."""
+
+    pid: int
+    argv: tuple[str, ...]
+    running: bool
+    status: int | None = None
+    timed_out: bool = False
+    limit: str | None = None  # a limit of the sandbox it ran into
+
+
+@dataclass(frozen=True)
+class FileOp:
+    """One file operation inside a sandbox, as every transport takes it: ``op`` is
+    read, write, list, stat, exists, mkdir, remove or rename (to ``dst``); the other
+    fields matter to the operations they name."""
+
+    op: str
+    path: str
+    dst: str | None = None
+    mode: int | None = None
+    parents: bool = False
+    exist_ok: bool = False
+    recursive: bool = False
+    append: bool = False
+    follow: bool = True
+    max_bytes: int = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class FileResult:
+    """What a file operation returned: a read's ``data``, a listing's ``entries``, a
+    stat's ``stat``, whether a path ``exists``; the rest keep their defaults."""
+
+    data: bytes = b""
+    entries: tuple[FileInfo, ...] = ()
+    stat: FileInfo | None = None
+    exists: bool = False

@@ -39,7 +39,7 @@ def test_doctor_package_imports_only_the_standard_library() -> None:
 
 
 def test_probe_main_runs_on_a_bare_interpreter_without_site_packages(place: Place) -> None:
-    # -S: no site-packages at all (no click); warren's sources come from PYTHONPATH only.
+    # -S: no site-packages at all; warren's sources come from PYTHONPATH only.
     bare = shutil.which("python3", path="/usr/bin:/bin") or PYTHON
     cmd = [bare, "-S", "-m", "warren.doctor.probe_main", "--workspace", str(place.ws)]
     cmd += ["--cache", str(place.cache), "--json"]

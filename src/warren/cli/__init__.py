@@ -117,7 +117,7 @@ def run(rest: list[str]) -> int:
 def exec_(rest: list[str]) -> int:
     """``exec [FLAGS] NAME [FLAGS] [--] CMD``: flags go before or after NAME; the command
     starts after ``--`` or at the first word that is not a flag."""
-    from ..server.statedir import check_name
+    from ..names import check_name
     from . import flags
 
     ns: Any = None

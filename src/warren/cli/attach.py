@@ -20,7 +20,8 @@ import struct
 
 from .. import jsonc, protocol, wire
 from ..client import connect
-from ..errors import SandboxError, from_record
+from ..client.relay import Relay
+from ..errors import SandboxError
 from ..terminal import printable
 
 TYPE_CHECKING = False
@@ -124,60 +125,57 @@ class Attached:
     def _loop(self, sock: wire.Sock, net_r: int) -> int:
         out_fd = 1 if 1 in self.ttys else 2 if 2 in self.ttys else 0
         partial = b""
-        readers = [sock.fileno(), self.wake_r, *([net_r] if net_r >= 0 else [])]
-        while True:
-            ready, _, _ = select.select(readers, [], [])
-            if self.wake_r in ready:
-                _drain_pipe(self.wake_r, lambda _chunk: None)
-                self._deliver(sock)
-            if net_r in ready:
-                chunk = os.read(net_r, 65536)
-                if not chunk:
-                    readers.remove(net_r)
-                partial = self._print_refusals(partial + chunk)
-            if self.master >= 0 and self.master in ready:
-                self._copy(self.master, out_fd)
-            if 0 in ready and self.master >= 0 and not self._copy(0, self.master):
-                readers.remove(0)
-            if sock.fileno() in ready:
-                try:
-                    msg, _, fds = wire.recv(sock, (protocol.Started, protocol.Exited, protocol.Error))
-                except (wire.ConnectionClosed, ConnectionResetError):
-                    raise SandboxError(
-                        "the connection to warren was lost before the command finished",
-                        operation=self.message.TAG,
-                        hint="the sandbox was stopped or its supervisor died; see `warren ls`",
-                    ) from None
-                if isinstance(msg, protocol.Error):
-                    raise from_record(msg.error.to_fields())
-                if isinstance(msg, protocol.Started):
-                    self.network = msg.network
-                    self.repository = msg.repository
-                    for w in msg.warnings:
-                        _say(f"warren: WARNING: {w}")
-                    if fds:
-                        self.master = fds[0]
-                        readers.append(self.master)
-                        if 0 in self.ttys:
-                            readers.append(0)
-                        self._raw_terminal()
-                    continue
-                assert isinstance(msg, protocol.Exited)
-                if self.master >= 0:
-                    self._drain(out_fd)
-                self._restore_terminal()
-                if net_r >= 0:
-                    os.set_blocking(net_r, False)
-                    chunks = [partial]
-                    _drain_pipe(net_r, chunks.append)
-                    self._print_refusals(b"".join(chunks) + b"\n")
-                for w in msg.warnings:
-                    _say(f"warren: WARNING: {w}")
-                return self._status(msg)
+        relay = Relay(sock, self._lost)
+
+        def wake(fd: int) -> bool:
+            _drain_pipe(fd, lambda _chunk: None)
+            self._deliver(sock)
+            return True
+
+        def net(fd: int) -> bool:
+            nonlocal partial
+            chunk = os.read(fd, 65536)
+            partial = self._print_refusals(partial + chunk)
+            return bool(chunk)
+
+        def started(msg: protocol.Started, fds: list[int]) -> None:
+            self.network = msg.network
+            self.repository = msg.repository
+            for w in msg.warnings:
+                _say(f"warren: WARNING: {w}")
+            if fds:
+                self.master = fds[0]
+                relay.on_read(self.master, lambda fd: self._copy(fd, out_fd))
+                if 0 in self.ttys:
+                    relay.on_read(0, lambda fd: self._copy(fd, self.master))
+                self._raw_terminal()
+
+        relay.on_read(self.wake_r, wake)
+        if net_r >= 0:
+            relay.on_read(net_r, net)
+        msg = relay.follow(started)
+        assert msg is not None  # no deadline: only the command's exit ends it
+        if self.master >= 0:
+            self._drain(out_fd)
+        self._restore_terminal()
+        if net_r >= 0:
+            os.set_blocking(net_r, False)
+            chunks = [partial]
+            _drain_pipe(net_r, chunks.append)
+            self._print_refusals(b"".join(chunks) + b"\n")
+        for w in msg.warnings:
+            _say(f"warren: WARNING: {w}")
+        return self._status(msg)
+
+    def _lost(self) -> SandboxError:
+        return SandboxError(
+            "the connection to warren was lost before the command finished",
+            operation=self.message.TAG,
+            hint="the sandbox was stopped or its supervisor died; see `warren ls`",
+        )
 
     def _status(self, msg: protocol.Exited) -> int:
-        status = msg.status
-        code = 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.waitstatus_to_exitcode(status)
+        code = protocol.exit_code(msg.status)
         if msg.timed_out:
             _say(
                 f"warren: the command ran past its timeout of {self.message.command.timeout} s and was killed"
@@ -273,7 +271,7 @@ def _drain_pipe(fd: int, take: Any) -> None:
 
 def run(spec: dict[str, object], profile: str | None, argv: list[str], timeout: float | None = None) -> int:
     message = protocol.RunRequest(
-        spec=spec,
+        spec=protocol.Spec.of(spec),
         caller=protocol.Caller(cwd=os.getcwd(), env=dict(os.environ), config=True, profile=profile),
         command=protocol.Command(argv=argv, timeout=timeout),
     )

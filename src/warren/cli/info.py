@@ -18,7 +18,9 @@ from . import flags
 def _plan(spec: dict[str, object], profile: str | None) -> protocol.PlanReply:
     caller = protocol.Caller(cwd=os.getcwd(), env=dict(os.environ), config=True, profile=profile)
     reply, _ = connect.exchange(
-        connect.for_run(), protocol.PlanRequest(spec=spec, caller=caller), (protocol.PlanReply,)
+        connect.for_run(),
+        protocol.PlanRequest(spec=protocol.Spec.of(spec), caller=caller),
+        (protocol.PlanReply,),
     )
     assert isinstance(reply, protocol.PlanReply)
     return reply

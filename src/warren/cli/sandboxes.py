@@ -11,14 +11,13 @@ import sys
 import time
 from collections.abc import Callable
 
-from .. import protocol
+from .. import codec, protocol, statedir
 from ..client import connect
 from ..client.local import LocalTransport
 from ..client.sandbox import Sandbox
 from ..errors import SandboxError, WarrenError
 from ..models import ProcessInfo, SandboxInfo
-from ..server import statedir
-from ..server.statedir import check_name
+from ..names import check_name
 from . import copy, flags
 
 
@@ -49,27 +48,13 @@ def _age(seconds: float) -> str:
     return f"{int(seconds // 3600)}h"
 
 
-def _info_dict(i: SandboxInfo) -> dict[str, object]:
-    return {
-        "name": i.name,
-        "id": i.id,
-        "state": i.state,
-        "reason": i.reason,
-        "workspace": i.workspace,
-        "created": i.created,
-        "warnings": list(i.warnings),
-        "idle_timeout": i.idle_timeout,
-        "last_active": i.last_active,
-    }
-
-
 def ls(args: list[str]) -> int:
     p = flags.parser("warren ls", "List your sandboxes; dead ones say why.")
     p.add_argument("--json", action="store_true", help="one JSON array")
     ns = p.parse_args(args)
     items = Sandbox.list(transport=_transport())
     if ns.json:
-        print(json.dumps([_info_dict(i) for i in items], indent=2))
+        print(json.dumps([codec.sandbox(i) for i in items], indent=2))  # as the HTTP API shows it
         return 0
     from ..policy.limits import show_duration
 
@@ -106,17 +91,7 @@ def ps(args: list[str]) -> int:
     ns = p.parse_args(args)
     procs = Sandbox.get(check_name(ns.name), transport=_transport()).processes()
     if ns.json:
-        rows = [
-            {
-                "pid": q.pid,
-                "ppid": q.ppid,
-                "state": q.state,
-                "argv": list(q.argv),
-                "spawn_id": q.spawn_id,
-                "warren": connect.is_supervisor(q.argv),
-            }
-            for q in procs
-        ]
+        rows = [{**dataclasses.asdict(q), "warren": connect.is_supervisor(q.argv)} for q in procs]
         print(json.dumps(rows, indent=2))
         return 0
     print(f"{'PID':>6} {'PPID':>6} S  {'SPAWN':12}  COMMAND")

@@ -1,33 +1,29 @@
-"""The one run-and-capture loop: send a run or exec request with pipes for the
-command's stdio, feed stdin, capture output (capped), follow the command's start and
-exit on the connection, and build the ``Result``. Used for one-shot runs and for
-execs in live sandboxes alike.
+"""Run and capture: send a run or exec request with pipes for the command's stdio,
+feed stdin, capture output (capped), and build the ``Result``; the command is
+followed by the one client loop (``relay``), as ``cli.attach`` follows it on a
+terminal. Used for one-shot runs and for execs in live sandboxes alike.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import os
-import select
 import time
 from collections.abc import Callable
 
 from .. import protocol, wire
-from ..errors import SandboxError, from_record
+from ..errors import SandboxError
 from ..models import Result
 from ..net.allowlist import NetEvent
 from ..net.log import parse as parse_events
 from ..output import Capture, feed
+from .relay import Relay
 
 CLIENT_GRACE = 10.0  # beyond a timeout, how long to wait for the sandbox to say so
 
 
-def _exit_code(status: int) -> tuple[int, int | None]:
-    if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        return 128 + sig, sig
-    return os.waitstatus_to_exitcode(status), None
+def _lost() -> SandboxError:
+    return SandboxError("the connection to warren was lost")
 
 
 def run_captured(
@@ -80,10 +76,8 @@ def run_captured(
         else:
             os.close(in_w)
             in_w = -1
-    readers: list[int | wire.Sock] = [sock, out_r, err_r, *([net_r] if net_r >= 0 else [])]
     deadline = None if command.timeout is None else start + command.timeout + CLIENT_GRACE
     started: protocol.Started | None = None
-    final: protocol.Exited | None = None
 
     def take_events(chunk: bytes) -> None:
         nonlocal partial
@@ -95,61 +89,51 @@ def run_captured(
                 with contextlib.suppress(Exception):
                     on_net_event(event)
 
+    def read(fd: int) -> bool:
+        chunk = os.read(fd, 65536)
+        if chunk and fd == net_r:
+            take_events(chunk)
+        elif chunk:
+            captures[fd].feed(chunk)
+        return bool(chunk)
+
+    def write(fd: int) -> bool:
+        nonlocal pending, in_w
+        pending = feed(fd, pending)
+        if not pending:
+            os.close(fd)
+            in_w = -1
+        return bool(pending)
+
+    def on_started(msg: protocol.Started, fds: list[int]) -> None:
+        nonlocal started
+        started = msg
+        for fd in fds:
+            os.close(fd)
+
+    relay = Relay(sock, lost or _lost)
+    for fd in (out_r, err_r, net_r):
+        if fd >= 0:
+            relay.on_read(fd, read)
+    if in_w >= 0:
+        relay.on_write(in_w, write)
     try:
-        while final is None:
-            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready_r, ready_w = _ready(readers, [in_w] if in_w >= 0 else [], wait)
-            if not ready_r and not ready_w:
-                # The sandbox did not enforce the timeout: give up on it. Closing the
-                # connection makes warren kill the command's tree.
-                final = protocol.Exited(status=9, timed_out=True)
-                break
-            for _fd in ready_w:
-                pending = feed(in_w, pending)
-                if not pending:
-                    os.close(in_w)
-                    in_w = -1
-            for r in ready_r:
-                if r is sock:
-                    try:
-                        msg, _, fds = wire.recv(sock, (protocol.Started, protocol.Exited, protocol.Error))
-                    except (wire.ConnectionClosed, ConnectionResetError):
-                        raise (
-                            lost() if lost else SandboxError("the connection to warren was lost")
-                        ) from None
-                    for fd in fds:
-                        os.close(fd)
-                    if isinstance(msg, protocol.Error):
-                        raise from_record(msg.error.to_fields())
-                    if isinstance(msg, protocol.Started):
-                        started = msg
-                    else:
-                        assert isinstance(msg, protocol.Exited)
-                        final = msg
-                    continue
-                assert isinstance(r, int)
-                chunk = os.read(r, 65536)
-                if not chunk:
-                    readers.remove(r)
-                elif r == net_r:
-                    take_events(chunk)
-                else:
-                    captures[r].feed(chunk)
+        # None: the sandbox did not enforce the timeout; give up on it. Closing the
+        # connection makes warren kill the command's tree.
+        final = relay.follow(on_started, deadline) or protocol.Exited(status=9, timed_out=True)
         # The command has exited: what it wrote is in the pipes. Read to the end, but
         # do not wait for background processes that inherited them.
-        for fd in [r for r in readers if isinstance(r, int)]:
+        for fd in relay.readers:
             os.set_blocking(fd, False)
             with contextlib.suppress(BlockingIOError):
-                while chunk := os.read(fd, 65536):
-                    if fd == net_r:
-                        take_events(chunk)
-                    else:
-                        captures[fd].feed(chunk)
+                while read(fd):
+                    pass
     finally:
         for fd in (out_r, err_r, net_r, in_w):
             if fd >= 0:
                 os.close(fd)
-    exit_code, sig = _exit_code(final.status)
+    exit_code = protocol.exit_code(final.status)
+    sig = os.WTERMSIG(final.status) if os.WIFSIGNALED(final.status) else None
     out, err = captures[out_r], captures[err_r]
     return Result(
         exit_code=exit_code,
@@ -165,27 +149,3 @@ def run_captured(
         cwd=started.cwd if started else None,
         net_log=tuple(events),
     )
-
-
-def _ready(
-    readers: list[int | wire.Sock], writers: list[int], wait: float | None
-) -> tuple[list[int | wire.Sock], list[int]]:
-    """select()'s answer from poll(): a caller may hold descriptors numbered past
-    select()'s limit of 1024."""
-    poller = select.poll()
-    by_fd: dict[int, int | wire.Sock] = {}
-    for r in readers:
-        fd = r if isinstance(r, int) else r.fileno()
-        by_fd[fd] = r
-        poller.register(fd, select.POLLIN)
-    for w in writers:
-        poller.register(w, select.POLLOUT)
-    timeout = None if wait is None else math.ceil(wait * 1000)
-    ready_r: list[int | wire.Sock] = []
-    ready_w: list[int] = []
-    for fd, _mask in poller.poll(timeout):
-        if fd in by_fd:
-            ready_r.append(by_fd[fd])
-        else:
-            ready_w.append(fd)
-    return ready_r, ready_w

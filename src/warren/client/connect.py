@@ -16,13 +16,12 @@ import os
 import select
 import sys
 
-from .. import protocol, wire
-from ..errors import SandboxError, SetupError, WarrenError, from_record
-from ..server import statedir
+from .. import protocol, statedir, wire
+from ..errors import SandboxError, SetupError, WarrenError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
 START_TIMEOUT = 30.0
 # What the supervisor process itself may see of the environment it is started from.
@@ -295,8 +294,28 @@ def exchange(
     for fd in fds:
         os.close(fd)
     if isinstance(reply, protocol.Error):
-        raise from_record(reply.error.to_fields())
+        protocol.raise_error(reply.error)
     return reply, data
 
 
-__all__ = ["WarrenError", "for_run", "inline", "request", "supervisor"]
+def command_event(
+    sock: wire.Sock, lost: Callable[[], Exception]
+) -> tuple[protocol.Started | protocol.Exited, list[int]]:
+    """The next word on a running command's connection — it ``Started`` (with its
+    pty's master when it has one), or it ``Exited`` — and any descriptors with it.
+    An ``Error`` is raised as the error it carries; a connection that ends first
+    raises ``lost()``. The one receive step of every run and exec, captured
+    (``capture``) or attached to a terminal (``cli.attach``)."""
+    try:
+        msg, _, fds = wire.recv(sock, (protocol.Started, protocol.Exited, protocol.Error))
+    except (wire.ConnectionClosed, ConnectionResetError):
+        raise lost() from None
+    if isinstance(msg, protocol.Error):
+        for fd in fds:
+            os.close(fd)
+        protocol.raise_error(msg.error)
+    assert isinstance(msg, protocol.Started | protocol.Exited)
+    return msg, fds
+
+
+__all__ = ["WarrenError", "command_event", "for_run", "inline", "request", "supervisor"]

@@ -2,7 +2,7 @@
 
 The same ``Transport`` methods as ``LocalTransport``, mapped onto API v1; an error
 body comes back as the same ``WarrenError`` subclass the server raised
-(``service.codec.error_of``). ``url`` is ``http://HOST:PORT`` or ``unix:PATH``.
+(``codec.error_of``). ``url`` is ``http://HOST:PORT`` or ``unix:PATH``.
 Output callbacks switch exec/run to SSE so the callback sees output as it comes.
 """
 
@@ -18,12 +18,11 @@ from typing import Any
 
 import httpx
 
-from .. import protocol
+from .. import codec, protocol
 from ..errors import SandboxError, WarrenError
-from ..models import ProcessInfo, Result, SandboxInfo, Stats
+from ..models import FileInfo, FileOp, FileResult, ProcessInfo, ProcessState, Result, SandboxInfo, Stats
 from ..net.allowlist import NetEvent
 from ..policy.spec import PolicySpec
-from ..service import codec
 from .transport import OutputCallback, Transport
 
 
@@ -215,9 +214,7 @@ class HttpTransport(Transport):
         return str(data["id"]), int(data["pid"])
 
     def write_stdin(self, name: str, process: str, data: bytes, *, eof: bool = False) -> int:
-        from ..server.stdin import check_size
-
-        check_size(len(data), process)  # before sending it all
+        protocol.check_stdin_size(len(data), process)  # before sending it all
         # The raw form of the route: no base64 on the way.
         reply = self._json(
             "POST",
@@ -230,21 +227,20 @@ class HttpTransport(Transport):
 
     def process(
         self, name: str, spawn_id: str, stdout_offset: int = 0, stderr_offset: int = 0
-    ) -> tuple[protocol.ProcessState, bytes, bytes]:
+    ) -> tuple[ProcessState, bytes, bytes]:
         data = self._json(
             "GET",
             f"/v1/sandboxes/{name}/processes/{spawn_id}",
             params={"offset": stdout_offset, "stderr_offset": stderr_offset},
         )
         out, err = codec.get_bytes(data, "stdout"), codec.get_bytes(data, "stderr")
-        state = protocol.ProcessState(
+        state = ProcessState(
             pid=data["pid"],
-            argv=data["argv"],
+            argv=tuple(data["argv"]),
             running=data["alive"],
             status=data["status"],
             timed_out=data["timed_out"],
-            stdout_len=len(out),
-            stderr_len=len(err),
+            limit=data.get("limit"),
         )
         return state, out, err
 
@@ -256,54 +252,53 @@ class HttpTransport(Transport):
     def signal(self, name: str, pid: int, sig: int) -> None:
         self._json("POST", f"/v1/sandboxes/{name}/processes/{pid}/signal", json={"signal": sig})
 
-    def file(self, request: protocol.FileRequest, data: bytes = b"") -> tuple[protocol.FileReply, bytes]:
-        base = f"/v1/sandboxes/{request.sandbox}/files"
-        path = request.path
-        op = request.op
-        if op == "read":
-            r = self._send("GET", base, params={"path": path, "type": "file", "max_bytes": request.max_bytes})
-            return protocol.FileReply(), r.content
-        if op == "list":
+    def file(self, name: str, op: FileOp, data: bytes = b"") -> FileResult:
+        base = f"/v1/sandboxes/{name}/files"
+        path = op.path
+        if op.op == "read":
+            r = self._send("GET", base, params={"path": path, "type": "file", "max_bytes": op.max_bytes})
+            return FileResult(data=r.content)
+        if op.op == "list":
             entries = self._json("GET", base, params={"path": path, "type": "dir"})["entries"]
-            return protocol.FileReply(entries=[protocol.FileStat(**e) for e in entries]), b""
-        if op == "stat":
-            info = self._json("GET", f"{base}/stat", params={"path": path, "follow": int(request.follow)})
-            return protocol.FileReply(stat=protocol.FileStat(**info)), b""
-        if op == "exists":
+            return FileResult(entries=tuple(codec.decode(FileInfo, e) for e in entries))
+        if op.op == "stat":
+            info = self._json("GET", f"{base}/stat", params={"path": path, "follow": int(op.follow)})
+            return FileResult(stat=codec.decode(FileInfo, info))
+        if op.op == "exists":
             exists = self._json("GET", f"{base}/stat", params={"path": path, "exists": 1})["exists"]
-            return protocol.FileReply(exists=bool(exists)), b""
-        if op == "write":
+            return FileResult(exists=bool(exists))
+        if op.op == "write":
             params = {
                 "path": path,
-                "mode": f"{request.mode if request.mode is not None else 0o644:o}",
-                "parents": int(request.parents),
-                "append": int(request.append),
+                "mode": f"{op.mode if op.mode is not None else 0o644:o}",
+                "parents": int(op.parents),
+                "append": int(op.append),
             }
             self._send("PUT", base, params=params, content=data)
-            return protocol.FileReply(), b""
-        if op == "remove":
-            self._send("DELETE", base, params={"path": path, "recursive": int(request.recursive)})
-            return protocol.FileReply(), b""
-        if op == "mkdir":
-            body = {"path": path, "parents": request.parents, "exist_ok": request.exist_ok}
-            if request.mode is not None:
-                body["mode"] = request.mode
+            return FileResult()
+        if op.op == "remove":
+            self._send("DELETE", base, params={"path": path, "recursive": int(op.recursive)})
+            return FileResult()
+        if op.op == "mkdir":
+            body = {"path": path, "parents": op.parents, "exist_ok": op.exist_ok}
+            if op.mode is not None:
+                body["mode"] = op.mode
             self._send("POST", f"{base}/mkdir", json=body)
-            return protocol.FileReply(), b""
-        if op == "rename":
-            self._send("POST", f"{base}/move", json={"src": path, "dst": request.dst})
-            return protocol.FileReply(), b""
-        raise WarrenError(f"file operation {op!r} is not available over HTTP", operation=op)
+            return FileResult()
+        if op.op == "rename":
+            self._send("POST", f"{base}/move", json={"src": path, "dst": op.dst})
+            return FileResult()
+        raise WarrenError(f"file operation {op.op!r} is not available over HTTP", operation=op.op)
 
     def expose(self, name: str, port: int, host_port: int) -> str:
         data = self._json("POST", f"/v1/sandboxes/{name}/ports", json={"port": port, "host_port": host_port})
         return str(data["address"])
 
     def net_log(self, name: str) -> builtins.list[NetEvent]:
-        return [NetEvent(**e) for e in self._json("GET", f"/v1/sandboxes/{name}/netlog")["events"]]
+        return [codec.net_event_of(e) for e in self._json("GET", f"/v1/sandboxes/{name}/netlog")["events"]]
 
     def stats(self, name: str) -> Stats:
-        return Stats(**self._json("GET", f"/v1/sandboxes/{name}/stats"))
+        return codec.decode(Stats, self._json("GET", f"/v1/sandboxes/{name}/stats"))
 
     def pause(self, name: str, paused: bool) -> SandboxInfo:
         return codec.sandbox_of(self._json("POST", f"/v1/sandboxes/{name}/{'pause' if paused else 'resume'}"))

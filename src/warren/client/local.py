@@ -9,32 +9,30 @@ environment) travels with the requests that plan a sandbox.
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import os
 from collections.abc import Callable, Mapping
 
-from .. import protocol
+from .. import codec, protocol
 from ..errors import SandboxError
-from ..models import ProcessInfo, Result, SandboxInfo, Stats
+from ..models import FileInfo, FileOp, FileResult, ProcessInfo, ProcessState, Result, SandboxInfo, Stats
 from ..net.allowlist import NetEvent
-from ..policy.spec import PolicySpec
+from ..policy.spec import PolicySpec, from_mapping
 from . import connect
 from .capture import run_captured
 from .transport import OutputCallback, Transport
 
 
 def info(msg: protocol.SandboxInfo) -> SandboxInfo:
-    return SandboxInfo(
-        name=msg.name,
-        id=msg.id,
-        state=msg.state,
-        reason=msg.reason,
-        workspace=msg.workspace,
-        created=msg.created,
-        warnings=tuple(msg.warnings),
-        pid1=msg.pid1,
-        idle_timeout=msg.idle_timeout,
-        last_active=msg.last_active,
-    )
+    return codec.model_of(SandboxInfo, msg.to_fields())
+
+
+def _spec(spec: PolicySpec) -> protocol.Spec:
+    """The spec as sent; checked here first with the supervisor's own check, so a bad
+    value is the same ``PolicyError`` naming its key, not a malformed message."""
+    mapping = spec.to_mapping()
+    from_mapping(mapping, "the request's policy", skip=())
+    return protocol.Spec.of(mapping)
 
 
 def _lost(op: str) -> Callable[[], Exception]:
@@ -79,7 +77,7 @@ class LocalTransport(Transport):
         on_net_event: Callable[[NetEvent], None] | None,
     ) -> Result:
         message = protocol.RunRequest(
-            spec=spec.to_mapping(),
+            spec=_spec(spec),
             caller=self._caller(config, profile),
             command=protocol.Command(argv=argv, cwd=cwd, timeout=timeout, output_limit=output_limit),
             net_events=True,
@@ -101,9 +99,7 @@ class LocalTransport(Transport):
     # --- lifecycle ------------------------------------------------------------------------
 
     def create(self, spec: PolicySpec, name: str, *, config: bool, profile: str | None) -> SandboxInfo:
-        request = protocol.CreateRequest(
-            name=name, spec=spec.to_mapping(), caller=self._caller(config, profile)
-        )
+        request = protocol.CreateRequest(name=name, spec=_spec(spec), caller=self._caller(config, profile))
         reply, _ = self._request(request, (protocol.SandboxInfo,))
         assert isinstance(reply, protocol.SandboxInfo)
         return info(reply)
@@ -171,11 +167,9 @@ class LocalTransport(Transport):
         return reply.spawn_id, reply.pid
 
     def write_stdin(self, name: str, process: str, data: bytes, *, eof: bool = False) -> int:
-        from ..server.stdin import check_size as check_stdin_size
-
         # Checked here too: the supervisor refuses an oversized payload before reading
         # it, and the refusal could be lost while this side is still sending.
-        check_stdin_size(len(data), process)
+        protocol.check_stdin_size(len(data), process)
         request = protocol.StdinRequest(sandbox=name, process=process, eof=eof)
         reply, _ = self._request(request, (protocol.StdinState,), data)
         assert isinstance(reply, protocol.StdinState)
@@ -183,23 +177,29 @@ class LocalTransport(Transport):
 
     def process(
         self, name: str, spawn_id: str, stdout_offset: int = 0, stderr_offset: int = 0
-    ) -> tuple[protocol.ProcessState, bytes, bytes]:
+    ) -> tuple[ProcessState, bytes, bytes]:
         request = protocol.ProcessRequest(
             sandbox=name, spawn_id=spawn_id, stdout_offset=stdout_offset, stderr_offset=stderr_offset
         )
         reply, data = self._request(request, (protocol.ProcessState,))
         assert isinstance(reply, protocol.ProcessState)
-        return reply, data[: reply.stdout_len], data[reply.stdout_len : reply.stdout_len + reply.stderr_len]
+        out_len, err_len = reply.stdout_len, reply.stderr_len
+        return (
+            codec.model_of(ProcessState, reply.to_fields()),
+            data[:out_len],
+            data[out_len : out_len + err_len],
+        )
 
     def processes(self, name: str) -> builtins.list[ProcessInfo]:
         reply, _ = self._request(protocol.PsRequest(sandbox=name), (protocol.ProcessList,))
         assert isinstance(reply, protocol.ProcessList)
-        return [ProcessInfo(p.pid, p.ppid, p.state, tuple(p.argv), p.spawn_id) for p in reply.items]
+        return [codec.model_of(ProcessInfo, p.to_fields()) for p in reply.items]
 
     def signal(self, name: str, pid: int, sig: int) -> None:
         self._request(protocol.SignalRequest(sandbox=name, pid=pid, signal=sig), (protocol.Ok,))
 
-    def file(self, request: protocol.FileRequest, data: bytes = b"") -> tuple[protocol.FileReply, bytes]:
+    def file(self, name: str, op: FileOp, data: bytes = b"") -> FileResult:
+        request = protocol.FileRequest(sandbox=name, **dataclasses.asdict(op))
         try:
             reply, payload = self._request(request, (protocol.FileReply,), data)
         except SandboxError as e:
@@ -217,7 +217,12 @@ class LocalTransport(Transport):
                 ),
             ) from None
         assert isinstance(reply, protocol.FileReply)
-        return reply, payload
+        return FileResult(
+            data=payload,
+            entries=tuple(codec.model_of(FileInfo, e.to_fields()) for e in reply.entries),
+            stat=None if reply.stat is None else codec.model_of(FileInfo, reply.stat.to_fields()),
+            exists=reply.exists,
+        )
 
     def expose(self, name: str, port: int, host_port: int) -> str:
         reply, _ = self._request(
@@ -229,7 +234,7 @@ class LocalTransport(Transport):
     def stats(self, name: str) -> Stats:
         reply, _ = self._request(protocol.StatsRequest(sandbox=name), (protocol.Stats,))
         assert isinstance(reply, protocol.Stats)
-        return Stats(**reply.to_fields())  # type: ignore[arg-type]
+        return codec.model_of(Stats, reply.to_fields())
 
     def pause(self, name: str, paused: bool) -> SandboxInfo:
         reply, _ = self._request(protocol.PauseRequest(sandbox=name, paused=paused), (protocol.SandboxInfo,))
@@ -239,4 +244,4 @@ class LocalTransport(Transport):
     def net_log(self, name: str) -> builtins.list[NetEvent]:
         reply, _ = self._request(protocol.NetLogRequest(sandbox=name), (protocol.NetLog,))
         assert isinstance(reply, protocol.NetLog)
-        return [NetEvent(**e.to_fields()) for e in reply.events]  # type: ignore[arg-type]
+        return [codec.model_of(NetEvent, e.to_fields()) for e in reply.events]

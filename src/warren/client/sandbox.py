@@ -14,6 +14,7 @@ import signal as _signal
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from .. import protocol, wire
 from ..errors import (
@@ -25,7 +26,17 @@ from ..errors import (
     StdinFull,
     WarrenError,
 )
-from ..models import FileInfo, Output, ProcessInfo, Result, SandboxInfo, Stats
+from ..models import (
+    FileInfo,
+    FileOp,
+    FileResult,
+    Output,
+    ProcessInfo,
+    ProcessState,
+    Result,
+    SandboxInfo,
+    Stats,
+)
 from ..net.allowlist import NetEvent
 from ..output import DEFAULT_OUTPUT_LIMIT
 from ..policy import Policy, PolicySpec
@@ -85,10 +96,6 @@ def feed_stdin(
             return
 
 
-def _exit_code(status: int) -> int:
-    return 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.waitstatus_to_exitcode(status)
-
-
 class Process:
     """A background process started with ``Sandbox.spawn`` (or found again with
     ``Sandbox.process(id)``)."""
@@ -103,7 +110,7 @@ class Process:
     def __repr__(self) -> str:
         return f"<Process {self.id} pid {self.pid} {self.argv!r}>"
 
-    def _state(self) -> protocol.ProcessState:
+    def _state(self) -> ProcessState:
         state, _, _ = self.sandbox._transport.process(
             self.sandbox.name, self.id, checks.MAX_OFFSET, checks.MAX_OFFSET
         )
@@ -119,7 +126,7 @@ class Process:
     def returncode(self) -> int | None:
         if self._status is None:
             self._state()
-        return None if self._status is None else _exit_code(self._status)
+        return None if self._status is None else protocol.exit_code(self._status)
 
     def wait(self, timeout: float | None = None) -> int:
         """The exit status (128+N for signal N); raises SandboxTimeout if ``timeout`` passes."""
@@ -141,7 +148,7 @@ class Process:
                     hint="kill it with .kill() or wait longer",
                 )
             time.sleep(0.02)
-        return _exit_code(self._status)
+        return protocol.exit_code(self._status)
 
     def kill(self, signal: int = _signal.SIGTERM) -> None:
         """Send ``signal`` to the process's group (it runs in its own session); nothing
@@ -397,11 +404,10 @@ class Files:
     def __init__(self, sandbox: Sandbox) -> None:
         self._sb = sandbox
 
-    def _op(
-        self, op: str, path: PathArg, data: bytes = b"", **extra: object
-    ) -> tuple[protocol.FileReply, bytes]:
-        request = protocol.FileRequest(sandbox=self._sb.name, op=op, path=checks.path(path, op), **extra)  # type: ignore[arg-type]
-        return self._sb._transport.file(request, data)
+    def _op(self, op: str, path: PathArg, data: bytes = b"", **extra: Any) -> FileResult:
+        return self._sb._transport.file(
+            self._sb.name, FileOp(op=op, path=checks.path(path, op), **extra), data
+        )
 
     def read(self, path: PathArg, *, max_bytes: int = DEFAULT_READ_LIMIT) -> bytes:
         """The file's bytes; FileTooLarge when it is bigger than ``max_bytes`` (at most
@@ -413,7 +419,7 @@ class Files:
                 path=str(path),
                 hint="read a part with a command (sb.exec(['head', '-c', N, path])), or use the workspace",
             )
-        return self._op("read", path, max_bytes=max_bytes)[1]
+        return self._op("read", path, max_bytes=max_bytes).data
 
     def read_text(
         self, path: PathArg, encoding: str = "utf-8", *, max_bytes: int = DEFAULT_READ_LIMIT
@@ -444,16 +450,15 @@ class Files:
         )
 
     def list(self, path: PathArg = ".") -> builtins.list[FileInfo]:
-        reply, _ = self._op("list", path)
-        return [FileInfo(**e.to_fields()) for e in reply.entries]  # type: ignore[arg-type]
+        return builtins.list(self._op("list", path).entries)
 
     def stat(self, path: PathArg, follow_symlinks: bool = True) -> FileInfo:
-        reply, _ = self._op("stat", path, follow=bool(follow_symlinks))
-        assert reply.stat is not None
-        return FileInfo(**reply.stat.to_fields())  # type: ignore[arg-type]
+        stat = self._op("stat", path, follow=bool(follow_symlinks)).stat
+        assert stat is not None
+        return stat
 
     def exists(self, path: PathArg) -> bool:
-        return self._op("exists", path)[0].exists
+        return self._op("exists", path).exists
 
     def mkdir(
         self, path: PathArg, *, parents: bool = False, exist_ok: bool = False, mode: int = 0o755

@@ -4,7 +4,7 @@ need from wherever sandboxes live (httpx-style: one API, several transports).
 ``LocalTransport`` (``client.local``) talks to this user's supervisor over its unix
 socket; an HTTP transport for ``warren serve`` implements the same methods. Above a
 transport nothing knows where state is kept: methods take and return warren's own
-types (``models``) and the protocol's request values.
+types (``models``), never a protocol message.
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ import abc
 import builtins
 from collections.abc import Callable
 
-from .. import protocol
-from ..models import ProcessInfo, Result, SandboxInfo, Stats
+from ..models import FileOp, FileResult, ProcessInfo, ProcessState, Result, SandboxInfo, Stats
 from ..net.allowlist import NetEvent
 from ..policy.spec import PolicySpec
 
@@ -90,7 +89,7 @@ class Transport(abc.ABC):
     @abc.abstractmethod
     def process(
         self, name: str, spawn_id: str, stdout_offset: int = 0, stderr_offset: int = 0
-    ) -> tuple[protocol.ProcessState, bytes, bytes]:
+    ) -> tuple[ProcessState, bytes, bytes]:
         """A background process's state and its output from the given offsets."""
 
     @abc.abstractmethod
@@ -100,7 +99,8 @@ class Transport(abc.ABC):
     def signal(self, name: str, pid: int, sig: int) -> None: ...
 
     @abc.abstractmethod
-    def file(self, request: protocol.FileRequest, data: bytes = b"") -> tuple[protocol.FileReply, bytes]: ...
+    def file(self, name: str, op: FileOp, data: bytes = b"") -> FileResult:
+        """One file operation inside the sandbox ``name``; ``data``: what a write writes."""
 
     @abc.abstractmethod
     def expose(self, name: str, port: int, host_port: int) -> str: ...

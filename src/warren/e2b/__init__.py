@@ -39,7 +39,7 @@ def mount(
     env: Mapping[str, str] | None = None,
 ) -> ASGIApp:
     """``app`` with E2B's control plane and envd in front of it."""
-    from ..service.app import Guard
+    from ..service.guard import Guard
     from .control import Control
     from .core import Core
     from .envd import Envd

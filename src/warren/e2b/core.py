@@ -21,7 +21,7 @@ import anyio.to_thread
 from ..client.transport import Transport
 from ..errors import SandboxNotFound, WarrenError
 from ..models import SandboxInfo
-from ..service import codec
+from ..service.status import status_of as warren_status
 from .records import Record, Records
 
 T = TypeVar("T")
@@ -48,7 +48,7 @@ def status_of(error: BaseException) -> int:
     if isinstance(error, E2BError):
         return error.status
     if isinstance(error, WarrenError):
-        return codec.status_of(error)
+        return warren_status(error)
     return 500
 
 

@@ -54,9 +54,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from .. import protocol, wire
+from .. import wire
 from ..errors import SandboxFileError, SandboxNotFound, WarrenError
-from ..models import SandboxInfo
+from ..models import FileInfo, FileOp, FileResult, ProcessState, SandboxInfo
 from .core import Core, E2BError, message_of, status_of
 from .records import Record
 
@@ -120,7 +120,7 @@ class Watcher:
     seen: dict[str, tuple[str, int, float]] = field(default_factory=dict)
 
 
-def end_event(state: protocol.ProcessState) -> pb.ProcessEvent.EndEvent:
+def end_event(state: ProcessState) -> pb.ProcessEvent.EndEvent:
     """Go's ``ProcessState`` as envd reports it: an exit code and "exit status N", or
     -1 and "signal: NAME" for a process killed by a signal; a failure's status is also
     its error (what Go's ``cmd.Wait`` returns)."""
@@ -156,7 +156,7 @@ def in_terminal(argv: list[str], size: pb.PTY.Size | None, tty_file: str) -> lis
     return ["script", "--quiet", "--flush", "--return", "--command", inner, "/dev/null"]
 
 
-def entry(stat: protocol.FileStat, path: str) -> fs.EntryInfo:
+def entry(stat: FileInfo, path: str) -> fs.EntryInfo:
     kind = {"file": fs.FileType.FILE, "dir": fs.FileType.DIRECTORY, "symlink": fs.FileType.SYMLINK}
     return fs.EntryInfo(
         name=stat.name or posixpath.basename(path.rstrip("/")) or "/",
@@ -206,9 +206,11 @@ class Envd:
 
     async def file(
         self, sandbox_id: str, op: str, path: str, data: bytes = b"", **extra: Any
-    ) -> tuple[protocol.FileReply, bytes]:
-        request = protocol.FileRequest(sandbox=sandbox_id, op=op, path=path, **extra)
-        return await self.core.call(self.core.transport.file, request, data)
+    ) -> tuple[FileResult, bytes]:
+        result = await self.core.call(
+            self.core.transport.file, sandbox_id, FileOp(op=op, path=path, **extra), data
+        )
+        return result, result.data
 
     async def stat(self, sandbox_id: str, path: str) -> fs.EntryInfo:
         reply, _ = await self.file(sandbox_id, "stat", path, follow=False)
@@ -474,8 +476,8 @@ class Envd:
         except Exception as e:
             raise connect_error(e) from None
 
-    async def walk(self, sandbox_id: str, path: str, depth: int) -> list[tuple[str, protocol.FileStat]]:
-        out: list[tuple[str, protocol.FileStat]] = []
+    async def walk(self, sandbox_id: str, path: str, depth: int) -> list[tuple[str, FileInfo]]:
+        out: list[tuple[str, FileInfo]] = []
         level = [path]
         for _ in range(depth):
             below: list[str] = []

@@ -28,8 +28,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .. import statedir
 from ..errors import SetupError
-from ..server import statedir
 
 RECORD = "record.json"
 WORKSPACE = "home"

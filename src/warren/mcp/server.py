@@ -34,6 +34,7 @@ from ..client import checks
 from ..client.sandbox import feed_stdin
 from ..client.transport import Transport
 from ..errors import ProcessNotFound, SandboxExists, SandboxNotFound, WarrenError
+from ..models import FileOp, FileResult
 from ..policy.spec import PolicySpec
 from .sdk import Server, ToolError, http_app_kwargs, server_kwargs
 
@@ -291,14 +292,14 @@ def build(
 
     async def _file(
         sandbox: str | None, op: str, path: str, data: bytes = b"", **extra: Any
-    ) -> tuple[protocol.FileReply, bytes]:
+    ) -> tuple[FileResult, bytes]:
         name = await w.ensure(sandbox)
         try:
-            request = protocol.FileRequest(sandbox=name, op=op, path=checks.path(path, op), **extra)
+            request = FileOp(op=op, path=checks.path(path, op), **extra)
         except WarrenError as e:
             raise _error(e) from None
-        result: tuple[protocol.FileReply, bytes] = await w.call(transport.file, request, data)
-        return result
+        result: FileResult = await w.call(transport.file, name, request, data)
+        return result, result.data
 
     @mcp.tool()
     async def read_file(
@@ -393,13 +394,9 @@ def build(
         _checked(checks.offset, stderr_offset, "stderr_offset", "process_output")
         name = await w.ensure(sandbox)
         state, out, err = await w.call(transport.process, name, id, offset, stderr_offset)
-        code = None
-        if state.status is not None:
-            st = state.status
-            code = 128 + os.WTERMSIG(st) if os.WIFSIGNALED(st) else os.waitstatus_to_exitcode(st)
         return {
             "running": state.status is None and state.running,
-            "exit_code": code,
+            "exit_code": None if state.status is None else protocol.exit_code(state.status),
             "stdout": _text(out[:OUTPUT_LIMIT]),
             "stderr": _text(err[:OUTPUT_LIMIT]),
             "next_offset": offset + len(out[:OUTPUT_LIMIT]),

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..errors import SetupError
-from .statedir import check_name
+from ..names import check_name
 
 __all__ = ["DEAD", "RUNNING", "STOPPED", "Entry", "Registry", "check_name", "now", "process_start_time"]
 

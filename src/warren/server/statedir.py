@@ -1,99 +1,32 @@
-"""Where warren keeps its state, and the checks made before trusting it.
+"""The supervisor's side of the state directory: publishing and withdrawing its
+address, the lock that makes it the only one, a sandbox's own directory.
 
-``$XDG_STATE_HOME/warren`` (default ``~/.local/state/warren``): the registry, the
-supervisor's lock and address, logs of background processes and network decisions.
-It must belong to the user and be closed to everyone else (mode 0700, not a symlink):
-checked every time before use. Every sandbox gets it hidden, and no policy may make
-it — or a directory above it — writable (``plan.make``), so no sandbox can move it
-aside or plant another.
-
-The supervisor's control socket is abstract (``wire.abstract_name``): it exists only
-in the host's network namespace, which no sandbox shares. Its random name is in
-``supervisor.addr`` here, so another user can neither find nor squat it.
-
-Imported by the CLI's fast path: standard library only.
+Where the directory is and the checks made before trusting it are shared with the
+client (``warren.statedir``) and re-exported here, so server code has one name for
+both halves.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-import stat
 
-from ..errors import PolicyError, SetupError
+from ..statedir import ADDRESS_FILE, LOG_FILE, SANDBOXES, location, prepare, read_address
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Mapping
+__all__ = [
+    "ADDRESS_FILE",
+    "LOCK_FILE",
+    "LOG_FILE",
+    "SANDBOXES",
+    "clear_address",
+    "location",
+    "prepare",
+    "read_address",
+    "sandbox_dir",
+    "write_address",
+]
 
-ADDRESS_FILE = "supervisor.addr"
 LOCK_FILE = "supervisor.lock"
-LOG_FILE = "supervisor.log"
-SANDBOXES = "sandboxes"
-
-
-def location(env: Mapping[str, str]) -> str:
-    base = env.get("XDG_STATE_HOME") or ""
-    if not base.startswith("/"):
-        base = os.path.join(env.get("HOME") or os.path.expanduser("~"), ".local", "state")
-    return os.path.join(os.path.normpath(base), "warren")
-
-
-def _refuse(path: str, why: str, hint: str) -> SetupError:
-    return SetupError(f"warren's state directory {path} {why}", operation="state dir", path=path, hint=hint)
-
-
-def prepare(path: str) -> str:
-    """Create the state directory if needed and verify it: a real directory of this
-    user, closed to others. Returns ``path``."""
-    try:
-        os.makedirs(path, mode=0o700, exist_ok=True)
-        st = os.lstat(path)
-    except OSError as e:
-        raise SetupError(
-            f"cannot create warren's state directory {path}",
-            operation="state dir",
-            path=path,
-            errno=e.errno,
-            hint="check that its parent is writable, or set XDG_STATE_HOME to a directory you own",
-        ) from None
-    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-        raise _refuse(
-            path, "is not a directory (a symlink?)", "remove it; warren recreates it on the next run"
-        )
-    if st.st_uid != os.geteuid():
-        raise _refuse(
-            path,
-            f"belongs to uid {st.st_uid}, not to you (uid {os.geteuid()})",
-            "someone else created it: remove it, or set XDG_STATE_HOME to a directory you own",
-        )
-    if stat.S_IMODE(st.st_mode) & 0o077:
-        os.chmod(path, 0o700)  # ours: closing it to others is always safe
-    for sub in (SANDBOXES,):
-        sub_path = os.path.join(path, sub)
-        try:
-            os.mkdir(sub_path, 0o700)
-        except FileExistsError:
-            if not stat.S_ISDIR(os.lstat(sub_path).st_mode):
-                raise _refuse(sub_path, "is not a directory", "remove it") from None
-    return path
-
-
-def read_address(path: str) -> tuple[str, int] | None:
-    """The supervisor's abstract socket token and its pid, if published by this user."""
-    try:
-        fd = os.open(os.path.join(path, ADDRESS_FILE), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o077:
-            return None
-        fields = os.read(fd, 256).decode(errors="replace").split()
-    finally:
-        os.close(fd)
-    if len(fields) != 2 or not fields[0].isalnum() or len(fields[0]) < 16 or not fields[1].isdigit():
-        return None
-    return fields[0], int(fields[1])
 
 
 def write_address(path: str, token: str) -> None:
@@ -110,27 +43,9 @@ def clear_address(path: str, token: str) -> None:
     """Unpublish the address, only if it is still this supervisor's."""
     found = read_address(path)
     if found is not None and found[0] == token:
-        try:  # noqa: SIM105 - contextlib is not loaded on the fast path
+        with contextlib.suppress(OSError):
             os.unlink(os.path.join(path, ADDRESS_FILE))
-        except OSError:
-            pass
 
 
 def sandbox_dir(path: str, name: str) -> str:
     return os.path.join(path, SANDBOXES, name)
-
-
-def check_name(name: object) -> str:
-    """A sandbox name: 1-63 letters, digits, '.', '_', '-', starting with a letter or
-    digit (it names a directory here)."""
-    ok = isinstance(name, str) and 0 < len(name) <= 63 and name[0].isascii() and name[0].isalnum()
-    if ok and isinstance(name, str):
-        ok = all(c.isascii() and (c.isalnum() or c in "._-") for c in name)
-    if not ok:
-        raise PolicyError(
-            f"invalid sandbox name {name!r}",
-            operation="name",
-            hint="use 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit",
-        )
-    assert isinstance(name, str)
-    return name

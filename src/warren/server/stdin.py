@@ -187,20 +187,8 @@ def _ended(where: str, ident: str) -> ProcessEnded:
     )
 
 
-def check_size(size: int, ident: str) -> None:
-    """One write may carry at most what a process's stdin may queue."""
-    bound = protocol.STDIN_MAX_QUEUED
-    if size > bound:
-        raise StdinFull(
-            f"a write of {size} bytes is more than the {bound} bytes a process's stdin may queue",
-            operation="stdin",
-            path=ident,
-            hint="write it in parts of at most that size (Process.write does)",
-        )
-
-
 def _check_room(pipe: Pipe, size: int, where: str, ident: str) -> None:
-    check_size(size, ident)
+    protocol.check_stdin_size(size, ident)
     bound = protocol.STDIN_MAX_QUEUED
     if pipe.queued + size > bound:
         raise StdinFull(

@@ -45,7 +45,6 @@ from ..errors import (
     SandboxPaused,
     SetupError,
     WarrenError,
-    from_record,
 )
 from ..net import log as netlog
 from ..net.pasta import Pasta
@@ -495,7 +494,9 @@ class Supervisor:
                 os.close(fd)
             from ..plan.render import render
 
-            plan, _ = self._plan(msg.spec, self._caller(c, msg.caller), msg.caller, msg.cwd, dry=True)
+            plan, _ = self._plan(
+                msg.spec.to_mapping(), self._caller(c, msg.caller), msg.caller, msg.cwd, dry=True
+            )
             self._reply(c, protocol.PlanReply(text=render(plan), plan=json_safe(plan.to_dict())))
             return
         if self.root is None:
@@ -557,7 +558,7 @@ class Supervisor:
     def _stdin(self, c: Client, msg: protocol.StdinRequest, payload_len: int) -> None:
         """Data for a background process's stdin: its payload is read here, without
         blocking (``_stdin_payload``), then queued for the process (``stdin``)."""
-        stdin.check_size(payload_len, msg.process)
+        protocol.check_stdin_size(payload_len, msg.process)
         c.stdin, c.stdin_len = msg, payload_len
         c.deadline = time.monotonic() + HEADER_DEADLINE
         self._stdin_payload(c)
@@ -695,7 +696,7 @@ class Supervisor:
                 operation="decode",
             )
         caller = self._caller(c, msg.caller)
-        plan, lease = self._plan(msg.spec, caller, msg.caller, msg.command.cwd)
+        plan, lease = self._plan(msg.spec.to_mapping(), caller, msg.caller, msg.command.cwd)
         box = self._launch(plan, lease, "run", oneshot=True)
         box.search_path = caller.env.get("PATH")
         box.run = Run(c, msg.command, fds[:stdio], fds[stdio] if msg.net_events else None)
@@ -713,7 +714,7 @@ class Supervisor:
                 hint=f"use it (warren exec {name} CMD), or remove it first (warren rm -f {name})",
             )
         caller = self._caller(c, msg.caller)
-        plan, lease = self._plan(msg.spec, caller, msg.caller, None, long_lived=True)
+        plan, lease = self._plan(msg.spec.to_mapping(), caller, msg.caller, None, long_lived=True)
         box = self._launch(plan, lease, name, oneshot=False)
         box.search_path = caller.env.get("PATH")
         box.creator = c
@@ -777,7 +778,7 @@ class Supervisor:
                 box.ns = (fds.pop(0), fds.pop(0))
             self._on_ready(box)
         elif isinstance(msg, protocol.Failed):
-            raise from_record(msg.error.to_fields())
+            protocol.raise_error(msg.error)
         elif isinstance(msg, protocol.GitChanged):
             self._git_changed(box, msg.gitdir)
         for fd in fds:

@@ -1,7 +1,10 @@
 """``warren serve``: the HTTP API v1 over the same client core as the SDK.
 
-``app`` builds the Starlette application (routes call a ``Transport``, the local one
-in production), ``codec`` is the JSON form of warren's values shared with the HTTP
-transport, ``openapi`` describes the routes, ``serve`` runs it under uvicorn.
-Nothing here is imported by ``warren run``/``exec``.
+``app`` builds the Starlette application from the route table (``routes``) and its
+handlers, grouped by resource (``sandboxes``, ``processes``, ``files``, ``network``),
+which call a ``Transport`` (the local one in production); ``body`` and ``fields``
+read and check requests, ``status`` turns errors into HTTP answers, ``guard`` checks
+the token and the Host/Origin, ``openapi`` describes the routes, ``serve`` runs it
+under uvicorn. The JSON forms of warren's values are ``warren.codec``, shared with the
+HTTP transport. Nothing here is imported by ``warren run``/``exec``.
 """

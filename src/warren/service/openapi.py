@@ -1,81 +1,72 @@
-"""The OpenAPI 3.1 document of API v1, generated from the route table (``app.TABLE``)
-and the schemas below; a test checks that every route is described and every
-description is a route, and a schemathesis run (tests/test_service_schema.py) that the
-server keeps to it. Every constraint the server enforces is stated here, from the
-same constants (``client.checks``)."""
+"""The OpenAPI 3.1 document of API v1, built from what the service itself runs on:
+the route table (``routes.ROUTES``: every route is described, a description without
+a route fails the build), the request-body tables the handlers validate with
+(``fields``), and the models the responses are encoded from (``warren.models`` via
+``codec.wire_fields``). Only what the tables do not say is written here — summaries,
+status codes, query parameters, a few enums and descriptions of response fields — and
+a schemathesis run (tests/test_service_schema.py) checks that the server keeps to it.
+Every bound is stated from the constants the checks use (``client.checks``)."""
 
 from __future__ import annotations
 
+import dataclasses
+import types
+import typing
 from typing import Any
 
+from .. import codec
 from ..client import checks
-from ..policy.spec import BOOL_KEYS, LIMIT_KEYS, LIST_KEYS, STR_KEYS, TABLE_KEYS
+from ..models import FileInfo, ProcessInfo, Result, SandboxInfo, Stats
+from ..net.allowlist import NetEvent
+from .fields import BODIES, BOOL, ENCODING, INT, NAME_PATTERN, PATH_TEXT, STR, STRS, closed_object, ref
+from .routes import ROUTES
 
-STR: dict[str, Any] = {"type": "string"}
-INT: dict[str, Any] = {"type": "integer"}
-BOOL: dict[str, Any] = {"type": "boolean"}
-NUM: dict[str, Any] = {"type": "number"}
-STRS: dict[str, Any] = {"type": "array", "items": STR}
-STRMAP: dict[str, Any] = {"type": "object", "additionalProperties": STR}
-NO_NUL = "^[^\\u0000]*$"
-TEXT: dict[str, Any] = {"type": "string", "pattern": NO_NUL}  # paths, arguments: no NUL
-NAME_PATTERN = "^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
-PATH_TEXT: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": 4095, "pattern": NO_NUL}
+_SCALARS: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
 
 
-def _ref(name: str) -> dict[str, Any]:
-    return {"$ref": f"#/components/schemas/{name}"}
+def _type_schema(kind: Any) -> dict[str, Any]:
+    """The JSON schema of a model field's type (the subset models use)."""
+    if isinstance(kind, types.UnionType):
+        (inner,) = (k for k in typing.get_args(kind) if k is not type(None))
+        return {"type": [_SCALARS[inner], "null"]}
+    if typing.get_origin(kind) is tuple:
+        item = typing.get_args(kind)[0]
+        return {
+            "type": "array",
+            "items": ref(item.__name__)
+            if isinstance(item, type) and dataclasses.is_dataclass(item)
+            else _type_schema(item),
+        }
+    if kind is bytes:  # output: UTF-8 text, or base64 per <field>_encoding
+        return STR
+    return {"type": _SCALARS[kind]}
 
 
-def _object(props: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
-    out: dict[str, Any] = {"type": "object", "properties": props, "additionalProperties": False}
+def model_schema(
+    model: type,
+    *,
+    required: tuple[str, ...] = (),
+    override: dict[str, dict[str, Any]] | None = None,
+    extra: dict[str, dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """A response's schema from its model's fields as ``codec`` encodes them;
+    ``override`` refines a field (an enum), ``extra`` adds what the encoder adds."""
+    props: dict[str, Any] = {}
+    for wire, _field, kind in codec.wire_fields(model):
+        props[wire] = (override or {}).get(wire) or _type_schema(kind)
+        if kind is bytes:
+            props[f"{wire}_encoding"] = ENCODING
+    props.update(extra or {})
+    out: dict[str, Any] = {"type": "object", "properties": props}
     if required:
         out["required"] = list(required)
     return out
 
 
-def _policy_props() -> dict[str, Any]:
-    props: dict[str, Any] = {}
-    for key in LIST_KEYS:
-        props[key] = {"oneOf": [STRS, STR]}
-    for key in BOOL_KEYS:
-        props[key] = BOOL
-    for key in STR_KEYS:
-        props[key] = STR
-    for key in TABLE_KEYS:
-        props[key] = STRMAP
-    for key in LIMIT_KEYS:
-        props[key] = {"oneOf": [STR, NUM]}  # "512M", 64, 0.5, "10m", "none"
-    props["network"] = {"type": "string", "enum": ["none", "allow", "open"]}
-    return props
-
-
-COMMAND = {
-    "argv": {
-        "type": "array",
-        "prefixItems": [{"type": "string", "minLength": 1, "pattern": NO_NUL}],
-        "items": TEXT,
-        "minItems": 1,
-        "description": "the program (non-empty) and its arguments; no NUL, each under "
-        f"{checks.MAX_ARG_STRLEN} bytes",
-    },
-    "cwd": {"type": ["string", "null"], "minLength": 1, "pattern": NO_NUL},
-    "env": {"type": ["object", "null"], "additionalProperties": TEXT},
-    "stdin": {"type": ["string", "null"]},
-    "stdin_encoding": {"type": "string", "enum": ["utf-8", "base64"]},
-    "timeout": {
-        "type": ["number", "null"],
-        "exclusiveMinimum": 0,
-        "maximum": checks.MAX_TIMEOUT,
-        "description": "seconds; null: no limit (0 is refused, not 'no limit')",
-    },
-    "output_limit": {"type": ["integer", "null"], "minimum": 0, "maximum": checks.MAX_OUTPUT_LIMIT},
-}
-
 SCHEMAS: dict[str, Any] = {
-    "Error": _object(
+    "Error": closed_object(
         {
-            "error": _object(
+            "error": closed_object(
                 {
                     "type": STR,
                     "message": STR,
@@ -89,36 +80,7 @@ SCHEMAS: dict[str, Any] = {
         },
         ("error",),
     ),
-    "Policy": _object(_policy_props()),
-    "CreateSandbox": _object(
-        {"name": {"type": "string", "pattern": NAME_PATTERN}, **_policy_props()},
-    ),
-    "Run": _object(
-        {
-            "policy": {"anyOf": [_ref("Policy"), {"type": "null"}]},
-            **{k: v for k, v in COMMAND.items() if k != "env"},
-        },
-        ("argv",),
-    ),
-    "Exec": _object(COMMAND, ("argv",)),
-    "Spawn": _object(
-        {
-            **{k: v for k, v in COMMAND.items() if not k.startswith("stdin")},
-            "stdin": {
-                "type": "boolean",
-                "description": "true: stdin is a pipe fed by POST .../processes/{id}/stdin "
-                "(default false: /dev/null, the process reads end of file at once)",
-            },
-        },
-        ("argv",),
-    ),
-    "Stdin": _object(
-        {
-            "data": STR,
-            "encoding": {"type": "string", "enum": ["utf-8", "base64"]},
-            "eof": {"type": "boolean", "description": "close stdin after data"},
-        }
-    ),
+    **{name: body.schema() for name, body in BODIES.items()},
     "StdinState": {
         "type": "object",
         "properties": {
@@ -130,63 +92,31 @@ SCHEMAS: dict[str, Any] = {
         },
         "required": ["queued", "closed"],
     },
-    "Result": {
-        "type": "object",
-        "properties": {
-            "exit_code": INT,
-            "stdout": STR,
-            "stdout_encoding": {"type": "string", "enum": ["utf-8", "base64"]},
-            "stderr": STR,
-            "stderr_encoding": {"type": "string", "enum": ["utf-8", "base64"]},
-            "duration": NUM,
-            "truncated": BOOL,
-            "stdout_truncated": BOOL,
-            "stderr_truncated": BOOL,
-            "timed_out": BOOL,
-            "limit": {"type": ["string", "null"]},
-            "signal": {"type": ["integer", "null"]},
-            "warnings": STRS,
-            "cwd": {"type": ["string", "null"]},
-            "net_log": {"type": "array", "items": {"type": "object"}},
-        },
-        "required": ["exit_code", "stdout", "stderr", "duration", "truncated"],
-    },
-    "Sandbox": {
-        "type": "object",
-        "properties": {
-            "name": STR,
-            "id": STR,
+    "Result": model_schema(
+        Result,
+        required=("exit_code", "stdout", "stderr", "duration", "truncated"),
+        extra={"truncated": BOOL},
+    ),
+    "NetEvent": model_schema(NetEvent),
+    "Sandbox": model_schema(
+        SandboxInfo,
+        required=("name", "id", "state"),
+        override={
             "state": {
                 "type": "string",
                 "enum": ["running", "paused", "stopping", "stopped", "dead", "removed"],
                 "description": "removed: the answer of DELETE when the sandbox is gone",
-            },
-            "reason": STR,
-            "workspace": STR,
-            "created": NUM,
-            "warnings": STRS,
-            "idle_timeout": {"type": ["number", "null"]},
-            "last_active": NUM,
+            }
         },
-        "required": ["name", "id", "state"],
-    },
+    ),
     "SandboxList": {
         "type": "object",
-        "properties": {"sandboxes": {"type": "array", "items": _ref("Sandbox")}},
+        "properties": {"sandboxes": {"type": "array", "items": ref("Sandbox")}},
     },
-    "Process": {
-        "type": "object",
-        "properties": {
-            "pid": INT,
-            "ppid": INT,
-            "state": STR,
-            "argv": STRS,
-            "id": {"type": ["string", "null"]},
-        },
-    },
+    "Process": model_schema(ProcessInfo),
     "ProcessList": {
         "type": "object",
-        "properties": {"processes": {"type": "array", "items": _ref("Process")}},
+        "properties": {"processes": {"type": "array", "items": ref("Process")}},
     },
     "Started": {"type": "object", "properties": {"id": STR, "pid": INT}, "required": ["id", "pid"]},
     "ProcessState": {
@@ -204,57 +134,17 @@ SCHEMAS: dict[str, Any] = {
             "next_stderr_offset": INT,
         },
     },
-    "Signal": _object(
-        {"signal": {"oneOf": [{"type": "integer", "minimum": 1, "maximum": 64}, {"type": "string"}]}}
+    "FileInfo": model_schema(
+        FileInfo, override={"type": {"type": "string", "enum": ["file", "dir", "symlink", "other"]}}
     ),
-    "FileInfo": {
-        "type": "object",
-        "properties": {
-            "name": STR,
-            "type": {"type": "string", "enum": ["file", "dir", "symlink", "other"]},
-            "size": INT,
-            "mode": INT,
-            "mtime": NUM,
-            "uid": INT,
-            "gid": INT,
-        },
-    },
     "Listing": {
         "type": "object",
-        "properties": {"path": STR, "entries": {"type": "array", "items": _ref("FileInfo")}},
+        "properties": {"path": STR, "entries": {"type": "array", "items": ref("FileInfo")}},
     },
-    "Mkdir": _object(
-        {
-            "path": PATH_TEXT,
-            "parents": BOOL,
-            "exist_ok": BOOL,
-            "mode": {"type": ["integer", "null"], "minimum": 0, "maximum": 0o1777},
-        },
-        ("path",),
-    ),
-    "Move": _object({"src": PATH_TEXT, "dst": PATH_TEXT}, ("src", "dst")),
-    "Expose": _object(
-        {
-            "port": {"type": "integer", "minimum": 1, "maximum": 65535},
-            "host_port": {"type": ["integer", "null"], "minimum": 0, "maximum": 65535},
-        },
-        ("port",),
-    ),
     "Exposed": {"type": "object", "properties": {"address": STR}},
-    "NetLog": {"type": "object", "properties": {"events": {"type": "array", "items": {"type": "object"}}}},
+    "NetLog": {"type": "object", "properties": {"events": {"type": "array", "items": ref("NetEvent")}}},
     "Ok": {"type": "object"},
-    "Stats": {
-        "type": "object",
-        "properties": {
-            "memory": {"type": "integer"},
-            "pids": {"type": "integer"},
-            "cpu_time": {"type": "number"},
-            "source": STR,
-            "memory_limit": {"type": ["integer", "null"]},
-            "pids_limit": {"type": ["integer", "null"]},
-            "cpus_limit": {"type": ["number", "null"]},
-        },
-    },
+    "Stats": model_schema(Stats),
 }
 
 NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string", "pattern": NAME_PATTERN}}
@@ -278,7 +168,7 @@ SSE = {"text/event-stream": {"schema": STR}}
 
 
 def _json(name: str) -> dict[str, Any]:
-    return {"application/json": {"schema": _ref(name)}}
+    return {"application/json": {"schema": ref(name)}}
 
 
 # (path, method) -> summary, request body schema, success status, success content, extra params
@@ -471,7 +361,8 @@ def _operation_id(method: str, path: str) -> str:
 
 def document() -> dict[str, Any]:
     paths: dict[str, dict[str, Any]] = {}
-    for (path, method), (summary, request, status, content, params) in OPS.items():
+    for path, method, _handler in ROUTES:
+        summary, request, status, content, params = OPS[path, method]
         op: dict[str, Any] = {
             "summary": summary,
             "operationId": _operation_id(method, path),

@@ -29,8 +29,8 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .. import statedir
 from ..errors import PolicyError, WarrenError
-from ..server import statedir
 from . import conn
 
 

@@ -1,0 +1,188 @@
+"""warren's protocol: typed, versioned messages between clients, the supervisor and a
+sandbox's PID 1, one module per channel.
+
+``base`` is the message engine (the ``Message`` class, the version, decoding, errors);
+``client`` the client <-> supervisor requests and replies; ``pid1`` the supervisor <->
+PID 1 channel; ``handoff`` the work carried into a sandbox (handoffs, the exec
+helper's launch, the network helper's connector). Every message is re-exported here,
+so ``protocol.ExecRequest`` names it wherever it is declared (``pid1`` and ``handoff``
+are loaded when first named: a client never needs them). Framing (length, payload,
+descriptors) is ``warren.wire``.
+
+On the CLI's fast path: every module here is standard library only.
+"""
+
+from __future__ import annotations
+
+from .base import (
+    VERSION,
+    Error,
+    ErrorRecord,
+    Message,
+    decode,
+    error_message,
+    from_dict,
+    raise_error,
+)
+from .client import (
+    DEFAULT_OUTPUT_LIMIT,
+    STDIN_MAX_QUEUED,
+    Caller,
+    Command,
+    CreateRequest,
+    ExecRequest,
+    Exited,
+    Exposed,
+    ExposeRequest,
+    FileReply,
+    FileRequest,
+    FileStat,
+    GetRequest,
+    ListRequest,
+    NetEventRecord,
+    NetLog,
+    NetLogRequest,
+    Ok,
+    PauseRequest,
+    PlanReply,
+    PlanRequest,
+    ProcessList,
+    ProcessRequest,
+    ProcessState,
+    ProcInfo,
+    PsRequest,
+    RunRequest,
+    SandboxInfo,
+    SandboxList,
+    ShutdownRequest,
+    Signal,
+    SignalRequest,
+    SpawnRequest,
+    Spec,
+    Started,
+    Stats,
+    StatsRequest,
+    StdinRequest,
+    StdinState,
+    StopRequest,
+    Tty,
+    check_stdin_size,
+    exit_code,
+)
+
+TYPE_CHECKING = False  # not typing's: importing typing costs milliseconds (mypy knows the name)
+if TYPE_CHECKING:
+    from .handoff import (
+        Connected,
+        ConnectorRequest,
+        ConnectRequest,
+        Handoff,
+        Launch,
+    )
+    from .pid1 import (
+        Failed,
+        GitChanged,
+        NetGo,
+        NetProxy,
+        NetReady,
+        NetUp,
+        Ready,
+        Refresh,
+    )
+
+# The channels a client never speaks load when first named (the CLI's start-up stays
+# with base and client); ``base.from_dict`` loads them before refusing an unknown kind.
+_LAZY = {
+    "ConnectRequest": "handoff",
+    "Connected": "handoff",
+    "ConnectorRequest": "handoff",
+    "Failed": "pid1",
+    "GitChanged": "pid1",
+    "Handoff": "handoff",
+    "Launch": "handoff",
+    "NetGo": "pid1",
+    "NetProxy": "pid1",
+    "NetReady": "pid1",
+    "NetUp": "pid1",
+    "Ready": "pid1",
+    "Refresh": "pid1",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'warren.protocol' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+__all__ = [
+    "DEFAULT_OUTPUT_LIMIT",
+    "STDIN_MAX_QUEUED",
+    "VERSION",
+    "Caller",
+    "Command",
+    "ConnectRequest",
+    "Connected",
+    "ConnectorRequest",
+    "CreateRequest",
+    "Error",
+    "ErrorRecord",
+    "ExecRequest",
+    "Exited",
+    "ExposeRequest",
+    "Exposed",
+    "Failed",
+    "FileReply",
+    "FileRequest",
+    "FileStat",
+    "GetRequest",
+    "GitChanged",
+    "Handoff",
+    "Launch",
+    "ListRequest",
+    "Message",
+    "NetEventRecord",
+    "NetGo",
+    "NetLog",
+    "NetLogRequest",
+    "NetProxy",
+    "NetReady",
+    "NetUp",
+    "Ok",
+    "PauseRequest",
+    "PlanReply",
+    "PlanRequest",
+    "ProcInfo",
+    "ProcessList",
+    "ProcessRequest",
+    "ProcessState",
+    "PsRequest",
+    "Ready",
+    "Refresh",
+    "RunRequest",
+    "SandboxInfo",
+    "SandboxList",
+    "ShutdownRequest",
+    "Signal",
+    "SignalRequest",
+    "SpawnRequest",
+    "Spec",
+    "Started",
+    "Stats",
+    "StatsRequest",
+    "StdinRequest",
+    "StdinState",
+    "StopRequest",
+    "Tty",
+    "check_stdin_size",
+    "decode",
+    "error_message",
+    "exit_code",
+    "from_dict",
+    "raise_error",
+]

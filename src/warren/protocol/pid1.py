@@ -1,0 +1,56 @@
+"""The messages between the supervisor and a sandbox's PID 1 on their private
+channel: PID 1 is ready (or failed to set up), the network comes up (proxy socket,
+pasta), a writable root was bound anew, a protected git config changed.
+"""
+
+from __future__ import annotations
+
+from .base import ErrorRecord, Message
+
+
+class Ready(Message):
+    """PID 1 finished setting up; it serves handoffs from now on."""
+
+    TAG = "ready"
+
+
+class Refresh(Message):
+    """From the supervisor: a writable root was replaced on the host and bound anew;
+    rebuild the Landlock ruleset (rules bind to inodes) before the next request."""
+
+    TAG = "refresh"
+
+
+class GitChanged(Message):
+    """From PID 1: the sandbox replaced a protected repository config (``gitdir``, one
+    of the plan's); the supervisor brings the host's copy in step."""
+
+    TAG = "git_changed"
+    gitdir: str
+
+
+class Failed(Message):
+    TAG = "failed"
+    error: ErrorRecord
+
+
+class NetProxy(Message):
+    """``--network allow``: the proxy's listening socket, made inside, is attached."""
+
+    TAG = "net-proxy"
+
+
+class NetReady(Message):
+    """``--network open``: the namespace is ready for pasta."""
+
+    TAG = "net-ready"
+
+
+class NetGo(Message):
+    TAG = "net-go"
+    go: bool
+
+
+class NetUp(Message):
+    TAG = "net-up"
+    ok: bool

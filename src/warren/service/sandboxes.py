@@ -1,0 +1,100 @@
+"""Handlers of API v1 for sandboxes as a whole: the one-shot run, create, list, get,
+stop/remove, exec, pause/resume, stats — and the service's own health and OpenAPI
+document. Each checks its input and calls the ``Transport`` method the SDK calls."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from .. import codec
+from ..names import check_name
+from ..policy.spec import from_mapping
+from . import fields
+from .body import command_args, flag, json_body, name_of
+from .core import Service
+from .sse import streamed, wants_sse
+from .status import HttpError, bad_request
+
+
+async def health(svc: Service, request: Request) -> Response:
+    from importlib.metadata import version
+
+    return JSONResponse({"status": "ok", "version": version("warren"), "api": "v1"})
+
+
+async def openapi(svc: Service, request: Request) -> Response:
+    from .openapi import document
+
+    return JSONResponse(document())
+
+
+async def run(svc: Service, request: Request) -> Response:
+    data = await json_body(request, fields.RUN)
+    with bad_request():
+        spec = from_mapping(data.get("policy") or {}, "request policy")
+        argv, args = command_args(data, "run")
+    args.update(config=False, profile=None, on_net_event=None)
+    args.pop("env")
+    if wants_sse(request):
+        return streamed(
+            svc, lambda out, err: svc.transport.run(argv, spec, on_stdout=out, on_stderr=err, **args)
+        )
+    result = await svc.call(svc.transport.run, argv, spec, on_stdout=None, on_stderr=None, **args)
+    return JSONResponse(codec.result(result))
+
+
+async def create(svc: Service, request: Request) -> Response:
+    data = await json_body(request, fields.CREATE, empty_ok=False)
+    name = data.pop("name", None)
+    if name is None:
+        import uuid
+
+        name = f"sb-{uuid.uuid4().hex[:10]}"
+    if not isinstance(name, str):
+        raise HttpError(400, "name must be a string", hint="letters, digits, '-', '_', '.'")
+    with bad_request():
+        spec = from_mapping(data, "request body")
+        name = check_name(name)
+    info = await svc.call(svc.transport.create, spec, name, config=False, profile=None)
+    return JSONResponse(codec.sandbox(info), status_code=201)
+
+
+async def list_all(svc: Service, request: Request) -> Response:
+    items = await svc.call(svc.transport.list)
+    return JSONResponse({"sandboxes": [codec.sandbox(i) for i in items]})
+
+
+async def get(svc: Service, request: Request) -> Response:
+    return JSONResponse(codec.sandbox(await svc.call(svc.transport.get, name_of(request))))
+
+
+async def delete(svc: Service, request: Request) -> Response:
+    name, remove = name_of(request), flag(request, "remove", True)
+    info = await svc.call(svc.transport.stop, name, remove=remove)
+    return JSONResponse(codec.sandbox(info))
+
+
+async def exec_(svc: Service, request: Request) -> Response:
+    name = name_of(request)
+    data = await json_body(request, fields.EXEC)
+    with bad_request():
+        argv, args = command_args(data, "exec")
+    if wants_sse(request):
+        return streamed(
+            svc, lambda out, err: svc.transport.exec(name, argv, on_stdout=out, on_stderr=err, **args)
+        )
+    result = await svc.call(svc.transport.exec, name, argv, on_stdout=None, on_stderr=None, **args)
+    return JSONResponse(codec.result(result))
+
+
+async def stats(svc: Service, request: Request) -> Response:
+    return JSONResponse(codec.encode(await svc.call(svc.transport.stats, name_of(request))))
+
+
+async def pause(svc: Service, request: Request) -> Response:
+    return JSONResponse(codec.sandbox(await svc.call(svc.transport.pause, name_of(request), True)))
+
+
+async def resume(svc: Service, request: Request) -> Response:
+    return JSONResponse(codec.sandbox(await svc.call(svc.transport.pause, name_of(request), False)))

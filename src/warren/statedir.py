@@ -1,0 +1,99 @@
+"""Where warren keeps its state, the checks made before trusting it, and how a client
+finds the supervisor there.
+
+``$XDG_STATE_HOME/warren`` (default ``~/.local/state/warren``): the registry, the
+supervisor's lock and address, logs of background processes and network decisions.
+It must belong to the user and be closed to everyone else (mode 0700, not a symlink):
+checked every time before use. Every sandbox gets it hidden, and no policy may make
+it — or a directory above it — writable (``plan.make``), so no sandbox can move it
+aside or plant another.
+
+The supervisor's control socket is abstract (``wire.abstract_name``): it exists only
+in the host's network namespace, which no sandbox shares. Its random name is in
+``supervisor.addr`` here, so another user can neither find nor squat it.
+
+Shared by the client (to find or start the supervisor), the CLI and the service;
+what only the supervisor does there (publishing its address, a sandbox's own
+directory) is ``server.statedir``. Imported by the CLI's fast path: standard library
+only.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from .errors import SetupError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+ADDRESS_FILE = "supervisor.addr"
+LOG_FILE = "supervisor.log"
+SANDBOXES = "sandboxes"
+
+
+def location(env: Mapping[str, str]) -> str:
+    base = env.get("XDG_STATE_HOME") or ""
+    if not base.startswith("/"):
+        base = os.path.join(env.get("HOME") or os.path.expanduser("~"), ".local", "state")
+    return os.path.join(os.path.normpath(base), "warren")
+
+
+def _refuse(path: str, why: str, hint: str) -> SetupError:
+    return SetupError(f"warren's state directory {path} {why}", operation="state dir", path=path, hint=hint)
+
+
+def prepare(path: str) -> str:
+    """Create the state directory if needed and verify it: a real directory of this
+    user, closed to others. Returns ``path``."""
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        st = os.lstat(path)
+    except OSError as e:
+        raise SetupError(
+            f"cannot create warren's state directory {path}",
+            operation="state dir",
+            path=path,
+            errno=e.errno,
+            hint="check that its parent is writable, or set XDG_STATE_HOME to a directory you own",
+        ) from None
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise _refuse(
+            path, "is not a directory (a symlink?)", "remove it; warren recreates it on the next run"
+        )
+    if st.st_uid != os.geteuid():
+        raise _refuse(
+            path,
+            f"belongs to uid {st.st_uid}, not to you (uid {os.geteuid()})",
+            "someone else created it: remove it, or set XDG_STATE_HOME to a directory you own",
+        )
+    if stat.S_IMODE(st.st_mode) & 0o077:
+        os.chmod(path, 0o700)  # ours: closing it to others is always safe
+    for sub in (SANDBOXES,):
+        sub_path = os.path.join(path, sub)
+        try:
+            os.mkdir(sub_path, 0o700)
+        except FileExistsError:
+            if not stat.S_ISDIR(os.lstat(sub_path).st_mode):
+                raise _refuse(sub_path, "is not a directory", "remove it") from None
+    return path
+
+
+def read_address(path: str) -> tuple[str, int] | None:
+    """The supervisor's abstract socket token and its pid, if published by this user."""
+    try:
+        fd = os.open(os.path.join(path, ADDRESS_FILE), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o077:
+            return None
+        fields = os.read(fd, 256).decode(errors="replace").split()
+    finally:
+        os.close(fd)
+    if len(fields) != 2 or not fields[0].isalnum() or len(fields[0]) < 16 or not fields[1].isdigit():
+        return None
+    return fields[0], int(fields[1])
