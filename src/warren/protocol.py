@@ -32,7 +32,7 @@ else:
         return lambda cls: cls
 
 
-VERSION = 3  # bumped whenever a message changes: a supervisor of other code refuses cleanly
+VERSION = 4  # bumped whenever a message changes: a supervisor of other code refuses cleanly
 DEFAULT_OUTPUT_LIMIT = 16 * 1024 * 1024
 STDIN_MAX_QUEUED = 4 * 1024 * 1024  # a process's stdin bytes the supervisor holds beyond its pipe
 
@@ -637,14 +637,6 @@ class Refresh(Message):
     rebuild the Landlock ruleset (rules bind to inodes) before the next request."""
 
     TAG = "refresh"
-
-
-class GitChanged(Message):
-    """From PID 1: the sandbox replaced a protected repository config (``gitdir``, one
-    of the plan's); the supervisor brings the host's copy in step."""
-
-    TAG = "git_changed"
-    gitdir: str
 
 
 class Failed(Message):

@@ -109,20 +109,6 @@ class Call:
         base = f"/proc/{self.pid}/cwd/" if dirfd == AT_FDCWD else f"/proc/{self.pid}/fd/{dirfd}/"
         return base.encode() + path
 
-    def parent(self, dirfd_arg: int, path: bytes) -> tuple[int, bytes] | None:
-        """An fd of the directory holding ``path``'s last component, and that component."""
-        if not path:
-            return None
-        head, _, tail = path.rstrip(b"/").rpartition(b"/")
-        if tail in (b"", b".", b".."):
-            return None
-        where = self.resolve(dirfd_arg, head if head or path.startswith(b"/") else b".")
-        try:
-            fd = os.open(where or b"/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-        except OSError:
-            return None
-        return fd, tail
-
 
 def _tgid(tid: int) -> int:
     with open(f"/proc/{tid}/status") as f:
