@@ -29,7 +29,7 @@ from .. import protocol, wire
 from ..errors import LimitReached, ProcessNotFound, SandboxError, SetupError, WarrenError
 from ..net.handshake import pid1_network
 from ..plan.model import Plan
-from . import _sys, fileops, harden, mounts, procs
+from . import _sys, fileops, harden, kernel, mounts, procs
 from .broker import Broker
 from .shim import Launcher, Shim, warm
 
@@ -43,7 +43,7 @@ INLINE_REPLY_MAX = 64 * 1024  # what PID 1 writes to a client itself: its buffer
 
 def main(plan: Plan, control: socket.socket, *, oneshot: bool) -> int:
     """Run as the freshly cloned PID 1; returns its exit code."""
-    _sys.prctl(_sys.PR_SET_PDEATHSIG, signal.SIGKILL)
+    kernel.die_with_parent()
     # The parent is outside this pid namespace (getppid() is 0): a hung-up channel
     # means it died before the parent-death signal was armed.
     poller = select.poll()
