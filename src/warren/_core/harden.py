@@ -134,8 +134,11 @@ def _cover(directory: str, rule: LandlockRule, excluded: _Exclusions, out: list[
             continue  # gone meanwhile
         if stat.S_ISLNK(mode):
             target = os.path.realpath(child)
-            if excluded.covers(target):
-                continue  # a link into something denied
+            if excluded.covers(target) or excluded.has_below(target):
+                # A link into something denied, or to a directory above it (a rule
+                # binds to the inode: it would grant reading the denied path too; that
+                # directory is covered under its own name).
+                continue
             if os.path.exists(child):
                 is_dir = os.path.isdir(target)
                 access = rule.access if is_dir else rule.access & LL_FILE_RIGHTS

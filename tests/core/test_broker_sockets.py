@@ -1,0 +1,79 @@
+"""The broker's socket concern (``_core.broker.sockets``) in this process: what it
+sends in place of the process's control messages and data, with a stand-in call."""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import struct
+import subprocess
+import sys
+
+from warren._core.broker import sockets
+
+
+class FakeCall:
+    """A call whose process's fds are this process's (copied with dup)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def their_fd(self, fd: int) -> int:
+        try:
+            return os.dup(fd)
+        except OSError as e:
+            return -e.errno
+
+
+def _cmsg(level: int, kind: int, data: bytes) -> bytes:
+    size = 16 + len(data)
+    return struct.pack("=Qii", size, level, kind) + data + b"\0" * (-size % 8)
+
+
+def test_passed_fds_are_sent_as_copies_and_held_until_the_send_is_done() -> None:
+    r, w = os.pipe()
+    held: list[int] = []
+    ctl = _cmsg(socket.SOL_SOCKET, sockets.SCM_RIGHTS, struct.pack("=ii", r, w))
+    out = sockets._control(FakeCall(os.getpid()), ctl, held)  # type: ignore[arg-type]
+    assert isinstance(out, bytes) and len(out) == len(ctl)
+    sent = list(struct.unpack_from("=ii", out, 16))
+    assert sent == held and not {r, w} & set(sent)
+    assert [os.fstat(a).st_ino for a in sent] == [os.fstat(b).st_ino for b in (r, w)]
+    for fd in (*held, r, w):
+        os.close(fd)
+
+
+def test_a_bad_fd_in_scm_rights_is_ebadf_and_copies_made_stay_held_for_closing() -> None:
+    r, w = os.pipe()
+    os.close(w)
+    held: list[int] = []
+    ctl = _cmsg(socket.SOL_SOCKET, sockets.SCM_RIGHTS, struct.pack("=ii", r, 1 << 20))  # no such fd
+    assert sockets._control(FakeCall(os.getpid()), ctl, held) == -errno.EBADF  # type: ignore[arg-type]
+    assert len(held) == 1  # closed by the call's close, as every copy
+    for fd in (*held, r):
+        os.close(fd)
+
+
+def test_credentials_naming_the_caller_name_the_broker_and_others_pass_as_they_are() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        mine = struct.pack("=iII", child.pid, os.getuid(), os.getgid())
+        other = struct.pack("=iII", 4242, os.getuid(), os.getgid())
+        ctl = _cmsg(socket.SOL_SOCKET, sockets.SCM_CREDENTIALS, mine)
+        ctl += _cmsg(socket.SOL_SOCKET, sockets.SCM_CREDENTIALS, other)
+        out = sockets._control(FakeCall(child.pid), ctl, [])  # type: ignore[arg-type]
+        assert isinstance(out, bytes)
+        assert struct.unpack_from("=iII", out, 16) == (os.getpid(), os.getuid(), os.getgid())
+        assert struct.unpack_from("=iII", out, 32 + 16) == (4242, os.getuid(), os.getgid())
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_short_stream_write_goes_on_with_the_rest_and_without_the_control() -> None:
+    message = sockets._Message(b"", [b"abc", b"defg", b"h"], b"control")
+    message.skip(5)
+    assert message.parts == [b"fg", b"h"] and message.ctl == b""
+    message.skip(2)
+    assert message.parts == [b"h"]
