@@ -3,9 +3,11 @@ and the caller's context -> ``Policy``), ``host_facts`` (everything the planner 
 know of this host, gathered in one place: mount table, link scan, repositories, paths)
 and the pure ``make_plan``.
 
-The only effects are in ``host_facts`` and only when not ``dry``: the link scanner's
-memory is updated, and the repositories found are given their git stores (a lease is
-taken on them, which the caller releases when the sandbox ends or fails to start).
+Nothing on disk changes here: the repositories found get their git stores at launch
+(``sandboxes.launch``, through ``gitkeeper.GitKeeper.lease``). What planning keeps is
+warm state (the link scanner's and the repository walks' memory) and, unless ``dry``,
+the writable roots' descriptors, opened before the sandbox exists (``gitkeeper.Found``:
+the launch takes them over; whoever does not launch closes them).
 """
 
 from __future__ import annotations
@@ -48,9 +50,9 @@ def host_facts(
     scanner: links.LinkScanner,
     keeper: gitkeeper.GitKeeper,
     dry: bool,
-) -> tuple[HostFacts, gitkeeper.Lease | None]:
+) -> tuple[HostFacts, gitkeeper.Found]:
     """What the planner must know of this host for ``policy``. ``dry``: only to show
-    (``warren plan``): no git store is prepared and no lease taken."""
+    (``warren plan``): the repository walks keep nothing."""
     paths = [r.path for r in (*policy.writable, *policy.readable, *policy.denied)]
     roots = strip_nested([str(r.path) for r in policy.writable])
     # A read-only workspace is walked too: a denied file linked into it must stay
@@ -67,24 +69,22 @@ def host_facts(
     # Repositories in the workspace and the --write roots (a preset's caches are
     # the tool's, shared with the host on purpose: README, Known limits).
     git_roots = strip_nested([str(r.path) for r in policy.writable if r.source in ("workspace", "--write")])
-    gitdirs, git_files, lease = keeper.plan(
-        git_roots, caller.env, dry=dry, readonly=tuple(str(r.path) for r in policy.readable)
-    )
+    git = keeper.find(git_roots, caller.env, dry=dry, readonly=tuple(str(r.path) for r in policy.readable))
     try:
         ws_path = str(policy.workspace)
         host = gather(
             [*paths_of(paths, caller), *tmpdir.candidates(ws_path, caller.env, caller.home)],
             state_dir=state_dir,
             outside_links=tuple((o.path, o.dev, o.ino, o.secret) for o in found),
-            git=gitdirs,
-            git_files=git_files,
+            git=git.gitdirs,
+            git_files=git.files,
             workspace=ws_path,
             caller_cgroups=caller.cgroups,
         )
     except BaseException:
-        keeper.release(lease)
+        git.close()
         raise
-    return host, lease
+    return host, git
 
 
 class Planner:
@@ -103,13 +103,13 @@ class Planner:
         *,
         long_lived: bool = False,
         dry: bool = False,
-    ) -> tuple[Plan, gitkeeper.Lease | None]:
-        """``long_lived``: commands start in the workspace (not wherever the sandbox
-        happened to be created from). ``dry``: only to show (``warren plan``): nothing
-        on disk changes, no lease on git directories is taken."""
+    ) -> tuple[Plan, gitkeeper.Found]:
+        """The plan, and the repositories found for its launch. ``long_lived``:
+        commands start in the workspace (not wherever the sandbox happened to be
+        created from). ``dry``: only to show (``warren plan``)."""
         policy = resolve(spec_map, caller, msg_caller)
         state_dir = self.root or statedir.location(caller.env)
-        host, lease = host_facts(
+        host, git = host_facts(
             policy, caller, state_dir=state_dir, scanner=self.scanner, keeper=self.keeper, dry=dry
         )
         try:
@@ -121,9 +121,9 @@ class Planner:
                 scratch_id=secrets.token_hex(12),
             )
         except BaseException:
-            self.keeper.release(lease)
+            git.close()
             raise
-        return plan, lease
+        return plan, git
 
 
 def json_safe(value: object) -> dict[str, object]:

@@ -45,10 +45,15 @@ class Sandboxes:
             launch.sweep_scratch(self.tmp_records)
 
     def launch(
-        self, plan: Plan, lease: gitkeeper.Lease | None, name: str, search_path: str | None, oneshot: bool
+        self, plan: Plan, git: gitkeeper.Found, name: str, search_path: str | None, oneshot: bool
     ) -> Box:
-        """Launch a planned sandbox; the git lease is the box's from here on (released
-        here when the launch fails)."""
+        """Launch a planned sandbox: its repositories' stores first (the lease is the
+        box's from here on, released here when the launch fails), then PID 1."""
+        try:
+            lease = self.keeper.lease(git)
+        except BaseException:
+            git.close()
+            raise
         try:
             launched = launch.launch(
                 plan, oneshot=oneshot, record_dir=self.cgroup_records, tmp_records=self.tmp_records

@@ -431,8 +431,8 @@ class Supervisor:
                 operation="decode",
             )
         caller = c.facts(msg.caller)
-        plan, lease = self.planner.plan(msg.spec, caller, msg.caller, msg.command.cwd)
-        box = self.sandboxes.launch(plan, lease, "run", caller.env.get("PATH"), oneshot=True)
+        plan, git = self.planner.plan(msg.spec, caller, msg.caller, msg.command.cwd)
+        box = self.sandboxes.launch(plan, git, "run", caller.env.get("PATH"), oneshot=True)
         box.run = Run(c, msg.command, fds[:stdio], fds[stdio] if msg.net_events else None)
         c.box = box
 
@@ -448,8 +448,8 @@ class Supervisor:
                 hint=f"use it (warren exec {name} CMD), or remove it first (warren rm -f {name})",
             )
         caller = c.facts(msg.caller)
-        plan, lease = self.planner.plan(msg.spec, caller, msg.caller, None, long_lived=True)
-        box = self.sandboxes.launch(plan, lease, name, caller.env.get("PATH"), oneshot=False)
+        plan, git = self.planner.plan(msg.spec, caller, msg.caller, None, long_lived=True)
+        box = self.sandboxes.launch(plan, git, name, caller.env.get("PATH"), oneshot=False)
         box.creator = c
         c.deadline = None
 
