@@ -5,6 +5,7 @@ it lists, PID 1's settling leaves no capability and no way to gain one."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import types
 from pathlib import Path
@@ -100,6 +101,24 @@ def test_a_writable_root_gone_before_the_rules_is_a_setup_error_naming_it(tmp_pa
     with pytest.raises(SetupError) as caught:
         harden.landlock_ruleset(ll)
     assert caught.value.path == str(gone) and caught.value.hint
+
+
+def test_a_read_rule_for_something_gone_meanwhile_is_dropped_not_an_error(tmp_path: Path) -> None:
+    """The walk above a denied path lists entries that another process may remove
+    before the ruleset is built (a sibling in $HOME): no read to grant, no failure. A
+    writable root gone is still an error (the previous test)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    planned = landlock.plan(_abi(), [str(ws)], (), ())
+    gone = landlock.LandlockRule(str(tmp_path / "gone"), landlock.READ, "listed, then removed")
+    ll = dataclasses.replace(planned, rules=(*planned.rules, gone))
+
+    def inside() -> dict[str, str]:
+        _confined(harden.landlock_ruleset(ll))
+        return {"ws": attempt(lambda: (ws / "x").write_text("x"))}
+
+    assert in_child(inside) == {"ws": "ok"}
+    assert (ws / "x").read_text() == "x"
 
 
 def test_the_seccomp_filter_refuses_nested_user_namespaces_and_keyrings() -> None:
