@@ -1,7 +1,7 @@
 """The seccomp filter: which system calls a sandboxed process may not make.
 
 Owns the deny list and its compilation to classic BPF as plain (code, jt, jf, k)
-tuples. Pure: installing the program is the launcher's job (``_sys.seccomp_install``).
+tuples. Pure: installing the program is the launcher's job (``_core.harden``).
 The filter is a deny list on top of what namespaces, dropped capabilities and
 Landlock already forbid; it closes the kernel surfaces those do not cover.
 """
