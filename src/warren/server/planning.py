@@ -67,7 +67,7 @@ def host_facts(
         if o.secret or any(within(o.path, r) for r in roots)
     ]
     # Repositories in the workspace and the --write roots (a preset's caches are
-    # the tool's, shared with the host on purpose: README, Known limits).
+    # the tool's, shared with the host on purpose: docs/known-limits.md).
     git_roots = strip_nested([str(r.path) for r in policy.writable if r.source in ("workspace", "--write")])
     git = keeper.find(git_roots, caller.env, dry=dry, readonly=tuple(str(r.path) for r in policy.readable))
     try:
