@@ -13,8 +13,22 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
-WARREN = [sys.executable, "-m", "warren"]
+# A second virtualenv with warren and the other major of the mcp SDK (scripts/setup).
+OTHER_MCP_VENV = Path(os.environ.get("WARREN_MCP_OTHER_VENV", "/opt/warren-venv-mcp-other"))
+OTHER_MCP_PYTHON = str(OTHER_MCP_VENV / "bin" / "python")
+
+
+def mcp_server_pythons() -> list[object]:
+    """Pythons to start warren's MCP server with: this venv's, and the second venv's
+    (the other major of the SDK), so each MCP test covers the server under both."""
+    missing = not os.access(OTHER_MCP_PYTHON, os.X_OK)
+    skip = pytest.mark.skipif(missing, reason=f"no {OTHER_MCP_VENV} (scripts/setup prepares it)")
+    return [
+        pytest.param(sys.executable, id="server-this-sdk"),
+        pytest.param(OTHER_MCP_PYTHON, id="server-other-sdk-major", marks=skip),
+    ]
 
 
 class Serve:
@@ -26,10 +40,11 @@ class Serve:
         token: bool = True,
         mcp_workspace: Path | None = None,
         extra: tuple[str, ...] = (),
+        python: str = sys.executable,
     ) -> None:
         self.token = secrets.token_hex(16) if token else None
         self.socket = str(tmp / "serve.sock") if unix else None
-        args = [*WARREN, "serve", "--listen", f"unix:{self.socket}" if unix else "127.0.0.1:0"]
+        args = [python, "-m", "warren", "serve", "--listen", f"unix:{self.socket}" if unix else "127.0.0.1:0"]
         if self.token:
             token_file = tmp / f"token-{secrets.token_hex(4)}"
             token_file.write_text(self.token + "\n")

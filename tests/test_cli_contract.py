@@ -99,7 +99,7 @@ def test_cp_copies_directories_and_honours_a_trailing_slash(layout: Layout, tmp_
     (src / "sub" / "b.sh").chmod(0o755)
     (ws / "dest").mkdir()
     (tmp_path / "one.txt").write_text("one")
-    # The README's form: a file into a directory given with a trailing slash.
+    # The documented form (docs/usage/sandboxes.md): a file into a directory given with a trailing slash.
     assert cli(ws, "cp", str(tmp_path / "one.txt"), f"cpbox:{ws}/dest/")[0] == 0
     assert (ws / "dest" / "one.txt").read_text() == "one"
     code, _, err = cli(ws, "cp", str(src), "cpbox:dest/")

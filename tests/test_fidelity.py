@@ -18,7 +18,7 @@ from warren.plan.mounts import WRITABLE_FRESH, within
 def _apart(layout: Layout) -> bool:
     """W and C under /tmp: each is grafted alone into the sandbox's writable /tmp (on a
     read-only view of what is around them), so they cannot share a mount: a known limit
-    that `warren plan` notes (README, Known limits)."""
+    that `warren plan` notes (docs/known-limits.md)."""
     return within(str(layout.root), WRITABLE_FRESH)
 
 

@@ -424,8 +424,8 @@ def test_plan_shows_own_inodes_and_denied_links(layout: Layout, state_home: Path
 def test_a_running_sandbox_writes_its_own_copy_once_a_later_launch_has_made_it(
     layout: Layout, state_home: Path
 ) -> None:
-    """A link made from outside while a sandbox runs reaches that sandbox (README, Known
-    limits); the next launch on the workspace gives the name its own inode, and from
+    """A link made from outside while a sandbox runs reaches that sandbox (a known limit:
+    docs/known-limits.md); the next launch on the workspace gives the name its own inode, and from
     then on the running sandbox's writes through the name stay in the workspace."""
     name = f"live{os.getpid()}"
     made = run_cli(["create", name], cwd=layout.workspace)

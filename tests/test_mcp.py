@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from service_util import Serve
+from service_util import Serve, mcp_server_pythons
 from warren import PolicySpec, Sandbox
 
 TOOLS = {
@@ -162,12 +161,13 @@ def cleanup_outside(project: tuple[Path, Path]) -> Iterator[None]:
     project[1].unlink()
 
 
+@pytest.mark.parametrize("server_python", mcp_server_pythons())
 def test_mcp_over_stdio_with_the_official_client(
-    project: tuple[Path, Path], state_home: Path, cleanup_outside: None
+    project: tuple[Path, Path], state_home: Path, cleanup_outside: None, server_python: str
 ) -> None:
     ws, outside = project
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "warren", "mcp", "--workspace", str(ws)], env=dict(os.environ)
+        command=server_python, args=["-m", "warren", "mcp", "--workspace", str(ws)], env=dict(os.environ)
     )
 
     async def main() -> None:
@@ -177,11 +177,12 @@ def test_mcp_over_stdio_with_the_official_client(
     asyncio.run(main())
 
 
+@pytest.mark.parametrize("server_python", mcp_server_pythons())
 def test_mcp_over_streamable_http_on_serve(
-    tmp_path: Path, project: tuple[Path, Path], state_home: Path, cleanup_outside: None
+    tmp_path: Path, project: tuple[Path, Path], state_home: Path, cleanup_outside: None, server_python: str
 ) -> None:
     ws, outside = project
-    server = Serve(tmp_path, mcp_workspace=ws)
+    server = Serve(tmp_path, mcp_workspace=ws, python=server_python)
     try:
         hello = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
         with server.client(None) as c:

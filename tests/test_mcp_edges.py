@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
+from service_util import mcp_server_pythons
 from warren import PolicySpec, Sandbox
 
 
@@ -75,14 +76,15 @@ async def _edges(session: ClientSession, ws: Path) -> None:
     assert "cwd" in text
 
 
+@pytest.mark.parametrize("server_python", mcp_server_pythons())
 def test_mcp_refuses_edge_values_with_tool_errors_and_exits_without_a_traceback(
-    tmp_path: Path, state_home: Path
+    tmp_path: Path, state_home: Path, server_python: str
 ) -> None:
     ws = tmp_path / "proj"
     ws.mkdir()
     Sandbox.create(PolicySpec(workspace=str(ws)), name="plain")
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "warren", "mcp", "--workspace", str(ws)], env=dict(os.environ)
+        command=server_python, args=["-m", "warren", "mcp", "--workspace", str(ws)], env=dict(os.environ)
     )
     errlog = tmp_path / "mcp-stderr.txt"
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import run_cli
 from warren.cli.hints import installs_programs
 from warren.plan import CallerFacts, HostFacts
 from warren.plan import make_plan as _make_plan
@@ -95,6 +96,12 @@ def test_a_preset_passes_its_tools_settings(tmp_path: Path, preset: str, name: s
         "GITHUB_TOKEN",
         "npm_config__auth",
         "BASIC_AUTH",
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_AUTH_TOKEN",
+        "OPENAI_API_KEY",
+        "GEMINI_API_KEY",
+        "GOOGLE_API_KEY",
+        "AWS_ACCESS_KEY_ID",
     ],
 )
 def test_no_preset_passes_a_credential_unless_named_explicitly(tmp_path: Path, name: str) -> None:
@@ -166,3 +173,65 @@ def test_a_failed_install_of_programs_names_the_directory(argv: list[str], where
 )
 def test_commands_that_install_nothing_for_path_get_no_such_hint(argv: list[str]) -> None:
     assert installs_programs(argv) is None
+
+
+AGENTS = {
+    "claude-code": ("CLAUDE_CONFIG_DIR", ("~/.claude", "~/.claude.json"), "api.anthropic.com"),
+    "codex": ("CODEX_HOME", ("~/.codex",), "api.openai.com"),
+    "gemini-cli": ("GEMINI_CLI_HOME", ("~/.gemini",), "generativelanguage.googleapis.com"),
+}
+
+
+@pytest.mark.parametrize("agent", sorted(AGENTS))
+def test_an_agent_preset_gives_the_agent_a_home_of_its_own_and_keeps_the_users_denied(
+    tmp_path: Path, agent: str
+) -> None:
+    var, users, host = AGENTS[agent]
+    # the caller's own variable names the user's config: ignored, never passed
+    p = _build(tmp_path, [agent], {var: str(tmp_path / ".claude")}, network="allow")
+    own = tmp_path / ".local" / "share" / "warren" / "agents" / agent
+    assert {str(r.path): r.source for r in p.writable}[str(own)] == f"preset:{agent}"  # type: ignore[attr-defined]
+    assert p.env[var] == str(own)  # type: ignore[attr-defined]
+    assert not p.passes_env(var)  # type: ignore[attr-defined]
+    denied = {str(r.path) for r in p.denied}  # type: ignore[attr-defined]
+    for place in users:
+        path = str(tmp_path / place[2:])
+        assert path in denied
+        assert not any(str(r.path) == path or path.startswith(f"{r.path}/") for r in p.writable)  # type: ignore[attr-defined]
+    assert host in p.allowed_hosts  # type: ignore[attr-defined]
+    assert "github.com" not in p.allowed_hosts  # type: ignore[attr-defined]
+
+
+def test_an_agents_home_follows_xdg_data_home_and_an_explicit_env_wins(tmp_path: Path) -> None:
+    p = _build(tmp_path, ["claude-code"], {"XDG_DATA_HOME": str(tmp_path / "xdg")})
+    assert p.env["CLAUDE_CONFIG_DIR"] == str(tmp_path / "xdg" / "warren" / "agents" / "claude-code")  # type: ignore[attr-defined]
+    mine = str(tmp_path / "mine")
+    ws = tmp_path / "proj"
+    ws.mkdir(exist_ok=True)
+    p = build(
+        PolicySpec(workspace=str(ws), presets=["claude-code"], env={"CLAUDE_CONFIG_DIR": mine}),
+        env={"HOME": str(tmp_path)},
+        home=tmp_path,
+    )
+    assert p.env["CLAUDE_CONFIG_DIR"] == mine  # type: ignore[attr-defined]
+
+
+def test_an_agent_preset_passes_its_settings_but_not_its_key(tmp_path: Path) -> None:
+    p = _build(tmp_path, ["claude-code", "codex", "gemini-cli"], {})
+    for name in (
+        "ANTHROPIC_BASE_URL",
+        "ANTHROPIC_MODEL",
+        "OPENAI_ORGANIZATION",
+        "GEMINI_MODEL",
+        "GIT_AUTHOR_NAME",
+    ):
+        assert p.passes_env(name), name  # type: ignore[attr-defined]
+    for name in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY"):
+        assert not p.passes_env(name), name  # type: ignore[attr-defined]
+
+
+def test_warren_presets_shows_each_agents_own_home(tmp_path: Path) -> None:
+    listed = run_cli(["presets"], cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    for agent, (var, _, _) in AGENTS.items():
+        assert f"its own home: $XDG_DATA_HOME/warren/agents/{agent} (${var})" in listed.stdout

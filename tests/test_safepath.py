@@ -100,3 +100,65 @@ def test_read_file_refuses_links_and_bounds_size(tree) -> None:
         safepath.read_file(fd, "big", 100)
     assert e.value.errno == errno.EFBIG
     assert safepath.read_file(fd, "big", 200) == b"x" * 200
+
+
+def _temp(tree: Path, name: str, age: float) -> Path:
+    path = tree / safepath.temp_name(name)
+    path.write_bytes(b"half of it")
+    then = path.stat().st_mtime - age
+    os.utime(path, (then, then))
+    return path
+
+
+def test_a_write_removes_what_a_killed_writer_of_that_name_left(tree) -> None:
+    import subprocess
+    import sys
+
+    tree, _victim, _fd = tree
+
+    stale = _temp(tree, "f.txt", safepath.STALE_AFTER + 5)
+    fresh = _temp(tree, "f.txt", 0)  # maybe a writer between creating and claiming it
+    other = _temp(tree, "g.txt", safepath.STALE_AFTER + 5)  # another name's: not looked at
+    claimed = _temp(tree, "f.txt", safepath.STALE_AFTER + 5)
+    # A live writer (another process) holds its claim while this write runs.
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); "
+            "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()",
+            str(claimed),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        fd = safepath.open_dir(str(tree))
+        try:
+            safepath.write_atomic(fd, "f.txt", b"whole\n")
+        finally:
+            os.close(fd)
+        assert (tree / "f.txt").read_bytes() == b"whole\n"
+        assert not stale.exists()
+        assert fresh.exists() and other.exists() and claimed.exists()
+    finally:
+        holder.communicate("")
+    # Its writer gone, the claimed one goes with the next write.
+    fd = safepath.open_dir(str(tree))
+    try:
+        safepath.write_atomic(fd, "f.txt", b"again\n")
+    finally:
+        os.close(fd)
+    assert not claimed.exists() and fresh.exists() and other.exists()
+
+
+def test_the_sweep_never_follows_a_link_named_like_a_temp(tree) -> None:
+    box, victim, fd = tree
+    then = victim.stat().st_mtime - safepath.STALE_AFTER - 5
+    os.utime(victim, (then, then))
+    link = box / safepath.temp_name("f.txt")
+    link.symlink_to(victim)
+    assert safepath.sweep(fd, "f.txt") == 0
+    assert link.is_symlink() and victim.read_text() == "precious\n"

@@ -1,4 +1,4 @@
-"""What a streaming exec does when `warren serve` itself ends (stated in the README):
+"""What a streaming exec does when `warren serve` itself ends (stated in docs/known-limits.md):
 a graceful stop (SIGTERM) lets the request finish, exit event included; a killed serve
 takes the command with its client, as a terminal's job goes on hangup. A command meant
 to outlive its client is started as a process, which keeps running."""

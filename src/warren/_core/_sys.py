@@ -80,6 +80,7 @@ def _b(path: str | bytes | None) -> bytes | None:
 
 # --- namespaces -----------------------------------------------------------------
 
+CLONE_PARENT = 0x00008000
 CLONE_NEWNS = 0x00020000
 CLONE_NEWCGROUP = 0x02000000
 CLONE_NEWUTS = 0x04000000

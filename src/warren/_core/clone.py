@@ -1,15 +1,17 @@
 """The one way a sandbox starts: clone PID 1 straight into new namespaces.
 
 One raw ``clone()`` with CLONE_NEWUSER|NEWNS|NEWPID|NEWIPC|NEWUTS|NEWNET|NEWCGROUP
-from the single-threaded process that plans (the supervisor): the child is PID 1 of
-the sandbox at once (no intermediate fork), a copy-on-write image of a process that
-holds no caller's secrets beyond the request it is serving. The child keeps only its
-control channel to the parent and runs ``pid1.main``; it never returns here.
+from the spawner (``spawner``: a process forked from the supervisor that only clones,
+so every PID 1 shares its pages and none holds another client's request): the child
+is PID 1 of the sandbox at once (no intermediate fork), and with CLONE_PARENT the
+supervisor's child. The child keeps only its control channel to the supervisor and
+runs ``pid1.main``; it never returns here.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import signal
 import socket
@@ -17,7 +19,7 @@ import socket
 from .. import protocol, wire
 from ..errors import SetupError
 from ..plan.model import Plan
-from . import _sys, broker, cgroups, harden
+from . import _sys, broker, cgroups, harden, spawner
 
 NS_FLAGS = (
     _sys.CLONE_NEWUSER
@@ -46,13 +48,61 @@ def close_all_but(*keep: int) -> None:
 sandbox_nofile: int | None = None
 
 
+_spawner: spawner.Spawner | None = None
+
+
 def start_pid1(
     plan: Plan, control: socket.socket, *, oneshot: bool, cgroup_tasks: list[tuple[str, int]] | None = None
 ) -> int:
     """Clone PID 1 for ``plan``; ``control`` is the child's end of its channel to the
     caller (the caller closes its copy). Returns PID 1's pid as the caller sees it.
     ``cgroup_tasks`` (``cgroups.open_tasks``): PID 1 enters these cgroups before it
-    does anything else, so nothing it forks escapes them; the caller closes its copies."""
+    does anything else, so nothing it forks escapes them; the caller closes its copies.
+
+    The clone happens in the spawner (``spawner``: PID 1s then share their pages), and
+    here only if no spawner can be had."""
+    global _spawner
+    tasks = cgroup_tasks or []
+    request = spawner.Request(plan, oneshot, [path for path, _fd in tasks])
+    fds = [control.fileno(), *(fd for _path, fd in tasks)]
+    for _attempt in range(2):
+        try:
+            if _spawner is None:
+                _spawner = spawner.Spawner.start(_clone_in_spawner)
+            return _spawner.clone(request, fds)
+        except OSError as e:
+            if not isinstance(e, ConnectionError):
+                raise _cannot_clone(e) from None
+            if _spawner is not None:
+                _spawner.close()
+            _spawner = None  # it died: the next one is forked now
+    try:
+        return _clone(plan, control, oneshot, tasks, 0)
+    except OSError as e:
+        raise _cannot_clone(e) from None
+
+
+def _cannot_clone(e: OSError) -> SetupError:
+    return SetupError(
+        "cannot create the sandbox's namespaces",
+        operation="clone",
+        errno=e.errno,
+        hint="unprivileged user namespaces may be disabled: check "
+        "/proc/sys/user/max_user_namespaces and kernel.apparmor_restrict_unprivileged_userns",
+    )
+
+
+def _clone_in_spawner(
+    plan: object, control: socket.socket, oneshot: bool, tasks: list[tuple[str, int]]
+) -> int:
+    assert isinstance(plan, Plan)
+    return _clone(plan, control, oneshot, tasks, _sys.CLONE_PARENT)
+
+
+def _clone(
+    plan: Plan, control: socket.socket, oneshot: bool, tasks: list[tuple[str, int]], flags: int
+) -> int:
+    """The clone itself; ``flags`` adds CLONE_PARENT in the spawner."""
     from . import pid1
 
     harden.seccomp_program(plan)  # packed here, so the clone only copies them
@@ -61,20 +111,15 @@ def start_pid1(
     # handler: before that it would run the parent's.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     try:
-        pid = _sys.clone_process(NS_FLAGS)
-    except OSError as e:
+        pid = _sys.clone_process(NS_FLAGS | flags)
+    except OSError:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
-        raise SetupError(
-            "cannot create the sandbox's namespaces",
-            operation="clone",
-            errno=e.errno,
-            hint="unprivileged user namespaces may be disabled: check "
-            "/proc/sys/user/max_user_namespaces and kernel.apparmor_restrict_unprivileged_userns",
-        ) from None
+        raise
     if pid == 0:
         code = 125
         try:
-            if not _enter_cgroups(cgroup_tasks or [], control):
+            gc.freeze()  # its own collections never visit (so never copy) the pages it shares
+            if not _enter_cgroups(tasks, control):
                 os._exit(125)
             devnull = os.open("/dev/null", os.O_RDWR)
             for target in (0, 1, 2):

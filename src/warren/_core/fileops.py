@@ -11,10 +11,12 @@ target's directory under a random name (``safepath.temp_name``: ``.NAME.warren-<
 hex>``), is synced, given the old file's mode (a new file: the requested mode less the
 umask), and renamed over the target. Any failure removes that file and leaves the old
 one as it was; only a kill of the helper (a SIGKILL of the supervisor takes the
-sandbox with it) can leave it behind. (Not an unnamed ``O_TMPFILE``: Landlock refuses
-to link one into a directory.) A file that cannot be replaced by a rename — a file
-bound alone over another, or a writable file in a directory the sandbox may not create
-in — is written in place, as before, and that write is not atomic. Append writes in
+sandbox with it) can leave it behind, and the next write of that name removes it (the
+writer holds an flock on its file, which dies with it: ``safepath.sweep``). (Not an
+unnamed ``O_TMPFILE``: Landlock refuses to link one into a directory.) A file that
+cannot be replaced by a rename — a file bound alone over another, or a writable file
+in a directory the sandbox may not create in — is written in place, as before, and
+that write is not atomic. Append writes in
 place (whoever has the file open keeps it) and takes a failed append's bytes back off,
 so a failure leaves the old content; only a kill in the middle of the append can leave
 part of it.
@@ -203,11 +205,16 @@ def _replace(path: str, data: bytes, mode: int) -> None:
 
 
 def _temp_file(dfd: int, name: str) -> tuple[int, str]:
-    """A new, empty file under a random name in the directory ``dfd``. (Not an
+    """A new, empty file under a random name in the directory ``dfd``, claimed, after
+    removing what killed writers of ``name`` left there (``safepath.sweep``). (Not an
     unnamed ``O_TMPFILE``: Landlock refuses to link one into a directory, EXDEV.)"""
+    read = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+    safepath.sweep(dfd, name, lambda entry: os.open(entry, read, dir_fd=dfd))
     tmp = safepath.temp_name(name)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    return os.open(tmp, flags, 0o600, dir_fd=dfd), tmp
+    fd = os.open(tmp, flags, 0o600, dir_fd=dfd)
+    safepath.claim(fd)
+    return fd, tmp
 
 
 class _PartlyWritten(OSError):

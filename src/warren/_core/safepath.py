@@ -21,7 +21,7 @@ import errno
 import os
 import secrets
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from . import _sys
 
@@ -87,6 +87,67 @@ def temp_name(name: str) -> str:
     return f".{name[:64]}.warren-{secrets.token_hex(8)}"
 
 
+# A temporary file is claimed by its writer (``claim``: an flock held from just after
+# its creation to its rename); the kernel drops the claim when the writer dies, however
+# it dies. ``sweep`` removes the unclaimed ones a killed writer left beside ``name``
+# (SIGKILL of a supervisor takes its sandboxes' helpers mid-write) when the next write
+# of that name comes: across processes and pid namespaces alike, with no record kept.
+# Only a file untouched for STALE_AFTER (mtime) is unclaimed for sure: its writer makes and
+# claims it in two calls, and one frozen between them (a paused sandbox) must not lose
+# its file; if one is, its rename fails and its write reports an error (the target is
+# left as it was).
+STALE_AFTER = 60.0
+
+
+def claim(fd: int) -> None:
+    """Hold the claim on a temporary file just created (released on close or death)."""
+    import fcntl
+
+    with contextlib.suppress(OSError):
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def is_temp_of(entry: str, name: str) -> bool:
+    prefix = f".{name[:64]}.warren-"
+    rest = entry[len(prefix) :]
+    return entry.startswith(prefix) and len(rest) == 16 and all(c in "0123456789abcdef" for c in rest)
+
+
+def sweep(dirfd: int, name: str, opener: Callable[[str], int] | None = None) -> int:
+    """Remove the unclaimed temporary files of ``name`` older than STALE_AFTER in the
+    directory ``dirfd``; returns how many. ``opener`` opens an entry for reading (by
+    default beneath ``dirfd``, never through a link)."""
+    import fcntl
+    import time
+
+    removed = 0
+    with contextlib.suppress(OSError), os.scandir(dirfd) as entries:
+        stale = [e.name for e in entries if is_temp_of(e.name, name)]
+    now = time.time()
+    for entry in stale:
+        try:
+            fd = (opener or (lambda n: open_beneath(dirfd, n, os.O_RDONLY | os.O_NONBLOCK)))(entry)
+        except OSError:
+            continue
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or now - st.st_mtime < STALE_AFTER:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # claimed: its writer is alive
+            now_there = os.stat(entry, dir_fd=dirfd, follow_symlinks=False)
+            if (now_there.st_dev, now_there.st_ino) == (st.st_dev, st.st_ino):
+                os.unlink(entry, dir_fd=dirfd)
+                removed += 1
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+    return removed
+
+
 def write_atomic(
     dirfd: int,
     rel: str,
@@ -108,7 +169,9 @@ def write_atomic(
                 mode = stat.S_IMODE(old.st_mode) if stat.S_ISREG(old.st_mode) else 0o644
             except FileNotFoundError:
                 mode = 0o644
+        sweep(pfd, name)
         fd = open_beneath(pfd, tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        claim(fd)
         try:
             written = _write_all(fd, data)
             os.fchmod(fd, mode)

@@ -98,7 +98,13 @@ POLICY_FLAGS = (
         "allow /, your home, or a system directory as the workspace or a writable path",
     ),
     Flag(("--memory",), "memory", "value", "memory of the whole sandbox (default: half of RAM)", "SIZE"),
-    Flag(("--pids",), "pids", "value", "processes + threads in the sandbox (default: 4096)", "N"),
+    Flag(
+        ("--pids",),
+        "pids",
+        "value",
+        "processes + threads in the sandbox (default: 512 per CPU, within 256-32768)",
+        "N",
+    ),
     Flag(("--cpus",), "cpus", "value", "CPU time, in CPUs (e.g. 0.5; default: no limit)", "N"),
     Flag(("--tmp-size",), "tmp_size", "value", "size of /tmp and of /dev/shm (default: RAM/8)", "SIZE"),
     Flag(

@@ -38,10 +38,14 @@ def presets(args: list[str]) -> int:
     from ..policy import presets as _presets
 
     flags.parser("warren presets", "List the tool presets and what they make writable.").parse_args(args)
-    for name, summary in _presets.describe():
-        print(f"{name:10} {summary}")
+    listed = _presets.describe()
+    width = max(len(name) for name, _ in listed)
+    for name, summary in listed:
+        print(f"{name:{width}} {summary}")
+        for var, where in _presets.get(name).homes:
+            print(f"{'':{width}}   its own home: {where.format(data='$XDG_DATA_HOME')} (${var})")
         for where in _presets.get(name).not_writable:
-            print(f"{'':10}   left read-only: {where}")
+            print(f"{'':{width}}   left read-only: {where}")
     return 0
 
 

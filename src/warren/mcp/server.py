@@ -19,15 +19,12 @@ import json
 import os
 import re
 import signal as _signal
-from collections.abc import Sequence
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
 import anyio
 import anyio.to_thread
-from mcp.server.fastmcp import FastMCP
-from mcp.server.fastmcp.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp.types import ContentBlock
 from pydantic import Field
 
 from .. import protocol
@@ -36,10 +33,12 @@ from ..client.sandbox import feed_stdin
 from ..client.transport import Transport
 from ..errors import ProcessNotFound, SandboxExists, SandboxNotFound, WarrenError
 from ..policy.spec import PolicySpec
+from .sdk import Server, ToolError, http_app_kwargs, server_kwargs
 
 OUTPUT_LIMIT = 1 << 20
 READ_LIMIT = 4 << 20
 STDIN_WAIT = 10.0  # seconds write_stdin waits for a process that is not reading
+_Fn = TypeVar("_Fn", bound=Callable[..., Any])
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")
 
 INSTRUCTIONS = """\
@@ -56,19 +55,28 @@ def _prefix(spec: PolicySpec, workspace: str) -> str:
     return f"mcp-{digest[:8]}-"
 
 
-def _error(e: WarrenError) -> ToolError:
+def _error(e: WarrenError) -> Exception:
     text = e.message + (f" (path: {e.path})" if e.path and e.path not in e.message else "")
     if e.hint:
         text += f"\nhint: {e.hint}"
     return ToolError(text)
 
 
-class Tools(FastMCP):
-    """FastMCP that refuses undeclared arguments instead of ignoring them."""
+class Tools(Server):  # type: ignore[misc]  # the SDK's server class, of either major (sdk.py)
+    """The SDK's server (FastMCP, MCPServer) refusing undeclared arguments instead of ignoring them."""
 
-    async def call_tool(
-        self, name: str, arguments: dict[str, Any]
-    ) -> Sequence[ContentBlock] | dict[str, Any]:
+    def __init__(self, *args: Any, streamable_path: str, security: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs, **server_kwargs(streamable_path, security))
+        self._http_app_kwargs = http_app_kwargs(streamable_path, security)
+
+    def streamable_http_app(self) -> Any:
+        return super().streamable_http_app(**self._http_app_kwargs)
+
+    def tool(self) -> Callable[[_Fn], _Fn]:
+        decorate: Callable[[_Fn], _Fn] = super().tool()
+        return decorate
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], *context: Any) -> Any:
         tool = self._tool_manager.get_tool(name)
         if tool is not None:
             known = set(tool.parameters.get("properties", {}))
@@ -79,7 +87,7 @@ class Tools(FastMCP):
                     "network, environment) is fixed by whoever started this MCP server and cannot be "
                     "changed by a tool call\nhint: known arguments: " + ", ".join(sorted(known))
                 )
-        return await super().call_tool(name, arguments)
+        return await super().call_tool(name, arguments, *context)
 
 
 class Warren:
@@ -182,8 +190,8 @@ def build(
     mcp = Tools(
         "warren",
         instructions=INSTRUCTIONS,
-        streamable_http_path=streamable_path,
-        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        streamable_path=streamable_path,
+        security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         log_level="WARNING",
     )
 

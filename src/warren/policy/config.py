@@ -45,7 +45,7 @@ def _load(path: Path) -> dict[str, Any]:
             f"{path}: not valid TOML: {e}",
             operation="config",
             path=str(path),
-            hint="fix the syntax; see README 'Policy files'",
+            hint="fix the syntax; see the policy file reference (docs/reference/config.md)",
         ) from None
     except OSError as e:
         raise ConfigError(

@@ -55,7 +55,7 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 # Where developer tools, clouds, registries, forges, browsers and agents keep secrets
 # in a home: unreadable by default, whether they exist when the sandbox starts or are
-# created later (README "What is hidden" lists them with their owners).
+# created later (docs/security.md, "What is hidden", lists them with their owners).
 DEFAULT_DENIED = (
     # keys and agents
     "~/.ssh",

@@ -7,6 +7,14 @@ them (private indexes and registries included), and where their programs for PAT
 keeps such names out. A pure function of the caller's environment; no I/O: whether a
 directory exists is decided later (a preset's directory is created on launch when
 missing).
+
+The coding-agent presets (claude-code, codex, gemini-cli) give the agent a home of its
+own instead of the user's ``~/.claude``, ``~/.codex`` or ``~/.gemini``: those hold the
+user's logins and settings that the user's unsandboxed agent obeys later (hooks, MCP
+servers, allowed commands), so a sandbox that could write them could run code on the
+host. They stay denied; the sandboxed agent keeps its config and state in
+``$XDG_DATA_HOME/warren/agents/NAME``, named by the variable the agent reads its home
+from (``CLAUDE_CONFIG_DIR``, ``CODEX_HOME``, ``GEMINI_CLI_HOME``).
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ from ..errors import PolicyError
 # A preset passes its tool's settings, never its credentials: a name containing one
 # of these stays out unless the caller passes it explicitly (--pass-env NAME); AUTH
 # counts as a word of its own (npm's _auth, BASIC_AUTH), not inside GIT_AUTHOR_NAME.
-CREDENTIAL_PARTS = ("TOKEN", "PASSWORD", "PASSWD", "SECRET", "CREDENTIAL")
+CREDENTIAL_PARTS = ("TOKEN", "PASSWORD", "PASSWD", "SECRET", "CREDENTIAL", "API_KEY", "APIKEY", "ACCESS_KEY")
 _AUTH_WORD = re.compile(r"(^|_)AUTH(_|$)")
 
 
@@ -46,6 +54,10 @@ class Preset:
     # Where the tool puts programs for your PATH: never made writable by a preset,
     # since what lands there runs later outside the sandbox (shown by `warren presets`).
     not_writable: tuple[str, ...] = ()
+    # A home of the tool's own: (variable the tool reads it from, directory, same
+    # placeholders as caches). Writable, and the variable is set to it in the sandbox
+    # whatever the caller's says (the caller's names the user's own, which stays denied).
+    homes: tuple[tuple[str, str], ...] = ()
 
 
 # Where a tool looks for its cache, data and programs when its own variable is unset:
@@ -281,6 +293,61 @@ _PRESETS: dict[str, Preset] = {
             not_writable=("~/.local/bin and ~/.local/share/man (PIPX_BIN_DIR, PIPX_MAN_DIR)",),
         ),
         Preset(
+            "claude-code",
+            "Claude Code (claude) with a config home of its own; pass ANTHROPIC_API_KEY explicitly",
+            homes=(("CLAUDE_CONFIG_DIR", "{data}/warren/agents/claude-code"),),
+            env_pass=(
+                "ANTHROPIC_BASE_URL",
+                "ANTHROPIC_MODEL",
+                "ANTHROPIC_SMALL_FAST_MODEL",
+                "ANTHROPIC_DEFAULT_OPUS_MODEL",
+                "ANTHROPIC_DEFAULT_SONNET_MODEL",
+                "ANTHROPIC_DEFAULT_HAIKU_MODEL",
+                "CLAUDE_CODE_USE_BEDROCK",
+                "CLAUDE_CODE_USE_VERTEX",
+                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
+                "CLAUDE_CODE_DISABLE_TERMINAL_TITLE",
+                "DISABLE_AUTOUPDATER",
+                "DISABLE_TELEMETRY",
+                "DISABLE_ERROR_REPORTING",
+                "BASH_DEFAULT_TIMEOUT_MS",
+                "BASH_MAX_TIMEOUT_MS",
+                "ANTHROPIC_VERTEX_PROJECT_ID",
+                "CLOUD_ML_REGION",
+                "AWS_REGION",
+            ),
+            includes=("git",),
+            hosts=("api.anthropic.com", "claude.ai", "platform.claude.com"),
+        ),
+        Preset(
+            "codex",
+            "OpenAI Codex CLI (codex) with a home of its own; pass OPENAI_API_KEY explicitly",
+            homes=(("CODEX_HOME", "{data}/warren/agents/codex"),),
+            # Its endpoint comes from its config (model_providers, in its home), not the environment.
+            env_pass=("OPENAI_ORGANIZATION", "RUST_LOG"),
+            includes=("git",),
+            hosts=("api.openai.com", "auth.openai.com", "chatgpt.com"),
+        ),
+        Preset(
+            "gemini-cli",
+            "Gemini CLI (gemini) with a home of its own; pass GEMINI_API_KEY explicitly",
+            homes=(("GEMINI_CLI_HOME", "{data}/warren/agents/gemini-cli"),),
+            env_pass=(
+                "GEMINI_MODEL",
+                "GOOGLE_CLOUD_PROJECT",
+                "GOOGLE_CLOUD_LOCATION",
+                "GOOGLE_GENAI_USE_VERTEXAI",
+                "GOOGLE_GENAI_USE_GCA",
+            ),
+            includes=("git",),
+            hosts=(
+                "generativelanguage.googleapis.com",
+                "cloudcode-pa.googleapis.com",
+                "oauth2.googleapis.com",
+                "accounts.google.com",
+            ),
+        ),
+        Preset(
             "python",
             "uv + pip + pipx + pre-commit + git",
             includes=("uv", "pip", "pipx", "pre-commit", "git"),
@@ -300,6 +367,7 @@ class PresetGrant:
     env_pass: tuple[str, ...]
     hosts: tuple[str, ...]
     env_patterns: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()  # (variable, value) set in the sandbox
 
 
 def names() -> list[str]:
@@ -342,10 +410,13 @@ def expand(requested: tuple[str, ...], env: Mapping[str, str], home: Path) -> Pr
     env_pass: list[str] = []
     patterns: list[str] = []
     hosts: list[str] = []
+    settings: list[tuple[str, str]] = []
     for preset in presets:
-        for var, default in preset.caches:
+        places = [(var, default, False) for var, default in preset.caches]
+        places += [(var, default, True) for var, default in preset.homes]
+        for var, default, own in places:
             cargo_home = env.get("CARGO_HOME") or f"{home}/.cargo"
-            raw = (env.get(var) if var else None) or default.format(
+            raw = (env.get(var) if var and not own else None) or default.format(
                 home=home, cache=cache_home, data=data_home, state=state_home, cargo=cargo_home
             )
             path = Path(raw).expanduser()
@@ -358,10 +429,12 @@ def expand(requested: tuple[str, ...], env: Mapping[str, str], home: Path) -> Pr
                 )
             if all(path != w for w, _ in writable):
                 writable.append((path, f"preset:{preset.name}"))
+            if own:
+                settings.append((var, str(path)))
         env_pass.extend(v for v in preset.env_pass if v not in env_pass and not is_credential_name(v))
         patterns.extend(p for p in preset.env_patterns if p not in patterns)
         hosts.extend(h for h in preset.hosts if h not in hosts)
-    return PresetGrant(tuple(writable), tuple(env_pass), tuple(hosts), tuple(patterns))
+    return PresetGrant(tuple(writable), tuple(env_pass), tuple(hosts), tuple(patterns), tuple(settings))
 
 
 def not_writable(requested: tuple[str, ...]) -> list[tuple[str, str]]:

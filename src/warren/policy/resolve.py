@@ -132,7 +132,7 @@ def build(
         writable=tuple(_dedupe(writable)),
         readable=tuple(_dedupe(readable)),
         denied=tuple(_dedupe(denied)),
-        env=dict(spec.env),
+        env={**dict(grant.env), **spec.env},  # an explicit --env wins over a preset's
         env_pass=tuple(dict.fromkeys([*DEFAULT_ENV_PASS, *spec.env_pass])),
         preset_env_pass=grant.env_pass,
         preset_env_patterns=grant.env_patterns,

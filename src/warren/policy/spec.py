@@ -128,7 +128,7 @@ def type_error(where: str, key: str, expected: str) -> ConfigError:
     return ConfigError(
         f"{where}: {key!r} must be {expected}",
         operation="config",
-        hint="see README 'Policy files' for the schema",
+        hint="see the policy file reference (docs/reference/config.md) for the schema",
     )
 
 

@@ -1,0 +1,116 @@
+"""Every PID 1 is cloned by the spawner, and is still the supervisor's child.
+
+The spawner exists for memory (PID 1s share its unchanging pages instead of each
+keeping a private copy of the supervisor's churning heap: ``bench/bench_sandbox.py``
+prints the figure). What must hold, tested here from the host: PID 1's parent is the
+supervisor (it reaps it, and PID 1's parent-death signal follows it); the spawner holds
+no descriptor but its channel (no client's connection, not the supervisor's listener);
+a spawner that dies is replaced, and sandboxes keep starting; it goes with the
+supervisor.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import Layout
+from warren import PolicySpec, Sandbox
+from warren._core.procs import descendants
+from warren.server import statedir
+
+
+def _supervisor() -> int:
+    found = statedir.read_address(statedir.location(os.environ))
+    assert found is not None, "no supervisor is running"
+    return found[1]
+
+
+def _status(pid: int, key: str) -> list[str]:
+    """A field of /proc/PID/status; empty once the process is gone (helpers are brief)."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return []
+    for line in text.splitlines():
+        if line.startswith(key + ":"):
+            return line.split()[1:]
+    raise AssertionError(f"no {key} in /proc/{pid}/status")
+
+
+def _children(pid: int) -> list[int]:
+    return [p for p in descendants(pid) if _status(p, "PPid") == [str(pid)]]
+
+
+def _spawners(sup: int) -> list[int]:
+    """The supervisor's children in its own pid namespace that are not a network helper:
+    PID 1s show two pids in NSpid (the host's and 1), the spawner one."""
+    found = []
+    for pid in _children(sup):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if len(_status(pid, "NSpid")) == 1 and b"netd" not in cmdline and b"pasta" not in cmdline:
+            found.append(pid)
+    return found
+
+
+def _pid1(sup: int) -> list[int]:
+    return [p for p in _children(sup) if len(_status(p, "NSpid")) == 2 and _status(p, "NSpid")[1] == "1"]
+
+
+@pytest.fixture
+def box(layout: Layout, state_home: Path) -> Iterator[Sandbox]:
+    sb = Sandbox.create(PolicySpec(workspace=str(layout.workspace)))
+    yield sb
+    sb.remove()
+
+
+def test_pid1_is_the_supervisors_child_and_the_spawner_holds_only_its_channel(box: Sandbox) -> None:
+    sup = _supervisor()
+    assert box.exec(["true"]).exit_code == 0
+    pid1s = _pid1(sup)
+    assert len(pid1s) == 1, f"PID 1 is not the supervisor's child: children {_children(sup)}"
+    spawners = _spawners(sup)
+    assert len(spawners) == 1, spawners
+    fds = sorted(int(fd) for fd in os.listdir(f"/proc/{spawners[0]}/fd"))
+    # stdio and its channel to the supervisor: nothing a client or another sandbox gave
+    assert len([fd for fd in fds if fd > 2]) == 1, [os.readlink(f"/proc/{spawners[0]}/fd/{fd}") for fd in fds]
+
+
+def test_a_killed_spawner_is_replaced_and_sandboxes_keep_starting(box: Sandbox, layout: Layout) -> None:
+    sup = _supervisor()
+    (spawner,) = _spawners(sup)
+    os.kill(spawner, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while spawner in _children(sup) and time.monotonic() < deadline:
+        time.sleep(0.02)  # reaped by the supervisor, like any child
+    second = Sandbox.create(PolicySpec(workspace=str(layout.workspace)))
+    try:
+        r = second.exec(["sh", "-c", "echo fine"])
+        assert (r.exit_code, r.stdout) == (0, b"fine\n")
+        assert box.exec(["true"]).exit_code == 0  # the first sandbox never noticed
+        assert spawner not in _spawners(sup) and len(_spawners(sup)) == 1
+        assert len(_pid1(sup)) == 2
+    finally:
+        second.remove()
+
+
+def test_the_spawner_goes_with_the_supervisor(layout: Layout, state_home: Path) -> None:
+    Sandbox.create(PolicySpec(workspace=str(layout.workspace)))  # dies with its supervisor
+    sup = _supervisor()
+    (spawner,) = _spawners(sup)
+    pid1s = _pid1(sup)
+    os.kill(sup, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    alive = [spawner, *pid1s]
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if _status(p, "State")[:1] not in ([], ["Z"])]
+        time.sleep(0.02)
+    assert not alive, f"left behind after the supervisor died: {alive}"
