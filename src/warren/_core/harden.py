@@ -19,7 +19,16 @@ import os
 import stat
 
 from ..errors import SetupError
-from ..plan.landlock import EXECUTE, READ_DIR, READ_FILE, TRUNCATE, WRITE_FILE, LandlockPlan, LandlockRule
+from ..plan.landlock import (
+    EXECUTE,
+    READ_DIR,
+    READ_FILE,
+    TRUNCATE,
+    WRITE_FILE,
+    WRITE_TREE,
+    LandlockPlan,
+    LandlockRule,
+)
 from ..plan.model import Plan
 from . import _sys
 
@@ -51,6 +60,10 @@ def landlock_ruleset(ll: LandlockPlan) -> int:
             try:
                 fd = os.open(rule.path, os.O_PATH | os.O_CLOEXEC)
             except FileNotFoundError:
+                if not rule.access & WRITE_TREE:
+                    # Reading something gone since it was listed (an entry of a
+                    # directory above a denied path): nothing to grant.
+                    continue
                 raise SetupError(
                     f"writable root vanished before the sandbox started: {rule.path}",
                     operation="landlock_add_rule",
@@ -134,8 +147,11 @@ def _cover(directory: str, rule: LandlockRule, excluded: _Exclusions, out: list[
             continue  # gone meanwhile
         if stat.S_ISLNK(mode):
             target = os.path.realpath(child)
-            if excluded.covers(target):
-                continue  # a link into something denied
+            if excluded.covers(target) or excluded.has_below(target):
+                # A link into something denied, or to a directory above it (a rule
+                # binds to the inode: it would grant reading the denied path too; that
+                # directory is covered under its own name).
+                continue
             if os.path.exists(child):
                 is_dir = os.path.isdir(target)
                 access = rule.access if is_dir else rule.access & LL_FILE_RIGHTS

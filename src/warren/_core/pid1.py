@@ -29,7 +29,7 @@ from .. import protocol, wire
 from ..errors import LimitReached, ProcessNotFound, SandboxError, SetupError, WarrenError
 from ..net.handshake import pid1_network
 from ..plan.model import Plan
-from . import _sys, fileops, harden, mounts, procs
+from . import _sys, fileops, harden, kernel, mounts, procs
 from .broker import Broker
 from .shim import Launcher, Shim, warm
 
@@ -43,7 +43,7 @@ INLINE_REPLY_MAX = 64 * 1024  # what PID 1 writes to a client itself: its buffer
 
 def main(plan: Plan, control: socket.socket, *, oneshot: bool) -> int:
     """Run as the freshly cloned PID 1; returns its exit code."""
-    _sys.prctl(_sys.PR_SET_PDEATHSIG, signal.SIGKILL)
+    kernel.die_with_parent()
     # The parent is outside this pid namespace (getppid() is 0): a hung-up channel
     # means it died before the parent-death signal was armed.
     poller = select.poll()
@@ -59,8 +59,7 @@ def main(plan: Plan, control: socket.socket, *, oneshot: bool) -> int:
         harden.seccomp_program(plan)
         harden.settle_pid1(plan)
         helpers: set[int] = set()
-        changed_r, changed_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
-        broker = _start_broker(plan, helpers, changed_w)
+        broker = _start_broker(plan, helpers)
     except WarrenError as e:
         with contextlib.suppress(OSError):
             wire.send(control, protocol.Failed(error=protocol.error_message(e).error))
@@ -72,12 +71,12 @@ def main(plan: Plan, control: socket.socket, *, oneshot: bool) -> int:
     wire.send(control, protocol.Ready(), fds=ns)
     for fd in ns:
         os.close(fd)
-    return Init(plan, control, ruleset, oneshot, broker, helpers, changed_r).serve()
+    return Init(plan, control, ruleset, oneshot, broker, helpers).serve()
 
 
-def _start_broker(plan: Plan, helpers: set[int], changed_w: int) -> Broker | None:
+def _start_broker(plan: Plan, helpers: set[int]) -> Broker | None:
     try:
-        return Broker.start(plan, helpers, changed_w)
+        return Broker.start(plan, helpers)
     except OSError as e:
         raise SetupError(
             f"sandbox setup failed: seccomp user notification (the syscall broker): {e.strerror}",
@@ -96,11 +95,9 @@ class Init:
         oneshot: bool,
         broker: Broker | None,
         helpers: set[int],
-        changed_r: int,
     ) -> None:
         self.plan = plan
         self.broker = broker
-        self.changed_r = changed_r  # git directories the broker saw replaced, a line each
         self.control = control
         self.ruleset = ruleset
         self.oneshot = oneshot
@@ -124,7 +121,6 @@ class Init:
         poller = select.poll()
         poller.register(self.control, select.POLLIN)
         poller.register(self.wake_r, select.POLLIN)
-        poller.register(self.changed_r, select.POLLIN)
         if not self.oneshot and self.stopping is None:
             self._try_spare()
         while True:
@@ -152,9 +148,6 @@ class Init:
                         while os.read(self.wake_r, 4096):
                             pass
                     continue
-                if fd == self.changed_r:
-                    self._git_changed()
-                    continue
                 try:
                     while (got := inbox.read((protocol.Handoff, protocol.Refresh))) is not None:
                         if isinstance(got[0], protocol.Refresh):
@@ -173,15 +166,6 @@ class Init:
                 return 0
             if self.stopping is not None and (not procs.has_children() or time.monotonic() > self.stopping):
                 return 0
-
-    def _git_changed(self) -> None:
-        data = b""
-        with contextlib.suppress(BlockingIOError):
-            while chunk := os.read(self.changed_r, 65536):
-                data += chunk
-        for gitdir in dict.fromkeys(data.decode(errors="replace").splitlines()):
-            with contextlib.suppress(OSError):
-                wire.send(self.control, protocol.GitChanged(gitdir=gitdir))
 
     def _refresh(self) -> None:
         """A writable root now names another directory: rules for the new one (the
@@ -308,7 +292,6 @@ class Init:
                 os.close(sock.detach())
             os.close(self.wake_r)
             os.close(self.wake_w)
-            os.close(self.changed_r)
             if self.broker is not None:
                 os.close(self.broker.listener)
             _sys.prctl(PR_SET_CHILD_SUBREAPER, 1)

@@ -8,7 +8,7 @@ command, on PID 1's control channel to the supervisor.
 - ``open``: say the namespace is ready, wait for the supervisor to attach pasta,
   then wait until pasta's configuration (its default route, the last step) shows.
 
-The supervisor's half is in ``server.supervisor`` (it must never block on it).
+The supervisor's half is in ``server.box`` and ``server.boxnet`` (it must never block on it).
 """
 
 from __future__ import annotations

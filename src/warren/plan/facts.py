@@ -17,8 +17,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .._core import _sys
 from .._core import cgroups as _cgroups
+from .._core import kernel
 from ..policy.limits import cpu_count, mem_total
 from .limits import CgroupFacts
 from .model import GitDir
@@ -193,7 +193,7 @@ def _cap_last_cap() -> int:
 
 @functools.cache
 def _kernel_landlock_abi() -> int:
-    return _sys.landlock_abi()
+    return kernel.landlock_abi()
 
 
 def landlock_abi(kernel_abi: int, env: Mapping[str, str]) -> int:
@@ -250,7 +250,7 @@ def gather(
         mounts=mounts,
         landlock_abi=_kernel_landlock_abi(),
         cap_last_cap=_cap_last_cap(),
-        machine_supported=_sys.supported_machine() and sys.platform == "linux",
+        machine_supported=kernel.machine_supported() and sys.platform == "linux",
         path_kinds=kinds,
         state_dir=state_dir,
         outside_links=outside_links,

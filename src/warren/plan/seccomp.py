@@ -1,7 +1,7 @@
 """The seccomp filter: which system calls a sandboxed process may not make.
 
 Owns the deny list and its compilation to classic BPF as plain (code, jt, jf, k)
-tuples. Pure: installing the program is the launcher's job (``_sys.seccomp_install``).
+tuples. Pure: installing the program is the launcher's job (``_core.harden``).
 The filter is a deny list on top of what namespaces, dropped capabilities and
 Landlock already forbid; it closes the kernel surfaces those do not cover.
 """
@@ -292,9 +292,6 @@ RET_USER_NOTIF = 0x7FC00000
 # The calls PID 1's broker (_core.broker) answers for a sandbox, by architecture.
 BROKERED: dict[str, dict[str, int]] = {
     "x86_64": {
-        "rename": 82,
-        "renameat": 264,
-        "renameat2": 316,
         "connect": 42,
         "sendto": 44,
         "sendmsg": 46,
@@ -315,8 +312,6 @@ BROKERED: dict[str, dict[str, int]] = {
         "fremovexattr": 199,
     },
     "aarch64": {
-        "renameat": 38,
-        "renameat2": 276,
         "connect": 203,
         "sendto": 206,
         "sendmsg": 211,
@@ -333,7 +328,6 @@ BROKERED: dict[str, dict[str, int]] = {
         "fremovexattr": 16,
     },
 }
-RENAMES = ("rename", "renameat", "renameat2")
 SOCKETS = ("connect", "sendto", "sendmsg", "sendmmsg")
 METADATA = (
     "chmod",
@@ -355,14 +349,14 @@ METADATA = (
 
 @lru_cache(maxsize=8)
 def notify_program(groups: tuple[str, ...], machine: str | None = None) -> tuple[Instruction, ...]:
-    """A second filter: the brokered calls of ``groups`` ("renames", "sockets",
+    """A second filter: the brokered calls of ``groups`` ("sockets",
     "metadata") go to PID 1 (seccomp user notification); everything else passes on to
     the deny filter. ``sendto`` without an address (a connected socket) is not sent."""
     machine = machine or os.uname().machine
     nr = BROKERED[machine]
     names = [
         n
-        for g, members in (("renames", RENAMES), ("sockets", SOCKETS), ("metadata", METADATA))
+        for g, members in (("sockets", SOCKETS), ("metadata", METADATA))
         if g in groups
         for n in members
         if n in nr

@@ -81,7 +81,6 @@ if TYPE_CHECKING:
     )
     from .pid1 import (
         Failed,
-        GitChanged,
         NetGo,
         NetProxy,
         NetReady,
@@ -97,7 +96,6 @@ _LAZY = {
     "Connected": "handoff",
     "ConnectorRequest": "handoff",
     "Failed": "pid1",
-    "GitChanged": "pid1",
     "Handoff": "handoff",
     "Launch": "handoff",
     "NetGo": "pid1",
@@ -141,7 +139,6 @@ __all__ = [
     "FileRequest",
     "FileStat",
     "GetRequest",
-    "GitChanged",
     "Handoff",
     "Launch",
     "ListRequest",

@@ -21,14 +21,6 @@ class Refresh(Message):
     TAG = "refresh"
 
 
-class GitChanged(Message):
-    """From PID 1: the sandbox replaced a protected repository config (``gitdir``, one
-    of the plan's); the supervisor brings the host's copy in step."""
-
-    TAG = "git_changed"
-    gitdir: str
-
-
 class Failed(Message):
     TAG = "failed"
     error: ErrorRecord

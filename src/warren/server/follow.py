@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 
-from .._core import _sys, mounts
+from .._core import kernel, mounts
 from ..errors import SandboxError
 from ..plan.model import Plan
 
@@ -50,11 +50,6 @@ def replaced(known: dict[str, Identity]) -> dict[str, Identity]:
     return out
 
 
-def _enter(ns: tuple[int, int]) -> None:
-    _sys.setns(ns[0], _sys.CLONE_NEWUSER)
-    _sys.setns(ns[1], _sys.CLONE_NEWNS)
-
-
 def rebind(ns: tuple[int, int] | None, name: str, changed: dict[str, Identity]) -> None:
     """Make the sandbox see (and write) the new directories; SandboxError if it can't."""
     r, w = os.pipe2(os.O_CLOEXEC)
@@ -65,7 +60,7 @@ def rebind(ns: tuple[int, int] | None, name: str, changed: dict[str, Identity]) 
             os.close(r)
             if ns is None:
                 raise SystemExit
-            _enter(ns)
+            kernel.join_namespaces(*ns)
             for root, (dev, ino) in changed.items():
                 st = os.stat(root)
                 if (st.st_dev, st.st_ino) != (dev, ino):

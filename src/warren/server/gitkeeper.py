@@ -24,6 +24,27 @@ from . import gitadopt, gitfind, gitstore
 
 
 @dataclass
+class Found:
+    """The repositories of a sandbox's writable roots as planned, before anything is
+    made (``GitKeeper.find``): per root its descriptor (opened now, before the sandbox
+    exists) and what a walk found there. ``GitKeeper.lease`` makes their stores at
+    launch; ``close`` lets go of the descriptors when there is no launch."""
+
+    env: Mapping[str, str]
+    roots: dict[str, int] = field(default_factory=dict)
+    known: dict[str, set[str]] = field(default_factory=dict)  # root -> relative git directories
+    repos: list[tuple[str, str]] = field(default_factory=list)  # (root, rel) to give a store
+    gitdirs: tuple[GitDir, ...] = ()  # for the plan
+    files: tuple[str, ...] = ()  # ``.git`` files, for the plan
+
+    def close(self) -> None:
+        for fd in self.roots.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.roots.clear()
+
+
+@dataclass
 class Lease:
     """What one sandbox holds: per writable root (by path) its descriptor and the
     git directories found there when it started."""
@@ -43,18 +64,19 @@ class GitKeeper:
         # (then they are shadows).
         self.adopted: set[str] = set()
 
-    def plan(
+    def find(
         self,
         roots: list[str],
         env: Mapping[str, str],
         dry: bool = False,
         readonly: tuple[str, ...] = (),
-    ) -> tuple[tuple[GitDir, ...], tuple[str, ...], Lease | None]:
+    ) -> Found:
         """The git directories and ``.git`` files of these writable roots, for the plan;
-        with their trees brought up to date and a lease taken unless ``dry`` (``warren
-        plan`` changes nothing). Those under a ``readonly`` path (``--read`` inside a
-        writable root) stay read-only instead: the sandbox cannot write them at all."""
-        lease = Lease(env=dict(env))
+        nothing is made (``lease`` does that at launch). ``dry``: only to show (``warren
+        plan``): no descriptor is kept, the walks' memory is neither used nor changed.
+        Those under a ``readonly`` path (``--read`` inside a writable root) stay
+        read-only instead: the sandbox cannot write them at all."""
+        found = Found(env=dict(env))
         gitdirs: list[GitDir] = []
         files: list[str] = []
         try:
@@ -65,32 +87,61 @@ class GitKeeper:
                     continue  # not a directory: nothing of git's to protect
                 if dry:
                     try:
-                        found = gitfind.find(fd)
+                        walk = gitfind.find(fd)
                     finally:
                         os.close(fd)
                 else:
-                    lease.roots[root] = fd
-                    found = gitfind.find(fd, self.memory.setdefault(root, {}))
-                    lease.known[root] = set(found.gitdirs)
-                files += [os.path.join(root, rel) for rel in found.gitfiles]
-                for rel in found.gitdirs:
+                    found.roots[root] = fd
+                    walk = gitfind.find(fd, self.memory.setdefault(root, {}))
+                    found.known[root] = set(walk.gitdirs)
+                files += [os.path.join(root, rel) for rel in walk.gitfiles]
+                for rel in walk.gitdirs:
                     path = os.path.normpath(os.path.join(root, rel))
                     if any(path == r or path.startswith(r.rstrip("/") + "/") for r in readonly):
                         continue
-                    if dry:
-                        tree = os.path.join(gitstore.location(path, env), "tree")
-                        gitdirs.append(GitDir(path, tree, _shared_now(path)))
-                        continue
-                    shadow = self._shadow(fd, root, rel, env)
-                    lease.shadows.append(shadow)
-                    gitdirs.append(GitDir(path, shadow.tree, shadow.shared))
+                    gitdirs.append(self._as_planned(path, env, dry))
+                    if not dry:
+                        found.repos.append((root, rel))
+        except BaseException:
+            found.close()
+            raise
+        found.gitdirs, found.files = tuple(gitdirs), tuple(files)
+        return found
+
+    def _as_planned(self, path: str, env: Mapping[str, str], dry: bool) -> GitDir:
+        """The git directory as the sandbox will see it: a live sandbox's store is
+        shared as it is; else the store ``lease`` makes (its tree, the host's
+        subdirectories as they are now)."""
+        shadow = None if dry else self.shadows.get(path)
+        if shadow is not None and shadow.users > 0:
+            return GitDir(path, shadow.tree, shadow.shared)
+        return GitDir(path, os.path.join(gitstore.location(path, env), "tree"), _shared_now(path))
+
+    def lease(self, found: Found) -> Lease:
+        """At launch: the stores of the repositories found, made or brought up to date,
+        held (with the roots' descriptors, which the lease takes over) until
+        ``release``. A store that no longer matches the plan (the host's git directory
+        changed in between) is a SetupError."""
+        lease = Lease(roots=found.roots, known=found.known, env=found.env)
+        found.roots, found.known = {}, {}
+        planned = {g.path: g for g in found.gitdirs}
+        try:
+            for root, rel in found.repos:
+                shadow = self._shadow(lease.roots[root], root, rel, lease.env)
+                lease.shadows.append(shadow)
+                want = planned.get(shadow.path)
+                if want is None or (want.tree, want.shared) != (shadow.tree, shadow.shared):
+                    raise SetupError(
+                        f"the git directory {shadow.path} changed while the sandbox was being planned",
+                        operation="git store",
+                        path=shadow.path,
+                        hint="start the sandbox again",
+                    )
         except BaseException:
             self._drop(lease)
             raise
-        if dry:
-            return tuple(gitdirs), tuple(files), None
         self.leases.append(lease)
-        return tuple(gitdirs), tuple(files), lease
+        return lease
 
     def _shadow(self, root_fd: int, root: str, rel: str, env: Mapping[str, str]) -> gitstore.Shadow:
         path = os.path.normpath(os.path.join(root, rel))
@@ -220,7 +271,8 @@ def _protected_or_absent(root_fd: int, root: str, rel: str, protected: set[str])
 
 
 def _shared_now(path: str) -> tuple[str, ...]:
-    # Only shown (warren plan): read as it is, nothing made.
+    # Read as it is, nothing made (the store does that at launch: ALWAYS_SHARED counts
+    # whether the host has it yet or not).
     names: set[str] = set()
     with contextlib.suppress(OSError), os.scandir(path) as it:
         names = {e.name for e in it if e.is_dir(follow_symlinks=False)}

@@ -28,7 +28,7 @@ import threading
 import time
 
 from .. import protocol, wire
-from .._core import _sys
+from .._core import kernel
 from ..errors import ProtocolError, SandboxError, WarrenError
 from ..net import log as netlog
 from ..net.allowlist import Allowlist
@@ -125,7 +125,7 @@ def serve(
     connector: socket.socket | None,
 ) -> int:
     """The helper's main loop; returns its exit code."""
-    _sys.prctl(_sys.PR_SET_PDEATHSIG, signal.SIGKILL)
+    kernel.die_with_parent()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)

@@ -32,6 +32,18 @@ def _proc_stat(pid: int) -> tuple[float, int, int] | None:
     return ticks / _TICK, int(fields[17]), rss
 
 
+def _counter(by_kind: dict[str, str], controller: str, v1_file: str, v2_file: str) -> tuple[int, str] | None:
+    """A controller's current count from the sandbox's cgroup1 or cgroup2 group, and
+    which file it came from; None where it has neither."""
+    v2 = by_kind.get(V2)
+    with contextlib.suppress(ValueError):
+        if controller in by_kind:
+            return int(cgroups.read(by_kind[controller], v1_file)), f"cgroup1 {v1_file}"
+        if v2 is not None and os.path.exists(os.path.join(v2, v2_file)):
+            return int(cgroups.read(v2, v2_file)), f"cgroup2 {v2_file}"
+    return None
+
+
 def measure(pid1: int, groups: list[str], limits: LimitsPlan | None) -> protocol.Stats:
     tasks = [pid1, *procs.descendants(pid1)]
     per = [s for s in (_proc_stat(p) for p in tasks) if s is not None]
@@ -40,20 +52,12 @@ def measure(pid1: int, groups: list[str], limits: LimitsPlan | None) -> protocol
     source = "/proc (resident memory and threads summed over the sandbox's processes)"
     by_kind = {cgroups.kind_of(g): g for g in groups}
     used: list[str] = []
-    v2 = by_kind.get(V2)
-    with contextlib.suppress(ValueError):
-        if "memory" in by_kind:
-            memory = int(cgroups.read(by_kind["memory"], "memory.usage_in_bytes"))
-            used.append("cgroup1 memory.usage_in_bytes")
-        elif v2 is not None and os.path.exists(os.path.join(v2, "memory.current")):
-            memory = int(cgroups.read(v2, "memory.current"))
-            used.append("cgroup2 memory.current")
-        if "pids" in by_kind:
-            pids = int(cgroups.read(by_kind["pids"], "pids.current"))
-            used.append("cgroup1 pids.current")
-        elif v2 is not None and os.path.exists(os.path.join(v2, "pids.current")):
-            pids = int(cgroups.read(v2, "pids.current"))
-            used.append("cgroup2 pids.current")
+    if got := _counter(by_kind, "memory", "memory.usage_in_bytes", "memory.current"):
+        memory = got[0]
+        used.append(got[1])
+    if got := _counter(by_kind, "pids", "pids.current", "pids.current"):
+        pids = got[0]
+        used.append(got[1])
     if used:
         source = f"{', '.join(used)}; CPU time from /proc"
     eff = limits.limits if limits is not None else None

@@ -9,14 +9,12 @@ could rewrite the path or address, or ``dup2`` another socket onto the fd, betwe
 the check and the kernel's read. It performs the call itself on what it checked — a
 copy of the process's fd (``pidfd_getfd``, the same open file description) or an
 ``O_PATH`` fd of the resolved object — and returns the result. ``CONTINUE`` is left
-only for warren's own processes and for renames, whose protection is the kernel's own
-mount check.
+only for warren's own processes.
 
 By concern: ``loop`` (the broker's thread: receive, decide who acts, answer),
 ``call`` (one call's memory, fds and paths), ``places`` (where a sandbox may act),
-``metadata`` (chmod, utimensat, xattrs), ``sockets`` (connect and sends),
-``renames`` (onto a protected git config), ``pool`` (the workers that make calls
-which may block, so the broker's thread never does).
+``metadata`` (chmod, utimensat, xattrs), ``sockets`` (connect and sends), ``pool``
+(the workers that make calls which may block, so the broker's thread never does).
 """
 
 from .loop import Broker, notify_filter, prepare

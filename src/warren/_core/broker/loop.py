@@ -9,8 +9,8 @@ it starts (``pool``). PID 1's own calls and those of its helpers (warren's code)
 answered "go on" at once, on this thread, which never waits on anything a sandbox
 controls: a socket call is read and judged here and made here only when it cannot
 wait (a send tried with ``MSG_DONTWAIT``), else on a worker, which answers it;
-metadata and renames are file operations on objects the broker opened itself
-(``O_PATH``), done here.
+metadata calls are file operations on objects the broker opened itself (``O_PATH``),
+done here.
 """
 
 from __future__ import annotations
@@ -30,32 +30,27 @@ from ..mounts import DENIED_FILE
 from . import metadata, pool, sockets
 from .call import Call, Outcome
 from .places import Places
-from .renames import Renames
 
-_FILTERS: dict[bool, _sys.SeccompProgram] = {}
+_FILTER: list[_sys.SeccompProgram] = []
 
 
-def notify_filter(renames: bool) -> _sys.SeccompProgram:
+def notify_filter() -> _sys.SeccompProgram:
     """The notification filter, packed once per process: the supervisor packs it
     before cloning (``prepare``), so PID 1 only installs its copy."""
-    packed = _FILTERS.get(renames)
-    if packed is None:
-        groups = ("sockets", "metadata", *(("renames",) if renames else ()))
-        packed = _FILTERS[renames] = _sys.SeccompProgram(_seccomp.notify_program(groups))
-    return packed
+    if not _FILTER:
+        _FILTER.append(_sys.SeccompProgram(_seccomp.notify_program(("sockets", "metadata"))))
+    return _FILTER[0]
 
 
 def prepare(plan: Plan) -> None:
-    """In the supervisor: pack the filters PID 1 may need (renames are brokered only
-    when a protected git config exists, which PID 1 sees for itself)."""
-    notify_filter(False)
+    """In the supervisor: pack the filter PID 1 installs."""
+    notify_filter()
 
 
 class Broker:
     def __init__(
         self,
         listener: int,
-        protected: dict[tuple[int, int], str],
         roots: list[str],
         private: set[int],
         workers: pool.Workers | None = None,
@@ -67,25 +62,19 @@ class Broker:
             st = os.stat(DENIED_FILE)
             sealed.add((st.st_dev, st.st_ino))
         self.places = Places(roots, private, sealed)
-        self.renames = Renames(protected)
-        self.protected = protected
         self.workers = workers or pool.Workers()
 
     @classmethod
-    def start(cls, plan: Plan, helpers: set[int], changed_w: int) -> Broker:
+    def start(cls, plan: Plan, helpers: set[int]) -> Broker:
         """In PID 1 after setup (no_new_privs already set): the broker's thread, then
         the notification filter on PID 1's main thread, inherited by everything it
-        forks. A git directory whose config was replaced is written, one line each, to
-        ``changed_w``."""
-        # No git config is a mount point a rename must be brokered onto any more (a
-        # sandbox-side git directory holds them: server.gitstore).
-        protected: dict[tuple[int, int], str] = {}
+        forks."""
         private = set()
         for path in ("/tmp", "/dev/shm"):
             with contextlib.suppress(OSError):
                 private.add(os.stat(path).st_dev)
         roots = sorted({r for _at, group in plan.groups for r in group})
-        program = notify_filter(bool(protected))
+        program = notify_filter()
         box: list[Broker] = []
         ready = threading.Event()
         workers = pool.Workers()
@@ -94,16 +83,16 @@ class Broker:
 
         def serve() -> None:
             ready.wait()
-            box[0].serve(helpers, changed_w)  # PID 1's live set of helpers
+            box[0].serve(helpers)  # PID 1's live set of helpers
 
         thread = threading.Thread(target=serve, name="warren-broker", daemon=True)
         thread.start()
         listener = program.install_listener()
-        box.append(cls(listener, protected, roots, private, workers))
+        box.append(cls(listener, roots, private, workers))
         ready.set()
         return box[0]
 
-    def serve(self, helpers: set[int] | frozenset[int], changed_w: int) -> None:
+    def serve(self, helpers: set[int] | frozenset[int]) -> None:
         poller = select.poll()
         poller.register(self.listener, select.POLLIN)
         tick: float | None = None
@@ -121,40 +110,31 @@ class Broker:
                     continue
             else:
                 tick = None
-            gitdir = self.handle(helpers)
-            if gitdir is not None:
-                with contextlib.suppress(OSError):
-                    os.write(changed_w, gitdir.encode() + b"\n")
+            self.handle(helpers)
 
-    def handle(self, helpers: set[int] | frozenset[int] = frozenset()) -> str | None:
-        """Answer one notification (or hand it to a worker, which answers it); the git
-        directory whose config it replaced, if any. ``helpers``: PID 1's own helpers
-        (warren's code, not the sandbox's): their calls go on unchanged."""
+    def handle(self, helpers: set[int] | frozenset[int] = frozenset()) -> None:
+        """Answer one notification (or hand it to a worker, which answers it).
+        ``helpers``: PID 1's own helpers (warren's code, not the sandbox's): their calls
+        go on unchanged."""
         try:
             nid, pid, nr, args = _sys.notif_recv(self.listener)
         except OSError:
-            return None  # the caller died (or was interrupted) before we read it
+            return  # the caller died (or was interrupted) before we read it
         name = self.names.get(nr, "")
         if pid in helpers or pid == os.getpid() or not name:
             self._answer(nid, None)
-            return None
+            return
         call = Call(self.listener, nid, pid, args)
         if name in sockets.HANDLERS:
             self._socket(name, call)
-            return None
-        changed: str | None = None
+            return
 
         def act() -> Outcome:
-            nonlocal changed
-            if name in _seccomp.RENAMES:
-                outcome, changed = self.renames.handle(name, call)
-                return outcome
             return metadata.HANDLERS[name](self.places, call)
 
         with call:
             outcome = self._decide(name, call, act)
         self._answer(nid, outcome)
-        return changed if outcome == 0 else None
 
     def _socket(self, name: str, call: Call) -> None:
         """Read and judge here (nothing waits); make the call here if it cannot wait,
@@ -200,18 +180,16 @@ class Broker:
             call.__exit__()
 
     def _decide(self, name: str, call: Call, act: Callable[[], Outcome], pin: bool = True) -> Outcome:
-        """The outcome: ``act``'s for a call pinned to its process; else a rename goes
-        on (the kernel's mount check protects it) and anything else is refused."""
-        guarded = name not in _seccomp.RENAMES
+        """The outcome: ``act``'s for a call pinned to its process; anything else is
+        refused."""
         try:
             if not pin or call.pin(writable=name == "sendmmsg"):
                 return act()
             # Gone, or alive but closed to inspection (it made itself not dumpable):
             # what cannot be checked is refused.
-            return -errno.EPERM if guarded else None
+            return -errno.EPERM
         except Exception:
-            # Anything unexpected: refuse what is guarded, let the rest run.
-            return -errno.EPERM if guarded else None
+            return -errno.EPERM  # anything unexpected: refused
 
     def _answer(self, nid: int, outcome: Outcome) -> None:
         with contextlib.suppress(OSError):

@@ -1,0 +1,360 @@
+"""One sandbox as the supervisor holds it: its PID 1's control channel, the relay of a
+one-shot run, pause, stop and the teardown once PID 1 has exited.
+
+A ``Box`` owns the descriptors of its sandbox (the control channel, PID 1's pidfd, the
+namespaces, the exec pipes, its network helpers) and closes every one of them in
+``ended``. It knows nothing of clients, the registry or other sandboxes: what the
+supervisor must act on (the sandbox is ready, the run's command said something, the
+sandbox is gone) it hears through ``Waiter``, so this module never imports the
+supervisor. Networking (netd, pasta, expose) is ``boxnet``'s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import signal
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from .. import protocol, wire
+from ..errors import SetupError, WarrenError, from_record
+from ..plan import Plan
+from ..policy.limits import show_duration
+from . import boxnet, follow, gitkeeper, launch, pause
+
+if TYPE_CHECKING:
+    from ..net.pasta import Pasta
+    from .clients import Client
+
+STOP_KILL_AFTER = 3.0  # after SIGTERM, PID 1's grace (2 s) and a margin
+_R, _W = selectors.EVENT_READ, selectors.EVENT_WRITE
+_FROM_PID1 = (protocol.Ready, protocol.Failed, protocol.NetProxy, protocol.NetReady, protocol.NetUp)
+
+
+class Waiter(Protocol):
+    """Whoever waits on a sandbox (the supervisor)."""
+
+    def box_ready(self, box: Box) -> None:
+        """PID 1 finished setting up (a run's command has been handed over)."""
+
+    def run_said(self, box: Box, msg: protocol.Message, fds: list[int]) -> None:
+        """A run's command started (``Started``) or could not (``Error``)."""
+
+    def box_ended(self, box: Box, status: int, repairs: list[str]) -> None:
+        """PID 1 exited and everything of the sandbox is closed; ``repairs``: what the
+        ancestor guard put back."""
+
+
+@dataclass
+class Run:
+    """The one command of a one-shot sandbox, and the client waiting for it."""
+
+    client: Client
+    command: protocol.Command
+    stdio: list[int]
+    events: int | None
+    relay: socket.socket | None = None
+    relay_inbox: wire.Inbox | None = None
+    relay_outbox: wire.Outbox | None = None
+    exited: protocol.Exited | None = None
+    answered: bool = False
+
+
+@dataclass
+class Box:
+    name: str
+    id: str
+    plan: Plan
+    launched: launch.Launched
+    oneshot: bool
+    sel: selectors.BaseSelector
+    waiter: Waiter
+    keeper: gitkeeper.GitKeeper
+    git: gitkeeper.Lease | None = None  # its repositories (server.gitkeeper)
+    home: str | None = None  # its state directory (long-lived sandboxes): the net log is there
+    search_path: str | None = None  # the caller's PATH: where helper programs (pasta) are found
+    created: float = field(default_factory=time.time)
+    ready: bool = False
+    creator: Client | None = None
+    run: Run | None = None
+    failure: WarrenError | None = None
+    netd: boxnet.Netd | None = None
+    pasta: Pasta | None = None
+    stoppers: list[Client] = field(default_factory=list)
+    remove: bool = False
+    kill_at: float | None = None
+    roots: dict[str, follow.Identity] = field(default_factory=dict)  # writable roots as launched
+    ns: tuple[int, int] | None = None  # fds of the sandbox's user and mount namespaces
+    paused: pause.Paused | None = None  # how it was paused, while it is
+    last_active: float = field(default_factory=time.time)  # a request reached it, or an exec ended
+    active: set[int] = field(default_factory=set)  # read ends of running execs' "active" pipes
+    stopped_why: str = ""  # the supervisor stopped it on its own (idle timeout)
+
+    def __post_init__(self) -> None:
+        self.inbox = wire.Inbox(self.launched.control)
+        self.outbox = wire.Outbox(self.launched.control)
+        self.roots = follow.identities(self.plan)
+        self.sel.register(self.launched.control, _R, ("control", self))
+
+    @property
+    def pid(self) -> int:
+        return self.launched.pid
+
+    # --- PID 1's control channel ---------------------------------------------------------
+
+    def on_control(self, mask: int) -> None:
+        if mask & _W:
+            with contextlib.suppress(OSError):
+                if self.outbox.flush():
+                    self.sel.modify(self.launched.control, _R, ("control", self))
+        if not mask & _R:
+            return
+        while True:
+            try:
+                got = self.inbox.read(_FROM_PID1)
+            except (wire.ConnectionClosed, OSError):
+                # PID 1 is ending; its exit (SIGCHLD) finishes the job.
+                with contextlib.suppress(KeyError, ValueError):
+                    self.sel.unregister(self.launched.control)
+                return
+            except WarrenError as e:
+                self.fail(e)
+                return
+            if got is None:
+                return
+            msg, _n, fds = got
+            try:
+                self._control_message(msg, fds)
+            except WarrenError as e:
+                self.fail(e)
+
+    def _control_message(self, msg: protocol.Message, fds: list[int]) -> None:
+        if isinstance(msg, protocol.NetProxy):
+            if not fds:
+                raise SetupError("PID 1 sent no proxy socket", operation="network")
+            self.start_netd(socket.socket(fileno=fds.pop(0)))
+        elif isinstance(msg, protocol.NetReady):
+            try:
+                self.pasta = boxnet.start_pasta(self.pid, self.search_path)
+            except SetupError:
+                self.send(protocol.NetGo(go=False))
+                raise
+            self.sel.register(self.pasta.pidfd or -1, _R, ("pasta", self))
+            self.send(protocol.NetGo(go=True))
+        elif isinstance(msg, protocol.NetUp):
+            if not msg.ok:
+                raise self.pasta.failure() if self.pasta else SetupError("the network did not come up")
+        elif isinstance(msg, protocol.Ready):
+            if len(fds) >= 2 and self.ns is None:
+                self.ns = (fds.pop(0), fds.pop(0))
+            self._on_ready()
+        elif isinstance(msg, protocol.Failed):
+            raise from_record(msg.error.to_fields())
+        for fd in fds:
+            os.close(fd)
+
+    def send(self, msg: protocol.Message, fds: list[int] | None = None) -> None:
+        """Queue a message for PID 1; never waits."""
+        self.outbox.put(msg, fds=fds or [])
+        try:
+            if not self.outbox.flush():
+                self.sel.modify(self.launched.control, _R | _W, ("control", self))
+        except OSError:
+            pass  # PID 1 is gone; its exit is handled by the reaper
+
+    def on_pasta(self) -> None:
+        """pasta exited: before the sandbox was ready, that is a failed setup."""
+        self.sel.unregister(boxnet.pasta_fd(self.pasta))
+        if not self.ready:
+            self.fail(self.pasta.failure() if self.pasta else SetupError("pasta ended"))
+
+    def _on_ready(self) -> None:
+        if self.pasta is not None and self.pasta.pidfd is not None:
+            with contextlib.suppress(KeyError, ValueError):
+                self.sel.unregister(self.pasta.pidfd)
+        self.ready = True
+        if self.run is not None:
+            run = self.run
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+            request = protocol.ExecRequest(sandbox=self.id, command=run.command)
+            counters = self.launched.counters
+            self.send(
+                protocol.Handoff(request=request.to_dict(), extra=[name for name, _fd in counters]),
+                [theirs.fileno(), *run.stdio, *(fd for _name, fd in counters)],
+            )
+            theirs.close()
+            for fd in run.stdio:
+                os.close(fd)
+            run.stdio = []
+            run.relay, run.relay_inbox, run.relay_outbox = ours, wire.Inbox(ours), wire.Outbox(ours)
+            self.sel.register(ours, _R, ("relay", self))
+        self.waiter.box_ready(self)
+
+    # --- a one-shot run's relay ------------------------------------------------------------
+
+    def on_relay(self, mask: int) -> None:
+        """What the run's exec helper says: ``Exited`` is kept until the sandbox is gone,
+        the rest goes to the waiter at once."""
+        run = self.run
+        assert run is not None and run.relay is not None and run.relay_inbox is not None
+        while True:
+            try:
+                got = run.relay_inbox.read((protocol.Started, protocol.Exited, protocol.Error))
+            except (wire.ConnectionClosed, OSError, WarrenError):
+                with contextlib.suppress(KeyError, ValueError):
+                    self.sel.unregister(run.relay)
+                return
+            if got is None:
+                return
+            msg, _n, fds = got
+            if isinstance(msg, protocol.Exited):
+                run.exited = msg  # answered once the sandbox is gone
+            else:
+                self.waiter.run_said(self, msg, fds)
+            for fd in fds:
+                os.close(fd)
+
+    def relay_signal(self, msg: protocol.Message) -> None:
+        """A signal from the run's client, for its command."""
+        if self.run is not None and self.run.relay_outbox is not None:
+            self.run.relay_outbox.put(msg)
+            with contextlib.suppress(OSError):
+                self.run.relay_outbox.flush()
+
+    # --- requests handed to PID 1 ------------------------------------------------------------
+
+    def follow_roots(self) -> None:
+        """A writable root replaced on the host since the last request is bound anew in
+        the sandbox, and PID 1 rebuilds its rules (``follow``)."""
+        changed = follow.replaced(self.roots)
+        if changed:
+            follow.rebind(self.ns, self.name, changed)
+            self.roots.update(changed)
+            self.send(protocol.Refresh())
+
+    def exec_started(self) -> int:
+        """The write end of a pipe the exec's helper holds until it exits: the end of the
+        exec is an event here (the idle timeout counts from it)."""
+        active_r, active_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self.active.add(active_r)
+        self.sel.register(active_r, _R, ("active", (self, active_r)))
+        return active_w
+
+    def exec_ended(self, fd: int) -> None:
+        with contextlib.suppress(KeyError, ValueError):
+            self.sel.unregister(fd)
+        os.close(fd)
+        self.active.discard(fd)
+        self.last_active = time.time()
+        self.keeper.sync(self.git)
+
+    # --- network -----------------------------------------------------------------------------
+
+    def start_netd(self, proxy_listener: socket.socket | None) -> None:
+        """The sandbox's network helper; a long-lived sandbox's PID 1 gets a connector
+        to it (for ``expose``)."""
+        self.netd, connector = boxnet.start_netd(
+            self.plan,
+            self.launched.pidfd,
+            name=self.name if not self.oneshot else f"run-{self.id}",
+            log_path=None if self.home is None else os.path.join(self.home, boxnet.NETLOG_FILE),
+            events=self.run.events if self.run is not None else None,
+            proxy_listener=proxy_listener,
+            connector=not self.oneshot,
+        )
+        if connector is not None:
+            self.send(protocol.Handoff(request=protocol.ConnectorRequest().to_dict()), [connector.fileno()])
+            connector.close()
+
+    def expose(self, msg: protocol.ExposeRequest) -> protocol.Message:
+        boxnet.check_ports(msg)
+        if self.netd is None:
+            self.start_netd(None)
+        assert self.netd is not None
+        return boxnet.expose(self.netd, self.name, msg)
+
+    def idle_expired(self) -> bool:
+        """Nobody used the sandbox for its idle timeout (an exec still running is use;
+        background processes are not): if so, why it is to stop is noted."""
+        limit = self.plan.limits.limits.idle_timeout if self.plan.limits else None
+        if not limit or not self.ready or self.kill_at is not None or self.active:
+            return False
+        if time.time() - self.last_active < limit:
+            return False
+        self.stopped_why = f"stopped after {show_duration(limit)} without a request (idle timeout)"
+        return True
+
+    # --- pause, stop ---------------------------------------------------------------------------
+
+    def set_paused(self, paused: bool) -> None:
+        """Freeze every process of the sandbox, or thaw them (``pause``)."""
+        if paused and self.paused is None:
+            self.paused = pause.pause(self.name, self.pid, self.launched.cgroups)
+        elif not paused and self.paused is not None:
+            pause.resume(self.name, self.pid, self.paused)
+            self.paused = None
+
+    def terminate(self) -> None:
+        """Stop the sandbox: thawed first (frozen tasks cannot act on SIGTERM), SIGTERM to
+        PID 1 (which passes it on), SIGKILL after its grace if it is still there."""
+        self._thaw()
+        self.signal(signal.SIGTERM)
+        self.kill_at = self.kill_at or time.monotonic() + STOP_KILL_AFTER
+
+    def _thaw(self) -> None:
+        if self.paused is not None:
+            with contextlib.suppress(WarrenError):
+                pause.resume(self.name, self.pid, self.paused)
+            pause.release(self.paused)
+            self.paused = None
+
+    def signal(self, sig: int) -> None:
+        with contextlib.suppress(OSError):
+            signal.pidfd_send_signal(self.launched.pidfd, sig)
+
+    def fail(self, error: WarrenError) -> None:
+        """Setup went wrong: remember why (the waiting client hears it when PID 1 is
+        gone) and end the sandbox."""
+        self.failure = self.failure or error
+        self.signal(signal.SIGKILL)
+
+    # --- the end -------------------------------------------------------------------------------
+
+    def ended(self, status: int) -> None:
+        """PID 1 exited: the whole sandbox is gone. Clean up after it, then tell the
+        waiter."""
+        # Before anyone hears it ended: what it committed is on the host by then.
+        self.keeper.release(self.git)
+        self.git = None
+        if self.run is not None and self.run.relay is not None and self.run.exited is None:
+            # What the command's helper said before the end may not have been read yet
+            # (the loop was busy when both arrived).
+            self.on_relay(_R)
+        for sock in (self.launched.control, self.run.relay if self.run else None):
+            if sock is not None:
+                with contextlib.suppress(KeyError, ValueError):
+                    self.sel.unregister(sock)
+                sock.close()
+        # Network helpers end before anyone hears the sandbox ended, so an exposed port
+        # is closed by the time stop/rm returns.
+        if self.netd is not None:
+            boxnet.stop_netd(self.netd)
+        if self.pasta is not None:
+            if self.pasta.pidfd is not None:
+                with contextlib.suppress(KeyError, ValueError):
+                    self.sel.unregister(self.pasta.pidfd)
+            self.pasta.stop()
+        os.close(self.launched.pidfd)
+        for fd in [*(self.ns or ()), *self.active]:
+            with contextlib.suppress(KeyError, ValueError):
+                self.sel.unregister(fd)
+            os.close(fd)
+        self.ns = None
+        self.active.clear()
+        if self.paused is not None:
+            pause.release(self.paused)
+        self.waiter.box_ended(self, status, launch.restore(self.launched))

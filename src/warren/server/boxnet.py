@@ -1,0 +1,129 @@
+"""A sandbox's networking as the supervisor runs it: its network helper (``netd``),
+pasta for ``--network host``, ports exposed on request, and its network log.
+
+Only starting, asking and stopping these helpers; what they do is ``netd``'s and
+``net``'s. Nothing here knows of clients or the registry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import protocol, wire
+from .._core import clone
+from ..errors import SandboxError, WarrenError
+from ..net import log as netlog
+from ..net.pasta import Pasta
+from ..plan import Plan
+from . import netd
+
+NETLOG_FILE = "net.jsonl"  # in a long-lived sandbox's state directory
+NETLOG_MAX = 5000  # events in one reply (the newest)
+
+
+@dataclass
+class Netd:
+    pid: int
+    pidfd: int
+    ctl: socket.socket
+
+
+def start_netd(
+    plan: Plan,
+    pid1_pidfd: int,
+    *,
+    name: str,
+    log_path: str | None,
+    events: int | None,
+    proxy_listener: socket.socket | None,
+    connector: bool,
+) -> tuple[Netd, socket.socket | None]:
+    """Fork the sandbox's network helper: a fork of the small, single-threaded
+    supervisor costs about a millisecond, an interpreter 30+. With ``connector``, the
+    other end of a connection to it is returned too, for PID 1."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    conn_ours: socket.socket | None = None
+    conn_theirs: socket.socket | None = None
+    if connector:
+        conn_ours, conn_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            signal.set_wakeup_fd(-1)
+            keep = [theirs.fileno(), pid1_pidfd]
+            keep += [s.fileno() for s in (proxy_listener, conn_ours) if s is not None]
+            keep += [events] if events is not None else []
+            clone.close_all_but(*keep)
+            code = netd.serve(
+                theirs,
+                plan.net,
+                name=name,
+                pid1_pidfd=pid1_pidfd,
+                log=netlog.Writer(Path(log_path) if log_path is not None else None, events),
+                proxy_listener=proxy_listener,
+                connector=conn_ours,
+            )
+        finally:
+            os._exit(code)
+    theirs.close()
+    if proxy_listener is not None:
+        proxy_listener.close()
+    if conn_ours is not None:
+        conn_ours.close()
+    ours.settimeout(5)
+    return Netd(pid, os.pidfd_open(pid), ours), conn_theirs
+
+
+def stop_netd(helper: Netd) -> None:
+    helper.ctl.close()
+    with contextlib.suppress(OSError):
+        signal.pidfd_send_signal(helper.pidfd, signal.SIGKILL)
+    os.close(helper.pidfd)
+
+
+def start_pasta(pid1: int, search_path: str | None) -> Pasta:
+    return Pasta.spawn(pid1, search_path)
+
+
+def pasta_fd(pasta: Pasta | None) -> int:
+    return -1 if pasta is None or pasta.pidfd is None else pasta.pidfd
+
+
+def check_ports(msg: protocol.ExposeRequest) -> None:
+    for value, what, low in ((msg.port, "port", 1), (msg.host_port, "host_port", 0)):
+        if not low <= value <= 65535:
+            raise SandboxError(
+                f"{what} must be a TCP port number, got {value!r}",
+                operation="expose",
+                hint="ports are 1-65535 (host_port 0 picks a free one)",
+            )
+
+
+def expose(helper: Netd, name: str, msg: protocol.ExposeRequest) -> protocol.Message:
+    """Ask sandbox ``name``'s network helper to expose a port; its answer."""
+    try:
+        wire.send(helper.ctl, msg)
+        reply, _, fds = wire.recv(helper.ctl, (protocol.Exposed, protocol.Error), max_payload=0)
+    except (wire.ConnectionClosed, OSError, WarrenError) as e:
+        raise SandboxError(
+            f"the network helper of sandbox {name} did not answer",
+            operation="expose",
+            path=name,
+            errno=getattr(e, "errno", None),
+            hint="the sandbox may be ending; check `warren ls`",
+        ) from None
+    for fd in fds:
+        os.close(fd)
+    return reply
+
+
+def read_log(sandbox_dir: str) -> protocol.Message:
+    """The newest events of a sandbox's network log."""
+    events = netlog.read(Path(sandbox_dir) / NETLOG_FILE)
+    return protocol.NetLog(events=[protocol.NetEventRecord(**e.to_dict()) for e in events[-NETLOG_MAX:]])

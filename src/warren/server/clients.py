@@ -1,0 +1,115 @@
+"""One connected client as the supervisor sees it, and what it is told when there is no
+room for it.
+
+A ``Client`` is a record: its socket, credentials and cgroups (read from the kernel at
+accept), its buffers and where its request stands. Reading and answering it is the
+supervisor's loop; nothing here blocks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import sys
+import time
+from typing import TYPE_CHECKING
+
+from .. import protocol, wire
+from .._core import cgroups
+from ..errors import SandboxError, WarrenError
+from ..plan import CallerFacts
+
+if TYPE_CHECKING:
+    from .box import Box
+
+HEADER_DEADLINE = 10.0  # a client has this long to send a whole request header
+
+
+def peer_cgroups(sock: socket.socket) -> tuple[str | None, WarrenError | None]:
+    """The connected peer's /proc/PID/cgroup, read through the pidfd SO_PEERPIDFD gives
+    (``cgroups.peer_cgroups``), or why it cannot be had."""
+    pid, _uid, _gid = wire.peer_creds(sock)
+    pidfd = wire.peer_pidfd(sock)
+    if pidfd is None and pid > 0:
+        # Before Linux 6.5: pinned at accept, as ``peer.verify`` does.
+        with contextlib.suppress(OSError):
+            pidfd = os.pidfd_open(pid)
+    if pidfd is None:
+        return None, SandboxError(
+            "cannot tell which cgroups the client is in: it is gone or in another pid namespace",
+            operation="cgroup",
+            hint="sandboxes are placed in their caller's cgroups; ask again from a live process",
+        )
+    try:
+        return cgroups.peer_cgroups(pid, pidfd), None
+    except WarrenError as e:
+        return None, e
+    finally:
+        os.close(pidfd)
+
+
+class Client:
+    def __init__(self, sock: socket.socket, uid: int, gid: int) -> None:
+        self.sock = sock
+        self.uid, self.gid = uid, gid
+        # The peer's cgroups as the kernel has them at accept (read through the pidfd
+        # of the process that connected): its sandboxes go beneath them.
+        self.cgroups, self.cgroups_error = peer_cgroups(sock)
+        self.inbox = wire.Inbox(sock)
+        self.outbox = wire.Outbox(sock)
+        self.deadline: float | None = time.monotonic() + HEADER_DEADLINE
+        self.box: Box | None = None  # the one-shot sandbox running this client's command
+        self.busy = False  # its request is being served: it may only wait or hang up
+        self.closing = False  # close once the outbox is flushed
+        self.stdin: protocol.StdinRequest | None = None  # its payload is still arriving
+        self.stdin_len = 0
+
+    def facts(self, caller: protocol.Caller) -> CallerFacts:
+        """Who asks, for the planner: uid and gid from the kernel, the cgroups read at
+        accept (its sandboxes count against them), the rest as the client said."""
+        if self.cgroups is None:
+            raise self.cgroups_error or SandboxError("the client's cgroups are unknown", operation="cgroup")
+        return CallerFacts(
+            uid=self.uid,
+            gid=self.gid,
+            home=caller.env.get("HOME") or os.path.expanduser("~"),
+            env=caller.env,
+            cwd=caller.cwd,
+            cgroups=self.cgroups,
+        )
+
+
+class Notes:
+    """Lines in the supervisor's log, at most one per kind every 5 seconds (with a count
+    of those left out)."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, tuple[float, int]] = {}  # kind -> (last, dropped)
+
+    def log(self, kind: str, line: str) -> None:
+        now = time.monotonic()
+        last, dropped = self.seen.get(kind, (-1e9, 0))
+        if now - last < 5:
+            self.seen[kind] = (last, dropped + 1)
+            return
+        self.seen[kind] = (now, 0)
+        more = f" (and {dropped} more since the last such line)" if dropped else ""
+        print(f"warren supervisor: {line}{more}", file=sys.stderr, flush=True)
+
+
+def full(why: str) -> protocol.Message:
+    return protocol.error_message(
+        SandboxError(
+            f"the warren supervisor is at its connection limit: {why}",
+            operation="connect",
+            hint="too many connections at once (is a program opening many and sending nothing?); retry",
+        )
+    )
+
+
+def tell(sock: socket.socket, message: protocol.Message) -> None:
+    """Send ``message`` if the socket takes it now, and close: never waits."""
+    with contextlib.suppress(OSError, WarrenError):
+        sock.send(wire.frame(message), socket.MSG_DONTWAIT)
+    sock.close()

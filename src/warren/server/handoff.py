@@ -1,0 +1,68 @@
+"""Handing a client's request (exec, spawn, files, processes, signals) to the PID 1 of
+its sandbox, with the client's connection: a helper forked there serves it.
+
+What travels with the connection: the descriptors the request declared, a spawned
+process's record and stdin pipe, an exec's "active" pipe and the sandbox's limit
+counters. After this the supervisor lets go of the connection.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from .. import protocol
+from ..errors import ProtocolError
+from . import spawns, stdin
+from .box import Box
+
+HANDED = (
+    protocol.ExecRequest,
+    protocol.SpawnRequest,
+    protocol.FileRequest,
+    protocol.PsRequest,
+    protocol.SignalRequest,
+)
+
+
+def hand_over(
+    box: Box,
+    conn: socket.socket,
+    msg: protocol.Message,
+    payload_len: int,
+    fds: list[int],
+    *,
+    root: str,
+    stdin_pipes: stdin.StdinPipes | None,
+) -> None:
+    """Send ``msg`` and the connection to ``box``'s PID 1; the descriptors in ``fds``
+    are closed here (PID 1 has its copies)."""
+    assert isinstance(msg, HANDED)
+    box.follow_roots()
+    declared = sum(1 for a in msg.command.stdio[:3] if a) if isinstance(msg, protocol.ExecRequest) else 0
+    if len(fds) != declared:
+        raise ProtocolError(
+            f"a {msg.TAG} request declared {declared} descriptors but carried {len(fds)}",
+            operation="decode",
+        )
+    if payload_len and not isinstance(msg, protocol.FileRequest):
+        raise ProtocolError(f"a {msg.TAG} request carries no payload", operation="decode")
+    handoff = protocol.Handoff(request=msg.to_dict(), payload=payload_len)
+    extra: list[int] = []
+    named: list[int] = []  # handoff.extra's descriptors: the sandbox's, not closed here
+    if isinstance(msg, protocol.SpawnRequest):
+        handoff.spawn_id, extra = spawns.create(root, box.name)
+        if msg.stdin:
+            assert stdin_pipes is not None
+            extra.append(stdin_pipes.open(box.name, handoff.spawn_id))
+    elif isinstance(msg, protocol.PsRequest):
+        handoff.spawned = spawns.running(root, box.name)
+    if isinstance(msg, protocol.ExecRequest):
+        handoff.extra.append("active")
+        extra.append(box.exec_started())
+    if isinstance(msg, (protocol.ExecRequest, protocol.SpawnRequest)):
+        handoff.extra.extend(name for name, _fd in box.launched.counters)
+        named = [fd for _name, fd in box.launched.counters]
+    box.send(handoff, [conn.fileno(), *fds, *extra, *named])
+    for fd in [*fds, *extra]:
+        os.close(fd)

@@ -1,0 +1,226 @@
+"""The sandboxes one supervisor holds, and their records in the registry.
+
+Owns launching a planned sandbox into a ``Box``, the lookups a request needs (is there
+such a sandbox, is it usable now, what is its state), the answers to requests about a
+sandbox that need no client (state, list, stats, expose, pause, ...), and what the
+registry is told when a long-lived sandbox becomes ready or ends. At start it sweeps
+what a crashed predecessor left (registry entries, cgroups, TMPDIRs). No client
+sockets: reading and answering clients is the supervisor's.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import selectors
+import shutil
+import signal
+
+from .. import protocol
+from .._core import cgroups
+from ..errors import SandboxDead, SandboxNotFound, SandboxPaused
+from ..plan import Plan
+from . import boxnet, gitkeeper, launch, registry, spawns, statedir, usage
+from .box import Box, Waiter
+
+
+class Sandboxes:
+    def __init__(
+        self, root: str | None, sel: selectors.BaseSelector, keeper: gitkeeper.GitKeeper, waiter: Waiter
+    ) -> None:
+        self.root = root
+        self.sel, self.keeper, self.waiter = sel, keeper, waiter
+        self.registry = registry.Registry(root) if root is not None else None
+        self.start_time = registry.process_start_time(os.getpid()) or 0
+        self.boxes: dict[str, Box] = {}  # long-lived, by name
+        self.oneshots: dict[str, Box] = {}  # by id
+        self.by_pid: dict[int, Box] = {}
+        self.cgroup_records = os.path.join(root, "cgroups") if root is not None else None
+        self.tmp_records = os.path.join(root, "tmpdirs") if root is not None else None
+        if self.registry is not None:
+            self.registry.orphaned(os.getpid(), self.start_time)
+        if self.cgroup_records is not None:
+            cgroups.sweep(self.cgroup_records)
+        if self.tmp_records is not None:
+            launch.sweep_scratch(self.tmp_records)
+
+    def launch(
+        self, plan: Plan, git: gitkeeper.Found, name: str, search_path: str | None, oneshot: bool
+    ) -> Box:
+        """Launch a planned sandbox: its repositories' stores first (the lease is the
+        box's from here on, released here when the launch fails), then PID 1."""
+        try:
+            lease = self.keeper.lease(git)
+        except BaseException:
+            git.close()
+            raise
+        try:
+            launched = launch.launch(
+                plan, oneshot=oneshot, record_dir=self.cgroup_records, tmp_records=self.tmp_records
+            )
+        except BaseException:
+            self.keeper.release(lease)
+            raise
+        box = Box(
+            name=name,
+            id=secrets.token_hex(6),
+            plan=plan,
+            launched=launched,
+            oneshot=oneshot,
+            sel=self.sel,
+            waiter=self.waiter,
+            keeper=self.keeper,
+            git=lease,
+            home=None if oneshot or self.root is None else statedir.sandbox_dir(self.root, name),
+            search_path=search_path,
+        )
+        self.add(box)
+        return box
+
+    def add(self, box: Box) -> None:
+        self.by_pid[box.pid] = box
+        if box.oneshot:
+            self.oneshots[box.id] = box
+        else:
+            self.boxes[box.name] = box
+
+    def discard(self, box: Box) -> None:
+        if box.oneshot:
+            self.oneshots.pop(box.id, None)
+        else:
+            self.boxes.pop(box.name, None)
+
+    def all(self) -> list[Box]:
+        return [*self.boxes.values(), *self.oneshots.values()]
+
+    def answer(self, msg: protocol.Message) -> tuple[protocol.Message, bytes] | None:
+        """The answer to a request about sandboxes that needs no client, or None when
+        ``msg`` is not one of those."""
+        assert self.root is not None and self.registry is not None
+        if isinstance(msg, protocol.GetRequest):
+            return self.info(msg.name), b""
+        if isinstance(msg, protocol.ListRequest):
+            return protocol.SandboxList(items=[self.info(e.name) for e in self.registry.all()]), b""
+        if isinstance(msg, protocol.ExposeRequest):
+            return self.live(msg.sandbox).expose(msg), b""
+        if isinstance(msg, protocol.NetLogRequest):
+            if self.known(msg.sandbox) is None:
+                self.entry(msg.sandbox)  # raises SandboxNotFound when there is no such sandbox
+            return boxnet.read_log(statedir.sandbox_dir(self.root, msg.sandbox)), b""
+        if isinstance(msg, protocol.StatsRequest):
+            live = self.live(msg.sandbox, paused_ok=True)
+            return usage.measure(live.pid, live.launched.cgroups, live.plan.limits), b""
+        if isinstance(msg, protocol.ProcessRequest):
+            box = self.known(msg.sandbox)
+            return spawns.state(self.root, msg.sandbox, msg, alive=box is not None and box.ready)
+        if isinstance(msg, protocol.PauseRequest):
+            self.live(msg.sandbox, paused_ok=True).set_paused(msg.paused)
+            return self.info(msg.sandbox), b""
+        return None
+
+    def known(self, name: str) -> Box | None:
+        return self.boxes.get(name)
+
+    def entry(self, name: str) -> registry.Entry:
+        assert self.registry is not None
+        entry = self.registry.get(name)
+        if entry is None:
+            raise SandboxNotFound(
+                f"no sandbox named {name}",
+                operation="lookup",
+                path=name,
+                hint="see `warren ls`; create one with `warren create NAME`",
+            )
+        return entry
+
+    def live(self, name: str, paused_ok: bool = False) -> Box:
+        """The running sandbox ``name``, or a typed error saying why it cannot be used."""
+        box = self.boxes.get(name)
+        if box is not None and box.ready and box.kill_at is None:
+            if box.paused is not None and not paused_ok:
+                raise SandboxPaused(
+                    f"sandbox {name} is paused: nothing runs in it until it is resumed",
+                    operation="lookup",
+                    path=name,
+                    hint=f"resume it with `warren resume {name}` (Sandbox.resume())",
+                )
+            return box
+        entry = self.entry(name)
+        raise SandboxDead(
+            f"sandbox {name} is {entry.state if box is None else 'stopping'}"
+            + (f": {entry.reason}" if entry.reason and box is None else ""),
+            operation="lookup",
+            path=name,
+            hint=f"remove it with `warren rm {name}` and create it again",
+        )
+
+    def info(self, name: str) -> protocol.SandboxInfo:
+        box = self.boxes.get(name)
+        entry = self.entry(name)
+        state = entry.state
+        if box is not None and box.kill_at is not None:
+            state = "stopping"
+        elif box is not None and box.paused is not None:
+            state = "paused"
+        limits = box.plan.limits if box is not None else None
+        return protocol.SandboxInfo(
+            idle_timeout=(limits.limits.idle_timeout or None) if limits else None,
+            last_active=box.last_active if box is not None else 0.0,
+            name=entry.name,
+            id=entry.id,
+            state=state,
+            reason=entry.reason,
+            workspace=entry.workspace,
+            created=entry.created,
+            pid1=entry.pid1,
+            warnings=list(entry.warnings),
+        )
+
+    def record_ready(self, box: Box) -> None:
+        """A long-lived sandbox is up: in the registry, with its state directory."""
+        assert self.registry is not None and self.root is not None
+        self.registry.add(
+            registry.Entry(
+                name=box.name,
+                id=box.id,
+                state=registry.RUNNING,
+                reason="",
+                workspace=box.plan.workspace,
+                created=box.created,
+                supervisor_pid=os.getpid(),
+                supervisor_start=self.start_time,
+                pid1=box.pid,
+                warnings=box.plan.warnings,
+            )
+        )
+        os.makedirs(statedir.sandbox_dir(self.root, box.name), mode=0o700, exist_ok=True)
+
+    def record_end(self, box: Box, status: int, warnings: list[str], shutdown: bool) -> None:
+        """A long-lived sandbox ended: removed, or marked stopped or dead with why."""
+        assert self.registry is not None
+        if box.stoppers:
+            if box.remove:
+                self.forget(box.name)
+            else:
+                self.registry.set_state(box.name, box.id, registry.STOPPED, "stopped on request", warnings)
+        elif box.stopped_why:
+            self.registry.set_state(box.name, box.id, registry.STOPPED, box.stopped_why, warnings)
+        elif shutdown:
+            self.registry.set_state(
+                box.name, box.id, registry.STOPPED, "the supervisor was stopped", warnings
+            )
+        else:
+            how = (
+                f"killed by signal {signal.Signals(os.WTERMSIG(status)).name}"
+                if os.WIFSIGNALED(status)
+                else f"exited with status {os.waitstatus_to_exitcode(status)}"
+            )
+            self.registry.set_state(
+                box.name, box.id, registry.DEAD, f"the sandbox's PID 1 ({box.pid}) was {how}", warnings
+            )
+
+    def forget(self, name: str) -> None:
+        """``rm``: the sandbox's record and state directory go."""
+        assert self.registry is not None and self.root is not None
+        self.registry.remove(name)
+        shutil.rmtree(statedir.sandbox_dir(self.root, name), ignore_errors=True)

@@ -1,0 +1,123 @@
+"""The mount steps of ``_core.mounts``, executed one at a time in a child's own user
+and mount namespaces, and judged from the host: what the step made read-only gets
+no write through it, what it hid is still there on the host, what it bound writable
+writes through to the host directory."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from warren._core import mounts
+from warren.plan.model import MountKind, MountOp
+
+from .child import attempt, in_child
+
+
+def test_mask_makes_every_entry_but_the_kept_ones_read_only(tmp_path: Path) -> None:
+    base = tmp_path / "base"
+    (base / "keep").mkdir(parents=True)
+    (base / "other").mkdir()
+    (base / "file").write_text("x")
+
+    def inside() -> dict[str, str]:
+        mounts._mask(str(base), ("keep",))
+        return {
+            "keep": attempt(lambda: (base / "keep" / "new").write_text("y")),
+            "other": attempt(lambda: (base / "other" / "new").write_text("y")),
+            "file": attempt(lambda: (base / "file").write_text("changed")),
+            "chmod": attempt(lambda: os.chmod(base / "other", 0o700)),
+        }
+
+    got = in_child(inside, namespaces=True)
+    assert got == {"keep": "ok", "other": "EROFS", "file": "EROFS", "chmod": "EROFS"}
+    assert (base / "keep" / "new").read_text() == "y"
+    assert not (base / "other" / "new").exists() and (base / "file").read_text() == "x"
+
+
+def test_a_masked_symlink_is_left_alone_not_followed(tmp_path: Path) -> None:
+    """A link in a masked directory is no mount point: masking must not follow it to
+    whatever it names (outside, here) and make that read-only."""
+    base, outside = tmp_path / "base", tmp_path / "outside"
+    base.mkdir()
+    outside.mkdir()
+    (base / "link").symlink_to(outside)
+
+    def inside() -> str:
+        mounts._mask(str(base), ())
+        return attempt(lambda: (outside / "new").write_text("y"))
+
+    assert in_child(inside, namespaces=True) == "ok"
+    assert (outside / "new").read_text() == "y"
+
+
+def test_rebind_writable_makes_a_read_only_view_writable_again(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+
+    def inside() -> list[str]:
+        mounts._apply(MountOp(MountKind.RO_SELF, str(root)), str(root), None)
+        before = attempt(lambda: (root / "before").write_text("x"))
+        mounts.rebind_writable(str(root))
+        after = attempt(lambda: (root / "after").write_text("x"))
+        return [before, after]
+
+    assert in_child(inside, namespaces=True) == ["EROFS", "ok"]
+    assert not (root / "before").exists()
+    made = (root / "after").stat()
+    assert (made.st_uid, made.st_gid) == (os.getuid(), os.getgid())
+
+
+def test_a_read_only_tmpfs_hides_a_denied_directory_and_takes_no_write(tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "key").write_text("k")
+
+    def inside() -> dict[str, object]:
+        mounts._apply(MountOp(MountKind.TMPFS, str(secret), readonly=True), str(secret), None)
+        return {"listing": os.listdir(secret), "write": attempt(lambda: (secret / "x").write_text("x"))}
+
+    assert in_child(inside, namespaces=True) == {"listing": [], "write": "EROFS"}
+    assert (secret / "key").read_text() == "k" and not (secret / "x").exists()
+
+
+def test_a_read_write_bind_writes_through_but_its_submounts_stay_read_only(tmp_path: Path) -> None:
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    (src / "sub").mkdir(parents=True)
+    dst.mkdir()
+
+    def inside() -> dict[str, str]:
+        # A writable submount of the source: the clone must not carry it writable.
+        mounts._apply(MountOp(MountKind.TMPFS, str(src / "sub")), str(src / "sub"), None)
+        op = MountOp(MountKind.BIND_RW, str(dst), source=str(src))
+        mounts._apply(op, str(dst), mounts._preclone(op))
+        return {
+            "top": attempt(lambda: (dst / "new").write_text("y")),
+            "submount": attempt(lambda: (dst / "sub" / "x").write_text("y")),
+            "source submount": attempt(lambda: (src / "sub" / "x").write_text("y")),
+        }
+
+    got = in_child(inside, namespaces=True)
+    assert got == {"top": "ok", "submount": "EROFS", "source submount": "ok"}
+    assert (src / "new").read_text() == "y"
+
+
+def test_a_denied_file_shows_empty_and_only_where_the_planned_file_still_is(tmp_path: Path) -> None:
+    stand_in = tmp_path / "denied"
+    stand_in.write_bytes(b"")
+    target, moved = tmp_path / ".env", tmp_path / "other"
+    target.write_text("SECRET")
+    moved.write_text("not planned")
+    planned = target.stat()
+
+    def inside() -> dict[str, str]:
+        mounts._mask_file(str(stand_in), str(target), (planned.st_dev, planned.st_ino))
+        return {
+            "content": target.read_text(),
+            "elsewhere": attempt(
+                lambda: mounts._mask_file(str(stand_in), str(moved), (planned.st_dev, planned.st_ino))
+            ),
+        }
+
+    assert in_child(inside, namespaces=True) == {"content": "", "elsewhere": "ESTALE"}
+    assert target.read_text() == "SECRET" and moved.read_text() == "not planned"
