@@ -24,8 +24,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
-
 SOURCE = Path(__file__).resolve().parents[1]
 WHEELHOUSE = Path(os.environ.get("WARREN_WHEELHOUSE", "/opt/warren-wheelhouse"))
 VERSION = tomllib.loads((SOURCE / "pyproject.toml").read_text())["project"]["version"]
