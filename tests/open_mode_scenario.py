@@ -38,9 +38,12 @@ print(json.dumps(out))
 
 
 def _pasta_processes() -> list[str]:
+    """This user's pasta processes (another user's test run may hold its own)."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
+            if os.stat(f"/proc/{pid}").st_uid != os.getuid():
+                continue
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 argv = f.read().split(b"\0")
         except OSError:

@@ -99,11 +99,24 @@ def _clone_in_spawner(
     return _clone(plan, control, oneshot, tasks, _sys.CLONE_PARENT)
 
 
+def preload() -> None:
+    """Import, before any clone, every module PID 1 and its helpers use: inside the
+    sandbox warren's own files may not be visible (an install under /tmp, whose /tmp is
+    the sandbox's own), so nothing may be imported there for the first time."""
+    from .. import protocol
+    from . import pid1  # noqa: F401
+
+    for name in protocol.__all__:
+        getattr(protocol, name)  # the channels the package loads only when named
+
+
 def _clone(
     plan: Plan, control: socket.socket, oneshot: bool, tasks: list[tuple[str, int]], flags: int
 ) -> int:
     """The clone itself; ``flags`` adds CLONE_PARENT in the spawner."""
     from . import pid1
+
+    preload()
 
     harden.seccomp_program(plan)  # packed here, so the clone only copies them
     broker.prepare(plan)

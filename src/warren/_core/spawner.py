@@ -95,9 +95,10 @@ def _serve(sock: socket.socket, clone: Clone) -> NoReturn:
             signal.set_wakeup_fd(-1)
         for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)
-        from .clone import close_all_but
+        from .clone import close_all_but, preload
 
         close_all_but(sock.fileno())
+        preload()  # shared by every PID 1, and nothing left to import inside
         gc.collect()
         gc.freeze()
         while True:
