@@ -1,6 +1,6 @@
 """Planning: policy + host facts + caller facts -> a Plan (pure), and its rendering.
 
-``make_plan`` decides; ``_core`` executes. ``facts.gather`` is the only part that
+``make_plan`` decides; ``_core`` executes. ``server.hostfacts.gather`` is the only part that
 reads the system (the mount table, the Landlock ABI, path kinds)."""
 
 from .facts import CallerFacts, HostFacts

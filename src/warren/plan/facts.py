@@ -9,17 +9,12 @@ Nothing here changes the system; tests build both by hand.
 
 from __future__ import annotations
 
-import functools
 import os
 import stat
-import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .._core import cgroups as _cgroups
-from .._core import kernel
-from ..policy.limits import cpu_count, mem_total
 from .limits import CgroupFacts
 from .model import GitDir
 
@@ -182,20 +177,6 @@ FIXED_PATHS = (
 )
 
 
-@functools.cache
-def _cap_last_cap() -> int:
-    try:
-        with open("/proc/sys/kernel/cap_last_cap") as f:
-            return int(f.read())
-    except OSError:
-        return 40
-
-
-@functools.cache
-def _kernel_landlock_abi() -> int:
-    return kernel.landlock_abi()
-
-
 def landlock_abi(kernel_abi: int, env: Mapping[str, str]) -> int:
     """The ABI to plan for. WARREN_LANDLOCK_ABI (the caller's) may only lower the
     kernel's, to rehearse what warren does on an older kernel (the fallback and its
@@ -227,41 +208,6 @@ def enclosing_repository(workspace: str) -> str | None:
         if os.path.lexists(os.path.join(path, ".git")):
             return path
     return None
-
-
-def gather(
-    extra_paths: Iterable[str] = (),
-    state_dir: str | None = None,
-    outside_links: tuple[tuple[str, int, int, bool], ...] = (),
-    git: tuple[GitDir, ...] = (),
-    git_files: tuple[str, ...] = (),
-    workspace: str | None = None,
-    caller_cgroups: str | None = None,
-) -> HostFacts:
-    """``caller_cgroups``: the caller's /proc/PID/cgroup text (``CallerFacts.cgroups``):
-    its sandboxes' cgroups go beneath the caller's groups, not this process's."""
-    with open("/proc/self/mountinfo") as f:
-        mounts = parse_mountinfo(f.read())
-    paths = set(FIXED_PATHS) | set(extra_paths)
-    if state_dir:
-        paths.add(state_dir)
-    kinds = {p: path_kind(p) for p in paths}
-    return HostFacts(
-        mounts=mounts,
-        landlock_abi=_kernel_landlock_abi(),
-        cap_last_cap=_cap_last_cap(),
-        machine_supported=kernel.machine_supported() and sys.platform == "linux",
-        path_kinds=kinds,
-        state_dir=state_dir,
-        outside_links=outside_links,
-        git=git,
-        git_files=git_files,
-        writable_dirs=frozenset(p for p in paths if kinds[p] == "dir" and os.access(p, os.W_OK)),
-        cgroups=_cgroups.probe(os.getuid(), caller_cgroups),
-        mem_total=mem_total(),
-        repository=enclosing_repository(workspace) if workspace else None,
-        cpus=cpu_count(),
-    )
 
 
 def paths_of(policy_paths: Iterable[Path], caller: CallerFacts) -> list[str]:

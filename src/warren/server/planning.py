@@ -20,11 +20,12 @@ from pathlib import Path
 from .. import protocol
 from ..errors import SetupError
 from ..plan import CallerFacts, Plan, make_plan, tmpdir
-from ..plan.facts import HostFacts, gather, paths_of
+from ..plan.facts import HostFacts, paths_of
 from ..plan.mounts import strip_nested, within
 from ..policy import Policy, build, config
 from ..policy.spec import from_mapping
 from . import gitkeeper, links, statedir
+from .hostfacts import gather
 
 
 def resolve(spec_map: dict[str, object], caller: CallerFacts, msg_caller: protocol.Caller) -> Policy:
