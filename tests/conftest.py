@@ -214,3 +214,28 @@ def make_wheel(dest: Path, name: str = "warrendemo", version: str = "1.0") -> Pa
         for path, text in files.items():
             zf.writestr(path, text)
     return wheel
+
+
+@pytest.fixture
+def outside() -> Iterator[Path]:
+    """A file of the caller's HOME, outside every workspace: a sandbox must leave it as
+    it is (a module may define its own ``outside``)."""
+    path = Path.home() / f".warren-test-{os.getpid()}-outside.txt"
+    path.write_text("keep me\n")
+    yield path
+    path.unlink()
+
+
+@pytest.fixture
+def planted_secret() -> Iterator[Path]:
+    """A credential in a default-denied place of the caller's HOME (~/.aws): a sandbox
+    must never print ``PLANTED-SECRET``."""
+    aws = Path.home() / ".aws"
+    made = not aws.exists()
+    aws.mkdir(exist_ok=True)
+    secret = aws / f"credentials-warren-test-{os.getpid()}"
+    secret.write_text("aws_secret_access_key = PLANTED-SECRET-77ab\n")
+    yield secret
+    secret.unlink()
+    if made:
+        aws.rmdir()

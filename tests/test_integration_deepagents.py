@@ -40,27 +40,6 @@ def backend(ws: Path) -> Iterator[WarrenSandbox]:
     sandbox.close()
 
 
-@pytest.fixture
-def outside() -> Iterator[Path]:
-    path = Path.home() / f".warren-test-{os.getpid()}-outside.txt"
-    path.write_text("keep me\n")
-    yield path
-    path.unlink()
-
-
-@pytest.fixture
-def planted_secret() -> Iterator[Path]:
-    aws = Path.home() / ".aws"
-    made = not aws.exists()
-    aws.mkdir(exist_ok=True)
-    secret = aws / f"credentials-warren-test-{os.getpid()}"
-    secret.write_text("aws_secret_access_key = PLANTED-SECRET-77ab\n")
-    yield secret
-    secret.unlink()
-    if made:
-        aws.rmdir()
-
-
 def _names() -> set[str]:
     return {info.name for info in Sandbox.list()}
 

@@ -49,27 +49,6 @@ def env(msa: ModuleType, ws: Path) -> Iterator[Any]:
     environment.cleanup()
 
 
-@pytest.fixture
-def outside() -> Iterator[Path]:
-    path = Path.home() / f".warren-test-{os.getpid()}-outside.txt"
-    path.write_text("keep me\n")
-    yield path
-    path.unlink()
-
-
-@pytest.fixture
-def planted_secret() -> Iterator[Path]:
-    aws = Path.home() / ".aws"
-    made = not aws.exists()
-    aws.mkdir(exist_ok=True)
-    secret = aws / f"credentials-warren-test-{os.getpid()}"
-    secret.write_text("aws_secret_access_key = PLANTED-SECRET-90fe\n")
-    yield secret
-    secret.unlink()
-    if made:
-        aws.rmdir()
-
-
 def _names() -> set[str]:
     return {info.name for info in Sandbox.list()}
 

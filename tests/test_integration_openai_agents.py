@@ -71,15 +71,6 @@ def state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 @pytest.fixture
-def outside() -> Iterator[Path]:
-    """A file of the caller's HOME, outside every workspace of these tests."""
-    path = Path.home() / f".warren-test-{os.getpid()}-outside.txt"
-    path.write_text("keep me\n")
-    yield path
-    path.unlink()
-
-
-@pytest.fixture
 def ws(tmp_path: Path) -> Path:
     path = tmp_path / "ws"
     path.mkdir()
@@ -633,20 +624,6 @@ class ScriptedModel(Model):
 
     def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
         raise NotImplementedError("the scripted model answers only get_response")
-
-
-@pytest.fixture
-def planted_secret() -> Iterator[Path]:
-    """A credential in a default-denied place of the caller's HOME (~/.aws)."""
-    aws = Path.home() / ".aws"
-    made = not aws.exists()
-    aws.mkdir(exist_ok=True)
-    secret = aws / f"credentials-warren-test-{os.getpid()}"
-    secret.write_text("aws_secret_access_key = PLANTED-SECRET-4d1c\n")
-    yield secret
-    secret.unlink()
-    if made:
-        aws.rmdir()
 
 
 def test_a_sandbox_agent_shell_call_runs_in_warren_and_stays_confined(
