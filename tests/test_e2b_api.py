@@ -196,6 +196,28 @@ def test_list_shows_running_sandboxes_with_metadata_and_kill_removes_them(world:
     b.kill()
 
 
+def test_kill_removes_the_workspace_without_following_links_planted_in_it(
+    world: World, tmp_path: Path
+) -> None:
+    """The workspace is removed beneath the root's descriptor: links the sandbox left in
+    it (to a host directory and a host file) are removed as links, their targets kept."""
+    victim_dir = tmp_path / "victim-dir"
+    victim_dir.mkdir()
+    (victim_dir / "keep.txt").write_text("keep me\n")
+    victim_file = tmp_path / "victim.txt"
+    victim_file.write_text("keep me too\n")
+    sandbox = Sandbox.create()
+    workspace = world.workspace(sandbox.sandbox_id)
+    sandbox.commands.run(
+        f"mkdir -p deep/er && ln -s {victim_dir} deep/er/dir && ln -s {victim_file} file && echo x > deep/f"
+    )
+    assert (workspace / "deep" / "er" / "dir").is_symlink()
+    assert sandbox.kill() is True
+    assert not workspace.exists() and not workspace.parent.exists()
+    assert (victim_dir / "keep.txt").read_text() == "keep me\n"
+    assert victim_file.read_text() == "keep me too\n"
+
+
 def test_a_sandbox_made_with_warrens_own_api_is_listed_and_usable(world: World, tmp_path: Path) -> None:
     name = f"v1-{secrets.token_hex(4)}"
     with world.v1() as c:

@@ -21,7 +21,6 @@ import hmac
 import json
 import os
 import secrets
-import shutil
 import stat as _stat
 import threading
 from collections.abc import Mapping
@@ -29,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .. import statedir
+from .._core import safepath
 from ..errors import SetupError
 
 RECORD = "record.json"
@@ -152,9 +152,13 @@ class Records:
             self._cache.pop(sandbox_id, None)
         if "/" in sandbox_id or sandbox_id in ("", ".", ".."):
             return
-        top = os.path.join(self.root, sandbox_id)
+        # Beneath the root's descriptor, never through a link the sandbox may have left
+        # in its workspace (the project's one way to remove a tree a sandbox could write).
         with contextlib.suppress(FileNotFoundError):
-            # rmtree does not follow symlinks the sandbox may have left in its workspace
-            shutil.rmtree(top)
+            root = safepath.open_dir(self.root)
+            try:
+                safepath.remove_tree(root, sandbox_id)
+            finally:
+                os.close(root)
         with self._root_lock, contextlib.suppress(OSError):
             os.rmdir(self.root)  # the last one leaves no litter in /tmp (not empty: kept)
