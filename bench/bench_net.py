@@ -14,6 +14,9 @@ it is never the bottleneck) listens on 127.0.0.2; `bench.test` is mapped to it.
               direct against the in-process proxy, plain GET and CONNECT
 
 Targets: proxy throughput >= 80% of direct, < 2 ms added per connection.
+
+Then HTTPS through the proxy that terminates TLS to put a secret in (``--secret``)
+vs direct: bench/bench_net_https.py (``--no-https`` skips it).
 """
 
 from __future__ import annotations
@@ -187,6 +190,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=10, help="downloads per mode")
     ap.add_argument("--requests", type=int, default=300, help="small requests per mode")
     ap.add_argument("--mib", type=int, default=100, help="size of the download")
+    ap.add_argument("--no-https", action="store_true", help="skip HTTPS via the secret-substituting proxy")
     ap.add_argument("--serve", metavar="FILE", help=argparse.SUPPRESS)
     ap.add_argument("--client", nargs=2, type=int, metavar=("PROXY", "PORT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -307,6 +311,13 @@ def main() -> None:
                 server.kill()
                 server.wait()
         shutil.rmtree(base, ignore_errors=True)
+    if not args.no_https:
+        # HTTPS through the secret-substituting proxy (--secret): bench_net_https.py
+        sys.path.insert(0, str(Path(__file__).parent))
+        import bench_net_https
+
+        print()
+        bench_net_https.main(["--runs", str(min(args.runs, 5)), "--requests", str(args.requests)])
 
 
 if __name__ == "__main__":

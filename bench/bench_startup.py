@@ -15,7 +15,9 @@ milliseconds differ 2x between machines and with load: read the ratios.
 
 ``--phases`` adds where a CLI command's time goes, from outside: the interpreter's own
 start (``python -c pass`` with the CLI's interpreter), the CLI's imports, and the rest
-(connecting, the supervisor's planning and launch, the command, the answer).
+(connecting, the supervisor's planning and launch, the command, the answer). Where the
+native front end is installed (``warren`` compiled, ``warren-python`` beside it), the
+pure-Python CLI is measured in the same run too, for the before and after.
 
 Run: python bench/bench_startup.py [--runs 100] [--real] [--phases]
 """
@@ -114,8 +116,14 @@ def measure(ws: Path, runs: int, phases: bool) -> dict[str, float]:
             "warren run -- true": _run([warren_cli, "run", "--", "true"], ws),
             "warren exec NAME true": _run([warren_cli, "exec", box.name, "true"], ws),
         }
+        python_cli = Path(warren_cli).resolve().parent / "warren-python"
+        if python_cli.exists():
+            cases["warren-python run -- true"] = _run([str(python_cli), "run", "--", "true"], ws)
+            cases["warren-python exec NAME true"] = _run([str(python_cli), "exec", box.name, "true"], ws)
+        else:
+            python_cli = Path(warren_cli)
         if phases:
-            python = Path(warren_cli).read_text().splitlines()[0].removeprefix("#!").split()
+            python = python_cli.read_text().splitlines()[0].removeprefix("#!").split()
             cases["  interpreter start"] = _run([*python, "-c", "pass"], ws)
             cases["  interpreter + CLI imports"] = _run([*python, "-c", "import warren.cli.attach"], ws)
         s = _interleaved(cases, runs)
@@ -125,12 +133,16 @@ def measure(ws: Path, runs: int, phases: bool) -> dict[str, float]:
         _row("bwrap ... true", bwrap, "(the baseline)")
         _ratio("warren run -- true", s["warren run -- true"], bwrap, 3.0)
         _ratio("warren exec NAME true", s["warren exec NAME true"], bwrap, 2.0)
+        for label in ("warren-python run -- true", "warren-python exec NAME true"):
+            if label in s:
+                _row(label, s[label], f"{_median(s[label]) / _median(bwrap):5.2f}x bwrap  (pure-Python CLI)")
         if phases:
             start, imports = s["  interpreter start"], s["  interpreter + CLI imports"]
             print("  where a CLI command's time goes (medians)")
             print(f"    interpreter start            {_median(start):7.2f} ms")
             print(f"    CLI imports                  {_median(imports) - _median(start):7.2f} ms")
-            for label in ("warren run -- true", "warren exec NAME true"):
+            for label in ("warren-python run -- true", "warren-python exec NAME true"):
+                label = label if label in s else label.replace("warren-python", "warren")
                 rest = _median(s[label]) - _median(imports)
                 print(f"    {label}: the rest       {rest:7.2f} ms (connect, plan, launch, command, answer)")
 

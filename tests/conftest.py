@@ -3,6 +3,7 @@ and once as an unprivileged user with uid 1001 (scripts/test)."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import subprocess
@@ -16,7 +17,10 @@ from typing import ClassVar
 
 import pytest
 
-WARREN = [sys.executable, "-m", "warren"]
+# The installed `warren` command (the native front end where it was built, which hands
+# everything but plain run/exec to the Python CLI), as a user types it.
+_INSTALLED = Path(sys.executable).parent / "warren"
+WARREN = [str(_INSTALLED)] if _INSTALLED.exists() else [sys.executable, "-m", "warren"]
 
 
 def pytest_report_header() -> str:
@@ -96,6 +100,53 @@ _MARKERS = f"warren-git-marker-{os.getpid()}-"
 
 def host_marker() -> Path:
     return Path("/tmp") / f"{_MARKERS}{uuid.uuid4().hex}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_default_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """No test reaches the user's own warren: a test that names no state of its own gets
+    this session's (each xdist worker has one), never the default supervisor of the user
+    running the suite, which may be another version (a developer's, another checkout's)."""
+    home = tmp_path_factory.mktemp("default-state")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_STATE_HOME", str(home))
+        yield
+        subprocess.run(
+            [sys.executable, "-m", "warren", "shutdown"], capture_output=True, timeout=60, check=False
+        )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _worker_cgroup() -> Iterator[None]:
+    """Under pytest-xdist, a worker in a cgroup2 group delegated to its user (scripts/test
+    delegates one to uid 1001, as systemd does for a user's services) moves into a child
+    group of its own, as systemd gives each service one: the sandboxes its tests make go
+    beneath it, so what a test finds there is its own, never another worker's."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    own = next(
+        (line[3:] for line in Path("/proc/self/cgroup").read_text().splitlines() if line.startswith("0::")),
+        "/",
+    )
+    mount = (
+        "/sys/fs/cgroup/unified"
+        if os.path.exists("/sys/fs/cgroup/unified/cgroup.procs")
+        else "/sys/fs/cgroup"
+    )
+    group = os.path.normpath(f"{mount}{own}")
+    if not worker or own == "/" or not os.access(group, os.W_OK):
+        yield
+        return
+    child = os.path.join(group, f"pytest-{worker}")
+    try:
+        os.makedirs(child, exist_ok=True)
+        Path(child, "cgroup.procs").write_text(str(os.getpid()))
+    except OSError:
+        yield
+        return
+    yield
+    with contextlib.suppress(OSError):
+        Path(group, "cgroup.procs").write_text(str(os.getpid()))
+        os.rmdir(child)
 
 
 @pytest.fixture(autouse=True)
@@ -232,10 +283,14 @@ def planted_secret() -> Iterator[Path]:
     must never print ``PLANTED-SECRET``."""
     aws = Path.home() / ".aws"
     made = not aws.exists()
-    aws.mkdir(exist_ok=True)
     secret = aws / f"credentials-warren-test-{os.getpid()}"
-    secret.write_text("aws_secret_access_key = PLANTED-SECRET-77ab\n")
+    for _ in range(5):  # another test process (xdist, the other uid's run) may remove ~/.aws
+        aws.mkdir(exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            secret.write_text("aws_secret_access_key = PLANTED-SECRET-77ab\n")
+            break
     yield secret
-    secret.unlink()
+    secret.unlink(missing_ok=True)
     if made:
-        aws.rmdir()
+        with contextlib.suppress(OSError):  # not empty: another test process's plant is in it
+            aws.rmdir()

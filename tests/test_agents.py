@@ -336,3 +336,45 @@ def test_claude_runs_a_turn_inside_warren_and_its_bash_tool_writes_only_the_work
     after = home.snapshot(skip=own)
     assert after.pop("proj/made-by-agent")
     assert after == before
+
+
+def test_claude_sends_its_api_key_as_a_secret_it_cannot_read(home: Home, tmp_path: Path) -> None:
+    """The preset's default with --network allow: inside, $ANTHROPIC_API_KEY is a
+    placeholder; the fake API (over HTTPS as api.anthropic.com, with a test CA the
+    caller trusts) receives the real key. The agent's own Bash tool prints what it sees."""
+    import ssl
+
+    from test_secrets_https import _test_ca
+
+    agent = _agent("claude-code")
+    ca, cert, key = _test_ca(tmp_path, ("api.anthropic.com",))
+    fake = FakeModel(command='echo "seen=$ANTHROPIC_API_KEY" > seen-key')
+    server = fake.start()
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    server.socket = ctx.wrap_socket(server.socket, server_side=True)
+    port = server.server_address[1]
+    try:
+        flags = [f"--allow-host=api.anthropic.com:{port}", f"--allow-host=127.0.0.2:{port}"]
+        flags += [
+            f"--resolve={h}=127.0.0.2" for h in ("api.anthropic.com", "claude.ai", "platform.claude.com")
+        ]
+        r = home.run(
+            agent,
+            "claude -p 'look' --dangerously-skip-permissions",
+            "--env",
+            "IS_SANDBOX=1",
+            *flags,
+            network="allow",
+            ANTHROPIC_BASE_URL=f"https://api.anthropic.com:{port}",
+            CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+            SSL_CERT_FILE=str(ca),
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert fake.requests and all(q["key"] == SECRET for q in fake.requests)
+    seen = (home.ws / "seen-key").read_text()
+    assert seen.startswith("seen=warren-secret-ANTHROPIC_API_KEY-") and SECRET not in seen
+    assert SECRET not in r.stdout + r.stderr

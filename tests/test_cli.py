@@ -141,7 +141,7 @@ def test_terminal_passes_through_and_ctrl_c_reaches_the_command(layout: Layout) 
     if pid == 0:
         os.chdir(layout.workspace)
         code = "import os,sys,time; print('tty', os.isatty(0), os.isatty(1), flush=True); time.sleep(30)"
-        os.execv(sys.executable, [*WARREN, "run", "--", "python3", "-c", code])
+        os.execv(WARREN[0], [*WARREN, "run", "--", "python3", "-c", code])
     out = b""
     deadline = time.monotonic() + 20
     while b"tty" not in out and time.monotonic() < deadline:
@@ -155,5 +155,7 @@ def test_terminal_passes_through_and_ctrl_c_reaches_the_command(layout: Layout) 
 
 
 def test_python_dash_m_warren_help_works(tmp_path: Path) -> None:
-    r = subprocess.run([*WARREN, "--help"], capture_output=True, text=True, cwd=tmp_path)
+    r = subprocess.run(
+        [sys.executable, "-m", "warren", "--help"], capture_output=True, text=True, cwd=tmp_path
+    )
     assert r.returncode == 0 and "run" in r.stdout and "plan" in r.stdout

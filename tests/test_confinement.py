@@ -111,6 +111,45 @@ def test_denied_path_is_unreadable(layout: Layout) -> None:
     assert r.stdout.strip().endswith("done")
 
 
+def test_a_denied_path_beneath_a_read_only_graft_under_tmp_stays_hidden(layout: Layout) -> None:
+    """Under /tmp the sandbox gets a fresh directory and ``--read`` grafts the host's
+    directory into it: what is denied beneath the graft (a --deny, warren's own state or
+    image store) must be hidden there too. Control: the rest of the graft is seen."""
+    shared = layout.root / "shared"  # beside the writable roots, not around them
+    secret_dir = shared / "secrets"
+    secret_dir.mkdir(parents=True)
+    (secret_dir / "key").write_text("TOP SECRET")
+    secret_file = shared / "token.txt"
+    secret_file.write_text("TOKEN")
+    (shared / "seen.txt").write_text("SEEN")
+    r = layout.run(
+        ["sh", "-c", f"cat {secret_dir}/key; cat {secret_file}; cat {shared}/seen.txt; echo done"],
+        "--read",
+        str(shared),
+        "--deny",
+        str(secret_dir),
+        "--deny",
+        str(secret_file),
+    )
+    assert "TOP SECRET" not in r.stdout and "TOKEN" not in r.stdout
+    assert "SEEN" in r.stdout and r.stdout.strip().endswith("done"), r.stdout
+
+
+def test_a_workspace_inside_a_read_only_graft_under_tmp_stays_writable(tmp_path: Path) -> None:
+    """``--read`` of the directory around the workspace (under /tmp: grafted into a
+    fresh directory) must not cover the workspace's own writable bind."""
+    from conftest import run_cli
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (tmp_path / "beside.txt").write_text("BESIDE\n")
+    r = run_cli(
+        ["run", "-w", str(ws), "--read", str(tmp_path), "--", "sh", "-c", f"cat {tmp_path}/beside.txt > out"],
+        cwd=ws,
+    )
+    assert r.returncode == 0 and (ws / "out").read_text() == "BESIDE\n", r.stderr
+
+
 def test_default_deny_hides_credentials_in_home(tmp_path: Path) -> None:
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)

@@ -220,7 +220,7 @@ def _pty_session(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, 
     if pid == 0:
         os.chdir(cwd)
         os.environ.update(env)
-        os.execv(sys.executable, [sys.executable, *argv])
+        os.execv(argv[0], argv)
     return pid, fd
 
 
@@ -240,7 +240,7 @@ def test_exec_on_a_terminal_gets_its_own_pty_and_leftovers_cannot_read_the_user(
     ws = layout.workspace
     assert run_cli(["create", "-w", str(ws), "termbox"], cwd=ws).returncode == 0
     script = "tty > tty.txt; (sleep 1; cat > leftover.txt 2>/dev/null) & echo started; exit 0"
-    pid, fd = _pty_session([*WARREN[1:], "exec", "termbox", "sh", "-c", script], ws, {})
+    pid, fd = _pty_session([*WARREN, "exec", "termbox", "sh", "-c", script], ws, {})
     try:
         assert b"started" in _read_until(fd, b"started", 20)
         _, status = os.waitpid(pid, 0)

@@ -100,12 +100,14 @@ def test_every_route_of_the_openapi_document_is_in_the_reference() -> None:
 
 
 def test_every_mcp_tool_is_in_the_reference() -> None:
+    from warren.mcp.sdk import input_schema
+
     text = hook.mcp_tools_md()
     tools = hook.mcp_tools()
     assert len(tools) >= 10
     for tool in tools:
         assert f"### {tool.name}\n" in text
-        for argument in tool.inputSchema.get("properties", {}):
+        for argument in input_schema(tool).get("properties", {}):
             assert f"`{argument}`" in text
 
 

@@ -1,7 +1,8 @@
 """warren installed the way a newcomer installs it: the wheel built from this tree, put in
 place by ``pip`` (a fresh venv), ``uv tool install`` and ``pipx install`` by an unprivileged
 user, each in a home of its own, then ``warren --version`` and a first ``warren run`` with
-nothing done as root in between.
+nothing done as root in between; and what the wheel carries: the native `warren` with the
+Python CLI beside it, or, without a C compiler, the Python CLI as `warren`.
 
 Offline: the wheel is built with the hatchling already installed (the ``dev`` extra), and
 the dependencies come from ``$WARREN_WHEELHOUSE``, which scripts/setup fills. As root the
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import tomllib
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -176,3 +178,34 @@ def test_pipx_install_gives_a_warren_command(installer: Installer, wheel: Path) 
     )  # fmt: skip
     assert got.returncode == 0, got.stderr
     _first_use(installer, installer.top / "home/.local/bin/warren")
+
+
+def test_the_wheel_carries_the_native_warren_and_the_python_cli_beside_it(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as whl:
+        scripts = {Path(n).name: whl.read(n) for n in whl.namelist() if ".data/scripts/" in n}
+    if "warren-python" not in scripts:
+        pytest.skip("no C compiler here: the wheel is the pure-Python CLI (the next test)")
+    assert scripts["warren"].startswith(b"\x7fELF")
+    assert scripts["warren-python"].startswith(b"#!python")
+    assert not wheel.name.endswith("-py3-none-any.whl")  # a binary inside: specific to its platform
+
+
+def test_without_a_c_compiler_the_wheel_is_the_pure_python_cli(tmp_path: Path) -> None:
+    pytest.importorskip("hatchling", reason="the dev extra's hatchling builds the wheel offline")
+    build = [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation", "--no-index"]
+    built = subprocess.run(
+        [*build, "-w", str(tmp_path), str(SOURCE)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PIP_CONFIG_FILE": os.devnull, "CC": "no-such-cc"},
+        timeout=600,
+    )
+    assert built.returncode == 0, built.stderr
+    assert "the native front end was not built (no C compiler ('no-such-cc' not found))" in (
+        built.stdout + built.stderr
+    )
+    (found,) = tmp_path.glob("warren-*.whl")
+    assert found.name.endswith("-py3-none-any.whl")
+    with zipfile.ZipFile(found) as whl:
+        scripts = {Path(n).name: whl.read(n) for n in whl.namelist() if ".data/scripts/" in n}
+    assert list(scripts) == ["warren"] and scripts["warren"].startswith(b"#!python")

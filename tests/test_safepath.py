@@ -162,3 +162,18 @@ def test_the_sweep_never_follows_a_link_named_like_a_temp(tree) -> None:
     link.symlink_to(victim)
     assert safepath.sweep(fd, "f.txt") == 0
     assert link.is_symlink() and victim.read_text() == "precious\n"
+
+
+def test_stays_beneath_follows_links_only_while_they_stay_inside(tree) -> None:
+    box, victim, fd = tree
+    (box / "inner").mkdir()
+    (box / "in").symlink_to("inner")
+    (box / "up").symlink_to("..")
+    (box / "abs").symlink_to(victim)
+    (box / "loop").symlink_to("loop")
+    assert safepath.stays_beneath(fd, "in/not-yet/made.txt")  # missing parts: the rest is checked
+    assert safepath.stays_beneath(fd, "inner/../in")
+    assert safepath.stays_beneath(fd, "")
+    for rel in ("up/victim", "up", "abs", "../victim", "in/../../victim", "loop/x"):
+        assert not safepath.stays_beneath(fd, rel), rel
+    assert victim.read_text() == "precious\n"

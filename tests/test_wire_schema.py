@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from warren import codec, protocol
-from warren.models import FileInfo, ProcessInfo, ProcessState, Result, SandboxInfo, Stats
+from warren.models import FileInfo, FileOp, ProcessInfo, ProcessState, Result, SandboxInfo, Stats
 from warren.net.allowlist import NetEvent
 from warren.service import fields
 from warren.service.openapi import SCHEMAS, document
@@ -64,6 +64,7 @@ MIRRORS: list[tuple[type[protocol.Message], type, set[str]]] = [
     (protocol.Stats, Stats, set()),
     (protocol.NetEventRecord, NetEvent, set()),
     (protocol.ProcessState, ProcessState, {"stdout_len", "stderr_len"}),
+    (protocol.FileRequest, FileOp, {"sandbox"}),  # a request, the other way: the model and its sandbox
 ]
 
 
@@ -185,11 +186,18 @@ def test_the_spec_message_declares_every_key_a_policy_spec_sends() -> None:
         cpus=0.5,
         tmp_size="1G",
         idle_timeout="10m",
+        image="/srv/root",
+        disk="4G",
+        from_snapshot="0123abcd",
+        secrets=["TOKEN=GH_TOKEN@pypi.org"],
+        allow_http=["GET pypi.org/simple/"],
+        require_namespaces=True,
     )
     assert {f.name for f in dataclasses.fields(PolicySpec)} <= {
         "workspace", "write", "read", "deny", "env", "env_pass", "presets", "network", "allow_hosts",
         "resolve", "default_deny", "workspace_writable", "allow_nested", "allow_broad_workspace",
-        "memory", "pids", "cpus", "tmp_size", "idle_timeout",
+        "memory", "pids", "cpus", "tmp_size", "idle_timeout", "secrets", "allow_http",
+        "require_namespaces", "image", "disk", "from_snapshot",
     }  # fmt: skip
     mapping = everything.to_mapping()
     assert set(mapping) == {name for name, _check, _default in protocol.Spec._fields}
@@ -228,3 +236,56 @@ def test_every_described_operation_is_a_route_and_every_route_is_described() -> 
     from warren.service.routes import ROUTES
 
     assert set(OPS) == {(path, method) for path, method, _handler in ROUTES}
+
+
+def _handoff(request: protocol.Message) -> dict[str, object]:
+    return protocol.Handoff(request=request, payload=3).to_dict()  # type: ignore[arg-type]
+
+
+def test_a_handoff_carries_its_request_as_a_declared_message_of_one_of_its_kinds() -> None:
+    command = protocol.Command(argv=["true"], env={"A": "b"}, stdio=[False, True, True])
+    for request in (
+        protocol.ExecRequest(sandbox="sb", command=command),
+        protocol.SpawnRequest(sandbox="sb", command=command, stdin=True),
+        protocol.SignalRequest(sandbox="sb", pid=7, signal=15),
+        protocol.ConnectorRequest(),
+    ):
+        wire_form = _handoff(request)
+        assert wire_form["request"] == {"t": request.TAG, **request.to_fields()}  # no version inside
+        back = protocol.from_dict(wire_form, (protocol.Handoff,))
+        assert isinstance(back, protocol.Handoff) and back.request == request
+
+
+@pytest.mark.parametrize(
+    ("request_field", "named"),
+    [
+        ("not an object", r"request must be .*ExecRequest or SpawnRequest.*, not str"),
+        ({"sandbox": "sb", "pid": 7, "signal": 15}, r"request is of kind '', not one of 'exec', 'spawn'"),
+        ({"t": "stop", "name": "sb"}, r"request is of kind 'stop', not one of"),
+        ({"t": "signal", "sandbox": "sb", "pid": "7", "signal": 15}, r"request\.pid must be an integer"),
+        ({"t": "signal", "sandbox": "sb", "signal": 15}, r"signal lacks request\.pid"),
+        ({"t": "signal", "sandbox": "sb", "pid": 7, "signal": 15, "v": 5}, r"unknown field request\.v"),
+        ({"t": "exec", "sandbox": "sb", "command": {"argv": ["tr\x00ue"]}}, r"request\.command\.argv\[0\]"),
+    ],
+)
+def test_a_malformed_message_in_a_union_field_is_refused_naming_the_field(
+    request_field: object, named: str
+) -> None:
+    from warren.errors import ProtocolError
+
+    wire_form = _handoff(protocol.PsRequest(sandbox="sb"))
+    assert protocol.from_dict(wire_form, (protocol.Handoff,))  # the control: well formed, it decodes
+    wire_form["request"] = request_field
+    with pytest.raises(ProtocolError, match=named):
+        protocol.from_dict(wire_form, (protocol.Handoff,))
+
+
+def test_a_nested_message_of_one_class_is_checked_naming_the_field() -> None:
+    from warren.errors import ProtocolError
+
+    good = protocol.Error(error=protocol.ErrorRecord(kind="SandboxNotFound", message="gone")).to_dict()
+    assert "t" not in good["error"]  # type: ignore[operator]  # an untagged class carries no kind
+    assert protocol.from_dict(good) == protocol.from_dict(dict(good))
+    for bad, named in (([1], r"error must be a ErrorRecord object, not list"), ({"kind": 3}, r"error\.kind")):
+        with pytest.raises(ProtocolError, match=named):
+            protocol.from_dict({**good, "error": bad})

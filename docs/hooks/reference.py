@@ -502,12 +502,15 @@ def mcp_tools() -> list[Any]:
 
 
 def mcp_tools_md() -> str:
+    from warren.mcp.sdk import input_schema
+
     out: list[str] = []
     for tool in mcp_tools():
         out.append(f"### {tool.name}\n")
         out.append(inspect.cleandoc(tool.description or "") + "\n")
-        props = tool.inputSchema.get("properties", {})
-        required = set(tool.inputSchema.get("required", ()))
+        schema = input_schema(tool)
+        props = schema.get("properties", {})
+        required = set(schema.get("required", ()))
         if props:
             out.append("| argument | type | default | description |\n| --- | --- | --- | --- |")
             for pname, sub in props.items():

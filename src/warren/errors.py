@@ -118,6 +118,14 @@ class SandboxPaused(SandboxError):
     """The sandbox is paused (``warren pause``): nothing runs in it until it is resumed."""
 
 
+class SnapshotNotFound(SandboxError):
+    """No snapshot of that id (``warren snapshot ls``)."""
+
+
+class SnapshotError(SandboxError):
+    """A sandbox that cannot be snapshotted (not on an image), or a snapshot in use."""
+
+
 class ProcessNotFound(SandboxError):
     """No background process of that id (or pid) was started in the sandbox."""
 
@@ -160,6 +168,11 @@ class FileTooLarge(SandboxFileError):
     """A file read would return more than the caller's limit."""
 
 
+class ImageError(WarrenError):
+    """An image could not be found, built, imported or removed (a hostile or damaged
+    archive is refused with this, before anything is written outside the store)."""
+
+
 _KINDS: dict[str, type[WarrenError]] = {
     cls.__name__: cls
     for cls in (
@@ -173,6 +186,8 @@ _KINDS: dict[str, type[WarrenError]] = {
         ExecError,
         CommandNotFound,
         LimitReached,
+        SnapshotNotFound,
+        SnapshotError,
         SandboxTimeout,
         SandboxError,
         SandboxNotFound,
@@ -189,6 +204,7 @@ _KINDS: dict[str, type[WarrenError]] = {
         SandboxFileNotFound,
         SandboxPermissionDenied,
         FileTooLarge,
+        ImageError,
     )
 }
 

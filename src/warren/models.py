@@ -65,6 +65,21 @@ class SandboxInfo:
 
 
 @dataclass(frozen=True)
+class SnapshotInfo:
+    """A snapshot of a sandbox on an image (``warren snapshot``): its own layer, no
+    processes. ``workspace``: "included", or "not included: host directory PATH"."""
+
+    id: str
+    sandbox: str
+    image: str
+    created: float = 0.0
+    size: int = 0  # bytes of file data
+    workspace: str = ""
+    seconds: float = 0.0  # how long taking it paused the sandbox
+    host_workspace: str = ""  # the host directory the sandbox had at /workspace, if any
+
+
+@dataclass(frozen=True)
 class Stats:
     """A sandbox's use now against its limits (``None``: no limit). ``source`` says
     where the numbers come from (the cgroup files the limits are enforced on, or the

@@ -27,3 +27,13 @@ def check_name(name: object) -> str:
         )
     assert isinstance(name, str)
     return name
+
+
+def is_utf8(name: str) -> bool:
+    """Whether a file name read from the system (undecodable bytes kept as surrogates)
+    is valid UTF-8: only such a name can cross warren's JSON messages."""
+    try:
+        name.encode()
+        return True
+    except UnicodeEncodeError:
+        return False

@@ -41,8 +41,12 @@ def location(env: Mapping[str, str]) -> str:
     return os.path.join(os.path.normpath(base), "warren")
 
 
+def _state_error(path: str, message: str, hint: str, err: int | None = None) -> SetupError:
+    return SetupError(message, operation="state dir", path=path, errno=err, hint=hint)
+
+
 def _refuse(path: str, why: str, hint: str) -> SetupError:
-    return SetupError(f"warren's state directory {path} {why}", operation="state dir", path=path, hint=hint)
+    return _state_error(path, f"warren's state directory {path} {why}", hint)
 
 
 def prepare(path: str) -> str:
@@ -52,12 +56,11 @@ def prepare(path: str) -> str:
         os.makedirs(path, mode=0o700, exist_ok=True)
         st = os.lstat(path)
     except OSError as e:
-        raise SetupError(
+        raise _state_error(
+            path,
             f"cannot create warren's state directory {path}",
-            operation="state dir",
-            path=path,
-            errno=e.errno,
-            hint="check that its parent is writable, or set XDG_STATE_HOME to a directory you own",
+            "check that its parent is writable, or set XDG_STATE_HOME to a directory you own",
+            e.errno,
         ) from None
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
         raise _refuse(

@@ -160,7 +160,7 @@ def _keyctl_nr() -> int:
 def test_settled_pid1_has_no_capability_no_bounding_set_and_is_not_dumpable() -> None:
     """In a user namespace (where the child starts with every capability): after
     ``settle_pid1`` it holds none, can regain none, and is not dumpable."""
-    plan = types.SimpleNamespace(cap_last_cap=_cap_last_cap())
+    plan = types.SimpleNamespace(cap_last_cap=_cap_last_cap(), namespaces=True)
 
     def inside() -> dict[str, object]:
         had = _status()["CapEff"]

@@ -121,3 +121,40 @@ def test_a_denied_file_shows_empty_and_only_where_the_planned_file_still_is(tmp_
 
     assert in_child(inside, namespaces=True) == {"content": "", "elsewhere": "ESTALE"}
     assert target.read_text() == "SECRET" and moved.read_text() == "not planned"
+
+
+def test_a_denied_path_removed_after_planning_is_skipped_and_one_still_there_is_hidden(
+    tmp_path: Path,
+) -> None:
+    """Another process may remove a denied file or directory between the plan and its
+    step (the suite's own tests plant and remove host keys under /etc): the sandbox
+    still starts, and what is still there is still hidden."""
+    stage = tmp_path / "stage"
+    (stage / "dev").mkdir(parents=True)
+    gone_file, gone_dir = tmp_path / "gone-key", tmp_path / "gone-dir"
+    kept = tmp_path / "kept-key"
+    kept.write_text("secret")
+
+    def inside() -> dict[str, str]:
+        mounts.STAGE = str(stage)  # the child's own copy of the module: never the runner's
+        deny_file = MountOp(MountKind.DENY_FILE, str(gone_file))
+        deny_dir = MountOp(MountKind.TMPFS, str(gone_dir), mode=0, readonly=True)
+        mounts._apply(deny_file, str(gone_file), None)
+        mounts._apply(deny_dir, str(gone_dir), None)
+        mounts._apply(MountOp(MountKind.DENY_FILE, str(kept)), str(kept), None)
+        # The child still holds every capability of its namespace, so the stand-in's
+        # mode does not stop it here: what it reads is the stand-in, not the secret.
+        return {"kept": kept.read_text(), "gone": str(gone_file.exists())}
+
+    assert in_child(inside, namespaces=True) == {"kept": "", "gone": "False"}
+    assert kept.read_text() == "secret"
+
+
+def test_any_other_step_whose_target_is_missing_still_fails(tmp_path: Path) -> None:
+    missing = tmp_path / "missing"
+
+    def inside() -> str:
+        op = MountOp(MountKind.TMPFS, str(missing), readonly=True)
+        return attempt(lambda: mounts._apply(op, str(missing), None))
+
+    assert in_child(inside, namespaces=True) == "ENOENT"

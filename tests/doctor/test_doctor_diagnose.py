@@ -9,7 +9,7 @@ from pathlib import Path
 from warren.doctor import diagnose as dg
 from warren.doctor import report
 from warren.doctor.evidence import Evidence, Location, Process, parse_mountinfo
-from warren.doctor.probes import ProbeResult, _result
+from warren.doctor.probe_base import ProbeResult, _result
 
 HOST = Process(kernel="6.18", uid=1001, gid=1001, landlock_abi=7, seccomp="disabled", cwd="/w")
 

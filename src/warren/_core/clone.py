@@ -120,13 +120,15 @@ def _clone(
 
     harden.seccomp_program(plan)  # packed here, so the clone only copies them
     broker.prepare(plan)
-    # A stop (SIGTERM) that comes early waits, blocked, until PID 1 has its own
-    # handler: before that it would run the parent's.
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    # A stop (SIGTERM, or SIGUSR1: pid1.KILL_NOW) that comes early waits, blocked,
+    # until PID 1 has its own handler: before that it would run the parent's.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGUSR1})
     try:
-        pid = _sys.clone_process(NS_FLAGS | flags)
+        # The degraded mode (no namespaces to be had here): a plain child, which
+        # confines itself with what needs none (``plan.degraded``).
+        pid = _sys.clone_process((NS_FLAGS if plan.namespaces else 0) | flags)
     except OSError:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGUSR1})
         raise
     if pid == 0:
         code = 125
@@ -146,7 +148,7 @@ def _clone(
             code = pid1.main(plan, control, oneshot=oneshot)
         finally:
             os._exit(code)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGUSR1})
     return pid
 
 

@@ -34,7 +34,7 @@ import shutil
 import socket
 import stat as _stat
 
-from .. import protocol, wire
+from .. import names, protocol, wire
 from ..errors import (
     FileTooLarge,
     SandboxFileError,
@@ -73,14 +73,6 @@ def _file_error(op: str, path: str, e: OSError) -> WarrenError:
     )
 
 
-def _utf8(name: str) -> bool:
-    try:
-        name.encode()
-        return True
-    except UnicodeEncodeError:
-        return False
-
-
 def _file_stat(st: os.stat_result, name: str = "") -> protocol.FileStat:
     mode = st.st_mode
     kind = (
@@ -103,6 +95,10 @@ def _file_stat(st: os.stat_result, name: str = "") -> protocol.FileStat:
     )
 
 
+def _too_large(path: str, message: str, hint: str) -> FileTooLarge:
+    return FileTooLarge(message, operation="read", path=path, errno=errno.EFBIG, hint=hint)
+
+
 def _read_regular(path: str, limit: int) -> bytes:
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
     try:
@@ -112,23 +108,19 @@ def _read_regular(path: str, limit: int) -> bytes:
                 errno.EISDIR if _stat.S_ISDIR(st.st_mode) else errno.EINVAL, "not a regular file", path
             )
         if st.st_size > limit:
-            raise FileTooLarge(
+            raise _too_large(
+                path,
                 f"{path} is {st.st_size} bytes, more than the limit of {limit}",
-                operation="read",
-                path=path,
-                errno=errno.EFBIG,
-                hint="raise max_bytes, or read it with a command (sb.exec(['head', '-c', N, path]))",
+                "raise max_bytes, or read it with a command (sb.exec(['head', '-c', N, path]))",
             )
         parts, size = [], 0
         while chunk := os.read(fd, 1 << 20):
             size += len(chunk)
             if size > limit:  # it grew while we read
-                raise FileTooLarge(
+                raise _too_large(
+                    path,
                     f"{path} grew past the limit of {limit} bytes while being read",
-                    operation="read",
-                    path=path,
-                    errno=errno.EFBIG,
-                    hint="raise max_bytes, or read it when it stops changing",
+                    "raise max_bytes, or read it when it stops changing",
                 )
             parts.append(chunk)
         return b"".join(parts)
@@ -279,7 +271,7 @@ def handle(conn: socket.socket, req: protocol.FileRequest, payload: bytes, works
             entries = []
             with os.scandir(path) as it:
                 for entry in it:
-                    if not _utf8(entry.name):
+                    if not names.is_utf8(entry.name):
                         continue  # messages carry text: such a name cannot be named back
                     try:
                         entries.append(_file_stat(entry.stat(follow_symlinks=False), entry.name))

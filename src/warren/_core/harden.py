@@ -50,7 +50,7 @@ def landlock_ruleset(ll: LandlockPlan) -> int:
     pivoting: rules bind to the inodes of their paths then, so a later exec does not
     depend on a writable root still being reachable by its path)."""
     try:
-        ruleset = _sys.landlock_create_ruleset(ll.handled, 0, ll.scoped)
+        ruleset = _sys.landlock_create_ruleset(ll.handled, ll.handled_net, ll.scoped)
     except OSError as e:
         raise SetupError(
             "sandbox setup failed: landlock_create_ruleset", operation="landlock", errno=e.errno, hint=_HINT
@@ -180,11 +180,24 @@ def settle_pid1(plan: Plan) -> None:
     """PID 1 after setup: the bounding set emptied for every descendant, no
     capabilities of its own, no_new_privs, not dumpable."""
     for cap in range(plan.cap_last_cap + 1):
+        if not plan.namespaces and not _holds_setpcap():
+            # The degraded mode as an ordinary user: no capability to drop from the
+            # bounding set, and no_new_privs (below) keeps exec from granting any.
+            break
         _step("drop capability", _sys.prctl, _sys.PR_CAPBSET_DROP, cap)
     _step("clear ambient capabilities", _sys.prctl, _sys.PR_CAP_AMBIENT, _sys.PR_CAP_AMBIENT_CLEAR_ALL)
     _step("no_new_privs", _sys.prctl, _sys.PR_SET_NO_NEW_PRIVS, 1)
     _step("drop capabilities", _sys.capset_empty)
     _step("not dumpable", _sys.prctl, PR_SET_DUMPABLE, 0)
+
+
+def _holds_setpcap() -> bool:
+    """CAP_SETPCAP (8) in the effective set: what dropping from the bounding set takes."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("CapEff:"):
+                return bool(int(line.split()[1], 16) & (1 << 8))
+    return False
 
 
 def harden(plan: Plan, ruleset: int | None) -> None:

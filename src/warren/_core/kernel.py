@@ -8,6 +8,7 @@ system-call table is known. For the supervisor's helpers: dying with the parent
 
 from __future__ import annotations
 
+import os
 import signal
 
 from . import _sys
@@ -21,6 +22,29 @@ def landlock_abi() -> int:
 def machine_supported() -> bool:
     """warren knows this architecture's system-call numbers (seccomp, the broker)."""
     return _sys.supported_machine()
+
+
+def userns_probe() -> tuple[str, int]:
+    """Can this process make a user namespace that holds rights over its own mounts?
+    ("usable", 0); ("unavailable", errno) when the clone is refused (a container that
+    forbids them: ENOSPC, EPERM; disabled: EINVAL); ("powerless", errno) when it is
+    made but a mount in it fails (Ubuntu's AppArmor restriction leaves it without
+    capabilities). Judged by the effect, in a child that only makes system calls."""
+    try:
+        pid = _sys.clone_process(_sys.CLONE_NEWUSER | _sys.CLONE_NEWNS)
+    except OSError as e:
+        return "unavailable", e.errno or 0
+    if pid == 0:
+        code = 0
+        try:
+            _sys.mount(None, "/", None, _sys.MS_REC | _sys.MS_PRIVATE)
+        except OSError as e:
+            code = min(e.errno or 1, 255)
+        finally:
+            os._exit(code)
+    _pid, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    return ("usable", 0) if code == 0 else ("powerless", code if code > 0 else 0)
 
 
 def die_with_parent() -> None:

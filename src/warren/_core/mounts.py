@@ -107,6 +107,73 @@ def _mask_file(source: str, target: str, ident: tuple[int, int]) -> None:
         os.close(held)
 
 
+def _layer_fds(op: MountOp) -> list[int]:
+    """The image's layers opened before anything is overlaid (they may lie under the
+    host's /tmp, where the stage goes): the overlay names them by descriptor."""
+    fds: list[int] = []
+    try:
+        for layer in op.layers:
+            fds.append(os.open(layer, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
+    except OSError:
+        for fd in fds:
+            os.close(fd)
+        raise
+    return fds
+
+
+# The sandbox's own layer (the overlay's upper directory), held by PID 1 from the mount
+# on: the supervisor gets it with Ready, to snapshot it (``server.snapshots``).
+layer_fd: list[int] = []
+
+
+def _overlay_root(op: MountOp, layers: list[int]) -> str:
+    """The image's root: a tmpfs of ``op.size`` (the sandbox's layer: upper and work
+    directories) on the stage, the overlay beside them. Returns the new stage."""
+    _sys.mount("tmpfs", STAGE, "tmpfs", _sys.MS_NOSUID | _sys.MS_NODEV, f"mode=755,size={op.size}")
+    for name in ("upper", "work", "root"):
+        os.mkdir(f"{STAGE}/{name}", 0o755)
+    layer_fd.append(os.open(f"{STAGE}/upper", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+    lower = ":".join(f"/proc/self/fd/{fd}" for fd in layers)
+    options = f"lowerdir={lower},upperdir={STAGE}/upper,workdir={STAGE}/work,userxattr"
+    _sys.mount("overlay", f"{STAGE}/root", "overlay", _sys.MS_NOSUID | _sys.MS_NODEV, options)
+    return f"{STAGE}/root"
+
+
+def _no_links(stage: str, target: str) -> None:
+    """On an image, every directory down to a mount point must be a directory, not a
+    link: a link there would be followed out of the stage (into the host's tree)."""
+    cur = stage
+    for part in target[len(stage) :].strip("/").split("/"):
+        cur = f"{cur}/{part}"
+        try:
+            st = os.lstat(cur)
+        except FileNotFoundError:
+            return
+        if stat.S_ISLNK(st.st_mode):
+            raise OSError(errno.ELOOP, "the image has a symbolic link where the sandbox mounts", cur)
+
+
+def _deny_path(target: str) -> None:
+    try:
+        st = os.lstat(target)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        flags = _sys.MS_NOSUID | _sys.MS_NODEV | _sys.MS_RDONLY
+        _sys.mount("tmpfs", target, "tmpfs", flags, "mode=0")
+    elif not stat.S_ISLNK(st.st_mode):
+        _apply(MountOp(MountKind.DENY_FILE, target), target, None)
+
+
+def _removed_since_planning(op: MountOp, target: str) -> bool:
+    """A denied path removed on the host between planning and its step needs no
+    stand-in: the read-only view of its parent shows it missing, as the plan would have
+    had the planner looked a moment later (it skips denied paths that do not exist).
+    Only for deny steps; a missing target of any other step still fails the start."""
+    denied = op.kind is MountKind.DENY_FILE or (op.kind is MountKind.TMPFS and op.mode == 0)
+    return denied and not op.mkdir and not os.path.lexists(target)
+
+
 def _apply(op: MountOp, target: str, fd: int | None) -> None:
     kind = op.kind
     if fd is not None:
@@ -118,13 +185,17 @@ def _apply(op: MountOp, target: str, fd: int | None) -> None:
     elif kind is MountKind.MASK:
         _mask(target, op.keep)
     elif kind is MountKind.TMPFS:
-        if op.mkdir:
+        if op.mkdir and not os.path.isdir(target):
             os.mkdir(target, 0o755)
         flags = _sys.MS_NOSUID | _sys.MS_NODEV | (_sys.MS_RDONLY if op.readonly else 0)
         options = [f"mode={op.mode:o}"] if op.mode is not None else []
         if op.size is not None:
             options.append(f"size={op.size}")
-        _sys.mount("tmpfs", target, "tmpfs", flags, ",".join(options) or None)
+        try:
+            _sys.mount("tmpfs", target, "tmpfs", flags, ",".join(options) or None)
+        except FileNotFoundError:
+            if not _removed_since_planning(op, target):
+                raise
     elif kind is MountKind.BIND_DEV:
         # The host /dev is still reachable at /dev (the stage sits on /tmp).
         os.close(os.open(target, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o644))
@@ -139,7 +210,12 @@ def _apply(op: MountOp, target: str, fd: int | None) -> None:
         # Writable mount, so writes meet the mode (EACCES), not the mount (EROFS); PID 1's
         # broker refuses chmod and the like on it.
         if op.ident is None:
-            _sys.mount(source, target, None, _sys.MS_BIND)
+            try:
+                _sys.mount(source, target, None, _sys.MS_BIND)
+            except FileNotFoundError:
+                if _removed_since_planning(op, target):
+                    return
+                raise
             _sys.mount(None, target, None, _sys.MS_REMOUNT | _sys.MS_BIND | _sys.MS_NOSUID | _sys.MS_NODEV)
         else:
             _mask_file(source, target, op.ident)
@@ -150,9 +226,14 @@ def _apply(op: MountOp, target: str, fd: int | None) -> None:
     elif kind is MountKind.SYMLINK:
         os.symlink(op.source or "", target)
     elif kind is MountKind.DIR:
-        os.mkdir(target)
-        os.chmod(target, op.mode if op.mode is not None else 0o755)
+        if not os.path.isdir(target):  # an image may have it already
+            os.mkdir(target)
+            os.chmod(target, op.mode if op.mode is not None else 0o755)
+    elif kind is MountKind.DENY_PATH:
+        _deny_path(target)
     elif kind is MountKind.PROC:
+        if op.mkdir:
+            os.makedirs(target, exist_ok=True)
         _sys.mount("proc", target, "proc", _sys.MS_NOSUID | _sys.MS_NODEV | _sys.MS_NOEXEC)
     elif kind is MountKind.RO_SELF:
         if os.path.exists(target):
@@ -165,20 +246,32 @@ def _apply(op: MountOp, target: str, fd: int | None) -> None:
 
 def _execute(plan: Plan) -> None:
     fds: dict[int, int] = {}
+    layers: list[int] = []
     step = -1
     op: MountOp | None = None
+    stage = STAGE
     try:
         _sys.mount(None, "/", None, _sys.MS_REC | _sys.MS_PRIVATE)
         for step, op in enumerate(plan.mounts):
             if op.kind in PRECLONED:
                 fds[step] = _preclone(op)
+            elif op.kind is MountKind.OVERLAY:
+                layers = _layer_fds(op)
         for step, op in enumerate(plan.mounts):
-            _apply(op, STAGE if op.target == "/" else STAGE + op.target, fds.pop(step, None))
+            if op.kind is MountKind.OVERLAY:
+                stage = _overlay_root(op, layers)
+                continue
+            target = stage if op.target == "/" else stage + op.target
+            if plan.image is not None:
+                _no_links(stage, target)
+            _apply(op, target, fds.pop(step, None))
         op = None
-        os.chdir(STAGE)
+        os.chdir(stage)
         _sys.pivot_root(".", ".")
         _sys.umount2(".", _sys.MNT_DETACH)
         os.chdir("/")
+        for fd in layers:
+            os.close(fd)
     except OSError as e:
         for fd in fds.values():
             os.close(fd)

@@ -23,17 +23,22 @@ import select
 import signal
 import socket
 import time
-from typing import NoReturn
+from typing import NoReturn, assert_never
 
 from .. import protocol, wire
 from ..errors import LimitReached, ProcessNotFound, SandboxError, SetupError, WarrenError
 from ..net.handshake import pid1_network
+from ..net.proxy import listen_inside
 from ..plan.model import Plan
 from . import _sys, fileops, harden, kernel, mounts, procs
 from .broker import Broker
 from .shim import Launcher, Shim, warm
 
 STOP_GRACE = 2.0
+# The degraded mode's SIGKILL: without a pid namespace nothing dies with PID 1, so the
+# supervisor asks it to kill every process of the sandbox at once and exit
+# (``server.box.Box.signal``), and kills it only if it has not done so soon after.
+KILL_NOW = signal.SIGUSR1
 PR_SET_CHILD_SUBREAPER = 36
 MAX_HELPERS = 4096
 SPARE_AFTER_MS = 5
@@ -51,9 +56,16 @@ def main(plan: Plan, control: socket.socket, *, oneshot: bool) -> int:
     if poller.poll(0):
         return 125
     try:
-        mounts.enter_new_root(plan)
-        if not pid1_network(plan, control):
-            return 125
+        if plan.namespaces:
+            mounts.enter_new_root(plan)
+            if not pid1_network(plan, control):
+                return 125
+        else:
+            # No pid namespace: orphans of the sandbox come back to PID 1 (its
+            # descendants are the sandbox: ``procs.Members``), never to the host's init.
+            _sys.prctl(PR_SET_CHILD_SUBREAPER, 1)
+            if plan.net.mode == "allow":
+                _proxy_on_host(plan, control)
         os.chdir("/")
         ruleset = harden.landlock_ruleset(plan.landlock) if plan.landlock is not None else None
         harden.seccomp_program(plan)
@@ -66,12 +78,33 @@ def main(plan: Plan, control: socket.socket, *, oneshot: bool) -> int:
         return 125
     # The sandbox's user and mount namespaces, for the supervisor to join later (to
     # follow a replaced workspace, to bind a git store again): PID 1 is not dumpable
-    # from here on, so they cannot be opened through /proc afterwards.
-    ns = [os.open(f"/proc/self/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC) for kind in ("user", "mnt")]
-    wire.send(control, protocol.Ready(), fds=ns)
-    for fd in ns:
+    # from here on, so they cannot be opened through /proc afterwards. None in the
+    # degraded mode: they would be the host's.
+    kinds = ("user", "mnt") if plan.namespaces else ()
+    ns = [os.open(f"/proc/self/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC) for kind in kinds]
+    # On an image, the sandbox's own layer too (for snapshots); PID 1 keeps none.
+    layer = mounts.layer_fd[:1]
+    mounts.layer_fd.clear()
+    wire.send(control, protocol.Ready(), fds=ns + layer)
+    for fd in ns + layer:
         os.close(fd)
     return Init(plan, control, ruleset, oneshot, broker, helpers).serve()
+
+
+def _proxy_on_host(plan: Plan, control: socket.socket) -> None:
+    """The degraded mode's network allow: the proxy listens on the port of the host's
+    loopback chosen when planning (the only address the broker lets a command reach)."""
+    try:
+        listener = listen_inside(plan.net.proxy_port)
+    except OSError as e:
+        raise SetupError(
+            f"cannot listen for the sandbox's proxy on 127.0.0.1:{plan.net.proxy_port}: {e.strerror}",
+            operation="bind",
+            errno=e.errno,
+            hint="another program took the port chosen for it: run the command again",
+        ) from None
+    with listener:
+        wire.send(control, protocol.NetProxy(), fds=[listener.fileno()])
 
 
 def _start_broker(plan: Plan, helpers: set[int]) -> Broker | None:
@@ -108,6 +141,8 @@ class Init:
         self.last_request = time.monotonic()
         self.stopping: float | None = None
         self.wake_r, self.wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self.members = procs.Members(plan.namespaces)
+        self.kill_now = False
 
     def serve(self) -> int:
         self.control.setblocking(False)
@@ -115,9 +150,10 @@ class Init:
         signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.signal(signal.SIGTERM, self._on_term)
+        signal.signal(KILL_NOW, self._on_kill_now)
         for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
             signal.signal(sig, signal.SIG_IGN)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # blocked since the clone
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, KILL_NOW})  # blocked since the clone
         poller = select.poll()
         poller.register(self.control, select.POLLIN)
         poller.register(self.wake_r, select.POLLIN)
@@ -158,13 +194,18 @@ class Init:
                     return 0  # the supervisor is gone; the parent-death signal follows
                 except WarrenError:
                     return 125  # the supervisor speaks nonsense: it is not ours any more
+            if self.kill_now:
+                self.members.kill(signal.SIGKILL)
+                return 137
             done = self._reap()
             if self.oneshot and self.served and done and not self.helpers:
                 # The one command ended: nothing of this sandbox outlives it.
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(-1, signal.SIGKILL)
+                self.members.kill(signal.SIGKILL)
                 return 0
             if self.stopping is not None and (not procs.has_children() or time.monotonic() > self.stopping):
+                if not self.plan.namespaces:
+                    # No pid namespace dies with PID 1 here: what is left goes now.
+                    self.members.kill(signal.SIGKILL)
                 return 0
 
     def _refresh(self) -> None:
@@ -179,13 +220,15 @@ class Init:
             self.spare = None
         self.want_spare = not self.oneshot
 
+    def _on_kill_now(self, _signum: int, _frame: object) -> None:
+        self.kill_now = True
+
     def _on_term(self, _signum: int, _frame: object) -> None:
         # Stop: every process gets SIGTERM and a grace period; PID 1 exiting then
         # SIGKILLs whatever is left (the kernel tears the pid namespace down).
         if self.stopping is None:
             self.stopping = time.monotonic() + STOP_GRACE
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(-1, signal.SIGTERM)
+            self.members.kill(signal.SIGTERM)
             if self.spare is not None:  # it exits when its channel closes, signal or not
                 self.spare.close()
                 self.spare = None
@@ -248,13 +291,13 @@ class Init:
         reply: protocol.Message = protocol.error_message(
             fork_failed(cannot, self.plan, "start a helper for the request")
         )
+        request = handoff.request
         try:
-            request = protocol.from_dict(handoff.request)
             if isinstance(request, protocol.SignalRequest):
-                _signal(request.pid, request.signal)
+                _signal(request.pid, request.signal, self.members)
                 reply = protocol.Ok()
             elif isinstance(request, protocol.PsRequest):
-                listing = protocol.ProcessList(items=_ps(handoff.spawned))
+                listing = protocol.ProcessList(items=_ps(handoff.spawned, self.members))
                 if len(listing.encode()) <= INLINE_REPLY_MAX:
                     reply = listing
         except WarrenError as e:
@@ -285,7 +328,14 @@ class Init:
         request: protocol.Message | None = None
         try:
             signal.set_wakeup_fd(-1)
-            for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
+            for sig in (
+                signal.SIGCHLD,
+                signal.SIGTERM,
+                signal.SIGINT,
+                signal.SIGHUP,
+                signal.SIGPIPE,
+                KILL_NOW,
+            ):
                 signal.signal(sig, signal.SIG_DFL)
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
             for sock in (self.control, *([self.spare] if self.spare is not None else [])):
@@ -315,14 +365,14 @@ class Init:
             conn.setblocking(True)
             mine = len(fds) - len(handoff.extra)
             extra = dict(zip(handoff.extra, fds[mine:], strict=True))
-            request = protocol.from_dict(handoff.request)
+            request = handoff.request
             if not isinstance(request, (protocol.ExecRequest, protocol.SpawnRequest)):
                 if launcher is not None:
                     launcher.discard()
             elif launcher is None:
                 assert cannot is not None
                 raise fork_failed(cannot, self.plan, "start the command")
-            self._run(request, handoff, conn, fds[1:mine], extra, launcher)
+            self._run(handoff, conn, fds[1:mine], extra, launcher)
         except WarrenError as e:
             if conn is not None:
                 with contextlib.suppress(OSError):
@@ -346,13 +396,13 @@ class Init:
 
     def _run(
         self,
-        req: protocol.Message,
         handoff: protocol.Handoff,
         conn: socket.socket,
         fds: list[int],
         extra: dict[str, int],
         launcher: Launcher | None,
     ) -> None:
+        req = handoff.request  # of the kinds PID 1 serves: the Handoff's decoding checked that
         if isinstance(req, (protocol.ExecRequest, protocol.SpawnRequest)):
             assert launcher is not None
             spawn_id = handoff.spawn_id if isinstance(req, protocol.SpawnRequest) else None
@@ -363,14 +413,14 @@ class Init:
             harden.harden(self.plan, self.ruleset)
             fileops.handle(conn, req, payload, self.plan.workspace)
         elif isinstance(req, protocol.PsRequest):
-            wire.send(conn, protocol.ProcessList(items=_ps(handoff.spawned)))
+            wire.send(conn, protocol.ProcessList(items=_ps(handoff.spawned, self.members)))
         elif isinstance(req, protocol.SignalRequest):
-            _signal(req.pid, req.signal)
+            _signal(req.pid, req.signal, self.members)
             wire.send(conn, protocol.Ok())
         elif isinstance(req, protocol.ConnectorRequest):
             _connector(conn)
         else:
-            raise SandboxError(f"PID 1 does not serve {req.TAG!r} requests", operation="handoff")
+            assert_never(req)
 
 
 def fork_failed(e: OSError, plan: Plan, what: str) -> WarrenError:
@@ -396,9 +446,9 @@ def fork_failed(e: OSError, plan: Plan, what: str) -> WarrenError:
     return SandboxError(f"cannot {what}: {e.strerror}", operation="fork", errno=e.errno)
 
 
-def _ps(spawned: dict[str, str]) -> list[protocol.ProcInfo]:
+def _ps(spawned: dict[str, str], members: procs.Members) -> list[protocol.ProcInfo]:
     out = []
-    for pid, ppid, state in procs.table():
+    for pid, ppid, state in members.table():
         if procs.is_warren(pid):
             continue
         argv = procs.cmdline(pid)
@@ -411,15 +461,19 @@ def _ps(spawned: dict[str, str]) -> list[protocol.ProcInfo]:
     return out
 
 
-def _signal(pid: int, sig: int) -> None:
+def _signal(pid: int, sig: int, members: procs.Members) -> None:
     """Signal a process of the sandbox (its group when it leads one); a pid that is not
     one of the sandbox's own processes (0, 1, warren's helpers, none) is ProcessNotFound."""
-    if not 2 <= pid <= 1 << 22 or procs.is_warren(pid):  # 1 << 22: PID_MAX_LIMIT
+    if not 2 <= pid <= 1 << 22 or procs.is_warren(pid) or not members.has(pid):  # 1 << 22: PID_MAX_LIMIT
         raise _no_process(pid)
     if not 1 <= sig < signal.NSIG:
         raise SandboxError(
             f"no such signal: {sig}", operation="signal", hint="e.g. 15 (SIGTERM), 9 (SIGKILL)"
         )
+    if not members.own_namespace:
+        if members.signal_group(pid, sig) or procs.signal_member(pid, sig, members.root):
+            return
+        raise _no_process(pid)
     try:
         os.killpg(pid, sig)  # commands lead their own session: signal the whole group
     except ProcessLookupError:

@@ -132,3 +132,67 @@ def kill_tree(main: int) -> int:
             if pid == main:
                 status = st
         time.sleep(0.002)
+
+
+class Members:
+    """The processes of one sandbox, as its PID 1 sees them. In its own pid namespace:
+    every process there. Without one (the degraded mode): PID 1's descendants, and
+    only they — PID 1 is their child subreaper, so an orphan comes back to it instead
+    of leaving for the host's init, and a process of the host is never one of them."""
+
+    def __init__(self, own_namespace: bool) -> None:
+        self.own_namespace = own_namespace
+        self.root = os.getpid()  # PID 1, also when a helper it forked asks
+
+    def table(self) -> list[tuple[int, int, str]]:
+        rows = table()
+        if self.own_namespace:
+            return rows
+        mine = set(_below(rows, self.root))
+        return [row for row in rows if row[0] in mine]
+
+    def has(self, pid: int) -> bool:
+        return self.own_namespace or _descends(pid, self.root)
+
+    def signal_group(self, pgid: int, sig: int) -> bool:
+        """``sig`` to every member in process group ``pgid``, each pinned by a pidfd and
+        checked to descend from PID 1 (a recycled pid is never signalled); False when
+        none was there."""
+        sent = False
+        for pid in _below(table(), self.root):
+            with contextlib.suppress(OSError):
+                if os.getpgid(pid) == pgid:
+                    sent = signal_member(pid, sig, self.root) or sent
+        return sent
+
+    def kill(self, sig: int) -> None:
+        """``sig`` to every process of the sandbox but PID 1. In the degraded mode a
+        SIGKILL is repeated until none is left (one that forks meanwhile is caught by
+        the next round: its children are descendants too)."""
+        if self.own_namespace:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(-1, sig)
+            return
+        for _round in range(1000):
+            left = _below(table(), self.root)
+            for pid in left:
+                signal_member(pid, sig, self.root)
+            if sig != signal.SIGKILL or not left:
+                return
+            # Reap what died (PID 1 is its parent, or inherits it as subreaper).
+            with contextlib.suppress(ChildProcessError):
+                while os.waitpid(-1, os.WNOHANG)[0]:
+                    pass
+            time.sleep(0.001)
+
+
+def _below(rows: list[tuple[int, int, str]], root: int) -> list[int]:
+    kids: dict[int, list[int]] = {}
+    for pid, ppid, _state in rows:
+        kids.setdefault(ppid, []).append(pid)
+    out, todo = [], list(kids.get(root, []))
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(kids.get(pid, []))
+    return out

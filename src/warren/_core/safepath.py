@@ -45,6 +45,33 @@ def dir_beneath(dirfd: int, rel: str) -> int:
     return open_beneath(dirfd, rel, os.O_RDONLY | os.O_DIRECTORY)
 
 
+def stays_beneath(dirfd: int, rel: str) -> bool:
+    """Whether ``rel``, its links followed, stays beneath ``dirfd``: the deepest part of
+    it that exists is opened ``O_PATH`` with ``RESOLVE_BENEATH`` (a link is followed only
+    while it stays inside, never by an absolute target, never a magic link). A check,
+    not an opening: what is then done with the path must be confined by other means
+    (``warren sandboxd`` does it inside the sandbox)."""
+    parts = [p for p in rel.split("/") if p not in ("", ".")]
+    while True:
+        try:
+            fd = _sys.openat2(
+                dirfd,
+                "/".join(parts) or ".",
+                os.O_PATH | os.O_CLOEXEC,
+                0,
+                _sys.RESOLVE_BENEATH | _sys.RESOLVE_NO_MAGICLINKS,
+            )
+        except OSError as e:
+            if e.errno in (errno.ENOENT, errno.ENOTDIR) and parts:
+                parts.pop()
+                continue
+            if e.errno in (errno.EXDEV, errno.ELOOP):
+                return False
+            raise
+        os.close(fd)
+        return True
+
+
 def split(rel: str) -> tuple[str, str]:
     """(parent, name) of a relative path; refuses names that are not one entry."""
     parent, _, name = rel.rstrip("/").rpartition("/")

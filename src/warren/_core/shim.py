@@ -160,7 +160,7 @@ def warm(plan: Plan) -> None:
     fault and a copy: taking them now keeps them off the request's path."""
     command = protocol.Command(argv=["true"], env={"A": "b"}, stdio=[False, True, True])
     request = protocol.ExecRequest(sandbox="warm", command=command)
-    protocol.from_dict(protocol.Handoff(request=request.to_dict()).to_dict())
+    protocol.from_dict(protocol.Handoff(request=request).to_dict())
     protocol.from_dict(protocol.Launch(path="/x", argv=["x"], env={}, cwd="/").to_dict())
     for message in (protocol.Started(pid=2, cwd="/"), protocol.Exited(status=0), protocol.Signal(signal=1)):
         protocol.decode(wire.frame(message)[wire.PREFIX.size :])

@@ -44,10 +44,20 @@ long-lived:
   logs [-f] NAME ID                       a background process's output (ID from exec -d)
   logs --net [--json] NAME                the network proxy's decisions
   stop NAME / rm [-f] NAME                stop; stop and forget
+on an image (--image NAME):
+  snapshot NAME / snapshot ls / snapshot rm ID   its own layer, copied (prints the id)
+  fork [POLICY FLAGS] NAME NEW            a new sandbox from a snapshot of NAME taken now
+  create --from-snapshot ID NEW           a sandbox from a snapshot
   shutdown                                let the supervisor exit once idle
+images:
+  image build NAME --debian SUITE [--include PKG,...]   a root from Debian's packages (mmdebstrap)
+  image import NAME FILE                  a docker-archive or OCI image layout (directory or tar)
+  image ls [--json] / image inspect NAME  the images here; one image's layers and config
+  image rm NAME... / image gc             forget images; remove layers no image uses
 service:
   serve [--listen unix:PATH|HOST:PORT] [--token-file F]   the HTTP API v1 (+ MCP at /mcp)
   mcp [POLICY FLAGS]                      an MCP server on stdio for one workspace
+  sandboxd [POLICY FLAGS] [--grpc-addr A] [--rest-addr A]   the agent-sandbox runtime (Kubernetes)
 diagnostics:
   doctor [--sandbox] [...]                probe what developer tools need, here or inside
   presets                                 list the tool presets
@@ -94,9 +104,17 @@ def _dispatch(argv: list[str]) -> int:
 
 def commands() -> dict[str, Callable[[list[str]], int]]:
     """Every sub-command but the fast two (``run``, ``exec``), by name."""
-    from . import catalog, info, sandboxes, service
+    from . import catalog, images, info, sandboxd, sandboxes, service, snapshots
 
-    return {**sandboxes.COMMANDS, **info.COMMANDS, **service.COMMANDS, **catalog.COMMANDS}
+    return {
+        **sandboxes.COMMANDS,
+        **info.COMMANDS,
+        **service.COMMANDS,
+        **catalog.COMMANDS,
+        **images.COMMANDS,
+        **snapshots.COMMANDS,
+        **sandboxd.COMMANDS,
+    }
 
 
 def run(rest: list[str]) -> int:
@@ -167,6 +185,11 @@ def _timeout(value: float | None) -> float | None:
 
 def entrypoint(argv: list[str] | None = None) -> int:
     try:
+        handed = os.environ.pop("WARREN_NATIVE_RESUME", None)
+        if handed is not None:  # the native front end (native/warren.c) sent the request
+            from .attach import take_over
+
+            take_over(handed)
         return _dispatch(sys.argv[1:] if argv is None else argv)
     except WarrenError as e:
         try:  # noqa: SIM105 - contextlib is not loaded on the fast path

@@ -9,6 +9,11 @@ behind cannot read what the user types after it returned.
 
 If this process is killed (even SIGKILL), the connection closes and warren kills the
 command's whole tree.
+
+The native front end (native/warren.c) sends the plain requests itself and, when what
+comes back is anything but the plain case, hands the connection over to this module
+(``WARREN_NATIVE_RESUME``, ``take_over``): the rest — messages, hints, exit codes — is
+then done here, so there is one implementation of it.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import struct
 from .. import jsonc, protocol, wire
 from ..client import connect
 from ..client.relay import Relay
-from ..errors import SandboxError
+from ..errors import SandboxError, WarrenError
 from ..terminal import printable
 
 TYPE_CHECKING = False
@@ -32,6 +37,41 @@ else:
     import _signal as signal  # the C module: ``signal`` would load enum (start-up time)
 
 _FORWARD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+RESUME_VAR = "WARREN_NATIVE_RESUME"
+
+# Set by ``take_over``: the connection the native front end sent the request on, its
+# network-event pipe (-1 for exec), and the Started it already read (None: nothing read).
+_handed: tuple[int, int, protocol.Started | None] | None = None
+
+
+def take_over(value: str) -> None:
+    """Carry on a request the native front end sent: ``value`` is "SOCK NET STARTED"
+    (descriptor numbers, then the JSON of a Started it read, or nothing). It blocked
+    the forwarded signals before sending; they are unblocked once ours are in place."""
+    global _handed
+    import stat
+
+    from .flags import UsageError
+
+    try:
+        sock_fd, net_fd, started = value.split(" ", 2)
+        sock, net = int(sock_fd), int(net_fd)
+        if not stat.S_ISSOCK(os.fstat(sock).st_mode):
+            raise ValueError(f"descriptor {sock} is not a socket")
+        if net != -1 and not stat.S_ISFIFO(os.fstat(net).st_mode):
+            raise ValueError(f"descriptor {net} is not a pipe")
+        msg = protocol.decode(started.encode(), (protocol.Started,)) if started else None
+    except (ValueError, OSError, WarrenError) as e:
+        raise UsageError(
+            f"{RESUME_VAR} is set but names no connection to carry on ({e})",
+            operation="cli",
+            hint=f"it is set by warren's native front end only: unset {RESUME_VAR}",
+        ) from None
+    assert msg is None or isinstance(msg, protocol.Started)
+    for fd in (sock, net):
+        if fd >= 0:
+            os.set_inheritable(fd, False)
+    _handed = (sock, net, msg)
 
 
 def _terminal_fds() -> list[int]:
@@ -76,7 +116,10 @@ class Attached:
             rows, cols = _size(self.ttys[0])
             command.tty = protocol.Tty(rows=rows, cols=cols, fds=self.ttys)
         net_r = -1
-        if isinstance(self.message, protocol.RunRequest):
+        started: protocol.Started | None = None
+        if _handed is not None:
+            sock, net_r, started = wire.Sock(fileno=_handed[0]), _handed[1], _handed[2]
+        elif isinstance(self.message, protocol.RunRequest):
             net_r, net_w = os.pipe2(os.O_CLOEXEC)
             fds.append(net_w)
             self.message.net_events = True
@@ -86,11 +129,14 @@ class Attached:
         for sig in (*_FORWARD, signal.SIGWINCH):
             signal.signal(sig, self._on_signal)
         signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+        if _handed is not None:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARD)
         try:
-            wire.send(sock, self.message, fds=fds)
-            if net_r >= 0:
-                os.close(fds[-1])
-            return self._loop(sock, net_r)
+            if _handed is None:
+                wire.send(sock, self.message, fds=fds)
+                if net_r >= 0:
+                    os.close(fds[-1])
+            return self._loop(sock, net_r, started)
         finally:
             signal.set_wakeup_fd(-1)
             self._restore_terminal()
@@ -122,7 +168,7 @@ class Attached:
             _ignoring((termios.error, OSError), termios.tcsetattr, 0, termios.TCSADRAIN, self.saved_mode)
             self.saved_mode = None
 
-    def _loop(self, sock: wire.Sock, net_r: int) -> int:
+    def _loop(self, sock: wire.Sock, net_r: int, already: protocol.Started | None) -> int:
         out_fd = 1 if 1 in self.ttys else 2 if 2 in self.ttys else 0
         partial = b""
         relay = Relay(sock, self._lost)
@@ -153,6 +199,8 @@ class Attached:
         relay.on_read(self.wake_r, wake)
         if net_r >= 0:
             relay.on_read(net_r, net)
+        if already is not None:
+            started(already, [])
         msg = relay.follow(started)
         assert msg is not None  # no deadline: only the command's exit ends it
         if self.master >= 0:

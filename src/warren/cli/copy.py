@@ -23,7 +23,7 @@ import os
 import stat
 import sys
 
-from .. import wire
+from .. import names, wire
 from .._core import safepath
 from ..client.sandbox import Sandbox
 from ..errors import SandboxFileNotFound, WarrenError
@@ -39,25 +39,16 @@ def _umask() -> int:
     return mask
 
 
-def _utf8(name: str) -> bool:
-    try:
-        name.encode()
-        return True
-    except UnicodeEncodeError:
-        return False
-
-
 def _note(message: str) -> None:
     print(f"warren cp: {message}", file=sys.stderr)
 
 
 def _checked_name(name: str, where: str) -> str:
     if name in ("", ".", "..") or "/" in name or "\0" in name:
-        raise WarrenError(
+        raise hostpath.cp_error(
             f"{where} lists an entry named {name!r}, which is not a file name",
-            operation="cp",
-            path=where,
-            hint="nothing was copied past it",
+            where,
+            "nothing was copied past it",
         )
     return name
 
@@ -74,25 +65,18 @@ def to_sandbox(sb: Sandbox, src: str, dest: str, recursive: bool) -> None:
         target = _into(sb, dest, os.path.basename(os.path.normpath(src)))
         if stat.S_ISDIR(st.st_mode):
             if not recursive:
-                raise WarrenError(
-                    f"{src} is a directory", operation="cp", path=src, hint="copy directories with -r"
-                )
+                raise hostpath.cp_error(f"{src} is a directory", src, "copy directories with -r")
             _tree_to_sandbox(sb, where, target)
         elif stat.S_ISREG(st.st_mode):
             try:
                 data, mode = _read_host(where.dirfd, where.name, src)
             except _NotAFile as e:  # it changed since the walk looked at it
-                raise WarrenError(
-                    f"{src} is {e} now",
-                    operation="cp",
-                    path=src,
-                    hint="something is changing it; nothing was read",
+                raise hostpath.cp_error(
+                    f"{src} is {e} now", src, "something is changing it; nothing was read"
                 ) from None
             sb.files.write(target, data, mode=mode)
         else:
-            raise WarrenError(
-                f"{src} is not a regular file or a directory", operation="cp", path=src, hint="copy files"
-            )
+            raise hostpath.cp_error(f"{src} is not a regular file or a directory", src, "copy files")
     finally:
         where.close()
 
@@ -119,7 +103,7 @@ def _tree_to_sandbox(sb: Sandbox, where: hostpath.Where, target: str) -> None:
         sb.files.mkdir(target, parents=True, exist_ok=True)
         for rel, is_dir in entries:
             out = f"{target.rstrip('/')}/{rel}"
-            if not _utf8(rel):
+            if not names.is_utf8(rel):
                 _note(f"skipped {os.path.join(where.path, rel)!r}: its name is not UTF-8")
                 continue
             if is_dir:
@@ -155,7 +139,7 @@ def _host_tree(root: int, shown: str) -> list[tuple[str, bool]]:
             os.close(fd)
         for name, is_dir in listed:
             found.append((os.path.join(rel, name), is_dir))
-            if is_dir and _utf8(name):
+            if is_dir and names.is_utf8(name):
                 todo.append(os.path.join(rel, name))
     return found
 
@@ -169,12 +153,11 @@ def _open_host_dir(root: int, rel: str, shown: str) -> int:
 
 def _changed(path: str, e: OSError) -> WarrenError:
     if e.errno in (errno.ELOOP, errno.EXDEV, errno.ENOTDIR):
-        return WarrenError(
+        return hostpath.cp_error(
             f"{path} became a symbolic link or left the tree while it was being copied",
-            operation="cp",
-            path=path,
-            errno=e.errno,
-            hint="something (a sandbox?) is changing it: the copy stopped there and followed nothing",
+            path,
+            "something (a sandbox?) is changing it: the copy stopped there and followed nothing",
+            e.errno,
         )
     return hostpath.error("read", path, e)
 
@@ -205,12 +188,11 @@ def _read_host(dirfd: int, name: str, shown: str) -> tuple[bytes, int]:
                     break
                 chunks.append(chunk)
         if size > LIMIT:
-            raise WarrenError(
+            raise hostpath.cp_error(
                 f"{shown} is larger than {LIMIT} bytes (or grew past it while being read)",
-                operation="cp",
-                path=shown,
-                errno=errno.EFBIG,
-                hint="nothing of it was copied; move it through the workspace, or split it",
+                shown,
+                "nothing of it was copied; move it through the workspace, or split it",
+                errno.EFBIG,
             )
         return b"".join(chunks), stat.S_IMODE(st.st_mode) & 0o777
     except OSError as e:
@@ -225,13 +207,12 @@ def _read_host(dirfd: int, name: str, shown: str) -> tuple[bytes, int]:
 def from_sandbox(sb: Sandbox, src: str, dest: str, recursive: bool) -> None:
     info = sb.files.stat(src, follow_symlinks=False)
     if info.type == "dir" and not recursive:
-        raise WarrenError(f"{src} is a directory", operation="cp", path=src, hint="copy directories with -r")
+        raise hostpath.cp_error(f"{src} is a directory", src, "copy directories with -r")
     if info.type not in ("dir", "file"):
-        raise WarrenError(
+        raise hostpath.cp_error(
             f"{src} is a {info.type} in the sandbox, not a file",
-            operation="cp",
-            path=src,
-            hint="copy the file it points to by its own path",
+            src,
+            "copy the file it points to by its own path",
         )
     name = os.path.basename(os.path.normpath(src)) or "copy"
     where = hostpath.resolve(dest)
@@ -269,22 +250,17 @@ def _write_host(dirfd: int, name: str, shown: str, data: bytes, mode: int) -> No
     old = _existing(dirfd, name)
     if old is not None and not stat.S_ISREG(old.st_mode):
         kind = "a symbolic link" if stat.S_ISLNK(old.st_mode) else "not a regular file"
-        raise WarrenError(
+        raise hostpath.cp_error(
             f"{shown} exists and is {kind}; warren cp does not write through it",
-            operation="cp",
-            path=shown,
-            hint="remove it, or copy to another name",
+            shown,
+            "remove it, or copy to another name",
         )
     keep = stat.S_IMODE(old.st_mode) & 0o1777 if old is not None else mode & 0o777 & ~_umask()
     try:
         safepath.write_atomic(dirfd, name, data, mode=keep)
     except OSError as e:
-        raise WarrenError(
-            f"cannot write {shown} on the host",
-            operation="cp",
-            path=shown,
-            errno=e.errno,
-            hint=f"nothing was changed: {shown} is as it was",
+        raise hostpath.cp_error(
+            f"cannot write {shown} on the host", shown, f"nothing was changed: {shown} is as it was", e.errno
         ) from None
 
 
@@ -294,8 +270,8 @@ def _mkdir_host(dirfd: int, name: str, shown: str) -> None:
     except FileExistsError:
         st = _existing(dirfd, name)
         if st is None or not stat.S_ISDIR(st.st_mode):
-            raise WarrenError(
-                f"{shown} exists and is not a directory", operation="cp", path=shown, hint="copy elsewhere"
+            raise hostpath.cp_error(
+                f"{shown} exists and is not a directory", shown, "copy elsewhere"
             ) from None
     except OSError as e:
         raise hostpath.error("create", shown, e) from None

@@ -115,6 +115,52 @@ POLICY_FLAGS = (
         "long-lived sandboxes: stop after this long without a request (e.g. 30m; default: never)",
         "DURATION",
     ),
+    # Sandboxes on an image (docs/environments.md).
+    Flag(
+        ("--image",),
+        "image",
+        "value",
+        "the sandbox's root is this image, copy-on-write (an image name, or a root directory's "
+        "absolute path); the workspace is at /workspace",
+        "NAME",
+    ),
+    Flag(
+        ("--disk",),
+        "disk",
+        "value",
+        "on an image: size of the sandbox's writable layer (default: RAM/4)",
+        "SIZE",
+    ),
+    Flag(
+        ("--from-snapshot",),
+        "from_snapshot",
+        "value",
+        "start from a snapshot (`warren snapshot`): its image, with the snapshot's files",
+        "ID",
+    ),
+    # secrets put in by the proxy and the HTTP rules of intercepted hosts (docs/secrets.md)
+    Flag(
+        ("--secret",),
+        "secret",
+        "multi",
+        "inside, $NAME is a placeholder; the proxy puts the caller's $ENVVAR (or the file's "
+        "first line) in request headers to HOST only, over HTTPS (repeatable)",
+        "NAME=ENVVAR@HOST",
+    ),
+    Flag(
+        ("--allow-http",),
+        "allow_http",
+        "multi",
+        "only these requests to HOST (its HTTPS is intercepted): 'POST api.example.org/v1/', "
+        "METHOD * for any (repeatable)",
+        "'METHOD HOST/PATH'",
+    ),
+    Flag(
+        ("--require-namespaces",),
+        "require_namespaces",
+        "switch",
+        "refuse to run where user namespaces are unavailable or powerless, instead of the degraded mode",
+    ),
 )
 TIMEOUT = Flag(
     ("--timeout",), "timeout", "float", "kill the command's whole tree after this (exit 124)", "SECONDS"
@@ -296,6 +342,8 @@ def spec_of(ns: Any) -> dict[str, object]:
         ("env_pass", "pass_env"),
         ("preset", "preset"),
         ("allow_host", "allow_host"),
+        ("secrets", "secret"),
+        ("allow_http", "allow_http"),
     ):
         if getattr(ns, attr):
             spec[key] = list(getattr(ns, attr))
@@ -311,9 +359,11 @@ def spec_of(ns: Any) -> dict[str, object]:
         spec["workspace_writable"] = False
     if ns.allow_broad_workspace:
         spec["allow_broad_workspace"] = True
-    for key in ("memory", "pids", "cpus", "tmp_size", "idle_timeout"):
+    for key in ("memory", "pids", "cpus", "tmp_size", "idle_timeout", "image", "disk", "from_snapshot"):
         if getattr(ns, key) is not None:
             spec[key] = getattr(ns, key)
+    if getattr(ns, "require_namespaces", False):
+        spec["require_namespaces"] = True
     return spec
 
 

@@ -54,25 +54,25 @@ class Where:
         os.close(self.dirfd)
 
 
+def cp_error(message: str, path: str, hint: str, err: int | None = None) -> WarrenError:
+    """An error of ``warren cp`` about ``path`` (as the user typed it)."""
+    return WarrenError(message, operation="cp", path=path, errno=err, hint=hint)
+
+
 def error(what: str, path: str, e: OSError) -> WarrenError:
-    return WarrenError(
-        f"cannot {what} {path} on the host",
-        operation="cp",
-        path=path,
-        errno=e.errno,
-        hint="check the path exists and you may read/write it",
+    return cp_error(
+        f"cannot {what} {path} on the host", path, "check the path exists and you may read/write it", e.errno
     )
 
 
 def refused_link(path: str, link: str) -> WarrenError:
     on_the_way = "" if link.rstrip("/") == path.rstrip("/") else f" (on the way to {path})"
-    return WarrenError(
+    return cp_error(
         f"{link} is a symbolic link in a directory a sandbox could write{on_the_way}; "
         "warren cp does not follow it on the host",
-        operation="cp",
-        path=path,
-        errno=errno.ELOOP,
-        hint=f"see where it points (ls -l {link}) and, if you trust it, give that path instead",
+        path,
+        f"see where it points (ls -l {link}) and, if you trust it, give that path instead",
+        errno.ELOOP,
     )
 
 

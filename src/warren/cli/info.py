@@ -64,7 +64,19 @@ def doctor(args: list[str]) -> int:
     p.add_argument(
         "--sandbox", action="store_true", help="run the probes inside a sandbox built from the flags"
     )
+    p.add_argument(
+        "--fix",
+        action="store_true",
+        help="print (never run) the root commands that give warren user namespaces here (AppArmor)",
+    )
     ns = p.parse_args(args)
+    from ..plan.degraded import NOT_HELD
+
+    if ns.fix:
+        from ..doctor import userns
+
+        print("\n".join(userns.render(userns.check(not_held=NOT_HELD), fix=True)))
+        return 0
     spec = flags.spec_of(ns)
     if ns.sandbox:
         return _doctor_in_sandbox(spec, ns.profile, ns.cache, ns.json)
@@ -78,7 +90,7 @@ def doctor(args: list[str]) -> int:
     from ..doctor import probe_main
 
     try:
-        text, code = probe_main.run(ns.workspace, ns.cache, as_json=ns.json)
+        text, code = probe_main.run(ns.workspace, ns.cache, as_json=ns.json, not_held=NOT_HELD)
     except probe_main.UsageError as e:
         raise WarrenError(str(e), operation="doctor", hint="pass an existing directory") from None
     print(text)

@@ -1,24 +1,62 @@
 """``AsyncSandbox``: the long-lived sandbox API for asyncio callers.
 
 Exactly the methods and parameters of ``Sandbox`` (a test compares their signatures),
-over the same transport and core; each blocking call runs in a worker thread, so many
-execs can be awaited at once without blocking the event loop. Callbacks
-(``on_stdout``) are called from that worker thread.
+derived from them: each method is ``Sandbox``'s own run in a worker thread
+(``_threaded``), so many execs can be awaited at once without blocking the event loop,
+and nothing of a request is written twice. Callbacks (``on_stdout``) are called from
+that worker thread. What hands back a handle (a sandbox, a process) hands back the
+async one.
 """
 
 from __future__ import annotations
 
 import asyncio
-import builtins
-import signal as _signal
-from collections.abc import Callable, Sequence
+import functools
+from collections.abc import Callable, Coroutine
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from ..models import FileInfo, Output, ProcessInfo, Result, SandboxInfo, Stats
-from ..net.allowlist import NetEvent
+from ..models import SandboxInfo
 from ..output import DEFAULT_OUTPUT_LIMIT
-from ..policy import Policy, PolicySpec
-from .sandbox import DEFAULT_READ_LIMIT, PathArg, Process, Sandbox
+from .sandbox import Files, Process, Sandbox
 from .transport import Transport
+
+P = ParamSpec("P")
+T = TypeVar("T")
+U = TypeVar("U")
+
+
+def _same(value: T) -> T:
+    return value
+
+
+def _threaded(
+    method: Callable[Concatenate[Any, P], T],
+) -> Callable[Concatenate[Any, P], Coroutine[Any, Any, T]]:
+    """``method`` of the synchronous object ``self.sync``, awaited: it runs in a worker
+    thread. Its name, parameters and documentation are the synchronous method's."""
+    return _threaded_into(method, _same)
+
+
+def _threaded_into(
+    method: Callable[Concatenate[Any, P], T], into: Callable[[T], U]
+) -> Callable[Concatenate[Any, P], Coroutine[Any, Any, U]]:
+    """``_threaded``, its result handed back through ``into`` (a handle made async)."""
+
+    async def call(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> U:
+        return into(await asyncio.to_thread(method, self.sync, *args, **kwargs))
+
+    functools.update_wrapper(call, method)
+    return call
+
+
+def _in_thread(fn: Callable[P, T], into: Callable[[T], U]) -> Callable[P, Coroutine[Any, Any, U]]:
+    """A class's constructor (``Sandbox.create``) awaited, its result through ``into``."""
+
+    async def call(*args: P.args, **kwargs: P.kwargs) -> U:
+        return into(await asyncio.to_thread(fn, *args, **kwargs))
+
+    functools.update_wrapper(call, fn)
+    return call
 
 
 class AsyncProcess:
@@ -36,68 +74,26 @@ class AsyncProcess:
     def returncode(self) -> int | None:
         return self.sync.returncode
 
-    async def wait(self, timeout: float | None = None) -> int:
-        return await asyncio.to_thread(self.sync.wait, timeout)
-
-    async def kill(self, signal: int = _signal.SIGTERM) -> None:
-        await asyncio.to_thread(self.sync.kill, signal)
-
-    async def output(self) -> Output:
-        return await asyncio.to_thread(self.sync.output)
-
-    async def write(self, data: bytes | str, timeout: float | None = None) -> None:
-        await asyncio.to_thread(self.sync.write, data, timeout)
-
-    async def close_stdin(self) -> None:
-        await asyncio.to_thread(self.sync.close_stdin)
+    wait = _threaded(Process.wait)
+    kill = _threaded(Process.kill)
+    output = _threaded(Process.output)
+    write = _threaded(Process.write)
+    close_stdin = _threaded(Process.close_stdin)
 
 
 class AsyncFiles:
     def __init__(self, sandbox: Sandbox) -> None:
-        self._files = sandbox.files
+        self.sync = sandbox.files
 
-    async def read(self, path: PathArg, *, max_bytes: int = DEFAULT_READ_LIMIT) -> bytes:
-        return await asyncio.to_thread(lambda: self._files.read(path, max_bytes=max_bytes))
-
-    async def read_text(
-        self, path: PathArg, encoding: str = "utf-8", *, max_bytes: int = DEFAULT_READ_LIMIT
-    ) -> str:
-        return await asyncio.to_thread(lambda: self._files.read_text(path, encoding, max_bytes=max_bytes))
-
-    async def write(
-        self,
-        path: PathArg,
-        data: bytes | str,
-        *,
-        mode: int = 0o644,
-        append: bool = False,
-        parents: bool = False,
-    ) -> None:
-        await asyncio.to_thread(
-            lambda: self._files.write(path, data, mode=mode, append=append, parents=parents)
-        )
-
-    async def list(self, path: PathArg = ".") -> builtins.list[FileInfo]:
-        return await asyncio.to_thread(self._files.list, path)
-
-    async def stat(self, path: PathArg, follow_symlinks: bool = True) -> FileInfo:
-        return await asyncio.to_thread(self._files.stat, path, follow_symlinks)
-
-    async def exists(self, path: PathArg) -> bool:
-        return await asyncio.to_thread(self._files.exists, path)
-
-    async def mkdir(
-        self, path: PathArg, *, parents: bool = False, exist_ok: bool = False, mode: int = 0o755
-    ) -> None:
-        await asyncio.to_thread(
-            lambda: self._files.mkdir(path, parents=parents, exist_ok=exist_ok, mode=mode)
-        )
-
-    async def remove(self, path: PathArg, *, recursive: bool = False) -> None:
-        await asyncio.to_thread(lambda: self._files.remove(path, recursive=recursive))
-
-    async def rename(self, src: PathArg, dst: PathArg) -> None:
-        await asyncio.to_thread(self._files.rename, src, dst)
+    read = _threaded(Files.read)
+    read_text = _threaded(Files.read_text)
+    write = _threaded(Files.write)
+    list = _threaded(Files.list)
+    stat = _threaded(Files.stat)
+    exists = _threaded(Files.exists)
+    mkdir = _threaded(Files.mkdir)
+    remove = _threaded(Files.remove)
+    rename = _threaded(Files.rename)
 
 
 class AsyncSandbox:
@@ -147,95 +143,22 @@ class AsyncSandbox:
     async def __aexit__(self, *exc: object) -> None:
         await self.remove()
 
-    @classmethod
-    async def create(
-        cls,
-        policy: PolicySpec | Policy | None = None,
-        name: str | None = None,
-        *,
-        output_limit: int = DEFAULT_OUTPUT_LIMIT,
-        transport: Transport | None = None,
-        remote: str | None = None,
-        token: str | None = None,
-    ) -> AsyncSandbox:
-        sb = await asyncio.to_thread(
-            lambda: Sandbox.create(
-                policy, name, output_limit=output_limit, transport=transport, remote=remote, token=token
-            )
-        )
-        return cls._wrap(sb)
+    create = staticmethod(_in_thread(Sandbox.create, lambda sb: AsyncSandbox._wrap(sb)))
+    get = staticmethod(_in_thread(Sandbox.get, lambda sb: AsyncSandbox._wrap(sb)))
+    list = staticmethod(_in_thread(Sandbox.list, _same))
+    stop = _threaded(Sandbox.stop)
+    remove = _threaded(Sandbox.remove)
+    exec = _threaded(Sandbox.exec)
 
-    @classmethod
-    async def get(
-        cls,
-        name: str,
-        *,
-        transport: Transport | None = None,
-        remote: str | None = None,
-        token: str | None = None,
-    ) -> AsyncSandbox:
-        sb = await asyncio.to_thread(
-            lambda: Sandbox.get(name, transport=transport, remote=remote, token=token)
-        )
-        return cls._wrap(sb)
-
-    @classmethod
-    async def list(
-        cls, *, transport: Transport | None = None, remote: str | None = None, token: str | None = None
-    ) -> builtins.list[SandboxInfo]:
-        return await asyncio.to_thread(lambda: Sandbox.list(transport=transport, remote=remote, token=token))
-
-    async def stop(self) -> None:
-        await asyncio.to_thread(self.sync.stop)
-
-    async def remove(self) -> None:
-        await asyncio.to_thread(self.sync.remove)
-
-    async def exec(
-        self,
-        cmd: Sequence[str],
-        cwd: PathArg | None = None,
-        env: dict[str, str] | None = None,
-        stdin: bytes | str | None = None,
-        timeout: float | None = None,
-        on_stdout: Callable[[bytes], None] | None = None,
-        on_stderr: Callable[[bytes], None] | None = None,
-        output_limit: int | None = None,
-    ) -> Result:
-        return await asyncio.to_thread(
-            lambda: self.sync.exec(cmd, cwd, env, stdin, timeout, on_stdout, on_stderr, output_limit)
-        )
-
-    async def spawn(
-        self,
-        cmd: Sequence[str],
-        cwd: PathArg | None = None,
-        env: dict[str, str] | None = None,
-        timeout: float | None = None,
-        output_limit: int | None = None,
-        stdin: bool = False,
-    ) -> AsyncProcess:
-        return AsyncProcess(
-            await asyncio.to_thread(lambda: self.sync.spawn(cmd, cwd, env, timeout, output_limit, stdin))
-        )
-
-    async def process(self, spawn_id: str) -> AsyncProcess:
-        return AsyncProcess(await asyncio.to_thread(self.sync.process, spawn_id))
-
-    async def processes(self) -> builtins.list[ProcessInfo]:
-        return await asyncio.to_thread(self.sync.processes)
-
-    async def expose(self, port: int, host_port: int = 0) -> str:
-        return await asyncio.to_thread(self.sync.expose, port, host_port)
-
-    async def pause(self) -> None:
-        await asyncio.to_thread(self.sync.pause)
-
-    async def resume(self) -> None:
-        await asyncio.to_thread(self.sync.resume)
-
-    async def stats(self) -> Stats:
-        return await asyncio.to_thread(self.sync.stats)
-
-    async def net_log(self) -> builtins.list[NetEvent]:
-        return await asyncio.to_thread(self.sync.net_log)
+    spawn = _threaded_into(Sandbox.spawn, AsyncProcess)
+    process = _threaded_into(Sandbox.process, AsyncProcess)
+    processes = _threaded(Sandbox.processes)
+    expose = _threaded(Sandbox.expose)
+    pause = _threaded(Sandbox.pause)
+    resume = _threaded(Sandbox.resume)
+    stats = _threaded(Sandbox.stats)
+    net_log = _threaded(Sandbox.net_log)
+    snapshot = _threaded(Sandbox.snapshot)
+    fork = _threaded_into(Sandbox.fork, lambda sb: AsyncSandbox._wrap(sb))
+    snapshots = staticmethod(_in_thread(Sandbox.snapshots, _same))
+    remove_snapshot = staticmethod(_in_thread(Sandbox.remove_snapshot, _same))

@@ -48,11 +48,23 @@ def _package_parent() -> str:
     return os.path.dirname(os.path.dirname(os.path.abspath(warren.__file__)))
 
 
+# Where a distribution package puts a copy of the interpreter for the supervisor alone,
+# under the AppArmor profile that lets it make user namespaces on a host that restricts
+# them (packaging/apparmor/warren; docs/degraded.md): not every Python program.
+LAUNCHER_DIR = "/usr/lib/warren"
+
+
+def _interpreter() -> str:
+    v = sys.version_info
+    launcher = f"{LAUNCHER_DIR}/python{v.major}.{v.minor}"
+    return launcher if os.access(launcher, os.X_OK) else sys.executable
+
+
 def _spawn_python(
     args: list[str], env: Mapping[str, str], keep: Sequence[int], log: int, prefix: Sequence[str] = ()
 ) -> int:
     """``prefix``: a command the interpreter is started through (``systemd_scope``)."""
-    argv = [*prefix, sys.executable, "-I", "-c", _BOOT, _package_parent(), *args]
+    argv = [*prefix, _interpreter(), "-I", "-c", _BOOT, _package_parent(), *args]
     scrubbed = {k: v for k, v in env.items() if k in _SUPERVISOR_ENV}
     if prefix:  # systemd-run finds the user's service manager through these
         scrubbed.update(

@@ -15,12 +15,23 @@ import os
 import socket
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
 from .. import codec, protocol
 from ..errors import SandboxError, WarrenError
-from ..models import FileInfo, FileOp, FileResult, ProcessInfo, ProcessState, Result, SandboxInfo, Stats
+from ..models import (
+    FileInfo,
+    FileOp,
+    FileResult,
+    ProcessInfo,
+    ProcessState,
+    Result,
+    SandboxInfo,
+    SnapshotInfo,
+    Stats,
+)
 from ..net.allowlist import NetEvent
 from ..policy.spec import PolicySpec
 from .transport import OutputCallback, Transport
@@ -302,6 +313,15 @@ class HttpTransport(Transport):
 
     def pause(self, name: str, paused: bool) -> SandboxInfo:
         return codec.sandbox_of(self._json("POST", f"/v1/sandboxes/{name}/{'pause' if paused else 'resume'}"))
+
+    def snapshot(self, name: str) -> SnapshotInfo:
+        return codec.model_of(SnapshotInfo, self._json("POST", f"/v1/sandboxes/{name}/snapshot"))
+
+    def snapshots(self) -> builtins.list[SnapshotInfo]:
+        return [codec.model_of(SnapshotInfo, s) for s in self._json("GET", "/v1/snapshots")["snapshots"]]
+
+    def remove_snapshot(self, snap_id: str) -> SnapshotInfo:
+        return codec.model_of(SnapshotInfo, self._json("DELETE", f"/v1/snapshots/{quote(snap_id, safe='')}"))
 
 
 def events(lines: Iterator[str]) -> Iterator[tuple[str, Any]]:

@@ -15,7 +15,17 @@ from collections.abc import Callable, Mapping
 
 from .. import codec, protocol
 from ..errors import SandboxError
-from ..models import FileInfo, FileOp, FileResult, ProcessInfo, ProcessState, Result, SandboxInfo, Stats
+from ..models import (
+    FileInfo,
+    FileOp,
+    FileResult,
+    ProcessInfo,
+    ProcessState,
+    Result,
+    SandboxInfo,
+    SnapshotInfo,
+    Stats,
+)
 from ..net.allowlist import NetEvent
 from ..policy.spec import PolicySpec, from_mapping
 from . import connect
@@ -240,6 +250,21 @@ class LocalTransport(Transport):
         reply, _ = self._request(protocol.PauseRequest(sandbox=name, paused=paused), (protocol.SandboxInfo,))
         assert isinstance(reply, protocol.SandboxInfo)
         return info(reply)
+
+    def snapshot(self, name: str) -> SnapshotInfo:
+        reply, _ = self._request(protocol.SnapshotRequest(sandbox=name), (protocol.SnapshotInfo,))
+        assert isinstance(reply, protocol.SnapshotInfo)
+        return codec.model_of(SnapshotInfo, reply.to_fields())
+
+    def snapshots(self) -> builtins.list[SnapshotInfo]:
+        reply, _ = self._request(protocol.SnapshotListRequest(), (protocol.SnapshotList,))
+        assert isinstance(reply, protocol.SnapshotList)
+        return [codec.model_of(SnapshotInfo, s.to_fields()) for s in reply.items]
+
+    def remove_snapshot(self, snap_id: str) -> SnapshotInfo:
+        reply, _ = self._request(protocol.SnapshotRemoveRequest(id=snap_id), (protocol.SnapshotInfo,))
+        assert isinstance(reply, protocol.SnapshotInfo)
+        return codec.model_of(SnapshotInfo, reply.to_fields())
 
     def net_log(self, name: str) -> builtins.list[NetEvent]:
         reply, _ = self._request(protocol.NetLogRequest(sandbox=name), (protocol.NetLog,))

@@ -9,6 +9,7 @@ removes it on exit); reattach with ``Sandbox.get(name)``. ``AsyncSandbox``
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import os
 import signal as _signal
 import time
@@ -35,6 +36,7 @@ from ..models import (
     ProcessState,
     Result,
     SandboxInfo,
+    SnapshotInfo,
     Stats,
 )
 from ..net.allowlist import NetEvent
@@ -389,6 +391,43 @@ class Sandbox:
     def resume(self) -> None:
         """Let a paused sandbox run again, exactly where it stopped."""
         self._info = self._transport.pause(self.name, False)
+
+    # --- snapshots (sandboxes on an image) ------------------------------------------------
+
+    def snapshot(self) -> SnapshotInfo:
+        """Copy this sandbox's own filesystem state (its layer: everything it changed in
+        the image, and /workspace when that lives there) into a snapshot, pausing it
+        meanwhile. Processes and memory are not part of it; a host workspace is not."""
+        return self._transport.snapshot(self.name)
+
+    def fork(self, name: str | None = None, policy: PolicySpec | None = None) -> Sandbox:
+        """A new sandbox from a snapshot of this one taken now: the same image and files
+        (and the same host workspace, if any). ``policy`` sets the rest (network,
+        limits); its ``from_snapshot`` is filled in."""
+        snap = self.snapshot()
+        spec = dataclasses.replace(policy or PolicySpec(), from_snapshot=snap.id)
+        if spec.workspace is None:
+            spec = dataclasses.replace(spec, workspace=snap.host_workspace or "none")
+        return Sandbox.create(spec, name, transport=self._transport, output_limit=self.output_limit)
+
+    @classmethod
+    def snapshots(
+        cls, *, transport: Transport | None = None, remote: str | None = None, token: str | None = None
+    ) -> builtins.list[SnapshotInfo]:
+        """This user's snapshots, oldest first."""
+        return (transport or _local(remote, token)).snapshots()
+
+    @classmethod
+    def remove_snapshot(
+        cls,
+        snap_id: str,
+        *,
+        transport: Transport | None = None,
+        remote: str | None = None,
+        token: str | None = None,
+    ) -> SnapshotInfo:
+        """Remove a snapshot no sandbox or other snapshot stands on."""
+        return (transport or _local(remote, token)).remove_snapshot(snap_id)
 
     def net_log(self) -> builtins.list[NetEvent]:
         """Every decision of this sandbox's network proxy (``--network allow``), oldest

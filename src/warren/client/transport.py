@@ -13,7 +13,8 @@ import abc
 import builtins
 from collections.abc import Callable
 
-from ..models import FileOp, FileResult, ProcessInfo, ProcessState, Result, SandboxInfo, Stats
+from ..errors import WarrenError
+from ..models import FileOp, FileResult, ProcessInfo, ProcessState, Result, SandboxInfo, SnapshotInfo, Stats
 from ..net.allowlist import NetEvent
 from ..policy.spec import PolicySpec
 
@@ -114,3 +115,22 @@ class Transport(abc.ABC):
     @abc.abstractmethod
     def pause(self, name: str, paused: bool) -> SandboxInfo:
         """Freeze every process of the sandbox (``paused``), or thaw them."""
+
+    # Snapshots of sandboxes on an image (``server.snapshots``); a transport without
+    # them says so.
+    def snapshot(self, name: str) -> SnapshotInfo:
+        raise _no_snapshots(self)
+
+    def snapshots(self) -> builtins.list[SnapshotInfo]:
+        raise _no_snapshots(self)
+
+    def remove_snapshot(self, snap_id: str) -> SnapshotInfo:
+        raise _no_snapshots(self)
+
+
+def _no_snapshots(transport: Transport) -> WarrenError:
+    return WarrenError(
+        f"snapshots are not available through {type(transport).__name__}",
+        operation="snapshot",
+        hint="take and use snapshots on the machine the sandboxes run on (the local supervisor)",
+    )

@@ -34,7 +34,7 @@ from typing import NoReturn
 
 from . import _kernel
 from .evidence import Evidence, MountEntry
-from .probes import ProbeFailure, ProbeResult, ProbeSkipped, _op, _result, describe
+from .probe_base import ProbeFailure, ProbeResult, ProbeSkipped, _op, _result, describe
 
 LOCATION = "limits"
 V1_CONTROLLERS = ("pids", "memory", "cpu", "freezer")

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from . import evidence as _evidence
+from . import userns
 from .diagnose import diagnose
 from .limits import run_limit_probes
 from .probes import run_probes
@@ -89,17 +90,28 @@ def run(
     env: Mapping[str, str] | None = None,
     tool_caches: bool = True,
     limits: bool = True,
+    not_held: Sequence[tuple[str, str]] = (),
 ) -> tuple[str, int]:
     """Run the doctor and return (output, exit status).
 
     ``tool_caches=False`` probes only the workspace, the given caches and $TMPDIR: how
     a sandbox is checked, where the policy decides which tools' caches exist.
     ``limits=False`` leaves out the resource-limit rows: inside a sandbox they would
-    describe nesting, while its limits are what the host's rows and `warren plan` say."""
+    describe nesting, while its limits are what the host's rows and `warren plan` say.
+    ``not_held``: what the degraded mode cannot hold (``userns.check``), shown when
+    this host gets no namespaces."""
     ev, full = gather(workspace, caches, os.environ if env is None else env, tool_caches)
     results = run_probes(ev, full_suite_roles=full) + (run_limit_probes(ev) if limits else [])
     report = build(ev, results, diagnose(ev, results))
+    if limits:  # on the host (inside a sandbox it would describe nesting)
+        report[userns.SECTION] = userns.check(not_held=not_held)
     text = json.dumps(report, indent=2, ensure_ascii=False) if as_json else render(report)
+    if limits and not as_json:
+        section = report[userns.SECTION]
+        assert isinstance(section, dict)
+        # Before the last line, which is the verdict.
+        head, _, verdict = text.rpartition("\n")
+        text = "\n".join([head, *userns.render(section), "", verdict])
     return text, EXIT_OK if report["ok"] else EXIT_PROBLEMS
 
 

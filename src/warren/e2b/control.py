@@ -14,24 +14,23 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import sys
 import time
-import traceback
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..errors import ConfigError, SandboxNotFound, WarrenError
+from ..errors import ConfigError, SandboxNotFound
 from ..models import SandboxInfo
 from ..policy import presets
 from ..policy.spec import PolicySpec
-from .core import DEFAULT_TIMEOUT, ENVD_VERSION, MAX_TIMEOUT, Core, E2BError, message_of, status_of
+from .core import DEFAULT_TIMEOUT, ENVD_VERSION, MAX_TIMEOUT, Core, E2BError
 from .front import ELSEWHERE
 from .records import Record
+from .rest import Handler, body, handled
 
 MAX_BODY = 1024 * 1024
 ALIVE = ("running", "paused")
@@ -48,12 +47,6 @@ NOT_OFFERED = {
     "autoResume": "auto-resume on traffic",
 }
 
-Handler = Callable[[Request], Awaitable[Response]]
-
-
-def error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"code": status, "message": message}, status_code=status)
-
 
 def rfc3339(stamp: float) -> str:
     when = datetime.datetime.fromtimestamp(stamp, datetime.UTC)
@@ -61,14 +54,7 @@ def rfc3339(stamp: float) -> str:
 
 
 async def json_object(request: Request, required: bool) -> dict[str, Any]:
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY:
-            raise E2BError(413, f"request body is over {MAX_BODY} bytes")
-        chunks.append(chunk)
-    raw = b"".join(chunks)
+    raw = await body(request, MAX_BODY, f"request body is over {MAX_BODY} bytes")
     if not raw:
         if required:
             raise E2BError(400, "request body is empty: send a JSON object")
@@ -358,19 +344,6 @@ class Control:
             for path in (prefix, prefix + "/{rest:path}"):
                 out.append(Route(path, handled(self.elsewhere), methods=every))
         return out
-
-
-def handled(handler: Handler) -> Handler:
-    async def route(request: Request) -> Response:
-        try:
-            return await handler(request)
-        except (E2BError, WarrenError) as e:
-            return error(status_of(e), message_of(e))
-        except Exception as e:
-            traceback.print_exc(file=sys.stderr)
-            return error(500, message_of(e))
-
-    return route
 
 
 def dispatch(methods: dict[str, Handler]) -> Handler:

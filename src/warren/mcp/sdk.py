@@ -8,7 +8,8 @@ between the majors, for warren's server, is small and lives here:
   (2.x, ``mcp.server.mcpserver``), with ``ToolError`` moved beside it;
 - where the streamable-HTTP path and the transport-security settings go: the
   constructor in 1.x, ``streamable_http_app()`` in 2.x;
-- ``call_tool``'s signature: 2.x passes a request context as a third argument.
+- ``call_tool``'s signature: 2.x passes a request context as a third argument;
+- a listed tool's JSON schema: ``inputSchema`` (1.x) became ``input_schema`` (2.x).
 
 Everything else (the ``tool()`` decorator, ``_tool_manager.get_tool(name).parameters``,
 ``run("stdio")``, ``session_manager``) is the same in both. The SDK's classes are
@@ -41,3 +42,11 @@ def http_app_kwargs(streamable_path: str, security: Any) -> dict[str, Any]:
     if MAJOR >= 2:
         return {"streamable_http_path": streamable_path, "transport_security": security}
     return {}
+
+
+def input_schema(tool: Any) -> dict[str, Any]:
+    """A listed tool's JSON schema for its arguments, under either major's name."""
+    schema = getattr(tool, "input_schema", None)
+    if schema is None:
+        schema = tool.inputSchema
+    return dict(schema)

@@ -36,8 +36,12 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
-from .allowlist import PROXY_PORT, Allowlist, Decision, NetEvent
+from .allowlist import PROXY_PORT, Allowlist, Decision, NetEvent, normalize_host
+
+if TYPE_CHECKING:
+    from .intercept import Interception
 
 HEADER_LIMIT = 64 * 1024
 MAX_HEADERS = 100
@@ -80,8 +84,10 @@ class Proxy:
         sandbox: str,
         resolve: Mapping[str, str] | None = None,
         on_event: Callable[[NetEvent], None] | None = None,
+        intercept: Interception | None = None,
     ) -> None:
         self.listener = listener
+        self.intercept = intercept  # secrets and HTTP rules: ``net.intercept``
         self.allowlist = allowlist
         self.sandbox = sandbox
         self.resolve = dict(resolve or {})
@@ -169,6 +175,9 @@ class Proxy:
             method, target, version, headers = _parse_head(head)
             if method == "CONNECT":
                 host, port = _split_authority(target, None)
+                if self.intercept is not None and self.intercept.wants(normalize_host(host)):
+                    upstream = self._intercept(client, host, port, version, rest)
+                    return
                 upstream = self._open(method, host, port, client)
                 if upstream is None:
                     return
@@ -180,6 +189,8 @@ class Proxy:
                 relay(client, upstream)
             else:
                 host, port, path = _absolute_url(target)
+                if self.intercept is not None and not self._plain_http_ok(method, host, port, path, client):
+                    return
                 upstream = self._open(method, host, port, client)
                 if upstream is None:
                     return
@@ -197,6 +208,47 @@ class Proxy:
         finally:
             self._untrack(client, *([upstream] if upstream is not None else []))
             self._slots.release()
+
+    def _intercept(
+        self, client: socket.socket, host: str, port: int, version: str, rest: bytes
+    ) -> socket.socket | None:
+        from . import intercept
+
+        assert self.intercept is not None
+        if rest:
+            raise _BadRequest("bytes sent before the tunnel was established")
+        upstream = self._open("CONNECT", host, port, client)
+        if upstream is not None:
+            name = normalize_host(host)
+            intercept.serve(
+                self.intercept,
+                client,
+                upstream,
+                name,
+                port,
+                version,
+                lambda method, decision: self._log(method, name, port, decision),
+                _parse_head,
+            )
+        return upstream
+
+    def _plain_http_ok(self, method: str, host: str, port: int, path: str, client: socket.socket) -> bool:
+        """A secret's host is reached over HTTPS only (the value would cross the
+        network in clear text); a host with HTTP rules only as they allow."""
+        assert self.intercept is not None
+        name = normalize_host(host)
+        carried = self.intercept.secrets_for(name)
+        if carried:
+            names = ", ".join(s.name for s in carried)
+            decision = Decision(False, f"{name} carries secrets ({names}): HTTPS only, plain HTTP refused")
+        else:
+            checked = self.intercept.check_http(name, method, path)
+            if checked is None or checked.allowed:
+                return True
+            decision = checked
+        self._log(method, host, port, decision)
+        _reply(client, 403, "Forbidden", _refusal(method, host, port, decision))
+        return False
 
     def _open(self, method: str, host: str, port: int, client: socket.socket) -> socket.socket | None:
         decision = self.allowlist.check_target(host, port)

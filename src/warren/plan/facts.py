@@ -114,6 +114,15 @@ class HostFacts:
     machine_supported: bool
     path_kinds: Mapping[str, PathKind] = field(default_factory=dict)
     state_dir: str | None = None  # warren's own: hidden in every sandbox, never writable
+    # The caller's image store (images.store): the same rule, since its layers are other
+    # sandboxes' roots and the store takes a layer already there as made by itself.
+    image_store: str | None = None
+
+    def own_dirs(self) -> tuple[tuple[str, str], ...]:
+        """warren's own directories, with what to call them: never in a sandbox's view."""
+        named = ((self.state_dir, "warren's state directory"), (self.image_store, "warren's image store"))
+        return tuple((path, what) for path, what in named if path)
+
     # Files in the workspace also linked from outside the writable roots: (path, dev,
     # ino, secret) — secret when another name is denied or the user cannot read it
     # (server.links finds them).
@@ -131,6 +140,12 @@ class HostFacts:
     # workspace (None when the workspace is a repository of its own, or in none).
     repository: str | None = None
     cpus: int = 1  # the machine's CPUs: the default pids limit scales with them
+    # Can a sandbox get namespaces here (``_core.kernel.userns_probe``): "usable", or
+    # "unavailable"/"powerless" with the errno seen; otherwise the degraded mode.
+    namespaces: tuple[str, int] = ("usable", 0)
+    # A free port on the host's loopback for the proxy of a degraded sandbox with network
+    # allow (``server.hostfacts.free_loopback_port``); 0 when none is needed.
+    proxy_port: int = 0
 
     def kind(self, path: str) -> PathKind:
         return self.path_kinds.get(path, "missing")
@@ -174,6 +189,10 @@ FIXED_PATHS = (
     "/proc/sysrq-trigger",
     "/proc/irq",
     "/proc/bus",
+    # the system's certificate bundles (plan.secrets covers the one that exists)
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/ca-bundle.pem",
 )
 
 

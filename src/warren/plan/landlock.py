@@ -26,6 +26,8 @@ MAKE_SYM = 1 << 12
 REFER = 1 << 13
 TRUNCATE = 1 << 14
 IOCTL_DEV = 1 << 15
+NET_BIND_TCP = 1 << 0  # handled_access_net, from ABI 4
+NET_CONNECT_TCP = 1 << 1
 SCOPE_ABSTRACT_UNIX = 1 << 0
 SCOPE_SIGNAL = 1 << 1
 
@@ -79,7 +81,7 @@ class LandlockRule:
     access: int
     why: str
     is_dir: bool = True
-    # Read access below ``path`` except beneath these (expanded when the ruleset is
+    # ``access`` below ``path`` except beneath these (expanded when the ruleset is
     # built, from what the directories hold then): a denied path stays unreadable
     # even if it is created after the sandbox started.
     excluding: tuple[str, ...] = ()
@@ -91,6 +93,9 @@ class LandlockPlan:
     handled: int
     scoped: int  # abstract unix sockets and signals, from ABI 6
     rules: tuple[LandlockRule, ...]
+    # TCP bind and connect, handled with no port granted: refused (the degraded mode's
+    # network none, which has no network namespace of its own); 0 leaves them alone.
+    handled_net: int = 0
 
 
 def plan(
@@ -99,8 +104,12 @@ def plan(
     tmpdirs: tuple[str, ...],
     devices: tuple[str, ...],
     denied: tuple[str, ...] = (),
+    unwritable: tuple[str, ...] = (),
 ) -> LandlockPlan:
-    """``denied``: paths outside the writable roots that must stay unreadable."""
+    """``denied``: paths outside the writable roots that must stay unreadable.
+    ``unwritable``: paths beneath a writable root where it grants no write (on an image,
+    a shared bind of host directories above their roots: writable roots within it are
+    listed in ``writable``); the directories above them get no new entries either."""
     handled = handled_fs(abi)
     write = WRITE_TREE & handled
     device = DEVICE & handled
@@ -109,7 +118,9 @@ def plan(
         why += ", except the denied paths (existing or created later)"
     rules = [LandlockRule("/", READ, why, excluding=tuple(sorted(denied)))]
     for path in writable:
-        rules.append(LandlockRule(path, READ | write, "writable root (with REFER)"))
+        below = tuple(sorted(u for u in unwritable if u.startswith(path.rstrip("/") + "/")))
+        why = "writable root (with REFER)" + (f", except beneath {', '.join(below)}" if below else "")
+        rules.append(LandlockRule(path, READ | write, why, excluding=below))
     for path in tmpdirs:
         rules.append(LandlockRule(path, READ | write, "private temporary files"))
     for path in devices:

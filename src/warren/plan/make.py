@@ -11,7 +11,10 @@ from __future__ import annotations
 import os
 
 from ..errors import HostError, PolicyError
+from ..images.ref import ImageRef
 from ..policy import Policy
+from . import degraded as _degraded
+from . import envroot as _envroot
 from . import landlock as _landlock
 from . import limits as _limits
 from . import seccomp as _seccomp
@@ -19,9 +22,8 @@ from . import tmpdir as _tmpdir
 from .env import credential_warnings, environment, passed
 from .facts import CallerFacts, HostFacts, landlock_abi
 from .model import NetPlan, Plan
-from .mounts import OVERLAID, guarded_ancestors, plan_mounts, strip_nested, within
-
-STATE_DIR_SOURCE = "warren's state directory"
+from .mounts import DEV_NODES, OVERLAID, guarded_ancestors, plan_mounts, strip_nested, within
+from .secrets import SYSTEM_BUNDLES, plan_secrets
 
 
 def make_plan(
@@ -31,11 +33,19 @@ def make_plan(
     *,
     cwd: str | None = None,
     scratch_id: str | None = None,
+    image: ImageRef | None = None,
+    secret_nonce: str = "",
+    trust_bundle: str | None = None,
 ) -> Plan:
     """``cwd``: where commands start by default (absolute, or relative to the
     workspace); None means the caller's directory when it lies in the workspace, else
     the workspace. ``scratch_id``: a fresh random name part for the sandbox's TMPDIR
-    outside the workspace (see ``tmpdir``); None keeps TMPDIR on the private tmpfs."""
+    outside the workspace (see ``tmpdir``); None keeps TMPDIR on the private tmpfs.
+    ``image``: the image ``policy.image`` names, resolved: the sandbox's root
+    (``envroot``).
+    ``secret_nonce``: fresh randomness for the placeholders of ``--secret``;
+    ``trust_bundle``: the host file the launch writes the sandbox's trust bundle to
+    (see ``secrets``)."""
     if not host.machine_supported:
         raise HostError(
             "this architecture is not supported",
@@ -55,6 +65,38 @@ def make_plan(
                 )
 
     abi = landlock_abi(host.landlock_abi, caller.env)
+    if image is not None:
+        if host.namespaces[0] != "usable" or policy.secrets or policy.http_rules:
+            raise HostError(
+                "a sandbox on an image needs user namespaces and takes no secrets or HTTP rules yet"
+                + (f" (user namespaces: {host.namespaces[0]})" if host.namespaces[0] != "usable" else ""),
+                operation="plan",
+                hint="run where user namespaces work (warren doctor says why they do not here); "
+                "drop --secret/--allow-http on an image",
+            )
+        return _image_plan(policy, host, caller, image, abi, cwd)
+    if host.namespaces[0] != "usable":
+        if policy.secrets or policy.http_rules:
+            # The proxy's CA must be trusted inside through a bundle mounted over the
+            # system's, and the degraded mode mounts nothing: refuse rather than run with
+            # the secret silently absent.
+            raise PolicyError(
+                "secrets and HTTP rules need the full mode (user namespaces), which is "
+                f"unavailable here ({host.namespaces[0]})",
+                operation="plan",
+                hint="run where user namespaces work (warren doctor says why they do not "
+                "here), or pass the credential another way",
+            )
+        state = list(host.own_dirs())
+        return _degraded.make(
+            policy,
+            host,
+            caller,
+            abi=abi,
+            cwd=_cwd(str(policy.workspace), caller.cwd, cwd),
+            scratch_id=scratch_id or "0" * 24,
+            state_dir_denied=state,
+        )
     warnings: list[str] = []
     if abi < 2:
         warnings.append(
@@ -65,8 +107,7 @@ def make_plan(
         )
     limits = _limits.plan(policy.limits, host.cgroups, host.mem_total, host.cpus)
     denied = [(str(r.path), r.source) for r in policy.denied]
-    if host.state_dir and host.kind(host.state_dir) == "dir":
-        denied.append((host.state_dir, STATE_DIR_SOURCE))
+    denied += [(path, what) for path, what in host.own_dirs() if host.kind(path) == "dir"]
     workspace = str(policy.workspace)
     ws_writable = any(r.path == policy.workspace for r in policy.writable)
     scratch = _tmpdir.scratch_tmpdir(
@@ -100,6 +141,11 @@ def make_plan(
     if tmp_limit:
         notes.append(tmp_limit)
     warnings.extend(credential_warnings(passed(policy, caller.env)[1]))
+    system_bundle = next((b for b in SYSTEM_BUNDLES if host.kind(b) == "file"), None)
+    secrets = plan_secrets(policy, secret_nonce, trust_bundle, system_bundle)
+    warnings.extend(secrets.warnings)
+    env = environment(policy, caller.env, caller.home, scratch.path if scratch else "/tmp")
+    env.update(secrets.env)
     devices = tuple(
         f"/dev/{n}" for n in ("null", "zero", "full", "tty") if host.kind(f"/dev/{n}") != "missing"
     )
@@ -112,12 +158,12 @@ def make_plan(
         else None
     )
     return Plan(
-        mounts=mounts.ops,
+        mounts=(*mounts.ops, *secrets.mounts),
         landlock=landlock,
         seccomp=_seccomp.build(allow_nested=policy.allow_nested),
         uid=caller.uid,
         gid=caller.gid,
-        env=environment(policy, caller.env, caller.home, scratch.path if scratch else "/tmp"),
+        env=env,
         workspace=workspace,
         cwd=_cwd(workspace, caller.cwd, cwd),
         net=NetPlan(
@@ -125,6 +171,10 @@ def make_plan(
             hosts=policy.allowed_hosts,
             rules=policy.allowed_rules,
             resolve=tuple(sorted(policy.resolve.items())),
+            secrets=secrets.secrets,
+            http_rules=secrets.http_rules,
+            trust_bundle=trust_bundle if secrets.mounts else None,
+            bundle_target=secrets.bundle_target,
         ),
         cap_last_cap=host.cap_last_cap,
         create_dirs=tuple(str(r.path) for r in policy.writable if r.create),
@@ -142,21 +192,99 @@ def make_plan(
     )
 
 
+def _image_plan(
+    policy: Policy, host: HostFacts, caller: CallerFacts, image: ImageRef, abi: int, cwd: str | None
+) -> Plan:
+    """A sandbox on an image (``envroot``): the same limits, filter, network and
+    Landlock handling as on the host's root, around the image's root."""
+    if abi < 2:
+        raise HostError(
+            f"a sandbox on an image needs Landlock ABI >= 2 (this kernel: {abi})",
+            operation="plan",
+            hint="use Linux >= 5.19 with Landlock enabled",
+        )
+    limits = _limits.plan(policy.limits, host.cgroups, host.mem_total, host.cpus)
+    devices = {f"/dev/{n}": host.kind(f"/dev/{n}") != "missing" for n in DEV_NODES}
+    got = _envroot.plan_image(
+        policy,
+        image,
+        caller.env,
+        devices,
+        host.mem_total,
+        host_workspace=policy.host_workspace,
+        tmp_size=limits.limits.tmp_size or None,
+        cwd=_image_cwd(policy, caller.cwd, cwd),
+        facts=host,
+        outside_links=host.outside_links,
+        git=host.git,
+        git_files=host.git_files,
+    )
+    terminals = tuple(f"/dev/{n}" for n in ("null", "zero", "full", "tty") if devices.get(f"/dev/{n}"))
+    warnings = list(credential_warnings(passed(policy, caller.env)[1]))
+    return Plan(
+        mounts=got.mounts,
+        landlock=_landlock.plan(
+            abi, list(got.writable), ("/tmp", "/dev/shm"), terminals, unwritable=got.guarded
+        ),
+        seccomp=_seccomp.build(allow_nested=policy.allow_nested),
+        uid=caller.uid,
+        gid=caller.gid,
+        env=got.env,
+        workspace=got.workspace,
+        cwd=got.cwd,
+        net=NetPlan(
+            mode=policy.network,
+            hosts=policy.allowed_hosts,
+            rules=policy.allowed_rules,
+            resolve=tuple(sorted(policy.resolve.items())),
+        ),
+        cap_last_cap=host.cap_last_cap,
+        warnings=tuple(warnings),
+        notes=got.notes,
+        limits=limits,
+        image=image.name,
+        image_id=image.id,
+        inner_uid=got.inner_uid,
+        inner_gid=got.inner_uid,
+        renames=True,
+        host_workspace=str(policy.workspace) if policy.host_workspace else None,
+        guarded=guarded_ancestors(got.groups),
+        create_dirs=tuple(str(r.path) for r in policy.writable if r.create),
+        git=host.git,
+        git_files=host.git_files,
+        unshare=tuple(
+            (p, dev, ino)
+            for p, dev, ino, secret in host.outside_links
+            if not secret and any(within(p, r) for r in _envroot.bound_roots(policy))
+        ),
+    )
+
+
+def _image_cwd(policy: Policy, caller_cwd: str, asked: str | None) -> str | None:
+    """Where a command on an image starts: a path in the host workspace is its place
+    under /workspace; another path asked for is the image's; else the image's default."""
+    ws = str(policy.workspace)
+    real = asked if asked is not None else os.path.realpath(caller_cwd)
+    if policy.host_workspace and real.startswith("/") and within(real, ws):
+        return _envroot.WORKSPACE + real[len(ws) :]
+    return asked
+
+
 def _check_state_dir(policy: Policy, host: HostFacts) -> None:
-    """A sandbox that can write where warren keeps its state could replace it (move it
-    aside, plant another): refuse any writable root at or above it."""
-    state = host.state_dir
-    if not state:
-        return
-    for root in policy.writable:
-        if within(state, str(root.path)):
-            raise PolicyError(
-                f"{root.source} {root.path} contains warren's state directory {state}",
-                operation="policy",
-                path=str(root.path),
-                hint="choose a narrower workspace or writable path, or keep warren's state elsewhere "
-                "(set XDG_STATE_HOME to a directory outside every writable root)",
-            )
+    """A sandbox that can write where warren keeps its state or its images could replace
+    them (move one aside, plant another, even before the store exists): refuse any
+    writable root at or above either."""
+    moved_by = {host.state_dir: "XDG_STATE_HOME", host.image_store: "XDG_DATA_HOME"}
+    for own, what in host.own_dirs():
+        for root in policy.writable:
+            if within(own, str(root.path)):
+                raise PolicyError(
+                    f"{root.source} {root.path} contains {what} {own}",
+                    operation="policy",
+                    path=str(root.path),
+                    hint="choose a narrower workspace or writable path, or keep warren's files "
+                    f"elsewhere (set {moved_by[own]} to a directory outside every writable root)",
+                )
 
 
 def _cwd(workspace: str, caller_cwd: str, asked: str | None) -> str:

@@ -13,6 +13,7 @@ import enum
 from dataclasses import asdict, dataclass, field
 
 from ..net.allowlist import HostRule
+from ..net.secrets import HttpRule, PlacedSecret
 from .landlock import LandlockPlan, right_names
 from .limits import LimitsPlan
 from .seccomp import SeccompPlan
@@ -31,6 +32,9 @@ class MountKind(enum.Enum):
     DENY_FILE = "deny_file"  # bind an empty mode-000 file over a file (reads and writes: EACCES)
     PROC = "proc"  # a fresh procfs for the sandbox's pid namespace
     RO_SELF = "ro_self"  # re-bind ``target`` onto itself read-only (inside /proc)
+    # Sandboxes on an image (plan.envroot):
+    OVERLAY = "overlay"  # the root: ``layers`` (topmost first) under a tmpfs upper of ``size``
+    DENY_PATH = "deny_path"  # ``target`` hidden as whatever it is when mounted (dir or file)
 
 
 # Cloned from the host before anything is overlaid (their sources may lie under /tmp,
@@ -54,6 +58,7 @@ class MountOp:
     # (dev, ino) the target must still be when the step runs (a mask for one file goes
     # only where that very file is; a sandbox of the same workspace may move things)
     ident: tuple[int, int] | None = None
+    layers: tuple[str, ...] = ()  # OVERLAY: the image's layer directories, topmost first
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,19 @@ class NetPlan:
     hosts: tuple[str, ...] = ()  # the allowlist entries as written
     rules: tuple[HostRule, ...] = ()  # ... and parsed
     resolve: tuple[tuple[str, str], ...] = ()
+    # --secret and --allow-http (net.secrets, plan.secrets): placeholders, never values
+    secrets: tuple[PlacedSecret, ...] = ()
+    http_rules: tuple[HttpRule, ...] = ()
+    trust_bundle: str | None = None  # the host file the launch writes (mounted inside)
+    bundle_target: str | None = None  # where the sandbox finds it
+
+    # The proxy's port on the host's loopback in the degraded mode (no network namespace
+    # of its own: not 3128, a free one chosen when planning); 0 in the full mode.
+    proxy_port: int = 0
+
+    @property
+    def intercepts(self) -> bool:
+        return bool(self.secrets or self.http_rules)
 
 
 @dataclass(frozen=True)
@@ -104,14 +122,29 @@ class Plan:
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()  # shown by `warren plan` only (known limits that apply here)
     limits: LimitsPlan | None = None  # None: no limits (plans built by hand in tests)
+    # On an image (plan.envroot): its name, the ids the caller is inside (root by
+    # default), and whether PID 1's broker takes renames (lower directories' EXDEV).
+    image: str | None = None
+    image_id: str | None = None
+    image_store: str | None = None  # the store it came from (leased while the sandbox runs)
+    inner_uid: int | None = None
+    inner_gid: int | None = None
+    renames: bool = False
+    host_workspace: str | None = None  # the host directory bound at ``workspace``
+    # False: the degraded mode (``plan.degraded``), no namespaces and no mounts, and
+    # ``not_held`` says (protection, what happens instead) for each one lost.
+    namespaces: bool = True
+    not_held: tuple[tuple[str, str], ...] = ()
 
     @property
     def uid_map(self) -> str:
-        return f"{self.uid} {self.uid} 1"
+        inner = self.uid if self.inner_uid is None else self.inner_uid
+        return f"{inner} {self.uid} 1"
 
     @property
     def gid_map(self) -> str:
-        return f"{self.gid} {self.gid} 1"
+        inner = self.gid if self.inner_gid is None else self.inner_gid
+        return f"{inner} {self.gid} 1"
 
     def to_dict(self) -> dict[str, object]:
         data = asdict(self)
@@ -137,6 +170,12 @@ class Plan:
             "mode": self.net.mode,
             "hosts": list(self.net.hosts),
             "resolve": dict(self.net.resolve),
+            "secrets": [
+                {"name": s.name, "hosts": list(s.hosts), "from": s.source, "placeholder": s.placeholder}
+                for s in self.net.secrets
+            ],
+            "http_rules": [r.text for r in self.net.http_rules],
         }
         data["groups"] = [{"mount_at": a, "roots": list(r)} for a, r in self.groups]
+        data["not_held"] = [{"protection": p, "instead": i} for p, i in self.not_held]
         return data

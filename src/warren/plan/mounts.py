@@ -292,6 +292,14 @@ def plan_mounts(
         views[repository] = (
             "the git repository the workspace lies in, read-only (git finds it as on the host)"
         )
+    # --read paths under a fresh directory, grafted here too: before the writable roots,
+    # so a root inside one (a workspace in a directory given with --read) is bound on top
+    # of it and stays writable.
+    for path in sorted(readable, key=lambda v: (v.count("/"), v)):
+        if overlaid_base(path) is None or any(within(path, w) for w in writable):
+            continue
+        if not any(within(path, at) for at in views):
+            views[path] = "read-only graft into a fresh directory"
     for at in sorted(views, key=lambda v: (v.count("/"), v)):
         ops.append(MountOp(MountKind.BIND_RO, at, at, why=views[at], mkdir=True))
     for g in groups:
@@ -304,17 +312,17 @@ def plan_mounts(
         base = overlaid_base(path)
         return base is None or any(within(path, a) for a in visible_grafts)
 
+    # What is visible now (the host view, the grafts) shows the host's files, so what is
+    # denied beneath it is hidden below; a --read path inside a writable root is bound
+    # read-only over it.
     for path in readable:
-        inside_writable = any(within(path, w) for w in writable)
-        if inside_writable or not visible(path):
+        if any(within(path, w) for w in writable):
             ops.append(
                 MountOp(
                     MountKind.BIND_RO,
                     path,
                     path,
-                    why="read-only inside a writable root"
-                    if inside_writable
-                    else "read-only graft into a fresh directory",
+                    why="read-only inside a writable root",
                     mkdir=not visible(path),
                 )
             )

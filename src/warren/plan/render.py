@@ -16,6 +16,15 @@ SHOWN = 50  # files given an inode of their own listed by name (a local clone ha
 def _mount_line(op: MountOp) -> str:
     if op.kind is _K.ROOT_VIEW:
         return "root      /  <- host /, read-only, nosuid, nodev"
+    if op.kind is _K.OVERLAY:
+        return f"root      /  <- overlay of {', '.join(op.layers)} (topmost first) ({op.why})"
+    if op.kind is _K.DENY_PATH:
+        return (
+            f"deny      {op.target}  <- hidden as what it is at launch: an empty directory or file ({op.why})"
+        )
+    if op.kind in (_K.BIND_RW, _K.BIND_RO) and op.source and op.source != op.target:
+        rw = "rw" if op.kind is _K.BIND_RW else "ro"
+        return f"{rw} bind   {op.target}  <- host {op.source} ({op.why})"
     if op.kind is _K.BIND_RW:
         return f"rw bind   {op.target}  ({op.why})"
     if op.kind is _K.MASK:
@@ -42,17 +51,33 @@ def _mount_line(op: MountOp) -> str:
     return f"ro        {op.target}  ({op.why})"
 
 
+def _degraded(plan: Plan) -> list[str]:
+    lines = ["mode: DEGRADED (no namespaces on this host; the command runs in the host's view)"]
+    lines.append("  held: Landlock (below), seccomp and the broker, no_new_privs, no capabilities, limits")
+    lines.append("  not held here:")
+    for protection, instead in plan.not_held:
+        lines.append(f"    {protection}: {instead}")
+    lines.append(
+        "  refuse instead: --require-namespaces (or require_namespaces = true); why: `warren doctor`"
+    )
+    lines.append(f"identity: your own (uid {plan.uid}, gid {plan.gid}); no mounts")
+    return lines
+
+
 def render(plan: Plan) -> str:
     lines: list[str] = []
     for w in plan.warnings:
         lines.append(f"WARNING: {w}")
     lines.extend(f"note: {n}" for n in plan.notes)
-    lines.append("identity")
-    lines.append(f"  uid_map {plan.uid_map}   gid_map {plan.gid_map}   setgroups deny")
-    lines.append("  namespaces: user mount pid ipc uts net cgroup; hostname " + plan.hostname)
-    lines.append("mounts (in order)")
-    lines.extend(f"  {_mount_line(op)}" for op in plan.mounts)
-    if plan.groups:
+    if not plan.namespaces:
+        lines.extend(_degraded(plan))
+    else:
+        lines.append("identity")
+        lines.append(f"  uid_map {plan.uid_map}   gid_map {plan.gid_map}   setgroups deny")
+        lines.append("  namespaces: user mount pid ipc uts net cgroup; hostname " + plan.hostname)
+        lines.append("mounts (in order)")
+        lines.extend(f"  {_mount_line(op)}" for op in plan.mounts)
+    if plan.groups and plan.namespaces:
         lines.append("writable roots by mount")
         for at, roots in plan.groups:
             lines.append(f"  {at}: {', '.join(roots)}")
@@ -93,19 +118,32 @@ def render(plan: Plan) -> str:
                 lines.append(f"    except (unreadable even if created later): {', '.join(rule.excluding)}")
         if ll.scoped:
             lines.append("  scoped: abstract unix sockets, signals")
+        if ll.handled_net:
+            lines.append("  TCP: bind and connect handled, no port granted (refused)")
     else:
         lines.append("landlock: not used")
     lines.append(f"seccomp ({len(plan.seccomp.program)} BPF instructions)")
     lines.extend(f"  {line}" for line in plan.seccomp.summary())
     lines.append("syscall broker (PID 1 answers these, by the object reached: seccomp user notification)")
-    lines.append(
-        "  unix sockets: connect/sendto/sendmsg to a pathname socket only inside the writable roots or the "
-        "private /tmp, /dev/shm (else EACCES); abstract ones stay in the sandbox's network namespace"
-    )
+    if plan.namespaces:
+        lines.append(
+            "  unix sockets: connect/sendto/sendmsg to a pathname socket only inside the writable roots or "
+            "the private /tmp, /dev/shm (else EACCES); abstract ones stay in the sandbox's network namespace"
+        )
+    else:
+        lines.append(
+            "  unix sockets: connect/sendto/sendmsg to a pathname socket only inside the writable roots "
+            "(else EACCES); to an abstract address never (EACCES: the host's are in the same namespace)"
+        )
     lines.append(
         "  metadata: chmod, utimensat, xattrs only inside the writable roots or the private tmpfs (else "
         "EPERM, EROFS on a read-only mount): ancestors of a shared mount stay as they are"
     )
+    if plan.renames:
+        lines.append(
+            "  renames of directories on the image's root: where the overlay says EXDEV (a directory of "
+            "the image), a move of the tree (same result, not atomic for an observer of the source)"
+        )
     if plan.limits is not None:
         lines.extend(render_limits(plan.limits))
     lines.append("process")
@@ -132,13 +170,39 @@ def render(plan: Plan) -> str:
             f"--write {plan.repository}/.git if you mean it"
         )
     lines.append(f"network: {plan.net.mode}")
-    if plan.net.mode == "none":
+    if not plan.namespaces:
+        lines.append("  the host's network namespace (the degraded mode):")
+        if plan.net.mode == "none":
+            lines.append("  no IP socket (seccomp), no TCP bind or connect (Landlock, the broker)")
+        elif plan.net.mode == "allow":
+            lines.append(
+                f"  only warren's proxy on 127.0.0.1:{plan.net.proxy_port} (the broker refuses every other "
+                "address; no TCP bind), which connects to:"
+            )
+            lines.extend(f"    {host}" for host in plan.net.hosts or ("(nothing: no host allowed)",))
+        else:
+            lines.append("  outbound as the host, its loopback included")
+    elif plan.net.mode == "none":
         lines.append("  only lo, in the sandbox's own network namespace")
     elif plan.net.mode == "allow":
         lines.append("  only lo; warren's proxy listens on 127.0.0.1:3128 inside and connects to:")
         lines.extend(f"    {host}" for host in plan.net.hosts or ("(nothing: no host allowed)",))
         lines.append("  never: link-local/metadata addresses; names resolving to internal addresses")
         lines.extend(f"  resolve {name} -> {addr}" for name, addr in plan.net.resolve)
+        for s in plan.net.secrets:
+            lines.append(
+                f"  secret {s.name} (from {s.source}): put in by the proxy for {', '.join(s.hosts)} only, "
+                "over HTTPS; inside, a placeholder"
+            )
+        lines.extend(f"  http rule: {r.text}" for r in plan.net.http_rules)
+        if plan.net.intercepts:
+            hosts = sorted(
+                {*(h for s in plan.net.secrets for h in s.hosts), *(r.host for r in plan.net.http_rules)}
+            )
+            lines.append(
+                f"  TLS intercepted for {', '.join(hosts)} with this sandbox's own CA "
+                f"(trusted inside through {plan.net.bundle_target} and the tools' variables)"
+            )
     else:
         lines.append("  pasta (user-mode stack) outbound; no port forwarding; host loopback not mapped")
     lines.append("environment")

@@ -68,6 +68,7 @@ _NR: dict[str, dict[str, int]] = {
         "open_by_handle_at": 304,
         "lookup_dcookie": 212,
         "quotactl": 179,
+        "socket": 41,
     },
     "aarch64": {
         "add_key": 217,
@@ -115,6 +116,7 @@ _NR: dict[str, dict[str, int]] = {
         "open_by_handle_at": 265,
         "lookup_dcookie": 18,
         "quotactl": 60,
+        "socket": 198,
     },
 }
 
@@ -174,6 +176,10 @@ MODE_ARGS = (
     ("open", 2, 1),
     ("openat", 3, 2),
 )
+# The socket families a sandbox with no network namespace keeps under network none:
+# unix sockets (the broker judges their connects) and netlink (libc asks it which
+# addresses exist); AF_INET, AF_INET6, AF_PACKET and the rest would reach the host's.
+LOCAL_FAMILIES = (1, 16)  # AF_UNIX, AF_NETLINK
 TIOCSTI = 0x5412
 TIOCLINUX = 0x541C
 
@@ -210,12 +216,17 @@ class SeccompPlan:
     denied: tuple[str, ...]
     deny_new_userns: bool
     program: tuple[Instruction, ...]
+    local_sockets_only: bool = False  # the degraded mode's network none
 
     def summary(self) -> list[str]:
         lines = [f"deny {name}: {DENIED[name]}" for name in self.denied]
         if self.deny_new_userns:
             lines.append("deny clone/unshare with CLONE_NEWUSER: no nested user namespaces")
             lines.append("clone3 -> ENOSYS so libc falls back to clone, whose flags are checked")
+        if self.local_sockets_only:
+            lines.append(
+                "deny socket() but AF_UNIX and AF_NETLINK (EACCES): no IP socket at all (network none)"
+            )
         lines.append("deny ioctl TIOCSTI/TIOCLINUX: no typing into the caller's terminal")
         lines.append(
             "deny setuid/setgid modes in chmod, fchmod(at), open(at) with O_CREAT, mkdir(at), mknod(at), "
@@ -224,12 +235,16 @@ class SeccompPlan:
         return lines
 
 
-def build(machine: str | None = None, allow_nested: bool = False) -> SeccompPlan:
-    return _build(machine or os.uname().machine, allow_nested)
+def build(
+    machine: str | None = None, allow_nested: bool = False, local_sockets_only: bool = False
+) -> SeccompPlan:
+    """``local_sockets_only``: refuse every socket family but ``LOCAL_FAMILIES`` (a
+    sandbox that shares the host's network namespace, under network none)."""
+    return _build(machine or os.uname().machine, allow_nested, local_sockets_only)
 
 
 @lru_cache(maxsize=8)
-def _build(machine: str, allow_nested: bool) -> SeccompPlan:
+def _build(machine: str, allow_nested: bool, local_sockets_only: bool = False) -> SeccompPlan:
     nr = _NR[machine]
     eperm = _ret_errno(errno.EPERM)
     prog: list[Instruction] = [
@@ -283,8 +298,18 @@ def _build(machine: str, allow_nested: bool) -> SeccompPlan:
             (_RET_K, 0, 0, RET_ALLOW),
         ]
         prog += [(_JEQ_K, 0, len(block), nr[name]), *block]
+    if local_sockets_only:
+        unix, netlink = LOCAL_FAMILIES
+        prog += [
+            (_JEQ_K, 0, 5, nr["socket"]),
+            (_LD_W_ABS, 0, 0, _arg_low(0)),
+            (_JEQ_K, 2, 0, unix),
+            (_JEQ_K, 1, 0, netlink),
+            (_RET_K, 0, 0, _ret_errno(errno.EACCES)),
+            (_RET_K, 0, 0, RET_ALLOW),
+        ]
     prog.append((_RET_K, 0, 0, RET_ALLOW))
-    return SeccompPlan(machine, denied, not allow_nested, tuple(prog))
+    return SeccompPlan(machine, denied, not allow_nested, tuple(prog), local_sockets_only)
 
 
 RET_USER_NOTIF = 0x7FC00000
@@ -310,6 +335,9 @@ BROKERED: dict[str, dict[str, int]] = {
         "removexattr": 197,
         "lremovexattr": 198,
         "fremovexattr": 199,
+        "rename": 82,
+        "renameat": 264,
+        "renameat2": 316,
     },
     "aarch64": {
         "connect": 203,
@@ -326,9 +354,13 @@ BROKERED: dict[str, dict[str, int]] = {
         "removexattr": 14,
         "lremovexattr": 15,
         "fremovexattr": 16,
+        "renameat": 38,
+        "renameat2": 276,
     },
 }
 SOCKETS = ("connect", "sendto", "sendmsg", "sendmmsg")
+# On an image only (plan.envroot): a lower directory's rename is made a move of its tree.
+RENAMES = ("rename", "renameat", "renameat2")
 METADATA = (
     "chmod",
     "fchmod",
@@ -350,13 +382,13 @@ METADATA = (
 @lru_cache(maxsize=8)
 def notify_program(groups: tuple[str, ...], machine: str | None = None) -> tuple[Instruction, ...]:
     """A second filter: the brokered calls of ``groups`` ("sockets",
-    "metadata") go to PID 1 (seccomp user notification); everything else passes on to
+    "metadata", "renames") go to PID 1 (seccomp user notification); everything else passes on to
     the deny filter. ``sendto`` without an address (a connected socket) is not sent."""
     machine = machine or os.uname().machine
     nr = BROKERED[machine]
     names = [
         n
-        for g, members in (("sockets", SOCKETS), ("metadata", METADATA))
+        for g, members in (("sockets", SOCKETS), ("metadata", METADATA), ("renames", RENAMES))
         if g in groups
         for n in members
         if n in nr

@@ -95,6 +95,7 @@ _NARROWING = {
     "cpus": "a lower limit",
     "tmp_size": "a lower limit",
     "idle_timeout": "a shorter timeout",
+    "require_namespaces": "true",
 }
 _FLAG_FOR = {
     "write": "--write PATH",
@@ -110,6 +111,13 @@ _FLAG_FOR = {
     "workspace_writable": "(leave out --read-only-workspace)",
     "allow_nested": "(your own config only)",
     "workspace": "--workspace DIR",
+    "image": "--image NAME",
+    "disk": "--disk SIZE",
+    "from_snapshot": "--from-snapshot ID",
+    "secret": "--secret NAME=ENVVAR@HOST",
+    "secrets": "--secret NAME=ENVVAR@HOST",
+    "allow_http": "--allow-http 'METHOD HOST/PATH'",
+    "require_namespaces": "--require-namespaces",
 }
 
 
@@ -139,6 +147,8 @@ def _check_narrowing(table: Mapping[str, Any], spec: PolicySpec, workspace: Path
             raise refuse(key, value, "would make the workspace writable")
         if key == "allow_nested" and value is not False:
             raise refuse(key, value, "would allow nested sandboxes")
+        if key == "require_namespaces" and value is not True:
+            raise refuse(key, value, "would allow the degraded mode")
     for p in spec.read:
         path = Path(p)
         if path != workspace and workspace not in path.parents:

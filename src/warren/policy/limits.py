@@ -11,7 +11,9 @@ each limit is enforced on this host is the planner's business (``plan.limits``).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from ..errors import PolicyError
 
@@ -24,6 +26,7 @@ MIN_MEMORY = 32 << 20
 MIN_TMP = 1 << 20
 MIN_PIDS = 16
 MAX_PIDS = 1 << 22
+T = TypeVar("T")
 NO_LIMIT = 0
 _NONE_WORDS = ("none", "unlimited")
 
@@ -118,43 +121,27 @@ def parse(
 ) -> Limits:
     """Limits from a spec's raw values (``None``: not set); every bad value is a
     ``PolicyError`` naming the key and where it came from."""
-    mem = (
-        None
-        if memory is None
-        else NO_LIMIT
-        if _is_none_word(memory)
-        else parse_size(memory, f"{where}: memory")
-    )
+    mem = _parsed(memory, parse_size, f"{where}: memory")
     if mem and mem < MIN_MEMORY:
         raise _bad(f"{where}: memory", memory, f"at least {show_size(MIN_MEMORY)}")
-    tmp = (
-        None
-        if tmp_size is None
-        else NO_LIMIT
-        if _is_none_word(tmp_size)
-        else parse_size(tmp_size, f"{where}: tmp_size")
-    )
+    tmp = _parsed(tmp_size, parse_size, f"{where}: tmp_size")
     if tmp and tmp < MIN_TMP:
         raise _bad(f"{where}: tmp_size", tmp_size, f"at least {show_size(MIN_TMP)}")
     return Limits(
         memory=mem,
-        pids=None
-        if pids is None
-        else NO_LIMIT
-        if _is_none_word(pids)
-        else parse_count(pids, f"{where}: pids"),
-        cpus=None
-        if cpus is None
-        else NO_LIMIT
-        if _is_none_word(cpus)
-        else parse_cpus(cpus, f"{where}: cpus"),
+        pids=_parsed(pids, parse_count, f"{where}: pids"),
+        cpus=_parsed(cpus, parse_cpus, f"{where}: cpus"),
         tmp_size=tmp,
-        idle_timeout=None
-        if idle_timeout is None
-        else NO_LIMIT
-        if _is_none_word(idle_timeout)
-        else parse_duration(idle_timeout, f"{where}: idle_timeout"),
+        idle_timeout=_parsed(idle_timeout, parse_duration, f"{where}: idle_timeout"),
     )
+
+
+def _parsed(value: object, parse_value: Callable[[object, str], T], where: str) -> T | int | None:
+    """One limit: not set (``None``), no limit (``none``/``unlimited``: ``NO_LIMIT``),
+    or ``value`` parsed."""
+    if value is None:
+        return None
+    return NO_LIMIT if _is_none_word(value) else parse_value(value, where)
 
 
 # The default pids limit: PIDS_PER_CPU tasks per CPU, at most one per PIDS_RAM_PER_TASK

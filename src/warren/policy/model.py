@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..errors import PolicyError
 from ..net import allowlist as _allowlist
+from ..net import secrets as _secrets
 from .limits import Limits
 from .presets import is_credential_name
 from .spec import PolicySpec
@@ -185,9 +186,21 @@ class Policy:
     limits: Limits = field(
         default_factory=Limits
     )  # as set (flags, config); the planner fills in the defaults
+    # On an image (docs/images.md): its name or a root directory, and the writable
+    # layer's size in bytes (None: the machine's default, ``plan.envroot``).
+    image: str | None = None
+    disk: int | None = None
+    host_workspace: bool = True  # False: on an image, /workspace is in the sandbox's layer
+    from_snapshot: str | None = None  # on a snapshot's image and layer (server.snapshots)
+    # Secrets the proxy puts in, and HTTP rules of intercepted hosts, as written
+    # (``net.secrets``): only with ``network == "allow"``, only for allowed hosts.
+    secrets: tuple[str, ...] = ()
+    http_rules: tuple[str, ...] = ()
     # The spec this policy was resolved from: what a client sends, so the supervisor
     # resolves the same policy for the same caller.
     spec: PolicySpec = field(default_factory=PolicySpec, compare=False)
+    # Refuse to start without namespaces rather than run in the degraded mode.
+    require_namespaces: bool = False
 
     def __post_init__(self) -> None:
         self._validate()
@@ -205,6 +218,7 @@ class Policy:
         # Parsed here so a bad entry is an error before anything starts.
         _allowlist.parse_rules(self.allowed_hosts)
         _allowlist.parse_resolve(self.resolve)
+        self._validate_secrets()
         for root in (*self.writable, *self.readable, *self.denied):
             if not root.path.is_absolute():
                 raise PolicyError(
@@ -255,7 +269,28 @@ class Policy:
                     hint="names are letters, digits and _, not starting with a digit",
                 )
 
+    def _validate_secrets(self) -> None:
+        secrets = _secrets.parse_secrets(self.secrets)
+        rules = _secrets.parse_http_rules(self.http_rules)
+        if (secrets or rules) and self.network != "allow":
+            what = f"secret {secrets[0].name}" if secrets else f"HTTP rule {rules[0].text!r}"
+            raise PolicyError(
+                f"{what} needs --network allow (the network mode is {self.network!r})",
+                operation="policy",
+                hint="secrets and HTTP rules are applied by the allowlist proxy: use --network allow "
+                "with --allow-host for their hosts",
+            )
+        _secrets.check_hosts_allowed(secrets, rules, self.allowed_rules)
+
     # -- derived views -----------------------------------------------------------
+
+    @property
+    def secret_rules(self) -> tuple[_secrets.SecretRule, ...]:
+        return _secrets.parse_secrets(self.secrets)
+
+    @property
+    def http_rule_list(self) -> tuple[_secrets.HttpRule, ...]:
+        return _secrets.parse_http_rules(self.http_rules)
 
     @property
     def allowed_rules(self) -> tuple[_allowlist.HostRule, ...]:
@@ -269,9 +304,9 @@ class Policy:
         return name in self.env_pass or any(p.fullmatch(name) for p in _ENV_PASS_PATTERNS)
 
     def passes_by_preset(self, name: str) -> bool:
-        if is_credential_name(name):
-            return False
-        return name in self.preset_env_pass or any(re.fullmatch(p, name) for p in self.preset_env_patterns)
+        if not (name in self.preset_env_pass or any(re.fullmatch(p, name) for p in self.preset_env_patterns)):
+            return False  # asked first: with no preset, every variable of the caller stops here
+        return not is_credential_name(name)
 
 
 def is_within(path: Path, parent: Path) -> bool:

@@ -58,6 +58,12 @@ class Preset:
     # placeholders as caches). Writable, and the variable is set to it in the sandbox
     # whatever the caller's says (the caller's names the user's own, which stays denied).
     homes: tuple[tuple[str, str], ...] = ()
+    # The agent's own API key, as a secret the proxy puts in (``net.secrets``): the
+    # sandbox sees a placeholder. Only when the caller has the variable set.
+    secrets: tuple[str, ...] = ()
+    # Variables naming a directory above caches that have no variable of their own (same
+    # placeholders): set on an image, whose HOME is not the caller's (``plan.envroot``).
+    locate: tuple[tuple[str, str], ...] = ()
 
 
 # Where a tool looks for its cache, data and programs when its own variable is unset:
@@ -202,6 +208,7 @@ _PRESETS: dict[str, Preset] = {
             "cargo's registry and git checkouts",
             # Only the download caches: ~/.cargo/bin holds programs the host runs.
             caches=(("", "{cargo}/registry"), ("", "{cargo}/git")),
+            locate=(("CARGO_HOME", "{cargo}"),),
             env_pass=(
                 "CARGO_HOME",
                 "RUSTUP_HOME",
@@ -294,7 +301,7 @@ _PRESETS: dict[str, Preset] = {
         ),
         Preset(
             "claude-code",
-            "Claude Code (claude) with a config home of its own; pass ANTHROPIC_API_KEY explicitly",
+            "Claude Code (claude) with a config home of its own; $ANTHROPIC_API_KEY as a secret",
             homes=(("CLAUDE_CONFIG_DIR", "{data}/warren/agents/claude-code"),),
             env_pass=(
                 "ANTHROPIC_BASE_URL",
@@ -318,19 +325,21 @@ _PRESETS: dict[str, Preset] = {
             ),
             includes=("git",),
             hosts=("api.anthropic.com", "claude.ai", "platform.claude.com"),
+            secrets=("ANTHROPIC_API_KEY=ANTHROPIC_API_KEY@api.anthropic.com",),
         ),
         Preset(
             "codex",
-            "OpenAI Codex CLI (codex) with a home of its own; pass OPENAI_API_KEY explicitly",
+            "OpenAI Codex CLI (codex) with a home of its own; $OPENAI_API_KEY as a secret",
             homes=(("CODEX_HOME", "{data}/warren/agents/codex"),),
             # Its endpoint comes from its config (model_providers, in its home), not the environment.
             env_pass=("OPENAI_ORGANIZATION", "RUST_LOG"),
             includes=("git",),
             hosts=("api.openai.com", "auth.openai.com", "chatgpt.com"),
+            secrets=("OPENAI_API_KEY=OPENAI_API_KEY@api.openai.com",),
         ),
         Preset(
             "gemini-cli",
-            "Gemini CLI (gemini) with a home of its own; pass GEMINI_API_KEY explicitly",
+            "Gemini CLI (gemini) with a home of its own; $GEMINI_API_KEY as a secret",
             homes=(("GEMINI_CLI_HOME", "{data}/warren/agents/gemini-cli"),),
             env_pass=(
                 "GEMINI_MODEL",
@@ -346,6 +355,7 @@ _PRESETS: dict[str, Preset] = {
                 "oauth2.googleapis.com",
                 "accounts.google.com",
             ),
+            secrets=("GEMINI_API_KEY=GEMINI_API_KEY@generativelanguage.googleapis.com",),
         ),
         Preset(
             "python",
@@ -368,6 +378,10 @@ class PresetGrant:
     hosts: tuple[str, ...]
     env_patterns: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()  # (variable, value) set in the sandbox
+    secrets: tuple[str, ...] = ()  # --secret entries (the caller has their variables)
+    # (variable, path) telling each tool where its cache is: set on an image only, where
+    # the caller's HOME and XDG directories are not the sandbox's.
+    locations: tuple[tuple[str, str], ...] = ()
 
 
 def names() -> list[str]:
@@ -411,30 +425,51 @@ def expand(requested: tuple[str, ...], env: Mapping[str, str], home: Path) -> Pr
     patterns: list[str] = []
     hosts: list[str] = []
     settings: list[tuple[str, str]] = []
+    secrets: list[str] = []
+    locations: list[tuple[str, str]] = []
+    cargo_home = env.get("CARGO_HOME") or f"{home}/.cargo"
+
+    def place(name: str, var: str, default: str, own: bool) -> Path:
+        raw = (env.get(var) if var and not own else None) or default.format(
+            home=home, cache=cache_home, data=data_home, state=state_home, cargo=cargo_home
+        )
+        path = Path(raw).expanduser()
+        if not path.is_absolute():
+            raise PolicyError(
+                f"preset {name}: ${var} is a relative path: {raw}",
+                operation="policy",
+                path=raw,
+                hint=f"set {var} to an absolute path",
+            )
+        return path
+
     for preset in presets:
         places = [(var, default, False) for var, default in preset.caches]
         places += [(var, default, True) for var, default in preset.homes]
         for var, default, own in places:
-            cargo_home = env.get("CARGO_HOME") or f"{home}/.cargo"
-            raw = (env.get(var) if var and not own else None) or default.format(
-                home=home, cache=cache_home, data=data_home, state=state_home, cargo=cargo_home
-            )
-            path = Path(raw).expanduser()
-            if not path.is_absolute():
-                raise PolicyError(
-                    f"preset {preset.name}: ${var} is a relative path: {raw}",
-                    operation="policy",
-                    path=raw,
-                    hint=f"set {var} to an absolute path",
-                )
+            path = place(preset.name, var, default, own)
             if all(path != w for w, _ in writable):
                 writable.append((path, f"preset:{preset.name}"))
             if own:
                 settings.append((var, str(path)))
+            elif var and all(var != v for v, _ in locations):
+                locations.append((var, str(path)))
+        for var, default in preset.locate:
+            if all(var != v for v, _ in locations):
+                locations.append((var, str(place(preset.name, var, default, False))))
         env_pass.extend(v for v in preset.env_pass if v not in env_pass and not is_credential_name(v))
         patterns.extend(p for p in preset.env_patterns if p not in patterns)
         hosts.extend(h for h in preset.hosts if h not in hosts)
-    return PresetGrant(tuple(writable), tuple(env_pass), tuple(hosts), tuple(patterns), tuple(settings))
+        secrets.extend(s for s in preset.secrets if env.get(s.partition("=")[2].partition("@")[0]))
+    return PresetGrant(
+        tuple(writable),
+        tuple(env_pass),
+        tuple(hosts),
+        tuple(patterns),
+        tuple(settings),
+        tuple(secrets),
+        tuple(locations),
+    )
 
 
 def not_writable(requested: tuple[str, ...]) -> list[tuple[str, str]]:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..errors import PolicyError
 from . import presets as _presets
+from .limits import parse_size
 from .model import DEFAULT_DENIED, DEFAULT_ENV_PASS, SYSTEM_DENIED, Policy, Root, is_within
 from .spec import PolicySpec, check_text
 
@@ -90,6 +91,40 @@ def realpath(path: str, parents: dict[str, str]) -> str:
     return joined
 
 
+MIN_DISK = 16 << 20
+
+
+def _disk(value: object) -> int | None:
+    """The writable layer's size on an image: at least 16 MiB (the root's own
+    directories and mount points live there)."""
+    if value is None:
+        return None
+    size = parse_size(value, "disk")
+    if size < MIN_DISK:
+        raise PolicyError(
+            f"disk: {value} is less than the 16M a sandbox's layer needs",
+            operation="policy",
+            hint="give --disk 16M or more (default: a quarter of RAM)",
+        )
+    return size
+
+
+def _located(grant: _presets.PresetGrant) -> dict[str, str]:
+    return {var: os.path.realpath(path) for var, path in grant.locations}
+
+
+def _plain_home(home: Path) -> str | None:
+    """``home`` as a string that names, followed by ``/NAME``, the same path ``absolute``
+    would make of ``~/NAME`` (absolute, one leading slash, not the root, short enough);
+    None when it is anything else (``absolute`` then decides, and explains)."""
+    text = str(home)
+    if not text.startswith("/") or text.startswith("//") or text == "/" or len(os.fsencode(text)) > 2048:
+        return None
+    if any(len(os.fsencode(part)) > 255 for part in text.split("/")):
+        return None
+    return text
+
+
 def build(
     spec: PolicySpec,
     *,
@@ -103,7 +138,13 @@ def build(
     home = home or Path(env.get("HOME") or os.path.expanduser("~"))
     cwd = cwd or Path.cwd()
     base = relative_base if relative_base is not None else cwd
-    workspace = absolute(spec.workspace, "--workspace", base, home) if spec.workspace else cwd.resolve()
+    # On an image, ``workspace = "none"``: /workspace lives in the sandbox's own layer.
+    no_workspace = bool(spec.image or spec.from_snapshot) and spec.workspace == "none"
+    workspace = (
+        absolute(spec.workspace, "--workspace", base, home)
+        if spec.workspace and not no_workspace
+        else cwd.resolve()
+    )
     grant = _presets.expand(tuple(spec.presets), env, home)
     network = _network_mode(spec)
 
@@ -111,7 +152,7 @@ def build(
     read = [absolute(p, "--read", base, home) for p in spec.read]
     deny = [absolute(p, "--deny", base, home) for p in spec.deny]
     writable: list[Root] = []
-    if spec.workspace_writable is not False:
+    if spec.workspace_writable is not False and not no_workspace:
         writable.append(Root(workspace, "workspace"))
     writable += [Root(p, "--write") for p in write]
     writable += [Root(Path(os.path.realpath(p)), src, create=True) for p, src in grant.writable]
@@ -123,8 +164,15 @@ def build(
     if spec.default_deny is not False:
         # Kept whether or not they exist now: one created later stays unreadable.
         parents: dict[str, str] = {}
+        under_home = _plain_home(home)
         for raw in (*DEFAULT_DENIED, *system_denied()):
-            path = absolute(raw, "default deny", None, home, parents)
+            if under_home is not None and raw.startswith("~/") and raw == os.path.normpath(raw):
+                # What ``absolute`` makes of it, without building Paths to get there
+                # (dozens of them, for every sandbox).
+                check_text(raw, "default deny")
+                path = Path(realpath(under_home + raw[1:], parents))
+            else:
+                path = absolute(raw, "default deny", None, home, parents)
             if not any(is_within(w.path, path) for w in writable):
                 denied.append(Root(path, "default"))
     return Policy(
@@ -132,7 +180,9 @@ def build(
         writable=tuple(_dedupe(writable)),
         readable=tuple(_dedupe(readable)),
         denied=tuple(_dedupe(denied)),
-        env={**dict(grant.env), **spec.env},  # an explicit --env wins over a preset's
+        # On an image HOME and XDG are not the caller's: each tool is told where its
+        # host cache is bound (``plan.envroot``). An explicit --env wins over a preset's.
+        env={**dict(grant.env), **(_located(grant) if spec.image or spec.from_snapshot else {}), **spec.env},
         env_pass=tuple(dict.fromkeys([*DEFAULT_ENV_PASS, *spec.env_pass])),
         preset_env_pass=grant.env_pass,
         preset_env_patterns=grant.env_patterns,
@@ -141,11 +191,18 @@ def build(
         allowed_hosts=tuple(dict.fromkeys([*grant.hosts, *spec.allow_hosts])) if network == "allow" else (),
         resolve=dict(spec.resolve),
         allow_nested=bool(spec.allow_nested),
+        require_namespaces=bool(spec.require_namespaces),
         limits=spec.limits("policy"),
+        image=spec.image,
+        host_workspace=not no_workspace,
+        from_snapshot=spec.from_snapshot,
+        disk=_disk(spec.disk),
+        secrets=_secrets(grant.secrets, spec) if network == "allow" else tuple(spec.secrets),
+        http_rules=tuple(spec.allow_http),
         # Paths made absolute: the same spec resolves to this policy from any directory.
         spec=replace(
             spec,
-            workspace=str(workspace),
+            workspace="none" if no_workspace else str(workspace),
             write=[str(p) for p in write],
             read=[str(p) for p in read],
             deny=[str(p) for p in deny],
@@ -203,6 +260,14 @@ def _network_mode(spec: PolicySpec) -> str:
             hint="allowed hosts only apply to --network allow; drop them or use --network allow",
         )
     return spec.network
+
+
+def _secrets(preset: tuple[str, ...], spec: PolicySpec) -> tuple[str, ...]:
+    """A preset's secret unless the caller chose otherwise for that name: passed the
+    real value (``--pass-env``), set it (``--env``), or gave a ``--secret`` of it."""
+    chosen = {*spec.env_pass, *spec.env, *(s.partition("=")[0].strip() for s in spec.secrets)}
+    kept = [s for s in preset if s.partition("=")[0] not in chosen]
+    return tuple(dict.fromkeys([*kept, *spec.secrets]))
 
 
 def _dedupe(roots: Iterable[Root]) -> list[Root]:

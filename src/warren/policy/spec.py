@@ -26,13 +26,25 @@ LIST_KEYS = {
     "presets": "presets",
     "allow_host": "allow_hosts",
     "allow_hosts": "allow_hosts",
+    # secrets put in by the proxy, HTTP rules of intercepted hosts (net.secrets)
+    "secrets": "secrets",
+    "secret": "secrets",
+    "allow_http": "allow_http",
 }
-BOOL_KEYS = ("default_deny", "workspace_writable", "allow_nested", "allow_broad_workspace")
+BOOL_KEYS = (
+    "default_deny",
+    "workspace_writable",
+    "allow_nested",
+    "allow_broad_workspace",
+    "require_namespaces",
+)
 STR_KEYS = ("workspace", "network")
 TABLE_KEYS = ("env", "resolve")
 LIMIT_KEYS = ("memory", "pids", "cpus", "tmp_size", "idle_timeout")
 PATH_KEYS = ("write", "read", "deny")
-KNOWN = sorted({*LIST_KEYS, *BOOL_KEYS, *STR_KEYS, *TABLE_KEYS, *LIMIT_KEYS})
+# Sandboxes on an image (docs/images.md): the image's name, the size of its writable layer.
+IMAGE_KEYS = ("image", "disk", "from_snapshot")
+KNOWN = sorted({*LIST_KEYS, *BOOL_KEYS, *STR_KEYS, *TABLE_KEYS, *LIMIT_KEYS, *IMAGE_KEYS})
 Raw = str | int | float
 
 
@@ -63,6 +75,14 @@ class PolicySpec:
     cpus: Raw | None = None
     tmp_size: Raw | None = None
     idle_timeout: Raw | None = None
+    # On an image: its name (or a root directory's absolute path); the writable layer's size.
+    image: str | None = None
+    disk: Raw | None = None
+    from_snapshot: str | None = None  # a snapshot's id: its image with its layer on top
+    # NAME=ENVVAR@HOST[,HOST] / NAME=file:PATH@HOST; "METHOD HOST/PREFIX" (net.secrets)
+    secrets: list[str] = field(default_factory=list)
+    allow_http: list[str] = field(default_factory=list)
+    require_namespaces: bool | None = None  # refuse the degraded mode (plan.degraded)
 
     def limits(self, where: str) -> _limits.Limits:
         return _limits.parse(self.memory, self.pids, self.cpus, self.tmp_size, where, self.idle_timeout)
@@ -89,6 +109,12 @@ class PolicySpec:
             cpus=other.cpus if other.cpus is not None else self.cpus,
             tmp_size=other.tmp_size if other.tmp_size is not None else self.tmp_size,
             idle_timeout=other.idle_timeout if other.idle_timeout is not None else self.idle_timeout,
+            image=other.image or self.image,
+            disk=other.disk if other.disk is not None else self.disk,
+            from_snapshot=other.from_snapshot or self.from_snapshot,
+            secrets=[*self.secrets, *other.secrets],
+            allow_http=[*self.allow_http, *other.allow_http],
+            require_namespaces=_pick(other.require_namespaces, self.require_namespaces),
         )
 
     def to_mapping(self) -> dict[str, object]:
@@ -103,6 +129,8 @@ class PolicySpec:
             ("preset", "presets"),
             ("env_pass", "env_pass"),
             ("allow_host", "allow_hosts"),
+            ("secrets", "secrets"),
+            ("allow_http", "allow_http"),
         ):
             value = getattr(self, attr)
             if value:
@@ -113,7 +141,7 @@ class PolicySpec:
             out["resolve"] = dict(self.resolve)
         if self.network is not None:
             out["network"] = self.network
-        for key in (*BOOL_KEYS, *LIMIT_KEYS):
+        for key in (*BOOL_KEYS, *LIMIT_KEYS, *IMAGE_KEYS):
             value = getattr(self, key)
             if value is not None:
                 out[key] = value
@@ -175,6 +203,15 @@ def from_mapping(table: Mapping[str, Any], where: str, *, skip: tuple[str, ...] 
             # Checked now, so a bad value is an error naming where it was written.
             _limits.parse(**{k: value if k == key else None for k in LIMIT_KEYS}, where=where)
             setattr(spec, key, value)
+        elif key in ("image", "from_snapshot"):
+            if not isinstance(value, str) or not value:
+                raise type_error(where, key, "a name" if key == "image" else "a snapshot id")
+            setattr(spec, key, check_text(value, f"{where}: {key}"))
+        elif key == "disk":
+            if isinstance(value, bool) or not isinstance(value, (str, int)):
+                raise type_error(where, key, "a size such as 4G")
+            _limits.parse_size(value, f"{where}: disk")
+            spec.disk = value
         else:
             raise ConfigError(
                 f"{where}: unknown key {key!r}",

@@ -7,7 +7,9 @@ Every message is a declared class: its fields, their types and defaults are the
 annotations of its class. On the wire a message is one JSON object carrying the
 protocol version ``v``, its kind ``t`` and its fields; ``decode`` accepts exactly that
 and rejects everything else (unknown kind or field, wrong type, NUL byte in a string,
-another version) with a ``ProtocolError`` naming the field. Raw payloads (file
+another version) with a ``ProtocolError`` naming the field. A field may hold another
+message (its fields as an object) or, declared as ``A | B``, any message of those kinds
+(a tagged union: the object carries its kind ``t`` too). Raw payloads (file
 contents) and descriptors travel beside the JSON (``wire``).
 
 This module is on the CLI's fast path: it uses no ``typing``, ``dataclasses``, ``enum``
@@ -34,7 +36,7 @@ else:
         return lambda cls: cls
 
 
-VERSION = 4  # bumped whenever a message changes: a supervisor of other code refuses cleanly
+VERSION = 6  # bumped whenever a message changes: a supervisor of other code refuses cleanly
 
 _MISSING = object()
 _KINDS: dict[str, type[Message]] = {}
@@ -131,11 +133,13 @@ def _make_checker(expr: str, owner: str) -> Callable[[object, str], object]:
             return None if value is None else inner(value, where)
 
         return optional
+    if len(alts) > 1 and not set(alts) & set(_SCALARS):
+        return _nested(alts, owner)
     if len(alts) > 1:
         # a scalar of one of several types ("str | int | float"), checked as its own type
         choices = {alt: _checker(alt, owner) for alt in alts}
         if not set(choices) <= set(_SCALARS):  # pragma: no cover - a declaration error
-            raise TypeError(f"{owner}: only scalar types may be alternatives: {expr}")
+            raise TypeError(f"{owner}: scalar and message types may not be mixed: {expr}")
 
         def one_of(value: object, where: str) -> object:
             kind = _SCALARS_BY_TYPE.get(type(value), "")
@@ -169,13 +173,44 @@ def _make_checker(expr: str, owner: str) -> Callable[[object, str], object]:
         return _SCALARS[expr]
     if expr == "object":
         return _check_any
+    return _nested([expr], owner)
+
+
+def _nested(names: list[str], owner: str) -> Callable[[object, str], object]:
+    """A field holding a message of one of the classes ``names``: an object of its
+    fields, and its kind ``t`` when the class has a tag. Of several classes (a tagged
+    union, ``ExecRequest | SpawnRequest``) each must have a tag: ``t`` says which."""
+    expected = " or ".join(names)
+    classes: dict[str, type[Message]] = {}
+
+    def resolve() -> dict[str, type[Message]]:
+        # Named by class, resolved when first used: the classes may be declared after
+        # the field that names them, or in a channel module not loaded yet.
+        if not classes:
+            if not set(names) <= set(_BY_NAME):
+                _load_channels()
+            for name in names:
+                cls = _BY_NAME.get(name)
+                if cls is None or (len(names) > 1 and not cls.TAG):  # pragma: no cover
+                    raise TypeError(f"{owner}: {name} is not a message of a union's kinds")
+                classes[cls.TAG] = cls
+        return classes
 
     def nested(value: object, where: str) -> object:
-        cls = _BY_NAME.get(expr)
-        if cls is None:  # pragma: no cover - a declaration error, caught by the tests
-            raise TypeError(f"{owner}: unknown field type {expr}")
+        kinds = resolve()
         if not isinstance(value, dict):
-            raise _bad(where, f"a {expr} object", value)
+            raise _bad(where, f"a {expected} object", value)
+        tag = value.get("t", "")
+        cls = kinds.get(tag) if isinstance(tag, str) else None
+        if cls is None:
+            shown = ", ".join(repr(t) for t in kinds if t)
+            raise ProtocolError(
+                f"malformed message: {where} is of kind {tag!r}, not one of {shown}"
+                if shown
+                else f"malformed message: {where} must be a {expected} object, which has no kind",
+                operation="decode",
+                hint="the client and the supervisor must be the same warren version",
+            )
         return cls._from_fields(value, where)
 
     return nested
@@ -236,11 +271,17 @@ class Message:
         for name, _check, _default in self._fields:
             value = getattr(self, name)
             if isinstance(value, Message):
-                value = value.to_fields()
+                value = value._nested_fields()
             elif isinstance(value, list) and value and isinstance(value[0], Message):
-                value = [v.to_fields() for v in value]
+                value = [v._nested_fields() for v in value]
             out[name] = value
         return out
+
+    def _nested_fields(self) -> dict[str, object]:
+        """This message inside another: its fields, and its kind if it has one (a
+        tagged union's field says by it which message it holds)."""
+        fields = self.to_fields()
+        return {"t": self.TAG, **fields} if self.TAG else fields
 
     def to_dict(self) -> dict[str, object]:
         return {"v": VERSION, "t": self.TAG, **self.to_fields()}
@@ -261,10 +302,13 @@ class Message:
                     operation="decode",
                     hint="the client and the supervisor must be the same warren version",
                 )
-        unknown = set(data) - {name for name, _c, _d in cls._fields} - {"v", "t"}
+        # the envelope: version and kind at the top, a nested message's kind within
+        envelope = ("t",) if where and cls.TAG else () if where else ("v", "t")
+        unknown = set(data) - {name for name, _c, _d in cls._fields} - set(envelope)
         if unknown:
+            field = f"{where}.{sorted(unknown)[0]}" if where else repr(sorted(unknown)[0])
             raise ProtocolError(
-                f"malformed message: unknown field {sorted(unknown)[0]!r} in {cls.TAG or cls.__name__}",
+                f"malformed message: unknown field {field} in {cls.TAG or cls.__name__}",
                 operation="decode",
                 hint="the client and the supervisor must be the same warren version",
             )

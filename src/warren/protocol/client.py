@@ -56,6 +56,12 @@ class Spec(Message):
     cpus: str | int | float | None = None
     tmp_size: str | int | float | None = None
     idle_timeout: str | int | float | None = None
+    image: str | None = None
+    disk: str | int | None = None
+    from_snapshot: str | None = None
+    secrets: list[str] = []  # NAME=ENVVAR@HOST: names and sources, never a value
+    allow_http: list[str] = []
+    require_namespaces: bool | None = None
 
     @classmethod
     def of(cls, mapping: dict[str, object]) -> Spec:
@@ -231,6 +237,22 @@ class PauseRequest(Message):
     paused: bool
 
 
+class SnapshotRequest(Message):
+    """Snapshot a sandbox on an image: its own layer, copied while it is paused."""
+
+    TAG = "snapshot"
+    sandbox: str
+
+
+class SnapshotListRequest(Message):
+    TAG = "snapshot-ls"
+
+
+class SnapshotRemoveRequest(Message):
+    TAG = "snapshot-rm"
+    id: str
+
+
 class ShutdownRequest(Message):
     """Ask the supervisor to exit once it holds no sandbox; the reply lists those it
     still holds."""
@@ -269,6 +291,25 @@ class SandboxInfo(Message):
 class SandboxList(Message):
     TAG = "sandboxes"
     items: list[SandboxInfo] = []
+
+
+class SnapshotInfo(Message):
+    """A snapshot (``server.snapshots``): of which sandbox, on which image, what it holds."""
+
+    TAG = "snapshot-info"
+    id: str
+    sandbox: str
+    image: str
+    created: float = 0.0
+    size: int = 0  # bytes of file data in it
+    workspace: str = ""  # "included", or "not included: host directory PATH"
+    seconds: float = 0.0  # how long the copy took (the sandbox paused meanwhile)
+    host_workspace: str = ""
+
+
+class SnapshotList(Message):
+    TAG = "snapshots"
+    items: list[SnapshotInfo] = []
 
 
 class PlanReply(Message):

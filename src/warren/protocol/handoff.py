@@ -7,16 +7,18 @@ connected inside the sandbox).
 from __future__ import annotations
 
 from .base import Message
+from .client import ExecRequest, FileRequest, PsRequest, SignalRequest, SpawnRequest
 
 
 class Handoff(Message):
-    """A client's request for PID 1: the request, then descriptors — the client's
-    connection first, then the request's own. ``payload``: bytes of it still in the
-    connection (a file to write). ``spawn_id``/``spawned``: what the supervisor knows of
-    background processes (their logs are its)."""
+    """A request for PID 1 (a client's, or the network helper's ``ConnectorRequest``),
+    then descriptors — the client's connection first, then the request's own.
+    ``payload``: bytes of it still in the connection (a file to write).
+    ``spawn_id``/``spawned``: what the supervisor knows of background processes (their
+    logs are its)."""
 
     TAG = "handoff"
-    request: dict[str, object]
+    request: ExecRequest | SpawnRequest | FileRequest | PsRequest | SignalRequest | ConnectorRequest
     payload: int = 0
     spawn_id: str | None = None
     spawned: dict[str, str] = {}

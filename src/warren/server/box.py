@@ -22,15 +22,18 @@ from typing import TYPE_CHECKING, Protocol
 
 from .. import protocol, wire
 from ..errors import SetupError, WarrenError, from_record
+from ..images.store import Lease
 from ..plan import Plan
 from ..policy.limits import show_duration
 from . import boxnet, follow, gitkeeper, launch, pause
 
 if TYPE_CHECKING:
+    from ..net.intercept import Interception
     from ..net.pasta import Pasta
     from .clients import Client
 
 STOP_KILL_AFTER = 3.0  # after SIGTERM, PID 1's grace (2 s) and a margin
+DEGRADED_KILL_AFTER = 0.5
 _R, _W = selectors.EVENT_READ, selectors.EVENT_WRITE
 _FROM_PID1 = (protocol.Ready, protocol.Failed, protocol.NetProxy, protocol.NetReady, protocol.NetUp)
 
@@ -77,6 +80,7 @@ class Box:
     git: gitkeeper.Lease | None = None  # its repositories (server.gitkeeper)
     home: str | None = None  # its state directory (long-lived sandboxes): the net log is there
     search_path: str | None = None  # the caller's PATH: where helper programs (pasta) are found
+    intercept: Interception | None = None  # secrets' values and CA, for the proxy (server.boxsecrets)
     created: float = field(default_factory=time.time)
     ready: bool = False
     creator: Client | None = None
@@ -87,8 +91,11 @@ class Box:
     stoppers: list[Client] = field(default_factory=list)
     remove: bool = False
     kill_at: float | None = None
+    killing: bool = False  # the degraded mode's SIGKILL was asked of PID 1 (``signal``)
     roots: dict[str, follow.Identity] = field(default_factory=dict)  # writable roots as launched
     ns: tuple[int, int] | None = None  # fds of the sandbox's user and mount namespaces
+    layer: int | None = None  # on an image: its own layer (the overlay upper dir), for snapshots
+    image_lease: Lease | None = None  # the store's image held while it runs (envroot.lease)
     paused: pause.Paused | None = None  # how it was paused, while it is
     last_active: float = field(default_factory=time.time)  # a request reached it, or an exec ended
     active: set[int] = field(default_factory=set)  # read ends of running execs' "active" pipes
@@ -151,6 +158,8 @@ class Box:
         elif isinstance(msg, protocol.Ready):
             if len(fds) >= 2 and self.ns is None:
                 self.ns = (fds.pop(0), fds.pop(0))
+            if fds and self.plan.image is not None and self.layer is None:
+                self.layer = fds.pop(0)  # the sandbox's own layer: server.snapshots
             self._on_ready()
         elif isinstance(msg, protocol.Failed):
             raise from_record(msg.error.to_fields())
@@ -183,7 +192,7 @@ class Box:
             request = protocol.ExecRequest(sandbox=self.id, command=run.command)
             counters = self.launched.counters
             self.send(
-                protocol.Handoff(request=request.to_dict(), extra=[name for name, _fd in counters]),
+                protocol.Handoff(request=request, extra=[name for name, _fd in counters]),
                 [theirs.fileno(), *run.stdio, *(fd for _name, fd in counters)],
             )
             theirs.close()
@@ -232,7 +241,8 @@ class Box:
         the sandbox, and PID 1 rebuilds its rules (``follow``)."""
         changed = follow.replaced(self.roots)
         if changed:
-            follow.rebind(self.ns, self.name, changed)
+            if self.plan.namespaces:  # else nothing is bound: new rules are all it takes
+                follow.rebind(self.ns, self.name, changed)
             self.roots.update(changed)
             self.send(protocol.Refresh())
 
@@ -265,9 +275,10 @@ class Box:
             events=self.run.events if self.run is not None else None,
             proxy_listener=proxy_listener,
             connector=not self.oneshot,
+            intercept=self.intercept,
         )
         if connector is not None:
-            self.send(protocol.Handoff(request=protocol.ConnectorRequest().to_dict()), [connector.fileno()])
+            self.send(protocol.Handoff(request=protocol.ConnectorRequest()), [connector.fileno()])
             connector.close()
 
     def expose(self, msg: protocol.ExposeRequest) -> protocol.Message:
@@ -313,6 +324,12 @@ class Box:
             self.paused = None
 
     def signal(self, sig: int) -> None:
+        if sig == signal.SIGKILL and not self.plan.namespaces and not self.killing:
+            # No pid namespace ends with PID 1 here: it kills the sandbox's processes
+            # itself (pid1.KILL_NOW), and is killed only if it has not exited soon after.
+            self.killing = True
+            sig = signal.SIGUSR1
+            self.kill_at = time.monotonic() + DEGRADED_KILL_AFTER
         with contextlib.suppress(OSError):
             signal.pidfd_send_signal(self.launched.pidfd, sig)
 
@@ -330,6 +347,9 @@ class Box:
         # Before anyone hears it ended: what it committed is on the host by then.
         self.keeper.release(self.git)
         self.git = None
+        if self.image_lease is not None:
+            self.image_lease.release()
+            self.image_lease = None
         if self.run is not None and self.run.relay is not None and self.run.exited is None:
             # What the command's helper said before the end may not have been read yet
             # (the loop was busy when both arrived).
@@ -349,6 +369,9 @@ class Box:
                     self.sel.unregister(self.pasta.pidfd)
             self.pasta.stop()
         os.close(self.launched.pidfd)
+        if self.layer is not None:
+            os.close(self.layer)
+            self.layer = None
         for fd in [*(self.ns or ()), *self.active]:
             with contextlib.suppress(KeyError, ValueError):
                 self.sel.unregister(fd)

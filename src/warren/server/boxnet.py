@@ -22,6 +22,10 @@ from ..net.pasta import Pasta
 from ..plan import Plan
 from . import netd
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ..net.intercept import Interception
+
 NETLOG_FILE = "net.jsonl"  # in a long-lived sandbox's state directory
 NETLOG_MAX = 5000  # events in one reply (the newest)
 
@@ -42,6 +46,7 @@ def start_netd(
     events: int | None,
     proxy_listener: socket.socket | None,
     connector: bool,
+    intercept: Interception | None = None,
 ) -> tuple[Netd, socket.socket | None]:
     """Fork the sandbox's network helper: a fork of the small, single-threaded
     supervisor costs about a millisecond, an interpreter 30+. With ``connector``, the
@@ -68,6 +73,7 @@ def start_netd(
                 log=netlog.Writer(Path(log_path) if log_path is not None else None, events),
                 proxy_listener=proxy_listener,
                 connector=conn_ours,
+                intercept=intercept,
             )
         finally:
             os._exit(code)

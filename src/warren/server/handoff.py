@@ -47,7 +47,7 @@ def hand_over(
         )
     if payload_len and not isinstance(msg, protocol.FileRequest):
         raise ProtocolError(f"a {msg.TAG} request carries no payload", operation="decode")
-    handoff = protocol.Handoff(request=msg.to_dict(), payload=payload_len)
+    handoff = protocol.Handoff(request=msg, payload=payload_len)
     extra: list[int] = []
     named: list[int] = []  # handoff.extra's descriptors: the sandbox's, not closed here
     if isinstance(msg, protocol.SpawnRequest):

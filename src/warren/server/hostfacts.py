@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import socket
 import sys
 from collections.abc import Iterable
 
@@ -33,9 +34,25 @@ def _kernel_landlock_abi() -> int:
     return kernel.landlock_abi()
 
 
+@functools.cache
+def namespaces() -> tuple[str, int]:
+    """Whether user namespaces work here, probed once per process by their effect."""
+    return kernel.userns_probe()
+
+
+def free_loopback_port() -> int:
+    """A port of 127.0.0.1 free now, for a degraded sandbox's proxy: PID 1 listens on it
+    at launch, and the launch fails (never connects elsewhere) if it was taken meanwhile."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
 def gather(
     extra_paths: Iterable[str] = (),
     state_dir: str | None = None,
+    image_store: str | None = None,
     outside_links: tuple[tuple[str, int, int, bool], ...] = (),
     git: tuple[GitDir, ...] = (),
     git_files: tuple[str, ...] = (),
@@ -47,8 +64,7 @@ def gather(
     with open("/proc/self/mountinfo") as f:
         mounts = parse_mountinfo(f.read())
     paths = set(FIXED_PATHS) | set(extra_paths)
-    if state_dir:
-        paths.add(state_dir)
+    paths.update(p for p in (state_dir, image_store) if p)
     kinds = {p: path_kind(p) for p in paths}
     return HostFacts(
         mounts=mounts,
@@ -57,6 +73,7 @@ def gather(
         machine_supported=kernel.machine_supported() and sys.platform == "linux",
         path_kinds=kinds,
         state_dir=state_dir,
+        image_store=image_store,
         outside_links=outside_links,
         git=git,
         git_files=git_files,
@@ -65,4 +82,5 @@ def gather(
         mem_total=mem_total(),
         repository=enclosing_repository(workspace) if workspace else None,
         cpus=cpu_count(),
+        namespaces=namespaces(),
     )

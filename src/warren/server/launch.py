@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from .._core import cgroups, clone, guard, safepath
 from ..errors import SetupError
 from ..plan.model import Plan
-from . import unshare
+from . import boxsecrets, unshare
 
 TMP_RECORD_PREFIX = "tmpdir-"
 
@@ -47,14 +47,21 @@ class Launched:
     # ("LIMIT:KEY", fd) of the counter files that tell a limit was reached; every exec's
     # helper gets them (it reads them before and after its command)
     counters: list[tuple[str, int]] = field(default_factory=list)
+    trust_bundle: str | None = None  # written for secrets (server.boxsecrets), removed at the end
 
 
 def launch(
-    plan: Plan, *, oneshot: bool, record_dir: str | None = None, tmp_records: str | None = None
+    plan: Plan,
+    *,
+    oneshot: bool,
+    record_dir: str | None = None,
+    tmp_records: str | None = None,
+    trust: bytes | None = None,
 ) -> Launched:
     """``record_dir``: where the sandbox's cgroups are listed until removed (so a
     crashed supervisor's successor finds them: ``cgroups.sweep``); ``tmp_records``:
-    the same for its TMPDIR (``sweep_scratch``)."""
+    the same for its TMPDIR (``sweep_scratch``); ``trust``: the trust bundle to write at
+    ``plan.net.trust_bundle`` (secrets)."""
     for path in plan.create_dirs:
         try:
             os.makedirs(path, exist_ok=True)
@@ -74,12 +81,20 @@ def launch(
             "and run warren from this group, so the next one starts here; or make your group writable "
             "for your uid (cgroup2: delegate it)",
         )
-    unshare.own_inodes(plan.workspace, plan.unshare)
-    scratch = _make_scratch(plan, tmp_records) if plan.scratch else None
+    unshare.own_inodes(plan.host_workspace or plan.workspace, plan.unshare)
+    bundle = plan.net.trust_bundle if trust is not None else None
+    if bundle is not None and trust is not None:
+        boxsecrets.write_bundle(bundle, trust)
+    try:
+        scratch = _make_scratch(plan, tmp_records) if plan.scratch else None
+    except BaseException:
+        boxsecrets.remove_bundle(bundle)
+        raise
     try:
         groups = cgroups.create(plan.limits.cgroups, plan.uid, record_dir) if plan.limits else []
     except BaseException:
         _remove_scratch(scratch)
+        boxsecrets.remove_bundle(bundle)
         raise
     states = guard.snapshot(plan.guarded)
     tasks: list[tuple[str, int]] = []
@@ -94,13 +109,14 @@ def launch(
         ours.close()
         cgroups.remove(groups, record_dir)
         _remove_scratch(scratch)
+        boxsecrets.remove_bundle(bundle)
         raise
     finally:
         theirs.close()
         for _path, fd in tasks:
             os.close(fd)
     counters = cgroups.counter_files(groups, plan.limits.counters) if plan.limits else []
-    return Launched(pid, os.pidfd_open(pid), ours, states, scratch, groups, record_dir, counters)
+    return Launched(pid, os.pidfd_open(pid), ours, states, scratch, groups, record_dir, counters, bundle)
 
 
 def _open_tasks(groups: list[str]) -> list[tuple[str, int]]:
@@ -122,7 +138,12 @@ def restore(launched: Launched) -> list[str]:
     for _name, fd in launched.counters:
         os.close(fd)
     launched.counters = []
+    for group in launched.cgroups:
+        # Without a pid namespace (the degraded mode) nothing dies with PID 1: what
+        # is left in the sandbox's own groups goes now (with one, they are empty).
+        cgroups.kill_all(group)
     cgroups.remove(launched.cgroups, launched.record_dir)
+    boxsecrets.remove_bundle(launched.trust_bundle)
     return [*_remove_scratch(launched.scratch), *guard.restore(launched.guard)]
 
 

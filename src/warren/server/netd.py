@@ -35,6 +35,10 @@ from ..net.allowlist import Allowlist
 from ..net.proxy import Proxy, relay
 from ..plan.model import NetPlan
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ..net.intercept import Interception
+
 
 class _Connector:
     """Sockets connected inside the sandbox, one request at a time."""
@@ -123,6 +127,7 @@ def serve(
     log: netlog.Writer,
     proxy_listener: socket.socket | None,
     connector: socket.socket | None,
+    intercept: Interception | None = None,
 ) -> int:
     """The helper's main loop; returns its exit code."""
     kernel.die_with_parent()
@@ -131,7 +136,12 @@ def serve(
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     if proxy_listener is not None:
         Proxy(
-            proxy_listener, Allowlist(net.rules), sandbox=name, resolve=dict(net.resolve), on_event=log
+            proxy_listener,
+            Allowlist(net.rules),
+            sandbox=name,
+            resolve=dict(net.resolve),
+            on_event=log,
+            intercept=intercept,
         ).start()
     exposes: dict[int, _Expose] = {}
     conn = _Connector(connector)

@@ -12,6 +12,7 @@ the launch takes them over; whoever does not launch closes them).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import secrets
@@ -19,13 +20,15 @@ from pathlib import Path
 
 from .. import protocol
 from ..errors import SetupError
+from ..images.ref import ImageRef
 from ..plan import CallerFacts, Plan, make_plan, tmpdir
 from ..plan.facts import HostFacts, paths_of
 from ..plan.mounts import strip_nested, within
 from ..policy import Policy, build, config
 from ..policy.spec import from_mapping
-from . import gitkeeper, links, statedir
-from .hostfacts import gather
+from . import gitkeeper, links, snapshots, statedir
+from .envroot import resolve_image, store_root
+from .hostfacts import free_loopback_port, gather, namespaces
 
 
 def resolve(spec_map: dict[str, object], caller: CallerFacts, msg_caller: protocol.Caller) -> Policy:
@@ -61,7 +64,9 @@ def host_facts(
     found = [
         o
         for o in scanner.scan(
-            strip_nested([*roots, str(policy.workspace)]),
+            # With no host workspace (on an image, workspace = "none") nothing of the
+            # caller's directory is in the sandbox: nothing to walk there.
+            strip_nested([*roots, str(policy.workspace)] if policy.host_workspace else roots),
             shared=[str(r.path) for r in policy.writable if r.source != "workspace"],
             denied=[*(str(r.path) for r in policy.denied), state_dir],
         )
@@ -70,12 +75,18 @@ def host_facts(
     # Repositories in the workspace and the --write roots (a preset's caches are
     # the tool's, shared with the host on purpose: docs/known-limits.md).
     git_roots = strip_nested([str(r.path) for r in policy.writable if r.source in ("workspace", "--write")])
-    git = keeper.find(git_roots, caller.env, dry=dry, readonly=tuple(str(r.path) for r in policy.readable))
+    if namespaces()[0] == "usable":
+        git = keeper.find(
+            git_roots, caller.env, dry=dry, readonly=tuple(str(r.path) for r in policy.readable)
+        )
+    else:  # the degraded mode binds nothing: a repository's .git stays the host's own
+        git = gitkeeper.Found(env=caller.env)
     try:
         ws_path = str(policy.workspace)
         host = gather(
             [*paths_of(paths, caller), *tmpdir.candidates(ws_path, caller.env, caller.home)],
             state_dir=state_dir,
+            image_store=str(store_root(caller.env)),
             outside_links=tuple((o.path, o.dev, o.ino, o.secret) for o in found),
             git=git.gitdirs,
             git_files=git.files,
@@ -85,6 +96,8 @@ def host_facts(
     except BaseException:
         git.close()
         raise
+    if host.namespaces[0] != "usable" and policy.network == "allow":
+        host = dataclasses.replace(host, proxy_port=free_loopback_port())
     return host, git
 
 
@@ -113,18 +126,59 @@ class Planner:
         host, git = host_facts(
             policy, caller, state_dir=state_dir, scanner=self.scanner, keeper=self.keeper, dry=dry
         )
+        intercepts = bool(policy.secrets or policy.http_rules)
         try:
+            if policy.from_snapshot:
+                image: ImageRef | None = snapshots.image_of(state_dir, policy.from_snapshot)
+            else:
+                image = resolve_image(policy.image, caller.env) if policy.image else None
             plan = make_plan(
                 policy,
                 host,
                 caller,
-                cwd=str(policy.workspace) if long_lived else cwd,
+                cwd=("/workspace" if image else str(policy.workspace)) if long_lived else cwd,
                 scratch_id=secrets.token_hex(12),
+                image=image,
+                secret_nonce=secrets.token_hex(16),
+                # Beneath warren's state directory (hidden in every sandbox), a fresh name.
+                trust_bundle=os.path.join(state_dir, "tls", f"bundle-{secrets.token_hex(12)}.pem")
+                if intercepts
+                else None,
             )
+            if (
+                image is not None
+                and policy.image
+                and not policy.from_snapshot
+                and not policy.image.startswith("/")
+            ):
+                plan = dataclasses.replace(plan, image_store=str(store_root(caller.env)))
         except BaseException:
             git.close()
             raise
+        if not plan.namespaces and not dry:
+            plan = _notice_once(plan, state_dir)
         return plan, git
+
+
+DEGRADED_NOTICE = "degraded-noticed"
+
+
+def _notice_once(plan: Plan, state_dir: str) -> Plan:
+    """The degraded mode is said on the first run only (a marker in the state directory,
+    which no sandbox sees); `warren plan` and `warren doctor` say it every time."""
+    try:
+        os.makedirs(state_dir, mode=0o700, exist_ok=True)
+        fd = os.open(
+            os.path.join(state_dir, DEGRADED_NOTICE),
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+            0o600,
+        )
+    except FileExistsError:
+        return dataclasses.replace(plan, warnings=plan.warnings[1:])
+    except OSError:
+        return plan
+    os.close(fd)
+    return plan
 
 
 def json_safe(value: object) -> dict[str, object]:

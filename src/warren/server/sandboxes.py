@@ -15,12 +15,14 @@ import secrets
 import selectors
 import shutil
 import signal
+from pathlib import Path
 
 from .. import protocol
 from .._core import cgroups
-from ..errors import SandboxDead, SandboxNotFound, SandboxPaused
-from ..plan import Plan
-from . import boxnet, gitkeeper, launch, registry, spawns, statedir, usage
+from ..errors import SandboxDead, SandboxNotFound, SandboxPaused, SnapshotError
+from ..images.ref import ImageRef
+from ..plan import CallerFacts, Plan
+from . import boxnet, boxsecrets, envroot, gitkeeper, launch, registry, snapshots, spawns, statedir, usage
 from .box import Box, Waiter
 
 
@@ -45,21 +47,40 @@ class Sandboxes:
             launch.sweep_scratch(self.tmp_records)
 
     def launch(
-        self, plan: Plan, git: gitkeeper.Found, name: str, search_path: str | None, oneshot: bool
+        self,
+        plan: Plan,
+        git: gitkeeper.Found,
+        name: str,
+        search_path: str | None,
+        oneshot: bool,
+        caller: CallerFacts | None = None,
     ) -> Box:
         """Launch a planned sandbox: its repositories' stores first (the lease is the
         box's from here on, released here when the launch fails), then PID 1."""
         try:
+            # The secrets' values first: a missing one is the caller's error, before anything starts.
+            secret = boxsecrets.prepare(plan, caller) if caller is not None else None
             lease = self.keeper.lease(git)
         except BaseException:
             git.close()
             raise
         try:
+            image_lease = envroot.lease(plan)
+        except BaseException:
+            self.keeper.release(lease)
+            raise
+        try:
             launched = launch.launch(
-                plan, oneshot=oneshot, record_dir=self.cgroup_records, tmp_records=self.tmp_records
+                plan,
+                oneshot=oneshot,
+                record_dir=self.cgroup_records,
+                tmp_records=self.tmp_records,
+                trust=secret[1] if secret is not None else None,
             )
         except BaseException:
             self.keeper.release(lease)
+            if image_lease is not None:
+                image_lease.release()
             raise
         box = Box(
             name=name,
@@ -73,6 +94,8 @@ class Sandboxes:
             git=lease,
             home=None if oneshot or self.root is None else statedir.sandbox_dir(self.root, name),
             search_path=search_path,
+            image_lease=image_lease,
+            intercept=secret[0] if secret is not None else None,
         )
         self.add(box)
         return box
@@ -116,7 +139,40 @@ class Sandboxes:
         if isinstance(msg, protocol.PauseRequest):
             self.live(msg.sandbox, paused_ok=True).set_paused(msg.paused)
             return self.info(msg.sandbox), b""
+        if isinstance(msg, protocol.SnapshotRequest):
+            return _snapshot_info(self.snapshot(msg.sandbox)), b""
+        if isinstance(msg, protocol.SnapshotListRequest):
+            return protocol.SnapshotList(
+                items=[_snapshot_info(s) for s in snapshots.all_snapshots(self.root)]
+            ), b""
+        if isinstance(msg, protocol.SnapshotRemoveRequest):
+            in_use = {layer for b in self.all() for op in b.plan.mounts[:1] for layer in op.layers}
+            return _snapshot_info(snapshots.remove(self.root, msg.id, in_use)), b""
         return None
+
+    def snapshot(self, name: str) -> snapshots.Snapshot:
+        """Snapshot sandbox ``name``'s own layer, paused meanwhile (unless it is already)."""
+        assert self.root is not None
+        box = self.live(name, paused_ok=True)
+        if box.layer is None or box.plan.image is None:
+            raise SnapshotError(
+                f"sandbox {name} is not on an image: there is no layer of its own to snapshot",
+                operation="snapshot",
+                path=name,
+                hint="create it with --image NAME; a sandbox on the host's root has no copy-on-write state",
+            )
+        image = ImageRef(
+            name=box.plan.image,
+            id=box.plan.image_id or "",
+            layers=tuple(Path(p) for p in reversed(box.plan.mounts[0].layers)),
+        )
+        was_paused = box.paused is not None
+        box.set_paused(True)
+        try:
+            return snapshots.take(self.root, name, box.layer, image, box.plan.host_workspace)
+        finally:
+            if not was_paused:
+                box.set_paused(False)
 
     def known(self, name: str) -> Box | None:
         return self.boxes.get(name)
@@ -169,7 +225,8 @@ class Sandboxes:
             name=entry.name,
             id=entry.id,
             state=state,
-            reason=entry.reason,
+            # Stopping on its own (idle timeout): why, already while it stops.
+            reason=entry.reason or (box.stopped_why if box is not None else ""),
             workspace=entry.workspace,
             created=entry.created,
             pid1=entry.pid1,
@@ -224,3 +281,16 @@ class Sandboxes:
         assert self.registry is not None and self.root is not None
         self.registry.remove(name)
         shutil.rmtree(statedir.sandbox_dir(self.root, name), ignore_errors=True)
+
+
+def _snapshot_info(snap: snapshots.Snapshot) -> protocol.SnapshotInfo:
+    return protocol.SnapshotInfo(
+        id=snap.id,
+        sandbox=snap.sandbox,
+        image=snap.image,
+        created=snap.created,
+        size=snap.size,
+        workspace=snap.workspace,
+        seconds=snap.seconds,
+        host_workspace=snap.host_workspace,
+    )

@@ -75,6 +75,9 @@ _SUPERVISOR_REQUESTS = (
     protocol.PauseRequest,
     protocol.StdinRequest,
     protocol.ShutdownRequest,
+    protocol.SnapshotRequest,
+    protocol.SnapshotListRequest,
+    protocol.SnapshotRemoveRequest,
 )
 # Requests that are not a use of the sandbox: they do not reset its idle timeout.
 _NOT_USE = (protocol.GetRequest, protocol.ListRequest, protocol.StatsRequest, protocol.NetLogRequest)
@@ -434,7 +437,7 @@ class Supervisor:
             )
         caller = c.facts(msg.caller)
         plan, git = self.planner.plan(msg.spec.to_mapping(), caller, msg.caller, msg.command.cwd)
-        box = self.sandboxes.launch(plan, git, "run", caller.env.get("PATH"), oneshot=True)
+        box = self.sandboxes.launch(plan, git, "run", caller.env.get("PATH"), oneshot=True, caller=caller)
         box.run = Run(c, msg.command, fds[:stdio], fds[stdio] if msg.net_events else None)
         c.box = box
 
@@ -451,7 +454,7 @@ class Supervisor:
             )
         caller = c.facts(msg.caller)
         plan, git = self.planner.plan(msg.spec.to_mapping(), caller, msg.caller, None, long_lived=True)
-        box = self.sandboxes.launch(plan, git, name, caller.env.get("PATH"), oneshot=False)
+        box = self.sandboxes.launch(plan, git, name, caller.env.get("PATH"), oneshot=False, caller=caller)
         box.creator = c
         c.deadline = None
 

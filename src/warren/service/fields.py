@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..client import checks
-from ..policy.spec import BOOL_KEYS, LIMIT_KEYS, LIST_KEYS, STR_KEYS, TABLE_KEYS
+from ..policy.spec import BOOL_KEYS, IMAGE_KEYS, LIMIT_KEYS, LIST_KEYS, STR_KEYS, TABLE_KEYS
 
 STR: dict[str, Any] = {"type": "string"}
 INT: dict[str, Any] = {"type": "integer"}
@@ -72,6 +72,8 @@ def _policy_fields() -> dict[str, Field]:
     for key in LIMIT_KEYS:
         out[key] = Field({"oneOf": [STR, NUM]}, hint)  # "512M", 64, 0.5, "10m", "none"
     out["network"] = Field({"type": "string", "enum": ["none", "allow", "open"]}, hint)
+    for key in IMAGE_KEYS:  # image, from_snapshot: names; disk: a size
+        out[key] = Field({"oneOf": [STR, NUM]} if key == "disk" else STR, hint)
     return out
 
 

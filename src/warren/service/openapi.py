@@ -16,7 +16,7 @@ from typing import Any
 
 from .. import codec
 from ..client import checks
-from ..models import FileInfo, ProcessInfo, Result, SandboxInfo, Stats
+from ..models import FileInfo, ProcessInfo, Result, SandboxInfo, SnapshotInfo, Stats
 from ..net.allowlist import NetEvent
 from .fields import BODIES, BOOL, ENCODING, INT, NAME_PATTERN, PATH_TEXT, STR, STRS, closed_object, ref
 from .routes import ROUTES
@@ -145,6 +145,11 @@ SCHEMAS: dict[str, Any] = {
     "NetLog": {"type": "object", "properties": {"events": {"type": "array", "items": ref("NetEvent")}}},
     "Ok": {"type": "object"},
     "Stats": model_schema(Stats),
+    "Snapshot": model_schema(SnapshotInfo),
+    "SnapshotList": {
+        "type": "object",
+        "properties": {"snapshots": {"type": "array", "items": ref("Snapshot")}},
+    },
 }
 
 NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string", "pattern": NAME_PATTERN}}
@@ -335,6 +340,22 @@ OPS: dict[tuple[str, str], tuple[str, dict[str, Any] | None, int, dict[str, Any]
         _json("Stats"),
         [],
     ),
+    ("/v1/sandboxes/{name}/snapshot", "POST"): (
+        "Snapshot a sandbox on an image: its own layer, copied while it is paused (no processes); "
+        "create another from it with the policy key from_snapshot",
+        None,
+        201,
+        _json("Snapshot"),
+        [],
+    ),
+    ("/v1/snapshots", "GET"): ("Every snapshot, oldest first", None, 200, _json("SnapshotList"), []),
+    ("/v1/snapshots/{id}", "DELETE"): (
+        "Remove a snapshot no sandbox or other snapshot stands on",
+        None,
+        200,
+        _json("Snapshot"),
+        [],
+    ),
 }
 
 ERRORS = {
@@ -342,7 +363,8 @@ ERRORS = {
     "401": "missing or wrong bearer token",
     "403": "the sandbox's policy forbids it; or a Host/Origin that does not name the service",
     "404": "no such sandbox, process, file or route",
-    "409": "a sandbox of that name exists, or it is paused or dead; a process's stdin is not open, "
+    "409": "a sandbox of that name exists, or it is paused or dead, or not on an image (snapshot); "
+    "a snapshot is in use; a process's stdin is not open, "
     "closed, or the process ended",
     "405": "the route has no such method (the Allow header lists those it has)",
     "413": "request body or file too large; a process's stdin is full (it is not reading)",

@@ -49,6 +49,9 @@ ROUTES: tuple[tuple[str, str, ServiceHandler], ...] = (
     (f"{SANDBOX}/stats", "GET", sandboxes.stats),
     (f"{SANDBOX}/pause", "POST", sandboxes.pause),
     (f"{SANDBOX}/resume", "POST", sandboxes.resume),
+    (f"{SANDBOX}/snapshot", "POST", sandboxes.snapshot),
+    ("/v1/snapshots", "GET", sandboxes.snapshots),
+    ("/v1/snapshots/{id}", "DELETE", sandboxes.remove_snapshot),
 )
 
 

@@ -4,10 +4,14 @@ document. Each checks its input and calls the ``Transport`` method the SDK calls
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from .. import codec
+from ..client.transport import OutputCallback
+from ..models import Result
 from ..names import check_name
 from ..policy.spec import from_mapping
 from . import fields
@@ -36,12 +40,19 @@ async def run(svc: Service, request: Request) -> Response:
         argv, args = command_args(data, "run")
     args.update(config=False, profile=None, on_net_event=None)
     args.pop("env")
+    return await _answer(
+        svc, request, lambda out, err: svc.transport.run(argv, spec, on_stdout=out, on_stderr=err, **args)
+    )
+
+
+async def _answer(
+    svc: Service, request: Request, command: Callable[[OutputCallback, OutputCallback], Result]
+) -> Response:
+    """A command's result: its output as server-sent events as it comes when the
+    client asks for them, else the result as one JSON object at the end."""
     if wants_sse(request):
-        return streamed(
-            svc, lambda out, err: svc.transport.run(argv, spec, on_stdout=out, on_stderr=err, **args)
-        )
-    result = await svc.call(svc.transport.run, argv, spec, on_stdout=None, on_stderr=None, **args)
-    return JSONResponse(codec.result(result))
+        return streamed(svc, command)
+    return JSONResponse(codec.result(await svc.call(command, None, None)))
 
 
 async def create(svc: Service, request: Request) -> Response:
@@ -80,12 +91,9 @@ async def exec_(svc: Service, request: Request) -> Response:
     data = await json_body(request, fields.EXEC)
     with bad_request():
         argv, args = command_args(data, "exec")
-    if wants_sse(request):
-        return streamed(
-            svc, lambda out, err: svc.transport.exec(name, argv, on_stdout=out, on_stderr=err, **args)
-        )
-    result = await svc.call(svc.transport.exec, name, argv, on_stdout=None, on_stderr=None, **args)
-    return JSONResponse(codec.result(result))
+    return await _answer(
+        svc, request, lambda out, err: svc.transport.exec(name, argv, on_stdout=out, on_stderr=err, **args)
+    )
 
 
 async def stats(svc: Service, request: Request) -> Response:
@@ -98,3 +106,18 @@ async def pause(svc: Service, request: Request) -> Response:
 
 async def resume(svc: Service, request: Request) -> Response:
     return JSONResponse(codec.sandbox(await svc.call(svc.transport.pause, name_of(request), False)))
+
+
+async def snapshot(svc: Service, request: Request) -> Response:
+    snap = await svc.call(svc.transport.snapshot, name_of(request))
+    return JSONResponse(codec.encode(snap), status_code=201)
+
+
+async def snapshots(svc: Service, request: Request) -> Response:
+    items = await svc.call(svc.transport.snapshots)
+    return JSONResponse({"snapshots": [codec.encode(s) for s in items]})
+
+
+async def remove_snapshot(svc: Service, request: Request) -> Response:
+    snap_id = request.path_params["id"]
+    return JSONResponse(codec.encode(await svc.call(svc.transport.remove_snapshot, snap_id)))

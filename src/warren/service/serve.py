@@ -38,6 +38,12 @@ class ServeError(PolicyError):
     """``warren serve`` refuses these settings."""
 
 
+def _refused(
+    message: str, hint: str = "", *, path: str | None = None, errno: int | None = None
+) -> ServeError:
+    return ServeError(message, operation="serve", path=path, errno=errno, hint=hint)
+
+
 @dataclass(frozen=True)
 class Listen:
     unix: str | None = None
@@ -51,16 +57,13 @@ def parse_listen(value: str | None, env: Mapping[str, str]) -> Listen:
     if value.startswith("unix:"):
         path = value[5:]
         if not path:
-            raise ServeError(
-                "--listen unix: needs a path", operation="serve", hint="e.g. --listen unix:/tmp/w.sock"
-            )
+            raise _refused("--listen unix: needs a path", "e.g. --listen unix:/tmp/w.sock")
         return Listen(unix=os.path.abspath(path))
     host, sep, port = value.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ServeError(
+        raise _refused(
             f"--listen {value!r} is neither unix:PATH nor HOST:PORT",
-            operation="serve",
-            hint="e.g. --listen 127.0.0.1:7420 or --listen unix:/run/user/1000/warren.sock",
+            "e.g. --listen 127.0.0.1:7420 or --listen unix:/run/user/1000/warren.sock",
         )
     return Listen(host=host.strip("[]") or "127.0.0.1", port=int(port))
 
@@ -80,15 +83,14 @@ def read_token(token_file: str | None, env: Mapping[str, str]) -> str | None:
             with open(token_file, encoding="utf-8") as f:
                 token = f.read().strip()
         except OSError as e:
-            raise ServeError(
+            raise _refused(
                 f"cannot read the token file {token_file}",
-                operation="serve",
+                "create it with e.g. `openssl rand -hex 32 > FILE; chmod 600 FILE`",
                 path=token_file,
                 errno=e.errno,
-                hint="create it with e.g. `openssl rand -hex 32 > FILE; chmod 600 FILE`",
             ) from None
         if not token:
-            raise ServeError(f"the token file {token_file} is empty", operation="serve", path=token_file)
+            raise _refused(f"the token file {token_file} is empty", path=token_file)
         return token
     return env.get("WARREN_TOKEN") or None
 
@@ -97,20 +99,16 @@ def check(listen: Listen, token: str | None, allow_remote: bool) -> None:
     if listen.unix is not None:
         return
     if token is None:
-        raise ServeError(
+        raise _refused(
             f"refusing to listen on {listen.host}:{listen.port} without a token",
-            operation="serve",
-            hint="pass --token-file FILE or set WARREN_TOKEN (TCP always needs a bearer token)",
+            "pass --token-file FILE or set WARREN_TOKEN (TCP always needs a bearer token)",
         )
     if len(token) < 16:
-        raise ServeError(
-            "the token is shorter than 16 characters", operation="serve", hint="use 32 random hex digits"
-        )
+        raise _refused("the token is shorter than 16 characters", "use 32 random hex digits")
     if not is_loopback(listen.host) and not allow_remote:
-        raise ServeError(
+        raise _refused(
             f"refusing to listen on the non-loopback address {listen.host}",
-            operation="serve",
-            hint="pass --allow-remote if other machines should reach it (put TLS in front)",
+            "pass --allow-remote if other machines should reach it (put TLS in front)",
         )
 
 
@@ -137,11 +135,10 @@ def bind(listen: Listen) -> socket.socket:
         try:
             sock.bind((listen.host, listen.port))
         except OSError as e:
-            raise ServeError(
+            raise _refused(
                 f"cannot listen on {listen.host}:{listen.port}",
-                operation="serve",
+                "is another service on that port? pick another with --listen",
                 errno=e.errno,
-                hint="is another service on that port? pick another with --listen",
             ) from None
     sock.listen(1024)
     return sock

@@ -29,6 +29,8 @@ from ..errors import (
     SandboxPaused,
     SandboxPermissionDenied,
     SandboxTimeout,
+    SnapshotError,
+    SnapshotNotFound,
     StdinError,
     StdinFull,
     WarrenError,
@@ -38,6 +40,8 @@ from ..errors import (
 # most specific first: the first class the error is an instance of decides
 _STATUS: tuple[tuple[type[WarrenError], int], ...] = (
     (SandboxNotFound, 404),
+    (SnapshotNotFound, 404),
+    (SnapshotError, 409),
     (SandboxFileNotFound, 404),
     (ProcessNotFound, 404),
     (SandboxExists, 409),

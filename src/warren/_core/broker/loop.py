@@ -27,24 +27,32 @@ from ...plan import seccomp as _seccomp
 from ...plan.model import Plan
 from .. import _sys
 from ..mounts import DENIED_FILE
-from . import metadata, pool, sockets
+from . import metadata, pool, renames, sockets
 from .call import Call, Outcome
 from .places import Places
 
-_FILTER: list[_sys.SeccompProgram] = []
+_FILTER: dict[tuple[str, ...], _sys.SeccompProgram] = {}
 
 
-def notify_filter() -> _sys.SeccompProgram:
+def _groups(plan: Plan | None) -> tuple[str, ...]:
+    return (
+        ("sockets", "metadata", "renames") if plan is not None and plan.renames else ("sockets", "metadata")
+    )
+
+
+def notify_filter(plan: Plan | None = None) -> _sys.SeccompProgram:
     """The notification filter, packed once per process: the supervisor packs it
-    before cloning (``prepare``), so PID 1 only installs its copy."""
-    if not _FILTER:
-        _FILTER.append(_sys.SeccompProgram(_seccomp.notify_program(("sockets", "metadata"))))
-    return _FILTER[0]
+    before cloning (``prepare``), so PID 1 only installs its copy. Renames go to the
+    broker only on an image (``renames``)."""
+    groups = _groups(plan)
+    if groups not in _FILTER:
+        _FILTER[groups] = _sys.SeccompProgram(_seccomp.notify_program(groups))
+    return _FILTER[groups]
 
 
 def prepare(plan: Plan) -> None:
     """In the supervisor: pack the filter PID 1 installs."""
-    notify_filter()
+    notify_filter(plan)
 
 
 class Broker:
@@ -54,6 +62,8 @@ class Broker:
         roots: list[str],
         private: set[int],
         workers: pool.Workers | None = None,
+        abstract: bool = True,
+        inet: frozenset[tuple[str, int]] | None = None,
     ) -> None:
         self.listener = listener
         self.names = {v: k for k, v in _seccomp.BROKERED[os.uname().machine].items()}
@@ -61,7 +71,7 @@ class Broker:
         with contextlib.suppress(OSError):
             st = os.stat(DENIED_FILE)
             sealed.add((st.st_dev, st.st_ino))
-        self.places = Places(roots, private, sealed)
+        self.places = Places(roots, private, sealed, abstract, inet)
         self.workers = workers or pool.Workers()
 
     @classmethod
@@ -70,11 +80,13 @@ class Broker:
         the notification filter on PID 1's main thread, inherited by everything it
         forks."""
         private = set()
-        for path in ("/tmp", "/dev/shm"):
+        # The degraded mode has no tmpfs of its own: /tmp and /dev/shm are the host's.
+        for path in ("/tmp", "/dev/shm") if plan.namespaces else ():
             with contextlib.suppress(OSError):
                 private.add(os.stat(path).st_dev)
-        roots = sorted({r for _at, group in plan.groups for r in group})
-        program = notify_filter()
+        # On an image the whole root is the sandbox's own layer: writable everywhere.
+        roots = ["/"] if plan.image is not None else sorted({r for _at, group in plan.groups for r in group})
+        program = notify_filter(plan)
         box: list[Broker] = []
         ready = threading.Event()
         workers = pool.Workers()
@@ -88,7 +100,10 @@ class Broker:
         thread = threading.Thread(target=serve, name="warren-broker", daemon=True)
         thread.start()
         listener = program.install_listener()
-        box.append(cls(listener, roots, private, workers))
+        inet: frozenset[tuple[str, int]] | None = None
+        if not plan.namespaces and plan.net.mode != "open":  # the host's network namespace
+            inet = frozenset({("127.0.0.1", plan.net.proxy_port)} if plan.net.mode == "allow" else ())
+        box.append(cls(listener, roots, private, workers, abstract=plan.namespaces, inet=inet))
         ready.set()
         return box[0]
 
@@ -129,8 +144,10 @@ class Broker:
             self._socket(name, call)
             return
 
+        handler = metadata.HANDLERS.get(name) or renames.HANDLERS[name]
+
         def act() -> Outcome:
-            return metadata.HANDLERS[name](self.places, call)
+            return handler(self.places, call)
 
         with call:
             outcome = self._decide(name, call, act)

@@ -13,10 +13,25 @@ import os
 
 
 class Places:
-    def __init__(self, roots: list[str], private: set[int], sealed: set[tuple[int, int]]) -> None:
+    def __init__(
+        self,
+        roots: list[str],
+        private: set[int],
+        sealed: set[tuple[int, int]],
+        abstract: bool = True,
+        inet: frozenset[tuple[str, int]] | None = None,
+    ) -> None:
         self.roots = [r.rstrip("/") or "/" for r in roots]  # writable roots, as seen inside
         self.private = private  # st_dev of the sandbox's own tmpfs (/tmp, /dev/shm)
         self.sealed = sealed  # objects whose metadata nobody may change
+        # Abstract unix addresses may be reached: in the sandbox's own network namespace
+        # they are only its own. Not in the degraded mode (the host's namespace), where
+        # PID 1 — in no Landlock domain — would reach the host's for the command.
+        self.abstract = abstract
+        # The only (address, port) an IP socket may reach, in the degraded mode (the
+        # host's network namespace): its proxy under network allow, nothing under none.
+        # None: any (a namespace of its own, or network open).
+        self.inet = inet
 
     def inside(self, fd: int) -> bool:
         """Is the object of ``fd`` in a writable root or on the sandbox's own tmpfs?"""

@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import ipaddress
 import os
 import signal
 import socket
@@ -70,8 +71,10 @@ def _peer(places: Places, call: Call, raw: bytes) -> tuple[bytes, int] | int:
     """For an AF_UNIX pathname address: the address to use instead (the judged socket
     file, through ``/proc/self/fd``) and the fd to close after; -errno when it may not
     be reached. Any other address (abstract, unnamed) as it is."""
-    if len(raw) <= 2 or struct.unpack_from("=H", raw)[0] != socket.AF_UNIX or raw[2] == 0:
+    if len(raw) <= 2 or struct.unpack_from("=H", raw)[0] != socket.AF_UNIX:
         return raw, -1
+    if raw[2] == 0:
+        return (raw, -1) if places.abstract else -errno.EACCES
     path = raw[2:].split(b"\0", 1)[0]
     try:
         fd = os.open(call.resolve(AT_FDCWD, path), os.O_PATH | os.O_CLOEXEC)
@@ -88,6 +91,19 @@ def _peer(places: Places, call: Call, raw: bytes) -> tuple[bytes, int] | int:
         os.close(fd)
         return -(e.errno or errno.EIO)
     return struct.pack("=H", socket.AF_UNIX) + f"/proc/self/fd/{fd}".encode() + b"\0", fd
+
+
+def _inet_peer(raw: bytes, family: int) -> tuple[str, int] | None:
+    """(address, port) of a sockaddr_in or sockaddr_in6 (an IPv4-mapped IPv6 address as
+    IPv4); None when it is too short to be one."""
+    try:
+        port = struct.unpack_from("!H", raw, 2)[0]
+        if family == socket.AF_INET:
+            return socket.inet_ntop(socket.AF_INET, raw[4:8]), port
+        addr = ipaddress.IPv6Address(raw[8:24])
+    except (struct.error, ValueError, OSError):
+        return None
+    return (str(addr.ipv4_mapped) if addr.ipv4_mapped else str(addr)), port
 
 
 def _address(call: Call, ptr: int, length_arg: int) -> bytes | int:
@@ -126,6 +142,11 @@ class Pending:
     def judged(self, places: Places, raw: bytes, unix_dgram_only: bool = True) -> bytes | int:
         """The address to use, judged where the kernel would look it up: a connect's
         peer on a unix socket, a unix datagram socket's destination. -errno if refused."""
+        if self.domain in (socket.AF_INET, socket.AF_INET6) and places.inet is not None and raw:
+            family = struct.unpack_from("=H", raw)[0] if len(raw) >= 2 else -1
+            if family == socket.AF_UNSPEC:
+                return raw  # dissolves a datagram socket's association: reaches nothing
+            return raw if _inet_peer(raw, family) in places.inet else -errno.EACCES
         if self.domain != socket.AF_UNIX or not raw:
             return raw
         if unix_dgram_only and self.type != socket.SOCK_DGRAM:

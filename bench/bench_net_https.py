@@ -1,0 +1,329 @@
+"""HTTPS through the secret-substituting proxy (``--secret``) vs direct, side by side.
+
+    python bench/bench_net_https.py [--runs N] [--requests N] [--mib N]
+
+(also run at the end of bench/bench_net.py). An HTTPS server (a subprocess, with a
+test CA made here) listens on 127.0.0.2, ``bench.test`` mapped to it. The proxy runs
+in this process with one secret for bench.test, so every request is TLS-terminated,
+has its placeholder replaced, and its answer scrubbed (re-framed as chunked).
+
+  throughput   curl downloads an N MiB body: direct (trusting the test CA) and
+               through the proxy (trusting the sandbox's CA)
+  per request  a 64-byte body on one kept-alive connection, from a child process
+               (Python's http.client): direct vs through the proxy
+  handshake    a new connection (TCP + TLS, and CONNECT + a second TLS via the proxy)
+               per request: its cost over the kept-alive request
+
+Targets (issue 27): throughput >= 0.8x direct, <= 2 ms added per request; the
+handshake cost per connection is stated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import http.client
+import json
+import os
+import shutil
+import socket
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from warren.net.allowlist import Allowlist, parse_rules
+from warren.net.intercept import Interception
+from warren.net.proxy import Proxy
+from warren.net.secrets import PlacedSecret, placeholder
+from warren.net.tlsca import make_ca
+
+SERVER_ADDR = "127.0.0.2"
+NAME = "bench.test"
+SMALL = b"x" * 64
+TOKEN = b"bench-real-token-0123456789"
+
+
+def _test_ca(base: Path) -> None:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    day = datetime.timedelta(days=1)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "bench CA")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(1)
+        .not_valid_before(now - day)
+        .not_valid_after(now + day)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, NAME)]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(2)
+        .not_valid_before(now - day)
+        .not_valid_after(now + day)
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(NAME)]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    pem = serialization.Encoding.PEM
+    (base / "ca.pem").write_bytes(ca.public_bytes(pem))
+    (base / "server.pem").write_bytes(
+        cert.public_bytes(pem)
+        + key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+
+
+# --- the server (child process): keep-alive HTTP/1.1 over TLS ----------------------
+
+
+def _serve_one(conn: ssl.SSLSocket, body: bytes) -> None:
+    with conn:
+        buf = b""
+        while True:
+            while b"\r\n\r\n" not in buf:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                buf += chunk
+            head, _, buf = buf.partition(b"\r\n\r\n")
+            small = head.split(b" ", 2)[1].endswith(b"/small")
+            data = SMALL if small else body
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n"
+                % len(data)
+            )
+            view = memoryview(data)
+            for i in range(0, len(view), 1 << 20):
+                conn.sendall(view[i : i + (1 << 20)])
+
+
+def serve(base: Path, mib: int) -> None:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(base / "server.pem")
+    body = os.urandom(1 << 20) * mib
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((SERVER_ADDR, 0))
+    listener.listen(1024)
+
+    def accept() -> None:
+        while True:
+            conn, _ = listener.accept()
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            try:
+                tls = ctx.wrap_socket(conn, server_side=True)
+            except (ssl.SSLError, OSError):
+                conn.close()
+                continue
+            threading.Thread(target=_serve_one, args=(tls, body), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    print(listener.getsockname()[1], flush=True)
+    sys.stdin.read()
+
+
+# --- the latency client (child process) -------------------------------------------
+
+
+def _conn(mode: str, port: int, proxy_port: int, cafile: str) -> http.client.HTTPSConnection:
+    ctx = ssl.create_default_context(cafile=cafile)
+    if mode == "direct":
+        conn = http.client.HTTPSConnection(NAME, port, context=ctx)
+        conn.sock = ctx.wrap_socket(socket.create_connection((SERVER_ADDR, port)), server_hostname=NAME)
+        conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return conn
+    conn = http.client.HTTPSConnection("127.0.0.1", proxy_port, context=ctx)
+    conn.set_tunnel(NAME, port)
+    conn.connect()
+    return conn
+
+
+def _get(conn: http.client.HTTPSConnection, secret: str) -> None:
+    conn.request("GET", "/small", headers={"Authorization": f"Bearer {secret}"})
+    r = conn.getresponse()
+    if r.status != 200 or r.read() != SMALL:
+        raise RuntimeError(f"unexpected answer {r.status}")
+
+
+def latency_client(port: int, proxy_port: int, requests: int, cafiles: list[str], secret: str) -> None:
+    """Seconds per request, kept-alive and with a new connection each, per mode (JSON)."""
+    out: dict[str, list[float]] = {}
+    for mode, cafile in zip(("direct", "proxy"), cafiles, strict=True):
+        conn = _conn(mode, port, proxy_port, cafile)
+        for _ in range(20):
+            _get(conn, secret)
+        times = []
+        for _ in range(requests):
+            t = time.perf_counter()
+            _get(conn, secret)
+            times.append(time.perf_counter() - t)
+        conn.close()
+        out[f"{mode} keep-alive"] = times
+        fresh = []
+        for _ in range(max(requests // 5, 20)):
+            t = time.perf_counter()
+            c = _conn(mode, port, proxy_port, cafile)
+            _get(c, secret)
+            fresh.append(time.perf_counter() - t)
+            c.close()
+        out[f"{mode} new connection"] = fresh
+    print(json.dumps(out))
+
+
+# --- the benchmark ----------------------------------------------------------------
+
+
+def _curl_speed(argv: list[str], mib: int) -> float:
+    r = subprocess.run(
+        ["curl", "-sS", "-o", "/dev/null", "-w", "%{speed_download} %{size_download}", *argv],
+        capture_output=True,
+        check=True,
+    )
+    speed, size = r.stdout.split()
+    if int(size) != mib << 20:
+        raise RuntimeError(f"curl fetched {int(size)} bytes, expected {mib << 20}")
+    return float(speed) / (1 << 20)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=5, help="downloads per mode")
+    ap.add_argument("--requests", type=int, default=300, help="small requests per mode")
+    ap.add_argument("--mib", type=int, default=100, help="size of the download")
+    ap.add_argument("--serve", metavar="DIR", help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--client", nargs=5, metavar=("PORT", "PROXY", "CA1", "CA2", "SECRET"), help=argparse.SUPPRESS
+    )
+    args = ap.parse_args(argv)
+    if args.serve:
+        serve(Path(args.serve), args.mib)
+        return
+    if args.client:
+        port, proxy_port, ca1, ca2, secret = args.client
+        latency_client(int(port), int(proxy_port), args.requests, [ca1, ca2], secret)
+        return
+
+    base = Path(tempfile.mkdtemp(prefix="warren-bench-https."))
+    server: subprocess.Popen[bytes] | None = None
+    proxy: Proxy | None = None
+    try:
+        _test_ca(base)
+        server = subprocess.Popen(
+            [sys.executable, __file__, "--serve", str(base), "--mib", str(args.mib)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        allow = [f"{NAME}:{port}", f"{SERVER_ADDR}:{port}"]
+        t = time.perf_counter()
+        ca = make_ca("bench", [NAME])
+        ca_ms = (time.perf_counter() - t) * 1000
+        ph = placeholder("TOKEN", "bench")
+        intercept = Interception(
+            [PlacedSecret("TOKEN", ph, (NAME,), "$BENCH")],
+            {"TOKEN": TOKEN},
+            [],
+            ca,
+            (base / "ca.pem").read_text(),
+        )
+        t = time.perf_counter()
+        intercept.server_context(NAME)
+        leaf_ms = (time.perf_counter() - t) * 1000
+        (base / "sandbox-ca.pem").write_bytes(ca.cert_pem)
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(512)
+        proxy_port = listener.getsockname()[1]
+        proxy = Proxy(
+            listener,
+            Allowlist(parse_rules(allow)),
+            sandbox="bench",
+            resolve={NAME: SERVER_ADDR},
+            intercept=intercept,
+        ).start()
+
+        url = f"https://{NAME}:{port}/big"
+        direct = ["--cacert", str(base / "ca.pem"), "--resolve", f"{NAME}:{port}:{SERVER_ADDR}", url]
+        via = ["--cacert", str(base / "sandbox-ca.pem"), "-x", f"http://127.0.0.1:{proxy_port}", url]
+        speeds: dict[str, list[float]] = {"direct": [], "proxy": []}
+        proxy_cpu = 0.0  # this process does nothing but the proxy while curl downloads
+        for _ in range(args.runs):
+            speeds["direct"].append(_curl_speed(direct, args.mib))
+            cpu = time.process_time()
+            speeds["proxy"].append(_curl_speed([*via, "-H", f"Authorization: Bearer {ph}"], args.mib))
+            proxy_cpu += time.process_time() - cpu
+        client = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--requests",
+                str(args.requests),
+                "--client",
+                str(port),
+                str(proxy_port),
+                str(base / "ca.pem"),
+                str(base / "sandbox-ca.pem"),
+                ph,
+            ],
+            capture_output=True,
+            check=True,
+        )
+        lat: dict[str, list[float]] = json.loads(client.stdout)
+    finally:
+        if proxy is not None:
+            proxy.stop()
+        if server is not None:
+            server.kill()
+            server.wait()
+        shutil.rmtree(base, ignore_errors=True)
+
+    print(
+        f"HTTPS via the secret-substituting proxy vs direct ({args.mib} MiB x {args.runs}, "
+        f"{args.requests} small requests; median)"
+    )
+    d, p = statistics.median(speeds["direct"]), statistics.median(speeds["proxy"])
+    ratio = p / d
+    print(
+        f"  throughput      direct {d:8.1f} MiB/s   proxy {p:8.1f} MiB/s   ratio {ratio:.2f}x "
+        f"(target >= 0.80x: {'met' if ratio >= 0.8 else 'NOT met'})"
+    )
+    per_mib = proxy_cpu / (args.runs * args.mib)
+    print(
+        f"  proxy CPU       {per_mib * 1000:.2f} ms per MiB (one core keeps up with {1 / per_mib:.0f} MiB/s; "
+        "the ratio above also depends on what else the machine runs)"
+    )
+    med = {k: statistics.median(v) * 1000 for k, v in lat.items()}
+    added = med["proxy keep-alive"] - med["direct keep-alive"]
+    direct_ms, proxy_ms = med["direct keep-alive"], med["proxy keep-alive"]
+    print(
+        f"  per request     direct {direct_ms:6.3f} ms   proxy {proxy_ms:6.3f} ms"
+        f"   added {added:.3f} ms (target <= 2 ms: {'met' if added <= 2 else 'NOT met'})"
+    )
+    hs_direct = med["direct new connection"] - med["direct keep-alive"]
+    hs_proxy = med["proxy new connection"] - med["proxy keep-alive"]
+    print(
+        f"  handshake       direct {hs_direct:6.3f} ms   proxy {hs_proxy:6.3f} ms per new connection "
+        f"(CONNECT + TLS to the proxy + TLS to the server)"
+    )
+    print(f"  once per sandbox: CA made in {ca_ms:.1f} ms; per host: leaf certificate in {leaf_ms:.1f} ms")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""Build hook: the ``warren`` command is native/warren.c, compiled here with the system's
+C compiler, and the pure-Python CLI is installed beside it as ``warren-python`` (what the
+native front end hands everything but the plain ``run``/``exec`` to).
+
+Without a compiler (or when it fails) the wheel is built as before: ``warren`` is the
+pure-Python CLI, a warning says so, and nothing else changes but start-up time.
+WARREN_NATIVE=0 asks for that build on purpose.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sysconfig
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from hatchling.builders.hooks.plugin.interface import BuildHookInterface
+
+PYTHON_CLI = "bin/warren"
+SOURCE = "native/warren.c"
+
+
+def protocol_version(root: Path) -> int:
+    """protocol.VERSION, read from its one definition (the native side must speak it)."""
+    text = (root / "src/warren/protocol/base.py").read_text()
+    found = re.search(r"^VERSION = (\d+)", text, re.MULTILINE)
+    if found is None:
+        raise RuntimeError("src/warren/protocol/base.py defines no VERSION")
+    return int(found.group(1))
+
+
+def compile_native(root: Path, out: Path) -> str | None:
+    """Compile the front end to ``out``; None when done, else why not."""
+    if os.environ.get("WARREN_NATIVE") == "0":
+        return "WARREN_NATIVE=0"
+    cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+    argv = [*cc.split(), "-O2", "-Wall", "-Wextra", f"-DWARREN_PROTOCOL={protocol_version(root)}"]
+    if shutil.which(argv[0]) is None:
+        return f"no C compiler ({argv[0]!r} not found)"
+    try:
+        done = subprocess.run(
+            [*argv, "-o", str(out), str(root / SOURCE)], capture_output=True, text=True, timeout=120
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"{argv[0]} failed: {e}"
+    if done.returncode != 0:
+        return f"{argv[0]} failed: {done.stderr.strip()[-2000:]}"
+    return None
+
+
+class NativeFrontEnd(BuildHookInterface):  # type: ignore[type-arg]
+    PLUGIN_NAME = "custom"
+
+    def initialize(self, version: str, build_data: dict[str, Any]) -> None:
+        if self.target_name != "wheel":
+            return
+        self._tmp = tempfile.mkdtemp(prefix="warren-native-")
+        binary = Path(self._tmp) / "warren"
+        why = compile_native(Path(self.root), binary)
+        if why is None:
+            build_data["shared_scripts"][str(binary)] = "warren"
+            build_data["shared_scripts"][PYTHON_CLI] = "warren-python"
+            build_data["pure_python"] = False
+            build_data["infer_tag"] = True
+        else:
+            self.app.display_warning(
+                f"warren: the native front end was not built ({why}); `warren` is the pure-Python "
+                "CLI (the same commands, about 20 ms slower to start)"
+            )
+            build_data["shared_scripts"][PYTHON_CLI] = "warren"
+
+    def finalize(self, version: str, build_data: dict[str, Any], artifact_path: str) -> None:
+        tmp = getattr(self, "_tmp", None)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)

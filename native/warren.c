@@ -1,0 +1,662 @@
+/*
+ * warren's native front end: `warren run` and `warren exec` on their common path,
+ * without starting a Python interpreter (whose own start alone costs twice a whole
+ * bubblewrap sandbox).
+ *
+ * It does only what the Python CLI (src/warren/cli) does on that path, and hands
+ * everything else to it, unchanged:
+ *
+ *  - before anything is sent (other commands, any flag, a terminal on 0/1/2, no
+ *    supervisor running, a state directory that does not pass the checks, anything
+ *    not plain UTF-8): it execs the Python CLI (`warren-python` beside this binary)
+ *    with the same arguments and environment, as if it had been called directly;
+ *  - once the request is sent, it waits for the command's Started and Exited. When
+ *    either is anything but the plain case (warnings, a non-zero status, a limit, a
+ *    timeout, an error, a network event, a lost connection), it execs the Python CLI
+ *    to carry on with the same connection (WARREN_NATIVE_RESUME): the unread message
+ *    is still on the socket (it is only peeked here), the signals that arrived meanwhile
+ *    are still pending (blocked here, the mask survives exec), so every message, hint
+ *    and exit code comes from the one Python implementation.
+ *
+ * The request is the same JSON the Python CLI sends (protocol.RunRequest /
+ * ExecRequest, framed as in wire.py: two 32-bit big-endian lengths, then the JSON),
+ * with the command's stdio descriptors attached. tests/test_native_cli.py compares
+ * the two requests byte for byte as the supervisor decodes them.
+ *
+ * WARREN_PROTOCOL is protocol.VERSION, passed in by the build hook (hatch_build.py).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <locale.h>
+#include <poll.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <arpa/inet.h>
+#include <sys/ioctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#ifndef WARREN_PROTOCOL
+#error "WARREN_PROTOCOL (protocol.VERSION) must be defined by the build"
+#endif
+
+#define MAX_PEEK 65536 /* a Started or Exited larger than this goes to the Python CLI */
+
+extern char **environ;
+static char **g_argv;
+
+/* ---- handing over to the Python CLI --------------------------------------------- */
+
+static void python_cli_path(char *out, size_t size)
+{
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) {
+        snprintf(out, size, "warren-python");
+        return;
+    }
+    self[n] = 0;
+    char *slash = strrchr(self, '/');
+    if (slash != NULL)
+        *slash = 0;
+    snprintf(out, size, "%s/warren-python", self);
+}
+
+static void __attribute__((noreturn)) exec_python(void)
+{
+    char path[PATH_MAX + 32];
+    python_cli_path(path, sizeof path);
+    if (strchr(path, '/') != NULL)
+        execv(path, g_argv);
+    else
+        execvp(path, g_argv);
+    dprintf(2, "warren: cannot start the Python CLI %s: %s\n", path, strerror(errno));
+    dprintf(2, "warren: hint: reinstall warren (its `warren-python` belongs beside `warren`)\n");
+    _exit(125);
+}
+
+/* Nothing sent yet: the Python CLI does it all, as if it had been called directly. */
+static void __attribute__((noreturn)) fallback(void)
+{
+    exec_python();
+}
+
+/* The request is out: the Python CLI carries on with this connection. */
+static void __attribute__((noreturn)) resume(int sock, int net_r, const char *started, size_t started_len)
+{
+    size_t size = started_len + 64;
+    char *value = malloc(size);
+    if (value == NULL)
+        _exit(125);
+    int head = snprintf(value, size, "%d %d ", sock, net_r);
+    memcpy(value + head, started, started_len);
+    value[head + started_len] = 0;
+    if (setenv("WARREN_NATIVE_RESUME", value, 1) != 0)
+        _exit(125);
+    fcntl(sock, F_SETFD, 0);
+    if (net_r >= 0)
+        fcntl(net_r, F_SETFD, 0);
+    exec_python();
+}
+
+/* ---- a growing buffer and the request's JSON -------------------------------------- */
+
+struct buf {
+    char *data;
+    size_t len, cap;
+};
+
+static void put(struct buf *b, const char *s, size_t n)
+{
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (b->len + n + 1 > cap)
+            cap *= 2;
+        char *grown = realloc(b->data, cap);
+        if (grown == NULL)
+            fallback();
+        b->data = grown;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, s, n);
+    b->len += n;
+}
+
+static void puts_(struct buf *b, const char *s)
+{
+    put(b, s, strlen(s));
+}
+
+/* Whether s[0..n) is UTF-8 that Python decodes strictly (no surrogates, no overlongs). */
+static int valid_utf8(const unsigned char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t len;
+        unsigned cp;
+        if (c >= 0xc2 && c <= 0xdf) {
+            len = 2;
+            cp = c & 0x1f;
+        } else if (c >= 0xe0 && c <= 0xef) {
+            len = 3;
+            cp = c & 0x0f;
+        } else if (c >= 0xf0 && c <= 0xf4) {
+            len = 4;
+            cp = c & 0x07;
+        } else {
+            return 0;
+        }
+        if (i + len > n)
+            return 0;
+        for (size_t k = 1; k < len; k++) {
+            if ((s[i + k] & 0xc0) != 0x80)
+                return 0;
+            cp = (cp << 6) | (s[i + k] & 0x3f);
+        }
+        if ((len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))
+            return 0;
+        i += len;
+    }
+    return 1;
+}
+
+/* A JSON string as Python's json encoder writes it with ensure_ascii off (jsonc.dumps). */
+static void put_string(struct buf *b, const char *s, size_t n)
+{
+    if (!valid_utf8((const unsigned char *)s, n))
+        fallback();
+    put(b, "\"", 1);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        char esc[8];
+        switch (c) {
+        case '"': put(b, "\\\"", 2); break;
+        case '\\': put(b, "\\\\", 2); break;
+        case '\n': put(b, "\\n", 2); break;
+        case '\r': put(b, "\\r", 2); break;
+        case '\t': put(b, "\\t", 2); break;
+        case '\b': put(b, "\\b", 2); break;
+        case '\f': put(b, "\\f", 2); break;
+        default:
+            if (c < 0x20) {
+                snprintf(esc, sizeof esc, "\\u%04x", c);
+                put(b, esc, 6);
+            } else {
+                put(b, (const char *)&s[i], 1);
+            }
+        }
+    }
+    put(b, "\"", 1);
+}
+
+static void put_argv(struct buf *b, char **argv)
+{
+    put(b, "[", 1);
+    for (int i = 0; argv[i] != NULL; i++) {
+        if (i)
+            put(b, ",", 1);
+        put_string(b, argv[i], strlen(argv[i]));
+    }
+    put(b, "]", 1);
+}
+
+/* The caller's environment as Python's dict(os.environ): every entry has '=' and a
+   name of its own, or the Python CLI decides what to make of it. */
+static void put_environ(struct buf *b)
+{
+    put(b, "{", 1);
+    for (int i = 0; environ[i] != NULL; i++) {
+        const char *eq = strchr(environ[i], '=');
+        if (eq == NULL || eq == environ[i])
+            fallback();
+        size_t klen = (size_t)(eq - environ[i]);
+        for (int j = 0; j < i; j++)
+            if (strncmp(environ[j], environ[i], klen + 1) == 0)
+                fallback();
+        if (i)
+            put(b, ",", 1);
+        put_string(b, environ[i], klen);
+        put(b, ":", 1);
+        put_string(b, eq + 1, strlen(eq + 1));
+    }
+    put(b, "}", 1);
+}
+
+/* PEP 538: the Python CLI's interpreter, started in the C locale, sets LC_CTYPE=C.UTF-8
+   in its environment, which a run sends to the sandbox; so does this. Returns 0 where
+   Python would do more (PYTHONCOERCECLOCALE=warn prints a warning). */
+static int coerce_c_locale(void)
+{
+    const char *lc_all = getenv("LC_ALL"), *opt = getenv("PYTHONCOERCECLOCALE");
+    if (lc_all != NULL && lc_all[0] != 0)
+        return 1;
+    if (opt != NULL && strcmp(opt, "0") == 0)
+        return 1;
+    if (opt != NULL && opt[0] != 0 && strcmp(opt, "1") != 0)
+        return 0;
+    setlocale(LC_CTYPE, "");
+    const char *now = setlocale(LC_CTYPE, NULL);
+    if (now == NULL || (strcmp(now, "C") != 0 && strcmp(now, "POSIX") != 0))
+        return 1;
+    static const char *const targets[] = {"C.UTF-8", "C.utf8", "UTF-8"};
+    for (size_t i = 0; i < sizeof targets / sizeof *targets; i++) {
+        if (setlocale(LC_CTYPE, targets[i]) != NULL)
+            return setenv("LC_CTYPE", targets[i], 1) == 0;
+    }
+    return 1;
+}
+
+/* ---- the state directory and the supervisor's address (statedir.py, connect.py) --- */
+
+static int private_dir(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077))
+        return 0;
+    return 1;
+}
+
+/* statedir.location, where it is plain; anything unusual goes to the Python CLI. */
+static void state_location(char *out, size_t size)
+{
+    const char *base = getenv("XDG_STATE_HOME");
+    char tmp[PATH_MAX];
+    if (base != NULL && base[0] == '/') {
+        snprintf(tmp, sizeof tmp, "%s", base);
+    } else {
+        const char *home = getenv("HOME");
+        if (home == NULL || home[0] != '/')
+            fallback();
+        snprintf(tmp, sizeof tmp, "%s/.local/state", home);
+    }
+    size_t n = strlen(tmp);
+    while (n > 1 && tmp[n - 1] == '/')
+        tmp[--n] = 0;
+    if (strstr(tmp, "//") || strstr(tmp, "/./") || strstr(tmp, "/../") || (n >= 2 && strcmp(tmp + n - 2, "/.") == 0) ||
+        (n >= 3 && strcmp(tmp + n - 3, "/..") == 0))
+        fallback(); /* normpath's cases: Python's */
+    if ((size_t)snprintf(out, size, "%s/warren", strcmp(tmp, "/") == 0 ? "" : tmp) >= size)
+        fallback();
+}
+
+static int same_namespaces(long pid)
+{
+    static const char *const kinds[] = {"net", "mnt", "user", "pid"};
+    for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++) {
+        char theirs[64], ours[64], a[128], b[128];
+        snprintf(theirs, sizeof theirs, "/proc/%ld/ns/%s", pid, kinds[i]);
+        snprintf(ours, sizeof ours, "/proc/self/ns/%s", kinds[i]);
+        ssize_t na = readlink(theirs, a, sizeof a), nb = readlink(ours, b, sizeof b);
+        if (na <= 0 || na != nb || memcmp(a, b, (size_t)na) != 0)
+            return 0;
+    }
+    return 1;
+}
+
+/* A verified connection to the running supervisor, or the Python CLI (which starts
+   one, or explains why it cannot). */
+static int supervisor(void)
+{
+    char root[PATH_MAX], path[PATH_MAX + 32];
+    state_location(root, sizeof root);
+    snprintf(path, sizeof path, "%s/sandboxes", root);
+    if (!private_dir(root))
+        fallback();
+    struct stat st;
+    if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+        fallback();
+    snprintf(path, sizeof path, "%s/supervisor.addr", root);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        fallback();
+    char text[257];
+    ssize_t n = -1;
+    if (fstat(fd, &st) == 0 && st.st_uid == geteuid() && !(st.st_mode & 077))
+        n = read(fd, text, 256);
+    close(fd);
+    if (n <= 0)
+        fallback();
+    text[n] = 0;
+    char token[257], pid_text[257], extra[2];
+    if (sscanf(text, "%256s %256s %1s", token, pid_text, extra) != 2)
+        fallback();
+    size_t tlen = strlen(token);
+    if (tlen < 16 || tlen > 64)
+        fallback();
+    for (size_t i = 0; i < tlen; i++)
+        if (!((token[i] >= '0' && token[i] <= '9') || (token[i] >= 'a' && token[i] <= 'z') ||
+              (token[i] >= 'A' && token[i] <= 'Z')))
+            fallback();
+    for (const char *p = pid_text; *p; p++)
+        if (*p < '0' || *p > '9' || p - pid_text > 9)
+            fallback();
+    long pid = strtol(pid_text, NULL, 10);
+
+    int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (sock < 0)
+        fallback();
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    int len = snprintf(addr.sun_path + 1, sizeof addr.sun_path - 1, "warren-%s", token);
+    socklen_t alen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len);
+    if (connect(sock, (struct sockaddr *)&addr, alen) != 0 || !same_namespaces(pid))
+        fallback();
+    struct ucred cred;
+    socklen_t clen = sizeof cred;
+    if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &clen) != 0 || cred.uid != getuid())
+        fallback(); /* the Python CLI says who answers there */
+    return sock;
+}
+
+/* ---- the command's words back (peeked; consumed only when plain) ----------------- */
+
+/* Past one JSON value at p (validity is the Python side's business: this only has to
+   find where a value ends), or NULL. */
+static const char *skip_value(const char *p, const char *end, int depth)
+{
+    if (p >= end || depth > 64)
+        return NULL;
+    if (*p == '"') {
+        for (p++; p < end; p++) {
+            if (*p == '\\')
+                p++;
+            else if (*p == '"')
+                return p + 1;
+        }
+        return NULL;
+    }
+    if (*p == '[' || *p == '{') {
+        char close = *p == '[' ? ']' : '}';
+        p++;
+        while (p < end && *p != close) {
+            p = skip_value(p, end, depth + 1);
+            if (p == NULL)
+                return NULL;
+            if (p < end && (*p == ',' || *p == ':'))
+                p++;
+        }
+        return p < end ? p + 1 : NULL;
+    }
+    while (p < end && *p != ',' && *p != '}' && *p != ']' && *p != ':')
+        p++;
+    return p;
+}
+
+static int is(const char *v, const char *vend, const char *literal)
+{
+    size_t n = strlen(literal);
+    return (size_t)(vend - v) == n && memcmp(v, literal, n) == 0;
+}
+
+/* Whether a message is the plain case the native side may take: a Started or an
+   Exited of status 0, with no warnings, no limit, no timeout, no field it does not know. */
+static int plain(const char *json, size_t n, int *exited)
+{
+    const char *p = json, *end = json + n;
+    int version = 0, kind = 0, status_zero = 0;
+    if (p >= end || *p++ != '{')
+        return 0;
+    while (p < end && *p != '}') {
+        const char *key = p;
+        const char *kend = skip_value(p, end, 0);
+        if (kend == NULL || *key != '"' || kend >= end || *kend != ':')
+            return 0;
+        const char *v = kend + 1, *vend = skip_value(v, end, 0);
+        if (vend == NULL)
+            return 0;
+        size_t klen = (size_t)(kend - key);
+#define KEY(name) (klen == sizeof(name) + 1 && memcmp(key + 1, name, sizeof(name) - 1) == 0)
+        char want[16];
+        snprintf(want, sizeof want, "%d", WARREN_PROTOCOL);
+        if (KEY("v"))
+            version = is(v, vend, want);
+        else if (KEY("t"))
+            kind = is(v, vend, "\"started\"") ? 1 : is(v, vend, "\"exited\"") ? 2 : -1;
+        else if (KEY("warnings")) {
+            if (!is(v, vend, "[]"))
+                return 0;
+        } else if (KEY("status"))
+            status_zero = is(v, vend, "0");
+        else if (KEY("timed_out")) {
+            if (!is(v, vend, "false"))
+                return 0;
+        } else if (KEY("limit")) {
+            if (!is(v, vend, "null"))
+                return 0;
+        } else if (!(KEY("pid") || KEY("cwd") || KEY("spawn_id") || KEY("network") || KEY("repository")))
+            return 0;
+#undef KEY
+        p = vend;
+        if (p < end && *p == ',')
+            p++;
+    }
+    if (p + 1 != end || !version)
+        return 0;
+    if (kind == 1) {
+        *exited = 0;
+        return 1;
+    }
+    if (kind == 2 && status_zero) {
+        *exited = 1;
+        return 1;
+    }
+    return 0;
+}
+
+/* The next message if it is plain (consumed, its JSON in out), else 0 (left unread). */
+static int take_plain(int sock, char *out, size_t *out_len, int *exited)
+{
+    unsigned char prefix[8];
+    struct iovec iov = {.iov_base = prefix, .iov_len = sizeof prefix};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+    ssize_t got = recvmsg(sock, &msg, MSG_PEEK | MSG_DONTWAIT);
+    if (got != (ssize_t)sizeof prefix || (msg.msg_flags & MSG_CTRUNC))
+        return 0; /* short, closed, or descriptors attached */
+    uint32_t jlen, plen;
+    memcpy(&jlen, prefix, 4);
+    memcpy(&plen, prefix + 4, 4);
+    jlen = ntohl(jlen);
+    plen = ntohl(plen);
+    if (jlen == 0 || jlen > MAX_PEEK - 8 || plen != 0)
+        return 0;
+    static char frame[MAX_PEEK];
+    iov = (struct iovec){.iov_base = frame, .iov_len = 8 + jlen};
+    msg = (struct msghdr){.msg_iov = &iov, .msg_iovlen = 1};
+    got = recvmsg(sock, &msg, MSG_PEEK | MSG_DONTWAIT);
+    if (got != (ssize_t)(8 + jlen) || (msg.msg_flags & MSG_CTRUNC) || !plain(frame + 8, jlen, exited))
+        return 0;
+    if (recv(sock, frame, 8 + jlen, MSG_DONTWAIT) != (ssize_t)(8 + jlen))
+        return 0; /* cannot happen: it was all there */
+    memcpy(out, frame + 8, jlen);
+    *out_len = jlen;
+    return 1;
+}
+
+/* ---- the request -------------------------------------------------------------------- */
+
+static int plain_name(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 63)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        int alnum = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+        if (!alnum && (i == 0 || (c != '.' && c != '_' && c != '-')))
+            return 0;
+    }
+    return 1;
+}
+
+static int open_fd(int fd)
+{
+    return fcntl(fd, F_GETFD) >= 0;
+}
+
+static const int FORWARD[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+
+int main(int argc, char **argv)
+{
+    g_argv = argv;
+    /* Only `run [--] CMD...` and `exec NAME [--] CMD...`, with stdio that is no terminal. */
+    if (argc < 3 || getenv("WARREN_NATIVE_RESUME") != NULL)
+        fallback();
+    int run = strcmp(argv[1], "run") == 0;
+    char **command, *name = NULL;
+    if (run) {
+        if (strcmp(argv[2], "--") == 0)
+            command = argv + 3;
+        else if (argv[2][0] != '-')
+            command = argv + 2;
+        else
+            fallback();
+    } else if (strcmp(argv[1], "exec") == 0) {
+        name = argv[2];
+        if (!plain_name(name) || argc < 4)
+            fallback();
+        command = argv + 3;
+        if (strcmp(command[0], "--") == 0) {
+            command++;
+            if (command[0] != NULL && strcmp(command[0], "--") == 0)
+                command++;
+        } else if (command[0][0] == '-') {
+            fallback();
+        }
+    } else {
+        fallback();
+    }
+    if (command[0] == NULL)
+        fallback();
+    for (int fd = 0; fd < 3; fd++)
+        if (!open_fd(fd) || isatty(fd))
+            fallback();
+
+    struct buf req = {0};
+    char head[64];
+    snprintf(head, sizeof head, "{\"v\":%d,\"t\":\"%s\",", WARREN_PROTOCOL, run ? "run" : "exec");
+    puts_(&req, head);
+    if (run) {
+        if (!coerce_c_locale())
+            fallback();
+        char cwd[PATH_MAX];
+        if (getcwd(cwd, sizeof cwd) == NULL)
+            fallback();
+        puts_(&req, "\"spec\":{},\"caller\":{\"cwd\":");
+        put_string(&req, cwd, strlen(cwd));
+        puts_(&req, ",\"env\":");
+        put_environ(&req);
+        puts_(&req, ",\"config\":true},\"command\":{\"argv\":");
+        put_argv(&req, command);
+        puts_(&req, ",\"stdio\":[true,true,true]},\"net_events\":true}");
+    } else {
+        puts_(&req, "\"sandbox\":");
+        put_string(&req, name, strlen(name));
+        puts_(&req, ",\"command\":{\"argv\":");
+        put_argv(&req, command);
+        puts_(&req, ",\"stdio\":[true,true,true]}}");
+    }
+    size_t jlen = req.len;
+    if (jlen > 4 * 1024 * 1024)
+        fallback(); /* wire.MAX_HEADER: the Python CLI explains */
+
+    int sock = supervisor();
+    int net[2] = {-1, -1};
+    if (run && pipe2(net, O_CLOEXEC) != 0)
+        fallback();
+
+    /* From here on, signals wait in the queue: read here through a signalfd, or left
+       pending for the Python CLI if it takes over. */
+    sigset_t mask;
+    sigemptyset(&mask);
+    for (size_t i = 0; i < sizeof FORWARD / sizeof *FORWARD; i++)
+        sigaddset(&mask, FORWARD[i]);
+    sigprocmask(SIG_BLOCK, &mask, NULL);
+    int sigfd = signalfd(-1, &mask, SFD_CLOEXEC);
+
+    uint32_t lens[2] = {htonl((uint32_t)jlen), 0};
+    struct iovec iov[2] = {{.iov_base = lens, .iov_len = 8}, {.iov_base = req.data, .iov_len = jlen}};
+    int fds[4] = {0, 1, 2, net[1]};
+    int nfds = run ? 4 : 3;
+    union {
+        struct cmsghdr h;
+        char space[CMSG_SPACE(sizeof fds)];
+    } control;
+    memset(&control, 0, sizeof control);
+    struct msghdr msg = {.msg_iov = iov, .msg_iovlen = 2, .msg_control = control.space,
+                         .msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds)};
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+    memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
+    size_t total = 8 + jlen, sent = 0;
+    ssize_t n = sendmsg(sock, &msg, MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR)
+        n = sendmsg(sock, &msg, MSG_NOSIGNAL);
+    sent = n < 0 ? 0 : (size_t)n;
+    while (n >= 0 && sent < total) {
+        const char *from = sent < 8 ? (const char *)lens + sent : req.data + (sent - 8);
+        size_t left = sent < 8 ? 8 - sent : total - sent;
+        n = send(sock, from, left, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            n = 0;
+        else if (n > 0)
+            sent += (size_t)n;
+    }
+    if (n < 0) /* closed on us (its answer may be there to read), or worse: the Python CLI says */
+        resume(sock, net[0], "", 0);
+    if (run)
+        close(net[1]);
+
+    static char started[MAX_PEEK];
+    size_t started_len = 0;
+    struct pollfd pfd[3] = {{.fd = sock, .events = POLLIN}, {.fd = sigfd, .events = POLLIN}, {.fd = net[0], .events = POLLIN}};
+    for (;;) {
+        if (poll(pfd, run ? 3 : 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            resume(sock, net[0], started, started_len);
+        }
+        if (pfd[1].revents & POLLIN) {
+            /* The Python CLI forwards the signal (still pending for it), and the rest. */
+            resume(sock, net[0], started, started_len);
+        }
+        if (run && pfd[2].revents) {
+            int avail = 0;
+            if (pfd[2].revents & POLLIN && ioctl(net[0], FIONREAD, &avail) == 0 && avail > 0)
+                resume(sock, net[0], started, started_len); /* a network event to show */
+            if (avail == 0 && (pfd[2].revents & (POLLHUP | POLLERR)))
+                pfd[2].fd = -1; /* the supervisor closed it: nothing more will come */
+        }
+        if (pfd[0].revents) {
+            char json[MAX_PEEK];
+            size_t len = 0;
+            int exited = 0;
+            int avail = 0;
+            if (run && net[0] >= 0 && ioctl(net[0], FIONREAD, &avail) == 0 && avail > 0)
+                resume(sock, net[0], started, started_len);
+            if (!take_plain(sock, json, &len, &exited))
+                resume(sock, net[0], started, started_len);
+            if (exited)
+                _exit(0);
+            memcpy(started, json, len);
+            started_len = len;
+        }
+    }
+}

@@ -1,0 +1,255 @@
+"""``warren image``: build, import, list, inspect, remove and collect images.
+
+One parser for the group (the reference and completions are made from it): the first
+word is the action, the flags say which actions they apply to. Progress goes to
+stderr, one rewritten line, only when stderr is a terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..terminal import printable
+from . import flags
+
+ACTIONS = ("build", "import", "ls", "inspect", "rm", "gc")
+_USAGE = {
+    "build": "build NAME --debian SUITE [--include PKG,...] [--mirror URL] [--variant V]",
+    "import": "import NAME FILE",
+    "ls": "ls",
+    "inspect": "inspect NAME",
+    "rm": "rm NAME...",
+    "gc": "gc",
+}
+
+
+def _usage(action: str, why: str) -> flags.UsageError:
+    return flags.UsageError(
+        f"warren image {action}: {why}", operation="cli", hint=f"usage: warren image {_USAGE[action]}"
+    )
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+class _Progress:
+    """One line on stderr, rewritten at most ten times a second; nothing off a terminal."""
+
+    def __init__(self) -> None:
+        self.on = sys.stderr.isatty()
+        self.last = 0.0
+        self.shown = False
+
+    def __call__(self, label: str, done: int, total: int | None) -> None:
+        now = time.monotonic()
+        if not self.on or now - self.last < 0.1:
+            return
+        self.last = now
+        of = f" of {_size(total)}" if total else ""
+        pct = f" {100 * done // total:3d}%" if total else ""
+        sys.stderr.write(f"\r\x1b[K{label}:{pct} {_size(done)}{of}")
+        sys.stderr.flush()
+        self.shown = True
+
+    def end(self) -> None:
+        if self.shown:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+            self.shown = False
+
+
+def _warn(progress: _Progress) -> Callable[[str], None]:
+    def warn(line: str) -> None:
+        progress.end()
+        sys.stderr.write(f"warren: warning: {printable(line)}\n")
+
+    return warn
+
+
+def image(args: list[str]) -> int:
+    p = flags.parser(
+        "warren image",
+        "Images: root filesystems a sandbox can run on. Actions: "
+        + "; ".join(f"warren image {u}" for u in _USAGE.values()),
+    )
+    p.add_argument("action", choices=ACTIONS, help="what to do")
+    p.add_argument("names", nargs="*", metavar="NAME", help="the image (for import: NAME FILE)")
+    p.add_argument("--debian", metavar="SUITE", help="build: the Debian suite (bookworm, trixie, ...)")
+    p.add_argument(
+        "--include", action="append", default=[], metavar="PKG,...", help="build: more packages (repeatable)"
+    )
+    p.add_argument("--mirror", metavar="URL", help="build: the Debian mirror (default: mmdebstrap's)")
+    p.add_argument("--variant", default="minbase", help="build: mmdebstrap's variant (default minbase)")
+    p.add_argument(
+        "--max-size",
+        metavar="SIZE",
+        help="build, import: refuse an image whose files add up to more (default 32G)",
+    )
+    p.add_argument(
+        "--allow-devices",
+        action="store_true",
+        help="import (as root only): keep the archive's device nodes (else skipped with a warning)",
+    )
+    p.add_argument("--json", action="store_true", help="ls, inspect: print JSON")
+    ns = p.parse_args(_flags_first(args))
+
+    from ..images.store import ImageStore
+
+    store = ImageStore()
+    action, names = ns.action, ns.names
+    if action in ("build", "import", "inspect") and not names:
+        raise _usage(action, "name the image")
+    max_size: dict[str, Any] = {}
+    if ns.max_size is not None:
+        from ..policy.limits import parse_size
+
+        max_size["max_size"] = parse_size(ns.max_size, "--max-size")
+    if action == "build":
+        return _build(store, ns, max_size)
+    if action == "import":
+        if len(names) != 2:
+            raise _usage(action, "give NAME and FILE")
+        progress = _Progress()
+        try:
+            ref = store.import_archive(
+                names[0],
+                names[1],
+                allow_devices=ns.allow_devices,
+                progress=progress,
+                warn=_warn(progress),
+                **max_size,
+            )
+        finally:
+            progress.end()
+        print(f"{ref.name} {ref.id[7:19]}")
+        return 0
+    if action == "ls":
+        if names:
+            raise _usage(action, "takes no name")
+        return _ls(store, ns.json)
+    if action == "inspect":
+        infos = [store.inspect(n) for n in names]
+        if ns.json:
+            print(json.dumps([i.to_json() for i in infos], indent=2))
+        else:
+            for info in infos:
+                _show(info.to_json())
+        return 0
+    if action == "rm":
+        if not names:
+            raise _usage(action, "name the image")
+        for n in names:
+            store.remove(n, collect=False)
+        store.gc()
+        return 0
+    if names:
+        raise _usage(action, "takes no name")
+    removed = store.gc()
+    print(f"removed {len(removed)} layer{'s' * (len(removed) != 1)}")
+    return 0
+
+
+_VALUED = ("--debian", "--include", "--mirror", "--variant", "--max-size")
+
+
+def _flags_first(args: list[str]) -> list[str]:
+    """Flags before the words, so that flags may come anywhere (``inspect --json NAME``):
+    argparse ends a ``*`` positional at the first flag."""
+    flags_, words = [], []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            words += args[i + 1 :]
+            break
+        if arg.startswith("-"):
+            flags_.append(arg)
+            if arg in _VALUED and i + 1 < len(args):
+                flags_.append(args[i + 1])
+                i += 1
+        else:
+            words.append(arg)
+        i += 1
+    return [*flags_, *words]
+
+
+def _build(store: Any, ns: Any, max_size: dict[str, Any]) -> int:
+    from ..images import build
+
+    if len(ns.names) != 1:
+        raise _usage("build", "name one image")
+    if not ns.debian:
+        raise _usage("build", "--debian SUITE is required")
+    include = [pkg.strip() for item in ns.include for pkg in item.split(",") if pkg.strip()]
+    progress = _Progress()
+    try:
+        ref = build.debian(
+            store,
+            ns.names[0],
+            ns.debian,
+            include=include,
+            mirror=ns.mirror,
+            variant=ns.variant,
+            show_output=sys.stderr.isatty(),
+            progress=progress,
+            warn=_warn(progress),
+            **max_size,
+        )
+    finally:
+        progress.end()
+    print(f"{ref.name} {ref.id[7:19]}")
+    return 0
+
+
+def _ls(store: Any, as_json: bool) -> int:
+    infos = store.images()
+    if as_json:
+        print(json.dumps([i.to_json() for i in infos], indent=2))
+        return 0
+    if not infos:
+        print("no images (warren image build or warren image import makes one)")
+        return 0
+    rows = [
+        (
+            i.name,
+            i.id[7:19],
+            str(len(i.layers)),
+            _size(i.size),
+            time.strftime("%Y-%m-%d %H:%M", time.localtime(i.created)),
+            i.source,
+        )
+        for i in infos
+    ]
+    head = ("NAME", "ID", "LAYERS", "SIZE", "ADDED", "SOURCE")
+    widths = [max(len(r[c]) for r in [head, *rows]) for c in range(5)]
+    for r in [head, *rows]:
+        print(printable("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=False)) + "  " + r[5]))
+    return 0
+
+
+def _show(data: dict[str, Any]) -> None:
+    for key in ("name", "id", "source", "size", "created"):
+        value = data[key]
+        if key == "size":
+            value = _size(value)
+        elif key == "created":
+            value = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(value))
+        print(printable(f"{key}: {value}"))
+    print("layers:")
+    for layer in data["layers"]:
+        print(f"  {layer}")
+    for key, value in data["config"].items():
+        if value:
+            print(printable(f"{key}: {json.dumps(value)}"))
+
+
+COMMANDS: dict[str, Callable[[list[str]], int]] = {"image": image}

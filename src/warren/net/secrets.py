@@ -1,0 +1,260 @@
+"""Secrets the agent uses but cannot read, and the HTTP rules of intercepted hosts. Pure.
+
+Owns the meaning of a ``--secret`` and an ``--allow-http`` entry, the placeholder a
+sandbox sees instead of a secret, and the two substitutions the proxy makes with
+them (``net.intercept`` does the I/O):
+
+- in a request to one of the secret's hosts: placeholder -> real value, in header
+  values (``Authorization: Bearer``, custom headers, and inside a ``Basic``
+  credential, which is base64 of ``user:password``) and in the URL's userinfo;
+  never in a request body (the server would get the placeholder there);
+- in everything a secret's host answers: real value -> placeholder, so a server that
+  echoes a request back cannot show the sandbox the value.
+
+Entries:
+
+    TOKEN=GITHUB_TOKEN@api.github.com,github.com   the caller's $GITHUB_TOKEN
+    PYPI_PASSWORD=file:~/.config/pypi-token@pypi.example.org   a file's first line
+    POST api.example.org/v1/       --allow-http: that method, that path prefix
+    * api.example.org/             any method
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from ..errors import PolicyError
+from .allowlist import HostRule, normalize_host, valid_name
+
+PLACEHOLDER_PREFIX = "warren-secret-"
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_METHOD = re.compile(r"[A-Z]{1,20}|\*")
+_SECRET_HINT = "write NAME=ENVVAR@HOST[,HOST...] or NAME=file:PATH@HOST[,HOST...]"
+_HTTP_HINT = "write 'METHOD HOST/PATH-PREFIX', e.g. 'POST api.example.org/v1/' (METHOD * for any)"
+
+
+@dataclass(frozen=True)
+class SecretRule:
+    """One ``--secret`` as written: the variable inside, where the real value comes
+    from (``env`` a variable name of the caller, or ``file`` a path), its hosts."""
+
+    text: str
+    name: str
+    hosts: tuple[str, ...]
+    env: str | None = None
+    file: str | None = None
+
+    @property
+    def source(self) -> str:
+        return f"${self.env}" if self.env is not None else f"file {self.file}"
+
+
+@dataclass(frozen=True)
+class HttpRule:
+    """One ``--allow-http``: ``method`` (``*`` for any) on ``host``, paths under ``prefix``."""
+
+    text: str
+    method: str
+    host: str
+    prefix: str
+
+    def allows(self, method: str, path: str) -> bool:
+        return (self.method in ("*", method)) and _path_only(path).startswith(self.prefix)
+
+
+@dataclass(frozen=True)
+class PlacedSecret:
+    """A secret as planned for one sandbox: what it sees (``placeholder``) and where
+    the proxy puts the real value in. The value itself is never in a plan."""
+
+    name: str
+    placeholder: str
+    hosts: tuple[str, ...]
+    source: str
+
+
+def _secret_error(entry: str, why: str, where: str) -> PolicyError:
+    return PolicyError(f"{where}: invalid secret {entry!r}: {why}", operation="policy", hint=_SECRET_HINT)
+
+
+def _hosts(raw: str, entry: str, where: str, bad: type[Exception] | None = None) -> tuple[str, ...]:
+    hosts = tuple(normalize_host(h) for h in raw.split(",") if h.strip())
+    if not hosts:
+        raise _secret_error(entry, "no host after @", where)
+    for host in hosts:
+        bare = host[2:] if host.startswith("*.") else host
+        if not valid_name(bare) or "*" in bare:
+            raise _secret_error(entry, f"{host!r} is not a host name (a secret goes to names only)", where)
+    return tuple(dict.fromkeys(hosts))
+
+
+def parse_secret(entry: str, where: str = "--secret") -> SecretRule:
+    text = entry.strip()
+    name, sep, rest = text.partition("=")
+    if not sep or not _NAME.fullmatch(name):
+        raise _secret_error(entry, "expected NAME= (letters, digits and _) first", where)
+    source, at, hosts_text = rest.rpartition("@")
+    if not at or not source:
+        raise _secret_error(entry, "expected SOURCE@HOST after NAME=", where)
+    hosts = _hosts(hosts_text, entry, where)
+    if source.startswith("file:"):
+        path = source[5:]
+        if not path:
+            raise _secret_error(entry, "file: needs a path", where)
+        return SecretRule(text, name, hosts, file=path)
+    if not _NAME.fullmatch(source):
+        raise _secret_error(entry, f"{source!r} is not an environment variable name", where)
+    return SecretRule(text, name, hosts, env=source)
+
+
+def parse_secrets(entries: Iterable[str], where: str = "--secret") -> tuple[SecretRule, ...]:
+    rules = tuple(parse_secret(e, where) for e in entries)
+    seen: set[str] = set()
+    for rule in rules:
+        if rule.name in seen:
+            raise _secret_error(rule.text, f"{rule.name} is given twice", where)
+        seen.add(rule.name)
+    return rules
+
+
+def parse_http_rule(entry: str, where: str = "--allow-http") -> HttpRule:
+    method, _, target = entry.strip().partition(" ")
+    target = target.strip()
+    if not _METHOD.fullmatch(method) or not target:
+        raise PolicyError(f"{where}: invalid HTTP rule {entry!r}", operation="policy", hint=_HTTP_HINT)
+    host, slash, path = target.partition("/")
+    host = normalize_host(host)
+    if not valid_name(host):
+        raise PolicyError(
+            f"{where}: invalid HTTP rule {entry!r}: {host!r} is not a host name",
+            operation="policy",
+            hint=_HTTP_HINT,
+        )
+    return HttpRule(entry.strip(), method, host, "/" + path if slash else "/")
+
+
+def parse_http_rules(entries: Iterable[str], where: str = "--allow-http") -> tuple[HttpRule, ...]:
+    return tuple(parse_http_rule(e, where) for e in entries)
+
+
+def check_hosts_allowed(
+    secrets: Sequence[SecretRule], http_rules: Sequence[HttpRule], allowed: Sequence[HostRule]
+) -> None:
+    """A secret's or HTTP rule's host must be reachable at all: else a typed error
+    naming both, at plan time (not a refusal the agent meets later)."""
+    pairs = [(h, f"secret {s.name}") for s in secrets for h in s.hosts]
+    pairs += [(r.host, f"HTTP rule {r.text!r}") for r in http_rules]
+    for host, what in pairs:
+        probe = "x." + host[2:] if host.startswith("*.") else host
+        if not any(r.name is not None and _name_matches(r.name, probe) for r in allowed):
+            raise PolicyError(
+                f"{what} names host {host}, which is not an allowed host",
+                operation="policy",
+                hint=f"add --allow-host {host} (a secret or HTTP rule only applies to hosts the "
+                "sandbox may reach), or correct the host",
+            )
+
+
+def _name_matches(rule: str, host: str) -> bool:
+    if rule.startswith("*."):
+        return host.endswith(rule[1:]) and len(host) > len(rule) - 1
+    return host == rule
+
+
+def host_matches(pattern: str, host: str) -> bool:
+    """``host`` (normalized) is ``pattern`` or, for ``*.domain``, below it."""
+    return _name_matches(pattern, normalize_host(host))
+
+
+def placeholder(name: str, nonce: str) -> str:
+    """What ``$NAME`` holds inside: recognisable, unique per sandbox (``nonce``) and per
+    secret, and long enough (128 random bits) never to occur by chance."""
+    digest = hashlib.sha256(f"{nonce}\0{name}".encode()).hexdigest()[:32]
+    return f"{PLACEHOLDER_PREFIX}{name}-{digest}"
+
+
+def _path_only(target: str) -> str:
+    return target.split("?", 1)[0].split("#", 1)[0]
+
+
+# --- substitution (the proxy's; values as bytes) ---------------------------------------------
+
+
+class Substituter:
+    """The swaps for one intercepted host: ``pairs`` maps each placeholder to its real
+    value (both bytes; only the secrets whose hosts include this host)."""
+
+    def __init__(self, pairs: Mapping[bytes, bytes]) -> None:
+        self.pairs = dict(pairs)
+        self.reverse = {real: ph for ph, real in self.pairs.items() if real}
+        # Longest first: a value that contains another is replaced whole.
+        self._real = sorted(self.reverse, key=len, reverse=True)
+        self.longest = max((len(r) for r in self._real), default=0)
+
+    def request_value(self, value: str) -> tuple[str, list[str]]:
+        """A request header's value (or a URL's userinfo) with placeholders replaced;
+        and the names used. ``Basic`` credentials are decoded, replaced, re-encoded."""
+        raw = value.encode("latin-1")
+        used: list[str] = []
+        out = self._swap(raw, used)
+        scheme, _, cred = raw.partition(b" ")
+        if scheme.lower() == b"basic" and cred:
+            try:
+                plain = base64.b64decode(cred.strip(), validate=True)
+            except (binascii.Error, ValueError):
+                plain = b""
+            swapped = self._swap(plain, used)
+            if swapped != plain:
+                out = scheme + b" " + base64.b64encode(swapped)
+        return out.decode("latin-1"), used
+
+    def _swap(self, data: bytes, used: list[str]) -> bytes:
+        for ph, real in self.pairs.items():
+            if ph in data:
+                data = data.replace(ph, real)
+                used.append(_name_of(ph))
+        return data
+
+    def scrub(self, data: bytes) -> bytes:
+        """Real values -> placeholders (a response, whole)."""
+        for real in self._real:
+            data = data.replace(real, self.reverse[real])
+        return data
+
+
+def _name_of(placeholder: bytes) -> str:
+    return placeholder.decode("latin-1")[len(PLACEHOLDER_PREFIX) :].rsplit("-", 1)[0]
+
+
+class StreamScrubber:
+    """Real values -> placeholders across a stream cut anywhere: holds back only the
+    end of a piece that could be the start of a value, so a stream that pauses (an
+    event stream waiting for the client) never has its last event held back."""
+
+    def __init__(self, sub: Substituter) -> None:
+        self.sub = sub
+        self.keep = max(sub.longest - 1, 0)
+        self.firsts = {real[0] for real in sub.reverse}
+        self.buf = b""
+
+    def feed(self, data: bytes) -> bytes:
+        data = self.sub.scrub(self.buf + data) if self.buf else self.sub.scrub(data)
+        hold = self._partial(data)
+        self.buf = data[len(data) - hold :] if hold else b""
+        return data[: len(data) - hold] if hold else data
+
+    def _partial(self, data: bytes) -> int:
+        """The length of the longest end of ``data`` that begins a value (0: none)."""
+        for i in range(max(len(data) - self.keep, 0), len(data)):
+            if data[i] in self.firsts and any(real.startswith(data[i:]) for real in self.sub.reverse):
+                return len(data) - i
+        return 0
+
+    def flush(self) -> bytes:
+        out, self.buf = self.sub.scrub(self.buf), b""
+        return out

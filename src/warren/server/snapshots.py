@@ -1,0 +1,268 @@
+"""Snapshots of sandboxes on an image: their own layer, kept as a read-only layer.
+
+A sandbox on an image keeps all of its filesystem state in its own layer (the
+overlay's upper directory, on a tmpfs in its namespaces; PID 1 hands the supervisor a
+descriptor of it with ``Ready``). A snapshot is a copy of that layer, taken while
+the sandbox is paused, into ``snapshots/ID/layer`` of the state directory, in the
+same format as the image's layers (0/0 whiteouts, ``user.overlay.opaque``); a sandbox
+made from it runs on the image's layers with the snapshot's on top, under a fresh
+layer of its own. The workspace is included when it lives in the layer; a host
+workspace is not (it is the host's directory: ``workspace`` in the record says so).
+Processes and memory are never part of a snapshot.
+
+The layer is the sandbox's: every name in it is walked from directory descriptors
+without following a link (``O_NOFOLLOW``), links are copied as links, devices other
+than whiteouts and sockets are left out, set-id bits are dropped. The copy costs time
+in proportion to what the sandbox changed, never to the image's unchanged data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import secrets
+import stat
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .._core import safepath
+from ..errors import SetupError, SnapshotError, SnapshotNotFound
+from ..images.ref import ImageRef
+
+DIR = "snapshots"
+_RD = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+_DIRFLAGS = _RD | os.O_DIRECTORY
+_META = "snapshot.json"
+_ID_CHARS = frozenset("0123456789abcdef")
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    id: str
+    sandbox: str  # the sandbox it was taken of
+    image: str  # the image's name
+    image_id: str
+    layers: tuple[str, ...]  # the image's layers, lowest first (this snapshot's not among them)
+    created: float
+    size: int  # bytes of file data copied
+    workspace: str  # "included" or "not included: host directory PATH"
+    seconds: float  # how long the copy took (the sandbox was paused meanwhile)
+    host_workspace: str = ""  # the host directory bound at /workspace ("" when in the layer)
+
+    def to_dict(self) -> dict[str, object]:
+        data = asdict(self)
+        data["layers"] = list(self.layers)
+        return data
+
+
+def _dir(root: str) -> str:
+    path = os.path.join(root, DIR)
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    return path
+
+
+def layer_path(root: str, snap_id: str) -> str:
+    return os.path.join(root, DIR, snap_id, "layer")
+
+
+def take(root: str, sandbox: str, layer_fd: int, image: ImageRef, host_workspace: str | None) -> Snapshot:
+    """Copy the layer behind ``layer_fd`` (the caller pauses the sandbox) into a new
+    snapshot; a failure leaves nothing behind."""
+    snap_id = secrets.token_hex(6)
+    base = safepath.open_dir(_dir(root))
+    started = time.monotonic()
+    try:
+        os.mkdir(snap_id, 0o700, dir_fd=base)
+        top = os.open(snap_id, _DIRFLAGS, dir_fd=base)
+        try:
+            os.mkdir("layer", 0o755, dir_fd=top)
+            dst = os.open("layer", _DIRFLAGS, dir_fd=top)
+            try:
+                src = os.open(".", _DIRFLAGS, dir_fd=layer_fd)
+                try:
+                    size = _copy_tree(src, dst, dst, "", {})
+                finally:
+                    os.close(src)
+            finally:
+                os.close(dst)
+            snap = Snapshot(
+                id=snap_id,
+                sandbox=sandbox,
+                image=image.name,
+                image_id=image.id,
+                layers=tuple(str(p) for p in image.layers),
+                created=time.time(),
+                size=size,
+                workspace="included"
+                if host_workspace is None
+                else f"not included: host directory {host_workspace}",
+                seconds=round(time.monotonic() - started, 3),
+                host_workspace=host_workspace or "",
+            )
+            safepath.write_atomic(top, _META, json.dumps(snap.to_dict()).encode())
+        finally:
+            os.close(top)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            safepath.remove_tree(base, snap_id)
+        raise SetupError(
+            f"cannot snapshot sandbox {sandbox}: {e.strerror}",
+            operation="snapshot",
+            path=e.filename if isinstance(e.filename, str) else None,
+            errno=e.errno,
+            hint="a file the sandbox made unreadable to you (chmod 000) cannot be copied; "
+            "the state directory's disk may be full",
+        ) from None
+    finally:
+        os.close(base)
+    return snap
+
+
+def _copy_tree(src: int, dst: int, top: int, rel: str, seen: dict[tuple[int, int], str]) -> int:
+    """Every entry of ``src`` into ``dst`` (both directories); returns bytes copied.
+    ``seen``: files with several names, by (dev, ino), and where their first copy is
+    (relative to ``top``), so hard links stay hard links."""
+    size = 0
+    for name in os.listdir(src):
+        st = os.stat(name, dir_fd=src, follow_symlinks=False)
+        mode = st.st_mode
+        here = f"{rel}/{name}" if rel else name
+        if stat.S_ISDIR(mode):
+            os.mkdir(name, 0o700, dir_fd=dst)
+            s = os.open(name, _DIRFLAGS, dir_fd=src)
+            try:
+                d = os.open(name, _DIRFLAGS, dir_fd=dst)
+                try:
+                    size += _copy_tree(s, d, top, here, seen)
+                    _metadata(s, d, st)
+                finally:
+                    os.close(d)
+            finally:
+                os.close(s)
+        elif stat.S_ISREG(mode):
+            key = (st.st_dev, st.st_ino)
+            if st.st_nlink > 1 and key in seen:
+                os.link(seen[key], name, src_dir_fd=top, dst_dir_fd=dst, follow_symlinks=False)
+                continue
+            size += _copy_file(src, dst, name, st)
+            if st.st_nlink > 1:
+                seen[key] = here
+        elif stat.S_ISLNK(mode):
+            os.symlink(os.readlink(name, dir_fd=src), name, dir_fd=dst)
+        elif stat.S_ISCHR(mode) and st.st_rdev == 0:
+            os.mknod(name, stat.S_IFCHR, 0, dir_fd=dst)  # a whiteout: the name was removed
+        elif stat.S_ISFIFO(mode):
+            os.mkfifo(name, stat.S_IMODE(mode) & 0o777, dir_fd=dst)
+        # Sockets and devices cannot be made unprivileged, nor would they mean anything.
+    return size
+
+
+def _copy_file(src: int, dst: int, name: str, st: os.stat_result) -> int:
+    s = os.open(name, _RD | os.O_NONBLOCK, dir_fd=src)
+    try:
+        if not stat.S_ISREG(os.fstat(s).st_mode):
+            return 0  # replaced meanwhile (the sandbox is paused: it was not)
+        d = os.open(
+            name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dst
+        )
+        try:
+            done = 0
+            while True:
+                n = os.sendfile(d, s, done, 1 << 30)
+                if n == 0:
+                    break
+                done += n
+            _metadata(s, d, st)
+            return done
+        finally:
+            os.close(d)
+    finally:
+        os.close(s)
+
+
+def _metadata(src: int, dst: int, st: os.stat_result) -> None:
+    with contextlib.suppress(OSError):
+        for attr in os.listxattr(src):
+            if attr == "user.overlay.opaque" or not attr.startswith("user.overlay."):
+                with contextlib.suppress(OSError):
+                    os.setxattr(dst, attr, os.getxattr(src, attr))
+    os.chmod(dst, stat.S_IMODE(st.st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
+    os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def _check_id(snap_id: str) -> None:
+    if not snap_id or len(snap_id) > 64 or not set(snap_id) <= _ID_CHARS:
+        raise SnapshotNotFound(
+            f"no snapshot {snap_id!r}",
+            operation="snapshot",
+            path=snap_id[:80],
+            hint="see `warren snapshot ls`",
+        )
+
+
+def get(root: str, snap_id: str) -> Snapshot:
+    _check_id(snap_id)
+    try:
+        base = safepath.open_dir(os.path.join(root, DIR, snap_id))
+        try:
+            data = json.loads(safepath.read_file(base, _META, 1 << 20))
+        finally:
+            os.close(base)
+    except (OSError, ValueError):
+        raise SnapshotNotFound(
+            f"no snapshot {snap_id}", operation="snapshot", path=snap_id, hint="see `warren snapshot ls`"
+        ) from None
+    data["layers"] = tuple(data["layers"])
+    return Snapshot(**data)
+
+
+def all_snapshots(root: str) -> list[Snapshot]:
+    out = []
+    with contextlib.suppress(FileNotFoundError):
+        for name in sorted(os.listdir(os.path.join(root, DIR))):
+            with contextlib.suppress(SnapshotNotFound):
+                out.append(get(root, name))
+    return sorted(out, key=lambda s: s.created)
+
+
+def image_of(root: str, snap_id: str) -> ImageRef:
+    """The image a sandbox made from snapshot ``snap_id`` runs on: the image's layers
+    with the snapshot's on top."""
+    snap = get(root, snap_id)
+    layers = (*snap.layers, layer_path(root, snap_id))
+    for layer in layers:
+        if not os.path.isdir(layer):
+            raise SetupError(
+                f"snapshot {snap_id}: its image layer {layer} is gone",
+                operation="snapshot",
+                path=layer,
+                errno=errno.ENOENT,
+                hint="the image it was taken on was removed; the snapshot cannot be used without it",
+            )
+    return ImageRef(name=f"{snap.image}+{snap_id}", id=snap.image_id, layers=tuple(Path(p) for p in layers))
+
+
+def remove(root: str, snap_id: str, in_use: set[str]) -> Snapshot:
+    """Remove a snapshot no sandbox and no other snapshot stands on (``in_use``:
+    layer directories of the live sandboxes)."""
+    snap = get(root, snap_id)
+    layer = layer_path(root, snap_id)
+    users = [s.id for s in all_snapshots(root) if layer in s.layers]
+    if layer in in_use or users:
+        raise SnapshotError(
+            f"snapshot {snap_id} is in use"
+            + (f" by snapshot(s) {', '.join(users)}" if users else " by a sandbox"),
+            operation="snapshot rm",
+            path=snap_id,
+            errno=errno.EBUSY,
+            hint="remove the sandboxes made from it (and the snapshots taken of them) first",
+        )
+    base = safepath.open_dir(os.path.join(root, DIR))
+    try:
+        safepath.remove_tree(base, snap_id)
+    finally:
+        os.close(base)
+    return snap

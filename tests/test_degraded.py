@@ -1,0 +1,441 @@
+"""The degraded mode, where a sandbox can get no user namespace (docs/degraded.md).
+
+"No user namespaces" is simulated for real: the whole warren — the CLI and the
+supervisor it starts, with a state and runtime directory of this module's own — runs
+under ``bwrap --unshare-user --disable-userns``, where clone(CLONE_NEWUSER) fails with
+ENOSPC as in a container that forbids them (``test_the_simulation_forbids_user_namespaces``
+checks that it does). Each attack is judged on the host, beside a control that does the
+same thing without warren and succeeds.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from warren.errors import HostError, PolicyError
+from warren.plan import CallerFacts, make_plan
+from warren.plan.degraded import NOT_HELD
+from warren.policy import build
+from warren.policy.spec import PolicySpec
+from warren.server import hostfacts
+
+BWRAP = shutil.which("bwrap")
+pytestmark = pytest.mark.skipif(BWRAP is None, reason="bwrap is not installed (scripts/setup installs it)")
+
+
+@pytest.fixture(scope="module")
+def box(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """This module's own state and runtime directories (so its own supervisor, which
+    starts inside the simulation too), and a workspace."""
+    base = tmp_path_factory.mktemp("degraded")
+    for sub in ("state", "long-lived", "run", "ws"):
+        (base / sub).mkdir(mode=0o700)
+    yield base
+
+
+def nouserns(
+    base: Path, argv: list[str], *, state: str = "state", timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """``warren ARGV`` (or, with argv[0] == "--", a plain command) with no user
+    namespaces to be had, from the workspace. Each call is a user namespace of its
+    own, whose supervisor the next one cannot reach: it runs one of its own, which
+    leaves soon after (WARREN_SUPERVISOR_IDLE)."""
+    env = {
+        **os.environ,
+        "WARREN_SUPERVISOR_IDLE": "1",
+        "XDG_STATE_HOME": str(base / state),
+        "XDG_RUNTIME_DIR": str(base / "run"),
+    }
+    cmd = argv[1:] if argv and argv[0] == "--" else [sys.executable, "-m", "warren", *argv]
+    assert BWRAP is not None
+    return subprocess.run(
+        [BWRAP, "--dev-bind", "/", "/", "--unshare-user", "--disable-userns", "--", *cmd],
+        cwd=base / "ws",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+PROBE = "from warren._core import kernel; print(*kernel.userns_probe())"
+
+
+def test_the_simulation_forbids_user_namespaces(box: Path) -> None:
+    r = nouserns(box, ["--", sys.executable, "-c", PROBE])
+    assert r.stdout.split() == ["unavailable", "28"], r.stderr  # ENOSPC
+    here = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True)
+    assert here.stdout.split() == ["usable", "0"], here.stderr
+
+
+def test_a_command_runs_and_writes_its_workspace_without_user_namespaces(box: Path) -> None:
+    r = nouserns(
+        box,
+        [
+            "run",
+            "--",
+            "sh",
+            "-c",
+            'echo made > made.txt && echo tmp > "$TMPDIR/t" && cat made.txt "$TMPDIR/t"',
+        ],
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["made", "tmp"]
+    assert (box / "ws" / "made.txt").read_text() == "made\n"
+
+
+def test_writes_outside_the_workspace_fail_without_user_namespaces(box: Path, outside: Path) -> None:
+    attack = f"echo pwned > {outside}; touch {outside}.planted; chmod 777 {outside}"
+    r = nouserns(box, ["run", "--", "sh", "-c", attack])
+    assert r.returncode != 0
+    assert outside.read_text() == "keep me\n"
+    assert not Path(f"{outside}.planted").exists()
+    assert oct(outside.stat().st_mode & 0o777) != oct(0o777)
+    # Control: the same commands, without warren, do what they say.
+    control = nouserns(box, ["--", "sh", "-c", f"echo pwned > {outside}.control"])
+    assert control.returncode == 0 and Path(f"{outside}.control").read_text() == "pwned\n"
+    Path(f"{outside}.control").unlink()
+
+
+def test_a_planted_credential_stays_unreadable_without_user_namespaces(
+    box: Path, planted_secret: Path
+) -> None:
+    r = nouserns(box, ["run", "--", "cat", str(planted_secret)])
+    assert "PLANTED-SECRET" not in r.stdout + r.stderr
+    assert r.returncode != 0 and "Permission denied" in r.stderr
+    control = nouserns(box, ["--", "cat", str(planted_secret)])
+    assert "PLANTED-SECRET" in control.stdout
+
+
+@pytest.fixture
+def listener() -> Iterator[tuple[int, list[bytes]]]:
+    """A TCP listener on the host's loopback; what reached it is recorded."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    server.settimeout(0.2)
+    seen: list[bytes] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(2)
+                try:
+                    seen.append(conn.recv(100))
+                except OSError:
+                    seen.append(b"")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield server.getsockname()[1], seen
+    stop.set()
+    thread.join()
+    server.close()
+
+
+def test_a_host_loopback_listener_is_unreachable_under_network_none_without_user_namespaces(
+    box: Path, listener: tuple[int, list[bytes]]
+) -> None:
+    port, seen = listener
+    send = (
+        "import socket, sys\n"
+        "for family, kind in ((socket.AF_INET, socket.SOCK_STREAM), (socket.AF_INET6, socket.SOCK_STREAM),"
+        " (socket.AF_INET, socket.SOCK_DGRAM)):\n"
+        "    try:\n"
+        "        s = socket.socket(family, kind)\n"
+        f"        s.connect(('127.0.0.1' if family == socket.AF_INET else '::ffff:127.0.0.1', {port}))\n"
+        "        s.sendall(b'LEAK')\n"
+        "        print('CONNECTED')\n"
+        "    except OSError as e:\n"
+        "        print('refused', e.errno)\n"
+    )
+    r = nouserns(box, ["run", "--", sys.executable, "-c", send])
+    assert r.returncode == 0, r.stderr
+    assert "CONNECTED" not in r.stdout and r.stdout.count("refused 13") == 3, r.stdout
+    assert seen == []
+    # Control: with the network open (the host's, here) the same program reaches it.
+    opened = nouserns(box, ["run", "--network", "open", "--", sys.executable, "-c", send])
+    assert "CONNECTED" in opened.stdout, opened.stdout + opened.stderr
+    assert b"LEAK" in seen
+
+
+def test_network_allow_reaches_only_its_proxy_without_user_namespaces(
+    box: Path, listener: tuple[int, list[bytes]]
+) -> None:
+    port, seen = listener
+    probe = (
+        "import os, socket, urllib.request\n"
+        "try:\n"
+        f"    socket.create_connection(('127.0.0.1', {port})).sendall(b'LEAK'); print('DIRECT')\n"
+        "except OSError as e:\n"
+        "    print('direct refused', e.errno)\n"
+        "try:\n"
+        f"    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'LEAK', ('127.0.0.1', {port}))\n"
+        "    print('UDP')\n"
+        "except OSError as e:\n"
+        "    print('udp refused', e.errno)\n"
+        "try:\n"
+        "    urllib.request.urlopen('http://not-allowed.test/', timeout=10)\n"
+        "except urllib.error.HTTPError as e:\n"
+        "    print('proxy said', e.code, os.environ['HTTP_PROXY'])\n"
+    )
+    r = nouserns(box, ["run", "--network", "allow", "--", sys.executable, "-c", probe])
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[:2] == ["direct refused 13", "udp refused 13"], r.stdout
+    # The proxy answered, on the port the plan chose (not 3128), and refused the host.
+    assert lines[2].startswith("proxy said 403 http://127.0.0.1:") and not lines[2].endswith(":3128")
+    assert "not-allowed.test:80 is not on the allowlist" in r.stderr
+    assert seen == []
+
+
+# Drives a long-lived sandbox through the library, inside the simulation: argv[1] is
+# a process of the caller's outside the sandbox.
+LONG_LIVED = """
+import os, signal, sys, time
+from warren import Sandbox
+from warren.errors import ProcessNotFound
+from warren.policy.spec import PolicySpec
+host = int(sys.argv[1])
+box = Sandbox.create(PolicySpec(), name="deg")
+proc = box.spawn(["sh", "-c", "sleep 300 & exec sleep 301"])
+deadline = time.monotonic() + 10
+while not any(list(p.argv[:2]) == ["sleep", "300"] for p in box.processes()) and time.monotonic() < deadline:
+    time.sleep(0.02)
+pids = {p.pid for p in box.processes()}
+listed = [p.argv[0] for p in box.processes()]
+print("listed", sorted(a for a in listed if a == "sleep"), len(listed))
+print("host listed", host in pids)
+try:
+    box._transport.signal(box.name, host, 9)
+    print("host signalled")
+except ProcessNotFound:
+    print("host refused")
+box.stop()
+box.remove()
+# What the supervisor sends instead of SIGKILL there (nothing dies with PID 1): PID 1
+# kills every process of the sandbox itself, then exits.
+other = Sandbox.create(PolicySpec(), name="deg2")
+other.spawn(["sh", "-c", "setsid sleep 305 & exec sleep 306"])
+while not any(p.argv[0] == "sleep" for p in other.processes()):
+    time.sleep(0.02)
+os.kill(other.pid1, signal.SIGUSR1)
+deadline = time.monotonic() + 10
+while other.alive and time.monotonic() < deadline:
+    time.sleep(0.02)
+print("kill-now ended", not other.alive)
+other.remove()
+"""
+
+
+def test_a_host_abstract_unix_socket_is_unreachable_without_user_namespaces(box: Path) -> None:
+    name = f"warren-test-{os.getpid()}"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind("\0" + name)
+    server.listen(4)
+    server.settimeout(0.2)
+    connect = (
+        "import socket\n"
+        "s = socket.socket(socket.AF_UNIX)\n"
+        "try:\n"
+        f"    s.connect('\\0{name}'); print('CONNECTED')\n"
+        "except OSError as e:\n"
+        "    print('refused', e.errno)\n"
+    )
+    try:
+        r = nouserns(box, ["run", "--", sys.executable, "-c", connect])
+        assert r.stdout.strip() == "refused 13", r.stdout + r.stderr
+        with pytest.raises(TimeoutError):
+            server.accept()
+        control = nouserns(box, ["--", sys.executable, "-c", connect])
+        assert control.stdout.strip() == "CONNECTED"
+    finally:
+        server.close()
+
+
+def test_a_long_lived_sandbox_lists_signals_and_stops_only_its_own_processes(box: Path) -> None:
+    host = subprocess.Popen(["sleep", "60"])  # a process of the caller's, outside the sandbox
+    try:
+        r = nouserns(box, ["--", sys.executable, "-c", LONG_LIVED, str(host.pid)], state="long-lived")
+        assert r.returncode == 0, r.stderr
+        # The two commands, and at most warren's helpers for them (shims, spares), as
+        # in the full mode; nothing of the host's.
+        listed = r.stdout.split("\n")[0]
+        assert listed.startswith("listed ['sleep', 'sleep'] ") and int(listed.split()[-1]) <= 6, r.stdout
+        assert "host listed False" in r.stdout and "host refused" in r.stdout
+        assert host.poll() is None
+        left = subprocess.run(
+            ["pgrep", "-U", str(os.getuid()), "-f", "^sleep 30[01]$"], capture_output=True, text=True
+        )
+        assert left.stdout == "", "a process of the stopped sandbox outlived it"
+        assert "kill-now ended True" in r.stdout
+        left = subprocess.run(
+            ["pgrep", "-U", str(os.getuid()), "-f", "^sleep 30[56]$"], capture_output=True, text=True
+        )
+        assert left.stdout == "", "a process outlived the sandbox's SIGUSR1 (pid1.KILL_NOW)"
+    finally:
+        host.kill()
+        host.wait()
+
+
+def _wait_for(what: Callable[[], bool], timeout: float = 10) -> bool:
+    deadline = time.monotonic() + timeout
+    while not what():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def _sleepers(pattern: str) -> str:
+    return subprocess.run(
+        ["pgrep", "-U", str(os.getuid()), "-f", pattern], capture_output=True, text=True
+    ).stdout
+
+
+def test_a_killed_client_takes_its_command_tree_with_it_without_user_namespaces(box: Path) -> None:
+    env = {**os.environ, "XDG_STATE_HOME": str(box / "state"), "XDG_RUNTIME_DIR": str(box / "run")}
+    assert BWRAP is not None
+    warren = [sys.executable, "-m", "warren", "run", "--", "sh", "-c", "setsid sleep 302 & sleep 303"]
+    client = subprocess.Popen(
+        [BWRAP, "--dev-bind", "/", "/", "--unshare-user", "--disable-userns", "--", *warren],
+        cwd=box / "ws",
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert _wait_for(lambda: _sleepers("^sleep 30[23]$").count("\n") == 2)
+        # bwrap's child is the warren client: SIGKILL it, as an agent framework might.
+        inner = subprocess.run(
+            ["pgrep", "-P", str(client.pid)], capture_output=True, text=True
+        ).stdout.split()
+        os.kill(int(inner[0]), signal.SIGKILL)
+        assert _wait_for(lambda: _sleepers("^sleep 30[23]$") == ""), "the command tree outlived its client"
+    finally:
+        client.kill()
+        client.wait()
+        subprocess.run(["pkill", "-f", "^sleep 30[23]$"])
+
+
+def test_plan_names_each_protection_the_degraded_mode_cannot_hold(box: Path) -> None:
+    r = nouserns(box, ["plan"])
+    assert r.returncode == 0, r.stderr
+    assert "mode: DEGRADED" in r.stdout and "unavailable here (clone: ENOSPC)" in r.stdout
+    for protection, _instead in NOT_HELD:
+        assert protection in r.stdout
+    assert "TCP: bind and connect handled, no port granted" in r.stdout
+
+
+def test_require_namespaces_refuses_the_degraded_mode(box: Path) -> None:
+    r = nouserns(box, ["run", "--require-namespaces", "--", "sh", "-c", "echo ran > ran.txt"])
+    assert r.returncode == 125 and "the policy requires them" in r.stderr, r.stderr
+    assert not (box / "ws" / "ran.txt").exists()
+
+
+def _plan_for(tmp_path: Path, namespaces: tuple[str, int], landlock_abi: int, **spec: object):  # type: ignore[no-untyped-def]
+    caller = CallerFacts(uid=os.getuid(), gid=os.getgid(), home=str(Path.home()), env={}, cwd=str(tmp_path))
+    policy = build(PolicySpec(workspace=str(tmp_path), **spec), cwd=tmp_path, env={}, home=Path.home())  # type: ignore[arg-type]
+    host = hostfacts.gather([str(tmp_path)], workspace=str(tmp_path))
+    host = type(host)(**{**host.__dict__, "namespaces": namespaces, "landlock_abi": landlock_abi})
+    return make_plan(policy, host, caller, scratch_id="ab" * 12)
+
+
+def test_powerless_namespaces_plan_the_degraded_mode_and_no_landlock_refuses_it(tmp_path: Path) -> None:
+    plan = _plan_for(tmp_path, ("powerless", 13), 7)
+    assert not plan.namespaces and plan.mounts == () and "powerless" in plan.warnings[0]
+    assert plan.env["TMPDIR"] == plan.scratch and plan.scratch is not None
+    with pytest.raises(HostError, match="Landlock is unavailable"):
+        _plan_for(tmp_path, ("powerless", 13), 0)
+    assert _plan_for(tmp_path, ("usable", 0), 7).namespaces
+
+
+def test_secrets_are_refused_rather_than_dropped_without_namespaces(tmp_path: Path) -> None:
+    """The proxy's CA reaches the sandbox through a mount the degraded mode cannot make:
+    a secret there is a clear error, never a sandbox where it silently does not work."""
+    spec = {"network": "allow", "allow_hosts": ["api.example.org"], "secrets": ["TOKEN=HOME@api.example.org"]}
+    with pytest.raises(PolicyError, match="need the full mode"):
+        _plan_for(tmp_path, ("unavailable", 28), 7, **spec)
+    assert _plan_for(tmp_path, ("usable", 0), 7, **spec).net.secrets
+
+
+def test_doctor_names_each_degraded_protection_without_user_namespaces(box: Path) -> None:
+    r = nouserns(box, ["doctor", "--json"], timeout=120)
+    section = json.loads(r.stdout)["namespaces"]
+    assert section["state"] == "unavailable" and section["errno_name"] == "ENOSPC"
+    assert section["mode"] == "degraded"
+    assert [row["protection"] for row in section["not_held"]] == [p for p, _ in NOT_HELD]
+    assert section["fix"] == []  # a container's settings decide: no root command here helps
+
+
+def test_doctor_explains_apparmors_restriction_with_the_exact_fix(tmp_path: Path) -> None:
+    from warren.doctor import userns
+
+    sysctl = tmp_path / "apparmor_restrict_unprivileged_userns"  # stands in for /proc/sys/kernel/...
+    sysctl.write_text("1\n")
+    section = userns.check(str(sysctl), lambda: ("powerless", errno.EACCES), landlock_abi=7)
+    assert section["mode"] == "degraded" and "apparmor_restrict_unprivileged_userns = 1" in str(
+        section["cause"]
+    )
+    profile = Path(__file__).parent.parent / "packaging" / "apparmor" / "warren"
+    v = sys.version_info
+    assert section["fix"] == [
+        f"install -D -m 0755 {os.path.realpath(sys.executable)} /usr/lib/warren/python{v.major}.{v.minor}",
+        f"install -m 0644 {profile.resolve()} /etc/apparmor.d/warren",
+        "apparmor_parser -r /etc/apparmor.d/warren",
+    ]
+    printed = "\n".join(userns.render(section, fix=True))
+    assert all(command in printed for command in section["fix"])
+    # Control: the same namespaces without the sysctl set are not AppArmor's doing.
+    sysctl.write_text("0\n")
+    other = userns.check(str(sysctl), lambda: ("powerless", errno.EACCES), landlock_abi=7)
+    assert other["fix"] == [] and "AppArmor restricts" not in str(other["cause"])
+    assert userns.check(str(sysctl), lambda: ("powerless", errno.EACCES), landlock_abi=0)["mode"] == "refused"
+
+
+PARSER = shutil.which("apparmor_parser") or (
+    os.path.exists("/usr/sbin/apparmor_parser") and "/usr/sbin/apparmor_parser"
+)
+
+
+@pytest.mark.skipif(not PARSER, reason="apparmor_parser is not installed (scripts/setup installs apparmor)")
+def test_the_shipped_apparmor_profile_parses(tmp_path: Path) -> None:
+    """Debian 12's parser (AppArmor 3.0) predates the `userns` rule (4.0, Ubuntu >= 23.10):
+    there the profile is parsed without its abi line and that one rule, which must be
+    present as written; a 4.x parser reads it whole."""
+    assert isinstance(PARSER, str)
+    profile = Path(__file__).parent.parent / "packaging" / "apparmor" / "warren"
+    text = profile.read_text()
+    assert "\n  userns,\n" in text and "abi <abi/4.0>," in text
+    version = subprocess.run([PARSER, "--version"], capture_output=True, text=True).stdout
+    if "version 3." in version:
+        lines = [ln for ln in text.splitlines() if ln.strip() not in ("userns,", "abi <abi/4.0>,")]
+        profile = tmp_path / "warren"
+        profile.write_text("\n".join(lines) + "\n")
+    r = subprocess.run([PARSER, "-Q", "-K", str(profile)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    broken = tmp_path / "broken"
+    broken.write_text(
+        profile.read_text().replace("flags=(unconfined) {", "flags=(unconfined) {\n  not a rule,")
+    )
+    assert subprocess.run([PARSER, "-Q", "-K", str(broken)], capture_output=True).returncode != 0

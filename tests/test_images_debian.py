@@ -1,0 +1,88 @@
+"""A Debian image built here (``warren image build``: mmdebstrap from deb.debian.org),
+and the same root imported from a docker-archive podman made of it: the two are the
+same tree, and the kernel runs Debian's own tools from it through an overlay.
+
+One build per run (the slow part: a minute or more), shared by the module; the
+``essential`` variant, the smallest root dpkg and a shell work in. Skipped, saying so,
+only where the Debian mirror cannot be reached."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from images_util import Podman, in_overlay, tree
+from warren.images.store import ImageStore
+
+
+def _mirror_reachable() -> bool:
+    try:
+        socket.create_connection(("deb.debian.org", 80), timeout=5).close()
+        return True
+    except OSError:
+        return False
+
+
+pytestmark = pytest.mark.skipif(not _mirror_reachable(), reason="deb.debian.org is not reachable from here")
+
+
+def _cli(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "warren", "image", *args]
+    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ImageStore, dict[str, str], Path]]:
+    base = tmp_path_factory.mktemp("debian")
+    env = {**os.environ, "XDG_DATA_HOME": str(base / "data")}
+    done = _cli(env, "build", "deb", "--debian", "bookworm", "--variant", "essential", timeout=900)
+    assert done.returncode == 0, done.stderr
+    yield ImageStore(base / "data" / "warren" / "images"), env, base
+
+
+def test_a_debian_image_built_here_runs_debian_tools_through_an_overlay(
+    built: tuple[ImageStore, dict[str, str], Path],
+) -> None:
+    store, env, base = built
+    ref = store.resolve("deb")
+    assert len(ref.layers) == 1 and ref.config.cmd == ("bash",)
+    info = json.loads(_cli(env, "inspect", "--json", "deb").stdout)[0]
+    assert info["source"].startswith("debian bookworm") and info["size"] > 10 << 20
+    shown = in_overlay(
+        ref.lowerdirs,
+        "chroot $M /bin/sh -c \"cat /etc/debian_version; dpkg-query -W -f='\\${Status}\\n' dpkg\"",
+        base,
+    )
+    assert shown.returncode == 0, shown.stderr
+    version, status = shown.stdout.split("\n")[:2]
+    assert version.startswith("12.") and status == "install ok installed"
+    # root keeps the archive's owners (root's here); anyone else owns every file
+    assert (ref.layers[0] / "etc" / "debian_version").stat().st_uid == os.getuid()
+
+
+def test_the_same_root_imported_from_a_podman_docker_archive_is_the_same_tree(
+    built: tuple[ImageStore, dict[str, str], Path],
+) -> None:
+    store, env, base = built
+    ref = store.resolve("deb")
+    podman = Podman(base / "podman")
+    (base / "podman").mkdir(exist_ok=True)
+    try:
+        podman.import_root(ref.layers[0], "localhost/deb")
+        podman("save", "--format", "docker-archive", "-o", str(base / "deb.tar"), "localhost/deb")
+    finally:
+        podman.close()
+    done = _cli(env, "import", "deb-podman", str(base / "deb.tar"), timeout=300)
+    assert done.returncode == 0, done.stderr
+    imported = store.resolve("deb-podman")
+    assert imported.layers != ref.layers  # podman's tar is another blob: its own layer
+    assert tree(imported.layers[0]) == tree(ref.layers[0])
+    assert _cli(env, "rm", "deb-podman").returncode == 0
+    assert not imported.layers[0].exists() and ref.layers[0].is_dir()

@@ -1,0 +1,233 @@
+"""The native front end (native/warren.c) against the Python CLI it stands in for.
+
+Both talk to a scripted supervisor on a private abstract socket (a state directory of
+the test's own names it): for each case the same arguments, environment and answers go
+to ``warren`` (native) and ``warren-python``, and what the supervisor received and what
+the caller saw (stdout, stderr, exit code) must be the same. The plain case must be
+answered by the native side alone: a copy of the binary with no Python CLI beside it
+still runs it, and fails (naming what is missing) on every case it has to hand over.
+The real supervisor is behind every other CLI test (conftest's ``run_cli`` runs the
+installed ``warren``).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from warren import protocol, wire
+from warren.errors import SandboxNotFound
+
+BIN = Path(sys.executable).parent
+NATIVE, PYTHON_CLI = BIN / "warren", BIN / "warren-python"
+
+pytestmark = pytest.mark.skipif(
+    not PYTHON_CLI.exists(), reason="the native front end was not built (no C compiler at install)"
+)
+
+Script = Callable[[wire.Sock, protocol.Message, list[int]], None]
+
+
+class FakeSupervisor:
+    """Answers each connection with ``script``, recording the request it got."""
+
+    def __init__(self, state: Path) -> None:
+        token = secrets.token_hex(16)
+        self.state = state
+        root = state / "warren"
+        (root / "sandboxes").mkdir(parents=True, mode=0o700)
+        root.chmod(0o700)
+        addr = root / "supervisor.addr"
+        addr.write_text(f"{token} {os.getpid()}\n")
+        addr.chmod(0o600)
+        self.listener = wire.listen_abstract(wire.abstract_name(token))
+        self.script: Script = lambda conn, msg, fds: None
+        self.got: list[tuple[dict[str, object], int]] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            with conn:
+                msg, _, fds = wire.recv(conn)
+                self.got.append((msg.to_dict(), len(fds)))
+                try:
+                    self.script(conn, msg, fds)
+                except OSError:
+                    pass
+                finally:
+                    for fd in fds:
+                        os.close(fd)
+
+
+@pytest.fixture(scope="module")
+def fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeSupervisor]:
+    state = tmp_path_factory.mktemp("native-state")
+    sup = FakeSupervisor(state)
+    yield sup
+    sup.listener.close()
+
+
+@pytest.fixture
+def both(fake: FakeSupervisor, tmp_path: Path) -> Callable[..., list[tuple[object, ...]]]:
+    """Runs argv with the native ``warren``, then ``warren-python``: per side, what the
+    supervisor got and what the caller saw."""
+
+    def go(
+        argv: list[str], script: Script, program: Path | None = None, env: dict[str, str | None] | None = None
+    ) -> list[tuple[object, ...]]:
+        fake.script = script
+        seen = []
+        for cli in (program or NATIVE, PYTHON_CLI):
+            fake.got.clear()
+            r = subprocess.run(
+                [str(cli), *argv],
+                cwd=tmp_path,
+                env={k: v for k, v in {**_env_for(fake), **(env or {})}.items() if v is not None},
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            seen.append((fake.got[:], r.stdout, r.stderr, r.returncode))
+        return seen
+
+    return go
+
+
+def _env_for(fake: FakeSupervisor) -> dict[str, str]:
+    return {
+        "PATH": os.environ["PATH"],
+        "HOME": os.environ.get("HOME", "/"),
+        "LANG": "C.UTF-8",
+        "XDG_STATE_HOME": str(fake.state),
+        "ODD": 'quote" back\\slash\ttab\x01 ünï',
+    }
+
+
+def _answer(*replies: protocol.Message) -> Script:
+    def script(conn: wire.Sock, _msg: protocol.Message, _fds: list[int]) -> None:
+        for reply in replies:
+            wire.send(conn, reply)
+
+    return script
+
+
+STARTED = protocol.Started(pid=2, cwd="/w", network="none")
+GHOST = SandboxNotFound("no sandbox named ghost", operation="exec", hint="see `warren ls`")
+
+
+def _exited(code: int) -> protocol.Exited:
+    return protocol.Exited(status=code << 8)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "--", "true"],
+        ["run", "sh", "-c", "echo 'a b' \"$ODD\"\n"],
+        ["run", "--", "--", "x"],
+        ["run", "--network", "none", "--", "true"],  # a flag: the Python CLI's
+        ["exec", "box", "true"],
+        ["exec", "box", "--", "ls", "-la", "ünï"],
+        ["exec", "box", "--", "--", "x"],
+        ["exec", "box", "--cwd", "/tmp", "pwd"],  # flags after NAME: the Python CLI's
+        ["exec", "-d", "box", "sleep", "1"],
+    ],
+)
+def test_the_native_front_end_sends_the_request_the_python_cli_sends(
+    both: Callable[..., list[tuple[object, ...]]], argv: list[str]
+) -> None:
+    native, python = both(argv, _answer(STARTED, _exited(0)))
+    assert native == python
+    assert native[3] == (125 if argv[1] == "-d" else 0)  # -d: the fake answers no spawn
+
+
+@pytest.mark.parametrize(
+    "locale",
+    [{"LANG": None}, {"LANG": ""}, {"LANG": "C"}, {"LANG": "no_such_locale"}, {"LANG": None, "LC_ALL": "C"},
+     {"LC_CTYPE": "POSIX"}, {"LANG": None, "PYTHONCOERCECLOCALE": "0"},
+     {"LANG": None, "PYTHONCOERCECLOCALE": "warn"}],
+)  # fmt: skip
+def test_in_the_c_locale_a_run_sends_the_environment_the_python_cli_sends(
+    both: Callable[..., list[tuple[object, ...]]], locale: dict[str, str | None]
+) -> None:
+    """The Python CLI's interpreter sets LC_CTYPE=C.UTF-8 there (PEP 538), and a run
+    passes it on."""
+    native, python = both(["run", "--", "true"], _answer(STARTED, _exited(0)), env=locale)
+    assert native == python
+
+
+@pytest.mark.parametrize(
+    ("argv", "replies"),
+    [
+        (["run", "--", "true"], [protocol.Started(pid=2, cwd="/w", warnings=["a warning"]), _exited(0)]),
+        (["run", "--", "true"], [STARTED, protocol.Exited(status=0, warnings=["after"])]),
+        (["run", "--", "curl", "http://x"], [STARTED, _exited(6)]),  # a hint: no network
+        (["exec", "box", "sh", "-c", "exit 3"], [STARTED, _exited(3)]),
+        (["exec", "box", "true"], [STARTED, protocol.Exited(status=9, limit="memory limit 64M reached")]),
+        (["exec", "box", "true"], [STARTED, protocol.Exited(status=0, timed_out=True)]),
+        (["exec", "ghost", "true"], [protocol.error_message(GHOST)]),
+        (["exec", "box", "true"], [STARTED]),  # the connection lost before the exit
+        (["exec", "box", "true"], []),
+    ],
+)
+def test_what_is_not_plain_is_shown_by_the_python_cli_as_it_would_itself(
+    both: Callable[..., list[tuple[object, ...]]], argv: list[str], replies: list[protocol.Message]
+) -> None:
+    native, python = both(argv, _answer(*replies))
+    assert native == python
+
+
+def test_network_refusals_are_shown_as_the_python_cli_shows_them(
+    both: Callable[..., list[tuple[object, ...]]],
+) -> None:
+    event = b'{"allowed":false,"method":"CONNECT","host":"evil.example","port":443,"reason":"not allowed"}\n'
+
+    def script(conn: wire.Sock, _msg: protocol.Message, fds: list[int]) -> None:
+        os.write(fds[3], event)
+        wire.send(conn, STARTED)
+        wire.send(conn, _exited(0))
+
+    native, python = both(["run", "--", "true"], script)
+    assert native == python
+    assert "warren: network: refused CONNECT evil.example:443: not allowed" in str(native[2])
+
+
+def test_a_signal_during_the_command_is_forwarded_by_either_cli(
+    fake: FakeSupervisor, both: Callable[..., list[tuple[object, ...]]]
+) -> None:
+    def script(conn: wire.Sock, _msg: protocol.Message, _fds: list[int]) -> None:
+        os.kill(wire.peer_creds(conn)[0], signal.SIGTERM)  # the client is waiting by now
+        wire.send(conn, STARTED)
+        sig, _, _ = wire.recv(conn, (protocol.Signal,))
+        assert isinstance(sig, protocol.Signal)
+        fake.got.append(({"forwarded": sig.signal}, 0))
+        wire.send(conn, protocol.Exited(status=sig.signal))
+
+    native, python = both(["exec", "box", "sleep", "9"], script)
+    assert native == python
+    assert native[0][1] == ({"forwarded": signal.SIGTERM}, 0) and native[3] == 128 + signal.SIGTERM
+
+
+def test_the_plain_case_needs_no_python_and_the_rest_says_what_is_missing(
+    both: Callable[..., list[tuple[object, ...]]], tmp_path: Path
+) -> None:
+    alone = tmp_path / "alone" / "warren"
+    alone.parent.mkdir()
+    shutil.copy(NATIVE, alone)
+    plain, _ = both(["exec", "box", "true"], _answer(STARTED, _exited(0)), program=alone)
+    assert plain[1:] == ("", "", 0)
+    failed, _ = both(["exec", "box", "false"], _answer(STARTED, _exited(1)), program=alone)
+    assert failed[3] == 125 and "cannot start the Python CLI" in str(failed[2])

@@ -1,0 +1,465 @@
+"""Secrets over HTTPS, end to end: a sandbox holds a placeholder, the proxy puts the
+real token in for the secret's host only, and nothing the sandbox can read shows it.
+
+An HTTPS stand-in server on 127.0.0.2 with a test CA (trusted by the caller through
+``SSL_CERT_FILE``, as a corporate CA would be) answers for api.test (the secret's
+host), other.test (allowed, no secret) and rules.test (HTTP rules); it records what
+it receives and echoes every request header back, in a header and in the body. A
+plain HTTP server on the same address shows what crosses in clear text. One sandbox
+run does all the requests (python, curl, git, pip), judged on the host.
+"""
+
+from __future__ import annotations
+
+import datetime
+import gzip
+import http.server
+import json
+import ssl
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+import warren
+from conftest import module_state
+from warren.models import Result
+from warren.policy import PolicySpec, build
+
+TOKEN = "ghp_REALtoken_0123456789abcdefXYZ"
+NAMES = ("api.test", "other.test", "rules.test")
+UNTRUSTED = "untrusted.test"  # a secret's host the server's certificate does not name
+
+
+def _test_ca(tmp: Path, names: tuple[str, ...] = NAMES) -> tuple[Path, Path, Path]:
+    """A test CA and a server certificate for ``names`` signed by it (CA, cert, key files)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "warren test CA")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(1)
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(2)
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in names]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    pem = serialization.Encoding.PEM
+    (tmp / "ca.pem").write_bytes(ca.public_bytes(pem))
+    (tmp / "server.pem").write_bytes(cert.public_bytes(pem))
+    (tmp / "server.key").write_bytes(
+        key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return tmp / "ca.pem", tmp / "server.pem", tmp / "server.key"
+
+
+@dataclass
+class Echo:
+    """What the servers received: (scheme, Host, method, path, headers)."""
+
+    seen: list[tuple[str, str, str, str, dict[str, str]]] = field(default_factory=list)
+    servers: list[http.server.ThreadingHTTPServer] = field(default_factory=list)
+
+    def start(self, scheme: str, ctx: ssl.SSLContext | None) -> int:
+        echo = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _any(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                self.rfile.read(length)
+                headers = dict(self.headers.items())
+                echo.seen.append((scheme, headers.get("Host", ""), self.command, self.path, headers))
+                body = json.dumps(headers).encode()
+                if self.path == "/gzip":  # compressed although identity was asked for
+                    self._send(gzip.compress(body), ("Content-Encoding", "gzip"))
+                    return
+                if self.path == "/chunked":  # the echo in small chunks: a value cut across them
+                    self.send_response(200)
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    for i in range(0, len(body), 7):
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(body[i : i + 7]), body[i : i + 7]))
+                    self.wfile.write(b"0\r\n\r\n")
+                    return
+                self._send(body)
+
+            def _send(self, body: bytes, *extra: tuple[str, str]) -> None:
+                headers = dict(self.headers.items())
+                self.send_response(200)
+                for k, v in extra:
+                    self.send_header(k, v)
+                self.send_header("X-Echo-Authorization", headers.get("Authorization", ""))
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = do_DELETE = _any
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        httpd = http.server.ThreadingHTTPServer(("127.0.0.2", 0), Handler)
+        if ctx is not None:
+            httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        self.servers.append(httpd)
+        return int(httpd.server_address[1])
+
+    def authorizations(self, host: str) -> list[str]:
+        return [
+            h.get("Authorization", "") for s, hh, _, _, h in self.seen if s == "https" and hh.startswith(host)
+        ]
+
+
+@pytest.fixture(scope="module")
+def echo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Echo, int, int, Path]]:
+    tmp = tmp_path_factory.mktemp("tls")
+    ca, cert, key = _test_ca(tmp)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    e = Echo()
+    https_port = e.start("https", ctx)
+    http_port = e.start("http", None)
+    yield e, https_port, http_port, ca
+    for s in e.servers:
+        s.shutdown()
+        s.server_close()
+
+
+def _spec(ws: Path, https: int, plain: int, **extra: object) -> PolicySpec:
+    names = (*NAMES, UNTRUSTED)
+    hosts = [f"{n}:{p}" for n in names for p in (https, plain)] + [f"127.0.0.2:{https}", f"127.0.0.2:{plain}"]
+    return PolicySpec(
+        workspace=str(ws),
+        network="allow",
+        allow_hosts=hosts,
+        resolve=dict.fromkeys(names, "127.0.0.2"),
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+SCRIPT = r"""
+set -u
+A="https://api.test:{P}"
+c() {{ curl -sS --max-time 10 "$@"; }}
+code() {{ label=$1; shift; c "$@" -o /dev/null -w "$label %{{http_code}}\n"; }}
+echo "PLACEHOLDER=$TOKEN"
+# python (urllib: the proxy variables, SSL_CERT_FILE); the answer echoes the header back
+python3 - <<'EOF'
+import os, urllib.request
+t = os.environ["TOKEN"]
+def get(path, **extra):
+    headers = {{"Authorization": "Bearer " + t, **extra}}
+    return urllib.request.urlopen(urllib.request.Request("https://api.test:{P}" + path, headers=headers))
+r = get("/py", **{{"X-Api-Key": t}})
+print("PY", r.status, r.headers["X-Echo-Authorization"], r.read().decode())
+for path in ("/gzip", "/chunked"):
+    r = get(path)
+    label = "PY" + path.upper().replace("/", "-")
+    print(label, r.status, r.headers.get("Content-Encoding"), r.read().decode())
+EOF
+# node (NODE_EXTRA_CA_CERTS; node 20 ignores the proxy variables: the tunnel by hand)
+node - <<'EOF'
+const http = require("http"), tls = require("tls");
+const ask = {{host: "127.0.0.1", port: 3128, method: "CONNECT", path: "api.test:{P}"}};
+http.request(ask).on("connect", (res, socket) => {{
+  const s = tls.connect({{socket, servername: "api.test"}}, () => {{
+    const auth = `Authorization: Bearer ${{process.env.TOKEN}}`;
+    s.write(`GET /node HTTP/1.1\r\nHost: api.test\r\n${{auth}}\r\nConnection: close\r\n\r\n`);
+  }});
+  let out = ""; s.on("data", d => out += d);
+  s.on("end", () => console.log("NODE", out.split("\r\n")[0]));
+  s.on("error", e => console.log("NODE error", e.message));
+}}).end();
+EOF
+# uv (SSL_CERT_FILE)
+echo nothing-here | UV_CACHE_DIR=/tmp/uvc {UV} pip compile --no-config --index-url "$A/simple/" - \
+    >/dev/null 2>&1
+echo "UV $?"
+# curl: basic auth from the URL's userinfo, then from -u
+code CURL-USERINFO "https://user:$TOKEN@api.test:{P}/curl-userinfo"
+c -u "user:$TOKEN" "$A/curl-basic"; echo
+# a body is not substituted (documented)
+code BODY -X POST --data "token=$TOKEN" "$A/body"
+code EXPECT -X POST -H "Expect: 100-continue" --data "x=1" "$A/expect"
+# the placeholder sent to another allowed host stays a placeholder
+c -H "Authorization: Bearer $TOKEN" "https://other.test:{P}/other"; echo
+# plain HTTP to the secret's host: refused; to another host: fine
+code PLAIN-API -H "Authorization: Bearer $TOKEN" "http://api.test:{Q}/plain"
+code PLAIN-OTHER "http://other.test:{Q}/plain-other"
+# git (GIT_SSL_CAINFO) and pip (PIP_CERT) trust the sandbox's CA
+git -c "http.extraHeader=Authorization: Bearer $TOKEN" ls-remote "$A/repo.git" >/dev/null 2>&1; echo "GIT $?"
+{PY} -m pip download --no-deps --index-url "$A/simple/" -d /tmp/dl nothing-here >/dev/null 2>&1; echo "PIP $?"
+# HTTP rules on rules.test: GET anywhere, POST under /post/ only
+R="https://rules.test:{P}"
+code RULE-GET "$R/get"
+code RULE-POST-OK -X POST "$R/post/1"
+code RULE-POST-NO -X POST "$R/elsewhere"
+code RULE-DELETE -X DELETE "$R/get"
+# a client that trusts only another CA (as a pinning one): its handshake fails
+c --cacert /usr/share/ca-certificates/mozilla/ISRG_Root_X1.crt "$A/pinned" >/dev/null 2>&1; echo "PINNED $?"
+# the real host's certificate does not verify (another name): refused before anything is sent
+c -H "Authorization: Bearer $TOKEN" "https://untrusted.test:{P}/untrusted" >/dev/null 2>&1
+echo "UNTRUSTED $?"
+# where else could it be: every environment, command line, the bundle, /tmp, the workspace
+for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do cat "$f" 2>/dev/null; done > /tmp/procs
+# (the token to look for is written in two halves: the script's own text must not hold it)
+printf '%s%s' '{T1}' '{T2}' > /dev/shm/needle
+grep -rlF -f /dev/shm/needle /tmp /proc/self/environ "$SSL_CERT_FILE" . 2>/dev/null | sed 's/^/FOUND /'
+grep -c "PRIVATE KEY" "$SSL_CERT_FILE" | sed 's/^/KEYS-IN-BUNDLE /'
+echo DONE
+"""
+
+
+@pytest.fixture(scope="module")
+def state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    yield from module_state(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def ran(
+    echo: tuple[Echo, int, int, Path], state: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Result, str]:
+    _e, https, plain, ca = echo
+    ws = tmp_path_factory.mktemp("ws")
+    spec = _spec(
+        ws,
+        https,
+        plain,
+        secrets=[f"TOKEN=WARREN_TEST_TOKEN@api.test,{UNTRUSTED}"],
+        allow_http=["GET rules.test/", "POST rules.test/post/"],
+    )
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("WARREN_TEST_TOKEN", TOKEN)
+        mp.setenv("SSL_CERT_FILE", str(ca))
+        script = SCRIPT.format(
+            P=https,
+            Q=plain,
+            T1=TOKEN[:10],
+            T2=TOKEN[10:],
+            PY=sys.executable,
+            UV=Path(sys.executable).with_name("uv"),
+        )
+        r = warren.run(["sh", "-c", script], build(spec), timeout=120)
+    return r, r.stdout.decode() + r.stderr.decode()
+
+
+def _line(out: str, key: str) -> str:
+    return next(line for line in out.splitlines() if line.startswith(key + " ") or line.startswith(key + "="))
+
+
+def test_the_server_receives_the_real_token_over_https(
+    ran: tuple[Result, str], echo: tuple[Echo, int, int, Path]
+) -> None:
+    _r, out = ran
+    assert "DONE" in out, out
+    e = echo[0]
+    py = [h for s, _, _, p, h in e.seen if p == "/py"]
+    assert py and py[0]["Authorization"] == f"Bearer {TOKEN}" and py[0]["X-Api-Key"] == TOKEN
+    import base64
+
+    basic = "Basic " + base64.b64encode(f"user:{TOKEN}".encode()).decode()
+    assert [h["Authorization"] for _, _, _, p, h in e.seen if p in ("/curl-userinfo", "/curl-basic")] == [
+        basic
+    ] * 2
+    assert all(s == "https" for s, hh, *_ in e.seen if hh.startswith("api.test"))
+
+
+def test_the_real_token_appears_nowhere_in_the_sandbox(ran: tuple[Result, str]) -> None:
+    _r, out = ran
+    placeholder = _line(out, "PLACEHOLDER").split("=", 1)[1]
+    assert placeholder.startswith("warren-secret-TOKEN-") and len(placeholder) > 40
+    assert TOKEN not in out  # env, echoed header and body, /proc, files: all printed or grepped
+    assert "FOUND" not in out
+    py = _line(out, "PY")
+    assert (
+        f"Bearer {placeholder}" in py and placeholder in py.split(" ", 3)[3]
+    )  # echo scrubbed, header and body
+    assert "KEYS-IN-BUNDLE 0" in out
+
+
+def test_the_placeholder_goes_unchanged_to_other_hosts_and_bodies(
+    ran: tuple[Result, str], echo: tuple[Echo, int, int, Path]
+) -> None:
+    _r, out = ran
+    placeholder = _line(out, "PLACEHOLDER").split("=", 1)[1]
+    e = echo[0]
+    assert e.authorizations("other.test") == [f"Bearer {placeholder}"]
+    assert "BODY 200" in out and "EXPECT 200" in out
+    assert next(h for _, _, _, p, h in e.seen if p == "/body").get("Content-Length") == str(
+        len(f"token={placeholder}")
+    )
+
+
+def test_plain_http_to_the_secrets_host_is_refused(
+    ran: tuple[Result, str], echo: tuple[Echo, int, int, Path]
+) -> None:
+    r, out = ran
+    e = echo[0]
+    assert "PLAIN-API 403" in out and "PLAIN-OTHER 200" in out  # control: plain HTTP works elsewhere
+    assert not [p for s, _, _, p, _ in e.seen if p == "/plain"]
+    assert any(not ev.allowed and "HTTPS only" in ev.reason for ev in r.net_log)
+
+
+def test_git_and_pip_trust_the_sandboxs_ca(
+    ran: tuple[Result, str], echo: tuple[Echo, int, int, Path]
+) -> None:
+    e = echo[0]
+    paths = [p for _, hh, _, p, _ in e.seen if hh.startswith("api.test")]
+    assert any(p.startswith("/repo.git/info/refs") for p in paths), paths
+    assert any(p.startswith("/simple/nothing-here") for p in paths), paths
+    git = [h for _, _, _, p, h in e.seen if p.startswith("/repo.git/")]
+    assert git[0]["Authorization"] == f"Bearer {TOKEN}"
+
+
+def test_node_and_uv_trust_the_sandboxs_ca(
+    ran: tuple[Result, str], echo: tuple[Echo, int, int, Path]
+) -> None:
+    _r, out = ran
+    assert "NODE HTTP/1.1 200 OK" in out, out
+    e = echo[0]
+    assert [h["Authorization"] for _, _, _, p, h in e.seen if p == "/node"] == [f"Bearer {TOKEN}"]
+    assert any(
+        p.startswith("/simple/nothing-here") and "uv/" in h.get("User-Agent", "") for *_, p, h in e.seen
+    )
+
+
+def test_compressed_and_chunked_echoes_are_scrubbed(
+    ran: tuple[Result, str], echo: tuple[Echo, int, int, Path]
+) -> None:
+    _r, out = ran
+    placeholder = _line(out, "PLACEHOLDER").split("=", 1)[1]
+    gz, chunked = _line(out, "PY-GZIP"), _line(out, "PY-CHUNKED")
+    assert gz.startswith("PY-GZIP 200 None ") and f"Bearer {placeholder}" in gz  # decoded, then scrubbed
+    assert chunked.startswith("PY-CHUNKED 200") and f"Bearer {placeholder}" in chunked
+    sent = [h for _, _, _, p, h in echo[0].seen if p in ("/gzip", "/chunked")]
+    assert [h["Authorization"] for h in sent] == [f"Bearer {TOKEN}"] * 2
+    assert all(h.get("Accept-Encoding") == "identity" for h in sent)
+
+
+def test_http_rules_allow_and_refuse_as_configured(
+    ran: tuple[Result, str], echo: tuple[Echo, int, int, Path]
+) -> None:
+    r, out = ran
+    e = echo[0]
+    assert "RULE-GET 200" in out and "RULE-POST-OK 200" in out
+    assert "RULE-POST-NO 403" in out and "RULE-DELETE 403" in out
+    reached = [(m, p) for _, hh, m, p, _ in e.seen if hh.startswith("rules.test")]
+    assert reached == [("GET", "/get"), ("POST", "/post/1")]
+    refused = [ev for ev in r.net_log if ev.host == "rules.test" and not ev.allowed]
+    assert {ev.method for ev in refused} == {"POST", "DELETE"}
+    assert all("no --allow-http rule" in ev.reason for ev in refused)
+
+
+def test_a_client_that_does_not_trust_the_sandbox_ca_fails_and_the_log_names_the_host(
+    ran: tuple[Result, str], echo: tuple[Echo, int, int, Path]
+) -> None:
+    r, out = ran
+    assert "PINNED 0" not in out
+    assert not [p for *_, p, _ in echo[0].seen if p == "/pinned"]
+    assert any(ev.method == "TLS" and "certificate for api.test" in ev.reason for ev in r.net_log)
+
+
+def test_the_net_log_names_secrets_used_never_their_value(ran: tuple[Result, str]) -> None:
+    r, _ = ran
+    used = [ev for ev in r.net_log if "secrets put in: TOKEN" in ev.reason]
+    assert {ev.host for ev in used} == {"api.test"} and len(used) >= 4
+    assert TOKEN not in json.dumps([ev.to_dict() for ev in r.net_log])
+
+
+def test_control_a_passed_token_is_seen_by_the_same_checks(
+    echo: tuple[Echo, int, int, Path], tmp_path: Path
+) -> None:
+    """Without --secret (the token passed as is), the echo and the greps show it: the
+    checks above could see a leak."""
+    _e, https, plain, ca = echo
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TOKEN", TOKEN)
+        mp.setenv("SSL_CERT_FILE", str(ca))
+        # -k: the test CA's file lies in the host's /tmp, which the sandbox does not see
+        script = f"""curl -ksS --max-time 10 -H "Authorization: Bearer $TOKEN" https://api.test:{https}/control
+            printf '%s%s' '{TOKEN[:10]}' '{TOKEN[10:]}' > /dev/shm/needle
+            grep -rlF -f /dev/shm/needle /proc/self/environ | sed 's/^/FOUND /'"""
+        r = warren.run(["sh", "-c", script], build(_spec(ws, https, plain, env_pass=["TOKEN"])), timeout=60)
+    out = r.stdout.decode()
+    assert TOKEN in out and "FOUND /proc/self/environ" in out
+
+
+def test_a_missing_secret_value_is_a_typed_error_before_the_sandbox_starts(
+    echo: tuple[Echo, int, int, Path], tmp_path: Path
+) -> None:
+    from warren.errors import PolicyError
+
+    _e, https, plain, _ = echo
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("WARREN_TEST_ABSENT", raising=False)
+        spec = _spec(ws, https, plain, secrets=["TOKEN=WARREN_TEST_ABSENT@api.test"])
+        with pytest.raises(PolicyError) as err:
+            warren.run(["true"], build(spec))
+    assert "$WARREN_TEST_ABSENT is not set" in err.value.message
+
+
+def test_the_ca_key_is_never_on_disk_and_the_bundle_goes_with_the_sandbox(
+    ran: tuple[Result, str], state: Path
+) -> None:
+    """Judged on the host: nothing in warren's state holds a private key, and the trust
+    bundle written for the sandbox is gone once it ended."""
+    _r, out = ran
+    assert "KEYS-IN-BUNDLE 0" in out
+
+    def keys() -> list[Path]:
+        return [p for p in state.rglob("*") if p.is_file() and b"PRIVATE KEY" in p.read_bytes()]
+
+    assert keys() == []
+    assert [p for p in state.rglob("bundle-*.pem")] == []
+    # control: a key written there would be found
+    planted = state / "planted.pem"
+    planted.write_text("-----BEGIN PRIVATE KEY-----\n")
+    try:
+        assert keys() == [planted]
+    finally:
+        planted.unlink()
+
+
+def test_a_secrets_host_that_fails_verification_gets_nothing(
+    ran: tuple[Result, str], echo: tuple[Echo, int, int, Path]
+) -> None:
+    """The proxy checks the real host against the caller's trust under the name asked
+    for: the same server, named by its certificate (api.test), got the token above."""
+    r, out = ran
+    assert "UNTRUSTED 0" not in out
+    assert not [p for *_, p, _ in echo[0].seen if p == "/untrusted"]
+    refused = [ev for ev in r.net_log if ev.host == UNTRUSTED and ev.method == "TLS"]
+    assert refused and not refused[0].allowed and f"TLS to {UNTRUSTED}:" in refused[0].reason
