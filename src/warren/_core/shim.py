@@ -46,6 +46,9 @@ from ..output import truncation_marker
 from ..plan.model import Plan
 from . import _sys, cgroups, harden, procs
 
+# How long an exec's end waits for the supervisor to bring the sandbox's repositories
+# in step with the host (a sync copies at most a few index-sized files).
+SYNC_WAIT = 10.0
 # Dispositions a command must start with; Python ignores SIGPIPE and SIGXFSZ, and
 # ignored signals stay ignored across execve.
 _DEFAULT_SIGNALS = (
@@ -286,6 +289,7 @@ class Shim:
         # The sandbox's cgroup counters ("memory:oom_kill", "pids:max") and the
         # supervisor's "active" pipe (held until this shim exits: the exec's end).
         self.counters = {k: fd for k, fd in (extra or {}).items() if ":" in k}
+        self.synced = (extra or {}).get("synced")  # see _in_step
         self.before: dict[str, int] = {}
 
     def _limit_hit(self, status: int) -> str | None:
@@ -406,17 +410,53 @@ class Shim:
                 procs.kill_tree(pid)
                 return
         exited = protocol.Exited(status=status, timed_out=timed_out, limit=self._limit_hit(status))
+        self._in_step()
         with contextlib.suppress(OSError):
             wire.send(self.conn, exited)
+
+    def _in_step(self) -> None:
+        """Where the sandbox has repositories, the supervisor brings them in step with the
+        host once the command ended: the client hears of the end after that."""
+        if self.synced is None:
+            return
+        sock = socket.socket(fileno=self.synced)
+        self.synced = None
+        with contextlib.suppress(OSError), sock:
+            sock.shutdown(socket.SHUT_WR)
+            sock.settimeout(SYNC_WAIT)
+            sock.recv(1)
 
     def _relay(self, pid: int, deadline: float | None, out_r: int, err_r: int) -> None:
         out_log, err_log, status_fd = self.fds[:3]
         limit = self.command.output_limit
         sinks = {out_r: [out_log, 0, 0], err_r: [err_log, 0, 0]}  # log fd, kept, dropped
+        for fd in sinks:
+            os.set_blocking(fd, False)
         pidfd = os.pidfd_open(pid)
         poller = select.poll()
         for fd in (out_r, err_r, pidfd):
             poller.register(fd, select.POLLIN)
+
+        def take(fd: int) -> bool:
+            """One read of ``fd`` into its log; False when nothing more is there now."""
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                return False
+            sink = sinks[fd]
+            if not chunk:
+                poller.unregister(fd)
+                if sink[2]:
+                    os.write(sink[0], truncation_marker(sink[2]))
+                del sinks[fd]
+                return False
+            room = max(0, limit - sink[1])
+            if room:
+                os.write(sink[0], chunk[:room])
+                sink[1] += min(room, len(chunk))
+            sink[2] += max(0, len(chunk) - room)
+            return True
+
         status: int | None = None
         timed_out = False
         while sinks or status is None:
@@ -429,22 +469,18 @@ class Shim:
             for fd, _ev in events:
                 if fd == pidfd:
                     poller.unregister(pidfd)
+                    if status is not None:
+                        continue  # reaped by the timeout's kill: told below
                     _, status = os.waitpid(pid, 0)
+                    # What the process wrote is in the pipes now: it is in the logs (and a
+                    # pipe it alone held has ended, with its marker) before anyone hears
+                    # of the exit. A pipe a process it left behind still holds goes on.
+                    for out in list(sinks):
+                        while out in sinks and take(out):
+                            pass
                     self._finished(status_fd, status, timed_out)
-                    continue
-                chunk = os.read(fd, 65536)
-                sink = sinks[fd]
-                if not chunk:
-                    poller.unregister(fd)
-                    if sink[2]:
-                        os.write(sink[0], truncation_marker(sink[2]))
-                    del sinks[fd]
-                    continue
-                room = max(0, limit - sink[1])
-                if room:
-                    os.write(sink[0], chunk[:room])
-                    sink[1] += min(room, len(chunk))
-                sink[2] += max(0, len(chunk) - room)
+                elif fd in sinks:
+                    take(fd)
             if timed_out and status is not None and not procs.descendants(os.getpid()):
                 break
         if timed_out and status is not None:
