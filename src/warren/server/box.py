@@ -246,21 +246,35 @@ class Box:
             self.roots.update(changed)
             self.send(protocol.Refresh())
 
-    def exec_started(self) -> int:
-        """The write end of a pipe the exec's helper holds until it exits: the end of the
-        exec is an event here (the idle timeout counts from it)."""
-        active_r, active_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
-        self.active.add(active_r)
-        self.sel.register(active_r, _R, ("active", (self, active_r)))
-        return active_w
+    def exec_started(self) -> tuple[str, int]:
+        """The end the exec's helper holds until its command ended, and its name: the end
+        of the exec is an event here (the idle timeout counts from it). Where the sandbox
+        has repositories it is ``synced``, a socket: the helper shuts its side when the
+        command ended and tells its client only after the answer, which comes once the
+        repositories are in step — host git sees the command's commit and index as soon
+        as the exec returns."""
+        if self.git is not None and self.git.shadows:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            ours.setblocking(False)
+            mine, given, name = ours.detach(), theirs.detach(), "synced"
+        else:
+            mine, given = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+            name = "active"
+        self.active.add(mine)
+        self.sel.register(mine, _R, ("active", (self, mine)))
+        return name, given
 
     def exec_ended(self, fd: int) -> None:
         with contextlib.suppress(KeyError, ValueError):
             self.sel.unregister(fd)
-        os.close(fd)
         self.active.discard(fd)
         self.last_active = time.time()
-        self.keeper.sync(self.git)
+        try:
+            self.keeper.sync(self.git)
+        finally:
+            with contextlib.suppress(OSError):
+                os.write(fd, b"s")  # a socket's helper waits for this; a pipe's read end: EBADF
+            os.close(fd)
 
     # --- network -----------------------------------------------------------------------------
 

@@ -58,8 +58,9 @@ def hand_over(
     elif isinstance(msg, protocol.PsRequest):
         handoff.spawned = spawns.running(root, box.name)
     if isinstance(msg, protocol.ExecRequest):
-        handoff.extra.append("active")
-        extra.append(box.exec_started())
+        name, fd = box.exec_started()
+        handoff.extra.append(name)
+        extra.append(fd)
     if isinstance(msg, (protocol.ExecRequest, protocol.SpawnRequest)):
         handoff.extra.extend(name for name, _fd in box.launched.counters)
         named = [fd for _name, fd in box.launched.counters]
