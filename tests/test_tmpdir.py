@@ -72,6 +72,23 @@ def test_tmpdir_goes_to_the_callers_cache_beside_a_workspace_in_home() -> None:
     )
 
 
+def test_tmpdir_goes_to_a_cache_made_for_it_when_the_caller_has_none_yet() -> None:
+    # A new account: no ~/.cache. It is made (as any caching tool would), not a directory
+    # beside the workspace that changes its parent.
+    host = _facts(writable={"/home/u/proj", "/home/u"})
+    assert _scratch(host=host) == Scratch("/home/u", ".cache/warren/tmp/abc")
+    # Control: a ~/.cache that is there but not the caller's to write is not replaced.
+    host = HostFacts(
+        parse_mountinfo(ROOT_ONLY),
+        7,
+        40,
+        True,
+        path_kinds={"/home/u/proj": "dir", "/home/u": "dir", "/home/u/.cache": "dir"},
+        writable_dirs=frozenset({"/home/u/proj", "/home/u"}),
+    )
+    assert _scratch(host=host) == Scratch("/home/u", ".warren-tmp-abc")
+
+
 def test_tmpdir_goes_beneath_the_callers_own_tmpdir_when_that_shares_the_workspaces_mount() -> None:
     host = _facts(writable={"/home/u/proj", "/home/u/.cache", "/home/u/tmp"})
     assert _scratch(env={"TMPDIR": "/home/u/tmp"}, host=host) == Scratch("/home/u/tmp", ".warren-tmp-abc")

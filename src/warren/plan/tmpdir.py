@@ -13,7 +13,8 @@ rename. Where it goes, the first that shares that mount:
 
 1. beneath the caller's own TMPDIR (``$TMPDIR/.warren-tmp-<random>``), when that is
    not ``/tmp`` (which the sandbox gets fresh) and close enough to the workspace;
-2. the caller's cache, ``$XDG_CACHE_HOME/warren/tmp/<random>`` (``~/.cache``);
+2. the caller's cache, ``$XDG_CACHE_HOME/warren/tmp/<random>`` (``~/.cache``, made
+   when missing);
 3. the deepest directory above the workspace that the caller may write
    (``.warren-tmp-<random>`` beside the workspace, or higher).
 
@@ -78,7 +79,8 @@ def _ancestors(path: str) -> list[str]:
 def candidates(workspace: str, caller_env: Mapping[str, str], home: str) -> list[str]:
     """The directories whose kind and writability the decision depends on (the
     supervisor gathers them as host facts)."""
-    return [host_tmpdir(caller_env), cache_home(caller_env, home), *_ancestors(workspace)]
+    cache = cache_home(caller_env, home)
+    return [host_tmpdir(caller_env), cache, posixpath.dirname(cache), *_ancestors(workspace)]
 
 
 def _shares(path: str, workspace: str, host: HostFacts) -> bool:
@@ -117,6 +119,12 @@ def scratch_tmpdir(
     rel = posixpath.join(*CACHE_PARTS, scratch_id)
     if usable(cache) and _shares(posixpath.join(cache, rel), workspace, host):
         return Scratch(cache, rel)
+    # No cache directory yet (a new account): made, as any tool that caches would,
+    # rather than a directory beside the workspace that the user sees in its parent.
+    above = posixpath.dirname(cache)
+    rel = posixpath.join(posixpath.basename(cache), rel)
+    if host.kind(cache) == "missing" and usable(above) and _shares(posixpath.join(above, rel), workspace, host):
+        return Scratch(above, rel)
     for base in _ancestors(workspace):
         if usable(base) and _shares(posixpath.join(base, name), workspace, host):
             return Scratch(base, name)

@@ -165,7 +165,7 @@ def _make_scratch(plan: Plan, record_dir: str | None) -> Scratch:
             with open(record, "x") as f:
                 f.write(f"{base}\n{rel}\n")
         fd = safepath.open_dir(base)
-        for part in parts[:-1]:  # warren/tmp in the caller's cache: shared by sandboxes
+        for part in parts[:-1]:  # [.cache/]warren/tmp in the caller's cache: shared by sandboxes
             with contextlib.suppress(FileExistsError):
                 os.mkdir(part, 0o700, dir_fd=fd)
             sub = safepath.dir_beneath(fd, part)
