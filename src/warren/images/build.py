@@ -39,14 +39,9 @@ def _check(value: str, pattern: re.Pattern[str], what: str, hint: str) -> str:
 def command(
     suite: str, out: Path, *, include: Sequence[str] = (), mirror: str | None = None, variant: str = "minbase"
 ) -> list[str]:
-    """The mmdebstrap command that writes Debian ``suite`` as a tar to ``out``."""
-    exe = shutil.which("mmdebstrap")
-    if exe is None:
-        raise ImageError(
-            "mmdebstrap is not installed",
-            operation="image build",
-            hint="install it (apt install mmdebstrap), or import an image made elsewhere",
-        )
+    """The mmdebstrap command that writes Debian ``suite`` as a tar to ``out``. The
+    request is checked first: bad input is named as such whether or not mmdebstrap is
+    there."""
     _check(suite, _SUITE, "Debian suite", "name a suite such as bookworm, trixie or stable")
     if variant not in VARIANTS:
         raise ImageError(
@@ -56,12 +51,21 @@ def command(
         _check(
             pkg, _PACKAGE, "package name", "Debian package names: lower-case letters, digits, '+', '-', '.'"
         )
+    if mirror is not None:
+        _check(mirror, _MIRROR, "mirror", "a URL such as http://deb.debian.org/debian")
+    exe = shutil.which("mmdebstrap")
+    if exe is None:
+        raise ImageError(
+            "mmdebstrap is not installed",
+            operation="image build",
+            hint="install it (apt install mmdebstrap), or import an image made elsewhere",
+        )
     argv = [exe, f"--variant={variant}", "--mode=unshare", "--format=tar"]
     if include:
         argv.append("--include=" + ",".join(include))
     argv += [suite, str(out)]
     if mirror is not None:
-        argv.append(_check(mirror, _MIRROR, "mirror", "a URL such as http://deb.debian.org/debian"))
+        argv.append(mirror)
     return argv
 
 
