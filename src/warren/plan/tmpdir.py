@@ -121,9 +121,9 @@ def scratch_tmpdir(
         return Scratch(cache, rel)
     # No cache directory yet (a new account): made, as any tool that caches would,
     # rather than a directory beside the workspace that the user sees in its parent.
-    above = posixpath.dirname(cache)
-    rel = posixpath.join(posixpath.basename(cache), rel)
-    if host.kind(cache) == "missing" and usable(above) and _shares(posixpath.join(above, rel), workspace, host):
+    above, rel = posixpath.dirname(cache), posixpath.join(posixpath.basename(cache), rel)
+    missing = host.kind(cache) == "missing"
+    if missing and usable(above) and _shares(posixpath.join(above, rel), workspace, host):
         return Scratch(above, rel)
     for base in _ancestors(workspace):
         if usable(base) and _shares(posixpath.join(base, name), workspace, host):
