@@ -34,6 +34,7 @@ def _schemathesis(server: Serve, cwd: Path, *extra: str, config: Path | None = N
     return out
 
 
+@pytest.mark.caller_independent
 def test_schemathesis_finds_no_failure_against_a_real_server(tmp_path: Path, state_home: Path) -> None:
     cwd = tmp_path / "cwd"  # where a policy without a workspace puts a sandbox
     cwd.mkdir()
