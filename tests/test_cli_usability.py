@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Layout, run_cli
+from conftest import WARREN, Layout, run_cli
 from warren.cli import catalog
 
 
@@ -215,3 +215,56 @@ def test_network_hint_reads_shell_lines_and_resolver_errors() -> None:
     assert after_failure(["pip", "install", "x"], "allow", None, resolver) == []
     both = after_failure(["git", "pull"], "none", "/r")
     assert both[0] == NO_NETWORK and "--workspace /r" in both[1] and len(both) == 2
+
+
+# --- progress of a long copy ----------------------------------------------------------------
+
+
+def _cp_with_stderr_on_a_terminal(web: tuple[Layout, dict[str, str]], *args: str) -> tuple[int, str]:
+    """``warren cp ARGS`` with its stderr on a pseudo-terminal: (status, what it showed there)."""
+    import pty
+
+    layout, env = web
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.run(
+            [*WARREN, "cp", *args],
+            cwd=layout.workspace,
+            env={**os.environ, **env},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=slave,
+            timeout=60,
+        )
+        os.close(slave)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the terminal's other side is closed and drained
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(master)
+    return proc.returncode, shown.decode(errors="replace")
+
+
+def test_cp_of_a_tree_shows_progress_on_a_terminal_and_nothing_in_a_pipe(
+    web: tuple[Layout, dict[str, str]], tmp_path: Path
+) -> None:
+    src = tmp_path / "tree"
+    src.mkdir()
+    for i in range(5):
+        (src / f"f{i}").write_bytes(b"x" * 1000)
+    status, shown = _cp_with_stderr_on_a_terminal(web, "-r", str(src), "web:copied")
+    assert status == 0, shown
+    assert "warren cp: 1 file" in shown and shown.endswith("\r\x1b[K"), repr(shown)  # cleared at the end
+    status, shown = _cp_with_stderr_on_a_terminal(web, "-r", "web:copied", str(tmp_path / "back"))
+    assert status == 0, shown
+    assert "warren cp: 1 file:  20% 1000 B of 4.9 KiB" in shown, repr(shown)  # the total is known
+    assert sorted(p.name for p in (tmp_path / "back").iterdir()) == [f"f{i}" for i in range(5)]
+    # In a pipe (a log, an agent's capture): nothing but what went wrong.
+    again = cli(web, "cp", "-r", str(src), "web:copied2")
+    assert (again.returncode, again.stderr) == (0, "")

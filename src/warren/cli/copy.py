@@ -29,6 +29,7 @@ from ..client.sandbox import Sandbox
 from ..errors import SandboxFileNotFound, WarrenError
 from ..models import FileInfo
 from . import hostpath
+from .progress import Progress
 
 LIMIT = wire.MAX_PAYLOAD  # what one file request carries
 
@@ -41,6 +42,24 @@ def _umask() -> int:
 
 def _note(message: str) -> None:
     print(f"warren cp: {message}", file=sys.stderr)
+
+
+class _Tally:
+    """What a copy of a tree has moved so far, shown on a terminal (``Progress``)."""
+
+    def __init__(self, total: int | None = None) -> None:
+        self.progress = Progress()
+        self.files = self.size = 0
+        self.total = total
+
+    def add(self, size: int) -> None:
+        self.files += 1
+        self.size += size
+        files = f"{self.files} file" + ("s" if self.files != 1 else "")
+        self.progress(f"warren cp: {files}", self.size, self.total)
+
+    def end(self) -> None:
+        self.progress.end()
 
 
 def _checked_name(name: str, where: str) -> str:
@@ -98,6 +117,7 @@ def _tree_to_sandbox(sb: Sandbox, where: hostpath.Where, target: str) -> None:
         root = where.open_dir()
     except OSError as e:
         raise _changed(where.path, e) from None
+    tally = _Tally()
     try:
         entries = _host_tree(root, where.path)  # all listed first: a copy into itself ends
         sb.files.mkdir(target, parents=True, exist_ok=True)
@@ -120,7 +140,9 @@ def _tree_to_sandbox(sb: Sandbox, where: hostpath.Where, target: str) -> None:
             finally:
                 os.close(fd)
             sb.files.write(out, data, mode=mode)
+            tally.add(len(data))
     finally:
+        tally.end()
         os.close(root)
 
 
@@ -279,6 +301,7 @@ def _mkdir_host(dirfd: int, name: str, shown: str) -> None:
 
 def _tree_from_sandbox(sb: Sandbox, src: str, parent: int, name: str, shown: str) -> None:
     entries = _sandbox_tree(sb, src)  # all listed first: a copy into itself ends
+    tally = _Tally(sum(e.size for _rel, e in entries if e.type == "file"))
     _mkdir_host(parent, name, shown)
     try:
         root = safepath.dir_beneath(parent, name)
@@ -296,10 +319,13 @@ def _tree_from_sandbox(sb: Sandbox, src: str, parent: int, name: str, shown: str
                 if entry.type == "dir":
                     _mkdir_host(fd, child, out)
                 else:
-                    _write_host(fd, child, out, sb.files.read(inner, max_bytes=LIMIT), entry.mode)
+                    data = sb.files.read(inner, max_bytes=LIMIT)
+                    _write_host(fd, child, out, data, entry.mode)
+                    tally.add(len(data))
             finally:
                 os.close(fd)
     finally:
+        tally.end()
         os.close(root)
 
 

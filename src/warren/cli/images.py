@@ -15,6 +15,7 @@ from typing import Any
 
 from ..terminal import printable
 from . import flags
+from .progress import Progress, human_size
 
 ACTIONS = ("build", "import", "ls", "inspect", "rm", "gc")
 _USAGE = {
@@ -33,41 +34,7 @@ def _usage(action: str, why: str) -> flags.UsageError:
     )
 
 
-def _size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"
-
-
-class _Progress:
-    """One line on stderr, rewritten at most ten times a second; nothing off a terminal."""
-
-    def __init__(self) -> None:
-        self.on = sys.stderr.isatty()
-        self.last = 0.0
-        self.shown = False
-
-    def __call__(self, label: str, done: int, total: int | None) -> None:
-        now = time.monotonic()
-        if not self.on or now - self.last < 0.1:
-            return
-        self.last = now
-        of = f" of {_size(total)}" if total else ""
-        pct = f" {100 * done // total:3d}%" if total else ""
-        sys.stderr.write(f"\r\x1b[K{label}:{pct} {_size(done)}{of}")
-        sys.stderr.flush()
-        self.shown = True
-
-    def end(self) -> None:
-        if self.shown:
-            sys.stderr.write("\r\x1b[K")
-            sys.stderr.flush()
-            self.shown = False
-
-
-def _warn(progress: _Progress) -> Callable[[str], None]:
+def _warn(progress: Progress) -> Callable[[str], None]:
     def warn(line: str) -> None:
         progress.end()
         sys.stderr.write(f"warren: warning: {printable(line)}\n")
@@ -118,7 +85,7 @@ def image(args: list[str]) -> int:
     if action == "import":
         if len(names) != 2:
             raise _usage(action, "give NAME and FILE")
-        progress = _Progress()
+        progress = Progress()
         try:
             ref = store.import_archive(
                 names[0],
@@ -190,7 +157,7 @@ def _build(store: Any, ns: Any, max_size: dict[str, Any]) -> int:
     if not ns.debian:
         raise _usage("build", "--debian SUITE is required")
     include = [pkg.strip() for item in ns.include for pkg in item.split(",") if pkg.strip()]
-    progress = _Progress()
+    progress = Progress()
     try:
         ref = build.debian(
             store,
@@ -223,7 +190,7 @@ def _ls(store: Any, as_json: bool) -> int:
             i.name,
             i.id[7:19],
             str(len(i.layers)),
-            _size(i.size),
+            human_size(i.size),
             time.strftime("%Y-%m-%d %H:%M", time.localtime(i.created)),
             i.source,
         )
@@ -240,7 +207,7 @@ def _show(data: dict[str, Any]) -> None:
     for key in ("name", "id", "source", "size", "created"):
         value = data[key]
         if key == "size":
-            value = _size(value)
+            value = human_size(value)
         elif key == "created":
             value = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(value))
         print(printable(f"{key}: {value}"))
