@@ -31,6 +31,7 @@ from warren.errors import (
 from warren.policy import PolicySpec
 from warren.protocol import STDIN_MAX_QUEUED
 from warren.server import statedir
+from warren.server.stdin import SWEEP_EVERY
 
 UPPER = "import sys\nfor line in sys.stdin:\n    print(line.upper(), end='', flush=True)\n"
 
@@ -167,12 +168,16 @@ def test_writing_where_it_cannot_go_is_a_typed_error_naming_the_process(sb: Sand
     assert reader.wait(10) == 0
 
 
-def test_a_process_that_closes_its_stdin_refuses_more_with_stdin_closed(sb: Sandbox) -> None:
+@pytest.mark.parametrize("after", [0.0, SWEEP_EVERY + 0.5], ids=["at-once", "after-a-sweep"])
+def test_a_process_that_closes_its_stdin_refuses_more_with_stdin_closed(sb: Sandbox, after: float) -> None:
+    """Whether the write itself finds the reader gone or the supervisor's sweep found it
+    first (and let go of the pipe), the answer says the process closed its stdin."""
     p = sb.spawn(
         ["python3", "-c", "import os, time; os.close(0); print('closed', flush=True); time.sleep(30)"],
         stdin=True,
     )
     _until(_stdout_is(p, b"closed\n"), "the process to close its stdin")
+    time.sleep(after)
     with pytest.raises(StdinClosed) as info:
         p.write("anyone there?\n")
     assert "closed its stdin" in info.value.message

@@ -51,6 +51,7 @@ class StdinPipes:
         self.sel = sel
         self.pipes: dict[tuple[str, str], Pipe] = {}
         self.opened: set[tuple[str, str]] = set()  # every spawn given a pipe, closed since or not
+        self.unread: set[tuple[str, str]] = set()  # closed because the process closed its end
         self.last_sweep = time.monotonic()
 
     def open(self, sandbox: str, spawn_id: str) -> int:
@@ -88,6 +89,8 @@ class StdinPipes:
                 raise _ended(where, req.process)
             return protocol.StdinState(closed=True)  # closing what is gone is no error
         if pipe is None or pipe.eof:
+            if data and key in self.unread:
+                raise _closed_by_process(where, req.process)
             if data:
                 raise StdinClosed(
                     f"the stdin of {where} is closed",
@@ -106,12 +109,7 @@ class StdinPipes:
             # The pipe broke under this very write: its reader is gone.
             if spawns.ended(self.root, req.sandbox, spawn_id):
                 raise _ended(where, req.process)
-            raise StdinClosed(
-                f"{where} closed its stdin; the data was not delivered",
-                operation="stdin",
-                path=req.process,
-                hint="the program stopped reading its input; start a new process to send more",
-            )
+            raise _closed_by_process(where, req.process)
         return protocol.StdinState(queued=pipe.queued, closed=req.eof)
 
     def flush(self, pipe: Pipe) -> bool:
@@ -124,7 +122,7 @@ class StdinPipes:
             except BlockingIOError:
                 break
             except OSError:  # EPIPE: no reader is left
-                self.close(pipe)
+                self.close(pipe, unread=True)
                 return False
             pipe.queued -= n
             if n < len(head):
@@ -144,10 +142,13 @@ class StdinPipes:
             self.sel.unregister(pipe.fd)
         pipe.watched = on
 
-    def close(self, pipe: Pipe) -> None:
-        """The process reads end of file once it has read what the pipe holds."""
+    def close(self, pipe: Pipe, unread: bool = False) -> None:
+        """The process reads end of file once it has read what the pipe holds;
+        ``unread``: closed because no reader is left (what was queued is dropped)."""
         if self.pipes.get((pipe.sandbox, pipe.spawn_id)) is not pipe:
             return
+        if unread:
+            self.unread.add((pipe.sandbox, pipe.spawn_id))
         self._watch(pipe, False)
         del self.pipes[pipe.sandbox, pipe.spawn_id]
         os.close(pipe.fd)
@@ -159,6 +160,7 @@ class StdinPipes:
         for pipe in [p for p in self.pipes.values() if p.sandbox == sandbox]:
             self.close(pipe)
         self.opened = {key for key in self.opened if key[0] != sandbox}
+        self.unread = {key for key in self.unread if key[0] != sandbox}
 
     def sweep(self) -> None:
         """Now and then: close the pipes whose process ended (its status is recorded)
@@ -175,7 +177,16 @@ class StdinPipes:
         broken = {fd for fd, _ev in poller.poll(0)}
         for fd, pipe in by_fd.items():
             if fd in broken or spawns.ended(self.root, pipe.sandbox, pipe.spawn_id):
-                self.close(pipe)
+                self.close(pipe, unread=fd in broken)
+
+
+def _closed_by_process(where: str, ident: str) -> StdinClosed:
+    return StdinClosed(
+        f"{where} closed its stdin; the data was not delivered",
+        operation="stdin",
+        path=ident,
+        hint="the program stopped reading its input; start a new process to send more",
+    )
 
 
 def _ended(where: str, ident: str) -> ProcessEnded:
