@@ -118,10 +118,14 @@ class Home:
 
     def snapshot(self, *, skip: Path) -> dict[str, str]:
         """Every entry of HOME but the agent's own home (and the directories above it,
-        which warren creates on launch): its type, mode, size, content."""
+        which warren creates on launch) and warren's own cache directories, where the
+        sandbox's TMPDIR lives while it runs (``~/.cache/warren/tmp``, made if missing;
+        that the TMPDIR is gone afterwards is checked by tests/test_tmpdir.py): its type,
+        mode, size, content."""
         out: dict[str, str] = {}
+        tmp = self.path / ".cache" / "warren" / "tmp"
         for path in sorted(self.path.rglob("*")):
-            if path == skip or skip in path.parents or path in skip.parents:
+            if path == skip or skip in path.parents or path in skip.parents or path in (tmp, *tmp.parents):
                 continue
             st = path.lstat()
             body = path.read_text(errors="replace") if path.is_file() and not path.is_symlink() else ""
