@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import shutil
 import subprocess
 import sys
 import uuid
@@ -28,6 +29,18 @@ WARREN = [str(_INSTALLED)] if _INSTALLED.exists() else [sys.executable, "-m", "w
 # API's contract fuzzed) and costs a lot: the root half of that pair leaves it to the
 # uid-1001 half, and says so. Run on its own (plain pytest, as anyone), it runs.
 PAIRED_ROOT = os.environ.get("WARREN_TEST_PAIRED") == "root"
+
+
+def need_tool(name: str, for_what: str) -> None:
+    """Skip, saying why, where the program ``name`` is not installed — unless this run is
+    scripts/test's (``WARREN_TEST_ALL_TOOLS=1``), whose setup installs it: there a
+    missing tool is a failure, never a quiet skip."""
+    if shutil.which(name) is not None:
+        return
+    why = f"{name} is not installed ({for_what}; scripts/setup installs it)"
+    if os.environ.get("WARREN_TEST_ALL_TOOLS") == "1":
+        pytest.fail(why)
+    pytest.skip(why)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -17,6 +17,8 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from conftest import need_tool
+
 Entry = tuple[tarfile.TarInfo, bytes | None]
 
 
@@ -77,6 +79,7 @@ class Podman:
     """podman with a storage of its own under ``base`` (no registry, nothing shared)."""
 
     def __init__(self, base: Path) -> None:
+        need_tool("podman", "the images these tests import are made by podman")
         self.base = base
         # podman refuses a runroot over 50 characters (an xdist worker's tmp_path is longer):
         # a short private one under /tmp, gone with the process that made it.

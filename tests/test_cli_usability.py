@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import WARREN, Layout, run_cli
+from conftest import WARREN, Layout, need_tool, run_cli
 from warren.cli import catalog
 
 
@@ -109,8 +109,7 @@ def test_completion_script_names_every_command_and_flag(tmp_path: Path, shell: s
                 word = n.lstrip("-") if shell == "fish" else n
                 assert word in r.stdout, (shell, c.name, n)
     checker = {"bash": ["bash", "-n"], "zsh": ["zsh", "-n"], "fish": ["fish", "--no-execute"]}[shell]
-    if shutil.which(checker[0]) is None:
-        pytest.skip(f"{checker[0]} is not installed: the script's syntax was not checked")
+    need_tool(checker[0], "it checks the completion script's syntax")
     script = tmp_path / f"warren.{shell}"
     script.write_text(r.stdout)
     checked = subprocess.run([*checker, str(script)], capture_output=True, text=True)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import need_tool
 from warren.errors import HostError, PolicyError
 from warren.plan import CallerFacts, make_plan
 from warren.plan.degraded import NOT_HELD
@@ -33,7 +34,11 @@ from warren.policy.spec import PolicySpec
 from warren.server import hostfacts
 
 BWRAP = shutil.which("bwrap")
-pytestmark = pytest.mark.skipif(BWRAP is None, reason="bwrap is not installed (scripts/setup installs it)")
+
+
+@pytest.fixture(autouse=True)
+def _bwrap() -> None:
+    need_tool("bwrap", "it makes the container without user namespaces these tests run in")
 
 
 @pytest.fixture(scope="module")
@@ -418,11 +423,12 @@ PARSER = shutil.which("apparmor_parser") or (
 )
 
 
-@pytest.mark.skipif(not PARSER, reason="apparmor_parser is not installed (scripts/setup installs apparmor)")
 def test_the_shipped_apparmor_profile_parses(tmp_path: Path) -> None:
     """Debian 12's parser (AppArmor 3.0) predates the `userns` rule (4.0, Ubuntu >= 23.10):
     there the profile is parsed without its abi line and that one rule, which must be
     present as written; a 4.x parser reads it whole."""
+    if not PARSER:
+        need_tool("apparmor_parser", "it parses the shipped profile")
     assert isinstance(PARSER, str)
     profile = Path(__file__).parent.parent / "packaging" / "apparmor" / "warren"
     text = profile.read_text()

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import need_tool
 from images_util import Podman, in_overlay, tree
 from warren.images.store import ImageStore
 
@@ -40,6 +41,7 @@ def _cli(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.Com
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ImageStore, dict[str, str], Path]]:
+    need_tool("mmdebstrap", "warren image build runs it")
     base = tmp_path_factory.mktemp("debian")
     env = {**os.environ, "XDG_DATA_HOME": str(base / "data")}
     done = _cli(env, "build", "deb", "--debian", "bookworm", "--variant", "essential", timeout=900)

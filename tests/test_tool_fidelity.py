@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_wheel, run_cli
+from conftest import make_wheel, need_tool, run_cli
 
 pytestmark = pytest.mark.usefixtures("state_home")
 
@@ -424,8 +424,7 @@ def test_tmpdir_of_a_long_lived_sandbox_lives_until_it_is_removed(home: Home) ->
 
 @pytest.fixture
 def npm_package(home: Home) -> Path:
-    if shutil.which("npm") is None:
-        pytest.skip("npm is not installed on this machine")
+    need_tool("npm", "the npm tests run it")
     pkg = home.base / "pkg"
     pkg.mkdir()
     (pkg / "package.json").write_text(
