@@ -60,6 +60,13 @@ def _cmdline(pid: int) -> bytes:
         return b""
 
 
+def _ns_of(pid: int, kind: str) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/{kind}")
+    except OSError:
+        return ""
+
+
 def _host_pids_in_ns(kind: str, inode: str) -> list[int]:
     found = []
     for name in os.listdir("/proc"):
@@ -354,7 +361,8 @@ def _kill_supervisor_and_check(sb: Sandbox, layout: Layout) -> None:
     assert _host_pids_in_ns("pid", pid_ns) == []
     assert process_start_time(sb.pid1) != pid1_start  # PID 1 itself is gone
     assert [p for p in _host_pids() if _cmdline(p) == f"sleep\x00{token}\x00".encode()] == []
-    assert _host_pids_in_ns("mnt", mnt_ns) == []  # the mount namespace died with its last process
+    left = {p: (_cmdline(p)[:200], _ns_of(p, "pid")) for p in _host_pids_in_ns("mnt", mnt_ns)}
+    assert left == {}  # the mount namespace died with its last process
     [dead] = [e for e in Sandbox.list() if e.name == "doomed"]
     assert dead.state == "dead" and "supervisor" in dead.reason and "killed" in dead.reason
     with pytest.raises(SandboxDead):
