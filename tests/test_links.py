@@ -75,9 +75,12 @@ def _outside_repo(base: Path) -> Path:
 
 
 def _objects(repo: Path) -> dict[str, tuple[int, str]]:
-    """Every file under the repository's objects: (inode, sha256 of its content)."""
+    """Every file under the repository's objects (a bare one's too): (inode, sha256 of its
+    content)."""
     out = {}
-    for p in sorted((repo / ".git" / "objects").rglob("*")):
+    objects = repo / ".git" / "objects" if (repo / ".git").is_dir() else repo / "objects"
+    assert objects.is_dir(), f"{repo} has no objects"
+    for p in sorted(objects.rglob("*")):
         if p.is_file():
             out[str(p.relative_to(repo))] = (p.stat().st_ino, hashlib.sha256(p.read_bytes()).hexdigest())
     return out
@@ -264,11 +267,6 @@ def test_a_file_linked_from_the_default_deny_list_is_not_readable_inside(layout:
     assert r.stdout == "PRIVATE-KEY\n", (r.stdout, r.stderr)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="src existed when the sandbox started, so its .git is a sandbox-side git directory with the "
-    "host's objects bound in (the git protection): link() never crosses a mount, so git copies",
-)
 def test_a_local_clone_inside_the_workspace_hardlinks_its_objects(layout: Layout, via: str) -> None:
     repo = _outside_repo(layout.root)
     _git(layout.workspace, "clone", "-q", str(repo), "src")  # objects hardlinked from outside
@@ -282,11 +280,6 @@ def test_a_local_clone_inside_the_workspace_hardlinks_its_objects(layout: Layout
     assert not outside & {ino for ino, _sha in c.values()}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the workspace's .git is a sandbox-side git directory with the host's objects bound in (the "
-    "git protection): link() never crosses a mount, so git copies the objects of a local clone of it",
-)
 def test_a_local_clone_of_the_workspace_repository_hardlinks_its_objects(layout: Layout, via: str) -> None:
     _git(layout.workspace, "init", "-q")
     (layout.workspace / "f").write_text("x\n")
@@ -466,3 +459,45 @@ def test_a_local_clone_of_a_repository_made_inside_hardlinks_its_objects(layout:
         inodes(layout.workspace / "c" / ".git" / "objects"),
     )
     assert c and c <= bare, "objects were copied"
+
+
+def test_a_link_out_of_git_data_never_reaches_a_masked_file_or_a_place_the_sandbox_cannot_write(
+    var_layout: Layout, via: str
+) -> None:
+    """PID 1's broker makes hard links out of a repository's bound git data on the
+    writable root's own mount (a local clone hardlinks, above): that must not give a
+    name to a file the sandbox sees masked, nor make one outside the writable roots —
+    their parent (outside.txt's directory) lies on that very mount (not under /tmp)."""
+    layout = var_layout
+    ws = layout.workspace
+    _git(ws, "init", "-q")
+    (ws / "f").write_text("x\n")
+    _git(ws, "add", "f")
+    _git(ws, "commit", "-qm", "c")
+    [obj] = [p for p in (ws / ".git" / "objects").rglob("*") if p.is_file() and p.parent.name != "info"][:1]
+    rel = obj.relative_to(ws)
+    # A key of the user's (denied by default) with a second name inside the git data.
+    home = layout.root / "home"
+    (home / ".ssh").mkdir(parents=True)
+    key = home / ".ssh" / "id_test"
+    key.write_text("PRIVATE-KEY\n")
+    key.chmod(0o644)
+    (ws / ".git" / "objects" / "ab").mkdir(exist_ok=True)
+    os.link(key, ws / ".git" / "objects" / "ab" / "planted")
+    ro = layout.root / "ro"
+    ro.mkdir()
+    # link(2) itself, as git's local clone calls it (ln calls linkat(2), which is not brokered).
+    ln = "python3 -c 'import ctypes, sys; sys.exit(ctypes.CDLL(None).link(*map(str.encode, sys.argv[1:])) != 0)'"  # noqa: E501
+    script = (
+        f"{ln} .git/objects/ab/planted stolen; echo stolen=$?; cat stolen; "
+        f"{ln} {rel} {ro}/x; echo ro=$?; {ln} {rel} {layout.outside.parent}/y; echo outside=$?; "
+        f"{ln} {rel} kept; echo kept=$?"
+    )
+    r = _sh(layout, script, "--read", str(ro), env={"HOME": str(home)})
+    assert "PRIVATE-KEY" not in r.stdout, (r.stdout, r.stderr)
+    assert "stolen=0" not in r.stdout and "ro=0" not in r.stdout and "outside=0" not in r.stdout, r.stdout
+    # Judged on the host: the key has no new name, nothing appeared where it may not.
+    assert key.stat().st_nlink == 2 and not (ws / "stolen").exists()
+    assert not (ro / "x").exists() and not (layout.outside.parent / "y").exists()
+    # Control: an object of the repository is linked (the same inode), as on the host.
+    assert "kept=0" in r.stdout and (ws / "kept").stat().st_ino == obj.stat().st_ino, r.stdout

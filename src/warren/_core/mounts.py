@@ -124,6 +124,11 @@ def _layer_fds(op: MountOp) -> list[int]:
 # The sandbox's own layer (the overlay's upper directory), held by PID 1 from the mount
 # on: the supervisor gets it with Ready, to snapshot it (``server.snapshots``).
 layer_fd: list[int] = []
+# Each repository's git directory as it lies on its writable root's mount, opened just
+# before warren's tree is bound over it (then no path reaches it): the broker makes
+# hard links out of the host's shared git data there (``broker.links``).
+git_under: dict[str, int] = {}
+_UNDER = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def _overlay_root(op: MountOp, layers: list[int]) -> str:
@@ -245,6 +250,7 @@ def _apply(op: MountOp, target: str, fd: int | None) -> None:
 
 
 def _execute(plan: Plan) -> None:
+    trees = {g.path: g.tree for g in plan.git}
     fds: dict[int, int] = {}
     layers: list[int] = []
     step = -1
@@ -264,6 +270,8 @@ def _execute(plan: Plan) -> None:
             target = stage if op.target == "/" else stage + op.target
             if plan.image is not None:
                 _no_links(stage, target)
+            if op.kind is MountKind.BIND_RW and op.target in trees and trees[op.target] == op.source:
+                git_under[op.target] = os.open(target, _UNDER)
             _apply(op, target, fds.pop(step, None))
         op = None
         os.chdir(stage)

@@ -338,6 +338,8 @@ BROKERED: dict[str, dict[str, int]] = {
         "rename": 82,
         "renameat": 264,
         "renameat2": 316,
+        "link": 86,
+        "linkat": 265,
     },
     "aarch64": {
         "connect": 203,
@@ -356,11 +358,18 @@ BROKERED: dict[str, dict[str, int]] = {
         "fremovexattr": 16,
         "renameat": 38,
         "renameat2": 276,
+        "linkat": 37,
     },
 }
 SOCKETS = ("connect", "sendto", "sendmsg", "sendmmsg")
 # On an image only (plan.envroot): a lower directory's rename is made a move of its tree.
 RENAMES = ("rename", "renameat", "renameat2")
+# Where repositories' git data is bound in (plan.git): a hard link out of it is made on
+# the mount it lies on (a local clone hardlinks its objects, as on the host). Only
+# link(2), which git's local clone calls: linkat(2), which uv, cargo, cp -l and ln
+# call, thousands of times in an install, stays the kernel's own (unbrokered). On
+# aarch64, which has no link(2), linkat is brokered instead (``_brokered``).
+LINKS = ("link", "linkat")
 METADATA = (
     "chmod",
     "fchmod",
@@ -379,20 +388,21 @@ METADATA = (
 )
 
 
+GROUPS = {"sockets": SOCKETS, "metadata": METADATA, "renames": RENAMES, "links": LINKS}
+
+
+def _brokered(name: str, nr: dict[str, int]) -> bool:
+    return name in nr and not (name == "linkat" and "link" in nr)
+
+
 @lru_cache(maxsize=8)
 def notify_program(groups: tuple[str, ...], machine: str | None = None) -> tuple[Instruction, ...]:
     """A second filter: the brokered calls of ``groups`` ("sockets",
-    "metadata", "renames") go to PID 1 (seccomp user notification); everything else passes on to
+    "metadata", "renames", "links") go to PID 1 (seccomp user notification); everything else passes on to
     the deny filter. ``sendto`` without an address (a connected socket) is not sent."""
     machine = machine or os.uname().machine
     nr = BROKERED[machine]
-    names = [
-        n
-        for g, members in (("sockets", SOCKETS), ("metadata", METADATA), ("renames", RENAMES))
-        if g in groups
-        for n in members
-        if n in nr
-    ]
+    names = [n for g, members in GROUPS.items() if g in groups for n in members if _brokered(n, nr)]
     prog: list[Instruction] = [
         (_LD_W_ABS, 0, 0, _OFF_ARCH),
         (_JEQ_K, 1, 0, AUDIT_ARCH[machine]),

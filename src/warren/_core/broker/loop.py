@@ -25,9 +25,9 @@ from collections.abc import Callable
 
 from ...plan import seccomp as _seccomp
 from ...plan.model import Plan
-from .. import _sys
+from .. import _sys, mounts
 from ..mounts import DENIED_FILE
-from . import metadata, pool, renames, sockets
+from . import links, metadata, pool, renames, sockets
 from .call import Call, Outcome
 from .places import Places
 
@@ -35,15 +35,18 @@ _FILTER: dict[tuple[str, ...], _sys.SeccompProgram] = {}
 
 
 def _groups(plan: Plan | None) -> tuple[str, ...]:
-    return (
-        ("sockets", "metadata", "renames") if plan is not None and plan.renames else ("sockets", "metadata")
-    )
+    groups: tuple[str, ...] = ("sockets", "metadata")
+    if plan is not None and plan.renames:
+        groups += ("renames",)
+    if plan is not None and plan.namespaces and any(g.shared for g in plan.git):
+        groups += ("links",)
+    return groups
 
 
 def notify_filter(plan: Plan | None = None) -> _sys.SeccompProgram:
     """The notification filter, packed once per process: the supervisor packs it
     before cloning (``prepare``), so PID 1 only installs its copy. Renames go to the
-    broker only on an image (``renames``)."""
+    broker only on an image (``renames``), links only where git data is bound in."""
     groups = _groups(plan)
     if groups not in _FILTER:
         _FILTER[groups] = _sys.SeccompProgram(_seccomp.notify_program(groups))
@@ -64,6 +67,7 @@ class Broker:
         workers: pool.Workers | None = None,
         abstract: bool = True,
         inet: frozenset[tuple[str, int]] | None = None,
+        git: links.GitData | None = None,
     ) -> None:
         self.listener = listener
         self.names = {v: k for k, v in _seccomp.BROKERED[os.uname().machine].items()}
@@ -73,6 +77,7 @@ class Broker:
             sealed.add((st.st_dev, st.st_ino))
         self.places = Places(roots, private, sealed, abstract, inet)
         self.workers = workers or pool.Workers()
+        self.links = links.handlers(git or links.GitData({}))
 
     @classmethod
     def start(cls, plan: Plan, helpers: set[int]) -> Broker:
@@ -103,7 +108,10 @@ class Broker:
         inet: frozenset[tuple[str, int]] | None = None
         if not plan.namespaces and plan.net.mode != "open":  # the host's network namespace
             inet = frozenset({("127.0.0.1", plan.net.proxy_port)} if plan.net.mode == "allow" else ())
-        box.append(cls(listener, roots, private, workers, abstract=plan.namespaces, inet=inet))
+        git = links.GitData(
+            {g.path: (mounts.git_under[g.path], g.shared) for g in plan.git if g.path in mounts.git_under}
+        )
+        box.append(cls(listener, roots, private, workers, abstract=plan.namespaces, inet=inet, git=git))
         ready.set()
         return box[0]
 
@@ -144,7 +152,7 @@ class Broker:
             self._socket(name, call)
             return
 
-        handler = metadata.HANDLERS.get(name) or renames.HANDLERS[name]
+        handler = metadata.HANDLERS.get(name) or renames.HANDLERS.get(name) or self.links[name]
 
         def act() -> Outcome:
             return handler(self.places, call)
