@@ -347,6 +347,17 @@ def _kill_supervisor_and_check(sb: Sandbox, layout: Layout) -> None:
     [sleeper] = [p for p in _host_pids() if _cmdline(p) == f"sleep\x00{token}\x00".encode()]
     pid_ns = os.readlink(f"/proc/{sleeper}/ns/pid")
     mnt_ns = os.readlink(f"/proc/{sleeper}/ns/mnt")
+    # Held open so that their numbers are not given to new namespaces (other tests',
+    # other sessions') once the sandbox's are gone: the checks below then see only it.
+    held = [os.open(f"/proc/{sleeper}/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC) for kind in ("pid", "mnt")]
+    try:
+        _check_gone(sb, layout, token, pid_ns, mnt_ns)
+    finally:
+        for fd in held:
+            os.close(fd)
+
+
+def _check_gone(sb: Sandbox, layout: Layout, token: str, pid_ns: str, mnt_ns: str) -> None:
     pid1_start = process_start_time(sb.pid1)
     assert pid1_start is not None
     assert len(_host_pids_in_ns("pid", pid_ns)) >= 2
@@ -362,7 +373,7 @@ def _kill_supervisor_and_check(sb: Sandbox, layout: Layout) -> None:
     assert process_start_time(sb.pid1) != pid1_start  # PID 1 itself is gone
     assert [p for p in _host_pids() if _cmdline(p) == f"sleep\x00{token}\x00".encode()] == []
     left = {p: (_cmdline(p)[:200], _ns_of(p, "pid")) for p in _host_pids_in_ns("mnt", mnt_ns)}
-    assert left == {}  # the mount namespace died with its last process
+    assert left == {}  # no process is left in the mount namespace
     [dead] = [e for e in Sandbox.list() if e.name == "doomed"]
     assert dead.state == "dead" and "supervisor" in dead.reason and "killed" in dead.reason
     with pytest.raises(SandboxDead):
