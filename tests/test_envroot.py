@@ -502,3 +502,43 @@ def test_a_shared_cache_mount_lets_the_sandbox_write_only_its_roots(
     assert sorted(p.name for p in host_home.iterdir()) == ["cache", "py", "sibling", "tools", "ws"]
     assert (host_home / "sibling").read_text() == "host\n" and outside.read_text() == "keep me\n"
     assert not (host_home / "via-link").exists()
+
+
+@pytest.mark.parametrize("kind", ["empty", "full", "file"])
+def test_an_image_with_its_own_workspace_starts_with_the_host_workspace_on_a_shared_mount(
+    image: Path, tmp_path: Path, kind: str
+) -> None:
+    """An image that already has /workspace (a directory, as images made for agents
+    do; or a file) and a host workspace sharing one mount with a cache: /workspace is
+    the link to the host path, the image's own /workspace hidden, the image unchanged."""
+    img = tmp_path / "img"
+    shutil.copytree(image, img, symlinks=True)
+    if kind == "file":
+        (img / "workspace").write_text("the image's\n")
+    else:
+        (img / "workspace").mkdir()
+        if kind == "full":
+            (img / "workspace" / "sub").mkdir()
+            (img / "workspace" / "sub" / "from-image").write_text("the image's\n")
+    before = _digest(img)
+    base = Path.home() / f".warren-envroot-ws-{os.getpid()}"
+    ws, cache = base / "ws", base / "cache"
+    ws.mkdir(parents=True)
+    cache.mkdir()
+    (cache / "blob").write_text("cached\n")
+    try:
+        spec = _spec(img, ws, write=[str(cache)])
+        code, out, err = _sh(
+            f"""
+            pwd -P; ls -A /workspace; test -e /workspace/sub && echo IMAGE-WS-VISIBLE
+            ln {cache}/blob /workspace/linked && stat -c %h /workspace/linked
+            """,
+            spec,
+        )
+        assert code == 0, err
+        assert out.split() == [str(ws), "2"], (out, err)
+        assert (ws / "linked").stat().st_ino == (cache / "blob").stat().st_ino
+        assert _digest(img) == before
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
