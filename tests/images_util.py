@@ -153,3 +153,43 @@ def in_overlay(lowerdirs: Iterable[Path], script: str, base: Path) -> subprocess
         text=True,
         timeout=60,
     )
+
+
+DEBIAN_NAME = "deb"
+DEBIAN_PACKAGES = ("python3", "python3-venv", "git")
+
+
+def mirror_reachable() -> bool:
+    import socket
+
+    try:
+        socket.create_connection(("deb.debian.org", 80), timeout=5).close()
+        return True
+    except OSError:
+        return False
+
+
+def debian_image(tmp_path_factory: object) -> tuple[Path, dict[str, str]]:
+    """A Debian bookworm image (mmdebstrap ``essential`` with python3, its venv and git)
+    built once per test run with ``warren image build`` into a data directory of the
+    run's own: the directory (``XDG_DATA_HOME``) and the environment naming it. The
+    pytest-xdist workers of one run share it (a lock: the first builds)."""
+    import fcntl
+    import sys
+
+    need_tool("mmdebstrap", "warren image build runs it")
+    base = Path(tmp_path_factory.getbasetemp())  # type: ignore[attr-defined]
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    data = base / "debian-image" / "data"
+    data.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "XDG_DATA_HOME": str(data)}
+    with open(data.parent / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (data.parent / "built").exists():
+            argv = [sys.executable, "-m", "warren", "image", "build", DEBIAN_NAME, "--debian", "bookworm"]
+            argv += ["--variant", "essential", "--include", ",".join(DEBIAN_PACKAGES)]
+            done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=900)
+            assert done.returncode == 0, done.stderr
+            (data.parent / "built").touch()
+    return data, env

@@ -11,6 +11,7 @@ import json
 import os
 import secrets
 import shutil
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -165,6 +166,49 @@ def test_a_template_names_a_preset_or_a_profile_of_the_users_config(world: World
     finally:
         for sandbox in (from_profile, plain, python):
             sandbox.kill()
+
+
+def _small_root(root: Path) -> Path:
+    """A root of the host's bash and cat with their libraries (E2B runs commands with
+    ``bash -l -c``), and a file only the image has."""
+    for tool in ("bash", "cat", "pwd"):
+        real = os.path.realpath(shutil.which(tool) or tool)
+        dest = root / "usr/bin" / tool
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(real, dest)
+        out = subprocess.run(["ldd", real], capture_output=True, text=True).stdout
+        for lib in (p for line in out.splitlines() for p in line.split() if p.startswith("/")):
+            target = root / lib.lstrip("/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(os.path.realpath(lib), target)
+    (root / "bin").symlink_to("usr/bin")
+    (root / "etc").mkdir()
+    (root / "etc" / "marker").write_text("from the image\n")
+    return root
+
+
+def test_a_template_naming_an_image_runs_the_sandbox_on_that_image(world: World, tmp_path: Path) -> None:
+    from warren.images.store import ImageStore
+
+    ImageStore().import_rootfs("e2b-img", _small_root(tmp_path / "root"))
+    sandbox = Sandbox.create(template="e2b-img")
+    try:
+        assert sandbox.get_info().template_id == "e2b-img"
+        got = sandbox.commands.run(f"cat /etc/marker; pwd; echo $HOME; cat {world.home}/notes.txt || true")
+        assert got.stdout == "from the image\n/workspace\n/workspace\n", got
+        sandbox.files.write("note.txt", "relative, in the home")
+        assert sandbox.files.read("/etc/marker") == "from the image\n"
+        sandbox.files.write("/etc/marker", "changed in the sandbox's layer\n")
+        # The workspace is the host directory E2B's kill removes; the image is untouched.
+        assert (world.workspace(sandbox.sandbox_id) / "note.txt").read_text() == "relative, in the home"
+    finally:
+        sandbox.kill()
+    assert (tmp_path / "root" / "etc" / "marker").read_text() == "from the image\n"
+    again = Sandbox.create(template="e2b-img")
+    try:
+        assert again.files.read("/etc/marker") == "from the image\n"
+    finally:
+        again.kill()
 
 
 def test_a_sandbox_removed_with_warrens_own_api_leaves_no_workspace_behind(world: World) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import module_state
+from conftest import module_state, run_cli
 from test_tool_fidelity import Index, index  # noqa: F401 (the loopback index, a fixture)
 from warren import PolicySpec, Sandbox
 from warren import run as warren_run
@@ -502,3 +502,80 @@ def test_a_shared_cache_mount_lets_the_sandbox_write_only_its_roots(
     assert sorted(p.name for p in host_home.iterdir()) == ["cache", "py", "sibling", "tools", "ws"]
     assert (host_home / "sibling").read_text() == "host\n" and outside.read_text() == "keep me\n"
     assert not (host_home / "via-link").exists()
+
+
+@pytest.mark.parametrize("kind", ["empty", "full", "file"])
+def test_an_image_with_its_own_workspace_starts_with_the_host_workspace_on_a_shared_mount(
+    image: Path, tmp_path: Path, kind: str
+) -> None:
+    """An image that already has /workspace (a directory, as images made for agents
+    do; or a file) and a host workspace sharing one mount with a cache: /workspace is
+    the link to the host path, the image's own /workspace hidden, the image unchanged."""
+    img = tmp_path / "img"
+    shutil.copytree(image, img, symlinks=True)
+    if kind == "file":
+        (img / "workspace").write_text("the image's\n")
+    else:
+        (img / "workspace").mkdir()
+        if kind == "full":
+            (img / "workspace" / "sub").mkdir()
+            (img / "workspace" / "sub" / "from-image").write_text("the image's\n")
+    before = _digest(img)
+    base = Path.home() / f".warren-envroot-ws-{os.getpid()}"
+    ws, cache = base / "ws", base / "cache"
+    ws.mkdir(parents=True)
+    cache.mkdir()
+    (cache / "blob").write_text("cached\n")
+    try:
+        spec = _spec(img, ws, write=[str(cache)])
+        code, out, err = _sh(
+            f"""
+            pwd -P; ls -A /workspace; test -e /workspace/sub && echo IMAGE-WS-VISIBLE
+            ln {cache}/blob /workspace/linked && stat -c %h /workspace/linked
+            """,
+            spec,
+        )
+        assert code == 0, err
+        assert out.split() == [str(ws), "2"], (out, err)
+        assert (ws / "linked").stat().st_ino == (cache / "blob").stat().st_ino
+        assert _digest(img) == before
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_an_image_in_use_by_a_sandbox_or_a_snapshot_is_not_taken_from_under_them(
+    image: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`warren image rm` names who needs the image and refuses; --force forgets the
+    name, and the layers stay for the sandbox, the snapshot and what is made from it
+    until the last of them is gone (judged in the store on the host)."""
+    from warren.errors import ImageInUse, SandboxError
+    from warren.images.store import ImageStore
+
+    data = tmp_path / "data"
+    monkeypatch.setenv("XDG_DATA_HOME", str(data))
+    store = ImageStore(data / "warren" / "images")
+    layers = store.import_rootfs("small", image).layers
+    name = f"held{os.getpid()}"
+    with Sandbox.create(PolicySpec(image="small", workspace="none"), name=name) as a:
+        with pytest.raises(ImageInUse, match=f"in use by sandbox {name}"):
+            store.remove("small")
+        assert a.exec(["sh", "-c", "echo mine > /etc/mine"]).exit_code == 0
+        snap = a.snapshot()
+    with pytest.raises(ImageInUse, match=f"in use by snapshot {snap.id}") as refused:
+        store.remove("small")
+    assert "warren snapshot rm" in refused.value.hint
+    r = run_cli(["image", "rm", "small"], cwd=tmp_path, env={"XDG_DATA_HOME": str(data)})
+    assert r.returncode == 125 and f"snapshot {snap.id}" in r.stderr, r.stderr
+    assert run_cli(["image", "rm", "--force", "small"], cwd=tmp_path).returncode == 0
+    assert "small" not in store.names() and all(p.is_dir() for p in layers)
+    assert store.gc() == []
+    with Sandbox.create(PolicySpec(from_snapshot=snap.id, workspace="none")) as b:
+        got = b.exec(["sh", "-c", "cat /etc/mine /etc/marker"])
+        assert got.stdout == b"mine\nfrom the image\n", got.stderr
+        with pytest.raises(SandboxError, match="in use"):
+            Sandbox.remove_snapshot(snap.id)
+        assert store.gc() == [] and all(p.is_dir() for p in layers)
+    Sandbox.remove_snapshot(snap.id)  # the last holder: its layers go with it
+    assert not any(p.exists() for p in layers)
+    assert list((data / "warren" / "images" / "layers").iterdir()) == []

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from images_util import Podman, docker_archive, entry, in_overlay, layer_tar, sha, tree
-from warren.errors import ImageError
+from warren.errors import ImageError, ImageInUse
 from warren.images.store import ImageStore
 
 ROOT = os.geteuid() == 0
@@ -100,9 +100,13 @@ def test_a_shared_layer_stays_until_no_image_names_it_and_no_lease_holds_it(
     assert base.layers == two.layers[:1]  # the base layer is kept once
     assert store.remove("two") == ["sha256:" + two.layers[1].name]
     assert two.layers[0].is_dir() and not two.layers[1].exists()
-    with store.lease("base") as lease:
+    with store.lease("base", "sandbox demo") as lease:
         assert lease.ref.layers == base.layers
-        assert store.remove("base") == []  # in use: the layer stays
+        with pytest.raises(ImageInUse, match="in use by sandbox demo") as refused:
+            store.remove("base")
+        assert refused.value.errno == errno.EBUSY and "--force" in refused.value.hint
+        assert store.resolve("base").layers == base.layers  # refused: nothing changed
+        assert store.remove("base", force=True) == []  # in use: the layer stays
         assert base.layers[0].is_dir()
         with pytest.raises(ImageError, match="no image named 'base'") as e:
             store.resolve("base")
@@ -357,13 +361,50 @@ def test_a_lease_passed_to_another_process_holds_the_layers_until_that_process_e
     )
     try:
         lease.release()  # this process lets go; the holder still has the descriptors
-        assert store.remove("base") == []
+        with pytest.raises(ImageInUse, match=f"in use by process {os.getpid()}"):
+            store.remove("base")
+        assert store.remove("base", force=True) == []
         assert ref.layers[0].is_dir()
     finally:
         assert holder.stdin is not None
         holder.stdin.close()
         holder.wait(timeout=30)
     assert store.gc() == ["sha256:" + ref.layers[0].name]  # its end released the lease
+
+
+def test_a_hold_names_its_holder_until_it_is_gone_and_only_for_the_layers_removal_takes(
+    podman_images: dict[str, Path], tmp_path: Path
+) -> None:
+    store = ImageStore(tmp_path / "store")
+    two = store.import_archive("two", podman_images["docker-archive"])
+    store.import_archive("base", podman_images["base"])
+    snap_dir = tmp_path / "snapshots" / "abc123"
+    snap_dir.mkdir(parents=True)
+    store.hold_for_snapshot("abc123", str(snap_dir), "two", two.layers)
+    # "base" shares the bottom layer only: its removal takes nothing the snapshot needs.
+    assert store.remove("base") == []
+    with pytest.raises(ImageInUse, match="in use by snapshot abc123"):
+        store.remove("two")
+    assert store.remove("two", force=True) == []
+    assert all(p.is_dir() for p in two.layers) and store.gc() == []
+    # The snapshot's directory gone (a crash between the two steps): the hold is stale.
+    snap_dir.rmdir()
+    assert sorted(store.gc()) == sorted("sha256:" + p.name for p in two.layers)
+    assert list((tmp_path / "store" / "holds").iterdir()) == []
+    # A lease's holder that exited without releasing: stale, and gc removes the record.
+    ref = store.import_archive("base", podman_images["base"])
+    code = (
+        "import sys; from pathlib import Path; from warren.images.store import ImageStore; "
+        "ImageStore(Path(sys.argv[1])).acquire('base', 'sandbox gone'); print('held')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "store")], capture_output=True, text=True
+    )
+    assert done.stdout == "held\n", done.stderr
+    assert len(list((tmp_path / "store" / "holds").iterdir())) == 1
+    assert store.holders() == []
+    assert store.remove("base") == ["sha256:" + ref.layers[0].name]
+    assert list((tmp_path / "store" / "holds").iterdir()) == []
 
 
 def test_a_gzip_layer_is_read_and_its_diff_id_checked_on_the_uncompressed_tar(tmp_path: Path) -> None:

@@ -2,15 +2,15 @@
 and the same root imported from a docker-archive podman made of it: the two are the
 same tree, and the kernel runs Debian's own tools from it through an overlay.
 
-One build per run (the slow part: a minute or more), shared by the module; the
-``essential`` variant, the smallest root dpkg and a shell work in. Skipped, saying so,
-only where the Debian mirror cannot be reached."""
+One build per run (the slow part: a minute or more), shared with the fidelity battery
+on an image (``test_image_fidelity``); the ``essential`` variant, the smallest root dpkg
+and a shell work in, with python3 and git. Skipped, saying so, only where the Debian
+mirror cannot be reached."""
 
 from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,20 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import need_tool
-from images_util import Podman, in_overlay, tree
+from images_util import Podman, debian_image, in_overlay, mirror_reachable, tree
 from warren.images.store import ImageStore
 
-
-def _mirror_reachable() -> bool:
-    try:
-        socket.create_connection(("deb.debian.org", 80), timeout=5).close()
-        return True
-    except OSError:
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _mirror_reachable(), reason="deb.debian.org is not reachable from here")
+pytestmark = pytest.mark.skipif(not mirror_reachable(), reason="deb.debian.org is not reachable from here")
 
 
 def _cli(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -41,12 +31,9 @@ def _cli(env: dict[str, str], *args: str, timeout: float = 60) -> subprocess.Com
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ImageStore, dict[str, str], Path]]:
-    need_tool("mmdebstrap", "warren image build runs it")
     base = tmp_path_factory.mktemp("debian")
-    env = {**os.environ, "XDG_DATA_HOME": str(base / "data")}
-    done = _cli(env, "build", "deb", "--debian", "bookworm", "--variant", "essential", timeout=900)
-    assert done.returncode == 0, done.stderr
-    yield ImageStore(base / "data" / "warren" / "images"), env, base
+    data, env = debian_image(tmp_path_factory)
+    yield ImageStore(data / "warren" / "images"), env, base
 
 
 def test_a_debian_image_built_here_runs_debian_tools_through_an_overlay(
@@ -59,7 +46,7 @@ def test_a_debian_image_built_here_runs_debian_tools_through_an_overlay(
     assert info["source"].startswith("debian bookworm") and info["size"] > 10 << 20
     shown = in_overlay(
         ref.lowerdirs,
-        "chroot $M /bin/sh -c \"cat /etc/debian_version; dpkg-query -W -f='\\${Status}\\n' dpkg\"",
+        "/usr/sbin/chroot $M /bin/sh -c \"cat /etc/debian_version; dpkg-query -W -f='\\${Status}\\n' dpkg\"",
         base,
     )
     assert shown.returncode == 0, shown.stderr

@@ -173,6 +173,11 @@ class ImageError(WarrenError):
     archive is refused with this, before anything is written outside the store)."""
 
 
+class ImageInUse(ImageError):
+    """``warren image rm`` of an image whose layers a sandbox or a snapshot needs: the
+    message names them (``--force`` forgets the name and keeps the layers for them)."""
+
+
 _KINDS: dict[str, type[WarrenError]] = {
     cls.__name__: cls
     for cls in (
@@ -205,6 +210,7 @@ _KINDS: dict[str, type[WarrenError]] = {
         SandboxPermissionDenied,
         FileTooLarge,
         ImageError,
+        ImageInUse,
     )
 }
 

@@ -131,12 +131,19 @@ git_under: dict[str, int] = {}
 _UNDER = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def _overlay_root(op: MountOp, layers: list[int]) -> str:
+def _overlay_root(op: MountOp, layers: list[int], links: list[MountOp]) -> str:
     """The image's root: a tmpfs of ``op.size`` (the sandbox's layer: upper and work
-    directories) on the stage, the overlay beside them. Returns the new stage."""
+    directories) on the stage, the overlay beside them. Returns the new stage.
+
+    ``links``: the plan's links at the top of the root (``/workspace`` -> its host path),
+    made in the upper directory before the overlay is mounted. There a link hides
+    whatever the image has at that name, a directory with files in it included; made
+    through the overlay it could not replace a directory (EEXIST)."""
     _sys.mount("tmpfs", STAGE, "tmpfs", _sys.MS_NOSUID | _sys.MS_NODEV, f"mode=755,size={op.size}")
     for name in ("upper", "work", "root"):
         os.mkdir(f"{STAGE}/{name}", 0o755)
+    for link in links:
+        os.symlink(link.source or "", f"{STAGE}/upper{link.target}")
     layer_fd.append(os.open(f"{STAGE}/upper", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
     lower = ":".join(f"/proc/self/fd/{fd}" for fd in layers)
     options = f"lowerdir={lower},upperdir={STAGE}/upper,workdir={STAGE}/work,userxattr"
@@ -249,6 +256,10 @@ def _apply(op: MountOp, target: str, fd: int | None) -> None:
         raise OSError(errno.EINVAL, f"unknown mount step {kind}")
 
 
+def _top_link(op: MountOp) -> bool:
+    return op.kind is MountKind.SYMLINK and op.target.count("/") == 1 and len(op.target) > 1
+
+
 def _execute(plan: Plan) -> None:
     trees = {g.path: g.tree for g in plan.git}
     fds: dict[int, int] = {}
@@ -263,9 +274,12 @@ def _execute(plan: Plan) -> None:
                 fds[step] = _preclone(op)
             elif op.kind is MountKind.OVERLAY:
                 layers = _layer_fds(op)
+        links = {i: op for i, op in enumerate(plan.mounts) if _top_link(op)} if plan.image else {}
         for step, op in enumerate(plan.mounts):
             if op.kind is MountKind.OVERLAY:
-                stage = _overlay_root(op, layers)
+                stage = _overlay_root(op, layers, list(links.values()))
+                continue
+            if step in links:
                 continue
             target = stage if op.target == "/" else stage + op.target
             if plan.image is not None:

@@ -53,7 +53,7 @@ images:
   image build NAME --debian SUITE [--include PKG,...]   a root from Debian's packages (mmdebstrap)
   image import NAME FILE                  a docker-archive or OCI image layout (directory or tar)
   image ls [--json] / image inspect NAME  the images here; one image's layers and config
-  image rm NAME... / image gc             forget images; remove layers no image uses
+  image rm [--force] NAME... / image gc   forget images; remove layers no image uses
 service:
   serve [--listen unix:PATH|HOST:PORT] [--token-file F]   the HTTP API v1 (+ MCP at /mcp)
   mcp [POLICY FLAGS]                      an MCP server on stdio for one workspace

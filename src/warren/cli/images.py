@@ -23,7 +23,7 @@ _USAGE = {
     "import": "import NAME FILE",
     "ls": "ls",
     "inspect": "inspect NAME",
-    "rm": "rm NAME...",
+    "rm": "rm [--force] NAME...",
     "gc": "gc",
 }
 
@@ -67,6 +67,12 @@ def image(args: list[str]) -> int:
         help="import (as root only): keep the archive's device nodes (else skipped with a warning)",
     )
     p.add_argument("--json", action="store_true", help="ls, inspect: print JSON")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="rm: forget the name even while sandboxes or snapshots use the image "
+        "(its layers stay until the last of them is gone)",
+    )
     ns = p.parse_args(_flags_first(args))
 
     from ..images.store import ImageStore
@@ -115,7 +121,7 @@ def image(args: list[str]) -> int:
         if not names:
             raise _usage(action, "name the image")
         for n in names:
-            store.remove(n, collect=False)
+            store.remove(n, collect=False, force=ns.force)
         store.gc()
         return 0
     if names:

@@ -2,11 +2,13 @@
 connect to and kill sandboxes, as the ``e2b`` SDK calls them.
 
 A template names a policy: ``base`` is warren's default policy; a preset name (``uv``,
-``npm``, ...) adds that preset; any other name is a ``[profile.NAME]`` of the user's
-warren config. Each sandbox gets a fresh workspace of its own (E2B's ``/home/user``),
-deleted when it is killed. Answers are E2B's JSON (``templateID``, ``sandboxID``, ...);
-errors are ``{"code", "message"}`` with E2B's status codes. Authentication (the
-``X-API-Key`` header) is checked before any route here runs (``front``).
+``npm``, ...) adds that preset; the name of an image in the user's image store (``warren
+image ls``) runs the sandbox on that image (its home, the workspace, is ``/workspace``
+there); any other name is a ``[profile.NAME]`` of the user's warren config. Each sandbox
+gets a fresh workspace of its own (E2B's ``/home/user``), deleted when it is killed.
+Answers are E2B's JSON (``templateID``, ``sandboxID``, ...); errors are ``{"code",
+"message"}`` with E2B's status codes. Authentication (the ``X-API-Key`` header) is
+checked before any route here runs (``front``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from starlette.routing import Route
 
 from ..errors import ConfigError, SandboxNotFound
 from ..models import SandboxInfo
+from ..plan.envroot import WORKSPACE as IMAGE_WORKSPACE
 from ..policy import presets
 from ..policy.spec import PolicySpec
 from .core import DEFAULT_TIMEOUT, ENVD_VERSION, MAX_TIMEOUT, Core, E2BError
@@ -110,7 +113,21 @@ def policy_of(template: str, workspace: str, internet: bool | None) -> tuple[Pol
     if template in presets.names():
         spec.presets = [template]
         return spec, None
+    if template in _images():
+        spec.image = template
+        return spec, None
     return spec, template
+
+
+def _images() -> list[str]:
+    """The image names of this user's store (none when it cannot be read)."""
+    from ..errors import ImageError
+    from ..images.store import ImageStore
+
+    try:
+        return ImageStore().names() if os.path.isdir(ImageStore().root) else []
+    except (ImageError, OSError):
+        return []
 
 
 class Control:
@@ -193,9 +210,11 @@ class Control:
         auto_pause: bool,
     ) -> Record:
         workspace = await self.core.call(self.core.records.new_workspace, sandbox_id)
-        spec, profile = policy_of(template, workspace, internet)
+        spec, profile = await self.core.call(policy_of, template, workspace, internet)
         now = time.time()
         record = Record(sandbox_id, template, now, now + timeout, workspace, metadata, envs, auto_pause)
+        if spec.image:
+            record.home = IMAGE_WORKSPACE
         try:
             await self.core.call(self.core.records.save, record)
             await self.core.call(
@@ -207,7 +226,8 @@ class Control:
                 raise E2BError(
                     404,
                     f"template {template!r} not found: it is neither 'base', a warren preset "
-                    f"({', '.join(presets.names())}) nor a [profile.{template}] of your warren config",
+                    f"({', '.join(presets.names())}), an image (warren image ls) nor a "
+                    f"[profile.{template}] of your warren config",
                 ) from None
             raise
         return record

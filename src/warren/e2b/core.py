@@ -101,7 +101,7 @@ class Core:
             raise E2BError(400, "path is empty")
         if "\x00" in path:
             raise E2BError(400, "path contains a NUL byte")
-        return path if path.startswith("/") else os.path.join(record.workspace, path)
+        return path if path.startswith("/") else os.path.join(record.inside, path)
 
     # --- end of life ---------------------------------------------------------------------------
 

@@ -97,7 +97,7 @@ class ProcessService(EnvdService):
             known = self.procs.get((info.name, p.pid))
             if known is None:
                 argv = list(p.argv) or ["?"]
-                known = Proc(p.spawn_id, p.pid, argv[0], argv[1:], {}, record.workspace)
+                known = Proc(p.spawn_id, p.pid, argv[0], argv[1:], {}, record.inside)
             config = pb.ProcessConfig(cmd=known.cmd, args=known.args, envs=known.envs, cwd=known.cwd)
             out.append(pb.ProcessInfo(config=config, pid=p.pid, tag=known.tag))
         return pb.ListResponse(processes=out)
@@ -111,9 +111,9 @@ class ProcessService(EnvdService):
             if not config.cmd:
                 raise E2BError(400, "process.cmd is empty")
             # E2B's home is the sandbox's own (its workspace), where relative paths lead too.
-            home = {"HOME": record.workspace} if self.core.records.get(info.name) else {}
+            home = {"HOME": record.inside} if self.core.records.get(info.name) else {}
             envs = {**home, **record.envs, **dict(config.envs)}
-            cwd = self.core.resolve(record, config.cwd) if config.cwd else record.workspace
+            cwd = self.core.resolve(record, config.cwd) if config.cwd else record.inside
             argv = [config.cmd, *config.args]
             tty_file = f"/tmp/.e2b-pty-{uuid.uuid4().hex}"
             if request.pty is not None:

@@ -45,6 +45,13 @@ class Record:
     metadata: dict[str, str] = field(default_factory=dict)
     envs: dict[str, str] = field(default_factory=dict)
     auto_pause: bool = False
+    home: str = ""  # the workspace as the sandbox sees it, when not at its host path (an image's)
+
+    @property
+    def inside(self) -> str:
+        """The sandbox's home (E2B's ``/home/user``): where commands start and relative
+        paths lead."""
+        return self.home or self.workspace
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

@@ -17,14 +17,24 @@ mode 0700)::
 Everything below the root is reached from the root's descriptor (``safepath``: never
 through a link). Records are replaced with ``write_atomic``.
 
-Leases: a sandbox running on an image holds ``ImageStore.lease(name)`` for as long as
-it runs (a shared ``flock`` on each of its layer directories, taken while the store is
-locked so gc cannot slip between resolving and locking). The locks belong to the open
-descriptors in ``Lease.fds``: a process that inherits them keeps the lease, and the
-kernel drops it when the last holder exits, however it exits. ``gc`` removes a layer
-no image names only if it can take that layer's lock exclusively: a layer in use stays
-(``warren image rm`` of a running sandbox's image keeps its layers until it ends and the
-next gc runs).
+Holds: whoever needs an image's layers beyond the image's name says so with a record
+in ``holds/``, naming itself (``sandbox dev``, ``snapshot 3f9c2a1b7d04 of sandbox dev``)
+and the layers it needs:
+
+    holds/sandbox-<random>.json    a running sandbox's lease (``ImageStore.acquire``):
+                                   live while someone holds a ``flock`` on it. The record
+                                   is locked before it is renamed into place, and the lock
+                                   belongs to the descriptors in ``Lease.fds`` (with a
+                                   shared lock on each layer directory): a process that
+                                   inherits them keeps the lease, the kernel drops it when
+                                   the last holder exits, however it exits
+    holds/snapshot-<id>.json       a snapshot (``hold_for_snapshot``): live while the
+                                   snapshot's directory exists, released by ``snapshot rm``
+
+``remove`` refuses (``ImageInUse``, naming the holders) an image whose removal would
+take layers a live hold needs; ``remove(force=True)`` forgets the name, and the layers
+stay until the last holder is gone. ``gc`` never removes a layer a live hold names or a
+lease has locked, and removes the records of holders that are gone.
 
 Concurrency: imports take the store lock shared (two imports run side by side; a layer
 both unpack is kept once: the second rename finds the first in place); gc takes it
@@ -49,7 +59,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .._core import safepath
-from ..errors import ImageError
+from ..errors import ImageError, ImageInUse
 from . import unpack
 from .config import DEFAULT_PATH, ImageInfo, oci_config, parse_config
 from .ref import ImageConfig, ImageRef
@@ -59,6 +69,7 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 _HEX = re.compile(r"[0-9a-f]{64}")
 _RECORD_LIMIT = 4 << 20
 _TMP = ".tmp-"
+_HOLD = re.compile(r"(sandbox|snapshot)-[0-9a-f]{1,64}\.json")
 
 Progress = Callable[[str, int, int | None], None]
 """Called as (label, bytes done, bytes in all or None) while a layer is read."""
@@ -97,7 +108,8 @@ def hex_of(digest: object) -> str:
 
 @dataclass
 class Lease:
-    """An image held in use: its layers cannot be collected while ``fds`` are open."""
+    """An image held in use: its layers cannot be collected while ``fds`` are open.
+    Releasing closes them; the hold record goes at the next ``gc``."""
 
     ref: ImageRef
     fds: list[int]
@@ -107,6 +119,16 @@ class Lease:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.fds.clear()
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A live hold on layers of the store: who (``what``) and which (diff id hexes)."""
+
+    key: str
+    what: str
+    image: str
+    layers: frozenset[str]
 
 
 @dataclass
@@ -149,12 +171,19 @@ class ImageStore:
             ) from None
 
     @contextlib.contextmanager
-    def _locked(self, exclusive: bool) -> Iterator[int]:
+    def _locked(self, exclusive: bool, blocking: bool = True) -> Iterator[int]:
+        """The store's root descriptor, the store locked. Not ``blocking``: yields -1 at
+        once when the lock is taken (``_try_locked``)."""
         root = self._open_root()
         try:
             lock = safepath.open_beneath(root, "store.lock", os.O_RDWR | os.O_CREAT, 0o600)
             try:
-                fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+                how = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+                try:
+                    fcntl.flock(lock, how if blocking else how | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    yield -1
+                    return
                 yield root
             finally:
                 os.close(lock)
@@ -257,36 +286,152 @@ class ImageStore:
         return out
 
     @contextlib.contextmanager
-    def lease(self, name: str) -> Iterator[Lease]:
+    def lease(self, name: str, holder: str | None = None) -> Iterator[Lease]:
         """Hold image ``name`` in use (see the module docstring): its layers stay until
-        the lease ends, even if the image is removed meanwhile."""
-        got = self.acquire(name)
+        the lease ends, even if the image is removed meanwhile (``force``)."""
+        got = self.acquire(name, holder)
         try:
             yield got
         finally:
             got.release()
 
-    def acquire(self, name: str) -> Lease:
+    def acquire(self, name: str, holder: str | None = None) -> Lease:
         """``lease`` without the context manager: the caller calls ``release`` (or
-        passes ``fds`` to the process that keeps the image in use)."""
+        passes ``fds`` to the process that keeps the image in use). ``holder`` is how
+        a refused ``warren image rm`` names it."""
         with self._locked(exclusive=False) as root:
             ref = self._ref(root, name)
-            fds: list[int] = []
+            return Lease(ref, self._lock_layers(root, name, ref.layers, holder))
+
+    def acquire_layers(self, image: str, layers: Sequence[Path], holder: str | None = None) -> Lease | None:
+        """Hold those of ``layers`` that are this store's (a sandbox made from a snapshot
+        runs on the image's layers and the snapshot's own): None when there are none."""
+        mine = tuple(p for p in layers if self._own_layer(p))
+        if not mine:
+            return None
+        with self._locked(exclusive=False) as root:
+            for p in mine:
+                if safepath.lstat_beneath(root, f"layers/{p.name}") is None:
+                    raise ImageError(
+                        f"a layer of image {image!r} is gone from the store",
+                        operation="image lease",
+                        path=str(p),
+                        errno=errno.ENOENT,
+                        hint="the image was removed; what was made on it cannot start without it",
+                    )
+            ref = ImageRef(name=image, id="", layers=mine)
+            return Lease(ref, self._lock_layers(root, image, mine, holder))
+
+    def _own_layer(self, path: Path) -> bool:
+        return path.parent == self.root / "layers" and bool(_HEX.fullmatch(path.name))
+
+    def _lock_layers(self, root: int, image: str, layers: Sequence[Path], holder: str | None) -> list[int]:
+        fds: list[int] = []
+        try:
+            for layer in layers:
+                fd = safepath.dir_beneath(root, f"layers/{layer.name}")
+                fds.append(fd)
+                fcntl.flock(fd, fcntl.LOCK_SH)
+            what = holder or f"process {os.getpid()}"
+            fds.append(self._put_hold(root, "sandbox-" + secrets.token_hex(8), what, image, layers, ""))
+        except OSError as e:
+            for fd in fds:
+                os.close(fd)
+            raise ImageError(
+                f"cannot hold the layers of image {image!r}",
+                operation="image lease",
+                errno=e.errno,
+                hint=HINT,
+            ) from None
+        return fds
+
+    def _put_hold(
+        self, root: int, key: str, what: str, image: str, layers: Sequence[Path], check: str
+    ) -> int:
+        """Write hold record ``key``, locked (shared) before it is in place; returns the
+        locked descriptor."""
+        with contextlib.suppress(FileExistsError):
+            os.mkdir("holds", 0o700, dir_fd=root)
+        holds = safepath.dir_beneath(root, "holds")
+        tmp = _TMP + secrets.token_hex(8)
+        try:
+            record = {"what": what, "image": image, "layers": [p.name for p in layers], "check": check}
+            fd = safepath.open_beneath(holds, tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
             try:
-                for layer in ref.layers:
-                    fd = safepath.dir_beneath(root, f"layers/{layer.name}")
-                    fds.append(fd)
-                    fcntl.flock(fd, fcntl.LOCK_SH)
-            except OSError as e:
-                for fd in fds:
+                os.write(fd, json.dumps(record).encode())
+                fcntl.flock(fd, fcntl.LOCK_SH)
+                os.rename(tmp, f"{key}.json", src_dir_fd=holds, dst_dir_fd=holds)
+            except BaseException:
+                os.close(fd)
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=holds)
+                raise
+            return fd
+        finally:
+            os.close(holds)
+
+    def hold_for_snapshot(self, snap_id: str, snapshot_dir: str, image: str, layers: Sequence[Path]) -> None:
+        """Keep this store's ``layers`` (of the image snapshot ``snap_id`` was taken on)
+        for as long as ``snapshot_dir`` exists or until ``release_snapshot``."""
+        mine = tuple(p for p in layers if self._own_layer(p))
+        if not mine:
+            return
+        with self._locked(exclusive=False) as root:
+            what = f"snapshot {snap_id}"
+            os.close(self._put_hold(root, f"snapshot-{snap_id}", what, image, mine, snapshot_dir))
+
+    def release_snapshot(self, snap_id: str) -> None:
+        """Snapshot ``snap_id`` is gone: its hold goes, and the layers nothing else
+        needs with it (unless the store is busy: the next gc does it then)."""
+        with self._locked(exclusive=True, blocking=False) as root:
+            if root < 0:
+                return
+            with contextlib.suppress(OSError):
+                safepath.unlink(root, f"holds/snapshot-{snap_id}.json")
+        self.gc(blocking=False)
+
+    def holders(self) -> list[Holder]:
+        """The live holds (stale records are skipped here, removed by ``gc``)."""
+        with self._locked(exclusive=False) as root:
+            return [h for h, _stale in self._holds(root) if not _stale]
+
+    def _holds(self, root: int) -> list[tuple[Holder, bool]]:
+        """Every hold record, and whether its holder is gone."""
+        try:
+            holds = safepath.dir_beneath(root, "holds")
+        except FileNotFoundError:
+            return []
+        out: list[tuple[Holder, bool]] = []
+        try:
+            with os.scandir(holds) as entries:
+                names = sorted(e.name for e in entries)
+            for name in names:
+                if not _HOLD.fullmatch(name):
+                    continue
+                try:
+                    fd = safepath.open_beneath(holds, name, os.O_RDONLY)
+                except OSError:
+                    continue
+                try:
+                    rec = json.loads(os.read(fd, _RECORD_LIMIT))
+                    layers = frozenset(str(d) for d in rec["layers"] if _HEX.fullmatch(str(d)))
+                    holder = Holder(name[:-5], str(rec["what"]), str(rec["image"]), layers)
+                    if name.startswith("sandbox-"):
+                        try:
+                            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                            stale = True  # nobody holds it any more
+                        except BlockingIOError:
+                            stale = False
+                    else:
+                        stale = not os.path.isdir(str(rec["check"]))
+                except (OSError, ValueError, KeyError, TypeError):
+                    continue  # damaged: holds nothing
+                finally:
                     os.close(fd)
-                raise ImageError(
-                    f"cannot hold the layers of image {name!r}",
-                    operation="image lease",
-                    errno=e.errno,
-                    hint=HINT,
-                ) from None
-            return Lease(ref, fds)
+                out.append((holder, stale))
+        finally:
+            os.close(holds)
+        return out
 
     # -- adding ---------------------------------------------------------------------------
 
@@ -534,19 +679,58 @@ class ImageStore:
 
     # -- removing -------------------------------------------------------------------------
 
-    def remove(self, name: str, *, collect: bool = True) -> list[str]:
+    def _sweep_hold_temps(self, root: int) -> None:
+        """A hold record a crash left half written (the store lock is ours: nobody
+        writes one now)."""
+        try:
+            holds = safepath.dir_beneath(root, "holds")
+        except FileNotFoundError:
+            return
+        try:
+            with os.scandir(holds) as entries:
+                names = [e.name for e in entries if e.name.startswith(_TMP)]
+            for name in names:
+                with contextlib.suppress(OSError):
+                    os.unlink(name, dir_fd=holds)
+        finally:
+            os.close(holds)
+
+    def remove(self, name: str, *, collect: bool = True, force: bool = False) -> list[str]:
         """Forget image ``name``; then collect what no image uses (the diff ids of the
-        layers removed are returned)."""
+        layers removed are returned). Refused (``ImageInUse``) when a sandbox or a
+        snapshot needs a layer the removal would take, unless ``force``: then the name
+        goes, and those layers stay until their last holder is gone."""
         with self._locked(exclusive=False) as root:
-            self._record(root, name)
+            rec = self._record(root, name)
+            if not force:
+                others: set[str] = set()
+                for other in self.names():
+                    if other != name:
+                        with contextlib.suppress(ImageError):
+                            others.update(hex_of(d) for d in self._record(root, other)["layers"])
+                freed = {hex_of(d) for d in rec["layers"]} - others
+                users = [h for h, stale in self._holds(root) if not stale and h.layers & freed]
+                if users:
+                    raise ImageInUse(
+                        f"image {name!r} is in use by " + ", ".join(h.what for h in users),
+                        operation="image rm",
+                        path=name,
+                        errno=errno.EBUSY,
+                        hint="remove them first (warren rm NAME, warren snapshot rm ID), or "
+                        f"`warren image rm --force {name}`: the name goes now, its layers when "
+                        "the last of them is gone",
+                    )
             safepath.unlink(root, f"images/{name}.json")
         return self.gc() if collect else []
 
-    def gc(self) -> list[str]:
-        """Remove the layers and blobs no image names, unless leased; and what a
-        crashed import left. Returns the diff ids of the layers removed."""
+    def gc(self, blocking: bool = True) -> list[str]:
+        """Remove the layers and blobs no image names and nothing holds; and what a
+        crashed import left, and the records of holders that are gone. Returns the diff
+        ids of the layers removed. Not ``blocking``: nothing when the store is busy."""
         removed: list[str] = []
-        with self._locked(exclusive=True) as root:
+        with self._locked(exclusive=True, blocking=blocking) as root:
+            if root < 0:
+                return removed
             keep_layers: set[str] = set()
             keep_blobs: set[str] = set()
             for name in self.names():
@@ -558,6 +742,13 @@ class ImageStore:
                 keep_blobs.add(hex_of(rec["id"]))
                 if "manifest" in rec:
                     keep_blobs.add(hex_of(rec["manifest"]))
+            for holder, stale in self._holds(root):
+                if stale:
+                    with contextlib.suppress(OSError):
+                        safepath.unlink(root, f"holds/{holder.key}.json")
+                else:
+                    keep_layers |= holder.layers
+            self._sweep_hold_temps(root)
             layers = safepath.dir_beneath(root, "layers")
             try:
                 with os.scandir(layers) as entries:
@@ -573,7 +764,7 @@ class ImageStore:
                         try:
                             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                         except BlockingIOError:
-                            continue  # leased by a running sandbox
+                            continue  # locked by a lease whose record is gone
                         unpack.remove_tree(layers, entry)
                         removed.append("sha256:" + entry)
                     finally:

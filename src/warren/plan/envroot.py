@@ -6,7 +6,9 @@ namespaces: copy-on-write, private to the sandbox, and full at ``--disk`` (ENOSP
 inside; the host's disk is never written). The host's root is not visible: only the
 workspace (bound at ``/workspace``, or none: then ``/workspace`` is a directory of the
 layer), the ``--write`` and ``--read`` paths (bound where they are on the host) and the
-fresh ``/tmp``, ``/dev`` and ``/proc`` host-root sandboxes get.
+fresh ``/dev`` and ``/proc`` host-root sandboxes get; ``/tmp`` is the image's, in the
+sandbox's layer (a fresh tmpfs there would make a rename from TMPDIR into a
+``/workspace`` of the layer EXDEV).
 
 A rename of a directory that comes from a lower layer is ``EXDEV`` in an overlay
 mounted in a user namespace (no ``redirect_dir`` with ``userxattr``): the plan asks
@@ -148,7 +150,9 @@ def plan_image(
                 MountOp(MountKind.BIND_RO, str(r.path), str(r.path), why="host path (--read)", mkdir=True)
             )
     ops.extend(_git_ops(policy, host_workspace, ws_inside, at_host, git, git_files))
-    ops.append(MountOp(MountKind.TMPFS, "/tmp", why="private /tmp", mode=0o1777, size=tmp_size, mkdir=True))
+    # /tmp is the image's, in the sandbox's layer (private to it, within --disk), as in a
+    # container: a rename from TMPDIR into a /workspace of the layer is then a rename.
+    ops.append(MountOp(MountKind.DIR, "/tmp", why="/tmp, in the sandbox's own layer", mode=0o1777))
     ops.extend(later)
     ops.append(MountOp(MountKind.TMPFS, "/dev", why="minimal /dev", mode=0o755, mkdir=True))
     for node in DEV_NODES:

@@ -31,14 +31,19 @@ def resolve_image(name: str, env: Mapping[str, str]) -> ImageRef:
     return ImageStore(store_root(env)).resolve(name)
 
 
-def lease(plan: Plan) -> Lease | None:
-    """Hold the image a launched sandbox runs on, so ``warren image gc`` keeps its
-    layers while it runs (a root directory or a snapshot's own layer is not the
-    store's)."""
+def lease(plan: Plan, holder: str) -> Lease | None:
+    """Hold the image a launched sandbox runs on, so ``warren image rm`` names
+    ``holder`` and gc keeps its layers while it runs. A sandbox made from a snapshot
+    holds the store's layers under it (a root directory or a snapshot's own layer is
+    not the store's)."""
     name = plan.image
-    if name is None or plan.image_store is None or "+" in name:
+    if name is None or plan.image_store is None:
         return None
-    return ImageStore(Path(plan.image_store)).acquire(name)
+    store = ImageStore(Path(plan.image_store))
+    if "+" in name:
+        layers = [Path(p) for p in plan.mounts[0].layers] if plan.mounts else []
+        return store.acquire_layers(name, layers, holder)
+    return store.acquire(name, holder)
 
 
 def _directory(path: str) -> ImageRef:

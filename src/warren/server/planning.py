@@ -145,12 +145,11 @@ class Planner:
                 if intercepts
                 else None,
             )
-            if (
-                image is not None
-                and policy.image
-                and not policy.from_snapshot
-                and not policy.image.startswith("/")
-            ):
+            if policy.from_snapshot:
+                store = snapshots.get(state_dir, policy.from_snapshot).store
+                if store:  # the store whose layers it stands on: leased while it runs
+                    plan = dataclasses.replace(plan, image_store=store)
+            elif image is not None and policy.image and not policy.image.startswith("/"):
                 plan = dataclasses.replace(plan, image_store=str(store_root(caller.env)))
         except BaseException:
             git.close()

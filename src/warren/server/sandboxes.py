@@ -65,7 +65,7 @@ class Sandboxes:
             git.close()
             raise
         try:
-            image_lease = envroot.lease(plan)
+            image_lease = envroot.lease(plan, "a `warren run` sandbox" if oneshot else f"sandbox {name}")
         except BaseException:
             self.keeper.release(lease)
             raise
@@ -169,7 +169,9 @@ class Sandboxes:
         was_paused = box.paused is not None
         box.set_paused(True)
         try:
-            return snapshots.take(self.root, name, box.layer, image, box.plan.host_workspace)
+            return snapshots.take(
+                self.root, name, box.layer, image, box.plan.host_workspace, box.plan.image_store
+            )
         finally:
             if not was_paused:
                 box.set_paused(False)

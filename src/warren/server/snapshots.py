@@ -29,8 +29,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .._core import safepath
-from ..errors import SetupError, SnapshotError, SnapshotNotFound
+from ..errors import ImageError, SetupError, SnapshotError, SnapshotNotFound
 from ..images.ref import ImageRef
+from ..images.store import ImageStore
 
 DIR = "snapshots"
 _RD = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -51,6 +52,7 @@ class Snapshot:
     workspace: str  # "included" or "not included: host directory PATH"
     seconds: float  # how long the copy took (the sandbox was paused meanwhile)
     host_workspace: str = ""  # the host directory bound at /workspace ("" when in the layer)
+    store: str = ""  # the image store holding ``layers`` for it ("" for a root directory)
 
     def to_dict(self) -> dict[str, object]:
         data = asdict(self)
@@ -68,16 +70,30 @@ def layer_path(root: str, snap_id: str) -> str:
     return os.path.join(root, DIR, snap_id, "layer")
 
 
-def take(root: str, sandbox: str, layer_fd: int, image: ImageRef, host_workspace: str | None) -> Snapshot:
+def take(
+    root: str,
+    sandbox: str,
+    layer_fd: int,
+    image: ImageRef,
+    host_workspace: str | None,
+    store: str | None = None,
+) -> Snapshot:
     """Copy the layer behind ``layer_fd`` (the caller pauses the sandbox) into a new
-    snapshot; a failure leaves nothing behind."""
+    snapshot, holding the image's layers in ``store`` for it; a failure leaves nothing
+    behind."""
     snap_id = secrets.token_hex(6)
     base = safepath.open_dir(_dir(root))
     started = time.monotonic()
+    held = False
     try:
         os.mkdir(snap_id, 0o700, dir_fd=base)
         top = os.open(snap_id, _DIRFLAGS, dir_fd=base)
         try:
+            if store:
+                ImageStore(Path(store)).hold_for_snapshot(
+                    snap_id, os.path.join(root, DIR, snap_id), image.name, image.layers
+                )
+                held = True
             os.mkdir("layer", 0o755, dir_fd=top)
             dst = os.open("layer", _DIRFLAGS, dir_fd=top)
             try:
@@ -101,13 +117,18 @@ def take(root: str, sandbox: str, layer_fd: int, image: ImageRef, host_workspace
                 else f"not included: host directory {host_workspace}",
                 seconds=round(time.monotonic() - started, 3),
                 host_workspace=host_workspace or "",
+                store=store or "",
             )
             safepath.write_atomic(top, _META, json.dumps(snap.to_dict()).encode())
         finally:
             os.close(top)
-    except OSError as e:
+    except (OSError, ImageError) as e:
         with contextlib.suppress(OSError):
             safepath.remove_tree(base, snap_id)
+        if held:
+            ImageStore(Path(store or "")).release_snapshot(snap_id)
+        if isinstance(e, ImageError):
+            raise
         raise SetupError(
             f"cannot snapshot sandbox {sandbox}: {e.strerror}",
             operation="snapshot",
@@ -265,4 +286,7 @@ def remove(root: str, snap_id: str, in_use: set[str]) -> Snapshot:
         safepath.remove_tree(base, snap_id)
     finally:
         os.close(base)
+    if snap.store:
+        with contextlib.suppress(ImageError):
+            ImageStore(Path(snap.store)).release_snapshot(snap_id)
     return snap
