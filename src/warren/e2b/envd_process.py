@@ -20,6 +20,7 @@ from typing import Any
 from connectrpc.request import RequestContext
 from e2b.envd.process import process_pb as pb
 
+from ..client.transport import Command
 from ..models import ProcessState
 from .core import Core, E2BError
 from .envd_base import KEEPALIVE, POLL, EnvdService, Oneof, connect_error, rpc
@@ -118,16 +119,9 @@ class ProcessService(EnvdService):
             tty_file = f"/tmp/.e2b-pty-{uuid.uuid4().hex}"
             if request.pty is not None:
                 argv = in_terminal(argv, request.pty.size, tty_file)
-            spawn_id, pid = await self.core.call(
-                self.core.transport.spawn,
-                info.name,
-                argv,
-                cwd=cwd,
-                env=envs,
-                timeout=None,
-                output_limit=OUTPUT_LIMIT,
-                stdin=bool(request.stdin) or request.pty is not None,
-            )
+            pipe = bool(request.stdin) or request.pty is not None
+            command = Command(argv, cwd, envs, output_limit=OUTPUT_LIMIT, stdin_pipe=pipe)
+            spawn_id, pid = await self.core.call(self.core.transport.spawn, info.name, command)
         except Exception as e:
             raise connect_error(e) from None
         pty = tty_file if request.pty is not None else None
@@ -215,18 +209,8 @@ class ProcessService(EnvdService):
             raise E2BError(400, f"process {proc.pid} has no terminal to resize (or no size given)")
         rows, cols = checked_size(size)
         resize = f'stty -F "$(cat {shlex.quote(proc.pty)})" rows {rows} cols {cols}'
-        result = await self.core.call(
-            self.core.transport.exec,
-            info.name,
-            ["/bin/sh", "-c", resize],
-            cwd="/",
-            env={},
-            stdin=None,
-            timeout=10,
-            output_limit=4096,
-            on_stdout=None,
-            on_stderr=None,
-        )
+        command = Command(["/bin/sh", "-c", resize], "/", timeout=10, output_limit=4096)
+        result = await self.core.call(self.core.transport.exec, info.name, command)
         if result.exit_code != 0:
             raise E2BError(409, f"cannot resize the terminal of process {proc.pid}: {result.stderr!r}")
         return pb.UpdateResponse()
