@@ -140,11 +140,11 @@ class ImageStore:
                         os.mkdir(sub, 0o700, dir_fd=fd)
             return fd
         except OSError as e:
-            raise ImageError(
+            raise ImageError.from_os(
+                e,
                 f"cannot open the image store {self.root}",
-                operation="image store",
-                path=str(self.root),
-                errno=e.errno,
+                "image store",
+                str(self.root),
                 hint="check that it is a directory you own (XDG_DATA_HOME moves it)",
             ) from None
 
@@ -172,8 +172,8 @@ class ImageStore:
                 f"no image named {name!r}", operation="image", path=str(self.root / "images"), hint=HINT
             ) from None
         except OSError as e:
-            raise ImageError(
-                f"cannot read the record of image {name!r}", operation="image", errno=e.errno, hint=HINT
+            raise ImageError.from_os(
+                e, f"cannot read the record of image {name!r}", "image", hint=HINT
             ) from None
         try:
             rec = json.loads(data)
@@ -280,11 +280,8 @@ class ImageStore:
             except OSError as e:
                 for fd in fds:
                     os.close(fd)
-                raise ImageError(
-                    f"cannot hold the layers of image {name!r}",
-                    operation="image lease",
-                    errno=e.errno,
-                    hint=HINT,
+                raise ImageError.from_os(
+                    e, f"cannot hold the layers of image {name!r}", "image lease", hint=HINT
                 ) from None
             return Lease(ref, fds)
 
@@ -349,8 +346,8 @@ class ImageStore:
                     root, f"images/{name}.json", json.dumps(record, indent=1).encode(), 0o600
                 )
             except OSError as e:
-                raise ImageError(
-                    f"cannot record image {name!r}", operation="image import", errno=e.errno, hint=HINT
+                raise ImageError.from_os(
+                    e, f"cannot record image {name!r}", "image import", hint=HINT
                 ) from None
             ref = self._ref(root, name)
         if replaced:
@@ -603,12 +600,8 @@ def stat_named(path: Path) -> os.stat_result:
     try:
         return os.stat(path)
     except OSError as e:
-        raise ImageError(
-            f"cannot read {path}",
-            operation="image import",
-            path=str(path),
-            errno=e.errno,
-            hint="check the path",
+        raise ImageError.from_os(
+            e, f"cannot read {path}", "image import", str(path), hint="check the path"
         ) from None
 
 

@@ -108,11 +108,11 @@ def take(root: str, sandbox: str, layer_fd: int, image: ImageRef, host_workspace
     except OSError as e:
         with contextlib.suppress(OSError):
             safepath.remove_tree(base, snap_id)
-        raise SetupError(
+        raise SetupError.from_os(
+            e,
             f"cannot snapshot sandbox {sandbox}: {e.strerror}",
-            operation="snapshot",
-            path=e.filename if isinstance(e.filename, str) else None,
-            errno=e.errno,
+            "snapshot",
+            e.filename if isinstance(e.filename, str) else None,
             hint="a file the sandbox made unreadable to you (chmod 000) cannot be copied; "
             "the state directory's disk may be full",
         ) from None
