@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from ..images.ref import ImageRef
 from ..net.allowlist import proxy_env
 from ..policy import Policy
+from ..policy.model import CA_VARIABLES
 from .env import DEFAULT_PATH, passed
 from .facts import HostFacts
 from .model import GitDir, MountKind, MountOp
@@ -47,19 +48,7 @@ MIN_DISK = 16 << 20
 # The caller's variables that describe the host, not the terminal: the image's own apply.
 # The CA bundle variables name host files (passed only when the caller names them).
 _HOST_ONLY = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL"})
-_HOST_FILES = frozenset(
-    {
-        "SSL_CERT_FILE",
-        "SSL_CERT_DIR",
-        "REQUESTS_CA_BUNDLE",
-        "CURL_CA_BUNDLE",
-        "PIP_CERT",
-        "NODE_EXTRA_CA_CERTS",
-        "GIT_SSL_CAINFO",
-        "CARGO_HTTP_CAINFO",
-        "NIX_SSL_CERT_FILE",
-    }
-)
+_HOST_FILES = frozenset(CA_VARIABLES)
 
 
 def default_disk(mem_total: int) -> int:

@@ -22,6 +22,21 @@ from .spec import PolicySpec
 
 NETWORK_MODES = ("none", "allow", "open")
 
+# Which certificates to trust: the variables naming a CA file or directory (file names,
+# not secrets). Without them uv, pip, npm, git and curl fail TLS behind a corporate or
+# CI proxy with its own CA.
+CA_VARIABLES = (
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "PIP_CERT",
+    "NODE_EXTRA_CA_CERTS",
+    "GIT_SSL_CAINFO",
+    "CARGO_HTTP_CAINFO",
+    "NIX_SSL_CERT_FILE",
+)
+
 # Passed from the caller's environment unless the policy says otherwise.
 DEFAULT_ENV_PASS = (
     "PATH",
@@ -38,17 +53,7 @@ DEFAULT_ENV_PASS = (
     "FORCE_COLOR",
     "COLUMNS",
     "LINES",
-    # Which certificates to trust (file names, not secrets): without them uv, pip,
-    # npm, git and curl fail TLS behind a corporate or CI proxy with its own CA.
-    "SSL_CERT_FILE",
-    "SSL_CERT_DIR",
-    "REQUESTS_CA_BUNDLE",
-    "CURL_CA_BUNDLE",
-    "PIP_CERT",
-    "NODE_EXTRA_CA_CERTS",
-    "GIT_SSL_CAINFO",
-    "CARGO_HTTP_CAINFO",
-    "NIX_SSL_CERT_FILE",
+    *CA_VARIABLES,
     "UV_NATIVE_TLS",
 )
 _ENV_PASS_PATTERNS = (re.compile(r"LC_[A-Z_]+"),)
