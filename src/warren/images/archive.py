@@ -8,7 +8,7 @@ it reads). Names inside an archive are looked up, never extracted: the outer tar
 read member by member, a directory only beneath its own descriptor (``safepath``).
 
 Also ``tar_of_dir``: a root directory of the caller's as a tar stream, so a root made
-here (``warren image build``, tests) passes the same unpacker as any archive.
+elsewhere (``ImageStore.import_root``) passes the same unpacker as any archive.
 """
 
 from __future__ import annotations

@@ -444,7 +444,7 @@ class ImageStore:
         except (OSError, ValueError):
             return 0
 
-    def import_rootfs(
+    def import_root(
         self,
         name: str,
         path: Path | str,
@@ -455,47 +455,23 @@ class ImageStore:
         progress: Progress | None = None,
         warn: Callable[[str], None] | None = None,
     ) -> ImageRef:
-        """Add image ``name`` of one layer: the root directory ``path`` (the caller's own,
-        e.g. what mmdebstrap made). It goes through the same unpacker as any archive."""
+        """Add image ``name`` of one layer: a root filesystem, as a tarball or as a
+        directory of the caller's (e.g. what mmdebstrap made), which goes through the
+        same unpacker as any archive."""
         from . import archive
 
         path = Path(path)
-        if not path.is_dir() or path.is_symlink():
-            raise ImageError(
-                f"{path} is not a directory",
-                operation="image import",
-                path=str(path),
-                hint="give the root directory",
-            )
+        if path.is_dir() and not path.is_symlink():
+            layer = LayerSource(open=lambda: archive.tar_of_dir(path), diff_id=None)
+            what = "rootfs"
+        else:
+            layer = LayerSource(open=lambda: path.open("rb"), diff_id=None, size=_size_of(path))
+            what = "tarball"
         return self.add(
             name,
-            [LayerSource(open=lambda: archive.tar_of_dir(path), diff_id=None)],
+            [layer],
             oci_config(config or ImageConfig(env=(("PATH", DEFAULT_PATH),))),
-            source=source or f"rootfs {path}",
-            max_size=max_size,
-            progress=progress,
-            warn=warn,
-        )
-
-    def import_tar(
-        self,
-        name: str,
-        tar: Path | str,
-        *,
-        config: ImageConfig | None = None,
-        source: str | None = None,
-        max_size: int = unpack.DEFAULT_MAX_SIZE,
-        progress: Progress | None = None,
-        warn: Callable[[str], None] | None = None,
-    ) -> ImageRef:
-        """Add image ``name`` of one layer: a tarball of a root filesystem."""
-        tar = Path(tar)
-        size = _size_of(tar)
-        return self.add(
-            name,
-            [LayerSource(open=lambda: open(tar, "rb"), diff_id=None, size=size)],
-            oci_config(config or ImageConfig(env=(("PATH", DEFAULT_PATH),))),
-            source=source or f"tarball {tar}",
+            source=source or f"{what} {path}",
             max_size=max_size,
             progress=progress,
             warn=warn,
