@@ -32,11 +32,10 @@ from .env import DEFAULT_PATH, passed
 from .facts import HostFacts
 from .model import GitDir, MountKind, MountOp
 from .mounts import (
-    DEV_LINKS,
-    DEV_NODES,
     PROC_READONLY,
     WRITABLE_FRESH,
     Group,
+    dev_ops,
     group_writable_roots,
     mask_ops,
     within,
@@ -139,18 +138,7 @@ def plan_image(
     ops.extend(_git_ops(policy, host_workspace, ws_inside, at_host, git, git_files))
     ops.append(MountOp(MountKind.TMPFS, "/tmp", why="private /tmp", mode=0o1777, size=tmp_size, mkdir=True))
     ops.extend(later)
-    ops.append(MountOp(MountKind.TMPFS, "/dev", why="minimal /dev", mode=0o755, mkdir=True))
-    for node in DEV_NODES:
-        if device_exists.get(f"/dev/{node}", False):
-            ops.append(MountOp(MountKind.BIND_DEV, f"/dev/{node}", f"/dev/{node}", why="device node"))
-    ops.append(MountOp(MountKind.DEVPTS, "/dev/pts", why="private pseudo-terminals", mkdir=True))
-    ops.append(
-        MountOp(
-            MountKind.TMPFS, "/dev/shm", why="private shared memory", mode=0o1777, mkdir=True, size=tmp_size
-        )
-    )
-    for name, dest in DEV_LINKS:
-        ops.append(MountOp(MountKind.SYMLINK, f"/dev/{name}", dest))
+    ops.extend(dev_ops(lambda path: device_exists.get(path, False), tmp_size, mkdir=True))
     # Denied paths in the host workspace stay hidden at their place under /workspace.
     if host_workspace:
         for r in policy.denied:
