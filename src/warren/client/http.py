@@ -76,14 +76,19 @@ class HttpTransport(Transport):
         try:
             response = self._client.request(method, path, **kwargs)
         except httpx.TransportError as e:
-            raise SandboxError(
-                f"cannot reach warren serve at {self.url}: {e}",
-                operation="http",
-                hint="is `warren serve` running there? check WARREN_URL",
-            ) from None
+            raise self._unreachable(e) from None
         if response.status_code >= 400:
             raise codec.error_of(_json_or_none(response), response.status_code)
         return response
+
+    def _unreachable(self, e: httpx.TransportError, lost: bool = False) -> SandboxError:
+        """The service could not be reached, or (``lost``) went away while a command ran."""
+        running = "is `warren serve` running there?"
+        if lost:
+            message = f"the connection to warren serve at {self.url} was lost: {e}"
+            return SandboxError(message, operation="http", hint=running)
+        message = f"cannot reach warren serve at {self.url}: {e}"
+        return SandboxError(message, operation="http", hint=f"{running} check WARREN_URL")
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Any:
         return self._send(method, path, **kwargs).json()
@@ -106,11 +111,7 @@ class HttpTransport(Transport):
                     elif event == "error":
                         raise codec.error_of(data, 500)
         except httpx.TransportError as e:
-            raise SandboxError(
-                f"the connection to warren serve at {self.url} was lost: {e}",
-                operation="http",
-                hint="is `warren serve` running there?",
-            ) from None
+            raise self._unreachable(e, lost=True) from None
         raise SandboxError(
             "the service ended the stream before the command finished",
             operation="http",
