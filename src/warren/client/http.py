@@ -107,7 +107,7 @@ class HttpTransport(Transport):
                         if callback is not None:
                             callback(base64.b64decode(data["data"]))
                     elif event == "exit":
-                        return codec.result_of(data)
+                        return codec.decode(Result, data)
                     elif event == "error":
                         raise codec.error_of(data, 500)
         except httpx.TransportError as e:
@@ -124,7 +124,7 @@ class HttpTransport(Transport):
         body = {**_body(command), **more}
         if command.on_stdout is not None or command.on_stderr is not None:
             return self._stream(path, body, command)
-        return codec.result_of(self._json("POST", path, json=body))
+        return codec.decode(Result, self._json("POST", path, json=body))
 
     # --- Transport -------------------------------------------------------------------------------
 
@@ -143,17 +143,17 @@ class HttpTransport(Transport):
 
     def create(self, spec: PolicySpec, name: str, *, config: bool, profile: str | None) -> SandboxInfo:
         body = {**spec.to_mapping(), "name": name}
-        return codec.sandbox_of(self._json("POST", "/v1/sandboxes", json=body))
+        return codec.decode(SandboxInfo, self._json("POST", "/v1/sandboxes", json=body))
 
     def get(self, name: str) -> SandboxInfo:
-        return codec.sandbox_of(self._json("GET", f"/v1/sandboxes/{name}"))
+        return codec.decode(SandboxInfo, self._json("GET", f"/v1/sandboxes/{name}"))
 
     def list(self) -> builtins.list[SandboxInfo]:
-        return [codec.sandbox_of(i) for i in self._json("GET", "/v1/sandboxes")["sandboxes"]]
+        return [codec.decode(SandboxInfo, i) for i in self._json("GET", "/v1/sandboxes")["sandboxes"]]
 
     def stop(self, name: str, *, remove: bool) -> SandboxInfo:
         params = {"remove": "true" if remove else "false"}
-        return codec.sandbox_of(self._json("DELETE", f"/v1/sandboxes/{name}", params=params))
+        return codec.decode(SandboxInfo, self._json("DELETE", f"/v1/sandboxes/{name}", params=params))
 
     def exec(self, name: str, command: Command) -> Result:
         return self._captured(f"/v1/sandboxes/{name}/exec", command)
@@ -195,7 +195,8 @@ class HttpTransport(Transport):
 
     def processes(self, name: str) -> builtins.list[ProcessInfo]:
         return [
-            codec.process_of(p) for p in self._json("GET", f"/v1/sandboxes/{name}/processes")["processes"]
+            codec.decode(ProcessInfo, p)
+            for p in self._json("GET", f"/v1/sandboxes/{name}/processes")["processes"]
         ]
 
     def signal(self, name: str, pid: int, sig: int) -> None:
@@ -244,13 +245,17 @@ class HttpTransport(Transport):
         return str(data["address"])
 
     def net_log(self, name: str) -> builtins.list[NetEvent]:
-        return [codec.net_event_of(e) for e in self._json("GET", f"/v1/sandboxes/{name}/netlog")["events"]]
+        return [
+            codec.decode(NetEvent, e) for e in self._json("GET", f"/v1/sandboxes/{name}/netlog")["events"]
+        ]
 
     def stats(self, name: str) -> Stats:
         return codec.decode(Stats, self._json("GET", f"/v1/sandboxes/{name}/stats"))
 
     def pause(self, name: str, paused: bool) -> SandboxInfo:
-        return codec.sandbox_of(self._json("POST", f"/v1/sandboxes/{name}/{'pause' if paused else 'resume'}"))
+        return codec.decode(
+            SandboxInfo, self._json("POST", f"/v1/sandboxes/{name}/{'pause' if paused else 'resume'}")
+        )
 
     def snapshot(self, name: str) -> SnapshotInfo:
         return codec.model_of(SnapshotInfo, self._json("POST", f"/v1/sandboxes/{name}/snapshot"))

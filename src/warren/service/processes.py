@@ -72,7 +72,7 @@ async def stdin(svc: Service, request: Request) -> Response:
 
 async def list_all(svc: Service, request: Request) -> Response:
     items = await svc.call(svc.transport.processes, name_of(request))
-    return JSONResponse({"processes": [codec.process(p) for p in items]})
+    return JSONResponse({"processes": [codec.encode(p) for p in items]})
 
 
 async def get(svc: Service, request: Request) -> Response:

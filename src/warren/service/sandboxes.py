@@ -71,22 +71,22 @@ async def create(svc: Service, request: Request) -> Response:
         spec = from_mapping(data, "request body")
         name = check_name(name)
     info = await svc.call(svc.transport.create, spec, name, config=False, profile=None)
-    return JSONResponse(codec.sandbox(info), status_code=201)
+    return JSONResponse(codec.encode(info), status_code=201)
 
 
 async def list_all(svc: Service, request: Request) -> Response:
     items = await svc.call(svc.transport.list)
-    return JSONResponse({"sandboxes": [codec.sandbox(i) for i in items]})
+    return JSONResponse({"sandboxes": [codec.encode(i) for i in items]})
 
 
 async def get(svc: Service, request: Request) -> Response:
-    return JSONResponse(codec.sandbox(await svc.call(svc.transport.get, name_of(request))))
+    return JSONResponse(codec.encode(await svc.call(svc.transport.get, name_of(request))))
 
 
 async def delete(svc: Service, request: Request) -> Response:
     name, remove = name_of(request), flag(request, "remove", True)
     info = await svc.call(svc.transport.stop, name, remove=remove)
-    return JSONResponse(codec.sandbox(info))
+    return JSONResponse(codec.encode(info))
 
 
 async def exec_(svc: Service, request: Request) -> Response:
@@ -102,11 +102,11 @@ async def stats(svc: Service, request: Request) -> Response:
 
 
 async def pause(svc: Service, request: Request) -> Response:
-    return JSONResponse(codec.sandbox(await svc.call(svc.transport.pause, name_of(request), True)))
+    return JSONResponse(codec.encode(await svc.call(svc.transport.pause, name_of(request), True)))
 
 
 async def resume(svc: Service, request: Request) -> Response:
-    return JSONResponse(codec.sandbox(await svc.call(svc.transport.pause, name_of(request), False)))
+    return JSONResponse(codec.encode(await svc.call(svc.transport.pause, name_of(request), False)))
 
 
 async def snapshot(svc: Service, request: Request) -> Response:
