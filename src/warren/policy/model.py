@@ -315,24 +315,12 @@ def is_within(path: Path, parent: Path) -> bool:
 
 
 def _require_dir(path: Path, what: str) -> None:
+    def refused(problem: str, hint: str) -> PolicyError:
+        return PolicyError(f"{what} {problem}: {path}", operation="policy", path=str(path), hint=hint)
+
     if not path.is_absolute():
-        raise PolicyError(
-            f"{what} must be an absolute path: {path}",
-            operation="policy",
-            path=str(path),
-            hint="pass an absolute path",
-        )
+        raise refused("must be an absolute path", "pass an absolute path")
     if not path.exists():
-        raise PolicyError(
-            f"{what} does not exist: {path}",
-            operation="policy",
-            path=str(path),
-            hint=f"create it (mkdir -p {path}) or pass another --workspace",
-        )
+        raise refused("does not exist", f"create it (mkdir -p {path}) or pass another --workspace")
     if not path.is_dir():
-        raise PolicyError(
-            f"{what} is not a directory: {path}",
-            operation="policy",
-            path=str(path),
-            hint="the workspace must be a directory",
-        )
+        raise refused("is not a directory", "the workspace must be a directory")
