@@ -48,8 +48,7 @@ def run(
         from .sandbox import _local
 
         transport = _local(remote, token)
-    spec = checks.spec_of(policy)
     command = Command.checked(
         "run", argv, cwd, None, stdin, timeout, output_limit, on_stdout, on_stderr, on_net_event=on_net_event
     )
-    return transport.run(spec, command, config=False, profile=None)
+    return transport.run(checks.spec_of(policy), command, config=False, profile=None)
