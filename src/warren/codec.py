@@ -25,7 +25,6 @@ from typing import Any, TypeVar
 
 from .errors import WarrenError, from_record
 from .models import ProcessInfo, Result, SandboxInfo
-from .net.allowlist import NetEvent
 
 T = TypeVar("T")
 
@@ -139,34 +138,6 @@ def get_bytes(data: dict[str, Any], key: str) -> bytes:
 def result(r: Result) -> dict[str, Any]:
     """A command's result; ``truncated`` says whether either stream was cut."""
     return {**encode(r), "truncated": r.stdout_truncated or r.stderr_truncated}
-
-
-def result_of(data: dict[str, Any]) -> Result:
-    return decode(Result, data)
-
-
-def sandbox(info: SandboxInfo) -> dict[str, Any]:
-    return encode(info)
-
-
-def sandbox_of(data: dict[str, Any]) -> SandboxInfo:
-    return decode(SandboxInfo, data)
-
-
-def process(p: ProcessInfo) -> dict[str, Any]:
-    return encode(p)
-
-
-def process_of(data: dict[str, Any]) -> ProcessInfo:
-    return decode(ProcessInfo, data)
-
-
-def net_event(e: NetEvent) -> dict[str, Any]:
-    return encode(e)
-
-
-def net_event_of(data: dict[str, Any]) -> NetEvent:
-    return decode(NetEvent, data)
 
 
 def error_of(body: object, status: int) -> WarrenError:

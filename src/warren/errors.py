@@ -14,6 +14,10 @@ from __future__ import annotations
 import errno as _errno
 import os
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Self
+
 
 class WarrenError(Exception):
     """Base of every error warren raises on purpose."""
@@ -35,6 +39,13 @@ class WarrenError(Exception):
         self.path = path
         self.errno = errno
         self.hint = hint
+
+    @classmethod
+    def from_os(
+        cls, e: OSError, message: str, operation: str, path: str | None = None, hint: str = ""
+    ) -> Self:
+        """The error for a system call that failed with ``e``: its errno is ``e``'s."""
+        return cls(message, operation=operation, path=path, errno=e.errno, hint=hint)
 
     def __str__(self) -> str:
         parts = [f"warren: {self.message}"]

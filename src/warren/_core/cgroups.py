@@ -80,11 +80,11 @@ def peer_cgroups(pid: int, pidfd: int) -> str:
 
 
 def _client_gone(pid: int, e: OSError) -> SandboxError:
-    return SandboxError(
+    return SandboxError.from_os(
+        e,
         f"the client (pid {pid}) is gone: its cgroups cannot be read",
-        operation="cgroup",
-        path=f"/proc/{pid}/cgroup",
-        errno=e.errno,
+        "cgroup",
+        f"/proc/{pid}/cgroup",
         hint="the sandbox is placed in its caller's cgroups; ask again from a live process",
     )
 
@@ -324,11 +324,11 @@ def create(groups: tuple[CgroupPlan, ...], uid: int, record_dir: str | None) -> 
                     f.write(value)
     except OSError as e:
         remove(made, record_dir)
-        raise SetupError(
+        raise SetupError.from_os(
+            e,
             f"cannot set up the sandbox's cgroup: {e.strerror}",
-            operation="cgroup",
-            path=e.filename or (made[-1] if made else dirs[0]),
-            errno=e.errno,
+            "cgroup",
+            e.filename or (made[-1] if made else dirs[0]),
             hint="run `warren plan` to see how each limit is enforced; a lower limit may be needed",
         ) from None
     return dirs
@@ -354,12 +354,12 @@ def _delegate(parent: str, controllers: tuple[str, ...], uid: int) -> None:
     if parent not in (mine, os.path.dirname(mine)):
         # The caller's group, not the supervisor's: the supervisor never moves into a
         # client's group, and the client's own processes keep it from handing down.
-        raise SetupError(
+        raise SetupError.from_os(
+            e,
             f"cannot enable {' '.join(missing)} for the sandboxes' cgroups in {parent}: "
             "the group has processes of its own",
-            operation="cgroup",
-            path=parent,
-            errno=e.errno,
+            "cgroup",
+            parent,
             hint="cgroup2 hands controllers only to children of a group without processes: run warren "
             "from a group of its own (e.g. systemd-run --user --scope -p Delegate=yes warren ...)",
         )
@@ -371,11 +371,11 @@ def _delegate(parent: str, controllers: tuple[str, ...], uid: int) -> None:
         _write(parent, "cgroup.subtree_control", line)
     except OSError as e:
         others = read(parent, "cgroup.procs").split()
-        raise SetupError(
+        raise SetupError.from_os(
+            e,
             f"cannot enable {' '.join(missing)} for the sandboxes' cgroups in {parent}: {e.strerror}",
-            operation="cgroup",
-            path=parent,
-            errno=e.errno,
+            "cgroup",
+            parent,
             hint=f"other processes ({', '.join(others[:5])}) live in that group itself; start warren from a "
             "group of its own (e.g. systemd-run --user --scope -p Delegate=yes warren ...)",
         ) from None
@@ -411,6 +411,17 @@ def open_tasks(dirs: list[str]) -> list[tuple[str, int]]:
             os.close(fd)
         raise
     return opened
+
+
+def cannot_enter(e: OSError) -> SetupError:
+    """Opening a cgroup's tasks (``open_tasks``) or entering it (``enter_self``) failed."""
+    return SetupError.from_os(
+        e,
+        f"cannot move the sandbox into its cgroup: {e.strerror}",
+        "cgroup",
+        e.filename,
+        hint="run `warren plan` to see how each limit is enforced",
+    )
 
 
 def enter_self(tasks: list[tuple[str, int]]) -> None:

@@ -83,10 +83,10 @@ def start_pid1(
 
 
 def _cannot_clone(e: OSError) -> SetupError:
-    return SetupError(
+    return SetupError.from_os(
+        e,
         "cannot create the sandbox's namespaces",
-        operation="clone",
-        errno=e.errno,
+        "clone",
         hint="unprivileged user namespaces may be disabled: check "
         "/proc/sys/user/max_user_namespaces and kernel.apparmor_restrict_unprivileged_userns",
     )
@@ -158,13 +158,7 @@ def _enter_cgroups(tasks: list[tuple[str, int]], control: socket.socket) -> bool
     try:
         cgroups.enter_self(tasks)
     except OSError as e:
-        error = SetupError(
-            f"cannot move the sandbox into its cgroup: {e.strerror}",
-            operation="cgroup",
-            path=e.filename,
-            errno=e.errno,
-            hint="run `warren plan` to see how each limit is enforced",
-        )
+        error = cgroups.cannot_enter(e)
         with contextlib.suppress(OSError):
             wire.send(control, protocol.Failed(error=protocol.error_message(error).error))
         return False

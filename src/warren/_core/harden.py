@@ -42,7 +42,7 @@ def _step(what: str, fn, *args) -> None:  # type: ignore[no-untyped-def]
     try:
         fn(*args)
     except OSError as e:
-        raise SetupError(f"sandbox setup failed: {what}", operation=what, errno=e.errno, hint=_HINT) from None
+        raise SetupError.from_os(e, f"sandbox setup failed: {what}", what, hint=_HINT) from None
 
 
 def landlock_ruleset(ll: LandlockPlan) -> int:
@@ -52,8 +52,8 @@ def landlock_ruleset(ll: LandlockPlan) -> int:
     try:
         ruleset = _sys.landlock_create_ruleset(ll.handled, ll.handled_net, ll.scoped)
     except OSError as e:
-        raise SetupError(
-            "sandbox setup failed: landlock_create_ruleset", operation="landlock", errno=e.errno, hint=_HINT
+        raise SetupError.from_os(
+            e, "sandbox setup failed: landlock_create_ruleset", "landlock", hint=_HINT
         ) from None
     try:
         for rule in _expanded(ll.rules):
@@ -74,11 +74,11 @@ def landlock_ruleset(ll: LandlockPlan) -> int:
             try:
                 _sys.landlock_add_path_rule(ruleset, fd, rule.access & ll.handled, rule.path)
             except OSError as e:
-                raise SetupError(
+                raise SetupError.from_os(
+                    e,
                     f"sandbox setup failed: landlock_add_rule {rule.path}",
-                    operation="landlock_add_rule",
-                    path=rule.path,
-                    errno=e.errno,
+                    "landlock_add_rule",
+                    rule.path,
                     hint=_HINT,
                 ) from None
             finally:

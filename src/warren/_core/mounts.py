@@ -39,11 +39,11 @@ def _write_id_maps(plan: Plan) -> None:
         try:
             _write_file(path, data)
         except OSError as e:
-            raise SetupError(
+            raise SetupError.from_os(
+                e,
                 f"sandbox setup failed: writing {path}",
-                operation="id map",
-                path=path,
-                errno=e.errno,
+                "id map",
+                path,
                 hint="the kernel refused the single-id map; is this process already in a restricted "
                 "user namespace?",
             ) from None
@@ -298,17 +298,17 @@ def _execute(plan: Plan) -> None:
         for fd in fds.values():
             os.close(fd)
         if op is None:
-            raise SetupError(
+            raise SetupError.from_os(
+                e,
                 "sandbox setup failed: entering the new root",
-                operation="pivot_root",
-                errno=e.errno,
+                "pivot_root",
                 hint="the assembled root could not replace the host's",
             ) from None
-        raise SetupError(
+        raise SetupError.from_os(
+            e,
             f"sandbox setup failed at mount step {step} ({op.kind.value} {op.target})",
-            operation=op.kind.value,
-            path=e.filename if isinstance(e.filename, str) else op.target,
-            errno=e.errno,
+            op.kind.value,
+            e.filename if isinstance(e.filename, str) else op.target,
             hint=f"{op.why or op.kind.value}; check that {op.source or op.target} exists and is "
             "readable by you, and run `warren plan` to see every step",
         ) from None
@@ -322,11 +322,11 @@ def enter_new_root(plan: Plan) -> None:
     try:
         _sys.loopback_up()
     except OSError as e:
-        raise SetupError(
+        raise SetupError.from_os(
+            e,
             "cannot bring up the loopback interface in the sandbox's network namespace",
-            operation="ioctl(SIOCSIFFLAGS)",
-            path="lo",
-            errno=e.errno,
+            "ioctl(SIOCSIFFLAGS)",
+            "lo",
             hint="run `warren doctor`; the kernel refused to configure the new network namespace",
         ) from None
     _execute(plan)

@@ -97,10 +97,10 @@ def _proxy_on_host(plan: Plan, control: socket.socket) -> None:
     try:
         listener = listen_inside(plan.net.proxy_port)
     except OSError as e:
-        raise SetupError(
+        raise SetupError.from_os(
+            e,
             f"cannot listen for the sandbox's proxy on 127.0.0.1:{plan.net.proxy_port}: {e.strerror}",
-            operation="bind",
-            errno=e.errno,
+            "bind",
             hint="another program took the port chosen for it: run the command again",
         ) from None
     with listener:
@@ -111,10 +111,10 @@ def _start_broker(plan: Plan, helpers: set[int]) -> Broker | None:
     try:
         return Broker.start(plan, helpers)
     except OSError as e:
-        raise SetupError(
+        raise SetupError.from_os(
+            e,
             f"sandbox setup failed: seccomp user notification (the syscall broker): {e.strerror}",
-            operation="seccomp",
-            errno=e.errno,
+            "seccomp",
             hint="this kernel lacks seccomp user notification (Linux >= 5.5 has it)",
         ) from None
 
@@ -429,21 +429,21 @@ def fork_failed(e: OSError, plan: Plan, what: str) -> WarrenError:
     limits = plan.limits.limits if plan.limits is not None else None
     if e.errno == errno.EAGAIN:
         which = f"pids limit ({limits.pids})" if limits and limits.pids else "process limit"
-        return LimitReached(
+        return LimitReached.from_os(
+            e,
             f"cannot {what}: the sandbox is at its {which}",
-            operation="fork",
-            errno=e.errno,
+            "fork",
             hint="see what runs with `warren ps NAME` / `warren stats NAME`; end some of it, or create the "
             "sandbox with a higher --pids",
         )
     if e.errno == errno.ENOMEM:
-        return LimitReached(
+        return LimitReached.from_os(
+            e,
             f"cannot {what}: the sandbox is out of memory",
-            operation="fork",
-            errno=e.errno,
+            "fork",
             hint="see `warren stats NAME`; end what holds memory, or create the sandbox with more --memory",
         )
-    return SandboxError(f"cannot {what}: {e.strerror}", operation="fork", errno=e.errno)
+    return SandboxError.from_os(e, f"cannot {what}: {e.strerror}", "fork")
 
 
 def _ps(spawned: dict[str, str], members: procs.Members) -> list[protocol.ProcInfo]:

@@ -96,15 +96,7 @@ def _descends(pid: int, root: int) -> bool:
 
 
 def descendants(root: int) -> list[int]:
-    kids: dict[int, list[int]] = {}
-    for pid, ppid, _state in table():
-        kids.setdefault(ppid, []).append(pid)
-    out, todo = [], list(kids.get(root, []))
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(kids.get(pid, []))
-    return out
+    return _below(table(), root)
 
 
 def has_children() -> bool:

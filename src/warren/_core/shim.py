@@ -136,13 +136,13 @@ def _default_cwd(plan: Plan) -> tuple[str, list[str]]:
 
 
 def _cwd_error(path: str, e: OSError) -> CwdNotFound:
-    return CwdNotFound(
+    return CwdNotFound.from_os(
+        e,
         f"working directory does not exist in the sandbox: {path}"
         if e.errno in (errno.ENOENT, errno.ENOTDIR)
         else f"cannot enter working directory {path}",
-        operation="chdir",
-        path=path,
-        errno=e.errno,
+        "chdir",
+        path,
         hint=f"create it first (mkdir -p {path} in the sandbox), or omit the cwd to use the workspace",
     )
 

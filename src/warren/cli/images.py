@@ -7,6 +7,7 @@ stderr, one rewritten line, only when stderr is a terminal.
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import time
@@ -91,20 +92,11 @@ def image(args: list[str]) -> int:
     if action == "import":
         if len(names) != 2:
             raise _usage(action, "give NAME and FILE")
-        progress = Progress()
-        try:
-            ref = store.import_archive(
-                names[0],
-                names[1],
-                allow_devices=ns.allow_devices,
-                progress=progress,
-                warn=_warn(progress),
-                **max_size,
+        return _added(
+            functools.partial(
+                store.import_archive, names[0], names[1], allow_devices=ns.allow_devices, **max_size
             )
-        finally:
-            progress.end()
-        print(f"{ref.name} {ref.id[7:19]}")
-        return 0
+        )
     if action == "ls":
         if names:
             raise _usage(action, "takes no name")
@@ -163,9 +155,9 @@ def _build(store: Any, ns: Any, max_size: dict[str, Any]) -> int:
     if not ns.debian:
         raise _usage("build", "--debian SUITE is required")
     include = [pkg.strip() for item in ns.include for pkg in item.split(",") if pkg.strip()]
-    progress = Progress()
-    try:
-        ref = build.debian(
+    return _added(
+        functools.partial(
+            build.debian,
             store,
             ns.names[0],
             ns.debian,
@@ -173,10 +165,17 @@ def _build(store: Any, ns: Any, max_size: dict[str, Any]) -> int:
             mirror=ns.mirror,
             variant=ns.variant,
             show_output=sys.stderr.isatty(),
-            progress=progress,
-            warn=_warn(progress),
             **max_size,
         )
+    )
+
+
+def _added(add: Callable[..., Any]) -> int:
+    """Build or import an image (``add``) with its progress on stderr, then print its
+    name and short id."""
+    progress = Progress()
+    try:
+        ref = add(progress=progress, warn=_warn(progress))
     finally:
         progress.end()
     print(f"{ref.name} {ref.id[7:19]}")

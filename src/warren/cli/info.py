@@ -152,21 +152,11 @@ def within_tmp(path: str) -> bool:
 
 def _run_doctor(argv: list[str], spec: dict[str, object], profile: str | None, workspace: str) -> Result:
     from ..client.local import LocalTransport
+    from ..client.transport import Command
     from ..policy.spec import from_mapping
 
-    return LocalTransport().run(
-        argv,
-        from_mapping(spec, "flags"),
-        config=True,
-        profile=profile,
-        cwd=workspace,
-        stdin=None,
-        timeout=None,
-        output_limit=16 << 20,
-        on_stdout=None,
-        on_stderr=None,
-        on_net_event=None,
-    )
+    command = Command(argv, workspace, output_limit=16 << 20)
+    return LocalTransport().run(from_mapping(spec, "flags"), command, config=True, profile=profile)
 
 
 COMMANDS: dict[str, Callable[[list[str]], int]] = {"plan": plan, "presets": presets, "doctor": doctor}

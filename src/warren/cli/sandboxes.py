@@ -54,7 +54,7 @@ def ls(args: list[str]) -> int:
     ns = p.parse_args(args)
     items = Sandbox.list(transport=_transport())
     if ns.json:
-        print(json.dumps([codec.sandbox(i) for i in items], indent=2))  # as the HTTP API shows it
+        print(json.dumps([codec.encode(i) for i in items], indent=2))  # as the HTTP API shows it
         return 0
     from ..policy.limits import show_duration
 

@@ -18,6 +18,7 @@ from ..net.allowlist import NetEvent
 from ..net.log import parse as parse_events
 from ..output import Capture, feed
 from .relay import Relay
+from .transport import Command
 
 CLIENT_GRACE = 10.0  # beyond a timeout, how long to wait for the sandbox to say so
 
@@ -29,18 +30,16 @@ def _lost() -> SandboxError:
 def run_captured(
     sock: wire.Sock,
     message: protocol.RunRequest | protocol.ExecRequest,
+    command: Command,
     *,
-    stdin: bytes | None,
-    on_stdout: Callable[[bytes], None] | None = None,
-    on_stderr: Callable[[bytes], None] | None = None,
-    on_net_event: Callable[[NetEvent], None] | None = None,
     lost: Callable[[], Exception] | None = None,
 ) -> Result:
-    """``message``'s command gets pipes for stdout and stderr (and stdin when given);
+    """``message``'s command gets pipes for stdout and stderr (and stdin when
+    ``command`` has some; output and proxy decisions go to its callbacks as they come);
     a run with ``net_events`` also gets the pipe its proxy decisions come through.
     ``lost`` makes the error for a connection that ends without an answer."""
     start = time.monotonic()
-    command = message.command
+    stdin, on_net_event = command.stdin, command.on_net_event
     out_r, out_w = os.pipe2(os.O_CLOEXEC)
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
     theirs = [out_w, err_w]
@@ -52,7 +51,7 @@ def run_captured(
     if want_events:
         net_r, net_w = os.pipe2(os.O_CLOEXEC)
         theirs.append(net_w)
-    command.stdio = [stdin is not None, True, True]
+    message.command.stdio = [stdin is not None, True, True]
     ours = [fd for fd in (out_r, err_r, in_w, net_r) if fd >= 0]
     try:
         wire.send(sock, message, fds=theirs)
@@ -64,8 +63,8 @@ def run_captured(
         for fd in theirs:
             os.close(fd)
     captures = {
-        out_r: Capture(command.output_limit, on_stdout),
-        err_r: Capture(command.output_limit, on_stderr),
+        out_r: Capture(command.output_limit, command.on_stdout),
+        err_r: Capture(command.output_limit, command.on_stderr),
     }
     events: list[NetEvent] = []
     partial = b""

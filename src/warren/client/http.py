@@ -13,7 +13,7 @@ import builtins
 import json
 import os
 import socket
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -34,7 +34,7 @@ from ..models import (
 )
 from ..net.allowlist import NetEvent
 from ..policy.spec import PolicySpec
-from .transport import OutputCallback, Transport
+from .transport import Command, Transport
 
 
 def from_env(env: Mapping[str, str] | None = None) -> HttpTransport | None:
@@ -76,21 +76,24 @@ class HttpTransport(Transport):
         try:
             response = self._client.request(method, path, **kwargs)
         except httpx.TransportError as e:
-            raise SandboxError(
-                f"cannot reach warren serve at {self.url}: {e}",
-                operation="http",
-                hint="is `warren serve` running there? check WARREN_URL",
-            ) from None
+            raise self._unreachable(e) from None
         if response.status_code >= 400:
             raise codec.error_of(_json_or_none(response), response.status_code)
         return response
 
+    def _unreachable(self, e: httpx.TransportError, lost: bool = False) -> SandboxError:
+        """The service could not be reached, or (``lost``) went away while a command ran."""
+        running = "is `warren serve` running there?"
+        if lost:
+            message = f"the connection to warren serve at {self.url} was lost: {e}"
+            return SandboxError(message, operation="http", hint=running)
+        message = f"cannot reach warren serve at {self.url}: {e}"
+        return SandboxError(message, operation="http", hint=f"{running} check WARREN_URL")
+
     def _json(self, method: str, path: str, **kwargs: Any) -> Any:
         return self._send(method, path, **kwargs).json()
 
-    def _stream(
-        self, path: str, body: dict[str, Any], on_stdout: OutputCallback, on_stderr: OutputCallback
-    ) -> Result:
+    def _stream(self, path: str, body: dict[str, Any], command: Command) -> Result:
         try:
             with self._client.stream(
                 "POST", path, json=body, headers={"Accept": "text/event-stream"}
@@ -100,128 +103,63 @@ class HttpTransport(Transport):
                     raise codec.error_of(_json_or_none(response), response.status_code)
                 for event, data in events(response.iter_lines()):
                     if event in ("stdout", "stderr"):
-                        callback = on_stdout if event == "stdout" else on_stderr
+                        callback = command.on_stdout if event == "stdout" else command.on_stderr
                         if callback is not None:
                             callback(base64.b64decode(data["data"]))
                     elif event == "exit":
-                        return codec.result_of(data)
+                        return codec.decode(Result, data)
                     elif event == "error":
                         raise codec.error_of(data, 500)
         except httpx.TransportError as e:
-            raise SandboxError(
-                f"the connection to warren serve at {self.url} was lost: {e}",
-                operation="http",
-                hint="is `warren serve` running there?",
-            ) from None
+            raise self._unreachable(e, lost=True) from None
         raise SandboxError(
             "the service ended the stream before the command finished",
             operation="http",
             hint="see the service's log",
         )
 
-    @staticmethod
-    def _command(
-        argv: builtins.list[str],
-        cwd: str | None,
-        stdin: bytes | None,
-        timeout: float | None,
-        output_limit: int,
-    ) -> dict[str, Any]:
-        body: dict[str, Any] = {"argv": argv, "output_limit": output_limit}
-        if cwd is not None:
-            body["cwd"] = cwd
-        if timeout is not None:
-            body["timeout"] = timeout
-        if stdin is not None:
-            body["stdin"] = base64.b64encode(stdin).decode()
-            body["stdin_encoding"] = "base64"
-        return body
+    def _captured(self, path: str, command: Command, **more: Any) -> Result:
+        """A run or an exec: its output as server-sent events when a callback wants it
+        as it comes, else the whole result in one answer."""
+        body = {**_body(command), **more}
+        if command.on_stdout is not None or command.on_stderr is not None:
+            return self._stream(path, body, command)
+        return codec.decode(Result, self._json("POST", path, json=body))
 
     # --- Transport -------------------------------------------------------------------------------
 
-    def run(
-        self,
-        argv: builtins.list[str],
-        spec: PolicySpec,
-        *,
-        config: bool,
-        profile: str | None,
-        cwd: str | None,
-        stdin: bytes | None,
-        timeout: float | None,
-        output_limit: int,
-        on_stdout: OutputCallback,
-        on_stderr: OutputCallback,
-        on_net_event: Callable[[NetEvent], None] | None,
-    ) -> Result:
+    def run(self, spec: PolicySpec, command: Command, *, config: bool, profile: str | None) -> Result:
         if config or profile:
             raise SandboxError(
                 "config files and profiles are read on the caller's machine, not over HTTP",
                 operation="run",
                 hint="send the policy itself (PolicySpec)",
             )
-        body = {**self._command(argv, cwd, stdin, timeout, output_limit), "policy": spec.to_mapping()}
-        if on_stdout is not None or on_stderr is not None:
-            result = self._stream("/v1/run", body, on_stdout, on_stderr)
-        else:
-            result = codec.result_of(self._json("POST", "/v1/run", json=body))
-        if on_net_event is not None:
+        result = self._captured("/v1/run", command, policy=spec.to_mapping())
+        if command.on_net_event is not None:
             for e in result.net_log:
-                on_net_event(e)
+                command.on_net_event(e)
         return result
 
     def create(self, spec: PolicySpec, name: str, *, config: bool, profile: str | None) -> SandboxInfo:
         body = {**spec.to_mapping(), "name": name}
-        return codec.sandbox_of(self._json("POST", "/v1/sandboxes", json=body))
+        return codec.decode(SandboxInfo, self._json("POST", "/v1/sandboxes", json=body))
 
     def get(self, name: str) -> SandboxInfo:
-        return codec.sandbox_of(self._json("GET", f"/v1/sandboxes/{name}"))
+        return codec.decode(SandboxInfo, self._json("GET", f"/v1/sandboxes/{name}"))
 
     def list(self) -> builtins.list[SandboxInfo]:
-        return [codec.sandbox_of(i) for i in self._json("GET", "/v1/sandboxes")["sandboxes"]]
+        return [codec.decode(SandboxInfo, i) for i in self._json("GET", "/v1/sandboxes")["sandboxes"]]
 
     def stop(self, name: str, *, remove: bool) -> SandboxInfo:
         params = {"remove": "true" if remove else "false"}
-        return codec.sandbox_of(self._json("DELETE", f"/v1/sandboxes/{name}", params=params))
+        return codec.decode(SandboxInfo, self._json("DELETE", f"/v1/sandboxes/{name}", params=params))
 
-    def exec(
-        self,
-        name: str,
-        argv: builtins.list[str],
-        *,
-        cwd: str | None,
-        env: dict[str, str],
-        stdin: bytes | None,
-        timeout: float | None,
-        output_limit: int,
-        on_stdout: OutputCallback,
-        on_stderr: OutputCallback,
-    ) -> Result:
-        body = self._command(argv, cwd, stdin, timeout, output_limit)
-        if env:
-            body["env"] = env
-        path = f"/v1/sandboxes/{name}/exec"
-        if on_stdout is not None or on_stderr is not None:
-            return self._stream(path, body, on_stdout, on_stderr)
-        return codec.result_of(self._json("POST", path, json=body))
+    def exec(self, name: str, command: Command) -> Result:
+        return self._captured(f"/v1/sandboxes/{name}/exec", command)
 
-    def spawn(
-        self,
-        name: str,
-        argv: builtins.list[str],
-        *,
-        cwd: str | None,
-        env: dict[str, str],
-        timeout: float | None,
-        output_limit: int,
-        stdin: bool = False,
-    ) -> tuple[str, int]:
-        body = self._command(argv, cwd, None, timeout, output_limit)
-        if env:
-            body["env"] = env
-        if stdin:
-            body["stdin"] = True
-        data = self._json("POST", f"/v1/sandboxes/{name}/processes", json=body)
+    def spawn(self, name: str, command: Command) -> tuple[str, int]:
+        data = self._json("POST", f"/v1/sandboxes/{name}/processes", json=_body(command))
         return str(data["id"]), int(data["pid"])
 
     def write_stdin(self, name: str, process: str, data: bytes, *, eof: bool = False) -> int:
@@ -257,7 +195,8 @@ class HttpTransport(Transport):
 
     def processes(self, name: str) -> builtins.list[ProcessInfo]:
         return [
-            codec.process_of(p) for p in self._json("GET", f"/v1/sandboxes/{name}/processes")["processes"]
+            codec.decode(ProcessInfo, p)
+            for p in self._json("GET", f"/v1/sandboxes/{name}/processes")["processes"]
         ]
 
     def signal(self, name: str, pid: int, sig: int) -> None:
@@ -306,13 +245,17 @@ class HttpTransport(Transport):
         return str(data["address"])
 
     def net_log(self, name: str) -> builtins.list[NetEvent]:
-        return [codec.net_event_of(e) for e in self._json("GET", f"/v1/sandboxes/{name}/netlog")["events"]]
+        return [
+            codec.decode(NetEvent, e) for e in self._json("GET", f"/v1/sandboxes/{name}/netlog")["events"]
+        ]
 
     def stats(self, name: str) -> Stats:
         return codec.decode(Stats, self._json("GET", f"/v1/sandboxes/{name}/stats"))
 
     def pause(self, name: str, paused: bool) -> SandboxInfo:
-        return codec.sandbox_of(self._json("POST", f"/v1/sandboxes/{name}/{'pause' if paused else 'resume'}"))
+        return codec.decode(
+            SandboxInfo, self._json("POST", f"/v1/sandboxes/{name}/{'pause' if paused else 'resume'}")
+        )
 
     def snapshot(self, name: str) -> SnapshotInfo:
         return codec.model_of(SnapshotInfo, self._json("POST", f"/v1/sandboxes/{name}/snapshot"))
@@ -322,6 +265,23 @@ class HttpTransport(Transport):
 
     def remove_snapshot(self, snap_id: str) -> SnapshotInfo:
         return codec.model_of(SnapshotInfo, self._json("DELETE", f"/v1/snapshots/{quote(snap_id, safe='')}"))
+
+
+def _body(command: Command) -> dict[str, Any]:
+    """The body of a run, exec or spawn (API v1's Command): what is not the default."""
+    body: dict[str, Any] = {"argv": command.argv, "output_limit": command.output_limit}
+    if command.cwd is not None:
+        body["cwd"] = command.cwd
+    if command.timeout is not None:
+        body["timeout"] = command.timeout
+    if command.env:
+        body["env"] = command.env
+    if command.stdin is not None:
+        body["stdin"] = base64.b64encode(command.stdin).decode()
+        body["stdin_encoding"] = "base64"
+    if command.stdin_pipe:
+        body["stdin"] = True
+    return body
 
 
 def events(lines: Iterator[str]) -> Iterator[tuple[str, Any]]:

@@ -30,7 +30,7 @@ from ..net.allowlist import NetEvent
 from ..policy.spec import PolicySpec, from_mapping
 from . import connect
 from .capture import run_captured
-from .transport import OutputCallback, Transport
+from .transport import Command, Transport
 
 
 def info(msg: protocol.SandboxInfo) -> SandboxInfo:
@@ -43,6 +43,12 @@ def _spec(spec: PolicySpec) -> protocol.Spec:
     mapping = spec.to_mapping()
     from_mapping(mapping, "the request's policy", skip=())
     return protocol.Spec.of(mapping)
+
+
+def _command(command: Command) -> protocol.Command:
+    """The command as the supervisor takes it (its stdio is ``run_captured``'s)."""
+    c = command
+    return protocol.Command(argv=c.argv, cwd=c.cwd, env=c.env, timeout=c.timeout, output_limit=c.output_limit)
 
 
 def _lost(op: str) -> Callable[[], Exception]:
@@ -71,38 +77,14 @@ class LocalTransport(Transport):
 
     # --- one-shot --------------------------------------------------------------------
 
-    def run(
-        self,
-        argv: builtins.list[str],
-        spec: PolicySpec,
-        *,
-        config: bool,
-        profile: str | None,
-        cwd: str | None,
-        stdin: bytes | None,
-        timeout: float | None,
-        output_limit: int,
-        on_stdout: OutputCallback,
-        on_stderr: OutputCallback,
-        on_net_event: Callable[[NetEvent], None] | None,
-    ) -> Result:
+    def run(self, spec: PolicySpec, command: Command, *, config: bool, profile: str | None) -> Result:
+        caller = self._caller(config, profile)
         message = protocol.RunRequest(
-            spec=_spec(spec),
-            caller=self._caller(config, profile),
-            command=protocol.Command(argv=argv, cwd=cwd, timeout=timeout, output_limit=output_limit),
-            net_events=True,
+            spec=_spec(spec), caller=caller, command=_command(command), net_events=True
         )
         sock = connect.for_run(self.env)
         try:
-            return run_captured(
-                sock,
-                message,
-                stdin=stdin,
-                on_stdout=on_stdout,
-                on_stderr=on_stderr,
-                on_net_event=on_net_event,
-                lost=_lost("run"),
-            )
+            return run_captured(sock, message, command, lost=_lost("run"))
         finally:
             sock.close()
 
@@ -131,47 +113,16 @@ class LocalTransport(Transport):
 
     # --- in a sandbox -------------------------------------------------------------------------
 
-    def exec(
-        self,
-        name: str,
-        argv: builtins.list[str],
-        *,
-        cwd: str | None,
-        env: dict[str, str],
-        stdin: bytes | None,
-        timeout: float | None,
-        output_limit: int,
-        on_stdout: OutputCallback,
-        on_stderr: OutputCallback,
-    ) -> Result:
-        message = protocol.ExecRequest(
-            sandbox=name,
-            command=protocol.Command(argv=argv, cwd=cwd, env=env, timeout=timeout, output_limit=output_limit),
-        )
+    def exec(self, name: str, command: Command) -> Result:
+        message = protocol.ExecRequest(sandbox=name, command=_command(command))
         sock = connect.supervisor(self.env)
         try:
-            return run_captured(
-                sock, message, stdin=stdin, on_stdout=on_stdout, on_stderr=on_stderr, lost=_lost("exec")
-            )
+            return run_captured(sock, message, command, lost=_lost("exec"))
         finally:
             sock.close()
 
-    def spawn(
-        self,
-        name: str,
-        argv: builtins.list[str],
-        *,
-        cwd: str | None,
-        env: dict[str, str],
-        timeout: float | None,
-        output_limit: int,
-        stdin: bool = False,
-    ) -> tuple[str, int]:
-        message = protocol.SpawnRequest(
-            sandbox=name,
-            command=protocol.Command(argv=argv, cwd=cwd, env=env, timeout=timeout, output_limit=output_limit),
-            stdin=stdin,
-        )
+    def spawn(self, name: str, command: Command) -> tuple[str, int]:
+        message = protocol.SpawnRequest(sandbox=name, command=_command(command), stdin=command.stdin_pipe)
         reply, _ = self._request(message, (protocol.Started,))
         assert isinstance(reply, protocol.Started) and reply.spawn_id is not None
         return reply.spawn_id, reply.pid

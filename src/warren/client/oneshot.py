@@ -16,7 +16,7 @@ from ..net.allowlist import NetEvent
 from ..output import DEFAULT_OUTPUT_LIMIT
 from ..policy import Policy, PolicySpec
 from . import checks
-from .transport import Transport
+from .transport import Command, Transport
 
 
 def run(
@@ -48,16 +48,7 @@ def run(
         from .sandbox import _local
 
         transport = _local(remote, token)
-    return transport.run(
-        checks.argv(argv, "run"),
-        checks.spec_of(policy),
-        config=False,
-        profile=None,
-        cwd=checks.cwd(cwd, "run"),
-        stdin=checks.stdin(stdin, "run"),
-        timeout=checks.timeout(timeout, "run"),
-        output_limit=checks.limit(output_limit, "run"),
-        on_stdout=on_stdout,
-        on_stderr=on_stderr,
-        on_net_event=on_net_event,
+    command = Command.checked(
+        "run", argv, cwd, None, stdin, timeout, output_limit, on_stdout, on_stderr, on_net_event=on_net_event
     )
+    return transport.run(checks.spec_of(policy), command, config=False, profile=None)

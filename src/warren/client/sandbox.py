@@ -43,7 +43,7 @@ from ..net.allowlist import NetEvent
 from ..output import DEFAULT_OUTPUT_LIMIT
 from ..policy import Policy, PolicySpec
 from . import checks
-from .transport import Transport
+from .transport import Command, Transport
 
 PathArg = str | os.PathLike[str]
 DEFAULT_READ_LIMIT = 64 * 1024 * 1024
@@ -314,17 +314,9 @@ class Sandbox:
         ``cwd`` that does not exist raises ``CwdNotFound``. A timeout kills the
         command's whole process tree and returns ``timed_out=True``.
         """
-        return self._transport.exec(
-            self.name,
-            checks.argv(cmd, "exec"),
-            cwd=checks.cwd(cwd, "exec"),
-            env=checks.env(env, "exec"),
-            stdin=checks.stdin(stdin, "exec"),
-            timeout=checks.timeout(timeout, "exec"),
-            output_limit=checks.limit(self.output_limit if output_limit is None else output_limit, "exec"),
-            on_stdout=on_stdout,
-            on_stderr=on_stderr,
-        )
+        limit = self.output_limit if output_limit is None else output_limit
+        command = Command.checked("exec", cmd, cwd, env, stdin, timeout, limit, on_stdout, on_stderr)
+        return self._transport.exec(self.name, command)
 
     def spawn(
         self,
@@ -339,23 +331,16 @@ class Sandbox:
         after this Python process. Its output goes to capped logs (``output()``).
         Its stdin is /dev/null, or with ``stdin=True`` a pipe fed by ``Process.write``
         and closed by ``Process.close_stdin`` (from any client, ``Sandbox.process(id)``)."""
-        argv = checks.argv(cmd, "spawn")
         if not isinstance(stdin, bool):
             raise ExecError(
                 f"stdin must be True or False, not {stdin!r}",
                 operation="spawn",
                 hint="spawn(..., stdin=True) gives the process a pipe; send data with Process.write",
             )
-        spawn_id, pid = self._transport.spawn(
-            self.name,
-            argv,
-            cwd=checks.cwd(cwd, "spawn"),
-            env=checks.env(env, "spawn"),
-            timeout=checks.timeout(timeout, "spawn"),
-            output_limit=checks.limit(self.output_limit if output_limit is None else output_limit, "spawn"),
-            stdin=stdin,
-        )
-        return Process(self, spawn_id, pid, argv)
+        limit = self.output_limit if output_limit is None else output_limit
+        command = Command.checked("spawn", cmd, cwd, env, None, timeout, limit, stdin_pipe=stdin)
+        spawn_id, pid = self._transport.spawn(self.name, command)
+        return Process(self, spawn_id, pid, command.argv)
 
     def process(self, spawn_id: str) -> Process:
         """Reattach to a background process started by ``spawn`` (any client)."""

@@ -4,40 +4,80 @@ need from wherever sandboxes live (httpx-style: one API, several transports).
 ``LocalTransport`` (``client.local``) talks to this user's supervisor over its unix
 socket; an HTTP transport for ``warren serve`` implements the same methods. Above a
 transport nothing knows where state is kept: methods take and return warren's own
-types (``models``), never a protocol message.
+types (``models``), never a protocol message. A command and how it runs travel
+as one ``Command``, checked before it reaches a transport.
 """
 
 from __future__ import annotations
 
 import abc
 import builtins
+import dataclasses
 from collections.abc import Callable
 
 from ..errors import WarrenError
 from ..models import FileOp, FileResult, ProcessInfo, ProcessState, Result, SandboxInfo, SnapshotInfo, Stats
 from ..net.allowlist import NetEvent
+from ..output import DEFAULT_OUTPUT_LIMIT
 from ..policy.spec import PolicySpec
+from . import checks
 
 OutputCallback = Callable[[bytes], None] | None
 
 
+@dataclasses.dataclass(frozen=True)
+class Command:
+    """A command and how it runs, for ``run``, ``exec`` and ``spawn`` alike: the
+    internal form of the public API's arguments, checked already (``checked``)."""
+
+    argv: builtins.list[str]
+    cwd: str | None = None
+    env: dict[str, str] = dataclasses.field(default_factory=dict)  # exec, spawn (run: the policy's)
+    timeout: float | None = None
+    output_limit: int = DEFAULT_OUTPUT_LIMIT
+    stdin: bytes | None = None  # run, exec: all the command reads (None: /dev/null)
+    stdin_pipe: bool = False  # spawn: a pipe ``write_stdin`` feeds (else /dev/null)
+    on_stdout: OutputCallback = None  # run, exec: output as it comes
+    on_stderr: OutputCallback = None
+    on_net_event: Callable[[NetEvent], None] | None = None  # run: each decision of its proxy
+
+    @classmethod
+    def checked(
+        cls,
+        op: str,
+        argv: object,
+        cwd: object = None,
+        env: object = None,
+        stdin: object = None,
+        timeout: object = None,
+        output_limit: object = DEFAULT_OUTPUT_LIMIT,
+        on_stdout: OutputCallback = None,
+        on_stderr: OutputCallback = None,
+        *,
+        stdin_pipe: bool = False,
+        on_net_event: Callable[[NetEvent], None] | None = None,
+    ) -> Command:
+        """What a caller passed to ``op`` (the public API's arguments, a request's
+        fields), each checked in this order: a bad one is the error naming it."""
+        return cls(
+            argv=checks.argv(argv, op),
+            cwd=checks.cwd(cwd, op),
+            env=checks.env(env, op),
+            stdin=checks.stdin(stdin, op),
+            timeout=checks.timeout(timeout, op),
+            output_limit=checks.limit(output_limit, op),
+            stdin_pipe=stdin_pipe,
+            on_stdout=on_stdout,
+            on_stderr=on_stderr,
+            on_net_event=on_net_event,
+        )
+
+
 class Transport(abc.ABC):
     @abc.abstractmethod
-    def run(
-        self,
-        argv: builtins.list[str],
-        spec: PolicySpec,
-        *,
-        config: bool,
-        profile: str | None,
-        cwd: str | None,
-        stdin: bytes | None,
-        timeout: float | None,
-        output_limit: int,
-        on_stdout: OutputCallback,
-        on_stderr: OutputCallback,
-        on_net_event: Callable[[NetEvent], None] | None,
-    ) -> Result: ...
+    def run(self, spec: PolicySpec, command: Command, *, config: bool, profile: str | None) -> Result:
+        """A one-shot sandbox for ``command``; ``config``: merge the caller's config files
+        (``profile`` of them) into ``spec``."""
 
     @abc.abstractmethod
     def create(self, spec: PolicySpec, name: str, *, config: bool, profile: str | None) -> SandboxInfo: ...
@@ -52,34 +92,11 @@ class Transport(abc.ABC):
     def stop(self, name: str, *, remove: bool) -> SandboxInfo: ...
 
     @abc.abstractmethod
-    def exec(
-        self,
-        name: str,
-        argv: builtins.list[str],
-        *,
-        cwd: str | None,
-        env: dict[str, str],
-        stdin: bytes | None,
-        timeout: float | None,
-        output_limit: int,
-        on_stdout: OutputCallback,
-        on_stderr: OutputCallback,
-    ) -> Result: ...
+    def exec(self, name: str, command: Command) -> Result: ...
 
     @abc.abstractmethod
-    def spawn(
-        self,
-        name: str,
-        argv: builtins.list[str],
-        *,
-        cwd: str | None,
-        env: dict[str, str],
-        timeout: float | None,
-        output_limit: int,
-        stdin: bool = False,
-    ) -> tuple[str, int]:
-        """Start in the background; (spawn id, pid in the sandbox). ``stdin``: a pipe
-        ``write_stdin`` feeds, else /dev/null."""
+    def spawn(self, name: str, command: Command) -> tuple[str, int]:
+        """Start in the background; (spawn id, pid in the sandbox)."""
 
     @abc.abstractmethod
     def write_stdin(self, name: str, process: str, data: bytes, *, eof: bool = False) -> int:

@@ -12,7 +12,7 @@ import fcntl
 import mmap
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from . import _kernel
@@ -59,11 +59,16 @@ def rename_same_dir(d: str) -> str:
     return ""
 
 
-def rename_across_dirs(d: str) -> str:
+def _file_across_dirs(d: str, operation: str, fn: Callable[[str, str], None]) -> str:
+    """``fn`` (a rename or a link) from one directory into another."""
     _mkdirs(j(d, "x"), j(d, "y"))
     _write(j(d, "x", "f"))
-    _op("rename", os.rename, j(d, "x", "f"), j(d, "y", "f"), kind="file")
+    _op(operation, fn, j(d, "x", "f"), j(d, "y", "f"), kind="file")
     return ""
+
+
+def rename_across_dirs(d: str) -> str:
+    return _file_across_dirs(d, "rename", os.rename)
 
 
 def renameat2_noreplace(d: str) -> str:
@@ -112,10 +117,7 @@ def hardlink_same_dir(d: str) -> str:
 
 
 def hardlink_across_dirs(d: str) -> str:
-    _mkdirs(j(d, "x"), j(d, "y"))
-    _write(j(d, "x", "f"))
-    _op("link", os.link, j(d, "x", "f"), j(d, "y", "f"), kind="file")
-    return ""
+    return _file_across_dirs(d, "link", os.link)
 
 
 def symlink(d: str) -> str:

@@ -20,7 +20,8 @@ from typing import Any
 from connectrpc.request import RequestContext
 from e2b.envd.process import process_pb as pb
 
-from ..models import ProcessState
+from ..client.transport import Command
+from ..models import ProcessState, SandboxInfo
 from .core import Core, E2BError
 from .envd_base import KEEPALIVE, POLL, EnvdService, Oneof, connect_error, rpc
 
@@ -118,16 +119,9 @@ class ProcessService(EnvdService):
             tty_file = f"/tmp/.e2b-pty-{uuid.uuid4().hex}"
             if request.pty is not None:
                 argv = in_terminal(argv, request.pty.size, tty_file)
-            spawn_id, pid = await self.core.call(
-                self.core.transport.spawn,
-                info.name,
-                argv,
-                cwd=cwd,
-                env=envs,
-                timeout=None,
-                output_limit=OUTPUT_LIMIT,
-                stdin=bool(request.stdin) or request.pty is not None,
-            )
+            pipe = bool(request.stdin) or request.pty is not None
+            command = Command(argv, cwd, envs, output_limit=OUTPUT_LIMIT, stdin_pipe=pipe)
+            spawn_id, pid = await self.core.call(self.core.transport.spawn, info.name, command)
         except Exception as e:
             raise connect_error(e) from None
         pty = tty_file if request.pty is not None else None
@@ -142,8 +136,7 @@ class ProcessService(EnvdService):
         self, request: pb.ConnectRequest, ctx: RequestContext[Any, Any]
     ) -> AsyncIterator[pb.ConnectResponse]:
         try:
-            info, _ = await self.sandbox(ctx.request_headers)
-            proc = await self.find(info.name, request.process)
+            info, proc = await self.target(ctx, request.process)
             # E2B's Connect streams what comes from now on, not what came before.
             _, out, err = await self.core.call(self.core.transport.process, info.name, proc.spawn_id)
         except Exception as e:
@@ -187,6 +180,13 @@ class ProcessService(EnvdService):
                 yield pb.ProcessEvent(event=Oneof("keepalive", pb.ProcessEvent.KeepAlive()))
             await asyncio.sleep(POLL)
 
+    async def target(
+        self, ctx: RequestContext[Any, Any], selector: pb.ProcessSelector | None
+    ) -> tuple[SandboxInfo, Proc]:
+        """The sandbox a request is for and the process of it the request selects."""
+        info, _ = await self.sandbox(ctx.request_headers)
+        return info, await self.find(info.name, selector)
+
     async def find(self, sandbox_id: str, selector: pb.ProcessSelector | None) -> Proc:
         chosen = selector.selector if selector is not None else None
         if chosen is None:
@@ -208,25 +208,14 @@ class ProcessService(EnvdService):
     async def update(self, request: pb.UpdateRequest, ctx: RequestContext[Any, Any]) -> pb.UpdateResponse:
         """Resize a process's terminal: ``stty`` on the terminal its child holds (the
         kernel then sends SIGWINCH to the terminal's foreground processes)."""
-        info, _ = await self.sandbox(ctx.request_headers)
-        proc = await self.find(info.name, request.process)
+        info, proc = await self.target(ctx, request.process)
         size = request.pty.size if request.pty is not None else None
         if proc.pty is None or size is None:
             raise E2BError(400, f"process {proc.pid} has no terminal to resize (or no size given)")
         rows, cols = checked_size(size)
         resize = f'stty -F "$(cat {shlex.quote(proc.pty)})" rows {rows} cols {cols}'
-        result = await self.core.call(
-            self.core.transport.exec,
-            info.name,
-            ["/bin/sh", "-c", resize],
-            cwd="/",
-            env={},
-            stdin=None,
-            timeout=10,
-            output_limit=4096,
-            on_stdout=None,
-            on_stderr=None,
-        )
+        command = Command(["/bin/sh", "-c", resize], "/", timeout=10, output_limit=4096)
+        result = await self.core.call(self.core.transport.exec, info.name, command)
         if result.exit_code != 0:
             raise E2BError(409, f"cannot resize the terminal of process {proc.pid}: {result.stderr!r}")
         return pb.UpdateResponse()
@@ -235,8 +224,7 @@ class ProcessService(EnvdService):
     async def send_input(
         self, request: pb.SendInputRequest, ctx: RequestContext[Any, Any]
     ) -> pb.SendInputResponse:
-        info, _ = await self.sandbox(ctx.request_headers)
-        proc = await self.find(info.name, request.process)
+        info, proc = await self.target(ctx, request.process)
         await self.write(info.name, proc, request.input)
         return pb.SendInputResponse()
 
@@ -271,8 +259,7 @@ class ProcessService(EnvdService):
     async def close_stdin(
         self, request: pb.CloseStdinRequest, ctx: RequestContext[Any, Any]
     ) -> pb.CloseStdinResponse:
-        info, _ = await self.sandbox(ctx.request_headers)
-        proc = await self.find(info.name, request.process)
+        info, proc = await self.target(ctx, request.process)
         await self.core.call(self.core.transport.write_stdin, info.name, proc.spawn_id, b"", eof=True)
         return pb.CloseStdinResponse()
 
@@ -280,8 +267,7 @@ class ProcessService(EnvdService):
     async def send_signal(
         self, request: pb.SendSignalRequest, ctx: RequestContext[Any, Any]
     ) -> pb.SendSignalResponse:
-        info, _ = await self.sandbox(ctx.request_headers)
-        proc = await self.find(info.name, request.process)
+        info, proc = await self.target(ctx, request.process)
         sig = request.signal.value if request.signal is not None else 0
         if sig not in (_signal.SIGKILL, _signal.SIGTERM):
             raise E2BError(400, f"signal {sig} is neither SIGKILL (9) nor SIGTERM (15)")

@@ -8,7 +8,7 @@ it reads). Names inside an archive are looked up, never extracted: the outer tar
 read member by member, a directory only beneath its own descriptor (``safepath``).
 
 Also ``tar_of_dir``: a root directory of the caller's as a tar stream, so a root made
-here (``warren image build``, tests) passes the same unpacker as any archive.
+elsewhere (``ImageStore.import_root``) passes the same unpacker as any archive.
 """
 
 from __future__ import annotations
@@ -87,12 +87,8 @@ class _DirSource(_Source):
         try:
             fd = safepath.open_beneath(self.fd, clean_name(rel), os.O_RDONLY)
         except OSError as e:
-            raise ImageError(
-                f"cannot read {rel} in the image directory",
-                operation="image import",
-                path=rel,
-                errno=e.errno,
-                hint=HINT,
+            raise ImageError.from_os(
+                e, f"cannot read {rel} in the image directory", "image import", rel, hint=HINT
             ) from None
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
@@ -170,12 +166,8 @@ def open_archive(path: Path) -> Iterator[Found]:
         real = Path(os.path.realpath(path))
         src: _Source = _DirSource(real) if stat.S_ISDIR(st.st_mode) else _TarSource(path)
     except OSError as e:
-        raise ImageError(
-            f"cannot read {path}",
-            operation="image import",
-            path=str(path),
-            errno=e.errno,
-            hint="check the path and its permissions",
+        raise ImageError.from_os(
+            e, f"cannot read {path}", "image import", str(path), hint="check the path and its permissions"
         ) from None
     try:
         if src.has("oci-layout") and src.has("index.json"):

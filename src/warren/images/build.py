@@ -109,7 +109,7 @@ def debian(
                 hint="check the suite, the package names and the mirror; a user other than root "
                 "needs subordinate ids in /etc/subuid and /etc/subgid",
             )
-        return store.import_tar(
+        return store.import_root(
             name,
             out,
             config=ImageConfig(env=(("PATH", DEFAULT_PATH),), cmd=("bash",)),

@@ -162,11 +162,11 @@ class ImageStore:
                         os.mkdir(sub, 0o700, dir_fd=fd)
             return fd
         except OSError as e:
-            raise ImageError(
+            raise ImageError.from_os(
+                e,
                 f"cannot open the image store {self.root}",
-                operation="image store",
-                path=str(self.root),
-                errno=e.errno,
+                "image store",
+                str(self.root),
                 hint="check that it is a directory you own (XDG_DATA_HOME moves it)",
             ) from None
 
@@ -201,8 +201,8 @@ class ImageStore:
                 f"no image named {name!r}", operation="image", path=str(self.root / "images"), hint=HINT
             ) from None
         except OSError as e:
-            raise ImageError(
-                f"cannot read the record of image {name!r}", operation="image", errno=e.errno, hint=HINT
+            raise ImageError.from_os(
+                e, f"cannot read the record of image {name!r}", "image", hint=HINT
             ) from None
         try:
             rec = json.loads(data)
@@ -337,11 +337,8 @@ class ImageStore:
         except OSError as e:
             for fd in fds:
                 os.close(fd)
-            raise ImageError(
-                f"cannot hold the layers of image {image!r}",
-                operation="image lease",
-                errno=e.errno,
-                hint=HINT,
+            raise ImageError.from_os(
+                e, f"cannot hold the layers of image {image!r}", "image lease", hint=HINT
             ) from None
         return fds
 
@@ -494,8 +491,8 @@ class ImageStore:
                     root, f"images/{name}.json", json.dumps(record, indent=1).encode(), 0o600
                 )
             except OSError as e:
-                raise ImageError(
-                    f"cannot record image {name!r}", operation="image import", errno=e.errno, hint=HINT
+                raise ImageError.from_os(
+                    e, f"cannot record image {name!r}", "image import", hint=HINT
                 ) from None
             ref = self._ref(root, name)
         if replaced:
@@ -592,7 +589,7 @@ class ImageStore:
         except (OSError, ValueError):
             return 0
 
-    def import_rootfs(
+    def import_root(
         self,
         name: str,
         path: Path | str,
@@ -603,47 +600,23 @@ class ImageStore:
         progress: Progress | None = None,
         warn: Callable[[str], None] | None = None,
     ) -> ImageRef:
-        """Add image ``name`` of one layer: the root directory ``path`` (the caller's own,
-        e.g. what mmdebstrap made). It goes through the same unpacker as any archive."""
+        """Add image ``name`` of one layer: a root filesystem, as a tarball or as a
+        directory of the caller's (e.g. what mmdebstrap made), which goes through the
+        same unpacker as any archive."""
         from . import archive
 
         path = Path(path)
-        if not path.is_dir() or path.is_symlink():
-            raise ImageError(
-                f"{path} is not a directory",
-                operation="image import",
-                path=str(path),
-                hint="give the root directory",
-            )
+        if path.is_dir() and not path.is_symlink():
+            layer = LayerSource(open=lambda: archive.tar_of_dir(path), diff_id=None)
+            what = "rootfs"
+        else:
+            layer = LayerSource(open=lambda: path.open("rb"), diff_id=None, size=_size_of(path))
+            what = "tarball"
         return self.add(
             name,
-            [LayerSource(open=lambda: archive.tar_of_dir(path), diff_id=None)],
+            [layer],
             oci_config(config or ImageConfig(env=(("PATH", DEFAULT_PATH),))),
-            source=source or f"rootfs {path}",
-            max_size=max_size,
-            progress=progress,
-            warn=warn,
-        )
-
-    def import_tar(
-        self,
-        name: str,
-        tar: Path | str,
-        *,
-        config: ImageConfig | None = None,
-        source: str | None = None,
-        max_size: int = unpack.DEFAULT_MAX_SIZE,
-        progress: Progress | None = None,
-        warn: Callable[[str], None] | None = None,
-    ) -> ImageRef:
-        """Add image ``name`` of one layer: a tarball of a root filesystem."""
-        tar = Path(tar)
-        size = _size_of(tar)
-        return self.add(
-            name,
-            [LayerSource(open=lambda: open(tar, "rb"), diff_id=None, size=size)],
-            oci_config(config or ImageConfig(env=(("PATH", DEFAULT_PATH),))),
-            source=source or f"tarball {tar}",
+            source=source or f"{what} {path}",
             max_size=max_size,
             progress=progress,
             warn=warn,
@@ -794,12 +767,8 @@ def stat_named(path: Path) -> os.stat_result:
     try:
         return os.stat(path)
     except OSError as e:
-        raise ImageError(
-            f"cannot read {path}",
-            operation="image import",
-            path=str(path),
-            errno=e.errno,
-            hint="check the path",
+        raise ImageError.from_os(
+            e, f"cannot read {path}", "image import", str(path), hint="check the path"
         ) from None
 
 

@@ -512,11 +512,11 @@ def unpack(
                             member.name,
                             e.errno,
                         ) from None
-                    raise ImageError(
+                    raise ImageError.from_os(
+                        e,
                         f"cannot unpack layer entry {member.name!r}",
-                        operation="image import",
-                        path=member.name,
-                        errno=e.errno,
+                        "image import",
+                        member.name,
                         hint="check free space in the image store, or the archive",
                     ) from None
         layer.finish_dirs()

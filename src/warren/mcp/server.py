@@ -31,6 +31,7 @@ from pydantic import Field
 from .. import protocol
 from ..cli.hints import after_failure, limit_reached
 from ..client import checks
+from ..client import transport as transports
 from ..client.sandbox import feed_stdin
 from ..client.transport import Transport
 from ..errors import ProcessNotFound, SandboxExists, SandboxNotFound, WarrenError
@@ -225,18 +226,8 @@ def build(
         limit = _checked(checks.timeout, timeout, "run_command")
         cwd = _checked(checks.cwd, cwd, "run_command")
         name = await w.ensure(sandbox)
-        result = await w.call(
-            transport.exec,
-            name,
-            args,
-            cwd=cwd,
-            env={},
-            stdin=None,
-            timeout=limit,
-            output_limit=OUTPUT_LIMIT,
-            on_stdout=None,
-            on_stderr=None,
-        )
+        run = transports.Command(args, cwd, timeout=limit, output_limit=OUTPUT_LIMIT)
+        result = await w.call(transport.exec, name, run)
         # As the CLI: a timeout is 124 (the kill that ended it is warren's, not the command's).
         code = 124 if result.timed_out else result.exit_code
         out = {
@@ -351,9 +342,8 @@ def build(
         args = _argv(command, argv)
         cwd = _checked(checks.cwd, cwd, "start_process")
         name = await w.ensure(sandbox)
-        spawn_id, pid = await w.call(
-            transport.spawn, name, args, cwd=cwd, env={}, timeout=None, output_limit=16 << 20, stdin=stdin
-        )
+        started = transports.Command(args, cwd, output_limit=16 << 20, stdin_pipe=stdin)
+        spawn_id, pid = await w.call(transport.spawn, name, started)
         return {"id": spawn_id, "pid": pid}
 
     @mcp.tool()

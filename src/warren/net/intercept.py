@@ -170,25 +170,24 @@ def _body(reader: Reader, headers: Sequence[tuple[str, str]], until_close: bool)
                 while reader.line():  # trailers: dropped
                     pass
                 return
-            left = size
-            while left:
-                piece = reader.some(min(left, _CHUNK))
-                if not piece:
-                    raise ConnectionError("closed inside a chunk")
-                left -= len(piece)
-                yield piece
+            yield from _sized(reader, size, "chunk")
             reader.exact(2)
     elif "content-length" in fields:
-        left = int(fields["content-length"])
-        while left:
-            piece = reader.some(min(left, _CHUNK))
-            if not piece:
-                raise ConnectionError("closed inside a body")
-            left -= len(piece)
-            yield piece
+        yield from _sized(reader, int(fields["content-length"]), "body")
     elif until_close:
         while piece := reader.some(_CHUNK):
             yield piece
+
+
+def _sized(reader: Reader, size: int, what: str) -> Iterator[bytes]:
+    """The next ``size`` bytes, in pieces as they come (a chunk's, or a whole body's)."""
+    left = size
+    while left:
+        piece = reader.some(min(left, _CHUNK))
+        if not piece:
+            raise ConnectionError(f"closed inside a {what}")
+        left -= len(piece)
+        yield piece
 
 
 def _parse_status(head: bytes) -> tuple[str, int, list[tuple[str, str]]]:

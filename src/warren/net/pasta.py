@@ -84,11 +84,11 @@ class Pasta:
             )
         except OSError as e:
             os.close(log)
-            raise SetupError(
+            raise SetupError.from_os(
+                e,
                 f"cannot start pasta: {e.strerror}",
-                operation="network",
-                path=argv[0],
-                errno=e.errno,
+                "network",
+                argv[0],
                 hint="check the passt package, or use --network allow",
             ) from None
         finally:

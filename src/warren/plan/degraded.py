@@ -20,6 +20,7 @@ run. Without Landlock nothing would confine the filesystem: the plan is refused.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import posixpath
 from collections.abc import Mapping
@@ -224,12 +225,8 @@ def make(
         env=_with_proxy(environment(policy, caller.env, caller.home, scratch), policy, host.proxy_port),
         workspace=str(policy.workspace),
         cwd=cwd,
-        net=NetPlan(
-            mode=policy.network,
-            hosts=policy.allowed_hosts,
-            rules=policy.allowed_rules,
-            resolve=tuple(sorted(policy.resolve.items())),
-            proxy_port=host.proxy_port if policy.network == "allow" else 0,
+        net=dataclasses.replace(
+            NetPlan.of(policy), proxy_port=host.proxy_port if policy.network == "allow" else 0
         ),
         cap_last_cap=host.cap_last_cap,
         create_dirs=tuple(str(r.path) for r in policy.writable if r.create),

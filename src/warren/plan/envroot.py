@@ -29,15 +29,15 @@ from dataclasses import dataclass
 from ..images.ref import ImageRef
 from ..net.allowlist import proxy_env
 from ..policy import Policy
+from ..policy.model import CA_VARIABLES
 from .env import DEFAULT_PATH, passed
 from .facts import HostFacts
 from .model import GitDir, MountKind, MountOp
 from .mounts import (
-    DEV_LINKS,
-    DEV_NODES,
     PROC_READONLY,
     WRITABLE_FRESH,
     Group,
+    dev_ops,
     group_writable_roots,
     mask_ops,
     within,
@@ -49,19 +49,7 @@ MIN_DISK = 16 << 20
 # The caller's variables that describe the host, not the terminal: the image's own apply.
 # The CA bundle variables name host files (passed only when the caller names them).
 _HOST_ONLY = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL"})
-_HOST_FILES = frozenset(
-    {
-        "SSL_CERT_FILE",
-        "SSL_CERT_DIR",
-        "REQUESTS_CA_BUNDLE",
-        "CURL_CA_BUNDLE",
-        "PIP_CERT",
-        "NODE_EXTRA_CA_CERTS",
-        "GIT_SSL_CAINFO",
-        "CARGO_HTTP_CAINFO",
-        "NIX_SSL_CERT_FILE",
-    }
-)
+_HOST_FILES = frozenset(CA_VARIABLES)
 
 
 def default_disk(mem_total: int) -> int:
@@ -154,18 +142,7 @@ def plan_image(
     # container: a rename from TMPDIR into a /workspace of the layer is then a rename.
     ops.append(MountOp(MountKind.DIR, "/tmp", why="/tmp, in the sandbox's own layer", mode=0o1777))
     ops.extend(later)
-    ops.append(MountOp(MountKind.TMPFS, "/dev", why="minimal /dev", mode=0o755, mkdir=True))
-    for node in DEV_NODES:
-        if device_exists.get(f"/dev/{node}", False):
-            ops.append(MountOp(MountKind.BIND_DEV, f"/dev/{node}", f"/dev/{node}", why="device node"))
-    ops.append(MountOp(MountKind.DEVPTS, "/dev/pts", why="private pseudo-terminals", mkdir=True))
-    ops.append(
-        MountOp(
-            MountKind.TMPFS, "/dev/shm", why="private shared memory", mode=0o1777, mkdir=True, size=tmp_size
-        )
-    )
-    for name, dest in DEV_LINKS:
-        ops.append(MountOp(MountKind.SYMLINK, f"/dev/{name}", dest))
+    ops.extend(dev_ops(lambda path: device_exists.get(path, False), tmp_size, mkdir=True))
     # Denied paths in the host workspace stay hidden at their place under /workspace.
     if host_workspace:
         for r in policy.denied:

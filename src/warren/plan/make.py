@@ -8,6 +8,7 @@ plan, never patched on afterwards.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from ..errors import HostError, PolicyError
@@ -166,11 +167,8 @@ def make_plan(
         env=env,
         workspace=workspace,
         cwd=_cwd(workspace, caller.cwd, cwd),
-        net=NetPlan(
-            mode=policy.network,
-            hosts=policy.allowed_hosts,
-            rules=policy.allowed_rules,
-            resolve=tuple(sorted(policy.resolve.items())),
+        net=dataclasses.replace(
+            NetPlan.of(policy),
             secrets=secrets.secrets,
             http_rules=secrets.http_rules,
             trust_bundle=trust_bundle if secrets.mounts else None,
@@ -232,12 +230,7 @@ def _image_plan(
         env=got.env,
         workspace=got.workspace,
         cwd=got.cwd,
-        net=NetPlan(
-            mode=policy.network,
-            hosts=policy.allowed_hosts,
-            rules=policy.allowed_rules,
-            resolve=tuple(sorted(policy.resolve.items())),
-        ),
+        net=NetPlan.of(policy),
         cap_last_cap=host.cap_last_cap,
         warnings=tuple(warnings),
         notes=got.notes,

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import enum
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 from ..net.allowlist import HostRule
 from ..net.secrets import HttpRule, PlacedSecret
 from .landlock import LandlockPlan, right_names
 from .limits import LimitsPlan
 from .seccomp import SeccompPlan
+
+if TYPE_CHECKING:
+    from ..policy import Policy
 
 
 class MountKind(enum.Enum):
@@ -76,6 +80,17 @@ class NetPlan:
     # The proxy's port on the host's loopback in the degraded mode (no network namespace
     # of its own: not 3128, a free one chosen when planning); 0 in the full mode.
     proxy_port: int = 0
+
+    @classmethod
+    def of(cls, policy: Policy) -> NetPlan:
+        """The policy's network mode and allowlist; what depends on the host too (the
+        secrets, the proxy's port) the planner adds (``dataclasses.replace``)."""
+        return cls(
+            mode=policy.network,
+            hosts=policy.allowed_hosts,
+            rules=policy.allowed_rules,
+            resolve=tuple(sorted(policy.resolve.items())),
+        )
 
     @property
     def intercepts(self) -> bool:

@@ -19,7 +19,7 @@ renames between two roots under ``/tmp`` are EXDEV (warned about at launch).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
@@ -215,6 +215,23 @@ class MountPlan:
     notes: tuple[str, ...] = ()
 
 
+def dev_ops(present: Callable[[str], bool], tmp_size: int | None, mkdir: bool = False) -> list[MountOp]:
+    """A minimal /dev: a tmpfs (``mkdir``: made first) with the host's device nodes that
+    are ``present``, private pseudo-terminals and shared memory, and the usual links."""
+    ops = [MountOp(MountKind.TMPFS, "/dev", why="minimal /dev", mode=0o755, mkdir=mkdir)]
+    for node in DEV_NODES:
+        if present(f"/dev/{node}"):
+            ops.append(MountOp(MountKind.BIND_DEV, f"/dev/{node}", f"/dev/{node}", why="device node"))
+    ops.append(MountOp(MountKind.DEVPTS, "/dev/pts", why="private pseudo-terminals", mkdir=True))
+    ops.append(
+        MountOp(
+            MountKind.TMPFS, "/dev/shm", why="private shared memory", mode=0o1777, mkdir=True, size=tmp_size
+        )
+    )
+    ops.extend(MountOp(MountKind.SYMLINK, f"/dev/{name}", dest) for name, dest in DEV_LINKS)
+    return ops
+
+
 def plan_mounts(
     writable: list[str],
     readable: list[str],
@@ -251,18 +268,7 @@ def plan_mounts(
             add_group(g)
 
     ops.append(MountOp(MountKind.TMPFS, "/tmp", why="private /tmp", mode=0o1777, size=tmp_size))
-    ops.append(MountOp(MountKind.TMPFS, "/dev", why="minimal /dev", mode=0o755))
-    for node in DEV_NODES:
-        if facts.kind(f"/dev/{node}") != "missing":
-            ops.append(MountOp(MountKind.BIND_DEV, f"/dev/{node}", f"/dev/{node}", why="device node"))
-    ops.append(MountOp(MountKind.DEVPTS, "/dev/pts", why="private pseudo-terminals", mkdir=True))
-    ops.append(
-        MountOp(
-            MountKind.TMPFS, "/dev/shm", why="private shared memory", mode=0o1777, mkdir=True, size=tmp_size
-        )
-    )
-    for name, dest in DEV_LINKS:
-        ops.append(MountOp(MountKind.SYMLINK, f"/dev/{name}", dest))
+    ops.extend(dev_ops(lambda path: facts.kind(path) != "missing", tmp_size))
 
     hidden: list[str] = []
     for path in hidden_candidates:

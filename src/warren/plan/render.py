@@ -13,20 +13,29 @@ _K = MountKind
 SHOWN = 50  # files given an inode of their own listed by name (a local clone has thousands)
 
 
+# The kinds whose line is one pattern of the op's fields; the others are built below.
+_LINES = {
+    _K.ROOT_VIEW: "root      /  <- host /, read-only, nosuid, nodev",
+    _K.DENY_PATH: "deny      {op.target}  <- hidden as what it is at launch: an empty directory or "
+    "file ({op.why})",
+    _K.BIND_RW: "rw bind   {op.target}  ({op.why})",
+    _K.BIND_RO: "ro bind   {op.target}  ({op.why})",
+    _K.BIND_DEV: "device    {op.target}",
+    _K.DEVPTS: "devpts    {op.target}  (new instance)",
+    _K.SYMLINK: "symlink   {op.target} -> {op.source}",
+    _K.DENY_FILE: "deny      {op.target}  <- an empty mode-000 file: EACCES ({op.why})",
+    _K.PROC: "proc      {op.target}  ({op.why})",
+}
+
+
 def _mount_line(op: MountOp) -> str:
-    if op.kind is _K.ROOT_VIEW:
-        return "root      /  <- host /, read-only, nosuid, nodev"
-    if op.kind is _K.OVERLAY:
-        return f"root      /  <- overlay of {', '.join(op.layers)} (topmost first) ({op.why})"
-    if op.kind is _K.DENY_PATH:
-        return (
-            f"deny      {op.target}  <- hidden as what it is at launch: an empty directory or file ({op.why})"
-        )
     if op.kind in (_K.BIND_RW, _K.BIND_RO) and op.source and op.source != op.target:
         rw = "rw" if op.kind is _K.BIND_RW else "ro"
         return f"{rw} bind   {op.target}  <- host {op.source} ({op.why})"
-    if op.kind is _K.BIND_RW:
-        return f"rw bind   {op.target}  ({op.why})"
+    if op.kind in _LINES:
+        return _LINES[op.kind].format(op=op)
+    if op.kind is _K.OVERLAY:
+        return f"root      /  <- overlay of {', '.join(op.layers)} (topmost first) ({op.why})"
     if op.kind is _K.MASK:
         return f"mask ro   {op.target}/*  except {', '.join(op.keep)}"
     if op.kind is _K.TMPFS:
@@ -34,20 +43,8 @@ def _mount_line(op: MountOp) -> str:
         if op.size is not None:
             state += f", size={show_size(op.size)}"
         return f"tmpfs     {op.target}  [{state}]  ({op.why})"
-    if op.kind is _K.BIND_DEV:
-        return f"device    {op.target}"
-    if op.kind is _K.DEVPTS:
-        return f"devpts    {op.target}  (new instance)"
-    if op.kind is _K.SYMLINK:
-        return f"symlink   {op.target} -> {op.source}"
     if op.kind is _K.DIR:
         return f"dir       {op.target}  [mode {op.mode or 0o755:o}]  ({op.why})"
-    if op.kind is _K.BIND_RO:
-        return f"ro bind   {op.target}  ({op.why})"
-    if op.kind is _K.DENY_FILE:
-        return f"deny      {op.target}  <- an empty mode-000 file: EACCES ({op.why})"
-    if op.kind is _K.PROC:
-        return f"proc      {op.target}  ({op.why})"
     return f"ro        {op.target}  ({op.why})"
 
 

@@ -16,7 +16,7 @@ from functools import lru_cache
 AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 
 # Only the calls denied here need numbers; anything else is allowed.
-_NR: dict[str, dict[str, int]] = {
+_ARCH_NR: dict[str, dict[str, int]] = {
     "x86_64": {
         "add_key": 248,
         "request_key": 249,
@@ -26,23 +26,12 @@ _NR: dict[str, dict[str, int]] = {
         "userfaultfd": 323,
         "kexec_load": 246,
         "kexec_file_load": 320,
-        "io_uring_setup": 425,
-        "io_uring_enter": 426,
-        "io_uring_register": 427,
         "mount": 165,
         "umount2": 166,
         "pivot_root": 155,
-        "open_tree": 428,
-        "move_mount": 429,
-        "fsopen": 430,
-        "fsconfig": 431,
-        "fsmount": 432,
-        "fspick": 433,
-        "mount_setattr": 442,
         "setns": 308,
         "unshare": 272,
         "clone": 56,
-        "clone3": 435,
         "ioctl": 16,
         "open": 2,
         "creat": 85,
@@ -54,8 +43,6 @@ _NR: dict[str, dict[str, int]] = {
         "mkdirat": 258,
         "mknodat": 259,
         "fchmodat": 268,
-        "fchmodat2": 452,
-        "openat2": 437,
         "acct": 163,
         "swapon": 167,
         "swapoff": 168,
@@ -79,31 +66,18 @@ _NR: dict[str, dict[str, int]] = {
         "userfaultfd": 282,
         "kexec_load": 104,
         "kexec_file_load": 294,
-        "io_uring_setup": 425,
-        "io_uring_enter": 426,
-        "io_uring_register": 427,
         "mount": 40,
         "umount2": 39,
         "pivot_root": 41,
-        "open_tree": 428,
-        "move_mount": 429,
-        "fsopen": 430,
-        "fsconfig": 431,
-        "fsmount": 432,
-        "fspick": 433,
-        "mount_setattr": 442,
         "setns": 268,
         "unshare": 97,
         "clone": 220,
-        "clone3": 435,
         "ioctl": 29,
         "openat": 56,
         "mkdirat": 34,
         "mknodat": 33,
         "fchmod": 52,
         "fchmodat": 53,
-        "fchmodat2": 452,
-        "openat2": 437,
         "acct": 89,
         "swapon": 224,
         "swapoff": 225,
@@ -119,6 +93,23 @@ _NR: dict[str, dict[str, int]] = {
         "socket": 198,
     },
 }
+# Calls added since Linux 5.1 have one number on every architecture.
+_UNIFIED_NR = {
+    "io_uring_setup": 425,
+    "io_uring_enter": 426,
+    "io_uring_register": 427,
+    "open_tree": 428,
+    "move_mount": 429,
+    "fsopen": 430,
+    "fsconfig": 431,
+    "fsmount": 432,
+    "fspick": 433,
+    "clone3": 435,
+    "openat2": 437,
+    "mount_setattr": 442,
+    "fchmodat2": 452,
+}
+_NR = {machine: {**nrs, **_UNIFIED_NR} for machine, nrs in _ARCH_NR.items()}
 
 # Denied outright, with why (shown by `warren plan`).
 DENIED: dict[str, str] = {

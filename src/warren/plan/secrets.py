@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from ..net.secrets import HttpRule, PlacedSecret, placeholder
 from ..policy import Policy
+from ..policy.model import CA_VARIABLES
 from .model import MountKind, MountOp
 
 # Where distributions keep the system's bundle (the first that is a file is covered).
@@ -23,17 +24,10 @@ SYSTEM_BUNDLES = (
     "/etc/pki/tls/certs/ca-bundle.crt",  # Fedora, RHEL
     "/etc/ssl/ca-bundle.pem",  # openSUSE
 )
-# What Python (ssl, requests, pip), curl, git, Node, cargo and uv read for trust. Node
-# and uv otherwise trust only their own built-in roots.
-TRUST_VARIABLES = (
-    "SSL_CERT_FILE",
-    "REQUESTS_CA_BUNDLE",
-    "CURL_CA_BUNDLE",
-    "PIP_CERT",
-    "NODE_EXTRA_CA_CERTS",
-    "GIT_SSL_CAINFO",
-    "CARGO_HTTP_CAINFO",
-)
+# What Python (ssl, requests, pip), curl, git, Node, cargo and uv read for trust, set to
+# the bundle: the CA variables but the directory (SSL_CERT_DIR) and Nix's. Node and uv
+# otherwise trust only their own built-in roots.
+TRUST_VARIABLES = tuple(v for v in CA_VARIABLES if v not in ("SSL_CERT_DIR", "NIX_SSL_CERT_FILE"))
 
 
 @dataclass(frozen=True)

@@ -48,12 +48,8 @@ def _load(path: Path) -> dict[str, Any]:
             hint="fix the syntax; see the policy file reference (docs/reference/config.md)",
         ) from None
     except OSError as e:
-        raise ConfigError(
-            f"{path}: cannot read",
-            operation="config",
-            path=str(path),
-            errno=e.errno,
-            hint="check the file's permissions",
+        raise ConfigError.from_os(
+            e, f"{path}: cannot read", "config", str(path), hint="check the file's permissions"
         ) from None
 
 

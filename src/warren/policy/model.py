@@ -22,6 +22,21 @@ from .spec import PolicySpec
 
 NETWORK_MODES = ("none", "allow", "open")
 
+# Which certificates to trust: the variables naming a CA file or directory (file names,
+# not secrets). Without them uv, pip, npm, git and curl fail TLS behind a corporate or
+# CI proxy with its own CA.
+CA_VARIABLES = (
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "PIP_CERT",
+    "NODE_EXTRA_CA_CERTS",
+    "GIT_SSL_CAINFO",
+    "CARGO_HTTP_CAINFO",
+    "NIX_SSL_CERT_FILE",
+)
+
 # Passed from the caller's environment unless the policy says otherwise.
 DEFAULT_ENV_PASS = (
     "PATH",
@@ -38,17 +53,7 @@ DEFAULT_ENV_PASS = (
     "FORCE_COLOR",
     "COLUMNS",
     "LINES",
-    # Which certificates to trust (file names, not secrets): without them uv, pip,
-    # npm, git and curl fail TLS behind a corporate or CI proxy with its own CA.
-    "SSL_CERT_FILE",
-    "SSL_CERT_DIR",
-    "REQUESTS_CA_BUNDLE",
-    "CURL_CA_BUNDLE",
-    "PIP_CERT",
-    "NODE_EXTRA_CA_CERTS",
-    "GIT_SSL_CAINFO",
-    "CARGO_HTTP_CAINFO",
-    "NIX_SSL_CERT_FILE",
+    *CA_VARIABLES,
     "UV_NATIVE_TLS",
 )
 _ENV_PASS_PATTERNS = (re.compile(r"LC_[A-Z_]+"),)
@@ -165,6 +170,10 @@ class Root:
     source: str
     create: bool = False
 
+    def refused(self, problem: str, hint: str) -> PolicyError:
+        """This rule cannot hold: the error names its source and path."""
+        return PolicyError(f"{self.source}: {problem}", operation="policy", path=str(self.path), hint=hint)
+
 
 @dataclass(frozen=True)
 class Policy:
@@ -221,45 +230,32 @@ class Policy:
         self._validate_secrets()
         for root in (*self.writable, *self.readable, *self.denied):
             if not root.path.is_absolute():
-                raise PolicyError(
-                    f"{root.source}: path must be absolute: {root.path}",
-                    operation="policy",
-                    path=str(root.path),
-                    hint="write it as an absolute path or start it with ~/",
+                raise root.refused(
+                    f"path must be absolute: {root.path}", "write it as an absolute path or start it with ~/"
                 )
         for root in (*self.writable, *self.readable):
             if not root.create and not os.path.lexists(root.path):
-                raise PolicyError(
-                    f"{root.source}: path does not exist: {root.path}",
-                    operation="policy",
-                    path=str(root.path),
-                    hint="create it first, or remove it from the policy",
+                raise root.refused(
+                    f"path does not exist: {root.path}", "create it first, or remove it from the policy"
                 )
         for root in self.denied:
             if root.source != "default" and not os.path.lexists(root.path):
-                raise PolicyError(
-                    f"{root.source}: denied path does not exist: {root.path}",
-                    operation="policy",
-                    path=str(root.path),
-                    hint="check the spelling; a deny rule that matches nothing protects nothing",
+                raise root.refused(
+                    f"denied path does not exist: {root.path}",
+                    "check the spelling; a deny rule that matches nothing protects nothing",
                 )
         for root in self.writable:
             for forbidden in _FORBIDDEN_WRITABLE:
                 if is_within(root.path, Path(forbidden)):
-                    raise PolicyError(
-                        f"{root.source}: {root.path} cannot be writable",
-                        operation="policy",
-                        path=str(root.path),
-                        hint=f"{forbidden} is the kernel's; the sandbox gets its own",
+                    raise root.refused(
+                        f"{root.path} cannot be writable",
+                        f"{forbidden} is the kernel's; the sandbox gets its own",
                     )
             for deny in self.denied:
                 if is_within(root.path, deny.path):
-                    raise PolicyError(
-                        f"{root.source}: writable path {root.path} is inside denied path "
-                        f"{deny.path} ({deny.source})",
-                        operation="policy",
-                        path=str(root.path),
-                        hint="remove one of the two rules; a denied path hides everything below it",
+                    raise root.refused(
+                        f"writable path {root.path} is inside denied path {deny.path} ({deny.source})",
+                        "remove one of the two rules; a denied path hides everything below it",
                     )
         for name in (*self.env, *self.env_pass, *self.preset_env_pass):
             if not _ENV_NAME.fullmatch(name):
@@ -319,24 +315,12 @@ def is_within(path: Path, parent: Path) -> bool:
 
 
 def _require_dir(path: Path, what: str) -> None:
+    def refused(problem: str, hint: str) -> PolicyError:
+        return PolicyError(f"{what} {problem}: {path}", operation="policy", path=str(path), hint=hint)
+
     if not path.is_absolute():
-        raise PolicyError(
-            f"{what} must be an absolute path: {path}",
-            operation="policy",
-            path=str(path),
-            hint="pass an absolute path",
-        )
+        raise refused("must be an absolute path", "pass an absolute path")
     if not path.exists():
-        raise PolicyError(
-            f"{what} does not exist: {path}",
-            operation="policy",
-            path=str(path),
-            hint=f"create it (mkdir -p {path}) or pass another --workspace",
-        )
+        raise refused("does not exist", f"create it (mkdir -p {path}) or pass another --workspace")
     if not path.is_dir():
-        raise PolicyError(
-            f"{what} is not a directory: {path}",
-            operation="policy",
-            path=str(path),
-            hint="the workspace must be a directory",
-        )
+        raise refused("is not a directory", "the workspace must be a directory")

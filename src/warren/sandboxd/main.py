@@ -74,10 +74,10 @@ def _rest_socket(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as e:
         sock.close()
-        raise AddressError(
+        raise AddressError.from_os(
+            e,
             f"cannot listen on {host}:{port} for REST",
-            operation="sandboxd",
-            errno=e.errno,
+            "sandboxd",
             hint="another process holds it? pass --rest-addr",
         ) from None
     sock.listen(128)

@@ -68,11 +68,11 @@ class Runtime:
         try:
             os.makedirs(root, 0o755, exist_ok=True)
         except OSError as e:
-            raise SetupError(
+            raise SetupError.from_os(
+                e,
                 f"workspace {root}: {os.strerror(e.errno or 0)}",
-                operation="sandboxd",
-                path=root,
-                errno=e.errno,
+                "sandboxd",
+                root,
                 hint="pass --workspace DIR (a directory this user may write)",
             ) from None
         spec.workspace = root

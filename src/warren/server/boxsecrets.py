@@ -44,11 +44,11 @@ def read_value(name: str, source: str, caller: CallerFacts) -> bytes:
             with open(path, "rb") as f:
                 value = f.read(MAX_VALUE + 1).split(b"\n", 1)[0].rstrip(b"\r \t")
         except OSError as e:
-            raise PolicyError(
+            raise PolicyError.from_os(
+                e,
                 f"secret {name}: cannot read {path}: {e.strerror}",
-                operation="secret",
-                path=path,
-                errno=e.errno,
+                "secret",
+                path,
                 hint="the file's first line is the value; check the path and its permissions",
             ) from None
         if not value:
@@ -76,11 +76,11 @@ def _caller_trust(caller: CallerFacts) -> str | None:
         with open(os.path.join(caller.cwd, path), "rb") as f:
             return f.read(16 << 20).decode("ascii", errors="replace")
     except OSError as e:
-        raise SetupError(
+        raise SetupError.from_os(
+            e,
             f"cannot read your SSL_CERT_FILE {path}: {e.strerror}",
-            operation="secret",
-            path=path,
-            errno=e.errno,
+            "secret",
+            path,
             hint="the proxy checks the real hosts of secrets with it; fix or unset SSL_CERT_FILE",
         ) from None
 
@@ -113,11 +113,11 @@ def write_bundle(path: str, data: bytes) -> None:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except OSError as e:
-        raise SetupError(
+        raise SetupError.from_os(
+            e,
             f"cannot write the sandbox's trust bundle {path}: {e.strerror}",
-            operation="secret",
-            path=path,
-            errno=e.errno,
+            "secret",
+            path,
             hint="check warren's state directory (XDG_STATE_HOME)",
         ) from None
     try:

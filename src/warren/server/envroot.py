@@ -51,11 +51,11 @@ def _directory(path: str) -> ImageRef:
     try:
         st = os.stat(real)
     except OSError as e:
-        raise PolicyError(
+        raise PolicyError.from_os(
+            e,
             f"image {path}: {e.strerror}",
-            operation="image",
-            path=path,
-            errno=e.errno,
+            "image",
+            path,
             hint="--image takes an image name or the absolute path of a root directory",
         ) from None
     if not stat.S_ISDIR(st.st_mode):

@@ -66,11 +66,11 @@ def launch(
         try:
             os.makedirs(path, exist_ok=True)
         except OSError as e:
-            raise SetupError(
+            raise SetupError.from_os(
+                e,
                 f"cannot create tool cache {path}",
-                operation="mkdir",
-                path=path,
-                errno=e.errno,
+                "mkdir",
+                path,
                 hint="create it yourself or drop the preset",
             ) from None
     if plan.limits is not None and plan.limits.refused:
@@ -123,13 +123,7 @@ def _open_tasks(groups: list[str]) -> list[tuple[str, int]]:
     try:
         return cgroups.open_tasks(groups)
     except OSError as e:
-        raise SetupError(
-            f"cannot move the sandbox into its cgroup: {e.strerror}",
-            operation="cgroup",
-            path=e.filename,
-            errno=e.errno,
-            hint="run `warren plan` to see how each limit is enforced",
-        ) from None
+        raise cgroups.cannot_enter(e) from None
 
 
 def restore(launched: Launched) -> list[str]:
@@ -180,11 +174,11 @@ def _make_scratch(plan: Plan, record_dir: str | None) -> Scratch:
         if record:
             with contextlib.suppress(OSError):
                 os.unlink(record)
-        raise SetupError(
+        raise SetupError.from_os(
+            e,
             f"cannot create the sandbox's TMPDIR {path}: {e.strerror}",
-            operation="mkdir",
-            path=path,
-            errno=e.errno,
+            "mkdir",
+            path,
             hint=f"check that {base} is a directory of yours, or set TMPDIR to a directory on another "
             "filesystem (the sandbox's private /tmp is then its TMPDIR)",
         ) from None

@@ -173,10 +173,10 @@ def _expose(msg: protocol.ExposeRequest, exposes: dict[int, _Expose], conn: _Con
         expose = _Expose(msg.port, msg.host_port, conn)
     except OSError as e:
         return protocol.error_message(
-            SandboxError(
+            SandboxError.from_os(
+                e,
                 f"cannot listen on 127.0.0.1:{msg.host_port} on the host: {os.strerror(e.errno or 0)}",
-                operation="expose",
-                errno=e.errno,
+                "expose",
                 hint="choose another host port, or pass none to get a free one",
             )
         )

@@ -61,11 +61,11 @@ def _as_sandbox_error(name: str, what: str):  # type: ignore[no-untyped-def]
     try:
         yield
     except OSError as e:
-        raise SandboxError(
+        raise SandboxError.from_os(
+            e,
             f"cannot {what} sandbox {name}: {e.strerror}",
-            operation=what,
-            path=e.filename or name,
-            errno=e.errno,
+            what,
+            e.filename or name,
             hint="see `warren plan` (pause) for the mechanism this host offers you",
         ) from None
 

@@ -129,11 +129,11 @@ def take(
             ImageStore(Path(store or "")).release_snapshot(snap_id)
         if isinstance(e, ImageError):
             raise
-        raise SetupError(
+        raise SetupError.from_os(
+            e,
             f"cannot snapshot sandbox {sandbox}: {e.strerror}",
-            operation="snapshot",
-            path=e.filename if isinstance(e.filename, str) else None,
-            errno=e.errno,
+            "snapshot",
+            e.filename if isinstance(e.filename, str) else None,
             hint="a file the sandbox made unreadable to you (chmod 000) cannot be copied; "
             "the state directory's disk may be full",
         ) from None

@@ -171,12 +171,12 @@ def _copy_data(src: int, dst: int, size: int) -> None:
 
 
 def _error(path: str, e: OSError) -> SetupError:
-    return SetupError(
+    return SetupError.from_os(
+        e,
         f"cannot give {path} an inode of its own (it is also a hard link to a file outside "
         f"the writable roots): {e.strerror or e}",
-        operation="unshare",
-        path=path,
-        errno=e.errno,
+        "unshare",
+        path,
         hint="replace the link yourself (cp --remove-destination, or git clone --no-hardlinks), "
         "or make the other name's directory writable with --write DIR",
     )

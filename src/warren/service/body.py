@@ -15,6 +15,7 @@ from starlette.requests import Request
 
 from .. import wire
 from ..client import checks
+from ..client.transport import Command
 from ..names import check_name
 from ..output import DEFAULT_OUTPUT_LIMIT
 from .fields import Body
@@ -133,16 +134,11 @@ def offsets(out: int, err: int) -> tuple[int, int]:
         return checks.offset(out, "offset", "process"), checks.offset(err, "stderr_offset", "process")
 
 
-def command_args(data: Mapping[str, Any], op: str) -> tuple[list[str], dict[str, Any]]:
-    """argv and the keyword arguments of ``Transport.exec`` from a request body."""
+def command_of(data: Mapping[str, Any], op: str) -> Command:
+    """The command of a run, exec or spawn request from its body."""
     limit = int_field(data.get("output_limit"), "output_limit", DEFAULT_OUTPUT_LIMIT)
-    return checks.argv(data["argv"], op), {
-        "cwd": checks.cwd(data.get("cwd"), op),
-        "env": checks.env(data.get("env"), op),
-        "stdin": _stdin(data),
-        "timeout": checks.timeout(data.get("timeout"), op),
-        "output_limit": checks.limit(limit, op),
-    }
+    cwd, env, timeout = data.get("cwd"), data.get("env"), data.get("timeout")
+    return Command.checked(op, data["argv"], cwd, env, _stdin(data), timeout, limit)
 
 
 def flag(request: Request, key: str, default: bool = False) -> bool:

@@ -27,4 +27,4 @@ async def expose(svc: Service, request: Request) -> Response:
 
 async def net_log(svc: Service, request: Request) -> Response:
     events = await svc.call(svc.transport.net_log, name_of(request))
-    return JSONResponse({"events": [codec.net_event(e) for e in events]})
+    return JSONResponse({"events": [codec.encode(e) for e in events]})

@@ -5,6 +5,7 @@ SSE that resumes from offsets), signal one."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -16,7 +17,7 @@ from ..client import checks
 from ..errors import WarrenError
 from ..models import ProcessState
 from . import fields
-from .body import MAX_JSON, body, command_args, flag, json_body, name_of, offsets, query_int, stdin_json
+from .body import MAX_JSON, body, command_of, flag, json_body, name_of, offsets, query_int, stdin_json
 from .core import Service
 from .sse import chunk, event_stream, sse
 from .status import HttpError, bad_request, error_body
@@ -48,9 +49,8 @@ async def spawn(svc: Service, request: Request) -> Response:
             hint="true gives it a pipe: send data with POST .../processes/{id}/stdin",
         )
     with bad_request():
-        argv, args = command_args(data, "spawn")
-    args["stdin"] = stdin
-    spawn_id, pid = await svc.call(svc.transport.spawn, name, argv, **args)
+        command = dataclasses.replace(command_of(data, "spawn"), stdin_pipe=stdin)
+    spawn_id, pid = await svc.call(svc.transport.spawn, name, command)
     return JSONResponse({"id": spawn_id, "pid": pid}, status_code=201)
 
 
@@ -72,7 +72,7 @@ async def stdin(svc: Service, request: Request) -> Response:
 
 async def list_all(svc: Service, request: Request) -> Response:
     items = await svc.call(svc.transport.processes, name_of(request))
-    return JSONResponse({"processes": [codec.process(p) for p in items]})
+    return JSONResponse({"processes": [codec.encode(p) for p in items]})
 
 
 async def get(svc: Service, request: Request) -> Response:
