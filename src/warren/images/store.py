@@ -60,16 +60,13 @@ from typing import IO, Any
 
 from .._core import safepath
 from ..errors import ImageError, ImageInUse
-from . import unpack
+from . import holds, unpack
 from .config import DEFAULT_PATH, ImageInfo, oci_config, parse_config
+from .holds import HEX, RECORD_LIMIT, TMP, Holder
 from .ref import ImageConfig, ImageRef
 
 HINT = "warren image ls lists what is here; warren image build/import makes one"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
-_HEX = re.compile(r"[0-9a-f]{64}")
-_RECORD_LIMIT = 4 << 20
-_TMP = ".tmp-"
-_HOLD = re.compile(r"(sandbox|snapshot)-[0-9a-f]{1,64}\.json")
 
 Progress = Callable[[str, int, int | None], None]
 """Called as (label, bytes done, bytes in all or None) while a layer is read."""
@@ -97,7 +94,7 @@ def check_name(name: object) -> str:
 
 def hex_of(digest: object) -> str:
     """The hex of a "sha256:<hex>" digest; anything else is refused (it names a file)."""
-    if isinstance(digest, str) and digest.startswith("sha256:") and _HEX.fullmatch(digest[7:]):
+    if isinstance(digest, str) and digest.startswith("sha256:") and HEX.fullmatch(digest[7:]):
         return digest[7:]
     raise ImageError(
         f"not a sha256 digest: {str(digest)[:80]!r}",
@@ -119,16 +116,6 @@ class Lease:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.fds.clear()
-
-
-@dataclass(frozen=True)
-class Holder:
-    """A live hold on layers of the store: who (``what``) and which (diff id hexes)."""
-
-    key: str
-    what: str
-    image: str
-    layers: frozenset[str]
 
 
 @dataclass
@@ -195,7 +182,7 @@ class ImageStore:
     def _record(self, root: int, name: str) -> dict[str, Any]:
         check_name(name)
         try:
-            data = safepath.read_file(root, f"images/{name}.json", _RECORD_LIMIT)
+            data = safepath.read_file(root, f"images/{name}.json", RECORD_LIMIT)
         except FileNotFoundError:
             raise ImageError(
                 f"no image named {name!r}", operation="image", path=str(self.root / "images"), hint=HINT
@@ -222,7 +209,7 @@ class ImageStore:
 
     def _config(self, root: int, rec: dict[str, Any]) -> ImageConfig:
         try:
-            data = safepath.read_file(root, f"blobs/sha256/{hex_of(rec['id'])}", _RECORD_LIMIT)
+            data = safepath.read_file(root, f"blobs/sha256/{hex_of(rec['id'])}", RECORD_LIMIT)
             return parse_config(json.loads(data))
         except (OSError, ValueError) as e:
             raise ImageError(
@@ -323,7 +310,7 @@ class ImageStore:
             return Lease(ref, self._lock_layers(root, image, mine, holder))
 
     def _own_layer(self, path: Path) -> bool:
-        return path.parent == self.root / "layers" and bool(_HEX.fullmatch(path.name))
+        return path.parent == self.root / "layers" and bool(HEX.fullmatch(path.name))
 
     def _lock_layers(self, root: int, image: str, layers: Sequence[Path], holder: str | None) -> list[int]:
         fds: list[int] = []
@@ -333,7 +320,7 @@ class ImageStore:
                 fds.append(fd)
                 fcntl.flock(fd, fcntl.LOCK_SH)
             what = holder or f"process {os.getpid()}"
-            fds.append(self._put_hold(root, "sandbox-" + secrets.token_hex(8), what, image, layers, ""))
+            fds.append(holds.put(root, "sandbox-" + secrets.token_hex(8), what, image, layers, ""))
         except OSError as e:
             for fd in fds:
                 os.close(fd)
@@ -341,31 +328,6 @@ class ImageStore:
                 e, f"cannot hold the layers of image {image!r}", "image lease", hint=HINT
             ) from None
         return fds
-
-    def _put_hold(
-        self, root: int, key: str, what: str, image: str, layers: Sequence[Path], check: str
-    ) -> int:
-        """Write hold record ``key``, locked (shared) before it is in place; returns the
-        locked descriptor."""
-        with contextlib.suppress(FileExistsError):
-            os.mkdir("holds", 0o700, dir_fd=root)
-        holds = safepath.dir_beneath(root, "holds")
-        tmp = _TMP + secrets.token_hex(8)
-        try:
-            record = {"what": what, "image": image, "layers": [p.name for p in layers], "check": check}
-            fd = safepath.open_beneath(holds, tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-            try:
-                os.write(fd, json.dumps(record).encode())
-                fcntl.flock(fd, fcntl.LOCK_SH)
-                os.rename(tmp, f"{key}.json", src_dir_fd=holds, dst_dir_fd=holds)
-            except BaseException:
-                os.close(fd)
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp, dir_fd=holds)
-                raise
-            return fd
-        finally:
-            os.close(holds)
 
     def hold_for_snapshot(self, snap_id: str, snapshot_dir: str, image: str, layers: Sequence[Path]) -> None:
         """Keep this store's ``layers`` (of the image snapshot ``snap_id`` was taken on)
@@ -375,7 +337,7 @@ class ImageStore:
             return
         with self._locked(exclusive=False) as root:
             what = f"snapshot {snap_id}"
-            os.close(self._put_hold(root, f"snapshot-{snap_id}", what, image, mine, snapshot_dir))
+            os.close(holds.put(root, f"snapshot-{snap_id}", what, image, mine, snapshot_dir))
 
     def release_snapshot(self, snap_id: str) -> None:
         """Snapshot ``snap_id`` is gone: its hold goes, and the layers nothing else
@@ -390,45 +352,7 @@ class ImageStore:
     def holders(self) -> list[Holder]:
         """The live holds (stale records are skipped here, removed by ``gc``)."""
         with self._locked(exclusive=False) as root:
-            return [h for h, _stale in self._holds(root) if not _stale]
-
-    def _holds(self, root: int) -> list[tuple[Holder, bool]]:
-        """Every hold record, and whether its holder is gone."""
-        try:
-            holds = safepath.dir_beneath(root, "holds")
-        except FileNotFoundError:
-            return []
-        out: list[tuple[Holder, bool]] = []
-        try:
-            with os.scandir(holds) as entries:
-                names = sorted(e.name for e in entries)
-            for name in names:
-                if not _HOLD.fullmatch(name):
-                    continue
-                try:
-                    fd = safepath.open_beneath(holds, name, os.O_RDONLY)
-                except OSError:
-                    continue
-                try:
-                    rec = json.loads(os.read(fd, _RECORD_LIMIT))
-                    layers = frozenset(str(d) for d in rec["layers"] if _HEX.fullmatch(str(d)))
-                    holder = Holder(name[:-5], str(rec["what"]), str(rec["image"]), layers)
-                    if name.startswith("sandbox-"):
-                        try:
-                            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                            stale = True  # nobody holds it any more
-                        except BlockingIOError:
-                            stale = False
-                    else:
-                        stale = not os.path.isdir(str(rec["check"]))
-                except (OSError, ValueError, KeyError, TypeError):
-                    continue  # damaged: holds nothing
-                finally:
-                    os.close(fd)
-                out.append((holder, stale))
-        finally:
-            os.close(holds)
-        return out
+            return [h for h, _stale in holds.read_all(root) if not _stale]
 
     # -- adding ---------------------------------------------------------------------------
 
@@ -522,7 +446,7 @@ class ImageStore:
                 progress(f"{label} (already here)", src.size or 0, src.size)
             return src.diff_id, self._layer_size(root, src.diff_id)
         layers = safepath.dir_beneath(root, "layers")
-        tmp = _TMP + secrets.token_hex(8)
+        tmp = TMP + secrets.token_hex(8)
         try:
             os.mkdir(tmp, 0o700, dir_fd=layers)
             fd = safepath.dir_beneath(layers, tmp)
@@ -652,22 +576,6 @@ class ImageStore:
 
     # -- removing -------------------------------------------------------------------------
 
-    def _sweep_hold_temps(self, root: int) -> None:
-        """A hold record a crash left half written (the store lock is ours: nobody
-        writes one now)."""
-        try:
-            holds = safepath.dir_beneath(root, "holds")
-        except FileNotFoundError:
-            return
-        try:
-            with os.scandir(holds) as entries:
-                names = [e.name for e in entries if e.name.startswith(_TMP)]
-            for name in names:
-                with contextlib.suppress(OSError):
-                    os.unlink(name, dir_fd=holds)
-        finally:
-            os.close(holds)
-
     def remove(self, name: str, *, collect: bool = True, force: bool = False) -> list[str]:
         """Forget image ``name``; then collect what no image uses (the diff ids of the
         layers removed are returned). Refused (``ImageInUse``) when a sandbox or a
@@ -682,7 +590,7 @@ class ImageStore:
                         with contextlib.suppress(ImageError):
                             others.update(hex_of(d) for d in self._record(root, other)["layers"])
                 freed = {hex_of(d) for d in rec["layers"]} - others
-                users = [h for h, stale in self._holds(root) if not stale and h.layers & freed]
+                users = [h for h, stale in holds.read_all(root) if not stale and h.layers & freed]
                 if users:
                     raise ImageInUse(
                         f"image {name!r} is in use by " + ", ".join(h.what for h in users),
@@ -715,22 +623,22 @@ class ImageStore:
                 keep_blobs.add(hex_of(rec["id"]))
                 if "manifest" in rec:
                     keep_blobs.add(hex_of(rec["manifest"]))
-            for holder, stale in self._holds(root):
+            for holder, stale in holds.read_all(root):
                 if stale:
                     with contextlib.suppress(OSError):
                         safepath.unlink(root, f"holds/{holder.key}.json")
                 else:
                     keep_layers |= holder.layers
-            self._sweep_hold_temps(root)
+            holds.sweep_temps(root)
             layers = safepath.dir_beneath(root, "layers")
             try:
                 with os.scandir(layers) as entries:
                     present = [e.name for e in entries]
                 for entry in present:
-                    if entry.startswith(_TMP):
+                    if entry.startswith(TMP):
                         unpack.remove_tree(layers, entry)  # no import runs: the lock is ours
                         continue
-                    if entry in keep_layers or not _HEX.fullmatch(entry):
+                    if entry in keep_layers or not HEX.fullmatch(entry):
                         continue
                     fd = safepath.dir_beneath(layers, entry)
                     try:
@@ -750,7 +658,7 @@ class ImageStore:
                     present = [e.name for e in entries]
                 for entry in present:
                     base = entry.removesuffix(".size")
-                    if _HEX.fullmatch(base) and base not in keep_blobs and base not in keep_layers:
+                    if HEX.fullmatch(base) and base not in keep_blobs and base not in keep_layers:
                         if (
                             entry.endswith(".size")
                             and safepath.lstat_beneath(root, f"layers/{base}") is not None
