@@ -190,7 +190,7 @@ def _small_root(root: Path) -> Path:
 def test_a_template_naming_an_image_runs_the_sandbox_on_that_image(world: World, tmp_path: Path) -> None:
     from warren.images.store import ImageStore
 
-    ImageStore().import_rootfs("e2b-img", _small_root(tmp_path / "root"))
+    ImageStore().import_root("e2b-img", _small_root(tmp_path / "root"))
     sandbox = Sandbox.create(template="e2b-img")
     try:
         assert sandbox.get_info().template_id == "e2b-img"

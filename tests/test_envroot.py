@@ -555,7 +555,7 @@ def test_an_image_in_use_by_a_sandbox_or_a_snapshot_is_not_taken_from_under_them
     data = tmp_path / "data"
     monkeypatch.setenv("XDG_DATA_HOME", str(data))
     store = ImageStore(data / "warren" / "images")
-    layers = store.import_rootfs("small", image).layers
+    layers = store.import_root("small", image).layers
     name = f"held{os.getpid()}"
     with Sandbox.create(PolicySpec(image="small", workspace="none"), name=name) as a:
         with pytest.raises(ImageInUse, match=f"in use by sandbox {name}"):
