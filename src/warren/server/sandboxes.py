@@ -54,6 +54,7 @@ class Sandboxes:
         search_path: str | None,
         oneshot: bool,
         caller: CallerFacts | None = None,
+        ahead: bool = False,
     ) -> Box:
         """Launch a planned sandbox: its repositories' stores first (the lease is the
         box's from here on, released here when the launch fails), then PID 1."""
@@ -73,6 +74,7 @@ class Sandboxes:
             launched = launch.launch(
                 plan,
                 oneshot=oneshot,
+                ahead=ahead,
                 record_dir=self.cgroup_records,
                 tmp_records=self.tmp_records,
                 trust=secret[1] if secret is not None else None,

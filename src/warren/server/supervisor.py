@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import selectors
 import signal
 import socket
@@ -36,12 +37,15 @@ import sys
 import time
 
 from .. import protocol, wire
+from .._core import guard
 from ..errors import ProtocolError, SandboxError, SandboxExists, SetupError, WarrenError
 from . import (
+    ahead,
     clients,
     gitkeeper,
     handoff,
     links,
+    marks,
     peer,
     planning,
     registry,
@@ -98,6 +102,7 @@ class Supervisor:
         self.notes = clients.Notes()
         self.links = links.LinkScanner()
         self.planner = planning.Planner(root, self.links, self.git)
+        self.ahead = ahead.Pool()  # one-shot sandboxes booted for the next run of a request
         self.git_sync_at = 0.0
         if root is not None:
             self.links.load(os.path.join(root, LINKS_FILE))
@@ -186,6 +191,8 @@ class Supervisor:
         for box in list(self.sandboxes.boxes.values()):
             if box.idle_expired():
                 box.terminate()
+        for box in self.ahead.expired(now):
+            box.terminate()
         if self.stdin_pipes is not None:
             self.stdin_pipes.sweep()
 
@@ -400,6 +407,8 @@ class Supervisor:
         elif isinstance(msg, protocol.ShutdownRequest):
             # It exits once no sandbox is left: the caller hears which still hold it.
             self.shutdown = True
+            for box in self.ahead.expired(float("inf")):
+                box.terminate()
             self._reply(c, protocol.SandboxList(items=[self.sandboxes.info(n) for n in self.sandboxes.boxes]))
 
     def _stdin(self, c: Client, msg: protocol.StdinRequest, payload_len: int) -> None:
@@ -436,10 +445,81 @@ class Supervisor:
                 operation="decode",
             )
         caller = c.facts(msg.caller)
-        plan, git = self.planner.plan(msg.spec.to_mapping(), caller, msg.caller, msg.command.cwd)
-        box = self.sandboxes.launch(plan, git, "run", caller.env.get("PATH"), oneshot=True, caller=caller)
-        box.run = Run(c, msg.command, fds[:stdio], fds[stdio] if msg.net_events else None)
+        request = ahead.Request(
+            msg.spec.to_mapping(), caller, msg.caller, msg.command.cwd, caller.env.get("PATH")
+        )
+        run = Run(c, msg.command, fds[:stdio], fds[stdio] if msg.net_events else None)
+        box = self._booted_for(request, run) or self._launch_run(request, run)
+        if self.listener is not None and self.ahead.again(request.key(), time.monotonic()):
+            with open("/proc/self/cgroup") as f:
+                if ahead.lingers_anyway(caller.cgroups, f.read()):
+                    box.request = request  # once it is answered, the next one is booted
         c.box = box
+
+    def _launch_run(self, request: ahead.Request, run: Run) -> Box:
+        plan, git = self.planner.plan(request.spec, request.caller, request.msg_caller, request.cwd)
+        box = self.sandboxes.launch(
+            plan, git, "run", request.search_path, oneshot=True, caller=request.caller
+        )
+        box.run = run
+        return box
+
+    def _booted_for(self, request: ahead.Request, run: Run) -> Box | None:
+        """The sandbox booted ahead for this request, given ``run``, if the request
+        planned now gets exactly it (``ahead.fits``): at once when it is ready, else when
+        it is (``box_ready``). A stale one is stopped."""
+        booted = self.ahead.take(request.key())
+        if booted is None:
+            return None
+        plan, git, host = self.planner.plan_on(
+            request.spec, request.caller, request.msg_caller, request.cwd, scratch_id=booted.scratch_id
+        )
+        git.close()  # the booted sandbox holds its repositories' lease
+        box = booted.box
+        if not ahead.fits(booted, plan, host):
+            self.notes.log("ahead", "a sandbox booted ahead was not used: the request or the host changed")
+            box.terminate()
+            return None
+        # The host's own changes since the boot are not the sandbox's to be undone.
+        box.launched.guard = guard.snapshot(box.plan.guarded)
+        box.run = run
+        if booted.checked:
+            self._adopt(box)
+        else:
+            booted.waiting = request
+        return box
+
+    def _adopt(self, box: Box) -> None:
+        """A sandbox booted ahead takes its run's command, its repositories in step."""
+        box.booted = None
+        self.git.sync(box.git)
+        box.start_run()
+
+    def _boot_ahead(self, request: ahead.Request) -> None:
+        """After a run: the next sandbox for the same request, booted now."""
+        key = request.key()
+        if self.shutdown or self.ahead.get(key) is not None:
+            return
+        scratch_id = secrets.token_hex(12)
+        try:
+            plan, git, host = self.planner.plan_on(
+                request.spec, request.caller, request.msg_caller, request.cwd, scratch_id=scratch_id
+            )
+        except WarrenError:
+            return
+        if not ahead.eligible(plan):
+            git.close()
+            return
+        try:
+            box = self.sandboxes.launch(
+                plan, git, "run", request.search_path, oneshot=True, caller=request.caller, ahead=True
+            )
+        except WarrenError:
+            return
+        assert box.launched.marks is not None
+        box.booted = ahead.Booted(box, host, box.launched.marks, scratch_id)
+        for old in self.ahead.add(key, box.booted):
+            old.terminate()
 
     def _create(self, c: Client, msg: protocol.CreateRequest) -> None:
         assert self.registry is not None
@@ -487,10 +567,39 @@ class Supervisor:
                 box.ended(status)
 
     def box_ready(self, box: Box) -> None:
+        if box.booted is not None:
+            self._booted_ready(box, box.booted)
+            return
         if box.creator is not None:
             self.sandboxes.record_ready(box)
             creator, box.creator = box.creator, None
             self._reply(creator, self.sandboxes.info(box.name))
+
+    def _booted_ready(self, box: Box, booted: ahead.Booted) -> None:
+        """A sandbox booted ahead is ready: what PID 1 set up from must be what the
+        launch saw, or it is no copy of a fresh one (a run waiting for it launches one)."""
+        if marks.take(box.plan) == booted.marks:
+            booted.checked = True
+            if box.run is not None:
+                self._adopt(box)
+            return
+        self.ahead.forget(box)
+        run, box.run, box.booted = box.run, None, None
+        again, box.request = box.request, None
+        box.terminate()
+        request = booted.waiting
+        if run is not None and request is not None:
+            try:
+                fresh = self._launch_run(request, run)
+            except WarrenError as e:
+                for fd in [*run.stdio, *([run.events] if run.events is not None else [])]:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+                run.client.box = None
+                self._reply(run.client, protocol.error_message(e))
+                return
+            fresh.request = again
+            run.client.box = fresh
 
     def run_said(self, box: Box, msg: protocol.Message, fds: list[int]) -> None:
         run = box.run
@@ -508,11 +617,14 @@ class Supervisor:
 
     def box_ended(self, box: Box, status: int, repairs: list[str]) -> None:
         self.sandboxes.discard(box)
+        self.ahead.forget(box)
         if self.stdin_pipes is not None and not box.oneshot:
             self.stdin_pipes.close_sandbox(box.name)
         if box.run is not None:
             self._end_run(box, repairs)
             return
+        if box.oneshot:
+            return  # booted ahead, and never used
         if box.creator is not None:
             creator, box.creator = box.creator, None
             error = box.failure or SetupError(
@@ -552,6 +664,8 @@ class Supervisor:
         if run.exited is not None:
             run.exited.warnings = [*run.exited.warnings, *repairs]
             self._reply(client, run.exited)
+            if box.request is not None:
+                self._boot_ahead(box.request)
             return
         error = box.failure or SetupError(
             "the sandbox ended before its command reported",
