@@ -132,6 +132,31 @@ def test_a_run_with_other_flags_is_not_given_the_booted_sandbox(place: Place) ->
     assert booted not in out and "wrote" not in out
 
 
+def test_a_create_that_takes_a_booted_sandbox_gets_a_fresh_one_under_its_name(place: Place) -> None:
+    env = {"XDG_CACHE_HOME": str(place.cache)}
+    made = []
+    for i in range(3):
+        name = f"ahead{os.getpid()}-{i}"
+        if i == 2:
+            booted = place.booted()
+        assert run_cli(["create", name], cwd=place.ws, env=env).returncode == 0
+        made.append(name)
+        r = run_cli(
+            ["exec", name, "sh", "-c", 'echo "$TMPDIR"; ls -A /tmp; echo x > /tmp/left; pwd'],
+            cwd=place.ws,
+            env=env,
+        )
+        assert r.returncode == 0, r.stderr
+        tmpdir, *rest = r.stdout.splitlines()
+        assert rest == [str(place.ws)], "nothing left in /tmp by the sandboxes before; cwd the workspace"
+        if i == 2:
+            assert tmpdir == booted, "the third create took the sandbox booted for it"
+            listed = run_cli(["ls"], cwd=place.ws, env=env).stdout.splitlines()[1:]
+            assert [line.split()[0] for line in listed] == [name], "the booted one is listed as it"
+        assert run_cli(["rm", "-f", name], cwd=place.ws, env=env).returncode == 0
+    assert not os.path.lexists(booted), "its TMPDIR goes with it"
+
+
 # --- the pool's bookkeeping ------------------------------------------------------------------
 
 

@@ -41,6 +41,10 @@ from .box import Box
 IDLE = 20.0  # seconds unused before a sandbox booted ahead is stopped (its spare's too)
 MAX = 4  # sandboxes booted ahead at a time (the oldest is stopped for a new one)
 SEEN = 64  # requests remembered: one is booted ahead for only once it came again
+# Booted once the supervisor has had no connection for this long (seconds): booting takes
+# its loop for a few ms and a core for longer, which a command that is asked for meanwhile
+# should not wait on.
+QUIET = 0.02
 
 Key = tuple[object, ...]
 
@@ -54,12 +58,14 @@ class Request:
     msg_caller: protocol.Caller
     cwd: str | None
     search_path: str | None
+    long_lived: bool = False  # a create's (else a run's)
 
     def key(self) -> Key:
         """Where to look for a sandbox booted ahead: the request's own words. Whether it
         fits is the plan's and the host's to say (``fits``), not this key's."""
         c = self.caller
         return (
+            self.long_lived,
             c.uid,
             c.gid,
             c.cwd,
@@ -170,5 +176,5 @@ def fits(booted: Booted, plan: Plan, host: HostFacts) -> bool:
         and box.run is None
         and plan == box.plan
         and host == booted.host
-        and marks.take(plan) == booted.marks
+        and marks.still(booted.marks, marks.take(plan))
     )

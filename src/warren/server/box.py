@@ -111,6 +111,11 @@ class Box:
         self.sel.register(self.launched.control, _R, ("control", self))
 
     @property
+    def unused(self) -> bool:
+        """Booted ahead (``server.ahead``) and given to no run or creator."""
+        return self.booted is not None and self.run is None and self.creator is None
+
+    @property
     def pid(self) -> int:
         return self.launched.pid
 
@@ -402,7 +407,7 @@ class Box:
         self.active.clear()
         if self.paused is not None:
             pause.release(self.paused)
-        if self.oneshot and self.run is None:
+        if self.unused:
             # Booted ahead and never used: nothing of the sandbox ran, so whatever changed
             # the guarded directories since was the host's own doing, not to be undone.
             self.launched.guard = []

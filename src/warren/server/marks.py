@@ -23,6 +23,7 @@ from .._core import kernel
 from ..plan.model import MountKind, Plan
 
 Marks = tuple[tuple[str, object], ...]
+ENTRIES = "entries of "
 
 
 def paths_of(plan: Plan) -> list[str]:
@@ -50,8 +51,26 @@ def take(plan: Plan) -> Marks:
     """The marks of ``plan`` on this host now."""
     marks: list[tuple[str, object]] = [(path, _identity(path)) for path in paths_of(plan)]
     listed = {op.target for op in plan.mounts if op.kind is MountKind.MASK} | set(plan.guarded)
-    marks.extend((f"entries of {path}", _entries(path)) for path in sorted(listed))
+    marks.extend((ENTRIES + path, _entries(path)) for path in sorted(listed))
     return tuple(marks)
+
+
+def still(then: Marks, now: Marks) -> bool:
+    """Whether a sandbox set up from ``then`` is what one set up from ``now`` would be:
+    every path the same file, and every entry of a listed directory now one that was
+    there then (an entry gone since is gone for the sandbox too: the kernel detaches a
+    mount whose mount point is removed; one added since was never masked)."""
+    if len(then) != len(now):
+        return False
+    for (key, was), (key_now, is_) in zip(then, now, strict=True):
+        if key != key_now:
+            return False
+        if key.startswith(ENTRIES) and isinstance(was, tuple) and isinstance(is_, tuple):
+            if not set(is_) <= set(was):
+                return False
+        elif was != is_:
+            return False
+    return True
 
 
 def _identity(path: str) -> tuple[object, ...] | None:

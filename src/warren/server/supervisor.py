@@ -39,6 +39,7 @@ import time
 from .. import protocol, wire
 from .._core import guard
 from ..errors import ProtocolError, SandboxError, SandboxExists, SetupError, WarrenError
+from ..plan import CallerFacts
 from . import (
     ahead,
     clients,
@@ -103,6 +104,8 @@ class Supervisor:
         self.links = links.LinkScanner()
         self.planner = planning.Planner(root, self.links, self.git)
         self.ahead = ahead.Pool()  # one-shot sandboxes booted for the next run of a request
+        self.to_boot: dict[ahead.Key, ahead.Request] = {}  # booted once nothing else is asked
+        self.asked_at = 0.0  # the last connection accepted
         self.git_sync_at = 0.0
         if root is not None:
             self.links.load(os.path.join(root, LINKS_FILE))
@@ -122,7 +125,7 @@ class Supervisor:
             self.sel.register(self.listener, _R, ("accept", None))
         self.sel.register(self.wake_r, _R, ("wake", None))
         while True:
-            for key, mask in self.sel.select(0.25):
+            for key, mask in self.sel.select(ahead.QUIET if self.to_boot else 0.25):
                 kind, obj = key.data
                 try:
                     self._event(kind, obj, mask)
@@ -193,6 +196,10 @@ class Supervisor:
                 box.terminate()
         for box in self.ahead.expired(now):
             box.terminate()
+        if self.to_boot and not self.clients and now - self.asked_at >= ahead.QUIET:
+            # One at a time, while nobody waits: a boot holds this loop for a few ms.
+            key = next(iter(self.to_boot))
+            self._boot_ahead(self.to_boot.pop(key))
         if self.stdin_pipes is not None:
             self.stdin_pipes.sweep()
 
@@ -223,6 +230,7 @@ class Supervisor:
                 continue
             _pid, uid, gid = wire.peer_creds(sock)
             self.add_client(sock, uid, gid)
+            self.asked_at = time.monotonic()
 
     def _make_room(self) -> bool:
         for c in self.clients:
@@ -407,6 +415,7 @@ class Supervisor:
         elif isinstance(msg, protocol.ShutdownRequest):
             # It exits once no sandbox is left: the caller hears which still hold it.
             self.shutdown = True
+            self.to_boot.clear()
             for box in self.ahead.expired(float("inf")):
                 box.terminate()
             self._reply(c, protocol.SandboxList(items=[self.sandboxes.info(n) for n in self.sandboxes.boxes]))
@@ -449,11 +458,14 @@ class Supervisor:
             msg.spec.to_mapping(), caller, msg.caller, msg.command.cwd, caller.env.get("PATH")
         )
         run = Run(c, msg.command, fds[:stdio], fds[stdio] if msg.net_events else None)
-        box = self._booted_for(request, run) or self._launch_run(request, run)
-        if self.listener is not None and self.ahead.again(request.key(), time.monotonic()):
-            with open("/proc/self/cgroup") as f:
-                if ahead.lingers_anyway(caller.cgroups, f.read()):
-                    box.request = request  # once it is answered, the next one is booted
+        found = self._booted_for(request)
+        if found is None:
+            box = self._launch_run(request, run)
+        else:
+            box, booted = found
+            box.run = run
+            self._take(box, booted, request)
+        box.request = self._again(request, caller)  # once it is answered, the next one is booted
         c.box = box
 
     def _launch_run(self, request: ahead.Request, run: Run) -> Box:
@@ -464,15 +476,28 @@ class Supervisor:
         box.run = run
         return box
 
-    def _booted_for(self, request: ahead.Request, run: Run) -> Box | None:
-        """The sandbox booted ahead for this request, given ``run``, if the request
-        planned now gets exactly it (``ahead.fits``): at once when it is ready, else when
-        it is (``box_ready``). A stale one is stopped."""
+    def _launch_create(self, request: ahead.Request, name: str, creator: Client) -> Box:
+        plan, git = self.planner.plan(request.spec, request.caller, request.msg_caller, None, long_lived=True)
+        box = self.sandboxes.launch(
+            plan, git, name, request.search_path, oneshot=False, caller=request.caller
+        )
+        box.creator = creator
+        return box
+
+    def _booted_for(self, request: ahead.Request) -> tuple[Box, ahead.Booted] | None:
+        """The sandbox booted ahead for this request, if the request planned now gets
+        exactly it (``ahead.fits``); a stale one is stopped. The caller gives it its run
+        or its creator, then ``_take``."""
         booted = self.ahead.take(request.key())
         if booted is None:
             return None
         plan, git, host = self.planner.plan_on(
-            request.spec, request.caller, request.msg_caller, request.cwd, scratch_id=booted.scratch_id
+            request.spec,
+            request.caller,
+            request.msg_caller,
+            request.cwd,
+            long_lived=request.long_lived,
+            scratch_id=booted.scratch_id,
         )
         git.close()  # the booted sandbox holds its repositories' lease
         box = booted.box
@@ -482,28 +507,41 @@ class Supervisor:
             return None
         # The host's own changes since the boot are not the sandbox's to be undone.
         box.launched.guard = guard.snapshot(box.plan.guarded)
-        box.run = run
+        return box, booted
+
+    def _take(self, box: Box, booted: ahead.Booted, request: ahead.Request) -> None:
+        """Its run or creator given: used at once when it is ready, else once it is
+        (``_booted_ready``)."""
         if booted.checked:
             self._adopt(box)
         else:
             booted.waiting = request
-        return box
 
     def _adopt(self, box: Box) -> None:
-        """A sandbox booted ahead takes its run's command, its repositories in step."""
+        """A sandbox booted ahead takes its run's command, or becomes its creator's
+        sandbox; its repositories are brought in step first."""
         box.booted = None
         self.git.sync(box.git)
-        box.start_run()
+        if box.run is not None:
+            box.start_run()
+            return
+        box.created = box.last_active = time.time()
+        self.box_ready(box)
 
     def _boot_ahead(self, request: ahead.Request) -> None:
-        """After a run: the next sandbox for the same request, booted now."""
+        """After a run or a create: the next sandbox for the same request, booted now."""
         key = request.key()
         if self.shutdown or self.ahead.get(key) is not None:
             return
         scratch_id = secrets.token_hex(12)
         try:
             plan, git, host = self.planner.plan_on(
-                request.spec, request.caller, request.msg_caller, request.cwd, scratch_id=scratch_id
+                request.spec,
+                request.caller,
+                request.msg_caller,
+                request.cwd,
+                long_lived=request.long_lived,
+                scratch_id=scratch_id,
             )
         except WarrenError:
             return
@@ -512,7 +550,13 @@ class Supervisor:
             return
         try:
             box = self.sandboxes.launch(
-                plan, git, "run", request.search_path, oneshot=True, caller=request.caller, ahead=True
+                plan,
+                git,
+                f"ahead-{scratch_id}",
+                request.search_path,
+                oneshot=not request.long_lived,
+                caller=request.caller,
+                ahead=True,
             )
         except WarrenError:
             return
@@ -520,6 +564,14 @@ class Supervisor:
         box.booted = ahead.Booted(box, host, box.launched.marks, scratch_id)
         for old in self.ahead.add(key, box.booted):
             old.terminate()
+
+    def _again(self, request: ahead.Request, caller: CallerFacts) -> ahead.Request | None:
+        """``request`` if the next one like it is to be booted ahead (``ahead.Pool.again``,
+        ``ahead.lingers_anyway``), else None."""
+        if self.listener is None or not self.ahead.again(request.key(), time.monotonic()):
+            return None
+        with open("/proc/self/cgroup") as f:
+            return request if ahead.lingers_anyway(caller.cgroups, f.read()) else None
 
     def _create(self, c: Client, msg: protocol.CreateRequest) -> None:
         assert self.registry is not None
@@ -533,10 +585,20 @@ class Supervisor:
                 hint=f"use it (warren exec {name} CMD), or remove it first (warren rm -f {name})",
             )
         caller = c.facts(msg.caller)
-        plan, git = self.planner.plan(msg.spec.to_mapping(), caller, msg.caller, None, long_lived=True)
-        box = self.sandboxes.launch(plan, git, name, caller.env.get("PATH"), oneshot=False, caller=caller)
-        box.creator = c
+        request = ahead.Request(
+            msg.spec.to_mapping(), caller, msg.caller, None, caller.env.get("PATH"), long_lived=True
+        )
+        found = self._booted_for(request)
         c.deadline = None
+        if found is None:
+            box = self._launch_create(request, name, c)
+            box.request = self._again(request, caller)  # once it is ready, the next one is booted
+        else:
+            box, booted = found
+            self.sandboxes.adopt(box, name)
+            box.creator = c
+            box.request = self._again(request, caller)
+            self._take(box, booted, request)
 
     # --- stopping, and what the sandboxes tell (box.Waiter) ------------------------------------
 
@@ -574,32 +636,45 @@ class Supervisor:
             self.sandboxes.record_ready(box)
             creator, box.creator = box.creator, None
             self._reply(creator, self.sandboxes.info(box.name))
+            if box.request is not None:
+                self.to_boot[box.request.key()] = box.request
+                box.request = None
 
     def _booted_ready(self, box: Box, booted: ahead.Booted) -> None:
         """A sandbox booted ahead is ready: what PID 1 set up from must be what the
         launch saw, or it is no copy of a fresh one (a run waiting for it launches one)."""
-        if marks.take(box.plan) == booted.marks:
+        if marks.still(booted.marks, marks.take(box.plan)):
             booted.checked = True
-            if box.run is not None:
+            if booted.waiting is not None:
                 self._adopt(box)
             return
         self.ahead.forget(box)
-        run, box.run, box.booted = box.run, None, None
+        run, creator, box.run, box.creator = box.run, box.creator, None, None
         again, box.request = box.request, None
+        box.booted = booted  # still unused: nothing of its end is anyone's
         box.terminate()
         request = booted.waiting
-        if run is not None and request is not None:
-            try:
+        if request is None:
+            return
+        try:
+            if run is not None:
                 fresh = self._launch_run(request, run)
-            except WarrenError as e:
+                run.client.box = fresh
+            elif creator is not None:
+                fresh = self._launch_create(request, box.name, creator)
+            else:
+                return
+        except WarrenError as e:
+            if run is not None:
                 for fd in [*run.stdio, *([run.events] if run.events is not None else [])]:
                     with contextlib.suppress(OSError):
                         os.close(fd)
                 run.client.box = None
-                self._reply(run.client, protocol.error_message(e))
-                return
-            fresh.request = again
-            run.client.box = fresh
+            waiting = run.client if run is not None else creator
+            assert waiting is not None
+            self._reply(waiting, protocol.error_message(e))
+            return
+        fresh.request = again
 
     def run_said(self, box: Box, msg: protocol.Message, fds: list[int]) -> None:
         run = box.run
@@ -618,13 +693,13 @@ class Supervisor:
     def box_ended(self, box: Box, status: int, repairs: list[str]) -> None:
         self.sandboxes.discard(box)
         self.ahead.forget(box)
+        if box.unused:
+            return  # booted ahead, and never used: nobody to tell, nothing recorded
         if self.stdin_pipes is not None and not box.oneshot:
             self.stdin_pipes.close_sandbox(box.name)
         if box.run is not None:
             self._end_run(box, repairs)
             return
-        if box.oneshot:
-            return  # booted ahead, and never used
         if box.creator is not None:
             creator, box.creator = box.creator, None
             error = box.failure or SetupError(
@@ -665,7 +740,7 @@ class Supervisor:
             run.exited.warnings = [*run.exited.warnings, *repairs]
             self._reply(client, run.exited)
             if box.request is not None:
-                self._boot_ahead(box.request)
+                self.to_boot[box.request.key()] = box.request
             return
         error = box.failure or SetupError(
             "the sandbox ended before its command reported",
