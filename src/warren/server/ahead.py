@@ -41,10 +41,10 @@ from .box import Box
 IDLE = 20.0  # seconds unused before a sandbox booted ahead is stopped (its spare's too)
 MAX = 4  # sandboxes booted ahead at a time (the oldest is stopped for a new one)
 SEEN = 64  # requests remembered: one is booted ahead for only once it came again
-# Booted once the supervisor has had no connection for this long (seconds): booting takes
-# its loop for a few ms and a core for longer, which a command that is asked for meanwhile
-# should not wait on.
-QUIET = 0.02
+# Booted once the supervisor has had no connection, and no exec has ended, for this long
+# (seconds), with no exec running: booting takes its loop for a few ms and a core for
+# longer, which a command asked for meanwhile should not wait on.
+QUIET = 0.005
 
 Key = tuple[object, ...]
 

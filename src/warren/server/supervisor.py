@@ -105,7 +105,7 @@ class Supervisor:
         self.planner = planning.Planner(root, self.links, self.git)
         self.ahead = ahead.Pool()  # one-shot sandboxes booted for the next run of a request
         self.to_boot: dict[ahead.Key, ahead.Request] = {}  # booted once nothing else is asked
-        self.asked_at = 0.0  # the last connection accepted
+        self.asked_at = 0.0  # the last connection accepted or let go, or exec ended
         self.git_sync_at = 0.0
         if root is not None:
             self.links.load(os.path.join(root, LINKS_FILE))
@@ -158,6 +158,7 @@ class Supervisor:
             assert isinstance(obj, tuple)
             box, fd = obj
             box.exec_ended(fd)
+            self.asked_at = time.monotonic()
         elif kind == "stdin":
             assert isinstance(obj, stdin.Pipe) and self.stdin_pipes is not None
             self.stdin_pipes.flush(obj)
@@ -196,7 +197,7 @@ class Supervisor:
                 box.terminate()
         for box in self.ahead.expired(now):
             box.terminate()
-        if self.to_boot and not self.clients and now - self.asked_at >= ahead.QUIET:
+        if self.to_boot and now - self.asked_at >= ahead.QUIET and self._quiet():
             # One at a time, while nobody waits: a boot holds this loop for a few ms.
             key = next(iter(self.to_boot))
             self._boot_ahead(self.to_boot.pop(key))
@@ -263,6 +264,7 @@ class Supervisor:
         if c not in self.clients:
             return
         self.clients.pop(c, None)
+        self.asked_at = time.monotonic()
         with contextlib.suppress(KeyError, ValueError):
             self.sel.unregister(c.sock)
         c.inbox.close_fds()
@@ -527,6 +529,14 @@ class Supervisor:
             return
         box.created = box.last_active = time.time()
         self.box_ready(box)
+
+    def _quiet(self) -> bool:
+        """No exec runs and no client waits for anything but a sandbox to stop: booting
+        one ahead now holds up nobody's command."""
+        stopping = {c for box in self.sandboxes.boxes.values() for c in box.stoppers}
+        return all(c in stopping for c in self.clients) and not any(
+            box.active for box in self.sandboxes.boxes.values()
+        )
 
     def _boot_ahead(self, request: ahead.Request) -> None:
         """After a run or a create: the next sandbox for the same request, booted now."""
