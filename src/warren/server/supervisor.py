@@ -460,6 +460,7 @@ class Supervisor:
             msg.spec.to_mapping(), caller, msg.caller, msg.command.cwd, caller.env.get("PATH")
         )
         run = Run(c, msg.command, fds[:stdio], fds[stdio] if msg.net_events else None)
+        began = time.process_time()
         found = self._booted_for(request)
         if found is None:
             box = self._launch_run(request, run)
@@ -467,7 +468,7 @@ class Supervisor:
             box, booted = found
             box.run = run
             self._take(box, booted, request)
-        box.request = self._again(request, caller)  # once it is answered, the next one is booted
+        box.request = self._again(request, caller, began)  # once it is answered, the next one is booted
         c.box = box
 
     def _launch_run(self, request: ahead.Request, run: Run) -> Box:
@@ -575,10 +576,13 @@ class Supervisor:
         for old in self.ahead.add(key, box.booted):
             old.terminate()
 
-    def _again(self, request: ahead.Request, caller: CallerFacts) -> ahead.Request | None:
+    def _again(self, request: ahead.Request, caller: CallerFacts, began: float) -> ahead.Request | None:
         """``request`` if the next one like it is to be booted ahead (``ahead.Pool.again``,
-        ``ahead.lingers_anyway``), else None."""
+        ``ahead.lingers_anyway``; planned and launched within ``ahead.SLOW`` of this
+        process's CPU time since ``began``), else None."""
         if self.listener is None or not self.ahead.again(request.key(), time.monotonic()):
+            return None
+        if time.process_time() - began > ahead.SLOW:
             return None
         with open("/proc/self/cgroup") as f:
             return request if ahead.lingers_anyway(caller.cgroups, f.read()) else None
@@ -598,16 +602,17 @@ class Supervisor:
         request = ahead.Request(
             msg.spec.to_mapping(), caller, msg.caller, None, caller.env.get("PATH"), long_lived=True
         )
+        began = time.process_time()
         found = self._booted_for(request)
         c.deadline = None
         if found is None:
             box = self._launch_create(request, name, c)
-            box.request = self._again(request, caller)  # once it is ready, the next one is booted
+            box.request = self._again(request, caller, began)  # once it is ready, the next one is booted
         else:
             box, booted = found
             self.sandboxes.adopt(box, name)
             box.creator = c
-            box.request = self._again(request, caller)
+            box.request = self._again(request, caller, began)
             self._take(box, booted, request)
 
     # --- stopping, and what the sandboxes tell (box.Waiter) ------------------------------------
