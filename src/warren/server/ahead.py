@@ -1,10 +1,11 @@
-"""One-shot sandboxes booted ahead: after a ``run``, the supervisor boots the next
-sandbox for the same request, so that the next such run takes the exec path (a ready
-PID 1 and its spare helper) instead of a launch.
+"""Sandboxes booted ahead: after a ``run`` (or a ``create``), the supervisor boots the
+next sandbox for the same request, so that the next such run takes the exec path (a
+ready PID 1 and its spare helper) instead of a launch, and the next create answers as
+soon as it is checked.
 
-A sandbox booted ahead serves at most one run, as a fresh one does, so it is new to its
-command by construction: its /tmp and TMPDIR were made empty at its launch and nothing
-ran in it. What makes it *the same* sandbox the run would have got is checked at the
+A sandbox booted ahead serves at most one run or create, as a fresh one does, so it is
+new to its command by construction: its /tmp and TMPDIR were made empty at its launch
+and nothing ran in it. What makes it *the same* sandbox the run would have got is checked at the
 run, never assumed:
 
 - the request is planned again, as every run is, with the sandbox's own TMPDIR name,
@@ -19,7 +20,8 @@ run, never assumed:
 
 Anything else is a miss: the stale sandbox is stopped and the run launches a fresh one.
 Only plain requests are booted ahead (namespaces usable, no network or network open, no
-secrets, no image), from their second run within ``IDLE`` seconds on, and only for a
+secrets, no image), from their second run within ``IDLE`` seconds on, whose planning is
+quick (``SLOW``), while the supervisor has nothing else to do (``QUIET``), and only for a
 caller in whose cgroups the supervisor itself is (``lingers_anyway``: what is booted
 counts against the caller's groups after its run returned); one per request, stopped
 after ``IDLE`` seconds unused, at most ``MAX`` in all. Pure bookkeeping here: the
