@@ -186,7 +186,10 @@ def main() -> None:
     ap.add_argument("--real", action="store_true", help="also measure in a real project's workspace")
     ap.add_argument("--phases", action="store_true", help="split a CLI command's time into phases")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="warren-bench-", dir="/var/tmp") as tmp:
+    # The supervisor may still be stopping sandboxes booted ahead when its state goes.
+    with tempfile.TemporaryDirectory(
+        prefix="warren-bench-", dir="/var/tmp", ignore_cleanup_errors=True
+    ) as tmp:
         base = Path(tmp)
         os.environ["XDG_STATE_HOME"] = str(base / "state")
         empty = base / "ws"

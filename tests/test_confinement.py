@@ -210,8 +210,9 @@ def test_proc_shows_only_sandbox_processes(layout: Layout) -> None:
     pids = json.loads(r.stdout)
     # PID 1 (its broker's thread and the broker's kept worker took pids 2 and 3), the
     # exec helper, the command; in a long-lived sandbox also the helper and the
-    # command's process forked ahead of the next exec. Nothing of the host's.
-    assert pids == [1, *range(4, len(pids) + 3)] and len(pids) <= 6, pids
+    # command's process forked ahead of the next exec (a sandbox booted ahead may have
+    # let a spare go and forked another, a few pids on). Nothing of the host's.
+    assert pids[0] == 1 and all(4 <= p < 32 for p in pids[1:]) and len(pids) <= 6, pids
     assert os.getpid() not in pids or os.getpid() <= 4
 
 

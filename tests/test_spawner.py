@@ -97,7 +97,9 @@ def test_a_killed_spawner_is_replaced_and_sandboxes_keep_starting(box: Sandbox, 
         assert (r.exit_code, r.stdout) == (0, b"fine\n")
         assert box.exec(["true"]).exit_code == 0  # the first sandbox never noticed
         assert spawner not in _spawners(sup) and len(_spawners(sup)) == 1
-        assert len(_pid1(sup)) == 2
+        # Both PID 1s are the supervisor's children (a third may be one booted ahead for
+        # the next create of this spec: server.ahead).
+        assert {box.pid1, second.pid1} <= set(_pid1(sup))
     finally:
         second.remove()
 

@@ -508,6 +508,22 @@ def sethostname(name: str) -> None:
     _check(_libc.sethostname(raw, ctypes.c_size_t(len(raw))), "sethostname")
 
 
+_name_to_handle_at = _libc.name_to_handle_at
+_MAX_HANDLE_SZ = 128
+
+
+def name_to_handle_at(path: str, flags: int = 0) -> bytes:
+    """The filesystem's handle of ``path`` (type and bytes; a final link is not
+    followed unless ``flags`` says AT_SYMLINK_FOLLOW)."""
+    buf = ctypes.create_string_buffer(8 + _MAX_HANDLE_SZ)
+    struct.pack_into("=Ii", buf, 0, _MAX_HANDLE_SZ, 0)
+    mount_id = ctypes.c_int(0)
+    r = _name_to_handle_at(ctypes.c_int(AT_FDCWD), _b(path), buf, ctypes.byref(mount_id), ctypes.c_int(flags))
+    _check(r, "name_to_handle_at", path)
+    size, kind = struct.unpack_from("=Ii", buf, 0)
+    return struct.pack("=i", kind) + buf.raw[8 : 8 + size]
+
+
 def close_range(first: int, last: int, flags: int = 0) -> None:
     if first > last:
         return

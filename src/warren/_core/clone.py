@@ -52,18 +52,25 @@ _spawner: spawner.Spawner | None = None
 
 
 def start_pid1(
-    plan: Plan, control: socket.socket, *, oneshot: bool, cgroup_tasks: list[tuple[str, int]] | None = None
+    plan: Plan,
+    control: socket.socket,
+    *,
+    oneshot: bool,
+    cgroup_tasks: list[tuple[str, int]] | None = None,
+    ahead: bool = False,
 ) -> int:
     """Clone PID 1 for ``plan``; ``control`` is the child's end of its channel to the
     caller (the caller closes its copy). Returns PID 1's pid as the caller sees it.
     ``cgroup_tasks`` (``cgroups.open_tasks``): PID 1 enters these cgroups before it
     does anything else, so nothing it forks escapes them; the caller closes its copies.
+    ``ahead``: a one-shot sandbox booted before its command is known (``server.ahead``):
+    PID 1 forks its spare helper at once, as a long-lived sandbox's does.
 
     The clone happens in the spawner (``spawner``: PID 1s then share their pages), and
     here only if no spawner can be had."""
     global _spawner
     tasks = cgroup_tasks or []
-    request = spawner.Request(plan, oneshot, [path for path, _fd in tasks])
+    request = spawner.Request(plan, oneshot, [path for path, _fd in tasks], ahead)
     fds = [control.fileno(), *(fd for _path, fd in tasks)]
     for _attempt in range(2):
         try:
@@ -77,7 +84,7 @@ def start_pid1(
                 _spawner.close()
             _spawner = None  # it died: the next one is forked now
     try:
-        return _clone(plan, control, oneshot, tasks, 0)
+        return _clone(plan, control, oneshot, tasks, 0, ahead)
     except OSError as e:
         raise _cannot_clone(e) from None
 
@@ -93,10 +100,10 @@ def _cannot_clone(e: OSError) -> SetupError:
 
 
 def _clone_in_spawner(
-    plan: object, control: socket.socket, oneshot: bool, tasks: list[tuple[str, int]]
+    plan: object, control: socket.socket, oneshot: bool, tasks: list[tuple[str, int]], ahead: bool
 ) -> int:
     assert isinstance(plan, Plan)
-    return _clone(plan, control, oneshot, tasks, _sys.CLONE_PARENT)
+    return _clone(plan, control, oneshot, tasks, _sys.CLONE_PARENT, ahead)
 
 
 def preload() -> None:
@@ -111,7 +118,12 @@ def preload() -> None:
 
 
 def _clone(
-    plan: Plan, control: socket.socket, oneshot: bool, tasks: list[tuple[str, int]], flags: int
+    plan: Plan,
+    control: socket.socket,
+    oneshot: bool,
+    tasks: list[tuple[str, int]],
+    flags: int,
+    ahead: bool = False,
 ) -> int:
     """The clone itself; ``flags`` adds CLONE_PARENT in the spawner."""
     from . import pid1
@@ -145,7 +157,7 @@ def _clone(
 
                 _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
                 resource.setrlimit(resource.RLIMIT_NOFILE, (min(sandbox_nofile, hard), hard))
-            code = pid1.main(plan, control, oneshot=oneshot)
+            code = pid1.main(plan, control, oneshot=oneshot, ahead=ahead)
         finally:
             os._exit(code)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGUSR1})

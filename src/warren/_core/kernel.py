@@ -58,3 +58,13 @@ def join_namespaces(user_ns: int, mount_ns: int) -> None:
     unprivileged caller."""
     _sys.setns(user_ns, _sys.CLONE_NEWUSER)
     _sys.setns(mount_ns, _sys.CLONE_NEWNS)
+
+
+def file_handle(path: str) -> bytes | None:
+    """The filesystem's handle of ``path`` itself (a link is not followed): it tells a
+    file from a later one given the same inode number (ext4, xfs and btrfs put the
+    inode's generation in it). None where the filesystem has none (or ``path`` is gone)."""
+    try:
+        return _sys.name_to_handle_at(path)
+    except OSError:
+        return None

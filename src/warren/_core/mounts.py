@@ -83,7 +83,12 @@ def _mask(directory: str, keep: tuple[str, ...]) -> None:
         path = f"{directory.rstrip('/')}/{name}"
         if os.path.islink(path):
             continue  # a symlink cannot be a mount point; Landlock denies replacing it
-        fd = _clone(path)
+        try:
+            fd = _clone(path)
+        except FileNotFoundError:
+            # Gone since it was listed (another sandbox's TMPDIR removed as it ended):
+            # nothing to mask, as for an entry made after this sandbox's setup.
+            continue
         try:
             _sys.mount_setattr(fd, _HIDE_ATTRS, 0, True)
         except OSError:

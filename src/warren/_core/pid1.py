@@ -46,8 +46,9 @@ SPARE_IDLE = 20.0  # seconds without a request before the spare helper is let go
 INLINE_REPLY_MAX = 64 * 1024  # what PID 1 writes to a client itself: its buffer takes it at once
 
 
-def main(plan: Plan, control: socket.socket, *, oneshot: bool) -> int:
-    """Run as the freshly cloned PID 1; returns its exit code."""
+def main(plan: Plan, control: socket.socket, *, oneshot: bool, ahead: bool = False) -> int:
+    """Run as the freshly cloned PID 1; returns its exit code. ``ahead``: a one-shot
+    sandbox booted before its command is known, whose spare helper is forked at once."""
     kernel.die_with_parent()
     # The parent is outside this pid namespace (getppid() is 0): a hung-up channel
     # means it died before the parent-death signal was armed.
@@ -88,7 +89,7 @@ def main(plan: Plan, control: socket.socket, *, oneshot: bool) -> int:
     wire.send(control, protocol.Ready(), fds=ns + layer)
     for fd in ns + layer:
         os.close(fd)
-    return Init(plan, control, ruleset, oneshot, broker, helpers).serve()
+    return Init(plan, control, ruleset, oneshot, broker, helpers, ahead).serve()
 
 
 def _proxy_on_host(plan: Plan, control: socket.socket) -> None:
@@ -128,8 +129,10 @@ class Init:
         oneshot: bool,
         broker: Broker | None,
         helpers: set[int],
+        ahead: bool = False,
     ) -> None:
         self.plan = plan
+        self.ahead = ahead
         self.broker = broker
         self.control = control
         self.ruleset = ruleset
@@ -157,7 +160,7 @@ class Init:
         poller = select.poll()
         poller.register(self.control, select.POLLIN)
         poller.register(self.wake_r, select.POLLIN)
-        if not self.oneshot and self.stopping is None:
+        if (self.ahead or not self.oneshot) and self.stopping is None:
             self._try_spare()
         while True:
             timeout: float | None = None

@@ -37,11 +37,11 @@ MAX_FDS = 16  # the control channel and one cgroup tasks file per controller
 class Request:
     """What one clone needs besides its descriptors (which travel beside it)."""
 
-    def __init__(self, plan: object, oneshot: bool, cgroups: list[str]) -> None:
-        self.plan, self.oneshot, self.cgroups = plan, oneshot, cgroups
+    def __init__(self, plan: object, oneshot: bool, cgroups: list[str], ahead: bool = False) -> None:
+        self.plan, self.oneshot, self.cgroups, self.ahead = plan, oneshot, cgroups, ahead
 
 
-Clone = Callable[[object, socket.socket, bool, list[tuple[str, int]]], int]
+Clone = Callable[[object, socket.socket, bool, list[tuple[str, int]], bool], int]
 
 
 class Spawner:
@@ -117,7 +117,7 @@ def _serve(sock: socket.socket, clone: Clone) -> NoReturn:
                     list(zip(request.cgroups, fds[1:], strict=True)),
                 )
                 try:
-                    value = clone(request.plan, control, request.oneshot, tasks)
+                    value = clone(request.plan, control, request.oneshot, tasks, request.ahead)
                 except OSError as e:
                     value = -(e.errno or 5)
                 finally:

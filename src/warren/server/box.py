@@ -30,6 +30,7 @@ from . import boxnet, follow, gitkeeper, launch, pause
 if TYPE_CHECKING:
     from ..net.intercept import Interception
     from ..net.pasta import Pasta
+    from .ahead import Booted, Request
     from .clients import Client
 
 STOP_KILL_AFTER = 3.0  # after SIGTERM, PID 1's grace (2 s) and a margin
@@ -100,12 +101,19 @@ class Box:
     last_active: float = field(default_factory=time.time)  # a request reached it, or an exec ended
     active: set[int] = field(default_factory=set)  # read ends of running execs' "active" pipes
     stopped_why: str = ""  # the supervisor stopped it on its own (idle timeout)
+    request: Request | None = None  # a run's request, to boot the next one ahead (server.ahead)
+    booted: Booted | None = None  # booted ahead and not yet checked ready or adopted (server.ahead)
 
     def __post_init__(self) -> None:
         self.inbox = wire.Inbox(self.launched.control)
         self.outbox = wire.Outbox(self.launched.control)
         self.roots = follow.identities(self.plan)
         self.sel.register(self.launched.control, _R, ("control", self))
+
+    @property
+    def unused(self) -> bool:
+        """Booted ahead (``server.ahead``) and given to no run or creator."""
+        return self.booted is not None and self.run is None and self.creator is None
 
     @property
     def pid(self) -> int:
@@ -186,22 +194,27 @@ class Box:
             with contextlib.suppress(KeyError, ValueError):
                 self.sel.unregister(self.pasta.pidfd)
         self.ready = True
-        if self.run is not None:
-            run = self.run
-            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-            request = protocol.ExecRequest(sandbox=self.id, command=run.command)
-            counters = self.launched.counters
-            self.send(
-                protocol.Handoff(request=request, extra=[name for name, _fd in counters]),
-                [theirs.fileno(), *run.stdio, *(fd for _name, fd in counters)],
-            )
-            theirs.close()
-            for fd in run.stdio:
-                os.close(fd)
-            run.stdio = []
-            run.relay, run.relay_inbox, run.relay_outbox = ours, wire.Inbox(ours), wire.Outbox(ours)
-            self.sel.register(ours, _R, ("relay", self))
+        if self.run is not None and self.booted is None:
+            self.start_run()
         self.waiter.box_ready(self)
+
+    def start_run(self) -> None:
+        """Hand the run's command to PID 1 (once it is ready), and follow it."""
+        run = self.run
+        assert run is not None and self.ready
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        request = protocol.ExecRequest(sandbox=self.id, command=run.command)
+        counters = self.launched.counters
+        self.send(
+            protocol.Handoff(request=request, extra=[name for name, _fd in counters]),
+            [theirs.fileno(), *run.stdio, *(fd for _name, fd in counters)],
+        )
+        theirs.close()
+        for fd in run.stdio:
+            os.close(fd)
+        run.stdio = []
+        run.relay, run.relay_inbox, run.relay_outbox = ours, wire.Inbox(ours), wire.Outbox(ours)
+        self.sel.register(ours, _R, ("relay", self))
 
     # --- a one-shot run's relay ------------------------------------------------------------
 
@@ -394,4 +407,8 @@ class Box:
         self.active.clear()
         if self.paused is not None:
             pause.release(self.paused)
+        if self.unused:
+            # Booted ahead and never used: nothing of the sandbox ran, so whatever changed
+            # the guarded directories since was the host's own doing, not to be undone.
+            self.launched.guard = []
         self.waiter.box_ended(self, status, launch.restore(self.launched))

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from .._core import cgroups, clone, guard, safepath
 from ..errors import SetupError
 from ..plan.model import Plan
-from . import boxsecrets, unshare
+from . import boxsecrets, marks, unshare
 
 TMP_RECORD_PREFIX = "tmpdir-"
 
@@ -48,17 +48,20 @@ class Launched:
     # helper gets them (it reads them before and after its command)
     counters: list[tuple[str, int]] = field(default_factory=list)
     trust_bundle: str | None = None  # written for secrets (server.boxsecrets), removed at the end
+    marks: marks.Marks | None = None  # booted ahead: the host as PID 1 is cloned to set up from
 
 
 def launch(
     plan: Plan,
     *,
     oneshot: bool,
+    ahead: bool = False,
     record_dir: str | None = None,
     tmp_records: str | None = None,
     trust: bytes | None = None,
 ) -> Launched:
-    """``record_dir``: where the sandbox's cgroups are listed until removed (so a
+    """``ahead``: a one-shot sandbox booted before its command is known (``ahead``);
+    ``record_dir``: where the sandbox's cgroups are listed until removed (so a
     crashed supervisor's successor finds them: ``cgroups.sweep``); ``tmp_records``:
     the same for its TMPDIR (``sweep_scratch``); ``trust``: the trust bundle to write at
     ``plan.net.trust_bundle`` (secrets)."""
@@ -102,9 +105,11 @@ def launch(
     try:
         # The sandbox's own groups, and the caller's own where it gets none (``joins``).
         tasks = _open_tasks([*groups, *(plan.limits.joins if plan.limits else ())])
+        # Once everything warren makes for the sandbox is made, just before the clone.
+        taken = marks.take(plan) if ahead else None
         # PID 1 enters its cgroups first thing: everything in the sandbox descends
         # from it, inside them.
-        pid = clone.start_pid1(plan, theirs, oneshot=oneshot, cgroup_tasks=tasks)
+        pid = clone.start_pid1(plan, theirs, oneshot=oneshot, cgroup_tasks=tasks, ahead=ahead)
     except BaseException:
         ours.close()
         cgroups.remove(groups, record_dir)
@@ -116,7 +121,9 @@ def launch(
         for _path, fd in tasks:
             os.close(fd)
     counters = cgroups.counter_files(groups, plan.limits.counters) if plan.limits else []
-    return Launched(pid, os.pidfd_open(pid), ours, states, scratch, groups, record_dir, counters, bundle)
+    return Launched(
+        pid, os.pidfd_open(pid), ours, states, scratch, groups, record_dir, counters, bundle, taken
+    )
 
 
 def _open_tasks(groups: list[str]) -> list[tuple[str, int]]:

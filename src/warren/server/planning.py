@@ -121,6 +121,23 @@ class Planner:
         """The plan, and the repositories found for its launch. ``long_lived``:
         commands start in the workspace (not wherever the sandbox happened to be
         created from). ``dry``: only to show (``warren plan``)."""
+        plan, git, _host = self.plan_on(spec_map, caller, msg_caller, cwd, long_lived=long_lived, dry=dry)
+        return plan, git
+
+    def plan_on(
+        self,
+        spec_map: dict[str, object],
+        caller: CallerFacts,
+        msg_caller: protocol.Caller,
+        cwd: str | None,
+        *,
+        long_lived: bool = False,
+        dry: bool = False,
+        scratch_id: str | None = None,
+    ) -> tuple[Plan, gitkeeper.Found, HostFacts]:
+        """``plan``, with the host facts it was made from; ``scratch_id``: the random
+        part of the TMPDIR's name (fresh unless given: ``ahead`` plans a run again with
+        the name of the sandbox booted for it)."""
         policy = resolve(spec_map, caller, msg_caller)
         state_dir = self.root or statedir.location(caller.env)
         host, git = host_facts(
@@ -137,7 +154,7 @@ class Planner:
                 host,
                 caller,
                 cwd=("/workspace" if image else str(policy.workspace)) if long_lived else cwd,
-                scratch_id=secrets.token_hex(12),
+                scratch_id=scratch_id or secrets.token_hex(12),
                 image=image,
                 secret_nonce=secrets.token_hex(16),
                 # Beneath warren's state directory (hidden in every sandbox), a fresh name.
@@ -156,7 +173,7 @@ class Planner:
             raise
         if not plan.namespaces and not dry:
             plan = _notice_once(plan, state_dir)
-        return plan, git
+        return plan, git, host
 
 
 DEGRADED_NOTICE = "degraded-noticed"

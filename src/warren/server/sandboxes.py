@@ -54,6 +54,7 @@ class Sandboxes:
         search_path: str | None,
         oneshot: bool,
         caller: CallerFacts | None = None,
+        ahead: bool = False,
     ) -> Box:
         """Launch a planned sandbox: its repositories' stores first (the lease is the
         box's from here on, released here when the launch fails), then PID 1."""
@@ -73,6 +74,7 @@ class Sandboxes:
             launched = launch.launch(
                 plan,
                 oneshot=oneshot,
+                ahead=ahead,
                 record_dir=self.cgroup_records,
                 tmp_records=self.tmp_records,
                 trust=secret[1] if secret is not None else None,
@@ -92,26 +94,35 @@ class Sandboxes:
             waiter=self.waiter,
             keeper=self.keeper,
             git=lease,
-            home=None if oneshot or self.root is None else statedir.sandbox_dir(self.root, name),
+            home=None if oneshot or ahead or self.root is None else statedir.sandbox_dir(self.root, name),
             search_path=search_path,
             image_lease=image_lease,
             intercept=secret[0] if secret is not None else None,
         )
-        self.add(box)
+        self.add(box, ahead)
         return box
 
-    def add(self, box: Box) -> None:
+    def add(self, box: Box, ahead: bool = False) -> None:
+        """``ahead``: booted for a create to come, held beside the one-shot ones (by id,
+        nameless to every request) until it is given its name (``adopt``)."""
         self.by_pid[box.pid] = box
-        if box.oneshot:
+        if box.oneshot or ahead:
             self.oneshots[box.id] = box
         else:
             self.boxes[box.name] = box
 
+    def adopt(self, box: Box, name: str) -> None:
+        """A long-lived sandbox booted ahead becomes sandbox ``name``."""
+        self.oneshots.pop(box.id, None)
+        box.name = name
+        if self.root is not None:
+            box.home = statedir.sandbox_dir(self.root, name)
+        self.boxes[name] = box
+
     def discard(self, box: Box) -> None:
-        if box.oneshot:
-            self.oneshots.pop(box.id, None)
-        else:
-            self.boxes.pop(box.name, None)
+        self.oneshots.pop(box.id, None)
+        if self.boxes.get(box.name) is box:
+            del self.boxes[box.name]
 
     def all(self) -> list[Box]:
         return [*self.boxes.values(), *self.oneshots.values()]

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import selectors
 import signal
 import socket
@@ -36,12 +37,16 @@ import sys
 import time
 
 from .. import protocol, wire
+from .._core import guard
 from ..errors import ProtocolError, SandboxError, SandboxExists, SetupError, WarrenError
+from ..plan import CallerFacts
 from . import (
+    ahead,
     clients,
     gitkeeper,
     handoff,
     links,
+    marks,
     peer,
     planning,
     registry,
@@ -98,6 +103,9 @@ class Supervisor:
         self.notes = clients.Notes()
         self.links = links.LinkScanner()
         self.planner = planning.Planner(root, self.links, self.git)
+        self.ahead = ahead.Pool()  # one-shot sandboxes booted for the next run of a request
+        self.to_boot: dict[ahead.Key, ahead.Request] = {}  # booted once nothing else is asked
+        self.asked_at = 0.0  # the last connection accepted or let go, or exec ended
         self.git_sync_at = 0.0
         if root is not None:
             self.links.load(os.path.join(root, LINKS_FILE))
@@ -117,7 +125,7 @@ class Supervisor:
             self.sel.register(self.listener, _R, ("accept", None))
         self.sel.register(self.wake_r, _R, ("wake", None))
         while True:
-            for key, mask in self.sel.select(0.25):
+            for key, mask in self.sel.select(ahead.QUIET if self.to_boot else 0.25):
                 kind, obj = key.data
                 try:
                     self._event(kind, obj, mask)
@@ -150,6 +158,7 @@ class Supervisor:
             assert isinstance(obj, tuple)
             box, fd = obj
             box.exec_ended(fd)
+            self.asked_at = time.monotonic()
         elif kind == "stdin":
             assert isinstance(obj, stdin.Pipe) and self.stdin_pipes is not None
             self.stdin_pipes.flush(obj)
@@ -186,6 +195,12 @@ class Supervisor:
         for box in list(self.sandboxes.boxes.values()):
             if box.idle_expired():
                 box.terminate()
+        for box in self.ahead.expired(now):
+            box.terminate()
+        if self.to_boot and now - self.asked_at >= ahead.QUIET and self._quiet():
+            # One at a time, while nobody waits: a boot holds this loop for a few ms.
+            key = next(iter(self.to_boot))
+            self._boot_ahead(self.to_boot.pop(key))
         if self.stdin_pipes is not None:
             self.stdin_pipes.sweep()
 
@@ -216,6 +231,7 @@ class Supervisor:
                 continue
             _pid, uid, gid = wire.peer_creds(sock)
             self.add_client(sock, uid, gid)
+            self.asked_at = time.monotonic()
 
     def _make_room(self) -> bool:
         for c in self.clients:
@@ -248,6 +264,7 @@ class Supervisor:
         if c not in self.clients:
             return
         self.clients.pop(c, None)
+        self.asked_at = time.monotonic()
         with contextlib.suppress(KeyError, ValueError):
             self.sel.unregister(c.sock)
         c.inbox.close_fds()
@@ -400,6 +417,9 @@ class Supervisor:
         elif isinstance(msg, protocol.ShutdownRequest):
             # It exits once no sandbox is left: the caller hears which still hold it.
             self.shutdown = True
+            self.to_boot.clear()
+            for box in self.ahead.expired(float("inf")):
+                box.terminate()
             self._reply(c, protocol.SandboxList(items=[self.sandboxes.info(n) for n in self.sandboxes.boxes]))
 
     def _stdin(self, c: Client, msg: protocol.StdinRequest, payload_len: int) -> None:
@@ -436,10 +456,136 @@ class Supervisor:
                 operation="decode",
             )
         caller = c.facts(msg.caller)
-        plan, git = self.planner.plan(msg.spec.to_mapping(), caller, msg.caller, msg.command.cwd)
-        box = self.sandboxes.launch(plan, git, "run", caller.env.get("PATH"), oneshot=True, caller=caller)
-        box.run = Run(c, msg.command, fds[:stdio], fds[stdio] if msg.net_events else None)
+        request = ahead.Request(
+            msg.spec.to_mapping(), caller, msg.caller, msg.command.cwd, caller.env.get("PATH")
+        )
+        run = Run(c, msg.command, fds[:stdio], fds[stdio] if msg.net_events else None)
+        began = time.process_time()
+        found = self._booted_for(request)
+        if found is None:
+            box = self._launch_run(request, run)
+        else:
+            box, booted = found
+            box.run = run
+            self._take(box, booted, request)
+        box.request = self._again(request, caller, began)  # once it is answered, the next one is booted
         c.box = box
+
+    def _launch_run(self, request: ahead.Request, run: Run) -> Box:
+        plan, git = self.planner.plan(request.spec, request.caller, request.msg_caller, request.cwd)
+        box = self.sandboxes.launch(
+            plan, git, "run", request.search_path, oneshot=True, caller=request.caller
+        )
+        box.run = run
+        return box
+
+    def _launch_create(self, request: ahead.Request, name: str, creator: Client) -> Box:
+        plan, git = self.planner.plan(request.spec, request.caller, request.msg_caller, None, long_lived=True)
+        box = self.sandboxes.launch(
+            plan, git, name, request.search_path, oneshot=False, caller=request.caller
+        )
+        box.creator = creator
+        return box
+
+    def _booted_for(self, request: ahead.Request) -> tuple[Box, ahead.Booted] | None:
+        """The sandbox booted ahead for this request, if the request planned now gets
+        exactly it (``ahead.fits``); a stale one is stopped. The caller gives it its run
+        or its creator, then ``_take``."""
+        booted = self.ahead.take(request.key())
+        if booted is None:
+            return None
+        plan, git, host = self.planner.plan_on(
+            request.spec,
+            request.caller,
+            request.msg_caller,
+            request.cwd,
+            long_lived=request.long_lived,
+            scratch_id=booted.scratch_id,
+        )
+        git.close()  # the booted sandbox holds its repositories' lease
+        box = booted.box
+        if not ahead.fits(booted, plan, host):
+            self.notes.log("ahead", "a sandbox booted ahead was not used: the request or the host changed")
+            box.terminate()
+            return None
+        # The host's own changes since the boot are not the sandbox's to be undone.
+        box.launched.guard = guard.snapshot(box.plan.guarded)
+        return box, booted
+
+    def _take(self, box: Box, booted: ahead.Booted, request: ahead.Request) -> None:
+        """Its run or creator given: used at once when it is ready, else once it is
+        (``_booted_ready``)."""
+        if booted.checked:
+            self._adopt(box)
+        else:
+            booted.waiting = request
+
+    def _adopt(self, box: Box) -> None:
+        """A sandbox booted ahead takes its run's command, or becomes its creator's
+        sandbox; its repositories are brought in step first."""
+        box.booted = None
+        self.git.sync(box.git)
+        if box.run is not None:
+            box.start_run()
+            return
+        box.created = box.last_active = time.time()
+        self.box_ready(box)
+
+    def _quiet(self) -> bool:
+        """No exec runs and no client waits for anything but a sandbox to stop: booting
+        one ahead now holds up nobody's command."""
+        stopping = {c for box in self.sandboxes.boxes.values() for c in box.stoppers}
+        return all(c in stopping for c in self.clients) and not any(
+            box.active for box in self.sandboxes.boxes.values()
+        )
+
+    def _boot_ahead(self, request: ahead.Request) -> None:
+        """After a run or a create: the next sandbox for the same request, booted now."""
+        key = request.key()
+        if self.shutdown or self.ahead.get(key) is not None:
+            return
+        scratch_id = secrets.token_hex(12)
+        try:
+            plan, git, host = self.planner.plan_on(
+                request.spec,
+                request.caller,
+                request.msg_caller,
+                request.cwd,
+                long_lived=request.long_lived,
+                scratch_id=scratch_id,
+            )
+        except WarrenError:
+            return
+        if not ahead.eligible(plan):
+            git.close()
+            return
+        try:
+            box = self.sandboxes.launch(
+                plan,
+                git,
+                f"ahead-{scratch_id}",
+                request.search_path,
+                oneshot=not request.long_lived,
+                caller=request.caller,
+                ahead=True,
+            )
+        except WarrenError:
+            return
+        assert box.launched.marks is not None
+        box.booted = ahead.Booted(box, host, box.launched.marks, scratch_id)
+        for old in self.ahead.add(key, box.booted):
+            old.terminate()
+
+    def _again(self, request: ahead.Request, caller: CallerFacts, began: float) -> ahead.Request | None:
+        """``request`` if the next one like it is to be booted ahead (``ahead.Pool.again``,
+        ``ahead.lingers_anyway``; planned and launched within ``ahead.SLOW`` of this
+        process's CPU time since ``began``), else None."""
+        if self.listener is None or not self.ahead.again(request.key(), time.monotonic()):
+            return None
+        if time.process_time() - began > ahead.SLOW:
+            return None
+        with open("/proc/self/cgroup") as f:
+            return request if ahead.lingers_anyway(caller.cgroups, f.read()) else None
 
     def _create(self, c: Client, msg: protocol.CreateRequest) -> None:
         assert self.registry is not None
@@ -453,10 +599,21 @@ class Supervisor:
                 hint=f"use it (warren exec {name} CMD), or remove it first (warren rm -f {name})",
             )
         caller = c.facts(msg.caller)
-        plan, git = self.planner.plan(msg.spec.to_mapping(), caller, msg.caller, None, long_lived=True)
-        box = self.sandboxes.launch(plan, git, name, caller.env.get("PATH"), oneshot=False, caller=caller)
-        box.creator = c
+        request = ahead.Request(
+            msg.spec.to_mapping(), caller, msg.caller, None, caller.env.get("PATH"), long_lived=True
+        )
+        began = time.process_time()
+        found = self._booted_for(request)
         c.deadline = None
+        if found is None:
+            box = self._launch_create(request, name, c)
+            box.request = self._again(request, caller, began)  # once it is ready, the next one is booted
+        else:
+            box, booted = found
+            self.sandboxes.adopt(box, name)
+            box.creator = c
+            box.request = self._again(request, caller, began)
+            self._take(box, booted, request)
 
     # --- stopping, and what the sandboxes tell (box.Waiter) ------------------------------------
 
@@ -487,10 +644,52 @@ class Supervisor:
                 box.ended(status)
 
     def box_ready(self, box: Box) -> None:
+        if box.booted is not None:
+            self._booted_ready(box, box.booted)
+            return
         if box.creator is not None:
             self.sandboxes.record_ready(box)
             creator, box.creator = box.creator, None
             self._reply(creator, self.sandboxes.info(box.name))
+            if box.request is not None:
+                self.to_boot[box.request.key()] = box.request
+                box.request = None
+
+    def _booted_ready(self, box: Box, booted: ahead.Booted) -> None:
+        """A sandbox booted ahead is ready: what PID 1 set up from must be what the
+        launch saw, or it is no copy of a fresh one (a run waiting for it launches one)."""
+        if marks.still(booted.marks, marks.take(box.plan)):
+            booted.checked = True
+            if booted.waiting is not None:
+                self._adopt(box)
+            return
+        self.ahead.forget(box)
+        run, creator, box.run, box.creator = box.run, box.creator, None, None
+        again, box.request = box.request, None
+        box.booted = booted  # still unused: nothing of its end is anyone's
+        box.terminate()
+        request = booted.waiting
+        if request is None:
+            return
+        try:
+            if run is not None:
+                fresh = self._launch_run(request, run)
+                run.client.box = fresh
+            elif creator is not None:
+                fresh = self._launch_create(request, box.name, creator)
+            else:
+                return
+        except WarrenError as e:
+            if run is not None:
+                for fd in [*run.stdio, *([run.events] if run.events is not None else [])]:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+                run.client.box = None
+            waiting = run.client if run is not None else creator
+            assert waiting is not None
+            self._reply(waiting, protocol.error_message(e))
+            return
+        fresh.request = again
 
     def run_said(self, box: Box, msg: protocol.Message, fds: list[int]) -> None:
         run = box.run
@@ -508,6 +707,9 @@ class Supervisor:
 
     def box_ended(self, box: Box, status: int, repairs: list[str]) -> None:
         self.sandboxes.discard(box)
+        self.ahead.forget(box)
+        if box.unused:
+            return  # booted ahead, and never used: nobody to tell, nothing recorded
         if self.stdin_pipes is not None and not box.oneshot:
             self.stdin_pipes.close_sandbox(box.name)
         if box.run is not None:
@@ -552,6 +754,8 @@ class Supervisor:
         if run.exited is not None:
             run.exited.warnings = [*run.exited.warnings, *repairs]
             self._reply(client, run.exited)
+            if box.request is not None:
+                self.to_boot[box.request.key()] = box.request
             return
         error = box.failure or SetupError(
             "the sandbox ended before its command reported",

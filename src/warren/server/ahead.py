@@ -1,0 +1,187 @@
+"""Sandboxes booted ahead: after a ``run`` (or a ``create``), the supervisor boots the
+next sandbox for the same request, so that the next such run takes the exec path (a
+ready PID 1 and its spare helper) instead of a launch, and the next create answers as
+soon as it is checked.
+
+A sandbox booted ahead serves at most one run or create, as a fresh one does, so it is
+new to its command by construction: its /tmp and TMPDIR were made empty at its launch
+and nothing ran in it. What makes it *the same* sandbox the run would have got is checked at the
+run, never assumed:
+
+- the request is planned again, as every run is, with the sandbox's own TMPDIR name,
+  and its plan and the host facts it was made from must equal the booted one's (a
+  config file edited, a new deny, an env change that passes, a mount, a link scanned,
+  other cgroups of the caller: another plan);
+- the host paths the setup resolved must still be what they were (``marks``: a
+  workspace, a denied directory or a bound file replaced since is another sandbox);
+- where the sandbox has repositories, they are brought in step before the command
+  starts, and the ancestor guard's snapshot is taken again (the host's changes since
+  the boot are not the sandbox's).
+
+Anything else is a miss: the stale sandbox is stopped and the run launches a fresh one.
+Only plain requests are booted ahead (namespaces usable, no network or network open, no
+secrets, no image), from their second run within ``IDLE`` seconds on, whose planning is
+quick (``SLOW``), while the supervisor has nothing else to do (``QUIET``), and only for a
+caller in whose cgroups the supervisor itself is (``lingers_anyway``: what is booted
+counts against the caller's groups after its run returned); one per request, stopped
+after ``IDLE`` seconds unused, at most ``MAX`` in all. Pure bookkeeping here: the
+supervisor launches and stops.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+
+from .. import protocol
+from ..plan import CallerFacts, Plan
+from ..plan.facts import HostFacts
+from . import marks
+from .box import Box
+
+IDLE = 20.0  # seconds unused before a sandbox booted ahead is stopped (its spare's too)
+MAX = 4  # sandboxes booted ahead at a time (the oldest is stopped for a new one)
+SEEN = 64  # requests remembered: one is booted ahead for only once it came again
+# Booted once the supervisor has had no connection, and no exec has ended, for this long
+# (seconds), with no exec running: booting takes its loop for a few ms and a core for
+# longer, which a command asked for meanwhile should not wait on.
+QUIET = 0.005
+# A request whose planning and launch took more of the supervisor's CPU than this
+# (seconds; CPU, not wall time, so a loaded machine does not turn it off) is not booted
+# ahead: planning it again at the run costs about what the boot saves (the hard-link
+# scan of a large workspace), and booting would hold the supervisor's loop as long.
+SLOW = 0.05
+
+Key = tuple[object, ...]
+
+
+@dataclass
+class Request:
+    """What a run asked, as the supervisor plans it: enough to boot the next one."""
+
+    spec: dict[str, object]
+    caller: CallerFacts
+    msg_caller: protocol.Caller
+    cwd: str | None
+    search_path: str | None
+    long_lived: bool = False  # a create's (else a run's)
+
+    def key(self) -> Key:
+        """Where to look for a sandbox booted ahead: the request's own words. Whether it
+        fits is the plan's and the host's to say (``fits``), not this key's."""
+        c = self.caller
+        return (
+            self.long_lived,
+            c.uid,
+            c.gid,
+            c.cwd,
+            c.cgroups,
+            self.cwd,
+            self.search_path,
+            self.msg_caller.config,
+            self.msg_caller.profile,
+            json.dumps(self.spec, sort_keys=True, default=str),
+        )
+
+
+@dataclass
+class Booted:
+    box: Box
+    host: HostFacts
+    marks: marks.Marks
+    scratch_id: str  # the random part of its TMPDIR's name: the run is planned with it
+    waiting: Request | None = None  # the run given to it while it still boots
+    since: float = field(default_factory=time.monotonic)
+    checked: bool = False  # its marks were taken again once it was ready, and held
+
+
+def lingers_anyway(caller_cgroups: str | None, own_cgroups: str) -> bool:
+    """Whether this supervisor (``own_cgroups``: its /proc/self/cgroup) is in, or beneath,
+    each of the caller's groups. A sandbox goes beneath the caller's groups and counts
+    there; one booted ahead stays after the run that asked, so it is booted only where
+    the supervisor itself stays too: never in a group of the caller's own that the
+    caller alone holds (a job whose group is removed once it is done, a unit's limits)."""
+    if caller_cgroups is None:
+        return False
+    own: dict[tuple[str, str], str] = {}
+    for line in own_cgroups.splitlines():
+        hier, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        own[(hier, controllers)] = path
+    for line in caller_cgroups.splitlines():
+        hier, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        mine = own.get((hier, controllers))
+        if mine is None or not (mine == path or mine.startswith(path.rstrip("/") + "/")):
+            return False
+    return True
+
+
+def eligible(plan: Plan) -> bool:
+    """Whether a run of this plan may be booted ahead."""
+    return (
+        plan.namespaces
+        and plan.image is None
+        and plan.net.mode in ("none", "open")
+        and not plan.net.intercepts
+        and plan.net.trust_bundle is None
+    )
+
+
+class Pool:
+    def __init__(self) -> None:
+        self.booted: dict[Key, Booted] = {}
+        self.seen: dict[Key, float] = {}  # request -> when it last ran, oldest first
+
+    def again(self, key: Key, now: float) -> bool:
+        """Note a run of ``key``; whether it also ran within ``IDLE`` seconds before. A
+        request is booted ahead for from its second run on: one that comes once costs
+        no sandbox that nobody uses."""
+        last = self.seen.pop(key, None)
+        self.seen[key] = now
+        while len(self.seen) > SEEN:
+            del self.seen[next(iter(self.seen))]
+        return last is not None and now - last <= IDLE
+
+    def get(self, key: Key) -> Booted | None:
+        return self.booted.get(key)
+
+    def add(self, key: Key, booted: Booted) -> list[Box]:
+        """Keep ``booted`` for ``key``; returns the sandboxes to stop to make room."""
+        self.booted[key] = booted
+        out = []
+        while len(self.booted) > MAX:
+            oldest = min(self.booted, key=lambda k: self.booted[k].since)
+            out.append(self.booted.pop(oldest).box)
+        return out
+
+    def take(self, key: Key) -> Booted | None:
+        return self.booted.pop(key, None)
+
+    def forget(self, box: Box) -> None:
+        for key, booted in list(self.booted.items()):
+            if booted.box is box:
+                del self.booted[key]
+
+    def expired(self, now: float) -> list[Box]:
+        """Those unused for ``IDLE`` seconds (forgotten here; the caller stops them)."""
+        old = [key for key, b in self.booted.items() if now - b.since > IDLE]
+        return [self.booted.pop(key).box for key in old]
+
+    def boxes(self) -> list[Box]:
+        return [b.box for b in self.booted.values()]
+
+
+def fits(booted: Booted, plan: Plan, host: HostFacts) -> bool:
+    """Whether a run planned now as ``plan`` on ``host`` (with the booted sandbox's
+    TMPDIR name) gets exactly the booted sandbox (if still booting: so far; its marks
+    are taken again once it is ready)."""
+    box = booted.box
+    return (
+        box.kill_at is None
+        and box.run is None
+        and plan == box.plan
+        and host == booted.host
+        and marks.still(booted.marks, marks.take(plan))
+    )

@@ -1,0 +1,186 @@
+"""One-shot sandboxes booted ahead (``server.ahead``): a run that takes one gets a
+sandbox no command could tell from a fresh one, and a change on the host or in the
+config between the boot and the run is never served by the stale one.
+
+Each scenario runs the same request twice (from its second run on, the supervisor boots
+the next sandbox for it), waits until the booted sandbox's TMPDIR is there, changes
+something, and runs again: that run's TMPDIR is the booted one's when it took it
+(asserted where the scenario expects it). The suite runs as root and as uid 1001.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli
+from warren.server import ahead
+
+
+class Place:
+    """A workspace ``ws`` beside the caller's cache (XDG_CACHE_HOME), on /var/tmp's
+    filesystem, so the sandbox's TMPDIR is a host directory: cache/warren/tmp/ID."""
+
+    def __init__(self, base: Path) -> None:
+        self.base, self.ws, self.cache = base, base / "ws", base / "cache"
+        self.ws.mkdir(parents=True)
+        self.cache.mkdir()
+
+    def run(self, script: str, *flags: str) -> tuple[int, str, str]:
+        r = run_cli(
+            ["run", *flags, "--", "sh", "-c", script],
+            cwd=self.ws,
+            env={"XDG_CACHE_HOME": str(self.cache)},
+            timeout=120,
+        )
+        return r.returncode, r.stdout, r.stderr
+
+    def tmpdirs(self) -> set[str]:
+        where = self.cache / "warren" / "tmp"
+        return {str(where / n) for n in os.listdir(where)} if where.is_dir() else set()
+
+    def booted(self) -> str:
+        """The TMPDIR of the sandbox booted for the next run, once it is there."""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            found = self.tmpdirs()
+            if len(found) == 1:
+                return found.pop()
+            time.sleep(0.02)
+        raise AssertionError(f"no sandbox was booted ahead: {self.tmpdirs()}")
+
+
+@pytest.fixture
+def place(state_home: Path) -> Iterator[Place]:
+    base = Path("/var/tmp") / f"warren-ahead-{os.getpid()}-{time.monotonic_ns()}"
+    yield Place(base)
+    # A sandbox booted for the next run goes after 20 s unused, with its supervisor.
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def _twice(place: Place, script: str = "true", *flags: str) -> None:
+    for _ in range(2):
+        code, _out, err = place.run(script, *flags)
+        assert code == 0, err
+
+
+def test_a_run_that_takes_a_booted_sandbox_finds_nothing_an_earlier_run_left(place: Place) -> None:
+    leave = (
+        'echo x > /tmp/left; echo x > "$TMPDIR/left"; echo x > /dev/shm/left; '
+        "setsid sleep 300 </dev/null >/dev/null 2>&1 &"
+    )
+    _twice(place, leave)
+    booted = place.booted()
+    code, out, err = place.run('echo "$TMPDIR"; ls -A /tmp "$TMPDIR" /dev/shm; ps -e -o args=')
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == booted, "the run took the sandbox booted for it"
+    assert "left" not in out, "/tmp, TMPDIR and /dev/shm are new"
+    assert not [line for line in lines if line.startswith("sleep")], "no process of an earlier run is there"
+    assert not os.path.lexists(booted), "its TMPDIR is removed after the run, as a fresh one's"
+
+
+def test_an_edited_warren_toml_takes_effect_at_the_next_run(place: Place) -> None:
+    secret = place.base / "secret.txt"
+    secret.write_text("s3cret\n")
+    _twice(place, f"cat {secret}")
+    stale = place.booted()
+    (place.ws / "warren.toml").write_text(f'deny = ["{secret}"]\n')
+    code, out, _err = place.run(f'echo "$TMPDIR"; cat {secret}')
+    assert code != 0 and "s3cret" not in out, "the new deny holds at once"
+    assert out.splitlines()[0] != stale, "the sandbox booted before the edit was not used"
+    code, out, _err = place.run(f"cat {secret}")
+    assert code != 0 and "s3cret" not in out
+
+
+def test_a_denied_directory_replaced_on_the_host_stays_hidden(place: Place) -> None:
+    secret = place.base / "secret"
+    secret.mkdir()
+    (place.ws / "warren.toml").write_text(f'deny = ["{secret}"]\n')
+    _twice(place, f"ls -A {secret} || true")
+    place.booted()
+    shutil.rmtree(secret)
+    secret.mkdir()
+    (secret / "key").write_text("s3cret\n")
+    code, out, err = place.run(f"ls -A {secret}; cat {secret}/key")
+    assert "s3cret" not in out and "key" not in out, (code, out, err)
+
+
+def test_a_replaced_workspace_is_the_one_the_next_run_sees(place: Place) -> None:
+    _twice(place, "true")
+    place.booted()
+    os.rename(place.ws, place.base / "ws.old")
+    place.ws.mkdir()
+    (place.ws / "f").write_text("new\n")
+    code, out, err = place.run("cat f; echo w > g")
+    assert (code, out) == (0, "new\n"), err
+    assert (place.ws / "g").read_text() == "w\n"
+    assert not (place.base / "ws.old" / "g").exists()
+
+
+def test_a_run_with_other_flags_is_not_given_the_booted_sandbox(place: Place) -> None:
+    _twice(place, "true")
+    booted = place.booted()
+    script = 'echo "$TMPDIR"; touch /etc/x 2>/dev/null && echo wrote; true'
+    code, out, err = place.run(script, "--read", "/etc")
+    assert code == 0, err
+    assert booted not in out and "wrote" not in out
+
+
+def test_a_create_that_takes_a_booted_sandbox_gets_a_fresh_one_under_its_name(place: Place) -> None:
+    env = {"XDG_CACHE_HOME": str(place.cache)}
+    made = []
+    for i in range(3):
+        name = f"ahead{os.getpid()}-{i}"
+        if i == 2:
+            booted = place.booted()
+        assert run_cli(["create", name], cwd=place.ws, env=env).returncode == 0
+        made.append(name)
+        r = run_cli(
+            ["exec", name, "sh", "-c", 'echo "$TMPDIR"; ls -A /tmp; echo x > /tmp/left; pwd'],
+            cwd=place.ws,
+            env=env,
+        )
+        assert r.returncode == 0, r.stderr
+        tmpdir, *rest = r.stdout.splitlines()
+        assert rest == [str(place.ws)], "nothing left in /tmp by the sandboxes before; cwd the workspace"
+        if i == 2:
+            assert tmpdir == booted, "the third create took the sandbox booted for it"
+            listed = run_cli(["ls"], cwd=place.ws, env=env).stdout.splitlines()[1:]
+            assert [line.split()[0] for line in listed] == [name], "the booted one is listed as it"
+        assert run_cli(["rm", "-f", name], cwd=place.ws, env=env).returncode == 0
+    assert not os.path.lexists(booted), "its TMPDIR goes with it"
+
+
+# --- the pool's bookkeeping ------------------------------------------------------------------
+
+
+def test_a_request_is_booted_ahead_for_only_from_its_second_run_within_the_idle_time() -> None:
+    pool = ahead.Pool()
+    assert not pool.again(("a",), 0.0)
+    assert pool.again(("a",), 1.0)
+    assert not pool.again(("b",), 2.0)
+    assert not pool.again(("a",), 2.0 + ahead.IDLE + 1)
+
+
+def test_the_pool_remembers_a_bounded_number_of_requests() -> None:
+    pool = ahead.Pool()
+    for i in range(ahead.SEEN + 10):
+        pool.again((i,), float(i))
+    assert len(pool.seen) == ahead.SEEN
+    assert not pool.again((0,), float(ahead.SEEN + 10)), "the oldest were forgotten"
+
+
+def test_booted_only_in_cgroups_the_supervisor_is_in_itself() -> None:
+    caller = "4:memory:/job\n1:pids:/job\n0::/user/job\n"
+    assert ahead.lingers_anyway(caller, caller)
+    assert ahead.lingers_anyway(caller, "4:memory:/job\n1:pids:/job/sub\n0::/user/job/warren-1-supervisor\n")
+    assert not ahead.lingers_anyway(caller, "4:memory:/\n1:pids:/job\n0::/user/job\n"), "a job of its own"
+    assert not ahead.lingers_anyway(caller, "4:memory:/jobs\n1:pids:/job\n0::/user/job\n")
+    assert not ahead.lingers_anyway(caller, "1:pids:/job\n0::/user/job\n")
+    assert not ahead.lingers_anyway(None, caller)
