@@ -258,14 +258,15 @@ def test_the_in_place_scrubber_catches_a_value_cut_at_every_byte() -> None:
         for cut in range(1, len(body)):
             for pieces in ([body[:cut], body[cut:]], [body[:cut], body[cut : cut + 3], body[cut + 3 :]]):
                 sink = _Collect()
-                framer = intercept.Framer(sink, chunked, 1 << 12)  # type: ignore[arg-type]
+                framer = intercept.Framer(sink, 1 << 12)  # type: ignore[arg-type]
+                framer.chunked = chunked
                 intercept._scrub_stream(_Pieces([p for p in pieces if p]), framer, sub)  # type: ignore[arg-type]
                 framer.finish()
                 got = _dechunk(bytes(sink.out)) if chunked else bytes(sink.out)
                 assert got == expected, (chunked, cut)
     # what cannot begin a value is passed on at once: a pause never holds an event back
     sink = _Collect()
-    framer = intercept.Framer(sink, False, 1 << 12)  # type: ignore[arg-type]
+    framer = intercept.Framer(sink, 1 << 12)  # type: ignore[arg-type]
     intercept._scrub_stream(_Pieces([b"event: done\n\n"]), framer, sub)  # type: ignore[arg-type]
     assert bytes(sink.out) == b"event: done\n\n"
 

@@ -216,15 +216,17 @@ class Body:
 
 
 class Framer:
-    """Pieces of a body out to a stream, as they are or as HTTP chunks, written from one
-    buffer that has room for the chunk-size line before a piece and the CRLF after it
-    (no copy of the piece in Python). ``frame[START:]`` is where pieces are put."""
+    """Pieces of a body out to a stream, as they are or as HTTP chunks (``chunked``, set
+    per body), written from one buffer that has room for the chunk-size line before a
+    piece and the CRLF after it (no copy of the piece in Python). ``frame[START:]`` is
+    where pieces are put. One per direction and connection, made when first needed: a
+    small request must not pay for zeroing a large buffer."""
 
     START = 16  # room for a chunk-size line
 
-    def __init__(self, out: TlsStream, chunked: bool, size: int) -> None:
+    def __init__(self, out: TlsStream, size: int) -> None:
         self.out = out
-        self.chunked = chunked
+        self.chunked = False
         self.frame = bytearray(self.START + size + 2)
         self.view = memoryview(self.frame)
 
@@ -302,7 +304,8 @@ def serve(
     except Exception as e:  # cryptography's errors: a refusal, never a dead thread
         log("TLS", Decision(False, f"cannot make a certificate for {host}: {e}"))
         return
-    down = TlsStream(client, context, server_side=True)
+    # requests are mostly small: a smaller receive buffer on the sandbox's side
+    down = TlsStream(client, context, server_side=True, recv_size=1 << 16)
     try:
         down.handshake()
     except (ssl.SSLError, OSError) as e:
@@ -323,7 +326,8 @@ def serve(
     client.settimeout(IDLE_TIMEOUT)
     upstream.settimeout(None)  # an answer may stream for as long as a tunnel would
     try:
-        while _exchange(intercept, sub, from_client, from_up, host, authority, log, parse_head):
+        exchange = _Exchange(intercept, sub, from_client, from_up, host, authority, log, parse_head)
+        while exchange.next():
             pass
         down.close_notify()
     except Refused as r:
@@ -343,122 +347,138 @@ def _answer(stream: TlsStream, status: int, phrase: str, text: str) -> None:
         stream.close_notify()
 
 
-def _exchange(
-    intercept: Interception,
-    sub: Substituter,
-    from_client: Reader,
-    from_up: Reader,
-    host: str,
-    authority: str,
-    log: Log,
-    parse_head: Callable[[bytes], tuple[str, str, str, list[tuple[str, str]]]],
-) -> bool:
-    """One request and its answer; False when the connection ends."""
-    client, up = from_client.stream, from_up.stream
-    head = from_client.head()
-    if head is None:
-        return False
-    try:
-        method, target, version, headers = parse_head(head)
-    except Exception as e:  # the proxy's strict parser: its refusal, as is
-        raise Refused(400, "Bad Request", str(e)) from None
-    if not target.startswith("/"):
-        raise Refused(400, "Bad Request", f"expected a path, got {target[:100]!r}")
-    rule = intercept.check_http(host, method, target)
-    if rule is not None and not rule.allowed:
-        log(f"{method}", Decision(False, rule.reason))
-        raise Refused(403, "Forbidden", f"refused {method} {host}{_short(target)}: {rule.reason}")
-    if any(k.lower() == "upgrade" for k, _ in headers):
-        log(method, Decision(False, f"{_short(target)}: protocol upgrades (WebSocket) to {host} are refused"))
-        raise Refused(403, "Forbidden", f"protocol upgrades (WebSocket) to {host} are refused")
-    used: list[str] = []
-    out: list[tuple[str, str]] = [("Host", authority)]
-    if any(k.lower() == "expect" and v.lower() == "100-continue" for k, v in headers):
-        # The body is read here before the server answers: say go on now (and not
-        # ask the server, whose 100 would arrive after the body).
-        client.send(b"HTTP/1.1 100 Continue\r\n\r\n")
-    close = version == "HTTP/1.0"
-    for name, value in headers:
-        low = name.lower()
-        if low == "connection" and "close" in value.lower():
-            close = True
-        if low in _HOP or low in ("host", "expect") or (low == "accept-encoding" and sub.pairs):
-            continue
-        value, names = sub.request_value(value)
-        used += names
-        out.append((name, value))
-    if sub.pairs:
-        out.append(("Accept-Encoding", "identity"))
-    reason = "on the allowlist, TLS intercepted" if rule is None else rule.reason + ", TLS intercepted"
-    if used:
-        reason += "; secrets put in: " + ", ".join(dict.fromkeys(used))
-    log(method, Decision(True, f"{_short(target)}: {reason}"))
-    up.write(
-        ("\r\n".join([f"{method} {target} HTTP/1.1", *(f"{k}: {v}" for k, v in out)]) + "\r\n\r\n").encode(
-            "latin-1"
-        )
-    )
-    fields = {k.lower(): v for k, v in headers}
-    body = Body(from_client, headers, until_close=False)
-    framer = Framer(up, "chunked" in fields.get("transfer-encoding", "").lower(), _PIECE)
-    while n := body.readinto(framer.view[framer.START : framer.START + _PIECE]):
-        framer.write(framer.START + n)
-    framer.finish()
-    return _relay_answer(sub, from_up, client, method, version) and not close
+@dataclass
+class _Exchange:
+    """The requests of one intercepted connection, one after the other."""
 
+    intercept: Interception
+    sub: Substituter
+    from_client: Reader
+    from_up: Reader
+    host: str
+    authority: str
+    log: Log
+    parse_head: Callable[[bytes], tuple[str, str, str, list[tuple[str, str]]]]
+    _requests: Framer | None = None
+    _answers: Framer | None = None
 
-def _relay_answer(sub: Substituter, from_up: Reader, client: TlsStream, method: str, version: str) -> bool:
-    """The answer, scrubbed; False when the connection must end after it."""
-    while True:
-        head = from_up.head()
+    def next(self) -> bool:
+        """One request and its answer; False when the connection ends."""
+        intercept, sub, host, authority, log = self.intercept, self.sub, self.host, self.authority, self.log
+        from_client, client, up = self.from_client, self.from_client.stream, self.from_up.stream
+        head = from_client.head()
         if head is None:
-            raise ConnectionError("the server closed without answering")
-        status_line, status, headers = _parse_status(head)
-        if status == 101:
-            raise ConnectionError("the server switched protocols unasked")
-        if 100 <= status < 200:
-            client.write(sub.scrub(head) + b"\r\n\r\n")
-            continue
-        break
-    fields = {k.lower(): v for k, v in headers}
-    has_body = method != "HEAD" and status not in (204, 304)
-    server_close = "close" in fields.get("connection", "").lower() or status_line.startswith("HTTP/1.0")
-    framed = "content-length" in fields or "chunked" in fields.get("transfer-encoding", "").lower()
-    coding = fields.get("content-encoding", "identity").strip().lower()
-    decoder = None
-    if has_body and coding not in ("", "identity") and sub.pairs:
-        if coding not in ("gzip", "x-gzip", "deflate"):
-            raise Refused(
-                502, "Bad Gateway", f"cannot read a {coding!r} answer for secrets (asked for identity)"
+            return False
+        try:
+            method, target, version, headers = self.parse_head(head)
+        except Exception as e:  # the proxy's strict parser: its refusal, as is
+            raise Refused(400, "Bad Request", str(e)) from None
+        if not target.startswith("/"):
+            raise Refused(400, "Bad Request", f"expected a path, got {target[:100]!r}")
+        rule = intercept.check_http(host, method, target)
+        if rule is not None and not rule.allowed:
+            log(f"{method}", Decision(False, rule.reason))
+            raise Refused(403, "Forbidden", f"refused {method} {host}{_short(target)}: {rule.reason}")
+        if any(k.lower() == "upgrade" for k, _ in headers):
+            log(
+                method,
+                Decision(False, f"{_short(target)}: protocol upgrades (WebSocket) to {host} are refused"),
             )
-        decoder = zlib.decompressobj(47)  # gzip or zlib header, detected
-    keep = [
-        (k, v)
-        for k, v in headers
-        if k.lower() not in _HOP
-        and k.lower() not in ("content-length", "transfer-encoding")
-        and not (decoder is not None and k.lower() == "content-encoding")
-    ]
-    chunked_out = has_body and version == "HTTP/1.1"
-    ends = server_close or not framed or version != "HTTP/1.1"
-    if chunked_out:
-        keep.append(("Transfer-Encoding", "chunked"))
-    elif not has_body and "content-length" in fields:
-        keep.append(("Content-Length", fields["content-length"]))  # HEAD: the length it would have
-    if ends:
-        keep.append(("Connection", "close"))
-    lines = [status_line, *(f"{k}: {v}" for k, v in keep)]
-    client.write(sub.scrub(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")))
-    if has_body:
-        body = Body(from_up, headers, until_close=not framed)
-        framer = Framer(client, chunked_out, max(sub.longest - 1, 0) + _PIECE)
-        if decoder is None:
-            _scrub_stream(body, framer, sub)
-        else:
-            _scrub_decoded(body, framer, sub, decoder)
-        framer.finish()
-    client.flush()
-    return not ends
+            raise Refused(403, "Forbidden", f"protocol upgrades (WebSocket) to {host} are refused")
+        used: list[str] = []
+        out: list[tuple[str, str]] = [("Host", authority)]
+        if any(k.lower() == "expect" and v.lower() == "100-continue" for k, v in headers):
+            # The body is read here before the server answers: say go on now (and not
+            # ask the server, whose 100 would arrive after the body).
+            client.send(b"HTTP/1.1 100 Continue\r\n\r\n")
+        close = version == "HTTP/1.0"
+        for name, value in headers:
+            low = name.lower()
+            if low == "connection" and "close" in value.lower():
+                close = True
+            if low in _HOP or low in ("host", "expect") or (low == "accept-encoding" and sub.pairs):
+                continue
+            value, names = sub.request_value(value)
+            used += names
+            out.append((name, value))
+        if sub.pairs:
+            out.append(("Accept-Encoding", "identity"))
+        reason = "on the allowlist, TLS intercepted" if rule is None else rule.reason + ", TLS intercepted"
+        if used:
+            reason += "; secrets put in: " + ", ".join(dict.fromkeys(used))
+        log(method, Decision(True, f"{_short(target)}: {reason}"))
+        up.write(
+            (
+                "\r\n".join([f"{method} {target} HTTP/1.1", *(f"{k}: {v}" for k, v in out)]) + "\r\n\r\n"
+            ).encode("latin-1")
+        )
+        body = Body(from_client, headers, until_close=False)
+        if body.chunked or body.left:
+            if self._requests is None:
+                self._requests = Framer(up, _PIECE)
+            framer = self._requests
+            framer.chunked = body.chunked
+            while n := body.readinto(framer.view[framer.START : framer.START + _PIECE]):
+                framer.write(framer.START + n)
+            framer.finish()
+        return self._relay_answer(method, version) and not close
+
+    def _relay_answer(self, method: str, version: str) -> bool:
+        """The answer, scrubbed; False when the connection must end after it."""
+        sub, from_up, client = self.sub, self.from_up, self.from_client.stream
+        while True:
+            head = from_up.head()
+            if head is None:
+                raise ConnectionError("the server closed without answering")
+            status_line, status, headers = _parse_status(head)
+            if status == 101:
+                raise ConnectionError("the server switched protocols unasked")
+            if 100 <= status < 200:
+                client.write(sub.scrub(head) + b"\r\n\r\n")
+                continue
+            break
+        fields = {k.lower(): v for k, v in headers}
+        has_body = method != "HEAD" and status not in (204, 304)
+        server_close = "close" in fields.get("connection", "").lower() or status_line.startswith("HTTP/1.0")
+        framed = "content-length" in fields or "chunked" in fields.get("transfer-encoding", "").lower()
+        coding = fields.get("content-encoding", "identity").strip().lower()
+        decoder = None
+        if has_body and coding not in ("", "identity") and sub.pairs:
+            if coding not in ("gzip", "x-gzip", "deflate"):
+                raise Refused(
+                    502, "Bad Gateway", f"cannot read a {coding!r} answer for secrets (asked for identity)"
+                )
+            decoder = zlib.decompressobj(47)  # gzip or zlib header, detected
+        keep = [
+            (k, v)
+            for k, v in headers
+            if k.lower() not in _HOP
+            and k.lower() not in ("content-length", "transfer-encoding")
+            and not (decoder is not None and k.lower() == "content-encoding")
+        ]
+        chunked_out = has_body and version == "HTTP/1.1"
+        ends = server_close or not framed or version != "HTTP/1.1"
+        if chunked_out:
+            keep.append(("Transfer-Encoding", "chunked"))
+        elif not has_body and "content-length" in fields:
+            keep.append(("Content-Length", fields["content-length"]))  # HEAD: the length it would have
+        if ends:
+            keep.append(("Connection", "close"))
+        lines = [status_line, *(f"{k}: {v}" for k, v in keep)]
+        client.write(sub.scrub(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")))
+        if has_body:
+            body = Body(from_up, headers, until_close=not framed)
+            if self._answers is None:
+                self._answers = Framer(client, max(sub.longest - 1, 0) + _PIECE)
+            framer = self._answers
+            framer.chunked = chunked_out
+            if decoder is None:
+                _scrub_stream(body, framer, sub)
+            else:
+                _scrub_decoded(body, framer, sub, decoder)
+            framer.finish()
+        client.flush()
+        return not ends
 
 
 def _scrub_stream(body: Body, framer: Framer, sub: Substituter) -> None:

@@ -38,6 +38,7 @@ class TlsStream:
         *,
         server_side: bool,
         server_hostname: str | None = None,
+        recv_size: int = RECV_SIZE,
     ) -> None:
         self.sock = sock
         self._incoming = ssl.MemoryBIO()
@@ -45,8 +46,7 @@ class TlsStream:
         self.tls = context.wrap_bio(
             self._incoming, self._outgoing, server_side=server_side, server_hostname=server_hostname
         )
-        self._raw = bytearray(RECV_SIZE)
-        self._raw_view = memoryview(self._raw)
+        self._raw_view = memoryview(bytearray(recv_size))
         self.peer: TlsStream | None = None  # flushed before this stream waits
         self.ended = False
 
