@@ -35,6 +35,7 @@ from warren.net.tlsca import make_ca
 
 TOKEN = b"ghp_REALtoken_0123456789abcdefXYZ"
 NAME = "api.test"
+UNNAMED = "unnamed.test"  # same server, but its certificate does not name this one
 PH = placeholder("TOKEN", "stream-test").encode()
 
 
@@ -66,6 +67,7 @@ class Server:
     ctx: ssl.SSLContext
     sock: socket.socket = field(default_factory=socket.socket)
     alpn: list[str | None] = field(default_factory=list)
+    resumed: list[bool] = field(default_factory=list)
     auth: list[str] = field(default_factory=list)
 
     def start(self) -> int:
@@ -86,6 +88,7 @@ class Server:
         try:
             with self.ctx.wrap_socket(raw, server_side=True) as conn:
                 self.alpn.append(conn.selected_alpn_protocol())
+                self.resumed.append(conn.session_reused)
                 while True:
                     buf = b""
                     while b"\r\n\r\n" not in buf:
@@ -153,10 +156,10 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     ctx.set_alpn_protocols(["h2", "http/1.1"])  # a server that would speak HTTP/2 if asked
     server = Server(ctx)
     port = server.start()
-    sandbox_ca = make_ca("stream-test", [NAME])
+    sandbox_ca = make_ca("stream-test", [NAME, UNNAMED])
     (tmp / "sandbox-ca.pem").write_bytes(sandbox_ca.cert_pem)
     interception = Interception(
-        [PlacedSecret("TOKEN", PH.decode(), (NAME,), "$TOKEN")],
+        [PlacedSecret("TOKEN", PH.decode(), (NAME, UNNAMED), "$TOKEN")],
         {"TOKEN": TOKEN},
         [],
         sandbox_ca,
@@ -167,9 +170,9 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     listener.listen(64)
     proxy = Proxy(
         listener,
-        Allowlist(parse_rules([f"{NAME}:{port}", f"127.0.0.2:{port}"])),
+        Allowlist(parse_rules([f"{NAME}:{port}", f"{UNNAMED}:{port}", f"127.0.0.2:{port}"])),
         sandbox="stream-test",
-        resolve={NAME: "127.0.0.2"},
+        resolve={NAME: "127.0.0.2", UNNAMED: "127.0.0.2"},
         intercept=interception,
     ).start()
     yield Setup(server, port, int(listener.getsockname()[1]), ca, tmp / "sandbox-ca.pem")
@@ -177,12 +180,14 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     server.sock.close()
 
 
-def _through_proxy(s: Setup, path: str, alpn: list[str] | None = None) -> tuple[bytes, str | None]:
+def _through_proxy(
+    s: Setup, path: str, alpn: list[str] | None = None, name: str = NAME
+) -> tuple[bytes, str | None]:
     ctx = ssl.create_default_context(cafile=s.sandbox_ca)
     if alpn:
         ctx.set_alpn_protocols(alpn)
     conn = http.client.HTTPSConnection("127.0.0.1", s.proxy_port, context=ctx, timeout=30)
-    conn.set_tunnel(NAME, s.port)
+    conn.set_tunnel(name, s.port)
     conn.request("GET", path, headers={"Authorization": f"Bearer {PH.decode()}"})
     assert conn.sock is not None
     chosen = conn.sock.selected_alpn_protocol()  # type: ignore[attr-defined]
@@ -212,6 +217,25 @@ def test_control_the_same_answer_fetched_directly_shows_the_value(setup: Setup) 
     data = conn.getresponse().read()
     conn.close()
     assert data == BODY and TOKEN in data
+
+
+def test_a_new_connection_resumes_the_proxys_session_with_the_server(setup: Setup) -> None:
+    seen = len(setup.server.resumed)
+    for _ in range(3):
+        assert _through_proxy(setup, "/small")[0] == b"small"
+        assert setup.server.auth[-1] == f"Bearer {TOKEN.decode()}"
+    assert setup.server.resumed[seen + 1 :] == [True, True]
+
+
+def test_a_session_is_never_offered_to_another_name_at_the_same_address(setup: Setup) -> None:
+    """The server's certificate names api.test only. After api.test's session was kept,
+    a CONNECT to unnamed.test (same address, same port) must still be checked in full
+    and refused, the value never sent."""
+    _through_proxy(setup, "/small")
+    sent = len(setup.server.auth)
+    with pytest.raises(OSError, match="502"):
+        _through_proxy(setup, "/small", name=UNNAMED)
+    assert len(setup.server.auth) == sent
 
 
 class _Collect:

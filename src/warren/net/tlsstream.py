@@ -39,12 +39,17 @@ class TlsStream:
         server_side: bool,
         server_hostname: str | None = None,
         recv_size: int = RECV_SIZE,
+        session: ssl.SSLSession | None = None,
     ) -> None:
         self.sock = sock
         self._incoming = ssl.MemoryBIO()
         self._outgoing = ssl.MemoryBIO()
         self.tls = context.wrap_bio(
-            self._incoming, self._outgoing, server_side=server_side, server_hostname=server_hostname
+            self._incoming,
+            self._outgoing,
+            server_side=server_side,
+            server_hostname=server_hostname,
+            session=session,
         )
         self._raw_view = memoryview(bytearray(recv_size))
         self.peer: TlsStream | None = None  # flushed before this stream waits
