@@ -9,7 +9,8 @@ has its placeholder replaced, and its answer scrubbed (re-framed as chunked).
 
   throughput   curl downloads an N MiB body: direct (trusting the test CA) and
                through the proxy (trusting the sandbox's CA), interleaved; with the CPU
-               each party spent per MiB (server, curl, proxy) and the machine's load
+               each party spent per MiB (server, curl, proxy) and the machine's load;
+               then again from a server that sends at most 100 MiB/s (a network link)
   per request  a 64-byte body on one kept-alive connection, from a child process
                (Python's http.client): direct vs through the proxy
   handshake    a new connection (TCP + TLS, and CONNECT + a second TLS via the proxy)
@@ -57,6 +58,7 @@ SERVER_ADDR = "127.0.0.2"
 NAME = "bench.test"
 SMALL = b"x" * 64
 TOKEN = b"bench-real-token-0123456789"
+PACED = 100  # MiB/s of the paced server (/paced): about a 0.84 Gbit/s link
 
 
 def _test_ca(base: Path) -> None:
@@ -113,15 +115,18 @@ def _serve_one(conn: ssl.SSLSocket, body: bytes) -> None:
                     return
                 buf += chunk
             head, _, buf = buf.partition(b"\r\n\r\n")
-            small = head.split(b" ", 2)[1].endswith(b"/small")
-            data = SMALL if small else body
+            path = head.split(b" ", 2)[1]
+            data = SMALL if path.endswith(b"/small") else body
             conn.sendall(
                 b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n"
                 % len(data)
             )
             view = memoryview(data)
+            start = time.monotonic()
             for i in range(0, len(view), 1 << 20):
                 conn.sendall(view[i : i + (1 << 20)])
+                if path.endswith(b"/paced"):  # a link of PACED MiB/s: wait for the next MiB's turn
+                    time.sleep(max(0.0, start + (i + (1 << 20)) / (PACED << 20) - time.monotonic()))
 
 
 def serve(base: Path, mib: int) -> None:
@@ -176,27 +181,28 @@ def _get(conn: http.client.HTTPSConnection, secret: str) -> None:
 
 
 def latency_client(port: int, proxy_port: int, requests: int, cafiles: list[str], secret: str) -> None:
-    """Seconds per request, kept-alive and with a new connection each, per mode (JSON)."""
+    """Seconds per request, kept-alive and with a new connection each, per mode (JSON);
+    the modes interleaved request by request, so drift in the machine's load hits both."""
+    modes = dict(zip(("direct", "proxy"), cafiles, strict=True))
     out: dict[str, list[float]] = {}
-    for mode, cafile in zip(("direct", "proxy"), cafiles, strict=True):
-        conn = _conn(mode, port, proxy_port, cafile)
-        for _ in range(20):
+    conns = {mode: _conn(mode, port, proxy_port, cafile) for mode, cafile in modes.items()}
+    for _ in range(20):
+        for conn in conns.values():
             _get(conn, secret)
-        times = []
-        for _ in range(requests):
+    for _ in range(requests):
+        for mode, conn in conns.items():
             t = time.perf_counter()
             _get(conn, secret)
-            times.append(time.perf_counter() - t)
+            out.setdefault(f"{mode} keep-alive", []).append(time.perf_counter() - t)
+    for conn in conns.values():
         conn.close()
-        out[f"{mode} keep-alive"] = times
-        fresh = []
-        for _ in range(max(requests // 5, 20)):
+    for _ in range(max(requests // 5, 20)):
+        for mode, cafile in modes.items():
             t = time.perf_counter()
             c = _conn(mode, port, proxy_port, cafile)
             _get(c, secret)
-            fresh.append(time.perf_counter() - t)
+            out.setdefault(f"{mode} new connection", []).append(time.perf_counter() - t)
             c.close()
-        out[f"{mode} new connection"] = fresh
     print(json.dumps(out))
 
 
@@ -319,6 +325,10 @@ def main(argv: list[str] | None = None) -> None:
                 speeds[mode].append(
                     cpu[mode].measure(server.pid, lambda argv=argv: _curl_speed(argv, args.mib))
                 )
+        paced: dict[str, list[float]] = {"direct": [], "proxy": []}
+        for _ in range(args.runs):
+            for mode, argv in argvs.items():
+                paced[mode].append(_curl_speed([a.replace("/big", "/paced") for a in argv], args.mib))
         client = subprocess.run(
             [
                 sys.executable,
@@ -355,6 +365,11 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"  throughput      direct {d:8.1f} MiB/s   proxy {p:8.1f} MiB/s   ratio {ratio:.2f}x "
         f"(target >= 0.80x: {'met' if ratio >= 0.8 else 'NOT met'})"
+    )
+    pd, pp = statistics.median(paced["direct"]), statistics.median(paced["proxy"])
+    print(
+        f"  paced server    direct {pd:8.1f} MiB/s   proxy {pp:8.1f} MiB/s   ratio {pp / pd:.2f}x "
+        f"(the server sends at most {PACED} MiB/s, as over a network link)"
     )
     total = args.runs * args.mib
     # (in ms; clock ticks can make a near-zero share come out just below zero)
