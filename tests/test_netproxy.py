@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -135,3 +136,40 @@ def test_a_pipelined_request_never_reaches_upstream_with_its_own_host() -> None:
     [got] = seen
     assert got.count(b"HTTP/1.1") == 1 and got.endswith(b"hello")
     assert b"internal.admin" not in got and f"Host: up.test:{port}".encode() in got
+
+
+def test_a_plain_http_answer_reaches_a_client_that_reads_slowly() -> None:
+    """The answer moves by splice into the client's socket: a client that does not read
+    for a while fills its buffers, and the proxy must wait, not cut the answer short
+    (it did: the socket still had the header timeout, so its descriptor was
+    non-blocking and a full buffer was an error)."""
+    body = b"y" * (16 << 20)
+    srv = socket.socket()
+    srv.bind(("127.0.0.2", 0))
+    srv.listen()
+
+    def serve() -> None:
+        conn, _ = srv.accept()
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            buf += conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body))
+        conn.sendall(body)
+        conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    port = srv.getsockname()[1]
+    proxy, proxy_port = _proxy(port)
+    try:
+        c = socket.create_connection(("127.0.0.1", proxy_port), timeout=30)
+        c.sendall(f"GET http://up.test:{port}/big HTTP/1.1\r\nHost: up.test\r\n\r\n".encode())
+        time.sleep(1.0)  # everything in between fills up
+        reply = bytearray()
+        while chunk := c.recv(1 << 20):
+            reply += chunk
+        c.close()
+    finally:
+        proxy.stop()
+        srv.close()
+    head, _, got = bytes(reply).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") and len(got) == len(body)

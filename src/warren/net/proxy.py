@@ -199,7 +199,11 @@ class Proxy:
                 # it would carry its own Host header past the check: it is never sent.
                 upstream.sendall(_origin_request(method, path, version, headers, host, port))
                 _send_body(client, upstream, headers, rest)
+                # splice needs blocking descriptors: a socket with a timeout is
+                # non-blocking underneath, and a client slow to read (a full buffer,
+                # EAGAIN) would cut the answer short
                 upstream.settimeout(None)
+                client.settimeout(None)
                 _pump(upstream, client)
         except _BadRequest as e:
             _reply(client, 400, "Bad Request", f"warren proxy: {e}")

@@ -226,6 +226,26 @@ class Substituter:
             data = data.replace(real, self.reverse[real])
         return data
 
+    def occurs_in(self, buf: bytes | bytearray, start: int, end: int) -> bool:
+        """Whether a real value lies whole in ``buf[start:end]``. A scan in C per value,
+        no copy: the common answer (no) leaves the buffer to be sent as it is."""
+        return any(buf.find(real, start, end) >= 0 for real in self._real)
+
+    def held_tail(self, buf: bytes | bytearray, start: int, end: int) -> int:
+        """The length of the longest end of ``buf[start:end]`` that begins a value
+        without being all of it: what must wait for the next piece of a stream. Looks
+        only at the last ``longest - 1`` bytes, wherever the value's first byte is."""
+        best = 0
+        for real in self._real:
+            first = real[:1]
+            i = buf.find(first, max(start, end - len(real) + 1), end)
+            while i >= 0 and end - i > best:
+                if buf[i:end] == real[: end - i]:
+                    best = end - i
+                    break
+                i = buf.find(first, i + 1, end)
+        return best
+
 
 def _name_of(placeholder: bytes) -> str:
     return placeholder.decode("latin-1")[len(PLACEHOLDER_PREFIX) :].rsplit("-", 1)[0]
@@ -233,27 +253,23 @@ def _name_of(placeholder: bytes) -> str:
 
 class StreamScrubber:
     """Real values -> placeholders across a stream cut anywhere: holds back only the
-    end of a piece that could be the start of a value, so a stream that pauses (an
-    event stream waiting for the client) never has its last event held back."""
+    end of a piece that could be the start of a value (at most the longest value less
+    one byte), so a stream that pauses (an event stream waiting for the client) never
+    has its last event held back. The proxy's own relay does the same in place
+    (``net.intercept``); this is the form for pieces that come as ``bytes`` (a gzip
+    body decoded)."""
 
     def __init__(self, sub: Substituter) -> None:
         self.sub = sub
-        self.keep = max(sub.longest - 1, 0)
-        self.firsts = {real[0] for real in sub.reverse}
         self.buf = b""
 
     def feed(self, data: bytes) -> bytes:
-        data = self.sub.scrub(self.buf + data) if self.buf else self.sub.scrub(data)
-        hold = self._partial(data)
+        data = self.buf + data if self.buf else data
+        if self.sub.occurs_in(data, 0, len(data)):
+            data = self.sub.scrub(data)
+        hold = self.sub.held_tail(data, 0, len(data))
         self.buf = data[len(data) - hold :] if hold else b""
         return data[: len(data) - hold] if hold else data
-
-    def _partial(self, data: bytes) -> int:
-        """The length of the longest end of ``data`` that begins a value (0: none)."""
-        for i in range(max(len(data) - self.keep, 0), len(data)):
-            if data[i] in self.firsts and any(real.startswith(data[i:]) for real in self.sub.reverse):
-                return len(data) - i
-        return 0
 
     def flush(self) -> bytes:
         out, self.buf = self.sub.scrub(self.buf), b""
