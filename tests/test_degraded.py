@@ -220,11 +220,12 @@ import os, signal, sys, time
 from warren import Sandbox
 from warren.errors import ProcessNotFound
 from warren.policy.spec import PolicySpec
-host = int(sys.argv[1])
+host, t = int(sys.argv[1]), sys.argv[2]  # t: this test's mark on its sleeps
 box = Sandbox.create(PolicySpec(), name="deg")
-proc = box.spawn(["sh", "-c", "sleep 300 & exec sleep 301"])
+proc = box.spawn(["sh", "-c", f"sleep 300.{t} & exec sleep 301.{t}"])
 deadline = time.monotonic() + 10
-while not any(list(p.argv[:2]) == ["sleep", "300"] for p in box.processes()) and time.monotonic() < deadline:
+first = ["sleep", f"300.{t}"]
+while not any(list(p.argv[:2]) == first for p in box.processes()) and time.monotonic() < deadline:
     time.sleep(0.02)
 pids = {p.pid for p in box.processes()}
 listed = [p.argv[0] for p in box.processes()]
@@ -240,7 +241,7 @@ box.remove()
 # What the supervisor sends instead of SIGKILL there (nothing dies with PID 1): PID 1
 # kills every process of the sandbox itself, then exits.
 other = Sandbox.create(PolicySpec(), name="deg2")
-other.spawn(["sh", "-c", "setsid sleep 305 & exec sleep 306"])
+other.spawn(["sh", "-c", f"setsid sleep 305.{t} & exec sleep 306.{t}"])
 while not any(p.argv[0] == "sleep" for p in other.processes()):
     time.sleep(0.02)
 os.kill(other.pid1, signal.SIGUSR1)
@@ -280,7 +281,9 @@ def test_a_host_abstract_unix_socket_is_unreachable_without_user_namespaces(box:
 def test_a_long_lived_sandbox_lists_signals_and_stops_only_its_own_processes(box: Path) -> None:
     host = subprocess.Popen(["sleep", "60"])  # a process of the caller's, outside the sandbox
     try:
-        r = nouserns(box, ["--", sys.executable, "-c", LONG_LIVED, str(host.pid)], state="long-lived")
+        # Its sleeps are marked (other tests of this user sleep 300 at the same time).
+        token = f"{os.getpid()}{time.monotonic_ns() % 100000}"
+        r = nouserns(box, ["--", sys.executable, "-c", LONG_LIVED, str(host.pid), token], state="long-lived")
         assert r.returncode == 0, r.stderr
         # The two commands, and at most warren's helpers for them (shims, spares), as
         # in the full mode; nothing of the host's.
@@ -288,15 +291,10 @@ def test_a_long_lived_sandbox_lists_signals_and_stops_only_its_own_processes(box
         assert listed.startswith("listed ['sleep', 'sleep'] ") and int(listed.split()[-1]) <= 6, r.stdout
         assert "host listed False" in r.stdout and "host refused" in r.stdout
         assert host.poll() is None
-        left = subprocess.run(
-            ["pgrep", "-U", str(os.getuid()), "-f", "^sleep 30[01]$"], capture_output=True, text=True
-        )
-        assert left.stdout == "", "a process of the stopped sandbox outlived it"
+        assert _sleepers(f"^sleep 30[01][.]{token}$") == "", "a process of the stopped sandbox outlived it"
         assert "kill-now ended True" in r.stdout
-        left = subprocess.run(
-            ["pgrep", "-U", str(os.getuid()), "-f", "^sleep 30[56]$"], capture_output=True, text=True
-        )
-        assert left.stdout == "", "a process outlived the sandbox's SIGUSR1 (pid1.KILL_NOW)"
+        outlived = _sleepers(f"^sleep 30[56][.]{token}$")
+        assert outlived == "", "a process outlived the sandbox's SIGUSR1 (pid1.KILL_NOW)"
     finally:
         host.kill()
         host.wait()
