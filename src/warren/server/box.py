@@ -99,7 +99,8 @@ class Box:
     image_lease: Lease | None = None  # the store's image held while it runs (envroot.lease)
     paused: pause.Paused | None = None  # how it was paused, while it is
     last_active: float = field(default_factory=time.time)  # a request reached it, or an exec ended
-    active: set[int] = field(default_factory=set)  # read ends of running execs' "active" pipes
+    active: set[int] = field(default_factory=set)  # our ends of running execs' "active" pipes
+    answered: set[int] = field(default_factory=set)  # ... those of them that are "synced" sockets
     stopped_why: str = ""  # the supervisor stopped it on its own (idle timeout)
     request: Request | None = None  # a run's request, to boot the next one ahead (server.ahead)
     booted: Booted | None = None  # booted ahead and not yet checked ready or adopted (server.ahead)
@@ -270,6 +271,7 @@ class Box:
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
             ours.setblocking(False)
             mine, given, name = ours.detach(), theirs.detach(), "synced"
+            self.answered.add(mine)
         else:
             mine, given = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
             name = "active"
@@ -285,8 +287,10 @@ class Box:
         try:
             self.keeper.sync(self.git)
         finally:
-            with contextlib.suppress(OSError):
-                os.write(fd, b"s")  # a socket's helper waits for this; a pipe's read end: EBADF
+            if fd in self.answered:
+                self.answered.discard(fd)
+                with contextlib.suppress(OSError):
+                    os.write(fd, b"s")  # the helper tells its client once this comes
             os.close(fd)
 
     # --- network -----------------------------------------------------------------------------
@@ -405,6 +409,7 @@ class Box:
             os.close(fd)
         self.ns = None
         self.active.clear()
+        self.answered.clear()
         if self.paused is not None:
             pause.release(self.paused)
         if self.unused:
