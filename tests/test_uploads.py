@@ -18,6 +18,7 @@ import hashlib
 import os
 import random
 import re
+import select
 import signal
 import socket
 import subprocess
@@ -107,7 +108,11 @@ def test_a_supervisor_killed_during_an_upload_leaves_the_old_file_or_the_new(lay
             assert _wait_for(lambda: bool(_temps(ws)))
         else:  # anywhere in the upload
             time.sleep(rng.uniform(0, took * 1.2))
+        gone = os.pidfd_open(pid)
         os.kill(pid, signal.SIGKILL)
+        # Until it has exited, its socket may still take a connection it never answers.
+        select.select([gone], [], [], 30)
+        os.close(gone)
         t.join(60)
         assert result and (result[0] is None or isinstance(result[0], WarrenError)), result
         if isinstance(result[0], WarrenError):
