@@ -47,6 +47,30 @@ def test_dotdot_cannot_leave_the_directory(tree) -> None:
     assert e.value.errno == errno.EXDEV
 
 
+def test_one_entry_is_opened_never_through_a_link(tree) -> None:
+    """A name of the directory itself (the walks' fast path, plain openat with
+    O_NOFOLLOW) refuses a link to a directory or a file, as the resolve flags do; a
+    real subdirectory opens; ``..`` still cannot leave."""
+    box, victim, fd = tree
+    (box / "real").mkdir()
+    (box / "to-dir").symlink_to(victim.parent)
+    (box / "to-file").symlink_to(victim)
+    child = safepath.dir_beneath(fd, "real")
+    assert os.fstat(child).st_ino == (box / "real").stat().st_ino
+    os.close(child)
+    for name in ("to-dir", "to-file"):
+        with pytest.raises(OSError) as e:
+            safepath.dir_beneath(fd, name)
+        assert e.value.errno in (errno.ELOOP, errno.ENOTDIR), name
+        with pytest.raises(OSError) as e:
+            safepath.open_beneath(fd, name, os.O_RDONLY)
+        assert e.value.errno == errno.ELOOP, name
+    with pytest.raises(OSError) as e:
+        safepath.dir_beneath(fd, "..")
+    assert e.value.errno == errno.EXDEV
+    assert victim.read_text() == "precious\n"
+
+
 def test_write_in_place_refuses_a_planted_link(tree) -> None:
     box, victim, fd = tree
     (box / "config").symlink_to(victim)

@@ -37,8 +37,17 @@ def open_dir(path: str) -> int:
 
 
 def open_beneath(dirfd: int, rel: str, flags: int, mode: int = 0o600) -> int:
-    """``rel`` opened beneath ``dirfd``, never through a link or out of it."""
-    return _sys.openat2(dirfd, rel or ".", flags | _BASE, mode if flags & os.O_CREAT else 0, RESOLVE)
+    """``rel`` opened beneath ``dirfd``, never through a link or out of it.
+
+    One entry of the directory (a name with no ``/``, not ``.`` or ``..``) is opened
+    with plain ``openat`` and ``O_NOFOLLOW``: there is no component before it to pass
+    through, so refusing a link as the last one is all the resolve flags would do, and
+    the tree walks that open every directory of a workspace (the link scan, the
+    repository walk) save a ctypes call per directory."""
+    mode = mode if flags & os.O_CREAT else 0
+    if rel and "/" not in rel and rel not in (".", ".."):
+        return os.open(rel, flags | _BASE, mode, dir_fd=dirfd)
+    return _sys.openat2(dirfd, rel or ".", flags | _BASE, mode, RESOLVE)
 
 
 def dir_beneath(dirfd: int, rel: str) -> int:
