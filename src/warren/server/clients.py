@@ -26,15 +26,22 @@ if TYPE_CHECKING:
 HEADER_DEADLINE = 10.0  # a client has this long to send a whole request header
 
 
-def peer_cgroups(sock: socket.socket) -> tuple[str | None, WarrenError | None]:
-    """The connected peer's /proc/PID/cgroup, read through the pidfd SO_PEERPIDFD gives
+def pin(sock: socket.socket) -> int | None:
+    """A pidfd of the connected peer: the one SO_PEERPIDFD gives, or (before Linux 6.5)
+    one taken now, at accept, as ``peer.verify`` does."""
+    pidfd = wire.peer_pidfd(sock)
+    if pidfd is None:
+        pid, _uid, _gid = wire.peer_creds(sock)
+        if pid > 0:
+            with contextlib.suppress(OSError):
+                pidfd = os.pidfd_open(pid)
+    return pidfd
+
+
+def peer_cgroups(sock: socket.socket, pidfd: int | None) -> tuple[str | None, WarrenError | None]:
+    """The connected peer's /proc/PID/cgroup, read through the pidfd pinned at accept
     (``cgroups.peer_cgroups``), or why it cannot be had."""
     pid, _uid, _gid = wire.peer_creds(sock)
-    pidfd = wire.peer_pidfd(sock)
-    if pidfd is None and pid > 0:
-        # Before Linux 6.5: pinned at accept, as ``peer.verify`` does.
-        with contextlib.suppress(OSError):
-            pidfd = os.pidfd_open(pid)
     if pidfd is None:
         return None, SandboxError(
             "cannot tell which cgroups the client is in: it is gone or in another pid namespace",
@@ -45,17 +52,16 @@ def peer_cgroups(sock: socket.socket) -> tuple[str | None, WarrenError | None]:
         return cgroups.peer_cgroups(pid, pidfd), None
     except WarrenError as e:
         return None, e
-    finally:
-        os.close(pidfd)
 
 
 class Client:
     def __init__(self, sock: socket.socket, uid: int, gid: int) -> None:
         self.sock = sock
         self.uid, self.gid = uid, gid
-        # The peer's cgroups as the kernel has them at accept (read through the pidfd
-        # of the process that connected): its sandboxes go beneath them.
-        self.cgroups, self.cgroups_error = peer_cgroups(sock)
+        # The peer, pinned at accept: its cgroups (its sandboxes go beneath them) are read
+        # through this when a request needs them (an exec does not), then it is closed.
+        self._pidfd = pin(sock)
+        self._cgroups: tuple[str | None, WarrenError | None] | None = None
         self.inbox = wire.Inbox(sock)
         self.outbox = wire.Outbox(sock)
         self.deadline: float | None = time.monotonic() + HEADER_DEADLINE
@@ -64,6 +70,28 @@ class Client:
         self.closing = False  # close once the outbox is flushed
         self.stdin: protocol.StdinRequest | None = None  # its payload is still arriving
         self.stdin_len = 0
+
+    @property
+    def cgroups(self) -> str | None:
+        """The peer's cgroups as the kernel has them (read once, through the pidfd
+        pinned at accept: a recycled pid cannot answer for it)."""
+        return self._read_cgroups()[0]
+
+    @property
+    def cgroups_error(self) -> WarrenError | None:
+        return self._read_cgroups()[1]
+
+    def _read_cgroups(self) -> tuple[str | None, WarrenError | None]:
+        if self._cgroups is None:
+            self._cgroups = peer_cgroups(self.sock, self._pidfd)
+            self.release()
+        return self._cgroups
+
+    def release(self) -> None:
+        """Close the pidfd (the client is gone, or its cgroups were read)."""
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
 
     def facts(self, caller: protocol.Caller) -> CallerFacts:
         """Who asks, for the planner: uid and gid from the kernel, the cgroups read at

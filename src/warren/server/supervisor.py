@@ -264,6 +264,7 @@ class Supervisor:
         if c not in self.clients:
             return
         self.clients.pop(c, None)
+        c.release()
         self.asked_at = time.monotonic()
         with contextlib.suppress(KeyError, ValueError):
             self.sel.unregister(c.sock)
