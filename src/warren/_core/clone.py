@@ -36,9 +36,10 @@ def close_all_but(*keep: int) -> None:
     """A cloned child inherits every descriptor of its parent (other sandboxes'
     channels among them): keep only ``keep`` and stdio."""
     low = 3
-    for fd in sorted(keep):
-        _sys.close_range(low, fd - 1)
-        low = fd + 1
+    for fd in sorted(set(keep)):
+        if fd > low:
+            _sys.close_range(low, fd - 1)
+        low = max(low, fd + 1)
     _sys.close_range(low, 0xFFFFFFFF)
 
 
@@ -111,10 +112,11 @@ def preload() -> None:
     sandbox warren's own files may not be visible (an install under /tmp, whose /tmp is
     the sandbox's own), so nothing may be imported there for the first time."""
     from .. import protocol
-    from . import pid1  # noqa: F401
+    from . import execstub, pid1  # noqa: F401
 
     for name in protocol.__all__:
         getattr(protocol, name)  # the channels the package loads only when named
+    execstub.load()  # the program a command's process becomes, from a sealed memfd
 
 
 def _clone(
@@ -126,7 +128,7 @@ def _clone(
     ahead: bool = False,
 ) -> int:
     """The clone itself; ``flags`` adds CLONE_PARENT in the spawner."""
-    from . import pid1
+    from . import execstub, pid1
 
     preload()
 
@@ -151,7 +153,8 @@ def _clone(
             devnull = os.open("/dev/null", os.O_RDWR)
             for target in (0, 1, 2):
                 os.dup2(devnull, target)
-            close_all_but(control.fileno())
+            stub = execstub.loaded()
+            close_all_but(control.fileno(), *([] if stub is None else [stub]))
             if sandbox_nofile is not None:
                 import resource
 

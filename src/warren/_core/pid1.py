@@ -451,15 +451,16 @@ def fork_failed(e: OSError, plan: Plan, what: str) -> WarrenError:
 
 def _ps(spawned: dict[str, str], members: procs.Members) -> list[protocol.ProcInfo]:
     out = []
+    # Every process, warren's own (PID 1, helpers, a command's process waiting as the
+    # exec stub) included: ``warren ps`` shows those as one word.
     for pid, ppid, state in members.table():
-        if procs.is_warren(pid):
-            continue
         argv = procs.cmdline(pid)
         if argv is None:
             continue
-        parent = 0 if ppid <= 1 or procs.is_warren(ppid) else ppid
         out.append(
-            protocol.ProcInfo(pid=pid, ppid=parent, state=state, argv=argv, spawn_id=spawned.get(str(pid)))
+            protocol.ProcInfo(
+                pid=pid, ppid=0 if ppid <= 1 else ppid, state=state, argv=argv, spawn_id=spawned.get(str(pid))
+            )
         )
     return out
 

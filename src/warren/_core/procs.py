@@ -13,6 +13,8 @@ import os
 import signal
 import time
 
+from . import execstub
+
 
 def table() -> list[tuple[int, int, str]]:
     """(pid, ppid, state) of every process in this pid namespace."""
@@ -40,16 +42,39 @@ def state(pid: int) -> str:
     return stat[stat.rindex(")") + 2 :].split(maxsplit=1)[0]
 
 
+_own_filters: int | None = None
+
+
+def _seccomp_filters(pid: int | str) -> int | None:
+    """How many seccomp filters the process has (None: gone, or a kernel before 5.9)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("Seccomp_filters:"):
+                return int(line.split()[1])
+    return None
+
+
 def is_warren(pid: int) -> bool:
-    """True for PID 1 and warren's helpers (no seccomp filter), False for commands."""
+    """True for PID 1 and warren's helpers, and for a command's process made ahead of
+    time while it waits (as the exec stub, or in Python); False for commands.
+
+    Asked in PID 1 or a helper. warren's processes have the filters PID 1 has (its
+    broker's, when it has one) and no more; a command has its own filter on top, and
+    cannot shed one. The stub is confined already, so it is told by its program: a
+    command that made a memfd of that name and exec'd it would pass for it, which only
+    hides it from ``warren ps``."""
+    global _own_filters
     try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("Seccomp:"):
-                    return line.split()[1] == "0"
-    except OSError:
+        if _own_filters is None:
+            _own_filters = _seccomp_filters("self")
+        theirs = _seccomp_filters(pid)
+        if _own_filters is None or theirs is None:
+            return False
+        if theirs <= _own_filters:
+            return True
+        return os.readlink(f"/proc/{pid}/exe") == execstub.MEMFD_NAME
+    except (OSError, ValueError):
         return False
-    return False
 
 
 def cmdline(pid: int) -> list[str] | None:

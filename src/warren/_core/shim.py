@@ -44,7 +44,7 @@ from ..errors import (
 )
 from ..output import truncation_marker
 from ..plan.model import Plan
-from . import _sys, cgroups, harden, procs
+from . import _sys, cgroups, execstub, harden, procs
 
 # How long an exec's end waits for the supervisor to bring the sandbox's repositories
 # in step with the host (a sync copies at most a few index-sized files).
@@ -176,9 +176,13 @@ def warm(plan: Plan) -> None:
 
 class Launcher:
     """The command's process, forked ahead of time (while the sandbox waits for work),
-    so that starting a command costs no fork: on ``launch`` it takes its stdio,
-    enters the directory, confines itself for good (``harden``) and execs. Until
-    then it is warren's (no seccomp filter: ``procs.is_warren``)."""
+    so that starting a command costs no fork. Where the exec stub is loaded
+    (``execstub``) it confines itself for good at once (``harden``) and becomes the
+    stub, a process of a few pages that on ``launch`` takes its stdio, enters the
+    directory and execs; else it stays Python, warren's (no seccomp filter:
+    ``procs.is_warren``) until ``launch``, and confines itself then. Its first byte
+    says which (``execstub.READY``, ``PYTHON``, or ``HARDENED``: the stub could not be
+    exec'd, so a Python launcher waits confined)."""
 
     def __init__(self, plan: Plan, ruleset: int | None, warm_up: bool) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
@@ -193,11 +197,22 @@ class Launcher:
         self, path: str, argv: list[str], env: dict[str, str], cwd: str, stdio: list[int], ctty: int
     ) -> int:
         """The command's pid once it has exec'd; its typed error if it could not."""
-        wire.send(self.sock, protocol.Launch(path=path, argv=argv, env=env, cwd=cwd, ctty=ctty), fds=stdio)
         try:
-            msg, _, fds = wire.recv(self.sock, (protocol.Error,), max_payload=0)
-        except wire.ConnectionClosed:
-            return self.pid  # its end closed on execve: the command runs
+            kind = self.sock.recv(1)
+            if kind == execstub.READY:
+                return self._stub(path, argv, env, cwd, stdio, ctty)
+            if kind not in (execstub.PYTHON, execstub.HARDENED):
+                raise ExecError(
+                    f"cannot start {argv[0]}: the process made for it ahead of time is gone",
+                    operation="execve",
+                    hint="was it killed from outside the sandbox? the next command gets a new one",
+                )
+            launch = protocol.Launch(path=path, argv=argv, env=env, cwd=cwd, ctty=ctty)
+            wire.send(self.sock, launch, fds=stdio)
+            try:
+                msg, _, fds = wire.recv(self.sock, (protocol.Error,), max_payload=0)
+            except wire.ConnectionClosed:
+                return self.pid  # its end closed on execve: the command runs
         finally:
             self.sock.close()
         for fd in fds:
@@ -205,6 +220,40 @@ class Launcher:
         os.waitpid(self.pid, 0)
         assert isinstance(msg, protocol.Error)
         raise from_record(msg.error.to_fields())
+
+    def _stub(
+        self, path: str, argv: list[str], env: dict[str, str], cwd: str, stdio: list[int], ctty: int
+    ) -> int:
+        strings = [cwd, path, *argv, *env, *env.values()]
+        if any("\0" in s for s in strings) or any("=" in k for k in env):
+            self.sock.close()
+            os.waitpid(self.pid, 0)
+            raise ExecError(
+                f"cannot start {argv[0]}: a NUL in an argument, or an environment name with '='",
+                operation="execve",
+                hint="execve takes neither",
+            )
+        socket.send_fds(self.sock, [execstub.request(cwd, path, ctty, argv, env)], stdio)
+        answer = b""
+        while len(answer) < 9:
+            chunk = self.sock.recv(9 - len(answer))
+            if not chunk:
+                break
+            answer += chunk
+        if not answer:
+            return self.pid  # its end closed on execve: the command runs
+        os.waitpid(self.pid, 0)
+        step, err = execstub.reply(answer)
+        if step == execstub.CHDIR:
+            raise _cwd_error(cwd, OSError(err, os.strerror(err), cwd))
+        if step == execstub.EXECVE:
+            raise exec_failure(err, argv[0], path)
+        raise ExecError(
+            f"cannot start {argv[0]}: {os.strerror(err)} (step {step} of warren's exec stub)",
+            operation="execve",
+            errno=err,
+            hint="this is a bug in warren; please report it with the command you ran",
+        )
 
     def discard(self) -> None:
         """Not needed (the request was not a command): it exits, and is reaped."""
@@ -231,15 +280,38 @@ def limit_resources(plan: Plan) -> None:
         resource_mod.setrlimit(resource, (value, value))
 
 
+def _become_stub(stub: int, sock: int) -> None:
+    """Exec the stub with ``sock`` as its fd 3 (the only descriptor it keeps)."""
+    if stub == execstub.SOCK:
+        stub = os.dup(stub)
+    if sock == execstub.SOCK:
+        os.set_inheritable(sock, True)
+    else:
+        os.dup2(sock, execstub.SOCK)  # the copy is not close-on-exec
+    _sys.close_range(execstub.SOCK + 1, 0xFFFFFFFF, _sys.CLOSE_RANGE_CLOEXEC)
+    os.execve(stub, [execstub.NAME], {})
+
+
 def _await_launch(plan: Plan, ruleset: int | None, sock: socket.socket, warm_up: bool) -> NoReturn:
     """In the process forked ahead of time: wait for the command, then become it."""
+    hardened = False
     try:
         os.setsid()
         for sig in _DEFAULT_SIGNALS:
             signal.signal(sig, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_SETMASK, ())
+        stub = execstub.loaded()
+        if stub is not None:
+            with contextlib.suppress(OSError, WarrenError):  # else said at launch (see below)
+                limit_resources(plan)
+                harden.harden(plan, ruleset)
+                hardened = True
+        if stub is not None and hardened:
+            with contextlib.suppress(OSError):
+                _become_stub(stub, sock.fileno())
         if warm_up:
             warm(plan)
+        sock.sendall(execstub.HARDENED if hardened else execstub.PYTHON)
         msg, _, fds = wire.recv(sock, (protocol.Launch,), max_payload=0)
     except BaseException:
         os._exit(0)  # not needed after all
@@ -250,8 +322,9 @@ def _await_launch(plan: Plan, ruleset: int | None, sock: socket.socket, warm_up:
             fcntl.ioctl(fds[msg.ctty], termios.TIOCSCTTY, 0)
         for target, fd in enumerate(fds[:3]):
             os.dup2(fd, target)  # dup2 clears close-on-exec on the copy
-        limit_resources(plan)
-        harden.harden(plan, ruleset)
+        if not hardened:
+            limit_resources(plan)
+            harden.harden(plan, ruleset)
         _sys.close_range(3, 0xFFFFFFFF, _sys.CLOSE_RANGE_CLOEXEC)
         os.execve(msg.path, msg.argv, msg.env)
     except OSError as e:

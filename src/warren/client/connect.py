@@ -25,7 +25,16 @@ if TYPE_CHECKING:
 
 START_TIMEOUT = 30.0
 # What the supervisor process itself may see of the environment it is started from.
-_SUPERVISOR_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "XDG_STATE_HOME", "WARREN_SUPERVISOR_IDLE")
+_SUPERVISOR_ENV = (
+    "PATH",
+    "HOME",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "XDG_STATE_HOME",
+    "WARREN_SUPERVISOR_IDLE",
+    "WARREN_EXEC_STUB",  # 0: commands' processes wait in Python, not as the exec stub
+)
 _BOOT = (
     "import os,sys\n"
     "if os.fork(): os._exit(0)\n"  # the supervisor is nobody's child here, never a zombie
@@ -36,10 +45,14 @@ _BOOT = (
 )
 
 
+EXEC_STUB = "warren-exec-stub"  # the argv of a command's process while it waits (``_core.execstub``)
+
+
 def is_supervisor(argv: Sequence[str]) -> bool:
     """Whether ``argv`` is the supervisor's own (its forks, PID 1 and exec helpers of a
-    sandbox, keep it): ``warren ps`` shows them as one word, not as this boot code."""
-    return len(argv) >= 4 and argv[2] == "-c" and argv[3] == _BOOT
+    sandbox, keep it; and the exec stub a command's process waits as): ``warren ps``
+    shows them as one word, not as this boot code."""
+    return (len(argv) >= 4 and argv[2] == "-c" and argv[3] == _BOOT) or tuple(argv) == (EXEC_STUB,)
 
 
 def _package_parent() -> str:

@@ -1,0 +1,156 @@
+/* warren-exec-stub: the last step of starting a command in a sandbox.
+ *
+ * The exec helper forks the command's process ahead of time; that process confines
+ * itself for good (its own Landlock domain, no capabilities, no_new_privs, the seccomp
+ * filter, rlimits) and then execs this program from a sealed memfd. So when a command
+ * comes, it starts from a process of a few pages instead of a copy of the helper's
+ * Python (tearing that down in execve cost about a millisecond). Everything here runs
+ * already confined: it can do nothing the command could not.
+ *
+ * On fd 3, a stream socket to the helper:
+ *   -> "R"                            ready (written at start)
+ *   <- u32 length (big-endian), then that many bytes of NUL-terminated strings:
+ *      cwd, path, ctty ("-1" or the index of a passed fd), argc, argv..., env...
+ *      with the command's stdio (up to 3 fds) passed along (SCM_RIGHTS)
+ *   -> nothing: fd 3 closes on a successful execve
+ *   -> "E", u32 step, u32 errno (big-endian) when a step failed; exit 127
+ * An end of file before the request (the helper did not need this process): exit 0.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#define SOCK 3
+#define MAX_REQUEST (64u << 20) /* far above what execve takes (ARG_MAX with a big stack) */
+#define MAX_FDS 3
+
+enum step { STEP_PROTOCOL = 1, STEP_CHDIR = 2, STEP_CTTY = 3, STEP_STDIO = 4, STEP_EXECVE = 5 };
+
+static void fail(enum step step, int err) {
+    unsigned char out[9];
+    uint32_t s = htonl((uint32_t)step), e = htonl((uint32_t)err);
+    out[0] = 'E';
+    memcpy(out + 1, &s, 4);
+    memcpy(out + 5, &e, 4);
+    ssize_t n;
+    do {
+        n = write(SOCK, out, sizeof out);
+    } while (n < 0 && errno == EINTR);
+    _exit(127);
+}
+
+static int read_exactly(char *buf, size_t len) {
+    size_t got = 0;
+    while (got < len) {
+        ssize_t n = read(SOCK, buf + got, len - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        got += (size_t)n;
+    }
+    return 0;
+}
+
+/* The head (the length) with the passed descriptors; 0 at an end of file. */
+static int read_head(uint32_t *len, int *fds, int *nfds) {
+    char head[4];
+    union {
+        char buf[CMSG_SPACE(sizeof(int) * MAX_FDS)];
+        struct cmsghdr align;
+    } control;
+    struct iovec iov = {.iov_base = head, .iov_len = sizeof head};
+    struct msghdr msg = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf, .msg_controllen = sizeof control.buf};
+    ssize_t n;
+    do {
+        n = recvmsg(SOCK, &msg, MSG_CMSG_CLOEXEC);
+    } while (n < 0 && errno == EINTR);
+    if (n == 0)
+        return 0;
+    if (n < 0 || (msg.msg_flags & MSG_CTRUNC))
+        fail(STEP_PROTOCOL, n < 0 ? errno : EMSGSIZE);
+    *nfds = 0;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < count && *nfds < MAX_FDS; i++)
+            memcpy(&fds[(*nfds)++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+    }
+    if (n < (ssize_t)sizeof head && read_exactly(head + n, sizeof head - (size_t)n) < 0)
+        fail(STEP_PROTOCOL, EPROTO);
+    memcpy(len, head, 4);
+    *len = ntohl(*len);
+    return 1;
+}
+
+int main(void) {
+    /* Closed by the command's execve: the helper's sign that it runs. */
+    if (fcntl(SOCK, F_SETFD, FD_CLOEXEC) < 0)
+        return 127;
+    ssize_t n;
+    do {
+        n = write(SOCK, "R", 1);
+    } while (n < 0 && errno == EINTR);
+    if (n != 1)
+        return 127;
+
+    uint32_t len;
+    int fds[MAX_FDS], nfds = 0;
+    if (!read_head(&len, fds, &nfds))
+        return 0; /* not needed after all */
+    if (len == 0 || len > MAX_REQUEST)
+        fail(STEP_PROTOCOL, EMSGSIZE);
+    char *body = malloc((size_t)len + 1);
+    if (body == NULL)
+        fail(STEP_PROTOCOL, ENOMEM);
+    if (read_exactly(body, len) < 0)
+        fail(STEP_PROTOCOL, EPROTO);
+    body[len] = '\0';
+
+    /* Split into strings: cwd, path, ctty, argc, then argv and env. */
+    size_t count = 0;
+    for (uint32_t i = 0; i < len; i++)
+        count += body[i] == '\0';
+    if (body[len - 1] != '\0' || count < 5)
+        fail(STEP_PROTOCOL, EPROTO);
+    char **strings = calloc(count + 1, sizeof(char *));
+    if (strings == NULL)
+        fail(STEP_PROTOCOL, ENOMEM);
+    size_t k = 0;
+    for (char *p = body; p < body + len; p += strlen(p) + 1)
+        strings[k++] = p;
+    char *cwd = strings[0], *path = strings[1], *end;
+    long ctty = strtol(strings[2], &end, 10);
+    if (*end != '\0' || ctty < -1 || ctty >= nfds)
+        fail(STEP_PROTOCOL, EPROTO);
+    long argc = strtol(strings[3], &end, 10);
+    if (*end != '\0' || argc < 1 || (size_t)argc > count - 4)
+        fail(STEP_PROTOCOL, EPROTO);
+    char **argv = calloc((size_t)argc + 1, sizeof(char *));
+    char **envp = calloc(count - 4 - (size_t)argc + 1, sizeof(char *));
+    if (argv == NULL || envp == NULL)
+        fail(STEP_PROTOCOL, ENOMEM);
+    memcpy(argv, strings + 4, (size_t)argc * sizeof(char *));
+    memcpy(envp, strings + 4 + argc, (count - 4 - (size_t)argc) * sizeof(char *));
+
+    if (chdir(cwd) < 0)
+        fail(STEP_CHDIR, errno);
+    if (ctty >= 0 && ioctl(fds[ctty], TIOCSCTTY, 0) < 0)
+        fail(STEP_CTTY, errno);
+    for (int i = 0; i < nfds; i++)
+        if (dup2(fds[i], i) < 0) /* the copy is not close-on-exec; the received fd is */
+            fail(STEP_STDIO, errno);
+    execve(path, argv, envp);
+    fail(STEP_EXECVE, errno);
+    return 127;
+}

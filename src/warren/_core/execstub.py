@@ -1,0 +1,93 @@
+"""The exec stub (``native/exec-stub.c``, compiled at install as ``warren-exec-stub``):
+what a command's process, forked ahead of time and already confined, becomes while it
+waits, so that starting the command is an execve from a process of a few pages rather
+than from a copy of the helper's Python (tearing that copy down cost about a
+millisecond per command).
+
+Loaded once, before any sandbox, into a sealed memfd (``load``): every PID 1 inherits
+that descriptor (close-on-exec: no command ever holds it), and a launcher execs it with
+``execveat`` — Landlock allows executing a memfd, so it works in image sandboxes,
+where the install's own files are not there. Without the program (no C compiler at
+install, or ``WARREN_EXEC_STUB=0``) the launcher stays Python, as before.
+
+Owns: finding and loading the program, and its wire format (``request``, ``reply``).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import struct
+import sys
+import sysconfig
+
+NAME = "warren-exec-stub"
+MEMFD_NAME = f"/memfd:{NAME} (deleted)"  # its /proc/PID/exe while it waits
+SOCK = 3  # the helper's socket, where the stub expects it
+READY, HARDENED, PYTHON = b"R", b"H", b"P"  # a launcher's first byte: what it is
+
+# The stub's steps, as it reports a failed one.
+PROTOCOL, CHDIR, CTTY, STDIO, EXECVE = 1, 2, 3, 4, 5
+
+_SEALS = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
+_fd: int | None = None
+
+
+def program() -> str | None:
+    """Where the compiled stub is: beside this Python's scripts (a venv's bin)."""
+    if os.environ.get("WARREN_EXEC_STUB") == "0":
+        return None
+    for directory in (sysconfig.get_path("scripts"), os.path.dirname(sys.executable)):
+        candidate = os.path.join(directory, NAME)
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def load() -> int | None:
+    """The stub in a sealed memfd (made once per process tree), or None when there is
+    none to load. Its contents cannot change after: the seals refuse every write."""
+    global _fd
+    if _fd is not None:
+        return _fd
+    path = program()
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+        fd = os.memfd_create(NAME, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    except OSError:
+        return None
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
+    except OSError:
+        os.close(fd)
+        return None
+    _fd = fd
+    return fd
+
+
+def loaded() -> int | None:
+    return _fd
+
+
+def request(cwd: str, path: str, ctty: int, argv: list[str], env: dict[str, str]) -> bytes:
+    """The launch request as the stub reads it: a length, then NUL-terminated strings.
+    A NUL inside one would cut it short: the caller has refused those already (as
+    execve itself does)."""
+    strings = [cwd, path, str(ctty), str(len(argv)), *argv, *(f"{k}={v}" for k, v in env.items())]
+    body = b"".join(os.fsencode(s) + b"\0" for s in strings)
+    return struct.pack("!I", len(body)) + body
+
+
+def reply(data: bytes) -> tuple[int, int]:
+    """(step, errno) from the stub's report of a failed step."""
+    if len(data) != 9 or data[:1] != b"E":
+        return PROTOCOL, errno.EPROTO
+    step, err = struct.unpack("!II", data[1:])
+    return step, err
