@@ -85,15 +85,7 @@ def test_the_stream_scrubber_catches_a_value_split_across_pieces() -> None:
     assert scrubber.feed(b"data: sk-01") == b"data: " and scrubber.flush() == b"sk-01"
 
 
-def test_the_scan_for_values_finds_what_find_finds_and_never_past_its_end() -> None:
-    from warren._core._sys import memmem
-
-    for hay in (b"abcabc", bytearray(b"xxabcxx"), b"", bytearray()):
-        for needle in (b"abc", b"c", b"x", b""):
-            for start in range(9):
-                for end in range(9):
-                    found = hay.find(needle, start, end)
-                    assert memmem(hay, start, end, needle) == found, (hay, needle, start, end)
+def test_the_scan_for_values_never_looks_past_the_pieces_end() -> None:
     value = b"sk-0123456789abcdef"
     sub = s.Substituter({s.placeholder("K", "n").encode(): value})
     # a proxy buffer holds stale bytes after the piece's end: a value they complete is not there

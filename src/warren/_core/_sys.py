@@ -1,8 +1,7 @@
 """Raw Linux system calls through ctypes: the only module in warren that touches ctypes.
 
 Owns: syscall numbers per architecture, the C structs the kernel expects, and thin
-wrappers that raise ``OSError`` with the real errno; and one libc function that is not
-a system call, ``memmem``, for the proxy's scan of every answer byte. It must not decide anything:
+wrappers that raise ``OSError`` with the real errno. It must not decide anything:
 no policy, no paths, no fallbacks. Callers above turn ``OSError`` into ``WarrenError``.
 """
 
@@ -557,33 +556,3 @@ def clone_process(flags: int) -> int:
         err = ctypes.get_errno()
         raise OSError(err, f"clone: {os.strerror(err)}")
     return int(r)
-
-
-# --- libc's substring search, for the proxy's scrub ------------------------------
-
-_memmem = _libc.memmem
-_memmem.restype = ctypes.c_void_p
-_memmem.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t]
-
-
-def memmem(haystack: bytes | bytearray, start: int, end: int, needle: bytes) -> int:
-    """``haystack.find(needle, start, end)`` for ``0 <= start``, without a copy.
-
-    Why not ``find``: for a needle of 20-60 bytes in a large buffer, CPython 3.11's
-    search skips by a table of 64 byte classes, glibc's by pairs of bytes; glibc's
-    looks through a MiB in 0.04-0.06 ms, ``find`` in 0.13-0.20 (random bytes, text;
-    measured). Each call costs about 1.5 us more than ``find``.
-    """
-    end = min(end, len(haystack))
-    if not needle:
-        return start if start <= end else -1
-    if end - start < len(needle):
-        return -1
-    if isinstance(haystack, bytearray):
-        # The array holds the buffer exported (it cannot move) until the call is over.
-        held = (ctypes.c_char * len(haystack)).from_buffer(haystack)
-        base = ctypes.addressof(held)
-    else:
-        base = ctypes.cast(ctypes.c_char_p(haystack), ctypes.c_void_p).value or 0
-    found = _memmem(base + start, end - start, needle, len(needle))
-    return -1 if found is None else found - base
