@@ -295,6 +295,35 @@ def test_the_in_place_scrubber_catches_a_value_cut_at_every_byte() -> None:
     assert bytes(sink.out) == b"event: done\n\n"
 
 
+class _Filling:
+    """A body of ``data`` that fills every buffer it is given (as a fast server does)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = memoryview(data)
+
+    def readinto(self, view: memoryview) -> int:
+        n = min(len(view), len(self.data))
+        view[:n], self.data = self.data[:n], self.data[n:]
+        return n
+
+
+def test_a_value_cut_by_the_edge_of_a_full_read_buffer_is_scrubbed() -> None:
+    """The proxy's own buffer sizes: each read fills a whole piece, and the value lies
+    across the edge of the first (from all of it before the edge to all of it after)."""
+    sub = Substituter({PH: TOKEN})
+    for shift in range(-len(TOKEN), 2):
+        body = b"a" * (intercept._PIECE + shift) + TOKEN + b"z" * 100 + TOKEN
+        for chunked in (True, False):
+            sink = _Collect()
+            framer = intercept.Framer(sink, max(sub.longest - 1, 0) + intercept._PIECE)  # type: ignore[arg-type]
+            framer.chunked = chunked
+            intercept._scrub_stream(_Filling(body), framer, sub)  # type: ignore[arg-type]
+            framer.finish()
+            got = _dechunk(bytes(sink.out)) if chunked else bytes(sink.out)
+            assert got == body.replace(TOKEN, PH), (shift, chunked)
+            assert TOKEN not in sink.out
+
+
 def test_a_client_asking_for_http2_gets_http11_and_its_request_works(setup: Setup) -> None:
     seen = len(setup.server.alpn)
     data, chosen = _through_proxy(setup, "/small", alpn=["h2", "http/1.1"])

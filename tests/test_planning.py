@@ -10,7 +10,7 @@ from pathlib import Path
 from conftest import host_git
 from warren import protocol
 from warren.plan import CallerFacts
-from warren.server import gitkeeper, gitstore, links, planning
+from warren.server import ahead, gitkeeper, gitstore, links, planning
 
 
 def _caller(tmp_path: Path, ws: Path) -> tuple[CallerFacts, protocol.Caller]:
@@ -31,7 +31,8 @@ def test_planning_makes_no_git_store_and_the_launch_makes_the_one_planned(tmp_pa
     store = gitstore.location(gitdir, caller.env)
     before = sorted(os.listdir(gitdir))
 
-    plan, found = planner.plan({"workspace": str(ws)}, caller, msg_caller, None, long_lived=True)
+    request = ahead.Request({"workspace": str(ws)}, caller, msg_caller, None, None, long_lived=True)
+    plan, found, _host = planner.plan(request)
 
     assert [g.path for g in plan.git] == [gitdir]
     assert not os.path.exists(store) and sorted(os.listdir(gitdir)) == before
@@ -53,7 +54,7 @@ def test_a_plan_not_launched_lets_go_of_what_it_opened(tmp_path: Path) -> None:
     caller, msg_caller = _caller(tmp_path, ws)
     planner = planning.Planner(None, links.LinkScanner(), gitkeeper.GitKeeper())
     fds_before = set(os.listdir("/proc/self/fd"))
-    _plan, found = planner.plan({"workspace": str(ws)}, caller, msg_caller, None)
+    _plan, found, _host = planner.plan(ahead.Request({"workspace": str(ws)}, caller, msg_caller, None, None))
     assert found.roots  # the workspace's descriptor, held for the launch
     found.close()
     assert set(os.listdir("/proc/self/fd")) == fds_before

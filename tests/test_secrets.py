@@ -85,6 +85,15 @@ def test_the_stream_scrubber_catches_a_value_split_across_pieces() -> None:
     assert scrubber.feed(b"data: sk-01") == b"data: " and scrubber.flush() == b"sk-01"
 
 
+def test_the_scan_for_values_never_looks_past_the_pieces_end() -> None:
+    value = b"sk-0123456789abcdef"
+    sub = s.Substituter({s.placeholder("K", "n").encode(): value})
+    # a proxy buffer holds stale bytes after the piece's end: a value they complete is not there
+    buf = bytearray(b"x" * 10 + value)
+    assert sub.occurs_in(buf, 10, len(buf)) and sub.occurs_in(bytes(buf), 0, len(buf))
+    assert not sub.occurs_in(buf, 0, len(buf) - 1) and not sub.occurs_in(buf, 11, len(buf))
+
+
 def _spec(ws: Path, **kw: object) -> PolicySpec:
     return PolicySpec(workspace=str(ws), **kw)  # type: ignore[arg-type]
 

@@ -45,11 +45,12 @@ def state(pid: int) -> str:
 _own_filters: int | None = None
 
 
-def _seccomp_filters(pid: int | str) -> int | None:
-    """How many seccomp filters the process has (None: gone, or a kernel before 5.9)."""
+def status_number(pid: int | str, key: str) -> int | None:
+    """A number of /proc/PID/status (``Tgid``, ``Seccomp_filters``: the kernel has it
+    since 5.9), or None when the line is not there."""
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("Seccomp_filters:"):
+            if line.startswith(key + ":"):
                 return int(line.split()[1])
     return None
 
@@ -66,8 +67,8 @@ def is_warren(pid: int) -> bool:
     global _own_filters
     try:
         if _own_filters is None:
-            _own_filters = _seccomp_filters("self")
-        theirs = _seccomp_filters(pid)
+            _own_filters = status_number("self", "Seccomp_filters")
+        theirs = status_number(pid, "Seccomp_filters")
         if _own_filters is None or theirs is None:
             return False
         if theirs <= _own_filters:

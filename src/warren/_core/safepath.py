@@ -21,7 +21,7 @@ import errno
 import os
 import secrets
 import stat
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from . import _sys
 
@@ -52,6 +52,19 @@ def open_beneath(dirfd: int, rel: str, flags: int, mode: int = 0o600) -> int:
 
 def dir_beneath(dirfd: int, rel: str) -> int:
     return open_beneath(dirfd, rel, os.O_RDONLY | os.O_DIRECTORY)
+
+
+@contextlib.contextmanager
+def listed(dirfd: int, rel: str) -> Iterator[tuple[int, list[str]]]:
+    """The directory ``rel`` beneath ``dirfd``, open, and the names in it: listed before
+    the block runs (which may then remove them), closed after it."""
+    fd = dir_beneath(dirfd, rel)
+    try:
+        with os.scandir(fd) as entries:
+            names = [e.name for e in entries]
+        yield fd, names
+    finally:
+        os.close(fd)
 
 
 def stays_beneath(dirfd: int, rel: str) -> bool:
@@ -184,6 +197,21 @@ def sweep(dirfd: int, name: str, opener: Callable[[str], int] | None = None) -> 
     return removed
 
 
+@contextlib.contextmanager
+def new_file(dirfd: int, name: str) -> Iterator[int]:
+    """A new file ``name`` in the directory ``dirfd`` (never there before: ``O_EXCL``,
+    mode 0600), open read-write for the block to fill. If the block fails, the file is
+    closed and removed; else its descriptor is the caller's to close."""
+    fd = open_beneath(dirfd, name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        yield fd
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=dirfd)
+        raise
+
+
 def write_atomic(
     dirfd: int,
     rel: str,
@@ -206,18 +234,12 @@ def write_atomic(
             except FileNotFoundError:
                 mode = 0o644
         sweep(pfd, name)
-        fd = open_beneath(pfd, tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        claim(fd)
-        try:
+        with new_file(pfd, tmp) as fd:
+            claim(fd)
             written = _write_all(fd, data)
             os.fchmod(fd, mode)
             if fsync:
                 os.fsync(fd)
-        except BaseException:
-            os.close(fd)
-            with contextlib.suppress(OSError):
-                os.unlink(tmp, dir_fd=pfd)
-            raise
         os.close(fd)
         try:
             os.rename(tmp, name, src_dir_fd=pfd, dst_dir_fd=pfd)

@@ -47,16 +47,10 @@ def put(root: int, key: str, what: str, image: str, layers: Sequence[Path], chec
     tmp = TMP + secrets.token_hex(8)
     try:
         record = {"what": what, "image": image, "layers": [p.name for p in layers], "check": check}
-        fd = safepath.open_beneath(holds, tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
+        with safepath.new_file(holds, tmp) as fd:
             os.write(fd, json.dumps(record).encode())
             fcntl.flock(fd, fcntl.LOCK_SH)
             os.rename(tmp, f"{key}.json", src_dir_fd=holds, dst_dir_fd=holds)
-        except BaseException:
-            os.close(fd)
-            with contextlib.suppress(OSError):
-                os.unlink(tmp, dir_fd=holds)
-            raise
         return fd
     finally:
         os.close(holds)

@@ -238,16 +238,8 @@ class ImageStore:
     def names(self) -> list[str]:
         root = self._open_root()
         try:
-            fd = safepath.dir_beneath(root, "images")
-            try:
-                with os.scandir(fd) as entries:
-                    found = [
-                        e.name[:-5]
-                        for e in entries
-                        if e.name.endswith(".json") and not e.name.startswith(".")
-                    ]
-            finally:
-                os.close(fd)
+            with safepath.listed(root, "images") as (_fd, present):
+                found = [n[:-5] for n in present if n.endswith(".json") and not n.startswith(".")]
         finally:
             os.close(root)
         return sorted(n for n in found if _NAME.fullmatch(n))
@@ -630,10 +622,7 @@ class ImageStore:
                 else:
                     keep_layers |= holder.layers
             holds.sweep_temps(root)
-            layers = safepath.dir_beneath(root, "layers")
-            try:
-                with os.scandir(layers) as entries:
-                    present = [e.name for e in entries]
+            with safepath.listed(root, "layers") as (layers, present):
                 for entry in present:
                     if entry.startswith(TMP):
                         unpack.remove_tree(layers, entry)  # no import runs: the lock is ours
@@ -650,12 +639,7 @@ class ImageStore:
                         removed.append("sha256:" + entry)
                     finally:
                         os.close(fd)
-            finally:
-                os.close(layers)
-            blobs = safepath.dir_beneath(root, "blobs/sha256")
-            try:
-                with os.scandir(blobs) as entries:
-                    present = [e.name for e in entries]
+            with safepath.listed(root, "blobs/sha256") as (blobs, present):
                 for entry in present:
                     base = entry.removesuffix(".size")
                     if HEX.fullmatch(base) and base not in keep_blobs and base not in keep_layers:
@@ -665,8 +649,6 @@ class ImageStore:
                         ):
                             continue  # a leased layer's size
                         safepath.unlink(blobs, entry)
-            finally:
-                os.close(blobs)
         return removed
 
 

@@ -11,7 +11,6 @@ Every other key, or a value that widens, is refused naming the file and the key.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from . import limits as _limits
-from .resolve import absolute
+from .resolve import absolute, env_and_home
 from .spec import PATH_KEYS, PolicySpec, from_mapping, type_error
 
 WORKSPACE_FILE = "warren.toml"
@@ -159,8 +158,7 @@ def load_spec(
     user_config: Path | None = None,
 ) -> PolicySpec:
     """The layered spec from config files (without command-line flags)."""
-    env = os.environ if env is None else env
-    home = home or Path(env.get("HOME") or os.path.expanduser("~"))
+    env, home = env_and_home(env, home)
     user_path = user_config or user_config_path(env, home)
     ws_path = workspace / WORKSPACE_FILE
     user = _load(user_path)

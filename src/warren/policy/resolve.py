@@ -125,6 +125,13 @@ def _plain_home(home: Path) -> str | None:
     return text
 
 
+def env_and_home(env: Mapping[str, str] | None, home: Path | None) -> tuple[Mapping[str, str], Path]:
+    """The environment a policy is resolved in (this process's unless given) and the
+    home directory (``$HOME`` of that environment unless given)."""
+    env = os.environ if env is None else env
+    return env, home or Path(env.get("HOME") or os.path.expanduser("~"))
+
+
 def build(
     spec: PolicySpec,
     *,
@@ -134,8 +141,7 @@ def build(
     relative_base: Path | None = None,
 ) -> Policy:
     """Resolve a spec into a validated :class:`Policy` for the calling user."""
-    env = os.environ if env is None else env
-    home = home or Path(env.get("HOME") or os.path.expanduser("~"))
+    env, home = env_and_home(env, home)
     cwd = cwd or Path.cwd()
     base = relative_base if relative_base is not None else cwd
     # On an image, ``workspace = "none"``: /workspace lives in the sandbox's own layer.

@@ -31,6 +31,8 @@ LIST_KEYS = {
     "secret": "secrets",
     "allow_http": "allow_http",
 }
+# attribute -> its canonical key, the one ``to_mapping`` writes
+_LIST_KEY_OF = {attr: next(k for k, a in LIST_KEYS.items() if a == attr) for attr in LIST_KEYS.values()}
 BOOL_KEYS = (
     "default_deny",
     "workspace_writable",
@@ -122,16 +124,7 @@ class PolicySpec:
         out: dict[str, object] = {}
         if self.workspace is not None:
             out["workspace"] = self.workspace
-        for key, attr in (
-            ("write", "write"),
-            ("read", "read"),
-            ("deny", "deny"),
-            ("preset", "presets"),
-            ("env_pass", "env_pass"),
-            ("allow_host", "allow_hosts"),
-            ("secrets", "secrets"),
-            ("allow_http", "allow_http"),
-        ):
+        for attr, key in _LIST_KEY_OF.items():
             value = getattr(self, attr)
             if value:
                 out[key] = list(value)

@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import shlex
 import signal as _signal
 import sys
 import traceback
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, NoReturn
 
 import grpc
@@ -44,26 +45,28 @@ CHUNK = 1 << 20  # bytes per stdout/stderr event: well under a client's 4 MiB me
 OUTPUT_LIMIT = 64 * 1024 * 1024  # what warren keeps of a Start's output per stream, followed as it comes
 SIGNALS = {2: _signal.SIGINT, 9: _signal.SIGKILL, 15: _signal.SIGTERM}
 
-CODES: tuple[tuple[type[errors.WarrenError], grpc.StatusCode], ...] = (
-    (errors.CommandNotFound, grpc.StatusCode.NOT_FOUND),
-    (errors.CwdNotFound, grpc.StatusCode.NOT_FOUND),
-    (errors.SandboxFileNotFound, grpc.StatusCode.NOT_FOUND),
-    (errors.ProcessNotFound, grpc.StatusCode.NOT_FOUND),
-    (errors.ProcessEnded, grpc.StatusCode.NOT_FOUND),
-    (errors.SandboxPermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
-    (errors.SandboxTimeout, grpc.StatusCode.DEADLINE_EXCEEDED),
-    (errors.SandboxDead, grpc.StatusCode.UNAVAILABLE),
-    (errors.SandboxPaused, grpc.StatusCode.UNAVAILABLE),
-    (errors.StdinFull, grpc.StatusCode.RESOURCE_EXHAUSTED),
-    (errors.StdinError, grpc.StatusCode.FAILED_PRECONDITION),
-    (errors.ExecError, grpc.StatusCode.INVALID_ARGUMENT),
-    (errors.PolicyError, grpc.StatusCode.INVALID_ARGUMENT),
-)
+# The gRPC status of a warren error: the first whose classes it is an instance of (the
+# more specific come first: StdinFull is a StdinError, CommandNotFound an ExecError).
+CODES: dict[grpc.StatusCode, tuple[type[errors.WarrenError], ...]] = {
+    grpc.StatusCode.NOT_FOUND: (
+        errors.CommandNotFound,
+        errors.CwdNotFound,
+        errors.SandboxFileNotFound,
+        errors.ProcessNotFound,
+        errors.ProcessEnded,
+    ),
+    grpc.StatusCode.PERMISSION_DENIED: (errors.SandboxPermissionDenied,),
+    grpc.StatusCode.DEADLINE_EXCEEDED: (errors.SandboxTimeout,),
+    grpc.StatusCode.UNAVAILABLE: (errors.SandboxDead, errors.SandboxPaused),
+    grpc.StatusCode.RESOURCE_EXHAUSTED: (errors.StdinFull,),
+    grpc.StatusCode.FAILED_PRECONDITION: (errors.StdinError,),
+    grpc.StatusCode.INVALID_ARGUMENT: (errors.ExecError, errors.PolicyError),
+}
 
 
 def status_of(error: BaseException) -> grpc.StatusCode:
-    for kind, code in CODES:
-        if isinstance(error, kind):
+    for code, kinds in CODES.items():
+        if isinstance(error, kinds):
             return code
     return grpc.StatusCode.INTERNAL
 
@@ -102,6 +105,22 @@ def checked_size(rows: int, cols: int) -> tuple[int, int]:
     return rows, cols
 
 
+def _unary(
+    method: Callable[[ProcessService, Any, grpc.aio.ServicerContext], Awaitable[Any]],
+) -> Callable[[ProcessService, Any, grpc.aio.ServicerContext], Awaitable[Any]]:
+    """A unary RPC whose every failure reaches the caller as the contract's status
+    (``status_of``). The streamed ``Start`` answers its own: it yields in between."""
+
+    @functools.wraps(method)
+    async def call(self: ProcessService, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            return await method(self, request, context)
+        except Exception as e:
+            await self._fail(context, e)
+
+    return call
+
+
 class ProcessService:
     """The servicer; its methods are named as the contract's RPCs."""
 
@@ -122,17 +141,15 @@ class ProcessService:
         cwd = self.rt.confine(config.cwd, "cwd") if config.HasField("cwd") and config.cwd else self.rt.root
         return argv, cwd, dict(config.env_vars)
 
+    @_unary
     async def Execute(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        try:
-            argv, cwd, env = self._config(request.config)
-            remaining = context.time_remaining()
-            result = await self.rt.call(self.rt.sandbox.exec, argv, cwd=cwd, env=env, timeout=remaining)
-            if result.timed_out:
-                raise errors.SandboxTimeout(
-                    f"{argv[0]} ran past the call's deadline", operation="execute", hint="a longer deadline"
-                )
-        except Exception as e:
-            await self._fail(context, e)
+        argv, cwd, env = self._config(request.config)
+        remaining = context.time_remaining()
+        result = await self.rt.call(self.rt.sandbox.exec, argv, cwd=cwd, env=env, timeout=remaining)
+        if result.timed_out:
+            raise errors.SandboxTimeout(
+                f"{argv[0]} ran past the call's deadline", operation="execute", hint="a longer deadline"
+            )
         code = -1 if result.signal is not None else result.exit_code
         return self.pb.ExecuteResponse(exit_code=code, stdout=result.stdout, stderr=result.stderr)
 
@@ -203,61 +220,55 @@ class ProcessService:
             )
         return proc
 
+    @_unary
     async def WriteStdin(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        try:
-            proc = self._proc(request.process_id)
-            name = self.rt.sandbox.name
-            if request.HasField("eof"):
-                await self.rt.call(self.rt.transport.write_stdin, name, proc.spawn_id, b"", eof=True)
-            elif request.input:
-                await self.rt.call(feed_stdin, self.rt.transport, name, proc.spawn_id, request.input)
-        except Exception as e:
-            await self._fail(context, e)
+        proc = self._proc(request.process_id)
+        name = self.rt.sandbox.name
+        if request.HasField("eof"):
+            await self.rt.call(self.rt.transport.write_stdin, name, proc.spawn_id, b"", eof=True)
+        elif request.input:
+            await self.rt.call(feed_stdin, self.rt.transport, name, proc.spawn_id, request.input)
         return self.pb.WriteStdinResponse()
 
+    @_unary
     async def SendSignal(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        try:
-            proc = self._proc(request.process_id)
-            sig = SIGNALS.get(request.signal)
-            if sig is None:
-                raise errors.ExecError(
-                    f"unsupported or unspecified signal {request.signal}",
-                    operation="signal",
-                    hint="SIGNAL_SIGINT, SIGNAL_SIGTERM or SIGNAL_SIGKILL",
-                )
-            name = self.rt.sandbox.name
-            if proc.tty_file is not None and sig == _signal.SIGINT:
-                # The terminal's ^C: the line discipline signals its foreground group.
-                await self.rt.call(feed_stdin, self.rt.transport, name, proc.spawn_id, b"\x03")
-            else:
-                await self.rt.call(self.rt.transport.signal, name, proc.pid, int(sig))
-                proc.ended_by_signal = proc.tty_file is not None
-        except Exception as e:
-            await self._fail(context, e)
+        proc = self._proc(request.process_id)
+        sig = SIGNALS.get(request.signal)
+        if sig is None:
+            raise errors.ExecError(
+                f"unsupported or unspecified signal {request.signal}",
+                operation="signal",
+                hint="SIGNAL_SIGINT, SIGNAL_SIGTERM or SIGNAL_SIGKILL",
+            )
+        name = self.rt.sandbox.name
+        if proc.tty_file is not None and sig == _signal.SIGINT:
+            # The terminal's ^C: the line discipline signals its foreground group.
+            await self.rt.call(feed_stdin, self.rt.transport, name, proc.spawn_id, b"\x03")
+        else:
+            await self.rt.call(self.rt.transport.signal, name, proc.pid, int(sig))
+            proc.ended_by_signal = proc.tty_file is not None
         return self.pb.SendSignalResponse()
 
+    @_unary
     async def ResizeTTY(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        try:
-            proc = self._proc(request.process_id)
-            if proc.tty_file is None:
-                raise errors.StdinError(
-                    f"process {proc.ident} has no PTY to resize",
-                    operation="resize",
-                    hint="start it with a pty",
-                )
-            rows, cols = checked_size(request.rows, request.cols)
-            resize = f'stty -F "$(cat {shlex.quote(proc.tty_file)})" rows {rows} cols {cols}'
-            result = await self.rt.call(
-                self.rt.sandbox.exec, ["/bin/sh", "-c", resize], cwd="/", timeout=10, output_limit=4096
+        proc = self._proc(request.process_id)
+        if proc.tty_file is None:
+            raise errors.StdinError(
+                f"process {proc.ident} has no PTY to resize",
+                operation="resize",
+                hint="start it with a pty",
             )
-            if result.exit_code != 0:
-                raise errors.StdinError(
-                    f"cannot resize the terminal of process {proc.ident}: {result.stderr[:200]!r}",
-                    operation="resize",
-                    hint="it may have ended",
-                )
-        except Exception as e:
-            await self._fail(context, e)
+        rows, cols = checked_size(request.rows, request.cols)
+        resize = f'stty -F "$(cat {shlex.quote(proc.tty_file)})" rows {rows} cols {cols}'
+        result = await self.rt.call(
+            self.rt.sandbox.exec, ["/bin/sh", "-c", resize], cwd="/", timeout=10, output_limit=4096
+        )
+        if result.exit_code != 0:
+            raise errors.StdinError(
+                f"cannot resize the terminal of process {proc.ident}: {result.stderr[:200]!r}",
+                operation="resize",
+                hint="it may have ended",
+            )
         return self.pb.ResizeTTYResponse()
 
 

@@ -31,13 +31,14 @@ it while the supervisor walks it.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import marshal
 import os
 import stat
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 
@@ -204,21 +205,35 @@ def _copyable(path: str) -> bool:
     return os.access(path, os.R_OK, follow_symlinks=False) and os.access(os.path.dirname(path), os.W_OK)
 
 
+def _entries(where: str | int) -> Iterator[tuple[os.DirEntry[str], bool]]:
+    """The subdirectories and regular files of a directory (a link is neither), each with
+    whether it is a directory; an entry, or the rest of the directory, that cannot be
+    read is passed over."""
+    try:
+        with os.scandir(where) as it:
+            for e in it:
+                try:
+                    is_dir = e.is_dir(follow_symlinks=False)
+                    if not is_dir and not e.is_file(follow_symlinks=False):
+                        continue
+                except OSError:
+                    continue
+                yield e, is_dir
+    except OSError:
+        pass
+
+
 def _read(path: str, ident: _Ident | None, exact: bool) -> _Dir:
     subdirs: list[str] = []
     inodes: list[int] = []
-    try:
-        with os.scandir(path) as it:
-            for e in it:
-                try:
-                    if e.is_dir(follow_symlinks=False):
-                        subdirs.append(e.name)
-                    elif e.is_file(follow_symlinks=False):
-                        inodes.append(e.stat(follow_symlinks=False).st_ino if exact else e.inode())
-                except OSError:
-                    continue
-    except OSError:
-        pass
+    for e, is_dir in _entries(path):
+        if is_dir:
+            subdirs.append(e.name)
+        elif not exact:
+            inodes.append(e.inode())
+        else:
+            with contextlib.suppress(OSError):
+                inodes.append(e.stat(follow_symlinks=False).st_ino)
     return ident, tuple(subdirs), tuple(inodes)
 
 
@@ -254,20 +269,14 @@ def _walk(root: str, found: list[_Found]) -> None:
 def _files(fd: int, path: str, found: list[_Found]) -> list[str]:
     """Note the directory's multiply-linked files; its subdirectories."""
     subdirs: list[str] = []
-    try:
-        with os.scandir(fd) as it:
-            for e in it:
-                try:
-                    if e.is_file(follow_symlinks=False):
-                        st = e.stat(follow_symlinks=False)
-                        if st.st_nlink > 1:
-                            found.append((st.st_dev, st.st_ino, st.st_nlink, path, e.name))
-                    elif e.is_dir(follow_symlinks=False):
-                        subdirs.append(e.name)
-                except OSError:
-                    continue
-    except OSError:
-        pass
+    for e, is_dir in _entries(fd):
+        if is_dir:
+            subdirs.append(e.name)
+            continue
+        with contextlib.suppress(OSError):
+            st = e.stat(follow_symlinks=False)
+            if st.st_nlink > 1:
+                found.append((st.st_dev, st.st_ino, st.st_nlink, path, e.name))
     return subdirs
 
 

@@ -17,6 +17,7 @@ import json
 import os
 import secrets
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import protocol
 from ..errors import SetupError
@@ -29,6 +30,9 @@ from ..policy.spec import from_mapping
 from . import gitkeeper, links, snapshots, statedir
 from .envroot import resolve_image, store_root
 from .hostfacts import free_loopback_port, gather, namespaces
+
+if TYPE_CHECKING:
+    from .ahead import Request
 
 
 def resolve(spec_map: dict[str, object], caller: CallerFacts, msg_caller: protocol.Caller) -> Policy:
@@ -109,36 +113,16 @@ class Planner:
         self.root, self.scanner, self.keeper = root, scanner, keeper
 
     def plan(
-        self,
-        spec_map: dict[str, object],
-        caller: CallerFacts,
-        msg_caller: protocol.Caller,
-        cwd: str | None,
-        *,
-        long_lived: bool = False,
-        dry: bool = False,
-    ) -> tuple[Plan, gitkeeper.Found]:
-        """The plan, and the repositories found for its launch. ``long_lived``:
-        commands start in the workspace (not wherever the sandbox happened to be
-        created from). ``dry``: only to show (``warren plan``)."""
-        plan, git, _host = self.plan_on(spec_map, caller, msg_caller, cwd, long_lived=long_lived, dry=dry)
-        return plan, git
-
-    def plan_on(
-        self,
-        spec_map: dict[str, object],
-        caller: CallerFacts,
-        msg_caller: protocol.Caller,
-        cwd: str | None,
-        *,
-        long_lived: bool = False,
-        dry: bool = False,
-        scratch_id: str | None = None,
+        self, request: Request, *, dry: bool = False, scratch_id: str | None = None
     ) -> tuple[Plan, gitkeeper.Found, HostFacts]:
-        """``plan``, with the host facts it was made from; ``scratch_id``: the random
-        part of the TMPDIR's name (fresh unless given: ``ahead`` plans a run again with
-        the name of the sandbox booted for it)."""
-        policy = resolve(spec_map, caller, msg_caller)
+        """The request's plan, the repositories found for its launch, and the host facts
+        it was made from. A long-lived request's commands start in the workspace (not
+        wherever the sandbox happened to be created from). ``dry``: only to show
+        (``warren plan``). ``scratch_id``: the random part of the TMPDIR's name (fresh
+        unless given: ``ahead`` plans a run again with the name of the sandbox booted for
+        it)."""
+        caller = request.caller
+        policy = resolve(request.spec, caller, request.msg_caller)
         state_dir = self.root or statedir.location(caller.env)
         host, git = host_facts(
             policy, caller, state_dir=state_dir, scanner=self.scanner, keeper=self.keeper, dry=dry
@@ -153,7 +137,7 @@ class Planner:
                 policy,
                 host,
                 caller,
-                cwd=("/workspace" if image else str(policy.workspace)) if long_lived else cwd,
+                cwd=("/workspace" if image else str(policy.workspace)) if request.long_lived else request.cwd,
                 scratch_id=scratch_id or secrets.token_hex(12),
                 image=image,
                 secret_nonce=secrets.token_hex(16),

@@ -23,7 +23,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from .. import protocol
-from ..errors import ProcessEnded, StdinClosed, StdinFull, StdinNotOpen
+from ..errors import ProcessEnded, StdinClosed, StdinFull, StdinNotOpen, WarrenError
 from . import spawns
 
 PIPE_SIZE = 1 << 20  # what the kernel holds for the command (a pipe has 64 KiB by default)
@@ -74,31 +74,17 @@ class StdinPipes:
         key = (req.sandbox, spawn_id)
         where = f"process {req.process} in sandbox {req.sandbox}"
         if key not in self.opened:
-            raise StdinNotOpen(
-                f"{where} was started without stdin: its stdin is /dev/null",
-                operation="stdin",
-                path=req.process,
-                hint="start it with stdin enabled to write to it: spawn(..., stdin=True); "
-                'HTTP and MCP: "stdin": true',
-            )
+            raise _refused("no stdin", where, req.process)
         pipe = self.pipes.get(key)
         if spawns.ended(self.root, req.sandbox, spawn_id):
             if pipe is not None:
                 self.close(pipe)
             if data:
-                raise _ended(where, req.process)
+                raise _refused("ended", where, req.process)
             return protocol.StdinState(closed=True)  # closing what is gone is no error
         if pipe is None or pipe.eof:
-            if data and key in self.unread:
-                raise _closed_by_process(where, req.process)
             if data:
-                raise StdinClosed(
-                    f"the stdin of {where} is closed",
-                    operation="stdin",
-                    path=req.process,
-                    hint="it was closed with close_stdin() (eof), or by the process itself; "
-                    "start a new process to send more",
-                )
+                raise _refused("closed by process" if key in self.unread else "closed", where, req.process)
             return protocol.StdinState(queued=0 if pipe is None else pipe.queued, closed=True)
         _check_room(pipe, len(data), where, req.process)
         if data:
@@ -107,9 +93,8 @@ class StdinPipes:
         pipe.eof = req.eof
         if not self.flush(pipe) and data:
             # The pipe broke under this very write: its reader is gone.
-            if spawns.ended(self.root, req.sandbox, spawn_id):
-                raise _ended(where, req.process)
-            raise _closed_by_process(where, req.process)
+            ended = spawns.ended(self.root, req.sandbox, spawn_id)
+            raise _refused("ended" if ended else "closed by process", where, req.process)
         return protocol.StdinState(queued=pipe.queued, closed=req.eof)
 
     def flush(self, pipe: Pipe) -> bool:
@@ -180,22 +165,35 @@ class StdinPipes:
                 self.close(pipe, unread=fd in broken)
 
 
-def _closed_by_process(where: str, ident: str) -> StdinClosed:
-    return StdinClosed(
-        f"{where} closed its stdin; the data was not delivered",
-        operation="stdin",
-        path=ident,
-        hint="the program stopped reading its input; start a new process to send more",
-    )
+# Why a write to a process's stdin is refused: the error, what it says of the process
+# (``where``), and what the caller can do instead.
+_REFUSALS: dict[str, tuple[type[WarrenError], str, str]] = {
+    "no stdin": (
+        StdinNotOpen,
+        "{where} was started without stdin: its stdin is /dev/null",
+        'start it with stdin enabled to write to it: spawn(..., stdin=True); HTTP and MCP: "stdin": true',
+    ),
+    "ended": (
+        ProcessEnded,
+        "{where} has ended; it reads no more input",
+        "see its exit status and output (Process.wait(), Process.output())",
+    ),
+    "closed by process": (
+        StdinClosed,
+        "{where} closed its stdin; the data was not delivered",
+        "the program stopped reading its input; start a new process to send more",
+    ),
+    "closed": (
+        StdinClosed,
+        "the stdin of {where} is closed",
+        "it was closed with close_stdin() (eof), or by the process itself; start a new process to send more",
+    ),
+}
 
 
-def _ended(where: str, ident: str) -> ProcessEnded:
-    return ProcessEnded(
-        f"{where} has ended; it reads no more input",
-        operation="stdin",
-        path=ident,
-        hint="see its exit status and output (Process.wait(), Process.output())",
-    )
+def _refused(why: str, where: str, ident: str) -> WarrenError:
+    kind, message, hint = _REFUSALS[why]
+    return kind(message.format(where=where), operation="stdin", path=ident, hint=hint)
 
 
 def _check_room(pipe: Pipe, size: int, where: str, ident: str) -> None:

@@ -377,9 +377,8 @@ class Supervisor:
                 os.close(fd)
             from ..plan.render import render
 
-            plan, _ = self.planner.plan(
-                msg.spec.to_mapping(), c.facts(msg.caller), msg.caller, msg.cwd, dry=True
-            )
+            request = ahead.Request(msg.spec.to_mapping(), c.facts(msg.caller), msg.caller, msg.cwd, None)
+            plan = self.planner.plan(request, dry=True)[0]
             self._reply(c, protocol.PlanReply(text=render(plan), plan=planning.json_safe(plan.to_dict())))
             return
         if self.root is None:
@@ -473,7 +472,7 @@ class Supervisor:
         c.box = box
 
     def _launch_run(self, request: ahead.Request, run: Run) -> Box:
-        plan, git = self.planner.plan(request.spec, request.caller, request.msg_caller, request.cwd)
+        plan, git, _host = self.planner.plan(request)
         box = self.sandboxes.launch(
             plan, git, "run", request.search_path, oneshot=True, caller=request.caller
         )
@@ -481,7 +480,7 @@ class Supervisor:
         return box
 
     def _launch_create(self, request: ahead.Request, name: str, creator: Client) -> Box:
-        plan, git = self.planner.plan(request.spec, request.caller, request.msg_caller, None, long_lived=True)
+        plan, git, _host = self.planner.plan(request)
         box = self.sandboxes.launch(
             plan, git, name, request.search_path, oneshot=False, caller=request.caller
         )
@@ -495,14 +494,7 @@ class Supervisor:
         booted = self.ahead.take(request.key())
         if booted is None:
             return None
-        plan, git, host = self.planner.plan_on(
-            request.spec,
-            request.caller,
-            request.msg_caller,
-            request.cwd,
-            long_lived=request.long_lived,
-            scratch_id=booted.scratch_id,
-        )
+        plan, git, host = self.planner.plan(request, scratch_id=booted.scratch_id)
         git.close()  # the booted sandbox holds its repositories' lease
         box = booted.box
         if not ahead.fits(booted, plan, host):
@@ -547,14 +539,7 @@ class Supervisor:
             return
         scratch_id = secrets.token_hex(12)
         try:
-            plan, git, host = self.planner.plan_on(
-                request.spec,
-                request.caller,
-                request.msg_caller,
-                request.cwd,
-                long_lived=request.long_lived,
-                scratch_id=scratch_id,
-            )
+            plan, git, host = self.planner.plan(request, scratch_id=scratch_id)
         except WarrenError:
             return
         if not ahead.eligible(plan):

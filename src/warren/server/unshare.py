@@ -127,19 +127,13 @@ def _copy(pfd: int, name: str, tmp: str, key: tuple[int, int]) -> int:
         st = os.fstat(src)
         if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != key:
             return -1
-        dst = safepath.open_beneath(pfd, tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
+        with safepath.new_file(pfd, tmp) as dst:
             _copy_data(src, dst, st.st_size)
             if os.geteuid() == 0:
                 with contextlib.suppress(OSError):
                     os.fchown(dst, st.st_uid, st.st_gid)
             os.fchmod(dst, stat.S_IMODE(st.st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
             os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
-        except BaseException:
-            os.close(dst)
-            with contextlib.suppress(OSError):
-                os.unlink(tmp, dir_fd=pfd)
-            raise
         return dst
     finally:
         os.close(src)

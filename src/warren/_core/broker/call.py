@@ -12,7 +12,7 @@ import errno
 import os
 from collections.abc import Callable
 
-from .. import _sys
+from .. import _sys, procs
 
 AT_FDCWD = -100
 AT_SYMLINK_NOFOLLOW = 0x100
@@ -141,11 +141,8 @@ _OWN = {
 
 
 def _tgid(tid: int) -> int:
-    with open(f"/proc/{tid}/status") as f:
-        for line in f:
-            if line.startswith("Tgid:"):
-                return int(line.split()[1])
-    return tid
+    tgid = procs.status_number(tid, "Tgid")
+    return tid if tgid is None else tgid
 
 
 def fd_arg_int(value: int) -> int:
