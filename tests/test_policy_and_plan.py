@@ -85,6 +85,24 @@ def test_roots_on_different_mounts_get_separate_binds(tmp_path: Path) -> None:
     ]
 
 
+def test_roots_that_share_only_a_system_directory_are_split_and_said_so(tmp_path: Path) -> None:
+    """A workspace in /srv and a cache in the home: one filesystem, but the directory
+    they share is /, never bound writable, so they are two mounts inside (EXDEV between
+    them): the warning says so at launch. Beside the caches, nothing is said."""
+    p = policy(tmp_path, ["/srv/proj", "/home/u/.cache/uv"])
+    plan = make_plan(p, facts())
+    assert sorted(op.target for op in plan.mounts if op.kind.value == "bind_rw") == [
+        "/home/u/.cache/uv",
+        "/srv/proj",
+    ]
+    (warning,) = [w for w in plan.warnings if "EXDEV" in w]
+    assert "/srv/proj" in warning and "/home/u/.cache/uv" in warning and "below /," in warning
+    together = make_plan(policy(tmp_path, ["/home/u/proj", "/home/u/.cache/uv"]), facts())
+    assert not any("EXDEV" in w for w in together.warnings)
+    apart = make_plan(policy(tmp_path, ["/home/u/proj", "/data/cache"]), facts())
+    assert not any("EXDEV" in w for w in apart.warnings)  # two filesystems: EXDEV on the host too
+
+
 def test_nested_roots_collapse_into_the_outer_one(tmp_path: Path) -> None:
     p = policy(tmp_path, ["/home/u/proj", "/home/u/proj/sub"])
     plan = make_plan(p, facts())

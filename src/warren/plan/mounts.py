@@ -158,6 +158,17 @@ def split_warnings(groups: list[Group], facts: HostFacts) -> list[str]:
                     "hardlinks and renames between them will fail with EXDEV (uv: 'falling back "
                     f"to full copy'). Keep workspace and caches both outside {g.overlaid}."
                 )
+        if len(outside) > 1:
+            # Split because the directory they share is one every user shares (/, /var/tmp,
+            # /srv, ...): a mount there would open its directories' metadata.
+            top = _common_ancestor([g.mount_at for g in outside])
+            out.append(
+                f"{' and '.join(', '.join(g.roots) for g in outside)} are on one host filesystem "
+                f"but share no directory below {top}, which warren never binds writable: they "
+                "are separate mounts inside, so hardlinks and renames between them fail with "
+                "EXDEV (uv: 'falling back to full copy'). Keep the workspace under your home, "
+                "beside the caches."
+            )
     return out
 
 
