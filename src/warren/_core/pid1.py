@@ -23,6 +23,7 @@ import select
 import signal
 import socket
 import time
+from dataclasses import dataclass, field
 from typing import NoReturn, assert_never
 
 from .. import protocol, wire
@@ -120,32 +121,25 @@ def _start_broker(plan: Plan, helpers: set[int]) -> Broker | None:
         ) from None
 
 
+@dataclass(eq=False)
 class Init:
-    def __init__(
-        self,
-        plan: Plan,
-        control: socket.socket,
-        ruleset: int | None,
-        oneshot: bool,
-        broker: Broker | None,
-        helpers: set[int],
-        ahead: bool = False,
-    ) -> None:
-        self.plan = plan
-        self.ahead = ahead
-        self.broker = broker
-        self.control = control
-        self.ruleset = ruleset
-        self.oneshot = oneshot
-        self.helpers = helpers  # the broker thread reads it too
-        self.served = False
-        self.spare: socket.socket | None = None  # a helper forked ahead of the next request
-        self.want_spare = False  # fork the next spare once things are quiet
-        self.last_request = time.monotonic()
-        self.stopping: float | None = None
+    plan: Plan
+    control: socket.socket
+    ruleset: int | None
+    oneshot: bool
+    broker: Broker | None
+    helpers: set[int]  # the broker thread reads it too
+    ahead: bool = False
+    served: bool = field(default=False, init=False)
+    spare: socket.socket | None = field(default=None, init=False)  # a helper forked ahead of the next request
+    want_spare: bool = field(default=False, init=False)  # fork the next spare once things are quiet
+    last_request: float = field(default_factory=time.monotonic, init=False)
+    stopping: float | None = field(default=None, init=False)
+    kill_now: bool = field(default=False, init=False)
+
+    def __post_init__(self) -> None:
         self.wake_r, self.wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
-        self.members = procs.Members(plan.namespaces)
-        self.kill_now = False
+        self.members = procs.Members(self.plan.namespaces)
 
     def serve(self) -> int:
         self.control.setblocking(False)

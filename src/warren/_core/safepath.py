@@ -102,16 +102,25 @@ def split(rel: str) -> tuple[str, str]:
     return parent, name
 
 
-def lstat_beneath(dirfd: int, rel: str) -> os.stat_result | None:
-    """The entry ``rel`` itself (a link is not followed); None when it is missing."""
+@contextlib.contextmanager
+def entry(dirfd: int, rel: str) -> Iterator[tuple[int, str]]:
+    """The directory holding ``rel`` beneath ``dirfd``, open, and the entry's name in
+    it (``split``): what acts on an entry itself, never through it; closed after."""
     parent, name = split(rel)
     pfd = dir_beneath(dirfd, parent)
     try:
-        return os.stat(name, dir_fd=pfd, follow_symlinks=False)
-    except FileNotFoundError:
-        return None
+        yield pfd, name
     finally:
         os.close(pfd)
+
+
+def lstat_beneath(dirfd: int, rel: str) -> os.stat_result | None:
+    """The entry ``rel`` itself (a link is not followed); None when it is missing."""
+    with entry(dirfd, rel) as (pfd, name):
+        try:
+            return os.stat(name, dir_fd=pfd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
 
 
 def read_file(dirfd: int, rel: str, limit: int) -> bytes:
@@ -223,10 +232,8 @@ def write_atomic(
     file in the same directory, synced, then renamed over it. Any failure leaves the old
     file exactly as it was. The mode is ``mode``, else the old file's, else 0644.
     Returns the number of bytes written."""
-    parent, name = split(rel)
-    pfd = dir_beneath(dirfd, parent)
-    tmp = temp_name(name)
-    try:
+    with entry(dirfd, rel) as (pfd, name):
+        tmp = temp_name(name)
         if mode is None:
             try:
                 old = os.stat(name, dir_fd=pfd, follow_symlinks=False)
@@ -251,8 +258,6 @@ def write_atomic(
             with contextlib.suppress(OSError):
                 os.fsync(pfd)
         return written
-    finally:
-        os.close(pfd)
 
 
 def write_in_place(dirfd: int, rel: str, data: bytes) -> None:
@@ -272,23 +277,18 @@ def write_in_place(dirfd: int, rel: str, data: bytes) -> None:
 
 def unlink(dirfd: int, rel: str) -> bool:
     """Remove the entry ``rel`` (a link itself, never its target); False if missing."""
-    parent, name = split(rel)
-    pfd = dir_beneath(dirfd, parent)
-    try:
-        os.unlink(name, dir_fd=pfd)
-        return True
-    except FileNotFoundError:
-        return False
-    finally:
-        os.close(pfd)
+    with entry(dirfd, rel) as (pfd, name):
+        try:
+            os.unlink(name, dir_fd=pfd)
+            return True
+        except FileNotFoundError:
+            return False
 
 
 def remove_tree(dirfd: int, rel: str) -> bool:
     """Remove ``rel`` and everything beneath it without following any link (a link is
     removed as an entry). False if it was missing."""
-    parent, name = split(rel)
-    pfd = dir_beneath(dirfd, parent)
-    try:
+    with entry(dirfd, rel) as (pfd, name):
         try:
             st = os.stat(name, dir_fd=pfd, follow_symlinks=False)
         except FileNotFoundError:
@@ -299,8 +299,6 @@ def remove_tree(dirfd: int, rel: str) -> bool:
         else:
             os.unlink(name, dir_fd=pfd)
         return True
-    finally:
-        os.close(pfd)
 
 
 def _empty_dir(pfd: int, name: str) -> None:

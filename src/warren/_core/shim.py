@@ -31,6 +31,7 @@ import socket
 import struct
 import termios
 import time
+from dataclasses import dataclass, field
 from typing import NoReturn
 
 from .. import protocol, wire
@@ -340,30 +341,23 @@ def _await_launch(plan: Plan, ruleset: int | None, sock: socket.socket, warm_up:
     os._exit(127)
 
 
+@dataclass(eq=False)
 class Shim:
-    def __init__(
-        self,
-        plan: Plan,
-        launcher: Launcher,
-        conn: socket.socket,
-        command: protocol.Command,
-        fds: list[int],
-        spawn_id: str | None,
-        extra: dict[str, int] | None = None,
-        stdin: bool = False,
-    ) -> None:
-        self.plan = plan
-        self.launcher = launcher
-        self.conn = conn
-        self.command = command
-        self.fds = fds
-        self.spawn_id = spawn_id  # set for a background process: fds are its logs
-        self.stdin = stdin  # a background process's stdin pipe follows its logs in fds
-        # The sandbox's cgroup counters ("memory:oom_kill", "pids:max") and the
-        # supervisor's "active" pipe (held until this shim exits: the exec's end).
-        self.counters = {k: fd for k, fd in (extra or {}).items() if ":" in k}
-        self.synced = (extra or {}).get("synced")  # see _in_step
-        self.before: dict[str, int] = {}
+    plan: Plan
+    launcher: Launcher
+    conn: socket.socket
+    command: protocol.Command
+    fds: list[int]
+    spawn_id: str | None  # set for a background process: fds are its logs
+    # The sandbox's cgroup counters ("memory:oom_kill", "pids:max") and the
+    # supervisor's "active" pipe (held until this shim exits: the exec's end).
+    extra: dict[str, int] | None = None
+    stdin: bool = False  # a background process's stdin pipe follows its logs in fds
+    before: dict[str, int] = field(default_factory=dict, init=False)
+
+    def __post_init__(self) -> None:
+        self.counters = {k: fd for k, fd in (self.extra or {}).items() if ":" in k}
+        self.synced = (self.extra or {}).get("synced")  # see _in_step
 
     def _limit_hit(self, status: int) -> str | None:
         """The limit the sandbox ran into while the command ran: its counter went up

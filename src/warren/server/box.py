@@ -67,6 +67,12 @@ class Run:
     exited: protocol.Exited | None = None
     answered: bool = False
 
+    def close_fds(self) -> None:
+        """Close the client's stdio and event pipe that this process still holds."""
+        for fd in [*self.stdio, *([self.events] if self.events is not None else [])]:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
 
 @dataclass
 class Box:

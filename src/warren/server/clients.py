@@ -2,8 +2,8 @@
 room for it.
 
 A ``Client`` is a record: its socket, credentials and cgroups (read from the kernel at
-accept), its buffers and where its request stands. Reading and answering it is the
-supervisor's loop; nothing here blocks.
+accept), its buffers and where its request stands. Reading it is the supervisor's
+loop, answering it ``connections``'; nothing here blocks.
 """
 
 from __future__ import annotations

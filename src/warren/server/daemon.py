@@ -30,7 +30,7 @@ def _idle() -> float:
 
 
 def _raise_nofile() -> None:
-    """Room for MAX_CLIENTS connections beside every sandbox's descriptors: the soft
+    """Room for ``connections.MAX_CLIENTS`` connections beside every sandbox's descriptors: the soft
     descriptor limit up to the hard one (sandboxes get the old one back: ``clone``)."""
     import resource
 
@@ -87,7 +87,7 @@ def inline(fd: int) -> int:
     os.chdir("/")
     sock = socket.socket(fileno=fd)
     sup = Supervisor(None, None, 0)
-    sup.add_client(sock, os.getuid(), os.getgid())
+    sup.clients.add(sock, os.getuid(), os.getgid())
     sup.serve()
     return 0
 

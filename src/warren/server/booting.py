@@ -1,0 +1,212 @@
+"""Where a run's or a create's sandbox comes from: the one booted ahead for its request
+when it fits, else a fresh launch; and booting the next one ahead.
+
+``ahead`` keeps the books (which request has a sandbox booted, what makes one fit);
+this module plans, launches, checks and hands over, for the supervisor, which decides
+when (after an answer, while nobody waits). A booted sandbox given to a run or a
+creator before it is ready is handed over once it is checked ready (``ready``); one
+that fails the check is stopped, and whoever waited on it gets a fresh one.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+
+from .. import protocol
+from .._core import guard
+from ..errors import WarrenError
+from . import ahead, clients, gitkeeper, marks, planning, sandboxes
+from .box import Box, Run
+from .clients import Client
+from .connections import Connections
+
+
+class Booter:
+    def __init__(
+        self,
+        planner: planning.Planner,
+        boxes: sandboxes.Sandboxes,
+        git: gitkeeper.GitKeeper,
+        notes: clients.Notes,
+        conns: Connections,
+        inline: bool,
+    ) -> None:
+        self.planner, self.sandboxes, self.git, self.notes = planner, boxes, git, notes
+        self.clients = conns
+        self.inline = inline  # a supervisor for one client boots nothing ahead
+        self.pool = ahead.Pool()  # one-shot sandboxes booted for the next run of a request
+        self.to_boot: dict[ahead.Key, ahead.Request] = {}  # booted once nothing else is asked
+
+    def run(self, request: ahead.Request, run: Run) -> Box:
+        """The sandbox for a one-shot run."""
+        began = time.process_time()
+        found = self._booted_for(request)
+        if found is None:
+            box = self._launch_run(request, run)
+        else:
+            box, booted = found
+            box.run = run
+            self._take(box, booted, request)
+        box.request = self._again(request, began)  # once it is answered, the next one is booted
+        return box
+
+    def create(self, request: ahead.Request, name: str, creator: Client) -> Box:
+        """The sandbox for a create, named ``name``."""
+        began = time.process_time()
+        found = self._booted_for(request)
+        if found is None:
+            box = self._launch_create(request, name, creator)
+            box.request = self._again(request, began)  # once it is ready, the next one is booted
+        else:
+            box, booted = found
+            self.sandboxes.adopt(box, name)
+            box.creator = creator
+            box.request = self._again(request, began)
+            self._take(box, booted, request)
+        return box
+
+    def later(self, request: ahead.Request) -> None:
+        """Boot the next sandbox for ``request`` once nothing else is asked."""
+        self.to_boot[request.key()] = request
+
+    def boot_next(self, shutdown: bool) -> None:
+        """The oldest request waiting for one: its sandbox is booted now, unless the
+        supervisor is shutting down."""
+        request = self.to_boot.pop(next(iter(self.to_boot)))
+        if not shutdown:
+            self._boot_ahead(request)
+
+    def stop(self) -> None:
+        """Nothing more is booted, and those booted are stopped."""
+        self.to_boot.clear()
+        for box in self.pool.expired(float("inf")):
+            box.terminate()
+
+    def _launch_run(self, request: ahead.Request, run: Run) -> Box:
+        plan, git, _host = self.planner.plan(request)
+        box = self.sandboxes.launch(
+            plan, git, "run", request.search_path, oneshot=True, caller=request.caller
+        )
+        box.run = run
+        return box
+
+    def _launch_create(self, request: ahead.Request, name: str, creator: Client) -> Box:
+        plan, git, _host = self.planner.plan(request)
+        box = self.sandboxes.launch(
+            plan, git, name, request.search_path, oneshot=False, caller=request.caller
+        )
+        box.creator = creator
+        return box
+
+    def _booted_for(self, request: ahead.Request) -> tuple[Box, ahead.Booted] | None:
+        """The sandbox booted ahead for this request, if the request planned now gets
+        exactly it (``ahead.fits``); a stale one is stopped. The caller gives it its run
+        or its creator, then ``_take``."""
+        booted = self.pool.take(request.key())
+        if booted is None:
+            return None
+        plan, git, host = self.planner.plan(request, scratch_id=booted.scratch_id)
+        git.close()  # the booted sandbox holds its repositories' lease
+        box = booted.box
+        if not ahead.fits(booted, plan, host):
+            self.notes.log("ahead", "a sandbox booted ahead was not used: the request or the host changed")
+            box.terminate()
+            return None
+        # The host's own changes since the boot are not the sandbox's to be undone.
+        box.launched.guard = guard.snapshot(box.plan.guarded)
+        return box, booted
+
+    def _take(self, box: Box, booted: ahead.Booted, request: ahead.Request) -> None:
+        """Its run or creator given: used at once when it is ready, else once it is
+        (``ready``)."""
+        if booted.checked:
+            self._adopt(box)
+        else:
+            booted.waiting = request
+
+    def _adopt(self, box: Box) -> None:
+        """A sandbox booted ahead takes its run's command, or becomes its creator's
+        sandbox; its repositories are brought in step first."""
+        box.booted = None
+        self.git.sync(box.git)
+        if box.run is not None:
+            box.start_run()
+            return
+        box.created = box.last_active = time.time()
+        box.waiter.box_ready(box)
+
+    def _boot_ahead(self, request: ahead.Request) -> None:
+        """After a run or a create: the next sandbox for the same request, booted now."""
+        key = request.key()
+        if self.pool.get(key) is not None:
+            return
+        scratch_id = secrets.token_hex(12)
+        try:
+            plan, git, host = self.planner.plan(request, scratch_id=scratch_id)
+        except WarrenError:
+            return
+        if not ahead.eligible(plan):
+            git.close()
+            return
+        try:
+            box = self.sandboxes.launch(
+                plan,
+                git,
+                f"ahead-{scratch_id}",
+                request.search_path,
+                oneshot=not request.long_lived,
+                caller=request.caller,
+                ahead=True,
+            )
+        except WarrenError:
+            return
+        assert box.launched.marks is not None
+        box.booted = ahead.Booted(box, host, box.launched.marks, scratch_id)
+        for old in self.pool.add(key, box.booted):
+            old.terminate()
+
+    def _again(self, request: ahead.Request, began: float) -> ahead.Request | None:
+        """``request`` if the next one like it is to be booted ahead (``ahead.Pool.again``,
+        ``ahead.lingers_anyway``; planned and launched within ``ahead.SLOW`` of this
+        process's CPU time since ``began``), else None."""
+        if self.inline or not self.pool.again(request.key(), time.monotonic()):
+            return None
+        if time.process_time() - began > ahead.SLOW:
+            return None
+        with open("/proc/self/cgroup") as f:
+            return request if ahead.lingers_anyway(request.caller.cgroups, f.read()) else None
+
+    def ready(self, box: Box, booted: ahead.Booted) -> None:
+        """A sandbox booted ahead is ready: what PID 1 set up from must be what the
+        launch saw, or it is no copy of a fresh one (a run waiting for it launches one)."""
+        if marks.still(booted.marks, marks.take(box.plan)):
+            booted.checked = True
+            if booted.waiting is not None:
+                self._adopt(box)
+            return
+        self.pool.forget(box)
+        run, creator, box.run, box.creator = box.run, box.creator, None, None
+        again, box.request = box.request, None
+        box.booted = booted  # still unused: nothing of its end is anyone's
+        box.terminate()
+        request = booted.waiting
+        if request is None:
+            return
+        try:
+            if run is not None:
+                fresh = self._launch_run(request, run)
+                run.client.box = fresh
+            elif creator is not None:
+                fresh = self._launch_create(request, box.name, creator)
+            else:
+                return
+        except WarrenError as e:
+            if run is not None:
+                run.close_fds()
+                run.client.box = None
+            waiting = run.client if run is not None else creator
+            assert waiting is not None
+            self.clients.reply(waiting, protocol.error_message(e))
+            return
+        fresh.request = again
