@@ -56,8 +56,9 @@ import stat
 import struct
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .._core import safepath
@@ -148,6 +149,9 @@ _WORKTREE_FILES = ("HEAD", "ORIG_HEAD", "index", "gitdir", "commondir", "locked"
 MAX_CONFIG = 4 << 20
 MAX_DATA = 256 << 20
 SMALL = 256 << 10  # files up to this size are told apart by content too
+# A file changed this recently before its digest was taken may change again within the
+# same timestamp (a coarse clock tick; a filesystem that keeps seconds): read it again.
+RACY_NS = 2_000_000_000
 
 Values = dict[str, list[str]]
 
@@ -186,6 +190,10 @@ class Shadow:
     tfd: int
     users: int = 0
     held: str | None = None  # why the index is held back, once said
+    # (fd, name) -> (the file's stat part of its stamp, its digest, when that was taken):
+    # a file whose stat is unchanged and whose last change is older than RACY_NS before
+    # its digest was taken has the same content (``_stamp``), so it is not read again.
+    digests: dict[tuple[int, str], tuple[list[int], int, int]] = field(default_factory=dict)
 
     @property
     def tree(self) -> str:
@@ -307,24 +315,38 @@ def sync(shadow: Shadow, gitlink_ok: Callable[[str], bool] | None = None) -> lis
     return done
 
 
-def _stamp(fd: int, name: str) -> list[int]:
+def _stamp(fd: int, name: str, memo: Shadow | None = None) -> list[int]:
     """What tells a file's versions apart: mode, inode, size, times, and for a small
     file its content (an inode number is reused and times are as coarse as the
-    kernel's tick: ``HEAD`` rewritten twice in one tick keeps all the rest)."""
+    kernel's tick: ``HEAD`` rewritten twice in one tick keeps all the rest).
+
+    With ``memo`` (the repository's shadow: a sync after every command) the content is
+    read again only when it may have changed, as git's own index does against racy
+    timestamps: any change of a file sets its ctime to the current time, which nobody
+    but the clock moves (utimensat sets mtime, never ctime), so a file whose stat is as
+    it was and whose ctime was already RACY_NS old when its digest was taken has not
+    changed since."""
     try:
         st = os.stat(name, dir_fd=fd, follow_symlinks=False)
     except OSError:
         return []
     stamp = [st.st_mode, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
     if stat.S_ISREG(st.st_mode) and st.st_size <= SMALL:
+        known = memo.digests.get((fd, name)) if memo is not None else None
+        if known is not None and known[0] == stamp and st.st_ctime_ns < known[2] - RACY_NS:
+            return [*stamp, known[1]]
+        taken = time.time_ns()
         with contextlib.suppress(OSError):
             digest = hashlib.blake2b(safepath.read_file(fd, name, SMALL), digest_size=8).digest()
-            stamp.append(int.from_bytes(digest, "big"))
+            value = int.from_bytes(digest, "big")
+            if memo is not None:
+                memo.digests[(fd, name)] = (list(stamp), value, taken)
+            stamp.append(value)
     return stamp
 
 
 def _sync_config(shadow: Shadow, state: dict[str, Any], stamps: dict[str, list[int]]) -> list[str]:
-    g_now, t_now = _stamp(shadow.gfd, "config"), _stamp(shadow.tfd, "config")
+    g_now, t_now = _stamp(shadow.gfd, "config", shadow), _stamp(shadow.tfd, "config", shadow)
     if stamps.get("config:host") == g_now and stamps.get("config:tree") == t_now:
         return []
     base: Values = state.get("values", {})
@@ -373,7 +395,7 @@ def _sync_files(
 ) -> list[str]:
     done = []
     for name in _names(shadow):
-        g_now, t_now = _stamp(shadow.gfd, name), _stamp(shadow.tfd, name)
+        g_now, t_now = _stamp(shadow.gfd, name, shadow), _stamp(shadow.tfd, name, shadow)
         g_was, t_was = stamps.get("host:" + name), stamps.get("tree:" + name)
         if g_now == g_was and t_now == t_was:
             continue

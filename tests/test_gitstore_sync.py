@@ -1,0 +1,46 @@
+"""The supervisor's sync of a repository after each command: what it reads again.
+
+Judged by what is read and by what a stamp says: a git file changed in a way that keeps
+its size and mtime is still seen as changed (its ctime moved), and an unchanged file is
+not read again once its last change is old."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from warren.server import gitstore
+
+
+def test_a_sync_reads_a_git_file_again_only_when_it_may_have_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stamp of a git file carries a digest of its content; after a command the
+    supervisor reuses the digest only for a file whose stat is unchanged and whose last
+    change was old when the digest was taken. A change that keeps size and mtime
+    (rewritten, mtime set back) is still seen: its ctime moved."""
+    (tmp_path / "HEAD").write_bytes(b"ref: refs/heads/main\n")
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    reads: list[str] = []
+    real_read = gitstore.safepath.read_file
+
+    def counting(dirfd: int, name: str, limit: int) -> bytes:
+        reads.append(name)
+        return real_read(dirfd, name, limit)
+
+    monkeypatch.setattr(gitstore.safepath, "read_file", counting)
+    memo = gitstore.Shadow("p", "s", (), fd, fd, fd)
+    try:
+        first = gitstore._stamp(fd, "HEAD", memo)
+        assert gitstore._stamp(fd, "HEAD", memo) == first and len(reads) == 2  # changed just now: read
+        monkeypatch.setattr(gitstore, "RACY_NS", 0)  # as if the change were long ago
+        assert gitstore._stamp(fd, "HEAD", memo) == first and len(reads) == 2  # reused
+        st = os.stat(tmp_path / "HEAD")
+        (tmp_path / "HEAD").write_bytes(b"ref: refs/heads/evil\n")  # same size
+        os.utime(tmp_path / "HEAD", ns=(st.st_atime_ns, st.st_mtime_ns))  # mtime set back
+        changed = gitstore._stamp(fd, "HEAD", memo)
+        assert changed[4] != first[4] and changed[5] != first[5] and len(reads) == 3
+    finally:
+        os.close(fd)
