@@ -194,6 +194,8 @@ class Shadow:
     # a file whose stat is unchanged and whose last change is older than RACY_NS before
     # its digest was taken has the same content (``_stamp``), so it is not read again.
     digests: dict[tuple[int, str], tuple[list[int], int, int]] = field(default_factory=dict)
+    # base.json as the last sync left it, and the state parsed from it (see ``sync``)
+    base: tuple[bytes, dict[str, Any]] | None = None
 
     @property
     def tree(self) -> str:
@@ -304,14 +306,21 @@ def sync(shadow: Shadow, gitlink_ok: Callable[[str], bool] | None = None) -> lis
     """One round of keeping the host's git directory and the tree in step; what was
     done, one line each (for the supervisor's log)."""
     done: list[str] = []
-    state = _load_json(shadow.sfd, "base.json")
+    try:
+        raw = safepath.read_file(shadow.sfd, "base.json", MAX_CONFIG)
+    except OSError:
+        raw = b""
+    # The state as this round found it: parsed again only when the file is not what the
+    # last round left (a round mutates the object it parsed: it is kept with its bytes).
+    state = shadow.base[1] if shadow.base is not None and shadow.base[0] == raw else _parse_json(raw)
     stamps: dict[str, list[int]] = state.setdefault("stamps", {})
-    before = json.dumps(state, sort_keys=True)
     done += _sync_config(shadow, state, stamps)
     done += _sync_files(shadow, stamps, gitlink_ok)
     _mirror_worktrees(shadow)
-    if json.dumps(state, sort_keys=True) != before:  # a quiet round writes nothing
-        save_json(shadow.sfd, "base.json", state)
+    after = json.dumps(state).encode()  # as save_json writes it
+    if after != raw:  # a quiet round writes nothing
+        safepath.write_atomic(shadow.sfd, "base.json", after, mode=0o600, fsync=False)
+    shadow.base = (after, state)
     return done
 
 
@@ -617,10 +626,17 @@ def _git(args: list[str], ok: tuple[int, ...] = (0,)) -> str:
 
 def _load_json(sfd: int, name: str) -> dict[str, Any]:
     try:
-        data = json.loads(safepath.read_file(sfd, name, MAX_CONFIG))
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
+        return _parse_json(safepath.read_file(sfd, name, MAX_CONFIG))
+    except OSError:
         return {}
+
+
+def _parse_json(raw: bytes) -> dict[str, Any]:
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def save_json(sfd: int, name: str, data: dict[str, Any]) -> None:
