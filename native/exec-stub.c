@@ -8,7 +8,8 @@
  * already confined: it can do nothing the command could not.
  *
  * On fd 3, a stream socket to the helper:
- *   -> "R"                            ready (written at start)
+ *   -> "R"                            ready (written at start); also the format's
+ *                                     version: a change of the format below changes it
  *   <- u32 length (big-endian), then that many bytes of NUL-terminated strings:
  *      cwd, path, ctty ("-1" or the index of a passed fd), argc, argv..., env...
  *      with the command's stdio (up to 3 fds) passed along (SCM_RIGHTS)

@@ -165,3 +165,29 @@ def test_the_memfd_is_sealed_and_executable() -> None:
         os.write(fd, b"x")
     with pytest.raises(OSError):
         os.ftruncate(fd, 0)
+
+
+@pytest.mark.parametrize(("first", "said"), [(b"S", "speaks another version"), (b"", "is gone")])
+def test_a_stub_of_another_version_or_none_is_a_typed_error(first: bytes, said: str) -> None:
+    """What the helper makes of the first byte of a command's process made ahead: a
+    stub built from other sources (another wire format), or a process that died."""
+    import socket
+
+    from warren._core.shim import Launcher
+
+    ours, theirs = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:
+        ours.close()
+        if first:
+            theirs.sendall(first)
+        os._exit(0)
+    theirs.close()
+    launcher = Launcher.__new__(Launcher)
+    launcher.pid, launcher.sock = pid, ours
+    try:
+        with pytest.raises(ExecError) as e:
+            launcher.launch("/bin/true", ["true"], {}, "/", [], -1)
+        assert said in e.value.message and e.value.hint
+    finally:
+        os.waitpid(pid, 0)

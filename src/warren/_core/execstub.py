@@ -25,7 +25,10 @@ import sysconfig
 NAME = "warren-exec-stub"
 MEMFD_NAME = f"/memfd:{NAME} (deleted)"  # its /proc/PID/exe while it waits
 SOCK = 3  # the helper's socket, where the stub expects it
-READY, HARDENED, PYTHON = b"R", b"H", b"P"  # a launcher's first byte: what it is
+# A launcher's first byte: what it is. READY is also the version of the stub's wire
+# format (``request``): a stub built from other sources says another byte, and is not
+# spoken to (the command fails with a typed error: install again).
+READY, HARDENED, PYTHON = b"R", b"H", b"P"
 
 # The stub's steps, as it reports a failed one.
 PROTOCOL, CHDIR, CTTY, STDIO, EXECVE = 1, 2, 3, 4, 5
@@ -35,10 +38,14 @@ _fd: int | None = None
 
 
 def program() -> str | None:
-    """Where the compiled stub is: beside this Python's scripts (a venv's bin)."""
+    """Where the compiled stub is: among this Python's scripts (a venv's bin, or
+    ``~/.local/bin`` for ``pip install --user``), or beside the interpreter."""
     if os.environ.get("WARREN_EXEC_STUB") == "0":
         return None
-    for directory in (sysconfig.get_path("scripts"), os.path.dirname(sys.executable)):
+    places = [sysconfig.get_path("scripts"), os.path.dirname(sys.executable)]
+    if sys.prefix == sys.base_prefix:  # not a venv: a --user install puts it there
+        places.insert(1, sysconfig.get_path("scripts", f"{os.name}_user"))
+    for directory in places:
         candidate = os.path.join(directory, NAME)
         if os.access(candidate, os.X_OK):
             return candidate

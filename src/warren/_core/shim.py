@@ -202,7 +202,14 @@ class Launcher:
             kind = self.sock.recv(1)
             if kind == execstub.READY:
                 return self._stub(path, argv, env, cwd, stdio, ctty)
-            if kind not in (execstub.PYTHON, execstub.HARDENED):
+            if kind and kind not in (execstub.PYTHON, execstub.HARDENED):
+                raise ExecError(
+                    f"cannot start {argv[0]}: warren's exec stub speaks another version",
+                    operation="execve",
+                    hint="install warren again (pip install -e . rebuilds native/exec-stub.c), "
+                    "or start the supervisor with WARREN_EXEC_STUB=0",
+                )
+            if not kind:
                 raise ExecError(
                     f"cannot start {argv[0]}: the process made for it ahead of time is gone",
                     operation="execve",
