@@ -132,6 +132,10 @@ class Init:
     ahead: bool = False
     served: bool = field(default=False, init=False)
     spare: socket.socket | None = field(default=None, init=False)  # a helper forked ahead of the next request
+    # ... given to the supervisor (``protocol.Spare``), which hands it the next request
+    # itself; PID 1 then never hands it one (a long-lived sandbox's spares are given)
+    advertised: bool = field(default=False, init=False)
+    poller: select.poll | None = field(default=None, init=False)
     want_spare: bool = field(default=False, init=False)  # fork the next spare once things are quiet
     last_request: float = field(default_factory=time.monotonic, init=False)
     stopping: float | None = field(default=None, init=False)
@@ -151,7 +155,7 @@ class Init:
         for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
             signal.signal(sig, signal.SIG_IGN)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, KILL_NOW})  # blocked since the clone
-        poller = select.poll()
+        poller = self.poller = select.poll()
         poller.register(self.control, select.POLLIN)
         poller.register(self.wake_r, select.POLLIN)
         if (self.ahead or not self.oneshot) and self.stopping is None:
@@ -173,9 +177,17 @@ class Init:
             elif self.spare is not None and time.monotonic() - self.last_request > SPARE_IDLE:
                 # Nobody uses this sandbox now: its spare goes (it exits when its
                 # channel closes), and the memory it held with it.
-                self.spare.close()
-                self.spare = None
+                self._drop_spare()
+            given = self.spare.fileno() if self.spare is not None and self.advertised else -1
             for fd, _ev in events:
+                if fd == given:
+                    # The supervisor handed the given spare a request (it says so), or
+                    # it died: the next one is forked once things are quiet.
+                    if self.spare is not None and self.spare.fileno() == given:
+                        self._drop_spare()
+                        self.last_request = time.monotonic()
+                        self.want_spare = not self.oneshot and self.stopping is None
+                    continue
                 if fd == self.wake_r:
                     with contextlib.suppress(BlockingIOError):
                         while os.read(self.wake_r, 4096):
@@ -212,9 +224,7 @@ class Init:
             old, self.ruleset = self.ruleset, harden.landlock_ruleset(self.plan.landlock)
             if old is not None:
                 os.close(old)
-        if self.spare is not None:
-            self.spare.close()
-            self.spare = None
+        self._drop_spare()
         self.want_spare = not self.oneshot
 
     def _on_kill_now(self, _signum: int, _frame: object) -> None:
@@ -226,9 +236,7 @@ class Init:
         if self.stopping is None:
             self.stopping = time.monotonic() + STOP_GRACE
             self.members.kill(signal.SIGTERM)
-            if self.spare is not None:  # it exits when its channel closes, signal or not
-                self.spare.close()
-                self.spare = None
+            self._drop_spare()  # it exits when its channel closes, signal or not
 
     def _reap(self) -> bool:
         reaped = False
@@ -251,8 +259,19 @@ class Init:
     def _try_spare(self) -> None:
         """Fork a spare ahead of time, unless the sandbox is at its pids (or memory)
         limit: then the next request forks its own, and hears why if it cannot."""
+        if self.spare is not None or len(self.helpers) >= MAX_HELPERS:
+            return
         with contextlib.suppress(OSError):
             self._fork_spare(warm_up=True)
+
+    def _drop_spare(self) -> None:
+        if self.spare is None:
+            return
+        if self.advertised and self.poller is not None:
+            with contextlib.suppress(KeyError):
+                self.poller.unregister(self.spare)
+        self.spare.close()
+        self.spare, self.advertised = None, False
 
     def _dispatch(self, msg: protocol.Message, _payload: int, fds: list[int]) -> None:
         """Hand a request to the spare helper (forked ahead of time), then fork the
@@ -262,15 +281,18 @@ class Init:
         try:
             if not fds or len(self.helpers) >= MAX_HELPERS or (self.oneshot and self.served):
                 return
-            if self.spare is None:
+            if self.spare is not None and not self.advertised:
+                spare, self.spare = self.spare, None
+            else:  # none, or the supervisor's (it had not heard of it yet)
                 try:
-                    self._fork_spare(warm_up=False)  # the request waits: nothing to prepare ahead
+                    # The request waits. Forked while PID 1 holds the request's descriptors:
+                    # the child closes its copies (a stdin pipe's reader kept open there
+                    # would never let the writer see the process close it).
+                    spare, _ = self._fork_helper(warm_up=False, given=False, inherited=fds)
                 except OSError as e:
                     self._without_helper(msg, fds[0], e)
                     self.served = True
                     return
-            assert self.spare is not None
-            spare, self.spare = self.spare, None
             with contextlib.suppress(OSError):
                 wire.send(spare, msg, fds=fds)
             spare.close()
@@ -304,22 +326,64 @@ class Init:
             os.write(conn, wire.frame(reply))
 
     def _fork_spare(self, warm_up: bool) -> None:
+        """The next spare: a long-lived sandbox's is given to the supervisor, which hands
+        it the next request itself (a wake-up of PID 1 less per exec); a one-shot's
+        stays PID 1's, for its command."""
+        self.spare, direct = self._fork_helper(warm_up, given=not self.oneshot)
+        self.advertised = False
+        if direct is None:
+            return
+        with direct:
+            try:
+                wire.send(self.control, protocol.Spare(), fds=[direct.fileno()])
+            except OSError:
+                # Not given: it would wait on an end nobody holds. It goes; the next
+                # request forks its own (PID 1's channel is failing: PID 1 ends soon).
+                self._drop_spare()
+                return
+        self.advertised = True
+        if self.poller is not None:
+            self.poller.register(self.spare, select.POLLIN)  # "taken", or its end
+
+    def _fork_helper(
+        self, warm_up: bool, given: bool, inherited: list[int] | None = None
+    ) -> tuple[socket.socket, socket.socket | None]:
+        """A helper: PID 1's end of its channel and, ``given``, the supervisor's end of
+        the one it takes a request on directly. ``inherited``: descriptors PID 1 holds
+        for the request, which the helper gets through its channel, never by the fork."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        direct = inside = None
+        if given:
+            direct, inside = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         # SIGTERM (stop) stays blocked across the fork until the child has dropped PID
         # 1's handler: a helper must die of it, never run the stop sequence itself.
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+            for sock in (ours, theirs, direct, inside):
+                if sock is not None:
+                    sock.close()
+            raise
         if pid == 0:
             ours.close()
-            self._helper(theirs, warm_up)
+            if direct is not None:
+                direct.close()
+            for fd in inherited or ():
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._helper(theirs, warm_up, inside)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
         theirs.close()
+        if inside is not None:
+            inside.close()
         self.helpers.add(pid)
-        self.spare = ours
+        return ours, direct
 
-    def _helper(self, from_pid1: socket.socket, warm_up: bool) -> NoReturn:
+    def _helper(self, from_pid1: socket.socket, warm_up: bool, direct: socket.socket | None) -> NoReturn:
         """A spare helper: ready (its command's process forked too), then serves the one
-        request PID 1 hands it."""
+        request PID 1 hands it, or (``direct``) the supervisor."""
         code = 0
         conn: socket.socket | None = None
         request: protocol.Message | None = None
@@ -350,14 +414,13 @@ class Init:
                 cannot = e  # at a limit: said to the request that comes
             if warm_up:
                 warm(self.plan)
-            try:
-                handoff, _, fds = wire.recv(from_pid1, (protocol.Handoff,), max_payload=0)
-            except (wire.ConnectionClosed, OSError):
+            got = _await_handoff(from_pid1, direct)
+            if got is None:
                 if launcher is not None:
                     launcher.discard()
                 os._exit(0)
+            handoff, fds = got
             from_pid1.close()
-            assert isinstance(handoff, protocol.Handoff)
             conn = socket.socket(fileno=fds[0])
             conn.setblocking(True)
             mine = len(fds) - len(handoff.extra)
@@ -418,6 +481,34 @@ class Init:
             _connector(conn)
         else:
             assert_never(req)
+
+
+def _await_handoff(
+    from_pid1: socket.socket, direct: socket.socket | None
+) -> tuple[protocol.Handoff, list[int]] | None:
+    """In a spare helper: the one request, from PID 1 or (``direct``) the supervisor;
+    None when neither will give one. A request from the supervisor is said to PID 1
+    ("t": fork the next spare). When PID 1 lets the spare go (its channel ends), the
+    supervisor's end is shut for reading first, so a request it sent before is still
+    served and none can come after (its write fails, and it asks PID 1 instead)."""
+    try:
+        if direct is None:
+            handoff, _, fds = wire.recv(from_pid1, (protocol.Handoff,), max_payload=0)
+            assert isinstance(handoff, protocol.Handoff)
+            return handoff, fds
+        poller = select.poll()
+        poller.register(direct, select.POLLIN)
+        poller.register(from_pid1, select.POLLIN)
+        ready = {fd for fd, _ in poller.poll()}
+        if direct.fileno() not in ready:
+            direct.shutdown(socket.SHUT_RD)
+        handoff, _, fds = wire.recv(direct, (protocol.Handoff,), max_payload=0)
+        assert isinstance(handoff, protocol.Handoff)
+        with contextlib.suppress(OSError):
+            from_pid1.send(b"t")
+        return handoff, fds
+    except (wire.ConnectionClosed, OSError):
+        return None
 
 
 def fork_failed(e: OSError, plan: Plan, what: str) -> WarrenError:

@@ -92,6 +92,7 @@ if TYPE_CHECKING:
         NetUp,
         Ready,
         Refresh,
+        Spare,
     )
 
 # The channels a client never speaks load when first named (the CLI's start-up stays
@@ -109,6 +110,7 @@ _LAZY = {
     "NetUp": "pid1",
     "Ready": "pid1",
     "Refresh": "pid1",
+    "Spare": "pid1",
 }
 
 
@@ -177,6 +179,7 @@ __all__ = [
     "SnapshotListRequest",
     "SnapshotRemoveRequest",
     "SnapshotRequest",
+    "Spare",
     "SpawnRequest",
     "Spec",
     "Started",

@@ -1,6 +1,7 @@
 """The messages between the supervisor and a sandbox's PID 1 on their private
-channel: PID 1 is ready (or failed to set up), the network comes up (proxy socket,
-pasta), a writable root was bound anew, a protected git config changed.
+channel: PID 1 is ready (or failed to set up), a helper is ready for the next request,
+the network comes up (proxy socket, pasta), a writable root was bound anew, a
+protected git config changed.
 """
 
 from __future__ import annotations
@@ -19,6 +20,14 @@ class Refresh(Message):
     rebuild the Landlock ruleset (rules bind to inodes) before the next request."""
 
     TAG = "refresh"
+
+
+class Spare(Message):
+    """From PID 1: a helper forked ahead of time, on the socket attached. The supervisor
+    hands it the next request itself (one request, a ``Handoff``), not through PID 1:
+    a wake-up less on every exec. PID 1 never hands it one of its own."""
+
+    TAG = "spare"
 
 
 class Failed(Message):

@@ -16,12 +16,13 @@ import os
 import selectors
 import signal
 import socket
+import struct
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from .. import protocol, wire
-from ..errors import SetupError, WarrenError, from_record
+from ..errors import SandboxError, SetupError, WarrenError, from_record
 from ..images.store import Lease
 from ..plan import Plan
 from ..policy.limits import show_duration
@@ -36,7 +37,15 @@ if TYPE_CHECKING:
 STOP_KILL_AFTER = 3.0  # after SIGTERM, PID 1's grace (2 s) and a margin
 DEGRADED_KILL_AFTER = 0.5
 _R, _W = selectors.EVENT_READ, selectors.EVENT_WRITE
-_FROM_PID1 = (protocol.Ready, protocol.Failed, protocol.NetProxy, protocol.NetReady, protocol.NetUp)
+DIRECT_MAX = 64 << 10  # a larger request (a long argv or environment) goes through PID 1
+_FROM_PID1 = (
+    protocol.Ready,
+    protocol.Failed,
+    protocol.NetProxy,
+    protocol.NetReady,
+    protocol.NetUp,
+    protocol.Spare,
+)
 
 
 class Waiter(Protocol):
@@ -110,6 +119,7 @@ class Box:
     stopped_why: str = ""  # the supervisor stopped it on its own (idle timeout)
     request: Request | None = None  # a run's request, to boot the next one ahead (server.ahead)
     booted: Booted | None = None  # booted ahead and not yet checked ready or adopted (server.ahead)
+    spare: socket.socket | None = None  # a helper PID 1 forked ahead, for the next request (``hand``)
 
     def __post_init__(self) -> None:
         self.inbox = wire.Inbox(self.launched.control)
@@ -176,10 +186,49 @@ class Box:
             if fds and self.plan.image is not None and self.layer is None:
                 self.layer = fds.pop(0)  # the sandbox's own layer: server.snapshots
             self._on_ready()
+        elif isinstance(msg, protocol.Spare):
+            if fds:
+                self.drop_spare()
+                self.spare = socket.socket(fileno=fds.pop(0))
+                self.spare.setblocking(False)
         elif isinstance(msg, protocol.Failed):
             raise from_record(msg.error.to_fields())
         for fd in fds:
             os.close(fd)
+
+    def hand(self, handoff: protocol.Handoff, fds: list[int]) -> None:
+        """Hand a request to the sandbox: to the helper PID 1 forked ahead and gave us
+        (``protocol.Spare``: a wake-up less than through PID 1), else through PID 1. The
+        helper takes one request. Gone (PID 1 let it go: idle, a new ruleset, a stop),
+        its end refuses the write, and PID 1 serves the request; a request in flight
+        when it was let go is still served (``pid1.Init._await_handoff``)."""
+        data = wire.frame(handoff)
+        spare = None
+        if len(data) <= DIRECT_MAX:  # far below a socket's buffer: taken whole, or refused
+            spare, self.spare = self.spare, None
+        if spare is not None:
+            ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))]
+            try:
+                sent = spare.sendmsg([data], ancillary if fds else [])
+            except OSError:
+                sent = 0  # gone: through PID 1 below
+            finally:
+                spare.close()
+            if sent == len(data):
+                return
+            if sent:
+                raise SandboxError(
+                    "the sandbox's helper took part of a request",
+                    operation="handoff",
+                    hint="this is a bug in warren; please report it. Ask again: the next helper serves it",
+                )
+        self.send(handoff, fds)
+
+    def drop_spare(self) -> None:
+        """Forget the helper PID 1 gave us (it exits when its end closes)."""
+        if self.spare is not None:
+            self.spare.close()
+            self.spare = None
 
     def send(self, msg: protocol.Message, fds: list[int] | None = None) -> None:
         """Queue a message for PID 1; never waits."""
@@ -264,6 +313,7 @@ class Box:
             if self.plan.namespaces:  # else nothing is bound: new rules are all it takes
                 follow.rebind(self.ns, self.name, changed)
             self.roots.update(changed)
+            self.drop_spare()  # it holds the old rules: PID 1 forks the next with the new
             self.send(protocol.Refresh())
 
     def exec_started(self) -> tuple[str, int]:
@@ -406,6 +456,7 @@ class Box:
                     self.sel.unregister(self.pasta.pidfd)
             self.pasta.stop()
         os.close(self.launched.pidfd)
+        self.drop_spare()
         if self.layer is not None:
             os.close(self.layer)
             self.layer = None

@@ -64,6 +64,6 @@ def hand_over(
     if isinstance(msg, (protocol.ExecRequest, protocol.SpawnRequest)):
         handoff.extra.extend(name for name, _fd in box.launched.counters)
         named = [fd for _name, fd in box.launched.counters]
-    box.send(handoff, [conn.fileno(), *fds, *extra, *named])
+    box.hand(handoff, [conn.fileno(), *fds, *extra, *named])
     for fd in [*fds, *extra]:
         os.close(fd)

@@ -1,0 +1,111 @@
+"""A long-lived sandbox's PID 1 gives each spare helper to the supervisor, which hands it
+the next request itself (a wake-up of PID 1 less per exec). What must hold, judged from
+the host, as root and as uid 1001:
+
+- a spare that is gone when a request comes (killed here from the host) costs nothing
+  but time: the supervisor's write fails and PID 1 serves the request, and the ones
+  after it, with a helper it forks;
+- a helper PID 1 forks while it holds a request's descriptors does not keep copies of
+  them: a background process that closes its stdin is reported as such (a stdin reader
+  left open in that helper would keep the write end from ever seeing it);
+- the spare is the one waiting as the exec stub, so killing it leaves no stray process.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import Layout, shut_down_supervisor
+from warren import PolicySpec, Sandbox
+from warren._core import execstub
+from warren._core.procs import table
+from warren.errors import StdinClosed
+
+STUB = execstub.NAME.encode() + b"\0"
+
+
+@pytest.fixture
+def sb(layout: Layout, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sandbox]:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    box = Sandbox.create(PolicySpec(workspace=str(layout.workspace)))
+    try:
+        yield box
+    finally:
+        box.remove()
+        shut_down_supervisor()
+
+
+def _spare_helpers(pid1: int) -> list[int]:
+    """PID 1's children waiting as spares: a helper whose one child is its command's
+    process made ahead (the stub; a Python launcher where there is no stub)."""
+    rows = table()
+    children: dict[int, list[int]] = {}
+    for pid, ppid, _state in rows:
+        children.setdefault(ppid, []).append(pid)
+    found = []
+    for helper in children.get(pid1, []):
+        kids = children.get(helper, [])
+        if len(kids) == 1 and (execstub.program() is None or _cmdline(kids[0]) == STUB):
+            found.append(helper)
+    return found
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def _kill(pid: int) -> None:
+    """SIGKILL, and back once it has exited (a request handed to a helper that is
+    still dying is lost with it, as it would be through PID 1)."""
+    pidfd = os.pidfd_open(pid)
+    try:
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        select.select([pidfd], [], [], 10)
+    finally:
+        os.close(pidfd)
+
+
+def _wait_spare(pid1: int) -> list[int]:
+    deadline = time.monotonic() + 10
+    while not (spares := _spare_helpers(pid1)):
+        assert time.monotonic() < deadline, "no spare helper was forked"
+        time.sleep(0.02)
+    return spares
+
+
+def test_a_spare_gone_before_the_request_is_served_through_pid1(sb: Sandbox) -> None:
+    assert sb.exec(["true"]).exit_code == 0
+    for _ in range(3):
+        (spare,) = _wait_spare(sb.pid1)
+        _kill(spare)
+        # At once: the supervisor still holds the dead spare's end (its write fails), or
+        # PID 1 has not forked the next one yet (it forks one on the request's path).
+        r = sb.exec(["sh", "-c", "echo served"])
+        assert (r.exit_code, r.stdout) == (0, b"served\n")
+    assert sb.exec(["echo", "after"]).stdout == b"after\n"
+
+
+def test_a_helper_forked_on_the_path_keeps_no_copy_of_the_requests_stdin(sb: Sandbox) -> None:
+    closes = "import os, time; os.close(0); print('closed', flush=True); time.sleep(30)"
+    for _ in range(3):
+        (spare,) = _wait_spare(sb.pid1)
+        _kill(spare)
+        p = sb.spawn(["python3", "-c", closes], stdin=True)
+        deadline = time.monotonic() + 10
+        while p.output().stdout != b"closed\n":
+            assert time.monotonic() < deadline, p.output()
+            time.sleep(0.02)
+        with pytest.raises(StdinClosed):
+            p.write(b"more\n")
+        p.kill(signal.SIGKILL)
