@@ -540,8 +540,8 @@ def _ps(spawned: dict[str, str], members: procs.Members) -> list[protocol.ProcIn
     # exec stub) included: ``warren ps`` shows those as one word.
     for pid, ppid, state in members.table():
         argv = procs.cmdline(pid)
-        if argv is None:
-            continue
+        if not argv:
+            continue  # gone, or a zombie (it has no command line left): nothing to show or signal
         out.append(
             protocol.ProcInfo(
                 pid=pid, ppid=0 if ppid <= 1 else ppid, state=state, argv=argv, spawn_id=spawned.get(str(pid))
