@@ -221,35 +221,40 @@ from warren import Sandbox
 from warren.errors import ProcessNotFound
 from warren.policy.spec import PolicySpec
 host, t = int(sys.argv[1]), sys.argv[2]  # t: this test's mark on its sleeps
+# A failure here must not leave a live sandbox (and its supervisor) to the next run.
 box = Sandbox.create(PolicySpec(), name="deg")
-proc = box.spawn(["sh", "-c", f"sleep 300.{t} & exec sleep 301.{t}"])
-deadline = time.monotonic() + 10
-first = ["sleep", f"300.{t}"]
-while not any(list(p.argv[:2]) == first for p in box.processes()) and time.monotonic() < deadline:
-    time.sleep(0.02)
-pids = {p.pid for p in box.processes()}
-listed = [p.argv[0] for p in box.processes()]
-print("listed", sorted(a for a in listed if a == "sleep"), len(listed))
-print("host listed", host in pids)
 try:
-    box._transport.signal(box.name, host, 9)
-    print("host signalled")
-except ProcessNotFound:
-    print("host refused")
-box.stop()
-box.remove()
+    proc = box.spawn(["sh", "-c", f"sleep 300.{t} & exec sleep 301.{t}"])
+    deadline = time.monotonic() + 10
+    first = ["sleep", f"300.{t}"]
+    while not any(list(p.argv[:2]) == first for p in box.processes()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    pids = {p.pid for p in box.processes()}
+    listed = [p.argv[0] for p in box.processes()]
+    print("listed", sorted(a for a in listed if a == "sleep"), len(listed))
+    print("host listed", host in pids)
+    try:
+        box._transport.signal(box.name, host, 9)
+        print("host signalled")
+    except ProcessNotFound:
+        print("host refused")
+    box.stop()
+finally:
+    box.remove()
 # What the supervisor sends instead of SIGKILL there (nothing dies with PID 1): PID 1
 # kills every process of the sandbox itself, then exits.
 other = Sandbox.create(PolicySpec(), name="deg2")
-other.spawn(["sh", "-c", f"setsid sleep 305.{t} & exec sleep 306.{t}"])
-while not any(p.argv[0] == "sleep" for p in other.processes()):
-    time.sleep(0.02)
-os.kill(other.pid1, signal.SIGUSR1)
-deadline = time.monotonic() + 10
-while other.alive and time.monotonic() < deadline:
-    time.sleep(0.02)
-print("kill-now ended", not other.alive)
-other.remove()
+try:
+    other.spawn(["sh", "-c", f"setsid sleep 305.{t} & exec sleep 306.{t}"])
+    while not any(p.argv[0] == "sleep" for p in other.processes()):
+        time.sleep(0.02)
+    os.kill(other.pid1, signal.SIGUSR1)
+    deadline = time.monotonic() + 10
+    while other.alive and time.monotonic() < deadline:
+        time.sleep(0.02)
+    print("kill-now ended", not other.alive)
+finally:
+    other.remove()
 """
 
 
