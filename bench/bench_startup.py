@@ -19,7 +19,10 @@ start (``python -c pass`` with the CLI's interpreter), the CLI's imports, and th
 native front end is installed (``warren`` compiled, ``warren-python`` beside it), the
 pure-Python CLI is measured in the same run too, for the before and after.
 
-Run: python bench/bench_startup.py [--runs 100] [--real] [--phases]
+``--pace 10,50,100`` times ``Sandbox.exec`` again with those pauses (ms) around each
+command: an idle VM wakes its processes more slowly, and an exec wakes several.
+
+Run: python bench/bench_startup.py [--runs 100] [--real] [--phases] [--pace MS,...]
 """
 
 from __future__ import annotations
@@ -102,7 +105,7 @@ def _real_workspace(base: Path) -> Path:
     return ws
 
 
-def measure(ws: Path, runs: int, phases: bool) -> dict[str, float]:
+def measure(ws: Path, runs: int, phases: bool, paces: tuple[float, ...] = ()) -> dict[str, float]:
     warren_cli = shutil.which("warren")
     if warren_cli is None:
         raise SystemExit("bench_startup: the `warren` command is not on PATH (run scripts/setup)")
@@ -160,6 +163,16 @@ def measure(ws: Path, runs: int, phases: bool) -> dict[str, float]:
             f"+{extra:.2f} ms  (target <= +1.5 ms: {'met' if extra <= 1.5 else 'NOT met'})",
         )
 
+        for pace in paces:
+            host, paced = [], []
+            for _ in range(runs):
+                host.append(_time(lambda: subprocess.run(["true"])))
+                time.sleep(pace / 1000)
+                paced.append(_time(lambda: box.exec(["true"])))
+                time.sleep(pace / 1000)
+            over = _median(paced) - _median(host)
+            _row(f"  paced {pace:g} ms: Sandbox.exec", paced, f"+{over:.2f} ms over subprocess.run")
+
         created = []
         for _ in range(max(20, runs // 5)):
             t = time.perf_counter()
@@ -185,6 +198,12 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=100)
     ap.add_argument("--real", action="store_true", help="also measure in a real project's workspace")
     ap.add_argument("--phases", action="store_true", help="split a CLI command's time into phases")
+    ap.add_argument(
+        "--pace",
+        default="",
+        help="also time Sandbox.exec with these pauses before and after each (ms, comma-separated): "
+        "how long the machine idled changes how fast each process on the path wakes",
+    )
     args = ap.parse_args()
     # The supervisor may still be stopping sandboxes booted ahead when its state goes.
     with tempfile.TemporaryDirectory(
@@ -194,7 +213,8 @@ def main() -> None:
         os.environ["XDG_STATE_HOME"] = str(base / "state")
         empty = base / "ws"
         empty.mkdir()
-        first = measure(empty, args.runs, args.phases)
+        paces = tuple(float(p) for p in args.pace.split(",") if p)
+        first = measure(empty, args.runs, args.phases, paces)
         if args.real:
             print()
             second = measure(_real_workspace(base), args.runs, args.phases)
