@@ -128,6 +128,21 @@ GIT_ENV = {
 }
 
 
+# Run in a sandbox: a file made in TMPDIR (tempfile) renamed into the working directory,
+# as pip and uv do; prints TMPDIR, then "renamed" or the error's text.
+RENAME_FROM_TMPDIR = """
+import os, tempfile
+fd, name = tempfile.mkstemp()
+os.write(fd, b"x"); os.close(fd)
+print(os.environ["TMPDIR"])
+try:
+    os.rename(name, "renamed")
+    print("renamed")
+except OSError as e:
+    print(os.strerror(e.errno))
+"""
+
+
 # Files a test's hostile script would make on the host if warren let it run there. The
 # sandbox's /tmp is its own, so one appears in the host's /tmp only from a host program.
 _MARKERS = f"warren-git-marker-{os.getpid()}-"

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_wheel, module_state, run_cli
+from conftest import RENAME_FROM_TMPDIR, make_wheel, module_state, run_cli
 from images_util import DEBIAN_NAME, debian_image, mirror_reachable
 
 pytestmark = pytest.mark.skipif(not mirror_reachable(), reason="deb.debian.org is not reachable from here")
@@ -180,26 +180,13 @@ def test_the_images_git_inits_commits_runs_hooks_and_adds_a_worktree_at_the_work
     assert not (box.ws / ".git" / "hooks" / "post-commit").exists()
 
 
-RENAME = """
-import os, tempfile
-fd, name = tempfile.mkstemp()
-os.write(fd, b"x"); os.close(fd)
-print(os.environ["TMPDIR"])
-try:
-    os.rename(name, "renamed")
-    print("renamed")
-except OSError as e:
-    print(os.strerror(e.errno))
-"""
-
-
 @pytest.mark.parametrize("where", ["layer", "host"])
 def test_a_rename_from_tmpdir_into_the_workspace(box: Box, where: str) -> None:
     """From the sandbox's TMPDIR into /workspace: a rename where the workspace lives in
     the sandbox's layer. A host workspace is another mount than the image's /tmp: EXDEV,
     as for a container with a bound workspace (tools copy then; pip's stash above)."""
     r = box.run(
-        f"cd /workspace && python3 -c {shlex.quote(RENAME)} && cat renamed",
+        f"cd /workspace && python3 -c {shlex.quote(RENAME_FROM_TMPDIR)} && cat renamed",
         workspace="none" if where == "layer" else None,
     )
     assert r.returncode == (0 if where == "layer" else 1), r.stderr

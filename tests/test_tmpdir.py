@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_wheel, run_cli
+from conftest import RENAME_FROM_TMPDIR, make_wheel, run_cli
 from warren.cli.hints import writes_repository
 from warren.plan import CallerFacts, HostFacts
 from warren.plan import make_plan as _make_plan
@@ -190,18 +190,6 @@ def test_git_hint_only_for_git_commands_that_write_a_read_only_repository() -> N
 
 WARREN = [sys.executable, "-m", "warren"]
 
-RENAME = """
-import os, tempfile
-fd, name = tempfile.mkstemp()
-os.write(fd, b"x"); os.close(fd)
-print(os.environ["TMPDIR"])
-try:
-    os.rename(name, "renamed")
-    print("renamed")
-except OSError as e:
-    print(os.strerror(e.errno))
-"""
-
 UPWARD = """
 import os, sys, tempfile
 d = sys.argv[1] if len(sys.argv) > 1 else tempfile.gettempdir()
@@ -310,7 +298,7 @@ def test_tmpdir_of_a_long_lived_sandbox_lives_beside_the_workspace_until_it_is_r
 
 def test_a_rename_from_tmpdir_into_the_workspace_is_what_it_is_on_the_host(shape: Shape) -> None:
     host = _host_rename(_host_tmpdir(), shape.ws)
-    r = shape.run(["python3", "-c", RENAME])
+    r = shape.run(["python3", "-c", RENAME_FROM_TMPDIR])
     assert r.returncode == 0, r.stderr
     tmpdir, outcome = r.stdout.split("\n")[:2]
     if shape.kind == "tmp" and host == "renamed":
@@ -331,7 +319,7 @@ def test_a_rename_from_a_tmpdir_on_another_filesystem_is_exdev_as_on_the_host(sh
         pytest.skip("/dev/shm is not a writable filesystem of its own here")
     host = _host_rename("/dev/shm", shape.ws)
     assert host == os.strerror(errno.EXDEV)
-    r = shape.run(["python3", "-c", RENAME], TMPDIR="/dev/shm")
+    r = shape.run(["python3", "-c", RENAME_FROM_TMPDIR], TMPDIR="/dev/shm")
     assert r.returncode == 0, r.stderr
     assert r.stdout.split("\n")[:2] == ["/tmp", host]
 
