@@ -158,3 +158,33 @@ def test_any_other_step_whose_target_is_missing_still_fails(tmp_path: Path) -> N
         return attempt(lambda: mounts._apply(op, str(missing), None))
 
     assert in_child(inside, namespaces=True) == "ENOENT"
+
+
+def test_an_entry_removed_while_it_is_masked_is_skipped_not_fatal(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Another sandbox's directory in the home may be removed at any moment of this
+    one's setup: listed but gone before its clone, or cloned and gone before the
+    attach. Either way there is nothing left to mask, and the start goes on (the
+    uid-1001 gate once failed with ENOENT at "mask /home/wtest")."""
+    base = tmp_path / "base"
+    for name in ("early", "late", "stays"):
+        (base / name).mkdir(parents=True)
+    clone = mounts._clone
+
+    def racing_clone(path: str, recursive: bool = True) -> int:
+        if path.endswith("/early"):
+            os.rmdir(path)
+        fd = clone(path, recursive)
+        if path.endswith("/late"):
+            os.rmdir(path)
+        return fd
+
+    monkeypatch.setattr(mounts, "_clone", racing_clone)
+
+    def inside() -> str:
+        mounts._mask(str(base), ())
+        return attempt(lambda: (base / "stays" / "new").write_text("y"))
+
+    assert in_child(inside, namespaces=True) == "EROFS"
+    assert sorted(os.listdir(base)) == ["stays"]

@@ -94,7 +94,10 @@ def _mask(directory: str, keep: tuple[str, ...]) -> None:
         except OSError:
             os.close(fd)
             raise
-        _attach(fd, path)
+        try:
+            _attach(fd, path)
+        except FileNotFoundError:
+            continue  # removed between the clone and the attach: the same, a moment later
 
 
 def _mask_file(source: str, target: str, ident: tuple[int, int]) -> None:
