@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from warren._core import mounts
 from warren.plan.model import MountKind, MountOp
 
@@ -161,7 +163,7 @@ def test_any_other_step_whose_target_is_missing_still_fails(tmp_path: Path) -> N
 
 
 def test_an_entry_removed_while_it_is_masked_is_skipped_not_fatal(
-    tmp_path: Path, monkeypatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Another sandbox's directory in the home may be removed at any moment of this
     one's setup: listed but gone before its clone, or cloned and gone before the
