@@ -7,11 +7,18 @@
  * Python (tearing that down in execve cost about a millisecond). Everything here runs
  * already confined: it can do nothing the command could not.
  *
- * On fd 3, a stream socket to the helper:
- *   -> "R"                            ready (written at start); also the format's
+ * On fd 3, a stream socket to the helper (or, for an exec the supervisor hands the
+ * sandbox itself, the helper's end of it held by the supervisor: it writes the request,
+ * the helper reads the outcome):
+ *   -> "S"                            ready (written at start); also the format's
  *                                     version: a change of the format below changes it
  *   <- u32 length (big-endian), then that many bytes of NUL-terminated strings:
- *      cwd, path, ctty ("-1" or the index of a passed fd), argc, argv..., env...
+ *      cwd, walk ("1": if cwd cannot be entered, the nearest ancestor that can),
+ *      scratch (a directory to make, mode 0700, if missing; "" none), path,
+ *      search ("1": path is a name to look up in the environment's PATH, as execvp),
+ *      nulls (three "0"/"1": which of stdin, stdout, stderr is /dev/null; the passed
+ *      fds fill the others in order), ctty ("-1" or the index of a passed fd), argc,
+ *      argv..., env...
  *      with the command's stdio (up to 3 fds) passed along (SCM_RIGHTS)
  *   -> nothing: fd 3 closes on a successful execve
  *   -> "E", u32 step, u32 errno (big-endian) when a step failed; exit 127
@@ -26,6 +33,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -33,7 +41,8 @@
 #define MAX_REQUEST (64u << 20) /* far above what execve takes (ARG_MAX with a big stack) */
 #define MAX_FDS 3
 
-enum step { STEP_PROTOCOL = 1, STEP_CHDIR = 2, STEP_CTTY = 3, STEP_STDIO = 4, STEP_EXECVE = 5 };
+enum step { STEP_PROTOCOL = 1, STEP_CHDIR = 2, STEP_CTTY = 3, STEP_STDIO = 4, STEP_EXECVE = 5, STEP_SEARCH = 6 };
+#define FIELDS 8 /* strings before argv */
 
 static void fail(enum step step, int err) {
     unsigned char out[9];
@@ -94,13 +103,75 @@ static int read_head(uint32_t *len, int *fds, int *nfds) {
     return 1;
 }
 
+/* Enter cwd; with walk, the nearest ancestor that can be entered (as the helper does
+ * for the default directory, which it reports as a warning). */
+static void enter(char *cwd, int walk) {
+    if (chdir(cwd) == 0)
+        return;
+    if (!walk)
+        fail(STEP_CHDIR, errno);
+    for (char *slash = strrchr(cwd, '/'); slash != NULL && slash != cwd; slash = strrchr(cwd, '/')) {
+        *slash = '\0';
+        if (chdir(cwd) == 0)
+            return;
+    }
+    if (chdir("/") < 0)
+        fail(STEP_CHDIR, errno);
+}
+
+/* PATH search as the helper's: the first executable regular file wins; else the first
+ * regular file found (its execve says why: EACCES); else not found. */
+static void search_and_exec(const char *name, char **argv, char **envp) {
+    const char *path = NULL;
+    for (char **e = envp; *e != NULL; e++)
+        if (strncmp(*e, "PATH=", 5) == 0)
+            path = *e + 5;
+    if (path == NULL || *path == '\0')
+        path = "/usr/bin:/bin";
+    size_t nlen = strlen(name);
+    char *candidate = malloc(strlen(path) + nlen + 3);
+    char *first = NULL;
+    if (candidate == NULL)
+        fail(STEP_PROTOCOL, ENOMEM);
+    for (const char *p = path;; p++) {
+        const char *colon = strchrnul(p, ':');
+        size_t dlen = (size_t)(colon - p);
+        if (dlen == 0) {
+            candidate[0] = '.';
+            dlen = 1;
+        } else {
+            memcpy(candidate, p, dlen);
+        }
+        if (candidate[dlen - 1] != '/')
+            candidate[dlen++] = '/';
+        memcpy(candidate + dlen, name, nlen + 1);
+        struct stat st;
+        if (stat(candidate, &st) == 0 && S_ISREG(st.st_mode)) {
+            if (access(candidate, X_OK) == 0) {
+                execve(candidate, argv, envp);
+                fail(STEP_EXECVE, errno);
+            }
+            if (first == NULL)
+                first = strdup(candidate);
+        }
+        p = colon;
+        if (*p == '\0')
+            break;
+    }
+    if (first != NULL) {
+        execve(first, argv, envp);
+        fail(STEP_EXECVE, errno);
+    }
+    fail(STEP_SEARCH, ENOENT);
+}
+
 int main(void) {
     /* Closed by the command's execve: the helper's sign that it runs. */
     if (fcntl(SOCK, F_SETFD, FD_CLOEXEC) < 0)
         return 127;
     ssize_t n;
     do {
-        n = write(SOCK, "R", 1);
+        n = write(SOCK, "S", 1);
     } while (n < 0 && errno == EINTR);
     if (n != 1)
         return 127;
@@ -118,11 +189,11 @@ int main(void) {
         fail(STEP_PROTOCOL, EPROTO);
     body[len] = '\0';
 
-    /* Split into strings: cwd, path, ctty, argc, then argv and env. */
+    /* Split into strings: the FIELDS, then argv and env. */
     size_t count = 0;
     for (uint32_t i = 0; i < len; i++)
         count += body[i] == '\0';
-    if (body[len - 1] != '\0' || count < 5)
+    if (body[len - 1] != '\0' || count < FIELDS + 1)
         fail(STEP_PROTOCOL, EPROTO);
     char **strings = calloc(count + 1, sizeof(char *));
     if (strings == NULL)
@@ -130,27 +201,55 @@ int main(void) {
     size_t k = 0;
     for (char *p = body; p < body + len; p += strlen(p) + 1)
         strings[k++] = p;
-    char *cwd = strings[0], *path = strings[1], *end;
-    long ctty = strtol(strings[2], &end, 10);
+    char *cwd = strings[0], *scratch = strings[2], *path = strings[3], *nulls = strings[5], *end;
+    int walk = strcmp(strings[1], "1") == 0, search = strcmp(strings[4], "1") == 0;
+    if (strlen(nulls) != 3 || strspn(nulls, "01") != 3)
+        fail(STEP_PROTOCOL, EPROTO);
+    int given = (nulls[0] == '0') + (nulls[1] == '0') + (nulls[2] == '0');
+    if (given != nfds)
+        fail(STEP_PROTOCOL, EPROTO);
+    long ctty = strtol(strings[6], &end, 10);
     if (*end != '\0' || ctty < -1 || ctty >= nfds)
         fail(STEP_PROTOCOL, EPROTO);
-    long argc = strtol(strings[3], &end, 10);
-    if (*end != '\0' || argc < 1 || (size_t)argc > count - 4)
+    long argc = strtol(strings[7], &end, 10);
+    if (*end != '\0' || argc < 1 || (size_t)argc > count - FIELDS)
         fail(STEP_PROTOCOL, EPROTO);
     char **argv = calloc((size_t)argc + 1, sizeof(char *));
-    char **envp = calloc(count - 4 - (size_t)argc + 1, sizeof(char *));
+    char **envp = calloc(count - FIELDS - (size_t)argc + 1, sizeof(char *));
     if (argv == NULL || envp == NULL)
         fail(STEP_PROTOCOL, ENOMEM);
-    memcpy(argv, strings + 4, (size_t)argc * sizeof(char *));
-    memcpy(envp, strings + 4 + argc, (count - 4 - (size_t)argc) * sizeof(char *));
+    memcpy(argv, strings + FIELDS, (size_t)argc * sizeof(char *));
+    memcpy(envp, strings + FIELDS + argc, (count - FIELDS - (size_t)argc) * sizeof(char *));
 
-    if (chdir(cwd) < 0)
-        fail(STEP_CHDIR, errno);
+    if (*scratch != '\0')
+        (void)mkdir(scratch, 0700); /* removed by an earlier command: made again, empty */
+    enter(cwd, walk);
     if (ctty >= 0 && ioctl(fds[ctty], TIOCSCTTY, 0) < 0)
         fail(STEP_CTTY, errno);
-    for (int i = 0; i < nfds; i++)
-        if (dup2(fds[i], i) < 0) /* the copy is not close-on-exec; the received fd is */
+    int stdio[3], next = 0;
+    for (int i = 0; i < 3; i++) {
+        if (nulls[i] == '1') {
+            stdio[i] = open("/dev/null", O_RDWR | O_CLOEXEC);
+            if (stdio[i] < 0)
+                fail(STEP_STDIO, errno);
+        } else {
+            stdio[i] = fds[next++];
+        }
+    }
+    for (int i = 0; i < 3; i++) {
+        /* dup2 onto itself keeps close-on-exec: move it out of the way first */
+        if (stdio[i] < 3) {
+            int moved = fcntl(stdio[i], F_DUPFD_CLOEXEC, 3);
+            if (moved < 0)
+                fail(STEP_STDIO, errno);
+            stdio[i] = moved;
+        }
+    }
+    for (int i = 0; i < 3; i++)
+        if (dup2(stdio[i], i) < 0) /* the copy is not close-on-exec; the received fd is */
             fail(STEP_STDIO, errno);
+    if (search && strchr(path, '/') == NULL)
+        search_and_exec(path, argv, envp);
     execve(path, argv, envp);
     fail(STEP_EXECVE, errno);
     return 127;

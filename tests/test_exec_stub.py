@@ -167,7 +167,7 @@ def test_the_memfd_is_sealed_and_executable() -> None:
         os.ftruncate(fd, 0)
 
 
-@pytest.mark.parametrize(("first", "said"), [(b"S", "speaks another version"), (b"", "is gone")])
+@pytest.mark.parametrize(("first", "said"), [(b"R", "speaks another version"), (b"", "is gone")])
 def test_a_stub_of_another_version_or_none_is_a_typed_error(first: bytes, said: str) -> None:
     """What the helper makes of the first byte of a command's process made ahead: a
     stub built from other sources (another wire format), or a process that died."""

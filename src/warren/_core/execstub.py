@@ -28,10 +28,10 @@ SOCK = 3  # the helper's socket, where the stub expects it
 # A launcher's first byte: what it is. READY is also the version of the stub's wire
 # format (``request``): a stub built from other sources says another byte, and is not
 # spoken to (the command fails with a typed error: install again).
-READY, HARDENED, PYTHON = b"R", b"H", b"P"
+READY, HARDENED, PYTHON = b"S", b"H", b"P"
 
 # The stub's steps, as it reports a failed one.
-PROTOCOL, CHDIR, CTTY, STDIO, EXECVE = 1, 2, 3, 4, 5
+PROTOCOL, CHDIR, CTTY, STDIO, EXECVE, SEARCH = 1, 2, 3, 4, 5, 6
 
 _SEALS = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
 _fd: int | None = None
@@ -83,13 +83,45 @@ def loaded() -> int | None:
     return _fd
 
 
-def request(cwd: str, path: str, ctty: int, argv: list[str], env: dict[str, str]) -> bytes:
+def request(
+    cwd: str,
+    path: str,
+    ctty: int,
+    argv: list[str],
+    env: dict[str, str],
+    *,
+    walk: bool = False,
+    scratch: str = "",
+    search: bool = False,
+    nulls: str = "000",
+) -> bytes:
     """The launch request as the stub reads it: a length, then NUL-terminated strings.
     A NUL inside one would cut it short: the caller has refused those already (as
-    execve itself does)."""
-    strings = [cwd, path, str(ctty), str(len(argv)), *argv, *(f"{k}={v}" for k, v in env.items())]
+    execve itself does). ``walk``: enter the nearest ancestor of ``cwd`` that can be;
+    ``scratch``: a directory to make first if missing; ``search``: ``path`` is a name
+    for a PATH search; ``nulls``: which of stdin, stdout, stderr is /dev/null (the
+    passed descriptors fill the others, in order)."""
+    strings = [
+        cwd,
+        "1" if walk else "0",
+        scratch,
+        path,
+        "1" if search else "0",
+        nulls,
+        str(ctty),
+        str(len(argv)),
+        *argv,
+        *(f"{k}={v}" for k, v in env.items()),
+    ]
     body = b"".join(os.fsencode(s) + b"\0" for s in strings)
     return struct.pack("!I", len(body)) + body
+
+
+def sendable(argv: list[str], env: dict[str, str], *paths: str) -> bool:
+    """Whether the stub can be asked for this at all: execve takes no NUL in a string
+    and no '=' in an environment name."""
+    strings = [*paths, *argv, *env, *env.values()]
+    return not any("\0" in s for s in strings) and not any("=" in k for k in env)
 
 
 def reply(data: bytes) -> tuple[int, int]:

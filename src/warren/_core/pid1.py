@@ -31,7 +31,7 @@ from ..errors import LimitReached, ProcessNotFound, SandboxError, SetupError, Wa
 from ..net.handshake import pid1_network
 from ..net.proxy import listen_inside
 from ..plan.model import Plan
-from . import _sys, fileops, harden, kernel, mounts, procs
+from . import _sys, execstub, fileops, harden, kernel, mounts, procs
 from .broker import Broker
 from .shim import Launcher, Shim, warm
 
@@ -288,7 +288,7 @@ class Init:
                     # The request waits. Forked while PID 1 holds the request's descriptors:
                     # the child closes its copies (a stdin pipe's reader kept open there
                     # would never let the writer see the process close it).
-                    spare, _ = self._fork_helper(warm_up=False, given=False, inherited=fds)
+                    spare, _, _ = self._fork_helper(warm_up=False, given=False, inherited=fds)
                 except OSError as e:
                     self._without_helper(msg, fds[0], e)
                     self.served = True
@@ -329,13 +329,14 @@ class Init:
         """The next spare: a long-lived sandbox's is given to the supervisor, which hands
         it the next request itself (a wake-up of PID 1 less per exec); a one-shot's
         stays PID 1's, for its command."""
-        self.spare, direct = self._fork_helper(warm_up, given=not self.oneshot)
+        self.spare, direct, stub = self._fork_helper(warm_up, given=not self.oneshot)
         self.advertised = False
         if direct is None:
             return
-        with direct:
+        with direct, stub or contextlib.nullcontext():
             try:
-                wire.send(self.control, protocol.Spare(), fds=[direct.fileno()])
+                given = [direct.fileno(), *([stub.fileno()] if stub else [])]
+                wire.send(self.control, protocol.Spare(), fds=given)
             except OSError:
                 # Not given: it would wait on an end nobody holds. It goes; the next
                 # request forks its own (PID 1's channel is failing: PID 1 ends soon).
@@ -347,14 +348,20 @@ class Init:
 
     def _fork_helper(
         self, warm_up: bool, given: bool, inherited: list[int] | None = None
-    ) -> tuple[socket.socket, socket.socket | None]:
+    ) -> tuple[socket.socket, socket.socket | None, socket.socket | None]:
         """A helper: PID 1's end of its channel and, ``given``, the supervisor's end of
-        the one it takes a request on directly. ``inherited``: descriptors PID 1 holds
-        for the request, which the helper gets through its channel, never by the fork."""
+        the one it takes a request on directly, and (where the exec stub is loaded) a
+        copy of the helper's end of its channel to its command's process, through which
+        the supervisor may hand that process a command itself (``Launcher.launched``).
+        ``inherited``: descriptors PID 1 holds for the request, which the helper gets
+        through its channel, never by the fork."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         direct = inside = None
+        pair: tuple[socket.socket, socket.socket] | None = None
         if given:
             direct, inside = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+            if execstub.loaded() is not None:
+                pair = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         # SIGTERM (stop) stays blocked across the fork until the child has dropped PID
         # 1's handler: a helper must die of it, never run the stop sequence itself.
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
@@ -362,7 +369,7 @@ class Init:
             pid = os.fork()
         except OSError:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
-            for sock in (ours, theirs, direct, inside):
+            for sock in (ours, theirs, direct, inside, *(pair or ())):
                 if sock is not None:
                     sock.close()
             raise
@@ -373,15 +380,25 @@ class Init:
             for fd in inherited or ():
                 with contextlib.suppress(OSError):
                     os.close(fd)
-            self._helper(theirs, warm_up, inside)
+            self._helper(theirs, warm_up, inside, pair)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
         theirs.close()
         if inside is not None:
             inside.close()
+        stub = None
+        if pair is not None:
+            stub = pair[0]
+            pair[1].close()
         self.helpers.add(pid)
-        return ours, direct
+        return ours, direct, stub
 
-    def _helper(self, from_pid1: socket.socket, warm_up: bool, direct: socket.socket | None) -> NoReturn:
+    def _helper(
+        self,
+        from_pid1: socket.socket,
+        warm_up: bool,
+        direct: socket.socket | None,
+        pair: tuple[socket.socket, socket.socket] | None = None,
+    ) -> NoReturn:
         """A spare helper: ready (its command's process forked too), then serves the one
         request PID 1 hands it, or (``direct``) the supervisor."""
         code = 0
@@ -409,7 +426,7 @@ class Init:
             launcher: Launcher | None = None
             cannot: OSError | None = None
             try:
-                launcher = Launcher(self.plan, self.ruleset, warm_up)
+                launcher = Launcher(self.plan, self.ruleset, warm_up, pair)
             except OSError as e:
                 cannot = e  # at a limit: said to the request that comes
             if warm_up:
@@ -467,7 +484,8 @@ class Init:
             assert launcher is not None
             spawn_id = handoff.spawn_id if isinstance(req, protocol.SpawnRequest) else None
             stdin = isinstance(req, protocol.SpawnRequest) and req.stdin
-            Shim(self.plan, launcher, conn, req.command, fds, spawn_id, extra, stdin).run()
+            launched = handoff.before if handoff.launched and isinstance(req, protocol.ExecRequest) else None
+            Shim(self.plan, launcher, conn, req.command, fds, spawn_id, extra, stdin, launched).run()
         elif isinstance(req, protocol.FileRequest):
             payload = wire.recv_payload(conn, handoff.payload)
             harden.harden(self.plan, self.ruleset)

@@ -82,7 +82,12 @@ def resolve_command(cmd: str, path_var: str) -> str:
             first_error = first_error or candidate
     if first_error:
         return first_error
-    raise CommandNotFound(
+    raise not_found(cmd, path_var)
+
+
+def not_found(cmd: str, path_var: str) -> CommandNotFound:
+    """``cmd`` is in no directory of ``path_var``."""
+    return CommandNotFound(
         f"command not found in the sandbox: {cmd}",
         operation="execve",
         path=cmd,
@@ -185,9 +190,23 @@ class Launcher:
     says which (``execstub.READY``, ``PYTHON``, or ``HARDENED``: the stub could not be
     exec'd, so a Python launcher waits confined)."""
 
-    def __init__(self, plan: Plan, ruleset: int | None, warm_up: bool) -> None:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-        pid = os.fork()
+    def __init__(
+        self,
+        plan: Plan,
+        ruleset: int | None,
+        warm_up: bool,
+        pair: tuple[socket.socket, socket.socket] | None = None,
+    ) -> None:
+        """``pair``: the channel to the process, made by PID 1, which gave the
+        supervisor a copy of our end (``protocol.Spare``): the supervisor may hand the
+        stub a command itself (``launched``)."""
+        ours, theirs = pair or socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        try:
+            pid = os.fork()
+        except OSError:
+            ours.close()
+            theirs.close()
+            raise
         if pid == 0:
             ours.close()
             _await_launch(plan, ruleset, theirs, warm_up)
@@ -229,11 +248,24 @@ class Launcher:
         assert isinstance(msg, protocol.Error)
         raise from_record(msg.error.to_fields())
 
+    def launched(self, argv: list[str], cwd: str, path_var: str) -> int:
+        """The command the supervisor handed the stub itself (``Handoff.launched``; it
+        saw the stub ready): its pid once it has exec'd, its typed error if it could
+        not. ``path_var``: the PATH it was searched in."""
+        try:
+            kind = self.sock.recv(1)
+            if kind != execstub.READY:
+                # Only a stub says READY, and the supervisor saw it: this one was
+                # killed since (by a process of the sandbox), as after an execve.
+                return self.pid
+            return self._outcome(argv, cwd, argv[0], path_var)
+        finally:
+            self.sock.close()
+
     def _stub(
         self, path: str, argv: list[str], env: dict[str, str], cwd: str, stdio: list[int], ctty: int
     ) -> int:
-        strings = [cwd, path, *argv, *env, *env.values()]
-        if any("\0" in s for s in strings) or any("=" in k for k in env):
+        if not execstub.sendable(argv, env, cwd, path):
             self.sock.close()
             os.waitpid(self.pid, 0)
             raise ExecError(
@@ -242,6 +274,11 @@ class Launcher:
                 hint="execve takes neither",
             )
         socket.send_fds(self.sock, [execstub.request(cwd, path, ctty, argv, env)], stdio)
+        return self._outcome(argv, cwd, path, None)
+
+    def _outcome(self, argv: list[str], cwd: str, path: str, path_var: str | None) -> int:
+        """The stub's answer: none (its end closed on execve: the command runs), or the
+        step that failed. ``path_var``: set when the stub searched PATH for ``path``."""
         answer = b""
         while len(answer) < 9:
             chunk = self.sock.recv(9 - len(answer))
@@ -254,6 +291,8 @@ class Launcher:
         step, err = execstub.reply(answer)
         if step == execstub.CHDIR:
             raise _cwd_error(cwd, OSError(err, os.strerror(err), cwd))
+        if step == execstub.SEARCH and path_var is not None:
+            raise not_found(path, path_var)
         if step == execstub.EXECVE:
             raise exec_failure(err, argv[0], path)
         raise ExecError(
@@ -360,6 +399,9 @@ class Shim:
     # supervisor's "active" pipe (held until this shim exits: the exec's end).
     extra: dict[str, int] | None = None
     stdin: bool = False  # a background process's stdin pipe follows its logs in fds
+    # Set when the supervisor handed the command to the stub itself (``Handoff.launched``):
+    # the counters as it read them just before. No descriptors came in ``fds`` then.
+    launched: dict[str, int] | None = None
     before: dict[str, int] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
@@ -386,6 +428,9 @@ class Shim:
         cmd = self.command
         if not cmd.argv or not cmd.argv[0]:
             raise ExecError("no command given", operation="exec", hint="pass a command after --")
+        if self.launched is not None:
+            self._follow_launched()
+            return
         warnings: list[str] = []
         if cmd.cwd:
             cwd = _enter_cwd(cmd.cwd, self.plan.workspace)
@@ -429,6 +474,31 @@ class Shim:
         if self.spawn_id is not None:
             meta = {"pid": pid, "argv": cmd.argv, "cwd": cwd, "started": time.time()}
             os.pwrite(self.fds[3], json.dumps(meta).encode(), 0)
+        self._started(pid, cwd, warnings, master)
+        deadline = None if cmd.timeout is None else time.monotonic() + cmd.timeout
+        if relay is not None:
+            self._relay(pid, deadline, *relay)
+        else:
+            self._wait(pid, deadline)
+
+    def _follow_launched(self) -> None:
+        """The supervisor gave the command to the stub itself, with the command's stdio
+        (``server.handoff``): here the directory it was told to enter (the same walk,
+        for the warning) and its outcome, then the command, as for any exec."""
+        assert self.launched is not None
+        cmd = self.command
+        self.before = dict(self.launched)
+        warnings: list[str] = []
+        if cmd.cwd:
+            cwd = os.path.join(self.plan.workspace, cmd.cwd)  # as _enter_cwd: an absolute one stays
+        else:
+            cwd, warnings = _default_cwd(self.plan)
+        path_var = {**self.plan.env, **cmd.env}.get("PATH", "")
+        pid = self.launcher.launched(cmd.argv, cwd, path_var)
+        self._started(pid, cwd, warnings, -1)
+        self._wait(pid, None if cmd.timeout is None else time.monotonic() + cmd.timeout)
+
+    def _started(self, pid: int, cwd: str, warnings: list[str], master: int) -> None:
         started = protocol.Started(
             pid=pid,
             cwd=cwd,
@@ -440,11 +510,6 @@ class Shim:
         wire.send(self.conn, started, fds=[master] if master >= 0 else [])
         if master >= 0:
             os.close(master)
-        deadline = None if cmd.timeout is None else time.monotonic() + cmd.timeout
-        if relay is not None:
-            self._relay(pid, deadline, *relay)
-        else:
-            self._wait(pid, deadline)
 
     def _forward(self, pid: int) -> bool:
         """A message from the client: a signal to forward. False when it went away."""

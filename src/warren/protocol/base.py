@@ -36,7 +36,7 @@ else:
         return lambda cls: cls
 
 
-VERSION = 6  # bumped whenever a message changes: a supervisor of other code refuses cleanly
+VERSION = 7  # bumped whenever a message changes: a supervisor of other code refuses cleanly
 
 _MISSING = object()
 _KINDS: dict[str, type[Message]] = {}

@@ -26,6 +26,11 @@ class Handoff(Message):
     # the supervisor sees it end), "LIMIT:KEY" (a cgroup counter file, e.g.
     # "memory:oom_kill", read before and after the command to tell a limit it hit).
     extra: list[str] = []
+    # An exec the supervisor gave the spare helper's command process itself (the exec
+    # stub, with the command's stdio: a wake-up and the helper's work off the path):
+    # the helper follows it. ``before``: the counters in ``extra``, read just before.
+    launched: bool = False
+    before: dict[str, int] = {}
 
 
 class Launch(Message):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import selectors
 import signal
 import socket
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from .. import protocol, wire
+from .._core import cgroups, execstub
 from ..errors import SandboxError, SetupError, WarrenError, from_record
 from ..images.store import Lease
 from ..plan import Plan
@@ -46,6 +48,45 @@ _FROM_PID1 = (
     protocol.NetUp,
     protocol.Spare,
 )
+
+
+def _ready(stub: socket.socket) -> bool:
+    """The spare's command process is the exec stub, and waits for a command: its first
+    byte (``execstub.READY``), looked at and left for the helper."""
+    try:
+        return stub.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == execstub.READY
+    except OSError:
+        return False
+
+
+def _give(spare: socket.socket, handoff: protocol.Handoff, fds: list[int]) -> bool:
+    """The handoff to the spare helper, whole; False when it is gone (nothing sent)."""
+    data = wire.frame(handoff)
+    if len(data) > DIRECT_MAX:  # far below a socket's buffer: taken whole, or refused
+        return False
+    ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))]
+    try:
+        sent = spare.sendmsg([data], ancillary if fds else [])
+    except OSError:
+        return False
+    if sent and sent != len(data):
+        raise SandboxError(
+            "the sandbox's helper took part of a request",
+            operation="handoff",
+            hint="this is a bug in warren; please report it. Ask again: the next helper serves it",
+        )
+    return sent == len(data)
+
+
+def _send_all(sock: socket.socket, data: bytes, fds: list[int]) -> None:
+    """``data`` with ``fds`` on a stream socket whose buffer is empty, without waiting.
+    Never by making it non-blocking: the helper holds the same open socket, blocking."""
+    sent = socket.send_fds(sock, [data], fds, socket.MSG_DONTWAIT)
+    deadline = time.monotonic() + 1.0
+    while sent < len(data) and time.monotonic() < deadline:  # not seen: the buffer holds far more
+        select.select([], [sock], [], 0.1)
+        with contextlib.suppress(BlockingIOError):
+            sent += sock.send(data[sent:], socket.MSG_DONTWAIT)
 
 
 class Waiter(Protocol):
@@ -120,6 +161,9 @@ class Box:
     request: Request | None = None  # a run's request, to boot the next one ahead (server.ahead)
     booted: Booted | None = None  # booted ahead and not yet checked ready or adopted (server.ahead)
     spare: socket.socket | None = None  # a helper PID 1 forked ahead, for the next request (``hand``)
+    # ... and a copy of its end of the channel to its command's process (the exec stub):
+    # an exec may go to that process directly (``hand``, ``Launcher.launched``)
+    spare_stub: socket.socket | None = None
 
     def __post_init__(self) -> None:
         self.inbox = wire.Inbox(self.launched.control)
@@ -191,44 +235,74 @@ class Box:
                 self.drop_spare()
                 self.spare = socket.socket(fileno=fds.pop(0))
                 self.spare.setblocking(False)
+                # Its end closes when it goes unused (PID 1 let it go): then ours of
+                # its command's process too, or that process would wait on it.
+                self.sel.register(self.spare, _R, ("spare", self))
+                if fds:  # left blocking: the helper holds the same open socket
+                    self.spare_stub = socket.socket(fileno=fds.pop(0))
         elif isinstance(msg, protocol.Failed):
             raise from_record(msg.error.to_fields())
         for fd in fds:
             os.close(fd)
 
-    def hand(self, handoff: protocol.Handoff, fds: list[int]) -> None:
+    def hand(
+        self,
+        handoff: protocol.Handoff,
+        conn: int,
+        given: list[int],
+        tail: list[int],
+        stub: bytes | None = None,
+    ) -> None:
         """Hand a request to the sandbox: to the helper PID 1 forked ahead and gave us
         (``protocol.Spare``: a wake-up less than through PID 1), else through PID 1. The
         helper takes one request. Gone (PID 1 let it go: idle, a new ruleset, a stop),
         its end refuses the write, and PID 1 serves the request; a request in flight
-        when it was let go is still served (``pid1.Init._await_handoff``)."""
-        data = wire.frame(handoff)
-        spare = None
-        if len(data) <= DIRECT_MAX:  # far below a socket's buffer: taken whole, or refused
-            spare, self.spare = self.spare, None
-        if spare is not None:
-            ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))]
-            try:
-                sent = spare.sendmsg([data], ancillary if fds else [])
-            except OSError:
-                sent = 0  # gone: through PID 1 below
-            finally:
-                spare.close()
-            if sent == len(data):
+        when it was let go is still served (``pid1.Init._await_handoff``).
+
+        Descriptors: the client's connection, the request's own (``given``), then
+        ``tail`` (named by ``handoff.extra``). ``stub``: the exec as the exec stub reads
+        it (``execstub.request``), with ``given`` as the command's stdio: when the
+        spare's command process is a stub and ready, the helper gets the request
+        without the stdio and that process gets the command, both from here."""
+        spare, stub_sock = self.spare, self.spare_stub
+        if spare is None or len(wire.frame(handoff)) > DIRECT_MAX:
+            self.send(handoff, [conn, *given, *tail])  # a long argv or environment: the spare stays
+            return
+        self._forget_spare()
+        try:
+            if stub is not None and stub_sock is not None and len(stub) <= DIRECT_MAX and _ready(stub_sock):
+                handoff.launched = True
+                counters = self.launched.counters
+                handoff.before = {n: cgroups.read_counter(fd, n.partition(":")[2]) for n, fd in counters}
+            if _give(spare, handoff, [conn, *tail] if handoff.launched else [conn, *given, *tail]):
+                if handoff.launched:
+                    assert stub is not None and stub_sock is not None
+                    # Into an empty buffer far larger than it: taken whole. Refused only
+                    # if the process died (killed from inside): the helper then finds
+                    # its end closed and reports the command killed.
+                    with contextlib.suppress(OSError):
+                        _send_all(stub_sock, stub, given)
                 return
-            if sent:
-                raise SandboxError(
-                    "the sandbox's helper took part of a request",
-                    operation="handoff",
-                    hint="this is a bug in warren; please report it. Ask again: the next helper serves it",
-                )
-        self.send(handoff, fds)
+        finally:
+            spare.close()
+            if stub_sock is not None:
+                stub_sock.close()
+        handoff.launched, handoff.before = False, {}
+        self.send(handoff, [conn, *given, *tail])
+
+    def _forget_spare(self) -> None:
+        if self.spare is not None:
+            with contextlib.suppress(KeyError, ValueError):
+                self.sel.unregister(self.spare)
+        self.spare = self.spare_stub = None
 
     def drop_spare(self) -> None:
         """Forget the helper PID 1 gave us (it exits when its end closes)."""
-        if self.spare is not None:
-            self.spare.close()
-            self.spare = None
+        spare, stub = self.spare, self.spare_stub
+        self._forget_spare()
+        for sock in (spare, stub):
+            if sock is not None:
+                sock.close()
 
     def send(self, msg: protocol.Message, fds: list[int] | None = None) -> None:
         """Queue a message for PID 1; never waits."""

@@ -148,6 +148,9 @@ class Supervisor:
         elif kind == "control":
             assert isinstance(obj, Box)
             obj.on_control(mask)
+        elif kind == "spare":
+            assert isinstance(obj, Box)
+            obj.drop_spare()  # its helper went unused (PID 1 let it go)
         elif kind == "relay":
             assert isinstance(obj, Box)
             obj.on_relay(mask)

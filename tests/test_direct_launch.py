@@ -1,0 +1,225 @@
+"""An exec in a long-lived sandbox goes from the supervisor to the spare helper's
+command process itself (the exec stub, confined already), with the command's stdio,
+while the helper gets the request without them and follows the command: the helper's
+wake-up and work are off the command's path. What must hold:
+
+- the supervisor gives the stub the command only when the stub says it waits (its
+  first byte, looked at and left for the helper); a Python launcher, a stub not ready
+  yet, or a spare that is gone get the request the way they did before (unit tests of
+  ``Box.hand`` on socket pairs, the stub's side read back);
+- an unused spare that PID 1 lets go leaves no stub waiting: the supervisor lets go of
+  its copy of the stub's channel once the helper's channel ends;
+- what the helper did, the stub now does as the helper would (live, judged from the
+  host and by results): a relative cwd, the default directory removed (its nearest
+  ancestor, said in a warning), a PATH search that finds nothing (CommandNotFound with
+  the PATH searched), a non-executable file first in PATH, PATH set by the request,
+  stdin given or /dev/null.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from conftest import Layout, shut_down_supervisor
+from test_direct_handoff import _wait_spare
+from warren import PolicySpec, Sandbox, protocol, wire
+from warren._core import execstub
+from warren.errors import CommandNotFound, ExecError
+from warren.server.box import Box
+from warren.server.supervisor import Supervisor
+
+STUB = execstub.NAME.encode() + b"\0"
+
+
+class _Sent:
+    def __init__(self) -> None:
+        self.calls: list[tuple[protocol.Message, list[int]]] = []
+
+    def __call__(self, msg: protocol.Message, fds: list[int] | None = None) -> None:
+        self.calls.append((msg, list(fds or [])))
+
+
+def _box(first: bytes | None) -> tuple[Box, socket.socket, socket.socket, socket.socket, _Sent]:
+    """A Box holding a spare helper's channel and a copy of the helper's end of its
+    stub's; returns it with the helper's end of the first, the helper's own copy of
+    the second and the stub's end of it. ``first``: what the stub said (None: nothing
+    yet)."""
+    spare, helper = socket.socketpair()
+    stub_mine, stub = socket.socketpair()
+    helper_stub = stub_mine.dup()  # the helper's: the same open socket as the supervisor's
+    if first is not None:
+        stub.sendall(first)
+    box = Box.__new__(Box)
+    sent = _Sent()
+    box.sel = selectors.DefaultSelector()
+    box.spare, box.spare_stub = spare, stub_mine
+    box.sel.register(spare, selectors.EVENT_READ, ("spare", box))
+    box.launched = SimpleNamespace(counters=[])  # type: ignore[assignment]
+    box.send = sent  # type: ignore[method-assign]
+    return box, helper, helper_stub, stub, sent
+
+
+def _handoff() -> protocol.Handoff:
+    command = protocol.Command(argv=["echo", "hi"], env={}, stdio=[False, True, True])
+    return protocol.Handoff(request=protocol.ExecRequest(sandbox="x", command=command), extra=["active"])
+
+
+def _fds(n: int) -> list[int]:
+    return [os.open(os.devnull, os.O_RDONLY) for _ in range(n)]
+
+
+def _inode(fd: int) -> tuple[int, int]:
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
+
+
+def _received(sock: socket.socket) -> tuple[bytes, list[int]]:
+    data, fds, _flags, _addr = socket.recv_fds(sock, 1 << 20, 8, socket.MSG_DONTWAIT)
+    return data, fds
+
+
+def test_a_waiting_stub_gets_the_command_and_the_helper_the_rest() -> None:
+    box, helper, helper_stub, stub, sent = _box(execstub.READY)
+    conn, out, err, active = _fds(4)
+    request = execstub.request("/w", "echo", -1, ["echo", "hi"], {}, search=True, nulls="100")
+    box.hand(_handoff(), conn, [out, err], [active], request)
+    assert box.spare is None and box.spare_stub is None and not box.sel.get_map()
+    assert sent.calls == []  # not through PID 1
+    data, fds = _received(helper)
+    msg = protocol.decode(data[wire.PREFIX.size :])
+    assert isinstance(msg, protocol.Handoff) and msg.launched
+    assert [_inode(fd) for fd in fds] == [_inode(conn), _inode(active)]  # no stdio
+    assert helper_stub.recv(1) == execstub.READY  # the byte was left for the helper
+    data, fds = _received(stub)
+    assert data == request and [_inode(fd) for fd in fds] == [_inode(out), _inode(err)]
+
+
+@pytest.mark.parametrize("first", [execstub.PYTHON, execstub.HARDENED, b"R", None])
+def test_a_process_that_is_no_waiting_stub_gets_nothing_from_the_supervisor(first: bytes | None) -> None:
+    """A Python launcher, a stub of another format, or one not ready yet: the helper
+    gets the request with the stdio, as before, and the stub's channel stays empty."""
+    box, helper, helper_stub, stub, sent = _box(first)
+    conn, out, err, active = _fds(4)
+    request = execstub.request("/w", "echo", -1, ["echo", "hi"], {}, search=True, nulls="100")
+    box.hand(_handoff(), conn, [out, err], [active], request)
+    data, fds = _received(helper)
+    msg = protocol.decode(data[wire.PREFIX.size :])
+    assert isinstance(msg, protocol.Handoff) and not msg.launched
+    assert [_inode(fd) for fd in fds] == [_inode(conn), _inode(out), _inode(err), _inode(active)]
+    if first is not None:
+        assert helper_stub.recv(8, socket.MSG_DONTWAIT) == first  # left for the helper
+    with pytest.raises(BlockingIOError):
+        stub.recv(1, socket.MSG_DONTWAIT)  # nothing from the supervisor
+    assert sent.calls == []
+
+
+def test_a_spare_gone_gets_nothing_and_pid1_gets_the_request_whole() -> None:
+    box, helper, helper_stub, stub, sent = _box(execstub.READY)
+    helper.close()
+    conn, out, err, active = _fds(4)
+    request = execstub.request("/w", "echo", -1, ["echo", "hi"], {}, search=True, nulls="100")
+    box.hand(_handoff(), conn, [out, err], [active], request)
+    ((msg, fds),) = sent.calls
+    assert isinstance(msg, protocol.Handoff) and not msg.launched and msg.before == {}
+    assert fds == [conn, out, err, active]
+    assert helper_stub.recv(1) == execstub.READY
+    with pytest.raises(BlockingIOError):
+        stub.recv(1, socket.MSG_DONTWAIT)  # the stub got no command: nobody would follow it
+
+
+def test_the_stubs_channel_is_let_go_when_its_helper_goes_unused() -> None:
+    """PID 1 lets an unused spare go (idle) without forking the next: the supervisor,
+    which holds a copy of the helper's end of the stub's channel, closes it when the
+    helper's channel ends, so the stub sees its end and exits (else it would wait for as
+    long as the sandbox lives)."""
+    box = Box.__new__(Box)
+    box.sel = selectors.DefaultSelector()
+    box.spare = box.spare_stub = None
+    spare_mine, helper = socket.socketpair()
+    stub_mine, stub = socket.socketpair()
+    box._control_message(protocol.Spare(), [spare_mine.detach(), stub_mine.detach()])
+    assert box.spare is not None and box.spare_stub is not None
+    helper.close()  # the helper went
+    ((key, _mask),) = box.sel.select(timeout=5)
+    kind, obj = key.data
+    assert (kind, obj) == ("spare", box)
+    Supervisor._event(None, kind, obj, _mask)  # type: ignore[arg-type]  # what the loop does with it
+    assert box.spare is None and box.spare_stub is None and not box.sel.get_map()
+    stub.settimeout(5)
+    assert stub.recv(1) == b""  # its end: the stub exits
+
+
+@pytest.fixture
+def sb(layout: Layout, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sandbox]:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    box = Sandbox.create(PolicySpec(workspace=str(layout.workspace)))
+    try:
+        yield box
+    finally:
+        box.remove()
+        shut_down_supervisor()
+
+
+def _ready(sb: Sandbox) -> None:
+    """The spare helper and its stub wait (so the next exec goes to the stub directly
+    where there is one)."""
+    _wait_spare(sb.pid1)
+    time.sleep(0.05)
+
+
+def test_what_the_helper_did_the_stub_does_the_same(sb: Sandbox, layout: Layout) -> None:
+    ws = layout.workspace
+    (ws / "sub").mkdir()
+    _ready(sb)
+    assert sb.exec(["pwd"], cwd="sub").stdout.decode().strip() == str(ws / "sub")
+    _ready(sb)
+    r = sb.exec(["sh", "-c", "cat; echo out; echo err >&2; exit 3"], stdin=b"in\n")
+    assert (r.exit_code, r.stdout, r.stderr) == (3, b"in\nout\n", b"err\n")
+    _ready(sb)
+    assert sb.exec(["sh", "-c", "cat; echo end"]).stdout == b"end\n"  # stdin: /dev/null
+    _ready(sb)
+    with pytest.raises(CommandNotFound) as e:
+        sb.exec(["no-such-command-anywhere"])
+    assert e.value.hint is not None and "PATH=" in e.value.hint
+    bin_a, bin_b = ws / "a", ws / "b"
+    bin_a.mkdir()
+    bin_b.mkdir()
+    (bin_a / "tool").write_text("#!/bin/sh\necho a\n")  # not executable: execve says EACCES
+    (bin_b / "tool").write_text("#!/bin/sh\necho b\n")
+    (bin_b / "tool").chmod(0o755)
+    _ready(sb)
+    assert sb.exec(["tool"], env={"PATH": f"{bin_a}:{bin_b}"}).stdout == b"b\n"
+    (bin_b / "tool").unlink()
+    _ready(sb)
+    with pytest.raises(ExecError) as e:
+        sb.exec(["tool"], env={"PATH": f"{bin_a}:{bin_b}"})
+    assert e.value.errno == 13
+    _ready(sb)
+    assert sb.exec(["pwd"]).stdout.decode().strip() == str(ws)
+
+
+def test_the_default_directory_removed_is_its_nearest_ancestor_with_a_warning(
+    layout: Layout, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    ws = layout.workspace
+    # The parent is writable too, so the policy allows removing the workspace itself.
+    box = Sandbox.create(PolicySpec(workspace=str(ws), write=[str(layout.root)]))
+    try:
+        assert box.exec(["rm", "-rf", str(ws)]).exit_code == 0
+        assert not ws.exists()
+        _ready(box)
+        r = box.exec(["pwd"])
+        assert (r.exit_code, r.stdout.decode().strip(), r.cwd) == (0, str(layout.root), str(layout.root)), r
+        assert "does not exist" in r.warnings[0], r
+    finally:
+        box.remove()
+        shut_down_supervisor()
