@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from warren._core import mounts
+from warren._core import _sys, mounts
 from warren.plan.model import MountKind, MountOp
 
 from .child import attempt, in_child
@@ -166,23 +166,28 @@ def test_an_entry_removed_while_it_is_masked_is_skipped_not_fatal(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Another sandbox's directory in the home may be removed at any moment of this
-    one's setup: listed but gone before its clone, or cloned and gone before the
-    attach. Either way there is nothing left to mask, and the start goes on (the
-    uid-1001 gate once failed with ENOENT at "mask /home/wtest")."""
+    one's setup: listed but gone before it is opened, or opened and gone before the
+    mask is attached. Either way there is nothing left to mask, and the start goes on
+    (the uid-1001 gate once failed with ENOENT at "mask /home/wtest")."""
     base = tmp_path / "base"
     for name in ("early", "late", "stays"):
         (base / name).mkdir(parents=True)
-    clone = mounts._clone
+    listed = mounts._listed
+    open_tree = _sys.open_tree
 
-    def racing_clone(path: str, recursive: bool = True) -> int:
-        if path.endswith("/early"):
-            os.rmdir(path)
-        fd = clone(path, recursive)
-        if path.endswith("/late"):
-            os.rmdir(path)
+    def racing_listing(directory: int) -> list[str]:
+        names = listed(directory)
+        os.rmdir(base / "early")
+        return names
+
+    def racing_clone(path: str, flags: int, dirfd: int = _sys.AT_FDCWD) -> int:
+        fd = open_tree(path, flags, dirfd)
+        if os.readlink(f"/proc/self/fd/{dirfd}").endswith("/late"):
+            os.rmdir(base / "late")
         return fd
 
-    monkeypatch.setattr(mounts, "_clone", racing_clone)
+    monkeypatch.setattr(mounts, "_listed", racing_listing)
+    monkeypatch.setattr(_sys, "open_tree", racing_clone)
 
     def inside() -> str:
         mounts._mask(str(base), ())
@@ -190,3 +195,30 @@ def test_an_entry_removed_while_it_is_masked_is_skipped_not_fatal(
 
     assert in_child(inside, namespaces=True) == "EROFS"
     assert sorted(os.listdir(base)) == ["stays"]
+
+
+def test_an_entry_swapped_for_a_link_while_it_is_masked_is_not_followed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An entry listed as a directory and replaced by a link to elsewhere (here the
+    sandbox's own writable directory) before it is masked: the mask never lands on
+    what the link names, which stays writable."""
+    base, elsewhere = tmp_path / "base", tmp_path / "workspace"
+    (base / "entry").mkdir(parents=True)
+    elsewhere.mkdir()
+    listed = mounts._listed
+
+    def swapping_listing(directory: int) -> list[str]:
+        names = listed(directory)
+        os.rmdir(base / "entry")
+        (base / "entry").symlink_to(elsewhere)
+        return names
+
+    monkeypatch.setattr(mounts, "_listed", swapping_listing)
+
+    def inside() -> str:
+        mounts._mask(str(base), ())
+        return attempt(lambda: (elsewhere / "new").write_text("y"))
+
+    assert in_child(inside, namespaces=True) == "ok"
+    assert (elsewhere / "new").read_text() == "y"

@@ -153,6 +153,23 @@ def open_tree(path: str, flags: int, dirfd: int = AT_FDCWD) -> int:
     return _check(r, "open_tree", path)
 
 
+MOVE_MOUNT_T_EMPTY_PATH = 0x40
+
+
+def move_mount_onto(from_fd: int, to_fd: int) -> None:
+    """Attach the detached tree ``from_fd`` on what ``to_fd`` (an ``O_PATH`` descriptor)
+    is: no path looked up, no link followed."""
+    r = _syscall(
+        _nr("move_mount"),
+        ctypes.c_int(from_fd),
+        b"",
+        ctypes.c_int(to_fd),
+        b"",
+        ctypes.c_uint(MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH),
+    )
+    _check(r, "move_mount", f"/proc/self/fd/{to_fd}")
+
+
 def move_mount(from_fd: int, to_path: str) -> None:
     r = _syscall(
         _nr("move_mount"),

@@ -76,28 +76,45 @@ def _mount_point(path: str, is_dir: bool) -> None:
         os.close(os.open(path, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o644))
 
 
+def _listed(directory: int) -> list[str]:
+    return os.listdir(directory)
+
+
 def _mask(directory: str, keep: tuple[str, ...]) -> None:
-    for name in os.listdir(directory):
-        if name in keep:
-            continue
-        path = f"{directory.rstrip('/')}/{name}"
-        if os.path.islink(path):
-            continue  # a symlink cannot be a mount point; Landlock denies replacing it
+    """Every entry of ``directory`` but ``keep`` read-only. Another sandbox may be
+    changing the entries meanwhile (a home holds other workspaces): each is opened
+    without following a link and masked through that descriptor, so the mask lands on
+    what was checked; one gone since the listing is left out, as one made after."""
+    listing = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for name in _listed(listing):
+            if name not in keep:
+                _mask_entry(listing, name)
+    finally:
+        os.close(listing)
+
+
+def _mask_entry(directory: int, name: str) -> None:
+    try:
+        held = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory)
+    except FileNotFoundError:
+        return  # gone since it was listed (another sandbox's TMPDIR removed as it ended)
+    try:
+        if stat.S_ISLNK(os.fstat(held).st_mode):
+            return  # a symbolic link cannot be a mount point; Landlock denies replacing it
         try:
-            fd = _clone(path)
+            fd = _sys.open_tree("", _CLONE | _sys.AT_RECURSIVE | _sys.AT_EMPTY_PATH, held)
         except FileNotFoundError:
-            # Gone since it was listed (another sandbox's TMPDIR removed as it ended):
-            # nothing to mask, as for an entry made after this sandbox's setup.
-            continue
+            return
         try:
             _sys.mount_setattr(fd, _HIDE_ATTRS, 0, True)
-        except OSError:
-            os.close(fd)
-            raise
-        try:
-            _attach(fd, path)
+            _sys.move_mount_onto(fd, held)
         except FileNotFoundError:
-            continue  # removed between the clone and the attach: the same, a moment later
+            pass  # removed between the open and the attach: the same, a moment later
+        finally:
+            os.close(fd)
+    finally:
+        os.close(held)
 
 
 def _mask_file(source: str, target: str, ident: tuple[int, int]) -> None:
