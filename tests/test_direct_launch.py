@@ -18,6 +18,7 @@ wake-up and work are off the command's path. What must hold:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import selectors
 import socket
@@ -223,3 +224,42 @@ def test_the_default_directory_removed_is_its_nearest_ancestor_with_a_warning(
     finally:
         box.remove()
         shut_down_supervisor()
+
+
+def test_a_launcher_not_needed_goes_though_the_supervisor_holds_its_channel() -> None:
+    """A spare PID 1 lets go discards its command's process while the supervisor may
+    still hold a copy of the helper's end of their channel (it lets go of it only once
+    the helper has exited): the process never sees that end close, and discarding must
+    not wait for it to (it did: the helper and its stub stayed for the sandbox's life)."""
+    import signal
+
+    from warren._core.shim import Launcher
+
+    ours, theirs = socket.socketpair()
+    held_by_supervisor = ours.dup()
+    pid = os.fork()
+    if pid == 0:
+        ours.close()
+        held_by_supervisor.close()
+        theirs.recv(1)  # as the stub: waits for a request or its channel's end
+        os._exit(0)
+    theirs.close()
+    launcher = Launcher.__new__(Launcher)
+    launcher.pid, launcher.sock = pid, ours
+
+    def too_long(_signum: int, _frame: object) -> None:
+        raise TimeoutError("discard waited for a process that never exits")
+
+    previous = signal.signal(signal.SIGALRM, too_long)
+    signal.alarm(10)  # a regression fails here instead of hanging the suite
+    try:
+        launcher.discard()
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+        held_by_supervisor.close()
+        with contextlib.suppress(ChildProcessError, ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)  # only if it was left (the regression)
+            os.waitpid(pid, 0)
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # reaped

@@ -303,8 +303,14 @@ class Launcher:
         )
 
     def discard(self) -> None:
-        """Not needed (the request was not a command): it exits, and is reaped."""
+        """Not needed (no request came, or not a command): it is killed and reaped. Not
+        left to see its channel end: the supervisor may hold a copy of our end of it
+        (``Launcher.launched``) until this helper has exited, so the end would never
+        come, and this wait would never end (a spare PID 1 let go stayed, with its
+        stub, for as long as the sandbox lived)."""
         self.sock.close()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)  # it has run nothing: it only waited
         with contextlib.suppress(ChildProcessError):
             os.waitpid(self.pid, 0)
 
