@@ -33,6 +33,7 @@ from conftest import Layout, shut_down_supervisor
 from test_direct_handoff import _wait_spare
 from warren import PolicySpec, Sandbox, protocol, wire
 from warren._core import execstub
+from warren._core.procs import table
 from warren.errors import CommandNotFound, ExecError
 from warren.server.box import Box
 from warren.server.supervisor import Supervisor
@@ -263,3 +264,25 @@ def test_a_launcher_not_needed_goes_though_the_supervisor_holds_its_channel() ->
             os.waitpid(pid, 0)
     with pytest.raises(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)  # reaped
+
+
+def test_an_unused_spare_goes_with_its_stub(
+    layout: Layout, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PID 1 lets an unused spare go after ``WARREN_SPARE_IDLE`` seconds: the helper and
+    its stub both end (judged from the host: PID 1 is left alone), and the next exec is
+    served (a spare forked for it)."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("WARREN_SPARE_IDLE", "1")
+    box = Sandbox.create(PolicySpec(workspace=str(layout.workspace)))
+    try:
+        assert box.exec(["true"]).exit_code == 0
+        _wait_spare(box.pid1)
+        deadline = time.monotonic() + 15
+        while left := [pid for pid, ppid, _ in table() if ppid == box.pid1]:
+            assert time.monotonic() < deadline, f"PID 1 still has {left} after the spare's idle time"
+            time.sleep(0.1)
+        assert box.exec(["echo", "after"]).stdout == b"after\n"
+    finally:
+        box.remove()
+        shut_down_supervisor()

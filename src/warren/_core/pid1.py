@@ -47,7 +47,18 @@ MAX_HELPERS = 4096
 # for an agent's next command. At 5 ms an exec 11 ms after the last one found no stub
 # waiting and went through the helper: +3.8 ms over subprocess.run instead of +1.2.
 SPARE_AFTER_MS = 1
-SPARE_IDLE = 20.0  # seconds without a request before the spare helper is let go
+
+
+def _spare_idle() -> float:
+    """Seconds without a request before the spare helper (and its command's process) is
+    let go: ``WARREN_SPARE_IDLE`` in the supervisor's environment, 20 by default."""
+    try:
+        return max(0.5, float(os.environ.get("WARREN_SPARE_IDLE", "20")))
+    except ValueError:
+        return 20.0
+
+
+SPARE_IDLE = _spare_idle()
 INLINE_REPLY_MAX = 64 * 1024  # what PID 1 writes to a client itself: its buffer takes it at once
 
 

@@ -34,6 +34,7 @@ _SUPERVISOR_ENV = (
     "XDG_STATE_HOME",
     "WARREN_SUPERVISOR_IDLE",
     "WARREN_EXEC_STUB",  # 0: commands' processes wait in Python, not as the exec stub
+    "WARREN_SPARE_IDLE",  # seconds before an unused spare helper is let go (pid1.SPARE_IDLE)
 )
 _BOOT = (
     "import os,sys\n"
