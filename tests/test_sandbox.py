@@ -344,7 +344,13 @@ def _kill_supervisor_and_check(sb: Sandbox, layout: Layout) -> None:
     sb.files.write("kept.txt", "data\n")
     # PID 1 is not dumpable (its /proc/N/ns is closed to an unprivileged owner): take
     # the namespaces from the sandboxed sleep, found on the host by its command line.
-    [sleeper] = [p for p in _host_pids() if _cmdline(p) == f"sleep\x00{token}\x00".encode()]
+    # spawn returns once sh runs; sh forks the sleep a moment later (under load, after
+    # the write above has come back): wait for it.
+    deadline = time.monotonic() + 10
+    while not (found := [p for p in _host_pids() if _cmdline(p) == f"sleep\x00{token}\x00".encode()]):
+        assert time.monotonic() < deadline, "the sandboxed sleep never showed on the host"
+        time.sleep(0.02)
+    [sleeper] = found
     pid_ns = os.readlink(f"/proc/{sleeper}/ns/pid")
     mnt_ns = os.readlink(f"/proc/{sleeper}/ns/mnt")
     # Held open so that their numbers are not given to new namespaces (other tests',
