@@ -541,6 +541,23 @@ def name_to_handle_at(path: str, flags: int = 0) -> bytes:
     return struct.pack("=i", kind) + buf.raw[8 : 8 + size]
 
 
+IN_MODIFY, IN_ATTRIB, IN_CLOSE_WRITE = 0x2, 0x4, 0x8
+IN_MOVED_FROM, IN_MOVED_TO, IN_CREATE, IN_DELETE = 0x40, 0x80, 0x100, 0x200
+IN_DELETE_SELF, IN_MOVE_SELF, IN_ONLYDIR = 0x400, 0x800, 0x1000000
+_inotify_init1 = _libc.inotify_init1
+_inotify_init1.argtypes = [ctypes.c_int]
+_inotify_add_watch = _libc.inotify_add_watch
+_inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+
+
+def inotify_init1(flags: int) -> int:
+    return _check(_inotify_init1(flags), "inotify_init1", None)
+
+
+def inotify_add_watch(fd: int, path: str, mask: int) -> int:
+    return _check(_inotify_add_watch(fd, _b(path), mask), "inotify_add_watch", path)
+
+
 def close_range(first: int, last: int, flags: int = 0) -> None:
     if first > last:
         return

@@ -45,7 +45,7 @@ from ..errors import (
 )
 from ..output import truncation_marker
 from ..plan.model import Plan
-from . import _sys, cgroups, execstub, harden, procs
+from . import _sys, cgroups, dirwatch, execstub, harden, procs
 
 # How long an exec's end waits for the supervisor to bring the sandbox's repositories
 # in step with the host (a sync copies at most a few index-sized files).
@@ -413,6 +413,7 @@ class Shim:
     def __post_init__(self) -> None:
         self.counters = {k: fd for k, fd in (self.extra or {}).items() if ":" in k}
         self.synced = (self.extra or {}).get("synced")  # see _in_step
+        self.watches = [fd for k, fd in (self.extra or {}).items() if k.startswith("gitwatch.")]
 
     def _limit_hit(self, status: int) -> str | None:
         """The limit the sandbox ran into while the command ran: its counter went up
@@ -566,10 +567,14 @@ class Shim:
             return
         sock = socket.socket(fileno=self.synced)
         self.synced = None
+        # Nothing queued on the trees' watches: the command changed nothing the sync
+        # carries to the host (it still runs, told by the end of this socket).
+        wait = not self.watches or dirwatch.changed(self.watches)
         with contextlib.suppress(OSError), sock:
             sock.shutdown(socket.SHUT_WR)
-            sock.settimeout(SYNC_WAIT)
-            sock.recv(1)
+            if wait:
+                sock.settimeout(SYNC_WAIT)
+                sock.recv(1)
 
     def _relay(self, pid: int, deadline: float | None, out_r: int, err_r: int) -> None:
         out_log, err_log, status_fd = self.fds[:3]

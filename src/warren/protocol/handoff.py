@@ -23,7 +23,9 @@ class Handoff(Message):
     spawn_id: str | None = None
     spawned: dict[str, str] = {}
     # Descriptors after the request's own, by name: "active" (held while an exec runs:
-    # the supervisor sees it end), "LIMIT:KEY" (a cgroup counter file, e.g.
+    # the supervisor sees it end), or "synced" (the same where the sandbox has
+    # repositories: the answer waits for their sync) and "gitwatch.N" (a watch on each
+    # one's tree: nothing queued, no wait), "LIMIT:KEY" (a cgroup counter file, e.g.
     # "memory:oom_kill", read before and after the command to tell a limit it hit).
     extra: list[str] = []
     # An exec the supervisor gave the spare helper's command process itself (the exec

@@ -390,24 +390,28 @@ class Box:
             self.drop_spare()  # it holds the old rules: PID 1 forks the next with the new
             self.send(protocol.Refresh())
 
-    def exec_started(self) -> tuple[str, int]:
+    def exec_started(self) -> tuple[str, int, list[int]]:
         """The end the exec's helper holds until its command ended, and its name: the end
         of the exec is an event here (the idle timeout counts from it). Where the sandbox
         has repositories it is ``synced``, a socket: the helper shuts its side when the
         command ended and tells its client only after the answer, which comes once the
         repositories are in step — host git sees the command's commit and index as soon
-        as the exec returns."""
+        as the exec returns. ``watches``: the repositories' watches (``dirwatch``), given
+        to the helper with it: when none has anything queued once the command ended, the
+        command changed nothing the sync carries, and the helper answers at once."""
+        watches: list[int] = []
         if self.git is not None and self.git.shadows:
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
             ours.setblocking(False)
             mine, given, name = ours.detach(), theirs.detach(), "synced"
             self.answered.add(mine)
+            watches = self.keeper.watches(self.git) or []
         else:
             mine, given = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
             name = "active"
         self.active.add(mine)
         self.sel.register(mine, _R, ("active", (self, mine)))
-        return name, given
+        return name, given, watches
 
     def exec_ended(self, fd: int) -> None:
         with contextlib.suppress(KeyError, ValueError):

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .._core import safepath
+from .._core import dirwatch, safepath
 from ..errors import SetupError
 from ..plan.model import GitDir
 from . import gitadopt, gitfind, gitstore
@@ -161,10 +161,19 @@ class GitKeeper:
                     hint="check that $XDG_DATA_HOME (default ~/.local/share) is writable, that git is "
                     "installed, and that the repository is not a link",
                 ) from None
+            shadow.watch = dirwatch.watch(shadow.tfd)
             self.shadows[path] = shadow
         self.adopted.discard(path)
         shadow.users += 1
         return shadow
+
+    def watches(self, lease: Lease | None) -> list[int] | None:
+        """The watches of the lease's repositories (``Shadow.watch``), for an exec's
+        helper; None when one has none (then the helper always waits for the sync)."""
+        if lease is None:
+            return None
+        watches = [s.watch for s in lease.shadows]
+        return None if any(w is None for w in watches) else [w for w in watches if w is not None]
 
     def sync(self, lease: Lease | None) -> None:
         """After a command of this sandbox ended: its repositories, now."""
@@ -235,6 +244,8 @@ class GitKeeper:
                     return _protected_or_absent(fd, root, os.path.relpath(target, root), protected)
             return True  # outside every writable root: no sandbox made it
 
+        if shadow.watch is not None:
+            dirwatch.drain(shadow.watch)  # before: what changes from now on is seen next time
         try:
             for line in gitstore.sync(shadow, gitlink_ok):
                 _log(line)

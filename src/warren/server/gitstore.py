@@ -196,13 +196,16 @@ class Shadow:
     digests: dict[tuple[int, str], tuple[list[int], int, int]] = field(default_factory=dict)
     # base.json as the last sync left it, and the state parsed from it (see ``sync``)
     base: tuple[bytes, dict[str, Any]] | None = None
+    # An inotify instance on the tree's top level (``_core.dirwatch``), drained before
+    # each sync: an exec's helper that finds it empty answers without waiting for one.
+    watch: int | None = None
 
     @property
     def tree(self) -> str:
         return os.path.join(self.store, "tree")
 
     def close(self) -> None:
-        for fd in (self.gfd, self.sfd, self.tfd):
+        for fd in (self.gfd, self.sfd, self.tfd, *([self.watch] if self.watch is not None else [])):
             with contextlib.suppress(OSError):
                 os.close(fd)
 

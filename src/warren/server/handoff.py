@@ -61,12 +61,14 @@ def hand_over(
     elif isinstance(msg, protocol.PsRequest):
         handoff.spawned = spawns.running(root, box.name)
     if isinstance(msg, protocol.ExecRequest):
-        name, fd = box.exec_started()
+        name, fd, watches = box.exec_started()
         handoff.extra.append(name)
         extra.append(fd)
+        handoff.extra.extend(f"gitwatch.{i}" for i in range(len(watches)))
+        named.extend(watches)
     if isinstance(msg, (protocol.ExecRequest, protocol.SpawnRequest)):
         handoff.extra.extend(name for name, _fd in box.launched.counters)
-        named = [fd for _name, fd in box.launched.counters]
+        named.extend(fd for _name, fd in box.launched.counters)
     stub = stub_request(box.plan, msg) if isinstance(msg, protocol.ExecRequest) else None
     box.hand(handoff, conn.fileno(), fds, [*extra, *named], stub)
     for fd in [*fds, *extra]:

@@ -1,0 +1,164 @@
+"""An exec in a sandbox with repositories answers without waiting for their sync when
+the command changed nothing that sync carries to the host: the supervisor keeps an
+inotify watch on each repository's tree (``_core.dirwatch``), drained before each sync,
+and the exec's helper only asks whether anything is queued. What must hold:
+
+- the watch says "changed" for every kind of change at the tree's top level (a write,
+  a new file, a rename over, a removal, a mode change) and "unchanged" once drained;
+- the helper waits for the sync exactly when something is queued (unit, on socket
+  pairs: the supervisor's end never answers in the first case);
+- fidelity, live and judged from the host, as root and uid 1001: after each exec that
+  stages, commits or moves HEAD, host git sees it the moment the exec returns, round
+  after round, with execs that change nothing between them.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import GIT_ENV, Layout, host_git, shut_down_supervisor
+from warren import PolicySpec, Sandbox
+from warren._core import dirwatch
+from warren._core.shim import Shim
+
+
+def _opened(path: Path) -> int:
+    return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+
+
+def test_the_watch_sees_every_change_at_the_top_level_and_nothing_once_drained(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "index").write_text("a")
+    fd = _opened(tree)
+    watch = dirwatch.watch(fd)
+    assert watch is not None
+    try:
+        changes = [
+            lambda: (tree / "index").write_text("b"),
+            lambda: (tree / "HEAD").write_text("ref: refs/heads/main\n"),
+            lambda: ((tree / "index.lock").write_text("c"), os.rename(tree / "index.lock", tree / "index")),
+            lambda: (tree / "HEAD").unlink(),
+            lambda: os.chmod(tree / "index", 0o600),
+        ]
+        assert not dirwatch.changed([watch])
+        for change in changes:
+            change()
+            assert dirwatch.changed([watch]), change
+            dirwatch.drain(watch)
+            assert not dirwatch.changed([watch])
+        # a change below the top level (the host's own data, bound in) is not the sync's
+        (tree / "sub" / "x").write_text("y")
+        assert not dirwatch.changed([watch])
+    finally:
+        os.close(watch)
+        os.close(fd)
+
+
+def _shim(synced: int, watches: list[int]) -> Shim:
+    shim = Shim.__new__(Shim)
+    shim.synced, shim.watches = synced, watches
+    return shim
+
+
+def _answered_after(delay: float, sock: socket.socket) -> threading.Thread:
+    def answer() -> None:
+        sock.recv(1)  # the helper's end of writing
+        time.sleep(delay)
+        sock.send(b"s")
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_the_helper_waits_for_the_sync_only_when_something_is_queued(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    fd = _opened(tree)
+    watch = dirwatch.watch(fd)
+    assert watch is not None
+    try:
+        # Nothing queued: the helper does not wait, though the supervisor never answers.
+        supervisor, helper = socket.socketpair()
+        t = time.monotonic()
+        _shim(helper.detach(), [watch])._in_step()
+        assert time.monotonic() - t < 1.0
+        assert supervisor.recv(1) == b""  # told of the end all the same
+        supervisor.close()
+        # A change queued: it waits for the sync's answer.
+        (tree / "index").write_text("x")
+        supervisor, helper = socket.socketpair()
+        thread = _answered_after(0.3, supervisor)
+        t = time.monotonic()
+        _shim(helper.detach(), [watch])._in_step()
+        assert time.monotonic() - t >= 0.25
+        thread.join(5)
+        supervisor.close()
+        # No watch at all (none could be had): it always waits.
+        supervisor, helper = socket.socketpair()
+        thread = _answered_after(0.3, supervisor)
+        t = time.monotonic()
+        _shim(helper.detach(), [])._in_step()
+        assert time.monotonic() - t >= 0.25
+        thread.join(5)
+        supervisor.close()
+    finally:
+        os.close(watch)
+        os.close(fd)
+
+
+@pytest.fixture
+def repo_box(
+    layout: Layout, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Path, Sandbox]]:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    (layout.workspace.parent / "githome").mkdir(exist_ok=True)
+    ws = layout.workspace
+    for args in (["init", "-q", "-b", "main"], ["commit", "-q", "--allow-empty", "-m", "first"]):
+        assert host_git(ws, *args).returncode == 0
+    box = Sandbox.create(PolicySpec(workspace=str(ws)))
+    try:
+        yield ws, box
+    finally:
+        box.remove()
+        shut_down_supervisor()
+
+
+def test_host_git_sees_each_exec_the_moment_it_returns(repo_box: tuple[Path, Sandbox]) -> None:
+    ws, box = repo_box
+    env = {**GIT_ENV, "HOME": str(ws.parent / "githome")}
+    for i in range(8):
+        assert box.exec(["true"]).exit_code == 0  # nothing changed: answered at once
+        r = box.exec(["sh", "-c", f"echo {i} > f{i} && git add f{i}"], env=env)
+        # Read at once, in this process: a sync still running would not have written it yet.
+        assert f"f{i}".encode() in (ws / ".git" / "index").read_bytes(), i
+        assert r.exit_code == 0, r
+        staged = host_git(ws, "diff", "--cached", "--name-only").stdout.split()
+        assert f"f{i}" in staged, (i, staged)
+        if i % 2:
+            r = box.exec(["git", "commit", "-qm", f"c{i}"], env=env)
+            assert r.exit_code == 0, r
+            assert host_git(ws, "log", "-1", "--format=%s").stdout.strip() == f"c{i}"
+            assert host_git(ws, "diff", "--cached", "--name-only").stdout == ""
+    r = box.exec(["git", "checkout", "-q", "-b", "other"], env=env)
+    assert r.exit_code == 0, r
+    assert host_git(ws, "rev-parse", "--abbrev-ref", "HEAD").stdout.strip() == "other"
+    assert (
+        subprocess.run(
+            ["git", "-C", str(ws), "status", "--porcelain"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **env},
+        ).stdout
+        == ""
+    )
