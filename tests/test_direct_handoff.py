@@ -17,12 +17,11 @@ import os
 import select
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import Layout, shut_down_supervisor
+from conftest import Layout
 from warren import PolicySpec, Sandbox
 from warren._core import execstub
 from warren._core.procs import table
@@ -32,14 +31,10 @@ STUB = execstub.NAME.encode() + b"\0"
 
 
 @pytest.fixture
-def sb(layout: Layout, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sandbox]:
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    box = Sandbox.create(PolicySpec(workspace=str(layout.workspace)))
-    try:
-        yield box
-    finally:
-        box.remove()
-        shut_down_supervisor()
+def sb(layout: Layout, state_home: Path) -> Sandbox:
+    """A live sandbox under a supervisor of this test's own (``state_home`` removes it
+    and shuts that supervisor down)."""
+    return Sandbox.create(PolicySpec(workspace=str(layout.workspace)))
 
 
 def _spare_helpers(pid1: int) -> list[int]:

@@ -23,13 +23,12 @@ import os
 import selectors
 import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from conftest import Layout, shut_down_supervisor
+from conftest import Layout
 from test_direct_handoff import _wait_spare
 from warren import PolicySpec, Sandbox, protocol, wire
 from warren._core import execstub
@@ -37,8 +36,6 @@ from warren._core.procs import table
 from warren.errors import CommandNotFound, ExecError
 from warren.server.box import Box
 from warren.server.supervisor import Supervisor
-
-STUB = execstub.NAME.encode() + b"\0"
 
 
 class _Sent:
@@ -160,14 +157,10 @@ def test_the_stubs_channel_is_let_go_when_its_helper_goes_unused() -> None:
 
 
 @pytest.fixture
-def sb(layout: Layout, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sandbox]:
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    box = Sandbox.create(PolicySpec(workspace=str(layout.workspace)))
-    try:
-        yield box
-    finally:
-        box.remove()
-        shut_down_supervisor()
+def sb(layout: Layout, state_home: Path) -> Sandbox:
+    """A live sandbox under a supervisor of this test's own (``state_home`` removes it
+    and shuts that supervisor down)."""
+    return Sandbox.create(PolicySpec(workspace=str(layout.workspace)))
 
 
 def _ready(sb: Sandbox) -> None:
@@ -209,22 +202,17 @@ def test_what_the_helper_did_the_stub_does_the_same(sb: Sandbox, layout: Layout)
 
 
 def test_the_default_directory_removed_is_its_nearest_ancestor_with_a_warning(
-    layout: Layout, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    layout: Layout, state_home: Path
 ) -> None:
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     ws = layout.workspace
     # The parent is writable too, so the policy allows removing the workspace itself.
     box = Sandbox.create(PolicySpec(workspace=str(ws), write=[str(layout.root)]))
-    try:
-        assert box.exec(["rm", "-rf", str(ws)]).exit_code == 0
-        assert not ws.exists()
-        _ready(box)
-        r = box.exec(["pwd"])
-        assert (r.exit_code, r.stdout.decode().strip(), r.cwd) == (0, str(layout.root), str(layout.root)), r
-        assert "does not exist" in r.warnings[0], r
-    finally:
-        box.remove()
-        shut_down_supervisor()
+    assert box.exec(["rm", "-rf", str(ws)]).exit_code == 0
+    assert not ws.exists()
+    _ready(box)
+    r = box.exec(["pwd"])
+    assert (r.exit_code, r.stdout.decode().strip(), r.cwd) == (0, str(layout.root), str(layout.root)), r
+    assert "does not exist" in r.warnings[0], r
 
 
 def test_a_launcher_not_needed_goes_though_the_supervisor_holds_its_channel() -> None:
@@ -267,22 +255,17 @@ def test_a_launcher_not_needed_goes_though_the_supervisor_holds_its_channel() ->
 
 
 def test_an_unused_spare_goes_with_its_stub(
-    layout: Layout, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    layout: Layout, monkeypatch: pytest.MonkeyPatch, state_home: Path
 ) -> None:
     """PID 1 lets an unused spare go after ``WARREN_SPARE_IDLE`` seconds: the helper and
     its stub both end (judged from the host: PID 1 is left alone), and the next exec is
     served (a spare forked for it)."""
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     monkeypatch.setenv("WARREN_SPARE_IDLE", "1")
     box = Sandbox.create(PolicySpec(workspace=str(layout.workspace)))
-    try:
-        assert box.exec(["true"]).exit_code == 0
-        _wait_spare(box.pid1)
-        deadline = time.monotonic() + 15
-        while left := [pid for pid, ppid, _ in table() if ppid == box.pid1]:
-            assert time.monotonic() < deadline, f"PID 1 still has {left} after the spare's idle time"
-            time.sleep(0.1)
-        assert box.exec(["echo", "after"]).stdout == b"after\n"
-    finally:
-        box.remove()
-        shut_down_supervisor()
+    assert box.exec(["true"]).exit_code == 0
+    _wait_spare(box.pid1)
+    deadline = time.monotonic() + 15
+    while left := [pid for pid, ppid, _ in table() if ppid == box.pid1]:
+        assert time.monotonic() < deadline, f"PID 1 still has {left} after the spare's idle time"
+        time.sleep(0.1)
+    assert box.exec(["echo", "after"]).stdout == b"after\n"

@@ -19,12 +19,11 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import GIT_ENV, Layout, host_git, shut_down_supervisor
+from conftest import GIT_ENV, Layout, host_git
 from warren import PolicySpec, Sandbox
 from warren._core import dirwatch
 from warren._core.shim import Shim
@@ -118,20 +117,14 @@ def test_the_helper_waits_for_the_sync_only_when_something_is_queued(tmp_path: P
 
 @pytest.fixture
 def repo_box(
-    layout: Layout, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[tuple[Path, Sandbox]]:
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    layout: Layout, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, state_home: Path
+) -> tuple[Path, Sandbox]:
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     (layout.workspace.parent / "githome").mkdir(exist_ok=True)
     ws = layout.workspace
     for args in (["init", "-q", "-b", "main"], ["commit", "-q", "--allow-empty", "-m", "first"]):
         assert host_git(ws, *args).returncode == 0
-    box = Sandbox.create(PolicySpec(workspace=str(ws)))
-    try:
-        yield ws, box
-    finally:
-        box.remove()
-        shut_down_supervisor()
+    return ws, Sandbox.create(PolicySpec(workspace=str(ws)))
 
 
 def test_host_git_sees_each_exec_the_moment_it_returns(repo_box: tuple[Path, Sandbox]) -> None:

@@ -153,8 +153,21 @@ def _cwd_error(path: str, e: OSError) -> CwdNotFound:
     )
 
 
+def command_dir(cwd: str, workspace: str) -> str:
+    """A command's directory as the request gave it: absolute as it is, relative
+    beneath the workspace. The helper and the supervisor (when it hands the command to
+    the exec stub itself: ``server.handoff``) both take it from here."""
+    return os.path.join(workspace, cwd)
+
+
+def command_env(plan: Plan, command: protocol.Command) -> dict[str, str]:
+    """A command's environment: the plan's, the request's over it (helper and
+    supervisor alike, as ``command_dir``)."""
+    return {**plan.env, **command.env}
+
+
 def _enter_cwd(cwd: str, workspace: str) -> str:
-    path = cwd if cwd.startswith("/") else os.path.join(workspace, cwd)
+    path = command_dir(cwd, workspace)
     try:
         os.chdir(path)
     except OSError as e:
@@ -443,7 +456,7 @@ class Shim:
             cwd = _enter_cwd(cmd.cwd, self.plan.workspace)
         else:
             cwd, warnings = _default_cwd(self.plan)
-        env = {**self.plan.env, **cmd.env}
+        env = command_env(self.plan, cmd)
         if self.plan.scratch:
             # The sandbox's TMPDIR, removed by an earlier command (possible only where
             # its parent is writable too): made again, empty, so this command has one.
@@ -497,10 +510,10 @@ class Shim:
         self.before = dict(self.launched)
         warnings: list[str] = []
         if cmd.cwd:
-            cwd = os.path.join(self.plan.workspace, cmd.cwd)  # as _enter_cwd: an absolute one stays
+            cwd = command_dir(cmd.cwd, self.plan.workspace)
         else:
             cwd, warnings = _default_cwd(self.plan)
-        path_var = {**self.plan.env, **cmd.env}.get("PATH", "")
+        path_var = command_env(self.plan, cmd).get("PATH", "")
         pid = self.launcher.launched(cmd.argv, cwd, path_var)
         self._started(pid, cwd, warnings, -1)
         self._wait(pid, None if cmd.timeout is None else time.monotonic() + cmd.timeout)

@@ -79,12 +79,16 @@ def _give(spare: socket.socket, handoff: protocol.Handoff, fds: list[int]) -> bo
 
 
 def _send_all(sock: socket.socket, data: bytes, fds: list[int]) -> None:
-    """``data`` with ``fds`` on a stream socket whose buffer is empty, without waiting.
-    Never by making it non-blocking: the helper holds the same open socket, blocking."""
+    """``data`` with ``fds`` on a stream socket whose buffer is empty: at once, or
+    (never seen: the buffer holds far more) within a second. Never by making it
+    non-blocking: the helper holds the same open socket, blocking. poll(), not select():
+    the supervisor may hold descriptors past select()'s limit."""
     sent = socket.send_fds(sock, [data], fds, socket.MSG_DONTWAIT)
     deadline = time.monotonic() + 1.0
-    while sent < len(data) and time.monotonic() < deadline:  # not seen: the buffer holds far more
-        select.select([], [sock], [], 0.1)
+    poller = select.poll()
+    poller.register(sock, select.POLLOUT)
+    while sent < len(data) and time.monotonic() < deadline:
+        poller.poll(100)
         with contextlib.suppress(BlockingIOError):
             sent += sock.send(data[sent:], socket.MSG_DONTWAIT)
 
@@ -405,7 +409,7 @@ class Box:
             ours.setblocking(False)
             mine, given, name = ours.detach(), theirs.detach(), "synced"
             self.answered.add(mine)
-            watches = self.keeper.watches(self.git) or []
+            watches = self.keeper.watches(self.git)
         else:
             mine, given = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
             name = "active"

@@ -167,13 +167,11 @@ class GitKeeper:
         shadow.users += 1
         return shadow
 
-    def watches(self, lease: Lease | None) -> list[int] | None:
+    def watches(self, lease: Lease) -> list[int]:
         """The watches of the lease's repositories (``Shadow.watch``), for an exec's
-        helper; None when one has none (then the helper always waits for the sync)."""
-        if lease is None:
-            return None
-        watches = [s.watch for s in lease.shadows]
-        return None if any(w is None for w in watches) else [w for w in watches if w is not None]
+        helper; none when one of them has none (the helper then always waits)."""
+        watches = [s.watch for s in lease.shadows if s.watch is not None]
+        return watches if len(watches) == len(lease.shadows) else []
 
     def sync(self, lease: Lease | None) -> None:
         """After a command of this sandbox ended: its repositories, now."""

@@ -9,11 +9,10 @@ counters. After this the supervisor lets go of the connection.
 from __future__ import annotations
 
 import os
-import posixpath
 import socket
 
 from .. import protocol
-from .._core import execstub
+from .._core import execstub, shim
 from ..errors import ProtocolError
 from ..plan import Plan
 from . import spawns, stdin
@@ -84,9 +83,9 @@ def stub_request(plan: Plan, msg: protocol.ExecRequest) -> bytes | None:
     cmd = msg.command
     if cmd.tty is not None or not cmd.argv or not cmd.argv[0]:
         return None
-    env = {**plan.env, **cmd.env}
+    env = shim.command_env(plan, cmd)
     if cmd.cwd:
-        cwd, walk = (cmd.cwd if cmd.cwd.startswith("/") else posixpath.join(plan.workspace, cmd.cwd)), False
+        cwd, walk = shim.command_dir(cmd.cwd, plan.workspace), False
     else:
         cwd, walk = plan.cwd, True  # the default, re-resolved: its nearest ancestor if removed
     scratch = plan.scratch or ""
