@@ -77,6 +77,10 @@ class SnapshotInfo:
     workspace: str = ""
     seconds: float = 0.0  # how long taking it paused the sandbox
     host_workspace: str = ""  # the host directory the sandbox had at /workspace, if any
+    # Its layer is all in warren's state directory. False for a moment after a snapshot
+    # taken without a copy (its frozen layer is copied there in the background; a
+    # sandbox made from it meanwhile gets the layer from memory).
+    saved: bool = True
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,9 @@ _ARCH_NR: dict[str, dict[str, int]] = {
 _COMMON_NR = {
     "open_tree": 428,
     "move_mount": 429,
+    "fsopen": 430,
+    "fsconfig": 431,
+    "fsmount": 432,
     "close_range": 436,
     "mount_setattr": 442,
     "setns": 308 if _MACHINE == "x86_64" else 268,
@@ -180,6 +183,68 @@ def move_mount(from_fd: int, to_path: str) -> None:
         ctypes.c_uint(MOVE_MOUNT_F_EMPTY_PATH),
     )
     _check(r, "move_mount", to_path)
+
+
+def move_mount_at(from_dir: int, from_path: str, to_dir: int, to_path: str) -> None:
+    """Move the mount at ``from_path`` (beneath ``from_dir``) onto ``to_path`` (beneath
+    ``to_dir``); neither final component may be a link (none is followed)."""
+    r = _syscall(
+        _nr("move_mount"),
+        ctypes.c_int(from_dir),
+        _b(from_path),
+        ctypes.c_int(to_dir),
+        _b(to_path),
+        ctypes.c_uint(0),
+    )
+    _check(r, "move_mount", to_path)
+
+
+FSCONFIG_SET_FLAG = 0
+FSCONFIG_SET_FD = 5
+FSCONFIG_CMD_CREATE = 6
+FSOPEN_CLOEXEC = 1
+FSMOUNT_CLOEXEC = 1
+MOUNT_ATTR_NODEV_NOSUID = 0x6
+
+
+def overlay_from_fds(lowers: list[int], upper: int, work: int) -> int:
+    """An overlay (``userxattr``) whose layers are named by descriptor (Linux >= 6.13:
+    no path is looked up, so layers held as detached mounts work from any namespace
+    that may use them); returns the detached mount, nosuid and nodev."""
+    fs = _check(_syscall(_nr("fsopen"), b"overlay", ctypes.c_uint(FSOPEN_CLOEXEC)), "fsopen", "overlay")
+    try:
+        for key, fd in [*(("lowerdir+", f) for f in lowers), ("upperdir", upper), ("workdir", work)]:
+            r = _syscall(
+                _nr("fsconfig"),
+                ctypes.c_int(fs),
+                ctypes.c_uint(FSCONFIG_SET_FD),
+                _b(key),
+                None,
+                ctypes.c_int(fd),
+            )
+            _check(r, "fsconfig", key)
+        r = _syscall(
+            _nr("fsconfig"),
+            ctypes.c_int(fs),
+            ctypes.c_uint(FSCONFIG_SET_FLAG),
+            b"userxattr",
+            None,
+            ctypes.c_int(0),
+        )
+        _check(r, "fsconfig", "userxattr")
+        r = _syscall(
+            _nr("fsconfig"), ctypes.c_int(fs), ctypes.c_uint(FSCONFIG_CMD_CREATE), None, None, ctypes.c_int(0)
+        )
+        _check(r, "fsconfig", "create")
+        r = _syscall(
+            _nr("fsmount"),
+            ctypes.c_int(fs),
+            ctypes.c_uint(FSMOUNT_CLOEXEC),
+            ctypes.c_uint(MOUNT_ATTR_NODEV_NOSUID),
+        )
+        return _check(r, "fsmount", "overlay")
+    finally:
+        os.close(fs)
 
 
 def mount_setattr(fd: int, attr_set: int, attr_clr: int = 0, recursive: bool = False) -> None:

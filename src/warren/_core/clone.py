@@ -19,7 +19,7 @@ import socket
 from .. import protocol, wire
 from ..errors import SetupError
 from ..plan.model import Plan
-from . import _sys, broker, cgroups, harden, spawner
+from . import _sys, broker, cgroups, harden, mounts, spawner
 
 NS_FLAGS = (
     _sys.CLONE_NEWUSER
@@ -59,6 +59,7 @@ def start_pid1(
     oneshot: bool,
     cgroup_tasks: list[tuple[str, int]] | None = None,
     ahead: bool = False,
+    layers: dict[int, list[int]] | None = None,
 ) -> int:
     """Clone PID 1 for ``plan``; ``control`` is the child's end of its channel to the
     caller (the caller closes its copy). Returns PID 1's pid as the caller sees it.
@@ -68,11 +69,15 @@ def start_pid1(
     PID 1 forks its spare helper at once, as a long-lived sandbox's does.
 
     The clone happens in the spawner (``spawner``: PID 1s then share their pages), and
-    here only if no spawner can be had."""
+    here only if no spawner can be had. ``layers``: overlay layers given by descriptor
+    (detached mounts of another sandbox: a snapshot still in its memory), by index."""
     global _spawner
     tasks = cgroup_tasks or []
-    request = spawner.Request(plan, oneshot, [path for path, _fd in tasks], ahead)
-    fds = [control.fileno(), *(fd for _path, fd in tasks)]
+    given = layers or {}
+    request = spawner.Request(
+        plan, oneshot, [path for path, _fd in tasks], ahead, [(i, len(f)) for i, f in given.items()]
+    )
+    fds = [control.fileno(), *(fd for _path, fd in tasks), *(fd for f in given.values() for fd in f)]
     for _attempt in range(2):
         try:
             if _spawner is None:
@@ -85,7 +90,7 @@ def start_pid1(
                 _spawner.close()
             _spawner = None  # it died: the next one is forked now
     try:
-        return _clone(plan, control, oneshot, tasks, 0, ahead)
+        return _clone(plan, control, oneshot, tasks, 0, ahead, given)
     except OSError as e:
         raise _cannot_clone(e) from None
 
@@ -101,10 +106,15 @@ def _cannot_clone(e: OSError) -> SetupError:
 
 
 def _clone_in_spawner(
-    plan: object, control: socket.socket, oneshot: bool, tasks: list[tuple[str, int]], ahead: bool
+    plan: object,
+    control: socket.socket,
+    oneshot: bool,
+    tasks: list[tuple[str, int]],
+    ahead: bool,
+    given: dict[int, list[int]],
 ) -> int:
     assert isinstance(plan, Plan)
-    return _clone(plan, control, oneshot, tasks, _sys.CLONE_PARENT, ahead)
+    return _clone(plan, control, oneshot, tasks, _sys.CLONE_PARENT, ahead, given)
 
 
 def preload() -> None:
@@ -126,6 +136,7 @@ def _clone(
     tasks: list[tuple[str, int]],
     flags: int,
     ahead: bool = False,
+    given: dict[int, list[int]] | None = None,
 ) -> int:
     """The clone itself; ``flags`` adds CLONE_PARENT in the spawner."""
     from . import execstub, pid1
@@ -154,7 +165,9 @@ def _clone(
             for target in (0, 1, 2):
                 os.dup2(devnull, target)
             stub = execstub.loaded()
-            close_all_but(control.fileno(), *([] if stub is None else [stub]))
+            layer_fds = [fd for f in (given or {}).values() for fd in f]
+            close_all_but(control.fileno(), *([] if stub is None else [stub]), *layer_fds)
+            mounts.given_layers.update(given or {})
             if sandbox_nofile is not None:
                 import resource
 

@@ -133,17 +133,61 @@ def _mask_file(source: str, target: str, ident: tuple[int, int]) -> None:
 
 
 def _layer_fds(op: MountOp) -> list[int]:
-    """The image's layers opened before anything is overlaid (they may lie under the
-    host's /tmp, where the stage goes): the overlay names them by descriptor."""
+    """The image's layers taken before anything is overlaid (they may lie under the
+    host's /tmp, where the stage goes), each as a detached mount of this sandbox's own
+    (the overlay names them by descriptor): they outlive pivot_root, so the root can be
+    stacked again later (``_core.restack``). A layer given by descriptor
+    (``given_layers``: a snapshot still in another sandbox's memory) is adopted. Each
+    is opened by path too (``by_path``), for a kernel that takes layers by path only."""
     fds: list[int] = []
     try:
-        for layer in op.layers:
-            fds.append(os.open(layer, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
+        for i, layer in enumerate(op.layers):
+            given = given_layers.pop(i, None)
+            if given is not None:
+                adopted = [_adopt(fd) for fd in given]
+                fds.extend(adopted)
+                by_path.extend(os.dup(fd) for fd in adopted)
+                continue
+            by_path.append(os.open(layer, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
+            try:
+                fds.append(_clone(layer, recursive=False))
+            except OSError as e:
+                if e.errno != errno.EINVAL:
+                    raise
+                # Mounts beneath it (a root directory with /proc bound in): by path, as
+                # before; such a root is never stacked again (snapshots copy instead).
+                fds.append(os.dup(by_path[-1]))
+                restackable[0] = False
     except OSError:
         for fd in fds:
             os.close(fd)
         raise
     return fds
+
+
+def _adopt(fd: int) -> int:
+    """A layer another sandbox's namespaces hold, as a detached mount of ours: attached
+    (for a moment, on the host's /tmp of our copy), cloned, let go."""
+    try:
+        _sys.move_mount(fd, STAGE)
+    finally:
+        os.close(fd)
+    try:
+        return _clone(STAGE, recursive=False)
+    finally:
+        _sys.umount2(STAGE, _sys.MNT_DETACH)
+
+
+# Layers given by descriptor (``_core.clone``), by their index in the overlay's layers.
+given_layers: dict[int, list[int]] = {}
+# The layer tmpfs and the lower layers as detached mounts (``held``: tmpfs first), for
+# the supervisor with Ready; none when a layer could only be taken by path.
+held: list[int] = []
+restackable = [True]
+by_path: list[int] = []  # the layers as O_PATH descriptors of their paths (``_layer_fds``)
+# The overlay by paths (/proc/self/fd/N) only, as on kernels before 6.13, whose overlay
+# takes no layer by descriptor: snapshots then copy. For testing that path here.
+_BY_PATH = os.environ.get("WARREN_OVERLAY_BY_PATH") == "1"
 
 
 # The sandbox's own layer (the overlay's upper directory), held by PID 1 from the mount
@@ -169,11 +213,45 @@ def _overlay_root(op: MountOp, layers: list[int], links: list[MountOp]) -> str:
         os.mkdir(f"{STAGE}/{name}", 0o755)
     for link in links:
         os.symlink(link.source or "", f"{STAGE}/upper{link.target}")
-    layer_fd.append(os.open(f"{STAGE}/upper", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
-    lower = ":".join(f"/proc/self/fd/{fd}" for fd in layers)
-    options = f"lowerdir={lower},upperdir={STAGE}/upper,workdir={STAGE}/work,userxattr"
-    _sys.mount("overlay", f"{STAGE}/root", "overlay", _sys.MS_NOSUID | _sys.MS_NODEV, options)
+    # The tmpfs as a detached mount of its own: it outlives the stage (on the host's
+    # /tmp, let go with the host's tree at pivot_root), for stacking the root again.
+    tmpfs = _clone(STAGE, recursive=False)
+    try:
+        layer_fd.append(os.open("upper", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=tmpfs))
+        root = None if _BY_PATH else _overlay_by_fds(tmpfs, layers)
+        if root is None:
+            # Layers by path (a kernel before 6.13): the root is never stacked again.
+            restackable[0] = False
+            lower = ":".join(f"/proc/self/fd/{fd}" for fd in by_path)
+            options = f"lowerdir={lower},upperdir={STAGE}/upper,workdir={STAGE}/work,userxattr"
+            _sys.mount("overlay", f"{STAGE}/root", "overlay", _sys.MS_NOSUID | _sys.MS_NODEV, options)
+        else:
+            _attach(root, f"{STAGE}/root")
+    except BaseException:
+        os.close(tmpfs)
+        raise
+    if restackable[0]:
+        held[:] = [tmpfs, *layers]
+        layers.clear()  # held from here on: the supervisor gets them with Ready
+    else:
+        os.close(tmpfs)
     return f"{STAGE}/root"
+
+
+def _overlay_by_fds(tmpfs: int, layers: list[int]) -> int | None:
+    """The overlay with every layer named by descriptor, detached; None where the
+    kernel takes no layer by descriptor (before 6.13: ``fsconfig`` refuses)."""
+    upper = os.open("upper", _UNDER, dir_fd=tmpfs)
+    work = os.open("work", _UNDER, dir_fd=tmpfs)
+    try:
+        return _sys.overlay_from_fds(layers, upper, work)
+    except OSError as e:
+        if e.errno in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+            return None
+        raise
+    finally:
+        os.close(upper)
+        os.close(work)
 
 
 def _no_links(stage: str, target: str) -> None:
@@ -317,8 +395,9 @@ def _execute(plan: Plan) -> None:
         _sys.pivot_root(".", ".")
         _sys.umount2(".", _sys.MNT_DETACH)
         os.chdir("/")
-        for fd in layers:
+        for fd in [*layers, *by_path]:
             os.close(fd)
+        by_path.clear()
     except OSError as e:
         for fd in fds.values():
             os.close(fd)

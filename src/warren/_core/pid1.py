@@ -99,13 +99,27 @@ def main(plan: Plan, control: socket.socket, *, oneshot: bool, ahead: bool = Fal
     # degraded mode: they would be the host's.
     kinds = ("user", "mnt") if plan.namespaces else ()
     ns = [os.open(f"/proc/self/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC) for kind in kinds]
-    # On an image, the sandbox's own layer too (for snapshots); PID 1 keeps none.
+    # On an image, the sandbox's own layer too (for snapshots), and before Ready the
+    # layer tmpfs and the lower layers as detached mounts (for stacking the root again:
+    # snapshots without a copy, ``server.restack``); PID 1 keeps none.
     layer = mounts.layer_fd[:1]
+    held = mounts.held[:] if layer else []
     mounts.layer_fd.clear()
+    mounts.held.clear()
+    for at in range(0, len(held), wire.MAX_FDS):
+        wire.send(control, protocol.Layers(), fds=held[at : at + wire.MAX_FDS])
     wire.send(control, protocol.Ready(), fds=ns + layer)
-    for fd in ns + layer:
+    for fd in ns + layer + held:
         os.close(fd)
     return Init(plan, control, ruleset, oneshot, broker, helpers, ahead).serve()
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return "gone"
 
 
 def _proxy_on_host(plan: Plan, control: socket.socket) -> None:
@@ -155,6 +169,13 @@ class Init:
     last_request: float = field(default_factory=time.monotonic, init=False)
     stopping: float | None = field(default=None, init=False)
     kill_now: bool = field(default=False, init=False)
+    forked: int = field(default=0, init=False)  # the pid of the helper forked last
+    spare_pid: int = field(default=0, init=False)
+    # Helpers serving the network helper's connections (``_connector``): long-lived, they
+    # hold no file of the sandbox's root (sockets only), so a snapshot need not wait
+    # for them (``_quiesce``).
+    connectors: set[int] = field(default_factory=set, init=False)
+    let_go: set[int] = field(default_factory=set, init=False)  # spares let go, not yet reaped
 
     def __post_init__(self) -> None:
         self.wake_r, self.wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
@@ -199,7 +220,7 @@ class Init:
                     # The supervisor handed the given spare a request (it says so), or
                     # it died: the next one is forked once things are quiet.
                     if self.spare is not None and self.spare.fileno() == given:
-                        self._drop_spare()
+                        self._drop_spare(taken=True)
                         self.last_request = time.monotonic()
                         self.want_spare = not self.oneshot and self.stopping is None
                     continue
@@ -209,9 +230,13 @@ class Init:
                             pass
                     continue
                 try:
-                    while (got := inbox.read((protocol.Handoff, protocol.Refresh))) is not None:
+                    while (
+                        got := inbox.read((protocol.Handoff, protocol.Refresh, protocol.Quiesce))
+                    ) is not None:
                         if isinstance(got[0], protocol.Refresh):
                             self._refresh()
+                        elif isinstance(got[0], protocol.Quiesce):
+                            self._quiesce()
                         else:
                             self._dispatch(*got)
                 except (wire.ConnectionClosed, OSError):
@@ -242,6 +267,41 @@ class Init:
         self._drop_spare()
         self.want_spare = not self.oneshot
 
+    def _quiesce(self) -> None:
+        """Let the spare go, wait for warren's helpers that are ending (3 s at most),
+        then say whether PID 1 is the sandbox's only process (but for the
+        network helper's connectors: sockets only). A command, a background process or
+        a daemon left by one answers at once: not alone. No spare is forked until the
+        supervisor's ``Refresh``."""
+        self._drop_spare()
+        # Spares let go end, and their command's processes with them; a connector's only
+        # child is the command's process it was forked with, ending too.
+        ending = (self.let_go & self.helpers) | self.connectors
+        self.want_spare = False
+        deadline = time.monotonic() + 3.0  # ending helpers end in milliseconds; a loaded host
+        alone = False
+        busy: list[int] = []
+        while True:
+            self._reap()
+            others = [p for p in procs.table() if p[0] != 1 and p[0] not in self.connectors]
+            if not others:
+                alone = True
+                break
+            # Anything but a helper (and the spare's own command process, which goes with
+            # it) is the sandbox's: it may hold files of the root open.
+            busy = [
+                pid
+                for pid, ppid, st in others
+                if pid not in self.helpers and ppid not in ending and st != "Z"
+            ]
+            if busy or time.monotonic() > deadline:
+                busy = busy or [pid for pid, _ppid, _st in others]
+                break
+            time.sleep(0.002)
+        why = "" if alone else ", ".join(f"{pid} ({_comm(pid)})" for pid in busy[:4])
+        with contextlib.suppress(OSError):
+            wire.send(self.control, protocol.Quiet(alone=alone, why=why))
+
     def _on_kill_now(self, _signum: int, _frame: object) -> None:
         self.kill_now = True
 
@@ -267,6 +327,8 @@ class Init:
                 return reaped
             if seen.si_pid in self.helpers:
                 self.helpers.discard(seen.si_pid)
+                self.connectors.discard(seen.si_pid)
+                self.let_go.discard(seen.si_pid)
                 reaped = True
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(seen.si_pid, 0)
@@ -279,9 +341,13 @@ class Init:
         with contextlib.suppress(OSError):
             self._fork_spare(warm_up=True)
 
-    def _drop_spare(self) -> None:
+    def _drop_spare(self, taken: bool = False) -> None:
+        """Close PID 1's end of the spare (it exits unless it was ``taken``: given a
+        request by the supervisor, which it serves)."""
         if self.spare is None:
             return
+        if not taken:
+            self.let_go.add(self.spare_pid)
         if self.advertised and self.poller is not None:
             with contextlib.suppress(KeyError):
                 self.poller.unregister(self.spare)
@@ -298,16 +364,20 @@ class Init:
                 return
             if self.spare is not None and not self.advertised:
                 spare, self.spare = self.spare, None
+                pid = self.spare_pid
             else:  # none, or the supervisor's (it had not heard of it yet)
                 try:
                     # The request waits. Forked while PID 1 holds the request's descriptors:
                     # the child closes its copies (a stdin pipe's reader kept open there
                     # would never let the writer see the process close it).
                     spare, _, _ = self._fork_helper(warm_up=False, given=False, inherited=fds)
+                    pid = self.forked
                 except OSError as e:
                     self._without_helper(msg, fds[0], e)
                     self.served = True
                     return
+            if isinstance(msg.request, protocol.ConnectorRequest):
+                self.connectors.add(pid)
             with contextlib.suppress(OSError):
                 wire.send(spare, msg, fds=fds)
             spare.close()
@@ -345,6 +415,7 @@ class Init:
         it the next request itself (a wake-up of PID 1 less per exec); a one-shot's
         stays PID 1's, for its command."""
         self.spare, direct, stub = self._fork_helper(warm_up, given=not self.oneshot)
+        self.spare_pid = self.forked
         self.advertised = False
         if direct is None:
             return
@@ -405,6 +476,7 @@ class Init:
             stub = pair[0]
             pair[1].close()
         self.helpers.add(pid)
+        self.forked = pid
         return ours, direct, stub
 
     def _helper(

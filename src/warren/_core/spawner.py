@@ -31,17 +31,25 @@ from typing import NoReturn
 from . import _sys
 
 _HEAD = struct.Struct("!Q")
-MAX_FDS = 16  # the control channel and one cgroup tasks file per controller
+MAX_FDS = 64  # the control channel, a cgroup tasks file per controller, layers given
 
 
 class Request:
     """What one clone needs besides its descriptors (which travel beside it)."""
 
-    def __init__(self, plan: object, oneshot: bool, cgroups: list[str], ahead: bool = False) -> None:
+    def __init__(
+        self,
+        plan: object,
+        oneshot: bool,
+        cgroups: list[str],
+        ahead: bool = False,
+        layers: list[tuple[int, int]] | None = None,
+    ) -> None:
         self.plan, self.oneshot, self.cgroups, self.ahead = plan, oneshot, cgroups, ahead
+        self.layers = layers or []  # (index of an overlay layer, how many descriptors give it)
 
 
-Clone = Callable[[object, socket.socket, bool, list[tuple[str, int]], bool], int]
+Clone = Callable[[object, socket.socket, bool, list[tuple[str, int]], bool, dict[int, list[int]]], int]
 
 
 class Spawner:
@@ -112,12 +120,16 @@ def _serve(sock: socket.socket, clone: Clone) -> NoReturn:
                 (size,) = _HEAD.unpack(head + _recv_exactly(sock, _HEAD.size - len(head)))
                 request = pickle.loads(_recv_exactly(sock, size))
                 assert isinstance(request, Request)
+                ntasks = len(request.cgroups)
                 control, tasks = (
                     socket.socket(fileno=fds[0]),
-                    list(zip(request.cgroups, fds[1:], strict=True)),
+                    list(zip(request.cgroups, fds[1 : 1 + ntasks], strict=True)),
                 )
+                given, rest = {}, fds[1 + ntasks :]
+                for index, count in request.layers:
+                    given[index], rest = rest[:count], rest[count:]
                 try:
-                    value = clone(request.plan, control, request.oneshot, tasks, request.ahead)
+                    value = clone(request.plan, control, request.oneshot, tasks, request.ahead, given)
                 except OSError as e:
                     value = -(e.errno or 5)
                 finally:

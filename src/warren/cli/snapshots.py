@@ -19,7 +19,9 @@ from . import flags
 
 def _line(s: SnapshotInfo) -> str:
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.created))
-    return f"{s.id}  {s.sandbox:<16} {s.image:<24} {show_size(s.size):>8}  {when}  workspace {s.workspace}"
+    saving = "" if s.saved else "  (saving)"
+    size = show_size(s.size)
+    return f"{s.id}  {s.sandbox:<16} {s.image:<24} {size:>8}  {when}  workspace {s.workspace}{saving}"
 
 
 def snapshot(args: list[str]) -> int:
@@ -44,9 +46,12 @@ def snapshot(args: list[str]) -> int:
     p = flags.parser(
         "warren snapshot",
         "Snapshot sandbox NAME (on an image): its own layer — what it changed in the image, and "
-        "/workspace when that lives there — copied while it is paused; prints the id. Processes and "
-        "memory are not included, nor a host workspace. `warren snapshot ls`, `warren snapshot rm ID`; "
-        "use one with `warren create --from-snapshot ID NEW`.",
+        "/workspace when that lives there; prints the id. Between commands the layer is frozen where "
+        "it is (milliseconds, whatever its size) and copied to warren's state directory in the "
+        "background (`snapshot ls` says `saving` until then); with a process running in it, it is "
+        "copied while the sandbox is paused. Processes and memory are not included, nor a host "
+        "workspace. `warren snapshot ls`, `warren snapshot rm ID`; use one with "
+        "`warren create --from-snapshot ID NEW`.",
     )
     p.add_argument("--json", action="store_true", help="one JSON object")
     p.add_argument("name")

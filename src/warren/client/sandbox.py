@@ -380,9 +380,13 @@ class Sandbox:
     # --- snapshots (sandboxes on an image) ------------------------------------------------
 
     def snapshot(self) -> SnapshotInfo:
-        """Copy this sandbox's own filesystem state (its layer: everything it changed in
-        the image, and /workspace when that lives there) into a snapshot, pausing it
-        meanwhile. Processes and memory are not part of it; a host workspace is not."""
+        """Snapshot this sandbox's own filesystem state (its layer: everything it changed
+        in the image, and /workspace when that lives there). Between commands the layer
+        is frozen where it is, in milliseconds whatever its size, and copied to warren's
+        state directory in the background (``saved`` is False until then; a sandbox made
+        from it meanwhile gets the layer from memory). With a process running in the
+        sandbox the layer is copied while it is paused. Processes and memory are not part
+        of it; a host workspace is not."""
         return self._transport.snapshot(self.name)
 
     def fork(self, name: str | None = None, policy: PolicySpec | None = None) -> Sandbox:

@@ -238,7 +238,9 @@ class PauseRequest(Message):
 
 
 class SnapshotRequest(Message):
-    """Snapshot a sandbox on an image: its own layer, copied while it is paused."""
+    """Snapshot a sandbox on an image: its own layer, frozen where it is between
+    commands (copied to the state directory in the background), else copied while the
+    sandbox is paused."""
 
     TAG = "snapshot"
     sandbox: str
@@ -303,8 +305,9 @@ class SnapshotInfo(Message):
     created: float = 0.0
     size: int = 0  # bytes of file data in it
     workspace: str = ""  # "included", or "not included: host directory PATH"
-    seconds: float = 0.0  # how long the copy took (the sandbox paused meanwhile)
+    seconds: float = 0.0  # how long the sandbox was paused for it
     host_workspace: str = ""
+    saved: bool = True  # its layer is all in the state directory (False: being copied there)
 
 
 class SnapshotList(Message):

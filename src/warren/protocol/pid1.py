@@ -15,11 +15,34 @@ class Ready(Message):
     TAG = "ready"
 
 
+class Layers(Message):
+    """From PID 1, on an image, before ``Ready``: the layer tmpfs and the overlay's
+    lower layers (top first) as detached mounts, attached in order over one or more
+    of these (a frame carries a few descriptors at most): the supervisor stacks the
+    root again with them (``server.restack``)."""
+
+    TAG = "layers"
+
+
 class Refresh(Message):
     """From the supervisor: a writable root was replaced on the host and bound anew;
     rebuild the Landlock ruleset (rules bind to inodes) before the next request."""
 
     TAG = "refresh"
+
+
+class Quiesce(Message):
+    """From the supervisor, before it stacks the root again (``server.restack``): let
+    the spare go, fork none until the next ``Refresh``, and say whether PID 1 is then
+    the sandbox's only process."""
+
+    TAG = "quiesce"
+
+
+class Quiet(Message):
+    TAG = "quiet"
+    alone: bool
+    why: str = ""  # what else runs (a pid and its name), when not alone
 
 
 class Spare(Message):

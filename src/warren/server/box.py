@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from ..net.pasta import Pasta
     from .ahead import Booted, Request
     from .clients import Client
+    from .restack import Stack
 
 STOP_KILL_AFTER = 3.0  # after SIGTERM, PID 1's grace (2 s) and a margin
 DEGRADED_KILL_AFTER = 0.5
@@ -47,6 +48,8 @@ _FROM_PID1 = (
     protocol.NetReady,
     protocol.NetUp,
     protocol.Spare,
+    protocol.Layers,
+    protocol.Quiet,  # late (``await_pid1`` gave up waiting): nothing to do
 )
 
 
@@ -156,6 +159,7 @@ class Box:
     roots: dict[str, follow.Identity] = field(default_factory=dict)  # writable roots as launched
     ns: tuple[int, int] | None = None  # fds of the sandbox's user and mount namespaces
     layer: int | None = None  # on an image: its own layer (the overlay upper dir), for snapshots
+    stack: Stack | None = None  # ... and its layers as detached mounts (``restack``)
     image_lease: Lease | None = None  # the store's image held while it runs (envroot.lease)
     paused: pause.Paused | None = None  # how it was paused, while it is
     last_active: float = field(default_factory=time.time)  # a request reached it, or an exec ended
@@ -234,6 +238,15 @@ class Box:
             if fds and self.plan.image is not None and self.layer is None:
                 self.layer = fds.pop(0)  # the sandbox's own layer: server.snapshots
             self._on_ready()
+        elif isinstance(msg, protocol.Layers):
+            if not self.ready and fds and self.plan.image is not None:
+                from .restack import Stack
+
+                if self.stack is None:
+                    self.stack = Stack(tmpfs=fds[0], lowers=fds[1:])
+                else:
+                    self.stack.lowers.extend(fds)
+                fds = []
         elif isinstance(msg, protocol.Spare):
             if fds:
                 self.drop_spare()
@@ -307,6 +320,34 @@ class Box:
         for sock in (spare, stub):
             if sock is not None:
                 sock.close()
+
+    def await_pid1(self, kind: type[protocol.Message], timeout: float) -> protocol.Message | None:
+        """Wait (``timeout`` at most) for PID 1's next message of ``kind``, handling the
+        others meanwhile as they come; None when it does not come."""
+        deadline = time.monotonic() + timeout
+        sock = self.launched.control
+        while True:
+            with contextlib.suppress(OSError):
+                self.outbox.flush()
+            try:
+                got = self.inbox.read((*_FROM_PID1, kind))
+            except (wire.ConnectionClosed, OSError, WarrenError):
+                return None
+            if got is not None:
+                msg, _n, fds = got
+                if isinstance(msg, kind):
+                    for fd in fds:
+                        os.close(fd)
+                    return msg
+                try:
+                    self._control_message(msg, fds)
+                except WarrenError as e:
+                    self.fail(e)
+                    return None
+                continue
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([sock], [], [], left)[0]:
+                return None
 
     def send(self, msg: protocol.Message, fds: list[int] | None = None) -> None:
         """Queue a message for PID 1; never waits."""
@@ -542,6 +583,9 @@ class Box:
         if self.layer is not None:
             os.close(self.layer)
             self.layer = None
+        if self.stack is not None:
+            self.stack.close()
+            self.stack = None
         for fd in [*(self.ns or ()), *self.active]:
             with contextlib.suppress(KeyError, ValueError):
                 self.sel.unregister(fd)

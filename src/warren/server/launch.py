@@ -59,12 +59,41 @@ def launch(
     record_dir: str | None = None,
     tmp_records: str | None = None,
     trust: bytes | None = None,
+    layers: dict[int, list[int]] | None = None,
+) -> Launched:
+    """``_launch``, closing the layers given by descriptor whatever happens."""
+    try:
+        return _launch(
+            plan,
+            oneshot=oneshot,
+            ahead=ahead,
+            record_dir=record_dir,
+            tmp_records=tmp_records,
+            trust=trust,
+            layers=layers,
+        )
+    finally:
+        for fds in (layers or {}).values():
+            for fd in fds:
+                os.close(fd)
+
+
+def _launch(
+    plan: Plan,
+    *,
+    oneshot: bool,
+    ahead: bool = False,
+    record_dir: str | None = None,
+    tmp_records: str | None = None,
+    trust: bytes | None = None,
+    layers: dict[int, list[int]] | None = None,
 ) -> Launched:
     """``ahead``: a one-shot sandbox booted before its command is known (``ahead``);
     ``record_dir``: where the sandbox's cgroups are listed until removed (so a
     crashed supervisor's successor finds them: ``cgroups.sweep``); ``tmp_records``:
     the same for its TMPDIR (``sweep_scratch``); ``trust``: the trust bundle to write at
-    ``plan.net.trust_bundle`` (secrets)."""
+    ``plan.net.trust_bundle`` (secrets); ``layers``: overlay layers given by descriptor
+    (``server.restack.clone_layers``), by index; closed here."""
     for path in plan.create_dirs:
         try:
             os.makedirs(path, exist_ok=True)
@@ -109,7 +138,7 @@ def launch(
         taken = marks.take(plan) if ahead else None
         # PID 1 enters its cgroups first thing: everything in the sandbox descends
         # from it, inside them.
-        pid = clone.start_pid1(plan, theirs, oneshot=oneshot, cgroup_tasks=tasks, ahead=ahead)
+        pid = clone.start_pid1(plan, theirs, oneshot=oneshot, cgroup_tasks=tasks, ahead=ahead, layers=layers)
     except BaseException:
         ours.close()
         cgroups.remove(groups, record_dir)
@@ -120,6 +149,7 @@ def launch(
         theirs.close()
         for _path, fd in tasks:
             os.close(fd)
+
     counters = cgroups.counter_files(groups, plan.limits.counters) if plan.limits else []
     return Launched(
         pid, os.pidfd_open(pid), ours, states, scratch, groups, record_dir, counters, bundle, taken

@@ -10,11 +10,15 @@ sockets: reading and answering clients is the supervisor's.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 import selectors
 import shutil
 import signal
+import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from .. import protocol
@@ -22,8 +26,29 @@ from .._core import cgroups
 from ..errors import SandboxDead, SandboxNotFound, SandboxPaused, SnapshotError
 from ..images.ref import ImageRef
 from ..plan import CallerFacts, Plan
-from . import boxnet, boxsecrets, envroot, gitkeeper, launch, registry, snapshots, spawns, statedir, usage
+from . import (
+    boxnet,
+    boxsecrets,
+    envroot,
+    gitkeeper,
+    launch,
+    registry,
+    restack,
+    snapshots,
+    spawns,
+    statedir,
+    usage,
+)
 from .box import Box, Waiter
+
+
+@dataclass
+class Saving:
+    """A snapshot taken without a copy, its layer being copied to the state directory."""
+
+    snap: snapshots.Snapshot
+    sandbox: str  # whose namespaces hold its frozen layers meanwhile
+    thread: threading.Thread
 
 
 class Sandboxes:
@@ -39,6 +64,9 @@ class Sandboxes:
         self.by_pid: dict[int, Box] = {}
         self.cgroup_records = os.path.join(root, "cgroups") if root is not None else None
         self.tmp_records = os.path.join(root, "tmpdirs") if root is not None else None
+        self.saving: dict[str, Saving] = {}
+        if root is not None:
+            snapshots.sweep_unsaved(root)
         if self.registry is not None:
             self.registry.orphaned(os.getpid(), self.start_time)
         if self.cgroup_records is not None:
@@ -71,8 +99,10 @@ class Sandboxes:
             self.keeper.release(lease)
             raise
         try:
+            layers = self._memory_layers(plan)
             launched = launch.launch(
                 plan,
+                layers=layers,
                 oneshot=oneshot,
                 ahead=ahead,
                 record_dir=self.cgroup_records,
@@ -157,6 +187,9 @@ class Sandboxes:
                 items=[_snapshot_info(s) for s in snapshots.all_snapshots(self.root)]
             ), b""
         if isinstance(msg, protocol.SnapshotRemoveRequest):
+            saving = self.saving.get(msg.id)
+            if saving is not None:
+                saving.thread.join()
             in_use = {layer for b in self.all() for op in b.plan.mounts[:1] for layer in op.layers}
             return _snapshot_info(snapshots.remove(self.root, msg.id, in_use)), b""
         return None
@@ -177,15 +210,78 @@ class Sandboxes:
             id=box.plan.image_id or "",
             layers=tuple(Path(p) for p in reversed(box.plan.mounts[0].layers)),
         )
+        if box.stack is not None and box.paused is None:
+            fast = self._freeze(box, image)
+            if fast is not None:
+                return fast
+        below = [fd for _sid, fd in reversed(box.stack.own)] if box.stack is not None else []
         was_paused = box.paused is not None
         box.set_paused(True)
         try:
             return snapshots.take(
-                self.root, name, box.layer, image, box.plan.host_workspace, box.plan.image_store
+                self.root, name, box.layer, image, box.plan.host_workspace, box.plan.image_store, below
             )
         finally:
             if not was_paused:
                 box.set_paused(False)
+
+    def _freeze(self, box: Box, image: ImageRef) -> snapshots.Snapshot | None:
+        """The snapshot without a copy (``restack``): the layer frozen in the sandbox's
+        memory, copied to the state directory in a thread; None when the sandbox runs a
+        process now (the caller copies, paused)."""
+        assert self.root is not None and box.stack is not None
+        snap = snapshots.begin(self.root, box.name, image, box.plan.host_workspace, box.plan.image_store)
+        started = time.monotonic()
+        frozen = restack.freeze(box, snap.id)
+        if frozen is None:
+            snapshots.discard(self.root, snap)
+            return None
+        stopped = time.monotonic() - started
+        used = os.fstatvfs(box.stack.tmpfs)
+        snap = dataclasses.replace(
+            snap, size=(used.f_blocks - used.f_bfree) * used.f_frsize, seconds=round(stopped, 3)
+        )
+        layers = [os.dup(fd) for _sid, fd in reversed(box.stack.own)]  # lowest first
+        root = self.root
+        thread = threading.Thread(
+            target=lambda: self._saved(snapshots.save(root, snap, layers, stopped)),
+            name=f"snapshot {snap.id}",
+            daemon=True,
+        )
+        self.saving[snap.id] = Saving(snap, box.name, thread)
+        thread.start()
+        return snap
+
+    def _saved(self, snap: snapshots.Snapshot) -> None:
+        self.saving.pop(snap.id, None)
+
+    def _memory_layers(self, plan: Plan) -> dict[int, list[int]]:
+        """Layers of the plan that are snapshots still being copied to the state
+        directory: given by descriptor, copies of the frozen layers in the memory of
+        the sandbox they were taken of (by index in the overlay's layers). Where that
+        sandbox is gone, the copy is waited for and the layer taken by path."""
+        out: dict[int, list[int]] = {}
+        if self.root is None or plan.image is None or not plan.mounts:
+            return out
+        try:
+            for i, path in enumerate(plan.mounts[0].layers):
+                snap_id = snapshots.id_of(self.root, path)
+                saving = self.saving.get(snap_id or "")
+                if snap_id is None or saving is None:
+                    continue
+                box = self.boxes.get(saving.sandbox)
+                fds = restack.clone_own(box, snap_id) if box is not None and box.ready else None
+                if fds is None:
+                    saving.thread.join()
+                    snapshots.image_of(self.root, snap_id)  # raises if its copy failed
+                    continue
+                out[i] = fds
+        except BaseException:
+            for fds in out.values():
+                for fd in fds:
+                    os.close(fd)
+            raise
+        return out
 
     def known(self, name: str) -> Box | None:
         return self.boxes.get(name)
@@ -306,4 +402,5 @@ def _snapshot_info(snap: snapshots.Snapshot) -> protocol.SnapshotInfo:
         workspace=snap.workspace,
         seconds=snap.seconds,
         host_workspace=snap.host_workspace,
+        saved=snap.saved,
     )

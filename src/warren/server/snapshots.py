@@ -25,7 +25,7 @@ import os
 import secrets
 import stat
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from .._core import safepath
@@ -53,6 +53,8 @@ class Snapshot:
     seconds: float  # how long the copy took (the sandbox was paused meanwhile)
     host_workspace: str = ""  # the host directory bound at /workspace ("" when in the layer)
     store: str = ""  # the image store holding ``layers`` for it ("" for a root directory)
+    saved: bool = True  # its layer is all in the state directory (False: being copied there)
+    error: str = ""  # why its layer could not be copied there
 
     def to_dict(self) -> dict[str, object]:
         data = asdict(self)
@@ -77,13 +79,29 @@ def take(
     image: ImageRef,
     host_workspace: str | None,
     store: str | None = None,
+    below: list[int] | None = None,
 ) -> Snapshot:
-    """Copy the layer behind ``layer_fd`` (the caller pauses the sandbox) into a new
+    """Copy the layer behind ``layer_fd`` (the caller pauses the sandbox), over its
+    frozen layers ``below`` (lowest first: earlier snapshots without a copy), into a new
     snapshot, holding the image's layers in ``store`` for it; a failure leaves nothing
     behind."""
+    started = time.monotonic()
+    snap = begin(root, sandbox, image, host_workspace, store)
+    try:
+        size = _fill(root, snap.id, [*(below or []), layer_fd], snap.layers)
+    except OSError as e:
+        discard(root, snap)
+        raise _cannot(sandbox, e) from None
+    return _finish(root, snap, size, time.monotonic() - started)
+
+
+def begin(
+    root: str, sandbox: str, image: ImageRef, host_workspace: str | None, store: str | None
+) -> Snapshot:
+    """A new snapshot's record and directory, its layer still to be filled
+    (``saved`` False), the image's layers held for it."""
     snap_id = secrets.token_hex(6)
     base = safepath.open_dir(_dir(root))
-    started = time.monotonic()
     held = False
     try:
         os.mkdir(snap_id, 0o700, dir_fd=base)
@@ -95,15 +113,6 @@ def take(
                 )
                 held = True
             os.mkdir("layer", 0o755, dir_fd=top)
-            dst = os.open("layer", _DIRFLAGS, dir_fd=top)
-            try:
-                src = os.open(".", _DIRFLAGS, dir_fd=layer_fd)
-                try:
-                    size = _copy_tree(src, dst, dst, "", {})
-                finally:
-                    os.close(src)
-            finally:
-                os.close(dst)
             snap = Snapshot(
                 id=snap_id,
                 sandbox=sandbox,
@@ -111,13 +120,14 @@ def take(
                 image_id=image.id,
                 layers=tuple(str(p) for p in image.layers),
                 created=time.time(),
-                size=size,
+                size=0,
                 workspace="included"
                 if host_workspace is None
                 else f"not included: host directory {host_workspace}",
-                seconds=round(time.monotonic() - started, 3),
+                seconds=0.0,
                 host_workspace=host_workspace or "",
                 store=store or "",
+                saved=False,
             )
             safepath.write_atomic(top, _META, json.dumps(snap.to_dict()).encode())
         finally:
@@ -129,17 +139,169 @@ def take(
             ImageStore(Path(store or "")).release_snapshot(snap_id)
         if isinstance(e, ImageError):
             raise
-        raise SetupError.from_os(
-            e,
-            f"cannot snapshot sandbox {sandbox}: {e.strerror}",
-            "snapshot",
-            e.filename if isinstance(e.filename, str) else None,
-            hint="a file the sandbox made unreadable to you (chmod 000) cannot be copied; "
-            "the state directory's disk may be full",
-        ) from None
+        raise _cannot(sandbox, e) from None
     finally:
         os.close(base)
     return snap
+
+
+def save(root: str, snap: Snapshot, layers: list[int], paused: float) -> Snapshot:
+    """Fill ``snap``'s layer from ``layers`` (lowest first: frozen, nobody writes them;
+    closed here) and mark it saved; a failure is written into the record."""
+    try:
+        size = _fill(root, snap.id, layers, snap.layers)
+    except OSError as e:
+        failed = replace(snap, error=_cannot(snap.sandbox, e).message)
+        with contextlib.suppress(OSError):
+            _write_meta(root, failed)
+        return failed
+    finally:
+        for fd in layers:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+    return _finish(root, snap, size, paused)
+
+
+def discard(root: str, snap: Snapshot) -> None:
+    base = safepath.open_dir(_dir(root))
+    try:
+        with contextlib.suppress(OSError):
+            safepath.remove_tree(base, snap.id)
+    finally:
+        os.close(base)
+    if snap.store:
+        with contextlib.suppress(ImageError):
+            ImageStore(Path(snap.store)).release_snapshot(snap.id)
+
+
+def _finish(root: str, snap: Snapshot, size: int, seconds: float) -> Snapshot:
+    done = replace(snap, size=size, seconds=round(seconds, 3), saved=True)
+    try:
+        _write_meta(root, done)
+    except OSError as e:
+        discard(root, snap)
+        raise _cannot(snap.sandbox, e) from None
+    return done
+
+
+def _write_meta(root: str, snap: Snapshot) -> None:
+    top = safepath.open_dir(os.path.join(root, DIR, snap.id))
+    try:
+        safepath.write_atomic(top, _META, json.dumps(snap.to_dict()).encode())
+    finally:
+        os.close(top)
+
+
+def _cannot(sandbox: str, e: OSError) -> SetupError:
+    return SetupError.from_os(
+        e,
+        f"cannot snapshot sandbox {sandbox}: {e.strerror}",
+        "snapshot",
+        e.filename if isinstance(e.filename, str) else None,
+        hint="a file the sandbox made unreadable to you (chmod 000) cannot be copied; "
+        "the state directory's disk may be full",
+    )
+
+
+def _fill(root: str, snap_id: str, layers: list[int], lower: tuple[str, ...] = ()) -> int:
+    """Copy ``layers`` (lowest first) into the snapshot's layer, each over the ones
+    before it as the overlay would show them; returns the bytes of file data copied.
+    ``lower``: the layers below the snapshot's (the image's), where a removed name is
+    looked for: a whiteout stays only where it hides something there (elsewhere the
+    overlay would list it as a device)."""
+    dst = safepath.open_dir(layer_path(root, snap_id))
+    below: list[int] = []
+    try:
+        for path in lower:
+            with contextlib.suppress(OSError):
+                below.append(os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
+        size = 0
+        for i, layer in enumerate(layers):
+            src = os.open(".", _DIRFLAGS, dir_fd=layer)
+            try:
+                if i == 0:
+                    size += _copy_tree(src, dst, dst, "", {})
+                else:
+                    size += _apply_tree(src, dst, dst, "", {}, list(below))
+            finally:
+                os.close(src)
+        return size
+    finally:
+        os.close(dst)
+        for fd in below:
+            os.close(fd)
+
+
+def _apply_tree(
+    src: int, dst: int, top: int, rel: str, seen: dict[tuple[int, int], str], below: list[int]
+) -> int:
+    """``src``, a layer above the one copied in ``dst``, applied to it: its entries
+    replace theirs, its whiteouts remove them (and stay where ``below``, this directory
+    in the lower layers, has the name), its opaque directories replace whole
+    directories, others are merged. ``below`` is the caller's: not closed here."""
+    size = 0
+    for name in os.listdir(src):
+        st = os.stat(name, dir_fd=src, follow_symlinks=False)
+        here = f"{rel}/{name}" if rel else name
+        try:
+            old = os.stat(name, dir_fd=dst, follow_symlinks=False)
+        except FileNotFoundError:
+            old = None
+        if (
+            stat.S_ISDIR(st.st_mode)
+            and old is not None
+            and stat.S_ISDIR(old.st_mode)
+            and not _opaque(src, name)
+        ):
+            sub = _subdirs(below, name)
+            s = os.open(name, _DIRFLAGS, dir_fd=src)
+            try:
+                d = os.open(name, _DIRFLAGS, dir_fd=dst)
+                try:
+                    size += _apply_tree(s, d, top, here, seen, sub)
+                    _metadata(s, d, st)
+                finally:
+                    os.close(d)
+            finally:
+                os.close(s)
+                for fd in sub:
+                    os.close(fd)
+            continue
+        if old is not None:
+            if stat.S_ISDIR(old.st_mode):
+                safepath.remove_tree(dst, name)
+            else:
+                os.unlink(name, dir_fd=dst)
+        if stat.S_ISCHR(st.st_mode) and st.st_rdev == 0 and not _has(below, name):
+            continue  # removed, and nothing below has it: no whiteout needed
+        size += _copy_entry(src, dst, name, st, top, here, seen)
+    return size
+
+
+def _subdirs(dirs: list[int], name: str) -> list[int]:
+    out = []
+    for fd in dirs:
+        with contextlib.suppress(OSError):
+            out.append(os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd))
+    return out
+
+
+def _has(dirs: list[int], name: str) -> bool:
+    for fd in dirs:
+        with contextlib.suppress(OSError):
+            os.stat(name, dir_fd=fd, follow_symlinks=False)
+            return True
+    return False
+
+
+def _opaque(directory: int, name: str) -> bool:
+    fd = os.open(name, _DIRFLAGS, dir_fd=directory)
+    try:
+        return os.getxattr(fd, "user.overlay.opaque") == b"y"
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _copy_tree(src: int, dst: int, top: int, rel: str, seen: dict[tuple[int, int], str]) -> int:
@@ -149,36 +311,44 @@ def _copy_tree(src: int, dst: int, top: int, rel: str, seen: dict[tuple[int, int
     size = 0
     for name in os.listdir(src):
         st = os.stat(name, dir_fd=src, follow_symlinks=False)
-        mode = st.st_mode
-        here = f"{rel}/{name}" if rel else name
-        if stat.S_ISDIR(mode):
-            os.mkdir(name, 0o700, dir_fd=dst)
-            s = os.open(name, _DIRFLAGS, dir_fd=src)
-            try:
-                d = os.open(name, _DIRFLAGS, dir_fd=dst)
-                try:
-                    size += _copy_tree(s, d, top, here, seen)
-                    _metadata(s, d, st)
-                finally:
-                    os.close(d)
-            finally:
-                os.close(s)
-        elif stat.S_ISREG(mode):
-            key = (st.st_dev, st.st_ino)
-            if st.st_nlink > 1 and key in seen:
-                os.link(seen[key], name, src_dir_fd=top, dst_dir_fd=dst, follow_symlinks=False)
-                continue
-            size += _copy_file(src, dst, name, st)
-            if st.st_nlink > 1:
-                seen[key] = here
-        elif stat.S_ISLNK(mode):
-            os.symlink(os.readlink(name, dir_fd=src), name, dir_fd=dst)
-        elif stat.S_ISCHR(mode) and st.st_rdev == 0:
-            os.mknod(name, stat.S_IFCHR, 0, dir_fd=dst)  # a whiteout: the name was removed
-        elif stat.S_ISFIFO(mode):
-            os.mkfifo(name, stat.S_IMODE(mode) & 0o777, dir_fd=dst)
-        # Sockets and devices cannot be made unprivileged, nor would they mean anything.
+        size += _copy_entry(src, dst, name, st, top, f"{rel}/{name}" if rel else name, seen)
     return size
+
+
+def _copy_entry(
+    src: int, dst: int, name: str, st: os.stat_result, top: int, here: str, seen: dict[tuple[int, int], str]
+) -> int:
+    mode = st.st_mode
+    if stat.S_ISDIR(mode):
+        os.mkdir(name, 0o700, dir_fd=dst)
+        s = os.open(name, _DIRFLAGS, dir_fd=src)
+        try:
+            d = os.open(name, _DIRFLAGS, dir_fd=dst)
+            try:
+                size = _copy_tree(s, d, top, here, seen)
+                _metadata(s, d, st)
+                return size
+            finally:
+                os.close(d)
+        finally:
+            os.close(s)
+    if stat.S_ISREG(mode):
+        key = (st.st_dev, st.st_ino)
+        if st.st_nlink > 1 and key in seen:
+            os.link(seen[key], name, src_dir_fd=top, dst_dir_fd=dst, follow_symlinks=False)
+            return 0
+        size = _copy_file(src, dst, name, st)
+        if st.st_nlink > 1:
+            seen[key] = here
+        return size
+    if stat.S_ISLNK(mode):
+        os.symlink(os.readlink(name, dir_fd=src), name, dir_fd=dst)
+    elif stat.S_ISCHR(mode) and st.st_rdev == 0:
+        os.mknod(name, stat.S_IFCHR, 0, dir_fd=dst)  # a whiteout: the name was removed
+    elif stat.S_ISFIFO(mode):
+        os.mkfifo(name, stat.S_IMODE(mode) & 0o777, dir_fd=dst)
+    # Sockets and devices cannot be made unprivileged, nor would they mean anything.
+    return 0
 
 
 def _copy_file(src: int, dst: int, name: str, st: os.stat_result) -> int:
@@ -249,10 +419,35 @@ def all_snapshots(root: str) -> list[Snapshot]:
     return sorted(out, key=lambda s: s.created)
 
 
+def id_of(root: str, layer: str) -> str | None:
+    """The snapshot whose layer ``layer`` is, if it is one of ``root``'s."""
+    head, tail = os.path.join(root, DIR) + "/", "/layer"
+    if not (layer.startswith(head) and layer.endswith(tail)):
+        return None
+    snap_id = layer[len(head) : -len(tail)]
+    return snap_id if snap_id and set(snap_id) <= _ID_CHARS else None
+
+
+def sweep_unsaved(root: str) -> None:
+    """At a supervisor's start: a snapshot whose copy a predecessor did not finish
+    cannot be finished (its frozen layer was in memory): say so in its record."""
+    for snap in all_snapshots(root):
+        if not snap.saved and not snap.error:
+            with contextlib.suppress(OSError):
+                _write_meta(root, replace(snap, error="the supervisor stopped before its layer was saved"))
+
+
 def image_of(root: str, snap_id: str) -> ImageRef:
     """The image a sandbox made from snapshot ``snap_id`` runs on: the image's layers
     with the snapshot's on top."""
     snap = get(root, snap_id)
+    if snap.error:
+        raise SnapshotError(
+            f"snapshot {snap_id} is not usable: {snap.error}",
+            operation="snapshot",
+            path=snap_id,
+            hint=f"remove it (`warren snapshot rm {snap_id}`) and take another",
+        )
     layers = (*snap.layers, layer_path(root, snap_id))
     for layer in layers:
         if not os.path.isdir(layer):

@@ -168,7 +168,8 @@ class Supervisor:
 
     def _done(self) -> bool:
         now = time.monotonic()
-        if self.sandboxes.all() or self.clients:
+        if self.sandboxes.all() or self.clients or self.sandboxes.saving:
+            # (``saving``: snapshots whose copy is under way in a thread: it would be lost.)
             self.idle_since = now
             return False
         if self.listener is None:  # inline: the one client has gone

@@ -341,8 +341,10 @@ OPS: dict[tuple[str, str], tuple[str, dict[str, Any] | None, int, dict[str, Any]
         [],
     ),
     ("/v1/sandboxes/{name}/snapshot", "POST"): (
-        "Snapshot a sandbox on an image: its own layer, copied while it is paused (no processes); "
-        "create another from it with the policy key from_snapshot",
+        "Snapshot a sandbox on an image: its own layer (no processes), frozen where it is between "
+        "commands and copied to the state directory in the background (saved: false until then), "
+        "else copied while the sandbox is paused; create another from it with the policy key "
+        "from_snapshot",
         None,
         201,
         _json("Snapshot"),

@@ -1,0 +1,163 @@
+"""Stack a sandbox's root again, above its own layer frozen where it is: a snapshot
+without a copy. Runs in a process that joined the sandbox's user and mount namespaces
+(``server.restack``), while PID 1 is the sandbox's only process.
+
+The root is an overlay: the image's layers below, the sandbox's layer (the ``upper``
+directory on its layer tmpfs) on top. Here that layer stops being written: a new
+overlay is made with it as the topmost lower layer and a fresh upper directory on the
+same tmpfs above it (so ``--disk`` still counts everything), every mount of the old
+root is moved onto the new one, and ``pivot_root`` puts the new one in its place. The
+kernel moves every process whose root was the old root's (PID 1, its broker thread)
+along. Layers are named by descriptor (detached mounts the supervisor holds since
+``Ready``), never by a path the sandbox could have changed. Nothing is changed
+before every check passed: a root with mounts stacked on one another, or a mount
+point the new root lacks, is refused (the caller copies instead).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+import stat
+
+from . import _sys
+
+_PATH_DIR = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_CLONE = _sys.OPEN_TREE_CLONE | _sys.OPEN_TREE_CLOEXEC
+
+
+def _unescape(field: str) -> str:
+    out, i = [], 0
+    while i < len(field):
+        if field[i] == "\\" and i + 3 < len(field) and field[i + 1 : i + 4].isdigit():
+            out.append(chr(int(field[i + 1 : i + 4], 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+def root_children(mountinfo: str) -> list[str]:
+    """The mount points of the mounts directly on the root, in the order they were
+    made (pure: from /proc/PID/mountinfo's text). ValueError when the root is not one
+    mount, or a mount is stacked on one of them at the same point (moving the lower
+    one would leave the other behind)."""
+    rows = []
+    for line in mountinfo.splitlines():
+        parts = line.split()
+        if len(parts) < 5:
+            continue
+        rows.append((int(parts[0]), int(parts[1]), _unescape(parts[4])))
+    roots = [r for r in rows if r[2] == "/"]
+    if len(roots) != 1:
+        raise ValueError(f"{len(roots)} mounts at the root")
+    root_id = roots[0][0]
+    children = [r for r in rows if r[1] == root_id and r[0] != root_id]
+    ids = {r[0]: r[2] for r in children}
+    for _id, parent, point in rows:
+        if parent in ids and ids[parent] == point:
+            raise ValueError(f"mounts stacked at {point}")
+    return [point for _id, _parent, point in children]
+
+
+def restack(tmpfs: int, lowers: list[int], upper: str, new: str, mountinfo: int) -> tuple[int, int]:
+    """Freeze ``upper`` (a directory of the layer tmpfs ``tmpfs``) and stack the root
+    again above it and ``lowers`` (top first), with ``new`` (made here) as the fresh
+    upper directory. ``mountinfo``: PID 1's /proc/PID/mountinfo (the mounts as the
+    sandbox sees them). Returns the frozen layer (a detached mount) and the new
+    upper directory (for the supervisor's snapshots)."""
+    work = new.replace("upper", "work", 1)
+    for name in (new, work):
+        with contextlib.suppress(FileNotFoundError):
+            os.rmdir(name, dir_fd=tmpfs)  # left empty by an attempt that was refused
+        os.mkdir(name, 0o755, dir_fd=tmpfs)
+    st = os.stat(upper, dir_fd=tmpfs, follow_symlinks=False)
+    # The overlay's root takes its owner, mode and times from the upper directory.
+    os.chown(new, st.st_uid, st.st_gid, dir_fd=tmpfs, follow_symlinks=False)
+    os.chmod(new, stat.S_IMODE(st.st_mode), dir_fd=tmpfs)
+    os.utime(new, ns=(st.st_atime_ns, st.st_mtime_ns), dir_fd=tmpfs, follow_symlinks=False)
+    held = os.open(upper, _PATH_DIR, dir_fd=tmpfs)
+    try:
+        frozen = _read_only(_sys.open_tree("", _CLONE | _sys.AT_EMPTY_PATH, held))
+    finally:
+        os.close(held)
+    new_fd = up = wk = mnt = -1
+    try:
+        up = os.open(new, _PATH_DIR, dir_fd=tmpfs)
+        wk = os.open(work, _PATH_DIR, dir_fd=tmpfs)
+        mnt = _sys.overlay_from_fds([frozen, *lowers], up, wk)
+        children = root_children(os.pread(mountinfo, 1 << 20, 0).decode(errors="surrogateescape"))
+        old = os.open("/", _PATH_DIR)
+        try:
+            _check_points(old, mnt, children)
+            point = f"/dev/.warren-restack-{secrets.token_hex(6)}"
+            os.mkdir(point, 0o700)
+            try:
+                _sys.move_mount(mnt, point)
+                new_fd = os.open(point, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+                os.fchdir(new_fd)
+                _sys.pivot_root(".", ".")
+                try:
+                    for child in children:
+                        rel = child.lstrip("/")
+                        _sys.move_mount_at(old, rel, new_fd, rel)
+                    _sys.umount2(".", _sys.MNT_DETACH)  # the old root, on top of the new
+                    os.chdir("/")
+                except OSError as e:
+                    raise OSError(errno.ENOTRECOVERABLE, e.strerror, f"{e.filename}: {e.strerror}") from None
+            finally:
+                with contextlib.suppress(OSError):
+                    os.rmdir(point)
+        finally:
+            os.close(old)
+        return frozen, os.open(new, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=tmpfs)
+    except BaseException:
+        os.close(frozen)
+        raise
+    finally:
+        for fd in (new_fd, up, wk, mnt):
+            if fd >= 0:
+                os.close(fd)
+
+
+def _check_points(old: int, mnt: int, children: list[str]) -> None:
+    """Every mount point of the old root is there, of the same kind, in the new one."""
+    for child in children:
+        rel = child.lstrip("/")
+        if not rel:
+            raise OSError(errno.EINVAL, "a mount at the root itself", child)
+        was = os.stat(rel, dir_fd=old, follow_symlinks=False)
+        try:
+            now = os.stat(rel, dir_fd=mnt, follow_symlinks=False)
+        except FileNotFoundError:
+            raise OSError(errno.ENOENT, "a mount point missing from the new root", child) from None
+        if stat.S_ISDIR(was.st_mode) != stat.S_ISDIR(now.st_mode):
+            raise OSError(errno.ENOTDIR, "a mount point of another kind in the new root", child)
+
+
+def _read_only(fd: int) -> int:
+    """A layer's detached mount, read-only: an overlay never writes a lower layer, and
+    nothing else may."""
+    try:
+        _sys.mount_setattr(fd, _sys.MOUNT_ATTR_RDONLY)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def clone_layers(fds: list[int]) -> list[int]:
+    """Fresh detached copies of layers held as detached mounts (a detached mount can be
+    attached once; each new sandbox needs its own), made in their namespaces."""
+    out: list[int] = []
+    try:
+        for fd in fds:
+            out.append(_read_only(_sys.open_tree("", _CLONE | _sys.AT_EMPTY_PATH, fd)))
+    except BaseException:
+        for fd in out:
+            os.close(fd)
+        raise
+    return out

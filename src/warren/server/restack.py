@@ -1,0 +1,167 @@
+"""Snapshots without a copy, on the supervisor's side.
+
+A snapshot of a sandbox on an image freezes its layer where it is, in the sandbox's
+memory, and stacks the sandbox's root again above it (``_core.restack``): the sandbox
+writes to a fresh layer from then on, the frozen one is never written again, and a
+sandbox made from the snapshot gets that frozen layer as a lower layer of its own (a
+detached copy of the mount, given to its PID 1 by descriptor). Nothing is copied on
+the way, so the time does not depend on how much the sandbox changed; the copy to the
+state directory, which lets the snapshot outlive the sandbox and the supervisor, runs
+afterwards in a thread (``snapshots.save``), reading the frozen layer.
+
+Only while PID 1 is the sandbox's only process (between commands: no ``exec`` running,
+no process started in the background): a process's open files, working directory and
+mappings point into the old root, and a write through one of them would land in the
+frozen layer, under the snapshot's feet. Otherwise the caller copies the layer with the
+sandbox paused, as before. The work in the sandbox's namespaces is done by a process
+forked from the supervisor that joins them (the supervisor's user owns them), as
+``follow`` does: PID 1 has no capability left to mount anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import select
+import socket
+import struct
+import sys
+from dataclasses import dataclass, field
+
+from .. import protocol
+from .._core import kernel
+from .._core import restack as core
+from ..errors import SandboxError
+from .box import Box
+
+MAX_STACK = 32  # frozen layers per sandbox; past that, snapshots copy
+QUIET_TIMEOUT = 5.0
+JOIN_TIMEOUT = 10.0
+
+
+@dataclass
+class Stack:
+    """What the supervisor holds of a sandbox's root (from ``Ready``): the layer tmpfs
+    and the lower layers as detached mounts, top first; its own frozen layers among
+    them, by snapshot id."""
+
+    tmpfs: int
+    lowers: list[int]
+    upper: str = "upper"
+    own: list[tuple[str, int]] = field(default_factory=list)  # (snapshot id, layer), top first
+
+    def close(self) -> None:
+        for fd in (self.tmpfs, *self.lowers):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.lowers, self.own = [], []
+
+
+def freeze(box: Box, snap_id: str) -> int | None:
+    """Freeze ``box``'s layer for snapshot ``snap_id`` and stack its root again above it;
+    returns the supervisor's descriptor of the frozen layer (the box's: do not close),
+    or None when it cannot be done now (a process is running; the caller copies)."""
+    stack = box.stack
+    if stack is None or box.ns is None or box.paused is not None or len(stack.own) >= MAX_STACK:
+        return None
+    box.drop_spare()
+    box.send(protocol.Quiesce())
+    try:
+        quiet = box.await_pid1(protocol.Quiet, QUIET_TIMEOUT)
+        if not isinstance(quiet, protocol.Quiet) or not quiet.alone:
+            why = quiet.why if isinstance(quiet, protocol.Quiet) else "PID 1 did not answer"
+            print(f"warren supervisor: snapshot of {box.name}: copied ({why})", file=sys.stderr, flush=True)
+            return None
+        new = f"upper.{len(stack.own) + 1}"
+        try:
+            frozen, upper = _in_namespaces(
+                box.ns,
+                lambda fds: list(core.restack(fds[0], fds[1:-1], stack.upper, new, fds[-1])),
+                [stack.tmpfs, *stack.lowers],
+                mountinfo=box.pid,
+            )
+        except OSError as e:
+            if e.errno == errno.ENOTRECOVERABLE:
+                # The root was half moved: nothing can run in it any more. Said, not hidden.
+                broken = SandboxError(
+                    f"sandbox {box.name} could not be stacked again for a snapshot: {e.filename}",
+                    operation="snapshot",
+                    path=box.name,
+                    hint=f"remove it (`warren rm -f {box.name}`) and create it again",
+                )
+                box.fail(broken)
+                raise broken from None
+            return None
+        stack.lowers.insert(0, frozen)
+        stack.own.insert(0, (snap_id, frozen))
+        stack.upper = new
+        if box.layer is not None:
+            os.close(box.layer)
+        box.layer = upper
+        return frozen
+    finally:
+        box.send(protocol.Refresh())  # PID 1 forks spares again (with rules for the new root)
+
+
+def clone_own(box: Box, snap_id: str) -> list[int] | None:
+    """Detached copies of the frozen layers that make snapshot ``snap_id`` of ``box``
+    (its own, from that one down), top first; None when the box does not hold it."""
+    stack = box.stack
+    if stack is None or box.ns is None:
+        return None
+    ids = [sid for sid, _fd in stack.own]
+    if snap_id not in ids:
+        return None
+    layers = [fd for _sid, fd in stack.own[ids.index(snap_id) :]]
+    try:
+        return _in_namespaces(box.ns, core.clone_layers, layers)
+    except OSError:
+        return None
+
+
+def _in_namespaces(ns: tuple[int, int], work, fds: list[int], mountinfo: int = 0) -> list[int]:  # type: ignore[no-untyped-def]
+    """Run ``work(fds)`` in a child that joined the namespaces ``ns``; returns the
+    descriptors it returns (passed back over a socket pair). ``mountinfo``: a pid
+    (PID 1's), whose mountinfo ``work`` gets last among its descriptors: the mounts as
+    PID 1 sees them (what /proc/PID/mountinfo shows is fixed when it is opened)."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            ours.close()
+            info = os.open(f"/proc/{mountinfo}/mountinfo", os.O_RDONLY | os.O_CLOEXEC) if mountinfo else -1
+            kernel.join_namespaces(*ns)
+            out = work([*fds, info] if info >= 0 else fds)
+            socket.send_fds(theirs, [struct.pack("!i", 0)], out)
+            code = 0
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                theirs.sendall(struct.pack("!i", e.errno or 5) + f"{e.strerror}: {e.filename}".encode()[:900])
+        except BaseException as e:
+            with contextlib.suppress(OSError):
+                theirs.sendall(struct.pack("!i", 5) + repr(e).encode()[:900])
+        finally:
+            os._exit(code)
+    theirs.close()
+    try:
+        got, out, why = _receive(ours, JOIN_TIMEOUT)
+    finally:
+        ours.close()
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+    if got != 0:
+        raise OSError(got, os.strerror(got), why)
+    return out
+
+
+def _receive(sock: socket.socket, timeout: float) -> tuple[int, list[int], str]:
+    if not select.select([sock], [], [], timeout)[0]:
+        return 110, [], "no answer from the sandbox's namespaces"  # ETIMEDOUT
+    data, fds, _flags, _addr = socket.recv_fds(sock, 1024, 64)
+    if len(data) < 4:
+        for fd in fds:
+            os.close(fd)
+        return 5, [], "the process in the sandbox's namespaces failed"
+    return struct.unpack("!i", data[:4])[0], fds, data[4:].decode(errors="replace")
