@@ -114,7 +114,8 @@ def main() -> None:
                     del f2
                 print(
                     f"{changed:5d} MiB changed: snapshot {took * 1000:7.0f} ms "
-                    f"(copy inside {snap.seconds * 1000:.0f} ms)   create from it {restored * 1000:6.0f} ms"
+                    f"(paused {snap.seconds * 1000:.0f} ms, {'copied' if snap.saved else 'frozen'})"
+                    f"   create from it {restored * 1000:6.0f} ms"
                     f"   fork (snapshot + create) {forked * 1000:7.0f} ms"
                 )
             for sn in reversed(Sandbox.snapshots()):

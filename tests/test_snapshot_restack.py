@@ -125,6 +125,22 @@ def test_the_copy_merges_every_frozen_layer_as_the_sandbox_showed_them(image: Pa
     _cleanup()
 
 
+def test_a_snapshot_of_a_sandbox_made_from_one_still_being_saved_stands_alone(image: Path) -> None:  # noqa: F811
+    """The second snapshot's copy looks into the first's layer for the names it removed
+    (a whiteout stays only where a lower layer has the name): it waits for that copy."""
+    with Sandbox.create(_spec(image)) as a:
+        _sh(a, "dd if=/dev/zero of=/root/big bs=1M count=48 status=none; echo s1 > /root/from-s1")
+        first = a.snapshot()
+        with Sandbox.create(PolicySpec(from_snapshot=first.id, workspace="none")) as b:
+            _sh(b, "rm /root/from-s1 /etc/marker; echo b > /root/from-b")
+            second = b.snapshot()
+            assert not first.saved and not second.saved
+            assert _saved(second.id).saved
+        with Sandbox.create(PolicySpec(from_snapshot=second.id, workspace="none")) as c:
+            assert _sh(c, "ls /root; ls /etc") == "big\nfrom-b\npasswd\n"
+    _cleanup()
+
+
 def test_a_process_with_a_file_open_keeps_the_snapshot_on_the_copy_path(image: Path) -> None:  # noqa: F811
     with Sandbox.create(_spec(image)) as a:
         holder = a.spawn(

@@ -215,6 +215,8 @@ class Sandboxes:
             if fast is not None:
                 return fast
         below = [fd for _sid, fd in reversed(box.stack.own)] if box.stack is not None else []
+        for earlier in self._saving_below(tuple(str(p) for p in image.layers)):
+            earlier.join()
         was_paused = box.paused is not None
         box.set_paused(True)
         try:
@@ -232,7 +234,11 @@ class Sandboxes:
         assert self.root is not None and box.stack is not None
         snap = snapshots.begin(self.root, box.name, image, box.plan.host_workspace, box.plan.image_store)
         started = time.monotonic()
-        frozen = restack.freeze(box, snap.id)
+        try:
+            frozen = restack.freeze(box, snap.id)
+        except BaseException:
+            snapshots.discard(self.root, snap)
+            raise
         if frozen is None:
             snapshots.discard(self.root, snap)
             return None
@@ -243,14 +249,24 @@ class Sandboxes:
         )
         layers = [os.dup(fd) for _sid, fd in reversed(box.stack.own)]  # lowest first
         root = self.root
-        thread = threading.Thread(
-            target=lambda: self._saved(snapshots.save(root, snap, layers, stopped)),
-            name=f"snapshot {snap.id}",
-            daemon=True,
-        )
+        below = self._saving_below(snap.layers)
+
+        def save() -> None:
+            for earlier in below:  # the copy looks into them (whiteouts): whole first
+                earlier.join()
+            self._saved(snapshots.save(root, snap, layers, stopped))
+
+        thread = threading.Thread(target=save, name=f"snapshot {snap.id}", daemon=True)
         self.saving[snap.id] = Saving(snap, box.name, thread)
         thread.start()
         return snap
+
+    def _saving_below(self, layers: tuple[str, ...]) -> list[threading.Thread]:
+        """The copies under way of the snapshots among ``layers`` (a snapshot of a
+        sandbox made from a snapshot that is still being saved)."""
+        assert self.root is not None
+        ids = [snapshots.id_of(self.root, layer) for layer in layers]
+        return [self.saving[i].thread for i in ids if i is not None and i in self.saving]
 
     def _saved(self, snap: snapshots.Snapshot) -> None:
         self.saving.pop(snap.id, None)
