@@ -160,6 +160,9 @@ class Box:
     ns: tuple[int, int] | None = None  # fds of the sandbox's user and mount namespaces
     layer: int | None = None  # on an image: its own layer (the overlay upper dir), for snapshots
     stack: Stack | None = None  # ... and its layers as detached mounts (``restack``)
+    # PID 1 was asked to let its spare go (``restack.freeze``): one it gave meanwhile is
+    # let go at once, or its helper would wait on our end and PID 1 for it
+    quiescing: bool = False
     image_lease: Lease | None = None  # the store's image held while it runs (envroot.lease)
     paused: pause.Paused | None = None  # how it was paused, while it is
     last_active: float = field(default_factory=time.time)  # a request reached it, or an exec ended
@@ -248,7 +251,7 @@ class Box:
                     self.stack.lowers.extend(fds)
                 fds = []
         elif isinstance(msg, protocol.Spare):
-            if fds:
+            if fds and not self.quiescing:
                 self.drop_spare()
                 self.spare = socket.socket(fileno=fds.pop(0))
                 self.spare.setblocking(False)

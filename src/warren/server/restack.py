@@ -67,8 +67,10 @@ def freeze(box: Box, snap_id: str) -> int | None:
         return None
     box.drop_spare()
     box.send(protocol.Quiesce())
+    box.quiescing = True
     try:
         quiet = box.await_pid1(protocol.Quiet, QUIET_TIMEOUT)
+        box.quiescing = False
         if not isinstance(quiet, protocol.Quiet) or not quiet.alone:
             why = quiet.why if isinstance(quiet, protocol.Quiet) else "PID 1 did not answer"
             print(f"warren supervisor: snapshot of {box.name}: copied ({why})", file=sys.stderr, flush=True)
@@ -101,6 +103,7 @@ def freeze(box: Box, snap_id: str) -> int | None:
         box.layer = upper
         return frozen
     finally:
+        box.quiescing = False
         box.send(protocol.Refresh())  # PID 1 forks spares again (with rules for the new root)
 
 
