@@ -61,39 +61,12 @@ def launch(
     trust: bytes | None = None,
     layers: dict[int, list[int]] | None = None,
 ) -> Launched:
-    """``_launch``, closing the layers given by descriptor whatever happens."""
-    try:
-        return _launch(
-            plan,
-            oneshot=oneshot,
-            ahead=ahead,
-            record_dir=record_dir,
-            tmp_records=tmp_records,
-            trust=trust,
-            layers=layers,
-        )
-    finally:
-        for fds in (layers or {}).values():
-            for fd in fds:
-                os.close(fd)
-
-
-def _launch(
-    plan: Plan,
-    *,
-    oneshot: bool,
-    ahead: bool = False,
-    record_dir: str | None = None,
-    tmp_records: str | None = None,
-    trust: bytes | None = None,
-    layers: dict[int, list[int]] | None = None,
-) -> Launched:
     """``ahead``: a one-shot sandbox booted before its command is known (``ahead``);
     ``record_dir``: where the sandbox's cgroups are listed until removed (so a
     crashed supervisor's successor finds them: ``cgroups.sweep``); ``tmp_records``:
     the same for its TMPDIR (``sweep_scratch``); ``trust``: the trust bundle to write at
     ``plan.net.trust_bundle`` (secrets); ``layers``: overlay layers given by descriptor
-    (``server.restack.clone_layers``), by index; closed here."""
+    (``server.restack.clone_own``), by index; the caller's, who closes them."""
     for path in plan.create_dirs:
         try:
             os.makedirs(path, exist_ok=True)

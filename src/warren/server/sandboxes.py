@@ -98,6 +98,7 @@ class Sandboxes:
         except BaseException:
             self.keeper.release(lease)
             raise
+        layers: dict[int, list[int]] = {}
         try:
             layers = self._memory_layers(plan)
             launched = launch.launch(
@@ -114,6 +115,10 @@ class Sandboxes:
             if image_lease is not None:
                 image_lease.release()
             raise
+        finally:
+            for fds in layers.values():  # PID 1 has its copies (or never will)
+                for fd in fds:
+                    os.close(fd)
         box = Box(
             name=name,
             id=secrets.token_hex(6),
