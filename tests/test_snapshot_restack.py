@@ -28,8 +28,9 @@ import pytest
 from conftest import module_state
 from test_envroot import image, pyimage  # noqa: F401 (the small image and one with Python: fixtures)
 from warren import PolicySpec, Sandbox
-from warren._core import restack as core
 from warren.models import SnapshotInfo
+from warren.plan.facts import parse_mountinfo
+from warren.server import restack
 
 STATE = (
     "cat /etc/state; ls -A /opt/tree /opt/tree/c; cat /root/one; stat -c %h /root/two; stat -c %s /root/big"
@@ -246,11 +247,11 @@ def test_root_children_reads_the_mounts_on_the_root_and_refuses_stacks() -> None
         "23 20 0:33 / /proc rw - proc proc rw\n"
         "24 20 8:1 /home/u/w\\040s /workspace rw - ext4 /dev/vda rw\n"
     )
-    assert core.root_children(info) == ["/dev", "/proc", "/workspace"]
+    assert restack.root_children(parse_mountinfo(info)) == ["/dev", "/proc", "/workspace"]
     with pytest.raises(ValueError, match="stacked at /proc"):
-        core.root_children(info + "25 23 0:34 / /proc rw - proc proc rw\n")
+        restack.root_children(parse_mountinfo(info + "25 23 0:34 / /proc rw - proc proc rw\n"))
     with pytest.raises(ValueError, match="2 mounts at the root"):
-        core.root_children(info + "26 20 0:35 / / rw - tmpfs tmpfs rw\n")
+        restack.root_children(parse_mountinfo(info + "26 20 0:35 / / rw - tmpfs tmpfs rw\n"))
 
 
 def test_where_the_kernel_takes_layers_by_path_only_snapshots_are_copied(

@@ -10,8 +10,8 @@ root is moved onto the new one, and ``pivot_root`` puts the new one in its place
 kernel moves every process whose root was the old root's (PID 1, its broker thread)
 along. Layers are named by descriptor (detached mounts the supervisor holds since
 ``Ready``), never by a path the sandbox could have changed. Nothing is changed
-before every check passed: a root with mounts stacked on one another, or a mount
-point the new root lacks, is refused (the caller copies instead).
+before every check passed: a mount point the new root lacks, or has as another kind,
+is refused (the caller copies instead).
 """
 
 from __future__ import annotations
@@ -28,47 +28,13 @@ _PATH_DIR = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _CLONE = _sys.OPEN_TREE_CLONE | _sys.OPEN_TREE_CLOEXEC
 
 
-def _unescape(field: str) -> str:
-    out, i = [], 0
-    while i < len(field):
-        if field[i] == "\\" and i + 3 < len(field) and field[i + 1 : i + 4].isdigit():
-            out.append(chr(int(field[i + 1 : i + 4], 8)))
-            i += 4
-        else:
-            out.append(field[i])
-            i += 1
-    return "".join(out)
-
-
-def root_children(mountinfo: str) -> list[str]:
-    """The mount points of the mounts directly on the root, in the order they were
-    made (pure: from /proc/PID/mountinfo's text). ValueError when the root is not one
-    mount, or a mount is stacked on one of them at the same point (moving the lower
-    one would leave the other behind)."""
-    rows = []
-    for line in mountinfo.splitlines():
-        parts = line.split()
-        if len(parts) < 5:
-            continue
-        rows.append((int(parts[0]), int(parts[1]), _unescape(parts[4])))
-    roots = [r for r in rows if r[2] == "/"]
-    if len(roots) != 1:
-        raise ValueError(f"{len(roots)} mounts at the root")
-    root_id = roots[0][0]
-    children = [r for r in rows if r[1] == root_id and r[0] != root_id]
-    ids = {r[0]: r[2] for r in children}
-    for _id, parent, point in rows:
-        if parent in ids and ids[parent] == point:
-            raise ValueError(f"mounts stacked at {point}")
-    return [point for _id, _parent, point in children]
-
-
-def restack(tmpfs: int, lowers: list[int], upper: str, new: str, mountinfo: int) -> tuple[int, int]:
+def restack(tmpfs: int, lowers: list[int], upper: str, new: str, children: list[str]) -> tuple[int, int]:
     """Freeze ``upper`` (a directory of the layer tmpfs ``tmpfs``) and stack the root
     again above it and ``lowers`` (top first), with ``new`` (made here) as the fresh
-    upper directory. ``mountinfo``: PID 1's /proc/PID/mountinfo (the mounts as the
-    sandbox sees them). Returns the frozen layer (a detached mount) and the new
-    upper directory (for the supervisor's snapshots)."""
+    upper directory. ``children``: the mount points of the mounts directly on the root,
+    in the order they were made (``server.restack.root_children``). Returns the frozen
+    layer (a detached mount) and the new upper directory (for the supervisor's
+    snapshots)."""
     work = new.replace("upper", "work", 1)
     for name in (new, work):
         with contextlib.suppress(FileNotFoundError):
@@ -89,7 +55,6 @@ def restack(tmpfs: int, lowers: list[int], upper: str, new: str, mountinfo: int)
         up = os.open(new, _PATH_DIR, dir_fd=tmpfs)
         wk = os.open(work, _PATH_DIR, dir_fd=tmpfs)
         mnt = _sys.overlay_from_fds([frozen, *lowers], up, wk)
-        children = root_children(os.pread(mountinfo, 1 << 20, 0).decode(errors="surrogateescape"))
         old = os.open("/", _PATH_DIR)
         try:
             _check_points(old, mnt, children)

@@ -33,6 +33,7 @@ from .. import protocol
 from .._core import kernel
 from .._core import restack as core
 from ..errors import SandboxError
+from ..plan.facts import MountEntry, parse_mountinfo
 from .box import Box
 
 MAX_STACK = 32  # frozen layers per sandbox; past that, snapshots copy
@@ -77,11 +78,17 @@ def freeze(box: Box, snap_id: str) -> int | None:
             return None
         new = f"upper.{len(stack.own) + 1}"
         try:
+            # The mounts as PID 1 sees them (read here: the joined process is not in its
+            # /proc); nothing mounts meanwhile, PID 1 being alone.
+            with open(f"/proc/{box.pid}/mountinfo") as f:
+                children = root_children(parse_mountinfo(f.read()))
+        except (OSError, ValueError):
+            return None
+        try:
             frozen, upper = _in_namespaces(
                 box.ns,
-                lambda fds: list(core.restack(fds[0], fds[1:-1], stack.upper, new, fds[-1])),
+                lambda fds: list(core.restack(fds[0], fds[1:], stack.upper, new, children)),
                 [stack.tmpfs, *stack.lowers],
-                mountinfo=box.pid,
             )
         except OSError as e:
             if e.errno == errno.ENOTRECOVERABLE:
@@ -107,6 +114,21 @@ def freeze(box: Box, snap_id: str) -> int | None:
         box.send(protocol.Refresh())  # PID 1 forks spares again (with rules for the new root)
 
 
+def root_children(mounts: tuple[MountEntry, ...]) -> list[str]:
+    """The mount points of the mounts directly on the root, in the order they were
+    made. ValueError when the root is not one mount, or a mount is stacked on one of
+    them at the same point (moving the lower one would leave the other behind)."""
+    roots = [m for m in mounts if m.mount_point == "/"]
+    if len(roots) != 1:
+        raise ValueError(f"{len(roots)} mounts at the root")
+    root_id = roots[0].mount_id
+    children = {m.mount_id: m.mount_point for m in mounts if m.parent_id == root_id and m.mount_id != root_id}
+    for m in mounts:
+        if children.get(m.parent_id) == m.mount_point:
+            raise ValueError(f"mounts stacked at {m.mount_point}")
+    return list(children.values())
+
+
 def clone_own(box: Box, snap_id: str) -> list[int] | None:
     """Detached copies of the frozen layers that make snapshot ``snap_id`` of ``box``
     (its own, from that one down), top first; None when the box does not hold it."""
@@ -123,20 +145,17 @@ def clone_own(box: Box, snap_id: str) -> list[int] | None:
         return None
 
 
-def _in_namespaces(ns: tuple[int, int], work, fds: list[int], mountinfo: int = 0) -> list[int]:  # type: ignore[no-untyped-def]
+def _in_namespaces(ns: tuple[int, int], work, fds: list[int]) -> list[int]:  # type: ignore[no-untyped-def]
     """Run ``work(fds)`` in a child that joined the namespaces ``ns``; returns the
-    descriptors it returns (passed back over a socket pair). ``mountinfo``: a pid
-    (PID 1's), whose mountinfo ``work`` gets last among its descriptors: the mounts as
-    PID 1 sees them (what /proc/PID/mountinfo shows is fixed when it is opened)."""
+    descriptors it returns (passed back over a socket pair)."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     pid = os.fork()
     if pid == 0:
         code = 1
         try:
             ours.close()
-            info = os.open(f"/proc/{mountinfo}/mountinfo", os.O_RDONLY | os.O_CLOEXEC) if mountinfo else -1
             kernel.join_namespaces(*ns)
-            out = work([*fds, info] if info >= 0 else fds)
+            out = work(fds)
             socket.send_fds(theirs, [struct.pack("!i", 0)], out)
             code = 0
         except OSError as e:
