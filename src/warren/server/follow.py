@@ -12,11 +12,13 @@ directory cannot be reached from inside (a root grafted into the sandbox's priva
 
 from __future__ import annotations
 
+import errno
 import os
 
-from .._core import kernel, mounts
+from .._core import mounts
 from ..errors import SandboxError
 from ..plan.model import Plan
+from . import joined
 
 Identity = tuple[int, int]
 
@@ -52,33 +54,22 @@ def replaced(known: dict[str, Identity]) -> dict[str, Identity]:
 
 def rebind(ns: tuple[int, int] | None, name: str, changed: dict[str, Identity]) -> None:
     """Make the sandbox see (and write) the new directories; SandboxError if it can't."""
-    r, w = os.pipe2(os.O_CLOEXEC)
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            os.close(r)
-            if ns is None:
-                raise SystemExit
-            kernel.join_namespaces(*ns)
-            for root, (dev, ino) in changed.items():
-                st = os.stat(root)
-                if (st.st_dev, st.st_ino) != (dev, ino):
-                    os.write(w, root.encode())
-                    raise SystemExit
-                if os.statvfs(root).f_flag & os.ST_RDONLY:
-                    mounts.rebind_writable(root)
-            code = 0
-        except BaseException:
-            pass
-        finally:
-            os._exit(code)
-    os.close(w)
-    _, status = os.waitpid(pid, 0)
-    unreachable = os.read(r, 4096).decode(errors="replace")
-    os.close(r)
-    if os.waitstatus_to_exitcode(status) != 0:
-        where = unreachable or ", ".join(changed)
+
+    def bind(_fds: list[int]) -> list[int]:
+        for root, (dev, ino) in changed.items():
+            st = os.stat(root)
+            if (st.st_dev, st.st_ino) != (dev, ino):
+                raise OSError(errno.ESTALE, "not the directory on the host", root)
+            if os.statvfs(root).f_flag & os.ST_RDONLY:
+                mounts.rebind_writable(root)
+        return []
+
+    try:
+        if ns is None:
+            raise OSError(errno.EINVAL, "no namespaces to join")
+        joined.run(ns, bind, [])
+    except OSError as e:
+        where = e.filename if e.errno == errno.ESTALE and e.filename else ", ".join(changed)
         raise SandboxError(
             f"{where} was replaced on the host after sandbox {name} started, and the sandbox "
             "cannot reach the new directory",
@@ -86,4 +77,4 @@ def rebind(ns: tuple[int, int] | None, name: str, changed: dict[str, Identity]) 
             path=where,
             hint=f"recreate the sandbox (warren rm -f {name}, then warren create {name} with the same "
             "flags); a workspace outside /tmp is followed on its own",
-        )
+        ) from None

@@ -23,22 +23,18 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import select
-import socket
-import struct
 import sys
 from dataclasses import dataclass, field
 
 from .. import protocol
-from .._core import kernel
 from .._core import restack as core
 from ..errors import SandboxError
 from ..plan.facts import MountEntry, parse_mountinfo
+from . import joined
 from .box import Box
 
 MAX_STACK = 32  # frozen layers per sandbox; past that, snapshots copy
 QUIET_TIMEOUT = 5.0
-JOIN_TIMEOUT = 10.0
 
 
 @dataclass
@@ -49,8 +45,12 @@ class Stack:
 
     tmpfs: int
     lowers: list[int]
-    upper: str = "upper"
     own: list[tuple[str, int]] = field(default_factory=list)  # (snapshot id, layer), top first
+
+    @staticmethod
+    def upper_after(frozen: int) -> str:
+        """The upper directory's name on the tmpfs once ``frozen`` layers were frozen."""
+        return f"upper.{frozen}" if frozen else "upper"
 
     def close(self) -> None:
         for fd in (self.tmpfs, *self.lowers):
@@ -76,7 +76,7 @@ def freeze(box: Box, snap_id: str) -> int | None:
             why = quiet.why if isinstance(quiet, protocol.Quiet) else "PID 1 did not answer"
             print(f"warren supervisor: snapshot of {box.name}: copied ({why})", file=sys.stderr, flush=True)
             return None
-        new = f"upper.{len(stack.own) + 1}"
+        old, new = Stack.upper_after(len(stack.own)), Stack.upper_after(len(stack.own) + 1)
         try:
             # The mounts as PID 1 sees them (read here: the joined process is not in its
             # /proc); nothing mounts meanwhile, PID 1 being alone.
@@ -85,9 +85,9 @@ def freeze(box: Box, snap_id: str) -> int | None:
         except (OSError, ValueError):
             return None
         try:
-            frozen, upper = _in_namespaces(
+            frozen, upper = joined.run(
                 box.ns,
-                lambda fds: list(core.restack(fds[0], fds[1:], stack.upper, new, children)),
+                lambda fds: list(core.restack(fds[0], fds[1:], old, new, children)),
                 [stack.tmpfs, *stack.lowers],
             )
         except OSError as e:
@@ -104,7 +104,6 @@ def freeze(box: Box, snap_id: str) -> int | None:
             return None
         stack.lowers.insert(0, frozen)
         stack.own.insert(0, (snap_id, frozen))
-        stack.upper = new
         if box.layer is not None:
             os.close(box.layer)
         box.layer = upper
@@ -140,50 +139,6 @@ def clone_own(box: Box, snap_id: str) -> list[int] | None:
         return None
     layers = [fd for _sid, fd in stack.own[ids.index(snap_id) :]]
     try:
-        return _in_namespaces(box.ns, core.clone_layers, layers)
+        return joined.run(box.ns, core.clone_layers, layers)
     except OSError:
         return None
-
-
-def _in_namespaces(ns: tuple[int, int], work, fds: list[int]) -> list[int]:  # type: ignore[no-untyped-def]
-    """Run ``work(fds)`` in a child that joined the namespaces ``ns``; returns the
-    descriptors it returns (passed back over a socket pair)."""
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            ours.close()
-            kernel.join_namespaces(*ns)
-            out = work(fds)
-            socket.send_fds(theirs, [struct.pack("!i", 0)], out)
-            code = 0
-        except OSError as e:
-            with contextlib.suppress(OSError):
-                theirs.sendall(struct.pack("!i", e.errno or 5) + f"{e.strerror}: {e.filename}".encode()[:900])
-        except BaseException as e:
-            with contextlib.suppress(OSError):
-                theirs.sendall(struct.pack("!i", 5) + repr(e).encode()[:900])
-        finally:
-            os._exit(code)
-    theirs.close()
-    try:
-        got, out, why = _receive(ours, JOIN_TIMEOUT)
-    finally:
-        ours.close()
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, 0)
-    if got != 0:
-        raise OSError(got, os.strerror(got), why)
-    return out
-
-
-def _receive(sock: socket.socket, timeout: float) -> tuple[int, list[int], str]:
-    if not select.select([sock], [], [], timeout)[0]:
-        return 110, [], "no answer from the sandbox's namespaces"  # ETIMEDOUT
-    data, fds, _flags, _addr = socket.recv_fds(sock, 1024, 64)
-    if len(data) < 4:
-        for fd in fds:
-            os.close(fd)
-        return 5, [], "the process in the sandbox's namespaces failed"
-    return struct.unpack("!i", data[:4])[0], fds, data[4:].decode(errors="replace")

@@ -46,7 +46,6 @@ from .box import Box, Waiter
 class Saving:
     """A snapshot taken without a copy, its layer being copied to the state directory."""
 
-    snap: snapshots.Snapshot
     sandbox: str  # whose namespaces hold its frozen layers meanwhile
     thread: threading.Thread
 
@@ -262,7 +261,7 @@ class Sandboxes:
             self._saved(snapshots.save(root, snap, layers, stopped))
 
         thread = threading.Thread(target=save, name=f"snapshot {snap.id}", daemon=True)
-        self.saving[snap.id] = Saving(snap, box.name, thread)
+        self.saving[snap.id] = Saving(box.name, thread)
         thread.start()
         return snap
 
