@@ -41,6 +41,7 @@ TOOLS = [
     "env",
     "chmod",
     "git",
+    "git-upload-pack",  # a local clone runs it
     "dirname",
     "readlink",
     "realpath",

@@ -72,7 +72,10 @@ def _cleanup() -> None:
                 time.sleep(0.1)
 
 
-def test_a_snapshot_freezes_the_layer_and_everyone_keeps_their_own_state(image: Path) -> None:  # noqa: F811
+def test_a_snapshot_freezes_the_layer_and_everyone_keeps_their_own_state(
+    image: Path,  # noqa: F811
+    state_home: Path,
+) -> None:
     with Sandbox.create(_spec(image)) as a:
         _sh(
             a,
@@ -96,8 +99,13 @@ def test_a_snapshot_freezes_the_layer_and_everyone_keeps_their_own_state(image: 
             assert _sh(d, "cat /etc/state; ls -A /opt/tree; cat /root/one") == "two\na\nc\nx\ny\n"
             _sh(d, "echo d > /etc/state")
             assert _sh(a, "cat /etc/state") == "two\n"
-        # The copy in the state directory, once there, is what the snapshot showed.
+        # The copy in the state directory, once there, is what the snapshot showed --
+        # read on the host, in the state directory, as well as from a sandbox.
         assert _saved(snap.id).saved
+        layer = state_home / "warren" / "snapshots" / snap.id / "layer"
+        assert (layer / "etc/state").read_text() == "one\n" and (
+            layer / "root/big"
+        ).stat().st_size == 300 * 1024
         with Sandbox.create(PolicySpec(from_snapshot=snap.id, workspace="none")) as e:
             assert _sh(e, STATE) == at_snapshot
     _cleanup()
@@ -142,7 +150,10 @@ def test_a_snapshot_of_a_sandbox_made_from_one_still_being_saved_stands_alone(im
     _cleanup()
 
 
-def test_a_process_with_a_file_open_keeps_the_snapshot_on_the_copy_path(image: Path) -> None:  # noqa: F811
+def test_a_process_with_a_file_open_keeps_the_snapshot_on_the_copy_path(
+    image: Path,  # noqa: F811
+    state_home: Path,
+) -> None:
     with Sandbox.create(_spec(image)) as a:
         holder = a.spawn(
             [
@@ -158,6 +169,8 @@ def test_a_process_with_a_file_open_keeps_the_snapshot_on_the_copy_path(image: P
         assert snap.saved is True  # copied, paused: the open file points into the layer
         _sh(a, "touch /root/go")
         assert holder.wait(timeout=10) == 0
+        # Judged on the host too: the snapshot's layer in the state directory.
+        assert (state_home / "warren/snapshots" / snap.id / "layer/root/log").read_text() == "before\n"
         assert _sh(a, "cat /root/log") == "before\nafter\n"
         with Sandbox.create(PolicySpec(from_snapshot=snap.id, workspace="none")) as b:
             assert _sh(b, "cat /root/log; ls /root") == "before\nlog\n"
@@ -190,6 +203,36 @@ def test_the_sandbox_works_as_before_after_its_root_is_stacked_again(image: Path
         assert "n0\nn1\nn2\n" in out
         with a.fork() as b:
             assert _sh(b, "cat /etc/n2; ls /workspace") == "2\nw0\nw1\nw2\n"
+    _cleanup()
+
+
+def test_tools_work_on_files_a_snapshot_froze(image: Path) -> None:  # noqa: F811
+    """What a snapshot froze is a lower layer from then on, as the image's files are: a
+    directory made before it is renamed (the broker's move, not EXDEV), files are
+    removed and replaced, git works in a repository made before it (gc repacks and
+    removes loose objects, a local clone links), a rename from TMPDIR lands."""
+    with Sandbox.create(_spec(image)) as a:
+        _sh(
+            a,
+            "mkdir -p /root/d/sub && echo f > /root/d/sub/f && echo x > /root/x && "
+            "cd /root && git init -q r && cd r && echo 1 > a && git add a && "
+            "git -c user.name=t -c user.email=t@t commit -qm one && echo tmp > /tmp/t",
+        )
+        assert a.snapshot().saved is False
+        out = _sh(
+            a,
+            "mv /root/d /root/e && cat /root/e/sub/f && rm /root/x && mv /tmp/t /root/t && "
+            "cat /root/t && cd /root/r && echo 2 > a && "
+            "git -c user.name=t -c user.email=t@t commit -qam two && git gc -q && "
+            "git count-objects -v && git clone -q /root/r /root/c && "
+            "git -C /root/c log --format=%s && ls /root",
+        )
+        # After gc no loose object is left (the ones made before the snapshot included).
+        lines = out.splitlines()
+        assert lines[:2] == ["f", "tmp"] and "count: 0" in lines, out
+        assert lines[-6:] == ["two", "one", "c", "e", "r", "t"], out
+        with a.fork() as b:  # and the fork sees the result, not the frozen state
+            assert _sh(b, "ls /root; git -C /root/r log --format=%s") == "c\ne\nr\nt\ntwo\none\n"
     _cleanup()
 
 
