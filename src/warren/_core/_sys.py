@@ -609,10 +609,13 @@ def name_to_handle_at(path: str, flags: int = 0) -> bytes:
 IN_MODIFY, IN_ATTRIB, IN_CLOSE_WRITE = 0x2, 0x4, 0x8
 IN_MOVED_FROM, IN_MOVED_TO, IN_CREATE, IN_DELETE = 0x40, 0x80, 0x100, 0x200
 IN_DELETE_SELF, IN_MOVE_SELF, IN_ONLYDIR = 0x400, 0x800, 0x1000000
+IN_Q_OVERFLOW, IN_IGNORED = 0x4000, 0x8000
 _inotify_init1 = _libc.inotify_init1
 _inotify_init1.argtypes = [ctypes.c_int]
 _inotify_add_watch = _libc.inotify_add_watch
 _inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+_inotify_rm_watch = _libc.inotify_rm_watch
+_inotify_rm_watch.argtypes = [ctypes.c_int, ctypes.c_int]
 
 
 def inotify_init1(flags: int) -> int:
@@ -621,6 +624,10 @@ def inotify_init1(flags: int) -> int:
 
 def inotify_add_watch(fd: int, path: str, mask: int) -> int:
     return _check(_inotify_add_watch(fd, _b(path), mask), "inotify_add_watch", path)
+
+
+def inotify_rm_watch(fd: int, wd: int) -> None:
+    _check(_inotify_rm_watch(fd, wd), "inotify_rm_watch", None)
 
 
 def close_range(first: int, last: int, flags: int = 0) -> None:

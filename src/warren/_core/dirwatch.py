@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import select
+import struct
 
 from . import _sys
 
@@ -45,6 +46,102 @@ def watch(directory: int) -> int | None:
         os.close(fd)
         return None
     return fd
+
+
+# An entry that is a new inode at its name: made, linked or renamed there; or the
+# directory itself gone from its name (its watch ends with IN_IGNORED).
+ENTRIES = _sys.IN_CREATE | _sys.IN_MOVED_TO | _sys.IN_DELETE_SELF | _sys.IN_MOVE_SELF | _sys.IN_ONLYDIR
+_EVENT = struct.Struct("=iIII")  # struct inotify_event: wd, mask, cookie, len (then the name)
+
+
+class EntryWatches:
+    """One inotify instance watching directories, by path, for new entries (``ENTRIES``),
+    shared by everyone who asks about them: the supervisor keeps one for all its sandboxes
+    (an instance is a per-user resource: 128 by default). Each directory is opened without
+    following a final link; one gone is watched again under its name when it comes back
+    (``rewatch``)."""
+
+    def __init__(self) -> None:
+        self.fd: int | None = None
+        self.paths: dict[int, str] = {}  # watch descriptor -> path
+        self.wds: dict[str, int] = {}  # ... and back
+        self.missing: set[str] = set()  # asked for, not there (yet): tried again at each read
+
+    def add(self, path: str) -> bool:
+        """Watch ``path`` (a directory); False where it cannot be (gone, not a directory:
+        tried again at each ``read``; or no instance or watch left for this user)."""
+        if path in self.wds:
+            return True
+        self.missing.add(path)
+        if self.fd is None:
+            try:
+                self.fd = _sys.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+            except OSError:
+                return False
+        try:
+            dir_fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return False
+        try:
+            wd = _sys.inotify_add_watch(self.fd, f"/proc/self/fd/{dir_fd}", ENTRIES)
+        except OSError:
+            return False
+        finally:
+            os.close(dir_fd)
+        self.missing.discard(path)
+        self.wds[path] = wd
+        self.paths.setdefault(wd, path)  # the same directory under two names: one wd
+        return True
+
+    def remove(self, path: str) -> None:
+        self.missing.discard(path)
+        wd = self.wds.pop(path, None)
+        if wd is None or self.fd is None or path != self.paths.get(wd):
+            return
+        others = [p for p, w in self.wds.items() if w == wd]
+        if others:
+            self.paths[wd] = others[0]
+            return
+        del self.paths[wd]
+        with contextlib.suppress(OSError):
+            _sys.inotify_rm_watch(self.fd, wd)
+
+    def read(self) -> tuple[set[str], bool]:
+        """The watched paths that got a new entry (or went) since the last read, and
+        whether the queue overflowed (then any may have). Paths whose directory went are
+        watched again under their name where one is there now."""
+        changed: set[str] = set()
+        overflow = False
+        gone: list[str] = []
+        if self.fd is None:
+            return changed, overflow
+        while True:
+            try:
+                data = os.read(self.fd, 65536)
+            except (BlockingIOError, OSError):
+                break
+            if not data:
+                break
+            at = 0
+            while at + _EVENT.size <= len(data):
+                wd, mask, _cookie, length = _EVENT.unpack_from(data, at)
+                at += _EVENT.size + length
+                if mask & _sys.IN_Q_OVERFLOW:
+                    overflow = True
+                    continue
+                names = [p for p, w in self.wds.items() if w == wd]
+                changed.update(names)
+                if mask & _sys.IN_IGNORED:
+                    gone.extend(names)
+        for path in gone:
+            wd = self.wds.pop(path, None)
+            if wd is not None:
+                self.paths.pop(wd, None)
+            self.add(path)
+        for path in list(self.missing):
+            if self.add(path):
+                changed.add(path)  # there now: its entries were never listed
+        return changed, overflow
 
 
 def changed(watches: list[int]) -> bool:

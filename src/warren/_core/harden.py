@@ -28,6 +28,7 @@ from ..plan.landlock import (
     WRITE_TREE,
     LandlockPlan,
     LandlockRule,
+    above,
 )
 from ..plan.model import Plan
 from . import _sys
@@ -110,7 +111,7 @@ class _Exclusions:
         self.exact = set(excluded)
         self.roots = {x.rstrip("/") for x in excluded}
         # Every string d such that d + "/" begins an excluded path.
-        self.above = {x[:i] for x in excluded for i in _slashes(x)}
+        self.above = {d.rstrip("/") for x in excluded for d in above(x)}
 
     def has_below(self, directory: str) -> bool:
         """Something excluded lies beneath ``directory``."""

@@ -98,6 +98,25 @@ class LandlockPlan:
     handled_net: int = 0
 
 
+def covered_dirs(ll: LandlockPlan) -> tuple[str, ...]:
+    """The directories whose entries get rules one by one (every directory above an
+    excluded path, up to its rule's path): a rule binds to the inode it finds, so an
+    entry made or replaced in one of them after the ruleset was built is covered by
+    none. Whoever keeps a ruleset for a long-lived sandbox rebuilds it when one of these
+    changed (``server.hostwatch``)."""
+    out: set[str] = set()
+    for rule in ll.rules:
+        top = rule.path.rstrip("/") + "/"
+        for path in rule.excluding:
+            out.update(d for d in above(path) if (d.rstrip("/") + "/").startswith(top))
+    return tuple(sorted(out))
+
+
+def above(path: str) -> list[str]:
+    """The directories above ``path``, ``/`` included: ``/a/b/c`` -> ``/``, ``/a``, ``/a/b``."""
+    return [path[:i] or "/" for i, c in enumerate(path) if c == "/"]
+
+
 def plan(
     abi: int,
     writable: list[str],

@@ -429,12 +429,15 @@ class Box:
 
     def follow_roots(self) -> None:
         """A writable root replaced on the host since the last request is bound anew in
-        the sandbox, and PID 1 rebuilds its rules (``follow``)."""
+        the sandbox, and PID 1 rebuilds its rules (``follow``); so it does when a file
+        its read rules name one by one was replaced or made (``hostwatch``)."""
         changed = follow.replaced(self.roots)
         if changed:
             if self.plan.namespaces:  # else nothing is bound: new rules are all it takes
                 follow.rebind(self.ns, self.name, changed)
             self.roots.update(changed)
+        watch = self.launched.host_watch
+        if changed or (watch is not None and watch.changed()):
             self.drop_spare()  # it holds the old rules: PID 1 forks the next with the new
             self.send(protocol.Refresh())
 
@@ -582,6 +585,8 @@ class Box:
                     self.sel.unregister(self.pasta.pidfd)
             self.pasta.stop()
         os.close(self.launched.pidfd)
+        if self.launched.host_watch is not None:
+            self.launched.host_watch.close()
         self.drop_spare()
         if self.layer is not None:
             os.close(self.layer)

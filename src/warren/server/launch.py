@@ -20,6 +20,7 @@ from .._core import cgroups, clone, guard, safepath
 from ..errors import SetupError
 from ..plan.model import Plan
 from . import boxsecrets, marks, unshare
+from .hostwatch import HostWatch
 
 TMP_RECORD_PREFIX = "tmpdir-"
 
@@ -49,6 +50,8 @@ class Launched:
     counters: list[tuple[str, int]] = field(default_factory=list)
     trust_bundle: str | None = None  # written for secrets (server.boxsecrets), removed at the end
     marks: marks.Marks | None = None  # booted ahead: the host as PID 1 is cloned to set up from
+    # a long-lived sandbox's directories whose entries its read rules name one by one
+    host_watch: HostWatch | None = None
 
 
 def launch(
@@ -102,6 +105,9 @@ def launch(
         boxsecrets.remove_bundle(bundle)
         raise
     states = guard.snapshot(plan.guarded)
+    # Before PID 1 lists the directories its rules name entry by entry: a change after
+    # the listing is then one the watch saw.
+    host_watch = None if oneshot else HostWatch.start(plan)
     tasks: list[tuple[str, int]] = []
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     try:
@@ -114,6 +120,8 @@ def launch(
         pid = clone.start_pid1(plan, theirs, oneshot=oneshot, cgroup_tasks=tasks, ahead=ahead, layers=layers)
     except BaseException:
         ours.close()
+        if host_watch is not None:
+            host_watch.close()
         cgroups.remove(groups, record_dir)
         _remove_scratch(scratch)
         boxsecrets.remove_bundle(bundle)
@@ -125,7 +133,17 @@ def launch(
 
     counters = cgroups.counter_files(groups, plan.limits.counters) if plan.limits else []
     return Launched(
-        pid, os.pidfd_open(pid), ours, states, scratch, groups, record_dir, counters, bundle, taken
+        pid,
+        os.pidfd_open(pid),
+        ours,
+        states,
+        scratch,
+        groups,
+        record_dir,
+        counters,
+        bundle,
+        taken,
+        host_watch,
     )
 
 

@@ -20,6 +20,7 @@ import os
 import stat
 
 from .._core import kernel
+from ..plan.landlock import covered_dirs
 from ..plan.model import MountKind, Plan
 
 Marks = tuple[tuple[str, object], ...]
@@ -51,6 +52,8 @@ def take(plan: Plan) -> Marks:
     """The marks of ``plan`` on this host now."""
     marks: list[tuple[str, object]] = [(path, _identity(path)) for path in paths_of(plan)]
     listed = {op.target for op in plan.mounts if op.kind is MountKind.MASK} | set(plan.guarded)
+    if plan.landlock is not None and plan.image is None:
+        listed.update(covered_dirs(plan.landlock))  # their entries get a read rule each
     marks.extend((ENTRIES + path, _entries(path)) for path in sorted(listed))
     return tuple(marks)
 
