@@ -422,7 +422,8 @@ def enter_new_root(plan: Plan) -> None:
     """In a process cloned into fresh namespaces: id maps, hostname, ``lo``, the whole
     mount plan and pivot_root. Afterwards "/" is the sandbox's root."""
     _write_id_maps(plan)
-    _sys.sethostname(plan.hostname)
+    if plan.hostname is not None:
+        _sys.sethostname(plan.hostname)
     try:
         _sys.loopback_up()
     except OSError as e:

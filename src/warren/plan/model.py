@@ -120,7 +120,9 @@ class Plan:
     cwd: str  # where a command starts unless it asks for another directory
     net: NetPlan
     cap_last_cap: int
-    hostname: str = "warren"
+    # the UTS namespace's name; None keeps the host's (tools name files after it:
+    # coverage's parallel data, lock files, build caches)
+    hostname: str | None = None
     create_dirs: tuple[str, ...] = ()  # made on the host before launch (preset caches)
     scratch: str | None = None  # TMPDIR made outside the workspace before launch, removed after
     scratch_base: str | None = None  # the caller's existing directory it is made beneath

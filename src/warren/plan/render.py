@@ -71,7 +71,10 @@ def render(plan: Plan) -> str:
     else:
         lines.append("identity")
         lines.append(f"  uid_map {plan.uid_map}   gid_map {plan.gid_map}   setgroups deny")
-        lines.append("  namespaces: user mount pid ipc uts net cgroup; hostname " + plan.hostname)
+        lines.append(
+            "  namespaces: user mount pid ipc uts net cgroup; hostname "
+            + (plan.hostname or "the host's (changes inside stay inside)")
+        )
         lines.append("mounts (in order)")
         lines.extend(f"  {_mount_line(op)}" for op in plan.mounts)
     if plan.groups and plan.namespaces:

@@ -96,7 +96,7 @@ def prepare(plan: Plan, caller: CallerFacts) -> tuple[Interception, bytes] | Non
     from ..net.intercept import Interception
 
     hosts = [*(h for s in net.secrets for h in s.hosts), *(r.host for r in net.http_rules)]
-    ca = tlsca.make_ca(plan.hostname, hosts)
+    ca = tlsca.make_ca(plan.hostname or "warren", hosts)
     extra = _caller_trust(caller)
     base = extra
     if base is None and net.bundle_target is not None:
