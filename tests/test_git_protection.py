@@ -283,6 +283,28 @@ git count-objects -v | grep -E '^(count|size-garbage)'
     assert "feature" in host_git(repo, "branch", "--list").stdout
 
 
+def test_the_repository_holds_only_what_the_same_commands_make_on_the_host(
+    layout: Layout, repo: Path, live: str | None, tmp_path: Path
+) -> None:
+    """warren's protection made ``.git/modules`` (and ``logs`` in a repository without
+    commits) on the host and left them there; the same commands on the host make none.
+    Judged against a twin repository the same commands ran in on the host."""
+    twin = tmp_path / "twin"
+    twin.mkdir()
+    (tmp_path / "githome").mkdir(exist_ok=True)
+    for args in (["init", "-q", "-b", "main"], ["commit", "-q", "--allow-empty", "-m", "first"]):
+        assert host_git(twin, *args).returncode == 0
+    script = "set -e; git status --porcelain; echo x > f; git add f; git commit -qm f"
+    r = inside(layout, live, script)
+    assert r.returncode == 0, r.stderr
+    on_host = subprocess.run(["sh", "-c", IDENTITY + script], cwd=twin, env={**os.environ, **GIT_ENV})
+    assert on_host.returncode == 0
+    if live is not None:
+        assert run_cli(["rm", "-f", live], cwd=repo).returncode == 0
+    assert sorted(os.listdir(repo / ".git")) == sorted(os.listdir(twin / ".git"))
+    assert not (repo / ".git" / "modules").exists()
+
+
 def test_a_submodule_added_inside_works_and_is_adopted(layout: Layout, repo: Path, live: str | None) -> None:
     marker = marker_path()
     script = f"""

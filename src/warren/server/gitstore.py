@@ -199,12 +199,19 @@ class Shadow:
     # An inotify instance on the tree's top level (``_core.dirwatch``), drained before
     # each sync: an exec's helper that finds it empty answers without waiting for one.
     watch: int | None = None
+    # The shared directories warren made in the host's git directory (``ALWAYS_SHARED``
+    # it lacked): removed again at the end where nothing was put in them, so the
+    # repository holds only what the same commands on the host would have made.
+    made: tuple[str, ...] = ()
 
     @property
     def tree(self) -> str:
         return os.path.join(self.store, "tree")
 
     def close(self) -> None:
+        for name in self.made:
+            with contextlib.suppress(OSError):  # not empty (used), or gone: left as it is
+                os.rmdir(name, dir_fd=self.gfd)
         for fd in (self.gfd, self.sfd, self.tfd, *([self.watch] if self.watch is not None else [])):
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -221,7 +228,7 @@ def prepare(root_fd: int, root: str, rel: str, env: Mapping[str, str]) -> Shadow
         raise
     shadow = Shadow(path=path, store=store, shared=(), gfd=gfd, sfd=sfd, tfd=tfd)
     try:
-        shadow.shared = _shared_dirs(gfd)
+        shadow.shared, shadow.made = _shared_dirs(gfd)
         for name in shadow.shared:
             ensure_dir(tfd, name)
         if safepath.lstat_beneath(tfd, "config") is None:
@@ -278,12 +285,15 @@ def _migrate(sfd: int) -> None:
         save_json(sfd, "base.json", {"values": base.get("values", {}), "stamps": {}})
 
 
-def _shared_dirs(gfd: int) -> tuple[str, ...]:
+def _shared_dirs(gfd: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The shared directories, and those of them made here."""
+    made: list[str] = []
     for name in ALWAYS_SHARED:
         with contextlib.suppress(FileExistsError):
             os.mkdir(name, 0o755, dir_fd=gfd)
+            made.append(name)
     with os.scandir(gfd) as it:
-        return shared_of({e.name for e in it if _is_dir(e)})
+        return shared_of({e.name for e in it if _is_dir(e)}), tuple(made)
 
 
 def shared_of(dirs: set[str]) -> tuple[str, ...]:
