@@ -305,6 +305,63 @@ def test_the_repository_holds_only_what_the_same_commands_make_on_the_host(
     assert not (repo / ".git" / "modules").exists()
 
 
+def test_a_worktree_made_inside_works_on_the_host_and_its_metadata_stays_data(
+    layout: Layout, repo: Path, live: str | None
+) -> None:
+    """``git worktree add`` inside: host git sees the worktree (``status``, ``log``,
+    ``worktree list``) and its commits; what the sandbox plants in the worktree's git
+    directory that host git would run (``config.worktree`` with the host's
+    extensions.worktreeConfig on, a ``commondir`` elsewhere) never reaches the host.
+    ``git worktree remove`` inside removes it on the host too."""
+    marker = marker_path()
+    assert host_git(repo, "config", "extensions.worktreeConfig", "true").returncode == 0
+    script = f"""
+set -e
+git worktree add -q -b task wt
+echo t > wt/t && git -C wt add t && git -C wt commit -qm in-worktree
+printf '[core]\\n\\tfsmonitor = touch {marker}; false\\n' > .git/worktrees/wt/config.worktree
+echo /elsewhere > .git/worktrees/wt/commondir
+"""
+    r = inside(layout, live, script)
+    assert r.returncode == 0, r.stderr
+    if live is not None:
+        time.sleep(1.2)  # a sync round after the plants
+    wt = repo / "wt"
+    status = host_git(wt, "status", "--porcelain")
+    assert status.returncode == 0 and status.stdout == "", status.stderr
+    assert host_git(wt, "log", "-1", "--format=%s").stdout.strip() == "in-worktree"
+    assert host_git(wt, "rev-parse", "--abbrev-ref", "HEAD").stdout.strip() == "task"
+    listed = host_git(repo, "worktree", "list", "--porcelain").stdout
+    assert f"worktree {wt}" in listed and "branch refs/heads/task" in listed
+    assert not (repo / ".git" / "worktrees" / "wt" / "config.worktree").exists()
+    assert (repo / ".git" / "worktrees" / "wt" / "commondir").read_text() == "../..\n"
+    assert not marker.exists(), "host git ran the worktree config the sandbox wrote"
+    # The host commits in it; the sandbox sees that, then removes the worktree.
+    (wt / "h").write_text("h\n")
+    assert host_git(wt, "add", "h").returncode == 0
+    assert host_git(wt, "commit", "-qm", "on-host").returncode == 0
+    seen = ""
+    for _ in range(40):
+        seen = inside(layout, live, "echo ../.. > .git/worktrees/wt/commondir; git -C wt log -1 --format=%s")
+        seen = seen.stdout.strip()
+        if seen == "on-host":
+            break
+        time.sleep(0.1)
+    assert seen == "on-host"
+    if live is None:
+        # A later sandbox keeps a worktree's .git file read-only (docs/known-limits.md):
+        # removing that worktree there fails with EBUSY; the host removes it.
+        r = inside(layout, live, "git worktree remove --force wt")
+        assert r.returncode != 0 and "busy" in r.stderr, r.stderr
+        return
+    r = inside(layout, live, "git worktree remove --force wt && git worktree list")
+    assert r.returncode == 0, r.stderr
+    time.sleep(1.2)  # a sync round
+    assert f"worktree {wt}\n" not in host_git(repo, "worktree", "list", "--porcelain").stdout
+    assert not (repo / ".git" / "worktrees" / "wt").exists()
+    assert host_git(repo, "log", "-1", "--format=%s", "task").stdout.strip() == "on-host"
+
+
 def test_a_submodule_added_inside_works_and_is_adopted(layout: Layout, repo: Path, live: str | None) -> None:
     marker = marker_path()
     script = f"""

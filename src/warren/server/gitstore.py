@@ -30,8 +30,10 @@ reached only from directory descriptors opened before the sandbox existed
   ``HEAD`` must be a ref or an object name, and an index that names a submodule whose
   git directory nobody protects (a repository made inside, not yet adopted) is held
   back, so host ``git status`` never recurses into one.
-- **linked worktrees' metadata** is mirrored from the host (so ``git gc`` inside keeps
-  what the host's other worktrees need); worktrees made inside stay inside.
+- **linked worktrees' metadata** travels both ways as data (``_sync_worktrees``): one
+  made inside works on the host afterwards, one removed on a side goes from the other,
+  the host's are mirrored in (so ``git gc`` inside keeps what they need); their
+  ``config.worktree`` never leaves the tree, and the host's ``commondir`` is ``../..``.
 
 Repositories *made* inside a sandbox (``git init sub``, ``cargo new``, a ``.git``
 planted by hand, a bare-repository-shaped directory) are the sandbox's own until it
@@ -329,7 +331,7 @@ def sync(shadow: Shadow, gitlink_ok: Callable[[str], bool] | None = None) -> lis
     stamps: dict[str, list[int]] = state.setdefault("stamps", {})
     done += _sync_config(shadow, state, stamps)
     done += _sync_files(shadow, stamps, gitlink_ok)
-    _mirror_worktrees(shadow)
+    done += _sync_worktrees(shadow, state, gitlink_ok)
     after = json.dumps(state).encode()  # as save_json writes it
     if after != raw:  # a quiet round writes nothing
         safepath.write_atomic(shadow.sfd, "base.json", after, mode=0o600, fsync=False)
@@ -498,37 +500,228 @@ def _chunks(fd: int) -> Iterator[bytes]:
         yield chunk
 
 
-def _mirror_worktrees(shadow: Shadow) -> None:
-    """The host's linked worktrees, as data inside (their HEADs and indexes keep objects
-    alive for ``git gc``); a worktree the host removed goes from the tree too, one made
-    inside stays."""
+# What a linked worktree's git directory holds that travels: data git rewrites as it
+# works there. Never ``config.worktree`` (host git reads it with extensions.worktreeConfig)
+# nor ``commondir``: the host's is always ``../..``, its own common directory.
+_WORKTREE_DATA = ("HEAD", "ORIG_HEAD", "index", "gitdir", "locked", "logs/HEAD")
+_GITDIR = re.compile(rb"/[^\0\n]{0,4090}/\.git\n?")
+
+
+def _sync_worktrees(
+    shadow: Shadow, state: dict[str, Any], gitlink_ok: Callable[[str], bool] | None
+) -> list[str]:
+    """Linked worktrees, both ways. One made on either side is made on the other (made
+    inside, ``git worktree add`` works on the host afterwards: host ``git -C wt status``,
+    ``git worktree list``); one removed on a side since the last round (``git worktree
+    remove``/``prune``) goes from the other, unless that side changed it meanwhile; the
+    files of ``_WORKTREE_DATA`` follow whichever side changed them, the host winning a
+    tie. What reaches the host from the tree is checked as the top-level files are, and
+    the host's ``commondir`` is warren's own."""
+    done: list[str] = []
+    known: list[str] = state.setdefault("worktrees", [])
+    stamps: dict[str, list[int]] = state.setdefault("stamps", {})
+    hw = _open_worktrees(shadow.gfd)
     try:
-        wfd = safepath.dir_beneath(shadow.gfd, "worktrees")
-    except OSError:
-        return
+        tw = _open_worktrees(shadow.tfd)
+    except BaseException:
+        if hw is not None:
+            os.close(hw)
+        raise
     try:
-        ensure_dir(shadow.tfd, "worktrees")
-        tw = safepath.dir_beneath(shadow.tfd, "worktrees")
-        try:
-            with os.scandir(wfd) as it:
-                names = [e.name for e in it if _is_dir(e)]
-            for name in names:
-                ensure_dir(tw, name)
-                src = safepath.dir_beneath(wfd, name)
-                dst = safepath.dir_beneath(tw, name)
-                try:
-                    for f in _WORKTREE_FILES:
-                        if _stamp(src, f) and _stamp(src, f)[2:] != _stamp(dst, f)[2:]:
-                            copy_file(src, dst, f)
-                finally:
-                    os.close(src)
-                    os.close(dst)
-        finally:
-            os.close(tw)
-    except OSError:
-        pass
+        host, tree = _dir_names(hw), _dir_names(tw)
+        for name in sorted(host | tree | set(known)):
+            key = f"wt:{name}:"
+            on_host, on_tree = name in host, name in tree
+            if not on_host and not on_tree:
+                pass
+            elif on_tree and not on_host and name in known and tw is not None:
+                safepath.remove_tree(tw, name)  # the host removed it
+                on_tree = False
+            elif (
+                on_host
+                and not on_tree
+                and name in known
+                and hw is not None
+                and not _changed(hw, name, stamps, key + "host:")
+            ):
+                safepath.remove_tree(hw, name)  # removed inside, and the host left it as it was
+                done.append(f"{shadow.path}/worktrees/{name}: removed, as inside")
+                on_host = False
+            else:
+                hw = hw if hw is not None else _make_worktrees(shadow.gfd)
+                tw = tw if tw is not None else _make_worktrees(shadow.tfd)
+                if not on_host:
+                    done.append(f"{shadow.path}/worktrees/{name}: made, as inside")
+                done += _sync_worktree(shadow, hw, tw, name, stamps, key, gitlink_ok, new_on_host=not on_host)
+                on_host = on_tree = True
+            if not (on_host and on_tree):
+                for k in [k for k in stamps if k.startswith(key)]:
+                    del stamps[k]
+        state["worktrees"] = sorted(_dir_names(hw) & _dir_names(tw))
     finally:
-        os.close(wfd)
+        for fd in (hw, tw):
+            if fd is not None:
+                os.close(fd)
+    return done
+
+
+def _open_worktrees(fd: int) -> int | None:
+    try:
+        return safepath.dir_beneath(fd, "worktrees")
+    except OSError:
+        return None
+
+
+def _make_worktrees(fd: int) -> int:
+    ensure_dir(fd, "worktrees")
+    return safepath.dir_beneath(fd, "worktrees")
+
+
+def _dir_names(fd: int | None) -> set[str]:
+    if fd is None:
+        return set()
+    with contextlib.suppress(OSError), os.scandir(fd) as it:
+        return {e.name for e in it if _is_dir(e)}
+    return set()
+
+
+def _changed(wfd: int, name: str, stamps: dict[str, list[int]], prefix: str) -> bool:
+    try:
+        dfd = safepath.dir_beneath(wfd, name)
+    except OSError:
+        return False
+    try:
+        return any(_stamp_rel(dfd, f) != stamps.get(prefix + f) for f in _WORKTREE_DATA)
+    finally:
+        os.close(dfd)
+
+
+def _stamp_rel(fd: int, rel: str) -> list[int]:
+    """``_stamp`` of a file one directory down (``logs/HEAD``) or at ``fd``."""
+    parent, _, name = rel.rpartition("/")
+    if not parent:
+        return _stamp(fd, name)
+    try:
+        sub = safepath.dir_beneath(fd, parent)
+    except OSError:
+        return []
+    try:
+        return _stamp(sub, name)
+    finally:
+        os.close(sub)
+
+
+def _sync_worktree(
+    shadow: Shadow,
+    hw: int,
+    tw: int,
+    name: str,
+    stamps: dict[str, list[int]],
+    key: str,
+    gitlink_ok: Callable[[str], bool] | None,
+    new_on_host: bool,
+) -> list[str]:
+    ensure_dir(hw, name)
+    ensure_dir(tw, name)
+    done: list[str] = []
+    hd = safepath.dir_beneath(hw, name)
+    try:
+        td = safepath.dir_beneath(tw, name)
+        try:
+            if new_on_host or _stamp(hd, "commondir") == []:
+                safepath.write_atomic(hd, "commondir", b"../..\n", mode=0o644, fsync=False)
+            for rel in _WORKTREE_DATA:
+                done += _sync_one(shadow, hd, td, name, rel, stamps, key, gitlink_ok)
+        finally:
+            os.close(td)
+    finally:
+        os.close(hd)
+    return done
+
+
+def _sync_one(
+    shadow: Shadow,
+    hd: int,
+    td: int,
+    name: str,
+    rel: str,
+    stamps: dict[str, list[int]],
+    key: str,
+    gitlink_ok: Callable[[str], bool] | None,
+) -> list[str]:
+    g_now, t_now = _stamp_rel(hd, rel), _stamp_rel(td, rel)
+    g_was, t_was = stamps.get(key + "host:" + rel), stamps.get(key + "tree:" + rel)
+    if g_now == g_was and t_now == t_was:
+        return []
+    if _stamp_rel(hd, rel + ".lock") or _stamp_rel(td, rel + ".lock"):
+        return []  # a git command is writing it: next round
+    parent, _, leaf = rel.rpartition("/")
+    if (g_now != g_was or t_now == t_was) and (g_now or g_was is not None or not t_now):
+        # The host changed, or nothing to take from the tree: the tree follows the host.
+        if parent:
+            ensure_dir(td, parent)
+        with _at(td, parent) as dst:
+            if g_now:
+                with _at(hd, parent) as src:
+                    copy_file(src, dst, leaf)
+            elif t_now:
+                safepath.unlink(dst, leaf)
+        stamps[key + "host:" + rel] = g_now
+        stamps[key + "tree:" + rel] = _stamp_rel(td, rel)
+        return []
+    data = _checked_worktree(td, rel, t_now, gitlink_ok)
+    if isinstance(data, str):
+        return [f"{shadow.path}/worktrees/{name}/{rel}: kept the host's ({data})"]
+    if parent:
+        ensure_dir(hd, parent)
+    with _at(hd, parent) as dst:
+        if data is None:
+            safepath.unlink(dst, leaf)
+        else:
+            safepath.write_atomic(dst, leaf, data, mode=0o644, fsync=False)
+    stamps[key + "host:" + rel] = _stamp_rel(hd, rel)
+    stamps[key + "tree:" + rel] = t_now
+    return []
+
+
+@contextlib.contextmanager
+def _at(fd: int, parent: str) -> Iterator[int]:
+    if not parent:
+        yield fd
+        return
+    sub = safepath.dir_beneath(fd, parent)
+    try:
+        yield sub
+    finally:
+        os.close(sub)
+
+
+def _checked_worktree(
+    td: int, rel: str, t_now: list[int], gitlink_ok: Callable[[str], bool] | None
+) -> bytes | str | None:
+    """The tree's file as it may reach the host's worktree directory (None: removed)."""
+    if not t_now:
+        return "HEAD may not go" if rel in ("HEAD", "gitdir") else None
+    if not stat.S_ISREG(t_now[0]):
+        return "not a regular file"
+    try:
+        with _at(td, rel.rpartition("/")[0]) as fd:
+            data = safepath.read_file(fd, rel.rpartition("/")[2], MAX_DATA)
+    except OSError as e:
+        return f"unreadable: {e.strerror}"
+    if rel == "HEAD" and not _HEAD.fullmatch(data):
+        return "not a ref or an object name"
+    if rel == "gitdir" and not _GITDIR.fullmatch(data):
+        return "not the path of a worktree's .git file"
+    if rel == "index" and gitlink_ok is not None:
+        try:
+            links = gitlinks(data)
+        except ValueError as e:
+            return str(e)
+        for path in links:
+            if not gitlink_ok(path):
+                return f"it names a submodule at {path} whose git directory warren does not protect yet"
+    return data
 
 
 def gitlinks(index: bytes) -> list[str]:
