@@ -156,7 +156,7 @@ def in_overlay(lowerdirs: Iterable[Path], script: str, base: Path) -> subprocess
 
 
 DEBIAN_NAME = "deb"
-DEBIAN_PACKAGES = ("python3", "python3-venv", "git")
+DEBIAN_PACKAGES = ("python3", "python3-venv", "git", "apt")
 
 
 def mirror_reachable() -> bool:

@@ -4,7 +4,7 @@ and a tool cache beside it under $HOME (one host filesystem, so they share a mou
 /workspace is a link to the workspace's host path), or a workspace in the sandbox's
 layer. Judged on the host: inodes, owners, files.
 
-The image (bookworm ``essential`` + python3, python3-venv, git: ``images_util``) is built
+The image (bookworm ``essential`` + python3, python3-venv, git, apt: ``images_util``) is built
 once per test run and shared with ``test_images_debian``. npm is not in it (Debian's
 npm is hundreds of packages): its cases stay with the host-root battery.
 """
@@ -225,3 +225,25 @@ print(socket.create_connection(srv.getsockname(), timeout=5).recv(4).decode())
         marker.unlink()
     assert r.returncode != 0 or "HOST-TMP-VISIBLE" not in r.stdout
     assert r.stdout.split()[:2] == ["/tmp", "pong"], r.stderr
+
+
+def test_apt_installs_a_package_with_its_maintainer_scripts_as_root_inside(box: Box) -> None:
+    """What E2B, Daytona and Modal users do first: ``apt-get update && apt-get install``,
+    as root inside, through the allowlist (Debian's mirror is a registry this machine
+    reaches, as the image's build does). apt's download methods switch to ``_apt`` with
+    setgroups, which a sandbox mapping one id refuses: the image's root downloads
+    (``plan.envroot.APT_SANDBOX``), and every file of the image is root's inside."""
+    hosts = ("--network", "allow", "--allow-host", "deb.debian.org", "--allow-host", "security.debian.org")
+    r = box.run(
+        """
+        set -e
+        apt-get update -q
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q curl
+        dpkg -s curl | grep '^Status'
+        curl --version | head -1
+        """,
+        *hosts,
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "Status: install ok installed" in r.stdout and r.stdout.splitlines()[-1].startswith("curl ")
+    assert "setgroups" not in r.stdout + r.stderr

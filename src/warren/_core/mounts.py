@@ -344,6 +344,8 @@ def _apply(op: MountOp, target: str, fd: int | None) -> None:
         if not os.path.isdir(target):  # an image may have it already
             os.mkdir(target)
             os.chmod(target, op.mode if op.mode is not None else 0o755)
+    elif kind is MountKind.SEED:
+        _seed(target, (op.source or "").encode())
     elif kind is MountKind.DENY_PATH:
         _deny_path(target)
     elif kind is MountKind.PROC:
@@ -357,6 +359,20 @@ def _apply(op: MountOp, target: str, fd: int | None) -> None:
             _attach(clone, target)
     else:  # pragma: no cover - every kind is handled above
         raise OSError(errno.EINVAL, f"unknown mount step {kind}")
+
+
+def _seed(target: str, data: bytes) -> None:
+    """``target`` made with ``data`` where its directory exists (the image's) and it does
+    not: a sandbox made from a snapshot has it, or the user's own, already. The path was
+    checked for links (``_no_links``) and the last step follows none."""
+    try:
+        fd = os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except (FileExistsError, FileNotFoundError, NotADirectoryError):
+        return
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
 
 
 def _top_link(op: MountOp) -> bool:

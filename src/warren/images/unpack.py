@@ -12,9 +12,11 @@ Every member is judged before anything is written for it:
   means the image's own root), and the unpacker never follows one;
 - a hard link may only name an earlier member of the same layer;
 - device nodes are made only for a root caller that allows them (else skipped, with a
-  warning line); setuid/setgid bits and owners are kept only for root: for anyone else
-  everything belongs to the caller (a sandbox maps its root to the caller, as rootless
-  containers do) and the archive's owners are not kept;
+  warning line); setuid/setgid bits are kept only for root; the archive's owners are
+  kept for no one: everything belongs to the caller, as a sandbox maps one id (its
+  root, or the image's user) to the caller (as rootless containers do) and a file of
+  any other owner would be nobody's inside, unreadable where its mode says so (apt's
+  ``_apt``-owned lists);
 - file sizes count against a budget (``Budget``): a member larger than what is left is
   refused before its data is read;
 - ``user.overlay.*`` attributes in the archive are dropped (they would steer the
@@ -257,7 +259,6 @@ class _Layer:
         self.budget = budget
         self.as_root = as_root
         self.allow_devices = allow_devices
-        self.ids = (os.geteuid(), os.getegid())  # who owns what we create
         self.dirs: dict[str, int] = {}  # open descriptors of directories made here
         self.dir_meta: dict[str, tarfile.TarInfo] = {}
         self.implicit: set[str] = {""}  # directories the tar only implies: 0755, like tar -x
@@ -400,8 +401,6 @@ class _Layer:
                 while view:
                     view = view[os.write(fd, view) :]
                 left -= len(chunk)
-            if self.as_root and (m.uid, m.gid) != self.ids:
-                os.fchown(fd, m.uid, m.gid)
             os.fchmod(fd, self.mode(m))
             if m.pax_headers:
                 _xattrs(fd, m, self.as_root)
@@ -423,8 +422,6 @@ class _Layer:
         return m.mode & (0o7777 if self.as_root else 0o1777)
 
     def finish(self, pfd: int, name: str, m: tarfile.TarInfo, link: bool = False) -> None:
-        if self.as_root:
-            os.chown(name, m.uid, m.gid, dir_fd=pfd, follow_symlinks=False)
         if not link:
             os.chmod(name, self.mode(m), dir_fd=pfd)
         os.utime(name, ns=(_ns(m), _ns(m)), dir_fd=pfd, follow_symlinks=False)
@@ -444,8 +441,6 @@ class _Layer:
             m = self.dir_meta[rel]
             fd = safepath.dir_beneath(self.root, rel) if rel else os.dup(self.root)
             try:
-                if self.as_root:
-                    os.fchown(fd, m.uid, m.gid)
                 _xattrs(fd, m, self.as_root)
                 os.fchmod(fd, self.mode(m))
                 os.utime(fd, ns=(_ns(m), _ns(m)))

@@ -52,6 +52,18 @@ _HOST_ONLY = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL"})
 _HOST_FILES = frozenset(CA_VARIABLES)
 
 
+# apt drops to its `_apt` user for downloads (setgroups, setresuid), which a sandbox that
+# maps one id cannot do: "setgroups (1: Operation not permitted)". Root downloads instead,
+# as in rootless containers; made only where the image has apt's configuration directory.
+APT_SANDBOX = MountOp(
+    MountKind.SEED,
+    "/etc/apt/apt.conf.d/00warren-sandbox",
+    source='// warren: this sandbox maps one user id; apt cannot switch to _apt for downloads\n'
+    'APT::Sandbox::User "root";\n',
+    why="apt downloads as root: the sandbox maps one user id, so apt cannot switch to _apt",
+)
+
+
 def default_disk(mem_total: int) -> int:
     """The writable layer is a tmpfs (memory, swappable): a quarter of RAM by default."""
     return max(MIN_DISK, mem_total // 4)
@@ -141,6 +153,7 @@ def plan_image(
     # /tmp is the image's, in the sandbox's layer (private to it, within --disk), as in a
     # container: a rename from TMPDIR into a /workspace of the layer is then a rename.
     ops.append(MountOp(MountKind.DIR, "/tmp", why="/tmp, in the sandbox's own layer", mode=0o1777))
+    ops.append(APT_SANDBOX)
     ops.extend(later)
     ops.extend(dev_ops(lambda path: device_exists.get(path, False), tmp_size, mkdir=True))
     # Denied paths in the host workspace stay hidden at their place under /workspace.

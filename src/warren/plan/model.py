@@ -39,6 +39,9 @@ class MountKind(enum.Enum):
     # Sandboxes on an image (plan.envroot):
     OVERLAY = "overlay"  # the root: ``layers`` (topmost first) under a tmpfs upper of ``size``
     DENY_PATH = "deny_path"  # ``target`` hidden as whatever it is when mounted (dir or file)
+    # a file ``target`` holding ``source``, made in the sandbox's own layer only where its
+    # directory exists and it does not (a setting the image's tools need in a sandbox)
+    SEED = "seed"
 
 
 # Cloned from the host before anything is overlaid (their sources may lie under /tmp,

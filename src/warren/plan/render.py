@@ -45,6 +45,8 @@ def _mount_line(op: MountOp) -> str:
         return f"tmpfs     {op.target}  [{state}]  ({op.why})"
     if op.kind is _K.DIR:
         return f"dir       {op.target}  [mode {op.mode or 0o755:o}]  ({op.why})"
+    if op.kind is _K.SEED:
+        return f"file      {op.target}  (if missing: {op.why})"
     return f"ro        {op.target}  ({op.why})"
 
 
