@@ -16,6 +16,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -26,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from conftest import need_tool
+from test_syscall_filter import ACL_ATTACK
 from warren.errors import HostError, PolicyError
 from warren.plan import CallerFacts, make_plan
 from warren.plan.degraded import NOT_HELD
@@ -114,6 +116,30 @@ def test_writes_outside_the_workspace_fail_without_user_namespaces(box: Path, ou
     control = nouserns(box, ["--", "sh", "-c", f"echo pwned > {outside}.control"])
     assert control.returncode == 0 and Path(f"{outside}.control").read_text() == "pwned\n"
     Path(f"{outside}.control").unlink()
+
+
+def test_setxattrat_cannot_give_a_file_of_yours_an_acl_without_user_namespaces(
+    box: Path, outside: Path, tmp_path: Path
+) -> None:
+    """The degraded mode shares the host's mounts: an ACL written with the new call on
+    any file the user owns would rewrite its mode (a denied key made 0644)."""
+    os.chmod(outside, 0o600)
+    r = nouserns(box, ["run", "--", sys.executable, "-c", ACL_ATTACK, str(outside)])
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    assert res == {"setxattrat_access": "ENOSYS", "removexattrat": "ENOSYS", "setxattr_access": "EPERM"}, res
+    assert stat.S_IMODE(outside.stat().st_mode) == 0o600
+    with pytest.raises(OSError) as gone:
+        os.getxattr(outside, "system.posix_acl_access")
+    assert gone.value.errno == errno.ENODATA
+    # Control: the same calls in the same container, without warren.
+    control = tmp_path / "control"
+    control.write_text("")
+    os.chmod(control, 0o600)
+    os.setxattr(control, "user.warren", b"x")
+    c = nouserns(box, ["--", sys.executable, "-c", ACL_ATTACK, str(control)])
+    assert json.loads(c.stdout.strip().splitlines()[-1]) == dict.fromkeys(res, "ok"), c.stderr
+    assert stat.S_IMODE(control.stat().st_mode) == 0o777
 
 
 def test_a_planted_credential_stays_unreadable_without_user_namespaces(

@@ -108,6 +108,13 @@ _UNIFIED_NR = {
     "openat2": 437,
     "mount_setattr": 442,
     "fchmodat2": 452,
+    "setxattrat": 463,
+    "getxattrat": 464,
+    "listxattrat": 465,
+    "removexattrat": 466,
+    "open_tree_attr": 467,
+    "file_getattr": 468,
+    "file_setattr": 469,
 }
 _NR = {machine: {**nrs, **_UNIFIED_NR} for machine, nrs in _ARCH_NR.items()}
 
@@ -134,6 +141,7 @@ DENIED: dict[str, str] = {
     "fsmount": "the mount plan is fixed at launch",
     "fspick": "the mount plan is fixed at launch",
     "mount_setattr": "the mount plan is fixed at launch",
+    "open_tree_attr": "the mount plan is fixed at launch",
     "setns": "no joining other namespaces",
     "acct": "host administration",
     "swapon": "host administration",
@@ -147,6 +155,15 @@ DENIED: dict[str, str] = {
     "open_by_handle_at": "file handles can bypass path-based rules",
     "lookup_dcookie": "kernel profiling interface",
     "quotactl": "host administration",
+}
+
+# Refused with ENOSYS, so that libc and tools take the older call the broker judges
+# (or that they already use): a call that writes metadata by a path or fd is either
+# brokered or refused here, never left to the kernel, which would not ask Landlock.
+UNBROKERED: dict[str, str] = {
+    "setxattrat": "its xattr writes (ACLs among them) are not brokered; tools use setxattr, which is",
+    "removexattrat": "its xattr removals are not brokered; tools use removexattr, which is",
+    "file_setattr": "inode flags and project ids by path are not brokered; tools use the ioctl",
 }
 
 CLONE_NEWUSER = 0x10000000
@@ -218,6 +235,7 @@ class SeccompPlan:
             lines.append(
                 "deny socket() but AF_UNIX and AF_NETLINK (EACCES): no IP socket at all (network none)"
             )
+        lines.extend(f"{name} -> ENOSYS: {why}" for name, why in UNBROKERED.items())
         lines.append("deny ioctl TIOCSTI/TIOCLINUX: no typing into the caller's terminal")
         lines.append(
             "deny setuid/setgid modes in chmod, fchmod(at), open(at) with O_CREAT, mkdir(at), mknod(at), "
@@ -227,7 +245,9 @@ class SeccompPlan:
 
 
 def build(
-    machine: str | None = None, allow_nested: bool = False, local_sockets_only: bool = False
+    machine: str | None = None,
+    allow_nested: bool = False,
+    local_sockets_only: bool = False,
 ) -> SeccompPlan:
     """``local_sockets_only``: refuse every socket family but ``LOCAL_FAMILIES`` (a
     sandbox that shares the host's network namespace, under network none)."""
@@ -235,9 +255,10 @@ def build(
 
 
 @lru_cache(maxsize=8)
-def _build(machine: str, allow_nested: bool, local_sockets_only: bool = False) -> SeccompPlan:
+def _build(machine: str, allow_nested: bool, local_sockets_only: bool) -> SeccompPlan:
     nr = _NR[machine]
     eperm = _ret_errno(errno.EPERM)
+    enosys = _ret_errno(errno.ENOSYS)
     prog: list[Instruction] = [
         (_LD_W_ABS, 0, 0, _OFF_ARCH),
         (_JEQ_K, 1, 0, AUDIT_ARCH[machine]),
@@ -274,7 +295,8 @@ def _build(machine: str, allow_nested: bool, local_sockets_only: bool = False) -
                 (_RET_K, 0, 0, eperm),
                 (_RET_K, 0, 0, RET_ALLOW),
             ]
-    prog += [(_JEQ_K, 0, 1, nr["openat2"]), (_RET_K, 0, 0, _ret_errno(errno.ENOSYS))]
+    for name in ("openat2", *UNBROKERED):
+        prog += [(_JEQ_K, 0, 1, nr[name]), (_RET_K, 0, 0, enosys)]
     for name, mode_arg, flags_arg in MODE_ARGS:
         if name not in nr:
             continue  # not on this architecture (aarch64 has only the *at calls)

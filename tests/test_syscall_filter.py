@@ -1,0 +1,171 @@
+"""The seccomp filter's construction: calls nobody reviewed are refused, and the new
+xattr calls cannot rewrite the ACLs of what the broker guards.
+
+``setxattrat``/``removexattrat`` (Linux 6.13) reach the same xattrs as
+``setxattr``/``removexattr``, which PID 1's broker judges; they are refused with
+ENOSYS (nothing on this host calls them; a tool that does falls back). Each attack is
+judged on the host (the mode, the ACL xattrs), beside a control that makes the same
+call without warren and sees it change what the test looks at.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import Layout
+from warren._core import guard
+
+# Python run inside (or, for a control, on the host): raw system calls by number, so
+# no libc wrapper decides anything. ``acl(perm)`` is a minimal POSIX ACL giving
+# ``perm`` to the owner, the group and others (perm 7 on a directory is mode 0777).
+RAW = r"""
+import ctypes, errno, json, os, struct, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+results = {}
+def outcome(r):
+    return "ok" if r >= 0 else errno.errorcode.get(ctypes.get_errno(), str(ctypes.get_errno()))
+def acl(perm):
+    return struct.pack("<I", 2) + b"".join(struct.pack("<HHI", t, perm, 0xFFFFFFFF) for t in (1, 4, 0x20))
+def setxattrat(path, name, value):
+    buf = ctypes.create_string_buffer(value, len(value))
+    args = ctypes.create_string_buffer(struct.pack("<QII", ctypes.addressof(buf), len(value), 0), 16)
+    return outcome(libc.syscall(463, -100, path.encode(), 0, name.encode(), args, 16))
+def removexattrat(path, name):
+    return outcome(libc.syscall(466, -100, path.encode(), 0, name.encode()))
+def setxattr(path, name, value):
+    try:
+        os.setxattr(path, name, value)
+        return "ok"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+"""
+
+ACL_ATTACK = (
+    RAW
+    + r"""
+target = sys.argv[1]
+results["setxattrat_access"] = setxattrat(target, "system.posix_acl_access", acl(7))
+if os.path.isdir(target):
+    results["setxattrat_default"] = setxattrat(target, "system.posix_acl_default", acl(6))
+results["removexattrat"] = removexattrat(target, "user.warren")
+results["setxattr_access"] = setxattr(target, "system.posix_acl_access", acl(7))
+print(json.dumps(results))
+"""
+)
+
+
+def _acl(path: Path, name: str) -> bytes | None:
+    try:
+        return os.getxattr(path, name)
+    except OSError as e:
+        assert e.errno == errno.ENODATA, e
+        return None
+
+
+def _host(code: str, *argv: str) -> dict[str, str]:
+    r = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    return dict(json.loads(r.stdout.strip().splitlines()[-1]))
+
+
+def test_setxattrat_cannot_rewrite_the_acls_of_the_shared_ancestor(
+    any_layout: Layout, tmp_path: Path
+) -> None:
+    parent = any_layout.root
+    os.setxattr(parent, "user.warren", b"kept")
+    before = stat.S_IMODE(parent.stat().st_mode)
+    r = any_layout.run(["python3", "-c", ACL_ATTACK, str(parent)])
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    # The new calls do not exist inside; the old one is the broker's, which refuses
+    # the ancestor (EPERM; EROFS on the read-only view a /tmp workspace is grafted on).
+    assert res.pop("setxattr_access") in {"EPERM", "EROFS"}, res
+    assert res == {"setxattrat_access": "ENOSYS", "setxattrat_default": "ENOSYS", "removexattrat": "ENOSYS"}
+    assert stat.S_IMODE(parent.stat().st_mode) == before
+    assert _acl(parent, "system.posix_acl_access") is None
+    assert _acl(parent, "system.posix_acl_default") is None
+    assert os.getxattr(parent, "user.warren") == b"kept"
+    # Control: the same calls on the host, on a directory of the same user, do what
+    # the attack wanted (the kernel has them, and the checks above would see them).
+    control = tmp_path / "control"
+    control.mkdir(mode=0o700)
+    os.setxattr(control, "user.warren", b"x")
+    assert _host(ACL_ATTACK, str(control)) == {
+        "setxattrat_access": "ok",
+        "setxattrat_default": "ok",
+        "removexattrat": "ok",
+        "setxattr_access": "ok",
+    }
+    assert stat.S_IMODE(control.stat().st_mode) == 0o777
+    assert _acl(control, "system.posix_acl_default") is not None
+    (control / "later").write_text("")
+    assert stat.S_IMODE((control / "later").stat().st_mode) == 0o666
+
+
+def test_acls_inside_the_workspace_work_as_on_the_host(layout: Layout, tmp_path: Path) -> None:
+    """What setfacl does (setxattr of the ACL xattrs), inside the workspace: brokered,
+    and the same modes and default ACL as on the host."""
+    code = (
+        RAW
+        + r"""
+os.mkdir("d", 0o700)
+results["access"] = setxattr("d", "system.posix_acl_access", acl(7))
+results["default"] = setxattr("d", "system.posix_acl_default", acl(6))
+open("d/later", "w").close()
+results["modes"] = [oct(os.stat(p).st_mode & 0o7777) for p in ("d", "d/later")]
+print(json.dumps(results))
+"""
+    )
+    r = layout.py(code)
+    assert r.returncode == 0, r.stderr
+    inside = json.loads(r.stdout.strip().splitlines()[-1])
+    host_dir = tmp_path / "host"
+    host_dir.mkdir()
+    on_host = subprocess.run(
+        [sys.executable, "-c", code], cwd=host_dir, capture_output=True, text=True, timeout=30
+    )
+    assert on_host.returncode == 0, on_host.stderr
+    expected = {"access": "ok", "default": "ok", "modes": ["0o777", "0o666"]}
+    assert inside == json.loads(on_host.stdout) == expected
+    default = "system.posix_acl_default"
+    assert _acl(layout.workspace / "d", default) == _acl(host_dir / "d", default) is not None
+
+
+def test_the_guard_restores_an_acl_changed_on_a_guarded_ancestor(tmp_path: Path) -> None:
+    """The second line, should a call ever slip past the filter: an ACL set on a
+    guarded directory while the sandbox ran is noticed, removed, and said."""
+    d = tmp_path / "ancestor"
+    d.mkdir(mode=0o755)
+    states = guard.snapshot([str(d)])
+    escape = (
+        "print(json.dumps({'a': setxattr(sys.argv[1], 'system.posix_acl_access', acl(7)),"
+        " 'd': setxattr(sys.argv[1], 'system.posix_acl_default', acl(6))}))"
+    )
+    assert _host(RAW + escape, str(d)) == {"a": "ok", "d": "ok"}
+    # Control: the change is there for the guard to see.
+    assert stat.S_IMODE(d.stat().st_mode) == 0o777 and _acl(d, "system.posix_acl_default") is not None
+    notes = guard.restore(states)
+    assert _acl(d, "system.posix_acl_access") is None and _acl(d, "system.posix_acl_default") is None
+    assert stat.S_IMODE(d.stat().st_mode) == 0o755
+    assert any("system.posix_acl_default" in n and "restored" in n for n in notes), notes
+    assert any("mode" in n and "restored 755" in n for n in notes), notes
+    assert guard.restore(guard.snapshot([str(d)])) == []
+
+
+@pytest.fixture(autouse=True)
+def _home_acls() -> None:
+    home = Path.home()
+    try:
+        os.getxattr(home, "system.posix_acl_access")
+    except OSError as e:
+        if e.errno == errno.EOPNOTSUPP:
+            pytest.skip(f"the filesystem of {home} has no POSIX ACLs")
