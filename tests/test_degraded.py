@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from conftest import need_tool
-from test_syscall_filter import ACL_ATTACK
+from test_syscall_filter import ABOVE, ACL_ATTACK
 from warren.errors import HostError, PolicyError
 from warren.plan import CallerFacts, make_plan
 from warren.plan.degraded import NOT_HELD
@@ -140,6 +140,13 @@ def test_setxattrat_cannot_give_a_file_of_yours_an_acl_without_user_namespaces(
     c = nouserns(box, ["--", sys.executable, "-c", ACL_ATTACK, str(control)])
     assert json.loads(c.stdout.strip().splitlines()[-1]) == dict.fromkeys(res, "ok"), c.stderr
     assert stat.S_IMODE(control.stat().st_mode) == 0o777
+
+
+def test_calls_above_the_reviewed_ones_get_enosys_without_user_namespaces(box: Path) -> None:
+    r = nouserns(box, ["run", "--", sys.executable, "-c", ABOVE])
+    assert r.stdout.split("\n")[:4] == ["468 EINVAL", "469 ENOSYS", "470 ENOSYS", "1000 ENOSYS"], r.stderr
+    control = nouserns(box, ["--", sys.executable, "-c", ABOVE])
+    assert control.stdout.split("\n")[:2] == ["468 EINVAL", "469 EINVAL"], control.stderr
 
 
 def test_a_planted_credential_stays_unreadable_without_user_namespaces(

@@ -3,7 +3,10 @@
 Owns the deny list and its compilation to classic BPF as plain (code, jt, jf, k)
 tuples. Pure: installing the program is the launcher's job (``_core.harden``).
 The filter is a deny list on top of what namespaces, dropped capabilities and
-Landlock already forbid; it closes the kernel surfaces those do not cover.
+Landlock already forbid; it closes the kernel surfaces those do not cover. It is
+closed by construction towards the future: every number above ``REVIEWED_UP_TO`` (the
+highest call someone read and decided about here) and every unallocated hole below
+it gets ENOSYS, so the next kernel's calls stay shut until they are reviewed.
 """
 
 from __future__ import annotations
@@ -157,6 +160,19 @@ DENIED: dict[str, str] = {
     "quotactl": "host administration",
 }
 
+# The highest system call number reviewed (Linux 6.18: file_setattr). Each call up to
+# it is allowed, denied in ``DENIED``, refused in ``UNBROKERED``, judged by the broker
+# (``BROKERED``) or checked below; everything above gets ENOSYS, as from an older
+# kernel, so libc and tools fall back. To raise it: read each new call's man page and
+# kernel source, place it in one of those tables, then move this number.
+REVIEWED_UP_TO = 469
+# Numbers below the cap that no call has (a later kernel will not fill them: calls
+# added since 5.1 are numbered from 424 on every architecture); refused the same way.
+UNALLOCATED: dict[str, tuple[tuple[int, int], ...]] = {
+    "x86_64": ((335, 423),),
+    "aarch64": ((244, 259), (295, 423)),
+}
+
 # Refused with ENOSYS, so that libc and tools take the older call the broker judges
 # (or that they already use): a call that writes metadata by a path or fd is either
 # brokered or refused here, never left to the kernel, which would not ask Landlock.
@@ -225,9 +241,16 @@ class SeccompPlan:
     deny_new_userns: bool
     program: tuple[Instruction, ...]
     local_sockets_only: bool = False  # the degraded mode's network none
+    reviewed_up_to: int = REVIEWED_UP_TO
 
     def summary(self) -> list[str]:
-        lines = [f"deny {name}: {DENIED[name]}" for name in self.denied]
+        holes = ", ".join(f"{lo}-{hi}" for lo, hi in UNALLOCATED[self.machine])
+        lines = [
+            f"calls above {self.reviewed_up_to} (unreviewed) -> ENOSYS: a newer kernel's calls stay shut "
+            "until reviewed; libc falls back",
+            f"unallocated numbers {holes} -> ENOSYS",
+        ]
+        lines += [f"deny {name}: {DENIED[name]}" for name in self.denied]
         if self.deny_new_userns:
             lines.append("deny clone/unshare with CLONE_NEWUSER: no nested user namespaces")
             lines.append("clone3 -> ENOSYS so libc falls back to clone, whose flags are checked")
@@ -248,14 +271,16 @@ def build(
     machine: str | None = None,
     allow_nested: bool = False,
     local_sockets_only: bool = False,
+    reviewed_up_to: int = REVIEWED_UP_TO,
 ) -> SeccompPlan:
     """``local_sockets_only``: refuse every socket family but ``LOCAL_FAMILIES`` (a
-    sandbox that shares the host's network namespace, under network none)."""
-    return _build(machine or os.uname().machine, allow_nested, local_sockets_only)
+    sandbox that shares the host's network namespace, under network none).
+    ``reviewed_up_to``: the cap; only a test lowers it, to see a real call refused."""
+    return _build(machine or os.uname().machine, allow_nested, local_sockets_only, reviewed_up_to)
 
 
 @lru_cache(maxsize=8)
-def _build(machine: str, allow_nested: bool, local_sockets_only: bool) -> SeccompPlan:
+def _build(machine: str, allow_nested: bool, local_sockets_only: bool, reviewed_up_to: int) -> SeccompPlan:
     nr = _NR[machine]
     eperm = _ret_errno(errno.EPERM)
     enosys = _ret_errno(errno.ENOSYS)
@@ -268,6 +293,9 @@ def _build(machine: str, allow_nested: bool, local_sockets_only: bool) -> Seccom
     if machine == "x86_64":
         # x32 ABI syscalls carry bit 30; nothing a developer tool needs uses them.
         prog += [(_JGE_K, 0, 1, 0x40000000), (_RET_K, 0, 0, eperm)]
+    prog += [(_JGE_K, 0, 1, reviewed_up_to + 1), (_RET_K, 0, 0, enosys)]
+    for lo, hi in UNALLOCATED[machine]:
+        prog += [(_JGE_K, 0, 2, lo), (_JGE_K, 1, 0, hi + 1), (_RET_K, 0, 0, enosys)]
     denied = tuple(DENIED)
     for name in denied:
         prog += [(_JEQ_K, 0, 1, nr[name]), (_RET_K, 0, 0, eperm)]
@@ -322,7 +350,7 @@ def _build(machine: str, allow_nested: bool, local_sockets_only: bool) -> Seccom
             (_RET_K, 0, 0, RET_ALLOW),
         ]
     prog.append((_RET_K, 0, 0, RET_ALLOW))
-    return SeccompPlan(machine, denied, not allow_nested, tuple(prog), local_sockets_only)
+    return SeccompPlan(machine, denied, not allow_nested, tuple(prog), local_sockets_only, reviewed_up_to)
 
 
 RET_USER_NOTIF = 0x7FC00000
