@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from conftest import Layout
+from warren import PolicySpec, Sandbox
 from warren._core import guard
 from warren.plan import seccomp
 
@@ -173,10 +174,13 @@ def _home_acls() -> None:
             pytest.skip(f"the filesystem of {home} has no POSIX ACLs")
 
 
-def _verdict(program: tuple[tuple[int, int, int, int], ...], machine: str, nr: int) -> int:
-    """The filter's answer for call ``nr`` (arguments all zero), by running its classic
-    BPF here: the few opcodes ``plan.seccomp`` emits."""
-    data = struct.pack("<II Q 6Q", nr, seccomp.AUDIT_ARCH[machine], 0, *([0] * 6))
+def _verdict(
+    program: tuple[tuple[int, int, int, int], ...], machine: str, nr: int, args: tuple[int, ...] = ()
+) -> int:
+    """The filter's answer for call ``nr`` (arguments zero unless given), by running its
+    classic BPF here: the few opcodes ``plan.seccomp`` emits."""
+    full = (*args, *([0] * (6 - len(args))))
+    data = struct.pack("<II Q 6Q", nr, seccomp.AUDIT_ARCH[machine], 0, *full)
     pc = acc = 0
     while True:
         code, jt, jf, k = program[pc]
@@ -217,6 +221,34 @@ def test_every_number_nobody_reviewed_gets_enosys(machine: str, nested: bool) ->
     assert _verdict(lowered.program, machine, nr["file_getattr"]) == ENOSYS
 
 
+@pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
+def test_calls_on_another_process_go_to_the_broker_and_on_the_caller_do_not(machine: str) -> None:
+    program = seccomp.notify_program(("sockets", "metadata", "processes"), machine)
+    nr = seccomp.BROKERED[machine]
+    pointer = 0x7FFF_0000_1000  # a new limit, its low word zero: the high word counts
+    cases = {
+        ("prlimit64", (0, 7, pointer, 0)): seccomp.RET_ALLOW,
+        ("prlimit64", (42, 7, 0, pointer)): seccomp.RET_ALLOW,  # a read
+        ("prlimit64", (42, 7, pointer, 0)): seccomp.RET_USER_NOTIF,
+        ("prlimit64", (1 << 32, 7, pointer, 0)): seccomp.RET_ALLOW,  # the kernel reads pid 0
+        ("setpriority", (0, 0, 19)): seccomp.RET_ALLOW,
+        ("setpriority", (0, 42, 19)): seccomp.RET_USER_NOTIF,
+        ("setpriority", (2, 0, 19)): seccomp.RET_USER_NOTIF,  # PRIO_USER: every process of the uid
+        ("ioprio_set", (1, 0, 3 << 13)): seccomp.RET_ALLOW,
+        ("ioprio_set", (3, 0, 3 << 13)): seccomp.RET_USER_NOTIF,
+        ("sched_setaffinity", (0, 8, pointer)): seccomp.RET_ALLOW,
+        ("sched_setaffinity", (42, 8, pointer)): seccomp.RET_USER_NOTIF,
+        ("sched_setattr", (42, pointer, 0)): seccomp.RET_USER_NOTIF,
+        ("sched_setparam", (42, pointer)): seccomp.RET_USER_NOTIF,
+        ("sched_setscheduler", (42, 5, pointer)): seccomp.RET_USER_NOTIF,
+    }
+    for (name, args), expected in cases.items():
+        assert _verdict(program, machine, nr[name], args) == expected, (name, args)
+    # Control: without the group, the same calls pass straight to the kernel.
+    plain = seccomp.notify_program(("sockets", "metadata"), machine)
+    assert _verdict(plain, machine, nr["prlimit64"], (42, 7, pointer, 0)) == seccomp.RET_ALLOW
+
+
 # 468 (file_getattr): reviewed, a read, allowed; 469 (file_setattr): reviewed, refused;
 # 470 and 1000: above the cap (this kernel has no 470 either: the line that can fail
 # here is 468's and 469's; the cap's own control is in tests/core/test_harden.py).
@@ -239,3 +271,112 @@ def test_calls_above_the_reviewed_ones_get_enosys_inside(layout: Layout) -> None
         [sys.executable, "-m", "warren", "plan"], cwd=layout.workspace, capture_output=True, text=True
     )
     assert f"calls above {seccomp.REVIEWED_UP_TO} (unreviewed) -> ENOSYS" in plan.stdout, plan.stderr
+
+
+# The calls that change another process, made on each pid of argv: "ok" or the errno.
+OTHERS = r"""
+import ctypes, errno, json, os, resource, sys
+libc = ctypes.CDLL(None, use_errno=True)
+IOPRIO_SET = {"x86_64": 251, "aarch64": 30}[os.uname().machine]
+def ioprio_idle(pid):
+    if libc.syscall(IOPRIO_SET, 1, pid, 3 << 13) != 0:
+        raise OSError(ctypes.get_errno(), "ioprio_set")
+def attempt(fn):
+    try:
+        fn()
+        return "ok"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+results = {}
+for t in map(int, sys.argv[1:]):
+    results[t] = [
+        attempt(lambda: resource.prlimit(t, resource.RLIMIT_NOFILE, (12, 12))),
+        attempt(lambda: os.setpriority(os.PRIO_PROCESS, t, 19)),
+        attempt(lambda: os.sched_setaffinity(t, {0})),
+        attempt(lambda: os.sched_setscheduler(t, os.SCHED_IDLE, os.sched_param(0))),
+        attempt(lambda: ioprio_idle(t)),
+    ]
+print(json.dumps(results))
+"""
+# What a command starts with.
+START = (
+    "import os, resource\n"
+    "print(os.getpid(), resource.getrlimit(resource.RLIMIT_NOFILE), os.getpriority(os.PRIO_PROCESS, 0),"
+    " sorted(os.sched_getaffinity(0)), os.sched_getscheduler(0))"
+)
+REFUSED = ["EPERM"] * 5
+DONE = ["ok"] * 5
+
+
+def _limits(pid: int) -> str:
+    lines = Path(f"/proc/{pid}/limits").read_text().splitlines()
+    return next(line for line in lines if line.startswith("Max open files"))
+
+
+def test_a_command_cannot_lower_the_next_commands_limits_or_priority(layout: Layout) -> None:
+    """The exec stub waiting for the next command, PID 1 and the spare helper are
+    processes of the same uid: the calls on them are refused, and the next command
+    (the very process that was attacked) starts with the plan's limits."""
+    from test_exec_stub import FIND_STUB
+
+    sb = Sandbox.create(PolicySpec(workspace=str(layout.workspace)))
+    try:
+        first = sb.exec(["python3", "-c", START]).stdout.decode().split(" ", 1)[1]
+        # The attack looks for the stub PID 1 forks for the next command while it runs.
+        find = FIND_STUB + (
+            "helper = next(int(l.split()[1]) for l in open(f'/proc/{pid}/status') if l.startswith('PPid:'))\n"
+            "import sys\n"
+            "sys.argv[1:] = [str(pid), '1', str(helper), str(os.getpid())]\n"
+        )
+        r = sb.exec(["python3", "-c", find + OTHERS])
+        assert r.exit_code == 0, r.stderr
+        stub, pid1, helper, own = json.loads(r.stdout).items()
+        assert pid1[0] == "1" and stub[1] == pid1[1] == helper[1] == REFUSED, r.stdout
+        # Control inside: the same calls on the command itself do what they say.
+        assert own[1] == DONE, r.stdout
+        pid, start = sb.exec(["python3", "-c", START]).stdout.decode().split(" ", 1)
+        assert pid == stub[0], "the next command was not the process attacked: nothing was shown"
+        assert start == first
+    finally:
+        sb.remove()
+    # Control on the host: the same calls reach a process of the same uid.
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        before = _limits(sleeper.pid)
+        assert _host(OTHERS, str(sleeper.pid)) == {str(sleeper.pid): DONE}
+        assert _limits(sleeper.pid) != before and _limits(sleeper.pid).split()[3:5] == ["12", "12"]
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+# What tools do to the process they start or to themselves: each prints what it set.
+TOOLS = r"""
+set -e
+nice -n 5 sh -c 'cut -d" " -f19 /proc/self/stat'
+prlimit --nofile=100:100 sh -c 'ulimit -n'
+sh -c 'ulimit -n 99; ulimit -n'
+taskset -c 0 sh -c 'grep Cpus_allowed_list /proc/self/status'
+ionice -c 3 sh -c 'ionice'
+chrt -i 0 sh -c 'chrt -p $$ | head -1 | cut -d: -f2'
+python3 -c '
+import os, resource, threading
+os.setpriority(os.PRIO_PROCESS, os.getpid(), 3)
+resource.prlimit(os.getpid(), resource.RLIMIT_NOFILE, (50, 50))
+def own_thread():
+    os.sched_setaffinity(threading.get_native_id(), {0})
+    print("thread", sorted(os.sched_getaffinity(threading.get_native_id())))
+t = threading.Thread(target=own_thread)
+t.start(); t.join()
+print(os.getpriority(os.PRIO_PROCESS, 0), resource.getrlimit(resource.RLIMIT_NOFILE))
+'
+"""
+
+
+def test_nice_prlimit_taskset_ionice_and_chrt_work_on_what_they_start(layout: Layout) -> None:
+    r = layout.run(["sh", "-c", TOOLS])
+    assert r.returncode == 0, r.stderr
+    host = subprocess.run(["sh", "-c", TOOLS], capture_output=True, text=True, timeout=30)
+    assert host.returncode == 0, host.stderr
+    assert r.stdout == host.stdout
+    assert r.stdout.split("\n")[:3] == ["5", "100", "99"], r.stdout

@@ -381,6 +381,13 @@ BROKERED: dict[str, dict[str, int]] = {
         "renameat2": 316,
         "link": 86,
         "linkat": 265,
+        "prlimit64": 302,
+        "setpriority": 141,
+        "ioprio_set": 251,
+        "sched_setaffinity": 203,
+        "sched_setscheduler": 144,
+        "sched_setparam": 142,
+        "sched_setattr": 314,
     },
     "aarch64": {
         "connect": 203,
@@ -400,6 +407,13 @@ BROKERED: dict[str, dict[str, int]] = {
         "renameat": 38,
         "renameat2": 276,
         "linkat": 37,
+        "prlimit64": 261,
+        "setpriority": 140,
+        "ioprio_set": 30,
+        "sched_setaffinity": 122,
+        "sched_setscheduler": 119,
+        "sched_setparam": 118,
+        "sched_setattr": 274,
     },
 }
 SOCKETS = ("connect", "sendto", "sendmsg", "sendmmsg")
@@ -428,8 +442,30 @@ METADATA = (
     "fremovexattr",
 )
 
+# Calls that change another process (limits, priority, scheduling): only with a pid
+# (pid 0, the caller, passes at once, as does prlimit64 without a new limit); the
+# broker lets the caller's own ids through (``_core.broker.processes``).
+PROCESSES = (
+    "prlimit64",
+    "setpriority",
+    "ioprio_set",
+    "sched_setaffinity",
+    "sched_setscheduler",
+    "sched_setparam",
+    "sched_setattr",
+)
+# (call, argument that must equal ``which`` for a single process, that value): the
+# pid of these is their next argument.
+_WHICH = {"setpriority": (0, 0), "ioprio_set": (0, 1)}  # PRIO_PROCESS, IOPRIO_WHO_PROCESS
 
-GROUPS = {"sockets": SOCKETS, "metadata": METADATA, "renames": RENAMES, "links": LINKS}
+
+GROUPS = {
+    "sockets": SOCKETS,
+    "metadata": METADATA,
+    "renames": RENAMES,
+    "links": LINKS,
+    "processes": PROCESSES,
+}
 
 
 def _brokered(name: str, nr: dict[str, int]) -> bool:
@@ -439,8 +475,9 @@ def _brokered(name: str, nr: dict[str, int]) -> bool:
 @lru_cache(maxsize=8)
 def notify_program(groups: tuple[str, ...], machine: str | None = None) -> tuple[Instruction, ...]:
     """A second filter: the brokered calls of ``groups`` ("sockets",
-    "metadata", "renames", "links") go to PID 1 (seccomp user notification); everything else passes on to
-    the deny filter. ``sendto`` without an address (a connected socket) is not sent."""
+    "metadata", "renames", "links", "processes") go to PID 1 (seccomp user notification); everything else
+    passes on to the deny filter. ``sendto`` without an address (a connected socket) is not sent, nor a
+    call of "processes" that names the caller as pid 0."""
     machine = machine or os.uname().machine
     nr = BROKERED[machine]
     names = [n for g, members in GROUPS.items() if g in groups for n in members if _brokered(n, nr)]
@@ -462,7 +499,41 @@ def notify_program(groups: tuple[str, ...], machine: str | None = None) -> tuple
                 (_RET_K, 0, 0, RET_USER_NOTIF),
                 (_RET_K, 0, 0, RET_ALLOW),
             ]
+        elif name in PROCESSES:
+            block = _process_block(name)
+            prog += [(_JEQ_K, 0, len(block), nr[name]), *block]
         else:
             prog += [(_JEQ_K, 0, 1, nr[name]), (_RET_K, 0, 0, RET_USER_NOTIF)]
     prog.append((_RET_K, 0, 0, RET_ALLOW))
     return tuple(prog)
+
+
+def _process_block(name: str) -> list[Instruction]:
+    """Allow the call on pid 0 (the caller), notify it otherwise."""
+    if name in _WHICH:
+        which_arg, which = _WHICH[name]
+        return [
+            (_LD_W_ABS, 0, 0, _arg_low(which_arg)),
+            (_JEQ_K, 0, 3, which),  # a group or a user: the broker refuses
+            (_LD_W_ABS, 0, 0, _arg_low(which_arg + 1)),
+            (_JEQ_K, 0, 1, 0),
+            (_RET_K, 0, 0, RET_ALLOW),
+            (_RET_K, 0, 0, RET_USER_NOTIF),
+        ]
+    block: list[Instruction] = []
+    if name == "prlimit64":
+        # prlimit64(pid, resource, new_limit, old_limit): without a new limit, a read.
+        block += [
+            (_LD_W_ABS, 0, 0, _arg_low(2)),
+            (_JEQ_K, 0, 3, 0),
+            (_LD_W_ABS, 0, 0, _arg_low(2) + 4),
+            (_JEQ_K, 0, 1, 0),
+            (_RET_K, 0, 0, RET_ALLOW),
+        ]
+    return [
+        *block,
+        (_LD_W_ABS, 0, 0, _arg_low(0)),
+        (_JEQ_K, 0, 1, 0),
+        (_RET_K, 0, 0, RET_ALLOW),
+        (_RET_K, 0, 0, RET_USER_NOTIF),
+    ]
