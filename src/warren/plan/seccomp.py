@@ -110,6 +110,7 @@ _UNIFIED_NR = {
     "clone3": 435,
     "openat2": 437,
     "mount_setattr": 442,
+    "quotactl_fd": 443,
     "fchmodat2": 452,
     "setxattrat": 463,
     "getxattrat": 464,
@@ -158,6 +159,7 @@ DENIED: dict[str, str] = {
     "open_by_handle_at": "file handles can bypass path-based rules",
     "lookup_dcookie": "kernel profiling interface",
     "quotactl": "host administration",
+    "quotactl_fd": "host administration",
 }
 
 # The highest system call number reviewed (Linux 6.18: file_setattr). Each call up to
