@@ -16,6 +16,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -26,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from conftest import need_tool
+from test_syscall_filter import ABOVE, ACL_ATTACK, DONE, OTHERS, REFUSED, _limits
 from warren.errors import HostError, PolicyError
 from warren.plan import CallerFacts, make_plan
 from warren.plan.degraded import NOT_HELD
@@ -114,6 +116,75 @@ def test_writes_outside_the_workspace_fail_without_user_namespaces(box: Path, ou
     control = nouserns(box, ["--", "sh", "-c", f"echo pwned > {outside}.control"])
     assert control.returncode == 0 and Path(f"{outside}.control").read_text() == "pwned\n"
     Path(f"{outside}.control").unlink()
+
+
+def test_setxattrat_cannot_give_a_file_of_yours_an_acl_without_user_namespaces(
+    box: Path, outside: Path, tmp_path: Path
+) -> None:
+    """The degraded mode shares the host's mounts: an ACL written with the new call on
+    any file the user owns would rewrite its mode (a denied key made 0644)."""
+    os.chmod(outside, 0o600)
+    r = nouserns(box, ["run", "--", sys.executable, "-c", ACL_ATTACK, str(outside)])
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    assert res == {"setxattrat_access": "ENOSYS", "removexattrat": "ENOSYS", "setxattr_access": "EPERM"}, res
+    assert stat.S_IMODE(outside.stat().st_mode) == 0o600
+    with pytest.raises(OSError) as gone:
+        os.getxattr(outside, "system.posix_acl_access")
+    assert gone.value.errno == errno.ENODATA
+    # Control: the same calls in the same container, without warren.
+    control = tmp_path / "control"
+    control.write_text("")
+    os.chmod(control, 0o600)
+    os.setxattr(control, "user.warren", b"x")
+    c = nouserns(box, ["--", sys.executable, "-c", ACL_ATTACK, str(control)])
+    assert json.loads(c.stdout.strip().splitlines()[-1]) == dict.fromkeys(res, "ok"), c.stderr
+    assert stat.S_IMODE(control.stat().st_mode) == 0o777
+
+
+def test_calls_above_the_reviewed_ones_get_enosys_without_user_namespaces(box: Path) -> None:
+    r = nouserns(box, ["run", "--", sys.executable, "-c", ABOVE])
+    assert r.stdout.split("\n")[:4] == ["468 EINVAL", "469 ENOSYS", "470 ENOSYS", "1000 ENOSYS"], r.stderr
+    control = nouserns(box, ["--", sys.executable, "-c", ABOVE])
+    assert control.stdout.split("\n")[:2] == ["468 EINVAL", "469 EINVAL"], control.stderr
+
+
+# argv[1]: a process of the caller's outside; then every ancestor of the command up
+# to the container or the host's init (its helper, PID 1, the supervisor, which
+# detached itself), each attacked.
+ANCESTORS = """
+import os, sys
+def parent(pid):
+    return next(int(l.split()[1]) for l in open(f"/proc/{pid}/status") if l.startswith("PPid:"))
+pid = parent(os.getpid())
+while pid > 1 and not open(f"/proc/{pid}/cmdline", "rb").read().startswith(b"bwrap"):
+    sys.argv.append(str(pid))
+    pid = parent(pid)
+"""
+
+
+def test_a_command_cannot_lower_the_limits_or_priority_of_your_processes_without_user_namespaces(
+    box: Path,
+) -> None:
+    """No pid namespace here: every process of the user is a pid away, the supervisor
+    among them (``prlimit --nofile=3`` on it would take its sandboxes down)."""
+    host = subprocess.Popen(["sleep", "60"])
+    try:
+        before = _limits(host.pid)
+        r = nouserns(box, ["run", "--", sys.executable, "-c", ANCESTORS + OTHERS, str(host.pid)])
+        assert r.returncode == 0, r.stderr
+        res = json.loads(r.stdout)
+        assert len(res) >= 4 and set(map(tuple, res.values())) == {tuple(REFUSED)}, res
+        assert _limits(host.pid) == before and os.getpriority(os.PRIO_PROCESS, host.pid) == 0
+        # The supervisor lived through it: the next run is answered.
+        assert nouserns(box, ["run", "--", "true"]).returncode == 0
+        # Control: the same calls in the same container without warren.
+        c = nouserns(box, ["--", sys.executable, "-c", OTHERS, str(host.pid)])
+        assert json.loads(c.stdout) == {str(host.pid): DONE}, c.stderr
+        assert _limits(host.pid).split()[3:5] == ["12", "12"]
+    finally:
+        host.kill()
+        host.wait()
 
 
 def test_a_planted_credential_stays_unreadable_without_user_namespaces(

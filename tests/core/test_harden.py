@@ -153,6 +153,30 @@ def test_the_seccomp_filter_refuses_nested_user_namespaces_and_keyrings() -> Non
     }
 
 
+def test_a_real_call_above_the_reviewed_range_gets_enosys() -> None:
+    """The cap refuses a call this kernel has: file_getattr (468) under a filter whose
+    cap is lowered below it, beside the shipped filter, which allows it."""
+
+    def inside(cap: int) -> dict[str, str]:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+
+        def file_getattr() -> None:
+            if libc.syscall(468, -100, b"/", 0, 0, 0) != 0:
+                raise OSError(ctypes.get_errno(), "file_getattr")
+
+        harden.harden(types.SimpleNamespace(seccomp=seccomp.build(reviewed_up_to=cap)), None)  # type: ignore[arg-type]
+        return {"file_getattr": attempt(file_getattr), "an ordinary call": attempt(lambda: os.listdir("/"))}
+
+    # The kernel's own answer (size 0 is too small): the call exists here.
+    assert in_child(lambda: inside(seccomp.REVIEWED_UP_TO)) == {
+        "file_getattr": "EINVAL",
+        "an ordinary call": "ok",
+    }
+    assert in_child(lambda: inside(467)) == {"file_getattr": "ENOSYS", "an ordinary call": "ok"}
+
+
 def _keyctl_nr() -> int:
     return {"x86_64": 250, "aarch64": 219}[os.uname().machine]
 

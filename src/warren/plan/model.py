@@ -174,6 +174,7 @@ class Plan:
             "machine": self.seccomp.machine,
             "denied": list(self.seccomp.denied),
             "deny_new_userns": self.seccomp.deny_new_userns,
+            "reviewed_up_to": self.seccomp.reviewed_up_to,
             "instructions": len(self.seccomp.program),
         }
         if self.landlock is not None:

@@ -3,7 +3,10 @@
 Owns the deny list and its compilation to classic BPF as plain (code, jt, jf, k)
 tuples. Pure: installing the program is the launcher's job (``_core.harden``).
 The filter is a deny list on top of what namespaces, dropped capabilities and
-Landlock already forbid; it closes the kernel surfaces those do not cover.
+Landlock already forbid; it closes the kernel surfaces those do not cover. It is
+closed by construction towards the future: every number above ``REVIEWED_UP_TO`` (the
+highest call someone read and decided about here) and every unallocated hole below
+it gets ENOSYS, so the next kernel's calls stay shut until they are reviewed.
 """
 
 from __future__ import annotations
@@ -107,7 +110,15 @@ _UNIFIED_NR = {
     "clone3": 435,
     "openat2": 437,
     "mount_setattr": 442,
+    "quotactl_fd": 443,
     "fchmodat2": 452,
+    "setxattrat": 463,
+    "getxattrat": 464,
+    "listxattrat": 465,
+    "removexattrat": 466,
+    "open_tree_attr": 467,
+    "file_getattr": 468,
+    "file_setattr": 469,
 }
 _NR = {machine: {**nrs, **_UNIFIED_NR} for machine, nrs in _ARCH_NR.items()}
 
@@ -134,6 +145,7 @@ DENIED: dict[str, str] = {
     "fsmount": "the mount plan is fixed at launch",
     "fspick": "the mount plan is fixed at launch",
     "mount_setattr": "the mount plan is fixed at launch",
+    "open_tree_attr": "the mount plan is fixed at launch",
     "setns": "no joining other namespaces",
     "acct": "host administration",
     "swapon": "host administration",
@@ -147,6 +159,29 @@ DENIED: dict[str, str] = {
     "open_by_handle_at": "file handles can bypass path-based rules",
     "lookup_dcookie": "kernel profiling interface",
     "quotactl": "host administration",
+    "quotactl_fd": "host administration",
+}
+
+# The highest system call number reviewed (Linux 6.18: file_setattr). Each call up to
+# it is allowed, denied in ``DENIED``, refused in ``UNBROKERED``, judged by the broker
+# (``BROKERED``) or checked below; everything above gets ENOSYS, as from an older
+# kernel, so libc and tools fall back. To raise it: read each new call's man page and
+# kernel source, place it in one of those tables, then move this number.
+REVIEWED_UP_TO = 469
+# Numbers below the cap that no call has (a later kernel will not fill them: calls
+# added since 5.1 are numbered from 424 on every architecture); refused the same way.
+UNALLOCATED: dict[str, tuple[tuple[int, int], ...]] = {
+    "x86_64": ((335, 423),),
+    "aarch64": ((244, 259), (295, 423)),
+}
+
+# Refused with ENOSYS, so that libc and tools take the older call the broker judges
+# (or that they already use): a call that writes metadata by a path or fd is either
+# brokered or refused here, never left to the kernel, which would not ask Landlock.
+UNBROKERED: dict[str, str] = {
+    "setxattrat": "its xattr writes (ACLs among them) are not brokered; tools use setxattr, which is",
+    "removexattrat": "its xattr removals are not brokered; tools use removexattr, which is",
+    "file_setattr": "inode flags and project ids by path are not brokered; tools use the ioctl",
 }
 
 CLONE_NEWUSER = 0x10000000
@@ -208,9 +243,16 @@ class SeccompPlan:
     deny_new_userns: bool
     program: tuple[Instruction, ...]
     local_sockets_only: bool = False  # the degraded mode's network none
+    reviewed_up_to: int = REVIEWED_UP_TO
 
     def summary(self) -> list[str]:
-        lines = [f"deny {name}: {DENIED[name]}" for name in self.denied]
+        holes = ", ".join(f"{lo}-{hi}" for lo, hi in UNALLOCATED[self.machine])
+        lines = [
+            f"calls above {self.reviewed_up_to} (unreviewed) -> ENOSYS: a newer kernel's calls stay shut "
+            "until reviewed; libc falls back",
+            f"unallocated numbers {holes} -> ENOSYS",
+        ]
+        lines += [f"deny {name}: {DENIED[name]}" for name in self.denied]
         if self.deny_new_userns:
             lines.append("deny clone/unshare with CLONE_NEWUSER: no nested user namespaces")
             lines.append("clone3 -> ENOSYS so libc falls back to clone, whose flags are checked")
@@ -218,6 +260,7 @@ class SeccompPlan:
             lines.append(
                 "deny socket() but AF_UNIX and AF_NETLINK (EACCES): no IP socket at all (network none)"
             )
+        lines.extend(f"{name} -> ENOSYS: {why}" for name, why in UNBROKERED.items())
         lines.append("deny ioctl TIOCSTI/TIOCLINUX: no typing into the caller's terminal")
         lines.append(
             "deny setuid/setgid modes in chmod, fchmod(at), open(at) with O_CREAT, mkdir(at), mknod(at), "
@@ -227,17 +270,22 @@ class SeccompPlan:
 
 
 def build(
-    machine: str | None = None, allow_nested: bool = False, local_sockets_only: bool = False
+    machine: str | None = None,
+    allow_nested: bool = False,
+    local_sockets_only: bool = False,
+    reviewed_up_to: int = REVIEWED_UP_TO,
 ) -> SeccompPlan:
     """``local_sockets_only``: refuse every socket family but ``LOCAL_FAMILIES`` (a
-    sandbox that shares the host's network namespace, under network none)."""
-    return _build(machine or os.uname().machine, allow_nested, local_sockets_only)
+    sandbox that shares the host's network namespace, under network none).
+    ``reviewed_up_to``: the cap; only a test lowers it, to see a real call refused."""
+    return _build(machine or os.uname().machine, allow_nested, local_sockets_only, reviewed_up_to)
 
 
 @lru_cache(maxsize=8)
-def _build(machine: str, allow_nested: bool, local_sockets_only: bool = False) -> SeccompPlan:
+def _build(machine: str, allow_nested: bool, local_sockets_only: bool, reviewed_up_to: int) -> SeccompPlan:
     nr = _NR[machine]
     eperm = _ret_errno(errno.EPERM)
+    enosys = _ret_errno(errno.ENOSYS)
     prog: list[Instruction] = [
         (_LD_W_ABS, 0, 0, _OFF_ARCH),
         (_JEQ_K, 1, 0, AUDIT_ARCH[machine]),
@@ -247,6 +295,9 @@ def _build(machine: str, allow_nested: bool, local_sockets_only: bool = False) -
     if machine == "x86_64":
         # x32 ABI syscalls carry bit 30; nothing a developer tool needs uses them.
         prog += [(_JGE_K, 0, 1, 0x40000000), (_RET_K, 0, 0, eperm)]
+    prog += [(_JGE_K, 0, 1, reviewed_up_to + 1), (_RET_K, 0, 0, enosys)]
+    for lo, hi in UNALLOCATED[machine]:
+        prog += [(_JGE_K, 0, 2, lo), (_JGE_K, 1, 0, hi + 1), (_RET_K, 0, 0, enosys)]
     denied = tuple(DENIED)
     for name in denied:
         prog += [(_JEQ_K, 0, 1, nr[name]), (_RET_K, 0, 0, eperm)]
@@ -274,7 +325,8 @@ def _build(machine: str, allow_nested: bool, local_sockets_only: bool = False) -
                 (_RET_K, 0, 0, eperm),
                 (_RET_K, 0, 0, RET_ALLOW),
             ]
-    prog += [(_JEQ_K, 0, 1, nr["openat2"]), (_RET_K, 0, 0, _ret_errno(errno.ENOSYS))]
+    for name in ("openat2", *UNBROKERED):
+        prog += [(_JEQ_K, 0, 1, nr[name]), (_RET_K, 0, 0, enosys)]
     for name, mode_arg, flags_arg in MODE_ARGS:
         if name not in nr:
             continue  # not on this architecture (aarch64 has only the *at calls)
@@ -300,7 +352,7 @@ def _build(machine: str, allow_nested: bool, local_sockets_only: bool = False) -
             (_RET_K, 0, 0, RET_ALLOW),
         ]
     prog.append((_RET_K, 0, 0, RET_ALLOW))
-    return SeccompPlan(machine, denied, not allow_nested, tuple(prog), local_sockets_only)
+    return SeccompPlan(machine, denied, not allow_nested, tuple(prog), local_sockets_only, reviewed_up_to)
 
 
 RET_USER_NOTIF = 0x7FC00000
@@ -331,6 +383,13 @@ BROKERED: dict[str, dict[str, int]] = {
         "renameat2": 316,
         "link": 86,
         "linkat": 265,
+        "prlimit64": 302,
+        "setpriority": 141,
+        "ioprio_set": 251,
+        "sched_setaffinity": 203,
+        "sched_setscheduler": 144,
+        "sched_setparam": 142,
+        "sched_setattr": 314,
     },
     "aarch64": {
         "connect": 203,
@@ -350,6 +409,13 @@ BROKERED: dict[str, dict[str, int]] = {
         "renameat": 38,
         "renameat2": 276,
         "linkat": 37,
+        "prlimit64": 261,
+        "setpriority": 140,
+        "ioprio_set": 30,
+        "sched_setaffinity": 122,
+        "sched_setscheduler": 119,
+        "sched_setparam": 118,
+        "sched_setattr": 274,
     },
 }
 SOCKETS = ("connect", "sendto", "sendmsg", "sendmmsg")
@@ -378,8 +444,30 @@ METADATA = (
     "fremovexattr",
 )
 
+# Calls that change another process (limits, priority, scheduling): only with a pid
+# (pid 0, the caller, passes at once, as does prlimit64 without a new limit); the
+# broker lets the caller's own ids through (``_core.broker.processes``).
+PROCESSES = (
+    "prlimit64",
+    "setpriority",
+    "ioprio_set",
+    "sched_setaffinity",
+    "sched_setscheduler",
+    "sched_setparam",
+    "sched_setattr",
+)
+# (call, argument that must equal ``which`` for a single process, that value): the
+# pid of these is their next argument.
+_WHICH = {"setpriority": (0, 0), "ioprio_set": (0, 1)}  # PRIO_PROCESS, IOPRIO_WHO_PROCESS
 
-GROUPS = {"sockets": SOCKETS, "metadata": METADATA, "renames": RENAMES, "links": LINKS}
+
+GROUPS = {
+    "sockets": SOCKETS,
+    "metadata": METADATA,
+    "renames": RENAMES,
+    "links": LINKS,
+    "processes": PROCESSES,
+}
 
 
 def _brokered(name: str, nr: dict[str, int]) -> bool:
@@ -389,8 +477,9 @@ def _brokered(name: str, nr: dict[str, int]) -> bool:
 @lru_cache(maxsize=8)
 def notify_program(groups: tuple[str, ...], machine: str | None = None) -> tuple[Instruction, ...]:
     """A second filter: the brokered calls of ``groups`` ("sockets",
-    "metadata", "renames", "links") go to PID 1 (seccomp user notification); everything else passes on to
-    the deny filter. ``sendto`` without an address (a connected socket) is not sent."""
+    "metadata", "renames", "links", "processes") go to PID 1 (seccomp user notification); everything else
+    passes on to the deny filter. ``sendto`` without an address (a connected socket) is not sent, nor a
+    call of "processes" that names the caller as pid 0."""
     machine = machine or os.uname().machine
     nr = BROKERED[machine]
     names = [n for g, members in GROUPS.items() if g in groups for n in members if _brokered(n, nr)]
@@ -412,7 +501,41 @@ def notify_program(groups: tuple[str, ...], machine: str | None = None) -> tuple
                 (_RET_K, 0, 0, RET_USER_NOTIF),
                 (_RET_K, 0, 0, RET_ALLOW),
             ]
+        elif name in PROCESSES:
+            block = _process_block(name)
+            prog += [(_JEQ_K, 0, len(block), nr[name]), *block]
         else:
             prog += [(_JEQ_K, 0, 1, nr[name]), (_RET_K, 0, 0, RET_USER_NOTIF)]
     prog.append((_RET_K, 0, 0, RET_ALLOW))
     return tuple(prog)
+
+
+def _process_block(name: str) -> list[Instruction]:
+    """Allow the call on pid 0 (the caller), notify it otherwise."""
+    if name in _WHICH:
+        which_arg, which = _WHICH[name]
+        return [
+            (_LD_W_ABS, 0, 0, _arg_low(which_arg)),
+            (_JEQ_K, 0, 3, which),  # a group or a user: the broker refuses
+            (_LD_W_ABS, 0, 0, _arg_low(which_arg + 1)),
+            (_JEQ_K, 0, 1, 0),
+            (_RET_K, 0, 0, RET_ALLOW),
+            (_RET_K, 0, 0, RET_USER_NOTIF),
+        ]
+    block: list[Instruction] = []
+    if name == "prlimit64":
+        # prlimit64(pid, resource, new_limit, old_limit): without a new limit, a read.
+        block += [
+            (_LD_W_ABS, 0, 0, _arg_low(2)),
+            (_JEQ_K, 0, 3, 0),
+            (_LD_W_ABS, 0, 0, _arg_low(2) + 4),
+            (_JEQ_K, 0, 1, 0),
+            (_RET_K, 0, 0, RET_ALLOW),
+        ]
+    return [
+        *block,
+        (_LD_W_ABS, 0, 0, _arg_low(0)),
+        (_JEQ_K, 0, 1, 0),
+        (_RET_K, 0, 0, RET_ALLOW),
+        (_RET_K, 0, 0, RET_USER_NOTIF),
+    ]

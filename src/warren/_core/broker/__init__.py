@@ -9,11 +9,14 @@ could rewrite the path or address, or ``dup2`` another socket onto the fd, betwe
 the check and the kernel's read. It performs the call itself on what it checked — a
 copy of the process's fd (``pidfd_getfd``, the same open file description) or an
 ``O_PATH`` fd of the resolved object — and returns the result. ``CONTINUE`` is left
-only for warren's own processes.
+for warren's own processes, and for a call on another process whose pid is the
+caller's own (``processes``: its verdict rests on registers and on ids that cannot be
+reused while the caller waits).
 
 By concern: ``loop`` (the broker's thread: receive, decide who acts, answer),
 ``call`` (one call's memory, fds and paths), ``places`` (where a sandbox may act),
-``metadata`` (chmod, utimensat, xattrs), ``sockets`` (connect and sends), ``pool``
+``metadata`` (chmod, utimensat, xattrs), ``sockets`` (connect and sends),
+``processes`` (limits, priority and scheduling of a process by pid), ``pool``
 (the workers that make calls which may block, so the broker's thread never does).
 """
 

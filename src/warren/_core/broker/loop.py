@@ -27,7 +27,7 @@ from ...plan import seccomp as _seccomp
 from ...plan.model import Plan
 from .. import _sys, mounts
 from ..mounts import DENIED_FILE
-from . import links, metadata, pool, renames, sockets
+from . import links, metadata, pool, processes, renames, sockets
 from .call import Call, Outcome
 from .places import Places
 
@@ -35,7 +35,7 @@ _FILTER: dict[tuple[str, ...], _sys.SeccompProgram] = {}
 
 
 def _groups(plan: Plan | None) -> tuple[str, ...]:
-    groups: tuple[str, ...] = ("sockets", "metadata")
+    groups: tuple[str, ...] = ("sockets", "metadata", "processes")
     if plan is not None and plan.renames:
         groups += ("renames",)
     if plan is not None and plan.namespaces and any(g.shared for g in plan.git):
@@ -150,6 +150,10 @@ class Broker:
         call = Call(self.listener, nid, pid, args)
         if name in sockets.HANDLERS:
             self._socket(name, call)
+            return
+        if name in processes.HANDLERS:
+            # Judged on the call's registers and the caller's own ids: nothing to pin.
+            self._answer(nid, self._decide(name, call, lambda: processes.HANDLERS[name](call), pin=False))
             return
 
         handler = metadata.HANDLERS.get(name) or renames.HANDLERS.get(name) or self.links[name]
