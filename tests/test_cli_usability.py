@@ -9,6 +9,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -267,3 +268,34 @@ def test_cp_of_a_tree_shows_progress_on_a_terminal_and_nothing_in_a_pipe(
     # In a pipe (a log, an agent's capture): nothing but what went wrong.
     again = cli(web, "cp", "-r", str(src), "web:copied2")
     assert (again.returncode, again.stderr) == (0, "")
+
+
+@pytest.mark.parametrize("front", ["native", "python"])
+def test_a_removed_working_directory_is_named_with_a_hint_not_a_traceback(tmp_path: Path, front: str) -> None:
+    """``rm -rf`` of the directory the shell is in, then ``warren run``: the seeds' own
+    failure (exec after the workspace is removed), in warren's CLI. Without a workspace
+    there is none to use: refused, naming the directory; with an absolute
+    ``--workspace`` the command runs there."""
+    warren = os.path.join(os.path.dirname(sys.executable), "warren-python" if front == "python" else "warren")
+    if not os.access(warren, os.X_OK):
+        pytest.skip(f"no {front} front end in this install")
+    gone, ws = tmp_path / "gone", tmp_path / "ws"
+    gone.mkdir()
+    ws.mkdir()
+
+    def from_removed(*args: str) -> subprocess.CompletedProcess[str]:
+        where = shlex.quote(str(gone))
+        line = f"cd {where} && rmdir {where} && exec {shlex.join([warren, *args])}"
+        return subprocess.run(["sh", "-c", line], capture_output=True, text=True, timeout=60)
+
+    r = from_removed("run", "--", "true")
+    assert r.returncode == 125, r.stderr
+    assert f"your current directory was removed: {gone}" in r.stderr and "hint: cd into" in r.stderr
+    assert "Traceback" not in r.stderr
+    gone.mkdir()
+    r = from_removed("run", "--workspace", str(ws), "--", "sh", "-c", "pwd; touch made")
+    assert (r.returncode, r.stdout.strip()) == (0, str(ws)), r.stderr
+    assert (ws / "made").exists()
+    gone.mkdir()
+    r = from_removed("plan")
+    assert r.returncode == 125 and "Traceback" not in r.stderr, r.stderr

@@ -24,7 +24,7 @@ import select
 import struct
 
 from .. import jsonc, protocol, wire
-from ..client import connect
+from ..client import checks, connect
 from ..client.relay import Relay
 from ..errors import SandboxError, WarrenError
 from ..terminal import printable
@@ -317,10 +317,17 @@ def _drain_pipe(fd: int, take: Any) -> None:
         pass
 
 
+def _workspace(spec: dict[str, object]) -> str | None:
+    workspace = spec.get("workspace")
+    return workspace if isinstance(workspace, str) else None
+
+
 def run(spec: dict[str, object], profile: str | None, argv: list[str], timeout: float | None = None) -> int:
     message = protocol.RunRequest(
         spec=protocol.Spec.of(spec),
-        caller=protocol.Caller(cwd=os.getcwd(), env=dict(os.environ), config=True, profile=profile),
+        caller=protocol.Caller(
+            cwd=checks.caller_cwd(_workspace(spec)), env=dict(os.environ), config=True, profile=profile
+        ),
         command=protocol.Command(argv=argv, timeout=timeout),
     )
     return Attached(message).run()

@@ -9,14 +9,16 @@ import sys
 from collections.abc import Callable
 
 from .. import protocol
-from ..client import connect
+from ..client import checks, connect
 from ..errors import CommandNotFound, ExecError, WarrenError
 from ..models import Result
 from . import flags
 
 
 def _plan(spec: dict[str, object], profile: str | None) -> protocol.PlanReply:
-    caller = protocol.Caller(cwd=os.getcwd(), env=dict(os.environ), config=True, profile=profile)
+    workspace = spec.get("workspace")
+    cwd = checks.caller_cwd(workspace if isinstance(workspace, str) else None)
+    caller = protocol.Caller(cwd=cwd, env=dict(os.environ), config=True, profile=profile)
     reply, _ = connect.exchange(
         connect.for_run(),
         protocol.PlanRequest(spec=protocol.Spec.of(spec), caller=caller),

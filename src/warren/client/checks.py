@@ -12,7 +12,7 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 
-from ..errors import ExecError, PolicyError, ProcessNotFound, SandboxError, SandboxFileError
+from ..errors import CwdNotFound, ExecError, PolicyError, ProcessNotFound, SandboxError, SandboxFileError
 from ..policy import Policy, PolicySpec
 
 MAX_TIMEOUT = 7 * 24 * 3600.0  # seconds: a week (well inside every clock's range)
@@ -227,4 +227,28 @@ def spec_of(policy: object) -> PolicySpec:
         f"policy must be a PolicySpec (or a Policy from warren.build), not {type(policy).__name__}",
         operation="policy",
         hint='pass e.g. PolicySpec(workspace="/path", presets=["python"])',
+    )
+
+
+def caller_cwd(workspace: str | None) -> str:
+    """The caller's working directory, which a sandbox's workspace and relative paths
+    default to. Removed under the caller's shell (``rm -rf`` of the directory it is in),
+    an absolute ``workspace`` asked for stands in for it; without one, ``CwdNotFound``
+    names the directory that was there."""
+    try:
+        return os.getcwd()
+    except FileNotFoundError:
+        pass
+    if workspace and os.path.isabs(workspace):
+        return workspace
+    try:
+        gone = os.readlink("/proc/self/cwd").removesuffix(" (deleted)")
+    except OSError:
+        gone = "(unknown)"
+    raise CwdNotFound(
+        f"your current directory was removed: {gone}",
+        operation="getcwd",
+        path=gone,
+        hint="cd into a directory that exists (the workspace is the current directory unless "
+        "--workspace names one), or pass --workspace /ABSOLUTE/DIR",
     )

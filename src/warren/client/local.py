@@ -28,7 +28,7 @@ from ..models import (
 )
 from ..net.allowlist import NetEvent
 from ..policy.spec import PolicySpec, from_mapping
-from . import connect
+from . import checks, connect
 from .capture import run_captured
 from .transport import Command, Transport
 
@@ -67,8 +67,11 @@ class LocalTransport(Transport):
     def env(self) -> Mapping[str, str]:
         return os.environ if self._env is None else self._env
 
-    def _caller(self, config: bool = False, profile: str | None = None) -> protocol.Caller:
-        return protocol.Caller(cwd=os.getcwd(), env=dict(self.env), config=config, profile=profile)
+    def _caller(
+        self, config: bool = False, profile: str | None = None, workspace: str | None = None
+    ) -> protocol.Caller:
+        cwd = checks.caller_cwd(workspace)
+        return protocol.Caller(cwd=cwd, env=dict(self.env), config=config, profile=profile)
 
     def _request(
         self, message: protocol.Message, expect: tuple[type[protocol.Message], ...], payload: bytes = b""
@@ -78,7 +81,7 @@ class LocalTransport(Transport):
     # --- one-shot --------------------------------------------------------------------
 
     def run(self, spec: PolicySpec, command: Command, *, config: bool, profile: str | None) -> Result:
-        caller = self._caller(config, profile)
+        caller = self._caller(config, profile, spec.workspace)
         message = protocol.RunRequest(
             spec=_spec(spec), caller=caller, command=_command(command), net_events=True
         )
@@ -91,7 +94,8 @@ class LocalTransport(Transport):
     # --- lifecycle ------------------------------------------------------------------------
 
     def create(self, spec: PolicySpec, name: str, *, config: bool, profile: str | None) -> SandboxInfo:
-        request = protocol.CreateRequest(name=name, spec=_spec(spec), caller=self._caller(config, profile))
+        caller = self._caller(config, profile, spec.workspace)
+        request = protocol.CreateRequest(name=name, spec=_spec(spec), caller=caller)
         reply, _ = self._request(request, (protocol.SandboxInfo,))
         assert isinstance(reply, protocol.SandboxInfo)
         return info(reply)

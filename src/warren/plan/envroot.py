@@ -58,7 +58,7 @@ _HOST_FILES = frozenset(CA_VARIABLES)
 APT_SANDBOX = MountOp(
     MountKind.SEED,
     "/etc/apt/apt.conf.d/00warren-sandbox",
-    source='// warren: this sandbox maps one user id; apt cannot switch to _apt for downloads\n'
+    source="// warren: this sandbox maps one user id; apt cannot switch to _apt for downloads\n"
     'APT::Sandbox::User "root";\n',
     why="apt downloads as root: the sandbox maps one user id, so apt cannot switch to _apt",
 )
