@@ -6,7 +6,7 @@ same kind of long-lived sandbox (the daemon's own, and one made with `Sandbox.cr
   the client, next to the library's `exec` capturing the same output
   a 1 MiB file written and read back: library `files.write`/`read` vs REST PUT/GET
 
-Run: python bench/bench_sandboxd.py [--runs 200] [--mib 64]   (needs warren[sandboxd])
+Run: python bench/bench_sandboxd.py [--runs 200] [--mib 64]   (needs warren-sandbox[sandboxd])
 """
 
 from __future__ import annotations

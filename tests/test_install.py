@@ -108,7 +108,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         timeout=600,
     )
     assert built.returncode == 0, built.stderr
-    (found,) = out.glob("warren-*.whl")
+    (found,) = out.glob("warren_sandbox-*.whl")
     return found
 
 
@@ -204,7 +204,7 @@ def test_without_a_c_compiler_the_wheel_is_the_pure_python_cli(tmp_path: Path) -
     assert "the native front end was not built (no C compiler ('no-such-cc' not found))" in (
         built.stdout + built.stderr
     )
-    (found,) = tmp_path.glob("warren-*.whl")
+    (found,) = tmp_path.glob("warren_sandbox-*.whl")
     assert found.name.endswith("-py3-none-any.whl")
     with zipfile.ZipFile(found) as whl:
         scripts = {Path(n).name: whl.read(n) for n in whl.namelist() if ".data/scripts/" in n}

@@ -71,12 +71,9 @@ shell:
 
 def _version() -> str:
     """The installed distribution's version: pyproject.toml's ``version`` is the one place it is written."""
-    from importlib.metadata import PackageNotFoundError, version
+    from ..extras import version
 
-    try:
-        return version("warren")
-    except PackageNotFoundError:
-        return "unknown"
+    return version()
 
 
 def _dispatch(argv: list[str]) -> int:

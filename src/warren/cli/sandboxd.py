@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+from .. import extras
 from . import flags
 
 
@@ -15,7 +16,7 @@ def sandboxd(args: list[str]) -> int:
         "Speak agent-sandbox's sandboxd contract (gRPC process.v1.ProcessService, REST /v1/files, "
         "/v1/health, /v1/metadata) over one sandbox whose workspace is /workspace (or --workspace). "
         "Every command runs in that sandbox and every file operation is done by it; paths are "
-        "confined to the workspace. Needs the extra warren[sandboxd].",
+        "confined to the workspace. Needs the extra warren-sandbox[sandboxd].",
     )
     p.add_argument(
         "--grpc-addr",
@@ -47,7 +48,12 @@ def sandboxd(args: list[str]) -> int:
     spec = from_mapping(flags.spec_of(ns), "flags")
     spec.workspace = spec.workspace or "/workspace"
     grpc_addr, rest_addr = main.addresses(ns.grpc_addr, ns.rest_addr, os.environ)
-    return main.serve(main.Options(spec, grpc_addr, rest_addr, ns.metadata_env_prefix, ns.name))
+    try:
+        return main.serve(main.Options(spec, grpc_addr, rest_addr, ns.metadata_env_prefix, ns.name))
+    except ModuleNotFoundError as e:
+        if extras.is_missing("sandboxd", e):
+            raise extras.missing("sandboxd", "warren sandboxd", e) from None
+        raise
 
 
 COMMANDS: dict[str, Callable[[list[str]], int]] = {"sandboxd": sandboxd}

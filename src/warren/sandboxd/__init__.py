@@ -9,5 +9,5 @@ service-account token or reach the runtime itself. ``paths`` is the contract's
 confinement of a path to the workspace (pure); ``main`` runs both listeners.
 
 The contract's generated stubs are the ones the ``k8s-agent-sandbox[grpc]`` SDK ships
-(``stubs``): the extra ``warren[sandboxd]``.
+(``stubs``): the extra ``warren-sandbox[sandboxd]``.
 """

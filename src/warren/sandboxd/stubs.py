@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import SetupError
+from ..extras import install_line
 
 
 class MissingExtra(SetupError):
@@ -25,6 +26,6 @@ def load() -> tuple[Any, Any]:
         raise MissingExtra(
             f"warren sandboxd needs grpcio and the agent-sandbox SDK's stubs: {e}",
             operation="sandboxd",
-            hint="pip install 'warren[sandboxd]'",
+            hint=install_line("sandboxd"),
         ) from None
     return process_pb2, process_pb2_grpc

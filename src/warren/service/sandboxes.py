@@ -23,9 +23,9 @@ from .status import HttpError, bad_request
 
 
 async def health(svc: Service, request: Request) -> Response:
-    from importlib.metadata import version
+    from ..extras import version
 
-    return JSONResponse({"status": "ok", "version": version("warren"), "api": "v1"})
+    return JSONResponse({"status": "ok", "version": version(), "api": "v1"})
 
 
 async def openapi(svc: Service, request: Request) -> Response:

@@ -29,7 +29,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .. import statedir
+from .. import extras, statedir
 from ..errors import PolicyError, WarrenError
 from . import conn
 
@@ -206,6 +206,24 @@ def limits_for(fd_limit: int, head_timeout: float) -> conn.Limits:
     )
 
 
+def _without_e2b(app: Any) -> Any:
+    """Where the ``e2b`` extra is missing, a request for anything but warren's own paths
+    (an E2B SDK's: ``/sandboxes``, ``/files``, ``/process.Process/...``) is answered in
+    E2B's error shape, saying what to install, instead of reaching ``/v1``'s 401."""
+    from starlette.responses import JSONResponse
+
+    message = f"this warren serve has no E2B API: {extras.install_line('e2b')} where it runs, then restart it"
+
+    async def front(scope: Any, receive: Any, send: Any) -> None:
+        path = scope.get("path", "") if scope["type"] == "http" else "/v1"
+        if path.startswith(("/v1", "/mcp")):
+            await app(scope, receive, send)
+            return
+        await JSONResponse({"code": 501, "message": message}, status_code=501)(scope, receive, send)
+
+    return front
+
+
 def serve(
     listen: Listen,
     token: str | None,
@@ -240,11 +258,17 @@ def serve(
     app = make_app(transport, token, log=_log, extra=mcp_routes, lifespan=lifespan, hosts=hosts)
     from .. import e2b
 
+    apis = "warren's API (/v1), MCP (/mcp)"
     if e2b.available():
         app = e2b.mount(app, transport, token, log=_log, hosts=hosts)
+        apis += ", E2B's API"
+    else:
+        app = _without_e2b(app)
+        apis += f"; not E2B's API: {extras.install_line('e2b')} adds it"
     host = f"[{listen.host}]" if ":" in listen.host else listen.host
     where = f"unix:{listen.unix}" if listen.unix else f"http://{host}:{sock.getsockname()[1]}"
     _log(f"warren serve listening on {where}" + (" (token required)" if token else ""))
+    _log(f"serving {apis}")
     limits = limits_for(raise_fd_limit(), head_timeout)
     quiet = _QuietLogs()
     for name in ("uvicorn.error", "asyncio"):

@@ -37,7 +37,7 @@ class WarrenSandboxProvider(SandboxProvider):
         return SandboxProviderMetadata(
             name="warren",
             working_dir=str(self._spec.workspace),
-            install=SandboxInstallHint(kind="package", name="warren[deepagents]"),
+            install=SandboxInstallHint(kind="package", name="warren-sandbox[deepagents]"),
             supports_sandbox_id=True,
             supports_snapshot_name=False,
             backend_module="warren.integrations.deepagents",
