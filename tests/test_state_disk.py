@@ -111,8 +111,8 @@ def _saved(snap_id: str, timeout: float = 30) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         found = [s for s in Sandbox.snapshots() if s.id == snap_id]
-        if found and (found[0].saved or found[0].error):
-            return found[0].saved
+        if found and found[0].saved:
+            return True
         time.sleep(0.05)
     return False
 
