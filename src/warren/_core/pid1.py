@@ -74,6 +74,7 @@ def main(plan: Plan, control: socket.socket, *, oneshot: bool, ahead: bool = Fal
         return 125
     try:
         if plan.namespaces:
+            harden.limit_user_ns(plan)  # the host's /proc still: the new one may be read-only
             mounts.enter_new_root(plan)
             if not pid1_network(plan, control):
                 return 125
