@@ -150,8 +150,8 @@ def _no_room(root: str, sandbox: str, need: int, free: int, keep: int, snap_id: 
     what = f"snapshot {snap_id} of sandbox {sandbox}" if snap_id else f"a snapshot of sandbox {sandbox}"
     return SnapshotError(
         f"{what} does not fit on the state directory's disk: its layer holds up to "
-        f"{show_size(need)}B, the disk has {show_size(max(free, 0))}B free and "
-        f"{show_size(keep)}B of it is kept in reserve",
+        f"{show_size(need)}, the disk has {show_size(max(free, 0))} free and "
+        f"{show_size(keep)} of it is kept in reserve",
         operation="snapshot",
         path=os.path.join(root, DIR),
         errno=errno.ENOSPC,
@@ -176,7 +176,7 @@ class _Budget:
         if self.left < 0:
             raise SnapshotError(
                 f"snapshot {self.snap_id} of sandbox {self.sandbox}: its layer held more than the "
-                f"{show_size(self.need)}B its filesystem said it used",
+                f"{show_size(self.need)} its filesystem said it used",
                 operation="snapshot",
                 path=self.snap_id,
                 errno=errno.EFBIG,
