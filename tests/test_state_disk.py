@@ -24,12 +24,13 @@ import pytest
 from conftest import WARREN, shut_down_supervisor
 from test_envroot import image  # noqa: F401 (the small image: a fixture)
 from warren import PolicySpec, Sandbox
-from warren.errors import SetupError, SnapshotError, WarrenError
+from warren.errors import SandboxError, SetupError, SnapshotError, WarrenError
 from warren.images.ref import ImageRef
 from warren.server import snapshots, statedir
 
 SMALL = 64 << 20
 SPARSE = 50 << 30
+INODES = 8192  # so that names run out too: a tmpfs's files cost no block until written
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +39,15 @@ def small_fs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     if os.geteuid() == 0:
         where = tmp_path_factory.mktemp("small")
         subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={SMALL},mode=0755", "warren-test-small", str(where)],
+            [
+                "mount",
+                "-t",
+                "tmpfs",
+                "-o",
+                f"size={SMALL},nr_inodes={INODES},mode=0755",
+                "warren-test-small",
+                str(where),
+            ],
             check=True,
         )
         try:
@@ -260,9 +269,20 @@ def test_a_full_state_disk_is_a_typed_error_for_create_and_the_supervisor_lives(
             assert _alive(supervisor) and _supervisor() == supervisor
             assert other.exec(["echo", "alive"]).stdout == b"alive\n"
         assert 125 in outcomes, "creates on a full state disk all succeeded: the test did not fill it"
+        # No name left either: a background process's records cannot be made.
+        names = small_fs / "names"
+        names.mkdir()
+        with contextlib.suppress(OSError):
+            for i in range(INODES):
+                (names / str(i)).touch()
+        with pytest.raises(SandboxError) as refused:
+            other.spawn(["sh", "-c", "echo"])
+        assert refused.value.errno == errno.ENOSPC and "background process" in refused.value.message
+        assert _alive(supervisor) and other.exec(["echo", "alive"]).stdout == b"alive\n"
     finally:
         filler.unlink(missing_ok=True)
         (small_fs / "one-more").unlink(missing_ok=True)
+        shutil.rmtree(small_fs / "names", ignore_errors=True)
     with Sandbox.create(PolicySpec(workspace=str(tmp_path)), name="after") as after:
         assert after.exec(["true"]).exit_code == 0
     assert _alive(supervisor)
