@@ -289,3 +289,32 @@ def test_a_full_state_disk_is_a_typed_error_for_create_and_the_supervisor_lives(
     other.remove()
     for info in Sandbox.list():
         Sandbox(info).remove()
+
+
+def test_a_sparse_file_linked_from_outside_costs_its_own_inode_what_it_holds(
+    state_home: Path, small_fs: Path
+) -> None:
+    """A workspace file that is also a hard link to a file outside gets an inode of its
+    own at launch (``server.unshare``): a sparse one (as a sandbox may leave it, the
+    link being writable then) is copied without its holes, on the same 64 MiB disk."""
+    base = small_fs / "linked"
+    ws = base / "W"
+    ws.mkdir(parents=True)
+    outside = base / "outside.img"
+    with open(outside, "wb") as f:
+        f.seek(1 << 20)
+        f.write(b"data")
+        f.truncate(SPARSE)
+    os.link(outside, ws / "disk.img")
+    used = _used(small_fs)
+    try:
+        with Sandbox.create(PolicySpec(workspace=str(ws))) as sb:
+            assert _sh(
+                sb, "stat -c '%s %h' disk.img; dd if=disk.img bs=4 skip=262144 count=1 status=none"
+            ) == (f"{SPARSE} 1\ndata")
+        copy = (ws / "disk.img").stat()
+        assert copy.st_ino != outside.stat().st_ino and copy.st_size == SPARSE
+        assert copy.st_blocks * 512 <= 1 << 20 and _used(small_fs) - used < 1 << 20
+        assert SPARSE > SMALL  # the control: written out, it could not have fit
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

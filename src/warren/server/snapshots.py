@@ -36,7 +36,7 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from .._core import safepath
+from .._core import extents, safepath
 from ..errors import ImageError, SetupError, SnapshotError, SnapshotNotFound, WarrenError
 from ..images.ref import ImageRef
 from ..images.store import ImageStore
@@ -485,41 +485,13 @@ def _copy_file(src: int, dst: int, name: str, st: os.stat_result, budget: _Budge
             name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dst
         )
         try:
-            done = _copy_data(s, d, budget)
+            done = extents.copy_data(s, d, budget.charge)
             _metadata(s, d, st)
             return done
         finally:
             os.close(d)
     finally:
         os.close(s)
-
-
-def _copy_data(s: int, d: int, budget: _Budget) -> int:
-    """The data extents of ``s`` into ``d`` at the same offsets, its holes left holes
-    (``SEEK_DATA``/``SEEK_HOLE``: tmpfs reports them); returns the bytes copied."""
-    end = os.fstat(s).st_size
-    done = 0
-    pos = 0
-    while pos < end:
-        try:
-            start = os.lseek(s, pos, os.SEEK_DATA)
-        except OSError as e:
-            if e.errno == errno.ENXIO:  # no data after pos: the rest is a hole
-                break
-            raise
-        stop = min(os.lseek(s, start, os.SEEK_HOLE), end)
-        while start < stop:
-            os.lseek(d, start, os.SEEK_SET)
-            n = os.sendfile(d, s, start, min(stop - start, 8 << 20))
-            if n == 0:
-                stop = start  # the file shrank meanwhile
-                break
-            budget.charge(n)
-            start += n
-            done += n
-        pos = stop if stop > pos else end
-    os.ftruncate(d, end)
-    return done
 
 
 def _metadata(src: int, dst: int, st: os.stat_result) -> None:
