@@ -38,3 +38,68 @@ def test_a_process_outside_the_sandbox_tree_is_never_signalled() -> None:
         for p in (host, other):
             p.kill()
             p.wait()
+
+
+# A process whose main thread exits (the raw exit call: only the calling thread ends)
+# while another thread counts into the file ARGV[1] every 5 ms: its leader reads as a
+# zombie on the host while the process runs on.
+LEADERLESS_COUNTER = (
+    "import ctypes, os, sys, threading, time\n"
+    "path = sys.argv[1]\n"
+    "def count():\n"
+    "    i = 0\n"
+    "    while True:\n"
+    "        i += 1\n"
+    "        with open(path + '.tmp', 'w') as f: f.write(str(i))\n"
+    "        os.replace(path + '.tmp', path)\n"
+    "        time.sleep(0.005)\n"
+    "threading.Thread(target=count).start()\n"
+    "time.sleep(0.05)\n"
+    "ctypes.CDLL(None).syscall({'x86_64': 60, 'aarch64': 93}[os.uname().machine], 0)\n"
+)
+
+
+def read_count(path: str) -> int:
+    for _ in range(100):
+        try:
+            with open(path) as f:
+                return int(f.read())
+        except (OSError, ValueError):
+            time.sleep(0.01)
+    raise AssertionError(f"the counter never wrote {path}")
+
+
+def advances(path: str, within: float = 0.3) -> bool:
+    start = read_count(path)
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if read_count(path) > start:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_pause_by_signals_stops_the_threads_of_a_process_whose_leader_exited(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from warren.server import pause
+
+    count = str(tmp_path / "count")
+    proc = subprocess.Popen(["python3", "-c", LEADERLESS_COUNTER, count])
+    try:
+        for _ in range(200):
+            if procs.state(proc.pid) == "Z":
+                break
+            time.sleep(0.01)
+        # What the old check read: a zombie, skipped as if it were not running. The
+        # control: its thread still counts, and each task says so.
+        assert procs.state(proc.pid) == "Z"
+        assert procs.running(proc.pid)
+        assert advances(count)
+        paused = pause.pause("leaderless", proc.pid, [])  # no freezer: signals
+        assert paused.freezer is None
+        assert not procs.running(proc.pid)
+        assert not advances(count, 0.4), "a thread of the paused process kept counting"
+        pause.resume("leaderless", proc.pid, paused)
+        assert advances(count)
+    finally:
+        proc.kill()
+        proc.wait()

@@ -192,6 +192,25 @@ def settle_pid1(plan: Plan) -> None:
     _step("not dumpable", _sys.prctl, PR_SET_DUMPABLE, 0)
 
 
+def limit_user_ns(plan: Plan) -> None:
+    """The plan's limits of the sandbox's own user namespace (inotify, fanotify), set
+    by PID 1 while it is still root there: the kernel charges these counts at every
+    user namespace level up to the host's uid, so the sandbox's own limit keeps it to
+    its share of the user's. Only a holder of CAP_SYS_RESOURCE in this namespace may
+    change them: after ``settle_pid1`` nobody inside can (a nested namespace's limit
+    only narrows this one)."""
+    for name, value in plan.limits.user_ns if plan.limits is not None and plan.namespaces else ():
+        _step(f"set {name} of the sandbox's user namespace", _write_sysctl, f"/proc/sys/user/{name}", value)
+
+
+def _write_sysctl(path: str, value: int) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    try:
+        os.write(fd, str(value).encode())
+    finally:
+        os.close(fd)
+
+
 def _holds_setpcap() -> bool:
     """CAP_SETPCAP (8) in the effective set: what dropping from the bounding set takes."""
     with open("/proc/self/status") as f:

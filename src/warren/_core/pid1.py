@@ -74,6 +74,7 @@ def main(plan: Plan, control: socket.socket, *, oneshot: bool, ahead: bool = Fal
         return 125
     try:
         if plan.namespaces:
+            harden.limit_user_ns(plan)  # the host's /proc still: the new one may be read-only
             mounts.enter_new_root(plan)
             if not pid1_network(plan, control):
                 return 125
@@ -288,11 +289,12 @@ class Init:
                 alone = True
                 break
             # Anything but a helper (and the spare's own command process, which goes with
-            # it) is the sandbox's: it may hold files of the root open.
+            # it) is the sandbox's: it may hold files of the root open. A zombie is on its
+            # way out, unless only its main thread exited and the others run on.
             busy = [
                 pid
                 for pid, ppid, st in others
-                if pid not in self.helpers and ppid not in ending and st != "Z"
+                if pid not in self.helpers and ppid not in ending and (st != "Z" or procs.running(pid))
             ]
             if busy or time.monotonic() > deadline:
                 busy = busy or [pid for pid, _ppid, _st in others]

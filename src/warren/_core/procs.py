@@ -42,6 +42,25 @@ def state(pid: int) -> str:
     return stat[stat.rindex(")") + 2 :].split(maxsplit=1)[0]
 
 
+def running(pid: int) -> bool:
+    """True while a thread of ``pid`` is neither stopped nor dead. The process's own
+    state is its main thread's: a leader that called ``pthread_exit`` reads as a zombie
+    while its other threads go on, so each task is read."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        if stat[stat.rindex(")") + 2 :].split(maxsplit=1)[0] not in ("T", "t", "Z", "X"):
+            return True
+    return False
+
+
 _own_filters: int | None = None
 
 

@@ -146,6 +146,9 @@ class HostFacts:
     # A free port on the host's loopback for the proxy of a degraded sandbox with network
     # allow (``server.hostfacts.free_loopback_port``); 0 when none is needed.
     proxy_port: int = 0
+    # The user's limits in /proc/sys/user (inotify, fanotify) that a sandbox's own user
+    # namespace gets a share of (``plan.limits.user_ns_limits``).
+    user_counts: tuple[tuple[str, int], ...] = ()
 
     def kind(self, path: str) -> PathKind:
         return self.path_kinds.get(path, "missing")

@@ -16,6 +16,7 @@ supervisor enforces the idle timeout.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..policy.limits import NO_LIMIT, Limits, defaults, pids_formula, show_duration, show_size
@@ -168,6 +169,9 @@ class LimitsPlan:
     refused: tuple[str, ...] = ()
     # The caller's pids limits above the sandbox's own (see CgroupFacts.pids_caps).
     pids_caps: tuple[tuple[str, int], ...] = ()
+    # (name in /proc/sys/user, value): set by PID 1 in the sandbox's own user namespace
+    # (``user_ns_limits``).
+    user_ns: tuple[tuple[str, int], ...] = ()
 
     def row(self, name: str) -> LimitRow:
         return next(r for r in self.rows if r.name == name)
@@ -191,8 +195,35 @@ class LimitsPlan:
 OVERHEAD_TASKS = 8
 
 
-def plan(given: Limits, facts: CgroupFacts, mem_total: int, cpus: int = 1) -> LimitsPlan:
-    """``cpus``, ``mem_total``: the machine's, which the defaults scale with."""
+# What one sandbox may hold of each per-user count the kernel charges at every user
+# namespace level up to the host's uid: a share of the user's own limit, so that one
+# sandbox at its limit leaves the rest to the user's host programs and other sandboxes.
+USER_NS_SHARES = {
+    "max_inotify_instances": 4,
+    "max_inotify_watches": 2,
+    "max_fanotify_groups": 4,
+    "max_fanotify_marks": 2,
+}
+
+
+def user_ns_limits(host: Mapping[str, int]) -> tuple[tuple[str, int], ...]:
+    """The limits of a sandbox's own user namespace, from the user's (``host``: the
+    values of /proc/sys/user there; a name the kernel lacks is left out)."""
+    return tuple(
+        (name, max(1, host[name] // share)) for name, share in USER_NS_SHARES.items() if host.get(name, 0) > 0
+    )
+
+
+def plan(
+    given: Limits,
+    facts: CgroupFacts,
+    mem_total: int,
+    cpus: int = 1,
+    user_counts: Mapping[str, int] | None = None,
+) -> LimitsPlan:
+    """``cpus``, ``mem_total``: the machine's, which the defaults scale with;
+    ``user_counts``: the host's /proc/sys/user limits (None: the sandbox gets no user
+    namespace, so none of its own)."""
     base = defaults(mem_total, cpus)
     eff = Limits(
         memory=given.memory if given.memory is not None else base.memory,
@@ -350,6 +381,7 @@ def plan(given: Limits, facts: CgroupFacts, mem_total: int, cpus: int = 1) -> Li
         joins,
         refused,
         caps,
+        user_ns_limits(user_counts) if user_counts is not None else (),
     )
 
 
@@ -393,6 +425,9 @@ def render(lp: LimitsPlan) -> list[str]:
         lines.append(f"  {'cgroup':<12} {'(joined)':<17} the caller's own {j}")
     for cap in lp.pids_caps:
         lines.append(f"  {'caller cap':<12} {'pids ' + str(cap[1]):<17} {cap[0]} (counts the sandbox too)")
+    for name, value in lp.user_ns:
+        shown = name.removeprefix("max_")
+        lines.append(f"  {shown:<17} {value:<17} the sandbox's user namespace's limit (a share of yours)")
     for why in lp.refused:
         lines.append(f"  refused: {why}")
     return lines

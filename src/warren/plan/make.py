@@ -106,7 +106,7 @@ def make_plan(
             "workspace) will fail with EXDEV, and ancestor directories of writable roots "
             "are protected only by mounts. Use Linux >= 5.19 with Landlock enabled."
         )
-    limits = _limits.plan(policy.limits, host.cgroups, host.mem_total, host.cpus)
+    limits = _limits.plan(policy.limits, host.cgroups, host.mem_total, host.cpus, dict(host.user_counts))
     denied = [(str(r.path), r.source) for r in policy.denied]
     denied += [(path, what) for path, what in host.own_dirs() if host.kind(path) == "dir"]
     workspace = str(policy.workspace)
@@ -201,7 +201,7 @@ def _image_plan(
             operation="plan",
             hint="use Linux >= 5.19 with Landlock enabled",
         )
-    limits = _limits.plan(policy.limits, host.cgroups, host.mem_total, host.cpus)
+    limits = _limits.plan(policy.limits, host.cgroups, host.mem_total, host.cpus, dict(host.user_counts))
     devices = {f"/dev/{n}": host.kind(f"/dev/{n}") != "missing" for n in DEV_NODES}
     got = _envroot.plan_image(
         policy,

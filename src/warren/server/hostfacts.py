@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from .._core import cgroups as _cgroups
 from .._core import kernel
 from ..plan.facts import FIXED_PATHS, HostFacts, enclosing_repository, parse_mountinfo, path_kind
+from ..plan.limits import USER_NS_SHARES
 from ..plan.model import GitDir
 from ..policy.limits import cpu_count, mem_total
 
@@ -83,4 +84,18 @@ def gather(
         repository=enclosing_repository(workspace) if workspace else None,
         cpus=cpu_count(),
         namespaces=namespaces(),
+        user_counts=user_counts(),
     )
+
+
+def user_counts() -> tuple[tuple[str, int], ...]:
+    """The limits of /proc/sys/user a sandbox's user namespace gets a share of, as this
+    user namespace has them (those the kernel has)."""
+    out = []
+    for name in USER_NS_SHARES:
+        try:
+            with open(f"/proc/sys/user/{name}") as f:
+                out.append((name, int(f.read())))
+        except (OSError, ValueError):
+            continue
+    return tuple(out)

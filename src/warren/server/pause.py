@@ -94,15 +94,18 @@ def _thaw_guard(freezer: str) -> int:
 
 def _stop_signals(pid1: int, stopped: bool) -> None:
     """Pause without a freezer: SIGSTOP every process of the sandbox, again until none
-    is left running (one forking at the moment of the first pass has a child the next
-    pass stops); resume sends SIGCONT to all."""
+    has a thread left running (one forking at the moment of the first pass has a child
+    the next pass stops); resume sends SIGCONT to all. A process is judged by each of
+    its threads, not by its main thread's state: a leader that exited reads as a zombie
+    while its other threads run, and the signal to its pid stops them all (a group
+    stop)."""
     sig = signal.SIGSTOP if stopped else signal.SIGCONT
     # Signalled by pidfd, and only while still a descendant of PID 1: a pid read from
     # the process table may be freed and reused by a host process before the kill.
     for _ in range(50 if stopped else 1):
         running = 0
         for pid in [pid1, *procs.descendants(pid1)]:
-            if stopped and procs.state(pid) in ("T", "t", "Z", "X", ""):
+            if stopped and not procs.running(pid):
                 continue
             running += 1
             procs.signal_member(pid, sig, pid1)

@@ -10,6 +10,7 @@ supervisor that is gone, and is marked dead with that reason at once.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import sqlite3
@@ -151,8 +152,26 @@ class Registry:
         rows = self._db.execute(f"SELECT {_COLUMNS} FROM sandboxes ORDER BY created").fetchall()
         return [_entry(row) for row in rows]
 
+    def _write(self, sql: str, args: tuple[object, ...]) -> None:
+        """A change of the registry; one the disk cannot take (full, read-only) is a typed
+        error for the request that made it, never the supervisor's end."""
+        try:
+            self._db.execute(sql, args)
+        except sqlite3.Error as e:
+            full = isinstance(e, sqlite3.OperationalError) and "full" in str(e)
+            raise SetupError(
+                f"cannot write warren's registry {self.path}: {e}",
+                operation="registry",
+                path=self.path,
+                errno=errno.ENOSPC if full else None,
+                hint="free space on the disk of warren's state directory (old snapshots: "
+                "`warren snapshot ls`)"
+                if full
+                else "check that warren's state directory is writable",
+            ) from None
+
     def add(self, entry: Entry) -> None:
-        self._db.execute(
+        self._write(
             f"INSERT OR REPLACE INTO sandboxes ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 entry.name,
@@ -169,13 +188,13 @@ class Registry:
         )
 
     def set_state(self, name: str, sandbox_id: str, state: str, reason: str, warnings: list[str]) -> None:
-        self._db.execute(
+        self._write(
             "UPDATE sandboxes SET state = ?, reason = ?, warnings = ? WHERE name = ? AND id = ?",
             (state, reason, json.dumps(warnings), name, sandbox_id),
         )
 
     def remove(self, name: str) -> None:
-        self._db.execute("DELETE FROM sandboxes WHERE name = ?", (name,))
+        self._write("DELETE FROM sandboxes WHERE name = ?", (name,))
 
     def orphaned(self, supervisor_pid: int, supervisor_start: int) -> None:
         """Called by a starting supervisor: every sandbox still marked running was held

@@ -10,6 +10,7 @@ sockets: reading and answering clients is the supervisor's.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import secrets
@@ -23,7 +24,7 @@ from pathlib import Path
 
 from .. import protocol
 from .._core import cgroups
-from ..errors import SandboxDead, SandboxNotFound, SandboxPaused, SnapshotError
+from ..errors import SandboxDead, SandboxNotFound, SandboxPaused, SetupError, SnapshotError, WarrenError
 from ..images.ref import ImageRef
 from ..plan import CallerFacts, Plan
 from . import (
@@ -236,6 +237,9 @@ class Sandboxes:
         memory, copied to the state directory in a thread; None when the sandbox runs a
         process now (the caller copies, paused)."""
         assert self.root is not None and box.stack is not None
+        # Refused before anything is frozen: the copy that follows is bounded by the
+        # sandbox's tmpfs, which holds all of its layers.
+        snapshots.check_room(self.root, box.name, snapshots.layer_bound([box.stack.tmpfs]))
         snap = snapshots.begin(self.root, box.name, image, box.plan.host_workspace, box.plan.image_store)
         started = time.monotonic()
         try:
@@ -379,7 +383,18 @@ class Sandboxes:
                 warnings=box.plan.warnings,
             )
         )
-        os.makedirs(statedir.sandbox_dir(self.root, box.name), mode=0o700, exist_ok=True)
+        try:
+            os.makedirs(statedir.sandbox_dir(self.root, box.name), mode=0o700, exist_ok=True)
+        except OSError as e:
+            with contextlib.suppress(WarrenError):
+                self.registry.remove(box.name)
+            raise SetupError.from_os(
+                e,
+                f"cannot make the state directory of sandbox {box.name}: {e.strerror}",
+                "create",
+                statedir.sandbox_dir(self.root, box.name),
+                hint="free space on the disk of warren's state directory",
+            ) from None
 
     def record_end(self, box: Box, status: int, warnings: list[str], shutdown: bool) -> None:
         """A long-lived sandbox ended: removed, or marked stopped or dead with why."""

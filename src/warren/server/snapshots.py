@@ -14,6 +14,14 @@ The layer is the sandbox's: every name in it is walked from directory descriptor
 without following a link (``O_NOFOLLOW``), links are copied as links, devices other
 than whiteouts and sockets are left out, set-id bits are dropped. The copy costs time
 in proportion to what the sandbox changed, never to the image's unchanged data.
+
+The copy is budgeted: it writes only a file's data extents (a hole stays a hole, so a
+sparse 50G file costs what it holds), never more than the sandbox's layer uses (its
+tmpfs: the bound is read there, not from the names in it), and only while the state
+directory's disk keeps a reserve free (checked before the copy and as it goes). A copy
+that would not fit is refused with a typed error before a byte is written; one that
+fails midway (ENOSPC included) leaves nothing: the partial layer is removed, and so is
+the record, or (a copy in the background) the record says why.
 """
 
 from __future__ import annotations
@@ -28,16 +36,20 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from .._core import safepath
-from ..errors import ImageError, SetupError, SnapshotError, SnapshotNotFound
+from .._core import extents, safepath
+from ..errors import ImageError, SetupError, SnapshotError, SnapshotNotFound, WarrenError
 from ..images.ref import ImageRef
 from ..images.store import ImageStore
+from ..policy.limits import show_size
 
 DIR = "snapshots"
 _RD = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 _DIRFLAGS = _RD | os.O_DIRECTORY
 _META = "snapshot.json"
 _ID_CHARS = frozenset("0123456789abcdef")
+RESERVE_MAX = 256 << 20  # kept free on the state directory's disk: the registry, logs
+RECHECK = 16 << 20  # the disk's free space is read again after this much is written
+_INODE_COST = 4096  # a name in the copy costs at least a block of the state disk
 
 
 @dataclass(frozen=True)
@@ -86,13 +98,95 @@ def take(
     snapshot, holding the image's layers in ``store`` for it; a failure leaves nothing
     behind."""
     started = time.monotonic()
+    layers = [*(below or []), layer_fd]
+    need = layer_bound(layers)
+    check_room(root, sandbox, need)
     snap = begin(root, sandbox, image, host_workspace, store)
     try:
-        size = _fill(root, snap.id, [*(below or []), layer_fd], snap.layers)
+        size = _fill(root, snap, layers, need)
     except OSError as e:
         discard(root, snap)
         raise _cannot(sandbox, e) from None
+    except BaseException:
+        discard(root, snap)
+        raise
     return _finish(root, snap, size, time.monotonic() - started)
+
+
+def layer_bound(layers: list[int]) -> int:
+    """What copying ``layers`` can cost at most: the space their filesystems use (a
+    sandbox's layers are on its own tmpfs: what it holds there is all they can hold),
+    each filesystem counted once, and a block per name on it."""
+    seen: dict[int, int] = {}
+    for fd in layers:
+        dev = os.fstat(fd).st_dev
+        if dev not in seen:
+            st = os.fstatvfs(fd)
+            seen[dev] = (st.f_blocks - st.f_bfree) * st.f_frsize + (st.f_files - st.f_ffree) * _INODE_COST
+    return sum(seen.values())
+
+
+def reserve(total: int) -> int:
+    """The part of the state directory's disk a snapshot leaves free: 5%, at most
+    ``RESERVE_MAX`` (the registry and the logs must still be writable)."""
+    return min(RESERVE_MAX, total // 20)
+
+
+def room(path_or_fd: str | int) -> tuple[int, int]:
+    """(bytes free to this user, bytes kept in reserve) on the disk of ``path_or_fd``."""
+    st = os.fstatvfs(path_or_fd) if isinstance(path_or_fd, int) else os.statvfs(path_or_fd)
+    return st.f_bavail * st.f_frsize, reserve(st.f_blocks * st.f_frsize)
+
+
+def check_room(root: str, sandbox: str, need: int, snap_id: str = "") -> None:
+    """Refuse, typed, a copy of ``need`` bytes that would eat into the reserve of the
+    state directory's disk."""
+    free, keep = room(root)
+    if need > free - keep:
+        raise _no_room(root, sandbox, need, free, keep, snap_id)
+
+
+def _no_room(root: str, sandbox: str, need: int, free: int, keep: int, snap_id: str = "") -> SnapshotError:
+    what = f"snapshot {snap_id} of sandbox {sandbox}" if snap_id else f"a snapshot of sandbox {sandbox}"
+    return SnapshotError(
+        f"{what} does not fit on the state directory's disk: its layer holds up to "
+        f"{show_size(need)}, the disk has {show_size(max(free, 0))} free and "
+        f"{show_size(keep)} of it is kept in reserve",
+        operation="snapshot",
+        path=os.path.join(root, DIR),
+        errno=errno.ENOSPC,
+        hint="free space on that disk (old snapshots: `warren snapshot ls`, `warren snapshot rm ID`) "
+        "or remove what the sandbox does not need from its layer, then snapshot again",
+    )
+
+
+class _Budget:
+    """What a copy may still write: at most what its layers hold (the sandbox is paused
+    or its layers frozen: more means something is wrong), and only while the state
+    directory's disk keeps its reserve, read again every ``RECHECK`` bytes written
+    (between two readings, a disk filled by someone else is ENOSPC: a failure too)."""
+
+    def __init__(self, root: str, snap_id: str, sandbox: str, dst: int, need: int) -> None:
+        self.root, self.snap_id, self.sandbox, self.dst = root, snap_id, sandbox, dst
+        self.need, self.left, self.since = need, need, 0
+
+    def charge(self, n: int) -> None:
+        self.left -= n
+        self.since += n
+        if self.left < 0:
+            raise SnapshotError(
+                f"snapshot {self.snap_id} of sandbox {self.sandbox}: its layer held more than the "
+                f"{show_size(self.need)} its filesystem said it used",
+                operation="snapshot",
+                path=self.snap_id,
+                errno=errno.EFBIG,
+                hint="take the snapshot again",
+            )
+        if self.since >= RECHECK:
+            self.since = 0
+            free, keep = room(self.dst)
+            if free - keep < min(self.left, RECHECK):
+                raise _no_room(self.root, self.sandbox, self.need, free, keep, self.snap_id)
 
 
 def begin(
@@ -147,11 +241,14 @@ def begin(
 
 def save(root: str, snap: Snapshot, layers: list[int], paused: float) -> Snapshot:
     """Fill ``snap``'s layer from ``layers`` (lowest first: frozen, nobody writes them;
-    closed here) and mark it saved; a failure is written into the record."""
+    closed here) and mark it saved; a failure removes what was copied and is written
+    into the record."""
     try:
-        size = _fill(root, snap.id, layers, snap.layers)
-    except OSError as e:
-        failed = replace(snap, error=_cannot(snap.sandbox, e).message)
+        size = _fill(root, snap, layers, layer_bound(layers))
+    except (OSError, WarrenError) as e:
+        why = _cannot(snap.sandbox, e) if isinstance(e, OSError) else e
+        failed = replace(snap, error=why.message)
+        _empty_layer(root, snap.id)
         with contextlib.suppress(OSError):
             _write_meta(root, failed)
         return failed
@@ -172,6 +269,17 @@ def discard(root: str, snap: Snapshot) -> None:
     if snap.store:
         with contextlib.suppress(ImageError):
             ImageStore(Path(snap.store)).release_snapshot(snap.id)
+
+
+def _empty_layer(root: str, snap_id: str) -> None:
+    """A copy that failed: its partial layer goes (the disk it filled is freed)."""
+    with contextlib.suppress(OSError):
+        top = safepath.open_dir(os.path.join(root, DIR, snap_id))
+        try:
+            with contextlib.suppress(OSError):
+                safepath.remove_tree(top, "layer")
+        finally:
+            os.close(top)
 
 
 def _finish(root: str, snap: Snapshot, size: int, seconds: float) -> Snapshot:
@@ -203,16 +311,18 @@ def _cannot(sandbox: str, e: OSError) -> SetupError:
     )
 
 
-def _fill(root: str, snap_id: str, layers: list[int], lower: tuple[str, ...] = ()) -> int:
+def _fill(root: str, snap: Snapshot, layers: list[int], need: int) -> int:
     """Copy ``layers`` (lowest first) into the snapshot's layer, each over the ones
     before it as the overlay would show them; returns the bytes of file data copied.
-    ``lower``: the layers below the snapshot's (the image's), where a removed name is
+    The snapshot's ``layers`` (the image's) are where a removed name is
     looked for: a whiteout stays only where it hides something there (elsewhere the
-    overlay would list it as a device)."""
-    dst = safepath.open_dir(layer_path(root, snap_id))
+    overlay would list it as a device). ``need``: the bound of ``layer_bound``, which
+    the copy may not exceed."""
+    dst = safepath.open_dir(layer_path(root, snap.id))
     below: list[int] = []
+    budget = _Budget(root, snap.id, snap.sandbox, dst, need)
     try:
-        for path in lower:
+        for path in snap.layers:
             with contextlib.suppress(OSError):
                 below.append(os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
         size = 0
@@ -220,9 +330,9 @@ def _fill(root: str, snap_id: str, layers: list[int], lower: tuple[str, ...] = (
             src = os.open(".", _DIRFLAGS, dir_fd=layer)
             try:
                 if i == 0:
-                    size += _copy_tree(src, dst, dst, "", {})
+                    size += _copy_tree(src, dst, dst, "", {}, budget)
                 else:
-                    size += _apply_tree(src, dst, dst, "", {}, list(below))
+                    size += _apply_tree(src, dst, dst, "", {}, list(below), budget)
             finally:
                 os.close(src)
         return size
@@ -233,7 +343,13 @@ def _fill(root: str, snap_id: str, layers: list[int], lower: tuple[str, ...] = (
 
 
 def _apply_tree(
-    src: int, dst: int, top: int, rel: str, seen: dict[tuple[int, int], str], below: list[int]
+    src: int,
+    dst: int,
+    top: int,
+    rel: str,
+    seen: dict[tuple[int, int], str],
+    below: list[int],
+    budget: _Budget,
 ) -> int:
     """``src``, a layer above the one copied in ``dst``, applied to it: its entries
     replace theirs, its whiteouts remove them (and stay where ``below``, this directory
@@ -258,7 +374,7 @@ def _apply_tree(
             try:
                 d = os.open(name, _DIRFLAGS, dir_fd=dst)
                 try:
-                    size += _apply_tree(s, d, top, here, seen, sub)
+                    size += _apply_tree(s, d, top, here, seen, sub, budget)
                     _metadata(s, d, st)
                 finally:
                     os.close(d)
@@ -274,7 +390,7 @@ def _apply_tree(
                 os.unlink(name, dir_fd=dst)
         if stat.S_ISCHR(st.st_mode) and st.st_rdev == 0 and not _has(below, name):
             continue  # removed, and nothing below has it: no whiteout needed
-        size += _copy_entry(src, dst, name, st, top, here, seen)
+        size += _copy_entry(src, dst, name, st, top, here, seen, budget)
     return size
 
 
@@ -304,19 +420,28 @@ def _opaque(directory: int, name: str) -> bool:
         os.close(fd)
 
 
-def _copy_tree(src: int, dst: int, top: int, rel: str, seen: dict[tuple[int, int], str]) -> int:
+def _copy_tree(
+    src: int, dst: int, top: int, rel: str, seen: dict[tuple[int, int], str], budget: _Budget
+) -> int:
     """Every entry of ``src`` into ``dst`` (both directories); returns bytes copied.
     ``seen``: files with several names, by (dev, ino), and where their first copy is
     (relative to ``top``), so hard links stay hard links."""
     size = 0
     for name in os.listdir(src):
         st = os.stat(name, dir_fd=src, follow_symlinks=False)
-        size += _copy_entry(src, dst, name, st, top, f"{rel}/{name}" if rel else name, seen)
+        size += _copy_entry(src, dst, name, st, top, f"{rel}/{name}" if rel else name, seen, budget)
     return size
 
 
 def _copy_entry(
-    src: int, dst: int, name: str, st: os.stat_result, top: int, here: str, seen: dict[tuple[int, int], str]
+    src: int,
+    dst: int,
+    name: str,
+    st: os.stat_result,
+    top: int,
+    here: str,
+    seen: dict[tuple[int, int], str],
+    budget: _Budget,
 ) -> int:
     mode = st.st_mode
     if stat.S_ISDIR(mode):
@@ -325,7 +450,7 @@ def _copy_entry(
         try:
             d = os.open(name, _DIRFLAGS, dir_fd=dst)
             try:
-                size = _copy_tree(s, d, top, here, seen)
+                size = _copy_tree(s, d, top, here, seen, budget)
                 _metadata(s, d, st)
                 return size
             finally:
@@ -337,7 +462,7 @@ def _copy_entry(
         if st.st_nlink > 1 and key in seen:
             os.link(seen[key], name, src_dir_fd=top, dst_dir_fd=dst, follow_symlinks=False)
             return 0
-        size = _copy_file(src, dst, name, st)
+        size = _copy_file(src, dst, name, st, budget)
         if st.st_nlink > 1:
             seen[key] = here
         return size
@@ -351,7 +476,7 @@ def _copy_entry(
     return 0
 
 
-def _copy_file(src: int, dst: int, name: str, st: os.stat_result) -> int:
+def _copy_file(src: int, dst: int, name: str, st: os.stat_result, budget: _Budget) -> int:
     s = os.open(name, _RD | os.O_NONBLOCK, dir_fd=src)
     try:
         if not stat.S_ISREG(os.fstat(s).st_mode):
@@ -360,12 +485,7 @@ def _copy_file(src: int, dst: int, name: str, st: os.stat_result) -> int:
             name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dst
         )
         try:
-            done = 0
-            while True:
-                n = os.sendfile(d, s, done, 1 << 30)
-                if n == 0:
-                    break
-                done += n
+            done = extents.copy_data(s, d, budget.charge)
             _metadata(s, d, st)
             return done
         finally:

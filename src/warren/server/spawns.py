@@ -14,7 +14,7 @@ import os
 import secrets
 
 from .. import protocol
-from ..errors import ProcessNotFound
+from ..errors import ProcessNotFound, SandboxError
 from . import statedir
 
 _SUFFIXES = (".out", ".err", ".status", ".json")
@@ -30,16 +30,23 @@ def create(root: str, name: str) -> tuple[str, list[int]]:
     """A new record: its id and descriptors for (out, err, status, meta)."""
     # Never all digits: where an id or a pid may be given (HTTP), it reads as the id.
     spawn_id = "p" + secrets.token_hex(6)
-    base = os.path.join(_dir(root, name), spawn_id)
     flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
     fds: list[int] = []
     try:
+        base = os.path.join(_dir(root, name), spawn_id)
         for suffix in _SUFFIXES:
             fds.append(os.open(base + suffix, flags, 0o600))
-    except OSError:
+    except OSError as e:
         for fd in fds:
             os.close(fd)
-        raise
+        # A full state disk is this request's failure, not the supervisor's.
+        raise SandboxError.from_os(
+            e,
+            f"cannot keep the records of a background process of sandbox {name}: {e.strerror}",
+            "spawn",
+            statedir.sandbox_dir(root, name),
+            hint="free space on the disk of warren's state directory (old snapshots: `warren snapshot ls`)",
+        ) from None
     return spawn_id, fds
 
 

@@ -426,7 +426,13 @@ class Supervisor:
             self.boots.ready(box, box.booted)
             return
         if box.creator is not None:
-            self.sandboxes.record_ready(box)
+            try:
+                self.sandboxes.record_ready(box)
+            except WarrenError as e:
+                # Not recorded (the state disk is full): the creator hears why, and the
+                # sandbox nobody could find again ends (its end tells the creator).
+                box.fail(e)
+                return
             creator, box.creator = box.creator, None
             self.clients.reply(creator, self.sandboxes.info(box.name))
             if box.request is not None:
@@ -466,7 +472,11 @@ class Supervisor:
             )
             self.clients.reply(creator, protocol.error_message(error))
             return
-        self.sandboxes.record_end(box, status, [*box.plan.warnings, *repairs], self.shutdown)
+        try:
+            self.sandboxes.record_end(box, status, [*box.plan.warnings, *repairs], self.shutdown)
+        except WarrenError as e:
+            # The record keeps its old state (a full state disk): the supervisor goes on.
+            print(f"warren supervisor: {box.name} ended: {e.message}", file=sys.stderr, flush=True)
         for c in box.stoppers:
             if c in self.clients:
                 self.clients.reply(

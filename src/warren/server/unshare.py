@@ -33,7 +33,7 @@ import stat
 from collections.abc import Sequence
 from pathlib import PurePosixPath
 
-from .._core import safepath
+from .._core import extents, safepath
 from ..errors import SetupError
 
 # A directory on the way that is no longer one (or became a link): the name is gone.
@@ -128,7 +128,8 @@ def _copy(pfd: int, name: str, tmp: str, key: tuple[int, int]) -> int:
         if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != key:
             return -1
         with safepath.new_file(pfd, tmp) as dst:
-            _copy_data(src, dst, st.st_size)
+            # Its holes stay holes: a sparse file the sandbox made costs what it holds.
+            extents.copy_data(src, dst, passes=2)
             if os.geteuid() == 0:
                 with contextlib.suppress(OSError):
                     os.fchown(dst, st.st_uid, st.st_gid)
@@ -137,31 +138,6 @@ def _copy(pfd: int, name: str, tmp: str, key: tuple[int, int]) -> int:
         return dst
     finally:
         os.close(src)
-
-
-def _copy_data(src: int, dst: int, size: int) -> None:
-    left = size
-    try:
-        while left > 0:
-            n = os.copy_file_range(src, dst, left)
-            if n == 0:
-                break
-            left -= n
-    except OSError as e:
-        if e.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
-            raise
-        os.lseek(src, 0, os.SEEK_SET)
-        os.lseek(dst, 0, os.SEEK_SET)
-        os.ftruncate(dst, 0)
-        while chunk := os.read(src, 1 << 20):
-            view = memoryview(chunk)
-            while view:
-                view = view[os.write(dst, view) :]
-    # The file may have grown since it was stat'ed: take the rest too.
-    while chunk := os.read(src, 1 << 20):
-        view = memoryview(chunk)
-        while view:
-            view = view[os.write(dst, view) :]
 
 
 def _error(path: str, e: OSError) -> SetupError:

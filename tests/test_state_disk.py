@@ -1,0 +1,320 @@
+"""A full or small state disk: snapshots are budgeted, and a request that meets a full
+disk gets a typed error while the supervisor and every other sandbox go on.
+
+The state directory is on a 64 MiB tmpfs (the safety net: nothing here can write more
+than that on the host). Root mounts it here; uid 1001 cannot, so ``scripts/test``
+mounts one for it beforehand and names it in ``WARREN_TEST_SMALL_FS``. Judged on the
+host: the tmpfs's use (statvfs), the files of the saved layer, the supervisor's pid and
+another sandbox answering.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import WARREN, shut_down_supervisor
+from test_envroot import image  # noqa: F401 (the small image: a fixture)
+from warren import PolicySpec, Sandbox
+from warren.errors import SandboxError, SetupError, SnapshotError, WarrenError
+from warren.images.ref import ImageRef
+from warren.server import snapshots, statedir
+
+SMALL = 64 << 20
+SPARSE = 50 << 30
+INODES = 8192  # so that names run out too: a tmpfs's files cost no block until written
+
+
+@pytest.fixture(scope="module")
+def small_fs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    given = os.environ.get("WARREN_TEST_SMALL_FS")
+    if os.geteuid() == 0:
+        where = tmp_path_factory.mktemp("small")
+        subprocess.run(
+            [
+                "mount",
+                "-t",
+                "tmpfs",
+                "-o",
+                f"size={SMALL},nr_inodes={INODES},mode=0755",
+                "warren-test-small",
+                str(where),
+            ],
+            check=True,
+        )
+        try:
+            yield where
+        finally:
+            subprocess.run(["umount", "-l", str(where)], check=False)
+        return
+    if not given:
+        pytest.skip(
+            "a small filesystem for the state directory: root mounts one here, and "
+            "scripts/test mounts one for uid 1001 (WARREN_TEST_SMALL_FS)"
+        )
+    where = Path(given)
+    st = os.statvfs(where)
+    assert st.f_blocks * st.f_frsize <= 2 * SMALL, f"{where} is not a small filesystem"
+    for entry in where.iterdir():  # a previous run's
+        shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+    yield where
+
+
+@pytest.fixture(scope="module")
+def state_home(small_fs: Path) -> Iterator[Path]:
+    home = small_fs / "state"
+    home.mkdir()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_STATE_HOME", str(home))
+        yield home
+        for entry in Sandbox.list():
+            with contextlib.suppress(WarrenError):
+                Sandbox(entry).remove()
+        shut_down_supervisor()
+    shutil.rmtree(home, ignore_errors=True)
+
+
+def _used(where: Path) -> int:
+    st = os.statvfs(where)
+    return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+
+def _free(where: Path) -> int:
+    st = os.statvfs(where)
+    return st.f_bavail * st.f_frsize
+
+
+def _supervisor() -> int:
+    found = statedir.read_address(statedir.location(os.environ))
+    assert found is not None, "no supervisor"
+    return found[1]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+
+
+def _sh(sb: Sandbox, script: str) -> str:
+    r = sb.exec(["sh", "-c", script])
+    assert r.exit_code == 0, (script, r.stderr.decode())
+    return r.stdout.decode()
+
+
+def _spec(image: Path, **extra: object) -> PolicySpec:  # noqa: F811
+    return PolicySpec(image=str(image), workspace="none", disk="256M", **extra)  # type: ignore[arg-type]
+
+
+def _saved(snap_id: str, timeout: float = 30) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = [s for s in Sandbox.snapshots() if s.id == snap_id]
+        if found and found[0].saved:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _snapshot_dirs(state: Path) -> list[str]:
+    with contextlib.suppress(FileNotFoundError):
+        return sorted(os.listdir(state / "warren" / snapshots.DIR))
+    return []
+
+
+def test_a_sparse_file_costs_the_snapshot_what_it_holds(
+    image: Path,  # noqa: F811
+    state_home: Path,
+    small_fs: Path,
+) -> None:
+    other = Sandbox.create(_spec(image))
+    a = Sandbox.create(_spec(image))
+    supervisor = _supervisor()
+    _sh(a, f"dd if=/dev/zero of=/root/sparse bs=1 seek={SPARSE} count=0 status=none; echo data > /root/small")
+    # Both ways of taking it: frozen in memory then copied in the background (PID 1
+    # alone), and copied at once while paused (a process runs).
+    fast = a.snapshot()
+    assert _saved(fast.id)
+    a.spawn(["sh", "-c", "read x"], stdin=True)  # a process runs: paused and copied
+    copied = a.snapshot()
+    assert copied.saved
+    for snap in (fast, copied):
+        layer = state_home / "warren" / snapshots.DIR / snap.id / "layer"
+        st = (layer / "root/sparse").stat()
+        assert st.st_size == SPARSE and st.st_blocks == 0, (st.st_size, st.st_blocks)
+        assert (layer / "root/small").read_text() == "data\n"
+    # The control: the file's size is 800 times the disk's, so a copy that wrote its
+    # holes could not have fit; and the detector sees a dense write of 8 MiB there.
+    assert SPARSE >= 800 * SMALL
+    before = _used(small_fs)
+    (small_fs / "dense").write_bytes(os.urandom(8 << 20))
+    assert _used(small_fs) - before >= 8 << 20
+    (small_fs / "dense").unlink()
+    assert _used(small_fs) < 16 << 20
+    assert _alive(supervisor) and _supervisor() == supervisor
+    assert _sh(other, "echo alive") == "alive\n"
+    with Sandbox.create(PolicySpec(from_snapshot=copied.id, workspace="none")) as b:
+        assert _sh(b, "stat -c %s /root/sparse; cat /root/small") == f"{SPARSE}\ndata\n"
+    a.remove()
+    other.remove()
+    for snap in (copied, fast):
+        Sandbox.remove_snapshot(snap.id)
+
+
+def test_a_layer_bigger_than_the_free_space_is_refused_typed_and_leaves_nothing(
+    image: Path,  # noqa: F811
+    state_home: Path,
+    small_fs: Path,
+) -> None:
+    other = Sandbox.create(_spec(image))
+    a = Sandbox.create(_spec(image), name="big")
+    supervisor = _supervisor()
+    _sh(a, "dd if=/dev/urandom of=/root/big bs=1M count=80 status=none")
+    assert _free(small_fs) < 80 << 20  # the control: it cannot fit
+    used, dirs, listed = _used(small_fs), _snapshot_dirs(state_home), Sandbox.snapshots()
+    for copy in (False, True):  # frozen in memory first (PID 1 alone), then paused for a copy
+        if copy:
+            a.spawn(["sh", "-c", "read x"], stdin=True)
+        with pytest.raises(SnapshotError) as refused:
+            a.snapshot()
+        e = refused.value
+        assert e.errno == errno.ENOSPC and "sandbox big" in e.message and "free" in e.message
+        assert "80" in e.message and "snapshot rm" in e.hint
+        assert _snapshot_dirs(state_home) == dirs and Sandbox.snapshots() == listed
+        assert abs(_used(small_fs) - used) < 1 << 20
+    cli = subprocess.run([*WARREN, "snapshot", "big"], capture_output=True, text=True)
+    assert cli.returncode == 125 and "does not fit" in cli.stderr and "hint:" in cli.stderr
+    assert "Traceback" not in cli.stderr
+    assert _alive(supervisor) and _sh(other, "echo alive") == "alive\n"
+    assert _sh(a, "rm /root/big; echo small > /root/f; cat /root/f") == "small\n"
+    snap = a.snapshot()  # the sandbox is fine: once its layer fits, it is saved
+    assert snap.saved
+    with Sandbox.create(_spec(image)) as c:
+        assert _sh(c, "echo ok") == "ok\n"
+    a.remove()
+    other.remove()
+    Sandbox.remove_snapshot(snap.id)
+
+
+@pytest.mark.parametrize("free_mib", [4, 30])
+def test_a_copy_the_disk_cannot_take_midway_leaves_nothing(
+    small_fs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, free_mib: int
+) -> None:
+    """The disk fills after the check (another writer): with 4 MiB left the copy meets
+    ENOSPC; with 30 MiB left the check it repeats every 16 MiB refuses it first. Either
+    way a typed error, and nothing of the copy stays."""
+    root = small_fs / f"unit-{free_mib}"
+    root.mkdir()
+    layer = tmp_path / "layer"
+    (layer / "root").mkdir(parents=True)
+    (layer / "root/big").write_bytes(os.urandom(40 << 20))
+    filler = small_fs / "filler"
+    try:
+        with open(filler, "wb") as f:
+            while _free(small_fs) > free_mib << 20:
+                f.write(b"\0" * (1 << 20))
+        used = _used(small_fs)
+        # What the check saw before the disk filled: room enough.
+        monkeypatch.setattr(snapshots, "check_room", lambda *a, **k: None)
+        monkeypatch.setattr(snapshots, "layer_bound", lambda layers: 1 << 40)
+        fd = os.open(layer, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            with pytest.raises((SetupError, SnapshotError)) as failed:
+                snapshots.take(str(root), "dev", fd, ImageRef(name="/img", id="sha256:x", layers=()), None)
+        finally:
+            os.close(fd)
+        assert failed.value.errno == errno.ENOSPC, failed.value
+        assert ("does not fit" in failed.value.message) == (free_mib == 30), failed.value.message
+        assert os.listdir(root / snapshots.DIR) == [] and snapshots.all_snapshots(str(root)) == []
+        assert _used(small_fs) <= used
+    finally:
+        filler.unlink(missing_ok=True)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_full_state_disk_is_a_typed_error_for_create_and_the_supervisor_lives(
+    state_home: Path, small_fs: Path, tmp_path: Path
+) -> None:
+    other = Sandbox.create(PolicySpec(workspace=str(tmp_path)), name="other")
+    supervisor = _supervisor()
+    filler = small_fs / "filler"
+    try:
+        with open(filler, "wb") as f, contextlib.suppress(OSError):
+            while True:
+                f.write(b"\0" * (1 << 16))
+                f.flush()
+        # The control: the disk is full for this user.
+        with pytest.raises(OSError) as full:
+            (small_fs / "one-more").write_bytes(b"x" * 4096)
+        assert full.value.errno == errno.ENOSPC
+        outcomes = []
+        for i in range(3):
+            r = subprocess.run(
+                [*WARREN, "create", f"full{i}", "-w", str(tmp_path)], capture_output=True, text=True
+            )
+            assert "Traceback" not in r.stderr, r.stderr
+            if r.returncode:
+                assert r.returncode == 125 and "hint:" in r.stderr, r.stderr
+            outcomes.append(r.returncode)
+            assert _alive(supervisor) and _supervisor() == supervisor
+            assert other.exec(["echo", "alive"]).stdout == b"alive\n"
+        assert 125 in outcomes, "creates on a full state disk all succeeded: the test did not fill it"
+        # No name left either: a background process's records cannot be made.
+        names = small_fs / "names"
+        names.mkdir()
+        with contextlib.suppress(OSError):
+            for i in range(INODES):
+                (names / str(i)).touch()
+        with pytest.raises(SandboxError) as refused:
+            other.spawn(["sh", "-c", "echo"])
+        assert refused.value.errno == errno.ENOSPC and "background process" in refused.value.message
+        assert _alive(supervisor) and other.exec(["echo", "alive"]).stdout == b"alive\n"
+    finally:
+        filler.unlink(missing_ok=True)
+        (small_fs / "one-more").unlink(missing_ok=True)
+        shutil.rmtree(small_fs / "names", ignore_errors=True)
+    with Sandbox.create(PolicySpec(workspace=str(tmp_path)), name="after") as after:
+        assert after.exec(["true"]).exit_code == 0
+    assert _alive(supervisor)
+    other.remove()
+    for info in Sandbox.list():
+        Sandbox(info).remove()
+
+
+def test_a_sparse_file_linked_from_outside_costs_its_own_inode_what_it_holds(
+    state_home: Path, small_fs: Path
+) -> None:
+    """A workspace file that is also a hard link to a file outside gets an inode of its
+    own at launch (``server.unshare``): a sparse one (as a sandbox may leave it, the
+    link being writable then) is copied without its holes, on the same 64 MiB disk."""
+    base = small_fs / "linked"
+    ws = base / "W"
+    ws.mkdir(parents=True)
+    outside = base / "outside.img"
+    with open(outside, "wb") as f:
+        f.seek(1 << 20)
+        f.write(b"data")
+        f.truncate(SPARSE)
+    os.link(outside, ws / "disk.img")
+    used = _used(small_fs)
+    try:
+        with Sandbox.create(PolicySpec(workspace=str(ws))) as sb:
+            assert _sh(
+                sb, "stat -c '%s %h' disk.img; dd if=disk.img bs=4 skip=262144 count=1 status=none"
+            ) == (f"{SPARSE} 1\ndata")
+        copy = (ws / "disk.img").stat()
+        assert copy.st_ino != outside.stat().st_ino and copy.st_size == SPARSE
+        assert copy.st_blocks * 512 <= 1 << 20 and _used(small_fs) - used < 1 << 20
+        assert SPARSE > SMALL  # the control: written out, it could not have fit
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
