@@ -299,3 +299,41 @@ def test_a_removed_working_directory_is_named_with_a_hint_not_a_traceback(tmp_pa
     gone.mkdir()
     r = from_removed("plan")
     assert r.returncode == 125 and "Traceback" not in r.stderr, r.stderr
+
+
+def test_listings_take_quiet_json_and_templates_and_several_names_at_once(tmp_path: Path) -> None:
+    """docker's and kubectl's habits: ``ls -q`` for names alone, ``--format json|table|
+    TEMPLATE``, ``rm``/``stop``/``pause``/``resume`` of several names or ``--all``, each
+    failure said and the rest done (exit 125)."""
+    env = {"XDG_STATE_HOME": str(tmp_path / "state")}
+    ws = tmp_path / "ws"
+    ws.mkdir()
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return run_cli(list(args), cwd=ws, env=env)
+
+    try:
+        for name in ("l1", "l2"):
+            assert cli("create", name).returncode == 0
+        assert cli("ls", "-q").stdout.split() == ["l1", "l2"]
+        table = cli("ls").stdout.splitlines()
+        assert table[0].split()[:4] == ["NAME", "STATE", "AGE", "IDLE"] and len(table) == 3
+        assert cli("ls", "--format", "{{.Name}}:{{.State}}").stdout.split() == ["l1:running", "l2:running"]
+        import json
+
+        assert [row["name"] for row in json.loads(cli("ls", "--format", "json").stdout)] == ["l1", "l2"]
+        bad = cli("ls", "--format", "{{.Nope}}")
+        assert bad.returncode == 125 and "hint: fields: .name" in bad.stderr
+        paused = cli("pause", "l1", "nope", "l2")
+        assert paused.returncode == 125 and paused.stdout.split() == ["l1", "l2"]
+        assert "nope: no sandbox named nope" in paused.stderr
+        assert cli("ls", "--format", "{{.State}}").stdout.split() == ["paused", "paused"]
+        assert cli("resume", "--all").returncode == 0
+        ps = cli("ps", "-q", "l1")
+        assert ps.returncode == 0 and all(pid.isdigit() for pid in ps.stdout.split())
+        assert cli("rm", "l1").returncode == 125  # running: -f says so
+        assert cli("rm", "-f", "--all").stdout.split() == ["l1", "l2"]
+        assert cli("ls", "-q").stdout == ""
+    finally:
+        cli("rm", "-f", "--all")
+        cli("shutdown")

@@ -4,9 +4,11 @@ transport); errors reach the entrypoint as ``WarrenError`` (one line + hint)."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import os
+import shlex
 import sys
 import time
 from collections.abc import Callable
@@ -16,9 +18,9 @@ from ..client import connect
 from ..client.local import LocalTransport
 from ..client.sandbox import Sandbox
 from ..errors import SandboxError, WarrenError
-from ..models import ProcessInfo, SandboxInfo
+from ..models import SandboxInfo
 from ..names import check_name
-from . import copy, flags
+from . import copy, flags, listing
 
 
 def _transport() -> LocalTransport:
@@ -48,37 +50,41 @@ def _age(seconds: float) -> str:
     return f"{int(seconds // 3600)}h"
 
 
+def _alive(row: listing.Row) -> bool:
+    return row["state"] in ("running", "paused")  # as SandboxInfo.alive
+
+
+def _where(row: listing.Row) -> str:
+    return str(row["workspace"]) if _alive(row) else f"{row['workspace']}  ({row['reason']})"
+
+
 def ls(args: list[str]) -> int:
-    p = flags.parser("warren ls", "List your sandboxes; dead ones say why.")
-    p.add_argument("--json", action="store_true", help="one JSON array")
-    ns = p.parse_args(args)
-    items = Sandbox.list(transport=_transport())
-    if ns.json:
-        print(json.dumps([codec.encode(i) for i in items], indent=2))  # as the HTTP API shows it
-        return 0
     from ..policy.limits import show_duration
 
-    print(f"{'NAME':20} {'STATE':8} {'AGE':>8} {'IDLE':>12}  WORKSPACE / REASON")
+    p = flags.parser("warren ls", "List your sandboxes; dead ones say why.")
+    listing.add_flags(p)
+    ns = p.parse_args(args)
+    items = Sandbox.list(transport=_transport())
     now = time.time()
-    for i in items:
-        extra = i.workspace if i.alive else f"{i.workspace}  ({i.reason})"
-        idle = "-"
-        if i.alive and i.last_active:
-            idle = _age(now - i.last_active)
-            if i.idle_timeout:
-                idle += f"/{show_duration(i.idle_timeout)}"  # idle for / stops after
-        print(f"{i.name:20} {i.state:8} {_age(now - i.created):>8} {idle:>12}  {extra}")
+
+    def idle(row: listing.Row) -> str:
+        if not _alive(row) or not row.get("last_active"):
+            return "-"
+        shown = _age(now - row["last_active"])
+        return shown + (f"/{show_duration(row['idle_timeout'])}" if row.get("idle_timeout") else "")
+
+    columns = [
+        listing.Column("NAME", lambda r: r["name"], width=20),
+        listing.Column("STATE", lambda r: r["state"], width=8),
+        listing.Column("AGE", lambda r: _age(now - r["created"]), width=8, right=True),
+        listing.Column("IDLE", idle, width=12, right=True),  # idle for / stops after
+        listing.Column("WORKSPACE / REASON", _where),
+    ]
+    listing.emit(ns, [codec.encode(i) for i in items], columns)  # rows as the HTTP API shows them
     return 0
 
 
 OWN = "[warren]"  # how `ps` shows warren's own processes (PID 1, exec helpers)
-
-
-def _command(q: ProcessInfo) -> str:
-    """The command line as the user typed it (shell-quoted), or ``OWN`` for warren's own."""
-    import shlex
-
-    return OWN if connect.is_supervisor(q.argv) else shlex.join(q.argv)
 
 
 def ps(args: list[str]) -> int:
@@ -86,17 +92,19 @@ def ps(args: list[str]) -> int:
         "warren ps",
         f"List the processes running in sandbox NAME; warren's own (PID 1, helpers) show as {OWN}.",
     )
-    p.add_argument("--json", action="store_true", help="one JSON array")
+    listing.add_flags(p, "pid")
     p.add_argument("name")
     ns = p.parse_args(args)
     procs = Sandbox.get(check_name(ns.name), transport=_transport()).processes()
-    if ns.json:
-        rows = [{**dataclasses.asdict(q), "warren": connect.is_supervisor(q.argv)} for q in procs]
-        print(json.dumps(rows, indent=2))
-        return 0
-    print(f"{'PID':>6} {'PPID':>6} S  {'SPAWN':12}  COMMAND")
-    for q in procs:
-        print(f"{q.pid:>6} {q.ppid:>6} {q.state}  {q.spawn_id or '-':12}  {_command(q)}")
+    rows = [{**dataclasses.asdict(q), "warren": connect.is_supervisor(q.argv)} for q in procs]
+    columns = [
+        listing.Column("PID", lambda r: str(r["pid"]), width=6, right=True),
+        listing.Column("PPID", lambda r: str(r["ppid"]), width=6, right=True),
+        listing.Column("S", lambda r: r["state"]),
+        listing.Column("SPAWN", lambda r: r["spawn_id"] or "-", width=12),
+        listing.Column("COMMAND", lambda r: OWN if r["warren"] else shlex.join(r["argv"])),
+    ]
+    listing.emit(ns, rows, columns, "pid")
     return 0
 
 
@@ -180,32 +188,66 @@ def logs(args: list[str]) -> int:
     return background.show(name, ns.id, ns.follow)
 
 
+def _names(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("names", nargs="*", metavar="NAME", help=f"the sandboxes to {what}")
+    p.add_argument("-a", "--all", action="store_true", help=f"{what} every sandbox of yours")
+
+
+def _each(ns: argparse.Namespace, op: str, act: Callable[[str], None], alive_only: bool = False) -> int:
+    """``act`` on every sandbox named (or, with --all, every one listed), as docker does:
+    each done is printed, each failure said on its own line, and the rest still done;
+    exit 125 if any failed."""
+    if ns.all and ns.names:
+        raise flags.UsageError(f"warren {op}: give names or --all, not both", operation="cli")
+    if ns.all:
+        names = [i.name for i in _transport().list() if i.alive or not alive_only]
+    elif ns.names:
+        names = [check_name(n) for n in ns.names]
+    else:
+        raise flags.UsageError(
+            f"warren {op}: which sandbox?", operation="cli", hint=f"warren {op} NAME [NAME...], or --all"
+        )
+    failed = 0
+    for name in names:
+        try:
+            act(name)
+        except WarrenError as e:
+            failed += 1
+            print(f"warren: {name}: {e.message}" + (f"\n  hint: {e.hint}" if e.hint else ""), file=sys.stderr)
+            continue
+        if len(names) > 1 or ns.all:
+            print(name)
+    return 125 if failed else 0
+
+
 def stop(args: list[str]) -> int:
     p = flags.parser(
-        "warren stop", "Stop sandbox NAME: SIGTERM to its processes, SIGKILL after a grace period."
+        "warren stop", "Stop sandboxes: SIGTERM to their processes, SIGKILL after a grace period."
     )
-    p.add_argument("name")
+    _names(p, "stop")
     ns = p.parse_args(args)
-    _warn(_transport().stop(check_name(ns.name), remove=False))
-    return 0
+    return _each(ns, "stop", lambda name: _warn(_transport().stop(name, remove=False)), alive_only=True)
 
 
 def rm(args: list[str]) -> int:
-    p = flags.parser("warren rm", "Forget sandbox NAME (the workspace is kept); -f also stops a running one.")
+    p = flags.parser("warren rm", "Forget sandboxes (their workspaces are kept); -f also stops running ones.")
     p.add_argument("-f", "--force", action="store_true", help="stop it first if it is running")
-    p.add_argument("name")
+    _names(p, "remove")
     ns = p.parse_args(args)
     transport = _transport()
-    info = transport.get(check_name(ns.name))
-    if (info.alive or info.state == "stopping") and not ns.force:
-        raise SandboxError(
-            f"sandbox {ns.name} is {info.state}",
-            operation="rm",
-            path=ns.name,
-            hint=f"stop it first (warren stop {ns.name}), or remove it at once with warren rm -f {ns.name}",
-        )
-    _warn(transport.stop(ns.name, remove=True))
-    return 0
+
+    def remove(name: str) -> None:
+        info = transport.get(name)
+        if (info.alive or info.state == "stopping") and not ns.force:
+            raise SandboxError(
+                f"sandbox {name} is {info.state}",
+                operation="rm",
+                path=name,
+                hint=f"stop it first (warren stop {name}), or remove it at once with warren rm -f {name}",
+            )
+        _warn(transport.stop(name, remove=True))
+
+    return _each(ns, "rm", remove)
 
 
 def _warn(info: SandboxInfo) -> None:
@@ -239,18 +281,18 @@ def pause(args: list[str]) -> int:
         "Freeze every process of sandbox NAME: no CPU used, processes and memory kept, "
         "until `warren resume NAME`.",
     )
-    p.add_argument("name")
+    _names(p, "pause")
     ns = p.parse_args(args)
-    Sandbox.get(check_name(ns.name), transport=_transport()).pause()
-    return 0
+    return _each(ns, "pause", lambda name: Sandbox.get(name, transport=_transport()).pause(), alive_only=True)
 
 
 def resume(args: list[str]) -> int:
-    p = flags.parser("warren resume", "Let paused sandbox NAME run again where it stopped.")
-    p.add_argument("name")
+    p = flags.parser("warren resume", "Let paused sandboxes run again where they stopped.")
+    _names(p, "resume")
     ns = p.parse_args(args)
-    Sandbox.get(check_name(ns.name), transport=_transport()).resume()
-    return 0
+    return _each(
+        ns, "resume", lambda name: Sandbox.get(name, transport=_transport()).resume(), alive_only=True
+    )
 
 
 def _of(limit: object) -> str:

@@ -1,0 +1,102 @@
+"""How every listing of the CLI prints, as docker and kubectl users expect: a table with
+a header by default, ``-q`` for the names alone (one per line, for ``xargs``),
+``--format json`` (or the older ``--json``) for one JSON array, ``--format table`` for the
+default, and ``--format '{{.Name}} {{.State}}'`` for a line per item from a template
+(Go-template field names, ``{{.Name}}`` or ``{{.name}}``; ``{{json .}}`` is the item).
+
+A listing gives rows as mappings of plain values and the table's columns; nothing here
+knows what a sandbox or a process is."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import PolicyError
+
+Row = Mapping[str, Any]
+_FIELD = re.compile(r"\{\{\s*(json\s+\.|\.[A-Za-z_][A-Za-z0-9_]*|\.)\s*\}\}")
+
+
+@dataclass(frozen=True)
+class Column:
+    title: str
+    cell: Callable[[Row], str]
+    width: int = 0  # 0: as wide as its widest cell
+    right: bool = False
+
+
+def add_flags(p: argparse.ArgumentParser, key: str = "name") -> None:
+    p.add_argument("-q", "--quiet", action="store_true", help=f"only each item's {key}, one per line")
+    p.add_argument(
+        "--format",
+        metavar="FORMAT",
+        help="table (the default), json, or a template such as '{{.Name}} {{.State}}'",
+    )
+    p.add_argument("--json", action="store_true", help="the same as --format json")
+
+
+def emit(ns: argparse.Namespace, rows: Sequence[Row], columns: Sequence[Column], key: str = "name") -> None:
+    fmt = "json" if ns.json else (ns.format or "table")
+    if ns.quiet:
+        for row in rows:
+            print(row[key])
+    elif fmt == "json":
+        print(json.dumps(list(rows), indent=2, default=str))
+    elif fmt == "table":
+        print_table(rows, columns)
+    else:
+        template = fmt.replace("\\t", "\t").replace("\\n", "\n")
+        _check(template)
+        for row in rows:
+            print(_fill(template, row))
+
+
+def print_table(rows: Sequence[Row], columns: Sequence[Column]) -> None:
+    cells = [[c.cell(row) for c in columns] for row in rows]
+    widths = [max([c.width, len(c.title), *(len(line[i]) for line in cells)]) for i, c in enumerate(columns)]
+
+    def line(values: Sequence[str]) -> str:
+        parts = [
+            v.rjust(w) if c.right else v.ljust(w) for v, w, c in zip(values, widths, columns, strict=True)
+        ]
+        return "  ".join(parts).rstrip()
+
+    print(line([c.title for c in columns]))
+    for values in cells:
+        print(line(values))
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).lower()
+
+
+def _check(template: str) -> None:
+    if "{{" not in template:
+        raise PolicyError(
+            f"--format {template!r} is neither table, json nor a template",
+            operation="cli",
+            hint="use --format table, --format json, or a template such as '{{.Name}}\\t{{.State}}'",
+        )
+
+
+def _fill(template: str, row: Row) -> str:
+    def value(match: re.Match[str]) -> str:
+        ref = match.group(1)
+        if ref == "." or ref.startswith("json"):
+            return json.dumps(dict(row), default=str)
+        name = _snake(ref[1:])
+        if name not in row:
+            raise PolicyError(
+                f"--format names {ref}, which items here do not have",
+                operation="cli",
+                hint="fields: " + ", ".join("." + k for k in row),
+            )
+        got = row[name]
+        return json.dumps(got) if isinstance(got, (dict, list)) else "" if got is None else str(got)
+
+    return _FIELD.sub(value, template)
