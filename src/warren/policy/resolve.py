@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..errors import PolicyError
+from . import hostrun as _hostrun
 from . import presets as _presets
 from .limits import parse_size
 from .model import DEFAULT_DENIED, DEFAULT_ENV_PASS, SYSTEM_DENIED, Policy, Root, is_within
@@ -162,6 +163,17 @@ def build(
         writable.append(Root(workspace, "workspace"))
     writable += [Root(p, "--write") for p in write]
     writable += [Root(Path(os.path.realpath(p)), src, create=True) for p, src in grant.writable]
+    host_run = _host_run(env, home)
+    for root in writable:
+        if root.source.startswith("preset:") and (hit := _hostrun.reached(root.path, host_run)):
+            raise PolicyError(
+                f"{root.source}: {root.path} reaches {hit[0].path}, where the host runs {hit[0].what} "
+                "from later; a preset never makes that writable",
+                operation="policy",
+                path=str(root.path),
+                hint="point the tool's cache variable elsewhere, or pass --write for the directory "
+                "if you mean the sandbox to write there",
+            )
     if not spec.allow_broad_workspace:
         for root in writable:
             _refuse_broad(root, Path(os.path.realpath(home)))
@@ -205,6 +217,8 @@ def build(
         disk=_disk(spec.disk),
         secrets=_secrets(grant.secrets, spec) if network == "allow" else tuple(spec.secrets),
         http_rules=tuple(spec.allow_http),
+        host_run=host_run,
+        private_homes=tuple((var, Path(os.path.realpath(p)), name) for var, p, name in grant.private),
         # Paths made absolute: the same spec resolves to this policy from any directory.
         spec=replace(
             spec,
@@ -213,6 +227,15 @@ def build(
             read=[str(p) for p in read],
             deny=[str(p) for p in deny],
         ),
+    )
+
+
+def _host_run(env: Mapping[str, str], home: Path) -> tuple[_hostrun.HostRun, ...]:
+    """The places the host runs programs from, symlinks resolved as a root's are."""
+    parents: dict[str, str] = {}
+    return tuple(
+        _hostrun.HostRun(Path(realpath(os.path.normpath(str(p.path)), parents)), p.what)
+        for p in _hostrun.places(env, home)
     )
 
 

@@ -1,0 +1,122 @@
+"""Places the host runs programs from later: what no preset may make writable.
+
+A tool's cache is data the tool reads when it next installs something; the places
+below hold programs (and their interpreters, libraries and startup files) that the
+user's own, unsandboxed commands execute directly: uv's installed tools and managed
+Pythons, pipx's venvs, corepack's package managers, pre-commit's hook environments,
+``~/.local/bin``, ``~/.cargo/bin``, rustup's toolchains, npm's global prefix and
+node version managers, ``go install``'s bin directory, ``pip install --user``'s
+site-packages, shell startup files. A sandbox that writes one reaches the host the
+next time the user runs that program. Presets never grant them (``resolve`` refuses a
+preset path that reaches one); an explicit ``--write`` may, and the plan warns once
+per root, naming what it allows.
+
+Pure: the caller's environment and home in, paths out. Where a path is a symlink,
+``resolve`` compares what it resolves to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from .model import Root, is_within
+
+
+@dataclass(frozen=True)
+class HostRun:
+    """A place the host runs programs from: ``path`` and what the host runs there."""
+
+    path: Path
+    what: str
+
+
+# The shell and session startup files of a home: run by every login or new shell.
+_STARTUP = (
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".bash_logout",
+    ".profile",
+    ".zshrc",
+    ".zshenv",
+    ".zprofile",
+    ".zlogin",
+    ".config/fish",
+    ".config/systemd/user",
+    ".config/autostart",
+)
+
+
+def places(env: Mapping[str, str], home: Path) -> tuple[HostRun, ...]:
+    """Every place of this caller the host runs programs from (whether it exists or not)."""
+
+    def var(name: str, default: Path) -> Path:
+        value = env.get(name, "")
+        return Path(value) if value.startswith("/") else default
+
+    data = var("XDG_DATA_HOME", home / ".local" / "share")
+    cache = var("XDG_CACHE_HOME", home / ".cache")
+    local_bin = var("XDG_BIN_HOME", home / ".local" / "bin")
+    cargo = var("CARGO_HOME", home / ".cargo")
+    user_base = var("PYTHONUSERBASE", home / ".local")
+    gopath = Path(env["GOPATH"].split(":")[0]) if env.get("GOPATH", "").startswith("/") else home / "go"
+    found: list[tuple[Path, str]] = [
+        (var("UV_TOOL_DIR", data / "uv" / "tools"), "uv tool install's tools"),
+        (var("UV_PYTHON_INSTALL_DIR", data / "uv" / "python"), "uv python install's Pythons"),
+        (local_bin, "programs on your PATH"),
+        (var("UV_TOOL_BIN_DIR", local_bin), "uv tool install's programs"),
+        (var("UV_PYTHON_BIN_DIR", local_bin), "uv python install's programs"),
+        (var("PIPX_HOME", data / "pipx"), "pipx's venvs and its shared pip"),
+        (var("PIPX_BIN_DIR", local_bin), "pipx's programs"),
+        (cache / "pipx", "pipx run's cached venvs"),
+        (user_base / "bin", "pip install --user's programs"),
+        (user_base / "lib", "pip install --user's packages, imported by your Pythons"),
+        (var("COREPACK_HOME", cache / "node" / "corepack"), "corepack's pnpm and yarn"),
+        (
+            var("PRE_COMMIT_HOME", cache / "pre-commit"),
+            "pre-commit's hook environments, run by your git hooks",
+        ),
+        (cargo / "bin", "cargo install's programs"),
+        (cargo / ".crates.toml", "cargo install's record of installed crates"),
+        (cargo / ".crates2.json", "cargo install's record of installed crates"),
+        (var("RUSTUP_HOME", home / ".rustup"), "rustup's toolchains"),
+        (var("GOBIN", gopath / "bin"), "go install's programs"),
+        (home / ".npm-global", "npm install -g's prefix"),
+        (home / ".npm-packages", "npm install -g's prefix"),
+        (var("NVM_DIR", home / ".nvm"), "nvm's node versions and their global packages"),
+        (var("VOLTA_HOME", home / ".volta"), "volta's node versions and tools"),
+        (var("FNM_DIR", data / "fnm"), "fnm's node versions"),
+        (cache / "node-gyp", "node-gyp's headers, compiled into native modules"),
+        *((home / name, "a startup file of your shell or session") for name in _STARTUP),
+    ]
+    for name in ("npm_config_prefix", "NPM_CONFIG_PREFIX"):
+        if env.get(name, "").startswith("/"):
+            found.append((Path(env[name]), "npm install -g's prefix"))
+    out: dict[Path, HostRun] = {}
+    for path, what in found:
+        out.setdefault(path, HostRun(path, what))
+    return tuple(out.values())
+
+
+def reached(root: Path, where: Iterable[HostRun]) -> tuple[HostRun, ...]:
+    """The places a writable ``root`` lets a sandbox write: those in it, or holding it."""
+    return tuple(p for p in where if is_within(p.path, root) or is_within(root, p.path))
+
+
+def warnings(writable: Iterable[Root], where: tuple[HostRun, ...]) -> list[str]:
+    """One line per writable root that reaches a place the host runs programs from."""
+    out = []
+    for root in writable:
+        hit = reached(root.path, where)
+        if not hit:
+            continue
+        named = ", ".join(f"{p.path} ({p.what})" for p in hit[:3]) + (
+            f" and {len(hit) - 3} more" if len(hit) > 3 else ""
+        )
+        out.append(
+            f"{root.source} {root.path}: the host runs programs from {named} later; "
+            "a sandbox that writes there reaches the host"
+        )
+    return out
