@@ -59,6 +59,33 @@ def test_uv_cache_and_private_tool_dir_follow_their_variables_and_xdg(tmp_path: 
     assert p.passes_env("XDG_DATA_HOME")  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize(
+    ("preset", "var", "default"),
+    [
+        ("uv", "UV_CACHE_DIR", ".cache/uv"),
+        ("pip", "PIP_CACHE_DIR", ".cache/pip"),
+        ("npm", "npm_config_cache", ".npm"),
+    ],
+)
+def test_a_cache_variable_set_for_the_sandbox_moves_the_grant(
+    tmp_path: Path, preset: str, var: str, default: str
+) -> None:
+    ws = tmp_path / "proj"
+    ws.mkdir()
+    private = ws / ".private-cache"
+
+    def sandbox_env(value: str) -> object:
+        spec = PolicySpec(workspace=str(ws), presets=[preset], env={var: value})
+        return build(spec, env={"HOME": str(tmp_path)}, home=tmp_path)
+
+    paths = {r.path for r in sandbox_env(str(private)).writable}  # type: ignore[attr-defined]
+    assert private in paths and tmp_path / default not in paths
+    assert tmp_path / default in {r.path for r in _build(tmp_path, [preset], {}).writable}  # type: ignore[attr-defined]
+    with pytest.raises(PolicyError) as err:
+        sandbox_env("relative/cache")
+    assert var in str(err.value)
+
+
 def test_node_preset_grants_npms_cache_and_not_corepacks_package_managers(tmp_path: Path) -> None:
     p = _build(tmp_path, ["node"], {})
     paths = {str(r.path) for r in p.writable}  # type: ignore[attr-defined]

@@ -152,7 +152,10 @@ def build(
         if spec.workspace and not no_workspace
         else cwd.resolve()
     )
-    grant = _presets.expand(tuple(spec.presets), env, home)
+    # A tool's cache is where the sandbox's environment names it: an explicit --env of
+    # its variable moves the grant (a cache private to the project), and the caller's
+    # own cache is then not writable.
+    grant = _presets.expand(tuple(spec.presets), {**env, **spec.env}, home)
     network = _network_mode(spec)
 
     write = [absolute(p, "--write", base, home) for p in spec.write]
