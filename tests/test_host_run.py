@@ -14,6 +14,7 @@ runs as root and as uid 1001 alike (the home is each caller's).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -139,3 +140,53 @@ def test_warren_plan_shows_the_warning(tmp_path: Path) -> None:
         assert len(private) == 1 and private[0].endswith("/uv-tools"), plain.stdout
     finally:
         tools.rmdir()
+
+
+def test_the_library_gets_the_same_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import warren
+    from warren.policy import PolicySpec
+
+    tools = Path(os.path.expanduser("~")) / f".warren-hostrun-{os.getpid()}-library"
+    tools.mkdir()
+    try:
+        monkeypatch.setenv("UV_TOOL_DIR", str(tools))
+        spec = PolicySpec(workspace=str(tmp_path), presets=["uv"], write=[str(tools)])
+        r = warren.run(["sh", "-c", f"echo x > {tools}/planted"], spec)
+        assert r.exit_code == 0 and (tools / "planted").exists(), r.stderr
+        assert [w for w in r.warnings if "the host runs programs from" in w] == [
+            f"--write {tools}: the host runs programs from {tools} (uv tool install's tools) later; "
+            "a sandbox that writes there reaches the host"
+        ]
+    finally:
+        shutil.rmtree(tools)
+
+
+def test_corepack_runs_a_package_manager_the_host_downloaded_without_writing_its_home(
+    tmp_path: Path,
+) -> None:
+    """Fidelity beside the protection: corepack's home is read-only, and a package
+    manager it downloaded on the host (here a stand-in in corepack's layout: no registry
+    is reachable offline) still runs inside, as on the host."""
+    if shutil.which("corepack") is None:
+        pytest.skip("corepack is not installed on this machine")
+    base = Path(os.path.expanduser("~")) / f".warren-hostrun-{os.getpid()}-corepack"
+    installed = base / "cache" / "node" / "corepack" / "v1" / "pnpm" / "9.0.0"
+    (installed / "bin").mkdir(parents=True)
+    (base / "ws").mkdir()
+    try:
+        (installed / "bin" / "pnpm.cjs").write_text('console.log("pnpm stand-in 9.0.0")\n')
+        locator = {"name": "pnpm", "reference": "9.0.0"}
+        (installed / ".corepack").write_text(
+            json.dumps({"locator": locator, "bin": {"pnpm": "./bin/pnpm.cjs"}, "hash": "x"})
+        )
+        (base / "ws" / "package.json").write_text('{"name": "p", "packageManager": "pnpm@9.0.0"}\n')
+        home = base / "cache" / "node"
+        before = sorted((p.relative_to(base), p.stat().st_mtime_ns) for p in home.rglob("*"))
+        env = {"XDG_CACHE_HOME": str(base / "cache"), "COREPACK_ENABLE_NETWORK": "0"}
+        argv = ["run", "--preset", "node", "--", "corepack", "pnpm", "--version"]
+        r = run_cli(argv, cwd=base / "ws", env=env, timeout=60)
+        assert r.returncode == 0 and r.stdout == "pnpm stand-in 9.0.0\n", r.stdout + r.stderr
+        after = sorted((p.relative_to(base), p.stat().st_mtime_ns) for p in home.rglob("*"))
+        assert after == before
+    finally:
+        shutil.rmtree(base)
