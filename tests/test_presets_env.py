@@ -388,3 +388,23 @@ def test_warren_presets_shows_each_agents_own_home(tmp_path: Path) -> None:
     assert listed.returncode == 0, listed.stderr
     for agent, (var, _, _) in AGENTS.items():
         assert f"its own home: $XDG_DATA_HOME/warren/agents/{agent} (${var})" in listed.stdout
+
+
+def test_the_degraded_mode_plans_the_same_warning_and_private_homes(tmp_path: Path) -> None:
+    tools = tmp_path / ".local/share/uv/tools"
+    tools.mkdir(parents=True)
+    policy = _build(tmp_path, ["python"], {}, write=[str(tools)])
+    host = HostFacts(
+        parse_mountinfo(ROOT_ONLY),
+        7,
+        40,
+        True,
+        namespaces=("denied", 1),
+        writable_dirs=frozenset({str(tools)}),
+    )
+    caller = CallerFacts(1001, 1001, str(tmp_path), {"HOME": str(tmp_path)}, str(tmp_path / "proj"))
+    plan = _make_plan(policy, host, caller, scratch_id="abc")  # type: ignore[arg-type]
+    assert not plan.namespaces  # type: ignore[attr-defined]
+    lines = [w for w in plan.warnings if "the host runs programs from" in w]
+    assert len(lines) == 1 and lines[0].startswith(f"--write {tools}: ")
+    assert "UV_TOOL_DIR" not in plan.env and plan.env["PIPX_HOME"] == f"{plan.env['TMPDIR']}/pipx"
