@@ -153,7 +153,7 @@ def test_host_run_places_follow_the_tools_variables(tmp_path: Path) -> None:
     }
     paths = {p.path for p in hostrun.places(env, tmp_path)}
     expected = {"t", "px", "cp", "cg/bin", "np", "gp/bin", "b"}
-    assert {tmp_path / e for e in expected} <= paths
+    assert {str(tmp_path / e) for e in expected} <= paths
 
 
 def _plan_for(tmp_path: Path, presets: list[str], write: list[str]) -> object:
@@ -408,3 +408,12 @@ def test_the_degraded_mode_plans_the_same_warning_and_private_homes(tmp_path: Pa
     lines = [w for w in plan.warnings if "the host runs programs from" in w]
     assert len(lines) == 1 and lines[0].startswith(f"--write {tools}: ")
     assert "UV_TOOL_DIR" not in plan.env and plan.env["PIPX_HOME"] == f"{plan.env['TMPDIR']}/pipx"
+
+
+def test_a_place_reached_through_a_symlink_is_warned_about(tmp_path: Path) -> None:
+    (tmp_path / "mybin").mkdir()
+    (tmp_path / ".local").mkdir()
+    (tmp_path / ".local" / "bin").symlink_to(tmp_path / "mybin")
+    plan = _plan_for(tmp_path, [], ["mybin"])
+    lines = [w for w in plan.warnings if "the host runs programs from" in w]  # type: ignore[attr-defined]
+    assert len(lines) == 1 and f"{tmp_path / 'mybin'} (programs on your PATH)" in lines[0], lines

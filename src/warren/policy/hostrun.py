@@ -17,18 +17,20 @@ Pure: the caller's environment and home in, paths out. Where a path is a symlink
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .model import Root, is_within
+from .model import Root
 
 
 @dataclass(frozen=True)
 class HostRun:
-    """A place the host runs programs from: ``path`` and what the host runs there."""
+    """A place the host runs programs from: ``path`` (absolute, normalized) and what the
+    host runs there."""
 
-    path: Path
+    path: str
     what: str
 
 
@@ -51,58 +53,66 @@ _STARTUP = (
 
 def places(env: Mapping[str, str], home: Path) -> tuple[HostRun, ...]:
     """Every place of this caller the host runs programs from (whether it exists or not)."""
+    join = posixpath.join
 
-    def var(name: str, default: Path) -> Path:
+    def var(name: str, default: str) -> str:
         value = env.get(name, "")
-        return Path(value) if value.startswith("/") else default
+        return posixpath.normpath(value) if value.startswith("/") else default
 
-    data = var("XDG_DATA_HOME", home / ".local" / "share")
-    cache = var("XDG_CACHE_HOME", home / ".cache")
-    local_bin = var("XDG_BIN_HOME", home / ".local" / "bin")
-    cargo = var("CARGO_HOME", home / ".cargo")
-    user_base = var("PYTHONUSERBASE", home / ".local")
-    gopath = Path(env["GOPATH"].split(":")[0]) if env.get("GOPATH", "").startswith("/") else home / "go"
-    found: list[tuple[Path, str]] = [
-        (var("UV_TOOL_DIR", data / "uv" / "tools"), "uv tool install's tools"),
-        (var("UV_PYTHON_INSTALL_DIR", data / "uv" / "python"), "uv python install's Pythons"),
+    h = str(home)
+    data = var("XDG_DATA_HOME", join(h, ".local/share"))
+    cache = var("XDG_CACHE_HOME", join(h, ".cache"))
+    local_bin = var("XDG_BIN_HOME", join(h, ".local/bin"))
+    cargo = var("CARGO_HOME", join(h, ".cargo"))
+    user_base = var("PYTHONUSERBASE", join(h, ".local"))
+    gopath = var("GOPATH", join(h, "go")).split(":")[0]
+    found: list[tuple[str, str]] = [
+        (var("UV_TOOL_DIR", join(data, "uv/tools")), "uv tool install's tools"),
+        (var("UV_PYTHON_INSTALL_DIR", join(data, "uv/python")), "uv python install's Pythons"),
         (local_bin, "programs on your PATH"),
         (var("UV_TOOL_BIN_DIR", local_bin), "uv tool install's programs"),
         (var("UV_PYTHON_BIN_DIR", local_bin), "uv python install's programs"),
-        (var("PIPX_HOME", data / "pipx"), "pipx's venvs and its shared pip"),
+        (var("PIPX_HOME", join(data, "pipx")), "pipx's venvs and its shared pip"),
         (var("PIPX_BIN_DIR", local_bin), "pipx's programs"),
-        (cache / "pipx", "pipx run's cached venvs"),
-        (user_base / "bin", "pip install --user's programs"),
-        (user_base / "lib", "pip install --user's packages, imported by your Pythons"),
-        (var("COREPACK_HOME", cache / "node" / "corepack"), "corepack's pnpm and yarn"),
+        (join(cache, "pipx"), "pipx run's cached venvs"),
+        (join(user_base, "bin"), "pip install --user's programs"),
+        (join(user_base, "lib"), "pip install --user's packages, imported by your Pythons"),
+        (var("COREPACK_HOME", join(cache, "node/corepack")), "corepack's pnpm and yarn"),
         (
-            var("PRE_COMMIT_HOME", cache / "pre-commit"),
+            var("PRE_COMMIT_HOME", join(cache, "pre-commit")),
             "pre-commit's hook environments, run by your git hooks",
         ),
-        (cargo / "bin", "cargo install's programs"),
-        (cargo / ".crates.toml", "cargo install's record of installed crates"),
-        (cargo / ".crates2.json", "cargo install's record of installed crates"),
-        (var("RUSTUP_HOME", home / ".rustup"), "rustup's toolchains"),
-        (var("GOBIN", gopath / "bin"), "go install's programs"),
-        (home / ".npm-global", "npm install -g's prefix"),
-        (home / ".npm-packages", "npm install -g's prefix"),
-        (var("NVM_DIR", home / ".nvm"), "nvm's node versions and their global packages"),
-        (var("VOLTA_HOME", home / ".volta"), "volta's node versions and tools"),
-        (var("FNM_DIR", data / "fnm"), "fnm's node versions"),
-        (cache / "node-gyp", "node-gyp's headers, compiled into native modules"),
-        *((home / name, "a startup file of your shell or session") for name in _STARTUP),
+        (join(cargo, "bin"), "cargo install's programs"),
+        (join(cargo, ".crates.toml"), "cargo install's record of installed crates"),
+        (join(cargo, ".crates2.json"), "cargo install's record of installed crates"),
+        (var("RUSTUP_HOME", join(h, ".rustup")), "rustup's toolchains"),
+        (var("GOBIN", join(gopath, "bin")), "go install's programs"),
+        (join(h, ".npm-global"), "npm install -g's prefix"),
+        (join(h, ".npm-packages"), "npm install -g's prefix"),
+        (var("NVM_DIR", join(h, ".nvm")), "nvm's node versions and their global packages"),
+        (var("VOLTA_HOME", join(h, ".volta")), "volta's node versions and tools"),
+        (var("FNM_DIR", join(data, "fnm")), "fnm's node versions"),
+        (join(cache, "node-gyp"), "node-gyp's headers, compiled into native modules"),
+        *((join(h, name), "a startup file of your shell or session") for name in _STARTUP),
     ]
     for name in ("npm_config_prefix", "NPM_CONFIG_PREFIX"):
         if env.get(name, "").startswith("/"):
-            found.append((Path(env[name]), "npm install -g's prefix"))
-    out: dict[Path, HostRun] = {}
+            found.append((posixpath.normpath(env[name]), "npm install -g's prefix"))
+    out: dict[str, HostRun] = {}
     for path, what in found:
-        out.setdefault(path, HostRun(path, what))
+        if path not in out:
+            out[path] = HostRun(path, what)
     return tuple(out.values())
+
+
+def _within(path: str, parent: str) -> bool:
+    return path == parent or path.startswith(parent if parent == "/" else parent + "/")
 
 
 def reached(root: Path, where: Iterable[HostRun]) -> tuple[HostRun, ...]:
     """The places a writable ``root`` lets a sandbox write: those in it, or holding it."""
-    return tuple(p for p in where if is_within(p.path, root) or is_within(root, p.path))
+    r = str(root)
+    return tuple(p for p in where if _within(p.path, r) or _within(r, p.path))
 
 
 def warnings(writable: Iterable[Root], where: tuple[HostRun, ...]) -> list[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import glob
 import os
+import posixpath
 import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
@@ -166,7 +167,8 @@ def build(
         writable.append(Root(workspace, "workspace"))
     writable += [Root(p, "--write") for p in write]
     writable += [Root(Path(os.path.realpath(p)), src, create=True) for p, src in grant.writable]
-    host_run = _host_run(env, home)
+    known: dict[str, tuple[str, bool]] = {}
+    host_run = _host_run(env, home, known)
     for root in writable:
         if root.source.startswith("preset:") and (hit := _hostrun.reached(root.path, host_run)):
             raise PolicyError(
@@ -221,7 +223,9 @@ def build(
         secrets=_secrets(grant.secrets, spec) if network == "allow" else tuple(spec.secrets),
         http_rules=tuple(spec.allow_http),
         host_run=host_run,
-        private_homes=tuple((var, Path(os.path.realpath(p)), name) for var, p, name in grant.private),
+        private_homes=tuple(
+            (var, Path(_resolved(os.path.normpath(p), known)[0]), name) for var, p, name in grant.private
+        ),
         # Paths made absolute: the same spec resolves to this policy from any directory.
         spec=replace(
             spec,
@@ -233,13 +237,36 @@ def build(
     )
 
 
-def _host_run(env: Mapping[str, str], home: Path) -> tuple[_hostrun.HostRun, ...]:
+def _host_run(
+    env: Mapping[str, str], home: Path, known: dict[str, tuple[str, bool]]
+) -> tuple[_hostrun.HostRun, ...]:
     """The places the host runs programs from, symlinks resolved as a root's are."""
-    parents: dict[str, str] = {}
-    return tuple(
-        _hostrun.HostRun(Path(realpath(os.path.normpath(str(p.path)), parents)), p.what)
-        for p in _hostrun.places(env, home)
-    )
+    return tuple(_hostrun.HostRun(_resolved(p.path, known)[0], p.what) for p in _hostrun.places(env, home))
+
+
+def _resolved(path: str, known: dict[str, tuple[str, bool]]) -> tuple[str, bool]:
+    """(``os.path.realpath`` of a normalized absolute ``path``, whether it exists), one
+    ``lstat`` per directory the paths share (``known``), none below a missing one: the
+    places of ``hostrun`` are dozens of paths under a few directories, resolved for
+    every sandbox."""
+    if path in ("/", ""):
+        return "/", True
+    hit = known.get(path)
+    if hit is not None:
+        return hit
+    parent, _, name = path.rpartition("/")
+    real_parent, exists = _resolved(parent, known)
+    joined = posixpath.join(real_parent, name)
+    out = (joined, False)
+    if exists:
+        try:
+            mode = os.lstat(joined).st_mode
+        except OSError:
+            pass  # absent (or unreadable): nothing below it is a link
+        else:
+            out = (os.path.realpath(joined), True) if stat.S_ISLNK(mode) else (joined, True)
+    known[path] = out
+    return out
 
 
 def system_denied(names: tuple[str, ...] = SYSTEM_DENIED) -> list[str]:
