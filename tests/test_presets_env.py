@@ -127,6 +127,10 @@ def test_a_preset_cache_pointed_at_a_host_run_place_is_refused(tmp_path: Path) -
         ("~/.npm-global", "npm install -g's prefix"),
         ("~/.bashrc", "startup file"),
         ("~/.config", "startup file"),
+        ("~/.vimrc", "startup file"),
+        ("~/.gitconfig", "git's global config"),
+        ("~/.config/git", "git's global config"),
+        ("~/.cargo/config.toml", "cargo's config"),
     ],
 )
 def test_places_the_host_runs_programs_from(tmp_path: Path, raw: str, what: str) -> None:

@@ -34,7 +34,8 @@ class HostRun:
     what: str
 
 
-# The shell and session startup files of a home: run by every login or new shell.
+# The startup files of a home's shells, sessions and editors: run by every login, new
+# shell or editor.
 _STARTUP = (
     ".bashrc",
     ".bash_profile",
@@ -48,6 +49,10 @@ _STARTUP = (
     ".config/fish",
     ".config/systemd/user",
     ".config/autostart",
+    ".vimrc",
+    ".config/nvim",
+    ".emacs",
+    ".emacs.d",
 )
 
 
@@ -85,6 +90,13 @@ def places(env: Mapping[str, str], home: Path) -> tuple[HostRun, ...]:
         (join(cargo, "bin"), "cargo install's programs"),
         (join(cargo, ".crates.toml"), "cargo install's record of installed crates"),
         (join(cargo, ".crates2.json"), "cargo install's record of installed crates"),
+        (join(cargo, "config.toml"), "cargo's config (its rustc-wrapper and runners run)"),
+        (join(cargo, "config"), "cargo's config (its rustc-wrapper and runners run)"),
+        (join(h, ".gitconfig"), "git's global config (the programs it names run)"),
+        (
+            var("XDG_CONFIG_HOME", join(h, ".config")) + "/git",
+            "git's global config (the programs it names run)",
+        ),
         (var("RUSTUP_HOME", join(h, ".rustup")), "rustup's toolchains"),
         (var("GOBIN", join(gopath, "bin")), "go install's programs"),
         (join(h, ".npm-global"), "npm install -g's prefix"),
@@ -93,7 +105,7 @@ def places(env: Mapping[str, str], home: Path) -> tuple[HostRun, ...]:
         (var("VOLTA_HOME", join(h, ".volta")), "volta's node versions and tools"),
         (var("FNM_DIR", join(data, "fnm")), "fnm's node versions"),
         (join(cache, "node-gyp"), "node-gyp's headers, compiled into native modules"),
-        *((join(h, name), "a startup file of your shell or session") for name in _STARTUP),
+        *((join(h, name), "a startup file of your shell, session or editor") for name in _STARTUP),
     ]
     for name in ("npm_config_prefix", "NPM_CONFIG_PREFIX"):
         if env.get(name, "").startswith("/"):

@@ -55,8 +55,8 @@ class Preset:
     env_patterns: tuple[str, ...] = ()
     includes: tuple[str, ...] = ()
     hosts: tuple[str, ...] = field(default=())
-    # Where the tool puts programs for your PATH: never made writable by a preset,
-    # since what lands there runs later outside the sandbox (shown by `warren presets`).
+    # Where the tool installs programs the host runs later (``hostrun``): never made
+    # writable by a preset (shown by `warren presets`).
     not_writable: tuple[str, ...] = ()
     # A home of installed programs the tool needs writable merely to run: (variable,
     # the host's directory with the same placeholders as caches, name). The host's stays
