@@ -9,11 +9,12 @@ import pytest
 
 from conftest import run_cli
 from warren.cli.hints import installs_programs
+from warren.errors import PolicyError
 from warren.plan import CallerFacts, HostFacts
 from warren.plan import make_plan as _make_plan
 from warren.plan.env import strip_url_credentials
 from warren.plan.facts import parse_mountinfo
-from warren.policy import PolicySpec, build
+from warren.policy import PolicySpec, build, hostrun
 from warren.policy import presets as _presets
 
 ROOT_ONLY = "22 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n"
@@ -29,33 +30,189 @@ def _build(tmp_path: Path, presets: list[str], env: dict[str, str], **kw: object
     )
 
 
-def test_python_preset_makes_uv_tool_and_python_dirs_writable(tmp_path: Path) -> None:
+def test_python_preset_grants_caches_and_no_place_the_host_runs_programs_from(tmp_path: Path) -> None:
     p = _build(tmp_path, ["python"], {})
     sources = {str(r.path): r.source for r in p.writable}  # type: ignore[attr-defined]
-    data = tmp_path / ".local" / "share" / "uv"
-    assert sources[str(data / "tools")] == "preset:uv"
-    assert sources[str(data / "python")] == "preset:uv"
-    assert sources[str(tmp_path / ".cache" / "pre-commit")] == "preset:pre-commit"
-    assert sources[str(tmp_path / ".local" / "share" / "pipx")] == "preset:pipx"
-    assert sources[str(tmp_path / ".local" / "state" / "pipx" / "log")] == "preset:pipx"
-    # Programs for your PATH and uv's credential store: never writable by a preset.
-    assert not any(path.startswith(str(tmp_path / ".local" / "bin")) for path in sources)
-    assert str(data) not in sources and str(data / "credentials") not in sources
+    assert sources[str(tmp_path / ".cache" / "uv")] == "preset:uv"
+    assert sources[str(tmp_path / ".cache" / "pip")] == "preset:pip"
+    data = tmp_path / ".local" / "share"
+    for held in (data / "uv" / "tools", data / "uv" / "python", data / "pipx", tmp_path / ".local" / "bin"):
+        assert not any(path.startswith(str(held)) for path in sources), held
+    for held in (tmp_path / ".cache" / "pipx", tmp_path / ".cache" / "pre-commit"):
+        assert str(held) not in sources
+    assert str(data / "uv") not in sources and str(data / "uv" / "credentials") not in sources
+    # uvx, pipx run and pre-commit get private homes instead of the host's.
+    private = {var: (str(host), name) for var, host, name in p.private_homes}  # type: ignore[attr-defined]
+    assert private == {
+        "UV_TOOL_DIR": (str(data / "uv" / "tools"), "uv-tools"),
+        "PIPX_HOME": (str(data / "pipx"), "pipx"),
+        "PRE_COMMIT_HOME": (str(tmp_path / ".cache" / "pre-commit"), "pre-commit"),
+    }
 
 
-def test_uv_dirs_follow_their_variables_and_xdg(tmp_path: Path) -> None:
-    env = {"XDG_DATA_HOME": str(tmp_path / "xdg"), "UV_PYTHON_INSTALL_DIR": str(tmp_path / "py")}
+def test_uv_cache_and_private_tool_dir_follow_their_variables_and_xdg(tmp_path: Path) -> None:
+    env = {"XDG_DATA_HOME": str(tmp_path / "xdg"), "UV_CACHE_DIR": str(tmp_path / "c")}
     p = _build(tmp_path, ["uv"], env)
     paths = {str(r.path) for r in p.writable}  # type: ignore[attr-defined]
-    assert str(tmp_path / "xdg" / "uv" / "tools") in paths
-    assert str(tmp_path / "py") in paths
+    assert str(tmp_path / "c") in paths and str(tmp_path / "xdg" / "uv" / "tools") not in paths
+    assert p.private_homes == (("UV_TOOL_DIR", tmp_path / "xdg" / "uv" / "tools", "uv-tools"),)  # type: ignore[attr-defined]
     assert p.passes_env("XDG_DATA_HOME")  # type: ignore[attr-defined]
 
 
-def test_node_preset_makes_npm_cache_and_corepack_home_writable(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("preset", "var", "default"),
+    [
+        ("uv", "UV_CACHE_DIR", ".cache/uv"),
+        ("pip", "PIP_CACHE_DIR", ".cache/pip"),
+        ("npm", "npm_config_cache", ".npm"),
+    ],
+)
+def test_a_cache_variable_set_for_the_sandbox_moves_the_grant(
+    tmp_path: Path, preset: str, var: str, default: str
+) -> None:
+    ws = tmp_path / "proj"
+    ws.mkdir()
+    private = ws / ".private-cache"
+
+    def sandbox_env(value: str) -> object:
+        spec = PolicySpec(workspace=str(ws), presets=[preset], env={var: value})
+        return build(spec, env={"HOME": str(tmp_path)}, home=tmp_path)
+
+    paths = {r.path for r in sandbox_env(str(private)).writable}  # type: ignore[attr-defined]
+    assert private in paths and tmp_path / default not in paths
+    assert tmp_path / default in {r.path for r in _build(tmp_path, [preset], {}).writable}  # type: ignore[attr-defined]
+    with pytest.raises(PolicyError) as err:
+        sandbox_env("relative/cache")
+    assert var in str(err.value)
+
+
+def test_node_preset_grants_npms_cache_and_not_corepacks_package_managers(tmp_path: Path) -> None:
     p = _build(tmp_path, ["node"], {})
     paths = {str(r.path) for r in p.writable}  # type: ignore[attr-defined]
-    assert {str(tmp_path / ".npm"), str(tmp_path / ".cache" / "node" / "corepack")} <= paths
+    assert str(tmp_path / ".npm") in paths
+    assert not any(path.startswith(str(tmp_path / ".cache" / "node")) for path in paths)
+
+
+@pytest.mark.parametrize("preset", _presets.names())
+def test_no_preset_reaches_a_place_the_host_runs_programs_from(tmp_path: Path, preset: str) -> None:
+    p = _build(tmp_path, [preset], {})
+    places = hostrun.places({}, tmp_path)
+    granted = [r for r in p.writable if r.source.startswith("preset:")]  # type: ignore[attr-defined]
+    assert not [(r.path, hostrun.reached(r.path, places)) for r in granted if hostrun.reached(r.path, places)]
+
+
+def test_a_preset_cache_pointed_at_a_host_run_place_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(PolicyError) as err:
+        _build(tmp_path, ["uv"], {"UV_CACHE_DIR": str(tmp_path / ".local" / "bin" / "c")})
+    assert "preset:uv" in str(err.value) and "programs on your PATH" in str(err.value)
+    assert "--write" in (err.value.hint or "")
+
+
+@pytest.mark.parametrize(
+    ("raw", "what"),
+    [
+        ("~/.local/share/uv/tools", "uv tool install's tools"),
+        ("~/.local/share/uv/python", "uv python install's Pythons"),
+        ("~/.local/share/pipx/venvs", "pipx's venvs"),
+        ("~/.cache/pipx", "pipx run's cached venvs"),
+        ("~/.cache/node/corepack", "corepack's pnpm and yarn"),
+        ("~/.cache/pre-commit", "pre-commit's hook environments"),
+        ("~/.local/bin", "programs on your PATH"),
+        ("~/.local/lib/python3.11/site-packages", "pip install --user's packages"),
+        ("~/.cargo/bin", "cargo install's programs"),
+        ("~/.cargo", "cargo install's programs"),
+        ("~/.rustup/toolchains", "rustup's toolchains"),
+        ("~/go/bin", "go install's programs"),
+        ("~/.nvm", "nvm's node versions"),
+        ("~/.npm-global", "npm install -g's prefix"),
+        ("~/.bashrc", "startup file"),
+        ("~/.config", "startup file"),
+        ("~/.vimrc", "startup file"),
+        ("~/.gitconfig", "git's global config"),
+        ("~/.config/git", "git's global config"),
+        ("~/.cargo/config.toml", "cargo's config"),
+    ],
+)
+def test_places_the_host_runs_programs_from(tmp_path: Path, raw: str, what: str) -> None:
+    root = tmp_path / raw[2:]
+    assert any(what in p.what for p in hostrun.reached(root, hostrun.places({}, tmp_path)))
+
+
+@pytest.mark.parametrize(
+    "raw", ["~/.cache/uv", "~/.cache/pip", "~/.npm", "~/.cargo/registry", "~/go/pkg/mod", "~/src/proj"]
+)
+def test_caches_and_projects_are_not_places_the_host_runs_programs_from(tmp_path: Path, raw: str) -> None:
+    assert hostrun.reached(tmp_path / raw[2:], hostrun.places({}, tmp_path)) == ()
+
+
+def test_host_run_places_follow_the_tools_variables(tmp_path: Path) -> None:
+    env = {
+        "UV_TOOL_DIR": str(tmp_path / "t"),
+        "PIPX_HOME": str(tmp_path / "px"),
+        "COREPACK_HOME": str(tmp_path / "cp"),
+        "CARGO_HOME": str(tmp_path / "cg"),
+        "npm_config_prefix": str(tmp_path / "np"),
+        "GOPATH": f"{tmp_path / 'gp'}:/elsewhere",
+        "XDG_BIN_HOME": str(tmp_path / "b"),
+    }
+    paths = {p.path for p in hostrun.places(env, tmp_path)}
+    expected = {"t", "px", "cp", "cg/bin", "np", "gp/bin", "b"}
+    assert {str(tmp_path / e) for e in expected} <= paths
+
+
+def _plan_for(tmp_path: Path, presets: list[str], write: list[str]) -> object:
+    for w in write:
+        (tmp_path / w).mkdir(parents=True, exist_ok=True)
+    policy = _build(tmp_path, presets, {}, write=[str(tmp_path / w) for w in write])
+    return _plan_of(tmp_path, policy)
+
+
+def _plan_of(tmp_path: Path, policy: object) -> object:
+    host = HostFacts(
+        parse_mountinfo(ROOT_ONLY), 7, 40, True, writable_dirs=frozenset({str(tmp_path / "proj")})
+    )
+    caller = CallerFacts(1001, 1001, str(tmp_path), {"HOME": str(tmp_path)}, str(tmp_path / "proj"))
+    return _make_plan(policy, host, caller, scratch_id="abc")  # type: ignore[arg-type]
+
+
+def test_an_explicit_write_of_a_host_run_place_is_allowed_with_one_warning_naming_it(tmp_path: Path) -> None:
+    plan = _plan_for(tmp_path, ["python"], [".local/share/uv/tools", ".cache/node/corepack"])
+    lines = [w for w in plan.warnings if "the host runs programs from" in w]  # type: ignore[attr-defined]
+    tools, corepack = tmp_path / ".local/share/uv/tools", tmp_path / ".cache/node/corepack"
+    assert len(lines) == 2 and "\n" not in "".join(lines)
+    assert lines[0].startswith(f"--write {tools}: ") and "uv tool install's tools" in lines[0]
+    assert "reaches the host" in lines[0]
+    assert lines[1].startswith(f"--write {corepack}: ") and "corepack" in lines[1]
+    # The granted tool directory is the tool's own again: not redirected into TMPDIR.
+    assert "UV_TOOL_DIR" not in plan.env and plan.env["PIPX_HOME"].endswith("/pipx")  # type: ignore[attr-defined]
+
+
+def test_a_write_holding_several_places_warns_once(tmp_path: Path) -> None:
+    plan = _plan_for(tmp_path, [], [".local"])
+    lines = [w for w in plan.warnings if "the host runs programs from" in w]  # type: ignore[attr-defined]
+    assert (
+        len(lines) == 1
+        and "more" in lines[0]
+        and str(tmp_path / ".local" / "share" / "uv" / "tools") in lines[0]
+    )
+
+
+def test_presets_alone_plan_no_host_run_warning_and_private_homes_in_tmpdir(tmp_path: Path) -> None:
+    plan = _plan_for(tmp_path, ["python", "node", "rust", "golang"], [])
+    assert not [w for w in plan.warnings if "the host runs programs from" in w]  # type: ignore[attr-defined]
+    env = plan.env  # type: ignore[attr-defined]
+    assert {env["UV_TOOL_DIR"], env["PIPX_HOME"], env["PRE_COMMIT_HOME"]} == {
+        f"{env['TMPDIR']}/uv-tools",
+        f"{env['TMPDIR']}/pipx",
+        f"{env['TMPDIR']}/pre-commit",
+    }
+
+
+def test_an_explicit_env_wins_over_a_private_home(tmp_path: Path) -> None:
+    (tmp_path / "proj").mkdir(exist_ok=True)
+    spec = PolicySpec(workspace=str(tmp_path / "proj"), presets=["uv"], env={"UV_TOOL_DIR": "/elsewhere"})
+    policy = build(spec, env={"HOME": str(tmp_path)}, home=tmp_path)
+    assert _plan_of(tmp_path, policy).env["UV_TOOL_DIR"] == "/elsewhere"  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(
@@ -235,3 +392,32 @@ def test_warren_presets_shows_each_agents_own_home(tmp_path: Path) -> None:
     assert listed.returncode == 0, listed.stderr
     for agent, (var, _, _) in AGENTS.items():
         assert f"its own home: $XDG_DATA_HOME/warren/agents/{agent} (${var})" in listed.stdout
+
+
+def test_the_degraded_mode_plans_the_same_warning_and_private_homes(tmp_path: Path) -> None:
+    tools = tmp_path / ".local/share/uv/tools"
+    tools.mkdir(parents=True)
+    policy = _build(tmp_path, ["python"], {}, write=[str(tools)])
+    host = HostFacts(
+        parse_mountinfo(ROOT_ONLY),
+        7,
+        40,
+        True,
+        namespaces=("denied", 1),
+        writable_dirs=frozenset({str(tools)}),
+    )
+    caller = CallerFacts(1001, 1001, str(tmp_path), {"HOME": str(tmp_path)}, str(tmp_path / "proj"))
+    plan = _make_plan(policy, host, caller, scratch_id="abc")  # type: ignore[arg-type]
+    assert not plan.namespaces  # type: ignore[attr-defined]
+    lines = [w for w in plan.warnings if "the host runs programs from" in w]
+    assert len(lines) == 1 and lines[0].startswith(f"--write {tools}: ")
+    assert "UV_TOOL_DIR" not in plan.env and plan.env["PIPX_HOME"] == f"{plan.env['TMPDIR']}/pipx"
+
+
+def test_a_place_reached_through_a_symlink_is_warned_about(tmp_path: Path) -> None:
+    (tmp_path / "mybin").mkdir()
+    (tmp_path / ".local").mkdir()
+    (tmp_path / ".local" / "bin").symlink_to(tmp_path / "mybin")
+    plan = _plan_for(tmp_path, [], ["mybin"])
+    lines = [w for w in plan.warnings if "the host runs programs from" in w]  # type: ignore[attr-defined]
+    assert len(lines) == 1 and f"{tmp_path / 'mybin'} (programs on your PATH)" in lines[0], lines

@@ -172,25 +172,33 @@ def test_uvx_and_uv_tool_run_a_tool_from_a_private_index(home: Home, index: Inde
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == ["moo from warren", "moo from warren"]
     assert _hit_wheel(index, "cowsay_w"), index.hits
-    assert (home.data / "uv" / "tools").is_dir()  # uv's tool dir, made writable by the preset
+    # uvx locks and marks its tool directory: the sandbox's is private, the host's (whose
+    # tools the host runs) is never made.
+    assert not (home.data / "uv").exists()
     assert not list(home.ws.iterdir()), "nothing left in the workspace (TMPDIR removed)"
 
 
-def test_uv_tool_install_hardlinks_from_the_cache_when_its_bin_dir_is_granted(
+def test_uv_tool_install_hardlinks_from_the_cache_when_its_dirs_are_granted_with_a_warning(
     home: Home, index: Index
 ) -> None:
     env = home.env(UV_DEFAULT_INDEX=index.url)
-    home.bin.mkdir()
+    tools = home.data / "uv" / "tools"
+    for d in (home.bin, tools):
+        d.mkdir(parents=True)
     r = home.run(
         [UV, "tool", "install", "cowsay-w"],
         "--preset",
         "python",
         "--write",
         str(home.bin),
+        "--write",
+        str(tools),
         *index.flags,
         env=env,
     )
     assert r.returncode == 0, r.stderr
+    warned = [line for line in r.stderr.splitlines() if "the host runs programs from" in line]
+    assert len(warned) == 2 and str(tools) in warned[1] and "reaches the host" in warned[1], r.stderr
     assert "Failed to hardlink" not in r.stderr, r.stderr  # uv: "...; falling back to full copy"
     installed = next(
         (home.data / "uv" / "tools" / "cowsay-w").glob("lib/python3*/site-packages/cowsay_w/data.py")
@@ -267,11 +275,23 @@ def test_uv_python_install_from_a_local_mirror(home: Home) -> None:
     if platform.machine() != "x86_64" or not os.path.exists("/usr/bin/python3"):
         pytest.skip("the stand-in interpreter archive is built for x86_64 Linux with /usr/bin/python3")
     env = home.env(UV_PYTHON_DOWNLOADS_JSON_URL=str(python_mirror(home.base)))
-    home.bin.mkdir()
+    pythons = home.data / "uv" / "python"
+    for d in (home.bin, pythons):
+        d.mkdir(parents=True)
+    # The host runs uv's Pythons: the preset leaves their directory read-only, and the
+    # install fails there as on a read-only disk, with warren's hint.
+    r = home.run([UV, "python", "install", "3.12.99"], "--preset", "python", env=env)
+    assert r.returncode != 0 and not list(pythons.iterdir()), r.stderr
+    hints = [line for line in r.stderr.splitlines() if "writes programs to ~/.local/share/uv/python" in line]
+    assert len(hints) == 1 and "--write" in hints[0], r.stderr
+    # Granted explicitly (with a warning), the install works as on the host.
     script = "set -e; uv python install 3.12.99; uv python list --only-installed --managed-python"
-    r = home.run(["sh", "-c", script], "--preset", "python", env=env)
+    r = home.run(["sh", "-c", script], "--preset", "python", "--write", str(pythons), env=env)
     assert r.returncode == 0, r.stderr
-    installed = home.data / "uv" / "python" / "cpython-3.12.99-linux-x86_64-gnu"
+    assert any(
+        "the host runs programs from" in line and str(pythons) in line for line in r.stderr.splitlines()
+    )
+    installed = pythons / "cpython-3.12.99-linux-x86_64-gnu"
     # uv finds it where it keeps its Pythons (it asks the stand-in, which answers 3.11).
     assert f"{home.data}/uv/python/cpython-3.12" in r.stdout, r.stdout
     assert (installed / "bin" / "python3.12").exists()
@@ -279,12 +299,19 @@ def test_uv_python_install_from_a_local_mirror(home: Home) -> None:
     # says so and carries on (as on a host with a read-only ~/.local/bin).
     assert "Failed to install executable" in r.stderr and str(home.bin) in r.stderr, r.stderr
     assert not (home.bin / "python3.12").exists()
+    # An installed Python is used read-only by the preset alone.
+    r = home.run(
+        [UV, "python", "list", "--only-installed", "--managed-python"], "--preset", "python", env=env
+    )
+    assert r.returncode == 0 and f"{home.data}/uv/python/cpython-3.12" in r.stdout, r.stdout + r.stderr
     r = home.run(
         [UV, "python", "install", "--reinstall", "3.12.99"],
         "--preset",
         "python",
         "--write",
         str(home.bin),
+        "--write",
+        str(pythons),
         env=env,
     )
     assert r.returncode == 0, r.stderr
@@ -551,7 +578,8 @@ def test_pre_commit_runs_hooks_with_its_home_from_the_preset(home: Home) -> None
     r = home.run([pre_commit, "run", "--all-files"], "--preset", "python")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "Passed" in r.stdout
-    assert (home.cache / "pre-commit").is_dir()
+    # Its hook environments (which the host's git hooks run) live in a private home.
+    assert not (home.cache / "pre-commit").exists()
 
 
 # --- pipx run: like uvx, through pipx's own home -------------------------------------------------
@@ -577,3 +605,5 @@ def test_pipx_run_runs_a_tool_from_a_private_index(home: Home, index: Index) -> 
     assert r.stdout.strip().endswith("moo from warren")
     assert _hit_wheel(index, "cowsay_w"), index.hits
     assert not list(home.bin.iterdir()), "pipx run installs nothing for PATH"
+    # Its venvs (which the host's pipx runs) live in a private home.
+    assert not (home.data / "pipx").exists() and not (home.cache / "pipx").exists()

@@ -4,13 +4,14 @@ write, and git commands that write a repository whose ``.git`` lies above the wo
 (read-only there). Pure (argv and output in, text out); the CLI prints them after the
 command, MCP's ``run_command`` returns them with its result.
 
-A preset makes a tool's caches writable, never the places its programs land for your
-PATH (``~/.local/bin``, ``~/.cargo/bin``, ``~/go/bin``, npm's global prefix, a
+A preset makes a tool's caches writable, never the places the host runs programs from
+later (``policy.hostrun``: ``~/.local/bin``, uv's tools and Pythons, pipx's venvs,
+``~/.cargo/bin``, ``~/go/bin``, npm's global prefix, corepack's package managers, a
 toolchain directory): what is put there runs later outside the sandbox, with your
-rights. So ``uv tool install``, ``pipx install``, ``pip install --user``,
-``npm install -g``, ``cargo install``, ``go install`` and ``rustup toolchain install``
-fail there as on a read-only disk; when one does, warren names the directory and the
-two ways on.
+rights. So ``uv tool install``, ``uv python install``, ``pipx install``,
+``pip install --user``, ``npm install -g``, ``cargo install``, ``go install``,
+``corepack install`` and ``rustup toolchain install`` fail there as on a read-only
+disk; when one does, warren names the directory and the two ways on.
 """
 
 from __future__ import annotations
@@ -89,10 +90,28 @@ def after_failure(argv: list[str], network: str, repository: str | None, stderr:
 
 # (program, verbs, options of which one must be present or () for none) -> where it writes
 _INSTALLERS: tuple[tuple[str, tuple[str, ...], tuple[str, ...], str, str], ...] = (
-    ("uv", ("tool install", "tool upgrade", "tool update-shell"), (), "~/.local/bin", "UV_TOOL_BIN_DIR"),
-    ("uv", ("python install",), (), "~/.local/bin", "UV_PYTHON_BIN_DIR"),
-    ("pipx", ("install", "upgrade", "ensurepath", "inject"), (), "~/.local/bin", "PIPX_BIN_DIR"),
-    ("pip", ("install",), ("--user",), "~/.local", "PYTHONUSERBASE"),
+    (
+        "uv",
+        ("tool install", "tool upgrade", "tool update-shell"),
+        (),
+        "~/.local/share/uv/tools and ~/.local/bin",
+        "UV_TOOL_DIR and UV_TOOL_BIN_DIR",
+    ),
+    (
+        "uv",
+        ("python install", "python upgrade"),
+        (),
+        "~/.local/share/uv/python and ~/.local/bin",
+        "UV_PYTHON_INSTALL_DIR and UV_PYTHON_BIN_DIR",
+    ),
+    (
+        "pipx",
+        ("install", "upgrade", "ensurepath", "inject"),
+        (),
+        "~/.local/share/pipx and ~/.local/bin",
+        "PIPX_HOME and PIPX_BIN_DIR",
+    ),
+    ("pip", ("install",), ("--user",), "~/.local/lib and ~/.local/bin", "PYTHONUSERBASE"),
     ("npm", ("install", "i", "add", "link", "update"), ("-g", "--global"), "npm's global prefix", "--prefix"),
     ("cargo", ("install",), (), "~/.cargo/bin", "--root"),
     ("go", ("install",), (), "~/go/bin", "GOBIN"),
@@ -103,7 +122,8 @@ _INSTALLERS: tuple[tuple[str, tuple[str, ...], tuple[str, ...], str, str], ...] 
         "~/.rustup",
         "",
     ),
-    ("corepack", ("enable", "install"), (), "the directory of node", "--install-directory"),
+    ("corepack", ("enable",), (), "the directory of node", "--install-directory"),
+    ("corepack", ("install", "prepare", "use", "up"), (), "~/.cache/node/corepack", "COREPACK_HOME"),
 )
 
 

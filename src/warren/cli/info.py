@@ -48,6 +48,8 @@ def presets(args: list[str]) -> int:
         print(f"{name:{width}} {summary}")
         for var, where in _presets.get(name).homes:
             print(f"{'':{width}}   its own home: {where.format(data='$XDG_DATA_HOME')} (${var})")
+        for var, _, dirname in _presets.get(name).private:
+            print(f"{'':{width}}   private to the sandbox: $TMPDIR/{dirname} (${var})")
         for where in _presets.get(name).not_writable:
             print(f"{'':{width}}   left read-only: {where}")
     return 0

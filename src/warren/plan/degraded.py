@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from ..errors import HostError
 from ..net.allowlist import proxy_env
 from ..policy import Policy
+from ..policy import hostrun as _hostrun
 from . import landlock as _landlock
 from . import limits as _limits
 from . import seccomp as _seccomp
@@ -216,6 +217,7 @@ def make(
             "under their names in a writable root)"
         )
     warnings.extend(credential_warnings(passed(policy, caller.env)[1]))
+    warnings.extend(_hostrun.warnings(policy.writable, policy.host_run))
     return Plan(
         mounts=(),
         landlock=landlock,

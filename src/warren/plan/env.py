@@ -17,6 +17,7 @@ from collections.abc import Mapping
 
 from ..net.allowlist import proxy_env
 from ..policy import Policy
+from ..policy.model import is_within
 
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
 
@@ -63,5 +64,18 @@ def environment(policy: Policy, caller_env: Mapping[str, str], home: str, tmpdir
     env["WARREN_SANDBOX"] = "1"
     if policy.network == "allow":
         env.update(proxy_env())
+    env.update(private_homes(policy, tmpdir))
     env.update(policy.env)
     return env
+
+
+def private_homes(policy: Policy, tmpdir: str) -> dict[str, str]:
+    """A preset tool's home of installed programs, private to the sandbox: the host's is
+    read-only there (the host runs what it holds), yet ``uvx``, ``pipx run`` and
+    pre-commit need theirs writable merely to run. Unless a writable root grants the
+    host's, the tool is pointed at a directory in the sandbox's TMPDIR, which it makes."""
+    return {
+        var: f"{tmpdir}/{name}"
+        for var, host, name in policy.private_homes
+        if not any(is_within(host, root.path) for root in policy.writable)
+    }

@@ -30,7 +30,7 @@ from ..images.ref import ImageRef
 from ..net.allowlist import proxy_env
 from ..policy import Policy
 from ..policy.model import CA_VARIABLES
-from .env import DEFAULT_PATH, passed
+from .env import DEFAULT_PATH, passed, private_homes
 from .facts import HostFacts
 from .model import GitDir, MountKind, MountOp
 from .mounts import (
@@ -287,5 +287,6 @@ def _environment(policy: Policy, image: ImageRef, caller_env: Mapping[str, str])
     env["WARREN_SANDBOX"] = "1"
     if policy.network == "allow":
         env.update(proxy_env())
+    env.update(private_homes(policy, "/tmp"))
     env.update(policy.env)
     return env

@@ -14,6 +14,7 @@ import os
 from ..errors import HostError, PolicyError
 from ..images.ref import ImageRef
 from ..policy import Policy
+from ..policy import hostrun as _hostrun
 from . import degraded as _degraded
 from . import envroot as _envroot
 from . import landlock as _landlock
@@ -142,6 +143,7 @@ def make_plan(
     if tmp_limit:
         notes.append(tmp_limit)
     warnings.extend(credential_warnings(passed(policy, caller.env)[1]))
+    warnings.extend(_hostrun.warnings(policy.writable, policy.host_run))
     system_bundle = next((b for b in SYSTEM_BUNDLES if host.kind(b) == "file"), None)
     secrets = plan_secrets(policy, secret_nonce, trust_bundle, system_bundle)
     warnings.extend(secrets.warnings)
@@ -219,6 +221,7 @@ def _image_plan(
     )
     terminals = tuple(f"/dev/{n}" for n in ("null", "zero", "full", "tty") if devices.get(f"/dev/{n}"))
     warnings = list(credential_warnings(passed(policy, caller.env)[1]))
+    warnings.extend(_hostrun.warnings(policy.writable, policy.host_run))
     return Plan(
         mounts=got.mounts,
         landlock=_landlock.plan(

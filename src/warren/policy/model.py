@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import PolicyError
 from ..net import allowlist as _allowlist
@@ -19,6 +20,9 @@ from ..net import secrets as _secrets
 from .limits import Limits
 from .presets import is_credential_name
 from .spec import PolicySpec
+
+if TYPE_CHECKING:
+    from .hostrun import HostRun
 
 NETWORK_MODES = ("none", "allow", "open")
 
@@ -210,6 +214,12 @@ class Policy:
     spec: PolicySpec = field(default_factory=PolicySpec, compare=False)
     # Refuse to start without namespaces rather than run in the degraded mode.
     require_namespaces: bool = False
+    # Where this caller's host runs programs from (``hostrun``): a writable root that
+    # reaches one is warned about in the plan.
+    host_run: tuple[HostRun, ...] = ()
+    # (variable, host directory, name): a preset tool's home of installed programs. The
+    # sandbox's tool gets a private one (``$TMPDIR/name``) unless a root grants the host's.
+    private_homes: tuple[tuple[str, Path, str], ...] = ()
 
     def __post_init__(self) -> None:
         self._validate()

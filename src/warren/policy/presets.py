@@ -1,12 +1,16 @@
 """Developer-tool presets: what a tool writes while it works, and which settings it reads.
 
 Owns the knowledge of where uv, pip, pipx, pre-commit, npm, corepack, cargo, go and git
-keep their caches (and uv its tools and Pythons), which environment variables configure
-them (private indexes and registries included), and where their programs for PATH land
-(never made writable here). A preset never passes a credential: ``is_credential_name``
-keeps such names out. A pure function of the caller's environment; no I/O: whether a
-directory exists is decided later (a preset's directory is created on launch when
-missing).
+keep their caches, which environment variables configure them (private indexes and
+registries included), and where their installed programs land. A preset grants caches,
+never a place the host runs programs from later (``hostrun``: uv's tools and Pythons,
+pipx's venvs, corepack's package managers, pre-commit's hook environments, bin
+directories, toolchains): a tool that needs a home of installed programs merely to run
+(``uvx`` locks uv's tool directory, ``pipx run`` and pre-commit keep their venvs in
+theirs) gets a private one in the sandbox's TMPDIR instead (``private``). A preset never
+passes a credential: ``is_credential_name`` keeps such names out. A pure function of
+the caller's environment; no I/O: whether a directory exists is decided later (a
+preset's directory is created on launch when missing).
 
 The coding-agent presets (claude-code, codex, gemini-cli) give the agent a home of its
 own instead of the user's ``~/.claude``, ``~/.codex`` or ``~/.gemini``: those hold the
@@ -51,9 +55,14 @@ class Preset:
     env_patterns: tuple[str, ...] = ()
     includes: tuple[str, ...] = ()
     hosts: tuple[str, ...] = field(default=())
-    # Where the tool puts programs for your PATH: never made writable by a preset,
-    # since what lands there runs later outside the sandbox (shown by `warren presets`).
+    # Where the tool installs programs the host runs later (``hostrun``): never made
+    # writable by a preset (shown by `warren presets`).
     not_writable: tuple[str, ...] = ()
+    # A home of installed programs the tool needs writable merely to run: (variable,
+    # the host's directory with the same placeholders as caches, name). The host's stays
+    # read-only; the sandbox's tool is pointed at ``$TMPDIR/name``, private to the
+    # sandbox and removed with it, unless a --write grants the host's.
+    private: tuple[tuple[str, str, str], ...] = ()
     # A home of the tool's own: (variable the tool reads it from, directory, same
     # placeholders as caches). Writable, and the variable is set to it in the sandbox
     # whatever the caller's says (the caller's names the user's own, which stays denied).
@@ -75,12 +84,9 @@ _PRESETS: dict[str, Preset] = {
     for p in (
         Preset(
             "uv",
-            "uv's cache (hardlinked into venvs), its tools and its Pythons",
-            caches=(
-                ("UV_CACHE_DIR", "{cache}/uv"),
-                ("UV_TOOL_DIR", "{data}/uv/tools"),
-                ("UV_PYTHON_INSTALL_DIR", "{data}/uv/python"),
-            ),
+            "uv's cache (hardlinked into venvs); a private tool directory for uvx",
+            caches=(("UV_CACHE_DIR", "{cache}/uv"),),
+            private=(("UV_TOOL_DIR", "{data}/uv/tools", "uv-tools"),),
             env_pass=(
                 *_XDG,
                 "UV_CACHE_DIR",
@@ -127,7 +133,11 @@ _PRESETS: dict[str, Preset] = {
                 "UV_NO_SYNC",
             ),
             hosts=("pypi.org", "files.pythonhosted.org"),
-            not_writable=("~/.local/bin (UV_TOOL_BIN_DIR, UV_PYTHON_BIN_DIR)",),
+            not_writable=(
+                "~/.local/share/uv/tools (uv tool install)",
+                "~/.local/share/uv/python (uv python install; installed Pythons are used read-only)",
+                "~/.local/bin (UV_TOOL_BIN_DIR, UV_PYTHON_BIN_DIR)",
+            ),
         ),
         Preset(
             "pip",
@@ -160,12 +170,12 @@ _PRESETS: dict[str, Preset] = {
                 "PIP_USER",
             ),
             hosts=("pypi.org", "files.pythonhosted.org"),
-            not_writable=("~/.local (pip install --user)",),
+            not_writable=("~/.local/lib and ~/.local/bin (pip install --user)",),
         ),
         Preset(
             "npm",
-            "npm's content-addressed cache (npx too) and corepack's package managers",
-            caches=(("npm_config_cache", "{home}/.npm"), ("COREPACK_HOME", "{cache}/node/corepack")),
+            "npm's content-addressed cache (npx too)",
+            caches=(("npm_config_cache", "{home}/.npm"),),
             env_pass=(
                 *_XDG,
                 "npm_config_cache",
@@ -201,7 +211,10 @@ _PRESETS: dict[str, Preset] = {
             # A scope's registry (npm reads npm_config_@scope:registry from the environment).
             env_patterns=(r"(npm|NPM)_(config|CONFIG)_@[A-Za-z0-9._-]+:registry",),
             hosts=("registry.npmjs.org",),
-            not_writable=("the global prefix (npm install -g)",),
+            not_writable=(
+                "the global prefix (npm install -g)",
+                "~/.cache/node/corepack (corepack's package managers; those downloaded are used read-only)",
+            ),
         ),
         Preset(
             "cargo",
@@ -273,18 +286,15 @@ _PRESETS: dict[str, Preset] = {
         ),
         Preset(
             "pre-commit",
-            "pre-commit's hook environments",
-            caches=(("PRE_COMMIT_HOME", "{cache}/pre-commit"),),
+            "pre-commit, with a private home for its hook environments",
+            private=(("PRE_COMMIT_HOME", "{cache}/pre-commit", "pre-commit"),),
             env_pass=("XDG_CACHE_HOME", "PRE_COMMIT_HOME", "PRE_COMMIT_COLOR", "SKIP"),
+            not_writable=("~/.cache/pre-commit (the hook environments your git commits run)",),
         ),
         Preset(
             "pipx",
-            "pipx's home, venv cache and logs (pipx run)",
-            caches=(
-                ("PIPX_HOME", "{data}/pipx"),
-                ("", "{cache}/pipx"),
-                ("", "{state}/pipx/log"),
-            ),
+            "pipx run, with a private home for its venvs",
+            private=(("PIPX_HOME", "{data}/pipx", "pipx"),),
             env_pass=(
                 *_XDG,
                 "XDG_STATE_HOME",
@@ -297,7 +307,10 @@ _PRESETS: dict[str, Preset] = {
                 "PIPX_USE_EMOJI",
             ),
             hosts=("pypi.org", "files.pythonhosted.org"),
-            not_writable=("~/.local/bin and ~/.local/share/man (PIPX_BIN_DIR, PIPX_MAN_DIR)",),
+            not_writable=(
+                "~/.local/share/pipx and ~/.cache/pipx (pipx install, pipx run's venvs)",
+                "~/.local/bin and ~/.local/share/man (PIPX_BIN_DIR, PIPX_MAN_DIR)",
+            ),
         ),
         Preset(
             "claude-code",
@@ -382,6 +395,8 @@ class PresetGrant:
     # (variable, path) telling each tool where its cache is: set on an image only, where
     # the caller's HOME and XDG directories are not the sandbox's.
     locations: tuple[tuple[str, str], ...] = ()
+    # (variable, host directory, name): see ``Preset.private``.
+    private: tuple[tuple[str, Path, str], ...] = ()
 
 
 def names() -> list[str]:
@@ -427,6 +442,7 @@ def expand(requested: tuple[str, ...], env: Mapping[str, str], home: Path) -> Pr
     settings: list[tuple[str, str]] = []
     secrets: list[str] = []
     locations: list[tuple[str, str]] = []
+    private: list[tuple[str, Path, str]] = []
     cargo_home = env.get("CARGO_HOME") or f"{home}/.cargo"
 
     def place(name: str, var: str, default: str, own: bool) -> Path:
@@ -454,6 +470,9 @@ def expand(requested: tuple[str, ...], env: Mapping[str, str], home: Path) -> Pr
                 settings.append((var, str(path)))
             elif var and all(var != v for v, _ in locations):
                 locations.append((var, str(path)))
+        for var, default, dirname in preset.private:
+            if all(var != v for v, _, _ in private):
+                private.append((var, place(preset.name, var, default, False), dirname))
         for var, default in preset.locate:
             if all(var != v for v, _ in locations):
                 locations.append((var, str(place(preset.name, var, default, False))))
@@ -469,6 +488,7 @@ def expand(requested: tuple[str, ...], env: Mapping[str, str], home: Path) -> Pr
         tuple(settings),
         tuple(secrets),
         tuple(locations),
+        tuple(private),
     )
 
 

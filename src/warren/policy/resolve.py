@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import glob
 import os
+import posixpath
 import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
 from ..errors import PolicyError
+from . import hostrun as _hostrun
 from . import presets as _presets
 from .limits import parse_size
 from .model import DEFAULT_DENIED, DEFAULT_ENV_PASS, SYSTEM_DENIED, Policy, Root, is_within
@@ -151,7 +153,10 @@ def build(
         if spec.workspace and not no_workspace
         else cwd.resolve()
     )
-    grant = _presets.expand(tuple(spec.presets), env, home)
+    # A tool's cache is where the sandbox's environment names it: an explicit --env of
+    # its variable moves the grant (a cache private to the project), and the caller's
+    # own cache is then not writable.
+    grant = _presets.expand(tuple(spec.presets), {**env, **spec.env}, home)
     network = _network_mode(spec)
 
     write = [absolute(p, "--write", base, home) for p in spec.write]
@@ -162,6 +167,18 @@ def build(
         writable.append(Root(workspace, "workspace"))
     writable += [Root(p, "--write") for p in write]
     writable += [Root(Path(os.path.realpath(p)), src, create=True) for p, src in grant.writable]
+    known: dict[str, tuple[str, bool]] = {}
+    host_run = _host_run(env, home, known)
+    for root in writable:
+        if root.source.startswith("preset:") and (hit := _hostrun.reached(root.path, host_run)):
+            raise PolicyError(
+                f"{root.source}: {root.path} reaches {hit[0].path}, where the host runs {hit[0].what} "
+                "from later; a preset never makes that writable",
+                operation="policy",
+                path=str(root.path),
+                hint="point the tool's cache variable elsewhere, or pass --write for the directory "
+                "if you mean the sandbox to write there",
+            )
     if not spec.allow_broad_workspace:
         for root in writable:
             _refuse_broad(root, Path(os.path.realpath(home)))
@@ -205,6 +222,10 @@ def build(
         disk=_disk(spec.disk),
         secrets=_secrets(grant.secrets, spec) if network == "allow" else tuple(spec.secrets),
         http_rules=tuple(spec.allow_http),
+        host_run=host_run,
+        private_homes=tuple(
+            (var, Path(_resolved(os.path.normpath(p), known)[0]), name) for var, p, name in grant.private
+        ),
         # Paths made absolute: the same spec resolves to this policy from any directory.
         spec=replace(
             spec,
@@ -214,6 +235,38 @@ def build(
             deny=[str(p) for p in deny],
         ),
     )
+
+
+def _host_run(
+    env: Mapping[str, str], home: Path, known: dict[str, tuple[str, bool]]
+) -> tuple[_hostrun.HostRun, ...]:
+    """The places the host runs programs from, symlinks resolved as a root's are."""
+    return tuple(_hostrun.HostRun(_resolved(p.path, known)[0], p.what) for p in _hostrun.places(env, home))
+
+
+def _resolved(path: str, known: dict[str, tuple[str, bool]]) -> tuple[str, bool]:
+    """(``os.path.realpath`` of a normalized absolute ``path``, whether it exists), one
+    ``lstat`` per directory the paths share (``known``), none below a missing one: the
+    places of ``hostrun`` are dozens of paths under a few directories, resolved for
+    every sandbox."""
+    if path in ("/", ""):
+        return "/", True
+    hit = known.get(path)
+    if hit is not None:
+        return hit
+    parent, _, name = path.rpartition("/")
+    real_parent, exists = _resolved(parent, known)
+    joined = posixpath.join(real_parent, name)
+    out = (joined, False)
+    if exists:
+        try:
+            mode = os.lstat(joined).st_mode
+        except OSError:
+            pass  # absent (or unreadable): nothing below it is a link
+        else:
+            out = (os.path.realpath(joined), True) if stat.S_ISLNK(mode) else (joined, True)
+    known[path] = out
+    return out
 
 
 def system_denied(names: tuple[str, ...] = SYSTEM_DENIED) -> list[str]:
