@@ -303,3 +303,16 @@ def test_a_workspace_file_may_narrow(tmp_path: Path) -> None:
     spec = config.load_spec(ws, None, env={}, home=tmp_path, user_config=tmp_path / "u.toml")
     assert spec.deny == [str(ws / "secrets")] and spec.read == [str(ws / "docs")]
     assert spec.workspace_writable is False and spec.env == {"CI": "1"}
+
+
+def test_the_python_spec_takes_the_keys_the_cli_config_and_http_take_and_a_string_for_one_value() -> None:
+    """``PolicySpec(preset=[...])`` was a TypeError while the CLI, config and HTTP say
+    ``preset``; ``PolicySpec(presets="python")`` was "unknown preset 'p'"."""
+
+    assert PolicySpec(preset="python").presets == ["python"]
+    assert PolicySpec(presets="python").presets == ["python"]
+    assert PolicySpec(preset=["uv", "npm"], presets=["go"]).presets == ["go", "uv", "npm"]
+    assert PolicySpec(allow_host="pypi.org", write="/tmp/x").allow_hosts == ["pypi.org"]
+    assert PolicySpec(write="/tmp/x").write == ["/tmp/x"]
+    with pytest.raises(ConfigError, match="'write' must be a string or a list of strings"):
+        PolicySpec(write=3)  # type: ignore[arg-type]

@@ -10,7 +10,7 @@ typed error naming where it came from. No filesystem access here.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any, TypeVar
 
 from ..errors import ConfigError, PolicyError
@@ -48,6 +48,7 @@ PATH_KEYS = ("write", "read", "deny")
 IMAGE_KEYS = ("image", "disk", "from_snapshot")
 KNOWN = sorted({*LIST_KEYS, *BOOL_KEYS, *STR_KEYS, *TABLE_KEYS, *LIMIT_KEYS, *IMAGE_KEYS})
 Raw = str | int | float
+_Many = str | list[str] | None
 
 
 _T = TypeVar("_T")
@@ -85,6 +86,29 @@ class PolicySpec:
     secrets: list[str] = field(default_factory=list)
     allow_http: list[str] = field(default_factory=list)
     require_namespaces: bool | None = None  # refuse the degraded mode (plan.degraded)
+    # The keys' other spellings, as the CLI, config files and HTTP accept them
+    # (``PolicySpec(preset="python")``): added to their list.
+    preset: InitVar[_Many] = None
+    allow_host: InitVar[_Many] = None
+    secret: InitVar[_Many] = None
+
+    def __post_init__(self, preset: _Many, allow_host: _Many, secret: _Many) -> None:
+        # A string where a list is meant is that one value, as in a TOML file
+        # (``presets="python"`` was ['p', 'y', ...]: "unknown preset 'p'").
+        for attr in set(LIST_KEYS.values()):
+            value = getattr(self, attr)
+            if isinstance(value, str):
+                setattr(self, attr, [value])
+            elif not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise type_error("PolicySpec", _LIST_KEY_OF[attr], "a string or a list of strings")
+        for key, value in (("preset", preset), ("allow_host", allow_host), ("secret", secret)):
+            if value is None:
+                continue
+            if isinstance(value, str):
+                value = [value]
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise type_error("PolicySpec", key, "a string or a list of strings")
+            getattr(self, LIST_KEYS[key]).extend(value)
 
     def limits(self, where: str) -> _limits.Limits:
         return _limits.parse(self.memory, self.pids, self.cpus, self.tmp_size, where, self.idle_timeout)
