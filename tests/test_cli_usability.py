@@ -217,6 +217,27 @@ def test_network_hint_reads_shell_lines_and_resolver_errors() -> None:
     assert both[0] == NO_NETWORK and "--workspace /r" in both[1] and len(both) == 2
 
 
+def test_commands_run_through_a_shell_get_the_hints_direct_ones_get() -> None:
+    """Agents run everything through ``sh -c`` or ``bash -lc``: the install and repository
+    hints read each simple command of the line, after assignments and ``exec``/``env``."""
+    from warren.cli.hints import NO_NETWORK, after_failure, simple_commands
+
+    direct = after_failure(["uv", "tool", "install", "ruff"], "allow", None)
+    assert len(direct) == 1 and "`uv tool install`" in direct[0]
+    for argv in (
+        ["bash", "-lc", "cd proj && uv tool install ruff"],
+        ["sh", "-ec", "set -x; exec uv tool install ruff"],
+        ["bash", "-l", "-c", "UV_NO_CACHE=1 uv tool install ruff"],
+        ["zsh", "-c", "env uv tool install 'ruff==0.6'"],
+    ):
+        assert after_failure(argv, "allow", None) == direct, argv
+    repo = after_failure(["bash", "-lc", "git add -A && git commit -qm wip"], "allow", "/r")
+    assert len(repo) == 1 and "--workspace /r" in repo[0]  # said once for the line
+    assert after_failure(["bash", "-lc", "pip install x"], "none", None) == [NO_NETWORK]
+    assert simple_commands(["bash", "--login", "script.sh"]) == [["bash", "--login", "script.sh"]]
+    assert simple_commands(["bash", "-c", "a 'b c' | d"]) == [["a", "b c"], ["d"]]
+
+
 # --- progress of a long copy ----------------------------------------------------------------
 
 

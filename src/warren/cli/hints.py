@@ -45,9 +45,45 @@ NO_NETWORK = (
 )
 
 
+_SHELLS = ("sh", "bash", "dash", "zsh", "ash", "ksh")
+
+
+def simple_commands(argv: list[str]) -> list[list[str]]:
+    """``argv``'s commands as an agent runs them: through ``sh -c LINE`` or
+    ``bash -lc LINE`` (any option cluster holding ``c``, ``-l -c`` too) they are the
+    line's simple commands, each split into words; otherwise ``argv`` itself."""
+    if not argv or os.path.basename(argv[0]) not in _SHELLS:
+        return [argv]
+    for i, arg in enumerate(argv[1:], 1):
+        if not arg.startswith("-") or arg == "--":
+            break
+        if "c" in arg.lstrip("-") and not arg.startswith("--") and i + 1 < len(argv):
+            return [_words(part) for part in _commands(argv[i + 1])]
+    return [argv]
+
+
+def _assignment(word: str) -> bool:
+    name, eq, _value = word.partition("=")
+    return bool(eq) and name.isidentifier()
+
+
+def _words(command: str) -> list[str]:
+    import shlex
+
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        words = command.split()
+    # leading VAR=value assignments and wrappers name no program
+    while words and (_assignment(words[0]) or words[0] in ("exec", "env", "sudo", "time", "command")):
+        words = words[1:]
+    return words
+
+
 def _looks_networked(argv: list[str]) -> bool:
-    if len(argv) >= 3 and os.path.basename(argv[0]) in ("sh", "bash", "dash") and argv[1] == "-c":
-        return any(_looks_networked(part.split()) for part in _commands(argv[2]))
+    commands = simple_commands(argv)
+    if commands != [argv]:
+        return any(_looks_networked(words) for words in commands)
     if not argv:
         return False
     prog = os.path.basename(argv[0])
@@ -84,8 +120,11 @@ def limit_reached(limit: str, exit_code: int) -> str:
 def after_failure(argv: list[str], network: str, repository: str | None, stderr: bytes = b"") -> list[str]:
     """Every hint for a command that exited non-zero, without the "warren: hint: " prefix."""
     hints = [NO_NETWORK] if network == "none" and needs_network(argv, network, stderr) else []
-    hint = installs_programs(argv) or writes_repository(argv, repository)
-    return [*hints, hint] if hint else hints
+    for words in simple_commands(argv):
+        hint = installs_programs(words) or writes_repository(words, repository)
+        if hint and hint not in hints:
+            hints.append(hint)
+    return hints
 
 
 # (program, verbs, options of which one must be present or () for none) -> where it writes
