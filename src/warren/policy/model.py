@@ -59,6 +59,7 @@ DEFAULT_ENV_PASS = (
     "LINES",
     *CA_VARIABLES,
     "UV_NATIVE_TLS",
+    "UV_SYSTEM_CERTS",  # uv's newer name for UV_NATIVE_TLS
 )
 _ENV_PASS_PATTERNS = (re.compile(r"LC_[A-Z_]+"),)
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
