@@ -331,6 +331,7 @@ BROKERED: dict[str, dict[str, int]] = {
         "renameat2": 316,
         "link": 86,
         "linkat": 265,
+        "listen": 50,
     },
     "aarch64": {
         "connect": 203,
@@ -350,6 +351,7 @@ BROKERED: dict[str, dict[str, int]] = {
         "renameat": 38,
         "renameat2": 276,
         "linkat": 37,
+        "listen": 201,
     },
 }
 SOCKETS = ("connect", "sendto", "sendmsg", "sendmmsg")
@@ -379,7 +381,19 @@ METADATA = (
 )
 
 
-GROUPS = {"sockets": SOCKETS, "metadata": METADATA, "renames": RENAMES, "links": LINKS}
+# The degraded mode under network none or allow (the host's network namespace): listen()
+# on an IP socket never bound would bind it to every address of the host (autobind, which
+# Landlock's bind rule does not see); the broker refuses it (``_core.broker.sockets``).
+LISTENERS = ("listen",)
+
+
+GROUPS = {
+    "sockets": SOCKETS,
+    "metadata": METADATA,
+    "renames": RENAMES,
+    "links": LINKS,
+    "listeners": LISTENERS,
+}
 
 
 def _brokered(name: str, nr: dict[str, int]) -> bool:
