@@ -238,20 +238,35 @@ try:
 except OSError as e:
     print("no connection", e.errno, flush=True)
 # fidelity: a unix socket server still listens, and answers
+name = f"unix-{os.getpid()}.sock"
 u = socket.socket(socket.AF_UNIX)
-u.bind("unix.sock")
+u.bind(name)
 u.listen(1)
 c = socket.socket(socket.AF_UNIX)
-c.connect("unix.sock")
+c.connect(name)
 u.accept()[0].sendall(b"unix ok")
 print(c.recv(10).decode())
-os.unlink("unix.sock")
+os.unlink(name)
 """
 
 
-def _listen_judged_from_the_host(box: Path, argv: list[str]) -> tuple[str, bool]:
-    """Run LISTEN (under warren ARGV or plain), connect from the host to the port it
-    got, if any: its output, and whether the host's connection was accepted."""
+UDP = r"""
+import socket
+try:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("0.0.0.0", 0))
+    print("BOUND", s.getsockname()[1], flush=True)
+    s.settimeout(10)
+    print("GOT", s.recv(10).decode(), flush=True)
+except OSError as e:
+    print("refused", e.errno, 0, flush=True)
+"""
+
+
+def _listen_judged_from_the_host(box: Path, argv: list[str], script: str = "") -> tuple[str, bool]:
+    """Run LISTEN (or ``script``: UDP) under warren ARGV or plain, connect (send) from
+    the host to the port it got, if any: its output, and whether it got there."""
+    script = script or LISTEN
     env = {
         **os.environ,
         "WARREN_SUPERVISOR_IDLE": "1",
@@ -259,9 +274,9 @@ def _listen_judged_from_the_host(box: Path, argv: list[str]) -> tuple[str, bool]
         "XDG_RUNTIME_DIR": str(box / "run"),
     }
     cmd = (
-        [sys.executable, "-c", LISTEN]
+        [sys.executable, "-c", script]
         if not argv
-        else [sys.executable, "-m", "warren", *argv, "--", sys.executable, "-c", LISTEN]
+        else [sys.executable, "-m", "warren", *argv, "--", sys.executable, "-c", script]
     )
     assert BWRAP is not None
     proc = subprocess.Popen(
@@ -277,11 +292,16 @@ def _listen_judged_from_the_host(box: Path, argv: list[str]) -> tuple[str, bool]
     first = proc.stdout.readline()
     port = int(first.split()[-1]) if first.split() else 0
     reached = False
-    if port:
+    if port and script == UDP:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+            u.sendto(b"hi", ("127.0.0.1", port))
+    elif port:
         # the listener's every address: the host's loopback stands for any of them here
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=5) as c:
             reached = c.recv(2) == b"hi"
     out, err = proc.communicate(timeout=60)
+    if script == UDP:
+        reached = "GOT hi" in out
     return first + out + err, reached
 
 
@@ -300,6 +320,16 @@ def test_no_listener_is_reachable_from_outside_under_allow_or_none_without_user_
     # control: the same program outside warren listens on every address and is reached
     out, reached = _listen_judged_from_the_host(box, [])
     assert reached and "ACCEPTED" in out and "unix ok" in out, out
+
+
+def test_no_udp_socket_can_be_bound_for_the_outside_under_allow_without_user_namespaces(box: Path) -> None:
+    """A UDP socket bound to every address would receive from the network past the
+    proxy: no IP socket but a stream one under allow (EACCES). Judged by a datagram
+    sent from the host; control: outside warren it arrives."""
+    out, reached = _listen_judged_from_the_host(box, ["run", "--network", "allow"], UDP)
+    assert not reached and "refused 13 0" in out and "BOUND" not in out, out
+    out, reached = _listen_judged_from_the_host(box, [], UDP)
+    assert reached, out
 
 
 # Drives a long-lived sandbox through the library, inside the simulation: argv[1] is

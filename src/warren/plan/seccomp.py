@@ -8,6 +8,7 @@ Landlock already forbid; it closes the kernel surfaces those do not cover.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 from dataclasses import dataclass
@@ -171,6 +172,12 @@ MODE_ARGS = (
 # unix sockets (the broker judges their connects) and netlink (libc asks it which
 # addresses exist); AF_INET, AF_INET6, AF_PACKET and the rest would reach the host's.
 LOCAL_FAMILIES = (1, 16)  # AF_UNIX, AF_NETLINK
+# ... and under network allow: IP sockets of type SOCK_STREAM only. Its TCP binds are
+# Landlock's to refuse and its listen()s the broker's; a UDP (or ICMP) socket could be
+# bound to every address of the host, which nothing else sees.
+IP_FAMILIES = (2, 10)  # AF_INET, AF_INET6
+SOCK_STREAM = 1
+SOCK_TYPE_MASK = 0xF  # the rest of socket()'s type is SOCK_NONBLOCK and SOCK_CLOEXEC
 TIOCSTI = 0x5412
 TIOCLINUX = 0x541C
 
@@ -180,6 +187,7 @@ _JEQ_K = 0x15
 _JGE_K = 0x35
 _JSET_K = 0x45
 _RET_K = 0x06
+_AND_K = 0x54
 
 RET_KILL_PROCESS = 0x80000000
 RET_ALLOW = 0x7FFF0000
@@ -208,6 +216,7 @@ class SeccompPlan:
     deny_new_userns: bool
     program: tuple[Instruction, ...]
     local_sockets_only: bool = False  # the degraded mode's network none
+    ip_streams_only: bool = False  # the degraded mode's network allow
 
     def summary(self) -> list[str]:
         lines = [f"deny {name}: {DENIED[name]}" for name in self.denied]
@@ -218,6 +227,11 @@ class SeccompPlan:
             lines.append(
                 "deny socket() but AF_UNIX and AF_NETLINK (EACCES): no IP socket at all (network none)"
             )
+        if self.ip_streams_only:
+            lines.append(
+                "deny socket() of AF_INET/AF_INET6 but SOCK_STREAM (EACCES): no UDP socket to bind "
+                "(network allow)"
+            )
         lines.append("deny ioctl TIOCSTI/TIOCLINUX: no typing into the caller's terminal")
         lines.append(
             "deny setuid/setgid modes in chmod, fchmod(at), open(at) with O_CREAT, mkdir(at), mknod(at), "
@@ -227,11 +241,36 @@ class SeccompPlan:
 
 
 def build(
-    machine: str | None = None, allow_nested: bool = False, local_sockets_only: bool = False
+    machine: str | None = None,
+    allow_nested: bool = False,
+    local_sockets_only: bool = False,
+    ip_streams_only: bool = False,
 ) -> SeccompPlan:
     """``local_sockets_only``: refuse every socket family but ``LOCAL_FAMILIES`` (a
-    sandbox that shares the host's network namespace, under network none)."""
-    return _build(machine or os.uname().machine, allow_nested, local_sockets_only)
+    sandbox that shares the host's network namespace, under network none);
+    ``ip_streams_only``: refuse IP sockets but stream ones (the same, under allow)."""
+    plan = _build(machine or os.uname().machine, allow_nested, local_sockets_only)
+    return _ip_streams_only(plan) if ip_streams_only else plan
+
+
+def _ip_streams_only(plan: SeccompPlan) -> SeccompPlan:
+    """``plan`` with socket() of an IP family refused unless its type is SOCK_STREAM,
+    placed before the program's final allow."""
+    nr = _NR[plan.machine]
+    inet, inet6 = IP_FAMILIES
+    block: list[Instruction] = [
+        (_JEQ_K, 0, 8, nr["socket"]),
+        (_LD_W_ABS, 0, 0, _arg_low(0)),
+        (_JEQ_K, 1, 0, inet),
+        (_JEQ_K, 0, 4, inet6),
+        (_LD_W_ABS, 0, 0, _arg_low(1)),
+        (_AND_K, 0, 0, SOCK_TYPE_MASK),
+        (_JEQ_K, 1, 0, SOCK_STREAM),
+        (_RET_K, 0, 0, _ret_errno(errno.EACCES)),
+        (_RET_K, 0, 0, RET_ALLOW),
+    ]
+    program = (*plan.program[:-1], *block, plan.program[-1])
+    return dataclasses.replace(plan, program=program, ip_streams_only=True)
 
 
 @lru_cache(maxsize=8)
