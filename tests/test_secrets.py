@@ -141,6 +141,12 @@ def test_every_form_the_proxy_made_of_a_value_is_scrubbed_at_every_alignment() -
         assert any(ph.encode()[2:-2] in d for d in decoded), part  # the sandbox's text, re-encoded
     assert parts[4] == ph.encode()
     assert value not in out
+    # what a connection remembers of the credentials it built is bounded
+    for i in range(100):
+        sub.request_value("Basic " + base64.b64encode(f"user{i}:{ph}".encode()).decode())
+    assert len(sub.produced) == s.MAX_PRODUCED and len(sub.reverse) <= s.MAX_PRODUCED + 5
+    old = base64.b64encode(b"user0:" + value)
+    assert not any(value[2:-2] in d for d in _decodings(sub.scrub(old)))  # still no value
 
 
 def test_the_scan_for_values_never_looks_past_the_pieces_end() -> None:

@@ -239,6 +239,7 @@ class Substituter:
     def __init__(self, pairs: Mapping[bytes, bytes]) -> None:
         self.pairs = dict(pairs)
         self.reverse: dict[bytes, bytes] = {}
+        self.produced: list[bytes] = []  # credentials built, oldest first (``_produced``)
         for ph, real in self.pairs.items():
             if real:
                 for form, replacement in _forms(real, ph).items():
@@ -254,9 +255,15 @@ class Substituter:
     def _produced(self, sent: bytes, original: bytes) -> None:
         """The proxy sent ``sent`` where the sandbox wrote ``original``: an echo of it
         goes back as the sandbox's own text."""
-        if sent not in self.reverse:
-            self.reverse[sent] = original
-            self._sort()
+        if sent in self.reverse:
+            return
+        # A connection may carry any number of requests: only the newest few are kept
+        # (an older one echoed later still loses its value to the base64 fragments).
+        self.produced.append(sent)
+        if len(self.produced) > MAX_PRODUCED:
+            del self.reverse[self.produced.pop(0)]
+        self.reverse[sent] = original
+        self._sort()
 
     def request_value(self, value: str) -> tuple[str, list[str]]:
         """A request header's value (or a URL's userinfo) with placeholders replaced;
@@ -310,6 +317,8 @@ class Substituter:
                 i = buf.find(first, i + 1, end)
         return best
 
+
+MAX_PRODUCED = 16  # credentials built on one connection, remembered to be restored whole
 
 # Shorter fragments (a value under 7 bytes) would match ordinary base64 by chance and
 # corrupt answers; such a value is scrubbed as it is and percent-encoded only.
