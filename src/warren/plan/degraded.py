@@ -15,8 +15,9 @@ roots; no abstract unix address at all, the host's being in the same namespace),
 network none as no IP socket at all (seccomp) and no TCP bind or connect (Landlock
 ABI >= 4), network allow as connects to its proxy only and no listener (no TCP bind;
 the broker refuses listen() on an IP socket not bound to loopback, which would bind it
-to every address; seccomp refuses IP sockets but stream ones, so no UDP socket), network open as anywhere but the host's loopback (the broker judges
-every connect and send), rlimits and the caller's cgroups for limits. What cannot hold
+to every address; seccomp refuses IP sockets but stream ones, so no UDP socket),
+network open as anywhere but the host's loopback (the broker judges every connect
+and send), rlimits and the caller's cgroups for limits. What cannot hold
 is ``NOT_HELD``: said by ``warren plan``, ``warren doctor`` and a notice on the first
 run. Without Landlock nothing would confine the filesystem: the plan is refused.
 """
