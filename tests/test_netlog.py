@@ -87,6 +87,11 @@ def test_repeated_refusals_are_counted_and_summed_up_when_the_window_ends(
     # the next window logs one by one again
     writer(_event(0, False))
     assert netlog.read(path)[-1].reason == _event(0, False).reason
+    # a helper that ends logs what it counted at once
+    for _ in range(10):
+        writer(_event(0, False))
+    writer.close()
+    assert "and 6 more refusals of this" in netlog.read(path)[-1].reason  # 11, 5 of them logged
 
 
 # --- end to end --------------------------------------------------------------------------------

@@ -100,6 +100,14 @@ class Writer:
             self._summarize()
             self.window_start = time.monotonic()
 
+    def close(self) -> None:
+        """The helper ends: what is counted is logged now, not at a window's end."""
+        with self.lock:
+            if self.flusher is not None:
+                self.flusher.cancel()
+                self.flusher = None
+            self._summarize()
+
     def _summarize(self) -> None:
         """The counted refusals of the window that ended, one line per target."""
         secs = f"{WINDOW:g} s"

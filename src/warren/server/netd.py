@@ -158,10 +158,12 @@ def serve(
     while True:
         ready = {key.data for key, _ in sel.select()}
         if "pid1" in ready:
+            log.close()
             return 0
         try:
             msg, _, fds = wire.recv(ctl, (protocol.ExposeRequest,), max_payload=0)
         except (wire.ConnectionClosed, OSError, ProtocolError):
+            log.close()
             return 0
         for fd in fds:
             os.close(fd)
