@@ -53,10 +53,10 @@ def start_netd(
     supervisor costs about a millisecond, an interpreter 30+. With ``connector``, the
     other end of a connection to it is returned too, for PID 1.
 
-    The helper starts in the sandbox's cgroups (``cgroup_dirs``, when it has any): its memory and
-    threads grow with what the sandbox asks of it, so they count against the sandbox's
-    limits, not the supervisor's (which a sandbox's flood would otherwise fill). It is
-    a new process entering them, not one moved out of where it started."""
+    The helper starts in the sandbox's cgroups (``cgroup_dirs``, when it has any): its
+    memory and threads grow with what the sandbox asks of it, so they count against the
+    sandbox's limits, not the supervisor's (which a sandbox's flood would otherwise
+    fill). It is a new process entering them, not one moved out of where it started."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     conn_ours: socket.socket | None = None
     conn_theirs: socket.socket | None = None

@@ -99,7 +99,7 @@ def read_token(token_file: str | None, env: Mapping[str, str], listen: Listen | 
             raise _refused(f"the token file {token_file} is empty", path=token_file)
         state = statedir.prepare(statedir.location(env))
         real = os.path.realpath(token_file)
-        if not real.startswith(state + "/"):
+        if not real.startswith(os.path.realpath(state) + "/"):
             statedir.record_secret_file(state, real)
         return token
     if env.get("WARREN_TOKEN"):
@@ -126,7 +126,12 @@ def default_token(env: Mapping[str, str]) -> str:
     except FileExistsError:
         pass
     except OSError as e:
-        raise _refused(f"cannot create the token file {path}", path=path, errno=e.errno) from None
+        raise _refused(
+            f"cannot create the token file {path}",
+            "check that warren's state directory is yours and writable, or pass --token-file",
+            path=path,
+            errno=e.errno,
+        ) from None
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as e:
