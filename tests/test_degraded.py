@@ -285,11 +285,16 @@ def _listen_judged_from_the_host(box: Path, argv: list[str], script: str = "") -
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        text=True,
         stdin=subprocess.DEVNULL,
+        bufsize=0,
     )
     assert proc.stdout is not None
-    first = proc.stdout.readline()
+    # the first line a byte at a time: a buffered readline could take later lines with
+    # it, which communicate() (reading the descriptor) would then never see
+    head = b""
+    while not head.endswith(b"\n") and (byte := proc.stdout.read(1)):
+        head += byte
+    first = head.decode()
     port = int(first.split()[-1]) if first.split() else 0
     reached = False
     if port and script == UDP:
@@ -299,7 +304,8 @@ def _listen_judged_from_the_host(box: Path, argv: list[str], script: str = "") -
         # the listener's every address: the host's loopback stands for any of them here
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=5) as c:
             reached = c.recv(2) == b"hi"
-    out, err = proc.communicate(timeout=60)
+    raw_out, raw_err = proc.communicate(timeout=60)
+    out, err = raw_out.decode(errors="replace"), raw_err.decode(errors="replace")
     if script == UDP:
         reached = "GOT hi" in out
     return first + out + err, reached
