@@ -23,6 +23,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from .allowlist import NetEvent
@@ -47,8 +48,16 @@ class Writer:
     """Appends decisions as JSON lines to a file (opened on the first one) and/or a
     pipe; a gone reader of the pipe loses its copy, never the file's."""
 
-    def __init__(self, path: Path | None, pipe: int | None = None, *, budget: int = FILE_BUDGET) -> None:
+    def __init__(
+        self,
+        path: Path | None,
+        pipe: int | None = None,
+        *,
+        budget: int = FILE_BUDGET,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.path = path
+        self.clock = clock
         self.pipe = pipe
         self.budget = budget
         self.lock = threading.Lock()
@@ -64,7 +73,7 @@ class Writer:
 
     def __call__(self, event: NetEvent) -> None:
         with self.lock:
-            if not event.allowed and not self._admit(event, time.monotonic()):
+            if not event.allowed and not self._admit(event, self.clock()):
                 return
             self._write(event)
 
@@ -98,7 +107,7 @@ class Writer:
         with self.lock:
             self.flusher = None
             self._summarize()
-            self.window_start = time.monotonic()
+            self.window_start = self.clock()
 
     def close(self) -> None:
         """The helper ends: what is counted is logged now, not at a window's end."""
