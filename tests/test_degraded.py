@@ -10,6 +10,7 @@ same thing without warren and succeeds.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -248,9 +249,18 @@ def test_a_host_loopback_listener_is_unreachable_under_network_none_without_user
     assert r.returncode == 0, r.stderr
     assert "CONNECTED" not in r.stdout and r.stdout.count("refused 13") == 3, r.stdout
     assert seen == []
-    # Control: with the network open (the host's, here) the same program reaches it.
+    # Network open there refuses the host's loopback too (its services: warren serve's
+    # API, databases), however written (::ffff:127.0.0.1, 0.0.0.0), and says so.
     opened = nouserns(box, ["run", "--network", "open", "--", sys.executable, "-c", send])
-    assert "CONNECTED" in opened.stdout, opened.stdout + opened.stderr
+    assert "CONNECTED" not in opened.stdout and opened.stdout.count("refused 13") == 3, opened.stdout
+    assert "the host's loopback is refused" in opened.stderr
+    unspecified = send.replace("'127.0.0.1' if", "'0.0.0.0' if")
+    opened = nouserns(box, ["run", "--network", "open", "--", sys.executable, "-c", unspecified])
+    assert "CONNECTED" not in opened.stdout, opened.stdout
+    assert seen == []
+    # Control: the same program outside warren (in the same simulation) reaches it.
+    plain = nouserns(box, ["--", sys.executable, "-c", send])
+    assert "CONNECTED" in plain.stdout, plain.stdout + plain.stderr
     assert b"LEAK" in seen
 
 
@@ -282,6 +292,121 @@ def test_network_allow_reaches_only_its_proxy_without_user_namespaces(
     assert lines[2].startswith("proxy said 403 http://127.0.0.1:") and not lines[2].endswith(":3128")
     assert "not-allowed.test:80 is not on the allowlist" in r.stderr
     assert seen == []
+
+
+LISTEN = r"""
+import os, socket, sys
+s = socket.socket()
+try:
+    s.listen(8)
+    print("LISTENING", s.getsockname()[1], flush=True)
+except OSError as e:
+    print("refused", e.errno, s.getsockname()[1], flush=True)
+s.settimeout(10)
+try:
+    s.accept()[0].sendall(b"hi")
+    print("ACCEPTED", flush=True)
+except OSError as e:
+    print("no connection", e.errno, flush=True)
+# fidelity: a unix socket server still listens, and answers
+name = f"unix-{os.getpid()}.sock"
+u = socket.socket(socket.AF_UNIX)
+u.bind(name)
+u.listen(1)
+c = socket.socket(socket.AF_UNIX)
+c.connect(name)
+u.accept()[0].sendall(b"unix ok")
+print(c.recv(10).decode())
+os.unlink(name)
+"""
+
+
+UDP = r"""
+import socket
+try:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("0.0.0.0", 0))
+    print("BOUND", s.getsockname()[1], flush=True)
+    s.settimeout(10)
+    print("GOT", s.recv(10).decode(), flush=True)
+except OSError as e:
+    print("refused", e.errno, 0, flush=True)
+"""
+
+
+def _listen_judged_from_the_host(box: Path, argv: list[str], script: str = "") -> tuple[str, bool]:
+    """Run LISTEN (or ``script``: UDP) under warren ARGV or plain, connect (send) from
+    the host to the port it got, if any: its output, and whether it got there."""
+    script = script or LISTEN
+    env = {
+        **os.environ,
+        "WARREN_SUPERVISOR_IDLE": "1",
+        "XDG_STATE_HOME": str(box / "state"),
+        "XDG_RUNTIME_DIR": str(box / "run"),
+    }
+    cmd = (
+        [sys.executable, "-c", script]
+        if not argv
+        else [sys.executable, "-m", "warren", *argv, "--", sys.executable, "-c", script]
+    )
+    assert BWRAP is not None
+    proc = subprocess.Popen(
+        [BWRAP, "--dev-bind", "/", "/", "--unshare-user", "--disable-userns", "--", *cmd],
+        cwd=box / "ws",
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        bufsize=0,
+    )
+    assert proc.stdout is not None
+    # the first line a byte at a time: a buffered readline could take later lines with
+    # it, which communicate() (reading the descriptor) would then never see
+    head = b""
+    while not head.endswith(b"\n") and (byte := proc.stdout.read(1)):
+        head += byte
+    first = head.decode()
+    port = int(first.split()[-1]) if first.split() else 0
+    reached = False
+    if port and script == UDP:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+            u.sendto(b"hi", ("127.0.0.1", port))
+    elif port:
+        # the listener's every address: the host's loopback stands for any of them here
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=5) as c:
+            reached = c.recv(2) == b"hi"
+    raw_out, raw_err = proc.communicate(timeout=60)
+    out, err = raw_out.decode(errors="replace"), raw_err.decode(errors="replace")
+    if script == UDP:
+        reached = "GOT hi" in out
+    return first + out + err, reached
+
+
+@pytest.mark.parametrize("network", ["allow", "none"])
+def test_no_listener_is_reachable_from_outside_under_allow_or_none_without_user_namespaces(
+    box: Path, network: str
+) -> None:
+    """listen() on a socket never bound would bind it to every address of the host
+    (autobind): refused under allow (EACCES, left unbound), and no IP socket at all
+    under none. Judged by connecting from the host; a unix socket server still works."""
+    out, reached = _listen_judged_from_the_host(box, ["run", "--network", network])
+    assert not reached and "LISTENING" not in out and "ACCEPTED" not in out, out
+    assert ("refused 13 0" in out) if network == "allow" else ("Permission denied" in out), out
+    if network == "allow":
+        assert "unix ok" in out, out
+    # control: the same program outside warren listens on every address and is reached
+    out, reached = _listen_judged_from_the_host(box, [])
+    assert reached and "ACCEPTED" in out and "unix ok" in out, out
+
+
+def test_no_udp_socket_can_be_bound_for_the_outside_under_allow_without_user_namespaces(box: Path) -> None:
+    """A UDP socket bound to every address would receive from the network past the
+    proxy: no IP socket but a stream one under allow (EACCES). Judged by a datagram
+    sent from the host; control: outside warren it arrives."""
+    out, reached = _listen_judged_from_the_host(box, ["run", "--network", "allow"], UDP)
+    assert not reached and "refused 13 0" in out and "BOUND" not in out, out
+    out, reached = _listen_judged_from_the_host(box, [], UDP)
+    assert reached, out
 
 
 # Drives a long-lived sandbox through the library, inside the simulation: argv[1] is

@@ -52,7 +52,14 @@ def test_http_rules_match_method_and_path_prefix() -> None:
     assert not rule.allows("POST", "/v2/") and not rule.allows("POST", "/v1")
     anyway = s.parse_http_rule("* api.example.org")
     assert anyway.allows("DELETE", "/anything") and anyway.prefix == "/"
-    for bad in ("post api.example.org/", "GET", "GET not_a host/"):
+    assert s.parse_http_rule("GET h.org/%7Euser/").prefix == "/~user/"
+    assert rule.allows("POST", "/v1/%63hat") and rule.allows("POST", "/%76%31/chat")
+    for path in ("/v1/../admin", "/v1/%2e%2E/admin", "/v1/..;/admin", "/v1/.%2e", "/v1/a%2Fb", "/v1/a%5cb"):
+        assert s.ambiguous_path(path) is not None, path
+        assert rule.allows("POST", path)  # control: the prefix alone lets it through (checked first)
+    for path in ("/v1/a.b/..c/...", "/v1/x?next=/../", "/v1/%7e"):
+        assert s.ambiguous_path(path) is None, path
+    for bad in ("post api.example.org/", "GET", "GET not_a host/", "GET h.org/a/../b", "GET h.org/a%2fb"):
         with pytest.raises(PolicyError):
             s.parse_http_rule(bad)
 
@@ -83,6 +90,63 @@ def test_the_stream_scrubber_catches_a_value_split_across_pieces() -> None:
     scrubber = s.StreamScrubber(s.Substituter({ph: value}))
     assert scrubber.feed(b"event: done\n\n") == b"event: done\n\n"
     assert scrubber.feed(b"data: sk-01") == b"data: " and scrubber.flush() == b"sk-01"
+
+
+def _decodings(text: bytes) -> list[bytes]:
+    """``text`` decoded as base64 from each of its first four characters."""
+    out = []
+    for start in range(4):
+        piece = text[start:].rstrip(b"=")
+        piece = piece[: len(piece) - 1] if len(piece) % 4 == 1 else piece
+        out.append(base64.b64decode(piece + b"=" * (-len(piece) % 4)))
+    return out
+
+
+def test_every_form_the_proxy_made_of_a_value_is_scrubbed_at_every_alignment() -> None:
+    """The value inside base64 text at each of its three alignments, percent-encoded,
+    and the Basic credential the proxy built: none decodes to the value after the
+    scrub, cut anywhere in a stream. The built credential comes back as the sandbox's."""
+    import urllib.parse
+
+    ph = s.placeholder("TOKEN", "n")
+    value = b"ghp_REAL+/token_0123456789"
+    sub = s.Substituter({ph.encode(): value})
+    sent_cred = "Basic " + base64.b64encode(f"user:{ph}".encode()).decode()
+    built, _ = sub.request_value(sent_cred)
+    echoes = [built.encode()] + [base64.b64encode(b"x" * i + b"user:" + value + b"!") for i in range(3)]
+    echoes.append(urllib.parse.quote_from_bytes(value, safe="").encode())
+    # control: as the server sent them, the value is there to find
+    assert all(any(value in d for d in _decodings(text.split()[-1])) for text in echoes[:4])
+    assert urllib.parse.unquote_to_bytes(echoes[4]) == value and echoes[4] != value
+    body = b"<" + b"|".join(echoes) + b">"
+    whole = sub.scrub(body)
+
+    def leaks(out: bytes) -> bool:
+        parts = out[1:-1].split(b"|")
+        return value in out or any(value[2:-2] in d for p in parts[:4] for d in _decodings(p.split()[-1]))
+
+    assert leaks(body) and not leaks(whole)  # control, and the scrub
+    for cut in range(1, len(body)):
+        scrubber = s.StreamScrubber(sub)
+        out = scrubber.feed(body[:cut]) + scrubber.feed(body[cut:]) + scrubber.flush()
+        assert not leaks(out), cut
+        # the credential cut by a read comes back with its inner fragment replaced
+        # instead of whole; anywhere else, as scrubbed whole
+        assert out == whole or 7 < cut < 7 + len(echoes[0]) - 6, cut
+    parts = whole[1:-1].split(b"|")
+    assert parts[0] == sent_cred.encode()  # what the sandbox sent, as it sent it
+    for part in parts[1:4]:
+        decoded = _decodings(part)
+        assert not any(value[2:-2] in d for d in decoded), part
+        assert any(ph.encode()[2:-2] in d for d in decoded), part  # the sandbox's text, re-encoded
+    assert parts[4] == ph.encode()
+    assert value not in out
+    # what a connection remembers of the credentials it built is bounded
+    for i in range(100):
+        sub.request_value("Basic " + base64.b64encode(f"user{i}:{ph}".encode()).decode())
+    assert len(sub.produced) == s.MAX_PRODUCED and len(sub.reverse) <= s.MAX_PRODUCED + 5
+    old = base64.b64encode(b"user0:" + value)
+    assert not any(value[2:-2] in d for d in _decodings(sub.scrub(old)))  # still no value
 
 
 def test_the_scan_for_values_never_looks_past_the_pieces_end() -> None:

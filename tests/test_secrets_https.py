@@ -11,6 +11,8 @@ run does all the requests (python, curl, git, pip), judged on the host.
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import datetime
 import gzip
 import http.server
@@ -84,6 +86,7 @@ class Echo:
     """What the servers received: (scheme, Host, method, path, headers)."""
 
     seen: list[tuple[str, str, str, str, dict[str, str]]] = field(default_factory=list)
+    b64_sent: list[bytes] = field(default_factory=list)
     servers: list[http.server.ThreadingHTTPServer] = field(default_factory=list)
 
     def start(self, scheme: str, ctx: ssl.SSLContext | None) -> int:
@@ -100,6 +103,18 @@ class Echo:
                 body = json.dumps(headers).encode()
                 if self.path == "/gzip":  # compressed although identity was asked for
                     self._send(gzip.compress(body), ("Content-Encoding", "gzip"))
+                    return
+                if self.path == "/b64":  # a server that re-encodes the credential it got, at
+                    # each of base64's three alignments, in chunks of 5: a fragment cut across them
+                    plain = base64.b64decode(headers.get("Authorization", "x ").split(" ", 1)[1])
+                    body = b"".join(base64.b64encode(b"p" * i + plain + b"s") + b"\n" for i in range(3))
+                    echo.b64_sent.append(body)
+                    self.send_response(200)
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    for i in range(0, len(body), 5):
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(body[i : i + 5]), body[i : i + 5]))
+                    self.wfile.write(b"0\r\n\r\n")
                     return
                 if self.path == "/chunked":  # the echo in small chunks: a value cut across them
                     self.send_response(200)
@@ -132,11 +147,6 @@ class Echo:
         threading.Thread(target=httpd.serve_forever, daemon=True).start()
         self.servers.append(httpd)
         return int(httpd.server_address[1])
-
-    def authorizations(self, host: str) -> list[str]:
-        return [
-            h.get("Authorization", "") for s, hh, _, _, h in self.seen if s == "https" and hh.startswith(host)
-        ]
 
 
 @pytest.fixture(scope="module")
@@ -207,6 +217,7 @@ echo "UV $?"
 # curl: basic auth from the URL's userinfo, then from -u
 code CURL-USERINFO "https://user:$TOKEN@api.test:{P}/curl-userinfo"
 c -u "user:$TOKEN" "$A/curl-basic"; echo
+c -u "user:$TOKEN" "$A/b64" | sed 's/^/B64 /'
 # a body is not substituted (documented)
 code BODY -X POST --data "token=$TOKEN" "$A/body"
 code EXPECT -X POST -H "Expect: 100-continue" --data "x=1" "$A/expect"
@@ -224,6 +235,15 @@ code RULE-GET "$R/get"
 code RULE-POST-OK -X POST "$R/post/1"
 code RULE-POST-NO -X POST "$R/elsewhere"
 code RULE-DELETE -X DELETE "$R/get"
+# dot-segments and escaped separators under an allowed prefix: refused, whatever the server would do
+code RULE-DOTS -X POST --path-as-is "$R/post/../elsewhere"
+code RULE-ESC-DOTS -X POST "$R/post/%2e%2e/%2E%2e/elsewhere"
+code RULE-TOMCAT -X POST --path-as-is "$R/post/..;/elsewhere"
+code RULE-ESC-SLASH -X POST "$R/post/..%2felsewhere"
+code RULE-BACKSLASH -X POST "$R/post/..%5celsewhere"
+code RULE-ESC-OK -X POST "$R/p%6fst/%31"
+# control: to a host without rules the same path goes as written
+code OTHER-DOTS --path-as-is "https://other.test:{P}/post/../elsewhere"
 # a client that trusts only another CA (as a pinning one): its handshake fails
 c --cacert /usr/share/ca-certificates/mozilla/ISRG_Root_X1.crt "$A/pinned" >/dev/null 2>&1; echo "PINNED $?"
 # the real host's certificate does not verify (another name): refused before anything is sent
@@ -293,6 +313,44 @@ def test_the_server_receives_the_real_token_over_https(
     assert all(s == "https" for s, hh, *_ in e.seen if hh.startswith("api.test"))
 
 
+def _decoded_at_every_alignment(text: str) -> bytes:
+    """Every run of base64 characters in ``text`` decoded from each of its first four
+    characters: a credential wherever it sits in longer base64 text shows up."""
+    import binascii
+    import re
+
+    out = []
+    for run in re.findall(r"[A-Za-z0-9+/]{8,}={0,2}", text):
+        for start in range(4):
+            piece = run[start:].rstrip("=")
+            piece = piece[: len(piece) - 1] if len(piece) % 4 == 1 else piece
+            piece += "=" * (-len(piece) % 4)
+            with contextlib.suppress(binascii.Error, ValueError):
+                out.append(base64.b64decode(piece))
+    return b"\n".join(out)
+
+
+def test_an_echoed_basic_credential_decodes_to_the_placeholder(
+    ran: tuple[Result, str], echo: tuple[Echo, int, int, Path]
+) -> None:
+    """curl -u user:$TOKEN: the proxy built base64("user:REAL"); the server echoes it as
+    it is (a header and JSON) and re-encoded at each alignment inside longer base64
+    text, cut in chunks of 5. What the sandbox received decodes to no token."""
+    _r, out = ran
+    placeholder = _line(out, "PLACEHOLDER").split("=", 1)[1]
+    basic = next(line for line in out.splitlines() if "Basic " in line and "Authorization" in line)
+    echoed = json.loads(basic)["Authorization"].split(" ", 1)[1]
+    assert base64.b64decode(echoed) == f"user:{placeholder}".encode()  # the sandbox's own text back
+    b64 = [line[4:] for line in out.splitlines() if line.startswith("B64 ")]
+    assert len(b64) == 3, out
+    assert TOKEN.encode() not in _decoded_at_every_alignment(out)
+    assert TOKEN.encode()[3:-3] not in _decoded_at_every_alignment(out)  # nor the most of it
+    # control: what the server sent decodes to the token by the same detector
+    sent = echo[0].b64_sent
+    assert sent and TOKEN.encode() in _decoded_at_every_alignment(sent[0].decode())
+    assert sum(TOKEN.encode() in base64.b64decode(line) for line in sent[0].split()) == 3
+
+
 def test_the_real_token_appears_nowhere_in_the_sandbox(ran: tuple[Result, str]) -> None:
     _r, out = ran
     placeholder = _line(out, "PLACEHOLDER").split("=", 1)[1]
@@ -312,7 +370,7 @@ def test_the_placeholder_goes_unchanged_to_other_hosts_and_bodies(
     _r, out = ran
     placeholder = _line(out, "PLACEHOLDER").split("=", 1)[1]
     e = echo[0]
-    assert e.authorizations("other.test") == [f"Bearer {placeholder}"]
+    assert [h.get("Authorization") for *_, p, h in e.seen if p == "/other"] == [f"Bearer {placeholder}"]
     assert "BODY 200" in out and "EXPECT 200" in out
     assert next(h for _, _, _, p, h in e.seen if p == "/body").get("Content-Length") == str(
         len(f"token={placeholder}")
@@ -373,10 +431,31 @@ def test_http_rules_allow_and_refuse_as_configured(
     assert "RULE-GET 200" in out and "RULE-POST-OK 200" in out
     assert "RULE-POST-NO 403" in out and "RULE-DELETE 403" in out
     reached = [(m, p) for _, hh, m, p, _ in e.seen if hh.startswith("rules.test")]
-    assert reached == [("GET", "/get"), ("POST", "/post/1")]
+    assert reached == [("GET", "/get"), ("POST", "/post/1"), ("POST", "/p%6fst/%31")]
     refused = [ev for ev in r.net_log if ev.host == "rules.test" and not ev.allowed]
     assert {ev.method for ev in refused} == {"POST", "DELETE"}
-    assert all("no --allow-http rule" in ev.reason for ev in refused)
+    assert all("no --allow-http rule" in ev.reason or "path, refused" in ev.reason for ev in refused)
+
+
+def test_http_rules_refuse_dot_segments_and_escaped_separators(
+    ran: tuple[Result, str], echo: tuple[Echo, int, int, Path]
+) -> None:
+    """An allowed prefix followed by ../ (as is, escaped, Tomcat's ..;) or an escaped
+    slash or backslash: 403, and the server received nothing of it (judged on the
+    server). An escaped letter under the prefix still goes."""
+    r, out = ran
+    for label in ("RULE-DOTS", "RULE-ESC-DOTS", "RULE-TOMCAT", "RULE-ESC-SLASH", "RULE-BACKSLASH"):
+        assert f"{label} 403" in out, (label, out)
+    assert "RULE-ESC-OK 200" in out
+    reached = [p for _, hh, _, p, _ in echo[0].seen if hh.startswith("rules.test")]
+    assert not [p for p in reached if "elsewhere" in p], reached
+    # control: without rules for the host, curl --path-as-is sends the dot-segment as is
+    assert "OTHER-DOTS 200" in out
+    assert [p for _, hh, _, p, _ in echo[0].seen if hh.startswith("other.test") and "elsewhere" in p] == [
+        "/post/../elsewhere"
+    ]
+    reasons = [ev.reason for ev in r.net_log if ev.host == "rules.test" and "path, refused" in ev.reason]
+    assert len(reasons) == 5 and any("dot-segment" in x for x in reasons) and any("%2f" in x for x in reasons)
 
 
 def test_a_client_that_does_not_trust_the_sandbox_ca_fails_and_the_log_names_the_host(

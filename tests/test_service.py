@@ -76,12 +76,13 @@ def test_tcp_without_or_with_a_wrong_token_is_401_and_runs_nothing(tcp: Serve, w
     assert "POST /v1/run 401" in log and "POST /v1/run 200" in log and "ms" in log
 
 
-def test_serve_refuses_tcp_without_a_token_and_remote_without_allow_remote(
+def test_serve_refuses_a_short_token_and_remote_without_allow_remote(
     tmp_path: Path, state_home: Path
 ) -> None:
     env = {k: v for k, v in os.environ.items() if k != "WARREN_TOKEN"}
+    env["WARREN_TOKEN"] = "short"
     r = subprocess.run([*WARREN, "serve", "--listen", "127.0.0.1:0"], capture_output=True, text=True, env=env)
-    assert r.returncode == 125 and "without a token" in r.stderr and "hint:" in r.stderr
+    assert r.returncode == 125 and "shorter than 16" in r.stderr and "hint:" in r.stderr
     env["WARREN_TOKEN"] = "0123456789abcdef0123"
     r = subprocess.run([*WARREN, "serve", "--listen", "0.0.0.0:0"], capture_output=True, text=True, env=env)
     assert r.returncode == 125 and "non-loopback" in r.stderr and "--allow-remote" in r.stderr

@@ -30,6 +30,9 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
 ADDRESS_FILE = "supervisor.addr"
+TOKEN_FILE = "serve.token"  # `warren serve`'s bearer token by default
+SECRET_FILES = "secret-files"  # files warren holds secret elsewhere (a --token-file): denied in sandboxes
+MAX_SECRET_FILES = 64
 LOG_FILE = "supervisor.log"
 SANDBOXES = "sandboxes"
 
@@ -100,3 +103,35 @@ def read_address(path: str) -> tuple[str, int] | None:
     if len(fields) != 2 or not fields[0].isalnum() or len(fields[0]) < 16 or not fields[1].isdigit():
         return None
     return fields[0], int(fields[1])
+
+
+def record_secret_file(path: str, secret: str) -> None:
+    """Note ``secret`` (an absolute path outside ``path``, the state directory) as a
+    file every sandbox started from now on must not read (``secret_files``)."""
+    if secret in secret_files(path):
+        return
+    fd = os.open(
+        os.path.join(path, SECRET_FILES),
+        os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+        0o600,
+    )
+    try:
+        os.write(fd, (secret + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def secret_files(path: str) -> tuple[str, ...]:
+    """The files ``record_secret_file`` noted (the newest ``MAX_SECRET_FILES``)."""
+    try:
+        fd = os.open(os.path.join(path, SECRET_FILES), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return ()
+    try:
+        if os.fstat(fd).st_uid != os.geteuid():
+            return ()
+        text = os.read(fd, 256 * 1024).decode(errors="replace")
+    finally:
+        os.close(fd)
+    names = [line for line in text.splitlines() if line.startswith("/") and "\0" not in line]
+    return tuple(dict.fromkeys(names))[-MAX_SECRET_FILES:]

@@ -20,7 +20,12 @@ def serve(args: list[str]) -> int:
     p.add_argument(
         "--listen", metavar="unix:PATH|HOST:PORT", help="default: unix:$XDG_STATE_HOME/warren/serve.sock"
     )
-    p.add_argument("--token-file", metavar="FILE", help="the bearer token (else $WARREN_TOKEN)")
+    p.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="the bearer token (else $WARREN_TOKEN, else for TCP $XDG_STATE_HOME/warren/serve.token, "
+        "made if absent); denied in every sandbox started after",
+    )
     p.add_argument("--allow-remote", action="store_true", help="allow a non-loopback TCP address")
     p.add_argument(
         "--mcp-workspace",
@@ -39,7 +44,7 @@ def serve(args: list[str]) -> int:
     from ..service import serve as srv
 
     listen = srv.parse_listen(ns.listen, os.environ)
-    token = srv.read_token(ns.token_file, os.environ)
+    token = srv.read_token(ns.token_file, os.environ, listen)
     srv.check(listen, token, ns.allow_remote)
     if not 0.1 <= ns.header_timeout <= 3600:
         raise srv.ServeError(

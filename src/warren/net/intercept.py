@@ -17,7 +17,9 @@ proxy
    credential become the real values (``secrets.Substituter``; never in a body), the
    client's ``Accept-Encoding`` becomes ``identity`` so the answer can be read, and an
    ``Upgrade`` (WebSocket) is refused;
-4. streams the answer back with every real value replaced by its placeholder, headers
+4. streams the answer back with every form of a real value the proxy sent (the value,
+   its percent-encoding, the ``Basic`` credential, its base64 at any alignment)
+   replaced by the same form of its placeholder, headers
    and body, re-framed as chunked (the length changes); a gzip or deflate body the
    server sends anyway is decoded first, any other coding is a 502.
 
@@ -36,7 +38,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .allowlist import Decision
-from .secrets import HttpRule, PlacedSecret, StreamScrubber, Substituter, host_matches
+from .secrets import HttpRule, PlacedSecret, StreamScrubber, Substituter, ambiguous_path, host_matches
 from .tlsca import CA, Leaves, upstream_context
 from .tlsstream import TlsStream
 
@@ -89,6 +91,9 @@ class Interception:
         rules = self.rules_for(host)
         if not rules:
             return None
+        why = ambiguous_path(path)
+        if why is not None:
+            return Decision(False, f"{method} {_short(path)}: {why}, refused where --allow-http rules apply")
         if any(r.allows(method, path) for r in rules):
             return Decision(True, "allowed by --allow-http")
         allowed = ", ".join(repr(r.text) for r in rules)
@@ -250,6 +255,7 @@ class Framer:
     def __init__(self, out: TlsStream, size: int) -> None:
         self.out = out
         self.chunked = False
+        self.size = size
         self.frame = bytearray(self.START + size + 2)
         self.view = memoryview(self.frame)
 
@@ -500,7 +506,9 @@ class _Exchange:
         client.write(sub.scrub(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")))
         if has_body:
             body = Body(from_up, headers, until_close=not framed)
-            if self._answers is None:
+            # room for a piece after the longest end held back; a credential built for
+            # this request may have made that longer
+            if self._answers is None or self._answers.size < max(sub.longest - 1, 0) + _PIECE:
                 self._answers = Framer(client, max(sub.longest - 1, 0) + _PIECE)
             framer = self._answers
             framer.chunked = chunked_out

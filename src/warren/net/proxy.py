@@ -26,6 +26,7 @@ passed to ``on_event`` (time, sandbox, method, host, port, allowed, reason).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import fcntl
@@ -47,6 +48,7 @@ HEADER_LIMIT = 64 * 1024
 MAX_HEADERS = 100
 MAX_CLIENTS = 256  # concurrent connections per sandbox: threads here are the host's
 HEADER_TIMEOUT = 30.0
+KEPT_EVENTS = 1000
 CONNECT_TIMEOUT = 15.0
 _SPLICE_CHUNK = 1 << 20
 # Not SPLICE_F_MORE: like TCP_CORK it holds a partial segment back for up to 200 ms,
@@ -92,7 +94,9 @@ class Proxy:
         self.sandbox = sandbox
         self.resolve = dict(resolve or {})
         self.on_event = on_event
-        self.events: list[NetEvent] = []
+        # the newest decisions, for a caller without ``on_event``; bounded: a sandbox
+        # makes as many as it likes, and this is the helper's memory
+        self.events: collections.deque[NetEvent] = collections.deque(maxlen=KEPT_EVENTS)
         self._lock = threading.Lock()
         self._conns: set[socket.socket] = set()
         self._stopped = False
@@ -141,7 +145,13 @@ class Proxy:
                 self._slots.release()
                 client.close()
                 return
-            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+            try:
+                threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+            except RuntimeError:
+                # no thread to be had: the helper counts in the sandbox's pids limit
+                self._untrack(client)
+                self._slots.release()
+                continue
 
     def _track(self, sock: socket.socket) -> bool:
         with self._lock:

@@ -8,8 +8,13 @@ them (``net.intercept`` does the I/O):
   values (``Authorization: Bearer``, custom headers, and inside a ``Basic``
   credential, which is base64 of ``user:password``) and in the URL's userinfo;
   never in a request body (the server would get the placeholder there);
-- in everything a secret's host answers: real value -> placeholder, so a server that
-  echoes a request back cannot show the sandbox the value.
+- in everything a secret's host answers: every form of the value the proxy sent ->
+  the same form of the placeholder, so a server that echoes a request back cannot show
+  the sandbox the value. The forms: the value itself, its percent-encoding, the whole
+  ``Basic`` credential the proxy built, and the value's base64 at each of the three
+  alignments it can have inside longer base64 text (``user:VALUE`` encoded puts it at
+  one of them; the characters that mix its first or last byte with a neighbour's bits
+  are left, at most 4 bits of each end byte).
 
 Entries:
 
@@ -25,6 +30,7 @@ import base64
 import binascii
 import hashlib
 import re
+import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -64,7 +70,10 @@ class HttpRule:
     prefix: str
 
     def allows(self, method: str, path: str) -> bool:
-        return (self.method in ("*", method)) and _path_only(path).startswith(self.prefix)
+        """Whether the rule allows ``method`` on ``path`` (a request target), matched as
+        the server will read it: unreserved characters percent-decoded. The caller
+        refuses an ``ambiguous_path`` first: for one, no answer would be sure."""
+        return (self.method in ("*", method)) and decode_unreserved(_path_only(path)).startswith(self.prefix)
 
 
 @dataclass(frozen=True)
@@ -135,7 +144,15 @@ def parse_http_rule(entry: str, where: str = "--allow-http") -> HttpRule:
             operation="policy",
             hint=_HTTP_HINT,
         )
-    return HttpRule(entry.strip(), method, host, "/" + path if slash else "/")
+    prefix = "/" + path if slash else "/"
+    why = ambiguous_path(prefix)
+    if why is not None or "?" in prefix or "#" in prefix:
+        raise PolicyError(
+            f"{where}: invalid HTTP rule {entry!r}: {why or 'a query or fragment in the path prefix'}",
+            operation="policy",
+            hint=_HTTP_HINT,
+        )
+    return HttpRule(entry.strip(), method, host, decode_unreserved(prefix))
 
 
 def parse_http_rules(entries: Iterable[str], where: str = "--allow-http") -> tuple[HttpRule, ...]:
@@ -182,6 +199,36 @@ def _path_only(target: str) -> str:
     return target.split("?", 1)[0].split("#", 1)[0]
 
 
+_UNRESERVED_ESCAPE = re.compile(r"%(2[dDeE]|5[fF]|7[eE]|3[0-9]|[46][1-9a-fA-F]|[57][0-9aA])")
+_SEPARATOR_ESCAPE = re.compile(r"%(2[fF]|5[cC]|00)")
+
+
+def decode_unreserved(path: str) -> str:
+    """``path`` with the percent-escapes of unreserved characters (letters, digits,
+    ``-._~``) decoded: RFC 3986 says they mean the same, and servers read them so."""
+    return _UNRESERVED_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), path)
+
+
+def ambiguous_path(target: str) -> str | None:
+    """Why servers may disagree about which path ``target`` names, or None.
+
+    A prefix rule is only as good as the path it is matched against: a dot-segment
+    (``/v1/public/../admin``, ``%2e%2e``, Tomcat's ``..;``) is removed by some servers
+    and frameworks and not by others, an escaped slash or backslash (``%2f``, ``%5c``)
+    or a raw backslash is a separator to some. Rewriting the path would forward a
+    request the client did not make; such a path is refused instead. Ordinary clients
+    (curl, pip, npm, git, browsers) resolve dot-segments before they send."""
+    path = _path_only(target)
+    if "\\" in path:
+        return "a backslash in the path (a separator to some servers)"
+    if _SEPARATOR_ESCAPE.search(path):
+        return "an escaped slash, backslash or NUL (%2f, %5c, %00) in the path"
+    for segment in decode_unreserved(path).split("/"):
+        if segment.split(";", 1)[0] in (".", ".."):
+            return "a dot-segment (. or .., written or escaped) in the path"
+    return None
+
+
 # --- substitution (the proxy's; values as bytes) ---------------------------------------------
 
 
@@ -191,10 +238,32 @@ class Substituter:
 
     def __init__(self, pairs: Mapping[bytes, bytes]) -> None:
         self.pairs = dict(pairs)
-        self.reverse = {real: ph for ph, real in self.pairs.items() if real}
-        # Longest first: a value that contains another is replaced whole.
+        self.reverse: dict[bytes, bytes] = {}
+        self.produced: list[bytes] = []  # credentials built, oldest first (``_produced``)
+        for ph, real in self.pairs.items():
+            if real:
+                for form, replacement in _forms(real, ph).items():
+                    self.reverse.setdefault(form, replacement)
+        self._sort()
+
+    def _sort(self) -> None:
+        # Longest first: a form that contains another (a whole credential, a fragment of
+        # it) is replaced whole.
         self._real = sorted(self.reverse, key=len, reverse=True)
         self.longest = max((len(r) for r in self._real), default=0)
+
+    def _produced(self, sent: bytes, original: bytes) -> None:
+        """The proxy sent ``sent`` where the sandbox wrote ``original``: an echo of it
+        goes back as the sandbox's own text."""
+        if sent in self.reverse:
+            return
+        # A connection may carry any number of requests: only the newest few are kept
+        # (an older one echoed later still loses its value to the base64 fragments).
+        self.produced.append(sent)
+        if len(self.produced) > MAX_PRODUCED:
+            del self.reverse[self.produced.pop(0)]
+        self.reverse[sent] = original
+        self._sort()
 
     def request_value(self, value: str) -> tuple[str, list[str]]:
         """A request header's value (or a URL's userinfo) with placeholders replaced;
@@ -210,7 +279,9 @@ class Substituter:
                 plain = b""
             swapped = self._swap(plain, used)
             if swapped != plain:
-                out = scheme + b" " + base64.b64encode(swapped)
+                built = base64.b64encode(swapped)
+                out = scheme + b" " + built
+                self._produced(built, cred.strip())
         return out.decode("latin-1"), used
 
     def _swap(self, data: bytes, used: list[str]) -> bytes:
@@ -221,7 +292,7 @@ class Substituter:
         return data
 
     def scrub(self, data: bytes) -> bytes:
-        """Real values -> placeholders (a response, whole)."""
+        """Every form of a real value -> the same form of its placeholder (a response, whole)."""
         for real in self._real:
             data = data.replace(real, self.reverse[real])
         return data
@@ -245,6 +316,34 @@ class Substituter:
                     break
                 i = buf.find(first, i + 1, end)
         return best
+
+
+MAX_PRODUCED = 16  # credentials built on one connection, remembered to be restored whole
+
+# Shorter fragments (a value under 7 bytes) would match ordinary base64 by chance and
+# corrupt answers; such a value is scrubbed as it is and percent-encoded only.
+_MIN_FRAGMENT = 8
+
+
+def _b64_inner(value: bytes, offset: int) -> bytes:
+    """The base64 characters that encode only bits of ``value`` when it starts at byte
+    ``offset`` (0-2) of a group of three: the same wherever such text holds it."""
+    encoded = base64.b64encode(bytes(offset) + value + bytes(2))
+    first = (8 * offset + 5) // 6
+    end = 8 * (offset + len(value)) // 6
+    return encoded[first:end]
+
+
+def _forms(real: bytes, placeholder: bytes) -> dict[bytes, bytes]:
+    """Each form the proxy can make of ``real`` -> the same form of ``placeholder``."""
+    forms = {real: placeholder}
+    quoted = urllib.parse.quote_from_bytes(real, safe="").encode()
+    forms.setdefault(quoted, urllib.parse.quote_from_bytes(placeholder, safe="").encode())
+    for offset in range(3):
+        inner = _b64_inner(real, offset)
+        if len(inner) >= _MIN_FRAGMENT:
+            forms.setdefault(inner, _b64_inner(placeholder, offset))
+    return forms
 
 
 def _name_of(placeholder: bytes) -> str:

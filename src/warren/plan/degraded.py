@@ -13,7 +13,11 @@ and its ptrace rule, no_new_privs and no capabilities, seccomp's deny list, the
 syscall broker (unix-socket connects and metadata changes only inside the writable
 roots; no abstract unix address at all, the host's being in the same namespace),
 network none as no IP socket at all (seccomp) and no TCP bind or connect (Landlock
-ABI >= 4), rlimits and the caller's cgroups for limits. What cannot hold
+ABI >= 4), network allow as connects to its proxy only and no listener (no TCP bind;
+the broker refuses listen() on an IP socket not bound to loopback, which would bind it
+to every address; seccomp refuses IP sockets but stream ones, so no UDP socket),
+network open as anywhere but the host's loopback (the broker judges every connect
+and send), rlimits and the caller's cgroups for limits. What cannot hold
 is ``NOT_HELD``: said by ``warren plan``, ``warren doctor`` and a notice on the first
 run. Without Landlock nothing would confine the filesystem: the plan is refused.
 """
@@ -58,7 +62,10 @@ NOT_HELD: tuple[tuple[str, str], ...] = (
     (
         "own network namespace",
         "network none has no loopback of its own (no IP socket at all); network allow reaches only its "
-        "proxy, on a port of the host's loopback; network open reaches the host's loopback too",
+        "proxy, on a port of the host's loopback, and listens nowhere (no TCP bind, no listen on an unbound "
+        "socket, no UDP socket); network open refuses the host's loopback (its "
+        "services, and servers the command starts there alike) but reaches the host's other addresses, "
+        "so a service listening on all of them is reached there, and listens on any",
     ),
     (
         "hidden socket directories (a fresh /run)",
@@ -216,12 +223,22 @@ def make(
             f"not held in the degraded mode: {', '.join(secrets[:5])} (hard links to denied files, readable "
             "under their names in a writable root)"
         )
+    if policy.network == "open":
+        warnings.append(
+            "network open without namespaces: the host's loopback is refused (its services, and servers "
+            "the command starts there alike); the host's other addresses are reached, and the command may "
+            "listen where the network reaches it"
+        )
     warnings.extend(credential_warnings(passed(policy, caller.env)[1]))
     warnings.extend(_hostrun.warnings(policy.writable, policy.host_run))
     return Plan(
         mounts=(),
         landlock=landlock,
-        seccomp=_seccomp.build(allow_nested=policy.allow_nested, local_sockets_only=policy.network == "none"),
+        seccomp=_seccomp.build(
+            allow_nested=policy.allow_nested,
+            local_sockets_only=policy.network == "none",
+            ip_streams_only=policy.network == "allow",
+        ),
         uid=caller.uid,
         gid=caller.gid,
         env=_with_proxy(environment(policy, caller.env, caller.home, scratch), policy, host.proxy_port),

@@ -118,6 +118,10 @@ class HostFacts:
     # sandboxes' roots and the store takes a layer already there as made by itself.
     image_store: str | None = None
 
+    # Files warren holds secret outside those directories (a `warren serve --token-file`,
+    # ``statedir.secret_files``): denied in every sandbox.
+    secret_files: tuple[str, ...] = ()
+
     def own_dirs(self) -> tuple[tuple[str, str], ...]:
         """warren's own directories, with what to call them: never in a sandbox's view."""
         named = ((self.state_dir, "warren's state directory"), (self.image_store, "warren's image store"))

@@ -27,6 +27,8 @@ from .model import NetPlan, Plan
 from .mounts import DEV_NODES, OVERLAID, guarded_ancestors, plan_mounts, strip_nested, within
 from .secrets import SYSTEM_BUNDLES, plan_secrets
 
+_TOKEN_FILE = "warren serve's token file"
+
 
 def make_plan(
     policy: Policy,
@@ -89,7 +91,7 @@ def make_plan(
                 hint="run where user namespaces work (warren doctor says why they do not "
                 "here), or pass the credential another way",
             )
-        state = list(host.own_dirs())
+        state = [*host.own_dirs(), *((p, _TOKEN_FILE) for p in host.secret_files)]
         return _degraded.make(
             policy,
             host,
@@ -110,6 +112,7 @@ def make_plan(
     limits = _limits.plan(policy.limits, host.cgroups, host.mem_total, host.cpus, dict(host.user_counts))
     denied = [(str(r.path), r.source) for r in policy.denied]
     denied += [(path, what) for path, what in host.own_dirs() if host.kind(path) == "dir"]
+    denied += [(path, _TOKEN_FILE) for path in host.secret_files]
     workspace = str(policy.workspace)
     ws_writable = any(r.path == policy.workspace for r in policy.writable)
     scratch = _tmpdir.scratch_tmpdir(

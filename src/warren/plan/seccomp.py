@@ -11,6 +11,7 @@ it gets ENOSYS, so the next kernel's calls stay shut until they are reviewed.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 from dataclasses import dataclass
@@ -206,6 +207,12 @@ MODE_ARGS = (
 # unix sockets (the broker judges their connects) and netlink (libc asks it which
 # addresses exist); AF_INET, AF_INET6, AF_PACKET and the rest would reach the host's.
 LOCAL_FAMILIES = (1, 16)  # AF_UNIX, AF_NETLINK
+# ... and under network allow: IP sockets of type SOCK_STREAM only. Its TCP binds are
+# Landlock's to refuse and its listen()s the broker's; a UDP (or ICMP) socket could be
+# bound to every address of the host, which nothing else sees.
+IP_FAMILIES = (2, 10)  # AF_INET, AF_INET6
+SOCK_STREAM = 1
+SOCK_TYPE_MASK = 0xF  # the rest of socket()'s type is SOCK_NONBLOCK and SOCK_CLOEXEC
 TIOCSTI = 0x5412
 TIOCLINUX = 0x541C
 
@@ -215,6 +222,7 @@ _JEQ_K = 0x15
 _JGE_K = 0x35
 _JSET_K = 0x45
 _RET_K = 0x06
+_AND_K = 0x54
 
 RET_KILL_PROCESS = 0x80000000
 RET_ALLOW = 0x7FFF0000
@@ -244,6 +252,7 @@ class SeccompPlan:
     program: tuple[Instruction, ...]
     local_sockets_only: bool = False  # the degraded mode's network none
     reviewed_up_to: int = REVIEWED_UP_TO
+    ip_streams_only: bool = False  # the degraded mode's network allow
 
     def summary(self) -> list[str]:
         holes = ", ".join(f"{lo}-{hi}" for lo, hi in UNALLOCATED[self.machine])
@@ -261,6 +270,11 @@ class SeccompPlan:
                 "deny socket() but AF_UNIX and AF_NETLINK (EACCES): no IP socket at all (network none)"
             )
         lines.extend(f"{name} -> ENOSYS: {why}" for name, why in UNBROKERED.items())
+        if self.ip_streams_only:
+            lines.append(
+                "deny socket() of AF_INET/AF_INET6 but SOCK_STREAM (EACCES): no UDP socket to bind "
+                "(network allow)"
+            )
         lines.append("deny ioctl TIOCSTI/TIOCLINUX: no typing into the caller's terminal")
         lines.append(
             "deny setuid/setgid modes in chmod, fchmod(at), open(at) with O_CREAT, mkdir(at), mknod(at), "
@@ -274,11 +288,34 @@ def build(
     allow_nested: bool = False,
     local_sockets_only: bool = False,
     reviewed_up_to: int = REVIEWED_UP_TO,
+    ip_streams_only: bool = False,
 ) -> SeccompPlan:
     """``local_sockets_only``: refuse every socket family but ``LOCAL_FAMILIES`` (a
-    sandbox that shares the host's network namespace, under network none).
+    sandbox that shares the host's network namespace, under network none);
+    ``ip_streams_only``: refuse IP sockets but stream ones (the same, under allow).
     ``reviewed_up_to``: the cap; only a test lowers it, to see a real call refused."""
-    return _build(machine or os.uname().machine, allow_nested, local_sockets_only, reviewed_up_to)
+    plan = _build(machine or os.uname().machine, allow_nested, local_sockets_only, reviewed_up_to)
+    return _ip_streams_only(plan) if ip_streams_only else plan
+
+
+def _ip_streams_only(plan: SeccompPlan) -> SeccompPlan:
+    """``plan`` with socket() of an IP family refused unless its type is SOCK_STREAM,
+    placed before the program's final allow."""
+    nr = _NR[plan.machine]
+    inet, inet6 = IP_FAMILIES
+    block: list[Instruction] = [
+        (_JEQ_K, 0, 8, nr["socket"]),
+        (_LD_W_ABS, 0, 0, _arg_low(0)),
+        (_JEQ_K, 1, 0, inet),
+        (_JEQ_K, 0, 4, inet6),
+        (_LD_W_ABS, 0, 0, _arg_low(1)),
+        (_AND_K, 0, 0, SOCK_TYPE_MASK),
+        (_JEQ_K, 1, 0, SOCK_STREAM),
+        (_RET_K, 0, 0, _ret_errno(errno.EACCES)),
+        (_RET_K, 0, 0, RET_ALLOW),
+    ]
+    program = (*plan.program[:-1], *block, plan.program[-1])
+    return dataclasses.replace(plan, program=program, ip_streams_only=True)
 
 
 @lru_cache(maxsize=8)
@@ -390,6 +427,7 @@ BROKERED: dict[str, dict[str, int]] = {
         "sched_setscheduler": 144,
         "sched_setparam": 142,
         "sched_setattr": 314,
+        "listen": 50,
     },
     "aarch64": {
         "connect": 203,
@@ -416,6 +454,7 @@ BROKERED: dict[str, dict[str, int]] = {
         "sched_setscheduler": 119,
         "sched_setparam": 118,
         "sched_setattr": 274,
+        "listen": 201,
     },
 }
 SOCKETS = ("connect", "sendto", "sendmsg", "sendmmsg")
@@ -460,6 +499,11 @@ PROCESSES = (
 # pid of these is their next argument.
 _WHICH = {"setpriority": (0, 0), "ioprio_set": (0, 1)}  # PRIO_PROCESS, IOPRIO_WHO_PROCESS
 
+# The degraded mode under network none or allow (the host's network namespace): listen()
+# on an IP socket never bound would bind it to every address of the host (autobind, which
+# Landlock's bind rule does not see); the broker refuses it (``_core.broker.sockets``).
+LISTENERS = ("listen",)
+
 
 GROUPS = {
     "sockets": SOCKETS,
@@ -467,6 +511,7 @@ GROUPS = {
     "renames": RENAMES,
     "links": LINKS,
     "processes": PROCESSES,
+    "listeners": LISTENERS,
 }
 
 

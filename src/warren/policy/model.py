@@ -114,6 +114,8 @@ DEFAULT_DENIED = (
     # databases
     "~/.pgpass",
     "~/.my.cnf",
+    # warren serve's token where earlier docs put it (its default is the state directory now)
+    "~/.warren-token",
     # AI agents and editors
     "~/.claude",
     "~/.claude.json",

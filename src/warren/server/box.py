@@ -492,6 +492,7 @@ class Box:
             proxy_listener=proxy_listener,
             connector=not self.oneshot,
             intercept=self.intercept,
+            cgroup_dirs=self.launched.cgroups,
         )
         if connector is not None:
             self.send(protocol.Handoff(request=protocol.ConnectorRequest()), [connector.fileno()])

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import protocol, wire
-from .._core import clone
+from .._core import cgroups, clone
 from ..errors import SandboxError, WarrenError
 from ..net import log as netlog
 from ..net.pasta import Pasta
@@ -47,10 +47,16 @@ def start_netd(
     proxy_listener: socket.socket | None,
     connector: bool,
     intercept: Interception | None = None,
+    cgroup_dirs: list[str] | None = None,
 ) -> tuple[Netd, socket.socket | None]:
     """Fork the sandbox's network helper: a fork of the small, single-threaded
     supervisor costs about a millisecond, an interpreter 30+. With ``connector``, the
-    other end of a connection to it is returned too, for PID 1."""
+    other end of a connection to it is returned too, for PID 1.
+
+    The helper starts in the sandbox's cgroups (``cgroup_dirs``, when it has any): its
+    memory and threads grow with what the sandbox asks of it, so they count against the
+    sandbox's limits, not the supervisor's (which a sandbox's flood would otherwise
+    fill). It is a new process entering them, not one moved out of where it started."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     conn_ours: socket.socket | None = None
     conn_theirs: socket.socket | None = None
@@ -61,6 +67,8 @@ def start_netd(
         code = 1
         try:
             signal.set_wakeup_fd(-1)
+            if cgroup_dirs:
+                _enter(cgroup_dirs)
             keep = [theirs.fileno(), pid1_pidfd]
             keep += [s.fileno() for s in (proxy_listener, conn_ours) if s is not None]
             keep += [events] if events is not None else []
@@ -84,6 +92,14 @@ def start_netd(
         conn_ours.close()
     ours.settimeout(5)
     return Netd(pid, os.pidfd_open(pid), ours), conn_theirs
+
+
+def _enter(dirs: list[str]) -> None:
+    """The forked helper (single-threaded still) moves itself into ``dirs``. If it cannot
+    (a cgroup removed meanwhile) it serves from the supervisor's: its own memory is
+    bounded by construction (``net.log``, the proxy's caps), only no longer charged."""
+    with contextlib.suppress(OSError):
+        cgroups.enter_self(cgroups.open_tasks(dirs))
 
 
 def stop_netd(helper: Netd) -> None:

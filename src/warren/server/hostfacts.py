@@ -59,13 +59,14 @@ def gather(
     git_files: tuple[str, ...] = (),
     workspace: str | None = None,
     caller_cgroups: str | None = None,
+    secret_files: tuple[str, ...] = (),
 ) -> HostFacts:
     """``caller_cgroups``: the caller's /proc/PID/cgroup text (``CallerFacts.cgroups``):
     its sandboxes' cgroups go beneath the caller's groups, not this process's."""
     with open("/proc/self/mountinfo") as f:
         mounts = parse_mountinfo(f.read())
     paths = set(FIXED_PATHS) | set(extra_paths)
-    paths.update(p for p in (state_dir, image_store) if p)
+    paths.update(p for p in (state_dir, image_store, *secret_files) if p)
     kinds = {p: path_kind(p) for p in paths}
     return HostFacts(
         mounts=mounts,
@@ -75,6 +76,7 @@ def gather(
         path_kinds=kinds,
         state_dir=state_dir,
         image_store=image_store,
+        secret_files=secret_files,
         outside_links=outside_links,
         git=git,
         git_files=git_files,

@@ -91,7 +91,11 @@ class _Expose:
             if not self.slots.acquire(blocking=False):
                 _reset(client)
                 continue
-            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+            try:
+                threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+            except RuntimeError:  # no thread to be had: the sandbox's pids limit counts this helper
+                self.slots.release()
+                _reset(client)
 
     def _serve(self, client: socket.socket) -> None:
         inside: socket.socket | None = None
@@ -154,10 +158,12 @@ def serve(
     while True:
         ready = {key.data for key, _ in sel.select()}
         if "pid1" in ready:
+            log.close()
             return 0
         try:
             msg, _, fds = wire.recv(ctl, (protocol.ExposeRequest,), max_payload=0)
         except (wire.ConnectionClosed, OSError, ProtocolError):
+            log.close()
             return 0
         for fd in fds:
             os.close(fd)

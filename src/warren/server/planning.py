@@ -62,6 +62,7 @@ def host_facts(
     """What the planner must know of this host for ``policy``. ``dry``: only to show
     (``warren plan``): the repository walks keep nothing."""
     paths = [r.path for r in (*policy.writable, *policy.readable, *policy.denied)]
+    held = statedir.secret_files(state_dir)
     roots = strip_nested([str(r.path) for r in policy.writable])
     # A read-only workspace is walked too: a denied file linked into it must stay
     # unreadable there (nothing in it needs a copy: it cannot be written).
@@ -72,7 +73,7 @@ def host_facts(
             # caller's directory is in the sandbox: nothing to walk there.
             strip_nested([*roots, str(policy.workspace)] if policy.host_workspace else roots),
             shared=[str(r.path) for r in policy.writable if r.source != "workspace"],
-            denied=[*(str(r.path) for r in policy.denied), state_dir],
+            denied=[*(str(r.path) for r in policy.denied), state_dir, *held],
         )
         if o.secret or any(within(o.path, r) for r in roots)
     ]
@@ -96,6 +97,7 @@ def host_facts(
             git_files=git.files,
             workspace=ws_path,
             caller_cgroups=caller.cgroups,
+            secret_files=held,
         )
     except BaseException:
         git.close()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-from ..statedir import ADDRESS_FILE, LOG_FILE, SANDBOXES, location, prepare, read_address
+from ..statedir import ADDRESS_FILE, LOG_FILE, SANDBOXES, location, prepare, read_address, secret_files
 
 __all__ = [
     "ADDRESS_FILE",
@@ -23,6 +23,7 @@ __all__ = [
     "prepare",
     "read_address",
     "sandbox_dir",
+    "secret_files",
     "write_address",
 ]
 

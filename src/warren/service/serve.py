@@ -21,8 +21,10 @@ import ipaddress
 import logging
 import os
 import resource
+import secrets
 import signal
 import socket
+import stat
 import sys
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -77,7 +79,10 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def read_token(token_file: str | None, env: Mapping[str, str]) -> str | None:
+def read_token(token_file: str | None, env: Mapping[str, str], listen: Listen | None = None) -> str | None:
+    """The bearer token: ``--token-file``'s, else ``$WARREN_TOKEN``, else (for TCP) the
+    one in warren's state directory, made on first use. A ``--token-file`` elsewhere is
+    recorded there, so every sandbox started from now on has it denied."""
     if token_file is not None:
         try:
             with open(token_file, encoding="utf-8") as f:
@@ -85,14 +90,69 @@ def read_token(token_file: str | None, env: Mapping[str, str]) -> str | None:
         except OSError as e:
             raise _refused(
                 f"cannot read the token file {token_file}",
-                "create it with e.g. `openssl rand -hex 32 > FILE; chmod 600 FILE`",
+                "create it with e.g. `openssl rand -hex 32 > FILE; chmod 600 FILE`, or leave "
+                f"--token-file out to use $XDG_STATE_HOME/warren/{statedir.TOKEN_FILE}",
                 path=token_file,
                 errno=e.errno,
             ) from None
         if not token:
             raise _refused(f"the token file {token_file} is empty", path=token_file)
+        state = statedir.prepare(statedir.location(env))
+        real = os.path.realpath(token_file)
+        if not real.startswith(os.path.realpath(state) + "/"):
+            statedir.record_secret_file(state, real)
         return token
-    return env.get("WARREN_TOKEN") or None
+    if env.get("WARREN_TOKEN"):
+        return env["WARREN_TOKEN"]
+    if listen is None or listen.unix is not None:
+        return None
+    return default_token(env)
+
+
+def default_token(env: Mapping[str, str]) -> str:
+    """The token in ``$XDG_STATE_HOME/warren/serve.token`` (hidden from every sandbox
+    with the state directory), made (32 random bytes, hex, mode 0600) if absent."""
+    path = os.path.join(statedir.prepare(statedir.location(env)), statedir.TOKEN_FILE)
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags | os.O_EXCL, 0o600)
+        made = secrets.token_hex(32)
+        try:
+            os.write(fd, (made + "\n").encode())
+        finally:
+            os.close(fd)
+        _log(f"warren serve: a new token is in {path}")
+        return made
+    except FileExistsError:
+        pass
+    except OSError as e:
+        raise _refused(
+            f"cannot create the token file {path}",
+            "check that warren's state directory is yours and writable, or pass --token-file",
+            path=path,
+            errno=e.errno,
+        ) from None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        raise _refused(
+            f"cannot read the token file {path}",
+            "remove it; warren makes a new one",
+            path=path,
+            errno=e.errno,
+        ) from None
+    try:
+        st = os.fstat(fd)
+        token = os.read(fd, 4096).decode(errors="replace").strip()
+    finally:
+        os.close(fd)
+    if st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o077 or not token:
+        raise _refused(
+            f"the token file {path} is not yours alone, or empty",
+            "remove it; warren makes a new one",
+            path=path,
+        )
+    return token
 
 
 def check(listen: Listen, token: str | None, allow_remote: bool) -> None:
@@ -101,7 +161,8 @@ def check(listen: Listen, token: str | None, allow_remote: bool) -> None:
     if token is None:
         raise _refused(
             f"refusing to listen on {listen.host}:{listen.port} without a token",
-            "pass --token-file FILE or set WARREN_TOKEN (TCP always needs a bearer token)",
+            "pass --token-file FILE or set WARREN_TOKEN, or neither to use the state directory's "
+            "(TCP always needs a bearer token)",
         )
     if len(token) < 16:
         raise _refused("the token is shorter than 16 characters", "use 32 random hex digits")

@@ -40,6 +40,8 @@ def _groups(plan: Plan | None) -> tuple[str, ...]:
         groups += ("renames",)
     if plan is not None and plan.namespaces and any(g.shared for g in plan.git):
         groups += ("links",)
+    if plan is not None and not plan.namespaces and plan.net.mode != "open":
+        groups += ("listeners",)
     return groups
 
 
@@ -68,6 +70,7 @@ class Broker:
         abstract: bool = True,
         inet: frozenset[tuple[str, int]] | None = None,
         git: links.GitData | None = None,
+        loopback: bool = True,
     ) -> None:
         self.listener = listener
         self.names = {v: k for k, v in _seccomp.BROKERED[os.uname().machine].items()}
@@ -75,7 +78,7 @@ class Broker:
         with contextlib.suppress(OSError):
             st = os.stat(DENIED_FILE)
             sealed.add((st.st_dev, st.st_ino))
-        self.places = Places(roots, private, sealed, abstract, inet)
+        self.places = Places(roots, private, sealed, abstract, inet, loopback)
         self.workers = workers or pool.Workers()
         self.links = links.handlers(git or links.GitData({}))
 
@@ -108,10 +111,23 @@ class Broker:
         inet: frozenset[tuple[str, int]] | None = None
         if not plan.namespaces and plan.net.mode != "open":  # the host's network namespace
             inet = frozenset({("127.0.0.1", plan.net.proxy_port)} if plan.net.mode == "allow" else ())
+        # network open there: anywhere but the host's own loopback (its services)
+        loopback = plan.namespaces or plan.net.mode != "open"
         git = links.GitData(
             {g.path: (mounts.git_under[g.path], g.shared) for g in plan.git if g.path in mounts.git_under}
         )
-        box.append(cls(listener, roots, private, workers, abstract=plan.namespaces, inet=inet, git=git))
+        box.append(
+            cls(
+                listener,
+                roots,
+                private,
+                workers,
+                abstract=plan.namespaces,
+                inet=inet,
+                git=git,
+                loopback=loopback,
+            )
+        )
         ready.set()
         return box[0]
 

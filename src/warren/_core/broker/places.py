@@ -20,6 +20,7 @@ class Places:
         sealed: set[tuple[int, int]],
         abstract: bool = True,
         inet: frozenset[tuple[str, int]] | None = None,
+        loopback: bool = True,
     ) -> None:
         self.roots = [r.rstrip("/") or "/" for r in roots]  # writable roots, as seen inside
         self.private = private  # st_dev of the sandbox's own tmpfs (/tmp, /dev/shm)
@@ -32,6 +33,10 @@ class Places:
         # host's network namespace): its proxy under network allow, nothing under none.
         # None: any (a namespace of its own, or network open).
         self.inet = inet
+        # The host's loopback (and the unspecified address, which reaches it) may be
+        # reached: not by the degraded mode's network open, where it is the host's
+        # services (warren serve, databases, agents) and not the sandbox's own.
+        self.loopback = loopback
 
     def inside(self, fd: int) -> bool:
         """Is the object of ``fd`` in a writable root or on the sandbox's own tmpfs?"""

@@ -106,6 +106,13 @@ def _inet_peer(raw: bytes, family: int) -> tuple[str, int] | None:
     return (str(addr.ipv4_mapped) if addr.ipv4_mapped else str(addr)), port
 
 
+def _local(address: str) -> bool:
+    """Does ``address`` lead to this host's loopback (127/8, ::1, or the unspecified
+    address, which connect() takes for it)?"""
+    addr = ipaddress.ip_address(address)
+    return addr.is_loopback or addr.is_unspecified
+
+
 def _address(call: Call, ptr: int, length_arg: int) -> bytes | int:
     length = fd_arg_int(length_arg)
     if length < 0 or length > SOCKADDR_MAX:
@@ -147,6 +154,11 @@ class Pending:
             if family == socket.AF_UNSPEC:
                 return raw  # dissolves a datagram socket's association: reaches nothing
             return raw if _inet_peer(raw, family) in places.inet else -errno.EACCES
+        if self.domain in (socket.AF_INET, socket.AF_INET6) and not places.loopback and raw:
+            family = struct.unpack_from("=H", raw)[0] if len(raw) >= 2 else -1
+            target = _inet_peer(raw, family) if family in (socket.AF_INET, socket.AF_INET6) else None
+            if target is not None and _local(target[0]):
+                return -errno.EACCES
         if self.domain != socket.AF_UNIX or not raw:
             return raw
         if unix_dgram_only and self.type != socket.SOCK_DGRAM:
@@ -447,7 +459,34 @@ def sendmmsg(places: Places, call: Call) -> Pending | int:
     return pending
 
 
+def listen(places: Places, call: Call) -> Pending | int:
+    """listen(2), brokered in the degraded mode under network none or allow only: an IP
+    socket not bound to a loopback address is refused (``EACCES``). Never bound, the
+    kernel would bind it to every address of the host (autobind), reachable from the
+    network past the proxy; Landlock's bind rule does not see that bind. Made here on
+    the judged socket (the copy shares it), never let through."""
+    got = _socket(call, call.args[0])
+    if isinstance(got, int):
+        return got
+    fd, domain, _kind = got
+    sock = socket.socket(fileno=fd)
+    try:
+        if domain in (socket.AF_INET, socket.AF_INET6) and places.inet is not None:
+            host = sock.getsockname()[0]
+            port = sock.getsockname()[1]
+            if not port or not ipaddress.ip_address(host.split("%", 1)[0]).is_loopback:
+                return -errno.EACCES
+        backlog = fd_arg_int(call.args[1])
+        sock.listen(backlog if 0 <= backlog <= 0x7FFFFFFF else 0x7FFFFFFF)
+        return 0
+    except OSError as e:
+        return -(e.errno or errno.EIO)
+    finally:
+        sock.close()
+
+
 HANDLERS: dict[str, Callable[[Places, Call], Pending | int]] = {
+    "listen": listen,
     "connect": connect,
     "sendto": sendto,
     "sendmsg": sendmsg,
