@@ -434,6 +434,8 @@ def test_cpu_hog_under_half_a_cpu(net: Net, layout: Layout) -> None:
         assert ratio <= 0.6, ratio
     else:
         assert _plan(layout, "--cpus", "0.5")["cpus"]["mechanism"] == "not enforceable here"
+        # said at run, not only by `warren plan`
+        assert "warren: WARNING: --cpus 0.5 is not enforced here:" in r.stderr, r.stderr
 
 
 def test_output_flood_is_capped_with_the_host_responsive(net: Net, layout: Layout) -> None:
@@ -590,7 +592,7 @@ def test_supervisor_killed_again_and_again_leaks_no_cgroup(state_home: Path, lay
 
 
 def test_planning_picks_the_best_mechanism_and_says_why_not() -> None:
-    from warren.plan.limits import CgroupFacts, Hierarchy, plan
+    from warren.plan.limits import CgroupFacts, Hierarchy, plan, unenforced
 
     asked = Limits(memory=1 << 30, pids=64, cpus=0.5, tmp_size=1 << 28)
     v1 = tuple(Hierarchy(c, f"/sys/fs/cgroup/{c}/me", True) for c in ("pids", "memory", "cpu"))
@@ -608,6 +610,12 @@ def test_planning_picks_the_best_mechanism_and_says_why_not() -> None:
     assert user.cgroups == () and dict(user.rlimits) == {"RLIMIT_DATA": 1 << 30, "RLIMIT_NPROC": 72}
     assert user.row("cpus").mechanism == "not enforceable here"
     assert "not writable by uid 1001" in user.row("cpus").detail
+    # run and create say so, not only `warren plan`; a default that cannot be held is not
+    # the caller's wish and is not warned about
+    said = unenforced(user)
+    assert said == [f"--cpus 0.5 is not enforced here: {user.row('cpus').detail}"]
+    defaults = plan(Limits(), CgroupFacts(1001, locked, "/sys/fs/cgroup/user", (), False), 8 << 30)
+    assert unenforced(defaults) == []
     assert "not delegated to uid 1001" in user.row("memory").detail
     assert user.pause.startswith("signals")
 

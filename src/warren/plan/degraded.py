@@ -231,6 +231,7 @@ def make(
         )
     warnings.extend(credential_warnings(passed(policy, caller.env)[1]))
     warnings.extend(_hostrun.warnings(policy.writable, policy.host_run))
+    warnings.extend(_limits.unenforced(limits))
     return Plan(
         mounts=(),
         landlock=landlock,

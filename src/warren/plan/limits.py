@@ -431,3 +431,17 @@ def render(lp: LimitsPlan) -> list[str]:
     for why in lp.refused:
         lines.append(f"  refused: {why}")
     return lines
+
+
+FLAG_OF = {"memory": "--memory", "pids": "--pids", "cpus": "--cpus", "tmp_size": "--tmp-size"}
+
+
+def unenforced(plan: LimitsPlan) -> list[str]:
+    """A warning for each limit the caller set that this host cannot hold for them
+    (``warren plan`` shows the same rows): said at ``run`` and ``create``, not only in
+    the plan, so a sandbox is never believed limited when it is not."""
+    return [
+        f"{FLAG_OF.get(row.name, row.name)} {row.value} is not enforced here: {row.detail}"
+        for row in plan.rows
+        if row.mechanism == NOT and not row.default
+    ]

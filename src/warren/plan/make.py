@@ -110,6 +110,7 @@ def make_plan(
             "are protected only by mounts. Use Linux >= 5.19 with Landlock enabled."
         )
     limits = _limits.plan(policy.limits, host.cgroups, host.mem_total, host.cpus, dict(host.user_counts))
+    warnings.extend(_limits.unenforced(limits))
     denied = [(str(r.path), r.source) for r in policy.denied]
     denied += [(path, what) for path, what in host.own_dirs() if host.kind(path) == "dir"]
     denied += [(path, _TOKEN_FILE) for path in host.secret_files]
@@ -225,6 +226,7 @@ def _image_plan(
     terminals = tuple(f"/dev/{n}" for n in ("null", "zero", "full", "tty") if devices.get(f"/dev/{n}"))
     warnings = list(credential_warnings(passed(policy, caller.env)[1]))
     warnings.extend(_hostrun.warnings(policy.writable, policy.host_run))
+    warnings.extend(_limits.unenforced(limits))
     return Plan(
         mounts=got.mounts,
         landlock=_landlock.plan(
