@@ -56,6 +56,7 @@ from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessa
 
 from conftest import module_state
 from warren import ConfigError, Sandbox
+from warren.integrations import _workspace_archive
 from warren.integrations.openai_agents import (
     WarrenSandboxClient,
     WarrenSandboxClientOptions,
@@ -691,3 +692,168 @@ def test_a_paused_run_resumes_from_its_json_state_with_a_new_client(ws: Path) ->
     assert resumed.final_output == "done"
     assert any("persist me" in output for output in second_model.tool_outputs)
     assert _names() == before  # neither run left a sandbox behind
+
+
+# --- resume never loses the workspace -------------------------------------------------------
+
+
+def _hardlinked_workspace(ws: Path) -> dict[str, bytes]:
+    """A workspace with a hard-linked pair, a symlink, an executable, an empty directory
+    and a dotfile; returns its files' contents."""
+    (ws / "src").mkdir()
+    (ws / "src" / "main.py").write_text("print('main')\n")
+    os.link(ws / "src" / "main.py", ws / "main-link.py")
+    (ws / "run.sh").write_text("#!/bin/sh\necho run\n")
+    (ws / "run.sh").chmod(0o750)
+    (ws / "latest").symlink_to("src/main.py")
+    (ws / "empty").mkdir()
+    (ws / ".env").write_text("X=1\n")
+    return {p: (ws / p).read_bytes() for p in ("src/main.py", "main-link.py", "run.sh", ".env")}
+
+
+def _assert_workspace_kept(ws: Path, files: dict[str, bytes], *extra: str) -> None:
+    for rel, content in files.items():
+        assert (ws / rel).read_bytes() == content, rel
+    assert os.stat(ws / "src" / "main.py").st_ino == os.stat(ws / "main-link.py").st_ino
+    assert os.readlink(ws / "latest") == "src/main.py"
+    assert (ws / "empty").is_dir() and not any((ws / "empty").iterdir())
+    assert (ws / "run.sh").stat().st_mode & 0o777 == 0o750
+    names = [".env", "empty", "latest", "main-link.py", "run.sh", "src", *extra]
+    assert sorted(p.name for p in ws.iterdir()) == sorted(names)
+
+
+def test_a_paused_run_with_a_hard_linked_pair_resumes_with_every_file(ws: Path, tmp_path: Path) -> None:
+    """The run of the issue: paused for an approval with a snapshot, resumed by a new
+    client. The SDK's default resume emptied the workspace when the snapshot held a
+    hard link; judged on the host, every file is there after the resume, the pair
+    still one inode."""
+    files = _hardlinked_workspace(ws)
+    snapshots = tmp_path / "snapshots"
+    snapshots.mkdir()
+
+    @function_tool(name_override="approval_tool", needs_approval=True)
+    def approval_tool() -> str:
+        return "approved"
+
+    def agent(model: ScriptedModel) -> SandboxAgent[Any]:
+        return SandboxAgent(
+            name="worker",
+            instructions="Do the task.",
+            model=model,
+            tools=[approval_tool],
+            capabilities=[Shell()],
+        )
+
+    def config() -> RunConfig:
+        sandbox = SandboxRunConfig(client=_client(ws), snapshot=LocalSnapshotSpec(base_path=snapshots))
+        return RunConfig(sandbox=sandbox, tracing_disabled=True)
+
+    first_model = ScriptedModel([[_call("exec_command", {"cmd": "ls"}, 1)], [_call("approval_tool", {}, 2)]])
+    first = _run(Runner.run(agent(first_model), "start", run_config=config()))
+    assert len(first.interruptions) == 1
+    assert any(snapshots.iterdir())  # the pause persisted a snapshot, which resume restores
+    (ws / "drifted.txt").write_text("made while paused\n")  # resume must restore, not reuse
+
+    second_model = ScriptedModel([[_call("exec_command", {"cmd": "cat main-link.py"}, 3)], [_final("done")]])
+    second_agent = agent(second_model)
+    restored = _run(RunState.from_json(second_agent, first.to_state().to_json()))
+    restored.approve(restored.get_interruptions()[0])
+    resumed = _run(Runner.run(second_agent, restored, run_config=config()))
+
+    assert resumed.final_output == "done"
+    assert any("print('main')" in output for output in second_model.tool_outputs)
+    _assert_workspace_kept(ws, files)
+
+
+def _resume_with_archive(ws: Path, tmp_path: Path, archive: bytes) -> BaseException | None:
+    """Resume a session whose snapshot is ``archive``; the error it raised, if any."""
+    snapshots = tmp_path / "snapshots"
+    snapshots.mkdir(exist_ok=True)
+
+    async def go() -> BaseException | None:
+        client = _client(ws)
+        session = await client.create(snapshot=LocalSnapshotSpec(base_path=snapshots))
+        async with session:
+            pass
+        (snapshots / f"{session.state.snapshot.id}.tar").write_bytes(archive)
+        (ws / "drifted.txt").write_text("made while paused\n")  # resume must restore, not reuse
+        resumed = await client.resume(
+            client.deserialize_session_state(client.serialize_session_state(session.state))
+        )
+        try:
+            async with resumed:
+                pass
+        except Exception as e:
+            return e
+        finally:
+            await client.delete(resumed)
+        return None
+
+    error: BaseException | None = _run(go())
+    return error
+
+
+def _tar(*members: tuple[tarfile.TarInfo, bytes | None]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        for info, data in members:
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    return buf.getvalue()
+
+
+def _file(name: str, data: bytes) -> tuple[tarfile.TarInfo, bytes]:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    return info, data
+
+
+def _hardlink(name: str, target: str) -> tuple[tarfile.TarInfo, None]:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = tarfile.LNKTYPE, target
+    return info, None
+
+
+@pytest.mark.parametrize(
+    "archive",
+    [
+        pytest.param(_tar(_file("./a.txt", b"a"), _hardlink("./b.txt", "/etc/passwd")), id="hardlink-out"),
+        pytest.param(_tar(_file("./a.txt", b"a"), _hardlink("./b.txt", "gone")), id="hardlink-to-nothing"),
+        pytest.param(_tar(_file("./a.txt", b"a"), _file("../escape.txt", b"x")), id="parent-traversal"),
+        pytest.param(_tar(_file("./a.txt", b"a"))[:700], id="truncated"),
+        pytest.param(b"not a tar at all" * 64, id="garbage"),
+    ],
+)
+def test_a_snapshot_that_cannot_be_restored_leaves_the_workspace_untouched(
+    ws: Path, tmp_path: Path, archive: bytes
+) -> None:
+    files = _hardlinked_workspace(ws)
+    error = _resume_with_archive(ws, tmp_path, archive)
+    assert isinstance(error, WorkspaceArchiveWriteError)
+    _assert_workspace_kept(ws, files, "drifted.txt")
+    assert not (tmp_path / "escape.txt").exists()
+
+
+def test_a_valid_snapshot_replaces_the_workspace_on_resume(ws: Path, tmp_path: Path) -> None:
+    """The control of the test above: the same resume with a sound archive does replace
+    the workspace (what the archive holds in, what it does not out)."""
+    _hardlinked_workspace(ws)
+    archive = _tar(_file("./a.txt", b"from the snapshot"), _hardlink("./b.txt", "./a.txt"))
+    assert _resume_with_archive(ws, tmp_path, archive) is None
+    assert sorted(p.name for p in ws.iterdir()) == ["a.txt", "b.txt"]
+    assert (ws / "b.txt").read_bytes() == b"from the snapshot"
+    assert os.stat(ws / "a.txt").st_ino == os.stat(ws / "b.txt").st_ino
+
+
+def test_a_restore_that_fails_while_unpacking_leaves_the_workspace_untouched(
+    ws: Path, tmp_path: Path
+) -> None:
+    """An archive that passes every check but that GNU tar cannot unpack whole (a
+    name longer than the file system allows, after a file it did unpack). Unpacking
+    happens beside the live files, so they are all still there."""
+    files = _hardlinked_workspace(ws)
+    archive = _tar(_file("./new.txt", b"n"), _file("./" + "n" * 300, b"too long a name"))
+    _workspace_archive.validate(archive)  # the checks pass: this fails in tar itself
+    error = _resume_with_archive(ws, tmp_path, archive)
+    assert isinstance(error, WorkspaceArchiveWriteError)
+    assert "tar failed" in str(error.context)
+    _assert_workspace_kept(ws, files, "drifted.txt")

@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import io
 import os
+import secrets
 import signal
 import tarfile
 import time
@@ -67,7 +68,6 @@ from agents.sandbox.session.sandbox_session import SandboxSession
 from agents.sandbox.session.sandbox_session_state import SandboxSessionState
 from agents.sandbox.snapshot import SnapshotBase, SnapshotSpec, resolve_snapshot
 from agents.sandbox.types import ExecResult, ExposedPortEndpoint, User
-from agents.sandbox.util.tar_utils import UnsafeTarMemberError, validate_tarfile
 from agents.sandbox.util.token_truncation import formatted_truncate_text_with_token_count
 from pydantic import Field, field_validator
 
@@ -83,7 +83,9 @@ from ..errors import (
 )
 from ..policy import PolicySpec
 from ..policy.spec import from_mapping
+from . import _workspace_archive
 from ._policy import PolicyKeys, keys_of, merged_stdout, spec_from, workspace_named
+from ._workspace_archive import UnsafeTarMemberError
 
 __all__ = [
     "WarrenSandboxClient",
@@ -396,29 +398,30 @@ class WarrenSandboxSession(BaseSandboxSession):
                 path=Path(root),
                 context={"reason": reason, "stderr": result.stderr.decode(errors="replace")[-4096:]},
             )
-        return io.BytesIO(result.stdout)
-
-    async def hydrate_workspace(self, data: io.IOBase) -> None:
-        root = self.state.manifest.root
-        raw = data.read()
-        if isinstance(raw, str):
-            raw = raw.encode()
         try:
-            with tarfile.open(fileobj=io.BytesIO(raw), mode="r:*") as tar:
-                validate_tarfile(tar, allow_external_symlink_targets=False)
+            return io.BytesIO(_workspace_archive.portable(result.stdout))
+        except tarfile.TarError as e:
+            raise WorkspaceArchiveReadError(path=Path(root), cause=e) from e
+
+    def _checked_archive(self, data: io.IOBase) -> bytes:
+        """The archive's bytes, checked whole before anything is written."""
+        read = data.read()
+        raw = read.encode() if isinstance(read, str) else bytes(read)
+        root = Path(self.state.manifest.root)
+        try:
+            _workspace_archive.validate(raw)
         except UnsafeTarMemberError as e:
             raise WorkspaceArchiveWriteError(
-                path=Path(root), context={"reason": e.reason, "member": e.member}, cause=e
+                path=root, context={"reason": e.reason, "member": e.member}, cause=e
             ) from e
         except (tarfile.TarError, OSError) as e:
-            raise WorkspaceArchiveWriteError(path=Path(root), cause=e) from e
-        # GNU tar restores modes with fchmodat(AT_SYMLINK_NOFOLLOW) (run as root) and times
-        # with utimensat(AT_SYMLINK_NOFOLLOW), which warren's metadata broker refuses
-        # (EPERM) today: entries get the archive's modes less the umask, and the time
-        # of extraction (-m).
-        script = 'mkdir -p -- "$1" && exec tar -C "$1" --no-same-owner --no-same-permissions -m -xf -'
+            raise WorkspaceArchiveWriteError(path=root, cause=e) from e
+        return raw
+
+    async def _unpack(self, argv: list[str], raw: bytes) -> None:
+        root = self.state.manifest.root
         try:
-            result = await self._call(self.sandbox.exec, ["sh", "-c", script, "sh", root], cwd="/", stdin=raw)
+            result = await self._call(self.sandbox.exec, argv, cwd="/", stdin=raw)
         except WarrenError as e:
             raise WorkspaceArchiveWriteError(path=Path(root), context={"warren": str(e)}, cause=e) from e
         if result.exit_code != 0:
@@ -426,6 +429,37 @@ class WarrenSandboxSession(BaseSandboxSession):
                 path=Path(root),
                 context={"reason": "tar failed", "stderr": result.stderr.decode(errors="replace")[-4096:]},
             )
+
+    async def hydrate_workspace(self, data: io.IOBase) -> None:
+        """Unpack an archive over the workspace (the SDK's direct call: files it
+        holds replace those of the same name, others stay)."""
+        raw = self._checked_archive(data)
+        # Entries get the archive's modes (umask 0; GNU tar's later fchmodat with
+        # AT_SYMLINK_NOFOLLOW is refused by warren's metadata broker, so not -p) and the
+        # time of extraction (-m: utimensat on a symlink is refused the same way).
+        script = (
+            'umask 0; mkdir -p -- "$1" && exec tar -C "$1" --no-same-owner --no-same-permissions -m -xf -'
+        )
+        await self._unpack(["sh", "-c", script, "sh", self.state.manifest.root], raw)
+
+    async def _restore_snapshot_into_workspace_on_resume(self) -> None:
+        """Resume's restore: the SDK's default clears the workspace, then unpacks, so a
+        snapshot that fails to unpack loses every file. Here the whole archive is
+        checked first, unpacked beside the live files, then swapped in; a failure at any
+        step leaves the workspace as it was."""
+        archive = await self.state.snapshot.restore(dependencies=self.dependencies)
+        try:
+            raw = self._checked_archive(archive)
+        finally:
+            with contextlib.suppress(Exception):
+                archive.close()
+        root = Path(self.state.manifest.root)
+        keep = sorted({rel.parts[0] for rel in self._workspace_resume_mount_skip_relpaths() if rel.parts})
+        token = secrets.token_hex(8)
+        names = [f".warren-restore-{token}", f".warren-replaced-{token}"]
+        await self._unpack(
+            ["sh", "-c", _workspace_archive.REPLACE_SCRIPT, "sh", str(root), *names, *keep], raw
+        )
 
 
 class WarrenSandboxClient(BaseSandboxClient[WarrenSandboxClientOptions | None]):
