@@ -128,18 +128,26 @@ def test_exec_returns_output_status_and_sees_the_manifest_environment(ws: Path) 
 def test_host_secrets_in_the_environment_do_not_reach_commands(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """unix_local inherits the whole host environment; warren passes an allowlist."""
+    """unix_local inherits the whole host environment; warren passes an allowlist. A
+    name that only looks like a locale category is not one (it passed as "LC_*"); the
+    control: the real categories do pass."""
     monkeypatch.setenv("OPENAI_API_KEY", "host-secret-value")
+    monkeypatch.setenv("LC_PRIVATE_TOKEN", "host-secret-value")
+    monkeypatch.setenv("LC_TIME", "C.UTF-8")
+    monkeypatch.setenv("LC_MESSAGES", "C")
 
     async def go() -> bytes:
         client = _client(ws)
         session = await client.create()
         async with session:
-            out = await session.exec('printf %s "${OPENAI_API_KEY-unset}"')
+            out = await session.exec(
+                'printf %s/%s/%s/%s "${OPENAI_API_KEY-unset}" "${LC_PRIVATE_TOKEN-unset}" '
+                '"$LC_TIME" "$LC_MESSAGES"'
+            )
         await client.delete(session)
         return out.stdout
 
-    assert _run(go()) == b"unset"
+    assert _run(go()) == b"unset/unset/C.UTF-8/C"
 
 
 def test_exec_timeout_raises_the_sdk_timeout_error(ws: Path) -> None:
@@ -512,19 +520,61 @@ def test_what_warren_cannot_do_raises_the_sdk_configuration_error_with_a_hint(
         grant = SandboxPathGrant(path="/mnt/data", host_path=str(tmp_path))
         await _client(ws).create(manifest=Manifest(extra_path_grants=(grant,)))
 
-    async def terminal() -> None:
+    for attempt in (users, moved_grant):
+        with pytest.raises(ConfigurationError) as info:
+            _run(attempt())
+        assert info.value.context["hint"]
+
+
+def test_tty_gives_the_command_a_terminal_of_its_own_that_write_stdin_feeds(ws: Path) -> None:
+    """The model's ``exec_command`` with ``tty=true`` (it ended the whole run with a
+    ConfigurationError). The control: the same command without tty has no terminal."""
+    probe = "if test -t 0 && test -t 1; then tty; stty size; else echo no-terminal; fi"
+
+    async def go() -> tuple[str, str, str]:
         client = _client(ws)
         session = await client.create()
         try:
             async with session:
-                await session.pty_exec_start("true", tty=True)
+                with_tty = await session.pty_exec_start(probe, tty=True, yield_time_s=5)
+                without = await session.pty_exec_start(probe, tty=False, yield_time_s=5)
+                started = await session.pty_exec_start(
+                    "read line; echo got:$line", tty=True, yield_time_s=0.3
+                )
+                assert started.process_id is not None and started.exit_code is None
+                fed = await session.pty_write_stdin(
+                    session_id=started.process_id, chars="hello\n", yield_time_s=5
+                )
+                return with_tty.output.decode(), without.output.decode(), fed.output.decode()
         finally:
             await client.delete(session)
 
-    for attempt in (users, moved_grant, terminal):
-        with pytest.raises(ConfigurationError) as info:
-            _run(attempt())
-        assert info.value.context["hint"]
+    with_tty, without, fed = _run(go())
+    assert "/dev/pts/" in with_tty and "24 80" in with_tty
+    assert without.strip() == "no-terminal"
+    assert "got:hello" in fed
+
+
+def test_a_session_serves_commands_and_files_before_start(ws: Path) -> None:
+    """The SDK's local and docker backends work right after ``client.create()``; the
+    sandbox is made on first use, and the files land in the workspace on the host."""
+
+    async def go() -> tuple[bytes, bytes]:
+        client = _client(ws)
+        session = await client.create()
+        try:
+            await session.write(Path("before.txt"), io.BytesIO(b"written before start\n"))
+            out = await session.exec("cat before.txt; echo ran > ran.txt")
+            read = await session.read(Path("ran.txt"))
+            return out.stdout, read.read()
+        finally:
+            await client.delete(session)
+
+    before = _names()
+    assert _run(go()) == (b"written before start\n", b"ran\n")
+    assert (ws / "before.txt").read_text() == "written before start\n"
+    assert (ws / "ran.txt").read_text() == "ran\n"
+    assert _names() == before
 
 
 def test_a_path_grant_without_host_path_becomes_readable_in_the_sandbox(ws: Path, tmp_path: Path) -> None:

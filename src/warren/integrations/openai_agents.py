@@ -18,10 +18,12 @@ operations, resolved by the kernel there) and the workspace tar stream of
 ``persist_workspace``/``hydrate_workspace`` (GNU tar in the sandbox, so a symlink
 planted in the workspace cannot make the host archive or overwrite its own files).
 The SDK's "PTY" sessions (``exec_command`` that outlives its yield time, then
-``write_stdin``) are warren background processes with a stdin pipe, without a
-terminal. What warren cannot do raises the SDK's ``ConfigurationError`` with warren's
-hint: manifest users and groups, path grants that map a host path elsewhere, a
-terminal (``tty=True``), acting as another user.
+``write_stdin``) are warren background processes with a stdin pipe; ``tty=True``
+gives the command a terminal of its own in the sandbox. A session serves commands and
+files right after ``client.create()``, as the SDK's local backend does: the sandbox is
+made on first use. What warren cannot do raises the SDK's ``ConfigurationError`` with
+warren's hint: manifest users and groups, path grants that map a host path elsewhere,
+acting as another user.
 """
 
 from __future__ import annotations
@@ -84,7 +86,7 @@ from ..errors import (
 from ..policy import PolicySpec
 from ..policy.spec import from_mapping
 from . import _workspace_archive
-from ._policy import PolicyKeys, keys_of, merged_stdout, spec_from, workspace_named
+from ._policy import PolicyKeys, in_terminal, keys_of, merged_stdout, spec_from, workspace_named
 from ._workspace_archive import UnsafeTarMemberError
 
 __all__ = [
@@ -161,6 +163,14 @@ class WarrenSandboxSession(BaseSandboxSession):
             )
         return self._sandbox
 
+    async def _box(self) -> Sandbox:
+        """The warren sandbox, attached (or created) on first use: the SDK's local
+        backend serves commands and files right after ``client.create()``, before
+        ``start()``."""
+        if self._sandbox is None:
+            await self._ensure_backend_started()
+        return self.sandbox
+
     async def _call(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         return await asyncio.to_thread(fn, *args, **kwargs)
 
@@ -218,7 +228,7 @@ class WarrenSandboxSession(BaseSandboxSession):
     async def _exec_internal(self, *command: str | Path, timeout: float | None = None) -> ExecResult:
         argv = [str(part) for part in command]
         env = await self.state.manifest.environment.resolve()
-        sandbox = self.sandbox
+        sandbox = await self._box()
         try:
             result = await self._call(
                 sandbox.exec,
@@ -253,18 +263,16 @@ class WarrenSandboxSession(BaseSandboxSession):
     ) -> PtyExecUpdate:
         """Start a command in the background (warren's ``spawn``) and return what it
         printed within the yield time; a command still running keeps a session id for
-        ``pty_write_stdin``. Its stdin is a pipe: no terminal is allocated."""
+        ``pty_write_stdin``. Its stdin is a pipe; with ``tty`` the command gets a
+        terminal of its own (util-linux ``script`` in the sandbox relays it over the
+        pipes), never the caller's."""
         self._no_user(user)
-        if tty:
-            raise _unsupported(
-                "allocate a terminal (tty=true) yet",
-                "run it with tty=false: its stdin is a pipe that write_stdin feeds",
-            )
-        argv = merged_stdout(self._prepare_exec_command(*command, shell=shell, user=None))
+        argv = self._prepare_exec_command(*command, shell=shell, user=None)
+        argv = in_terminal(argv) if tty else merged_stdout(argv)
         env = await self.state.manifest.environment.resolve()
         try:
             process = await self._call(
-                self.sandbox.spawn,
+                (await self._box()).spawn,
                 argv,
                 cwd=self.state.manifest.root,
                 env=env or None,
@@ -331,7 +339,7 @@ class WarrenSandboxSession(BaseSandboxSession):
 
     async def _resolve_exposed_port(self, port: int) -> ExposedPortEndpoint:
         if port not in self._ports:
-            address = await self._call(self.sandbox.expose, port)
+            address = await self._call((await self._box()).expose, port)
             host, _, host_port = address.rpartition(":")
             self._ports[port] = ExposedPortEndpoint(host=host, port=int(host_port), tls=False)
         return self._ports[port]
@@ -362,7 +370,7 @@ class WarrenSandboxSession(BaseSandboxSession):
         self._no_user(user)
         target = await self._validate_path_access(path)
         try:
-            data = await self._call(self.sandbox.files.read, target, max_bytes=wire.MAX_PAYLOAD)
+            data = await self._call((await self._box()).files.read, target, max_bytes=wire.MAX_PAYLOAD)
         except SandboxFileNotFound as e:
             raise WorkspaceReadNotFoundError(path=path, cause=e) from e
         except WarrenError as e:
@@ -378,7 +386,7 @@ class WarrenSandboxSession(BaseSandboxSession):
         if not isinstance(raw, (bytes, bytearray)):
             raise WorkspaceArchiveWriteError(path=target, context={"reason": "data is not bytes or text"})
         try:
-            await self._call(self.sandbox.files.write, target, bytes(raw), parents=True)
+            await self._call((await self._box()).files.write, target, bytes(raw), parents=True)
         except WarrenError as e:
             raise WorkspaceArchiveWriteError(path=target, context={"warren": str(e)}, cause=e) from e
 
@@ -389,7 +397,7 @@ class WarrenSandboxSession(BaseSandboxSession):
         excludes = [f"--exclude=./{p.as_posix()}" for p in sorted(self._persist_workspace_skip_relpaths())]
         argv = ["tar", "-C", root, "--anchored", *excludes, "-cf", "-", "."]
         try:
-            result = await self._call(self.sandbox.exec, argv, cwd="/", output_limit=wire.MAX_PAYLOAD)
+            result = await self._call((await self._box()).exec, argv, cwd="/", output_limit=wire.MAX_PAYLOAD)
         except WarrenError as e:
             raise WorkspaceArchiveReadError(path=Path(root), context={"warren": str(e)}, cause=e) from e
         if result.exit_code != 0 or result.stdout_truncated:
@@ -421,7 +429,7 @@ class WarrenSandboxSession(BaseSandboxSession):
     async def _unpack(self, argv: list[str], raw: bytes) -> None:
         root = self.state.manifest.root
         try:
-            result = await self._call(self.sandbox.exec, argv, cwd="/", stdin=raw)
+            result = await self._call((await self._box()).exec, argv, cwd="/", stdin=raw)
         except WarrenError as e:
             raise WorkspaceArchiveWriteError(path=Path(root), context={"warren": str(e)}, cause=e) from e
         if result.exit_code != 0:
