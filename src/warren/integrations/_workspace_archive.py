@@ -1,13 +1,13 @@
 """The OpenAI Agents backend's workspace archive: what a snapshot may hold, and the
 shell program that puts one back without risking the files already there.
 
-A snapshot is GNU tar's stream of the workspace, made in the sandbox. It keeps hard
-links as tar link entries (the pair is restored as one inode), symlinks, modes and
-empty directories; FIFOs and device nodes are dropped, as the SDK's local backend
-drops them. Before anything is written, the whole archive is checked: the SDK's own
-rules (relative paths, no ``..``, no member beneath a symlink, symlink targets inside
-the root), and a hard link only to a regular file the archive holds before it. The
-SDK's checker refuses every hard link, so it sees each one as the file it names.
+A snapshot is GNU tar's stream of the workspace, made in the sandbox, in the SDK's
+portable form: each hard link stored as a file of its own (``--hard-dereference``; a
+pair comes back as two files with the same content, as from the SDK's local backend,
+and any backend can restore it), symlinks, modes and empty directories; FIFOs and
+device nodes are dropped, as the SDK's local backend drops them. Before anything is
+written the whole archive is checked by the SDK's own rules (relative paths, no
+``..``, no hard link, no member beneath a symlink, symlink targets inside the root).
 
 Restoring (``REPLACE_SCRIPT``, run by ``sh`` in the sandbox) unpacks the archive into
 a fresh directory beside the live entries, then moves the live entries aside and the
@@ -18,58 +18,19 @@ restored tree is complete.
 
 from __future__ import annotations
 
-import copy
 import io
 import tarfile
-from collections.abc import Iterable
-from pathlib import PurePosixPath
-from typing import cast
 
 from agents.sandbox.util.tar_utils import UnsafeTarMemberError, validate_tarfile
 
 __all__ = ["REPLACE_SCRIPT", "UnsafeTarMemberError", "portable", "validate"]
 
 
-def _relative(name: str) -> str:
-    """A member's name as the workspace-relative path tar writes it to."""
-    return PurePosixPath(*[part for part in PurePosixPath(name).parts if part != "."]).as_posix()
-
-
-class _Members:
-    """What ``validate_tarfile`` reads of a ``TarFile``: its members."""
-
-    def __init__(self, members: list[tarfile.TarInfo]) -> None:
-        self._members = members
-
-    def getmembers(self) -> list[tarfile.TarInfo]:
-        return self._members
-
-
-def validate(raw: bytes, skip: Iterable[str] = ()) -> None:
+def validate(raw: bytes) -> None:
     """Check the whole archive ``raw``; raise ``UnsafeTarMemberError`` (or
     ``tarfile.TarError``) naming the first member that could not be restored safely."""
-    seen_files: set[str] = set()
-    checked: list[tarfile.TarInfo] = []
     with tarfile.open(fileobj=io.BytesIO(raw), mode="r:*") as tar:
-        for member in tar.getmembers():
-            if member.islnk():
-                target = PurePosixPath(member.linkname)
-                if target.is_absolute() or ".." in target.parts:
-                    raise UnsafeTarMemberError(member=member.name, reason="hardlink target outside the root")
-                if _relative(member.linkname) not in seen_files:
-                    raise UnsafeTarMemberError(
-                        member=member.name, reason="hardlink target is not a file earlier in the archive"
-                    )
-                member = copy.copy(member)
-                member.type = tarfile.REGTYPE
-            elif member.isreg():
-                seen_files.add(_relative(member.name))
-            checked.append(member)
-    validate_tarfile(
-        cast(tarfile.TarFile, _Members(checked)),
-        skip_rel_paths=list(skip),
-        allow_external_symlink_targets=False,
-    )
+        validate_tarfile(tar, allow_external_symlink_targets=False)
 
 
 def portable(raw: bytes) -> bytes:

@@ -201,6 +201,14 @@ class WarrenSandboxSession(BaseSandboxSession):
                 path=Path(self.state.manifest.root), context={"warren": str(e)}, cause=e
             ) from e
 
+    async def _after_start_failed(self) -> None:
+        """A start that failed (a snapshot that could not be restored) leaves no
+        session running, as with the SDK's local backend: the sandbox's processes end,
+        the workspace stays as it was."""
+        if self._sandbox is not None:
+            with contextlib.suppress(WarrenError):
+                await self._call(self._sandbox.stop)
+
     async def running(self) -> bool:
         return self._sandbox is not None and await self._call(lambda: self.sandbox.alive)
 
@@ -395,7 +403,7 @@ class WarrenSandboxSession(BaseSandboxSession):
     async def persist_workspace(self) -> io.IOBase:
         root = self.state.manifest.root
         excludes = [f"--exclude=./{p.as_posix()}" for p in sorted(self._persist_workspace_skip_relpaths())]
-        argv = ["tar", "-C", root, "--anchored", *excludes, "-cf", "-", "."]
+        argv = ["tar", "-C", root, "--anchored", "--hard-dereference", *excludes, "-cf", "-", "."]
         try:
             result = await self._call((await self._box()).exec, argv, cwd="/", output_limit=wire.MAX_PAYLOAD)
         except WarrenError as e:
