@@ -294,3 +294,13 @@ def test_a_deep_agent_execute_call_runs_in_warren_and_stays_confined(
     assert result["messages"][-1].content == "finished"
     assert (ws / "inside.txt").read_text() == "ran\n"
     assert outside.read_text() == "keep me\n"
+
+
+def test_relative_paths_are_invalid_for_uploads_and_downloads(backend: WarrenSandbox, ws: Path) -> None:
+    """Deep Agents' protocol takes absolute paths (its standard tests require
+    ``invalid_path``); the control: the same file by its absolute path works."""
+    up = backend.upload_files([("relative.txt", b"x"), (str(ws / "absolute.txt"), b"y")])
+    assert [r.error for r in up] == ["invalid_path", None]
+    assert not (ws / "relative.txt").exists() and (ws / "absolute.txt").read_bytes() == b"y"
+    down = backend.download_files(["absolute.txt", str(ws / "absolute.txt")])
+    assert [(r.error, r.content) for r in down] == [("invalid_path", None), (None, b"y")]

@@ -168,9 +168,14 @@ class WarrenSandbox(BaseSandbox):
             timeout=timeout,
         )
 
+    # Paths are absolute in Deep Agents' protocol; a relative one is ``invalid_path``
+    # (warren would take it beneath the workspace), as its standard tests require.
     def upload_files(self, files: list[tuple[str, bytes]]) -> list[FileUploadResponse]:
         responses = []
         for path, content in files:
+            if not posixpath.isabs(path):
+                responses.append(FileUploadResponse(path=path, error=INVALID_PATH))
+                continue
             try:
                 self.sandbox.files.write(path, content, parents=True)
                 responses.append(FileUploadResponse(path=path))
@@ -181,6 +186,9 @@ class WarrenSandbox(BaseSandbox):
     def download_files(self, paths: list[str]) -> list[FileDownloadResponse]:
         responses = []
         for path in paths:
+            if not posixpath.isabs(path):
+                responses.append(FileDownloadResponse(path=path, error=INVALID_PATH))
+                continue
             try:
                 data = self.sandbox.files.read(path, max_bytes=wire.MAX_PAYLOAD)
                 responses.append(FileDownloadResponse(path=path, content=data))
