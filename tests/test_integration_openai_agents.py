@@ -462,8 +462,10 @@ def _fetch(url: str) -> str:
 
 
 def test_a_background_command_keeps_a_session_fed_by_write_stdin(ws: Path) -> None:
-    """The SDK's PTY-session contract without a terminal: a command still running after
-    its yield time keeps an id; write_stdin feeds it and collects the rest."""
+    """The SDK's PTY-session contract: a command still running after its yield time
+    keeps an id; write_stdin types into its terminal and collects the rest. Without a
+    terminal it has no stdin, as with the SDK's local and docker backends, and can
+    still be polled."""
 
     async def go() -> None:
         client = _client(ws)
@@ -474,14 +476,24 @@ def test_a_background_command_keeps_a_session_fed_by_write_stdin(ws: Path) -> No
             assert (quick.process_id, quick.output, quick.exit_code) == (None, b"hi\nerr\n", 3)
 
             started = await session.pty_exec_start(
-                "echo first; read line; echo got $line > answer.txt; echo got $line", yield_time_s=0.3
+                "echo first; read line; echo got $line > answer.txt; echo got $line",
+                tty=True,
+                yield_time_s=0.3,
             )
             assert started.process_id is not None and started.exit_code is None  # it waits on stdin
             done = await session.pty_write_stdin(
                 session_id=started.process_id, chars="hello\n", yield_time_s=30
             )
             assert (done.process_id, done.exit_code) == (None, 0)
-            assert started.output + done.output == b"first\ngot hello\n"  # each part returned once
+            both = started.output + done.output
+            assert both.count(b"first") == 1 and both.count(b"got hello") == 1  # each part returned once
+
+            piped = await session.pty_exec_start("echo waiting; sleep 0.5; echo over", yield_time_s=0.1)
+            assert piped.process_id is not None
+            with pytest.raises(RuntimeError, match="stdin is not available"):
+                await session.pty_write_stdin(session_id=piped.process_id, chars="ignored\n")
+            polled = await session.pty_write_stdin(session_id=piped.process_id, chars="", yield_time_s=10)
+            assert (polled.exit_code, piped.output + polled.output) == (0, b"waiting\nover\n")
             with pytest.raises(PtySessionNotFoundError):
                 await session.pty_write_stdin(session_id=started.process_id, chars="")
             with pytest.raises(PtySessionNotFoundError):
@@ -497,7 +509,7 @@ def test_stop_ends_background_commands(ws: Path) -> None:
         client = _client(ws)
         session = await client.create()
         await session.start()
-        started = await session.pty_exec_start("read never", yield_time_s=0.3)
+        started = await session.pty_exec_start("read never", tty=True, yield_time_s=0.3)
         assert started.process_id is not None
         process = session._inner._background[started.process_id].process  # type: ignore[attr-defined]
         await session.stop()

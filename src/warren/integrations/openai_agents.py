@@ -18,8 +18,9 @@ operations, resolved by the kernel there) and the workspace tar stream of
 ``persist_workspace``/``hydrate_workspace`` (GNU tar in the sandbox, so a symlink
 planted in the workspace cannot make the host archive or overwrite its own files).
 The SDK's "PTY" sessions (``exec_command`` that outlives its yield time, then
-``write_stdin``) are warren background processes with a stdin pipe; ``tty=True``
-gives the command a terminal of its own in the sandbox. A session serves commands and
+``write_stdin``) are warren background processes; ``tty=True`` gives the command a
+terminal of its own in the sandbox, which ``write_stdin`` types into (without a
+terminal a command has no stdin, as with the SDK's own backends). A session serves commands and
 files right after ``client.create()``, as the SDK's local backend does: the sandbox is
 made on first use. What warren cannot do raises the SDK's ``ConfigurationError`` with
 warren's hint: manifest users and groups, path grants that map a host path elsewhere,
@@ -139,6 +140,7 @@ class _Background:
     output was already returned."""
 
     process: Process
+    stdin: bool
     offset: int = 0
 
 
@@ -271,9 +273,10 @@ class WarrenSandboxSession(BaseSandboxSession):
     ) -> PtyExecUpdate:
         """Start a command in the background (warren's ``spawn``) and return what it
         printed within the yield time; a command still running keeps a session id for
-        ``pty_write_stdin``. Its stdin is a pipe; with ``tty`` the command gets a
-        terminal of its own (util-linux ``script`` in the sandbox relays it over the
-        pipes), never the caller's."""
+        ``pty_write_stdin``. With ``tty`` the command gets a terminal of its own
+        (util-linux ``script`` in the sandbox relays it over pipes), never the
+        caller's, and ``pty_write_stdin`` types into it; without, it has no stdin, as
+        with the SDK's local and docker backends."""
         self._no_user(user)
         argv = self._prepare_exec_command(*command, shell=shell, user=None)
         argv = in_terminal(argv) if tty else merged_stdout(argv)
@@ -285,14 +288,14 @@ class WarrenSandboxSession(BaseSandboxSession):
                 cwd=self.state.manifest.root,
                 env=env or None,
                 timeout=timeout,
-                stdin=True,
+                stdin=tty,
             )
         except CwdNotFound as e:
             raise WorkspaceRootNotFoundError(path=Path(self.state.manifest.root), cause=e) from e
         except WarrenError as e:
             raise ExecTransportError(command=argv, context={"warren": str(e)}, cause=e) from e
         session_id = allocate_pty_process_id(set(self._background))
-        self._background[session_id] = _Background(process)
+        self._background[session_id] = _Background(process, stdin=tty)
         yield_ms = clamp_pty_yield_time_ms(10_000 if yield_time_s is None else int(yield_time_s * 1000))
         return await self._collect(session_id, yield_ms, max_output_tokens)
 
@@ -307,6 +310,8 @@ class WarrenSandboxSession(BaseSandboxSession):
         entry = self._background.get(session_id)
         if entry is None:
             raise PtySessionNotFoundError(session_id=session_id)
+        if chars and not entry.stdin:
+            raise RuntimeError("stdin is not available for this process")
         if chars:
             with contextlib.suppress(ProcessEnded):
                 await self._call(entry.process.write, chars)
