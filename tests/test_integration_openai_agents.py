@@ -924,3 +924,28 @@ def test_a_restore_that_fails_while_unpacking_leaves_the_workspace_untouched(
     assert isinstance(error, WorkspaceArchiveWriteError)
     assert "tar failed" in str(error.context)
     _assert_workspace_kept(ws, files, "drifted.txt")
+
+
+def test_a_restored_archive_keeps_modes_but_never_setuid_or_setgid(ws: Path) -> None:
+    """Restores unpack with umask 0 so modes round-trip; judged on the host, the
+    setuid and setgid bits an archive asks for are not set (warren refuses them), while
+    the control, an ordinary mode, comes back exactly."""
+    modes = {"suid": 0o4755, "sgid": 0o2755, "plain": 0o640, "tool": 0o750}
+    archive = _tar(*[_file(f"./{name}", b"x\n") for name in modes])
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=io.BytesIO(archive)) as src, tarfile.open(fileobj=buf, mode="w") as out:
+        for member in src.getmembers():
+            member.mode = modes[member.name[2:]]
+            out.addfile(member, src.extractfile(member))
+    buf.seek(0)
+
+    async def go() -> None:
+        client = _client(ws)
+        session = await client.create()
+        async with session:
+            await session.hydrate_workspace(buf)
+        await client.delete(session)
+
+    _run(go())
+    got = {name: (ws / name).stat().st_mode & 0o7777 for name in modes}
+    assert got == {"suid": 0o755, "sgid": 0o755, "plain": 0o640, "tool": 0o750}
