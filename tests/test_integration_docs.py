@@ -34,7 +34,7 @@ def _first_python_block(doc: Path) -> str:
     ("doc", "expected"),
     [
         ("openai-agents.md", ["hello from the manifest", "written by the SDK", "workspace archive:"]),
-        ("deepagents.md", ["hello", "[stderr] oops", "1. read", "Exit code:"]),
+        ("deepagents.md", ["hello\n\noops\n", "1. read", "exit code: 1"]),
         ("mini-swe-agent.md", ["'returncode': 3", "'output': 'out\\nerr\\n'", "my answer"]),
     ],
 )

@@ -128,6 +128,44 @@ def test_commands_cannot_read_secrets_or_write_outside(env: Any, outside: Path, 
     assert outside.read_text() == "keep me\n"
 
 
+def test_a_cwd_in_the_hosts_temp_dir_is_where_commands_run_as_with_the_local_environment(
+    msa: ModuleType, tmp_path: Path
+) -> None:
+    """mini-swe-agent's local environment runs in ``cwd``, a host directory (its tests
+    use one in the host's temp dir); with no workspace in the policy that directory is
+    the sandbox's workspace, and what a command writes there is on the host."""
+    from minisweagent.environments.local import LocalEnvironment
+
+    work = tmp_path / "task"
+    work.mkdir()
+    local = LocalEnvironment(cwd=str(work)).execute({"command": "pwd; echo local > local.txt"})
+    environment = msa.WarrenEnvironment(cwd=str(work))
+    try:
+        result = environment.execute({"command": "pwd; echo sandboxed > sandboxed.txt"})
+    finally:
+        environment.cleanup()
+    assert (result["output"], result["returncode"]) == (local["output"], 0) == (f"{work}\n", 0)
+    assert (work / "local.txt").read_text() == "local\n"
+    assert (work / "sandboxed.txt").read_text() == "sandboxed\n"
+
+
+def test_a_cwd_the_sandbox_was_not_given_says_so_without_a_hint_to_create_it(
+    env: Any, ws: Path, tmp_path: Path
+) -> None:
+    """A per-command cwd outside the workspace, existing on the host: the sandbox does
+    not see it, and the error says that and how to grant it (creating it in the
+    sandbox, the hint it had, is wrong). The control: a directory the host does not
+    have either keeps warren's hint to create it."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    result = env.execute({"command": "pwd"}, cwd=str(elsewhere))
+    assert result["returncode"] == -1 and result["extra"]["exception_type"] == "CwdNotFound"
+    assert "on the host but not in this sandbox" in result["exception_info"]
+    assert str(ws) in result["exception_info"] and "mkdir" not in result["exception_info"]
+    missing = env.execute({"command": "pwd"}, cwd=str(tmp_path / "nowhere"))
+    assert missing["returncode"] == -1 and "mkdir -p" in missing["exception_info"]
+
+
 def test_an_unknown_policy_key_is_warrens_config_error_with_a_hint(msa: ModuleType) -> None:
     with pytest.raises(ConfigError) as info:
         msa.WarrenEnvironment(policy={"netwrok": "open"})

@@ -56,6 +56,7 @@ from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessa
 
 from conftest import module_state
 from warren import ConfigError, Sandbox
+from warren.integrations import _workspace_archive
 from warren.integrations.openai_agents import (
     WarrenSandboxClient,
     WarrenSandboxClientOptions,
@@ -127,18 +128,26 @@ def test_exec_returns_output_status_and_sees_the_manifest_environment(ws: Path) 
 def test_host_secrets_in_the_environment_do_not_reach_commands(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """unix_local inherits the whole host environment; warren passes an allowlist."""
+    """unix_local inherits the whole host environment; warren passes an allowlist. A
+    name that only looks like a locale category is not one (it passed as "LC_*"); the
+    control: the real categories do pass."""
     monkeypatch.setenv("OPENAI_API_KEY", "host-secret-value")
+    monkeypatch.setenv("LC_PRIVATE_TOKEN", "host-secret-value")
+    monkeypatch.setenv("LC_TIME", "C.UTF-8")
+    monkeypatch.setenv("LC_MESSAGES", "C")
 
     async def go() -> bytes:
         client = _client(ws)
         session = await client.create()
         async with session:
-            out = await session.exec('printf %s "${OPENAI_API_KEY-unset}"')
+            out = await session.exec(
+                'printf %s/%s/%s/%s "${OPENAI_API_KEY-unset}" "${LC_PRIVATE_TOKEN-unset}" '
+                '"$LC_TIME" "$LC_MESSAGES"'
+            )
         await client.delete(session)
         return out.stdout
 
-    assert _run(go()) == b"unset"
+    assert _run(go()) == b"unset/unset/C.UTF-8/C"
 
 
 def test_exec_timeout_raises_the_sdk_timeout_error(ws: Path) -> None:
@@ -453,8 +462,10 @@ def _fetch(url: str) -> str:
 
 
 def test_a_background_command_keeps_a_session_fed_by_write_stdin(ws: Path) -> None:
-    """The SDK's PTY-session contract without a terminal: a command still running after
-    its yield time keeps an id; write_stdin feeds it and collects the rest."""
+    """The SDK's PTY-session contract: a command still running after its yield time
+    keeps an id; write_stdin types into its terminal and collects the rest. Without a
+    terminal it has no stdin, as with the SDK's local and docker backends, and can
+    still be polled."""
 
     async def go() -> None:
         client = _client(ws)
@@ -465,14 +476,24 @@ def test_a_background_command_keeps_a_session_fed_by_write_stdin(ws: Path) -> No
             assert (quick.process_id, quick.output, quick.exit_code) == (None, b"hi\nerr\n", 3)
 
             started = await session.pty_exec_start(
-                "echo first; read line; echo got $line > answer.txt; echo got $line", yield_time_s=0.3
+                "echo first; read line; echo got $line > answer.txt; echo got $line",
+                tty=True,
+                yield_time_s=0.3,
             )
             assert started.process_id is not None and started.exit_code is None  # it waits on stdin
             done = await session.pty_write_stdin(
                 session_id=started.process_id, chars="hello\n", yield_time_s=30
             )
             assert (done.process_id, done.exit_code) == (None, 0)
-            assert started.output + done.output == b"first\ngot hello\n"  # each part returned once
+            both = started.output + done.output
+            assert both.count(b"first") == 1 and both.count(b"got hello") == 1  # each part returned once
+
+            piped = await session.pty_exec_start("echo waiting; sleep 0.5; echo over", yield_time_s=0.1)
+            assert piped.process_id is not None
+            with pytest.raises(RuntimeError, match="stdin is not available"):
+                await session.pty_write_stdin(session_id=piped.process_id, chars="ignored\n")
+            polled = await session.pty_write_stdin(session_id=piped.process_id, chars="", yield_time_s=10)
+            assert (polled.exit_code, piped.output + polled.output) == (0, b"waiting\nover\n")
             with pytest.raises(PtySessionNotFoundError):
                 await session.pty_write_stdin(session_id=started.process_id, chars="")
             with pytest.raises(PtySessionNotFoundError):
@@ -488,7 +509,7 @@ def test_stop_ends_background_commands(ws: Path) -> None:
         client = _client(ws)
         session = await client.create()
         await session.start()
-        started = await session.pty_exec_start("read never", yield_time_s=0.3)
+        started = await session.pty_exec_start("read never", tty=True, yield_time_s=0.3)
         assert started.process_id is not None
         process = session._inner._background[started.process_id].process  # type: ignore[attr-defined]
         await session.stop()
@@ -511,19 +532,61 @@ def test_what_warren_cannot_do_raises_the_sdk_configuration_error_with_a_hint(
         grant = SandboxPathGrant(path="/mnt/data", host_path=str(tmp_path))
         await _client(ws).create(manifest=Manifest(extra_path_grants=(grant,)))
 
-    async def terminal() -> None:
+    for attempt in (users, moved_grant):
+        with pytest.raises(ConfigurationError) as info:
+            _run(attempt())
+        assert info.value.context["hint"]
+
+
+def test_tty_gives_the_command_a_terminal_of_its_own_that_write_stdin_feeds(ws: Path) -> None:
+    """The model's ``exec_command`` with ``tty=true`` (it ended the whole run with a
+    ConfigurationError). The control: the same command without tty has no terminal."""
+    probe = "if test -t 0 && test -t 1; then tty; stty size; else echo no-terminal; fi"
+
+    async def go() -> tuple[str, str, str]:
         client = _client(ws)
         session = await client.create()
         try:
             async with session:
-                await session.pty_exec_start("true", tty=True)
+                with_tty = await session.pty_exec_start(probe, tty=True, yield_time_s=5)
+                without = await session.pty_exec_start(probe, tty=False, yield_time_s=5)
+                started = await session.pty_exec_start(
+                    "read line; echo got:$line", tty=True, yield_time_s=0.3
+                )
+                assert started.process_id is not None and started.exit_code is None
+                fed = await session.pty_write_stdin(
+                    session_id=started.process_id, chars="hello\n", yield_time_s=5
+                )
+                return with_tty.output.decode(), without.output.decode(), fed.output.decode()
         finally:
             await client.delete(session)
 
-    for attempt in (users, moved_grant, terminal):
-        with pytest.raises(ConfigurationError) as info:
-            _run(attempt())
-        assert info.value.context["hint"]
+    with_tty, without, fed = _run(go())
+    assert "/dev/pts/" in with_tty and "24 80" in with_tty
+    assert without.strip() == "no-terminal"
+    assert "got:hello" in fed
+
+
+def test_a_session_serves_commands_and_files_before_start(ws: Path) -> None:
+    """The SDK's local and docker backends work right after ``client.create()``; the
+    sandbox is made on first use, and the files land in the workspace on the host."""
+
+    async def go() -> tuple[bytes, bytes]:
+        client = _client(ws)
+        session = await client.create()
+        try:
+            await session.write(Path("before.txt"), io.BytesIO(b"written before start\n"))
+            out = await session.exec("cat before.txt; echo ran > ran.txt")
+            read = await session.read(Path("ran.txt"))
+            return out.stdout, read.read()
+        finally:
+            await client.delete(session)
+
+    before = _names()
+    assert _run(go()) == (b"written before start\n", b"ran\n")
+    assert (ws / "before.txt").read_text() == "written before start\n"
+    assert (ws / "ran.txt").read_text() == "ran\n"
+    assert _names() == before
 
 
 def test_a_path_grant_without_host_path_becomes_readable_in_the_sandbox(ws: Path, tmp_path: Path) -> None:
@@ -691,3 +754,198 @@ def test_a_paused_run_resumes_from_its_json_state_with_a_new_client(ws: Path) ->
     assert resumed.final_output == "done"
     assert any("persist me" in output for output in second_model.tool_outputs)
     assert _names() == before  # neither run left a sandbox behind
+
+
+# --- resume never loses the workspace -------------------------------------------------------
+
+
+def _hardlinked_workspace(ws: Path) -> dict[str, bytes]:
+    """A workspace with a hard-linked pair, a symlink, an executable, an empty directory
+    and a dotfile; returns its files' contents."""
+    (ws / "src").mkdir()
+    (ws / "src" / "main.py").write_text("print('main')\n")
+    os.link(ws / "src" / "main.py", ws / "main-link.py")
+    (ws / "run.sh").write_text("#!/bin/sh\necho run\n")
+    (ws / "run.sh").chmod(0o750)
+    (ws / "latest").symlink_to("src/main.py")
+    (ws / "empty").mkdir()
+    (ws / ".env").write_text("X=1\n")
+    return {p: (ws / p).read_bytes() for p in ("src/main.py", "main-link.py", "run.sh", ".env")}
+
+
+def _assert_workspace_kept(ws: Path, files: dict[str, bytes], *extra: str) -> None:
+    for rel, content in files.items():
+        assert (ws / rel).read_bytes() == content, rel
+    assert os.readlink(ws / "latest") == "src/main.py"
+    assert (ws / "empty").is_dir() and not any((ws / "empty").iterdir())
+    assert (ws / "run.sh").stat().st_mode & 0o777 == 0o750
+    names = [".env", "empty", "latest", "main-link.py", "run.sh", "src", *extra]
+    assert sorted(p.name for p in ws.iterdir()) == sorted(names)
+
+
+def test_a_paused_run_with_a_hard_linked_pair_resumes_with_every_file(ws: Path, tmp_path: Path) -> None:
+    """The run of the issue: paused for an approval with a snapshot, resumed by a new
+    client. The SDK's default resume emptied the workspace when the snapshot held a
+    hard link; judged on the host, every file is there after the resume (the pair as
+    two files with its content, as the SDK's local backend restores it)."""
+    files = _hardlinked_workspace(ws)
+    snapshots = tmp_path / "snapshots"
+    snapshots.mkdir()
+
+    @function_tool(name_override="approval_tool", needs_approval=True)
+    def approval_tool() -> str:
+        return "approved"
+
+    def agent(model: ScriptedModel) -> SandboxAgent[Any]:
+        return SandboxAgent(
+            name="worker",
+            instructions="Do the task.",
+            model=model,
+            tools=[approval_tool],
+            capabilities=[Shell()],
+        )
+
+    def config() -> RunConfig:
+        sandbox = SandboxRunConfig(client=_client(ws), snapshot=LocalSnapshotSpec(base_path=snapshots))
+        return RunConfig(sandbox=sandbox, tracing_disabled=True)
+
+    first_model = ScriptedModel([[_call("exec_command", {"cmd": "ls"}, 1)], [_call("approval_tool", {}, 2)]])
+    first = _run(Runner.run(agent(first_model), "start", run_config=config()))
+    assert len(first.interruptions) == 1
+    assert any(snapshots.iterdir())  # the pause persisted a snapshot, which resume restores
+    (ws / "drifted.txt").write_text("made while paused\n")  # resume must restore, not reuse
+
+    second_model = ScriptedModel([[_call("exec_command", {"cmd": "cat main-link.py"}, 3)], [_final("done")]])
+    second_agent = agent(second_model)
+    restored = _run(RunState.from_json(second_agent, first.to_state().to_json()))
+    restored.approve(restored.get_interruptions()[0])
+    resumed = _run(Runner.run(second_agent, restored, run_config=config()))
+
+    assert resumed.final_output == "done"
+    assert any("print('main')" in output for output in second_model.tool_outputs)
+    _assert_workspace_kept(ws, files)
+    assert os.stat(ws / "src" / "main.py").st_ino != os.stat(ws / "main-link.py").st_ino
+
+
+def _resume_with_archive(ws: Path, tmp_path: Path, archive: bytes) -> BaseException | None:
+    """Resume a session whose snapshot is ``archive``; the error it raised, if any."""
+    snapshots = tmp_path / "snapshots"
+    snapshots.mkdir(exist_ok=True)
+
+    async def go() -> BaseException | None:
+        client = _client(ws)
+        session = await client.create(snapshot=LocalSnapshotSpec(base_path=snapshots))
+        async with session:
+            pass
+        (snapshots / f"{session.state.snapshot.id}.tar").write_bytes(archive)
+        (ws / "drifted.txt").write_text("made while paused\n")  # resume must restore, not reuse
+        resumed = await client.resume(
+            client.deserialize_session_state(client.serialize_session_state(session.state))
+        )
+        try:
+            async with resumed:
+                pass
+        except Exception as e:
+            return e
+        finally:
+            await client.delete(resumed)
+        return None
+
+    error: BaseException | None = _run(go())
+    return error
+
+
+def _tar(*members: tuple[tarfile.TarInfo, bytes | None]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        for info, data in members:
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    return buf.getvalue()
+
+
+def _file(name: str, data: bytes) -> tuple[tarfile.TarInfo, bytes]:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    return info, data
+
+
+def _hardlink(name: str, target: str) -> tuple[tarfile.TarInfo, None]:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = tarfile.LNKTYPE, target
+    return info, None
+
+
+def _symlink(name: str, target: str) -> tuple[tarfile.TarInfo, None]:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = tarfile.SYMTYPE, target
+    return info, None
+
+
+@pytest.mark.parametrize(
+    "archive",
+    [
+        pytest.param(_tar(_file("./a.txt", b"a"), _hardlink("./b.txt", "./a.txt")), id="hardlink"),
+        pytest.param(_tar(_file("./a.txt", b"a"), _symlink("./b.txt", "../../outside")), id="symlink-out"),
+        pytest.param(_tar(_file("./a.txt", b"a"), _file("../escape.txt", b"x")), id="parent-traversal"),
+        pytest.param(_tar(_file("./a.txt", b"a"))[:700], id="truncated"),
+        pytest.param(b"not a tar at all" * 64, id="garbage"),
+    ],
+)
+def test_a_snapshot_that_cannot_be_restored_leaves_the_workspace_untouched(
+    ws: Path, tmp_path: Path, archive: bytes
+) -> None:
+    files = _hardlinked_workspace(ws)
+    error = _resume_with_archive(ws, tmp_path, archive)
+    assert isinstance(error, WorkspaceArchiveWriteError)
+    _assert_workspace_kept(ws, files, "drifted.txt")
+    assert not (tmp_path / "escape.txt").exists()
+
+
+def test_a_valid_snapshot_replaces_the_workspace_on_resume(ws: Path, tmp_path: Path) -> None:
+    """The control of the test above: the same resume with a sound archive does replace
+    the workspace (what the archive holds in, what it does not out)."""
+    _hardlinked_workspace(ws)
+    archive = _tar(_file("./a.txt", b"from the snapshot"), _symlink("./b.txt", "a.txt"))
+    assert _resume_with_archive(ws, tmp_path, archive) is None
+    assert sorted(p.name for p in ws.iterdir()) == ["a.txt", "b.txt"]
+    assert (ws / "b.txt").read_bytes() == b"from the snapshot"
+
+
+def test_a_restore_that_fails_while_unpacking_leaves_the_workspace_untouched(
+    ws: Path, tmp_path: Path
+) -> None:
+    """An archive that passes every check but that GNU tar cannot unpack whole (a
+    name longer than the file system allows, after a file it did unpack). Unpacking
+    happens beside the live files, so they are all still there."""
+    files = _hardlinked_workspace(ws)
+    archive = _tar(_file("./new.txt", b"n"), _file("./" + "n" * 300, b"too long a name"))
+    _workspace_archive.validate(archive)  # the checks pass: this fails in tar itself
+    error = _resume_with_archive(ws, tmp_path, archive)
+    assert isinstance(error, WorkspaceArchiveWriteError)
+    assert "tar failed" in str(error.context)
+    _assert_workspace_kept(ws, files, "drifted.txt")
+
+
+def test_a_restored_archive_keeps_modes_but_never_setuid_or_setgid(ws: Path) -> None:
+    """Restores unpack with umask 0 so modes round-trip; judged on the host, the
+    setuid and setgid bits an archive asks for are not set (warren refuses them), while
+    the control, an ordinary mode, comes back exactly."""
+    modes = {"suid": 0o4755, "sgid": 0o2755, "plain": 0o640, "tool": 0o750}
+    archive = _tar(*[_file(f"./{name}", b"x\n") for name in modes])
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=io.BytesIO(archive)) as src, tarfile.open(fileobj=buf, mode="w") as out:
+        for member in src.getmembers():
+            member.mode = modes[member.name[2:]]
+            out.addfile(member, src.extractfile(member))
+    buf.seek(0)
+
+    async def go() -> None:
+        client = _client(ws)
+        session = await client.create()
+        async with session:
+            await session.hydrate_workspace(buf)
+        await client.delete(session)
+
+    _run(go())
+    got = {name: (ws / name).stat().st_mode & 0o7777 for name in modes}
+    assert got == {"suid": 0o755, "sgid": 0o755, "plain": 0o640, "tool": 0o750}

@@ -6,12 +6,13 @@ means warren's default policy for the current directory. The directory is fixed 
 the backend is built, so a sandbox created later (or by another thread) does not
 depend on where the process happens to be then. Also here: the shell line that runs
 an agent's command with stderr folded into stdout in the order it was written, as the
-frameworks' own local backends return it.
+frameworks' own local backends return it, and the one that gives it a terminal.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Mapping
 
 from ..errors import ConfigError
@@ -50,6 +51,14 @@ def merged_stdout(argv: list[str]) -> list[str]:
     """``argv`` with its stderr sent to stdout by the sandbox's own shell, so both
     arrive interleaved as written (two captured pipes would lose that order)."""
     return ["/bin/sh", "-c", 'exec 2>&1; exec "$@"', "sh", *argv]
+
+
+def in_terminal(argv: list[str]) -> list[str]:
+    """``argv`` in a terminal of its own: util-linux ``script`` in the sandbox gives it a
+    PTY (24x80) and relays it over the process's pipes, so the caller's terminal is
+    never the command's; what it prints arrives on stdout, as a terminal shows it."""
+    inner = f"stty rows 24 cols 80 2>/dev/null; exec {shlex.join(argv)}"
+    return ["script", "--quiet", "--flush", "--return", "--command", inner, "/dev/null"]
 
 
 def workspace_named(policy: PolicyKeys) -> bool:

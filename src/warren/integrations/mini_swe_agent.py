@@ -13,7 +13,14 @@ environments return (``output`` with stderr folded in, ``returncode``,
 ``exception_info``), a timeout reads as its local environment's does, and the submit
 convention is the same: output whose first line is
 ``COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT``, from a command that exited 0, raises
-``Submitted`` with the rest as the submission. Template variables hold the config and
+``Submitted`` with the rest as the submission.
+
+``cwd`` is where the local environment runs its commands, a directory of the host;
+when the policy names no workspace, that directory is the sandbox's workspace (so a
+``cwd`` in the host's temp dir works as it does locally, and what the agent writes
+there is on the host). Other directories are in the sandbox only as the policy grants
+them: a per-command ``cwd`` that exists on the host but that the sandbox does not see
+is an error saying so and how to grant it, not a hint to create it. Template variables hold the config and
 the machine's uname, never the host environment (it would reach the model's prompt).
 """
 
@@ -30,9 +37,9 @@ from minisweagent.utils.serialize import recursive_merge
 from pydantic import BaseModel, Field, field_validator
 
 from ..client.sandbox import Sandbox
-from ..errors import SandboxNotFound, WarrenError
+from ..errors import CwdNotFound, SandboxNotFound, WarrenError
 from ..policy.spec import from_mapping
-from ._policy import merged_stdout, spec_from
+from ._policy import merged_stdout, spec_from, workspace_named
 
 __all__ = ["SUBMIT_MARKER", "WarrenEnvironment", "WarrenEnvironmentConfig"]
 
@@ -41,7 +48,8 @@ SUBMIT_MARKER = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 
 class WarrenEnvironmentConfig(BaseModel):
     cwd: str = ""
-    """Where commands run; the sandbox's workspace when empty."""
+    """Where commands run; the sandbox's workspace when empty, and the workspace
+    itself when the policy names none."""
     env: dict[str, str] = {}
     """Environment variables set for every command."""
     forward_env: list[str] = []
@@ -62,6 +70,21 @@ class WarrenEnvironmentConfig(BaseModel):
         return value
 
 
+def _unseen_cwd(error: CwdNotFound, cwd: str, sandbox: Sandbox | None) -> CwdNotFound:
+    """``error``, or when ``cwd`` is a directory of the host (outside what the sandbox
+    was given) an error that says so: creating it in the sandbox would not help."""
+    if not cwd or not os.path.isdir(cwd) or sandbox is None:
+        return error
+    return CwdNotFound(
+        f"the working directory {cwd} is on the host but not in this sandbox "
+        f"(its workspace is {sandbox.workspace})",
+        operation="exec",
+        path=cwd,
+        hint="make it the workspace (leave policy's workspace unset and set cwd), grant it "
+        '(policy {"write": [...]}), or run beneath the workspace',
+    )
+
+
 class WarrenEnvironment:
     """Runs mini-swe-agent's actions in a warren sandbox; ``cleanup()`` removes it."""
 
@@ -70,6 +93,8 @@ class WarrenEnvironment:
     ):
         self.config = config_class(**kwargs)
         spec = spec_from(self.config.policy, "WarrenEnvironment policy")
+        if self.config.cwd and not workspace_named(self.config.policy):
+            spec.workspace = os.path.abspath(self.config.cwd)
         self.sandbox: Sandbox | None = Sandbox.create(
             spec, self.config.name or f"mini-swe-agent-{uuid.uuid4().hex[:12]}"
         )
@@ -96,6 +121,14 @@ class WarrenEnvironment:
                 env=self._env() or None,
                 timeout=limit,
             )
+        except CwdNotFound as e:
+            error = _unseen_cwd(e, cwd or self.config.cwd, self.sandbox)
+            output = {
+                "output": "",
+                "returncode": -1,
+                "exception_info": f"An error occurred while executing the command: {error}",
+                "extra": {"exception_type": type(error).__name__, "exception": str(error)},
+            }
         except WarrenError as e:
             output = {
                 "output": "",

@@ -18,10 +18,13 @@ operations, resolved by the kernel there) and the workspace tar stream of
 ``persist_workspace``/``hydrate_workspace`` (GNU tar in the sandbox, so a symlink
 planted in the workspace cannot make the host archive or overwrite its own files).
 The SDK's "PTY" sessions (``exec_command`` that outlives its yield time, then
-``write_stdin``) are warren background processes with a stdin pipe, without a
-terminal. What warren cannot do raises the SDK's ``ConfigurationError`` with warren's
-hint: manifest users and groups, path grants that map a host path elsewhere, a
-terminal (``tty=True``), acting as another user.
+``write_stdin``) are warren background processes; ``tty=True`` gives the command a
+terminal of its own in the sandbox, which ``write_stdin`` types into (without a
+terminal a command has no stdin, as with the SDK's own backends). A session serves commands and
+files right after ``client.create()``, as the SDK's local backend does: the sandbox is
+made on first use. What warren cannot do raises the SDK's ``ConfigurationError`` with
+warren's hint: manifest users and groups, path grants that map a host path elsewhere,
+acting as another user.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import asyncio
 import contextlib
 import io
 import os
+import secrets
 import signal
 import tarfile
 import time
@@ -67,7 +71,6 @@ from agents.sandbox.session.sandbox_session import SandboxSession
 from agents.sandbox.session.sandbox_session_state import SandboxSessionState
 from agents.sandbox.snapshot import SnapshotBase, SnapshotSpec, resolve_snapshot
 from agents.sandbox.types import ExecResult, ExposedPortEndpoint, User
-from agents.sandbox.util.tar_utils import UnsafeTarMemberError, validate_tarfile
 from agents.sandbox.util.token_truncation import formatted_truncate_text_with_token_count
 from pydantic import Field, field_validator
 
@@ -83,7 +86,9 @@ from ..errors import (
 )
 from ..policy import PolicySpec
 from ..policy.spec import from_mapping
-from ._policy import PolicyKeys, keys_of, merged_stdout, spec_from, workspace_named
+from . import _workspace_archive
+from ._policy import PolicyKeys, in_terminal, keys_of, merged_stdout, spec_from, workspace_named
+from ._workspace_archive import UnsafeTarMemberError
 
 __all__ = [
     "WarrenSandboxClient",
@@ -135,6 +140,7 @@ class _Background:
     output was already returned."""
 
     process: Process
+    stdin: bool
     offset: int = 0
 
 
@@ -158,6 +164,14 @@ class WarrenSandboxSession(BaseSandboxSession):
                 context={"reason": "session not started", "hint": "await session.start() first"},
             )
         return self._sandbox
+
+    async def _box(self) -> Sandbox:
+        """The warren sandbox, attached (or created) on first use: the SDK's local
+        backend serves commands and files right after ``client.create()``, before
+        ``start()``."""
+        if self._sandbox is None:
+            await self._ensure_backend_started()
+        return self.sandbox
 
     async def _call(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         return await asyncio.to_thread(fn, *args, **kwargs)
@@ -189,6 +203,14 @@ class WarrenSandboxSession(BaseSandboxSession):
                 path=Path(self.state.manifest.root), context={"warren": str(e)}, cause=e
             ) from e
 
+    async def _after_start_failed(self) -> None:
+        """A start that failed (a snapshot that could not be restored) leaves no
+        session running, as with the SDK's local backend: the sandbox's processes end,
+        the workspace stays as it was."""
+        if self._sandbox is not None:
+            with contextlib.suppress(WarrenError):
+                await self._call(self._sandbox.stop)
+
     async def running(self) -> bool:
         return self._sandbox is not None and await self._call(lambda: self.sandbox.alive)
 
@@ -216,7 +238,7 @@ class WarrenSandboxSession(BaseSandboxSession):
     async def _exec_internal(self, *command: str | Path, timeout: float | None = None) -> ExecResult:
         argv = [str(part) for part in command]
         env = await self.state.manifest.environment.resolve()
-        sandbox = self.sandbox
+        sandbox = await self._box()
         try:
             result = await self._call(
                 sandbox.exec,
@@ -251,30 +273,29 @@ class WarrenSandboxSession(BaseSandboxSession):
     ) -> PtyExecUpdate:
         """Start a command in the background (warren's ``spawn``) and return what it
         printed within the yield time; a command still running keeps a session id for
-        ``pty_write_stdin``. Its stdin is a pipe: no terminal is allocated."""
+        ``pty_write_stdin``. With ``tty`` the command gets a terminal of its own
+        (util-linux ``script`` in the sandbox relays it over pipes), never the
+        caller's, and ``pty_write_stdin`` types into it; without, it has no stdin, as
+        with the SDK's local and docker backends."""
         self._no_user(user)
-        if tty:
-            raise _unsupported(
-                "allocate a terminal (tty=true) yet",
-                "run it with tty=false: its stdin is a pipe that write_stdin feeds",
-            )
-        argv = merged_stdout(self._prepare_exec_command(*command, shell=shell, user=None))
+        argv = self._prepare_exec_command(*command, shell=shell, user=None)
+        argv = in_terminal(argv) if tty else merged_stdout(argv)
         env = await self.state.manifest.environment.resolve()
         try:
             process = await self._call(
-                self.sandbox.spawn,
+                (await self._box()).spawn,
                 argv,
                 cwd=self.state.manifest.root,
                 env=env or None,
                 timeout=timeout,
-                stdin=True,
+                stdin=tty,
             )
         except CwdNotFound as e:
             raise WorkspaceRootNotFoundError(path=Path(self.state.manifest.root), cause=e) from e
         except WarrenError as e:
             raise ExecTransportError(command=argv, context={"warren": str(e)}, cause=e) from e
         session_id = allocate_pty_process_id(set(self._background))
-        self._background[session_id] = _Background(process)
+        self._background[session_id] = _Background(process, stdin=tty)
         yield_ms = clamp_pty_yield_time_ms(10_000 if yield_time_s is None else int(yield_time_s * 1000))
         return await self._collect(session_id, yield_ms, max_output_tokens)
 
@@ -289,6 +310,8 @@ class WarrenSandboxSession(BaseSandboxSession):
         entry = self._background.get(session_id)
         if entry is None:
             raise PtySessionNotFoundError(session_id=session_id)
+        if chars and not entry.stdin:
+            raise RuntimeError("stdin is not available for this process")
         if chars:
             with contextlib.suppress(ProcessEnded):
                 await self._call(entry.process.write, chars)
@@ -329,7 +352,7 @@ class WarrenSandboxSession(BaseSandboxSession):
 
     async def _resolve_exposed_port(self, port: int) -> ExposedPortEndpoint:
         if port not in self._ports:
-            address = await self._call(self.sandbox.expose, port)
+            address = await self._call((await self._box()).expose, port)
             host, _, host_port = address.rpartition(":")
             self._ports[port] = ExposedPortEndpoint(host=host, port=int(host_port), tls=False)
         return self._ports[port]
@@ -360,7 +383,7 @@ class WarrenSandboxSession(BaseSandboxSession):
         self._no_user(user)
         target = await self._validate_path_access(path)
         try:
-            data = await self._call(self.sandbox.files.read, target, max_bytes=wire.MAX_PAYLOAD)
+            data = await self._call((await self._box()).files.read, target, max_bytes=wire.MAX_PAYLOAD)
         except SandboxFileNotFound as e:
             raise WorkspaceReadNotFoundError(path=path, cause=e) from e
         except WarrenError as e:
@@ -376,7 +399,7 @@ class WarrenSandboxSession(BaseSandboxSession):
         if not isinstance(raw, (bytes, bytearray)):
             raise WorkspaceArchiveWriteError(path=target, context={"reason": "data is not bytes or text"})
         try:
-            await self._call(self.sandbox.files.write, target, bytes(raw), parents=True)
+            await self._call((await self._box()).files.write, target, bytes(raw), parents=True)
         except WarrenError as e:
             raise WorkspaceArchiveWriteError(path=target, context={"warren": str(e)}, cause=e) from e
 
@@ -385,9 +408,9 @@ class WarrenSandboxSession(BaseSandboxSession):
     async def persist_workspace(self) -> io.IOBase:
         root = self.state.manifest.root
         excludes = [f"--exclude=./{p.as_posix()}" for p in sorted(self._persist_workspace_skip_relpaths())]
-        argv = ["tar", "-C", root, "--anchored", *excludes, "-cf", "-", "."]
+        argv = ["tar", "-C", root, "--anchored", "--hard-dereference", *excludes, "-cf", "-", "."]
         try:
-            result = await self._call(self.sandbox.exec, argv, cwd="/", output_limit=wire.MAX_PAYLOAD)
+            result = await self._call((await self._box()).exec, argv, cwd="/", output_limit=wire.MAX_PAYLOAD)
         except WarrenError as e:
             raise WorkspaceArchiveReadError(path=Path(root), context={"warren": str(e)}, cause=e) from e
         if result.exit_code != 0 or result.stdout_truncated:
@@ -396,29 +419,30 @@ class WarrenSandboxSession(BaseSandboxSession):
                 path=Path(root),
                 context={"reason": reason, "stderr": result.stderr.decode(errors="replace")[-4096:]},
             )
-        return io.BytesIO(result.stdout)
-
-    async def hydrate_workspace(self, data: io.IOBase) -> None:
-        root = self.state.manifest.root
-        raw = data.read()
-        if isinstance(raw, str):
-            raw = raw.encode()
         try:
-            with tarfile.open(fileobj=io.BytesIO(raw), mode="r:*") as tar:
-                validate_tarfile(tar, allow_external_symlink_targets=False)
+            return io.BytesIO(_workspace_archive.portable(result.stdout))
+        except tarfile.TarError as e:
+            raise WorkspaceArchiveReadError(path=Path(root), cause=e) from e
+
+    def _checked_archive(self, data: io.IOBase) -> bytes:
+        """The archive's bytes, checked whole before anything is written."""
+        read = data.read()
+        raw = read.encode() if isinstance(read, str) else bytes(read)
+        root = Path(self.state.manifest.root)
+        try:
+            _workspace_archive.validate(raw)
         except UnsafeTarMemberError as e:
             raise WorkspaceArchiveWriteError(
-                path=Path(root), context={"reason": e.reason, "member": e.member}, cause=e
+                path=root, context={"reason": e.reason, "member": e.member}, cause=e
             ) from e
         except (tarfile.TarError, OSError) as e:
-            raise WorkspaceArchiveWriteError(path=Path(root), cause=e) from e
-        # GNU tar restores modes with fchmodat(AT_SYMLINK_NOFOLLOW) (run as root) and times
-        # with utimensat(AT_SYMLINK_NOFOLLOW), which warren's metadata broker refuses
-        # (EPERM) today: entries get the archive's modes less the umask, and the time
-        # of extraction (-m).
-        script = 'mkdir -p -- "$1" && exec tar -C "$1" --no-same-owner --no-same-permissions -m -xf -'
+            raise WorkspaceArchiveWriteError(path=root, cause=e) from e
+        return raw
+
+    async def _unpack(self, argv: list[str], raw: bytes) -> None:
+        root = self.state.manifest.root
         try:
-            result = await self._call(self.sandbox.exec, ["sh", "-c", script, "sh", root], cwd="/", stdin=raw)
+            result = await self._call((await self._box()).exec, argv, cwd="/", stdin=raw)
         except WarrenError as e:
             raise WorkspaceArchiveWriteError(path=Path(root), context={"warren": str(e)}, cause=e) from e
         if result.exit_code != 0:
@@ -426,6 +450,37 @@ class WarrenSandboxSession(BaseSandboxSession):
                 path=Path(root),
                 context={"reason": "tar failed", "stderr": result.stderr.decode(errors="replace")[-4096:]},
             )
+
+    async def hydrate_workspace(self, data: io.IOBase) -> None:
+        """Unpack an archive over the workspace (the SDK's direct call: files it
+        holds replace those of the same name, others stay)."""
+        raw = self._checked_archive(data)
+        # Entries get the archive's modes (umask 0; GNU tar's later fchmodat with
+        # AT_SYMLINK_NOFOLLOW is refused by warren's metadata broker, so not -p) and the
+        # time of extraction (-m: utimensat on a symlink is refused the same way).
+        script = (
+            'umask 0; mkdir -p -- "$1" && exec tar -C "$1" --no-same-owner --no-same-permissions -m -xf -'
+        )
+        await self._unpack(["sh", "-c", script, "sh", self.state.manifest.root], raw)
+
+    async def _restore_snapshot_into_workspace_on_resume(self) -> None:
+        """Resume's restore: the SDK's default clears the workspace, then unpacks, so a
+        snapshot that fails to unpack loses every file. Here the whole archive is
+        checked first, unpacked beside the live files, then swapped in; a failure at any
+        step leaves the workspace as it was."""
+        archive = await self.state.snapshot.restore(dependencies=self.dependencies)
+        try:
+            raw = self._checked_archive(archive)
+        finally:
+            with contextlib.suppress(Exception):
+                archive.close()
+        root = Path(self.state.manifest.root)
+        keep = sorted({rel.parts[0] for rel in self._workspace_resume_mount_skip_relpaths() if rel.parts})
+        token = secrets.token_hex(8)
+        names = [f".warren-restore-{token}", f".warren-replaced-{token}"]
+        await self._unpack(
+            ["sh", "-c", _workspace_archive.REPLACE_SCRIPT, "sh", str(root), *names, *keep], raw
+        )
 
 
 class WarrenSandboxClient(BaseSandboxClient[WarrenSandboxClientOptions | None]):

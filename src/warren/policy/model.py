@@ -41,6 +41,24 @@ CA_VARIABLES = (
     "NIX_SSL_CERT_FILE",
 )
 
+# The locale's categories by name (POSIX's, then glibc's): a locale needs these, and
+# "LC_*" as a pattern also passed whatever else a caller named so (LC_PRIVATE_TOKEN).
+LOCALE_VARIABLES = (
+    "LC_ALL",
+    "LC_CTYPE",
+    "LC_COLLATE",
+    "LC_MESSAGES",
+    "LC_MONETARY",
+    "LC_NUMERIC",
+    "LC_TIME",
+    "LC_ADDRESS",
+    "LC_IDENTIFICATION",
+    "LC_MEASUREMENT",
+    "LC_NAME",
+    "LC_PAPER",
+    "LC_TELEPHONE",
+)
+
 # Passed from the caller's environment unless the policy says otherwise.
 DEFAULT_ENV_PASS = (
     "PATH",
@@ -52,6 +70,7 @@ DEFAULT_ENV_PASS = (
     "COLORTERM",
     "LANG",
     "LANGUAGE",
+    *LOCALE_VARIABLES,
     "TZ",
     "NO_COLOR",
     "FORCE_COLOR",
@@ -61,7 +80,6 @@ DEFAULT_ENV_PASS = (
     "UV_NATIVE_TLS",
     "UV_SYSTEM_CERTS",  # uv's newer name for UV_NATIVE_TLS
 )
-_ENV_PASS_PATTERNS = (re.compile(r"LC_[A-Z_]+"),)
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 # Where developer tools, clouds, registries, forges, browsers and agents keep secrets
@@ -310,7 +328,7 @@ class Policy:
 
     def passes_explicitly(self, name: str) -> bool:
         """Passed by default or because the caller named it (not only by a preset)."""
-        return name in self.env_pass or any(p.fullmatch(name) for p in _ENV_PASS_PATTERNS)
+        return name in self.env_pass
 
     def passes_by_preset(self, name: str) -> bool:
         if not (name in self.preset_env_pass or any(re.fullmatch(p, name) for p in self.preset_env_patterns)):

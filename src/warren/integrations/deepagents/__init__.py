@@ -6,15 +6,27 @@ default policy unless given warren's policy keys), and whose uploads and downloa
 are warren's file operations, resolved by the kernel inside the sandbox. Deep Agents
 builds its ls/read/write/edit/grep/glob tools on these, so they are confined alike.
 
-Output follows Deep Agents' own local shell backend: stdout, then stderr lines
-prefixed ``[stderr]``, ``Exit code: N`` when not zero, 124 and a message on timeout.
+``execute`` returns what the command printed, raw and complete, as Deep Agents' own
+sandbox backend (LangSmith's) does: stdout, then stderr after a newline, nothing
+added (no output is ``""``), no cap but the protocol's own (``truncated`` says when it
+cut). Deep Agents parses that output for its read, grep, glob and edit tools, so a
+decoration or a cap there broke them. A timeout answers 124 and a message.
+
+Large output of the agent's own commands is offloaded by Deep Agents to a file in the
+sandbox (``enable_capture_offload``: the model gets a preview and the file's path)
+where the sandbox may write that file's directory; elsewhere (Deep Agents' default
+``/large_tool_results`` on warren's read-only root) the command runs unwrapped and the
+whole output comes back, since the wrapper would lose what it could not store.
 The Deep Agents Code provider (``dcode --sandbox warren``) is in ``.provider``: it
 needs the separate ``deepagents-code`` package, this module does not.
 """
 
 from __future__ import annotations
 
+import asyncio
 import errno
+import posixpath
+import shlex
 import threading
 import uuid
 
@@ -24,6 +36,7 @@ from deepagents.backends.protocol import (
     INVALID_PATH,
     IS_DIRECTORY,
     PERMISSION_DENIED,
+    ExecuteOffloadResult,
     ExecuteResponse,
     FileDownloadResponse,
     FileUploadResponse,
@@ -37,12 +50,14 @@ from .._policy import PolicyKeys, spec_from
 
 __all__ = ["WarrenSandbox"]
 
-DEFAULT_MAX_OUTPUT_BYTES = 100_000
-
 
 class WarrenSandbox(BaseSandbox):
     """A Deep Agents backend running in a warren sandbox, created on first use (or
     ``sandbox=`` an existing one). ``close()`` removes a sandbox it created."""
+
+    # The capture wrapper needs sh, head, tail and wc in the sandbox: the host's own
+    # tools in warren's default root.
+    enable_capture_offload = True
 
     def __init__(
         self,
@@ -51,7 +66,6 @@ class WarrenSandbox(BaseSandbox):
         sandbox: Sandbox | None = None,
         name: str | None = None,
         timeout: float = DEFAULT_EXECUTE_TIMEOUT,
-        max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
     ) -> None:
         self._spec = spec_from(policy, "WarrenSandbox")
         self._sandbox = sandbox
@@ -59,7 +73,7 @@ class WarrenSandbox(BaseSandbox):
         self._owned = sandbox is None
         self._lock = threading.Lock()
         self._timeout = timeout
-        self._max_output_bytes = max_output_bytes
+        self._capture_dirs: dict[str, bool] = {}
 
     @property
     def id(self) -> str:
@@ -90,9 +104,7 @@ class WarrenSandbox(BaseSandbox):
             return ExecuteResponse(output="Error: Command must be a non-empty string.", exit_code=1)
         limit = float(timeout) if timeout is not None else self._timeout
         try:
-            result = self.sandbox.exec(
-                ["sh", "-c", command], timeout=limit, output_limit=self._max_output_bytes
-            )
+            result = self.sandbox.exec(["sh", "-c", command], timeout=limit, output_limit=wire.MAX_PAYLOAD)
         except WarrenError as e:
             return ExecuteResponse(output=f"Error: {e}", exit_code=e.exit_code)
         if result.timed_out:
@@ -101,22 +113,69 @@ class WarrenSandbox(BaseSandbox):
                 "For long-running commands, re-run with a larger timeout.",
                 exit_code=124,
             )
-        parts = [result.stdout.decode(errors="replace")] if result.stdout else []
-        if result.stderr:
-            lines = result.stderr.decode(errors="replace").strip().split("\n")
-            parts.extend(f"[stderr] {line}" for line in lines)
-        output = "\n".join(parts) if parts else "<no output>"
-        if result.exit_code != 0:
-            output = f"{output.rstrip()}\n\nExit code: {result.exit_code}"
+        stdout, stderr = result.stdout.decode(errors="replace"), result.stderr.decode(errors="replace")
+        output = f"{stdout}\n{stderr}" if stdout and stderr else stdout or stderr
         return ExecuteResponse(
             output=output,
             exit_code=result.exit_code,
             truncated=result.stdout_truncated or result.stderr_truncated,
         )
 
+    def _can_capture_at(self, capture_path: str) -> bool:
+        """Whether the capture wrapper can store its file at ``capture_path`` (its
+        directory made if missing and writable in the sandbox); asked once per
+        directory."""
+        directory = posixpath.dirname(capture_path) or "/"
+        if directory not in self._capture_dirs:
+            probe = self.execute(f"mkdir -p -- {shlex.quote(directory)} && test -w {shlex.quote(directory)}")
+            self._capture_dirs[directory] = probe.exit_code == 0
+        return self._capture_dirs[directory]
+
+    def execute_with_offload(
+        self,
+        command: str,
+        capture_path: str,
+        *,
+        max_inline_bytes: int,
+        max_capture_bytes: int | None = None,
+        timeout: int | None = None,
+    ) -> ExecuteOffloadResult:
+        if not self._can_capture_at(capture_path):
+            return ExecuteOffloadResult(offloaded=False, response=self.execute(command, timeout=timeout))
+        return super().execute_with_offload(
+            command,
+            capture_path,
+            max_inline_bytes=max_inline_bytes,
+            max_capture_bytes=max_capture_bytes,
+            timeout=timeout,
+        )
+
+    async def aexecute_with_offload(
+        self,
+        command: str,
+        capture_path: str,
+        *,
+        max_inline_bytes: int,
+        max_capture_bytes: int | None = None,
+        timeout: int | None = None,
+    ) -> ExecuteOffloadResult:
+        return await asyncio.to_thread(
+            self.execute_with_offload,
+            command,
+            capture_path,
+            max_inline_bytes=max_inline_bytes,
+            max_capture_bytes=max_capture_bytes,
+            timeout=timeout,
+        )
+
+    # Paths are absolute in Deep Agents' protocol; a relative one is ``invalid_path``
+    # (warren would take it beneath the workspace), as its standard tests require.
     def upload_files(self, files: list[tuple[str, bytes]]) -> list[FileUploadResponse]:
         responses = []
         for path, content in files:
+            if not posixpath.isabs(path):
+                responses.append(FileUploadResponse(path=path, error=INVALID_PATH))
+                continue
             try:
                 self.sandbox.files.write(path, content, parents=True)
                 responses.append(FileUploadResponse(path=path))
@@ -127,6 +186,9 @@ class WarrenSandbox(BaseSandbox):
     def download_files(self, paths: list[str]) -> list[FileDownloadResponse]:
         responses = []
         for path in paths:
+            if not posixpath.isabs(path):
+                responses.append(FileDownloadResponse(path=path, error=INVALID_PATH))
+                continue
             try:
                 data = self.sandbox.files.read(path, max_bytes=wire.MAX_PAYLOAD)
                 responses.append(FileDownloadResponse(path=path, content=data))

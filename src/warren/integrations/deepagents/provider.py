@@ -5,11 +5,19 @@ pyproject.toml); Deep Agents Code builds it with no arguments. ``get_or_create``
 makes a ``WarrenSandbox`` (its keyword arguments, e.g. ``[sandboxes.providers.warren
 .params]`` in dcode's config, are warren's policy keys), or reattaches to a running
 warren sandbox by name; ``delete`` removes one. Needs ``deepagents-code``.
+
+Deep Agents Code calls the provider synchronously from its server's event loop,
+where a checker (blockbuster) refuses blocking calls such as ``os.getcwd`` and
+socket I/O. Those calls (the current directory, the supervisor's socket) run in a
+worker thread, which the loop's thread waits for, as it would for any provider.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 from deepagents_code.integrations.sandbox_provider import (
     SandboxInstallHint,
@@ -25,12 +33,24 @@ from . import WarrenSandbox
 
 __all__ = ["WarrenSandboxProvider"]
 
+_T = TypeVar("_T")
+
+
+def _off_loop(fn: Callable[[], _T]) -> _T:
+    """``fn()``, in a worker thread when this thread runs an event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return fn()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="warren-provider") as pool:
+        return pool.submit(fn).result()
+
 
 class WarrenSandboxProvider(SandboxProvider):
     """Sandboxes of this user's warren supervisor, for Deep Agents Code."""
 
     def __init__(self, policy: PolicyKeys = None) -> None:
-        self._spec = spec_from(policy, "WarrenSandboxProvider")
+        self._spec = _off_loop(lambda: spec_from(policy, "WarrenSandboxProvider"))
 
     @property
     def metadata(self) -> SandboxProviderMetadata:
@@ -44,6 +64,12 @@ class WarrenSandboxProvider(SandboxProvider):
         )
 
     def get_or_create(self, *, sandbox_id: str | None = None, **kwargs: Any) -> WarrenSandbox:
+        return _off_loop(lambda: self._get_or_create(sandbox_id, kwargs))
+
+    def delete(self, *, sandbox_id: str, **kwargs: Any) -> None:
+        _off_loop(lambda: self._delete(sandbox_id))
+
+    def _get_or_create(self, sandbox_id: str | None, kwargs: dict[str, Any]) -> WarrenSandbox:
         if sandbox_id is None:
             backend = WarrenSandbox(
                 self._spec.merged(spec_from(kwargs, "sandbox params")) if kwargs else self._spec
@@ -55,7 +81,7 @@ class WarrenSandboxProvider(SandboxProvider):
         except (SandboxNotFound, SandboxDead) as e:
             raise SandboxNotFoundError(f"{e.message}; hint: {e.hint}") from e
 
-    def delete(self, *, sandbox_id: str, **kwargs: Any) -> None:
+    def _delete(self, sandbox_id: str) -> None:
         for info in Sandbox.list():
             if info.name == sandbox_id:
                 Sandbox(info).remove()
