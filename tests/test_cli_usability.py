@@ -353,6 +353,8 @@ def test_listings_take_quiet_json_and_templates_and_several_names_at_once(tmp_pa
         ps = cli("ps", "-q", "l1")
         assert ps.returncode == 0 and all(pid.isdigit() for pid in ps.stdout.split())
         assert cli("rm", "l1").returncode == 125  # running: -f says so
+        missing = cli("cp", "l1:no-such-file", str(tmp_path / "out"))  # every failure of warren's: 125
+        assert missing.returncode == 125 and "no-such-file" in missing.stderr, missing.stderr
         assert cli("rm", "-f", "--all").stdout.split() == ["l1", "l2"]
         assert cli("ls", "-q").stdout == ""
     finally:

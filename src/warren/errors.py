@@ -164,7 +164,7 @@ class StdinFull(StdinError):
 class SandboxFileError(WarrenError):
     """A files-API operation failed inside the sandbox (errno says why)."""
 
-    exit_code = 1
+    exit_code = 125  # warren could not do what was asked: the CLI says so as for every failure of its own
 
 
 class SandboxFileNotFound(SandboxFileError):
