@@ -185,7 +185,8 @@ def test_pause_stops_the_threads_of_a_process_whose_leader_exited(sandbox: Sandb
 def test_a_paused_sandbox_stops_and_is_removed_cleanly(sandbox: Sandbox, state_home: Path) -> None:
     token = f"{random.getrandbits(30)}"
     sandbox.exec(["sh", "-c", f"setsid sleep 300.{token} & sleep 301.{token} &"])
-    assert len(_host_pids_with(token)) == 2
+    # sh returns once both are forked; each execs its sleep a moment later
+    assert _wait(lambda: len(_host_pids_with(token)) == 2, 10), _host_pids_with(token)
     sandbox.pause()
     start = time.monotonic()
     sandbox.remove()

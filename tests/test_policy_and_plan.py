@@ -314,5 +314,6 @@ def test_the_python_spec_takes_the_keys_the_cli_config_and_http_take_and_a_strin
     assert PolicySpec(preset=["uv", "npm"], presets=["go"]).presets == ["go", "uv", "npm"]
     assert PolicySpec(allow_host="pypi.org", write="/tmp/x").allow_hosts == ["pypi.org"]
     assert PolicySpec(write="/tmp/x").write == ["/tmp/x"]
+    assert PolicySpec(read=("/a", "/b")).read == ["/a", "/b"]  # a tuple is a list too
     with pytest.raises(ConfigError, match="'write' must be a string or a list of strings"):
         PolicySpec(write=3)  # type: ignore[arg-type]

@@ -98,15 +98,18 @@ class PolicySpec:
         for attr in set(LIST_KEYS.values()):
             value = getattr(self, attr)
             if isinstance(value, str):
-                setattr(self, attr, [value])
-            elif not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                value = [value]
+            elif isinstance(value, (tuple, set, frozenset)):
+                value = list(value)
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise type_error("PolicySpec", _LIST_KEY_OF[attr], "a string or a list of strings")
+            setattr(self, attr, value)
         for key, value in (("preset", preset), ("allow_host", allow_host), ("secret", secret)):
             if value is None:
                 continue
             if isinstance(value, str):
                 value = [value]
-            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
                 raise type_error("PolicySpec", key, "a string or a list of strings")
             getattr(self, LIST_KEYS[key]).extend(value)
 

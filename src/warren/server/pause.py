@@ -92,6 +92,9 @@ def _thaw_guard(freezer: str) -> int:
     return w
 
 
+STOP_WITHIN = 2.0  # seconds: every process of the sandbox stopped by then, or the pause fails
+
+
 def _stop_signals(pid1: int, stopped: bool) -> None:
     """Pause without a freezer: SIGSTOP every process of the sandbox, again until none
     has a thread left running (one forking at the moment of the first pass has a child
@@ -102,20 +105,26 @@ def _stop_signals(pid1: int, stopped: bool) -> None:
     sig = signal.SIGSTOP if stopped else signal.SIGCONT
     # Signalled by pidfd, and only while still a descendant of PID 1: a pid read from
     # the process table may be freed and reused by a host process before the kill.
-    for _ in range(50 if stopped else 1):
+    # A stop takes effect when the process is next scheduled: on a loaded host that is
+    # tens of milliseconds, so the passes go on for a while of time, not a count.
+    deadline = time.monotonic() + (STOP_WITHIN if stopped else 0)
+    pause = 0.001
+    while True:
         running = 0
         for pid in [pid1, *procs.descendants(pid1)]:
             if stopped and not procs.running(pid):
                 continue
             running += 1
             procs.signal_member(pid, sig, pid1)
-        if not running:
-            return
-        time.sleep(0.001)
-    if stopped:
-        _stop_signals(pid1, False)  # not half paused
-        raise SandboxError(
-            "the sandbox's processes kept starting new ones while being stopped",
-            operation="pause",
-            hint="try again; a host with a freezer cgroup (root, or delegated cgroup2) pauses atomically",
-        )
+        if not running or time.monotonic() > deadline:
+            break
+        time.sleep(pause)
+        pause = min(pause * 2, 0.02)
+    if not running or not stopped:
+        return
+    _stop_signals(pid1, False)  # not half paused
+    raise SandboxError(
+        "the sandbox's processes kept starting new ones while being stopped",
+        operation="pause",
+        hint="try again; a host with a freezer cgroup (root, or delegated cgroup2) pauses atomically",
+    )
