@@ -204,3 +204,9 @@ def test_the_network_helper_counts_in_the_sandboxs_cgroups(
         with open(f"/proc/{host[0]}/status") as f:
             parent = int(next(x for x in f if x.startswith("PPid:")).split()[1])
         assert parent not in host + inside  # its parent, the supervisor, stays where it started
+        # charged for memory, not counted among the sandbox's processes: its threads (one
+        # per connection, capped by itself) would take the sandbox's pids budget
+        records = list((state_home / "warren" / "cgroups").iterdir())
+        for d in records[0].read_text().split():
+            if "/pids/" in d:
+                assert host[0] not in {int(p) for p in Path(d, "cgroup.procs").read_text().split()}

@@ -27,6 +27,7 @@ from .._core import cgroups, execstub
 from ..errors import SandboxError, SetupError, WarrenError, from_record
 from ..images.store import Lease
 from ..plan import Plan
+from ..plan.limits import V2
 from ..policy.limits import show_duration
 from . import boxnet, follow, gitkeeper, launch, pause
 
@@ -427,6 +428,18 @@ class Box:
 
     # --- requests handed to PID 1 ------------------------------------------------------------
 
+    def helper_cgroups(self) -> list[str]:
+        """Of the sandbox's cgroups, those its network helper is charged to: memory (and
+        cpu), which grow with what the sandbox asks of it. Not pids, whose budget is the
+        sandbox's processes (the helper's threads are capped by the helper itself), nor
+        the freezer (a paused sandbox's exposed ports still refuse or answer). A cgroup2
+        group is one for every controller: the helper joins it."""
+        planned = self.plan.limits.cgroups if self.plan.limits is not None else ()
+        if len(planned) != len(self.launched.cgroups):
+            return []
+        charged = ("memory", "cpu", V2)
+        return [d for g, d in zip(planned, self.launched.cgroups, strict=True) if g.controller in charged]
+
     def follow_roots(self) -> None:
         """A writable root replaced on the host since the last request is bound anew in
         the sandbox, and PID 1 rebuilds its rules (``follow``); so it does when a file
@@ -492,7 +505,7 @@ class Box:
             proxy_listener=proxy_listener,
             connector=not self.oneshot,
             intercept=self.intercept,
-            cgroup_dirs=self.launched.cgroups,
+            cgroup_dirs=self.helper_cgroups(),
         )
         if connector is not None:
             self.send(protocol.Handoff(request=protocol.ConnectorRequest()), [connector.fileno()])
