@@ -7,12 +7,16 @@ planted credential, so the attack tests never touch the real one."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import datetime
+import gzip
 import json
 import os
 import secrets
 import shutil
 import subprocess
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +24,7 @@ import httpx
 import pytest
 
 from service_util import Serve
+from warren.e2b.envd import MAX_FILE
 from warren.e2b.records import root_of
 
 e2b = pytest.importorskip("e2b")
@@ -29,6 +34,7 @@ from e2b import (  # noqa: E402
     NotFoundException,
     Sandbox,
     SandboxException,
+    SandboxQuery,
 )
 
 MARKER = "planted-credential-" + secrets.token_hex(8)
@@ -373,6 +379,78 @@ def test_an_idle_service_does_not_start_the_supervisor_to_reap_nothing(
         serve.stop()
 
 
+def test_is_running_turns_false_once_paused_killed_or_past_its_end(world: World) -> None:
+    sandbox = Sandbox.create(timeout=120)
+    try:
+        assert sandbox.is_running() is True  # the control: the same probe on a running one
+        sandbox.beta_pause()
+        assert world.warren_state(sandbox.sandbox_id) == "paused"
+        assert sandbox.is_running() is False
+        Sandbox.connect(sandbox.sandbox_id)
+        assert sandbox.is_running() is True
+        # anyone may ask /health, but only the sandbox's own token learns its state
+        with world.raw() as c:
+            paused_probe = {"E2b-Sandbox-Id": sandbox.sandbox_id, "X-Access-Token": "0" * 64}
+            sandbox.beta_pause()
+            assert c.get("/health", headers=paused_probe).status_code == 204
+            assert c.get("/health").status_code == 204
+            Sandbox.connect(sandbox.sandbox_id)
+    finally:
+        Sandbox.kill(sandbox.sandbox_id)
+    assert sandbox.is_running() is False
+    ending = Sandbox.create(timeout=120)
+    try:
+        assert ending.is_running() is True
+        ending.set_timeout(0)  # past its end before the reaper's next round has ended it
+        assert ending.is_running() is False
+    finally:
+        with contextlib.suppress(NotFoundException):
+            Sandbox.kill(ending.sandbox_id)
+
+
+def test_v2_listing_pages_orders_and_filters_by_start_and_template(world: World) -> None:
+    tag = {"listing": secrets.token_hex(6)}
+    first = Sandbox.create(metadata=tag)
+    second = Sandbox.create(metadata=tag)
+    try:
+        query = SandboxQuery(metadata=tag)
+        pages = Sandbox.list(query=query, limit=1)
+        one = pages.next_items()
+        assert [s.sandbox_id for s in one] == [second.sandbox_id]  # newest first, as E2B
+        assert pages.has_next and pages.next_token
+        two = pages.next_items()
+        assert [s.sandbox_id for s in two] == [first.sandbox_id] and not pages.has_next
+        ascending = Sandbox.list(query=query, order="asc").next_items()
+        assert [s.sandbox_id for s in ascending] == [first.sandbox_id, second.sandbox_id]
+        started = second.get_info().started_at
+        after = Sandbox.list(query=SandboxQuery(metadata=tag, started_after=started)).next_items()
+        assert [s.sandbox_id for s in after] == [second.sandbox_id]
+        later = SandboxQuery(metadata=tag, started_after=started + datetime.timedelta(seconds=1))
+        assert Sandbox.list(query=later).next_items() == []
+        assert len(Sandbox.list(query=SandboxQuery(metadata=tag, template="base")).next_items()) == 2
+        assert Sandbox.list(query=SandboxQuery(metadata=tag, template="uv")).next_items() == []
+        with world.raw() as c:
+            headers = {"X-API-Key": world.token}
+            bad = ({"limit": "0"}, {"order": "sideways"}, {"nextToken": "x"}, {"startedAfter": "soon"})
+            for params in bad:
+                r = c.get("/v2/sandboxes", params=params, headers=headers)
+                assert r.status_code == 400 and r.json()["message"], (params, r.text)
+    finally:
+        Sandbox.kill(first.sandbox_id)
+        Sandbox.kill(second.sandbox_id)
+
+
+def test_lifecycle_options_are_honoured_or_refused_never_ignored(world: World) -> None:
+    sandbox = Sandbox.create(timeout=60, lifecycle={"on_timeout": "pause", "auto_resume": False})
+    Sandbox.kill(sandbox.sandbox_id)
+    with pytest.raises(SandboxException, match="auto-resume") as resume:
+        Sandbox.create(lifecycle={"on_timeout": "pause", "auto_resume": True})
+    assert resume.value.status_code == 400
+    with pytest.raises(SandboxException, match="filesystem-only") as memory:
+        Sandbox.create(lifecycle={"on_timeout": {"action": "pause", "keep_memory": False}})
+    assert memory.value.status_code == 400
+
+
 def test_pause_freezes_the_sandbox_and_connect_resumes_it_with_its_processes(world: World) -> None:
     sandbox = Sandbox.create()
     try:
@@ -547,6 +625,51 @@ def test_files_write_read_list_exists_make_dir_rename_remove(world: World, sb: S
     assert stat.type.value == "file"
     with pytest.raises(NotFoundException):
         sb.files.get_info("m/none.txt")
+
+
+def test_a_gzip_upload_is_stored_as_its_content_not_compressed(world: World, sb: Sandbox) -> None:
+    home = world.workspace(sb.sandbox_id)
+    text = "gzip on the wire, plain on disk\n" * 50
+    sb.files.write("zipped.txt", text, gzip=True)
+    assert (home / "zipped.txt").read_text() == text  # judged on the host
+    assert sb.files.read("zipped.txt", gzip=True) == text
+    envd = {"E2b-Sandbox-Id": sb.sandbox_id, "X-Access-Token": sb._envd_access_token or ""}
+    packed = gzip.compress(b"raw bytes")
+    with world.raw() as c:
+        # the control: the same bytes without the header are a file's content as sent
+        r = c.post("/files", params={"path": "sent.gz"}, headers=envd, content=packed)
+        assert r.status_code == 200, r.text
+        assert (home / "sent.gz").read_bytes() == packed
+        deflate = zlib.compressobj(1, zlib.DEFLATED, 16 + zlib.MAX_WBITS)  # gzip, fast
+        zeros = b"\0" * (1 << 20)
+        bomb = b"".join(deflate.compress(zeros) for _ in range(MAX_FILE // len(zeros) + 1)) + deflate.flush()
+        zipped = {**envd, "Content-Encoding": "gzip"}
+        r = c.post("/files", params={"path": "bomb"}, content=bomb, headers=zipped)
+        assert r.status_code == 413 and not (home / "bomb").exists()
+        r = c.post("/files", params={"path": "odd"}, content=b"x", headers={**envd, "Content-Encoding": "br"})
+        assert r.status_code == 415 and not (home / "odd").exists()
+
+
+def test_entries_have_type_char_symlink_target_and_envds_walk_order(world: World, sb: Sandbox) -> None:
+    home = world.workspace(sb.sandbox_id)
+    for d in ("t/a/a1", "t/a/a2", "t/b/b1"):
+        sb.files.make_dir(d)
+    sb.files.write("t/file.txt", "x")
+    sb.commands.run("ln -s file.txt t/link && ln -s nowhere t/dangling")
+    info = sb.files.get_info("t/file.txt")
+    assert info.permissions == "-rw-r--r--" and sb.files.get_info("t/a").permissions == "drwxr-xr-x"
+    link = sb.files.get_info("t/link")
+    # the target's size, the resolved target (this SDK shows the link's own type, older ones
+    # the target's: envd sends both)
+    assert link.size == 1 and link.symlink_target == f"{home}/t/file.txt"
+    assert sb.files.get_info("t/file.txt").symlink_target is None
+    dangling = sb.files.get_info("t/dangling")
+    assert dangling.type is not None and dangling.type.value == "symlink" and dangling.symlink_target is None
+    walked = [e.path[len(f"{home}/t/") :] for e in sb.files.list("t", depth=2)]
+    assert walked == ["a", "a/a1", "a/a2", "b", "b/b1", "dangling", "file.txt", "link"]
+    sb.files.remove("t/never-was")  # envd removes like os.RemoveAll: gone already is success
+    sb.files.remove("t")
+    assert not (home / "t").exists()
 
 
 def test_watching_a_directory_reports_created_files(sb: Sandbox) -> None:

@@ -36,6 +36,7 @@ from .records import Record
 from .rest import Handler, body, handled
 
 MAX_BODY = 1024 * 1024
+MAX_LIMIT = 100  # E2B's page size limit for /v2/sandboxes
 ALIVE = ("running", "paused")
 
 # Create options whose E2B meaning warren does not offer: refused when set, so nothing
@@ -47,7 +48,6 @@ NOT_OFFERED = {
     "network": "per-host network rules",
     "iam": "workload identity tokens",
     "volumeMounts": "volumes",
-    "autoResume": "auto-resume on traffic",
 }
 
 
@@ -188,11 +188,20 @@ class Control:
         for key, what in NOT_OFFERED.items():
             if data.get(key) not in (None, False, {}, []):
                 raise E2BError(400, f"{key} ({what}) is not offered by warren's E2B API")
+        resume = data.get("autoResume")
+        if resume is not None and not (isinstance(resume, dict) and resume.get("enabled") in (None, False)):
+            raise E2BError(400, "autoResume (auto-resume on traffic) is not offered by warren's E2B API")
         timeout = timeout_of(data, DEFAULT_TIMEOUT)
         assert timeout is not None
         metadata, envs = strings(data, "metadata"), strings(data, "envVars")
         internet = flag(data, "allow_internet_access")
         auto_pause = bool(flag(data, "autoPause"))
+        if auto_pause and flag(data, "autoPauseMemory") is False:
+            # a filesystem-only pause (processes end, files stay) is not what warren's
+            # pause does: refused rather than silently kept in memory
+            raise E2BError(
+                400, "autoPauseMemory false (a filesystem-only pause) is not offered by warren's E2B API"
+            )
         sandbox_id = f"e2b-{uuid.uuid4().hex[:16]}"
         with self.core.creating(sandbox_id):
             record = await self._create(sandbox_id, template, timeout, metadata, envs, internet, auto_pause)
@@ -233,24 +242,53 @@ class Control:
         return record
 
     async def list_v1(self, request: Request) -> Response:
-        return JSONResponse(await self._list({"running"}, {}))
+        return JSONResponse([item for _, item in await self._list({"running"}, {})])
 
     async def list_v2(self, request: Request) -> Response:
-        states = set(request.query_params.getlist("state")) or {"running", "paused"}
+        query = request.query_params
+        states = set(query.getlist("state")) or {"running", "paused"}
         for part in list(states):
             states.discard(part)
             states.update(s for s in part.split(",") if s)
         if not states <= {"running", "paused"}:
             raise E2BError(400, f"state must be 'running' or 'paused', not {sorted(states)}")
         wanted: dict[str, str] = {}
-        raw = request.query_params.get("metadata")
+        raw = query.get("metadata")
         if raw:
             from urllib.parse import parse_qsl
 
             wanted = dict(parse_qsl(raw, keep_blank_values=True))
-        return JSONResponse(await self._list(states, wanted))
+        order = query.get("order", "desc")
+        if order not in ("asc", "desc"):
+            raise E2BError(400, f"order must be 'asc' or 'desc', not {order!r}")
+        after = _stamp(query.get("startedAfter"))
+        template = query.get("template")
+        limit = _limit(query.get("limit"))
+        items = await self._list(states, wanted)
+        items = [
+            (started, item)
+            for started, item in items
+            if (after is None or started >= after) and (template is None or item["templateID"] == template)
+        ]
+        # Newest first unless asked otherwise, as E2B lists; ties by id, so the order is total
+        # and a page's cursor (the last item's start and id) says where the next one begins.
+        items.sort(key=lambda pair: (pair[0], pair[1]["sandboxID"]), reverse=order == "desc")
+        cursor = _cursor(query.get("nextToken"))
+        if cursor is not None:
+            items = [
+                pair
+                for pair in items
+                if ((pair[0], pair[1]["sandboxID"]) < cursor) == (order == "desc")
+                and (pair[0], pair[1]["sandboxID"]) != cursor
+            ]
+        page, rest = items[:limit], items[limit:]
+        headers = {}
+        if rest:
+            started, last = page[-1]
+            headers["X-Next-Token"] = f"{started!r}/{last['sandboxID']}"
+        return JSONResponse([item for _, item in page], headers=headers)
 
-    async def _list(self, states: set[str], metadata: dict[str, str]) -> list[dict[str, Any]]:
+    async def _list(self, states: set[str], metadata: dict[str, str]) -> list[tuple[float, dict[str, Any]]]:
         items = await self.core.call(self.core.transport.list)
         out = []
         for info in items:
@@ -258,7 +296,7 @@ class Control:
                 continue
             record = self.core.record_of(info)
             if all(record.metadata.get(k) == v for k, v in metadata.items()):
-                out.append(self.listed(info, record))
+                out.append((record.started_at, self.listed(info, record)))
         return out
 
     async def get(self, request: Request) -> Response:
@@ -364,6 +402,37 @@ class Control:
             for path in (prefix, prefix + "/{rest:path}"):
                 out.append(Route(path, handled(self.elsewhere), methods=every))
         return out
+
+
+def _stamp(raw: str | None) -> float | None:
+    if raw is None:
+        return None
+    try:
+        when = datetime.datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise E2BError(400, f"startedAfter must be an RFC 3339 time, not {raw[:60]!r}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    return when.timestamp()
+
+
+def _limit(raw: str | None) -> int:
+    if raw is None:
+        return MAX_LIMIT
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIMIT:
+        raise E2BError(400, f"limit must be a whole number from 1 to {MAX_LIMIT}, not {raw[:20]!r}")
+    return int(raw)
+
+
+def _cursor(raw: str | None) -> tuple[float, str] | None:
+    """A page's ``nextToken``: the start time and id of the last sandbox it listed."""
+    if not raw:
+        return None
+    started, _, sandbox_id = raw.partition("/")
+    try:
+        return float(started), sandbox_id
+    except ValueError:
+        raise E2BError(400, f"nextToken {raw[:60]!r} is not one this API gave") from None
 
 
 def dispatch(methods: dict[str, Handler]) -> Handler:

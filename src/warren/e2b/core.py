@@ -94,6 +94,15 @@ class Core:
             workspace=info.workspace,
         )
 
+    def running(self, sandbox_id: str) -> bool:
+        """Whether the sandbox is running and within its time (the reaper ends it soon after)."""
+        try:
+            info = self.transport.get(sandbox_id)
+        except SandboxNotFound:
+            return False
+        record = self.records.get(sandbox_id)
+        return info.state == "running" and (record is None or record.end_at > time.time())
+
     def resolve(self, record: Record, path: str) -> str:
         """A path as E2B means it: absolute, or relative to the sandbox's home (its
         workspace). ``..`` and symlinks are resolved by the kernel inside the sandbox."""

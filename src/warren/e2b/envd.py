@@ -26,6 +26,7 @@ request is for, and that the caller may use it, is ``front``'s job: the
 from __future__ import annotations
 
 import posixpath
+import zlib
 from typing import Any, TypeVar
 
 from connectrpc.code import Code
@@ -45,7 +46,7 @@ from .envd_base import EnvdService
 from .envd_filesystem import FILESYSTEM_METHODS, FilesystemService
 from .envd_process import PROCESS_METHODS, ProcessService
 from .records import Record
-from .rest import body, handled
+from .rest import body, error, handled
 
 T = TypeVar("T")
 
@@ -67,6 +68,14 @@ class Envd(EnvdService):
             raise E2BError(502, e.message) from None
 
     async def health(self, request: Request) -> Response:
+        """204 ("up") to anyone, as envd answers; but to a caller that names a sandbox with
+        its access token, 502 once that sandbox is paused, killed or past its end, as E2B's
+        proxy answers for a sandbox it cannot reach: the SDK's ``is_running`` reads that."""
+        sandbox_id = request.headers.get("e2b-sandbox-id") or ""
+        token = request.headers.get("x-access-token") or ""
+        mine = bool(sandbox_id and token) and self.core.records.token_matches(sandbox_id, token)
+        if mine and not await self.core.call(self.core.running, sandbox_id):
+            return error(502, f"sandbox {sandbox_id!r} is not running (paused, killed or past its end)")
         return Response(status_code=204)
 
     async def envs(self, request: Request) -> Response:
@@ -104,7 +113,7 @@ class Envd(EnvdService):
             data = await body(request, MAX_FILE, f"upload is over the limit of {MAX_FILE} bytes")
             if given is None:
                 raise E2BError(400, "query parameter path is required")
-            uploads.append((given, data))
+            uploads.append((given, decoded(data, request.headers.get("content-encoding"))))
         written = []
         for raw, data in uploads:
             path = self.core.resolve(record, raw)
@@ -164,6 +173,27 @@ class _Service:
     def __init__(self, service: EnvdService, methods: dict[str, str]) -> None:
         for name, attr in methods.items():
             setattr(self, name, getattr(service, attr))
+
+
+def decoded(data: bytes, encoding: str | None) -> bytes:
+    """An upload's bytes as the file holds them: a ``Content-Encoding: gzip`` body is
+    inflated (within the file size limit, so a small bomb cannot grow past it); any other
+    encoding is refused rather than stored as sent."""
+    name = (encoding or "identity").strip().lower()
+    if name == "identity":
+        return data
+    if name not in ("gzip", "x-gzip"):
+        raise E2BError(415, f"Content-Encoding {name[:40]!r} is not supported (gzip or none)")
+    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        out = inflate.decompress(data, MAX_FILE + 1)
+    except zlib.error as e:
+        raise E2BError(400, f"the gzip body cannot be decompressed: {e}") from None
+    if len(out) > MAX_FILE or inflate.unconsumed_tail:
+        raise E2BError(413, f"the decompressed upload is over the limit of {MAX_FILE} bytes")
+    if not inflate.eof:
+        raise E2BError(400, "the gzip body is truncated")
+    return out
 
 
 def query_path(request: Request) -> str:
