@@ -29,12 +29,14 @@ from warren.e2b.records import root_of
 
 e2b = pytest.importorskip("e2b")
 from e2b import (  # noqa: E402
+    AsyncSandbox,
     AuthenticationException,
     CommandExitException,
     NotFoundException,
     Sandbox,
     SandboxException,
     SandboxQuery,
+    TimeoutException,
 )
 
 MARKER = "planted-credential-" + secrets.token_hex(8)
@@ -520,7 +522,6 @@ def test_a_background_process_reads_stdin_and_is_killed(world: World, sb: Sandbo
 
 
 def test_the_async_sdk_streams_output_ordered_stdin_and_directory_events(world: World) -> None:
-    from e2b import AsyncSandbox
 
     async def main() -> tuple[list[str], str, str, list[tuple[str, str]]]:
         sandbox = await AsyncSandbox.create()
@@ -562,6 +563,33 @@ def test_the_async_sdk_streams_output_ordered_stdin_and_directory_events(world: 
     assert read == "from async"
     assert ("sub", "create") in events and ("sub/deep.txt", "create") in events
     assert ("sub/deep.txt", "remove") in events
+
+
+def test_a_killed_sandbox_ends_a_running_stream_as_e2b_does(world: World) -> None:
+    sandbox = Sandbox.create()
+    try:
+        # the control: a process killed in a live sandbox ends with its exit, not a cut
+        alive = sandbox.commands.run("sleep 60", background=True)
+        sandbox.commands.kill(alive.pid)
+        with pytest.raises(CommandExitException):
+            alive.wait()
+        running = sandbox.commands.run("sleep 60", background=True)
+    finally:
+        Sandbox.kill(sandbox.sandbox_id)
+    with pytest.raises(TimeoutException, match="killed or reached its end of life"):
+        running.wait()
+
+
+def test_a_commands_timeout_ends_its_stream_in_the_async_sdk_too(world: World, sb: Sandbox) -> None:
+    async def run(timeout: float) -> None:
+        sandbox = await AsyncSandbox.connect(sb.sandbox_id)
+        await sandbox.commands.run("sleep 3", timeout=timeout)
+
+    started = time.monotonic()
+    with pytest.raises(TimeoutException):
+        asyncio.run(run(1))
+    assert time.monotonic() - started < 2.5
+    asyncio.run(run(30))  # the control: the same command with time enough ends normally
 
 
 def test_a_pty_runs_an_interactive_shell_that_can_be_resized(sb: Sandbox) -> None:
@@ -670,6 +698,36 @@ def test_entries_have_type_char_symlink_target_and_envds_walk_order(world: World
     sb.files.remove("t/never-was")  # envd removes like os.RemoveAll: gone already is success
     sb.files.remove("t")
     assert not (home / "t").exists()
+
+
+def test_signed_urls_open_their_own_sandboxs_file_and_nothing_else(world: World) -> None:
+    sandbox = Sandbox.create(secure=True)
+    other = Sandbox.create(secure=True)
+    try:
+        home = world.workspace(sandbox.sandbox_id)
+        sandbox.files.write("shared.txt", "for the link")
+        with httpx.Client(timeout=30) as c:  # no headers: the URL alone
+            got = c.get(sandbox.download_url("shared.txt", "user", 60))
+            assert got.status_code == 200 and got.text == "for the link", got.text
+            forever = c.get(sandbox.download_url("shared.txt"))
+            assert forever.status_code == 200 and forever.text == "for the link"
+            upload = sandbox.upload_url("up.txt", "user", 60)
+            assert c.post(upload, files={"file": ("up.txt", b"uploaded")}).status_code == 200
+            assert (home / "up.txt").read_bytes() == b"uploaded"
+            expired = c.get(sandbox.download_url("shared.txt", "user", use_signature_expiration=-120))
+            assert expired.status_code == 401
+            assert expired.json() == {"code": 401, "message": "signature is already expired"}
+            # a read link does not write, and another path, user or sandbox is not this link's
+            url = sandbox.download_url("shared.txt", "user", 60)
+            assert c.post(url, files={"file": ("x", b"x")}).status_code == 401
+            assert c.get(url.replace("shared.txt", "up.txt")).status_code == 401
+            assert c.get(url.replace("username=user", "username=root")).status_code == 401
+            theirs = other.download_url("shared.txt", "user", 60)
+            assert c.get(theirs).status_code == 404  # signed by the other's token: its own home
+            assert c.get(url.split("&signature=")[0]).status_code == 401  # the control: unsigned
+    finally:
+        Sandbox.kill(sandbox.sandbox_id)
+        Sandbox.kill(other.sandbox_id)
 
 
 def test_watching_a_directory_reports_created_files(sb: Sandbox) -> None:

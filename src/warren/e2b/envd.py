@@ -25,7 +25,11 @@ request is for, and that the caller may use it, is ``front``'s job: the
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import posixpath
+import time
 import zlib
 from typing import Any, TypeVar
 
@@ -61,11 +65,36 @@ class Envd(EnvdService):
         self.process = ProcessService(core)
         self.filesystem = FilesystemService(core)
 
-    async def rest_sandbox(self, request: Request) -> tuple[SandboxInfo, Record]:
+    async def rest_sandbox(self, request: Request, operation: str) -> tuple[SandboxInfo, Record]:
+        headers: Any = request.headers
+        if "e2b-sandbox-id" not in request.headers:
+            headers = {"e2b-sandbox-id": await self.core.call(self.signer, request, operation)}
         try:
-            return await self.sandbox(request.headers)
+            return await self.sandbox(headers)
         except ConnectError as e:
             raise E2BError(502, e.message) from None
+
+    def signer(self, request: Request, operation: str) -> str:
+        """The sandbox whose access token signed this URL (the SDK's ``download_url`` and
+        ``upload_url``: ``v1_`` and the base64 SHA-256 of path, operation, user, token and
+        expiry). The URL names no sandbox: the signature picks the one whose token made
+        it, so a URL is as good as the token, and for nothing else."""
+        query = request.query_params
+        given = query.get("signature", "")
+        path, user = query.get("path", ""), query.get("username", "")
+        expiry = query.get("signature_expiration")
+        if expiry is not None and not expiry.lstrip("-").isdigit():
+            raise E2BError(400, "signature_expiration must be whole seconds since the epoch")
+        records = self.core.records
+        for sandbox_id in records.ids():
+            token = records.access_token(sandbox_id)
+            raw = f"{path}:{operation}:{user}:{token}" + ("" if expiry is None else f":{expiry}")
+            digest = base64.b64encode(hashlib.sha256(raw.encode()).digest()).rstrip(b"=").decode()
+            if hmac.compare_digest(f"v1_{digest}".encode(), given.encode()):
+                if expiry is not None and int(expiry) < time.time():
+                    raise E2BError(401, "signature is already expired")
+                return sandbox_id
+        raise E2BError(401, f"invalid signature for {operation} of this path")
 
     async def health(self, request: Request) -> Response:
         """204 ("up") to anyone, as envd answers; but to a caller that names a sandbox with
@@ -75,15 +104,18 @@ class Envd(EnvdService):
         token = request.headers.get("x-access-token") or ""
         mine = bool(sandbox_id and token) and self.core.records.token_matches(sandbox_id, token)
         if mine and not await self.core.call(self.core.running, sandbox_id):
-            return error(502, f"sandbox {sandbox_id!r} is not running (paused, killed or past its end)")
+            # E2B's proxy words it so, and the SDK reads "was not found" as "not running"
+            return error(
+                502, f"the sandbox {sandbox_id!r} was not found running (paused, killed or past its end)"
+            )
         return Response(status_code=204)
 
     async def envs(self, request: Request) -> Response:
-        _, record = await self.rest_sandbox(request)
+        _, record = await self.rest_sandbox(request, "read")
         return JSONResponse(record.envs)
 
     async def files_get(self, request: Request) -> Response:
-        info, record = await self.rest_sandbox(request)
+        info, record = await self.rest_sandbox(request, "read")
         path = self.core.resolve(record, query_path(request))
         reply, _ = await self.file(info.name, "stat", path)
         assert reply.stat is not None
@@ -93,7 +125,7 @@ class Envd(EnvdService):
         return Response(data, media_type="application/octet-stream")
 
     async def files_post(self, request: Request) -> Response:
-        info, record = await self.rest_sandbox(request)
+        info, record = await self.rest_sandbox(request, "write")
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > MAX_FILE + 64 * 1024:
             raise E2BError(413, f"upload of {declared} bytes is over the limit of {MAX_FILE}")

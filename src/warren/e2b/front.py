@@ -19,8 +19,9 @@ from __future__ import annotations
 import hmac
 import json
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .envd_base import CUT, Cut
 from .records import Records
 
 # The rest of E2B's API (templates, snapshots, volumes, secrets): answered "not offered".
@@ -91,7 +92,7 @@ class Access:
             return
         for prefix, app in self.rpc.items():
             if path.startswith(prefix):
-                await app(scope, receive, send)
+                await _cuttable(app, scope, receive, send)
                 return
         await self.rest(scope, receive, send)
 
@@ -108,11 +109,44 @@ class Access:
             return "missing or wrong API key: send X-API-Key with the token `warren serve` was started with"
         if scope["path"] == "/health":
             return None
+        if (
+            scope["path"] == "/files"
+            and header(scope, b"e2b-sandbox-id") is None
+            and b"signature=" in scope.get("query_string", b"")
+        ):
+            return None  # a signed URL: the route finds the one sandbox whose token signed it
         sandbox = (header(scope, b"e2b-sandbox-id") or b"").decode("latin-1")
         token = (header(scope, b"x-access-token") or b"").decode("latin-1")
         if not sandbox or not token or not self.records.token_matches(sandbox, token):
             return "missing or wrong access token for this sandbox (E2b-Sandbox-Id and X-Access-Token)"
         return None
+
+
+class _Dropped(Exception):
+    pass
+
+
+async def _cuttable(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+    """``app``, except that once it marked its stream cut (``envd_base.sandbox_gone``) the
+    response is never completed: the server closes the connection, as a sandbox's end
+    closes it on E2B."""
+    cut = Cut()
+    token = CUT.set(cut)
+
+    async def guarded(message: Message) -> None:
+        last = message["type"] == "http.response.trailers" or (
+            message["type"] == "http.response.body" and not message.get("more_body", False)
+        )
+        if cut.cut and last:
+            raise _Dropped
+        await send(message)
+
+    try:
+        await app(scope, receive, guarded)
+    except _Dropped:
+        return
+    finally:
+        CUT.reset(token)
 
 
 async def _send_json(send: Send, status: int, body: object) -> None:
