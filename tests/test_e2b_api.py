@@ -14,6 +14,7 @@ import json
 import os
 import secrets
 import shutil
+import stat
 import subprocess
 import time
 import zlib
@@ -451,6 +452,60 @@ def test_lifecycle_options_are_honoured_or_refused_never_ignored(world: World) -
     with pytest.raises(SandboxException, match="filesystem-only") as memory:
         Sandbox.create(lifecycle={"on_timeout": {"action": "pause", "keep_memory": False}})
     assert memory.value.status_code == 400
+
+
+def test_a_snapshot_copies_the_home_without_following_links_and_sandboxes_and_forks_start_from_it(
+    world: World, sb: Sandbox
+) -> None:
+    home = world.workspace(sb.sandbox_id)
+    sb.files.write("keep.txt", "kept")
+    sb.commands.run("ln -s /etc/hostname link && mkfifo pipe && mkdir -p d/e && echo deep > d/e/f")
+    (home / "tool").write_text("#!/bin/sh\n")
+    os.chmod(home / "tool", 0o4755)  # the control: the original has the setuid bit
+    assert os.stat(home / "tool").st_mode & stat.S_ISUID
+    worker = sb.commands.run("sleep 300", background=True)
+    snap = sb.create_snapshot(name="kept-state")
+    assert any("kept-state" in n for n in snap.names)
+    assert worker.pid in [p.pid for p in sb.commands.list()]  # paused for the copy, then thawed
+    assert world.warren_state(sb.sandbox_id) == "running"
+    copy = Path(f"{world.root}-snapshots") / snap.snapshot_id / "home"
+    assert (copy / "keep.txt").read_text() == "kept" and (copy / "d" / "e" / "f").read_text() == "deep\n"
+    assert (copy / "link").is_symlink() and os.readlink(copy / "link") == "/etc/hostname"
+    assert not (copy / "pipe").exists()
+    assert not os.stat(copy / "tool").st_mode & stat.S_ISUID
+    sb.files.write("later.txt", "after the snapshot")
+    child = Sandbox.create(snap.snapshot_id)
+    try:
+        assert child.files.read("keep.txt") == "kept" and child.files.read("d/e/f") == "deep\n"
+        assert not child.files.exists("later.txt")
+        child.files.write("keep.txt", "changed in the child")
+        assert sb.files.read("keep.txt") == "kept"
+        assert [s.snapshot_id for s in Sandbox.list_snapshots(sandbox_id=sb.sandbox_id).next_items()] == [
+            snap.snapshot_id
+        ]
+        assert [s.snapshot_id for s in Sandbox.list_snapshots(name="kept-state").next_items()] == [
+            snap.snapshot_id
+        ]
+        assert Sandbox.list_snapshots(name="no-such-name").next_items() == []
+    finally:
+        Sandbox.kill(child.sandbox_id)
+    forks = sb.fork(count=2, timeout=60)
+    try:
+        assert len(forks) == 2 and all(isinstance(f, Sandbox) for f in forks)
+        for fork in forks:
+            assert isinstance(fork, Sandbox) and fork.sandbox_id != sb.sandbox_id
+            assert fork.files.read("later.txt") == "after the snapshot"  # the files as they are now
+            assert worker.pid not in [p.pid for p in fork.commands.list()]  # not its processes
+    finally:
+        for fork in forks:
+            if isinstance(fork, Sandbox):
+                Sandbox.kill(fork.sandbox_id)
+    assert [s.snapshot_id for s in Sandbox.list_snapshots().next_items()] == [snap.snapshot_id]  # fork's went
+    assert Sandbox.delete_snapshot(snap.snapshot_id) is True
+    assert not copy.exists()
+    assert Sandbox.delete_snapshot(snap.snapshot_id) is False
+    with pytest.raises(SandboxException, match="not found"):
+        Sandbox.create(snap.snapshot_id)
 
 
 def test_pause_freezes_the_sandbox_and_connect_resumes_it_with_its_processes(world: World) -> None:
@@ -901,10 +956,6 @@ def test_bad_requests_get_a_typed_4xx_with_a_message(world: World) -> None:
 def test_what_is_not_offered_raises_a_clear_sdk_error(sb: Sandbox) -> None:
     with pytest.raises(SandboxException, match="not offered"):
         sb.get_metrics()
-    with pytest.raises(SandboxException, match="snapshots are not offered"):
-        Sandbox.list_snapshots().next_items()
-    with pytest.raises(SandboxException, match="not offered"):
-        sb.create_snapshot()
     with pytest.raises(SandboxException, match="network is not offered"):
         sb.update_network({"allow_out": ["example.com"]})
     with pytest.raises(SandboxException, match="not offered"):

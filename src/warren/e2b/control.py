@@ -14,6 +14,7 @@ checked before any route here runs (``front``).
 from __future__ import annotations
 
 import datetime
+import errno
 import json
 import os
 import time
@@ -25,18 +26,20 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..errors import ConfigError, SandboxNotFound
+from ..errors import ConfigError, SandboxNotFound, WarrenError
 from ..models import SandboxInfo
 from ..plan.envroot import WORKSPACE as IMAGE_WORKSPACE
 from ..policy import presets
 from ..policy.spec import PolicySpec
-from .core import DEFAULT_TIMEOUT, ENVD_VERSION, MAX_TIMEOUT, Core, E2BError
+from .core import DEFAULT_TIMEOUT, ENVD_VERSION, MAX_TIMEOUT, Core, E2BError, message_of, status_of
 from .front import ELSEWHERE
 from .records import Record
 from .rest import Handler, body, handled
+from .snapshots import Snapshot
 
 MAX_BODY = 1024 * 1024
 MAX_LIMIT = 100  # E2B's page size limit for /v2/sandboxes
+MAX_FORKS = 16
 ALIVE = ("running", "paused")
 
 # Create options whose E2B meaning warren does not offer: refused when set, so nothing
@@ -203,8 +206,11 @@ class Control:
                 400, "autoPauseMemory false (a filesystem-only pause) is not offered by warren's E2B API"
             )
         sandbox_id = f"e2b-{uuid.uuid4().hex[:16]}"
+        snap = self.core.snapshots.get(template)
         with self.core.creating(sandbox_id):
-            record = await self._create(sandbox_id, template, timeout, metadata, envs, internet, auto_pause)
+            record = await self._create(
+                sandbox_id, template, timeout, metadata, envs, internet, auto_pause, snap
+            )
         self.core.start_reaper()
         return JSONResponse(self.created(record), status_code=201)
 
@@ -217,11 +223,19 @@ class Control:
         envs: dict[str, str],
         internet: bool | None,
         auto_pause: bool,
+        snap: Snapshot | None = None,
     ) -> Record:
         workspace = await self.core.call(self.core.records.new_workspace, sandbox_id)
-        spec, profile = await self.core.call(policy_of, template, workspace, internet)
+        if snap is not None:
+            # a sandbox from a snapshot: the snapshot's template and environment, its files
+            envs = {**snap.envs, **envs}
+            await self.core.call(self.core.snapshots.seed, snap, workspace)
+        policy_template = snap.template if snap is not None else template
+        spec, profile = await self.core.call(policy_of, policy_template, workspace, internet)
         now = time.time()
-        record = Record(sandbox_id, template, now, now + timeout, workspace, metadata, envs, auto_pause)
+        record = Record(
+            sandbox_id, template, now, now + timeout, workspace, metadata, envs, auto_pause, internet=internet
+        )
         if spec.image:
             record.home = IMAGE_WORKSPACE
         try:
@@ -362,6 +376,103 @@ class Control:
             await self._extend(info, timeout, shorten=False)
         return JSONResponse(self.created(self.core.record_of(info)), status_code=201 if resumed else 200)
 
+    async def snapshot(self, request: Request) -> Response:
+        """A copy of the sandbox's home as it is now, taken with its processes paused."""
+        info = await self.alive(request.path_params["id"])
+        record = self.core.records.get(info.name)
+        if record is None:
+            raise E2BError(
+                400, f"sandbox {info.name!r} was not created through the E2B API: no snapshot of it"
+            )
+        data = await json_object(request, required=False)
+        name = data.get("name") or ""
+        if not isinstance(name, str) or len(name) > 200 or "/" in name or "\x00" in name:
+            raise E2BError(400, "name must be a string of at most 200 characters, no '/'")
+        snap = await self._take(info, record, name)
+        return JSONResponse(snap.answer(), status_code=201)
+
+    async def _take(self, info: SandboxInfo, record: Record, name: str) -> Snapshot:
+        running = info.state == "running"
+        if running:
+            await self.core.call(self.core.transport.pause, info.name, True)
+        try:
+            return await self.core.call(
+                self.core.snapshots.take, info.name, record.template, record.envs, record.workspace, name
+            )
+        except OSError as e:
+            raise E2BError(
+                507 if e.errno == errno.EFBIG else 500, f"cannot snapshot {info.name!r}: {e}"
+            ) from None
+        finally:
+            if running:
+                await self.core.call(self.core.transport.pause, info.name, False)
+
+    async def fork(self, request: Request) -> Response:
+        """``count`` new sandboxes from one snapshot of this one (its files, template,
+        environment and metadata; not its processes), each answered on its own."""
+        info = await self.alive(request.path_params["id"])
+        record = self.core.records.get(info.name)
+        if record is None:
+            raise E2BError(
+                400, f"sandbox {info.name!r} was not created through the E2B API: it cannot be forked"
+            )
+        data = await json_object(request, required=False)
+        timeout = timeout_of(data, DEFAULT_TIMEOUT)
+        assert timeout is not None
+        count = data.get("count", 1)
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_FORKS:
+            raise E2BError(400, f"count must be a whole number from 1 to {MAX_FORKS}, not {count!r}")
+        snap = await self._take(info, record, "")
+        results: list[dict[str, Any]] = []
+        try:
+            for _ in range(count):
+                sandbox_id = f"e2b-{uuid.uuid4().hex[:16]}"
+                try:
+                    with self.core.creating(sandbox_id):
+                        made = await self._create(
+                            sandbox_id,
+                            record.template,
+                            timeout,
+                            dict(record.metadata),
+                            {},
+                            record.internet,
+                            record.auto_pause,
+                            snap,
+                        )
+                    results.append({"sandbox": self.created(made)})
+                except (E2BError, WarrenError) as e:
+                    results.append({"error": {"code": status_of(e), "message": message_of(e)}})
+        finally:
+            await self.core.call(self.core.snapshots.remove, snap.snapshot_id)
+        self.core.start_reaper()
+        return JSONResponse(results, status_code=201)
+
+    async def list_snapshots(self, request: Request) -> Response:
+        query = request.query_params
+        sandbox_id, name = query.get("sandboxID"), query.get("name")
+        found = [
+            s
+            for s in await self.core.call(self.core.snapshots.all)
+            if (sandbox_id is None or s.sandbox_id == sandbox_id) and (name is None or s.name == name)
+        ]
+        start = 0
+        token = query.get("nextToken")
+        if token:
+            if not token.isdigit():
+                raise E2BError(400, f"nextToken {token[:60]!r} is not one this API gave")
+            start = int(token)
+        limit = _limit(query.get("limit"))
+        page = found[start : start + limit]
+        headers = {"X-Next-Token": str(start + limit)} if start + limit < len(found) else {}
+        return JSONResponse([s.answer() for s in page], headers=headers)
+
+    async def delete_template(self, request: Request) -> Response:
+        """Only snapshots are templates here that can be deleted; any other is not found."""
+        template = request.path_params["id"].removesuffix(":default")
+        if await self.core.call(self.core.snapshots.remove, template):
+            return Response(status_code=204)
+        raise E2BError(404, f"template {template!r} not found (only snapshots can be deleted here)")
+
     async def not_offered(self, request: Request) -> Response:
         what = request.url.path.rsplit("/", 1)[-1]
         raise E2BError(501, f"{what} is not offered by warren's E2B API (see docs/e2b.md)")
@@ -389,8 +500,10 @@ class Control:
             (f"{one}/metrics", "GET", self.not_offered),
             (f"{one}/logs", "GET", self.not_offered),
             (f"/v2{one}/logs", "GET", self.not_offered),
-            (f"{one}/snapshots", "POST", self.not_offered),
-            (f"{one}/fork", "POST", self.not_offered),
+            (f"{one}/snapshots", "POST", self.snapshot),
+            ("/snapshots", "GET", self.list_snapshots),
+            ("/templates/{id}", "DELETE", self.delete_template),
+            (f"{one}/fork", "POST", self.fork),
             (f"{one}/network", "PUT", self.not_offered),
         ]
         by_path: dict[str, dict[str, Handler]] = {}

@@ -23,6 +23,7 @@ from ..errors import SandboxNotFound, WarrenError
 from ..models import SandboxInfo
 from ..service.status import status_of as warren_status
 from .records import Record, Records
+from .snapshots import Snapshots
 
 T = TypeVar("T")
 
@@ -64,6 +65,7 @@ class Core:
     def __init__(self, transport: Transport, records: Records, threads: int = 128) -> None:
         self.transport = transport
         self.records = records
+        self.snapshots = Snapshots(records.root)
         self.limiter = anyio.CapacityLimiter(threads)
         self._reaper: threading.Thread | None = None
         self._lock = threading.Lock()
