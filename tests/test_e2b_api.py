@@ -530,6 +530,26 @@ def test_pause_freezes_the_sandbox_and_connect_resumes_it_with_its_processes(wor
 # --- commands -------------------------------------------------------------------------------------
 
 
+def test_metrics_are_a_sample_of_the_sandboxs_use_now(world: World, sb: Sandbox) -> None:
+    before = datetime.datetime.now(datetime.UTC)
+    first = sb.get_metrics()
+    assert len(first) == 1
+    time.sleep(1)  # an idle second: the control for the busy one below
+    idle = sb.get_metrics()[0]
+    sb.commands.run("timeout 1.5 sh -c 'while :; do :; done' || true")
+    busy = sb.get_metrics()[0]
+    assert busy.cpu_used_pct > idle.cpu_used_pct, (idle, busy)
+    assert busy.mem_used > 0 and busy.mem_total >= busy.mem_used and busy.cpu_count >= 1
+    assert busy.disk_total == shutil.disk_usage(world.workspace(sb.sandbox_id)).total
+    assert abs(busy.timestamp.timestamp() - time.time()) < 5
+    assert (
+        sb.get_metrics(
+            start=before - datetime.timedelta(hours=1), end=before - datetime.timedelta(minutes=30)
+        )
+        == []
+    )
+
+
 def test_a_foreground_command_gives_stdout_stderr_and_exit_code(sb: Sandbox) -> None:
     result = sb.commands.run("echo out; echo err >&2")
     assert result.exit_code == 0 and result.stdout == "out\n" and "err\n" in result.stderr
@@ -954,8 +974,6 @@ def test_bad_requests_get_a_typed_4xx_with_a_message(world: World) -> None:
 
 
 def test_what_is_not_offered_raises_a_clear_sdk_error(sb: Sandbox) -> None:
-    with pytest.raises(SandboxException, match="not offered"):
-        sb.get_metrics()
     with pytest.raises(SandboxException, match="network is not offered"):
         sb.update_network({"allow_out": ["example.com"]})
     with pytest.raises(SandboxException, match="not offered"):

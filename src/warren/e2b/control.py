@@ -16,7 +16,9 @@ from __future__ import annotations
 import datetime
 import errno
 import json
+import math
 import os
+import shutil
 import time
 import uuid
 from collections.abc import Mapping
@@ -136,6 +138,7 @@ def _images() -> list[str]:
 class Control:
     def __init__(self, core: Core) -> None:
         self.core = core
+        self._cpu: dict[str, tuple[float, float]] = {}  # sandbox -> (when, CPU seconds) of its last sample
 
     # --- answers ---------------------------------------------------------------------------------
 
@@ -319,6 +322,7 @@ class Control:
 
     async def kill(self, request: Request) -> Response:
         await self.alive(request.path_params["id"])
+        self._cpu.pop(request.path_params["id"], None)
         await self.core.call(self.core.kill, request.path_params["id"])
         return Response(status_code=204)
 
@@ -473,6 +477,38 @@ class Control:
             return Response(status_code=204)
         raise E2BError(404, f"template {template!r} not found (only snapshots can be deleted here)")
 
+    async def metrics(self, request: Request) -> Response:
+        """One sample, taken now, of what the sandbox uses (warren keeps no history):
+        answered when the asked range overlaps the sandbox's life, else none. CPU is the
+        share of its CPUs used since the previous sample (or since it started), memory
+        its cgroup's (or its processes') against its limit or the host's memory, disk the
+        filesystem its home is on."""
+        info = await self.alive(request.path_params["id"])
+        record = self.core.record_of(info)
+        start, end = _unix(request.query_params.get("start")), _unix(request.query_params.get("end"))
+        now = time.time()
+        if (end is not None and end < record.started_at - 1) or (start is not None and start > now):
+            return JSONResponse([])
+        stats = await self.core.call(self.core.transport.stats, info.name)
+        cpus = stats.cpus_limit or float(os.cpu_count() or 1)
+        since, used_before = self._cpu.get(info.name, (record.started_at, 0.0))
+        self._cpu[info.name] = (now, stats.cpu_time)
+        busy = (stats.cpu_time - used_before) / max(now - since, 1e-3) / cpus * 100
+        disk = await self.core.call(shutil.disk_usage, record.workspace)
+        host_memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        sample = {
+            "timestamp": rfc3339(now),
+            "timestampUnix": int(now),
+            "cpuCount": max(1, math.ceil(cpus)),
+            "cpuUsedPct": round(min(max(busy, 0.0), 100.0), 2),
+            "memUsed": stats.memory,
+            "memTotal": stats.memory_limit or host_memory,
+            "memCache": 0,
+            "diskUsed": disk.used,
+            "diskTotal": disk.total,
+        }
+        return JSONResponse([sample])
+
     async def not_offered(self, request: Request) -> Response:
         what = request.url.path.rsplit("/", 1)[-1]
         raise E2BError(501, f"{what} is not offered by warren's E2B API (see docs/e2b.md)")
@@ -497,7 +533,7 @@ class Control:
             (f"{one}/resume", "POST", self.resume),
             (f"{one}/connect", "POST", self.connect),
             (f"/v2{one}/connect", "POST", self.connect),
-            (f"{one}/metrics", "GET", self.not_offered),
+            (f"{one}/metrics", "GET", self.metrics),
             (f"{one}/logs", "GET", self.not_offered),
             (f"/v2{one}/logs", "GET", self.not_offered),
             (f"{one}/snapshots", "POST", self.snapshot),
@@ -527,6 +563,15 @@ def _stamp(raw: str | None) -> float | None:
     if when.tzinfo is None:
         when = when.replace(tzinfo=datetime.UTC)
     return when.timestamp()
+
+
+def _unix(raw: str | None) -> float | None:
+    if raw is None:
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        raise E2BError(400, f"start and end must be Unix seconds, not {raw[:40]!r}") from None
 
 
 def _limit(raw: str | None) -> int:
