@@ -973,6 +973,27 @@ def test_bad_requests_get_a_typed_4xx_with_a_message(world: World) -> None:
     assert missing.value.status_code == 404
 
 
+def test_a_request_naming_a_sandbox_gets_e2bs_answer_never_warrens_own(world: World, sb: Sandbox) -> None:
+    envd = {"E2b-Sandbox-Id": sb.sandbox_id, "X-Access-Token": sb._envd_access_token or ""}
+    with world.raw() as c:
+        kernel = c.post("/execute", json={"code": "1"}, headers={**envd, "E2b-Sandbox-Port": "49999"})
+        assert kernel.status_code == 502 and "port 49999 is not open" in kernel.json()["message"]
+        assert c.get("/contexts", headers={**envd, "E2b-Sandbox-Port": "49999"}).status_code == 502
+        unknown = c.get("/v1/sandboxes", headers=envd)
+        assert unknown.status_code == 404 and unknown.json()["code"] == 404, unknown.text
+        assert "E2B API" in unknown.json()["message"]
+        stranger = c.get("/v1/sandboxes", headers={**envd, "X-Access-Token": "0" * 64})
+        assert stranger.status_code == 401 and stranger.json()["code"] == 401
+        # the control: the same path without E2B's headers is warren's own API
+        own = c.get("/v1/sandboxes")
+        assert own.status_code == 401 and "E2B" not in own.text
+    interpreter = Sandbox.create("code-interpreter-v1")  # e2b-code-interpreter's default template
+    try:
+        assert interpreter.commands.run("python3 -c 'print(6 * 7)'").stdout == "42\n"
+    finally:
+        Sandbox.kill(interpreter.sandbox_id)
+
+
 def test_what_is_not_offered_raises_a_clear_sdk_error(sb: Sandbox) -> None:
     with pytest.raises(SandboxException, match="network is not offered"):
         sb.update_network({"allow_out": ["example.com"]})

@@ -42,6 +42,7 @@ from .snapshots import Snapshot
 MAX_BODY = 1024 * 1024
 MAX_LIMIT = 100  # E2B's page size limit for /v2/sandboxes
 MAX_FORKS = 16
+CODE_INTERPRETER = "code-interpreter-v1"
 ALIVE = ("running", "paused")
 
 # Create options whose E2B meaning warren does not offer: refused when set, so nothing
@@ -114,6 +115,11 @@ def policy_of(template: str, workspace: str, internet: bool | None) -> tuple[Pol
     elif internet is False:
         spec.network = "none"
     if template == "base":
+        return spec, None
+    if template == CODE_INTERPRETER:
+        # e2b-code-interpreter's default template: a Python sandbox (its kernel is not
+        # served: run_code gets E2B's "port is not open", see front.port_of)
+        spec.presets = ["python"]
         return spec, None
     if template in presets.names():
         spec.presets = [template]

@@ -57,15 +57,29 @@ def header(scope: Scope, name: bytes) -> bytes | None:
     return None
 
 
+ENVD_PORT = b"49983"
+
+
+def port_of(scope: Scope) -> bytes | None:
+    """The sandbox port an E2B request is for, when it names one other than envd's: the
+    SDKs send ``E2b-Sandbox-Port`` (the code interpreter's Jupyter kernel is 49999)."""
+    port = header(scope, b"e2b-sandbox-port")
+    return port if port is not None and port.strip() != ENVD_PORT else None
+
+
 class Front:
-    """Sends E2B's requests to ``e2b`` and everything else (lifespan included) to ``warren``."""
+    """Sends E2B's requests to ``e2b`` and everything else (lifespan included) to
+    ``warren``. A request naming a sandbox (``E2b-Sandbox-Id``) is E2B's whatever its
+    path, so that an E2B client never gets an answer of warren's own API."""
 
     def __init__(self, warren: ASGIApp, e2b: ASGIApp) -> None:
         self.warren = warren
         self.e2b = e2b
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and plane(scope["path"]) is not None:
+        if scope["type"] == "http" and (
+            plane(scope["path"]) is not None or header(scope, b"e2b-sandbox-id") is not None
+        ):
             await self.e2b(scope, receive, send)
         else:
             await self.warren(scope, receive, send)
@@ -82,6 +96,15 @@ class Access:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"]
+        port = port_of(scope)
+        if port is not None and plane(path) != "control":
+            # E2B's proxy words a port nothing listens on so; the SDKs read "port is not open"
+            message = (
+                f"the sandbox port {port.decode('latin-1')[:8]} is not open: warren's E2B API serves only "
+                "envd (no Jupyter kernel: e2b-code-interpreter's run_code is not offered, see docs/e2b.md)"
+            )
+            await _send_json(send, 502, {"code": 502, "message": message})
+            return
         kind = plane(path) or "rest"
         refusal = self.refusal(scope, kind)
         if refusal is not None:
