@@ -502,7 +502,7 @@ def test_a_snapshot_copies_the_home_without_following_links_and_sandboxes_and_fo
                 Sandbox.kill(fork.sandbox_id)
     assert [s.snapshot_id for s in Sandbox.list_snapshots().next_items()] == [snap.snapshot_id]  # fork's went
     assert Sandbox.delete_snapshot(snap.snapshot_id) is True
-    assert not copy.exists()
+    assert not copy.exists() and not copy.parent.parent.exists()  # no litter left in /tmp
     assert Sandbox.delete_snapshot(snap.snapshot_id) is False
     with pytest.raises(SandboxException, match="not found"):
         Sandbox.create(snap.snapshot_id)

@@ -19,6 +19,7 @@ import contextlib
 import json
 import os
 import secrets
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -53,15 +54,17 @@ class Snapshot:
 class Snapshots:
     def __init__(self, sandboxes_root: str) -> None:
         self.root = f"{sandboxes_root}-snapshots"
+        self._root_lock = threading.Lock()  # making a snapshot in the root vs removing it when empty
 
     def take(
         self, sandbox_id: str, template: str, envs: dict[str, str], workspace: str, name: str
     ) -> Snapshot:
         """Copy ``workspace`` (the caller has paused its sandbox) into a new snapshot."""
         snap = Snapshot(f"snap-{secrets.token_hex(8)}", sandbox_id, template, time.time(), name, envs)
-        ensure_root(self.root)
         top = os.path.join(self.root, snap.snapshot_id)
-        os.mkdir(top, 0o700)
+        with self._root_lock:
+            ensure_root(self.root)
+            os.mkdir(top, 0o700)
         try:
             os.mkdir(os.path.join(top, HOME), 0o700)
             src = safepath.open_dir(workspace)
@@ -111,10 +114,13 @@ class Snapshots:
     def remove(self, snapshot_id: str) -> bool:
         if not snapshot_id.startswith("snap-") or "/" in snapshot_id:
             return False
+        removed = False
         with contextlib.suppress(FileNotFoundError):
             root = safepath.open_dir(self.root)
             try:
-                return safepath.remove_tree(root, snapshot_id)
+                removed = safepath.remove_tree(root, snapshot_id)
             finally:
                 os.close(root)
-        return False
+        with self._root_lock, contextlib.suppress(OSError):
+            os.rmdir(self.root)  # the last one leaves no litter in /tmp (not empty: kept)
+        return removed
