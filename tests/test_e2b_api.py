@@ -7,12 +7,17 @@ planted credential, so the attack tests never touch the real one."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import datetime
+import gzip
 import json
 import os
 import secrets
 import shutil
+import stat
 import subprocess
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,15 +25,19 @@ import httpx
 import pytest
 
 from service_util import Serve
+from warren.e2b.envd import MAX_FILE
 from warren.e2b.records import root_of
 
 e2b = pytest.importorskip("e2b")
 from e2b import (  # noqa: E402
+    AsyncSandbox,
     AuthenticationException,
     CommandExitException,
     NotFoundException,
     Sandbox,
     SandboxException,
+    SandboxQuery,
+    TimeoutException,
 )
 
 MARKER = "planted-credential-" + secrets.token_hex(8)
@@ -373,6 +382,132 @@ def test_an_idle_service_does_not_start_the_supervisor_to_reap_nothing(
         serve.stop()
 
 
+def test_is_running_turns_false_once_paused_killed_or_past_its_end(world: World) -> None:
+    sandbox = Sandbox.create(timeout=120)
+    try:
+        assert sandbox.is_running() is True  # the control: the same probe on a running one
+        sandbox.beta_pause()
+        assert world.warren_state(sandbox.sandbox_id) == "paused"
+        assert sandbox.is_running() is False
+        Sandbox.connect(sandbox.sandbox_id)
+        assert sandbox.is_running() is True
+        # anyone may ask /health, but only the sandbox's own token learns its state
+        with world.raw() as c:
+            paused_probe = {"E2b-Sandbox-Id": sandbox.sandbox_id, "X-Access-Token": "0" * 64}
+            sandbox.beta_pause()
+            assert c.get("/health", headers=paused_probe).status_code == 204
+            assert c.get("/health").status_code == 204
+            Sandbox.connect(sandbox.sandbox_id)
+    finally:
+        Sandbox.kill(sandbox.sandbox_id)
+    assert sandbox.is_running() is False
+    ending = Sandbox.create(timeout=120)
+    try:
+        assert ending.is_running() is True
+        ending.set_timeout(0)  # past its end before the reaper's next round has ended it
+        assert ending.is_running() is False
+    finally:
+        with contextlib.suppress(NotFoundException):
+            Sandbox.kill(ending.sandbox_id)
+
+
+def test_v2_listing_pages_orders_and_filters_by_start_and_template(world: World) -> None:
+    tag = {"listing": secrets.token_hex(6)}
+    first = Sandbox.create(metadata=tag)
+    second = Sandbox.create(metadata=tag)
+    try:
+        query = SandboxQuery(metadata=tag)
+        pages = Sandbox.list(query=query, limit=1)
+        one = pages.next_items()
+        assert [s.sandbox_id for s in one] == [second.sandbox_id]  # newest first, as E2B
+        assert pages.has_next and pages.next_token
+        two = pages.next_items()
+        assert [s.sandbox_id for s in two] == [first.sandbox_id] and not pages.has_next
+        ascending = Sandbox.list(query=query, order="asc").next_items()
+        assert [s.sandbox_id for s in ascending] == [first.sandbox_id, second.sandbox_id]
+        started = second.get_info().started_at
+        after = Sandbox.list(query=SandboxQuery(metadata=tag, started_after=started)).next_items()
+        assert [s.sandbox_id for s in after] == [second.sandbox_id]
+        later = SandboxQuery(metadata=tag, started_after=started + datetime.timedelta(seconds=1))
+        assert Sandbox.list(query=later).next_items() == []
+        assert len(Sandbox.list(query=SandboxQuery(metadata=tag, template="base")).next_items()) == 2
+        assert Sandbox.list(query=SandboxQuery(metadata=tag, template="uv")).next_items() == []
+        with world.raw() as c:
+            headers = {"X-API-Key": world.token}
+            bad = ({"limit": "0"}, {"order": "sideways"}, {"nextToken": "x"}, {"startedAfter": "soon"})
+            for params in bad:
+                r = c.get("/v2/sandboxes", params=params, headers=headers)
+                assert r.status_code == 400 and r.json()["message"], (params, r.text)
+    finally:
+        Sandbox.kill(first.sandbox_id)
+        Sandbox.kill(second.sandbox_id)
+
+
+def test_lifecycle_options_are_honoured_or_refused_never_ignored(world: World) -> None:
+    sandbox = Sandbox.create(timeout=60, lifecycle={"on_timeout": "pause", "auto_resume": False})
+    Sandbox.kill(sandbox.sandbox_id)
+    with pytest.raises(SandboxException, match="auto-resume") as resume:
+        Sandbox.create(lifecycle={"on_timeout": "pause", "auto_resume": True})
+    assert resume.value.status_code == 400
+    with pytest.raises(SandboxException, match="filesystem-only") as memory:
+        Sandbox.create(lifecycle={"on_timeout": {"action": "pause", "keep_memory": False}})
+    assert memory.value.status_code == 400
+
+
+def test_a_snapshot_copies_the_home_without_following_links_and_sandboxes_and_forks_start_from_it(
+    world: World, sb: Sandbox
+) -> None:
+    home = world.workspace(sb.sandbox_id)
+    sb.files.write("keep.txt", "kept")
+    sb.commands.run("ln -s /etc/hostname link && mkfifo pipe && mkdir -p d/e && echo deep > d/e/f")
+    (home / "tool").write_text("#!/bin/sh\n")
+    os.chmod(home / "tool", 0o4755)  # the control: the original has the setuid bit
+    assert os.stat(home / "tool").st_mode & stat.S_ISUID
+    worker = sb.commands.run("sleep 300", background=True)
+    snap = sb.create_snapshot(name="kept-state")
+    assert any("kept-state" in n for n in snap.names)
+    assert worker.pid in [p.pid for p in sb.commands.list()]  # paused for the copy, then thawed
+    assert world.warren_state(sb.sandbox_id) == "running"
+    copy = Path(f"{world.root}-snapshots") / snap.snapshot_id / "home"
+    assert (copy / "keep.txt").read_text() == "kept" and (copy / "d" / "e" / "f").read_text() == "deep\n"
+    assert (copy / "link").is_symlink() and os.readlink(copy / "link") == "/etc/hostname"
+    assert not (copy / "pipe").exists()
+    assert not os.stat(copy / "tool").st_mode & stat.S_ISUID
+    sb.files.write("later.txt", "after the snapshot")
+    child = Sandbox.create(snap.snapshot_id)
+    try:
+        assert child.files.read("keep.txt") == "kept" and child.files.read("d/e/f") == "deep\n"
+        assert not child.files.exists("later.txt")
+        child.files.write("keep.txt", "changed in the child")
+        assert sb.files.read("keep.txt") == "kept"
+        assert [s.snapshot_id for s in Sandbox.list_snapshots(sandbox_id=sb.sandbox_id).next_items()] == [
+            snap.snapshot_id
+        ]
+        assert [s.snapshot_id for s in Sandbox.list_snapshots(name="kept-state").next_items()] == [
+            snap.snapshot_id
+        ]
+        assert Sandbox.list_snapshots(name="no-such-name").next_items() == []
+    finally:
+        Sandbox.kill(child.sandbox_id)
+    forks = sb.fork(count=2, timeout=60)
+    try:
+        assert len(forks) == 2 and all(isinstance(f, Sandbox) for f in forks)
+        for fork in forks:
+            assert isinstance(fork, Sandbox) and fork.sandbox_id != sb.sandbox_id
+            assert fork.files.read("later.txt") == "after the snapshot"  # the files as they are now
+            assert worker.pid not in [p.pid for p in fork.commands.list()]  # not its processes
+    finally:
+        for fork in forks:
+            if isinstance(fork, Sandbox):
+                Sandbox.kill(fork.sandbox_id)
+    assert [s.snapshot_id for s in Sandbox.list_snapshots().next_items()] == [snap.snapshot_id]  # fork's went
+    assert Sandbox.delete_snapshot(snap.snapshot_id) is True
+    assert not copy.exists() and not copy.parent.parent.exists()  # no litter left in /tmp
+    assert Sandbox.delete_snapshot(snap.snapshot_id) is False
+    with pytest.raises(SandboxException, match="not found"):
+        Sandbox.create(snap.snapshot_id)
+
+
 def test_pause_freezes_the_sandbox_and_connect_resumes_it_with_its_processes(world: World) -> None:
     sandbox = Sandbox.create()
     try:
@@ -393,6 +528,26 @@ def test_pause_freezes_the_sandbox_and_connect_resumes_it_with_its_processes(wor
 
 
 # --- commands -------------------------------------------------------------------------------------
+
+
+def test_metrics_are_a_sample_of_the_sandboxs_use_now(world: World, sb: Sandbox) -> None:
+    before = datetime.datetime.now(datetime.UTC)
+    first = sb.get_metrics()
+    assert len(first) == 1
+    time.sleep(1)  # an idle second: the control for the busy one below
+    idle = sb.get_metrics()[0]
+    sb.commands.run("timeout 1.5 sh -c 'while :; do :; done' || true")
+    busy = sb.get_metrics()[0]
+    assert busy.cpu_used_pct > idle.cpu_used_pct, (idle, busy)
+    assert busy.mem_used > 0 and busy.mem_total >= busy.mem_used and busy.cpu_count >= 1
+    assert busy.disk_total == shutil.disk_usage(world.workspace(sb.sandbox_id)).total
+    assert abs(busy.timestamp.timestamp() - time.time()) < 5
+    assert (
+        sb.get_metrics(
+            start=before - datetime.timedelta(hours=1), end=before - datetime.timedelta(minutes=30)
+        )
+        == []
+    )
 
 
 def test_a_foreground_command_gives_stdout_stderr_and_exit_code(sb: Sandbox) -> None:
@@ -442,7 +597,6 @@ def test_a_background_process_reads_stdin_and_is_killed(world: World, sb: Sandbo
 
 
 def test_the_async_sdk_streams_output_ordered_stdin_and_directory_events(world: World) -> None:
-    from e2b import AsyncSandbox
 
     async def main() -> tuple[list[str], str, str, list[tuple[str, str]]]:
         sandbox = await AsyncSandbox.create()
@@ -484,6 +638,33 @@ def test_the_async_sdk_streams_output_ordered_stdin_and_directory_events(world: 
     assert read == "from async"
     assert ("sub", "create") in events and ("sub/deep.txt", "create") in events
     assert ("sub/deep.txt", "remove") in events
+
+
+def test_a_killed_sandbox_ends_a_running_stream_as_e2b_does(world: World) -> None:
+    sandbox = Sandbox.create()
+    try:
+        # the control: a process killed in a live sandbox ends with its exit, not a cut
+        alive = sandbox.commands.run("sleep 60", background=True)
+        sandbox.commands.kill(alive.pid)
+        with pytest.raises(CommandExitException):
+            alive.wait()
+        running = sandbox.commands.run("sleep 60", background=True)
+    finally:
+        Sandbox.kill(sandbox.sandbox_id)
+    with pytest.raises(TimeoutException, match="killed or reached its end of life"):
+        running.wait()
+
+
+def test_a_commands_timeout_ends_its_stream_in_the_async_sdk_too(world: World, sb: Sandbox) -> None:
+    async def run(timeout: float) -> None:
+        sandbox = await AsyncSandbox.connect(sb.sandbox_id)
+        await sandbox.commands.run("sleep 3", timeout=timeout)
+
+    started = time.monotonic()
+    with pytest.raises(TimeoutException):
+        asyncio.run(run(1))
+    assert time.monotonic() - started < 2.5
+    asyncio.run(run(30))  # the control: the same command with time enough ends normally
 
 
 def test_a_pty_runs_an_interactive_shell_that_can_be_resized(sb: Sandbox) -> None:
@@ -547,6 +728,81 @@ def test_files_write_read_list_exists_make_dir_rename_remove(world: World, sb: S
     assert stat.type.value == "file"
     with pytest.raises(NotFoundException):
         sb.files.get_info("m/none.txt")
+
+
+def test_a_gzip_upload_is_stored_as_its_content_not_compressed(world: World, sb: Sandbox) -> None:
+    home = world.workspace(sb.sandbox_id)
+    text = "gzip on the wire, plain on disk\n" * 50
+    sb.files.write("zipped.txt", text, gzip=True)
+    assert (home / "zipped.txt").read_text() == text  # judged on the host
+    assert sb.files.read("zipped.txt", gzip=True) == text
+    envd = {"E2b-Sandbox-Id": sb.sandbox_id, "X-Access-Token": sb._envd_access_token or ""}
+    packed = gzip.compress(b"raw bytes")
+    with world.raw() as c:
+        # the control: the same bytes without the header are a file's content as sent
+        r = c.post("/files", params={"path": "sent.gz"}, headers=envd, content=packed)
+        assert r.status_code == 200, r.text
+        assert (home / "sent.gz").read_bytes() == packed
+        deflate = zlib.compressobj(1, zlib.DEFLATED, 16 + zlib.MAX_WBITS)  # gzip, fast
+        zeros = b"\0" * (1 << 20)
+        bomb = b"".join(deflate.compress(zeros) for _ in range(MAX_FILE // len(zeros) + 1)) + deflate.flush()
+        zipped = {**envd, "Content-Encoding": "gzip"}
+        r = c.post("/files", params={"path": "bomb"}, content=bomb, headers=zipped)
+        assert r.status_code == 413 and not (home / "bomb").exists()
+        r = c.post("/files", params={"path": "odd"}, content=b"x", headers={**envd, "Content-Encoding": "br"})
+        assert r.status_code == 415 and not (home / "odd").exists()
+
+
+def test_entries_have_type_char_symlink_target_and_envds_walk_order(world: World, sb: Sandbox) -> None:
+    home = world.workspace(sb.sandbox_id)
+    for d in ("t/a/a1", "t/a/a2", "t/b/b1"):
+        sb.files.make_dir(d)
+    sb.files.write("t/file.txt", "x")
+    sb.commands.run("ln -s file.txt t/link && ln -s nowhere t/dangling")
+    info = sb.files.get_info("t/file.txt")
+    assert info.permissions == "-rw-r--r--" and sb.files.get_info("t/a").permissions == "drwxr-xr-x"
+    link = sb.files.get_info("t/link")
+    # the target's size, the resolved target (this SDK shows the link's own type, older ones
+    # the target's: envd sends both)
+    assert link.size == 1 and link.symlink_target == f"{home}/t/file.txt"
+    assert sb.files.get_info("t/file.txt").symlink_target is None
+    dangling = sb.files.get_info("t/dangling")
+    assert dangling.type is not None and dangling.type.value == "symlink" and dangling.symlink_target is None
+    walked = [e.path[len(f"{home}/t/") :] for e in sb.files.list("t", depth=2)]
+    assert walked == ["a", "a/a1", "a/a2", "b", "b/b1", "dangling", "file.txt", "link"]
+    sb.files.remove("t/never-was")  # envd removes like os.RemoveAll: gone already is success
+    sb.files.remove("t")
+    assert not (home / "t").exists()
+
+
+def test_signed_urls_open_their_own_sandboxs_file_and_nothing_else(world: World) -> None:
+    sandbox = Sandbox.create(secure=True)
+    other = Sandbox.create(secure=True)
+    try:
+        home = world.workspace(sandbox.sandbox_id)
+        sandbox.files.write("shared.txt", "for the link")
+        with httpx.Client(timeout=30) as c:  # no headers: the URL alone
+            got = c.get(sandbox.download_url("shared.txt", "user", 60))
+            assert got.status_code == 200 and got.text == "for the link", got.text
+            forever = c.get(sandbox.download_url("shared.txt"))
+            assert forever.status_code == 200 and forever.text == "for the link"
+            upload = sandbox.upload_url("up.txt", "user", 60)
+            assert c.post(upload, files={"file": ("up.txt", b"uploaded")}).status_code == 200
+            assert (home / "up.txt").read_bytes() == b"uploaded"
+            expired = c.get(sandbox.download_url("shared.txt", "user", use_signature_expiration=-120))
+            assert expired.status_code == 401
+            assert expired.json() == {"code": 401, "message": "signature is already expired"}
+            # a read link does not write, and another path, user or sandbox is not this link's
+            url = sandbox.download_url("shared.txt", "user", 60)
+            assert c.post(url, files={"file": ("x", b"x")}).status_code == 401
+            assert c.get(url.replace("shared.txt", "up.txt")).status_code == 401
+            assert c.get(url.replace("username=user", "username=root")).status_code == 401
+            theirs = other.download_url("shared.txt", "user", 60)
+            assert c.get(theirs).status_code == 404  # signed by the other's token: its own home
+            assert c.get(url.split("&signature=")[0]).status_code == 401  # the control: unsigned
+    finally:
+        Sandbox.kill(sandbox.sandbox_id)
+        Sandbox.kill(other.sandbox_id)
 
 
 def test_watching_a_directory_reports_created_files(sb: Sandbox) -> None:
@@ -717,13 +973,28 @@ def test_bad_requests_get_a_typed_4xx_with_a_message(world: World) -> None:
     assert missing.value.status_code == 404
 
 
+def test_a_request_naming_a_sandbox_gets_e2bs_answer_never_warrens_own(world: World, sb: Sandbox) -> None:
+    envd = {"E2b-Sandbox-Id": sb.sandbox_id, "X-Access-Token": sb._envd_access_token or ""}
+    with world.raw() as c:
+        kernel = c.post("/execute", json={"code": "1"}, headers={**envd, "E2b-Sandbox-Port": "49999"})
+        assert kernel.status_code == 502 and "port 49999 is not open" in kernel.json()["message"]
+        assert c.get("/contexts", headers={**envd, "E2b-Sandbox-Port": "49999"}).status_code == 502
+        unknown = c.get("/v1/sandboxes", headers=envd)
+        assert unknown.status_code == 404 and unknown.json()["code"] == 404, unknown.text
+        assert "E2B API" in unknown.json()["message"]
+        stranger = c.get("/v1/sandboxes", headers={**envd, "X-Access-Token": "0" * 64})
+        assert stranger.status_code == 401 and stranger.json()["code"] == 401
+        # the control: the same path without E2B's headers is warren's own API
+        own = c.get("/v1/sandboxes")
+        assert own.status_code == 401 and "E2B" not in own.text
+    interpreter = Sandbox.create("code-interpreter-v1")  # e2b-code-interpreter's default template
+    try:
+        assert interpreter.commands.run("python3 -c 'print(6 * 7)'").stdout == "42\n"
+    finally:
+        Sandbox.kill(interpreter.sandbox_id)
+
+
 def test_what_is_not_offered_raises_a_clear_sdk_error(sb: Sandbox) -> None:
-    with pytest.raises(SandboxException, match="not offered"):
-        sb.get_metrics()
-    with pytest.raises(SandboxException, match="snapshots are not offered"):
-        Sandbox.list_snapshots().next_items()
-    with pytest.raises(SandboxException, match="not offered"):
-        sb.create_snapshot()
     with pytest.raises(SandboxException, match="network is not offered"):
         sb.update_network({"allow_out": ["example.com"]})
     with pytest.raises(SandboxException, match="not offered"):

@@ -301,6 +301,83 @@ def remove_tree(dirfd: int, rel: str) -> bool:
         return True
 
 
+def copy_tree(src: int, dst: int, limit: int) -> int:
+    """Copy what the directory ``src`` holds into the empty directory ``dst`` (one the
+    caller made and nothing else writes) without following any link: directories and
+    regular files are copied (modes without setuid/setgid, times kept), a symlink is
+    made again as a symlink, anything else (devices, sockets, fifos) is left out, and a
+    file with several names becomes several files. Returns the bytes copied; ``OSError``
+    (``EFBIG``) once they pass ``limit``. A name replaced mid-copy is copied as what it
+    then is, or left out: never followed."""
+    return _copy_into(src, dst, [limit])
+
+
+def _copy_into(src: int, dst: int, left: list[int]) -> int:
+    size = 0
+    with os.scandir(src) as entries:
+        names = [e.name for e in entries]
+    for name in names:
+        try:
+            st = os.stat(name, dir_fd=src, follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            try:
+                s = open_beneath(src, name, os.O_RDONLY | os.O_DIRECTORY)
+            except OSError as e:
+                if e.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):
+                    continue
+                raise
+            try:
+                os.mkdir(name, 0o700, dir_fd=dst)
+                d = open_beneath(dst, name, os.O_RDONLY | os.O_DIRECTORY)
+                try:
+                    size += _copy_into(s, d, left)
+                    os.chmod(d, stat.S_IMODE(os.fstat(s).st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
+                    os.utime(d, ns=(st.st_atime_ns, st.st_mtime_ns))
+                finally:
+                    os.close(d)
+            finally:
+                os.close(s)
+        elif stat.S_ISREG(st.st_mode):
+            size += _copy_file(src, dst, name, left)
+        elif stat.S_ISLNK(st.st_mode):
+            with contextlib.suppress(FileNotFoundError, OSError):
+                os.symlink(os.readlink(name, dir_fd=src), name, dir_fd=dst)
+    return size
+
+
+def _copy_file(src: int, dst: int, name: str, left: list[int]) -> int:
+    try:
+        s = open_beneath(src, name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError as e:
+        if e.errno in (errno.ENOENT, errno.ELOOP, errno.ENXIO):
+            return 0
+        raise
+    try:
+        st = os.fstat(s)
+        if not stat.S_ISREG(st.st_mode):
+            return 0  # replaced by something else meanwhile
+        d = open_beneath(dst, name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            done = 0
+            while True:
+                n = os.sendfile(d, s, done, 1 << 24)
+                if n == 0:
+                    break
+                done += n
+                left[0] -= n
+                if left[0] < 0:
+                    raise OSError(errno.EFBIG, "the tree is over the size limit of the copy")
+            os.chmod(d, stat.S_IMODE(st.st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
+            os.utime(d, ns=(st.st_atime_ns, st.st_mtime_ns))
+            return done
+        finally:
+            os.close(d)
+    finally:
+        os.close(s)
+
+
 def _empty_dir(pfd: int, name: str) -> None:
     fd = open_beneath(pfd, name, os.O_RDONLY | os.O_DIRECTORY)
     try:

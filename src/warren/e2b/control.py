@@ -14,8 +14,11 @@ checked before any route here runs (``front``).
 from __future__ import annotations
 
 import datetime
+import errno
 import json
+import math
 import os
+import shutil
 import time
 import uuid
 from collections.abc import Mapping
@@ -25,17 +28,21 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..errors import ConfigError, SandboxNotFound
+from ..errors import ConfigError, SandboxNotFound, WarrenError
 from ..models import SandboxInfo
 from ..plan.envroot import WORKSPACE as IMAGE_WORKSPACE
 from ..policy import presets
 from ..policy.spec import PolicySpec
-from .core import DEFAULT_TIMEOUT, ENVD_VERSION, MAX_TIMEOUT, Core, E2BError
+from .core import DEFAULT_TIMEOUT, ENVD_VERSION, MAX_TIMEOUT, Core, E2BError, message_of, status_of
 from .front import ELSEWHERE
 from .records import Record
 from .rest import Handler, body, handled
+from .snapshots import Snapshot
 
 MAX_BODY = 1024 * 1024
+MAX_LIMIT = 100  # E2B's page size limit for /v2/sandboxes
+MAX_FORKS = 16
+CODE_INTERPRETER = "code-interpreter-v1"
 ALIVE = ("running", "paused")
 
 # Create options whose E2B meaning warren does not offer: refused when set, so nothing
@@ -47,7 +54,6 @@ NOT_OFFERED = {
     "network": "per-host network rules",
     "iam": "workload identity tokens",
     "volumeMounts": "volumes",
-    "autoResume": "auto-resume on traffic",
 }
 
 
@@ -110,6 +116,11 @@ def policy_of(template: str, workspace: str, internet: bool | None) -> tuple[Pol
         spec.network = "none"
     if template == "base":
         return spec, None
+    if template == CODE_INTERPRETER:
+        # e2b-code-interpreter's default template: a Python sandbox (its kernel is not
+        # served: run_code gets E2B's "port is not open", see front.port_of)
+        spec.presets = ["python"]
+        return spec, None
     if template in presets.names():
         spec.presets = [template]
         return spec, None
@@ -133,6 +144,7 @@ def _images() -> list[str]:
 class Control:
     def __init__(self, core: Core) -> None:
         self.core = core
+        self._cpu: dict[str, tuple[float, float]] = {}  # sandbox -> (when, CPU seconds) of its last sample
 
     # --- answers ---------------------------------------------------------------------------------
 
@@ -188,14 +200,26 @@ class Control:
         for key, what in NOT_OFFERED.items():
             if data.get(key) not in (None, False, {}, []):
                 raise E2BError(400, f"{key} ({what}) is not offered by warren's E2B API")
+        resume = data.get("autoResume")
+        if resume is not None and not (isinstance(resume, dict) and resume.get("enabled") in (None, False)):
+            raise E2BError(400, "autoResume (auto-resume on traffic) is not offered by warren's E2B API")
         timeout = timeout_of(data, DEFAULT_TIMEOUT)
         assert timeout is not None
         metadata, envs = strings(data, "metadata"), strings(data, "envVars")
         internet = flag(data, "allow_internet_access")
         auto_pause = bool(flag(data, "autoPause"))
+        if auto_pause and flag(data, "autoPauseMemory") is False:
+            # a filesystem-only pause (processes end, files stay) is not what warren's
+            # pause does: refused rather than silently kept in memory
+            raise E2BError(
+                400, "autoPauseMemory false (a filesystem-only pause) is not offered by warren's E2B API"
+            )
         sandbox_id = f"e2b-{uuid.uuid4().hex[:16]}"
+        snap = self.core.snapshots.get(template)
         with self.core.creating(sandbox_id):
-            record = await self._create(sandbox_id, template, timeout, metadata, envs, internet, auto_pause)
+            record = await self._create(
+                sandbox_id, template, timeout, metadata, envs, internet, auto_pause, snap
+            )
         self.core.start_reaper()
         return JSONResponse(self.created(record), status_code=201)
 
@@ -208,11 +232,19 @@ class Control:
         envs: dict[str, str],
         internet: bool | None,
         auto_pause: bool,
+        snap: Snapshot | None = None,
     ) -> Record:
         workspace = await self.core.call(self.core.records.new_workspace, sandbox_id)
-        spec, profile = await self.core.call(policy_of, template, workspace, internet)
+        if snap is not None:
+            # a sandbox from a snapshot: the snapshot's template and environment, its files
+            envs = {**snap.envs, **envs}
+            await self.core.call(self.core.snapshots.seed, snap, workspace)
+        policy_template = snap.template if snap is not None else template
+        spec, profile = await self.core.call(policy_of, policy_template, workspace, internet)
         now = time.time()
-        record = Record(sandbox_id, template, now, now + timeout, workspace, metadata, envs, auto_pause)
+        record = Record(
+            sandbox_id, template, now, now + timeout, workspace, metadata, envs, auto_pause, internet=internet
+        )
         if spec.image:
             record.home = IMAGE_WORKSPACE
         try:
@@ -233,24 +265,53 @@ class Control:
         return record
 
     async def list_v1(self, request: Request) -> Response:
-        return JSONResponse(await self._list({"running"}, {}))
+        return JSONResponse([item for _, item in await self._list({"running"}, {})])
 
     async def list_v2(self, request: Request) -> Response:
-        states = set(request.query_params.getlist("state")) or {"running", "paused"}
+        query = request.query_params
+        states = set(query.getlist("state")) or {"running", "paused"}
         for part in list(states):
             states.discard(part)
             states.update(s for s in part.split(",") if s)
         if not states <= {"running", "paused"}:
             raise E2BError(400, f"state must be 'running' or 'paused', not {sorted(states)}")
         wanted: dict[str, str] = {}
-        raw = request.query_params.get("metadata")
+        raw = query.get("metadata")
         if raw:
             from urllib.parse import parse_qsl
 
             wanted = dict(parse_qsl(raw, keep_blank_values=True))
-        return JSONResponse(await self._list(states, wanted))
+        order = query.get("order", "desc")
+        if order not in ("asc", "desc"):
+            raise E2BError(400, f"order must be 'asc' or 'desc', not {order!r}")
+        after = _stamp(query.get("startedAfter"))
+        template = query.get("template")
+        limit = _limit(query.get("limit"))
+        items = await self._list(states, wanted)
+        items = [
+            (started, item)
+            for started, item in items
+            if (after is None or started >= after) and (template is None or item["templateID"] == template)
+        ]
+        # Newest first unless asked otherwise, as E2B lists; ties by id, so the order is total
+        # and a page's cursor (the last item's start and id) says where the next one begins.
+        items.sort(key=lambda pair: (pair[0], pair[1]["sandboxID"]), reverse=order == "desc")
+        cursor = _cursor(query.get("nextToken"))
+        if cursor is not None:
+            items = [
+                pair
+                for pair in items
+                if ((pair[0], pair[1]["sandboxID"]) < cursor) == (order == "desc")
+                and (pair[0], pair[1]["sandboxID"]) != cursor
+            ]
+        page, rest = items[:limit], items[limit:]
+        headers = {}
+        if rest:
+            started, last = page[-1]
+            headers["X-Next-Token"] = f"{started!r}/{last['sandboxID']}"
+        return JSONResponse([item for _, item in page], headers=headers)
 
-    async def _list(self, states: set[str], metadata: dict[str, str]) -> list[dict[str, Any]]:
+    async def _list(self, states: set[str], metadata: dict[str, str]) -> list[tuple[float, dict[str, Any]]]:
         items = await self.core.call(self.core.transport.list)
         out = []
         for info in items:
@@ -258,7 +319,7 @@ class Control:
                 continue
             record = self.core.record_of(info)
             if all(record.metadata.get(k) == v for k, v in metadata.items()):
-                out.append(self.listed(info, record))
+                out.append((record.started_at, self.listed(info, record)))
         return out
 
     async def get(self, request: Request) -> Response:
@@ -267,6 +328,7 @@ class Control:
 
     async def kill(self, request: Request) -> Response:
         await self.alive(request.path_params["id"])
+        self._cpu.pop(request.path_params["id"], None)
         await self.core.call(self.core.kill, request.path_params["id"])
         return Response(status_code=204)
 
@@ -324,6 +386,135 @@ class Control:
             await self._extend(info, timeout, shorten=False)
         return JSONResponse(self.created(self.core.record_of(info)), status_code=201 if resumed else 200)
 
+    async def snapshot(self, request: Request) -> Response:
+        """A copy of the sandbox's home as it is now, taken with its processes paused."""
+        info = await self.alive(request.path_params["id"])
+        record = self.core.records.get(info.name)
+        if record is None:
+            raise E2BError(
+                400, f"sandbox {info.name!r} was not created through the E2B API: no snapshot of it"
+            )
+        data = await json_object(request, required=False)
+        name = data.get("name") or ""
+        if not isinstance(name, str) or len(name) > 200 or "/" in name or "\x00" in name:
+            raise E2BError(400, "name must be a string of at most 200 characters, no '/'")
+        snap = await self._take(info, record, name)
+        return JSONResponse(snap.answer(), status_code=201)
+
+    async def _take(self, info: SandboxInfo, record: Record, name: str) -> Snapshot:
+        running = info.state == "running"
+        if running:
+            await self.core.call(self.core.transport.pause, info.name, True)
+        try:
+            return await self.core.call(
+                self.core.snapshots.take, info.name, record.template, record.envs, record.workspace, name
+            )
+        except OSError as e:
+            raise E2BError(
+                507 if e.errno == errno.EFBIG else 500, f"cannot snapshot {info.name!r}: {e}"
+            ) from None
+        finally:
+            if running:
+                await self.core.call(self.core.transport.pause, info.name, False)
+
+    async def fork(self, request: Request) -> Response:
+        """``count`` new sandboxes from one snapshot of this one (its files, template,
+        environment and metadata; not its processes), each answered on its own."""
+        info = await self.alive(request.path_params["id"])
+        record = self.core.records.get(info.name)
+        if record is None:
+            raise E2BError(
+                400, f"sandbox {info.name!r} was not created through the E2B API: it cannot be forked"
+            )
+        data = await json_object(request, required=False)
+        timeout = timeout_of(data, DEFAULT_TIMEOUT)
+        assert timeout is not None
+        count = data.get("count", 1)
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_FORKS:
+            raise E2BError(400, f"count must be a whole number from 1 to {MAX_FORKS}, not {count!r}")
+        snap = await self._take(info, record, "")
+        results: list[dict[str, Any]] = []
+        try:
+            for _ in range(count):
+                sandbox_id = f"e2b-{uuid.uuid4().hex[:16]}"
+                try:
+                    with self.core.creating(sandbox_id):
+                        made = await self._create(
+                            sandbox_id,
+                            record.template,
+                            timeout,
+                            dict(record.metadata),
+                            {},
+                            record.internet,
+                            record.auto_pause,
+                            snap,
+                        )
+                    results.append({"sandbox": self.created(made)})
+                except (E2BError, WarrenError) as e:
+                    results.append({"error": {"code": status_of(e), "message": message_of(e)}})
+        finally:
+            await self.core.call(self.core.snapshots.remove, snap.snapshot_id)
+        self.core.start_reaper()
+        return JSONResponse(results, status_code=201)
+
+    async def list_snapshots(self, request: Request) -> Response:
+        query = request.query_params
+        sandbox_id, name = query.get("sandboxID"), query.get("name")
+        found = [
+            s
+            for s in await self.core.call(self.core.snapshots.all)
+            if (sandbox_id is None or s.sandbox_id == sandbox_id) and (name is None or s.name == name)
+        ]
+        start = 0
+        token = query.get("nextToken")
+        if token:
+            if not token.isdigit():
+                raise E2BError(400, f"nextToken {token[:60]!r} is not one this API gave")
+            start = int(token)
+        limit = _limit(query.get("limit"))
+        page = found[start : start + limit]
+        headers = {"X-Next-Token": str(start + limit)} if start + limit < len(found) else {}
+        return JSONResponse([s.answer() for s in page], headers=headers)
+
+    async def delete_template(self, request: Request) -> Response:
+        """Only snapshots are templates here that can be deleted; any other is not found."""
+        template = request.path_params["id"].removesuffix(":default")
+        if await self.core.call(self.core.snapshots.remove, template):
+            return Response(status_code=204)
+        raise E2BError(404, f"template {template!r} not found (only snapshots can be deleted here)")
+
+    async def metrics(self, request: Request) -> Response:
+        """One sample, taken now, of what the sandbox uses (warren keeps no history):
+        answered when the asked range overlaps the sandbox's life, else none. CPU is the
+        share of its CPUs used since the previous sample (or since it started), memory
+        its cgroup's (or its processes') against its limit or the host's memory, disk the
+        filesystem its home is on."""
+        info = await self.alive(request.path_params["id"])
+        record = self.core.record_of(info)
+        start, end = _unix(request.query_params.get("start")), _unix(request.query_params.get("end"))
+        now = time.time()
+        if (end is not None and end < record.started_at - 1) or (start is not None and start > now):
+            return JSONResponse([])
+        stats = await self.core.call(self.core.transport.stats, info.name)
+        cpus = stats.cpus_limit or float(os.cpu_count() or 1)
+        since, used_before = self._cpu.get(info.name, (record.started_at, 0.0))
+        self._cpu[info.name] = (now, stats.cpu_time)
+        busy = (stats.cpu_time - used_before) / max(now - since, 1e-3) / cpus * 100
+        disk = await self.core.call(shutil.disk_usage, record.workspace)
+        host_memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        sample = {
+            "timestamp": rfc3339(now),
+            "timestampUnix": int(now),
+            "cpuCount": max(1, math.ceil(cpus)),
+            "cpuUsedPct": round(min(max(busy, 0.0), 100.0), 2),
+            "memUsed": stats.memory,
+            "memTotal": stats.memory_limit or host_memory,
+            "memCache": 0,
+            "diskUsed": disk.used,
+            "diskTotal": disk.total,
+        }
+        return JSONResponse([sample])
+
     async def not_offered(self, request: Request) -> Response:
         what = request.url.path.rsplit("/", 1)[-1]
         raise E2BError(501, f"{what} is not offered by warren's E2B API (see docs/e2b.md)")
@@ -348,11 +539,13 @@ class Control:
             (f"{one}/resume", "POST", self.resume),
             (f"{one}/connect", "POST", self.connect),
             (f"/v2{one}/connect", "POST", self.connect),
-            (f"{one}/metrics", "GET", self.not_offered),
+            (f"{one}/metrics", "GET", self.metrics),
             (f"{one}/logs", "GET", self.not_offered),
             (f"/v2{one}/logs", "GET", self.not_offered),
-            (f"{one}/snapshots", "POST", self.not_offered),
-            (f"{one}/fork", "POST", self.not_offered),
+            (f"{one}/snapshots", "POST", self.snapshot),
+            ("/snapshots", "GET", self.list_snapshots),
+            ("/templates/{id}", "DELETE", self.delete_template),
+            (f"{one}/fork", "POST", self.fork),
             (f"{one}/network", "PUT", self.not_offered),
         ]
         by_path: dict[str, dict[str, Handler]] = {}
@@ -364,6 +557,46 @@ class Control:
             for path in (prefix, prefix + "/{rest:path}"):
                 out.append(Route(path, handled(self.elsewhere), methods=every))
         return out
+
+
+def _stamp(raw: str | None) -> float | None:
+    if raw is None:
+        return None
+    try:
+        when = datetime.datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise E2BError(400, f"startedAfter must be an RFC 3339 time, not {raw[:60]!r}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    return when.timestamp()
+
+
+def _unix(raw: str | None) -> float | None:
+    if raw is None:
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        raise E2BError(400, f"start and end must be Unix seconds, not {raw[:40]!r}") from None
+
+
+def _limit(raw: str | None) -> int:
+    if raw is None:
+        return MAX_LIMIT
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIMIT:
+        raise E2BError(400, f"limit must be a whole number from 1 to {MAX_LIMIT}, not {raw[:20]!r}")
+    return int(raw)
+
+
+def _cursor(raw: str | None) -> tuple[float, str] | None:
+    """A page's ``nextToken``: the start time and id of the last sandbox it listed."""
+    if not raw:
+        return None
+    started, _, sandbox_id = raw.partition("/")
+    try:
+        return float(started), sandbox_id
+    except ValueError:
+        raise E2BError(400, f"nextToken {raw[:60]!r} is not one this API gave") from None
 
 
 def dispatch(methods: dict[str, Handler]) -> Handler:

@@ -23,6 +23,7 @@ from ..errors import SandboxNotFound, WarrenError
 from ..models import SandboxInfo
 from ..service.status import status_of as warren_status
 from .records import Record, Records
+from .snapshots import Snapshots
 
 T = TypeVar("T")
 
@@ -64,6 +65,7 @@ class Core:
     def __init__(self, transport: Transport, records: Records, threads: int = 128) -> None:
         self.transport = transport
         self.records = records
+        self.snapshots = Snapshots(records.root)
         self.limiter = anyio.CapacityLimiter(threads)
         self._reaper: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -93,6 +95,15 @@ class Core:
             end_at=float("inf"),
             workspace=info.workspace,
         )
+
+    def running(self, sandbox_id: str) -> bool:
+        """Whether the sandbox is running and within its time (the reaper ends it soon after)."""
+        try:
+            info = self.transport.get(sandbox_id)
+        except SandboxNotFound:
+            return False
+        record = self.records.get(sandbox_id)
+        return info.state == "running" and (record is None or record.end_at > time.time())
 
     def resolve(self, record: Record, path: str) -> str:
         """A path as E2B means it: absolute, or relative to the sandbox's home (its

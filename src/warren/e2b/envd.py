@@ -25,7 +25,12 @@ request is for, and that the caller may use it, is ``front``'s job: the
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import posixpath
+import time
+import zlib
 from typing import Any, TypeVar
 
 from connectrpc.code import Code
@@ -45,7 +50,7 @@ from .envd_base import EnvdService
 from .envd_filesystem import FILESYSTEM_METHODS, FilesystemService
 from .envd_process import PROCESS_METHODS, ProcessService
 from .records import Record
-from .rest import body, handled
+from .rest import body, error, handled
 
 T = TypeVar("T")
 
@@ -60,21 +65,57 @@ class Envd(EnvdService):
         self.process = ProcessService(core)
         self.filesystem = FilesystemService(core)
 
-    async def rest_sandbox(self, request: Request) -> tuple[SandboxInfo, Record]:
+    async def rest_sandbox(self, request: Request, operation: str) -> tuple[SandboxInfo, Record]:
+        headers: Any = request.headers
+        if "e2b-sandbox-id" not in request.headers:
+            headers = {"e2b-sandbox-id": await self.core.call(self.signer, request, operation)}
         try:
-            return await self.sandbox(request.headers)
+            return await self.sandbox(headers)
         except ConnectError as e:
             raise E2BError(502, e.message) from None
 
+    def signer(self, request: Request, operation: str) -> str:
+        """The sandbox whose access token signed this URL (the SDK's ``download_url`` and
+        ``upload_url``: ``v1_`` and the base64 SHA-256 of path, operation, user, token and
+        expiry). The URL names no sandbox: the signature picks the one whose token made
+        it, so a URL is as good as the token, and for nothing else."""
+        query = request.query_params
+        given = query.get("signature", "")
+        path, user = query.get("path", ""), query.get("username", "")
+        expiry = query.get("signature_expiration")
+        if expiry is not None and not expiry.lstrip("-").isdigit():
+            raise E2BError(400, "signature_expiration must be whole seconds since the epoch")
+        records = self.core.records
+        for sandbox_id in records.ids():
+            token = records.access_token(sandbox_id)
+            raw = f"{path}:{operation}:{user}:{token}" + ("" if expiry is None else f":{expiry}")
+            digest = base64.b64encode(hashlib.sha256(raw.encode()).digest()).rstrip(b"=").decode()
+            if hmac.compare_digest(f"v1_{digest}".encode(), given.encode()):
+                if expiry is not None and int(expiry) < time.time():
+                    raise E2BError(401, "signature is already expired")
+                return sandbox_id
+        raise E2BError(401, f"invalid signature for {operation} of this path")
+
     async def health(self, request: Request) -> Response:
+        """204 ("up") to anyone, as envd answers; but to a caller that names a sandbox with
+        its access token, 502 once that sandbox is paused, killed or past its end, as E2B's
+        proxy answers for a sandbox it cannot reach: the SDK's ``is_running`` reads that."""
+        sandbox_id = request.headers.get("e2b-sandbox-id") or ""
+        token = request.headers.get("x-access-token") or ""
+        mine = bool(sandbox_id and token) and self.core.records.token_matches(sandbox_id, token)
+        if mine and not await self.core.call(self.core.running, sandbox_id):
+            # E2B's proxy words it so, and the SDK reads "was not found" as "not running"
+            return error(
+                502, f"the sandbox {sandbox_id!r} was not found running (paused, killed or past its end)"
+            )
         return Response(status_code=204)
 
     async def envs(self, request: Request) -> Response:
-        _, record = await self.rest_sandbox(request)
+        _, record = await self.rest_sandbox(request, "read")
         return JSONResponse(record.envs)
 
     async def files_get(self, request: Request) -> Response:
-        info, record = await self.rest_sandbox(request)
+        info, record = await self.rest_sandbox(request, "read")
         path = self.core.resolve(record, query_path(request))
         reply, _ = await self.file(info.name, "stat", path)
         assert reply.stat is not None
@@ -84,7 +125,7 @@ class Envd(EnvdService):
         return Response(data, media_type="application/octet-stream")
 
     async def files_post(self, request: Request) -> Response:
-        info, record = await self.rest_sandbox(request)
+        info, record = await self.rest_sandbox(request, "write")
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > MAX_FILE + 64 * 1024:
             raise E2BError(413, f"upload of {declared} bytes is over the limit of {MAX_FILE}")
@@ -104,7 +145,7 @@ class Envd(EnvdService):
             data = await body(request, MAX_FILE, f"upload is over the limit of {MAX_FILE} bytes")
             if given is None:
                 raise E2BError(400, "query parameter path is required")
-            uploads.append((given, data))
+            uploads.append((given, decoded(data, request.headers.get("content-encoding"))))
         written = []
         for raw, data in uploads:
             path = self.core.resolve(record, raw)
@@ -164,6 +205,27 @@ class _Service:
     def __init__(self, service: EnvdService, methods: dict[str, str]) -> None:
         for name, attr in methods.items():
             setattr(self, name, getattr(service, attr))
+
+
+def decoded(data: bytes, encoding: str | None) -> bytes:
+    """An upload's bytes as the file holds them: a ``Content-Encoding: gzip`` body is
+    inflated (within the file size limit, so a small bomb cannot grow past it); any other
+    encoding is refused rather than stored as sent."""
+    name = (encoding or "identity").strip().lower()
+    if name == "identity":
+        return data
+    if name not in ("gzip", "x-gzip"):
+        raise E2BError(415, f"Content-Encoding {name[:40]!r} is not supported (gzip or none)")
+    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        out = inflate.decompress(data, MAX_FILE + 1)
+    except zlib.error as e:
+        raise E2BError(400, f"the gzip body cannot be decompressed: {e}") from None
+    if len(out) > MAX_FILE or inflate.unconsumed_tail:
+        raise E2BError(413, f"the decompressed upload is over the limit of {MAX_FILE} bytes")
+    if not inflate.eof:
+        raise E2BError(400, "the gzip body is truncated")
+    return out
 
 
 def query_path(request: Request) -> str:

@@ -7,6 +7,7 @@ and ``envd_filesystem`` (``filesystem.Filesystem``) each build on ``EnvdService`
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import sys
 import traceback
@@ -50,6 +51,27 @@ def connect_error(error: BaseException) -> ConnectError:
     if not isinstance(error, (E2BError, WarrenError)):
         traceback.print_exc(file=sys.stderr)
     return ConnectError(CODES.get(status_of(error), Code.INTERNAL), message_of(error))
+
+
+class Cut:
+    """Set when a stream must end as E2B's would when its sandbox goes away: the
+    connection dropped, no end message (``front.Access`` does the dropping)."""
+
+    def __init__(self) -> None:
+        self.cut = False
+
+
+CUT: contextvars.ContextVar[Cut | None] = contextvars.ContextVar("e2b_cut", default=None)
+
+
+def sandbox_gone(sandbox_id: str) -> ConnectError:
+    """The error for a stream whose sandbox was killed or reached its end under it: the
+    connection is cut, so the SDK probes ``/health`` (502) and says the sandbox ended,
+    as it does on E2B; a client that still gets an answer reads this one."""
+    cut = CUT.get()
+    if cut is not None:
+        cut.cut = True
+    return ConnectError(Code.UNAVAILABLE, f"the sandbox {sandbox_id!r} was not found: killed or past its end")
 
 
 P = ParamSpec("P")

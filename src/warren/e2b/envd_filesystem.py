@@ -8,6 +8,7 @@ removal and a creation.
 from __future__ import annotations
 
 import asyncio
+import errno
 import grp
 import posixpath
 import pwd
@@ -24,6 +25,8 @@ from connectrpc.request import RequestContext
 from e2b.envd.filesystem import filesystem_pb as fs
 from protobuf.wkt import Timestamp
 
+from ..client.transport import Command
+from ..errors import SandboxFileError
 from ..models import FileInfo
 from .core import Core, E2BError
 from .envd_base import KEEPALIVE, EnvdService, Oneof, connect_error, rpc
@@ -40,18 +43,27 @@ class Watcher:
     seen: dict[str, tuple[str, int, float]] = field(default_factory=dict)
 
 
-def entry(stat: FileInfo, path: str) -> fs.EntryInfo:
-    kind = {"file": fs.FileType.FILE, "dir": fs.FileType.DIRECTORY, "symlink": fs.FileType.SYMLINK}
+KINDS = {"file": fs.FileType.FILE, "dir": fs.FileType.DIRECTORY, "symlink": fs.FileType.SYMLINK}
+# warren's FileInfo carries permission bits and a type name; ``ls -l`` form needs both
+TYPE_BITS = {"file": _stat.S_IFREG, "dir": _stat.S_IFDIR, "symlink": _stat.S_IFLNK}
+
+
+def entry(stat: FileInfo, path: str, link: tuple[FileInfo, str] | None = None) -> fs.EntryInfo:
+    """envd's ``EntryInfo``. For a symlink, ``link`` is what it leads to and the resolved
+    path: envd reports the target's type, size and mode, with ``symlink_target``."""
+    shown = link[0] if link is not None else stat
+    bits = shown.mode & 0o7777
     return fs.EntryInfo(
         name=stat.name or posixpath.basename(path.rstrip("/")) or "/",
-        type=kind.get(stat.type, fs.FileType.UNSPECIFIED),
+        type=KINDS.get(shown.type, fs.FileType.UNSPECIFIED),
         path=path,
-        size=stat.size,
-        mode=stat.mode & 0o7777,
-        permissions=_stat.filemode(stat.mode),
-        owner=_user(stat.uid),
-        group=_group(stat.gid),
-        modified_time=Timestamp.from_nanos(int(stat.mtime * 1e9)),
+        size=shown.size,
+        mode=bits,
+        permissions=_stat.filemode(TYPE_BITS.get(shown.type, 0) | bits),
+        owner=_user(shown.uid),
+        group=_group(shown.gid),
+        modified_time=Timestamp.from_nanos(int(shown.mtime * 1e9)),
+        symlink_target=link[1] if link is not None else None,
         is_symlink=stat.type == "symlink",
     )
 
@@ -78,7 +90,26 @@ class FilesystemService(EnvdService):
     async def stat(self, sandbox_id: str, path: str) -> fs.EntryInfo:
         reply, _ = await self.file(sandbox_id, "stat", path, follow=False)
         assert reply.stat is not None
-        return entry(reply.stat, path)
+        return await self.entry(sandbox_id, reply.stat, path)
+
+    async def entry(self, sandbox_id: str, stat: FileInfo, path: str) -> fs.EntryInfo:
+        if stat.type != "symlink":
+            return entry(stat, path)
+        return entry(stat, path, await self.followed(sandbox_id, path))
+
+    async def followed(self, sandbox_id: str, path: str) -> tuple[FileInfo, str] | None:
+        """What a symlink leads to and its resolved path, both as the sandbox sees them
+        (``readlink -f`` inside it); None for a dangling link."""
+        try:
+            target, _ = await self.file(sandbox_id, "stat", path, follow=True)
+        except SandboxFileError:
+            return None
+        command = Command(["readlink", "-f", "--", path], "/", timeout=10, output_limit=16384)
+        result = await self.core.call(self.core.transport.exec, sandbox_id, command)
+        resolved = result.stdout.decode(errors="replace").rstrip("\n")
+        if result.exit_code != 0 or target.stat is None or not resolved:
+            return None
+        return target.stat, resolved
 
     @rpc
     async def fs_stat(self, request: fs.StatRequest, ctx: RequestContext[Any, Any]) -> fs.StatResponse:
@@ -108,29 +139,35 @@ class FilesystemService(EnvdService):
         info, record = await self.sandbox(ctx.request_headers)
         path = self.core.resolve(record, request.path)
         found = await self.walk(info.name, path, max(1, request.depth))
-        return fs.ListDirResponse(entries=[entry(s, p) for p, s in found])
+        return fs.ListDirResponse(entries=[await self.entry(info.name, s, p) for p, s in found])
 
     async def walk(self, sandbox_id: str, path: str, depth: int) -> list[tuple[str, FileInfo]]:
+        """The tree below ``path`` to ``depth`` levels, depth first in name order (each
+        directory right before its contents), as envd's walk lists it."""
         out: list[tuple[str, FileInfo]] = []
-        level = [path]
-        for _ in range(depth):
-            below: list[str] = []
-            for directory in level:
-                reply, _ = await self.file(sandbox_id, "list", directory)
-                for item in reply.entries:
-                    child = posixpath.join(directory, item.name)
-                    out.append((child, item))
-                    if item.type == "dir":
-                        below.append(child)
+
+        async def visit(directory: str, level: int) -> None:
+            reply, _ = await self.file(sandbox_id, "list", directory)
+            for item in reply.entries:
+                child = posixpath.join(directory, item.name)
+                out.append((child, item))
                 if len(out) > MAX_LIST:
                     raise E2BError(413, f"{path} holds over {MAX_LIST} entries at this depth")
-            level = below
+                if item.type == "dir" and level < depth:
+                    await visit(child, level + 1)
+
+        await visit(path, 1)
         return out
 
     @rpc
     async def remove(self, request: fs.RemoveRequest, ctx: RequestContext[Any, Any]) -> fs.RemoveResponse:
         info, record = await self.sandbox(ctx.request_headers)
-        await self.file(info.name, "remove", self.core.resolve(record, request.path), recursive=True)
+        try:
+            await self.file(info.name, "remove", self.core.resolve(record, request.path), recursive=True)
+        except SandboxFileError as e:
+            if e.errno != errno.ENOENT:
+                raise
+            # envd's remove is os.RemoveAll: a path already gone is success
         return fs.RemoveResponse()
 
     async def snapshot(

@@ -17,13 +17,15 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
 from connectrpc.request import RequestContext
 from e2b.envd.process import process_pb as pb
 
 from ..client.transport import Command
 from ..models import ProcessState, SandboxInfo
 from .core import Core, E2BError
-from .envd_base import KEEPALIVE, POLL, EnvdService, Oneof, connect_error, rpc
+from .envd_base import KEEPALIVE, POLL, EnvdService, Oneof, connect_error, rpc, sandbox_gone
 
 # What a process's output buffer keeps per stream (its reader follows it as it comes).
 OUTPUT_LIMIT = 64 * 1024 * 1024
@@ -129,7 +131,7 @@ class ProcessService(EnvdService):
             spawn_id, pid, config.cmd, list(config.args), dict(config.envs), cwd, request.tag, pty
         )
         yield pb.StartResponse(event=self.started(pid))
-        async for event in self.follow(info.name, spawn_id, 0, 0, pty is not None):
+        async for event in self.follow(info.name, spawn_id, 0, 0, pty is not None, ctx.timeout_ms):
             yield pb.StartResponse(event=event)
 
     async def connect(
@@ -142,24 +144,41 @@ class ProcessService(EnvdService):
         except Exception as e:
             raise connect_error(e) from None
         yield pb.ConnectResponse(event=self.started(proc.pid))
-        async for event in self.follow(info.name, proc.spawn_id, len(out), len(err), proc.pty is not None):
+        following = self.follow(
+            info.name, proc.spawn_id, len(out), len(err), proc.pty is not None, ctx.timeout_ms
+        )
+        async for event in following:
             yield pb.ConnectResponse(event=event)
 
     def started(self, pid: int) -> pb.ProcessEvent:
         return pb.ProcessEvent(event=Oneof("start", pb.ProcessEvent.StartEvent(pid=pid)))
 
     async def follow(
-        self, sandbox_id: str, spawn_id: str, out_off: int, err_off: int, pty: bool = False
+        self,
+        sandbox_id: str,
+        spawn_id: str,
+        out_off: int,
+        err_off: int,
+        pty: bool = False,
+        timeout_ms: float | None = None,
     ) -> AsyncIterator[pb.ProcessEvent]:
         """The output of a background process as it comes (all of it the terminal's, for a
-        process in a PTY), then its end."""
+        process in a PTY), then its end; or, past the caller's ``Connect-Timeout-Ms``, a
+        ``deadline_exceeded`` end as envd's (the process itself keeps running)."""
         quiet_since = time.monotonic()
+        deadline = None if timeout_ms is None else quiet_since + timeout_ms / 1000
         while True:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise ConnectError(
+                    Code.DEADLINE_EXCEEDED, "the stream's deadline (Connect-Timeout-Ms) passed"
+                )
             try:
                 state, out, err = await self.core.call(
                     self.core.transport.process, sandbox_id, spawn_id, out_off, err_off
                 )
             except Exception as e:
+                if not await self.core.call(self.core.running, sandbox_id):
+                    raise sandbox_gone(sandbox_id) from None
                 raise connect_error(e) from None
             for kind, data in (("stdout", out), ("stderr", err)):
                 kind = "pty" if pty else kind
@@ -171,6 +190,9 @@ class ProcessService(EnvdService):
             if out or err:
                 quiet_since = time.monotonic()
                 continue
+            lost = state.status is None and not state.running
+            if lost and not await self.core.call(self.core.running, sandbox_id):
+                raise sandbox_gone(sandbox_id)
             if state.status is not None or not state.running:
                 self.procs.pop((sandbox_id, state.pid), None)
                 yield pb.ProcessEvent(event=Oneof("end", end_event(state)))

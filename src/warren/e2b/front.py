@@ -19,8 +19,9 @@ from __future__ import annotations
 import hmac
 import json
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .envd_base import CUT, Cut
 from .records import Records
 
 # The rest of E2B's API (templates, snapshots, volumes, secrets): answered "not offered".
@@ -56,15 +57,29 @@ def header(scope: Scope, name: bytes) -> bytes | None:
     return None
 
 
+ENVD_PORT = b"49983"
+
+
+def port_of(scope: Scope) -> bytes | None:
+    """The sandbox port an E2B request is for, when it names one other than envd's: the
+    SDKs send ``E2b-Sandbox-Port`` (the code interpreter's Jupyter kernel is 49999)."""
+    port = header(scope, b"e2b-sandbox-port")
+    return port if port is not None and port.strip() != ENVD_PORT else None
+
+
 class Front:
-    """Sends E2B's requests to ``e2b`` and everything else (lifespan included) to ``warren``."""
+    """Sends E2B's requests to ``e2b`` and everything else (lifespan included) to
+    ``warren``. A request naming a sandbox (``E2b-Sandbox-Id``) is E2B's whatever its
+    path, so that an E2B client never gets an answer of warren's own API."""
 
     def __init__(self, warren: ASGIApp, e2b: ASGIApp) -> None:
         self.warren = warren
         self.e2b = e2b
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and plane(scope["path"]) is not None:
+        if scope["type"] == "http" and (
+            plane(scope["path"]) is not None or header(scope, b"e2b-sandbox-id") is not None
+        ):
             await self.e2b(scope, receive, send)
         else:
             await self.warren(scope, receive, send)
@@ -81,6 +96,15 @@ class Access:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"]
+        port = port_of(scope)
+        if port is not None and plane(path) != "control":
+            # E2B's proxy words a port nothing listens on so; the SDKs read "port is not open"
+            message = (
+                f"the sandbox port {port.decode('latin-1')[:8]} is not open: warren's E2B API serves only "
+                "envd (no Jupyter kernel: e2b-code-interpreter's run_code is not offered, see docs/e2b.md)"
+            )
+            await _send_json(send, 502, {"code": 502, "message": message})
+            return
         kind = plane(path) or "rest"
         refusal = self.refusal(scope, kind)
         if refusal is not None:
@@ -91,7 +115,7 @@ class Access:
             return
         for prefix, app in self.rpc.items():
             if path.startswith(prefix):
-                await app(scope, receive, send)
+                await _cuttable(app, scope, receive, send)
                 return
         await self.rest(scope, receive, send)
 
@@ -108,11 +132,44 @@ class Access:
             return "missing or wrong API key: send X-API-Key with the token `warren serve` was started with"
         if scope["path"] == "/health":
             return None
+        if (
+            scope["path"] == "/files"
+            and header(scope, b"e2b-sandbox-id") is None
+            and b"signature=" in scope.get("query_string", b"")
+        ):
+            return None  # a signed URL: the route finds the one sandbox whose token signed it
         sandbox = (header(scope, b"e2b-sandbox-id") or b"").decode("latin-1")
         token = (header(scope, b"x-access-token") or b"").decode("latin-1")
         if not sandbox or not token or not self.records.token_matches(sandbox, token):
             return "missing or wrong access token for this sandbox (E2b-Sandbox-Id and X-Access-Token)"
         return None
+
+
+class _Dropped(Exception):
+    pass
+
+
+async def _cuttable(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+    """``app``, except that once it marked its stream cut (``envd_base.sandbox_gone``) the
+    response is never completed: the server closes the connection, as a sandbox's end
+    closes it on E2B."""
+    cut = Cut()
+    token = CUT.set(cut)
+
+    async def guarded(message: Message) -> None:
+        last = message["type"] == "http.response.trailers" or (
+            message["type"] == "http.response.body" and not message.get("more_body", False)
+        )
+        if cut.cut and last:
+            raise _Dropped
+        await send(message)
+
+    try:
+        await app(scope, receive, guarded)
+    except _Dropped:
+        return
+    finally:
+        CUT.reset(token)
 
 
 async def _send_json(send: Send, status: int, body: object) -> None:

@@ -46,6 +46,7 @@ class Record:
     envs: dict[str, str] = field(default_factory=dict)
     auto_pause: bool = False
     home: str = ""  # the workspace as the sandbox sees it, when not at its host path (an image's)
+    internet: bool | None = None  # allow_internet_access as asked at create (None: the template's)
 
     @property
     def inside(self) -> str:

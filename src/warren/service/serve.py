@@ -111,12 +111,13 @@ def read_token(token_file: str | None, env: Mapping[str, str], listen: Listen | 
 
 def default_token(env: Mapping[str, str]) -> str:
     """The token in ``$XDG_STATE_HOME/warren/serve.token`` (hidden from every sandbox
-    with the state directory), made (32 random bytes, hex, mode 0600) if absent."""
+    with the state directory), made (``e2b_`` and 32 random bytes in hex, mode 0600: the
+    E2B SDK takes only keys of that form) if absent."""
     path = os.path.join(statedir.prepare(statedir.location(env)), statedir.TOKEN_FILE)
     flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         fd = os.open(path, flags | os.O_EXCL, 0o600)
-        made = secrets.token_hex(32)
+        made = "e2b_" + secrets.token_hex(32)
         try:
             os.write(fd, (made + "\n").encode())
         finally:

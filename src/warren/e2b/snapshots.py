@@ -1,0 +1,126 @@
+"""E2B's snapshots of sandboxes made through the E2B API: what a sandbox's files are at
+one moment, from which new sandboxes start (``Sandbox.create(snapshot_id)``).
+
+An E2B sandbox of warren changes nothing but its home (the workspace), its private
+``/tmp`` and a preset's caches; a snapshot is a copy of the home, with the template and
+environment the sandbox was created with. Processes and memory are not in it, nor
+``/tmp``: a sandbox made from a snapshot starts with the snapshot's files in its home and
+no process of the old one (E2B's snapshots keep memory too: see docs/e2b.md).
+
+Snapshots live beside the sandboxes' root (``ROOT-snapshots/ID``, a private directory
+of this user): ``meta.json`` and ``home``. The home is copied from a directory the
+sandbox can write, so only with ``safepath.copy_tree`` (no link followed, no special
+file, no setuid bit), while the sandbox is paused so that the copy is one moment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .._core import safepath
+from .records import ensure_root
+
+META = "meta.json"
+HOME = "home"
+# A snapshot is a copy on this machine's disk: bounded, so that a sandbox filling its
+# home cannot have the service fill the disk twice over by snapshotting it.
+MAX_BYTES = 8 * 1024**3
+
+
+@dataclass
+class Snapshot:
+    snapshot_id: str
+    sandbox_id: str
+    template: str
+    created: float
+    name: str = ""
+    envs: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def names(self) -> list[str]:
+        return [f"{self.name or self.snapshot_id}:default"]
+
+    def answer(self) -> dict[str, Any]:
+        return {"snapshotID": self.snapshot_id, "names": self.names}
+
+
+class Snapshots:
+    def __init__(self, sandboxes_root: str) -> None:
+        self.root = f"{sandboxes_root}-snapshots"
+        self._root_lock = threading.Lock()  # making a snapshot in the root vs removing it when empty
+
+    def take(
+        self, sandbox_id: str, template: str, envs: dict[str, str], workspace: str, name: str
+    ) -> Snapshot:
+        """Copy ``workspace`` (the caller has paused its sandbox) into a new snapshot."""
+        snap = Snapshot(f"snap-{secrets.token_hex(8)}", sandbox_id, template, time.time(), name, envs)
+        top = os.path.join(self.root, snap.snapshot_id)
+        with self._root_lock:
+            ensure_root(self.root)
+            os.mkdir(top, 0o700)
+        try:
+            os.mkdir(os.path.join(top, HOME), 0o700)
+            src = safepath.open_dir(workspace)
+            dst = safepath.open_dir(os.path.join(top, HOME))
+            try:
+                safepath.copy_tree(src, dst, MAX_BYTES)
+                os.chmod(dst, 0o755)
+            finally:
+                os.close(src)
+                os.close(dst)
+            with open(os.path.join(top, META), "x", encoding="utf-8") as f:
+                json.dump(asdict(snap), f)
+        except BaseException:
+            self.remove(snap.snapshot_id)
+            raise
+        return snap
+
+    def seed(self, snap: Snapshot, workspace: str) -> None:
+        """Fill a new sandbox's empty workspace with the snapshot's home."""
+        src = safepath.open_dir(os.path.join(self.root, snap.snapshot_id, HOME))
+        dst = safepath.open_dir(workspace)
+        try:
+            safepath.copy_tree(src, dst, MAX_BYTES)
+        finally:
+            os.close(src)
+            os.close(dst)
+
+    def get(self, snapshot_id: str) -> Snapshot | None:
+        if not snapshot_id.startswith("snap-") or "/" in snapshot_id:
+            return None
+        try:
+            with open(os.path.join(self.root, snapshot_id, META), encoding="utf-8") as f:
+                return Snapshot(**json.load(f))
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def all(self) -> list[Snapshot]:
+        try:
+            names = os.listdir(self.root)
+        except OSError:
+            return []
+        found = [self.get(name) for name in names]
+        return sorted(
+            (s for s in found if s is not None), key=lambda s: (s.created, s.snapshot_id), reverse=True
+        )
+
+    def remove(self, snapshot_id: str) -> bool:
+        if not snapshot_id.startswith("snap-") or "/" in snapshot_id:
+            return False
+        removed = False
+        with contextlib.suppress(FileNotFoundError):
+            root = safepath.open_dir(self.root)
+            try:
+                removed = safepath.remove_tree(root, snapshot_id)
+            finally:
+                os.close(root)
+        with self._root_lock, contextlib.suppress(OSError):
+            os.rmdir(self.root)  # the last one leaves no litter in /tmp (not empty: kept)
+        return removed
