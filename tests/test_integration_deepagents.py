@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -190,13 +192,21 @@ def _ran_in_the_dcode_venv(name: str) -> bool:
             pytest.skip(
                 f"{python} is missing: scripts/setup makes it (deepagents-code, in a venv of its own)"
             )
-        r = subprocess.run(
-            [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", f"{__file__}::{name}"],
-            cwd=Path(__file__).parent.parent,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        repo = Path(__file__).parent.parent
+        # From a directory of its own: LangGraph's in-memory runtime makes .langgraph_api in
+        # the working directory, and a checkout need not be writable by the caller.
+        where = tempfile.mkdtemp(prefix="warren-dcode-")
+        try:
+            argv = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--rootdir={repo}"]
+            r = subprocess.run(
+                [*argv, f"{__file__}::{name}"],
+                cwd=where,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+        finally:
+            shutil.rmtree(where, ignore_errors=True)
         assert r.returncode == 0 and "1 passed" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
         return True
     return False
