@@ -436,7 +436,7 @@ def _sync_files(
             stamps["tree:" + name] = _stamp(shadow.tfd, name)
             continue
         else:
-            verdict = _checked(shadow, name, t_now, gitlink_ok)
+            verdict = _checked(shadow.tfd, name, t_now, gitlink_ok)
             if isinstance(verdict, str):
                 if shadow.held != verdict:
                     done.append(f"{shadow.path}/{name}: kept the host's ({verdict})")
@@ -454,20 +454,29 @@ def _sync_files(
 
 
 def _checked(
-    shadow: Shadow, name: str, t_now: list[int], gitlink_ok: Callable[[str], bool] | None
+    fd: int,
+    rel: str,
+    t_now: list[int],
+    gitlink_ok: Callable[[str], bool] | None,
+    kept: tuple[str, ...] = ("HEAD",),
 ) -> bytes | str | None:
-    """The tree's ``name`` as it may reach the host (None: it was removed), or why not."""
+    """The tree's ``rel`` (beneath ``fd``: the tree, or a worktree's directory in it) as
+    it may reach the host (None: it was removed; ``kept`` may not be), or why not."""
     if not t_now:
-        return "HEAD may not go" if name == "HEAD" else None
+        return f"{rel} may not go" if rel in kept else None
     if not stat.S_ISREG(t_now[0]):
         return "not a regular file"
+    parent, _, leaf = rel.rpartition("/")
     try:
-        data = safepath.read_file(shadow.tfd, name, MAX_DATA)
+        with _at(fd, parent) as dfd:
+            data = safepath.read_file(dfd, leaf, MAX_DATA)
     except OSError as e:
         return f"unreadable: {e.strerror}"
-    if name == "HEAD" and not _HEAD.fullmatch(data):
+    if rel == "HEAD" and not _HEAD.fullmatch(data):
         return "not a ref or an object name"
-    if name == "index" and gitlink_ok is not None:
+    if rel == "gitdir" and not _GITDIR.fullmatch(data):
+        return "not the path of a worktree's .git file"
+    if rel == "index" and gitlink_ok is not None:
         try:
             links = gitlinks(data)
         except ValueError as e:
@@ -669,7 +678,7 @@ def _sync_one(
         stamps[key + "host:" + rel] = g_now
         stamps[key + "tree:" + rel] = _stamp_rel(td, rel)
         return []
-    data = _checked_worktree(td, rel, t_now, gitlink_ok)
+    data = _checked(td, rel, t_now, gitlink_ok, kept=("HEAD", "gitdir"))
     if isinstance(data, str):
         return [f"{shadow.path}/worktrees/{name}/{rel}: kept the host's ({data})"]
     if parent:
@@ -694,34 +703,6 @@ def _at(fd: int, parent: str) -> Iterator[int]:
         yield sub
     finally:
         os.close(sub)
-
-
-def _checked_worktree(
-    td: int, rel: str, t_now: list[int], gitlink_ok: Callable[[str], bool] | None
-) -> bytes | str | None:
-    """The tree's file as it may reach the host's worktree directory (None: removed)."""
-    if not t_now:
-        return "HEAD may not go" if rel in ("HEAD", "gitdir") else None
-    if not stat.S_ISREG(t_now[0]):
-        return "not a regular file"
-    try:
-        with _at(td, rel.rpartition("/")[0]) as fd:
-            data = safepath.read_file(fd, rel.rpartition("/")[2], MAX_DATA)
-    except OSError as e:
-        return f"unreadable: {e.strerror}"
-    if rel == "HEAD" and not _HEAD.fullmatch(data):
-        return "not a ref or an object name"
-    if rel == "gitdir" and not _GITDIR.fullmatch(data):
-        return "not the path of a worktree's .git file"
-    if rel == "index" and gitlink_ok is not None:
-        try:
-            links = gitlinks(data)
-        except ValueError as e:
-            return str(e)
-        for path in links:
-            if not gitlink_ok(path):
-                return f"it names a submodule at {path} whose git directory warren does not protect yet"
-    return data
 
 
 def gitlinks(index: bytes) -> list[str]:
