@@ -18,6 +18,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -559,13 +560,19 @@ def test_workspace_file_cannot_open_the_network(ws: Path) -> None:
     assert r.returncode == 125 and "allow_host" in r.stderr
 
 
-def test_no_litter_in_tmp_or_the_workspace(ws: Path, servers: dict[str, Server]) -> None:
-    tmp = Path(os.environ.get("TMPDIR", "/tmp"))
-    before = set(os.listdir(tmp))
+def test_no_litter_in_tmp_or_the_workspace(
+    ws: Path, servers: dict[str, Server], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A TMPDIR of this test's own (for this process's tempfile and the helpers it starts):
+    # the shared /tmp holds the scratch directories of other workers' live sandboxes.
+    tmp = tmp_path / "caller-tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.setattr(tempfile, "tempdir", None)
     r = warren.run(_curl(f"http://allowed.test:{servers['allowed'].port}/"), build(_allow_spec(ws, servers)))
     assert r.exit_code == 0
     assert list(ws.iterdir()) == []
-    assert set(os.listdir(tmp)) - before == set()
+    assert os.listdir(tmp) == []
     # The proxy's threads ended with the run.
     deadline = time.monotonic() + 5
     while any(t.name == "warren-proxy" for t in threading.enumerate()) and time.monotonic() < deadline:
