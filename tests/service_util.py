@@ -57,7 +57,7 @@ class Serve:
         self.log = tmp / f"serve-{secrets.token_hex(4)}.log"
         self._log = self.log.open("w")
         self.proc = subprocess.Popen(args, stdout=self._log, stderr=self._log, env=env, cwd=tmp)
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60  # a wait on a condition: only a loaded host takes long
         while True:
             text = self.log.read_text()
             found = re.search(r"listening on (\S+)", text)

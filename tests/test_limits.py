@@ -348,15 +348,15 @@ def test_fork_bomb_is_contained(net: Net, layout: Layout, flags: list[str]) -> N
     assert _leftovers(net.state, net) == []
 
 
-def _forker(n: int) -> list[str]:
-    """Fork ``n`` sleepers (a failed fork is counted, not fatal as in sh), then print how
-    many processes the sandbox has."""
+def _forker(n: int, sleep: int = 30) -> list[str]:
+    """Fork ``n`` sleepers of ``sleep`` seconds (a failed fork is counted, not fatal as in
+    sh), then print how many processes the sandbox has."""
     code = (
         "import os, time\n"
         f"for i in range({n}):\n"
         "    try:\n"
         "        if os.fork() == 0:\n"
-        "            time.sleep(30)\n"
+        f"            time.sleep({sleep})\n"
         "            os._exit(0)\n"
         "    except OSError:\n"
         "        pass\n"

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import WARREN
+from conftest import WARREN, module_state
 from service_util import Serve
 from warren.client.http import events
 
@@ -30,11 +30,25 @@ def tcp(tmp_path: Path, state_home: Path) -> Iterator[Serve]:
     server.stop()
 
 
-@pytest.fixture
-def unix(tmp_path: Path, state_home: Path) -> Iterator[Serve]:
-    server = Serve(tmp_path, unix=True, token=False)
-    yield server
-    server.stop()
+@pytest.fixture(scope="module")
+def unix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
+    """One server (and state) on a unix socket for the module's tests: each test's
+    sandboxes are removed after it (``_unix_sandboxes_removed``)."""
+    for _ in module_state(tmp_path_factory):
+        server = Serve(tmp_path_factory.mktemp("serve"), unix=True, token=False)
+        yield server
+        server.stop()
+
+
+@pytest.fixture(autouse=True)
+def _unix_sandboxes_removed(request: pytest.FixtureRequest) -> Iterator[None]:
+    yield
+    if "unix" not in request.fixturenames:
+        return
+    server: Serve = request.getfixturevalue("unix")
+    with server.client(None) as c:
+        for box in c.get("/v1/sandboxes").json()["sandboxes"]:
+            assert c.delete(f"/v1/sandboxes/{box['name']}").status_code in (200, 204), box
 
 
 @pytest.fixture

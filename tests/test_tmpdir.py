@@ -336,13 +336,23 @@ def test_a_tool_searching_upward_from_its_temp_dir_finds_nothing_of_the_workspac
     assert not [d for d in found if _within(d, shape.ws)], found
 
 
-def test_pip_uninstalls_from_a_workspace_venv(shape: Shape) -> None:
+@pytest.fixture(scope="module")
+def venv_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A venv with pip, made once on the host (ensurepip is most of a venv's cost): each
+    case copies it into its workspace and runs its pip by ``-m`` (no absolute shebang)."""
+    venv = tmp_path_factory.mktemp("venv-template") / "venv"
+    subprocess.run(["/usr/bin/python3", "-m", "venv", str(venv)], check=True)
+    return venv
+
+
+def test_pip_uninstalls_from_a_workspace_venv(shape: Shape, venv_template: Path) -> None:
     wheels = shape.base / "wheels"
     make_wheel(wheels)
+    shutil.copytree(venv_template, shape.ws / "venv", symlinks=True)
     script = (
-        "set -e; /usr/bin/python3 -m venv venv; "
-        f"venv/bin/pip install -q --no-index --find-links {wheels} warrendemo; "
-        "venv/bin/pip uninstall -y -q warrendemo; "
+        "set -e; "
+        f"venv/bin/python -m pip install -q --no-index --find-links {wheels} warrendemo; "
+        "venv/bin/python -m pip uninstall -y -q warrendemo; "
         "venv/bin/python -c 'import warrendemo' 2>/dev/null && echo still-there || echo gone"
     )
     r = shape.run(
