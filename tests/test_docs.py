@@ -13,6 +13,9 @@ from types import ModuleType
 
 import pytest
 
+# The documents and the reference are the same whoever reads them.
+pytestmark = pytest.mark.caller_independent
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 WARREN = [sys.executable, "-m", "warren"]

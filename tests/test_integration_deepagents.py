@@ -8,7 +8,9 @@ not in the dev extra: its pins conflict with pipx's and schemathesis's)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -179,6 +181,34 @@ def test_an_unknown_policy_key_is_warrens_config_error_with_a_hint() -> None:
 DCODE_VENV = Path(os.environ.get("WARREN_DCODE_VENV", "/opt/warren-venv-dcode"))
 
 
+# The tests that need deepagents-code: run together in its venv, once (its imports are
+# most of their cost), each then judged by its own line of that run's summary.
+DCODE_TESTS = (
+    "test_the_deep_agents_code_provider_is_found_by_its_entry_point",
+    "test_dcode_gets_a_sandbox_on_its_servers_guarded_event_loop",
+)
+
+
+@functools.cache
+def _dcode_venv_run(python: Path) -> str:
+    repo = Path(__file__).parent.parent
+    # From a directory of its own: LangGraph's in-memory runtime makes .langgraph_api in
+    # the working directory, and a checkout need not be writable by the caller.
+    where = tempfile.mkdtemp(prefix="warren-dcode-")
+    try:
+        argv = [str(python), "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", f"--rootdir={repo}"]
+        r = subprocess.run(
+            [*argv, *(f"{__file__}::{name}" for name in DCODE_TESTS)],
+            cwd=where,
+            capture_output=True,
+            text=True,
+            timeout=400,
+        )
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+    return r.stdout + r.stderr
+
+
 def _ran_in_the_dcode_venv(name: str) -> bool:
     """Whether test ``name`` was run (and passed) in the Deep Agents Code venv, since
     ``deepagents-code`` is missing here; False when it is here and the test goes on."""
@@ -192,22 +222,8 @@ def _ran_in_the_dcode_venv(name: str) -> bool:
             pytest.skip(
                 f"{python} is missing: scripts/setup makes it (deepagents-code, in a venv of its own)"
             )
-        repo = Path(__file__).parent.parent
-        # From a directory of its own: LangGraph's in-memory runtime makes .langgraph_api in
-        # the working directory, and a checkout need not be writable by the caller.
-        where = tempfile.mkdtemp(prefix="warren-dcode-")
-        try:
-            argv = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--rootdir={repo}"]
-            r = subprocess.run(
-                [*argv, f"{__file__}::{name}"],
-                cwd=where,
-                capture_output=True,
-                text=True,
-                timeout=300,
-            )
-        finally:
-            shutil.rmtree(where, ignore_errors=True)
-        assert r.returncode == 0 and "1 passed" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
+        out = _dcode_venv_run(python)
+        assert re.search(rf"^PASSED \S*::{name}$", out, re.M), out[-5000:]
         return True
     return False
 

@@ -23,6 +23,10 @@ import uvicorn
 from service_util import Serve
 from warren.service import conn
 
+# The HTTP server's defences are the same whoever runs it: the root half of scripts/test
+# leaves them to the uid-1001 half.
+pytestmark = pytest.mark.caller_independent
+
 HEAD = 2.0  # the --header-timeout of these tests' server
 
 
