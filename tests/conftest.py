@@ -26,9 +26,10 @@ WARREN = [str(_INSTALLED)] if _INSTALLED.exists() else [sys.executable, "-m", "w
 
 # scripts/test runs the suite twice, as root and as uid 1001; a test marked
 # ``caller_independent`` checks something that does not depend on who calls (the HTTP
-# API's contract fuzzed) and costs a lot: the root half of that pair leaves it to the
-# uid-1001 half, and says so. Run on its own (plain pytest, as anyone), it runs.
-PAIRED_ROOT = os.environ.get("WARREN_TEST_PAIRED") == "root"
+# API's contract fuzzed, the documents) and costs a lot: one half of that pair runs it
+# (``half="user"``, the default, or ``half="root"``, to even out the halves' times) and
+# the other leaves it, saying so. Run on its own (plain pytest, as anyone), it runs.
+PAIRED = os.environ.get("WARREN_TEST_PAIRED", "")
 
 
 def need_tool(name: str, for_what: str) -> None:
@@ -45,17 +46,22 @@ def need_tool(name: str, for_what: str) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "caller_independent: what it checks does not depend on the caller (run once per pair)"
+        "markers",
+        "caller_independent(half='user'|'root'): what it checks does not depend on the caller"
+        " (run by that half of a pair)",
     )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    if not PAIRED_ROOT:
+    if PAIRED not in ("root", "user"):
         return
-    skip = pytest.mark.skip(reason="caller-independent: the uid-1001 half of this paired run runs it")
     for item in items:
-        if item.get_closest_marker("caller_independent"):
-            item.add_marker(skip)
+        marker = item.get_closest_marker("caller_independent")
+        half = marker.kwargs.get("half", "user") if marker else PAIRED
+        if half != PAIRED:
+            who = "uid-1001" if half == "user" else "root"
+            why = f"caller-independent: the {who} half of this paired run runs it"
+            item.add_marker(pytest.mark.skip(reason=why))
 
 
 def pytest_report_header() -> str:

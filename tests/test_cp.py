@@ -89,7 +89,7 @@ def test_cp_out_never_writes_through_an_entry_swapped_for_a_link_while_it_copies
         swapper = sb.spawn(_swapper(victim))
         outcomes = []
         deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and len(outcomes) < 15:
+        while time.monotonic() < deadline and len(outcomes) < 10:
             code, _err = cp(ws, "-r", "swap:src/d", f"{ws}/dst/")
             outcomes.append(code)
         assert os.listdir(victim) == [], outcomes
@@ -147,7 +147,7 @@ while time.monotonic() < end:
         swapper = sb.spawn(["python3", "-c", swap])
         deadline = time.monotonic() + 15
         runs = 0
-        while time.monotonic() < deadline and runs < 15:
+        while time.monotonic() < deadline and runs < 8:
             cp(ws, "-r", "src", f"exfil:in-{runs}")
             cp(ws, "src/f", f"exfil:one-{runs}")
             runs += 1

@@ -14,7 +14,7 @@ from types import ModuleType
 import pytest
 
 # The documents and the reference are the same whoever reads them.
-pytestmark = pytest.mark.caller_independent
+pytestmark = pytest.mark.caller_independent(half="root")
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"

@@ -570,7 +570,7 @@ def test_supervisor_killed_again_and_again_leaks_no_cgroup(state_home: Path, lay
     ws = layout.workspace
     (ws / "keep.txt").write_text("intact\n")
     names: set[str] = set()
-    for i in range(int(os.environ.get("WARREN_CRASH_LOOPS", "50"))):
+    for i in range(int(os.environ.get("WARREN_CRASH_LOOPS", "20"))):
         sb = Sandbox.create(PolicySpec(workspace=str(ws), memory="256M", pids=64), name=f"crash{i % 2}")
         sb.exec(["sh", "-c", "setsid sleep 100 &"])
         names.update(_records(state_home))
