@@ -52,7 +52,28 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+# The longest modules (minutes of one worker: an image built, real projects' suites,
+# installers) start first, so that a worker does not begin one of them when the other
+# has nothing left (pytest-xdist hands out a file at a time in this order).
+LONGEST_FIRST = (
+    "test_image_fidelity.py",
+    "test_tmpdir.py",
+    "test_e2b_api.py",
+    "test_install.py",
+    "test_service_schema.py",
+    "test_real_project.py",
+    "test_uploads.py",
+    "test_images_debian.py",  # after the other worker has built the image both use
+)
+
+
+def _longest_first(item: pytest.Item) -> int:
+    name = item.path.name
+    return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=_longest_first)  # stable: the order within a module stays
     if PAIRED not in ("root", "user"):
         return
     for item in items:
