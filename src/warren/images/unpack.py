@@ -532,26 +532,6 @@ def unpack(
 
 def remove_tree(pfd: int, name: str) -> None:
     """Remove ``name`` beneath ``pfd`` and everything in it, never through a link, also
-    where a layer's directory lacks the owner's write bit (0555 is common in images)."""
-    try:
-        st = os.stat(name, dir_fd=pfd, follow_symlinks=False)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISDIR(st.st_mode):
-        os.unlink(name, dir_fd=pfd)
-        return
-    fd = safepath.open_beneath(pfd, name, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        if stat.S_IMODE(st.st_mode) & 0o700 != 0o700:
-            os.fchmod(fd, 0o700)
-        with os.scandir(fd) as entries:
-            children = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
-        for child, is_dir in children:
-            if is_dir:
-                remove_tree(fd, child)
-            else:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(child, dir_fd=fd)
-    finally:
-        os.close(fd)
-    os.rmdir(name, dir_fd=pfd)
+    where a layer's directory lacks the owner's write bit (0555 is common in images),
+    however deep it nests (``safepath.remove_tree``)."""
+    safepath.remove_tree(pfd, name)
