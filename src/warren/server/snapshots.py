@@ -40,6 +40,7 @@ from .._core import extents, safepath
 from ..errors import ImageError, SetupError, SnapshotError, SnapshotNotFound, WarrenError
 from ..images.ref import ImageRef
 from ..images.store import ImageStore
+from ..policy import config
 from ..policy.limits import show_size
 
 DIR = "snapshots"
@@ -67,6 +68,7 @@ class Snapshot:
     store: str = ""  # the image store holding ``layers`` for it ("" for a root directory)
     saved: bool = True  # its layer is all in the state directory (False: being copied there)
     error: str = ""  # why its layer could not be copied there
+    cost: int = 0  # charged to the user's budget: the bound while copied, then what the copy holds
 
     def to_dict(self) -> dict[str, object]:
         data = asdict(self)
@@ -101,16 +103,16 @@ def take(
     layers = [*(below or []), layer_fd]
     need = layer_bound(layers)
     check_room(root, sandbox, need)
-    snap = begin(root, sandbox, image, host_workspace, store)
+    snap = begin(root, sandbox, image, host_workspace, store, need)
     try:
-        size, _cost = _fill(root, snap, layers, need)
+        size, cost = _fill(root, snap, layers, need)
     except OSError as e:
         discard(root, snap)
         raise _cannot(sandbox, e) from None
     except BaseException:
         discard(root, snap)
         raise
-    return _finish(root, snap, size, time.monotonic() - started)
+    return _finish(root, snap, size, cost, time.monotonic() - started)
 
 
 def layer_bound(layers: list[int]) -> int:
@@ -140,10 +142,35 @@ def room(path_or_fd: str | int) -> tuple[int, int]:
 
 def check_room(root: str, sandbox: str, need: int, snap_id: str = "") -> None:
     """Refuse, typed, a copy of ``need`` bytes that would eat into the reserve of the
-    state directory's disk."""
+    state directory's disk, or take the user's snapshots past their budget (the user's
+    ``snapshot_budget``): one sandbox snapshotted again and again must not take the
+    whole disk from the user's other sandboxes and programs."""
     free, keep = room(root)
     if need > free - keep:
         raise _no_room(root, sandbox, need, free, keep, snap_id)
+    st = os.statvfs(root)
+    budget, origin = config.snapshot_budget(st.f_blocks * st.f_frsize, os.environ, Path.home())
+    if budget is None:
+        return
+    held = charged(root)
+    if held + need > budget:
+        raise SnapshotError(
+            f"a snapshot of sandbox {sandbox} would pass your snapshot budget: its layer holds up to "
+            f"{show_size(need)}, your snapshots hold {show_size(held)} of {show_size(budget)} "
+            f"({origin})",
+            operation="snapshot",
+            path=os.path.join(root, DIR),
+            errno=errno.EDQUOT,
+            hint="remove snapshots you no longer need (`warren snapshot ls`, `warren snapshot rm ID`), "
+            'or raise snapshot_budget in ~/.config/warren/config.toml (a size such as "20G", a share '
+            'of the state disk such as "50%", or "none")',
+        )
+
+
+def charged(root: str) -> int:
+    """What the user's snapshots hold against the budget: each one's ``cost`` (its
+    bound while it is being copied), none for one whose copy failed (its layer went)."""
+    return sum(0 if s.error else s.cost or s.size for s in all_snapshots(root))
 
 
 def _no_room(root: str, sandbox: str, need: int, free: int, keep: int, snap_id: str = "") -> SnapshotError:
@@ -191,10 +218,11 @@ class _Budget:
 
 
 def begin(
-    root: str, sandbox: str, image: ImageRef, host_workspace: str | None, store: str | None
+    root: str, sandbox: str, image: ImageRef, host_workspace: str | None, store: str | None, need: int
 ) -> Snapshot:
     """A new snapshot's record and directory, its layer still to be filled
-    (``saved`` False), the image's layers held for it."""
+    (``saved`` False), the image's layers held for it; ``need`` (its bound) is charged
+    to the budget until the copy says what it holds."""
     snap_id = secrets.token_hex(6)
     base = safepath.open_dir(_dir(root))
     held = False
@@ -223,6 +251,7 @@ def begin(
                 host_workspace=host_workspace or "",
                 store=store or "",
                 saved=False,
+                cost=need,
             )
             safepath.write_atomic(top, _META, json.dumps(snap.to_dict()).encode())
         finally:
@@ -245,10 +274,10 @@ def save(root: str, snap: Snapshot, layers: list[int], paused: float) -> Snapsho
     closed here) and mark it saved; a failure removes what was copied and is written
     into the record."""
     try:
-        size, _cost = _fill(root, snap, layers, layer_bound(layers))
+        size, cost = _fill(root, snap, layers, layer_bound(layers))
     except (OSError, WarrenError) as e:
         why = _cannot(snap.sandbox, e) if isinstance(e, OSError) else e
-        failed = replace(snap, error=why.message)
+        failed = replace(snap, error=why.message, cost=0)
         _empty_layer(root, snap.id)
         with contextlib.suppress(OSError):
             _write_meta(root, failed)
@@ -257,7 +286,7 @@ def save(root: str, snap: Snapshot, layers: list[int], paused: float) -> Snapsho
         for fd in layers:
             with contextlib.suppress(OSError):
                 os.close(fd)
-    return _finish(root, snap, size, paused)
+    return _finish(root, snap, size, cost, paused)
 
 
 def discard(root: str, snap: Snapshot) -> None:
@@ -283,8 +312,8 @@ def _empty_layer(root: str, snap_id: str) -> None:
             os.close(top)
 
 
-def _finish(root: str, snap: Snapshot, size: int, seconds: float) -> Snapshot:
-    done = replace(snap, size=size, seconds=round(seconds, 3), saved=True)
+def _finish(root: str, snap: Snapshot, size: int, cost: int, seconds: float) -> Snapshot:
+    done = replace(snap, size=size, seconds=round(seconds, 3), saved=True, cost=cost)
     try:
         _write_meta(root, done)
     except OSError as e:
