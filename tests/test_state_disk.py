@@ -460,3 +460,35 @@ def test_a_sandbox_snapshotted_past_the_budget_gets_a_typed_error_through_the_cl
     a.remove()
     for snap in Sandbox.snapshots():
         Sandbox.remove_snapshot(snap.id)
+
+
+def test_an_image_layer_of_zeros_costs_the_store_what_it_holds(small_fs: Path, tmp_path: Path) -> None:
+    """A crafted image whose layer is a file of zeros (a gzip bomb: 96 MiB of zeros is
+    100 KiB of gzip) is unpacked with its zeros as holes, on the 64 MiB disk it could not
+    fit on written out; its one block of data is where it was."""
+    import gzip
+    import tarfile
+
+    from images_util import docker_archive, entry, layer_tar, sha
+    from warren.images.store import ImageStore
+
+    size, at = 96 << 20, 50 << 20
+    data = bytearray(size)
+    data[at : at + 4] = b"data"
+    layer = layer_tar([entry("disk.img", tarfile.REGTYPE, data=bytes(data))])
+    del data
+    archive = docker_archive(tmp_path / "zeros.tar", [gzip.compress(layer, 1)], diff_ids=[sha(layer)])
+    assert archive.stat().st_size < 1 << 20 and size > SMALL  # the control: dense, it cannot fit
+    store = small_fs / "store"
+    used = _used(small_fs)
+    try:
+        ref = ImageStore(store).import_archive("zeros", archive)
+        img = ref.layers[0] / "disk.img"
+        st = img.stat()
+        assert st.st_size == size and st.st_blocks * 512 <= 1 << 20, (st.st_size, st.st_blocks)
+        assert _used(small_fs) - used < 2 << 20
+        with open(img, "rb") as f:
+            f.seek(at - 2)
+            assert f.read(8) == b"\0\0data\0\0"
+    finally:
+        shutil.rmtree(store, ignore_errors=True)
