@@ -63,6 +63,9 @@ class Snapshots:
     def __init__(self, sandboxes_root: str) -> None:
         self.root = f"{sandboxes_root}-snapshots"
         self._root_lock = threading.Lock()  # making a snapshot in the root vs removing it when empty
+        # One copy at a time: a copy's bound counts the finished snapshots only, so two at
+        # once could each take what is left of the budget.
+        self._copy_lock = threading.Lock()
 
     def take(
         self, sandbox_id: str, template: str, envs: dict[str, str], workspace: str, name: str
@@ -75,21 +78,22 @@ class Snapshots:
             os.mkdir(top, 0o700)
         try:
             os.mkdir(os.path.join(top, HOME), 0o700)
-            limit, why = self._bound(snap.snapshot_id)
-            src = safepath.open_dir(workspace)
-            dst = safepath.open_dir(os.path.join(top, HOME))
-            try:
-                snap.size = safepath.copy_tree(src, dst, limit)
-                os.chmod(dst, 0o755)
-            except OSError as e:
-                if e.errno == errno.EFBIG:
-                    raise OSError(errno.EFBIG, f"the home holds more than {why}") from None
-                raise
-            finally:
-                os.close(src)
-                os.close(dst)
-            with open(os.path.join(top, META), "x", encoding="utf-8") as f:
-                json.dump(asdict(snap), f)
+            with self._copy_lock:
+                limit, why = self._bound(snap.snapshot_id)
+                src = safepath.open_dir(workspace)
+                dst = safepath.open_dir(os.path.join(top, HOME))
+                try:
+                    snap.size = safepath.copy_tree(src, dst, limit)
+                    os.chmod(dst, 0o755)
+                except OSError as e:
+                    if e.errno == errno.EFBIG:
+                        raise OSError(errno.EFBIG, f"the home holds more than {why}") from None
+                    raise
+                finally:
+                    os.close(src)
+                    os.close(dst)
+                with open(os.path.join(top, META), "x", encoding="utf-8") as f:
+                    json.dump(asdict(snap), f)
         except BaseException:
             self.remove(snap.snapshot_id)
             raise
