@@ -151,14 +151,41 @@ def test_safepath_copies_a_tree_within_the_depth_bound_as_it_is(shm: Path) -> No
         f.write(b"head")
     s, d = os.open(src, os.O_RDONLY | os.O_DIRECTORY), os.open(dst, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        assert safepath.copy_tree(s, d, 1 << 20) <= 64 << 10  # a block or so of data
+        # a block or so of data, and a block per name (the directories and the file)
+        assert safepath.copy_tree(s, d, 2 << 20) <= (64 << 10) + (safepath.MAX_DEPTH + 1) * safepath.NAME_COST
     finally:
         os.close(s)
         os.close(d)
     assert _depth(dst) == safepath.MAX_DEPTH
     st = (dst / "sparse").stat()
     assert st.st_size == 1 << 30 and st.st_blocks * 512 <= 64 << 10, (st.st_size, st.st_blocks)
-    assert (src / "sparse").stat().st_size > 1 << 20  # the control: its length is past the copy's limit
+    assert (src / "sparse").stat().st_size > 2 << 20  # the control: its length is past the copy's limit
+
+
+def test_a_copy_counts_its_names_so_a_tree_of_empty_files_is_not_free(shm: Path) -> None:
+    """A home of many empty files costs the disk its names (inodes, directory blocks):
+    the copy charges a block per name against its limit and stops, leaving its partial
+    tree to the caller's removal; the control, the same tree under a limit that holds
+    its names, is copied whole."""
+    src = shm / "src"
+    src.mkdir()
+    for i in range(2000):
+        (src / f"f{i}").touch()
+    for limit, whole in ((1000 * safepath.NAME_COST, False), (2001 * safepath.NAME_COST, True)):
+        dst = shm / f"dst{limit}"
+        dst.mkdir()
+        s, d = os.open(src, os.O_RDONLY | os.O_DIRECTORY), os.open(dst, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            if whole:
+                assert safepath.copy_tree(s, d, limit) == 2000 * safepath.NAME_COST
+                assert len(os.listdir(dst)) == 2000
+            else:
+                with pytest.raises(OSError) as over:
+                    safepath.copy_tree(s, d, limit)
+                assert over.value.errno == errno.EFBIG and len(os.listdir(dst)) <= 1000
+        finally:
+            os.close(s)
+            os.close(d)
 
 
 def test_a_snapshot_of_a_layer_too_deep_is_refused_typed_and_leaves_nothing(shm: Path) -> None:

@@ -309,6 +309,7 @@ def remove_tree(dirfd: int, rel: str) -> bool:
 # of the tree it removes, copies refuse a tree deeper than MAX_DEPTH.
 HELD = 64
 MAX_DEPTH = 256
+NAME_COST = 4096  # a name in a copy costs at least a block of its disk
 
 
 def too_deep(rel: str) -> OSError:
@@ -390,9 +391,11 @@ def copy_tree(src: int, dst: int, limit: int) -> int:
     regular files are copied (modes without setuid/setgid, times kept; a file's data
     extents only: a hole stays a hole), a symlink is made again as a symlink, anything
     else (devices, sockets, fifos) is left out, and a file with several names becomes
-    several files. Returns the bytes copied; ``OSError`` (``EFBIG``) once they pass
-    ``limit``, (``ELOOP``) for directories nested deeper than ``MAX_DEPTH``. A name
-    replaced mid-copy is copied as what it then is, or left out: never followed."""
+    several files. Returns what the copy costs its disk: the data copied and a block
+    (NAME_COST) per name made, so that a tree of a million empty files is not free;
+    ``OSError`` (``EFBIG``) once that passes ``limit``, (``ELOOP``) for directories
+    nested deeper than ``MAX_DEPTH``. A name replaced mid-copy is copied as what it then
+    is, or left out: never followed."""
     from . import extents
 
     left = [limit]
@@ -423,6 +426,9 @@ def copy_tree(src: int, dst: int, limit: int) -> int:
                 st = os.stat(name, dir_fd=s, follow_symlinks=False)
             except FileNotFoundError:
                 continue
+            if stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
+                charge(NAME_COST)
+                size += NAME_COST
             if stat.S_ISDIR(st.st_mode):
                 if len(levels) > MAX_DEPTH:
                     raise too_deep(name)

@@ -49,7 +49,7 @@ class Snapshot:
     created: float
     name: str = ""
     envs: dict[str, str] = field(default_factory=dict)
-    size: int = 0  # bytes of file data in its home
+    size: int = 0  # what its home costs the disk: file data and a block per name
 
     @property
     def names(self) -> list[str]:
