@@ -805,6 +805,60 @@ def test_signed_urls_open_their_own_sandboxs_file_and_nothing_else(world: World)
         Sandbox.kill(other.sandbox_id)
 
 
+def test_snapshots_are_held_to_the_users_snapshot_budget_and_a_refused_one_leaves_nothing(
+    world: World, sb: Sandbox
+) -> None:
+    """The E2B API's snapshots count against ``snapshot_budget`` as ``warren snapshot``'s
+    do: past it the copy stops, the caller gets E2B's 507 naming the budget, and nothing
+    is left beside the other snapshots. The control: the same snapshot without the
+    budget is taken whole."""
+    config = world.home / ".config" / "warren" / "config.toml"
+    before = config.read_text()
+    snaps = Path(f"{world.root}-snapshots")
+    listed = sorted(os.listdir(snaps)) if snaps.exists() else []
+    sb.files.write("big.bin", os.urandom(3 << 20))
+    sb.commands.run("mkdir -p d && for i in 1 2 3; do head -c 1000000 /dev/urandom > d/$i; done")
+    try:
+        config.write_text('snapshot_budget = "4M"\n' + before)
+        with pytest.raises(SandboxException, match="snapshot budget") as refused:
+            sb.create_snapshot()
+        assert "4M" in str(refused.value)
+        assert (sorted(os.listdir(snaps)) if snaps.exists() else []) == listed
+        config.write_text(before)
+        snap = sb.create_snapshot()
+    finally:
+        config.write_text(before)
+    try:
+        home = snaps / snap.snapshot_id / "home"
+        assert (home / "big.bin").stat().st_size == 3 << 20 and len(os.listdir(home / "d")) == 3
+    finally:
+        assert Sandbox.delete_snapshot(snap.snapshot_id) is True
+
+
+def test_a_signed_upload_link_writes_its_own_path_and_no_other(world: World) -> None:
+    """The signature covers ``path``; a form of several files names each by its own file
+    name. Judged on the host, in the sandbox's home: the link's path is written, the
+    other part's name is not; the control, the same form sent with the sandbox's access
+    token (which may write anything there), writes both."""
+    sandbox = Sandbox.create(secure=True)
+    try:
+        home = world.workspace(sandbox.sandbox_id)
+        form = {"a": ("up.txt", b"meant"), "b": ("planted.txt", b"not meant")}
+        with httpx.Client(timeout=30) as c:
+            link = sandbox.upload_url("up.txt", "user", 60)
+            refused = c.post(link, files=form)
+            assert refused.status_code == 400 and "up.txt alone" in refused.text, refused.text
+            assert not (home / "planted.txt").exists() and not (home / "up.txt").exists()
+            assert c.post(link, files={"file": ("whatever", b"meant")}).status_code == 200
+            assert (home / "up.txt").read_bytes() == b"meant"
+            envd = {"E2b-Sandbox-Id": sandbox.sandbox_id, "X-Access-Token": sandbox._envd_access_token or ""}
+            both = c.post(f"{world.url}/files", params={"username": "user"}, headers=envd, files=form)
+            assert both.status_code == 200, both.text
+        assert (home / "planted.txt").read_bytes() == b"not meant"  # the control
+    finally:
+        Sandbox.kill(sandbox.sandbox_id)
+
+
 def test_watching_a_directory_reports_created_files(sb: Sandbox) -> None:
     sb.files.make_dir("watched")
     handle = sb.files.watch_dir("watched")

@@ -156,6 +156,86 @@ def test_the_stubs_program_cannot_be_changed_from_inside(box: tuple[str, Sandbox
         assert sb.exec(["echo", "ok"]).stdout == b"ok\n"
 
 
+PEEK = (
+    "import ctypes, os, sys\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "def peek(pid):\n"
+    "    out = []\n"
+    "    for name in ('environ', 'mem'):\n"
+    "        try:\n"
+    "            with open(f'/proc/{pid}/{name}', 'rb') as f:\n"
+    "                out.append(f.read(1 << 16) if name == 'environ' else b'opened')\n"
+    "        except OSError as e:\n"
+    "            out.append(f'{name} refused {e.errno}'.encode())\n"
+    "    try:\n"
+    "        os.kill(pid, 0)\n"
+    "        out.append(b'signal reaches')\n"
+    "    except OSError as e:\n"
+    "        out.append(f'signal refused {e.errno}'.encode())\n"
+    "    if libc.ptrace(16, pid, 0, 0) == 0:\n"  # PTRACE_ATTACH
+    "        out.append(b'ATTACHED')\n"
+    "        libc.ptrace(17, pid, 0, 0)\n"  # PTRACE_DETACH
+    "    else:\n"
+    "        out.append(f'ptrace refused {ctypes.get_errno()}'.encode())\n"
+    "    return b' | '.join(out)\n"
+)
+
+
+@pytest.mark.parametrize("box", ["stub"], indirect=True)
+def test_a_command_reads_no_other_commands_environment_nor_the_waiting_stubs(
+    box: tuple[str, Sandbox],
+) -> None:
+    """A secret given to one exec (``env={"TOKEN": ...}``) is out of reach of another
+    command of the same sandbox: its ``/proc/PID/environ`` and ``mem``, ptrace and
+    signals are refused (each command and the stub have a Landlock domain of their own),
+    and so is the waiting stub that will receive the next request's environment. The
+    control: the same probe on a child of the attacker (its own domain) reads the
+    child's secret and reaches it."""
+    _kind, sb = box
+    canary = "TOKEN-" + os.urandom(8).hex()
+    victim = sb.spawn(["sleep", "60"], env={"TOKEN": canary})
+    try:
+        attack = (
+            FIND_STUB
+            + PEEK
+            + (
+                "def sleeper():\n"
+                "    for p in os.listdir('/proc'):\n"
+                "        try:\n"
+                "            line = open(f'/proc/{p}/cmdline', 'rb').read()\n"
+                "            if p.isdigit() and line == b'sleep\\x0060\\x00':\n"
+                "                return int(p)\n"
+                "        except OSError:\n"
+                "            pass\n"
+                "while (other := sleeper()) is None and time.monotonic() < deadline:\n"
+                "    time.sleep(0.02)\n"
+                "print('stub', pid, peek(pid))\n"
+                "print('other', other, peek(other))\n"
+                "child = os.fork()\n"
+                "if child == 0:\n"
+                "    os.execve('/bin/sleep', ['sleep', '5'], {'TOKEN': 'child-' + sys.argv[1]})\n"
+                "time.sleep(0.2)\n"
+                "print('child', peek(child))\n"
+                "os.kill(child, 9)\n"
+            )
+        )
+        r = sb.exec(["python3", "-c", attack, canary])
+        out = r.stdout.decode(errors="replace")
+        assert r.exit_code == 0, (out, r.stderr)
+        lines = {line.split(" ", 1)[0]: line for line in out.splitlines()}
+        assert "None" not in lines["stub"] and "None" not in lines["other"], out
+        for who in ("stub", "other"):
+            for refused in ("environ refused 13", "mem refused 13", "signal refused 1", "ptrace refused 1"):
+                assert refused in lines[who], (who, out)
+        assert canary not in out.replace(f"child-{canary}", "")
+        # The control: what the attacker's own child holds, it reads and reaches.
+        assert f"TOKEN=child-{canary}" in lines["child"] and "signal reaches" in lines["child"], out
+        assert "ATTACHED" in lines["child"], out
+    finally:
+        victim.kill()
+    assert sb.exec(["echo", "ok"]).stdout == b"ok\n"  # the stub still runs what is asked
+
+
 def test_the_memfd_is_sealed_and_executable() -> None:
     fd = execstub.load()
     assert fd is not None

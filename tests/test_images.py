@@ -156,6 +156,31 @@ def test_whiteouts_and_opaque_directories_hide_lower_files_in_a_real_overlay(tmp
     assert "gone" in shown.stdout.split() and "old" in shown.stdout.split(), shown.stderr
 
 
+def test_a_whiteout_of_dot_or_dotdot_removes_nothing(tmp_path: Path) -> None:
+    """``.wh..`` names the parent of its directory and ``.wh.`` the directory itself: a
+    naive unpacker removes (and hides) those. Judged on the host: the layer's own files
+    and the store's other layer stay, and the only whiteout made is the control's, of a
+    real name beside them."""
+    lower = layer_tar([entry("a", tarfile.DIRTYPE), entry("a/f", data=b"f\n"), entry("g", data=b"g\n")])
+    upper = layer_tar(
+        [
+            entry("a", tarfile.DIRTYPE),
+            entry("a/.wh.."),
+            entry("a/.wh."),
+            entry(".wh.."),
+            entry("a/kept", data=b"kept\n"),
+            entry("a/.wh.f"),  # the control: a real name is whited out
+        ]
+    )
+    store = ImageStore(tmp_path / "store")
+    ref = store.import_archive("dots", docker_archive(tmp_path / "dots.tar", [lower, upper]))
+    low, top = ref.layers
+    assert (low / "a" / "f").read_text() == "f\n" and (low / "g").read_text() == "g\n"
+    assert sorted(os.listdir(top)) == ["a"] and sorted(os.listdir(top / "a")) == ["f", "kept"]
+    assert stat.S_ISCHR((top / "a" / "f").lstat().st_mode) and (top / "a" / "kept").read_text() == "kept\n"
+    assert sorted(os.listdir(tmp_path)) == ["dots.tar", "store"]
+
+
 def test_setuid_bits_are_kept_only_for_root_and_owners_for_no_one(tmp_path: Path) -> None:
     """A sandbox maps one id to the caller: a file of any other owner would be nobody's
     inside (apt's ``_apt``-owned lists unreadable to root there), so every file is the

@@ -97,6 +97,13 @@ def test_answers_filter_rebinding_and_keep_order() -> None:
         assert not d.allowed and "DNS rebinding" in d.reason, internal
     d = al.check_answers("pypi.org", 443, ["169.254.169.254"])
     assert not d.allowed and "never reachable" in d.reason
+    # Through NAT64 (an IPv6-only network's DNS64 answers): judged as the IPv4 address
+    # reached; the control, a public one through it, is kept.
+    for nat64, why in (("64:ff9b::a9fe:a9fe", "never reachable"), ("64:ff9b::7f00:1", "DNS rebinding")):
+        d = al.check_answers("pypi.org", 443, [nat64])
+        assert not d.allowed and why in d.reason, nat64
+        assert not al.check_target(nat64, 80).allowed  # type: ignore[union-attr]
+    assert al.check_answers("pypi.org", 443, ["64:ff9b::9765:df"]).allowed
     # Mixed answers: the public one is used, the internal one skipped (and said so).
     d = al.check_answers("pypi.org", 443, ["10.0.0.1", "151.101.0.223"])
     assert d.allowed and d.addresses == ("151.101.0.223",) and "skipped 10.0.0.1" in d.reason

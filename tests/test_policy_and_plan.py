@@ -245,6 +245,27 @@ def test_config_unknown_key_and_missing_profile(tmp_path: Path) -> None:
         config.load_spec(tmp_path, "nope", env={}, home=tmp_path, user_config=user)
 
 
+def test_the_snapshot_budget_is_read_from_the_users_config_and_is_no_sandbox_policy(tmp_path: Path) -> None:
+    user = tmp_path / "warren" / "config.toml"
+    user.parent.mkdir()
+    env = {"XDG_CONFIG_HOME": str(tmp_path)}
+    assert config.snapshot_budget(1 << 30, env, tmp_path) == (
+        256 << 20,
+        "snapshot_budget = '25%' (the default): 256M of this disk",
+    )
+    user.write_text('snapshot_budget = "2G"\npreset = ["git"]\n')
+    assert config.snapshot_budget(1 << 30, env, tmp_path)[0] == 2 << 30
+    assert config.load_spec(tmp_path, None, env=env, home=tmp_path).presets == ["git"]
+    user.write_text('snapshot_budget = "none"\n')
+    assert config.snapshot_budget(1 << 30, env, tmp_path)[0] is None
+    user.write_text('[profile.p]\nsnapshot_budget = "1G"\n')  # not a sandbox's: no profile has it
+    with pytest.raises(ConfigError, match="unknown key 'snapshot_budget'"):
+        config.load_spec(tmp_path, "p", env=env, home=tmp_path)
+    (tmp_path / "warren.toml").write_text('snapshot_budget = "none"\n')  # nor the repository's
+    with pytest.raises(ConfigError, match=r"warren\.toml: unknown key 'snapshot_budget'"):
+        config.load_spec(tmp_path, None, env={}, home=tmp_path, user_config=tmp_path / "u.toml")
+
+
 def test_config_relative_path_is_an_error(tmp_path: Path) -> None:
     user = tmp_path / "user.toml"
     user.write_text('write = ["cache"]\n')

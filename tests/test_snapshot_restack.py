@@ -273,7 +273,9 @@ def test_a_snapshot_the_supervisor_could_not_save_is_refused_with_a_typed_error(
     from warren.server import snapshots
 
     root = str(tmp_path)
-    snap = snapshots.begin(root, "dev", ImageRef(name="/img", id="sha256:x", layers=(tmp_path,)), None, None)
+    snap = snapshots.begin(
+        root, "dev", ImageRef(name="/img", id="sha256:x", layers=(tmp_path,)), None, None, 0
+    )
     assert not snapshots.get(root, snap.id).saved
     snapshots.sweep_unsaved(root)  # a supervisor starting after one that died mid-copy
     with pytest.raises(SnapshotError, match="not usable: the supervisor stopped before its layer was saved"):

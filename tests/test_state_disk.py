@@ -69,11 +69,28 @@ def small_fs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="module")
-def state_home(small_fs: Path) -> Iterator[Path]:
+def config_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The user's config directory of this module's supervisor: a snapshot budget is
+    written there by the tests that need one (none: the default)."""
+    return tmp_path_factory.mktemp("config")
+
+
+def _budget(config_home: Path, value: str | None) -> None:
+    path = config_home / "warren" / "config.toml"
+    if value is None:
+        path.unlink(missing_ok=True)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"snapshot_budget = {value!r}\n".replace("'", '"'))
+
+
+@pytest.fixture(scope="module")
+def state_home(small_fs: Path, config_home: Path) -> Iterator[Path]:
     home = small_fs / "state"
     home.mkdir()
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("XDG_STATE_HOME", str(home))
+        mp.setenv("XDG_CONFIG_HOME", str(config_home))
         yield home
         for entry in Sandbox.list():
             with contextlib.suppress(WarrenError):
@@ -318,3 +335,160 @@ def test_a_sparse_file_linked_from_outside_costs_its_own_inode_what_it_holds(
         assert SPARSE > SMALL  # the control: written out, it could not have fit
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _layer_of(tmp_path: Path, mib: int) -> Path:
+    layer = tmp_path / "layer"
+    (layer / "root").mkdir(parents=True)
+    (layer / "root/data").write_bytes(os.urandom(mib << 20))
+    return layer
+
+
+def _real_bound(layers: list[int]) -> int:
+    """What the layer under test really holds (its own filesystem, the test's disk,
+    holds much else): its data blocks and a block per name, as ``layer_bound`` counts."""
+    total = 0
+    for fd in layers:
+        for _dirpath, dirs, files, dfd in os.fwalk(dir_fd=fd):
+            for name in files:
+                total += os.stat(name, dir_fd=dfd, follow_symlinks=False).st_blocks * 512
+            total += (len(dirs) + len(files)) * 4096
+    return total
+
+
+def _take(root: Path, layer: Path) -> snapshots.Snapshot:
+    fd = os.open(layer, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        return snapshots.take(str(root), "dev", fd, ImageRef(name="/img", id="sha256:x", layers=()), None)
+    finally:
+        os.close(fd)
+
+
+def test_snapshots_past_the_users_budget_are_refused_typed_and_leave_nothing(
+    small_fs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Many snapshots of one sandbox, each fitting on the disk: past the budget in the
+    user's config the next one is refused before a byte is copied, naming the budget and
+    how to free or raise it; removing one makes room again."""
+    root = small_fs / "budget"
+    root.mkdir()
+    config = tmp_path / "config"
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(config))
+    monkeypatch.setattr(snapshots, "layer_bound", _real_bound)
+    layer = _layer_of(tmp_path, 8)
+    try:
+        _budget(config, "20M")
+        first, second = _take(root, layer), _take(root, layer)
+        assert snapshots.charged(str(root)) >= 16 << 20
+        used, dirs = _used(small_fs), sorted(os.listdir(root / snapshots.DIR))
+        # The control: the disk has room for a third copy; only the budget refuses it.
+        free, keep = snapshots.room(str(root))
+        assert free - keep > 12 << 20
+        with pytest.raises(SnapshotError) as refused:
+            _take(root, layer)
+        e = refused.value
+        assert e.errno == errno.EDQUOT and "budget" in e.message and "20M" in e.message, e.message
+        assert "snapshot rm" in e.hint and "snapshot_budget" in e.hint
+        assert sorted(os.listdir(root / snapshots.DIR)) == dirs and abs(_used(small_fs) - used) < 1 << 20
+        snapshots.remove(str(root), first.id, set())
+        third = _take(root, layer)  # room again
+        # Without a budget the disk's reserve is all that holds.
+        _budget(config, "none")
+        fourth = _take(root, layer)
+        assert {s.id for s in snapshots.all_snapshots(str(root))} == {second.id, third.id, fourth.id}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_the_default_budget_is_a_quarter_of_the_state_disk_and_a_bad_one_is_a_typed_error(
+    small_fs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from warren.errors import ConfigError
+
+    root = small_fs / "default"
+    root.mkdir()
+    config = tmp_path / "config"
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(config))
+    monkeypatch.setattr(snapshots, "layer_bound", _real_bound)
+    layer = _layer_of(tmp_path, 6)
+    try:
+        kept = [_take(root, layer), _take(root, layer)]  # 12M of the 16M (a quarter of 64M)
+        with pytest.raises(SnapshotError) as refused:
+            _take(root, layer)
+        assert "(the default)" in refused.value.message and "16M" in refused.value.message
+        _budget(config, "20%")  # a share of its own: 12.8M
+        with pytest.raises(SnapshotError):
+            _take(root, layer)
+        _budget(config, "50%")
+        kept.append(_take(root, layer))
+        for bad in ("lots", "0%", "250%"):
+            _budget(config, bad)
+            with pytest.raises(ConfigError) as wrong:
+                _take(root, layer)
+            assert "snapshot_budget" in wrong.value.message and "20G" in wrong.value.hint
+        assert len(snapshots.all_snapshots(str(root))) == len(kept) == 3
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_sandbox_snapshotted_past_the_budget_gets_a_typed_error_through_the_cli(
+    image: Path,  # noqa: F811
+    state_home: Path,
+    small_fs: Path,
+    config_home: Path,
+) -> None:
+    """End to end: the supervisor reads the budget from the user's config at each
+    snapshot; the CLI says what and how, exit 125, no traceback; nothing is left."""
+    a = Sandbox.create(_spec(image), name="often")
+    _sh(a, "dd if=/dev/urandom of=/root/data bs=1M count=8 status=none")
+    _budget(config_home, "12M")
+    try:
+        first = a.snapshot()
+        assert _saved(first.id)
+        used, dirs, listed = _used(small_fs), _snapshot_dirs(state_home), Sandbox.snapshots()
+        cli = subprocess.run([*WARREN, "snapshot", "often"], capture_output=True, text=True)
+        assert cli.returncode == 125 and "snapshot budget" in cli.stderr, cli.stderr
+        assert "hint:" in cli.stderr and "snapshot_budget" in cli.stderr and "Traceback" not in cli.stderr
+        assert _snapshot_dirs(state_home) == dirs and Sandbox.snapshots() == listed
+        assert abs(_used(small_fs) - used) < 1 << 20
+        # The control: the disk had room; with the budget raised the same snapshot is taken.
+        _budget(config_home, "none")
+        second = a.snapshot()
+        assert _saved(second.id)
+    finally:
+        _budget(config_home, None)
+    a.remove()
+    for snap in Sandbox.snapshots():
+        Sandbox.remove_snapshot(snap.id)
+
+
+def test_an_image_layer_of_zeros_costs_the_store_what_it_holds(small_fs: Path, tmp_path: Path) -> None:
+    """A crafted image whose layer is a file of zeros (a gzip bomb: 96 MiB of zeros is
+    100 KiB of gzip) is unpacked with its zeros as holes, on the 64 MiB disk it could not
+    fit on written out; its one block of data is where it was."""
+    import gzip
+    import tarfile
+
+    from images_util import docker_archive, entry, layer_tar, sha
+    from warren.images.store import ImageStore
+
+    size, at = 96 << 20, 50 << 20
+    data = bytearray(size)
+    data[at : at + 4] = b"data"
+    layer = layer_tar([entry("disk.img", tarfile.REGTYPE, data=bytes(data))])
+    del data
+    archive = docker_archive(tmp_path / "zeros.tar", [gzip.compress(layer, 1)], diff_ids=[sha(layer)])
+    assert archive.stat().st_size < 1 << 20 and size > SMALL  # the control: dense, it cannot fit
+    store = small_fs / "store"
+    used = _used(small_fs)
+    try:
+        ref = ImageStore(store).import_archive("zeros", archive)
+        img = ref.layers[0] / "disk.img"
+        st = img.stat()
+        assert st.st_size == size and st.st_blocks * 512 <= 1 << 20, (st.st_size, st.st_blocks)
+        assert _used(small_fs) - used < 2 << 20
+        with open(img, "rb") as f:
+            f.seek(at - 2)
+            assert f.read(8) == b"\0\0data\0\0"
+    finally:
+        shutil.rmtree(store, ignore_errors=True)

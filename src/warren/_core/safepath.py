@@ -287,7 +287,8 @@ def unlink(dirfd: int, rel: str) -> bool:
 
 def remove_tree(dirfd: int, rel: str) -> bool:
     """Remove ``rel`` and everything beneath it without following any link (a link is
-    removed as an entry). False if it was missing."""
+    removed as an entry). False if it was missing. A tree of any depth: see
+    ``_empty_dir``."""
     with entry(dirfd, rel) as (pfd, name):
         try:
             st = os.stat(name, dir_fd=pfd, follow_symlinks=False)
@@ -301,53 +302,170 @@ def remove_tree(dirfd: int, rel: str) -> bool:
         return True
 
 
+# A sandbox can nest directories as deep as it likes (a loop of ``mkdir d; cd d`` knows
+# no PATH_MAX). Host code walking such a tree therefore never recurses (Python stops at
+# about a thousand frames: a RecursionError left the tree behind) and holds a bounded
+# number of descriptors: removal moves what lies deeper than HELD levels up to the top
+# of the tree it removes, copies refuse a tree deeper than MAX_DEPTH.
+HELD = 64
+MAX_DEPTH = 256
+NAME_COST = 4096  # a name in a copy costs at least a block of its disk
+
+
+def too_deep(rel: str) -> OSError:
+    return OSError(errno.ELOOP, f"directories nested deeper than {MAX_DEPTH} levels", rel)
+
+
+class _Level:
+    """One directory of a removal: its descriptor, its name in the level above, and the
+    names in it still to remove."""
+
+    def __init__(self, fd: int, name: str) -> None:
+        self.fd, self.name = fd, name
+        self.names: list[str] = []
+
+
+def _listing(fd: int) -> list[str]:
+    with os.scandir(fd) as entries:
+        return [e.name for e in entries]
+
+
+def _empty_dir(pfd: int, name: str) -> None:
+    """Remove everything in the directory ``name`` of ``pfd`` (left there, empty)."""
+    top = open_beneath(pfd, name, os.O_RDONLY | os.O_DIRECTORY)
+    levels = [_Level(top, name)]
+    try:
+        _writable(top)
+        levels[0].names = _listing(top)
+        while levels:
+            here = levels[-1]
+            if not here.names:
+                levels.pop()
+                os.close(here.fd)
+                if levels:  # ``here`` is empty now: its entry goes
+                    with contextlib.suppress(FileNotFoundError):
+                        os.rmdir(here.name, dir_fd=levels[-1].fd)
+                continue
+            child = here.names.pop()
+            try:
+                st = os.stat(child, dir_fd=here.fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISDIR(st.st_mode):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(child, dir_fd=here.fd)
+                continue
+            if len(levels) >= HELD:
+                # Deeper than the descriptors held: the subtree moves up to the top
+                # (a rename within the tree being removed) and is emptied from there.
+                moved = temp_name(child)
+                os.rename(child, moved, src_dir_fd=here.fd, dst_dir_fd=top)
+                levels[0].names.append(moved)
+                continue
+            try:
+                fd = open_beneath(here.fd, child, os.O_RDONLY | os.O_DIRECTORY)
+            except OSError as e:
+                if e.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):
+                    continue  # replaced meanwhile: it is an entry of ``here`` again
+                raise
+            level = _Level(fd, child)
+            levels.append(level)
+            _writable(fd)
+            level.names = _listing(fd)
+    finally:
+        for level in levels:
+            os.close(level.fd)
+
+
+def _writable(fd: int) -> None:
+    """A directory of the caller's whose mode keeps its own entries from being removed
+    (a sandbox's ``chmod 500``, an image's 0555) is given the owner's rights first."""
+    st = os.fstat(fd)
+    if st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) & 0o700 != 0o700:
+        os.fchmod(fd, stat.S_IMODE(st.st_mode) | 0o700)
+
+
 def copy_tree(src: int, dst: int, limit: int) -> int:
     """Copy what the directory ``src`` holds into the empty directory ``dst`` (one the
     caller made and nothing else writes) without following any link: directories and
-    regular files are copied (modes without setuid/setgid, times kept), a symlink is
-    made again as a symlink, anything else (devices, sockets, fifos) is left out, and a
-    file with several names becomes several files. Returns the bytes copied; ``OSError``
-    (``EFBIG``) once they pass ``limit``. A name replaced mid-copy is copied as what it
-    then is, or left out: never followed."""
-    return _copy_into(src, dst, [limit])
+    regular files are copied (modes without setuid/setgid, times kept; a file's data
+    extents only: a hole stays a hole), a symlink is made again as a symlink, anything
+    else (devices, sockets, fifos) is left out, and a file with several names becomes
+    several files. Returns what the copy costs its disk: the data copied and a block
+    (NAME_COST) per name made, so that a tree of a million empty files is not free;
+    ``OSError`` (``EFBIG``) once that passes ``limit``, (``ELOOP``) for directories
+    nested deeper than ``MAX_DEPTH``. A name replaced mid-copy is copied as what it then
+    is, or left out: never followed."""
+    from . import extents
 
+    left = [limit]
 
-def _copy_into(src: int, dst: int, left: list[int]) -> int:
+    def charge(n: int) -> None:
+        left[0] -= n
+        if left[0] < 0:
+            raise OSError(errno.EFBIG, "the tree is over the size limit of the copy")
+
     size = 0
-    with os.scandir(src) as entries:
-        names = [e.name for e in entries]
-    for name in names:
-        try:
-            st = os.stat(name, dir_fd=src, follow_symlinks=False)
-        except FileNotFoundError:
-            continue
-        if stat.S_ISDIR(st.st_mode):
+    # Each level: (source, copy, names left, the source's stat to apply once done).
+    levels: list[tuple[int, int, list[str], os.stat_result | None]] = [(src, dst, _listing(src), None)]
+    try:
+        while levels:
+            s, d, names, st_dir = levels[-1]
+            if not names:
+                levels.pop()
+                if st_dir is not None:
+                    try:
+                        os.chmod(d, stat.S_IMODE(st_dir.st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
+                        os.utime(d, ns=(st_dir.st_atime_ns, st_dir.st_mtime_ns))
+                    finally:
+                        os.close(s)
+                        os.close(d)
+                continue
+            name = names.pop()
             try:
-                s = open_beneath(src, name, os.O_RDONLY | os.O_DIRECTORY)
-            except OSError as e:
-                if e.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):
-                    continue
-                raise
-            try:
-                os.mkdir(name, 0o700, dir_fd=dst)
-                d = open_beneath(dst, name, os.O_RDONLY | os.O_DIRECTORY)
+                st = os.stat(name, dir_fd=s, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
+                charge(NAME_COST)
+                size += NAME_COST
+            if stat.S_ISDIR(st.st_mode):
+                if len(levels) > MAX_DEPTH:
+                    raise too_deep(name)
                 try:
-                    size += _copy_into(s, d, left)
-                    os.chmod(d, stat.S_IMODE(os.fstat(s).st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
-                    os.utime(d, ns=(st.st_atime_ns, st.st_mtime_ns))
-                finally:
-                    os.close(d)
-            finally:
+                    sub = open_beneath(s, name, os.O_RDONLY | os.O_DIRECTORY)
+                except OSError as e:
+                    if e.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):
+                        continue
+                    raise
+                try:
+                    os.mkdir(name, 0o700, dir_fd=d)
+                    copy = open_beneath(d, name, os.O_RDONLY | os.O_DIRECTORY)
+                except BaseException:
+                    os.close(sub)
+                    raise
+                levels.append((sub, copy, [], st))
+                levels[-1][2].extend(_listing(sub))
+            elif stat.S_ISREG(st.st_mode):
+                size += _copy_file(s, d, name, extents.copy_data, charge)
+            elif stat.S_ISLNK(st.st_mode):
+                with contextlib.suppress(FileNotFoundError, OSError):
+                    os.symlink(os.readlink(name, dir_fd=s), name, dir_fd=d)
+    finally:
+        for s, d, _names, st_dir in levels:
+            if st_dir is not None:
                 os.close(s)
-        elif stat.S_ISREG(st.st_mode):
-            size += _copy_file(src, dst, name, left)
-        elif stat.S_ISLNK(st.st_mode):
-            with contextlib.suppress(FileNotFoundError, OSError):
-                os.symlink(os.readlink(name, dir_fd=src), name, dir_fd=dst)
+                os.close(d)
     return size
 
 
-def _copy_file(src: int, dst: int, name: str, left: list[int]) -> int:
+def _copy_file(
+    src: int,
+    dst: int,
+    name: str,
+    copy_data: Callable[[int, int, Callable[[int], None]], int],
+    charge: Callable[[int], None],
+) -> int:
     try:
         s = open_beneath(src, name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     except OSError as e:
@@ -360,15 +478,7 @@ def _copy_file(src: int, dst: int, name: str, left: list[int]) -> int:
             return 0  # replaced by something else meanwhile
         d = open_beneath(dst, name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            done = 0
-            while True:
-                n = os.sendfile(d, s, done, 1 << 24)
-                if n == 0:
-                    break
-                done += n
-                left[0] -= n
-                if left[0] < 0:
-                    raise OSError(errno.EFBIG, "the tree is over the size limit of the copy")
+            done = copy_data(s, d, charge)
             os.chmod(d, stat.S_IMODE(st.st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
             os.utime(d, ns=(st.st_atime_ns, st.st_mtime_ns))
             return done
@@ -376,22 +486,6 @@ def _copy_file(src: int, dst: int, name: str, left: list[int]) -> int:
             os.close(d)
     finally:
         os.close(s)
-
-
-def _empty_dir(pfd: int, name: str) -> None:
-    fd = open_beneath(pfd, name, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        with os.scandir(fd) as entries:
-            names = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
-        for child, is_dir in names:
-            if is_dir:
-                _empty_dir(fd, child)
-                os.rmdir(child, dir_fd=fd)
-            else:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(child, dir_fd=fd)
-    finally:
-        os.close(fd)
 
 
 def _write_all(fd: int, data: bytes | Iterable[bytes]) -> int:

@@ -32,6 +32,7 @@ _SUPERVISOR_ENV = (
     "LC_ALL",
     "LC_CTYPE",
     "XDG_STATE_HOME",
+    "XDG_CONFIG_HOME",  # the user's config: the snapshot budget is read there (server.snapshots)
     "WARREN_SUPERVISOR_IDLE",
     "WARREN_EXEC_STUB",  # 0: commands' processes wait in Python, not as the exec stub
     "WARREN_SPARE_IDLE",  # seconds before an unused spare helper is let go (pid1.SPARE_IDLE)

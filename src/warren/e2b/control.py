@@ -410,9 +410,8 @@ class Control:
                 self.core.snapshots.take, info.name, record.template, record.envs, record.workspace, name
             )
         except OSError as e:
-            raise E2BError(
-                507 if e.errno == errno.EFBIG else 500, f"cannot snapshot {info.name!r}: {e}"
-            ) from None
+            status = {errno.EFBIG: 507, errno.ELOOP: 400}.get(e.errno or 0, 500)  # too big, too deep
+            raise E2BError(status, f"cannot snapshot {info.name!r}: {e.strerror}") from None
         finally:
             if running:
                 await self.core.call(self.core.transport.pause, info.name, False)

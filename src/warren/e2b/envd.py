@@ -130,9 +130,17 @@ class Envd(EnvdService):
         if declared is not None and declared.isdigit() and int(declared) > MAX_FILE + 64 * 1024:
             raise E2BError(413, f"upload of {declared} bytes is over the limit of {MAX_FILE}")
         given = request.query_params.get("path")
+        # A link signed for one path writes that path only: its signature covers ``path``,
+        # not the names of a form's parts (a form of several files would write each by its
+        # own name, anywhere the sandbox can write).
+        signed_for = given if "e2b-sandbox-id" not in request.headers else None
         uploads: list[tuple[str, bytes]] = []
         if request.headers.get("content-type", "").startswith("multipart/form-data"):
             form = await request.form(max_files=1000, max_part_size=MAX_FILE)
+            if signed_for is not None and len(form) != 1:
+                raise E2BError(
+                    400, f"this upload link writes {signed_for} alone: send one file, not {len(form)}"
+                )
             for key, value in form.multi_items():
                 if isinstance(value, str):
                     raise E2BError(400, f"form field {key!r} is not a file")

@@ -10,21 +10,28 @@ no process of the old one (E2B's snapshots keep memory too: see docs/e2b.md).
 Snapshots live beside the sandboxes' root (``ROOT-snapshots/ID``, a private directory
 of this user): ``meta.json`` and ``home``. The home is copied from a directory the
 sandbox can write, so only with ``safepath.copy_tree`` (no link followed, no special
-file, no setuid bit), while the sandbox is paused so that the copy is one moment.
+file, no setuid bit, data extents only), while the sandbox is paused so that the copy is
+one moment. A copy is bounded as ``warren snapshot``'s are: by MAX_BYTES, by the reserve
+kept free on its disk, and by the user's snapshot budget (``snapshot_budget``, charged
+with what the E2B snapshots on that disk hold); past a bound it stops and leaves nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import secrets
 import threading
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .._core import safepath
+from ..policy import config
+from ..policy.limits import show_size
 from .records import ensure_root
 
 META = "meta.json"
@@ -42,6 +49,7 @@ class Snapshot:
     created: float
     name: str = ""
     envs: dict[str, str] = field(default_factory=dict)
+    size: int = 0  # what its home costs the disk: file data and a block per name
 
     @property
     def names(self) -> list[str]:
@@ -55,6 +63,9 @@ class Snapshots:
     def __init__(self, sandboxes_root: str) -> None:
         self.root = f"{sandboxes_root}-snapshots"
         self._root_lock = threading.Lock()  # making a snapshot in the root vs removing it when empty
+        # One copy at a time: a copy's bound counts the finished snapshots only, so two at
+        # once could each take what is left of the budget.
+        self._copy_lock = threading.Lock()
 
     def take(
         self, sandbox_id: str, template: str, envs: dict[str, str], workspace: str, name: str
@@ -67,20 +78,48 @@ class Snapshots:
             os.mkdir(top, 0o700)
         try:
             os.mkdir(os.path.join(top, HOME), 0o700)
-            src = safepath.open_dir(workspace)
-            dst = safepath.open_dir(os.path.join(top, HOME))
-            try:
-                safepath.copy_tree(src, dst, MAX_BYTES)
-                os.chmod(dst, 0o755)
-            finally:
-                os.close(src)
-                os.close(dst)
-            with open(os.path.join(top, META), "x", encoding="utf-8") as f:
-                json.dump(asdict(snap), f)
+            with self._copy_lock:
+                limit, why = self._bound(snap.snapshot_id)
+                src = safepath.open_dir(workspace)
+                dst = safepath.open_dir(os.path.join(top, HOME))
+                try:
+                    snap.size = safepath.copy_tree(src, dst, limit)
+                    os.chmod(dst, 0o755)
+                except OSError as e:
+                    if e.errno == errno.EFBIG:
+                        raise OSError(errno.EFBIG, f"the home holds more than {why}") from None
+                    raise
+                finally:
+                    os.close(src)
+                    os.close(dst)
+                with open(os.path.join(top, META), "x", encoding="utf-8") as f:
+                    json.dump(asdict(snap), f)
         except BaseException:
             self.remove(snap.snapshot_id)
             raise
         return snap
+
+    def _bound(self, taking: str) -> tuple[int, str]:
+        """What the copy of a new snapshot may hold, and a phrase saying which bound
+        that is: MAX_BYTES, the disk's free space above its reserve, or what is left of
+        the user's snapshot budget (the other snapshots here charged what they hold)."""
+        from ..server.snapshots import room
+
+        st = os.statvfs(self.root)
+        free, keep = room(self.root)
+        bounds = [(MAX_BYTES, f"the {show_size(MAX_BYTES)} a snapshot may hold")]
+        bounds.append((max(free - keep, 0), f"the disk's {show_size(max(free, 0))} free less its reserve"))
+        budget, origin = config.snapshot_budget(st.f_blocks * st.f_frsize, os.environ, Path.home())
+        if budget is not None:
+            held = sum(s.size for s in self.all() if s.snapshot_id != taking)
+            bounds.append(
+                (
+                    max(budget - held, 0),
+                    f"what is left of your snapshot budget ({show_size(held)} of {show_size(budget)} "
+                    f"held; {origin}): remove snapshots (delete_snapshot) or raise snapshot_budget",
+                )
+            )
+        return min(bounds)
 
     def seed(self, snap: Snapshot, workspace: str) -> None:
         """Fill a new sandbox's empty workspace with the snapshot's home."""

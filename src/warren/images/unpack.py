@@ -18,7 +18,8 @@ Every member is judged before anything is written for it:
   any other owner would be nobody's inside, unreadable where its mode says so (apt's
   ``_apt``-owned lists);
 - file sizes count against a budget (``Budget``): a member larger than what is left is
-  refused before its data is read;
+  refused before its data is read; runs of zeros are written as holes (a file of zeros
+  costs the store nothing);
 - ``user.overlay.*`` attributes in the archive are dropped (they would steer the
   overlay mount); only the whiteouts below set one.
 
@@ -57,6 +58,11 @@ from ..errors import ImageError
 DEFAULT_MAX_SIZE = 32 << 30  # bytes of file data in one import: larger than any sane image
 MAX_ENTRIES = 2_000_000
 CHUNK = 1 << 20
+# A run of zeros this long in a member's data is left a hole: a layer of a file of zeros
+# (a disk image, or a gzip bomb: 32 GiB of zeros is 32 MiB of gzip) costs the store what
+# it holds, not its size, as a snapshot's copy does (``_core.extents``).
+HOLE = 1 << 16
+_ZEROS = bytes(HOLE)
 OPAQUE = ".wh..wh..opq"
 WHITEOUT = ".wh."
 _DIR_MODE = 0o700
@@ -397,10 +403,9 @@ class _Layer:
                 chunk = src.read(min(CHUNK, left))
                 if not chunk:
                     raise refuse(f"layer entry {rel!r} is cut short", rel)
-                view = memoryview(chunk)
-                while view:
-                    view = view[os.write(fd, view) :]
+                _write_at(fd, m.size - left, chunk)
                 left -= len(chunk)
+            os.ftruncate(fd, m.size)  # a trailing hole
             os.fchmod(fd, self.mode(m))
             if m.pax_headers:
                 _xattrs(fd, m, self.as_root)
@@ -446,6 +451,20 @@ class _Layer:
                 os.utime(fd, ns=(_ns(m), _ns(m)))
             finally:
                 os.close(fd)
+
+
+def _write_at(fd: int, offset: int, chunk: bytes) -> None:
+    """``chunk`` at ``offset`` of a new file, its aligned blocks of zeros left holes."""
+    start = 0
+    while start < len(chunk):
+        stop = min(start + HOLE - (offset + start) % HOLE, len(chunk))
+        block = chunk[start:stop]
+        if block != _ZEROS:
+            view = memoryview(block)
+            done = 0
+            while done < len(view):
+                done += os.pwrite(fd, view[done:], offset + start + done)
+        start = stop
 
 
 def _open_entry(pfd: int, name: str, flags: int, mode: int = 0) -> int:
@@ -532,26 +551,6 @@ def unpack(
 
 def remove_tree(pfd: int, name: str) -> None:
     """Remove ``name`` beneath ``pfd`` and everything in it, never through a link, also
-    where a layer's directory lacks the owner's write bit (0555 is common in images)."""
-    try:
-        st = os.stat(name, dir_fd=pfd, follow_symlinks=False)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISDIR(st.st_mode):
-        os.unlink(name, dir_fd=pfd)
-        return
-    fd = safepath.open_beneath(pfd, name, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        if stat.S_IMODE(st.st_mode) & 0o700 != 0o700:
-            os.fchmod(fd, 0o700)
-        with os.scandir(fd) as entries:
-            children = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
-        for child, is_dir in children:
-            if is_dir:
-                remove_tree(fd, child)
-            else:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(child, dir_fd=fd)
-    finally:
-        os.close(fd)
-    os.rmdir(name, dir_fd=pfd)
+    where a layer's directory lacks the owner's write bit (0555 is common in images),
+    however deep it nests (``safepath.remove_tree``)."""
+    safepath.remove_tree(pfd, name)

@@ -242,9 +242,19 @@ def ip_literal(host: str) -> IPAddress | None:
         return None
 
 
+# NAT64's well-known prefix (RFC 6052): on an IPv6-only network with DNS64 a name's
+# AAAA answer 64:ff9b::a9fe:a9fe is 169.254.169.254, reached through the gateway.
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+
 def _unmapped(addr: IPAddress) -> IPAddress:
-    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
-        return addr.ipv4_mapped
+    """The IPv4 address an IPv6 one stands for (IPv4-mapped, NAT64), else itself: an
+    address is judged as what it reaches."""
+    if isinstance(addr, ipaddress.IPv6Address):
+        if addr.ipv4_mapped is not None:
+            return addr.ipv4_mapped
+        if addr in _NAT64:
+            return ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF)
     return addr
 
 

@@ -16,12 +16,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, PolicyError
 from . import limits as _limits
 from .resolve import absolute, env_and_home
 from .spec import PATH_KEYS, PolicySpec, from_mapping, type_error
 
 WORKSPACE_FILE = "warren.toml"
+# Keys of the user's own config that are no sandbox's policy: the supervisor reads them.
+USER_ONLY = ("snapshot_budget",)
+DEFAULT_SNAPSHOT_BUDGET = "25%"
 
 
 def user_config_path(env: Mapping[str, str], home: Path) -> Path:
@@ -113,6 +116,7 @@ _FLAG_FOR = {
     "secrets": "--secret NAME=ENVVAR@HOST",
     "allow_http": "--allow-http 'METHOD HOST/PATH'",
     "require_namespaces": "--require-namespaces",
+    "snapshot_budget": "(your own config only)",
 }
 
 
@@ -164,7 +168,7 @@ def load_spec(
     user = _load(user_path)
     ws = _load(ws_path)
 
-    spec = _spec_from_table(user, str(user_path), home)
+    spec = _spec_from_table({k: v for k, v in user.items() if k not in USER_ONLY}, str(user_path), home)
     found = False
     for data, path in ((user, user_path), (ws, ws_path)):
         if data is ws:
@@ -208,3 +212,31 @@ def _only_lower(ws: PolicySpec, below: PolicySpec, where: str) -> PolicySpec:
         tmp_size=low.tmp_size if ws.tmp_size is not None else None,
         idle_timeout=low.idle_timeout if ws.idle_timeout is not None else None,
     )
+
+
+def snapshot_budget(total: int, env: Mapping[str, str], home: Path) -> tuple[int | None, str]:
+    """The user's snapshot budget on a state disk of ``total`` bytes, and how it was set
+    (for messages): ``snapshot_budget`` of the user's config, a size (``20G``), a share
+    of the disk (``25%``) or ``none``; by default DEFAULT_SNAPSHOT_BUDGET. None: no
+    budget (the disk's reserve still holds)."""
+    path = user_config_path(env, home)
+    given = _load(path).get("snapshot_budget")
+    value = DEFAULT_SNAPSHOT_BUDGET if given is None else given
+    origin = f"snapshot_budget = {value!r}" + (" (the default)" if given is None else f" in {path}")
+    if _limits.is_none_word(value):
+        return None, origin
+    try:
+        if isinstance(value, str) and value.strip().endswith("%"):
+            share = float(value.strip()[:-1])
+            if not 0 < share <= 100:
+                raise ValueError(value)
+            budget = int(total * share / 100)
+            return budget, f"{origin}: {_limits.show_size(budget)} of this disk"
+        return _limits.parse_size(value, "snapshot_budget"), origin
+    except (ValueError, PolicyError):
+        raise ConfigError(
+            f"{path}: snapshot_budget = {value!r} is not a size, a share of the disk or none",
+            operation="config",
+            path=str(path),
+            hint='write a size such as "20G", a share of the state disk such as "25%", or "none"',
+        ) from None

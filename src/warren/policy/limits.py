@@ -31,7 +31,7 @@ NO_LIMIT = 0
 _NONE_WORDS = ("none", "unlimited")
 
 
-def _is_none_word(value: object) -> bool:
+def is_none_word(value: object) -> bool:
     return isinstance(value, str) and value.strip().lower() in _NONE_WORDS
 
 
@@ -141,7 +141,7 @@ def _parsed(value: object, parse_value: Callable[[object, str], T], where: str) 
     or ``value`` parsed."""
     if value is None:
         return None
-    return NO_LIMIT if _is_none_word(value) else parse_value(value, where)
+    return NO_LIMIT if is_none_word(value) else parse_value(value, where)
 
 
 # The default pids limit: PIDS_PER_CPU tasks per CPU, at most one per PIDS_RAM_PER_TASK

@@ -239,8 +239,11 @@ class Sandboxes:
         assert self.root is not None and box.stack is not None
         # Refused before anything is frozen: the copy that follows is bounded by the
         # sandbox's tmpfs, which holds all of its layers.
-        snapshots.check_room(self.root, box.name, snapshots.layer_bound([box.stack.tmpfs]))
-        snap = snapshots.begin(self.root, box.name, image, box.plan.host_workspace, box.plan.image_store)
+        need = snapshots.layer_bound([box.stack.tmpfs])
+        snapshots.check_room(self.root, box.name, need)
+        snap = snapshots.begin(
+            self.root, box.name, image, box.plan.host_workspace, box.plan.image_store, need
+        )
         started = time.monotonic()
         try:
             frozen = restack.freeze(box, snap.id)

@@ -40,6 +40,7 @@ from .._core import extents, safepath
 from ..errors import ImageError, SetupError, SnapshotError, SnapshotNotFound, WarrenError
 from ..images.ref import ImageRef
 from ..images.store import ImageStore
+from ..policy import config
 from ..policy.limits import show_size
 
 DIR = "snapshots"
@@ -67,6 +68,7 @@ class Snapshot:
     store: str = ""  # the image store holding ``layers`` for it ("" for a root directory)
     saved: bool = True  # its layer is all in the state directory (False: being copied there)
     error: str = ""  # why its layer could not be copied there
+    cost: int = 0  # charged to the user's budget: the bound while copied, then what the copy holds
 
     def to_dict(self) -> dict[str, object]:
         data = asdict(self)
@@ -101,16 +103,16 @@ def take(
     layers = [*(below or []), layer_fd]
     need = layer_bound(layers)
     check_room(root, sandbox, need)
-    snap = begin(root, sandbox, image, host_workspace, store)
+    snap = begin(root, sandbox, image, host_workspace, store, need)
     try:
-        size = _fill(root, snap, layers, need)
+        size, cost = _fill(root, snap, layers, need)
     except OSError as e:
         discard(root, snap)
         raise _cannot(sandbox, e) from None
     except BaseException:
         discard(root, snap)
         raise
-    return _finish(root, snap, size, time.monotonic() - started)
+    return _finish(root, snap, size, cost, time.monotonic() - started)
 
 
 def layer_bound(layers: list[int]) -> int:
@@ -140,10 +142,35 @@ def room(path_or_fd: str | int) -> tuple[int, int]:
 
 def check_room(root: str, sandbox: str, need: int, snap_id: str = "") -> None:
     """Refuse, typed, a copy of ``need`` bytes that would eat into the reserve of the
-    state directory's disk."""
+    state directory's disk, or take the user's snapshots past their budget (the user's
+    ``snapshot_budget``): one sandbox snapshotted again and again must not take the
+    whole disk from the user's other sandboxes and programs."""
     free, keep = room(root)
     if need > free - keep:
         raise _no_room(root, sandbox, need, free, keep, snap_id)
+    st = os.statvfs(root)
+    budget, origin = config.snapshot_budget(st.f_blocks * st.f_frsize, os.environ, Path.home())
+    if budget is None:
+        return
+    held = charged(root)
+    if held + need > budget:
+        raise SnapshotError(
+            f"a snapshot of sandbox {sandbox} would pass your snapshot budget: its layer holds up to "
+            f"{show_size(need)}, your snapshots hold {show_size(held)} of {show_size(budget)} "
+            f"({origin})",
+            operation="snapshot",
+            path=os.path.join(root, DIR),
+            errno=errno.EDQUOT,
+            hint="remove snapshots you no longer need (`warren snapshot ls`, `warren snapshot rm ID`), "
+            'or raise snapshot_budget in ~/.config/warren/config.toml (a size such as "20G", a share '
+            'of the state disk such as "50%", or "none")',
+        )
+
+
+def charged(root: str) -> int:
+    """What the user's snapshots hold against the budget: each one's ``cost`` (its
+    bound while it is being copied), none for one whose copy failed (its layer went)."""
+    return sum(0 if s.error else s.cost or s.size for s in all_snapshots(root))
 
 
 def _no_room(root: str, sandbox: str, need: int, free: int, keep: int, snap_id: str = "") -> SnapshotError:
@@ -169,6 +196,7 @@ class _Budget:
     def __init__(self, root: str, snap_id: str, sandbox: str, dst: int, need: int) -> None:
         self.root, self.snap_id, self.sandbox, self.dst = root, snap_id, sandbox, dst
         self.need, self.left, self.since = need, need, 0
+        self.names = 0  # entries written to the copy
 
     def charge(self, n: int) -> None:
         self.left -= n
@@ -190,10 +218,11 @@ class _Budget:
 
 
 def begin(
-    root: str, sandbox: str, image: ImageRef, host_workspace: str | None, store: str | None
+    root: str, sandbox: str, image: ImageRef, host_workspace: str | None, store: str | None, need: int
 ) -> Snapshot:
     """A new snapshot's record and directory, its layer still to be filled
-    (``saved`` False), the image's layers held for it."""
+    (``saved`` False), the image's layers held for it; ``need`` (its bound) is charged
+    to the budget until the copy says what it holds."""
     snap_id = secrets.token_hex(6)
     base = safepath.open_dir(_dir(root))
     held = False
@@ -222,6 +251,7 @@ def begin(
                 host_workspace=host_workspace or "",
                 store=store or "",
                 saved=False,
+                cost=need,
             )
             safepath.write_atomic(top, _META, json.dumps(snap.to_dict()).encode())
         finally:
@@ -244,10 +274,10 @@ def save(root: str, snap: Snapshot, layers: list[int], paused: float) -> Snapsho
     closed here) and mark it saved; a failure removes what was copied and is written
     into the record."""
     try:
-        size = _fill(root, snap, layers, layer_bound(layers))
+        size, cost = _fill(root, snap, layers, layer_bound(layers))
     except (OSError, WarrenError) as e:
         why = _cannot(snap.sandbox, e) if isinstance(e, OSError) else e
-        failed = replace(snap, error=why.message)
+        failed = replace(snap, error=why.message, cost=0)
         _empty_layer(root, snap.id)
         with contextlib.suppress(OSError):
             _write_meta(root, failed)
@@ -256,7 +286,7 @@ def save(root: str, snap: Snapshot, layers: list[int], paused: float) -> Snapsho
         for fd in layers:
             with contextlib.suppress(OSError):
                 os.close(fd)
-    return _finish(root, snap, size, paused)
+    return _finish(root, snap, size, cost, paused)
 
 
 def discard(root: str, snap: Snapshot) -> None:
@@ -282,8 +312,8 @@ def _empty_layer(root: str, snap_id: str) -> None:
             os.close(top)
 
 
-def _finish(root: str, snap: Snapshot, size: int, seconds: float) -> Snapshot:
-    done = replace(snap, size=size, seconds=round(seconds, 3), saved=True)
+def _finish(root: str, snap: Snapshot, size: int, cost: int, seconds: float) -> Snapshot:
+    done = replace(snap, size=size, seconds=round(seconds, 3), saved=True, cost=cost)
     try:
         _write_meta(root, done)
     except OSError as e:
@@ -306,14 +336,18 @@ def _cannot(sandbox: str, e: OSError) -> SetupError:
         f"cannot snapshot sandbox {sandbox}: {e.strerror}",
         "snapshot",
         e.filename if isinstance(e.filename, str) else None,
-        hint="a file the sandbox made unreadable to you (chmod 000) cannot be copied; "
+        hint=f"move what lies deeper than {safepath.MAX_DEPTH} directories up in the sandbox, "
+        "then snapshot again"
+        if e.errno == errno.ELOOP
+        else "a file the sandbox made unreadable to you (chmod 000) cannot be copied; "
         "the state directory's disk may be full",
     )
 
 
-def _fill(root: str, snap: Snapshot, layers: list[int], need: int) -> int:
+def _fill(root: str, snap: Snapshot, layers: list[int], need: int) -> tuple[int, int]:
     """Copy ``layers`` (lowest first) into the snapshot's layer, each over the ones
-    before it as the overlay would show them; returns the bytes of file data copied.
+    before it as the overlay would show them; returns the bytes of file data copied
+    and what the copy costs the budget (that data and a block per name).
     The snapshot's ``layers`` (the image's) are where a removed name is
     looked for: a whiteout stays only where it hides something there (elsewhere the
     overlay would list it as a device). ``need``: the bound of ``layer_bound``, which
@@ -329,69 +363,111 @@ def _fill(root: str, snap: Snapshot, layers: list[int], need: int) -> int:
         for i, layer in enumerate(layers):
             src = os.open(".", _DIRFLAGS, dir_fd=layer)
             try:
-                if i == 0:
-                    size += _copy_tree(src, dst, dst, "", {}, budget)
-                else:
-                    size += _apply_tree(src, dst, dst, "", {}, list(below), budget)
+                size += _walk(src, dst, {}, None if i == 0 else list(below), budget)
             finally:
                 os.close(src)
-        return size
+        return size, size + budget.names * _INODE_COST
     finally:
         os.close(dst)
         for fd in below:
             os.close(fd)
 
 
-def _apply_tree(
-    src: int,
-    dst: int,
-    top: int,
-    rel: str,
-    seen: dict[tuple[int, int], str],
-    below: list[int],
-    budget: _Budget,
+class _Level:
+    """One directory of the walk in ``_walk``: the layer's and the copy's, the names in
+    it still to visit, the source's stat to apply once it is done (None for the top),
+    and, while a layer is applied over the copy, this directory in the image's layers
+    (``below``: None when copying a directory the copy did not have)."""
+
+    def __init__(
+        self, src: int, dst: int, rel: str, st: os.stat_result | None, below: list[int] | None
+    ) -> None:
+        self.src, self.dst, self.rel, self.st, self.below = src, dst, rel, st, below
+        self.names = os.listdir(src)
+
+    def close(self) -> None:
+        if self.st is None:
+            return  # the caller's
+        for fd in (self.src, self.dst, *(self.below or [])):
+            os.close(fd)
+
+
+def _walk(
+    src: int, dst: int, seen: dict[tuple[int, int], str], below: list[int] | None, budget: _Budget
 ) -> int:
-    """``src``, a layer above the one copied in ``dst``, applied to it: its entries
-    replace theirs, its whiteouts remove them (and stay where ``below``, this directory
-    in the lower layers, has the name), its opaque directories replace whole
-    directories, others are merged. ``below`` is the caller's: not closed here."""
+    """Every entry of the layer ``src`` into the copy ``dst``; returns bytes copied.
+    ``below`` None: ``dst`` is empty, a plain copy. Else ``src`` is a layer above the
+    one copied in ``dst``, applied to it: its entries replace theirs, its whiteouts
+    remove them (and stay where ``below``, this directory in the image's layers, has
+    the name), its opaque directories replace whole directories, others are merged.
+    ``seen``: files with several names, by (dev, ino), and where their first copy is
+    (relative to ``dst``), so hard links stay hard links. Iterative, at most
+    ``safepath.MAX_DEPTH`` levels deep: a sandbox nests directories as deep as it likes."""
     size = 0
-    for name in os.listdir(src):
-        st = os.stat(name, dir_fd=src, follow_symlinks=False)
-        here = f"{rel}/{name}" if rel else name
-        try:
-            old = os.stat(name, dir_fd=dst, follow_symlinks=False)
-        except FileNotFoundError:
-            old = None
-        if (
-            stat.S_ISDIR(st.st_mode)
-            and old is not None
-            and stat.S_ISDIR(old.st_mode)
-            and not _opaque(src, name)
-        ):
-            sub = _subdirs(below, name)
-            s = os.open(name, _DIRFLAGS, dir_fd=src)
-            try:
-                d = os.open(name, _DIRFLAGS, dir_fd=dst)
+    levels = [_Level(src, dst, "", None, below)]
+    try:
+        while levels:
+            level = levels[-1]
+            if not level.names:
+                levels.pop()
                 try:
-                    size += _apply_tree(s, d, top, here, seen, sub, budget)
-                    _metadata(s, d, st)
+                    if level.st is not None:
+                        _metadata(level.src, level.dst, level.st)
                 finally:
-                    os.close(d)
-            finally:
-                os.close(s)
-                for fd in sub:
-                    os.close(fd)
-            continue
-        if old is not None:
-            if stat.S_ISDIR(old.st_mode):
-                safepath.remove_tree(dst, name)
+                    level.close()
+                continue
+            name = level.names.pop()
+            budget.names += 1
+            st = os.stat(name, dir_fd=level.src, follow_symlinks=False)
+            here = f"{level.rel}/{name}" if level.rel else name
+            if level.below is not None:
+                try:
+                    old = os.stat(name, dir_fd=level.dst, follow_symlinks=False)
+                except FileNotFoundError:
+                    old = None
+                merge = stat.S_ISDIR(st.st_mode) and old is not None and stat.S_ISDIR(old.st_mode)
+                if merge and not _opaque(level.src, name):
+                    levels.append(_descend(levels, level, name, here, st, _subdirs(level.below, name)))
+                    continue
+                if old is not None:
+                    if stat.S_ISDIR(old.st_mode):
+                        safepath.remove_tree(level.dst, name)
+                    else:
+                        os.unlink(name, dir_fd=level.dst)
+                if stat.S_ISCHR(st.st_mode) and st.st_rdev == 0 and not _has(level.below, name):
+                    continue  # removed, and nothing below has it: no whiteout needed
+            if stat.S_ISDIR(st.st_mode):
+                os.mkdir(name, 0o700, dir_fd=level.dst)
+                levels.append(_descend(levels, level, name, here, st, None))
             else:
-                os.unlink(name, dir_fd=dst)
-        if stat.S_ISCHR(st.st_mode) and st.st_rdev == 0 and not _has(below, name):
-            continue  # removed, and nothing below has it: no whiteout needed
-        size += _copy_entry(src, dst, name, st, top, here, seen, budget)
+                size += _copy_entry(level.src, level.dst, name, st, dst, here, seen, budget)
+    finally:
+        for level in levels:
+            level.close()
     return size
+
+
+def _descend(
+    levels: list[_Level], level: _Level, name: str, here: str, st: os.stat_result, below: list[int] | None
+) -> _Level:
+    try:
+        if len(levels) > safepath.MAX_DEPTH:
+            raise safepath.too_deep(here)
+        s = os.open(name, _DIRFLAGS, dir_fd=level.src)
+        try:
+            d = os.open(name, _DIRFLAGS, dir_fd=level.dst)
+            try:
+                return _Level(s, d, here, st, below)
+            except BaseException:
+                os.close(d)
+                raise
+        except BaseException:
+            os.close(s)
+            raise
+    except BaseException:
+        for fd in below or []:
+            os.close(fd)
+        raise
 
 
 def _subdirs(dirs: list[int], name: str) -> list[int]:
@@ -420,19 +496,6 @@ def _opaque(directory: int, name: str) -> bool:
         os.close(fd)
 
 
-def _copy_tree(
-    src: int, dst: int, top: int, rel: str, seen: dict[tuple[int, int], str], budget: _Budget
-) -> int:
-    """Every entry of ``src`` into ``dst`` (both directories); returns bytes copied.
-    ``seen``: files with several names, by (dev, ino), and where their first copy is
-    (relative to ``top``), so hard links stay hard links."""
-    size = 0
-    for name in os.listdir(src):
-        st = os.stat(name, dir_fd=src, follow_symlinks=False)
-        size += _copy_entry(src, dst, name, st, top, f"{rel}/{name}" if rel else name, seen, budget)
-    return size
-
-
 def _copy_entry(
     src: int,
     dst: int,
@@ -443,20 +506,8 @@ def _copy_entry(
     seen: dict[tuple[int, int], str],
     budget: _Budget,
 ) -> int:
+    """One entry that is not a directory."""
     mode = st.st_mode
-    if stat.S_ISDIR(mode):
-        os.mkdir(name, 0o700, dir_fd=dst)
-        s = os.open(name, _DIRFLAGS, dir_fd=src)
-        try:
-            d = os.open(name, _DIRFLAGS, dir_fd=dst)
-            try:
-                size = _copy_tree(s, d, top, here, seen, budget)
-                _metadata(s, d, st)
-                return size
-            finally:
-                os.close(d)
-        finally:
-            os.close(s)
     if stat.S_ISREG(mode):
         key = (st.st_dev, st.st_ino)
         if st.st_nlink > 1 and key in seen:
