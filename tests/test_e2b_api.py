@@ -41,6 +41,7 @@ from e2b import (  # noqa: E402
 )
 
 MARKER = "planted-credential-" + secrets.token_hex(8)
+HOME = "/home/user"  # where an E2B sandbox sees its workspace (its host path is World.workspace)
 
 
 class World:
@@ -124,8 +125,10 @@ def test_create_gives_a_warren_sandbox_with_a_home_of_its_own(world: World) -> N
         assert world.warren_state(sandbox.sandbox_id) == "running"
         home = world.workspace(sandbox.sandbox_id)
         assert home.is_dir()
-        result = sandbox.commands.run('pwd; echo "$HOME $GREETING"')
-        assert result.stdout == f"{home}\n{home} hello\n"
+        result = sandbox.commands.run('pwd; echo "$HOME $GREETING"; echo made > here.txt')
+        # E2B's home, where the workspace is seen: the host has no /home/user of its own
+        assert result.stdout == "/home/user\n/home/user hello\n"
+        assert (home / "here.txt").read_text() == "made\n"
         info = sandbox.get_info()
         assert info.template_id == "base" and info.metadata == {"purpose": "test"}
         assert sandbox.is_running()
@@ -699,12 +702,12 @@ def test_a_pty_runs_an_interactive_shell_that_can_be_resized(sb: Sandbox) -> Non
 def test_files_write_read_list_exists_make_dir_rename_remove(world: World, sb: Sandbox) -> None:
     home = world.workspace(sb.sandbox_id)
     info = sb.files.write("dir/a.txt", "alpha")
-    assert info.path == f"{home}/dir/a.txt"
+    assert info.path == f"{HOME}/dir/a.txt"
     assert (home / "dir" / "a.txt").read_text() == "alpha"  # on the host, in its workspace
     assert sb.files.read("dir/a.txt") == "alpha"
-    sb.files.write(f"{home}/bin.dat", b"\x00\xffraw")
+    sb.files.write(f"{HOME}/bin.dat", b"\x00\xffraw")
     assert bytes(sb.files.read("bin.dat", format="bytes")) == b"\x00\xffraw"
-    names = {e.name: e for e in sb.files.list(str(home))}
+    names = {e.name: e for e in sb.files.list(HOME)}
     assert set(names) == {"dir", "bin.dat"}
     assert names["dir"].type is not None and names["dir"].type.value == "dir"
     assert names["bin.dat"].size == 5
@@ -713,7 +716,7 @@ def test_files_write_read_list_exists_make_dir_rename_remove(world: World, sb: S
     assert sb.files.make_dir("made/deep") is False
     assert (home / "made" / "deep").is_dir()
     moved = sb.files.rename("dir/a.txt", "made/b.txt")
-    assert moved.path == f"{home}/made/b.txt" and (home / "made" / "b.txt").read_text() == "alpha"
+    assert moved.path == f"{HOME}/made/b.txt" and (home / "made" / "b.txt").read_text() == "alpha"
     assert not (home / "dir" / "a.txt").exists()
     sb.files.remove("made")
     assert not (home / "made").exists() and not sb.files.exists("made")
@@ -721,10 +724,10 @@ def test_files_write_read_list_exists_make_dir_rename_remove(world: World, sb: S
         sb.files.read("made/b.txt")
     assert sb.commands.run("cat bin.dat | wc -c").stdout.strip() == "5"
     many = sb.files.write_files([{"path": "m/one.txt", "data": "1"}, {"path": "m/two.txt", "data": b"2"}])
-    assert sorted(w.path for w in many) == [f"{home}/m/one.txt", f"{home}/m/two.txt"]
+    assert sorted(w.path for w in many) == [f"{HOME}/m/one.txt", f"{HOME}/m/two.txt"]
     assert (home / "m" / "one.txt").read_text() == "1" and (home / "m" / "two.txt").read_text() == "2"
     stat = sb.files.get_info("m/one.txt")
-    assert stat.size == 1 and stat.path == f"{home}/m/one.txt" and stat.type is not None
+    assert stat.size == 1 and stat.path == f"{HOME}/m/one.txt" and stat.type is not None
     assert stat.type.value == "file"
     with pytest.raises(NotFoundException):
         sb.files.get_info("m/none.txt")
@@ -761,14 +764,19 @@ def test_entries_have_type_char_symlink_target_and_envds_walk_order(world: World
     sb.commands.run("ln -s file.txt t/link && ln -s nowhere t/dangling")
     info = sb.files.get_info("t/file.txt")
     assert info.permissions == "-rw-r--r--" and sb.files.get_info("t/a").permissions == "drwxr-xr-x"
+    # in its home the sandbox's one user is E2B's "user"; elsewhere an owner keeps its name
+    # (root's file, seen from a uid-1001 sandbox, is the overflow id: nobody)
+    assert (info.owner, info.group) == ("user", "user")
+    etc = sb.files.get_info("/etc/hostname")
+    assert (etc.owner, etc.group) == (("root", "root") if os.getuid() == 0 else ("nobody", "nogroup"))
     link = sb.files.get_info("t/link")
     # the target's size, the resolved target (this SDK shows the link's own type, older ones
     # the target's: envd sends both)
-    assert link.size == 1 and link.symlink_target == f"{home}/t/file.txt"
+    assert link.size == 1 and link.symlink_target == f"{HOME}/t/file.txt"
     assert sb.files.get_info("t/file.txt").symlink_target is None
     dangling = sb.files.get_info("t/dangling")
     assert dangling.type is not None and dangling.type.value == "symlink" and dangling.symlink_target is None
-    walked = [e.path[len(f"{home}/t/") :] for e in sb.files.list("t", depth=2)]
+    walked = [e.path[len(f"{HOME}/t/") :] for e in sb.files.list("t", depth=2)]
     assert walked == ["a", "a/a1", "a/a2", "b", "b/b1", "dangling", "file.txt", "link"]
     sb.files.remove("t/never-was")  # envd removes like os.RemoveAll: gone already is success
     sb.files.remove("t")

@@ -43,6 +43,7 @@ MAX_BODY = 1024 * 1024
 MAX_LIMIT = 100  # E2B's page size limit for /v2/sandboxes
 MAX_FORKS = 16
 CODE_INTERPRETER = "code-interpreter-v1"
+HOME = "/home/user"  # E2B's home and working directory
 ALIVE = ("running", "paused")
 
 # Create options whose E2B meaning warren does not offer: refused when set, so nothing
@@ -109,7 +110,9 @@ def flag(data: Mapping[str, Any], key: str) -> bool | None:
 
 def policy_of(template: str, workspace: str, internet: bool | None) -> tuple[PolicySpec, str | None]:
     """The spec and the config profile a template stands for."""
-    spec = PolicySpec(workspace=workspace)
+    # E2B's home: the workspace is seen at /home/user (made inside the sandbox only);
+    # on an image it is /workspace, as every sandbox on an image has it
+    spec = PolicySpec(workspace=workspace, workspace_at=HOME)
     if internet is True:
         spec.network = "open"
     elif internet is False:
@@ -126,6 +129,7 @@ def policy_of(template: str, workspace: str, internet: bool | None) -> tuple[Pol
         return spec, None
     if template in _images():
         spec.image = template
+        spec.workspace_at = None
         return spec, None
     return spec, template
 
@@ -245,8 +249,7 @@ class Control:
         record = Record(
             sandbox_id, template, now, now + timeout, workspace, metadata, envs, auto_pause, internet=internet
         )
-        if spec.image:
-            record.home = IMAGE_WORKSPACE
+        record.home = IMAGE_WORKSPACE if spec.image else HOME
         try:
             await self.core.call(self.core.records.save, record)
             await self.core.call(

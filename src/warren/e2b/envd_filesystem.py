@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import grp
+import os
 import posixpath
 import pwd
 import stat as _stat
@@ -48,10 +49,14 @@ KINDS = {"file": fs.FileType.FILE, "dir": fs.FileType.DIRECTORY, "symlink": fs.F
 TYPE_BITS = {"file": _stat.S_IFREG, "dir": _stat.S_IFDIR, "symlink": _stat.S_IFLNK}
 
 
-def entry(stat: FileInfo, path: str, link: tuple[FileInfo, str] | None = None) -> fs.EntryInfo:
+def entry(
+    stat: FileInfo, path: str, link: tuple[FileInfo, str] | None = None, home: str | None = None
+) -> fs.EntryInfo:
     """envd's ``EntryInfo``. For a symlink, ``link`` is what it leads to and the resolved
-    path: envd reports the target's type, size and mode, with ``symlink_target``."""
+    path: envd reports the target's type, size and mode, with ``symlink_target``. In the
+    sandbox's ``home`` its own user is E2B's ``user``."""
     shown = link[0] if link is not None else stat
+    ours = home is not None and posixpath.commonpath([home, path]) == home
     bits = shown.mode & 0o7777
     return fs.EntryInfo(
         name=stat.name or posixpath.basename(path.rstrip("/")) or "/",
@@ -60,12 +65,18 @@ def entry(stat: FileInfo, path: str, link: tuple[FileInfo, str] | None = None) -
         size=shown.size,
         mode=bits,
         permissions=_stat.filemode(TYPE_BITS.get(shown.type, 0) | bits),
-        owner=_user(shown.uid),
-        group=_group(shown.gid),
+        owner=E2B_USER if ours and shown.uid == os.getuid() else _user(shown.uid),
+        group=E2B_USER if ours and shown.gid == os.getgid() else _group(shown.gid),
         modified_time=Timestamp.from_nanos(int(shown.mtime * 1e9)),
         symlink_target=link[1] if link is not None else None,
         is_symlink=stat.type == "symlink",
     )
+
+
+# E2B names the one user its sandboxes run as "user" (and its group): in an E2B
+# sandbox's home the user a warren sandbox runs as (the service's, the caller's) plays that
+# part. Elsewhere (/usr, /etc) an owner is named as the host names it.
+E2B_USER = "user"
 
 
 def _user(uid: int) -> str:
@@ -93,9 +104,11 @@ class FilesystemService(EnvdService):
         return await self.entry(sandbox_id, reply.stat, path)
 
     async def entry(self, sandbox_id: str, stat: FileInfo, path: str) -> fs.EntryInfo:
+        record = self.core.records.get(sandbox_id)
+        home = record.inside if record is not None else None
         if stat.type != "symlink":
-            return entry(stat, path)
-        return entry(stat, path, await self.followed(sandbox_id, path))
+            return entry(stat, path, home=home)
+        return entry(stat, path, await self.followed(sandbox_id, path), home)
 
     async def followed(self, sandbox_id: str, path: str) -> tuple[FileInfo, str] | None:
         """What a symlink leads to and its resolved path, both as the sandbox sees them

@@ -106,6 +106,7 @@ _FLAG_FOR = {
     "workspace_writable": "(leave out --read-only-workspace)",
     "allow_nested": "(your own config only)",
     "workspace": "--workspace DIR",
+    "workspace_at": "(your own config or the API)",
     "image": "--image NAME",
     "disk": "--disk SIZE",
     "from_snapshot": "--from-snapshot ID",

@@ -38,6 +38,7 @@ class Spec(Message):
     reads it (where a bad value is refused with the key's name)."""
 
     workspace: str | None = None
+    workspace_at: str | None = None
     write: list[str] = []
     read: list[str] = []
     deny: list[str] = []
