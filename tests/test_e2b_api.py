@@ -813,19 +813,74 @@ def test_signed_urls_open_their_own_sandboxs_file_and_nothing_else(world: World)
         Sandbox.kill(other.sandbox_id)
 
 
-def test_watching_a_directory_reports_created_files(sb: Sandbox) -> None:
+def test_watching_a_directory_reports_created_files_with_their_entries_when_asked(sb: Sandbox) -> None:
     sb.files.make_dir("watched")
-    handle = sb.files.watch_dir("watched")
+    plain = sb.files.watch_dir("watched")
+    with_entries = sb.files.watch_dir("watched", include_entry=True)
     try:
         sb.files.write("watched/new.txt", "x")
+        sb.files.write("watched/empty.txt", "")
         deadline = time.monotonic() + 5
-        events = []
-        while not events and time.monotonic() < deadline:
-            events = handle.get_new_events()
+        events: list = []
+        while len(events) < 3 and time.monotonic() < deadline:
+            events += plain.get_new_events()
             time.sleep(0.1)
-        assert [(e.name, e.type.value) for e in events] == [("new.txt", "create")]
+        # a file that appeared with content was made, then written (inotify tells both)
+        assert [(e.name, e.type.value) for e in events] == [
+            ("empty.txt", "create"),
+            ("new.txt", "create"),
+            ("new.txt", "write"),
+        ]
+        assert all(e.entry is None for e in events)  # not asked for
+        shown = with_entries.get_new_events()
+        assert [(e.name, e.type.value) for e in shown] == [(e.name, e.type.value) for e in events]
+        entry = shown[1].entry
+        assert entry is not None and entry.path == f"{HOME}/watched/new.txt" and entry.size == 1
+        assert entry.type is not None and entry.type.value == "file"
     finally:
-        handle.stop()
+        plain.stop()
+        with_entries.stop()
+
+
+def test_file_metadata_is_kept_as_user_e2b_xattrs_of_the_file_itself(world: World, sb: Sandbox) -> None:
+    host = world.workspace(sb.sandbox_id) / "meta.txt"
+    info = sb.files.write("meta.txt", "x", metadata={"author": "mish", "Stage": "one"})
+    assert info.metadata == {"author": "mish", "stage": "one"}  # keys lowercased, as envd's
+    assert os.getxattr(host, "user.e2b.author") == b"mish"  # judged on the host: on the file
+    assert sb.files.get_info("meta.txt").metadata == {"author": "mish", "stage": "one"}
+    assert {e.name: e.metadata for e in sb.files.list(".")}["meta.txt"] == {"author": "mish", "stage": "one"}
+    moved = sb.files.rename("meta.txt", "moved.txt")
+    assert moved.metadata == {"author": "mish", "stage": "one"}
+    # an attribute set from inside the sandbox is metadata too
+    sb.commands.run("python3 -c \"import os; os.setxattr('moved.txt', 'user.e2b.inside', b'yes')\"")
+    assert sb.files.get_info("moved.txt").metadata == {"author": "mish", "stage": "one", "inside": "yes"}
+    # an upload replaces it all: with none, none is left (the control: there were some)
+    assert sb.files.write("moved.txt", "y").metadata is None
+    assert [
+        n for n in os.listxattr(world.workspace(sb.sandbox_id) / "moved.txt") if n.startswith("user.e2b.")
+    ] == []
+    assert sb.files.get_info("moved.txt").metadata is None
+
+
+def test_metadata_over_envds_limits_is_refused_before_anything_is_written(world: World, sb: Sandbox) -> None:
+    headers = {"E2b-Sandbox-Id": sb.sandbox_id, "X-Access-Token": sb._envd_access_token or ""}
+    host = world.workspace(sb.sandbox_id)
+    with world.raw() as c:
+        big = c.post(
+            "/files",
+            params={"path": "big.txt"},
+            content=b"x",
+            headers={**headers, "Content-Type": "application/octet-stream", "X-Metadata-Big": "v" * 5000},
+        )
+        assert big.status_code == 400 and "limit" in big.json()["message"]
+        ok = c.post(
+            "/files",
+            params={"path": "ok.txt"},
+            content=b"x",
+            headers={**headers, "Content-Type": "application/octet-stream", "X-Metadata-Small": "v"},
+        )
+        assert ok.status_code == 200 and ok.json()[0]["metadata"] == {"small": "v"}  # the control
+    assert not (host / "big.txt").exists() and (host / "ok.txt").exists()
 
 
 # --- security ------------------------------------------------------------------------------------------

@@ -27,10 +27,10 @@ from .snapshots import Snapshots
 
 T = TypeVar("T")
 
-# envd features the SDK gates on this version: stdin for commands (0.3.0), a default user
-# (0.4.0), closing stdin (0.5.2), octet-stream uploads (0.5.7). Later ones (file metadata,
-# entry info in watch events) are not offered, so the version stays below them.
-ENVD_VERSION = "0.5.7"
+# envd features the SDK gates on this version, all offered: stdin for commands (0.3.0), a
+# default user (0.4.0), closing stdin (0.5.2), octet-stream uploads (0.5.7), file metadata
+# (0.6.2), entry info in watch events (0.6.3), watching network mounts when asked (0.6.4).
+ENVD_VERSION = "0.6.4"
 DEFAULT_TIMEOUT = 300
 MAX_TIMEOUT = 24 * 3600
 REAP_EVERY = 1.0
