@@ -199,6 +199,14 @@ def _small_root(root: Path) -> Path:
     return root
 
 
+def test_template_exists_names_what_a_sandbox_can_be_created_from(world: World) -> None:
+    from e2b import Template
+
+    for name in ("base", "python", "e2b-test"):  # default, a preset, a profile of the config
+        assert Template.exists(name) is True, name
+    assert Template.exists(f"nonexistent-{secrets.token_hex(4)}") is False
+
+
 def test_a_template_naming_an_image_runs_the_sandbox_on_that_image(world: World, tmp_path: Path) -> None:
     from warren.images.store import ImageStore
 

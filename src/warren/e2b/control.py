@@ -31,7 +31,7 @@ from starlette.routing import Route
 from ..errors import ConfigError, SandboxNotFound, WarrenError
 from ..models import SandboxInfo
 from ..plan.envroot import WORKSPACE as IMAGE_WORKSPACE
-from ..policy import presets
+from ..policy import config, presets
 from ..policy.spec import PolicySpec
 from .core import DEFAULT_TIMEOUT, ENVD_VERSION, MAX_TIMEOUT, Core, E2BError, message_of, status_of
 from .front import ELSEWHERE
@@ -132,6 +132,17 @@ def policy_of(template: str, workspace: str, internet: bool | None) -> tuple[Pol
         spec.workspace_at = None
         return spec, None
     return spec, template
+
+
+def _template_known(name: str, core: Core) -> bool:
+    if name in ("base", CODE_INTERPRETER) or name in presets.names() or name in _images():
+        return True
+    if core.snapshots.get(name) is not None:
+        return True
+    try:
+        return name in config.profile_names()
+    except ConfigError:
+        return False
 
 
 def _images() -> list[str]:
@@ -486,6 +497,16 @@ class Control:
             return Response(status_code=204)
         raise E2BError(404, f"template {template!r} not found (only snapshots can be deleted here)")
 
+    async def template_alias(self, request: Request) -> Response:
+        """Whether a template name stands for something here (``Template.exists``): base,
+        the code interpreter's, a preset, an image, a profile of the user's config, a
+        snapshot. Unlike E2B's, none is another team's (no 403)."""
+        alias = request.path_params["alias"]
+        known = await self.core.call(_template_known, alias, self.core)
+        if not known:
+            raise E2BError(404, f"template {alias!r} not found")
+        return JSONResponse({"templateID": alias, "public": alias in ("base", CODE_INTERPRETER)})
+
     async def metrics(self, request: Request) -> Response:
         """One sample, taken now, of what the sandbox uses (warren keeps no history):
         answered when the asked range overlaps the sandbox's life, else none. CPU is the
@@ -548,6 +569,7 @@ class Control:
             (f"{one}/snapshots", "POST", self.snapshot),
             ("/snapshots", "GET", self.list_snapshots),
             ("/templates/{id}", "DELETE", self.delete_template),
+            ("/templates/aliases/{alias}", "GET", self.template_alias),
             (f"{one}/fork", "POST", self.fork),
             (f"{one}/network", "PUT", self.not_offered),
         ]

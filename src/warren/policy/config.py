@@ -52,6 +52,13 @@ def _load(path: Path) -> dict[str, Any]:
         ) from None
 
 
+def profile_names(env: Mapping[str, str] | None = None, home: Path | None = None) -> list[str]:
+    """The ``[profile.NAME]`` names of the user's config file (none when it has none)."""
+    env, home = env_and_home(env, home)
+    profiles = _load(user_config_path(env, home)).get("profile", {})
+    return sorted(profiles) if isinstance(profiles, dict) else []
+
+
 def _spec_from_table(
     table: Mapping[str, Any], where: str, home: Path, base: Path | None = None
 ) -> PolicySpec:
