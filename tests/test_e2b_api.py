@@ -891,6 +891,32 @@ def test_metadata_over_envds_limits_is_refused_before_anything_is_written(world:
     assert not (host / "big.txt").exists() and (host / "ok.txt").exists()
 
 
+def test_the_reaper_never_sweeps_a_sandbox_whose_create_finished_during_its_listing(tmp_path: Path) -> None:
+    """The flake this pins: a workspace deleted under a sandbox just made (its first write
+    found no home), because the reaper listed warren's sandboxes before the create had
+    made it, then swept the record the create had saved meanwhile."""
+    from warren.e2b.core import Core
+    from warren.e2b.records import Record, Records
+
+    records = Records(str(tmp_path / "root"), "e2b_" + "0" * 40)
+
+    def made(sandbox_id: str) -> str:
+        workspace = records.new_workspace(sandbox_id)
+        records.save(Record(sandbox_id, "base", 0.0, 1e12, workspace))
+        return workspace
+
+    class Listing:
+        def list(self) -> list:
+            fresh.append(made("e2b-made-meanwhile"))  # a create finishing as warren is listed
+            return []
+
+    fresh: list[str] = []
+    orphan = made("e2b-orphan")  # warren has no such sandbox: its workspace goes (the control)
+    Core(Listing(), records).reap_once()  # type: ignore[arg-type]
+    assert not os.path.exists(orphan)
+    assert os.path.isdir(fresh[0]) and records.get("e2b-made-meanwhile") is not None
+
+
 # --- security ------------------------------------------------------------------------------------------
 
 
