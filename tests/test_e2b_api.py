@@ -77,6 +77,8 @@ class World:
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     # Below the real home, not in /tmp: a sandbox has a /tmp of its own, where a planted
     # file would be out of sight whatever the policy, and a write would land unseen.
+    # the code interpreter's kernel environment: made once per user, kept between runs
+    kernel_env = Path.home() / ".cache" / "warren-e2b-kernel"
     home = Path.home() / f".warren-e2b-test-{secrets.token_hex(6)}"
     home.mkdir()
     (home / ".aws").mkdir()
@@ -91,6 +93,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         mp.delenv("XDG_CONFIG_HOME", raising=False)
         mp.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
         mp.delenv("WARREN_URL", raising=False)
+        mp.setenv("WARREN_E2B_KERNEL_ENV", str(kernel_env))
         serve = Serve(tmp_path_factory.mktemp("serve"))
         mp.setenv("E2B_API_URL", serve.url)
         mp.setenv("E2B_SANDBOX_URL", serve.url)
@@ -1073,9 +1076,9 @@ def test_bad_requests_get_a_typed_4xx_with_a_message(world: World) -> None:
 def test_a_request_naming_a_sandbox_gets_e2bs_answer_never_warrens_own(world: World, sb: Sandbox) -> None:
     envd = {"E2b-Sandbox-Id": sb.sandbox_id, "X-Access-Token": sb._envd_access_token or ""}
     with world.raw() as c:
-        kernel = c.post("/execute", json={"code": "1"}, headers={**envd, "E2b-Sandbox-Port": "49999"})
-        assert kernel.status_code == 502 and "port 49999 is not open" in kernel.json()["message"]
-        assert c.get("/contexts", headers={**envd, "E2b-Sandbox-Port": "49999"}).status_code == 502
+        other = c.post("/execute", json={"code": "1"}, headers={**envd, "E2b-Sandbox-Port": "8080"})
+        assert other.status_code == 502 and "port 8080 is not open" in other.json()["message"]
+        assert c.get("/contexts", headers={**envd, "E2b-Sandbox-Port": "8080"}).status_code == 502
         unknown = c.get("/v1/sandboxes", headers=envd)
         assert unknown.status_code == 404 and unknown.json()["code"] == 404, unknown.text
         assert "E2B API" in unknown.json()["message"]
@@ -1089,6 +1092,59 @@ def test_a_request_naming_a_sandbox_gets_e2bs_answer_never_warrens_own(world: Wo
         assert interpreter.commands.run("python3 -c 'print(6 * 7)'").stdout == "42\n"
     finally:
         Sandbox.kill(interpreter.sandbox_id)
+
+
+def _execute(c: httpx.Client, headers: dict[str, str], code: str) -> list[dict]:
+    """``/execute`` on the kernel port as e2b-code-interpreter's ``run_code`` calls it: its
+    NDJSON lines."""
+    r = c.post("/execute", json={"code": code, "context_id": None, "language": None, "env_vars": None},
+               headers=headers, timeout=300)  # fmt: skip
+    assert r.status_code == 200, r.text
+    return [json.loads(line) for line in r.text.splitlines() if line]
+
+
+def test_run_code_runs_in_a_jupyter_kernel_inside_the_sandbox(world: World) -> None:
+    sandbox = Sandbox.create("code-interpreter-v1")
+    home = world.workspace(sandbox.sandbox_id)
+    token = sandbox._envd_access_token or ""
+    headers = {"E2b-Sandbox-Id": sandbox.sandbox_id, "X-Access-Token": token, "E2b-Sandbox-Port": "49999"}
+    kernel_env = Path(os.environ["WARREN_E2B_KERNEL_ENV"])
+    try:
+        with world.raw() as c:
+            out = _execute(c, headers, "x = 41\nprint('hi')\nx + 1")
+            assert {"type": "stdout", "text": "hi\n"}.items() <= out[1].items()
+            result = next(line for line in out if line["type"] == "result")
+            assert result["text"] == "42" and result["is_main_result"] is True
+            assert [line["type"] for line in _execute(c, headers, "x")] == ["number_of_executions", "result"]
+            error = _execute(c, headers, "1/0")[-1]
+            assert error["type"] == "error" and error["name"] == "ZeroDivisionError"
+            chart = _execute(c, headers, "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()")
+            png = next(line["png"] for line in chart if line["type"] == "result")
+            assert png.startswith("iVBORw0KGgo")  # base64 of the PNG signature
+            # judged on the host: the kernel's code runs inside, where the sandbox may write ...
+            planted = kernel_env / "planted.pth"
+            code = (
+                "open('made-by-kernel.txt', 'w').write('k')\n"
+                f"try:\n    open({str(planted)!r}, 'w').write('import os')\nexcept OSError as e:\n"
+                "    print(type(e).__name__)"
+            )
+            said = "".join(line.get("text", "") for line in _execute(c, headers, code))
+            assert (home / "made-by-kernel.txt").read_text() == "k"  # the control: it writes its home
+            # ... and the kernel environment every sandbox runs from is not such a place
+            assert said in ("OSError\n", "PermissionError\n") and not planted.exists()
+            # the kernel port needs the sandbox's access token, as envd does
+            for wrong in ("", "0" * 64):
+                refused = c.post("/execute", json={"code": "1"}, headers={**headers, "X-Access-Token": wrong})
+                assert refused.status_code == 401
+            made = c.post("/contexts", json={"language": "python"}, headers=headers)
+            assert made.status_code == 200 and made.json()["language"] == "python", made.text
+            listed = c.get("/contexts", headers=headers).json()
+            assert made.json()["id"] in [ctx["id"] for ctx in listed]
+            assert c.delete(f"/contexts/{made.json()['id']}", headers=headers).status_code == 204
+            gone = c.delete(f"/contexts/{made.json()['id']}", headers=headers)
+            assert gone.status_code == 404 and gone.json()["code"] == 404
+    finally:
+        Sandbox.kill(sandbox.sandbox_id)
 
 
 def test_what_is_not_offered_raises_a_clear_sdk_error(sb: Sandbox) -> None:

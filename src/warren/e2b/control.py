@@ -63,8 +63,8 @@ def rfc3339(stamp: float) -> str:
     return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-async def json_object(request: Request, required: bool) -> dict[str, Any]:
-    raw = await body(request, MAX_BODY, f"request body is over {MAX_BODY} bytes")
+async def json_object(request: Request, required: bool, limit: int = MAX_BODY) -> dict[str, Any]:
+    raw = await body(request, limit, f"request body is over {limit} bytes")
     if not raw:
         if required:
             raise E2BError(400, "request body is empty: send a JSON object")
