@@ -210,6 +210,29 @@ def test_template_exists_names_what_a_sandbox_can_be_created_from(world: World) 
     assert Template.exists(f"nonexistent-{secrets.token_hex(4)}") is False
 
 
+def test_a_template_built_from_another_with_nothing_added_is_a_new_name_for_it(world: World) -> None:
+    from e2b import BuildException, Template
+
+    name, other = f"built-{secrets.token_hex(4)}", f"stepped-{secrets.token_hex(4)}"
+    built = Template.build(Template().from_template("e2b-test"), name)  # a profile of the config
+    assert Template.exists(name) is True
+    sandbox = Sandbox.create(name)
+    try:
+        assert sandbox.get_info().template_id == name
+        assert sandbox.commands.run("echo $FROM_PROFILE").stdout == "yes\n"  # the profile's policy
+    finally:
+        Sandbox.kill(sandbox.sandbox_id)
+    # what needs E2B's build service (steps, an image) ends in error saying so, and names nothing
+    with pytest.raises(BuildException, match="build service"):
+        Template.build(Template().from_template("base").run_cmd("true"), other)
+    assert Template.exists(other) is False
+    with world.raw() as c:
+        key = {"X-API-Key": world.token}
+        assert c.delete(f"/templates/{built.template_id}", headers=key).status_code == 204
+        assert c.delete(f"/templates/{built.template_id}", headers=key).status_code == 404
+    assert Template.exists(name) is False
+
+
 def test_a_template_naming_an_image_runs_the_sandbox_on_that_image(world: World, tmp_path: Path) -> None:
     from warren.images.store import ImageStore
 

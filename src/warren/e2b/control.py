@@ -18,6 +18,7 @@ import errno
 import json
 import math
 import os
+import re
 import shutil
 import time
 import uuid
@@ -134,10 +135,17 @@ def policy_of(template: str, workspace: str, internet: bool | None) -> tuple[Pol
     return spec, template
 
 
-def _template_known(name: str, core: Core) -> bool:
+_TEMPLATE_NAME = re.compile(r"\A[A-Za-z0-9._:-]{1,128}\Z")
+
+
+def _template_known(name: str, core: Core, built: bool = True) -> bool:
+    """Whether a sandbox can be created from ``name`` (``built``: counting the names
+    built here)."""
     if name in ("base", CODE_INTERPRETER) or name in presets.names() or name in _images():
         return True
     if core.snapshots.get(name) is not None:
+        return True
+    if built and core.templates.base_of(name) is not None:
         return True
     try:
         return name in config.profile_names()
@@ -255,6 +263,8 @@ class Control:
             envs = {**snap.envs, **envs}
             await self.core.call(self.core.snapshots.seed, snap, workspace)
         policy_template = snap.template if snap is not None else template
+        built = await self.core.call(self.core.templates.base_of, policy_template)
+        policy_template = built or policy_template
         spec, profile = await self.core.call(policy_of, policy_template, workspace, internet)
         now = time.time()
         record = Record(
@@ -495,7 +505,56 @@ class Control:
         template = request.path_params["id"].removesuffix(":default")
         if await self.core.call(self.core.snapshots.remove, template):
             return Response(status_code=204)
-        raise E2BError(404, f"template {template!r} not found (only snapshots can be deleted here)")
+        if await self.core.call(self.core.templates.remove, template):
+            return Response(status_code=204)
+        raise E2BError(
+            404, f"template {template!r} not found (only snapshots and templates built here can be deleted)"
+        )
+
+    async def request_build(self, request: Request) -> Response:
+        """A template to build (``Template.build``): answered with its id and a build's."""
+        data = await json_object(request, required=True)
+        name = data.get("name")
+        if not isinstance(name, str) or not _TEMPLATE_NAME.match(name):
+            raise E2BError(400, "name must be 1 to 128 letters, digits, '.', '_', ':' or '-'")
+        if await self.core.call(_template_known, name, self.core, False):
+            raise E2BError(
+                409, f"template name {name!r} is taken by warren (base, a preset, an image, a profile)"
+            )
+        tags = data.get("tags") or ["default"]
+        if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+            raise E2BError(400, "tags must be a list of strings")
+        build = await self.core.call(self.core.templates.request, name)
+        answer = {"templateID": build.template_id, "buildID": build.build_id, "public": False}
+        return JSONResponse({**answer, "aliases": [name], "names": [name], "tags": tags}, status_code=202)
+
+    def _build(self, request: Request) -> Any:
+        build = self.core.templates.builds.get(request.path_params["build"])
+        if build is None or build.template_id != request.path_params["id"]:
+            raise E2BError(404, f"build {request.path_params['build']!r} of this template not found")
+        return build
+
+    async def start_build(self, request: Request) -> Response:
+        """A build warren can make is a template made from another with nothing added;
+        any other ends in ``error`` saying why (``templates.NOT_BUILT``)."""
+        build = self._build(request)
+        data = await json_object(request, required=False)
+        source = data.get("fromTemplate")
+        plain = not any(
+            data.get(k) for k in ("fromImage", "fromImageRegistry", "steps", "startCmd", "readyCmd")
+        )
+        base = None
+        if plain and isinstance(source, str) and await self.core.call(_template_known, source, self.core):
+            base = await self.core.call(self.core.templates.base_of, source) or source
+        await self.core.call(self.core.templates.finish, build, base)
+        return Response(status_code=202)
+
+    async def build_status(self, request: Request) -> Response:
+        build = self._build(request)
+        offset = request.query_params.get("logsOffset") or "0"
+        if not offset.isdigit():
+            raise E2BError(400, f"logsOffset must be a whole number, not {offset[:20]!r}")
+        return JSONResponse(build.answer(int(offset)))
 
     async def template_alias(self, request: Request) -> Response:
         """Whether a template name stands for something here (``Template.exists``): base,
@@ -570,6 +629,9 @@ class Control:
             ("/snapshots", "GET", self.list_snapshots),
             ("/templates/{id}", "DELETE", self.delete_template),
             ("/templates/aliases/{alias}", "GET", self.template_alias),
+            ("/v3/templates", "POST", self.request_build),
+            ("/v2/templates/{id}/builds/{build}", "POST", self.start_build),
+            ("/templates/{id}/builds/{build}/status", "GET", self.build_status),
             (f"{one}/fork", "POST", self.fork),
             (f"{one}/network", "PUT", self.not_offered),
         ]

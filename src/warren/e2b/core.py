@@ -24,6 +24,7 @@ from ..models import SandboxInfo
 from ..service.status import status_of as warren_status
 from .records import Record, Records
 from .snapshots import Snapshots
+from .templates import Templates
 
 T = TypeVar("T")
 
@@ -66,6 +67,7 @@ class Core:
         self.transport = transport
         self.records = records
         self.snapshots = Snapshots(records.root)
+        self.templates = Templates(records.root)
         self.limiter = anyio.CapacityLimiter(threads)
         self._reaper: threading.Thread | None = None
         self._lock = threading.Lock()
