@@ -831,6 +831,10 @@ def test_signed_urls_open_their_own_sandboxs_file_and_nothing_else(world: World)
             upload = sandbox.upload_url("up.txt", "user", 60)
             assert c.post(upload, files={"file": ("up.txt", b"uploaded")}).status_code == 200
             assert (home / "up.txt").read_bytes() == b"uploaded"
+            # a plain form field is the content of the file the link names, as envd takes it
+            field = c.post(sandbox.upload_url("field.txt", "user", 60), files={"file": (None, "as a field")})
+            assert field.status_code == 200 and field.json()[0]["path"] == f"{HOME}/field.txt"
+            assert (home / "field.txt").read_text() == "as a field"
             expired = c.get(sandbox.download_url("shared.txt", "user", use_signature_expiration=-120))
             assert expired.status_code == 401
             assert expired.json() == {"code": 401, "message": "signature is already expired"}

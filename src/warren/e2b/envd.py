@@ -135,9 +135,14 @@ class Envd(EnvdService):
         if request.headers.get("content-type", "").startswith("multipart/form-data"):
             form = await request.form(max_files=1000, max_part_size=MAX_FILE)
             for key, value in form.multi_items():
+                one = given if given is not None and len(form) == 1 else None
                 if isinstance(value, str):
-                    raise E2BError(400, f"form field {key!r} is not a file")
-                name = given if given is not None and len(form) == 1 else value.filename
+                    # a plain field is the content of the one file ?path= names, as envd takes it
+                    if one is None:
+                        raise E2BError(400, f"form field {key!r} is not a file and no ?path= names one")
+                    uploads.append((one, value.encode()))
+                    continue
+                name = one or value.filename
                 if not name:
                     raise E2BError(400, "a file part has no file name and no ?path= names it")
                 uploads.append((name, await value.read()))
