@@ -7,7 +7,7 @@ the supervisor's registry rows.
 from __future__ import annotations
 
 import signal as _signal
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .net.allowlist import NetEvent
 
@@ -160,14 +160,20 @@ class FileOp:
     append: bool = False
     follow: bool = True
     max_bytes: int = 64 * 1024 * 1024
+    # Extended attributes whose names begin with ``xattrs`` (a ``user.`` prefix): a stat
+    # or a listing reads them; a write leaves the file with exactly ``set_xattrs`` of them.
+    xattrs: str | None = None
+    set_xattrs: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
 class FileResult:
     """What a file operation returned: a read's ``data``, a listing's ``entries``, a
-    stat's ``stat``, whether a path ``exists``; the rest keep their defaults."""
+    stat's ``stat``, whether a path ``exists``; the rest keep their defaults. ``xattrs``:
+    the attributes ``FileOp.xattrs`` asked for, by entry name (a stat's under "")."""
 
     data: bytes = b""
     entries: tuple[FileInfo, ...] = ()
     stat: FileInfo | None = None
     exists: bool = False
+    xattrs: dict[str, dict[str, str]] = field(default_factory=dict)

@@ -95,6 +95,48 @@ def _file_stat(st: os.stat_result, name: str = "") -> protocol.FileStat:
     )
 
 
+MAX_XATTR_VALUE = 64 * 1024  # the kernel's limit for one attribute's value
+
+
+def _check_xattrs(req: protocol.FileRequest) -> None:
+    """Only the ``user.`` namespace, and names and values the kernel can take."""
+    prefix = req.xattrs or ""
+    bad = (
+        not prefix.startswith("user.")
+        or len(prefix) > 64
+        or any(
+            not name or "\x00" in name or len(prefix + name) > 255 or len(value.encode()) > MAX_XATTR_VALUE
+            for name, value in (req.set_xattrs or {}).items()
+        )
+    )
+    if bad:
+        raise OSError(errno.EINVAL, "extended attributes: a user. prefix and names of at most 255 bytes")
+
+
+def _read_xattrs(target: str | int, prefix: str, follow: bool = True) -> dict[str, str]:
+    """The attributes named ``prefix``..., prefix removed; none where the filesystem
+    or the object (a link, a device) keeps none."""
+    try:
+        names = [n for n in os.listxattr(target, follow_symlinks=follow) if n.startswith(prefix)]
+        return {
+            n[len(prefix) :]: os.getxattr(target, n, follow_symlinks=follow).decode(errors="replace")
+            for n in names
+        }
+    except OSError as e:
+        if e.errno in (errno.ENOTSUP, errno.ENODATA, errno.EPERM, errno.EACCES):
+            return {}
+        raise
+
+
+def _replace_xattrs(fd: int, prefix: str, attrs: dict[str, str]) -> None:
+    """The file open at ``fd`` keeps exactly ``attrs`` under ``prefix``."""
+    for name in os.listxattr(fd):
+        if name.startswith(prefix) and name[len(prefix) :] not in attrs:
+            os.removexattr(fd, name)
+    for name, value in attrs.items():
+        os.setxattr(fd, prefix + name, value.encode())
+
+
 def _too_large(path: str, message: str, hint: str) -> FileTooLarge:
     return FileTooLarge(message, operation="read", path=path, errno=errno.EFBIG, hint=hint)
 
@@ -134,16 +176,22 @@ def _umask() -> int:
     return mask
 
 
-def _write_regular(path: str, data: bytes, append: bool, mode: int, parents: bool) -> None:
+# (prefix, attributes) a write leaves its file with; None leaves attributes alone
+Attrs = tuple[str, dict[str, str]] | None
+
+
+def _write_regular(
+    path: str, data: bytes, append: bool, mode: int, parents: bool, attrs: Attrs = None
+) -> None:
     if parents:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     if os.path.islink(path):
         # The link stays a link: the file it points to (in the sandbox's view) is written.
         path = os.path.realpath(path)
     if append:
-        _append(path, data, mode)
+        _append(path, data, mode, attrs)
     else:
-        _replace(path, data, mode)
+        _replace(path, data, mode, attrs)
 
 
 def _check_regular(st: os.stat_result, path: str) -> None:
@@ -153,7 +201,7 @@ def _check_regular(st: os.stat_result, path: str) -> None:
         raise OSError(errno.EINVAL, "not a regular file", path)
 
 
-def _replace(path: str, data: bytes, mode: int) -> None:
+def _replace(path: str, data: bytes, mode: int, attrs: Attrs = None) -> None:
     directory, name = os.path.split(path)
     if not name:
         raise OSError(errno.EISDIR, "is a directory", path)
@@ -171,7 +219,7 @@ def _replace(path: str, data: bytes, mode: int) -> None:
         except PermissionError:
             if old is None:
                 raise
-            _overwrite(path, data)  # a writable file in a directory we may not create in
+            _overwrite(path, data, attrs)  # a writable file in a directory we may not create in
             return
         try:
             try:
@@ -179,6 +227,8 @@ def _replace(path: str, data: bytes, mode: int) -> None:
                 while view:
                     view = view[os.write(fd, view) :]
                 os.fchmod(fd, keep)
+                if attrs is not None:
+                    _replace_xattrs(fd, *attrs)  # on the new file: they come with the rename
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -187,7 +237,7 @@ def _replace(path: str, data: bytes, mode: int) -> None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp, dir_fd=dfd)
             if e.errno in (errno.EBUSY, errno.EXDEV) and old is not None:
-                _overwrite(path, data)  # the target is a mount point: only its content can change
+                _overwrite(path, data, attrs)  # the target is a mount point: only its content can change
                 return
             raise
         with contextlib.suppress(OSError):
@@ -213,7 +263,7 @@ class _PartlyWritten(OSError):
     """An in-place write failed after it had begun to change the file."""
 
 
-def _overwrite(path: str, data: bytes) -> None:
+def _overwrite(path: str, data: bytes, attrs: Attrs = None) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
     try:
         _check_regular(os.fstat(fd), path)
@@ -222,6 +272,8 @@ def _overwrite(path: str, data: bytes) -> None:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
+            if attrs is not None:
+                _replace_xattrs(fd, *attrs)
             os.fsync(fd)
         except OSError as e:
             raise _PartlyWritten(e.errno, e.strerror, path) from None
@@ -229,7 +281,7 @@ def _overwrite(path: str, data: bytes) -> None:
         os.close(fd)
 
 
-def _append(path: str, data: bytes, mode: int) -> None:
+def _append(path: str, data: bytes, mode: int, attrs: Attrs = None) -> None:
     flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
     try:
         fd, created = os.open(path, flags | os.O_CREAT | os.O_EXCL, mode), True
@@ -242,6 +294,8 @@ def _append(path: str, data: bytes, mode: int) -> None:
         try:
             while written < len(data):
                 written += os.write(fd, memoryview(data)[written:])
+            if attrs is not None:
+                _replace_xattrs(fd, *attrs)
             os.fsync(fd)
         except OSError:
             # Take our bytes back off, unless someone else appended after them.
@@ -262,11 +316,16 @@ def handle(conn: socket.socket, req: protocol.FileRequest, payload: bytes, works
     op, path = req.op, inside(req.path)
     reply = protocol.FileReply()
     out = b""
+    prefix = req.xattrs
     try:
+        if prefix is not None:
+            _check_xattrs(req)
         if op == "read":
             out = _read_regular(path, min(req.max_bytes, wire.MAX_PAYLOAD))
         elif op == "write":
-            _write_regular(path, payload, req.append, 0o644 if req.mode is None else req.mode, req.parents)
+            attrs = (prefix, dict(req.set_xattrs or {})) if prefix is not None else None
+            mode = 0o644 if req.mode is None else req.mode
+            _write_regular(path, payload, req.append, mode, req.parents, attrs)
         elif op == "list":
             entries = []
             with os.scandir(path) as it:
@@ -275,11 +334,15 @@ def handle(conn: socket.socket, req: protocol.FileRequest, payload: bytes, works
                         continue  # messages carry text: such a name cannot be named back
                     try:
                         entries.append(_file_stat(entry.stat(follow_symlinks=False), entry.name))
+                        if prefix is not None and (found := _read_xattrs(entry.path, prefix, False)):
+                            reply.xattrs.append(protocol.FileXattrs(name=entry.name, attrs=found))
                     except OSError:
                         continue
             reply.entries = sorted(entries, key=lambda e: e.name)
         elif op == "stat":
             reply.stat = _file_stat(os.stat(path, follow_symlinks=req.follow), os.path.basename(req.path))
+            if prefix is not None and (found := _read_xattrs(path, prefix, req.follow)):
+                reply.xattrs.append(protocol.FileXattrs(name="", attrs=found))
         elif op == "exists":
             reply.exists = os.path.exists(path)
         elif op == "mkdir":

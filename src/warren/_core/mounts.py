@@ -20,6 +20,7 @@ STAGE = "/tmp"
 DENIED_FILE = "/dev/.warren-denied"  # in the sandbox's fresh /dev: what a denied file shows
 _CLONE = _sys.OPEN_TREE_CLONE | _sys.OPEN_TREE_CLOEXEC
 _HIDE_ATTRS = _sys.MOUNT_ATTR_RDONLY | _sys.MOUNT_ATTR_NOSUID | _sys.MOUNT_ATTR_NODEV
+_HIDE_REMOUNT = _sys.MS_RDONLY | _sys.MS_NOSUID | _sys.MS_NODEV
 
 
 def _write_file(path: str, data: str) -> None:
@@ -115,6 +116,53 @@ def _mask_entry(directory: int, name: str) -> None:
             os.close(fd)
     finally:
         os.close(held)
+
+
+def _shadow(target: str, keep: tuple[str, ...]) -> None:
+    """A fresh tmpfs over ``target`` showing what was there: each entry taken first
+    (through a descriptor that follows no link, as ``_mask`` does) and bound back as it
+    was, links made again, then the ``keep`` directories made empty; read-only after.
+    Everything happens in the sandbox's own mount namespace: the host's directory is not
+    touched."""
+    listing = os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    taken: list[tuple[str, int | None, str, bool]] = []  # name, clone, link target, a directory
+    try:
+        mode = stat.S_IMODE(os.fstat(listing).st_mode)
+        for name in _listed(listing):
+            if name in keep:
+                continue
+            try:
+                held = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=listing)
+            except FileNotFoundError:
+                continue
+            try:
+                st = os.fstat(held)
+                if stat.S_ISLNK(st.st_mode):
+                    taken.append((name, None, os.readlink(name, dir_fd=listing), False))
+                else:
+                    tree = _sys.open_tree("", _CLONE | _sys.AT_RECURSIVE | _sys.AT_EMPTY_PATH, held)
+                    taken.append((name, tree, "", stat.S_ISDIR(st.st_mode)))
+            finally:
+                os.close(held)
+        _sys.mount("tmpfs", target, "tmpfs", _sys.MS_NOSUID | _sys.MS_NODEV, f"mode={mode:o}")
+        while taken:
+            name, fd, link, is_dir = taken[-1]
+            path = os.path.join(target, name)
+            if fd is None:
+                os.symlink(link, path)
+            else:
+                _mount_point(path, is_dir)
+            taken.pop()
+            if fd is not None:
+                _attach(fd, path)
+        for name in keep:
+            os.mkdir(os.path.join(target, name), 0o755)
+        _sys.mount(None, target, None, _sys.MS_REMOUNT | _sys.MS_BIND | _HIDE_REMOUNT)
+    finally:
+        for _, left, _, _ in taken:
+            if left is not None:
+                os.close(left)
+        os.close(listing)
 
 
 def _mask_file(source: str, target: str, ident: tuple[int, int]) -> None:
@@ -299,6 +347,11 @@ def _apply(op: MountOp, target: str, fd: int | None) -> None:
         _attach(fd, target)
     elif kind is MountKind.MASK:
         _mask(target, op.keep)
+    elif kind is MountKind.SHADOW:
+        _shadow(target, op.keep)
+    elif kind is MountKind.MIRROR:
+        # the source as the stage shows it now, every mount beneath it kept as it is
+        _attach(_clone(target[: len(target) - len(op.target)] + (op.source or "")), target)
     elif kind is MountKind.TMPFS:
         if op.mkdir and not os.path.isdir(target):
             os.mkdir(target, 0o755)

@@ -20,7 +20,7 @@ from urllib.parse import quote
 import httpx
 
 from .. import codec, protocol
-from ..errors import SandboxError, WarrenError
+from ..errors import SandboxError, SandboxFileError, WarrenError
 from ..models import (
     FileInfo,
     FileOp,
@@ -205,6 +205,14 @@ class HttpTransport(Transport):
     def file(self, name: str, op: FileOp, data: bytes = b"") -> FileResult:
         base = f"/v1/sandboxes/{name}/files"
         path = op.path
+        if op.xattrs is not None:
+            raise SandboxFileError(
+                f"extended attributes of {path} cannot be read or set over warren's HTTP API",
+                operation=op.op,
+                path=path,
+                hint="use the local transport (a supervisor on this machine), or run getfattr/setfattr "
+                "in the sandbox",
+            )
         if op.op == "read":
             r = self._send("GET", base, params={"path": path, "type": "file", "max_bytes": op.max_bytes})
             return FileResult(data=r.content)

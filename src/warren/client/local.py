@@ -187,6 +187,7 @@ class LocalTransport(Transport):
             entries=tuple(codec.model_of(FileInfo, e.to_fields()) for e in reply.entries),
             stat=None if reply.stat is None else codec.model_of(FileInfo, reply.stat.to_fields()),
             exists=reply.exists,
+            xattrs={x.name: dict(x.attrs) for x in reply.xattrs},
         )
 
     def expose(self, name: str, port: int, host_port: int) -> str:

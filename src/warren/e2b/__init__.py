@@ -44,6 +44,7 @@ def mount(
     from .core import Core
     from .envd import Envd
     from .front import Access, Front
+    from .interpreter import KernelPort
     from .records import Records, root_of
 
     records = Records(root_of(os.environ if env is None else env), token)
@@ -59,5 +60,8 @@ def mount(
     rest = Starlette(routes=[*control.routes(), *envd.routes()])
     rest.add_exception_handler(404, not_found)
     rest.add_exception_handler(405, not_found)
-    access = Access(rest, envd.rpc_apps(), token, records)
+    kernel = Starlette(routes=KernelPort(core, os.environ if env is None else env).routes())
+    kernel.add_exception_handler(404, not_found)
+    kernel.add_exception_handler(405, not_found)
+    access = Access(rest, envd.rpc_apps(), token, records, kernel)
     return Front(app, Guard(access, None, log, hosts))

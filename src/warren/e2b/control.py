@@ -18,6 +18,7 @@ import errno
 import json
 import math
 import os
+import re
 import shutil
 import time
 import uuid
@@ -31,7 +32,7 @@ from starlette.routing import Route
 from ..errors import ConfigError, SandboxNotFound, WarrenError
 from ..models import SandboxInfo
 from ..plan.envroot import WORKSPACE as IMAGE_WORKSPACE
-from ..policy import presets
+from ..policy import config, presets
 from ..policy.spec import PolicySpec
 from .core import DEFAULT_TIMEOUT, ENVD_VERSION, MAX_TIMEOUT, Core, E2BError, message_of, status_of
 from .front import ELSEWHERE
@@ -43,6 +44,7 @@ MAX_BODY = 1024 * 1024
 MAX_LIMIT = 100  # E2B's page size limit for /v2/sandboxes
 MAX_FORKS = 16
 CODE_INTERPRETER = "code-interpreter-v1"
+HOME = "/home/user"  # E2B's home and working directory
 ALIVE = ("running", "paused")
 
 # Create options whose E2B meaning warren does not offer: refused when set, so nothing
@@ -62,8 +64,8 @@ def rfc3339(stamp: float) -> str:
     return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-async def json_object(request: Request, required: bool) -> dict[str, Any]:
-    raw = await body(request, MAX_BODY, f"request body is over {MAX_BODY} bytes")
+async def json_object(request: Request, required: bool, limit: int = MAX_BODY) -> dict[str, Any]:
+    raw = await body(request, limit, f"request body is over {limit} bytes")
     if not raw:
         if required:
             raise E2BError(400, "request body is empty: send a JSON object")
@@ -109,7 +111,9 @@ def flag(data: Mapping[str, Any], key: str) -> bool | None:
 
 def policy_of(template: str, workspace: str, internet: bool | None) -> tuple[PolicySpec, str | None]:
     """The spec and the config profile a template stands for."""
-    spec = PolicySpec(workspace=workspace)
+    # E2B's home: the workspace is seen at /home/user (made inside the sandbox only);
+    # on an image it is /workspace, as every sandbox on an image has it
+    spec = PolicySpec(workspace=workspace, workspace_at=HOME)
     if internet is True:
         spec.network = "open"
     elif internet is False:
@@ -126,8 +130,27 @@ def policy_of(template: str, workspace: str, internet: bool | None) -> tuple[Pol
         return spec, None
     if template in _images():
         spec.image = template
+        spec.workspace_at = None
         return spec, None
     return spec, template
+
+
+_TEMPLATE_NAME = re.compile(r"\A[A-Za-z0-9._:-]{1,128}\Z")
+
+
+def _template_known(name: str, core: Core, built: bool = True) -> bool:
+    """Whether a sandbox can be created from ``name`` (``built``: counting the names
+    built here)."""
+    if name in ("base", CODE_INTERPRETER) or name in presets.names() or name in _images():
+        return True
+    if core.snapshots.get(name) is not None:
+        return True
+    if built and core.templates.base_of(name) is not None:
+        return True
+    try:
+        return name in config.profile_names()
+    except ConfigError:
+        return False
 
 
 def _images() -> list[str]:
@@ -240,13 +263,14 @@ class Control:
             envs = {**snap.envs, **envs}
             await self.core.call(self.core.snapshots.seed, snap, workspace)
         policy_template = snap.template if snap is not None else template
+        built = await self.core.call(self.core.templates.base_of, policy_template)
+        policy_template = built or policy_template
         spec, profile = await self.core.call(policy_of, policy_template, workspace, internet)
         now = time.time()
         record = Record(
             sandbox_id, template, now, now + timeout, workspace, metadata, envs, auto_pause, internet=internet
         )
-        if spec.image:
-            record.home = IMAGE_WORKSPACE
+        record.home = IMAGE_WORKSPACE if spec.image else HOME
         try:
             await self.core.call(self.core.records.save, record)
             await self.core.call(
@@ -480,7 +504,66 @@ class Control:
         template = request.path_params["id"].removesuffix(":default")
         if await self.core.call(self.core.snapshots.remove, template):
             return Response(status_code=204)
-        raise E2BError(404, f"template {template!r} not found (only snapshots can be deleted here)")
+        if await self.core.call(self.core.templates.remove, template):
+            return Response(status_code=204)
+        raise E2BError(
+            404, f"template {template!r} not found (only snapshots and templates built here can be deleted)"
+        )
+
+    async def request_build(self, request: Request) -> Response:
+        """A template to build (``Template.build``): answered with its id and a build's."""
+        data = await json_object(request, required=True)
+        name = data.get("name")
+        if not isinstance(name, str) or not _TEMPLATE_NAME.match(name):
+            raise E2BError(400, "name must be 1 to 128 letters, digits, '.', '_', ':' or '-'")
+        if await self.core.call(_template_known, name, self.core, False):
+            raise E2BError(
+                409, f"template name {name!r} is taken by warren (base, a preset, an image, a profile)"
+            )
+        tags = data.get("tags") or ["default"]
+        if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+            raise E2BError(400, "tags must be a list of strings")
+        build = await self.core.call(self.core.templates.request, name)
+        answer = {"templateID": build.template_id, "buildID": build.build_id, "public": False}
+        return JSONResponse({**answer, "aliases": [name], "names": [name], "tags": tags}, status_code=202)
+
+    def _build(self, request: Request) -> Any:
+        build = self.core.templates.builds.get(request.path_params["build"])
+        if build is None or build.template_id != request.path_params["id"]:
+            raise E2BError(404, f"build {request.path_params['build']!r} of this template not found")
+        return build
+
+    async def start_build(self, request: Request) -> Response:
+        """A build warren can make is a template made from another with nothing added;
+        any other ends in ``error`` saying why (``templates.NOT_BUILT``)."""
+        build = self._build(request)
+        data = await json_object(request, required=False)
+        source = data.get("fromTemplate")
+        plain = not any(
+            data.get(k) for k in ("fromImage", "fromImageRegistry", "steps", "startCmd", "readyCmd")
+        )
+        base = None
+        if plain and isinstance(source, str) and await self.core.call(_template_known, source, self.core):
+            base = await self.core.call(self.core.templates.base_of, source) or source
+        await self.core.call(self.core.templates.finish, build, base)
+        return Response(status_code=202)
+
+    async def build_status(self, request: Request) -> Response:
+        build = self._build(request)
+        offset = request.query_params.get("logsOffset") or "0"
+        if not offset.isdigit():
+            raise E2BError(400, f"logsOffset must be a whole number, not {offset[:20]!r}")
+        return JSONResponse(build.answer(int(offset)))
+
+    async def template_alias(self, request: Request) -> Response:
+        """Whether a template name stands for something here (``Template.exists``): base,
+        the code interpreter's, a preset, an image, a profile of the user's config, a
+        snapshot. Unlike E2B's, none is another team's (no 403)."""
+        alias = request.path_params["alias"]
+        known = await self.core.call(_template_known, alias, self.core)
+        if not known:
+            raise E2BError(404, f"template {alias!r} not found")
+        return JSONResponse({"templateID": alias, "public": alias in ("base", CODE_INTERPRETER)})
 
     async def metrics(self, request: Request) -> Response:
         """One sample, taken now, of what the sandbox uses (warren keeps no history):
@@ -544,6 +627,10 @@ class Control:
             (f"{one}/snapshots", "POST", self.snapshot),
             ("/snapshots", "GET", self.list_snapshots),
             ("/templates/{id}", "DELETE", self.delete_template),
+            ("/templates/aliases/{alias}", "GET", self.template_alias),
+            ("/v3/templates", "POST", self.request_build),
+            ("/v2/templates/{id}/builds/{build}", "POST", self.start_build),
+            ("/templates/{id}/builds/{build}/status", "GET", self.build_status),
             (f"{one}/fork", "POST", self.fork),
             (f"{one}/network", "PUT", self.not_offered),
         ]

@@ -24,13 +24,14 @@ from ..models import SandboxInfo
 from ..service.status import status_of as warren_status
 from .records import Record, Records
 from .snapshots import Snapshots
+from .templates import Templates
 
 T = TypeVar("T")
 
-# envd features the SDK gates on this version: stdin for commands (0.3.0), a default user
-# (0.4.0), closing stdin (0.5.2), octet-stream uploads (0.5.7). Later ones (file metadata,
-# entry info in watch events) are not offered, so the version stays below them.
-ENVD_VERSION = "0.5.7"
+# envd features the SDK gates on this version, all offered: stdin for commands (0.3.0), a
+# default user (0.4.0), closing stdin (0.5.2), octet-stream uploads (0.5.7), file metadata
+# (0.6.2), entry info in watch events (0.6.3), watching network mounts when asked (0.6.4).
+ENVD_VERSION = "0.6.4"
 DEFAULT_TIMEOUT = 300
 MAX_TIMEOUT = 24 * 3600
 REAP_EVERY = 1.0
@@ -66,6 +67,7 @@ class Core:
         self.transport = transport
         self.records = records
         self.snapshots = Snapshots(records.root)
+        self.templates = Templates(records.root)
         self.limiter = anyio.CapacityLimiter(threads)
         self._reaper: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -126,22 +128,28 @@ class Core:
 
     def _reap(self) -> None:
         while not self._stopping.wait(REAP_EVERY):
-            if not self.records.any():
+            if self.records.any():
+                self.reap_once()
+
+    def reap_once(self) -> None:
+        """End the sandboxes whose time is up, and sweep the workspaces of those warren
+        no longer has. What may be swept is taken before the listing: a sandbox whose
+        create finished after the listing is not in it, and must not be swept."""
+        candidates = self.unclaimed()
+        try:
+            items = self.transport.list()
+        except WarrenError:
+            return
+        now = time.time()
+        for info in items:
+            record = self.records.get(info.name)
+            if record is None or record.end_at > now or info.state != "running":
                 continue
             try:
-                items = self.transport.list()
+                self.expire(record)
             except WarrenError:
                 continue
-            now = time.time()
-            for info in items:
-                record = self.records.get(info.name)
-                if record is None or record.end_at > now or info.state != "running":
-                    continue
-                try:
-                    self.expire(record)
-                except WarrenError:
-                    continue
-            self.sweep({info.name for info in items})
+        self.sweep({info.name for info in items}, candidates)
 
     @contextlib.contextmanager
     def creating(self, sandbox_id: str) -> Iterator[None]:
@@ -154,14 +162,18 @@ class Core:
             with self._lock:
                 self._creating.discard(sandbox_id)
 
-    def sweep(self, known: set[str]) -> None:
-        """Delete the workspace of every E2B sandbox warren no longer has (removed with
-        ``warren rm`` or ``/v1``): the root holds only this state's sandboxes, and one
-        being created is not swept before warren has it."""
+    def unclaimed(self) -> set[str]:
+        """The records no create is making now: those ``sweep`` may consider."""
         with self._lock:
             creating = set(self._creating)
-        for sandbox_id in self.records.ids():
-            if sandbox_id not in known and sandbox_id not in creating:
+        return {sandbox_id for sandbox_id in self.records.ids() if sandbox_id not in creating}
+
+    def sweep(self, known: set[str], candidates: set[str] | None = None) -> None:
+        """Delete the workspace of every E2B sandbox warren no longer has (removed with
+        ``warren rm`` or ``/v1``): of ``candidates`` (taken before ``known`` was listed;
+        by default all records no create is making now), those not ``known``."""
+        for sandbox_id in self.unclaimed() if candidates is None else candidates:
+            if sandbox_id not in known:
                 self.records.drop(sandbox_id)
 
     def expire(self, record: Record) -> None:

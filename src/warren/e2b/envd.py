@@ -45,6 +45,7 @@ from starlette.types import ASGIApp
 
 from .. import wire
 from ..models import SandboxInfo
+from . import metadata
 from .core import Core, E2BError
 from .envd_base import EnvdService
 from .envd_filesystem import FILESYSTEM_METHODS, FilesystemService
@@ -142,9 +143,14 @@ class Envd(EnvdService):
                     400, f"this upload link writes {signed_for} alone: send one file, not {len(form)}"
                 )
             for key, value in form.multi_items():
+                one = given if given is not None and len(form) == 1 else None
                 if isinstance(value, str):
-                    raise E2BError(400, f"form field {key!r} is not a file")
-                name = given if given is not None and len(form) == 1 else value.filename
+                    # a plain field is the content of the one file ?path= names, as envd takes it
+                    if one is None:
+                        raise E2BError(400, f"form field {key!r} is not a file and no ?path= names one")
+                    uploads.append((one, value.encode()))
+                    continue
+                name = one or value.filename
                 if not name:
                     raise E2BError(400, "a file part has no file name and no ?path= names it")
                 uploads.append((name, await value.read()))
@@ -154,11 +160,25 @@ class Envd(EnvdService):
             if given is None:
                 raise E2BError(400, "query parameter path is required")
             uploads.append((given, decoded(data, request.headers.get("content-encoding"))))
+        # every upload replaces the file's metadata with the request's (none clears it)
+        meta = metadata.from_headers(request.headers.items())
         written = []
         for raw, data in uploads:
             path = self.core.resolve(record, raw)
-            await self.file(info.name, "write", path, data, mode=0o644, parents=True)
-            written.append({"name": posixpath.basename(path), "type": "file", "path": path})
+            await self.file(
+                info.name,
+                "write",
+                path,
+                data,
+                mode=0o644,
+                parents=True,
+                xattrs=metadata.XATTR_PREFIX,
+                set_xattrs=meta,
+            )
+            item: dict[str, Any] = {"name": posixpath.basename(path), "type": "file", "path": path}
+            if meta:
+                item["metadata"] = meta
+            written.append(item)
         return JSONResponse(written)
 
     # --- the ASGI apps ---------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import grp
+import os
 import posixpath
 import pwd
 import stat as _stat
@@ -28,6 +29,7 @@ from protobuf.wkt import Timestamp
 from ..client.transport import Command
 from ..errors import SandboxFileError
 from ..models import FileInfo
+from . import metadata
 from .core import Core, E2BError
 from .envd_base import KEEPALIVE, EnvdService, Oneof, connect_error, rpc
 
@@ -40,7 +42,9 @@ class Watcher:
     sandbox_id: str
     path: str
     recursive: bool
-    seen: dict[str, tuple[str, int, float]] = field(default_factory=dict)
+    include_entry: bool = False
+    home: str = ""
+    seen: dict[str, FileInfo] = field(default_factory=dict)
 
 
 KINDS = {"file": fs.FileType.FILE, "dir": fs.FileType.DIRECTORY, "symlink": fs.FileType.SYMLINK}
@@ -48,10 +52,18 @@ KINDS = {"file": fs.FileType.FILE, "dir": fs.FileType.DIRECTORY, "symlink": fs.F
 TYPE_BITS = {"file": _stat.S_IFREG, "dir": _stat.S_IFDIR, "symlink": _stat.S_IFLNK}
 
 
-def entry(stat: FileInfo, path: str, link: tuple[FileInfo, str] | None = None) -> fs.EntryInfo:
+def entry(
+    stat: FileInfo,
+    path: str,
+    link: tuple[FileInfo, str] | None = None,
+    home: str | None = None,
+    meta: dict[str, str] | None = None,
+) -> fs.EntryInfo:
     """envd's ``EntryInfo``. For a symlink, ``link`` is what it leads to and the resolved
-    path: envd reports the target's type, size and mode, with ``symlink_target``."""
+    path: envd reports the target's type, size and mode, with ``symlink_target``. In the
+    sandbox's ``home`` its own user is E2B's ``user``. ``meta``: its metadata (xattrs)."""
     shown = link[0] if link is not None else stat
+    ours = home is not None and posixpath.commonpath([home, path]) == home
     bits = shown.mode & 0o7777
     return fs.EntryInfo(
         name=stat.name or posixpath.basename(path.rstrip("/")) or "/",
@@ -60,12 +72,19 @@ def entry(stat: FileInfo, path: str, link: tuple[FileInfo, str] | None = None) -
         size=shown.size,
         mode=bits,
         permissions=_stat.filemode(TYPE_BITS.get(shown.type, 0) | bits),
-        owner=_user(shown.uid),
-        group=_group(shown.gid),
+        owner=E2B_USER if ours and shown.uid == os.getuid() else _user(shown.uid),
+        group=E2B_USER if ours and shown.gid == os.getgid() else _group(shown.gid),
         modified_time=Timestamp.from_nanos(int(shown.mtime * 1e9)),
         symlink_target=link[1] if link is not None else None,
         is_symlink=stat.type == "symlink",
+        metadata=meta or {},
     )
+
+
+# E2B names the one user its sandboxes run as "user" (and its group): in an E2B
+# sandbox's home the user a warren sandbox runs as (the service's, the caller's) plays that
+# part. Elsewhere (/usr, /etc) an owner is named as the host names it.
+E2B_USER = "user"
 
 
 def _user(uid: int) -> str:
@@ -88,14 +107,18 @@ class FilesystemService(EnvdService):
         self.watchers: dict[str, Watcher] = {}
 
     async def stat(self, sandbox_id: str, path: str) -> fs.EntryInfo:
-        reply, _ = await self.file(sandbox_id, "stat", path, follow=False)
+        reply, _ = await self.file(sandbox_id, "stat", path, follow=False, xattrs=metadata.XATTR_PREFIX)
         assert reply.stat is not None
-        return await self.entry(sandbox_id, reply.stat, path)
+        return await self.entry(sandbox_id, reply.stat, path, reply.xattrs.get(""))
 
-    async def entry(self, sandbox_id: str, stat: FileInfo, path: str) -> fs.EntryInfo:
+    async def entry(
+        self, sandbox_id: str, stat: FileInfo, path: str, meta: dict[str, str] | None = None
+    ) -> fs.EntryInfo:
+        record = self.core.records.get(sandbox_id)
+        home = record.inside if record is not None else None
         if stat.type != "symlink":
-            return entry(stat, path)
-        return entry(stat, path, await self.followed(sandbox_id, path))
+            return entry(stat, path, home=home, meta=meta)
+        return entry(stat, path, await self.followed(sandbox_id, path), home, meta)
 
     async def followed(self, sandbox_id: str, path: str) -> tuple[FileInfo, str] | None:
         """What a symlink leads to and its resolved path, both as the sandbox sees them
@@ -138,19 +161,26 @@ class FilesystemService(EnvdService):
     async def list_dir(self, request: fs.ListDirRequest, ctx: RequestContext[Any, Any]) -> fs.ListDirResponse:
         info, record = await self.sandbox(ctx.request_headers)
         path = self.core.resolve(record, request.path)
-        found = await self.walk(info.name, path, max(1, request.depth))
-        return fs.ListDirResponse(entries=[await self.entry(info.name, s, p) for p, s in found])
+        meta: dict[str, dict[str, str]] = {}
+        found = await self.walk(info.name, path, max(1, request.depth), meta)
+        return fs.ListDirResponse(entries=[await self.entry(info.name, s, p, meta.get(p)) for p, s in found])
 
-    async def walk(self, sandbox_id: str, path: str, depth: int) -> list[tuple[str, FileInfo]]:
+    async def walk(
+        self, sandbox_id: str, path: str, depth: int, meta: dict[str, dict[str, str]] | None = None
+    ) -> list[tuple[str, FileInfo]]:
         """The tree below ``path`` to ``depth`` levels, depth first in name order (each
-        directory right before its contents), as envd's walk lists it."""
+        directory right before its contents), as envd's walk lists it; ``meta`` gets each
+        entry's metadata, by path, when asked for."""
         out: list[tuple[str, FileInfo]] = []
+        prefix = metadata.XATTR_PREFIX if meta is not None else None
 
         async def visit(directory: str, level: int) -> None:
-            reply, _ = await self.file(sandbox_id, "list", directory)
+            reply, _ = await self.file(sandbox_id, "list", directory, xattrs=prefix)
             for item in reply.entries:
                 child = posixpath.join(directory, item.name)
                 out.append((child, item))
+                if meta is not None and item.name in reply.xattrs:
+                    meta[child] = reply.xattrs[item.name]
                 if len(out) > MAX_LIST:
                     raise E2BError(413, f"{path} holds over {MAX_LIST} entries at this depth")
                 if item.type == "dir" and level < depth:
@@ -170,24 +200,36 @@ class FilesystemService(EnvdService):
             # envd's remove is os.RemoveAll: a path already gone is success
         return fs.RemoveResponse()
 
-    async def snapshot(
-        self, sandbox_id: str, path: str, recursive: bool
-    ) -> dict[str, tuple[str, int, float]]:
+    async def snapshot(self, sandbox_id: str, path: str, recursive: bool) -> dict[str, FileInfo]:
         found = await self.walk(sandbox_id, path, 64 if recursive else 1)
-        return {posixpath.relpath(p, path): (s.type, s.size, s.mtime) for p, s in found}
+        return {posixpath.relpath(p, path): s for p, s in found}
 
-    @staticmethod
     def changes(
-        before: dict[str, tuple[str, int, float]], after: dict[str, tuple[str, int, float]]
+        self, before: dict[str, FileInfo], after: dict[str, FileInfo], path: str, entries: bool, home: str
     ) -> list[fs.FilesystemEvent]:
+        """The events between two listings of ``path``: a file that appeared with content
+        was created, then written; with ``entries``, each created or written entry's
+        ``EntryInfo`` as the later listing saw it (none for a removal: the entry is gone,
+        as envd leaves it out)."""
+
+        def event(name: str, kind: fs.EventType) -> fs.FilesystemEvent:
+            shown = after.get(name) if entries and kind != fs.EventType.REMOVE else None
+            info = entry(shown, posixpath.join(path, name), home=home) if shown is not None else None
+            return fs.FilesystemEvent(name=name, type=kind, entry=info)
+
+        def key(s: FileInfo) -> tuple[str, int, float]:
+            return s.type, s.size, s.mtime
+
         events = []
         for name in sorted(after.keys() - before.keys()):
-            events.append(fs.FilesystemEvent(name=name, type=fs.EventType.CREATE))
+            events.append(event(name, fs.EventType.CREATE))
+            if after[name].type == "file" and after[name].size > 0:
+                # it was written once made: inotify would have told both
+                events.append(event(name, fs.EventType.WRITE))
         for name in sorted(after.keys() & before.keys()):
-            if after[name] != before[name] and after[name][0] != "dir":
-                events.append(fs.FilesystemEvent(name=name, type=fs.EventType.WRITE))
-        for name in sorted(before.keys() - after.keys()):
-            events.append(fs.FilesystemEvent(name=name, type=fs.EventType.REMOVE))
+            if key(after[name]) != key(before[name]) and after[name].type != "dir":
+                events.append(event(name, fs.EventType.WRITE))
+        events.extend(event(name, fs.EventType.REMOVE) for name in sorted(before.keys() - after.keys()))
         return events
 
     async def watch_dir(
@@ -207,7 +249,7 @@ class FilesystemService(EnvdService):
                 now = await self.snapshot(info.name, path, request.recursive)
             except Exception as e:
                 raise connect_error(e) from None
-            for event in self.changes(seen, now):
+            for event in self.changes(seen, now, path, request.include_entry, record.inside):
                 quiet_since = time.monotonic()
                 yield fs.WatchDirResponse(event=Oneof("filesystem", event))
             seen = now
@@ -221,7 +263,7 @@ class FilesystemService(EnvdService):
     ) -> fs.CreateWatcherResponse:
         info, record = await self.sandbox(ctx.request_headers)
         path = self.core.resolve(record, request.path)
-        watcher = Watcher(info.name, path, request.recursive)
+        watcher = Watcher(info.name, path, request.recursive, request.include_entry, record.inside)
         watcher.seen = await self.snapshot(info.name, path, request.recursive)
         ident = uuid.uuid4().hex
         self.watchers[ident] = watcher
@@ -233,7 +275,7 @@ class FilesystemService(EnvdService):
     ) -> fs.GetWatcherEventsResponse:
         watcher = await self.watcher(ctx, request.watcher_id)
         now = await self.snapshot(watcher.sandbox_id, watcher.path, watcher.recursive)
-        events = self.changes(watcher.seen, now)
+        events = self.changes(watcher.seen, now, watcher.path, watcher.include_entry, watcher.home)
         watcher.seen = now
         return fs.GetWatcherEventsResponse(events=events)
 

@@ -58,6 +58,7 @@ def header(scope: Scope, name: bytes) -> bytes | None:
 
 
 ENVD_PORT = b"49983"
+KERNEL_PORT = b"49999"  # e2b-code-interpreter's (interpreter)
 
 
 def port_of(scope: Scope) -> bytes | None:
@@ -88,9 +89,17 @@ class Front:
 class Access:
     """The checks above, then ``rpc`` (path prefix -> Connect app) or ``rest``."""
 
-    def __init__(self, rest: ASGIApp, rpc: dict[str, ASGIApp], token: str | None, records: Records) -> None:
+    def __init__(
+        self,
+        rest: ASGIApp,
+        rpc: dict[str, ASGIApp],
+        token: str | None,
+        records: Records,
+        kernel: ASGIApp | None = None,
+    ) -> None:
         self.rest = rest
         self.rpc = rpc
+        self.kernel = kernel  # the code interpreter's port (interpreter.KernelPort)
         self.token = None if token is None else token.encode()
         self.records = records
 
@@ -98,10 +107,17 @@ class Access:
         path = scope["path"]
         port = port_of(scope)
         if port is not None and plane(path) != "control":
+            if port.strip() == KERNEL_PORT and self.kernel is not None:
+                refusal = self.refusal(scope, "rest")
+                if refusal is not None:
+                    await _send_json(send, 401, {"code": 401, "message": refusal})
+                    return
+                await self.kernel(scope, receive, send)
+                return
             # E2B's proxy words a port nothing listens on so; the SDKs read "port is not open"
             message = (
-                f"the sandbox port {port.decode('latin-1')[:8]} is not open: warren's E2B API serves only "
-                "envd (no Jupyter kernel: e2b-code-interpreter's run_code is not offered, see docs/e2b.md)"
+                f"the sandbox port {port.decode('latin-1')[:8]} is not open: warren's E2B API serves envd "
+                "and the code interpreter's kernel port (49999), no other port (see docs/e2b.md)"
             )
             await _send_json(send, 502, {"code": 502, "message": message})
             return

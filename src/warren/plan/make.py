@@ -80,6 +80,15 @@ def make_plan(
             )
         return _image_plan(policy, host, caller, image, abi, cwd)
     if host.namespaces[0] != "usable":
+        if policy.workspace_at:
+            raise PolicyError(
+                f"workspace_at {policy.workspace_at} needs the full mode (user namespaces), which is "
+                f"unavailable here ({host.namespaces[0]}): without them nothing can be mounted",
+                operation="plan",
+                path=policy.workspace_at,
+                hint="run where user namespaces work (warren doctor says why they do not here), or "
+                "leave workspace_at out and use the workspace at its host path",
+            )
         if policy.secrets or policy.http_rules:
             # The proxy's CA must be trusted inside through a bundle mounted over the
             # system's, and the degraded mode mounts nothing: refuse rather than run with
@@ -116,6 +125,7 @@ def make_plan(
     denied += [(path, _TOKEN_FILE) for path in host.secret_files]
     workspace = str(policy.workspace)
     ws_writable = any(r.path == policy.workspace for r in policy.writable)
+    place = _place(policy, host)
     scratch = _tmpdir.scratch_tmpdir(
         workspace, ws_writable, caller.env, caller.home, host, scratch_id, shared=abi >= 2
     )
@@ -141,6 +151,7 @@ def make_plan(
         shared=abi >= 2,
         tmp_size=limits.limits.tmp_size or None,
         repository=repository,
+        place=place,
     )
     warnings.extend(mounts.warnings)
     notes = list(mounts.notes)
@@ -171,8 +182,9 @@ def make_plan(
         uid=caller.uid,
         gid=caller.gid,
         env=env,
-        workspace=workspace,
-        cwd=_cwd(workspace, caller.cwd, cwd),
+        workspace=policy.workspace_at or workspace,
+        cwd=_placed_cwd(policy, caller.cwd, cwd) if place else _cwd(workspace, caller.cwd, cwd),
+        host_workspace=workspace if place else None,
         net=dataclasses.replace(
             NetPlan.of(policy),
             secrets=secrets.secrets,
@@ -269,6 +281,43 @@ def _image_cwd(policy: Policy, caller_cwd: str, asked: str | None) -> str | None
     if policy.host_workspace and real.startswith("/") and within(real, ws):
         return _envroot.WORKSPACE + real[len(ws) :]
     return asked
+
+
+def _place(policy: Policy, host: HostFacts) -> tuple[str, str] | None:
+    """Where the workspace is seen inside, when not at its host path (``workspace_at``),
+    and its host directory: the mount point is made in the sandbox only, beneath a parent
+    the host has."""
+    at = policy.workspace_at
+    if at is None:
+        return None
+    parent = os.path.dirname(at)
+    if host.kind(parent) != "dir":
+        raise PolicyError(
+            f"workspace_at {at}: its parent {parent} is not a directory on this host",
+            operation="plan",
+            path=parent,
+            hint="choose a path whose parent directory exists (the sandbox makes only the last part)",
+        )
+    if host.kind(str(policy.workspace)) != "dir":
+        raise PolicyError(
+            f"workspace_at {at}: the workspace {policy.workspace} is not a directory",
+            operation="plan",
+            path=str(policy.workspace),
+            hint="create the workspace directory first",
+        )
+    return at, str(policy.workspace)
+
+
+def _placed_cwd(policy: Policy, caller_cwd: str, asked: str | None) -> str:
+    """Where commands start when the workspace is seen at ``workspace_at``: a relative
+    path from there; the caller's directory in the workspace, at its place there."""
+    at, ws = policy.workspace_at or "", str(policy.workspace)
+    if asked is not None and not asked.startswith("/"):
+        return os.path.normpath(os.path.join(at, asked))
+    real = asked if asked is not None else os.path.realpath(caller_cwd)
+    if within(real, ws):
+        return at + real[len(ws) :]
+    return real if asked is not None else at
 
 
 def _check_state_dir(policy: Policy, host: HostFacts) -> None:

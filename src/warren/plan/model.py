@@ -42,6 +42,13 @@ class MountKind(enum.Enum):
     # a file ``target`` holding ``source``, made in the sandbox's own layer only where its
     # directory exists and it does not (a setting the image's tools need in a sandbox)
     SEED = "seed"
+    # a fresh tmpfs over ``target`` holding what the sandbox saw there, each entry bound
+    # back as it was (links made again), and the empty directories ``keep`` as mount
+    # points; read-only once made, with the mode of the directory it covers
+    SHADOW = "shadow"
+    # ``source`` as the sandbox sees it by then, with every mount beneath it (git
+    # directories, denied files, read-only masks), bound again at ``target``
+    MIRROR = "mirror"
 
 
 # Cloned from the host before anything is overlaid (their sources may lie under /tmp,

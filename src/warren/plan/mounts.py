@@ -252,6 +252,7 @@ def plan_mounts(
     shared: bool,
     tmp_size: int | None = None,
     repository: str | None = None,
+    place: tuple[str, str] | None = None,
 ) -> MountPlan:
     """The mount steps, in the order the kernel needs them. ``shared``: writable roots
     on one filesystem share one bind (needs Landlock >= 2 to confine them); otherwise
@@ -277,6 +278,8 @@ def plan_mounts(
     for g in groups:
         if g.overlaid is None:
             add_group(g)
+    if place is not None:
+        ops.append(shadow_op(place[0]))
 
     ops.append(MountOp(MountKind.TMPFS, "/tmp", why="private /tmp", mode=0o1777, size=tmp_size))
     ops.extend(dev_ops(lambda path: facts.kind(path) != "missing", tmp_size))
@@ -376,10 +379,36 @@ def plan_mounts(
         if visible(path):  # under a fresh directory the host's copy is not there to hide
             ops.extend(_deny_op(path, source, facts))
 
+    if place is not None:
+        at, source = place
+        ops.append(
+            MountOp(
+                MountKind.MIRROR,
+                at,
+                source,
+                why=f"the workspace {source} as the sandbox sees it there (its git directories, "
+                "denied files and read-only paths too)",
+            )
+        )
     ops.append(MountOp(MountKind.PROC, "/proc", why="fresh /proc: only the sandbox's processes"))
     for path in PROC_READONLY:
         ops.append(MountOp(MountKind.RO_SELF, path, why="kernel tunables stay read-only"))
     return MountPlan(tuple(ops), tuple(groups), tuple(warnings), tuple(tmp_notes(groups, facts)))
+
+
+def shadow_op(at: str) -> MountOp:
+    """The mount point of a workspace seen at ``at``, a path the host need not have: its
+    parent shadowed (a fresh read-only tmpfs showing the parent's entries as the sandbox
+    saw them, bound back, with ``at`` an empty directory among them), so the mount point
+    is made in the sandbox's own tmpfs, never on the host. After the host-side writable
+    roots, whose binds the shadow keeps; before every fresh directory."""
+    parent, name = os.path.split(at)
+    return MountOp(
+        MountKind.SHADOW,
+        parent,
+        keep=(name,),
+        why=f"the host's {parent} as the sandbox saw it, with {name} made inside the sandbox only",
+    )
 
 
 def _deny_op(path: str, source: str, facts: HostFacts) -> list[MountOp]:

@@ -25,6 +25,8 @@ _LINES = {
     _K.SYMLINK: "symlink   {op.target} -> {op.source}",
     _K.DENY_FILE: "deny      {op.target}  <- an empty mode-000 file: EACCES ({op.why})",
     _K.PROC: "proc      {op.target}  ({op.why})",
+    _K.SHADOW: "shadow    {op.target}  <- a read-only tmpfs, its entries bound back ({op.why})",
+    _K.MIRROR: "mirror    {op.target}  <- {op.source} as inside ({op.why})",
 }
 
 

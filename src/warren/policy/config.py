@@ -55,6 +55,13 @@ def _load(path: Path) -> dict[str, Any]:
         ) from None
 
 
+def profile_names(env: Mapping[str, str] | None = None, home: Path | None = None) -> list[str]:
+    """The ``[profile.NAME]`` names of the user's config file (none when it has none)."""
+    env, home = env_and_home(env, home)
+    profiles = _load(user_config_path(env, home)).get("profile", {})
+    return sorted(profiles) if isinstance(profiles, dict) else []
+
+
 def _spec_from_table(
     table: Mapping[str, Any], where: str, home: Path, base: Path | None = None
 ) -> PolicySpec:
@@ -109,6 +116,7 @@ _FLAG_FOR = {
     "workspace_writable": "(leave out --read-only-workspace)",
     "allow_nested": "(your own config only)",
     "workspace": "--workspace DIR",
+    "workspace_at": "(your own config or the API)",
     "image": "--image NAME",
     "disk": "--disk SIZE",
     "from_snapshot": "--from-snapshot ID",

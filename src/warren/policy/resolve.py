@@ -218,6 +218,7 @@ def build(
         limits=spec.limits("policy"),
         image=spec.image,
         host_workspace=not no_workspace,
+        workspace_at=_workspace_at(spec, str(workspace), writable),
         from_snapshot=spec.from_snapshot,
         disk=_disk(spec.disk),
         secrets=_secrets(grant.secrets, spec) if network == "allow" else tuple(spec.secrets),
@@ -305,6 +306,46 @@ def _refuse_broad(root: Root, home: Path) -> None:
         hint="choose the project directory (cd into it, or --workspace DIR); if you really mean it, "
         "pass --allow-broad-workspace (or allow_broad_workspace = true in ~/.config/warren/config.toml)",
     )
+
+
+# Where a sandbox gets a fresh directory of its own, or none may be made: a workspace is
+# never placed there.
+_NOT_PLACED = ("/proc", "/dev", "/sys", "/tmp", "/run", "/var/run")
+
+
+def _workspace_at(spec: PolicySpec, workspace: str, writable: list[Root]) -> str | None:
+    """``workspace_at`` checked: an absolute, normal path below a directory other than
+    ``/``, outside the fresh directories, and not inside a writable root (its parent is
+    shown read-only around it, ``plan.place``). Its own host path is no move at all."""
+    at = spec.workspace_at
+    if at is None or at == workspace:
+        return None
+
+    def refuse(problem: str) -> PolicyError:
+        return PolicyError(
+            f"workspace_at {at!r} {problem}",
+            operation="policy",
+            path=at,
+            hint="give an absolute path such as /home/user whose parent directory exists on the host "
+            "and is not writable in the sandbox",
+        )
+
+    if spec.image or spec.from_snapshot:
+        raise refuse("is for sandboxes on the host's root: on an image the workspace is /workspace")
+    if not at.startswith("/") or posixpath.normpath(at) != at:
+        raise refuse("is not an absolute, normal path")
+    parent = posixpath.dirname(at)
+    if parent == "/":
+        raise refuse("is directly under /: its parent would have to be made anew, hiding the host's root")
+    if any(is_within(Path(at), Path(base)) for base in _NOT_PLACED):
+        raise refuse(
+            f"is under {next(b for b in _NOT_PLACED if is_within(Path(at), Path(b)))}, "
+            "which the sandbox gets fresh or never has"
+        )
+    for root in writable:
+        if is_within(Path(parent), root.path):
+            raise refuse(f"lies inside the writable root {root.path} ({root.source})")
+    return at
 
 
 def _network_mode(spec: PolicySpec) -> str:

@@ -40,7 +40,7 @@ BOOL_KEYS = (
     "allow_broad_workspace",
     "require_namespaces",
 )
-STR_KEYS = ("workspace", "network")
+STR_KEYS = ("workspace", "network", "workspace_at")
 TABLE_KEYS = ("env", "resolve")
 LIMIT_KEYS = ("memory", "pids", "cpus", "tmp_size", "idle_timeout")
 PATH_KEYS = ("write", "read", "deny")
@@ -59,6 +59,8 @@ class PolicySpec:
     """Unvalidated options as a user writes them (flags, TOML, a request body)."""
 
     workspace: str | None = None
+    # where the sandbox sees its workspace, when not at its host path (E2B's /home/user)
+    workspace_at: str | None = None
     write: list[str] = field(default_factory=list)
     read: list[str] = field(default_factory=list)
     deny: list[str] = field(default_factory=list)
@@ -120,6 +122,7 @@ class PolicySpec:
         """``other`` layered on top of ``self``: scalars replace, lists extend."""
         return PolicySpec(
             workspace=other.workspace or self.workspace,
+            workspace_at=other.workspace_at or self.workspace_at,
             write=[*self.write, *other.write],
             read=[*self.read, *other.read],
             deny=[*self.deny, *other.deny],
@@ -161,6 +164,8 @@ class PolicySpec:
             out["resolve"] = dict(self.resolve)
         if self.network is not None:
             out["network"] = self.network
+        if self.workspace_at is not None:
+            out["workspace_at"] = self.workspace_at
         for key in (*BOOL_KEYS, *LIMIT_KEYS, *IMAGE_KEYS):
             value = getattr(self, key)
             if value is not None:

@@ -38,6 +38,7 @@ class Spec(Message):
     reads it (where a bad value is refused with the key's name)."""
 
     workspace: str | None = None
+    workspace_at: str | None = None
     write: list[str] = []
     read: list[str] = []
     deny: list[str] = []
@@ -199,6 +200,8 @@ class FileRequest(Message):
     append: bool = False
     follow: bool = True
     max_bytes: int = 64 * 1024 * 1024
+    xattrs: str | None = None  # a name prefix (``user.``...): read, or replaced on a write
+    set_xattrs: dict[str, str] | None = None
 
 
 class ExposeRequest(Message):
@@ -365,13 +368,20 @@ class FileStat(Message):
     gid: int
 
 
+class FileXattrs(Message):
+    name: str  # the entry's name in a listing; "" for a stat's path
+    attrs: dict[str, str] = {}
+
+
 class FileReply(Message):
-    """``read``: the data is the payload. ``list``: entries. ``stat``: stat. ``exists``."""
+    """``read``: the data is the payload. ``list``: entries. ``stat``: stat. ``exists``.
+    ``xattrs``: the attributes the request's prefix names, for the entries that have some."""
 
     TAG = "file-ok"
     entries: list[FileStat] = []
     stat: FileStat | None = None
     exists: bool = False
+    xattrs: list[FileXattrs] = []
 
 
 class Exposed(Message):

@@ -89,7 +89,12 @@ def host_facts(
     try:
         ws_path = str(policy.workspace)
         host = gather(
-            [*paths_of(paths, caller), *tmpdir.candidates(ws_path, caller.env, caller.home)],
+            [
+                *paths_of(paths, caller),
+                *tmpdir.candidates(ws_path, caller.env, caller.home),
+                # the parent of workspace_at: the sandbox shadows it (plan.mounts.place_ops)
+                *([os.path.dirname(policy.workspace_at)] if policy.workspace_at else []),
+            ],
             state_dir=state_dir,
             image_store=str(store_root(caller.env)),
             outside_links=tuple((o.path, o.dev, o.ino, o.secret) for o in found),

@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 from ...plan import seccomp as _seccomp
 from ...plan.model import Plan
+from ...plan.mounts import within
 from .. import _sys, mounts
 from ..mounts import DENIED_FILE
 from . import links, metadata, pool, processes, renames, sockets
@@ -94,6 +95,8 @@ class Broker:
                 private.add(os.stat(path).st_dev)
         # On an image the whole root is the sandbox's own layer: writable everywhere.
         roots = ["/"] if plan.image is not None else sorted({r for _at, group in plan.groups for r in group})
+        if plan.image is None and plan.host_workspace and any(within(plan.host_workspace, r) for r in roots):
+            roots.append(plan.workspace)  # a writable workspace seen elsewhere (workspace_at)
         program = notify_filter(plan)
         box: list[Broker] = []
         ready = threading.Event()
