@@ -333,6 +333,27 @@ def run(spec: dict[str, object], profile: str | None, argv: list[str], timeout: 
     return Attached(message).run()
 
 
+def run_json(spec: dict[str, object], profile: str | None, argv: list[str], timeout: float | None) -> int:
+    """``run --json``: the command runs with its output captured (stdin is /dev/null),
+    then the result is one JSON document on stdout, in the form the HTTP API's run
+    answers; the exit status is still the command's (124 for a timeout)."""
+    import json
+
+    from .. import codec
+    from ..client.local import LocalTransport
+    from ..client.transport import Command
+    from ..policy.spec import from_mapping
+
+    result = LocalTransport().run(
+        from_mapping(spec, "flags"),
+        Command.checked("run", argv, timeout=timeout),
+        config=True,
+        profile=profile,
+    )
+    print(json.dumps(codec.result(result)))
+    return 124 if result.timed_out else result.exit_code
+
+
 def exec_(name: str, argv: list[str], cwd: str | None, env: dict[str, str], timeout: float | None) -> int:
     message = protocol.ExecRequest(
         sandbox=name, command=protocol.Command(argv=argv, cwd=cwd, env=env, timeout=timeout)

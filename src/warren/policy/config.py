@@ -192,6 +192,19 @@ def load_spec(
     return spec
 
 
+def profile_names(
+    workspace: Path, env: Mapping[str, str] | None = None, home: Path | None = None
+) -> list[str]:
+    """Every ``[profile.NAME]`` of the user config and the workspace's file, in name order."""
+    env, home = env_and_home(env, home)
+    names: set[str] = set()
+    for path in (user_config_path(env, home), workspace / WORKSPACE_FILE):
+        profiles = _load(path).get("profile", {})
+        if isinstance(profiles, dict):
+            names.update(str(n) for n, t in profiles.items() if isinstance(t, dict))
+    return sorted(names)
+
+
 def _only_lower(ws: PolicySpec, below: PolicySpec, where: str) -> PolicySpec:
     """A workspace file's limits, each no higher than what it would otherwise be (the
     layers below it, else the default): a repository may tighten, never loosen."""

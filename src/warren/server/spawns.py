@@ -80,6 +80,37 @@ def running(root: str, name: str) -> dict[str, str]:
     return out
 
 
+def listing(root: str, name: str, alive: bool) -> protocol.SpawnList:
+    """Every background process of sandbox ``name`` on record, oldest first; ``alive``:
+    whether the sandbox still runs (an unended record of a dead one is not running)."""
+    items = []
+    base = _dir(root, name)
+    for entry in os.listdir(base):
+        if not entry.endswith(".json") or not entry[:-5].isalnum():
+            continue
+        meta = _read_json(os.path.join(base, entry))
+        if meta is None:
+            continue
+        status = _read_json(os.path.join(base, entry[:-5] + ".status"))
+        pid, argv, started = meta.get("pid"), meta.get("argv"), meta.get("started")
+        code = status.get("status") if status else None
+        limit = status.get("limit") if status else None
+        items.append(
+            protocol.SpawnRecord(
+                spawn_id=entry[:-5],
+                pid=pid if isinstance(pid, int) else 0,
+                argv=[str(a) for a in argv] if isinstance(argv, list) else [],
+                started=float(started) if isinstance(started, (int, float)) else 0.0,
+                running=status is None and alive,
+                status=code if isinstance(code, int) else None,
+                timed_out=bool(status and status.get("timed_out")),
+                limit=limit if isinstance(limit, str) else None,
+            )
+        )
+    items.sort(key=lambda r: (r.started, r.spawn_id))
+    return protocol.SpawnList(items=items)
+
+
 def _chunk(path: str, offset: int, limit: int) -> bytes:
     try:
         with open(path, "rb") as f:
