@@ -325,3 +325,68 @@ def test_completion_values_start_no_supervisor(tmp_path: Path) -> None:
     finally:
         run_cli(["rm", "-f", "cv"], cwd=tmp_path, env=env)
         run_cli(["shutdown"], cwd=tmp_path, env=env)
+
+
+# --- nothing lingers: create, rm, shutdown in a loop -----------------------------------------
+
+
+def _descendants(root: int) -> set[int]:
+    """``root`` and every process below it now, from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        found.add(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
+def test_no_warren_process_remains_after_rm_and_shutdown_in_a_loop(tmp_path: Path) -> None:
+    """A supervisor once stayed half an hour after ``rm`` of everything and ``shutdown``.
+    Each round starts what a day's use does (a sandbox, a background process, a forwarded
+    port, so the network helper), takes pidfds of the supervisor and every process below
+    it, then ``rm -f --all`` and ``shutdown``: each of them must end."""
+    import select
+
+    from warren import statedir
+
+    env = {"XDG_STATE_HOME": str(tmp_path / "state")}
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    for round_ in range(3):
+        assert run_cli(["create", f"loop{round_}", "-w", str(ws)], cwd=ws, env=env).returncode == 0
+        assert run_cli(["exec", "-d", f"loop{round_}", "sleep", "600"], cwd=ws, env=env).returncode == 0
+        assert run_cli(["port", f"loop{round_}", "9"], cwd=ws, env=env).returncode == 0
+        found = statedir.read_address(statedir.location(env))
+        assert found is not None
+        pids = _descendants(found[1])
+        assert len(pids) >= 3, pids  # the control: the supervisor, the sandbox's PID 1, its helpers
+        fds = {}
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):  # a short-lived helper, gone already
+                fds[pid] = os.pidfd_open(pid)
+        try:
+            assert run_cli(["rm", "-f", "--all"], cwd=ws, env=env).returncode == 0
+            assert run_cli(["shutdown"], cwd=ws, env=env).returncode == 0
+            deadline = time.monotonic() + 15
+            left = dict(fds)
+            while left and time.monotonic() < deadline:
+                ready, _, _ = select.select(
+                    list(left.values()), [], [], max(0.0, deadline - time.monotonic())
+                )
+                left = {pid: fd for pid, fd in left.items() if fd not in ready}
+            assert not left, f"round {round_}: still running after rm and shutdown: " + ", ".join(
+                f"{pid} {Path(f'/proc/{pid}/cmdline').read_bytes()[:120]!r}" for pid in left
+            )
+        finally:
+            for fd in fds.values():
+                os.close(fd)
