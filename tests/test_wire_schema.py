@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from warren import codec, protocol
-from warren.models import FileInfo, FileOp, ProcessInfo, ProcessState, Result, SandboxInfo, Stats
+from warren.models import FileInfo, FileOp, ProcessInfo, ProcessState, Result, SandboxInfo, SpawnInfo, Stats
 from warren.net.allowlist import NetEvent
 from warren.service import fields
 from warren.service.openapi import SCHEMAS, document
@@ -64,6 +64,7 @@ MIRRORS: list[tuple[type[protocol.Message], type, set[str]]] = [
     (protocol.Stats, Stats, set()),
     (protocol.NetEventRecord, NetEvent, set()),
     (protocol.ProcessState, ProcessState, {"stdout_len", "stderr_len"}),
+    (protocol.SpawnRecord, SpawnInfo, set()),
     (protocol.FileRequest, FileOp, {"sandbox"}),  # a request, the other way: the model and its sandbox
 ]
 
