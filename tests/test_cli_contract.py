@@ -101,7 +101,8 @@ def test_ls_and_ps_speak_json(layout: Layout) -> None:
     code, out, _ = cli(ws, "ps", "--json", "js")
     procs = json.loads(out)
     assert code == 0 and any(p["argv"][:2] == ["sleep", "300"] for p in procs)
-    assert all(list(p) == ["pid", "ppid", "state", "argv", "spawn_id", "warren"] for p in procs)
+    keys = ["pid", "ppid", "state", "argv", "spawn_id", "warren", "exit_code", "timed_out"]
+    assert all(list(p) == keys for p in procs)
 
 
 def test_cp_copies_directories_and_honours_a_trailing_slash(layout: Layout, tmp_path: Path) -> None:

@@ -390,3 +390,24 @@ def test_no_warren_process_remains_after_rm_and_shutdown_in_a_loop(tmp_path: Pat
         finally:
             for fd in fds.values():
                 os.close(fd)
+
+
+def test_a_spawn_listing_is_bounded(tmp_path: Path) -> None:
+    """However many background processes a sandbox started, and however long their
+    command lines, one listing is the newest LISTED_MAX, each line cut: it fits a reply."""
+    from warren.server import spawns
+
+    root = str(tmp_path)
+    for i in range(spawns.LISTED_MAX + 2):
+        _, fds = spawns.create(root, "many")
+        meta = {"pid": i + 2, "argv": ["sh", "-c", "x" * (10_000 if i == 0 else 3)], "started": float(i)}
+        os.write(fds[3], json.dumps(meta).encode())
+        for fd in fds:
+            os.close(fd)
+    listed = spawns.listing(root, "many", alive=True).items
+    assert len(listed) == spawns.LISTED_MAX and listed[-1].pid == spawns.LISTED_MAX + 3
+    assert listed[0].pid == 4  # the two oldest left out, the long one among them
+    first = spawns.listing(root, "many", alive=True)
+    assert len(first.encode()) < 1 << 20
+    long_one = spawns._cut(["sh", "-c", "x" * 10_000])
+    assert sum(map(len, long_one)) <= spawns.LISTED_ARGV + 3 and long_one[-1].endswith("...")

@@ -80,9 +80,14 @@ def running(root: str, name: str) -> dict[str, str]:
     return out
 
 
+LISTED_MAX = 1000  # records in one listing: the newest (a reply has a size bound)
+LISTED_ARGV = 4096  # characters of one record's command line in a listing
+
+
 def listing(root: str, name: str, alive: bool) -> protocol.SpawnList:
-    """Every background process of sandbox ``name`` on record, oldest first; ``alive``:
-    whether the sandbox still runs (an unended record of a dead one is not running)."""
+    """The background processes of sandbox ``name`` on record (the newest LISTED_MAX),
+    oldest first, each command line cut at LISTED_ARGV characters; ``alive``: whether the
+    sandbox still runs (an unended record of a dead one is not running)."""
     items = []
     base = _dir(root, name)
     for entry in os.listdir(base):
@@ -99,7 +104,7 @@ def listing(root: str, name: str, alive: bool) -> protocol.SpawnList:
             protocol.SpawnRecord(
                 spawn_id=entry[:-5],
                 pid=pid if isinstance(pid, int) else 0,
-                argv=[str(a) for a in argv] if isinstance(argv, list) else [],
+                argv=_cut([str(a) for a in argv] if isinstance(argv, list) else []),
                 started=float(started) if isinstance(started, (int, float)) else 0.0,
                 running=status is None and alive,
                 status=code if isinstance(code, int) else None,
@@ -108,7 +113,18 @@ def listing(root: str, name: str, alive: bool) -> protocol.SpawnList:
             )
         )
     items.sort(key=lambda r: (r.started, r.spawn_id))
-    return protocol.SpawnList(items=items)
+    return protocol.SpawnList(items=items[-LISTED_MAX:])
+
+
+def _cut(argv: list[str]) -> list[str]:
+    out, left = [], LISTED_ARGV
+    for arg in argv:
+        if left <= 0:
+            out.append("...")
+            break
+        out.append(arg if len(arg) <= left else arg[:left] + "...")
+        left -= len(arg)
+    return out
 
 
 def _chunk(path: str, offset: int, limit: int) -> bytes:
