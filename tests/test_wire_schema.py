@@ -100,6 +100,7 @@ def test_bytes_that_are_not_utf8_travel_as_base64() -> None:
         ("FileInfo", VALUES[2]),
         ("Stats", VALUES[3]),
         ("NetEvent", VALUES[4]),
+        ("SpawnRecord", SpawnInfo(spawn_id="p1", pid=3, argv=("sh",), started=1.0, status=256)),
     ],
 )
 def test_the_openapi_schema_of_a_model_lists_what_the_codec_sends(schema: str, value: object) -> None:

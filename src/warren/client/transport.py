@@ -171,7 +171,7 @@ def _not_here(transport: Transport, what: str, name: str) -> WarrenError:
         f"{what} is not available through {type(transport).__name__}",
         operation="cli",
         path=name,
-        hint="use it on the machine the sandboxes run on (the local supervisor: warren ps -a, warren port)",
+        hint="use the local transport or HttpTransport, which have it",
     )
 
 
