@@ -24,8 +24,8 @@ from warren.client.sandbox import Sandbox
 from warren.errors import (
     CommandNotFound,
     CwdNotFound,
+    PortNotForwarded,
     SandboxDead,
-    SandboxError,
     SandboxExists,
     SandboxFileNotFound,
     SandboxNotFound,
@@ -147,7 +147,7 @@ def test_spawns_and_forwarded_ports_are_listed_and_a_forward_closed(sb: Sandbox)
     assert sb.exposed() == {8766: address}
     sb.unexpose(8766)
     assert not _greets(address) and sb.exposed() == {}
-    with pytest.raises(SandboxError, match="not forwarded"):
+    with pytest.raises(PortNotForwarded, match="not forwarded"):
         sb.unexpose(8766)
     server.kill()
 

@@ -141,6 +141,10 @@ class ProcessNotFound(SandboxError):
     """No background process of that id (or pid) was started in the sandbox."""
 
 
+class PortNotForwarded(SandboxError):
+    """No host port forwards to that port of the sandbox (``unexpose``)."""
+
+
 class ProcessEnded(SandboxError):
     """The background process has ended: it takes no more input."""
 
@@ -211,6 +215,7 @@ _KINDS: dict[str, type[WarrenError]] = {
         SandboxDead,
         SandboxPaused,
         ProcessNotFound,
+        PortNotForwarded,
         ProcessEnded,
         StdinError,
         StdinNotOpen,

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from .. import protocol, wire
 from .._core import cgroups, execstub
-from ..errors import SandboxError, SetupError, WarrenError, from_record
+from ..errors import PortNotForwarded, SandboxError, SetupError, WarrenError, from_record
 from ..images.store import Lease
 from ..plan import Plan
 from ..plan.limits import V2
@@ -524,7 +524,7 @@ class Box:
 
     def unexpose(self, port: int) -> protocol.Message:
         if port not in self.exposed:
-            raise SandboxError(
+            raise PortNotForwarded(
                 f"port {port} of sandbox {self.name} is not forwarded",
                 operation="unexpose",
                 path=self.name,
