@@ -25,6 +25,7 @@ from warren.errors import (
     CommandNotFound,
     CwdNotFound,
     PortNotForwarded,
+    PortUnavailable,
     SandboxDead,
     SandboxExists,
     SandboxFileNotFound,
@@ -149,6 +150,11 @@ def test_spawns_and_forwarded_ports_are_listed_and_a_forward_closed(sb: Sandbox)
     assert not _greets(address) and sb.exposed() == {}
     with pytest.raises(PortNotForwarded, match="not forwarded"):
         sb.unexpose(8766)
+    with socket.socket() as taken:  # a host port in use is the request's, not warren's failure
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        with pytest.raises(PortUnavailable, match="cannot listen"):
+            sb.expose(8766, host_port=taken.getsockname()[1])
     server.kill()
 
 

@@ -145,6 +145,10 @@ class PortNotForwarded(SandboxError):
     """No host port forwards to that port of the sandbox (``unexpose``)."""
 
 
+class PortUnavailable(SandboxError):
+    """The host port asked for cannot be listened on (in use, or privileged)."""
+
+
 class ProcessEnded(SandboxError):
     """The background process has ended: it takes no more input."""
 
@@ -216,6 +220,7 @@ _KINDS: dict[str, type[WarrenError]] = {
         SandboxPaused,
         ProcessNotFound,
         PortNotForwarded,
+        PortUnavailable,
         ProcessEnded,
         StdinError,
         StdinNotOpen,

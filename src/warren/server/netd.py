@@ -29,7 +29,7 @@ import time
 
 from .. import protocol, wire
 from .._core import kernel
-from ..errors import ProtocolError, SandboxError, WarrenError
+from ..errors import PortUnavailable, ProtocolError, SandboxError, WarrenError
 from ..net import log as netlog
 from ..net.allowlist import Allowlist
 from ..net.proxy import Proxy, relay
@@ -191,8 +191,11 @@ def _expose(msg: protocol.ExposeRequest, exposes: dict[int, _Expose], conn: _Con
     try:
         expose = _Expose(msg.port, msg.host_port, conn)
     except OSError as e:
+        # In use, or privileged (below 1024 for an ordinary user): the request's port,
+        # not a failure of warren's. Anything else (no descriptor left) is.
+        unavailable = e.errno in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL)
         return protocol.error_message(
-            SandboxError.from_os(
+            (PortUnavailable if unavailable else SandboxError).from_os(
                 e,
                 f"cannot listen on 127.0.0.1:{msg.host_port} on the host: {os.strerror(e.errno or 0)}",
                 "expose",
