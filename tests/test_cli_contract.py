@@ -9,6 +9,8 @@ import inspect
 import json
 import os
 import stat
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -99,7 +101,8 @@ def test_ls_and_ps_speak_json(layout: Layout) -> None:
     code, out, _ = cli(ws, "ps", "--json", "js")
     procs = json.loads(out)
     assert code == 0 and any(p["argv"][:2] == ["sleep", "300"] for p in procs)
-    assert all(list(p) == ["pid", "ppid", "state", "argv", "spawn_id", "warren"] for p in procs)
+    keys = ["pid", "ppid", "state", "argv", "spawn_id", "warren", "exit_code", "timed_out"]
+    assert all(list(p) == keys for p in procs)
 
 
 def test_cp_copies_directories_and_honours_a_trailing_slash(layout: Layout, tmp_path: Path) -> None:
@@ -185,6 +188,54 @@ def test_the_ancestor_guard_covers_long_lived_sandboxes(any_layout: Layout) -> N
     r = run_cli(["rm", "-f", "guarded"], cwd=ws)
     assert r.returncode == 0
     assert stat.S_IMODE(parent.stat().st_mode) == before
+
+
+@pytest.fixture
+def home_dir() -> Iterator[Path]:
+    """A directory of its own in the caller's home: on the home's mount, so a sandbox
+    whose workspace is in it guards it (its metadata is snapshotted and restored)."""
+    base = Path.home() / f".warren-test-{os.getpid()}-guard"
+    (base / "W").mkdir(parents=True)
+    try:
+        yield base
+    finally:
+        subprocess.run(["rm", "-rf", str(base)], check=False)
+
+
+def test_the_hosts_own_change_in_a_guarded_home_is_not_undone(home_dir: Path, tmp_path: Path) -> None:
+    """``git config --global`` on the host while a sandbox lives renames a lock file over
+    ``~/.gitconfig``: the home's entries are the same and its modification time is new.
+    That is the host's doing: ``rm`` must neither say the sandbox did it nor set the
+    time back. A time *set* on the directory (what a utimes() slipping past the filter
+    would do) is still undone and said, the control."""
+    ws, env = home_dir / "W", {"XDG_STATE_HOME": str(tmp_path / "state")}
+    (home_dir / ".gitconfig").write_text("[user]\n\tname = before\n")
+    plan = json.loads(run_cli(["plan", "--json"], cwd=ws, env=env).stdout)
+    assert str(home_dir) in plan["guarded"]
+    try:
+        assert run_cli(["create", "g1"], cwd=ws, env=env).returncode == 0
+        git = subprocess.run(
+            ["git", "config", "--global", "user.name", "after"],
+            env={**os.environ, "HOME": str(home_dir)},
+            capture_output=True,
+            text=True,
+        )
+        assert git.returncode == 0, git.stderr
+        hosts = home_dir.stat().st_mtime_ns
+        removed = run_cli(["rm", "-f", "g1"], cwd=ws, env=env)
+        assert removed.returncode == 0 and "changed the times" not in removed.stderr, removed.stderr
+        assert home_dir.stat().st_mtime_ns == hosts  # the host's time stays
+        assert "name = after" in (home_dir / ".gitconfig").read_text()
+
+        assert run_cli(["create", "g2"], cwd=ws, env=env).returncode == 0
+        kept = home_dir.stat().st_mtime_ns
+        os.utime(home_dir, ns=(kept, kept - 86_400 * 10**9))  # set a day back, as a utimes() would
+        removed = run_cli(["rm", "-f", "g2"], cwd=ws, env=env)
+        assert f"the sandbox changed the times of {home_dir}; restored" in removed.stderr, removed.stderr
+        assert home_dir.stat().st_mtime_ns == kept
+    finally:
+        run_cli(["rm", "-f", "--all"], cwd=ws, env=env)
+        run_cli(["shutdown"], cwd=ws, env=env)
 
 
 def test_one_shot_runs_work_where_no_supervisor_can(layout: Layout, tmp_path: Path) -> None:

@@ -54,6 +54,20 @@ def test_every_command_of_warren_help_has_a_section() -> None:
     assert not missing, f"commands without a reference section: {missing}"
 
 
+def test_the_committed_reference_is_the_generated_one() -> None:
+    """The reference pages carry the generated text (so they read on GitHub too): it must
+    be what the code makes now."""
+    pages = sorted((DOCS / "reference").glob("*.md"))
+    blocks = {page.name: hook.BLOCK.findall(page.read_text()) for page in pages}
+    assert sum(len(b) for b in blocks.values()) == len(hook.GENERATORS), blocks  # each block once
+    for page in pages:
+        text = page.read_text()
+        assert hook.fill(text) == text, f"{page} is stale: run python docs/hooks/reference.py"
+    # the control: a block whose text is not the generated one is seen as stale
+    edited = (DOCS / "reference" / "cli.md").read_text().replace("| `--workspace`, `-w` |", "| `--w` |", 1)
+    assert hook.fill(edited) != edited
+
+
 def test_every_flag_of_every_command_is_in_the_reference() -> None:
     """Flags as `warren COMMAND --help` prints them (not as the hook finds them)."""
     sections = _sections(hook.cli_md())

@@ -184,6 +184,35 @@ def test_pipx_install_gives_a_warren_command(installer: Installer, wheel: Path) 
     _first_use(installer, installer.top / "home/.local/bin/warren")
 
 
+def test_a_wheel_built_by_uv_build_installs_and_runs(installer: Installer, tmp_path: Path) -> None:
+    """``uv build`` (offline, with the installed hatchling) makes the same wheel as ``pip
+    wheel``: the native front end and the exec stub compiled in where a C compiler is, the
+    Python CLI as ``warren`` where none is; it installs into a fresh venv and runs."""
+    pytest.importorskip("hatchling", reason="the dev extra's hatchling builds the wheel offline")
+    built = subprocess.run(
+        [BIN / "uv", "build", "--wheel", "--offline", "--no-build-isolation", "--python", sys.executable,
+         "--out-dir", tmp_path, SOURCE],
+        capture_output=True, text=True, timeout=600,
+        env={**os.environ, "UV_CACHE_DIR": str(tmp_path / "cache"), "UV_PYTHON_DOWNLOADS": "never"},
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    (found,) = tmp_path.glob("warren_sandbox-*.whl")
+    with zipfile.ZipFile(found) as whl:
+        scripts = {Path(n).name: whl.read(n) for n in whl.namelist() if ".data/scripts/" in n}
+    if shutil.which(os.environ.get("CC", "cc")):
+        assert scripts["warren"].startswith(b"\x7fELF") and scripts["warren-exec-stub"].startswith(b"\x7fELF")
+        assert scripts["warren-python"].startswith(b"#!python") and "linux_" in found.name
+    else:
+        assert list(scripts) == ["warren"] and found.name.endswith("-py3-none-any.whl")
+    shutil.copy(found, installer.top)
+    os.chown(installer.top / found.name, installer.uid, -1)
+    venv = installer.top / "home/venv"
+    assert installer.run(BASE_PYTHON, "-m", "venv", venv).returncode == 0
+    got = installer.run(venv / "bin/pip", "install", "-q", *_offline(), installer.top / found.name)
+    assert got.returncode == 0, got.stderr
+    _first_use(installer, venv / "bin/warren")
+
+
 def test_the_wheel_carries_the_native_warren_and_the_python_cli_beside_it(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as whl:
         scripts = {Path(n).name: whl.read(n) for n in whl.namelist() if ".data/scripts/" in n}

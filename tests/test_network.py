@@ -14,6 +14,7 @@ import hashlib
 import http.server
 import json
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -223,6 +224,96 @@ def test_allow_refuses_direct_connections_that_ignore_the_proxy(ws: Path, server
     )
     assert r.exit_code == 7, r.stderr  # couldn't connect
     assert servers["allowed"].hits == []
+
+
+def _refusing_flags() -> list[str]:
+    return ["--network=allow", "--resolve=denied.test=127.0.0.3", "--resolve=other.test=127.0.0.3"]
+
+
+def test_refusals_are_one_line_per_kind_with_a_count(
+    ws: Path, servers: dict[str, Server], tmp_path: Path
+) -> None:
+    """An agent retrying a refused host gets one line for it, with how many times, not a
+    line per retry; another host is another line."""
+    d = servers["denied"]
+    script = " ; ".join(
+        [
+            *[shlex.join(_curl("-o", "/dev/null", f"http://denied.test:{d.port}/"))] * 3,
+            shlex.join(_curl("-o", "/dev/null", f"http://other.test:{d.port}/")),
+            "true",
+        ]
+    )
+    env = {"XDG_STATE_HOME": str(tmp_path / "state")}
+    r = run_cli(["run", *_refusing_flags(), "--", "sh", "-c", script], cwd=ws, env=env)
+    assert r.returncode == 0, r.stderr
+    said = [line for line in r.stderr.splitlines() if line.startswith("warren: network: refused")]
+    assert said == [
+        f"warren: network: refused GET {host}:{d.port}{times}: {host}:{d.port} is not on the allowlist"
+        f" (add --allow-host {host}:{d.port})"
+        for host, times in (("denied.test", " (3 times)"), ("other.test", ""))
+    ], r.stderr
+    assert d.hits == []
+
+
+def _in_a_terminal(ws: Path, d: Server, env: dict[str, str]) -> str:
+    """What a terminal shows of ``warren run`` whose command (a full-screen program, say)
+    prints BEFORE, is refused twice, prints CURLED, waits for a gate, prints AFTER. The
+    gate opens once a refusal is on the terminal, or 2 s after CURLED without one."""
+    import pty
+    import select
+
+    gate = ws / f"gate-{len(os.listdir(ws))}"
+    get = shlex.join(_curl("-o", "/dev/null", f"http://denied.test:{d.port}/"))
+    script = f"echo BEFORE; {get}; {get}; echo CURLED; while [ ! -e {gate} ]; do sleep 0.02; done; echo AFTER"
+    from conftest import WARREN
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [*WARREN, "run", *_refusing_flags(), "--", "sh", "-c", script],
+        cwd=ws,
+        env={**{k: v for k, v in os.environ.items() if k != "WARREN_LIVE_NOTICES"}, **env},
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        start_new_session=True,
+    )
+    os.close(slave)
+    seen, curled_at = b"", None
+    try:
+        while True:
+            ready, _, _ = select.select([master], [], [], 0.05)
+            if ready:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # EIO: every holder of the terminal is gone
+                    break
+                if not chunk:
+                    break
+                seen += chunk
+            if curled_at is None and b"CURLED" in seen:
+                curled_at = time.monotonic()
+            waited = curled_at is not None and (b"refused" in seen or time.monotonic() - curled_at > 2)
+            if waited and not gate.exists():
+                gate.touch()
+        assert proc.wait(timeout=60) == 0, seen
+    finally:
+        os.close(master)
+        proc.kill()
+    return seen.decode(errors="replace").replace("\r\n", "\n")
+
+
+def test_refusals_never_come_into_a_terminal_program_while_it_runs(
+    ws: Path, servers: dict[str, Server], tmp_path: Path
+) -> None:
+    d = servers["denied"]
+    env = {"XDG_STATE_HOME": str(tmp_path / "state")}
+    shown = _in_a_terminal(ws, d, env)
+    assert shown.count("warren: network: refused") == 1, shown
+    assert shown.index("AFTER") < shown.index("warren: network: refused") and "(2 times)" in shown, shown
+    # the control: asked to say them as they come, the same refusal lands in the program's screen
+    live = _in_a_terminal(ws, d, {**env, "WARREN_LIVE_NOTICES": "1"})
+    assert live.index("warren: network: refused") < live.index("AFTER"), live
+    assert "(2 times in all)" in live
 
 
 def test_cli_prints_refusals_and_logs_of_a_long_lived_sandbox(

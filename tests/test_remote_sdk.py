@@ -37,6 +37,7 @@ from test_sandbox import (  # noqa: F401 - collected again here, over HTTP
     test_output_is_capped_with_a_visible_marker,
     test_reattach_by_name_and_errors_for_missing_or_stopped,
     test_spawned_http_server_answers_a_later_exec,
+    test_spawns_and_forwarded_ports_are_listed_and_a_forward_closed,
     test_timeout_kills_a_forked_child_that_ignores_sigterm,
 )
 from test_stdin import (  # noqa: F401 - collected again here, over HTTP

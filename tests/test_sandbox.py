@@ -24,6 +24,8 @@ from warren.client.sandbox import Sandbox
 from warren.errors import (
     CommandNotFound,
     CwdNotFound,
+    PortNotForwarded,
+    PortUnavailable,
     SandboxDead,
     SandboxExists,
     SandboxFileNotFound,
@@ -113,6 +115,47 @@ def test_missing_command_is_a_typed_error(sb: Sandbox) -> None:
     with pytest.raises(CommandNotFound) as info:
         sb.exec(["no-such-tool-here"])
     assert info.value.path == "no-such-tool-here"
+
+
+def _greets(address: str) -> bool:
+    host, port = address.rsplit(":", 1)
+    try:
+        with socket.create_connection((host, int(port)), timeout=5) as conn:
+            return conn.recv(2) == b"hi"
+    except OSError:
+        return False
+
+
+def test_spawns_and_forwarded_ports_are_listed_and_a_forward_closed(sb: Sandbox) -> None:
+    """What ``warren ps -a`` and ``warren port`` show, through the API (and over HTTP in
+    test_remote_sdk): ended background processes with their status, forwards, and a
+    closed forward judged by a connection from the host."""
+    ended = sb.spawn(["sh", "-c", "exit 5"])
+    assert ended.wait(timeout=30) == 5
+    listen = (
+        "import socket\ns = socket.socket(); s.bind(('127.0.0.1', 8766)); s.listen(8)\n"
+        "while True:\n    c, _ = s.accept(); c.sendall(b'hi'); c.close()\n"
+    )
+    server = sb.spawn(["python3", "-c", listen])
+    records = {s.spawn_id: s for s in sb.spawns()}
+    assert records[ended.id].exit_code == 5 and not records[ended.id].running
+    assert records[server.id].running and records[server.id].exit_code is None
+    address = sb.expose(8766)
+    deadline = time.monotonic() + 10
+    while not _greets(address) and time.monotonic() < deadline:
+        time.sleep(0.05)  # the server inside may still be starting
+    assert _greets(address)  # the control: forwarded, the host reaches it
+    assert sb.exposed() == {8766: address}
+    sb.unexpose(8766)
+    assert not _greets(address) and sb.exposed() == {}
+    with pytest.raises(PortNotForwarded, match="not forwarded"):
+        sb.unexpose(8766)
+    with socket.socket() as taken:  # a host port in use is the request's, not warren's failure
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        with pytest.raises(PortUnavailable, match="cannot listen"):
+            sb.expose(8766, host_port=taken.getsockname()[1])
+    server.kill()
 
 
 def test_spawned_http_server_answers_a_later_exec(sb: Sandbox, layout: Layout) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from warren import codec, protocol
-from warren.models import FileInfo, FileOp, ProcessInfo, ProcessState, Result, SandboxInfo, Stats
+from warren.models import FileInfo, FileOp, ProcessInfo, ProcessState, Result, SandboxInfo, SpawnInfo, Stats
 from warren.net.allowlist import NetEvent
 from warren.service import fields
 from warren.service.openapi import SCHEMAS, document
@@ -64,6 +64,7 @@ MIRRORS: list[tuple[type[protocol.Message], type, set[str]]] = [
     (protocol.Stats, Stats, set()),
     (protocol.NetEventRecord, NetEvent, set()),
     (protocol.ProcessState, ProcessState, {"stdout_len", "stderr_len"}),
+    (protocol.SpawnRecord, SpawnInfo, set()),
     (protocol.FileRequest, FileOp, {"sandbox"}),  # a request, the other way: the model and its sandbox
 ]
 
@@ -99,6 +100,7 @@ def test_bytes_that_are_not_utf8_travel_as_base64() -> None:
         ("FileInfo", VALUES[2]),
         ("Stats", VALUES[3]),
         ("NetEvent", VALUES[4]),
+        ("SpawnRecord", SpawnInfo(spawn_id="p1", pid=3, argv=("sh",), started=1.0, status=256)),
     ],
 )
 def test_the_openapi_schema_of_a_model_lists_what_the_codec_sends(schema: str, value: object) -> None:

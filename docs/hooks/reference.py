@@ -1,12 +1,17 @@
-"""MkDocs hook: the reference pages, generated at build time from warren's own tables.
+"""MkDocs hook: the reference pages, generated from warren's own tables.
 
-A page holds a marker such as ``<!-- warren:cli -->`` and this hook replaces it with
+A page holds a block ``<!-- warren:cli -->`` ... ``<!-- /warren:cli -->`` whose text is
 markdown made from the code: the policy keys (``policy/spec.py``, ``policy/config.py``),
 the command-line flags (``cli/flags.py`` and each sub-command's parser, as ``warren
 COMMAND --help`` builds it), the OpenAPI document ``warren serve`` serves
 (``service/openapi.py``), the public Python API (``warren.__all__``) and the MCP tools
 (``mcp/server.py``). Nothing here is typed twice, so the reference cannot drift; a key
 or flag this hook cannot describe stops the build (and ``tests/test_docs.py``).
+
+The generated text is committed inside each block, so the pages read on GitHub (and
+anywhere Markdown is shown) as on the site: ``python docs/hooks/reference.py`` writes it
+again after a change, ``--check`` says which pages are stale (``tests/test_docs.py`` fails
+on one), and the build regenerates it, so the site is current whatever was committed.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ if str(SRC) not in sys.path:
 
 # A marker, and the note after it for readers of the plain Markdown (on GitHub), which
 # the generated text replaces.
-MARKER = re.compile(r"<!-- warren:([a-z-]+) -->(?:\n\n?> [^\n]*(?:\n> [^\n]*)*)?")
+BLOCK = re.compile(r"<!-- warren:([a-z-]+) -->\n.*?<!-- /warren:\1 -->", re.S)
 
 # Policy keys with no flag of their own, or whose flag says the opposite (a switch that
 # turns a default off): what the key means, in the words of a config file.
@@ -537,11 +542,38 @@ GENERATORS: dict[str, Callable[[], str]] = {
 }
 
 
-def on_page_markdown(markdown: str, **kwargs: Any) -> str:
-    def replace(m: re.Match[str]) -> str:
-        gen = GENERATORS.get(m.group(1))
-        if gen is None:
-            raise RuntimeError(f"unknown marker {m.group(0)}; known: {', '.join(GENERATORS)}")
-        return gen()
+def fill(markdown: str) -> str:
+    """``markdown`` with each block's text made again from the code."""
 
-    return MARKER.sub(replace, markdown)
+    def replace(m: re.Match[str]) -> str:
+        name = m.group(1)
+        gen = GENERATORS.get(name)
+        if gen is None:
+            raise RuntimeError(f"unknown block {name!r}; known: {', '.join(GENERATORS)}")
+        return f"<!-- warren:{name} -->\n\n{gen().strip()}\n\n<!-- /warren:{name} -->"
+
+    return BLOCK.sub(replace, markdown)
+
+
+def on_page_markdown(markdown: str, **kwargs: Any) -> str:
+    return fill(markdown)
+
+
+def main(argv: list[str]) -> int:
+    """Write the generated text into the pages (``--check``: only say which are stale)."""
+    check = argv[1:] == ["--check"]
+    stale = []
+    for page in sorted((Path(__file__).resolve().parents[1] / "reference").glob("*.md")):
+        text = page.read_text()
+        new = fill(text)
+        if new != text:
+            stale.append(page)
+            if not check:
+                page.write_text(new)
+    for page in stale:
+        print(f"{page}: {'stale' if check else 'written'}")
+    return 1 if check and stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -141,6 +141,14 @@ class ProcessNotFound(SandboxError):
     """No background process of that id (or pid) was started in the sandbox."""
 
 
+class PortNotForwarded(SandboxError):
+    """No host port forwards to that port of the sandbox (``unexpose``)."""
+
+
+class PortUnavailable(SandboxError):
+    """The host port asked for cannot be listened on (in use, or privileged)."""
+
+
 class ProcessEnded(SandboxError):
     """The background process has ended: it takes no more input."""
 
@@ -211,6 +219,8 @@ _KINDS: dict[str, type[WarrenError]] = {
         SandboxDead,
         SandboxPaused,
         ProcessNotFound,
+        PortNotForwarded,
+        PortUnavailable,
         ProcessEnded,
         StdinError,
         StdinNotOpen,

@@ -6,6 +6,7 @@ the supervisor's registry rows.
 
 from __future__ import annotations
 
+import os
 import signal as _signal
 from dataclasses import dataclass, field
 
@@ -142,6 +143,31 @@ class ProcessState:
     status: int | None = None
     timed_out: bool = False
     limit: str | None = None  # a limit of the sandbox it ran into
+
+
+@dataclass(frozen=True)
+class SpawnInfo:
+    """A background process on its sandbox's record (``Sandbox.spawns``), running or
+    ended: ``status`` is its wait status once it ended, ``exit_code`` the shell's form."""
+
+    spawn_id: str
+    pid: int
+    argv: tuple[str, ...]
+    started: float = 0.0
+    running: bool = False
+    status: int | None = None
+    timed_out: bool = False
+    limit: str | None = None
+
+    @property
+    def exit_code(self) -> int | None:
+        if self.status is None:
+            return None
+        return (
+            128 + os.WTERMSIG(self.status)
+            if os.WIFSIGNALED(self.status)
+            else os.waitstatus_to_exitcode(self.status)
+        )
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,20 @@ def _names(path: str) -> frozenset[str]:
         return frozenset()
 
 
+def _times_set(st: os.stat_result, before: DirState) -> bool:
+    """Whether the directory's times were set by a call (utimes), not moved by an entry
+    made, renamed or removed in it. An entry change stamps the modification and change
+    times with one clock reading (equal to the nanosecond); a time that is set leaves
+    the change time at the moment of the call and the modification time where it was
+    set. The host's own entry changes (``git config --global`` renames a lock file over
+    ``~/.gitconfig``: the same names before and after) are the host's, not a repair."""
+    if st.st_mtime_ns == before.mtime_ns:
+        return False
+    if st.st_mtime_ns == st.st_ctime_ns:
+        return False  # as an entry change stamps it (or a utimes to "now", which moves nothing back)
+    return _names(before.path) == before.names
+
+
 def restore(states: list[DirState]) -> list[str]:
     """Put back ACLs, mode and modification time; return one message per repair."""
     notes = []
@@ -94,7 +108,7 @@ def restore(states: list[DirState]) -> list[str]:
                 )
             except OSError as e:
                 notes.append(f"the sandbox changed the mode of {before.path}; restoring failed: {e}")
-        if st.st_mtime_ns != before.mtime_ns and _names(before.path) == before.names:
+        if _times_set(st, before):
             # Landlock forbids entries being added or removed in these directories, so
             # with the same entries a new mtime came from utimes() on the directory
             # itself; with other entries, from the host (not the sandbox's doing).

@@ -29,18 +29,20 @@ usage: warren COMMAND [ARGS...]
 a sandbox for AI coding agents in which real developer tools work
 
 one-shot:
-  run [POLICY FLAGS] [--timeout S] [--] CMD [ARGS...]   run CMD in a fresh sandbox
+  run [POLICY FLAGS] [--timeout S] [--json] [--] CMD [ARGS...]   run CMD in a fresh sandbox
   plan [POLICY FLAGS] [--json]            print exactly what `run` would set up
 long-lived:
   create [POLICY FLAGS] NAME              create a sandbox
   exec [-d] [--cwd DIR] [--env K=V] [--timeout S] NAME [--] CMD [ARGS...]
                                           (flags may also follow NAME; -d: in the background)
-  ps [--json] NAME                        its processes
+  ps [-a] [--json] NAME                   its processes (-a: with ended background ones)
+  wait NAME [ID]                          until a background process ends (its status), or NAME stops
   stats [--json] NAME                     memory, pids, CPU time against its limits
   pause NAME / resume NAME                freeze every process of it; let it run again
   ls [--json]                             every sandbox, alive or dead and why, idle time
   cp [-r] SRC DST                         copy host <-> sandbox (NAME:PATH)
   port [--host-port N] NAME PORT          forward a host port into the sandbox
+  port NAME / port --close NAME PORT      its forwarded ports; stop forwarding one
   logs [-f] NAME ID                       a background process's output (ID from exec -d)
   logs --net [--json] NAME                the network proxy's decisions
   stop NAME / rm [-f] NAME                stop; stop and forget
@@ -122,11 +124,20 @@ def run(rest: list[str]) -> int:
         p = flags.parser("warren run", "Run CMD in a one-shot sandbox: warren run [FLAGS] [--] CMD [ARGS]...")
         flags.add_policy_flags(p)
         flags.TIMEOUT.add_to(p)
+        p.add_argument(
+            "--json",
+            action="store_true",
+            help="print the result as one JSON document (exit status, output, warnings) instead of "
+            "passing the output through; exit with the command's status",
+        )
         p.add_argument("command", nargs="...", help="the command and its arguments")
         ns = p.parse_args(rest)
         got = ns, ns.command
     ns, command = got
-    return attach.run(flags.spec_of(ns), ns.profile, flags.command_of(command, "run"), _timeout(ns.timeout))
+    argv = flags.command_of(command, "run")
+    if getattr(ns, "json", False):
+        return attach.run_json(flags.spec_of(ns), ns.profile, argv, _timeout(ns.timeout))
+    return attach.run(flags.spec_of(ns), ns.profile, argv, _timeout(ns.timeout))
 
 
 def exec_(rest: list[str]) -> int:

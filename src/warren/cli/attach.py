@@ -107,6 +107,9 @@ class Attached:
         self.pending: list[int] = []
         self.network = ""
         self.repository: str | None = None
+        # Refusals by kind ("METHOD host:port", reason) -> how many, in order of first sight.
+        self.refused: dict[tuple[str, str], int] = {}
+        self.live = False  # the first of each kind is said as it happens (``_live_notices``)
 
     def run(self) -> int:
         command = self.message.command
@@ -115,6 +118,7 @@ class Attached:
         if self.ttys:
             rows, cols = _size(self.ttys[0])
             command.tty = protocol.Tty(rows=rows, cols=cols, fds=self.ttys)
+        self.live = _live_notices(self.ttys)
         net_r = -1
         started: protocol.Started | None = None
         if _handed is not None:
@@ -211,6 +215,7 @@ class Attached:
             chunks = [partial]
             _drain_pipe(net_r, chunks.append)
             self._print_refusals(b"".join(chunks) + b"\n")
+        self._sum_up_refusals()
         for w in msg.warnings:
             _say(f"warren: WARNING: {w}")
         return self._status(msg)
@@ -280,7 +285,8 @@ class Attached:
             pass
 
     def _print_refusals(self, data: bytes) -> bytes:
-        """Decisions arrive as JSON lines (``net.log``); refusals are shown, escaped."""
+        """Decisions arrive as JSON lines (``net.log``); refusals are counted by kind, the
+        first of each said at once when that is safe (``self.live``), escaped."""
         lines, _, rest = data.rpartition(b"\n")
         for line in lines.splitlines():
             event: Any
@@ -288,11 +294,43 @@ class Attached:
                 event = jsonc.loads(line.decode(errors="replace"))
                 if event["allowed"]:
                     continue
-                text = f"{event['method']} {event['host']}:{event['port']}: {event['reason']}"
+                kind = (
+                    printable(f"{event['method']} {event['host']}:{event['port']}"),
+                    printable(str(event["reason"])),
+                )
             except (ValueError, KeyError, TypeError):
                 continue
-            _say(f"warren: network: refused {printable(text)}")
+            seen = self.refused.get(kind, 0)
+            self.refused[kind] = seen + 1
+            if self.live and not seen:
+                _say(f"warren: network: refused {kind[0]}: {kind[1]}")
         return rest
+
+    def _sum_up_refusals(self) -> None:
+        """Once the command ended (its terminal given back): one line per kind of refusal,
+        with how many there were; a kind said already is repeated only for its count."""
+        for (what, reason), count in self.refused.items():
+            if not self.live:
+                _say(
+                    f"warren: network: refused {what}"
+                    + (f" ({count} times)" if count > 1 else "")
+                    + f": {reason}"
+                )
+            elif count > 1:
+                _say(f"warren: network: refused {what} ({count} times in all): {reason}")
+        self.refused.clear()
+
+
+def _live_notices(ttys: list[int]) -> bool:
+    """Whether a notice may be written while the command runs: stderr is a terminal the
+    command does not draw on (its stdout is not one: no full-screen program can be
+    overwritten), or WARREN_LIVE_NOTICES=1 asks for it. Otherwise each kind is said once
+    the command ended, counted: a log or an agent's captured output gets no line per
+    retry in the middle of the command's own."""
+    asked = os.environ.get("WARREN_LIVE_NOTICES")
+    if asked is not None:
+        return asked == "1"
+    return _isatty(2) and 1 not in ttys
 
 
 def _say(line: str) -> None:
@@ -331,6 +369,27 @@ def run(spec: dict[str, object], profile: str | None, argv: list[str], timeout: 
         command=protocol.Command(argv=argv, timeout=timeout),
     )
     return Attached(message).run()
+
+
+def run_json(spec: dict[str, object], profile: str | None, argv: list[str], timeout: float | None) -> int:
+    """``run --json``: the command runs with its output captured (stdin is /dev/null),
+    then the result is one JSON document on stdout, in the form the HTTP API's run
+    answers; the exit status is still the command's (124 for a timeout)."""
+    import json
+
+    from .. import codec
+    from ..client.local import LocalTransport
+    from ..client.transport import Command
+    from ..policy.spec import from_mapping
+
+    result = LocalTransport().run(
+        from_mapping(spec, "flags"),
+        Command.checked("run", argv, timeout=timeout),
+        config=True,
+        profile=profile,
+    )
+    print(json.dumps(codec.result(result)))
+    return 124 if result.timed_out else result.exit_code
 
 
 def exec_(name: str, argv: list[str], cwd: str | None, env: dict[str, str], timeout: float | None) -> int:

@@ -7,6 +7,7 @@ stderr, one rewritten line, only when stderr is a terminal.
 
 from __future__ import annotations
 
+import argparse
 import functools
 import json
 import sys
@@ -15,14 +16,14 @@ from collections.abc import Callable
 from typing import Any
 
 from ..terminal import printable
-from . import flags
+from . import flags, listing
 from .progress import Progress, human_size
 
 ACTIONS = ("build", "import", "ls", "inspect", "rm", "gc")
 _USAGE = {
     "build": "build NAME --debian SUITE [--include PKG,...] [--mirror URL] [--variant V]",
     "import": "import NAME FILE",
-    "ls": "ls",
+    "ls": "ls [-q] [--format json|table|TEMPLATE]",
     "inspect": "inspect NAME",
     "rm": "rm [--force] NAME...",
     "gc": "gc",
@@ -68,6 +69,7 @@ def image(args: list[str]) -> int:
         help="import (as root only): keep the archive's device nodes (else skipped with a warning)",
     )
     p.add_argument("--json", action="store_true", help="ls, inspect: print JSON")
+    listing.add_flags(p, json_flag=False)
     p.add_argument(
         "--force",
         action="store_true",
@@ -100,7 +102,7 @@ def image(args: list[str]) -> int:
     if action == "ls":
         if names:
             raise _usage(action, "takes no name")
-        return _ls(store, ns.json)
+        return _ls(store, ns)
     if action == "inspect":
         infos = [store.inspect(n) for n in names]
         if ns.json:
@@ -123,7 +125,7 @@ def image(args: list[str]) -> int:
     return 0
 
 
-_VALUED = ("--debian", "--include", "--mirror", "--variant", "--max-size")
+_VALUED = ("--debian", "--include", "--mirror", "--variant", "--max-size", "--format")
 
 
 def _flags_first(args: list[str]) -> list[str]:
@@ -182,29 +184,19 @@ def _added(add: Callable[..., Any]) -> int:
     return 0
 
 
-def _ls(store: Any, as_json: bool) -> int:
-    infos = store.images()
-    if as_json:
-        print(json.dumps([i.to_json() for i in infos], indent=2))
-        return 0
-    if not infos:
-        print("no images (warren image build or warren image import makes one)")
-        return 0
-    rows = [
-        (
-            i.name,
-            i.id[7:19],
-            str(len(i.layers)),
-            human_size(i.size),
-            time.strftime("%Y-%m-%d %H:%M", time.localtime(i.created)),
-            i.source,
-        )
-        for i in infos
+def _ls(store: Any, ns: argparse.Namespace) -> int:
+    rows = [i.to_json() for i in store.images()]
+    columns = [
+        listing.Column("NAME", lambda r: r["name"]),
+        listing.Column("ID", lambda r: r["id"][7:19]),
+        listing.Column("LAYERS", lambda r: str(len(r["layers"])), right=True),
+        listing.Column("SIZE", lambda r: human_size(r["size"]), right=True),
+        listing.Column("ADDED", lambda r: time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created"]))),
+        listing.Column("SOURCE", lambda r: r["source"]),
     ]
-    head = ("NAME", "ID", "LAYERS", "SIZE", "ADDED", "SOURCE")
-    widths = [max(len(r[c]) for r in [head, *rows]) for c in range(5)]
-    for r in [head, *rows]:
-        print(printable("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=False)) + "  " + r[5]))
+    listing.emit(ns, rows, columns)
+    if not rows and not ns.quiet and not ns.json and ns.format in (None, "table"):
+        print("warren: no images yet (warren image build or warren image import makes one)", file=sys.stderr)
     return 0
 
 

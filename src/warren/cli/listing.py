@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import PolicyError
+from ..terminal import printable
 
 Row = Mapping[str, Any]
 _FIELD = re.compile(r"\{\{\s*(json\s+\.|\.[A-Za-z_][A-Za-z0-9_]*|\.)\s*\}\}")
@@ -30,14 +31,16 @@ class Column:
     right: bool = False
 
 
-def add_flags(p: argparse.ArgumentParser, key: str = "name") -> None:
+def add_flags(p: argparse.ArgumentParser, key: str = "name", json_flag: bool = True) -> None:
+    """-q, --format and (unless the command has its own) --json."""
     p.add_argument("-q", "--quiet", action="store_true", help=f"only each item's {key}, one per line")
     p.add_argument(
         "--format",
         metavar="FORMAT",
         help="table (the default), json, or a template such as '{{.Name}} {{.State}}'",
     )
-    p.add_argument("--json", action="store_true", help="the same as --format json")
+    if json_flag:
+        p.add_argument("--json", action="store_true", help="the same as --format json")
 
 
 def emit(ns: argparse.Namespace, rows: Sequence[Row], columns: Sequence[Column], key: str = "name") -> None:
@@ -57,7 +60,9 @@ def emit(ns: argparse.Namespace, rows: Sequence[Row], columns: Sequence[Column],
 
 
 def print_table(rows: Sequence[Row], columns: Sequence[Column]) -> None:
-    cells = [[c.cell(row) for c in columns] for row in rows]
+    # A cell can hold what a sandbox chose (a command line, an image's source): each is
+    # one inert line on the terminal, whatever control characters it carries.
+    cells = [[printable(c.cell(row)) for c in columns] for row in rows]
     widths = [max([c.width, len(c.title), *(len(line[i]) for line in cells)]) for i, c in enumerate(columns)]
 
     def line(values: Sequence[str]) -> str:

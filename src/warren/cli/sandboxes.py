@@ -1,4 +1,4 @@
-"""CLI commands for long-lived sandboxes: create, ls, ps, cp, port, logs, stats, pause,
+"""CLI commands for long-lived sandboxes: create, ls, ps, wait, cp, port, logs, stats, pause,
 resume, stop, rm, shutdown. Each parses its flags and calls the public API (``Sandbox`` over the local
 transport); errors reach the entrypoint as ``WarrenError`` (one line + hint)."""
 
@@ -9,6 +9,7 @@ import dataclasses
 import json
 import os
 import shlex
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -17,7 +18,7 @@ from .. import codec, protocol, statedir
 from ..client import connect
 from ..client.local import LocalTransport
 from ..client.sandbox import Sandbox
-from ..errors import SandboxError, WarrenError
+from ..errors import ProcessNotFound, SandboxError, SandboxTimeout, WarrenError
 from ..models import SandboxInfo
 from ..names import check_name
 from . import copy, flags, listing
@@ -87,25 +88,124 @@ def ls(args: list[str]) -> int:
 OWN = "[warren]"  # how `ps` shows warren's own processes (PID 1, exec helpers)
 
 
+def _exit(row: listing.Row) -> str:
+    if row["exit_code"] is None:
+        return "-"
+    if row.get("timed_out"):
+        return f"{row['exit_code']} (timeout)"
+    code = row["exit_code"]
+    return f"{code} ({signal.Signals(code - 128).name})" if 128 < code < 128 + signal.NSIG else str(code)
+
+
 def ps(args: list[str]) -> int:
     p = flags.parser(
         "warren ps",
-        f"List the processes running in sandbox NAME; warren's own (PID 1, helpers) show as {OWN}.",
+        f"List the processes running in sandbox NAME; warren's own (PID 1, helpers) show as {OWN}. "
+        "-a adds the background processes (warren exec -d) that ended, with their exit status.",
     )
     listing.add_flags(p, "pid")
+    p.add_argument(
+        "-a",
+        "--all",
+        action="store_true",
+        help="also the background processes that ended (EXIT: their status)",
+    )
     p.add_argument("name")
     ns = p.parse_args(args)
-    procs = Sandbox.get(check_name(ns.name), transport=_transport()).processes()
-    rows = [{**dataclasses.asdict(q), "warren": connect.is_supervisor(q.argv)} for q in procs]
+    sandbox = Sandbox.get(check_name(ns.name), transport=_transport())
+    procs = sandbox.processes()
+    rows: list[dict[str, object]] = [
+        {
+            **dataclasses.asdict(q),
+            "warren": connect.is_supervisor(q.argv),
+            "exit_code": None,
+            "timed_out": False,
+        }
+        for q in procs
+    ]
+    if ns.all:
+        # Listed after the live ones: a spawn still running is among those already.
+        for s in sandbox.spawns():
+            if not s.running:
+                rows.append(
+                    {
+                        "pid": s.pid,
+                        "ppid": None,
+                        "state": "exited" if s.status is not None else "lost",
+                        "argv": list(s.argv),
+                        "spawn_id": s.spawn_id,
+                        "warren": False,
+                        "exit_code": s.exit_code,
+                        "timed_out": s.timed_out,
+                    }
+                )
     columns = [
         listing.Column("PID", lambda r: str(r["pid"]), width=6, right=True),
-        listing.Column("PPID", lambda r: str(r["ppid"]), width=6, right=True),
+        listing.Column("PPID", lambda r: "-" if r["ppid"] is None else str(r["ppid"]), width=6, right=True),
         listing.Column("S", lambda r: r["state"]),
         listing.Column("SPAWN", lambda r: r["spawn_id"] or "-", width=12),
+        *([listing.Column("EXIT", _exit, width=4)] if ns.all else []),
         listing.Column("COMMAND", lambda r: OWN if r["warren"] else shlex.join(r["argv"])),
     ]
     listing.emit(ns, rows, columns, "pid")
     return 0
+
+
+WAIT_POLL = 0.25  # seconds between two looks at a sandbox that is still alive
+
+
+def wait(args: list[str]) -> int:
+    p = flags.parser(
+        "warren wait",
+        "Wait until background process ID (or PID) of sandbox NAME ends, print its exit status and exit "
+        "with it (128+N for signal N); without ID, wait until sandbox NAME stops and print its state.",
+    )
+    p.add_argument(
+        "--timeout", type=float, metavar="SECONDS", help="give up after this (exit 124); nothing is stopped"
+    )
+    p.add_argument("name")
+    p.add_argument("id", nargs="?", metavar="ID|PID", help="a background process (the id exec -d printed)")
+    ns = p.parse_args(args)
+    name = check_name(ns.name)
+    timeout = ns.timeout
+    if timeout is not None and not 0 < timeout < float("inf"):
+        raise flags.UsageError(
+            f"--timeout must be a positive number of seconds, not {timeout}", operation="wait"
+        )
+    if ns.id is None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        info = _transport().get(name)
+        while info.alive or info.state == "stopping":
+            if deadline is not None and time.monotonic() >= deadline:
+                raise SandboxTimeout(
+                    f"sandbox {name} still {info.state} after {timeout:g} s",
+                    operation="wait",
+                    path=name,
+                    hint=f"stop it with warren stop {name}, or wait longer",
+                )
+            time.sleep(WAIT_POLL)
+            info = _transport().get(name)
+        print(info.state + (f": {info.reason}" if info.state == "dead" and info.reason else ""))
+        return 0
+    sandbox = Sandbox.get(name, transport=_transport())
+    code = sandbox.process(_spawn_id(sandbox, ns.id)).wait(timeout)
+    print(code)
+    return code
+
+
+def _spawn_id(sandbox: Sandbox, ident: str) -> str:
+    """A spawn id as given, or the latest background process that had pid ``ident``."""
+    if not ident.isdigit():
+        return ident
+    started = [s for s in sandbox.spawns() if str(s.pid) == ident]
+    if not started:
+        raise ProcessNotFound(
+            f"no background process with pid {ident} in sandbox {sandbox.name}",
+            operation="wait",
+            path=ident,
+            hint=f"warren ps -a {sandbox.name} lists them (SPAWN is the id exec -d printed)",
+        )
+    return started[-1].spawn_id
 
 
 def _split(spec: str) -> tuple[str | None, str]:
@@ -142,14 +242,38 @@ def cp(args: list[str]) -> int:
 
 
 def port(args: list[str]) -> int:
-    p = flags.parser("warren port", "Forward a loopback port on this host to PORT inside sandbox NAME.")
+    p = flags.parser(
+        "warren port",
+        "Forward a loopback port on this host to PORT inside sandbox NAME (prints the host address); "
+        "without PORT, list the forwarded ports; --close PORT stops forwarding to it.",
+    )
     p.add_argument(
         "--host-port", type=int, default=0, metavar="N", help="host port to use (default: a free one)"
     )
+    p.add_argument("--close", action="store_true", help="stop forwarding to PORT (open connections go on)")
+    listing.add_flags(p, "port")
     p.add_argument("name")
-    p.add_argument("port", type=int)
+    p.add_argument("port", type=int, nargs="?")
     ns = p.parse_args(args)
-    print(Sandbox.get(check_name(ns.name), transport=_transport()).expose(ns.port, ns.host_port))
+    sandbox = Sandbox.get(check_name(ns.name), transport=_transport())
+    if ns.port is None:
+        if ns.close or ns.host_port:
+            raise flags.UsageError(
+                "--close and --host-port need the sandbox's PORT",
+                operation="port",
+                hint=f"warren port {sandbox.name} lists them; warren port --close {sandbox.name} PORT",
+            )
+        rows = [{"port": p, "address": a} for p, a in sorted(sandbox.exposed().items())]
+        columns = [
+            listing.Column("PORT", lambda r: str(r["port"]), width=5, right=True),
+            listing.Column("HOST ADDRESS", lambda r: r["address"]),
+        ]
+        listing.emit(ns, rows, columns, "port")
+        return 0
+    if ns.close:
+        sandbox.unexpose(ns.port)
+        return 0
+    print(sandbox.expose(ns.port, ns.host_port))
     return 0
 
 
@@ -328,6 +452,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "port": port,
     "logs": logs,
     "stop": stop,
+    "wait": wait,
     "rm": rm,
     "shutdown": shutdown,
 }

@@ -10,31 +10,29 @@ from collections.abc import Callable
 
 from ..client.local import LocalTransport
 from ..client.sandbox import Sandbox
-from ..models import SnapshotInfo
 from ..names import check_name
 from ..policy.limits import show_size
 from ..policy.spec import from_mapping
-from . import flags
+from . import flags, listing
 
-
-def _line(s: SnapshotInfo) -> str:
-    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.created))
-    saving = "" if s.saved else "  (saving)"
-    size = show_size(s.size)
-    return f"{s.id}  {s.sandbox:<16} {s.image:<24} {size:>8}  {when}  workspace {s.workspace}{saving}"
+COLUMNS = (
+    listing.Column("ID", lambda r: r["id"]),
+    listing.Column("SANDBOX", lambda r: r["sandbox"]),
+    listing.Column("IMAGE", lambda r: r["image"]),
+    listing.Column("SIZE", lambda r: show_size(r["size"]), right=True),
+    listing.Column("CREATED", lambda r: time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["created"]))),
+    listing.Column("STATE", lambda r: "saved" if r["saved"] else "saving"),
+    listing.Column("WORKSPACE", lambda r: r["workspace"]),
+)
 
 
 def snapshot(args: list[str]) -> int:
     if args[:1] == ["ls"]:
         p = flags.parser("warren snapshot ls", "Every snapshot of this user, oldest first.")
-        p.add_argument("--json", action="store_true", help="one JSON list")
+        listing.add_flags(p, "id")
         ns = p.parse_args(args[1:])
         items = Sandbox.snapshots(transport=LocalTransport())
-        if ns.json:
-            print(json.dumps([dataclasses.asdict(s) for s in items], indent=2))
-        else:
-            for s in items:
-                print(_line(s))
+        listing.emit(ns, [dataclasses.asdict(s) for s in items], COLUMNS, "id")
         return 0
     if args[:1] == ["rm"]:
         p = flags.parser("warren snapshot rm", "Remove snapshots no sandbox or other snapshot stands on.")

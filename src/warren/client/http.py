@@ -30,6 +30,7 @@ from ..models import (
     Result,
     SandboxInfo,
     SnapshotInfo,
+    SpawnInfo,
     Stats,
 )
 from ..net.allowlist import NetEvent
@@ -251,6 +252,18 @@ class HttpTransport(Transport):
     def expose(self, name: str, port: int, host_port: int) -> str:
         data = self._json("POST", f"/v1/sandboxes/{name}/ports", json={"port": port, "host_port": host_port})
         return str(data["address"])
+
+    def exposed(self, name: str) -> dict[int, str]:
+        listed = self._json("GET", f"/v1/sandboxes/{name}/ports")["ports"]
+        return {int(p["port"]): str(p["address"]) for p in listed}
+
+    def unexpose(self, name: str, port: int) -> None:
+        self._json("DELETE", f"/v1/sandboxes/{name}/ports/{port}")
+
+    def spawns(self, name: str) -> builtins.list[SpawnInfo]:
+        return [
+            codec.decode(SpawnInfo, s) for s in self._json("GET", f"/v1/sandboxes/{name}/spawns")["spawns"]
+        ]
 
     def net_log(self, name: str) -> builtins.list[NetEvent]:
         return [

@@ -24,6 +24,7 @@ from ..models import (
     Result,
     SandboxInfo,
     SnapshotInfo,
+    SpawnInfo,
     Stats,
 )
 from ..net.allowlist import NetEvent
@@ -160,6 +161,11 @@ class LocalTransport(Transport):
         assert isinstance(reply, protocol.ProcessList)
         return [codec.model_of(ProcessInfo, p.to_fields()) for p in reply.items]
 
+    def spawns(self, name: str) -> builtins.list[SpawnInfo]:
+        reply, _ = self._request(protocol.SpawnListRequest(sandbox=name), (protocol.SpawnList,))
+        assert isinstance(reply, protocol.SpawnList)
+        return [codec.model_of(SpawnInfo, r.to_fields()) for r in reply.items]
+
     def signal(self, name: str, pid: int, sig: int) -> None:
         self._request(protocol.SignalRequest(sandbox=name, pid=pid, signal=sig), (protocol.Ok,))
 
@@ -196,6 +202,14 @@ class LocalTransport(Transport):
         )
         assert isinstance(reply, protocol.Exposed)
         return reply.address
+
+    def exposed(self, name: str) -> dict[int, str]:
+        reply, _ = self._request(protocol.ExposeListRequest(sandbox=name), (protocol.ExposedList,))
+        assert isinstance(reply, protocol.ExposedList)
+        return {e.port: e.address for e in reply.items}
+
+    def unexpose(self, name: str, port: int) -> None:
+        self._request(protocol.UnexposeRequest(sandbox=name, port=port), (protocol.Ok,))
 
     def stats(self, name: str) -> Stats:
         reply, _ = self._request(protocol.StatsRequest(sandbox=name), (protocol.Stats,))

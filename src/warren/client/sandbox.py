@@ -37,6 +37,7 @@ from ..models import (
     Result,
     SandboxInfo,
     SnapshotInfo,
+    SpawnInfo,
     Stats,
 )
 from ..net.allowlist import NetEvent
@@ -133,6 +134,7 @@ class Process:
     def wait(self, timeout: float | None = None) -> int:
         """The exit status (128+N for signal N); raises SandboxTimeout if ``timeout`` passes."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        pause = 0.02
         while self._status is None:
             state = self._state()
             if self._status is not None:
@@ -149,7 +151,9 @@ class Process:
                     operation="wait",
                     hint="kill it with .kill() or wait longer",
                 )
-            time.sleep(0.02)
+            time.sleep(pause)
+            # A short command is seen ending at once; a long one is not asked 50 times a second.
+            pause = min(pause * 1.5, 0.25)
         return protocol.exit_code(self._status)
 
     def kill(self, signal: int = _signal.SIGTERM) -> None:
@@ -351,6 +355,11 @@ class Sandbox:
         """The processes running in the sandbox now (not warren's own)."""
         return self._transport.processes(self.name)
 
+    def spawns(self) -> builtins.list[SpawnInfo]:
+        """Every background process ``spawn`` started in the sandbox, oldest first, with
+        its exit status once it ended (what ``warren ps -a`` shows)."""
+        return self._transport.spawns(self.name)
+
     # --- network ----------------------------------------------------------------------
 
     def expose(self, port: int, host_port: int = 0) -> str:
@@ -362,6 +371,15 @@ class Sandbox:
             checks.port(host_port, "host_port", "expose", 0),
         )
         return self._transport.expose(self.name, port, host_port)
+
+    def exposed(self) -> dict[int, str]:
+        """The ports forwarded from the host: the sandbox's port -> "127.0.0.1:N"."""
+        return self._transport.exposed(self.name)
+
+    def unexpose(self, port: int) -> None:
+        """Stop forwarding to ``port``: its host port takes no new connection (those
+        already open run on until either end closes them)."""
+        self._transport.unexpose(self.name, checks.port(port, "port", "unexpose"))
 
     def stats(self) -> Stats:
         """Memory, processes + threads and CPU time of the whole sandbox now, against its

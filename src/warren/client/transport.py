@@ -16,7 +16,17 @@ import dataclasses
 from collections.abc import Callable
 
 from ..errors import WarrenError
-from ..models import FileOp, FileResult, ProcessInfo, ProcessState, Result, SandboxInfo, SnapshotInfo, Stats
+from ..models import (
+    FileOp,
+    FileResult,
+    ProcessInfo,
+    ProcessState,
+    Result,
+    SandboxInfo,
+    SnapshotInfo,
+    SpawnInfo,
+    Stats,
+)
 from ..net.allowlist import NetEvent
 from ..output import DEFAULT_OUTPUT_LIMIT
 from ..policy.spec import PolicySpec
@@ -113,6 +123,10 @@ class Transport(abc.ABC):
     @abc.abstractmethod
     def processes(self, name: str) -> builtins.list[ProcessInfo]: ...
 
+    def spawns(self, name: str) -> builtins.list[SpawnInfo]:
+        """Every background process of the sandbox on record, running or ended."""
+        raise _not_here(self, "the records of ended background processes", name)
+
     @abc.abstractmethod
     def signal(self, name: str, pid: int, sig: int) -> None: ...
 
@@ -122,6 +136,13 @@ class Transport(abc.ABC):
 
     @abc.abstractmethod
     def expose(self, name: str, port: int, host_port: int) -> str: ...
+
+    def exposed(self, name: str) -> dict[int, str]:
+        """The sandbox's ports forwarded from the host: its port -> "127.0.0.1:N"."""
+        raise _not_here(self, "the list of forwarded ports", name)
+
+    def unexpose(self, name: str, port: int) -> None:
+        raise _not_here(self, "closing a forwarded port", name)
 
     @abc.abstractmethod
     def net_log(self, name: str) -> builtins.list[NetEvent]: ...
@@ -143,6 +164,15 @@ class Transport(abc.ABC):
 
     def remove_snapshot(self, snap_id: str) -> SnapshotInfo:
         raise _no_snapshots(self)
+
+
+def _not_here(transport: Transport, what: str, name: str) -> WarrenError:
+    return WarrenError(
+        f"{what} is not available through {type(transport).__name__}",
+        operation="cli",
+        path=name,
+        hint="use the local transport or HttpTransport, which have it",
+    )
 
 
 def _no_snapshots(transport: Transport) -> WarrenError:

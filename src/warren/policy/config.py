@@ -55,13 +55,6 @@ def _load(path: Path) -> dict[str, Any]:
         ) from None
 
 
-def profile_names(env: Mapping[str, str] | None = None, home: Path | None = None) -> list[str]:
-    """The ``[profile.NAME]`` names of the user's config file (none when it has none)."""
-    env, home = env_and_home(env, home)
-    profiles = _load(user_config_path(env, home)).get("profile", {})
-    return sorted(profiles) if isinstance(profiles, dict) else []
-
-
 def _spec_from_table(
     table: Mapping[str, Any], where: str, home: Path, base: Path | None = None
 ) -> PolicySpec:
@@ -202,6 +195,21 @@ def load_spec(
             hint=f"define [profile.{profile}] in {user_path} or {ws_path}",
         )
     return spec
+
+
+def profile_names(
+    workspace: Path | None = None, env: Mapping[str, str] | None = None, home: Path | None = None
+) -> list[str]:
+    """Every ``[profile.NAME]`` of the user config and (given a workspace) the
+    workspace's file, in name order."""
+    env, home = env_and_home(env, home)
+    names: set[str] = set()
+    files = [user_config_path(env, home)] + ([workspace / WORKSPACE_FILE] if workspace is not None else [])
+    for path in files:
+        profiles = _load(path).get("profile", {})
+        if isinstance(profiles, dict):
+            names.update(str(n) for n, t in profiles.items() if isinstance(t, dict))
+    return sorted(names)
 
 
 def _only_lower(ws: PolicySpec, below: PolicySpec, where: str) -> PolicySpec:

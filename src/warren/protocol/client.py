@@ -211,6 +211,21 @@ class ExposeRequest(Message):
     host_port: int = 0
 
 
+class ExposeListRequest(Message):
+    """The host ports forwarded into a sandbox (``warren port NAME``)."""
+
+    TAG = "exposes"
+    sandbox: str
+
+
+class UnexposeRequest(Message):
+    """Stop forwarding the host port that reaches ``port`` inside the sandbox."""
+
+    TAG = "unexpose"
+    sandbox: str
+    port: int
+
+
 class NetLogRequest(Message):
     TAG = "netlog"
     sandbox: str
@@ -230,6 +245,14 @@ class ProcessRequest(Message):
     stdout_offset: int = 0
     stderr_offset: int = 0
     max_bytes: int = 16 * 1024 * 1024
+
+
+class SpawnListRequest(Message):
+    """Every background process of a sandbox (``spawn``), running or ended, with its
+    exit status once it ended: what ``warren ps -a`` shows beside the live processes."""
+
+    TAG = "spawns"
+    sandbox: str
 
 
 class PauseRequest(Message):
@@ -358,6 +381,22 @@ class ProcessList(Message):
     items: list[ProcInfo] = []
 
 
+class SpawnRecord(Message):
+    spawn_id: str
+    pid: int
+    argv: list[str]
+    started: float = 0.0
+    running: bool = False
+    status: int | None = None  # its wait status once it ended
+    timed_out: bool = False
+    limit: str | None = None
+
+
+class SpawnList(Message):
+    TAG = "spawns-ok"
+    items: list[SpawnRecord] = []
+
+
 class FileStat(Message):
     name: str = ""
     type: str
@@ -387,6 +426,16 @@ class FileReply(Message):
 class Exposed(Message):
     TAG = "exposed"
     address: str
+
+
+class ExposedPort(Message):
+    port: int  # inside the sandbox
+    address: str  # 127.0.0.1:N on the host
+
+
+class ExposedList(Message):
+    TAG = "exposes-ok"
+    items: list[ExposedPort] = []
 
 
 class NetEventRecord(Message):

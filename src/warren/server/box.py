@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from .. import protocol, wire
 from .._core import cgroups, execstub
-from ..errors import SandboxError, SetupError, WarrenError, from_record
+from ..errors import PortNotForwarded, SandboxError, SetupError, WarrenError, from_record
 from ..images.store import Lease
 from ..plan import Plan
 from ..plan.limits import V2
@@ -152,6 +152,7 @@ class Box:
     run: Run | None = None
     failure: WarrenError | None = None
     netd: boxnet.Netd | None = None
+    exposed: dict[int, str] = field(default_factory=dict)  # its port -> the host address forwarding to it
     pasta: Pasta | None = None
     stoppers: list[Client] = field(default_factory=list)
     remove: bool = False
@@ -516,7 +517,29 @@ class Box:
         if self.netd is None:
             self.start_netd(None)
         assert self.netd is not None
-        return boxnet.expose(self.netd, self.name, msg)
+        reply = boxnet.expose(self.netd, self.name, msg)
+        if isinstance(reply, protocol.Exposed):
+            self.exposed[msg.port] = reply.address
+        return reply
+
+    def unexpose(self, port: int) -> protocol.Message:
+        if port not in self.exposed:
+            raise PortNotForwarded(
+                f"port {port} of sandbox {self.name} is not forwarded",
+                operation="unexpose",
+                path=self.name,
+                hint=f"`warren port {self.name}` lists its forwarded ports",
+            )
+        assert self.netd is not None
+        reply = boxnet.expose(self.netd, self.name, protocol.UnexposeRequest(sandbox=self.name, port=port))
+        if isinstance(reply, protocol.Ok):
+            del self.exposed[port]
+        return reply
+
+    def exposes(self) -> protocol.ExposedList:
+        return protocol.ExposedList(
+            items=[protocol.ExposedPort(port=p, address=a) for p, a in sorted(self.exposed.items())]
+        )
 
     def idle_expired(self) -> bool:
         """Nobody used the sandbox for its idle timeout (an exec still running is use;

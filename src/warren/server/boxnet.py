@@ -127,11 +127,13 @@ def check_ports(msg: protocol.ExposeRequest) -> None:
             )
 
 
-def expose(helper: Netd, name: str, msg: protocol.ExposeRequest) -> protocol.Message:
-    """Ask sandbox ``name``'s network helper to expose a port; its answer."""
+def expose(
+    helper: Netd, name: str, msg: protocol.ExposeRequest | protocol.UnexposeRequest
+) -> protocol.Message:
+    """Ask sandbox ``name``'s network helper to expose a port, or to close one; its answer."""
     try:
         wire.send(helper.ctl, msg)
-        reply, _, fds = wire.recv(helper.ctl, (protocol.Exposed, protocol.Error), max_payload=0)
+        reply, _, fds = wire.recv(helper.ctl, (protocol.Exposed, protocol.Ok, protocol.Error), max_payload=0)
     except (wire.ConnectionClosed, OSError, WarrenError) as e:
         raise SandboxError(
             f"the network helper of sandbox {name} did not answer",

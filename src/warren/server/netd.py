@@ -29,7 +29,7 @@ import time
 
 from .. import protocol, wire
 from .._core import kernel
-from ..errors import ProtocolError, SandboxError, WarrenError
+from ..errors import PortUnavailable, ProtocolError, SandboxError, WarrenError
 from ..net import log as netlog
 from ..net.allowlist import Allowlist
 from ..net.proxy import Proxy, relay
@@ -78,6 +78,13 @@ class _Expose:
         self.host_port = int(self.listener.getsockname()[1])
         self.address = f"127.0.0.1:{self.host_port}"
         threading.Thread(target=self._accept_loop, daemon=True).start()
+
+    def close(self) -> None:
+        """No new connection: shutting the listener down wakes its accept (a close alone
+        would not); connections already relayed run until either end closes."""
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)
+        self.listener.close()
 
     def _accept_loop(self) -> None:
         while True:
@@ -161,12 +168,18 @@ def serve(
             log.close()
             return 0
         try:
-            msg, _, fds = wire.recv(ctl, (protocol.ExposeRequest,), max_payload=0)
+            msg, _, fds = wire.recv(ctl, (protocol.ExposeRequest, protocol.UnexposeRequest), max_payload=0)
         except (wire.ConnectionClosed, OSError, ProtocolError):
             log.close()
             return 0
         for fd in fds:
             os.close(fd)
+        if isinstance(msg, protocol.UnexposeRequest):
+            closed = exposes.pop(msg.port, None)
+            if closed is not None:
+                closed.close()
+            wire.send(ctl, protocol.Ok())
+            continue
         assert isinstance(msg, protocol.ExposeRequest)
         wire.send(ctl, _expose(msg, exposes, conn))
 
@@ -178,13 +191,18 @@ def _expose(msg: protocol.ExposeRequest, exposes: dict[int, _Expose], conn: _Con
     try:
         expose = _Expose(msg.port, msg.host_port, conn)
     except OSError as e:
+        # In use, or privileged (below 1024 for an ordinary user): the request's port,
+        # not a failure of warren's. Anything else (no descriptor left) is.
+        unavailable = e.errno in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL)
         return protocol.error_message(
-            SandboxError.from_os(
+            (PortUnavailable if unavailable else SandboxError).from_os(
                 e,
                 f"cannot listen on 127.0.0.1:{msg.host_port} on the host: {os.strerror(e.errno or 0)}",
                 "expose",
                 hint="choose another host port, or pass none to get a free one",
             )
         )
+    if current is not None:
+        current.close()  # moved to another host port: the old one is no longer a way in
     exposes[msg.port] = expose
     return protocol.Exposed(address=expose.address)

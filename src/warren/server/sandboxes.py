@@ -172,6 +172,10 @@ class Sandboxes:
             return protocol.SandboxList(items=[self.info(e.name) for e in self.registry.all()]), b""
         if isinstance(msg, protocol.ExposeRequest):
             return self.live(msg.sandbox).expose(msg), b""
+        if isinstance(msg, protocol.ExposeListRequest):
+            return self.live(msg.sandbox, paused_ok=True).exposes(), b""
+        if isinstance(msg, protocol.UnexposeRequest):
+            return self.live(msg.sandbox, paused_ok=True).unexpose(msg.port), b""
         if isinstance(msg, protocol.NetLogRequest):
             if self.known(msg.sandbox) is None:
                 self.entry(msg.sandbox)  # raises SandboxNotFound when there is no such sandbox
@@ -182,6 +186,11 @@ class Sandboxes:
         if isinstance(msg, protocol.ProcessRequest):
             box = self.known(msg.sandbox)
             return spawns.state(self.root, msg.sandbox, msg, alive=box is not None and box.ready)
+        if isinstance(msg, protocol.SpawnListRequest):
+            box = self.known(msg.sandbox)
+            if box is None:
+                self.entry(msg.sandbox)  # raises SandboxNotFound when there is no such sandbox
+            return spawns.listing(self.root, msg.sandbox, alive=box is not None and box.ready), b""
         if isinstance(msg, protocol.PauseRequest):
             self.live(msg.sandbox, paused_ok=True).set_paused(msg.paused)
             return self.info(msg.sandbox), b""

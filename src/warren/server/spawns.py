@@ -80,6 +80,53 @@ def running(root: str, name: str) -> dict[str, str]:
     return out
 
 
+LISTED_MAX = 1000  # records in one listing: the newest (a reply has a size bound)
+LISTED_ARGV = 4096  # characters of one record's command line in a listing
+
+
+def listing(root: str, name: str, alive: bool) -> protocol.SpawnList:
+    """The background processes of sandbox ``name`` on record (the newest LISTED_MAX),
+    oldest first, each command line cut at LISTED_ARGV characters; ``alive``: whether the
+    sandbox still runs (an unended record of a dead one is not running)."""
+    items = []
+    base = _dir(root, name)
+    for entry in os.listdir(base):
+        if not entry.endswith(".json") or not entry[:-5].isalnum():
+            continue
+        meta = _read_json(os.path.join(base, entry))
+        if meta is None:
+            continue
+        status = _read_json(os.path.join(base, entry[:-5] + ".status"))
+        pid, argv, started = meta.get("pid"), meta.get("argv"), meta.get("started")
+        code = status.get("status") if status else None
+        limit = status.get("limit") if status else None
+        items.append(
+            protocol.SpawnRecord(
+                spawn_id=entry[:-5],
+                pid=pid if isinstance(pid, int) else 0,
+                argv=_cut([str(a) for a in argv] if isinstance(argv, list) else []),
+                started=float(started) if isinstance(started, (int, float)) else 0.0,
+                running=status is None and alive,
+                status=code if isinstance(code, int) else None,
+                timed_out=bool(status and status.get("timed_out")),
+                limit=limit if isinstance(limit, str) else None,
+            )
+        )
+    items.sort(key=lambda r: (r.started, r.spawn_id))
+    return protocol.SpawnList(items=items[-LISTED_MAX:])
+
+
+def _cut(argv: list[str]) -> list[str]:
+    out, left = [], LISTED_ARGV
+    for arg in argv:
+        if left <= 0:
+            out.append("...")
+            break
+        out.append(arg if len(arg) <= left else arg[:left] + "...")
+        left -= len(arg)
+    return out
+
+
 def _chunk(path: str, offset: int, limit: int) -> bytes:
     try:
         with open(path, "rb") as f:

@@ -71,9 +71,12 @@ _SUPERVISOR_REQUESTS = (
     protocol.SignalRequest,
     protocol.FileRequest,
     protocol.ExposeRequest,
+    protocol.ExposeListRequest,
+    protocol.UnexposeRequest,
     protocol.NetLogRequest,
     protocol.StatsRequest,
     protocol.ProcessRequest,
+    protocol.SpawnListRequest,
     protocol.PauseRequest,
     protocol.StdinRequest,
     protocol.ShutdownRequest,
@@ -82,7 +85,14 @@ _SUPERVISOR_REQUESTS = (
     protocol.SnapshotRemoveRequest,
 )
 # Requests that are not a use of the sandbox: they do not reset its idle timeout.
-_NOT_USE = (protocol.GetRequest, protocol.ListRequest, protocol.StatsRequest, protocol.NetLogRequest)
+_NOT_USE = (
+    protocol.GetRequest,
+    protocol.ListRequest,
+    protocol.StatsRequest,
+    protocol.NetLogRequest,
+    protocol.SpawnListRequest,
+    protocol.ExposeListRequest,
+)
 
 
 class Supervisor:

@@ -1,5 +1,5 @@
-"""Handlers of API v1 for a sandbox's network: forward a host port into it, and the
-proxy's decisions (``--network allow``)."""
+"""Handlers of API v1 for a sandbox's network: forward a host port into it (list and
+close the forwards), and the proxy's decisions (``--network allow``)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,23 @@ async def expose(svc: Service, request: Request) -> Response:
         host_port = checks.port(0 if host_port is None else host_port, "host_port", "expose", 0)
     address = await svc.call(svc.transport.expose, name, port, host_port)
     return JSONResponse({"address": address}, status_code=201)
+
+
+async def ports(svc: Service, request: Request) -> Response:
+    exposed = await svc.call(svc.transport.exposed, name_of(request))
+    return JSONResponse({"ports": [{"port": p, "address": a} for p, a in sorted(exposed.items())]})
+
+
+async def close_port(svc: Service, request: Request) -> Response:
+    name = name_of(request)
+    with bad_request():
+        port = checks.port(_int(request.path_params["port"]), "port", "unexpose")
+    await svc.call(svc.transport.unexpose, name, port)
+    return JSONResponse({})
+
+
+def _int(text: str) -> int | str:
+    return int(text) if text.isdigit() else text  # not digits: checks.port names it
 
 
 async def net_log(svc: Service, request: Request) -> Response:

@@ -16,7 +16,7 @@ from typing import Any
 
 from .. import codec
 from ..client import checks
-from ..models import FileInfo, ProcessInfo, Result, SandboxInfo, SnapshotInfo, Stats
+from ..models import FileInfo, ProcessInfo, Result, SandboxInfo, SnapshotInfo, SpawnInfo, Stats
 from ..net.allowlist import NetEvent
 from .fields import BODIES, BOOL, ENCODING, INT, NAME_PATTERN, PATH_TEXT, STR, STRS, closed_object, ref
 from .routes import ROUTES
@@ -119,6 +119,11 @@ SCHEMAS: dict[str, Any] = {
         "properties": {"processes": {"type": "array", "items": ref("Process")}},
     },
     "Started": {"type": "object", "properties": {"id": STR, "pid": INT}, "required": ["id", "pid"]},
+    "SpawnRecord": model_schema(SpawnInfo),
+    "SpawnList": {
+        "type": "object",
+        "properties": {"spawns": {"type": "array", "items": ref("SpawnRecord")}},
+    },
     "ProcessState": {
         "type": "object",
         "properties": {
@@ -142,6 +147,15 @@ SCHEMAS: dict[str, Any] = {
         "properties": {"path": STR, "entries": {"type": "array", "items": ref("FileInfo")}},
     },
     "Exposed": {"type": "object", "properties": {"address": STR}},
+    "PortList": {
+        "type": "object",
+        "properties": {
+            "ports": {
+                "type": "array",
+                "items": {"type": "object", "properties": {"port": INT, "address": STR}},
+            }
+        },
+    },
     "NetLog": {"type": "object", "properties": {"events": {"type": "array", "items": ref("NetEvent")}}},
     "Ok": {"type": "object"},
     "Stats": model_schema(Stats),
@@ -159,6 +173,13 @@ ID = {
     "required": True,
     "schema": STR,
     "description": "process id from POST processes",
+}
+PORT = {
+    "name": "port",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "integer", "minimum": 1, "maximum": 65535},
+    "description": "the sandbox's port (as forwarded with POST ports)",
 }
 PATHQ = {"name": "path", "in": "query", "required": True, "schema": PATH_TEXT}
 FLAG: dict[str, Any] = {"type": "string", "enum": ["true", "false", "1", "0", "yes", "no"]}
@@ -318,6 +339,28 @@ OPS: dict[tuple[str, str], tuple[str, dict[str, Any] | None, int, dict[str, Any]
         _json("Exposed"),
         [],
     ),
+    ("/v1/sandboxes/{name}/ports", "GET"): (
+        "The host ports forwarded into the sandbox",
+        None,
+        200,
+        _json("PortList"),
+        [],
+    ),
+    ("/v1/sandboxes/{name}/ports/{port}", "DELETE"): (
+        "Stop forwarding to the sandbox's port (the host port takes no new connection)",
+        None,
+        200,
+        _json("Ok"),
+        [],
+    ),
+    ("/v1/sandboxes/{name}/spawns", "GET"): (
+        "Every background process on record, running or ended (the newest 1000), with its "
+        "exit status once it ended",
+        None,
+        200,
+        _json("SpawnList"),
+        [],
+    ),
     ("/v1/sandboxes/{name}/netlog", "GET"): ("The network proxy's decisions", None, 200, _json("NetLog"), []),
     ("/v1/sandboxes/{name}/pause", "POST"): (
         "Freeze every process of the sandbox (it keeps its memory and uses no CPU)",
@@ -398,6 +441,8 @@ def document() -> dict[str, Any]:
         parameters = [NAME] if "{name}" in path else []
         if "{id}" in path:
             parameters.append(ID)
+        if "{port}" in path:
+            parameters.append(PORT)
         if parameters or params:
             op["parameters"] = [*parameters, *params]
         if request is not None:

@@ -75,6 +75,11 @@ async def list_all(svc: Service, request: Request) -> Response:
     return JSONResponse({"processes": [codec.encode(p) for p in items]})
 
 
+async def spawns(svc: Service, request: Request) -> Response:
+    items = await svc.call(svc.transport.spawns, name_of(request))
+    return JSONResponse({"spawns": [codec.encode(s) for s in items]})
+
+
 async def get(svc: Service, request: Request) -> Response:
     name, spawn_id = name_of(request), request.path_params["id"]
     out_off, err_off = query_int(request, "offset", 0), query_int(request, "stderr_offset", 0)
