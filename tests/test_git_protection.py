@@ -6,11 +6,12 @@ the sandbox ends. Each attack is judged on the host, beside git working inside."
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -353,17 +354,97 @@ echo /elsewhere > .git/worktrees/wt/commondir
         time.sleep(0.1)
     assert seen == "on-host"
     if live is None:
-        # A later sandbox keeps a worktree's .git file read-only (docs/known-limits.md):
-        # removing that worktree there fails with EBUSY; the host removes it.
-        r = inside(layout, live, "git worktree remove --force wt")
-        assert r.returncode != 0 and "busy" in r.stderr, r.stderr
-        return
+        return  # a later sandbox's remove: test_a_worktree_the_host_made_...
     r = inside(layout, live, "git worktree remove --force wt && git worktree list")
     assert r.returncode == 0, r.stderr
     time.sleep(1.2)  # a sync round
     assert f"worktree {wt}\n" not in host_git(repo, "worktree", "list", "--porcelain").stdout
     assert not (repo / ".git" / "worktrees" / "wt").exists()
     assert host_git(repo, "log", "-1", "--format=%s", "task").stdout.strip() == "on-host"
+
+
+def wait_for(condition: Callable[[], bool], seconds: float = 5.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@contextlib.contextmanager
+def later_sandbox(layout: Layout, repo: Path, via: str) -> Iterator[str | None]:
+    """A sandbox started now, after the host's setup (``live`` starts one before it)."""
+    if via == "run":
+        yield None
+        return
+    name = f"gitl{os.getpid()}{uuid.uuid4().hex[:6]}"
+    made = run_cli(["create", "--write", str(layout.cache), name], cwd=repo)
+    assert made.returncode == 0, made.stderr
+    try:
+        yield name
+    finally:
+        run_cli(["rm", "-f", name], cwd=repo)
+
+
+def test_a_worktree_the_host_made_works_in_a_later_sandbox_and_is_removed_there(
+    layout: Layout, repo: Path, via: str
+) -> None:
+    """A sandbox started after the host made a worktree: git works in it inside (its
+    entry lacked ``commondir`` in warren's tree: "not a git repository"), its ``.git``
+    file still cannot be redirected, and ``git worktree remove`` there removes it on the
+    host as on the host: the checkout, the ``.git`` file (a mount point inside, which git
+    reports busy: the supervisor removes it, which lifts the mount) and the entry."""
+    wt = repo / "wt"
+    assert host_git(repo, "worktree", "add", "-q", "-b", "task", "wt").returncode == 0
+    (wt / "w").write_text("w\n")
+    before = (wt / ".git").read_text()
+    redirect = "printf 'gitdir: /tmp/evil\\n' > wt/.git; echo rc=$?"
+    # Control: the redirect the sandbox attempts works on the host (on a copy).
+    (repo.parent / "copy").mkdir()
+    (repo.parent / "copy" / "wt").mkdir()
+    (repo.parent / "copy" / "wt" / ".git").write_text(before)
+    on_host = subprocess.run(["sh", "-c", redirect], cwd=repo.parent / "copy", capture_output=True, text=True)
+    assert "rc=0" in on_host.stdout
+    with later_sandbox(layout, repo, via) as live:
+        r = inside(
+            layout, live, f"git -C wt add w && git -C wt commit -qm inside && echo committed; {redirect}"
+        )
+        assert "committed" in r.stdout and "rc=0" not in r.stdout, r.stdout + r.stderr
+        assert (wt / ".git").read_text() == before
+        assert wait_for(lambda: host_git(wt, "log", "-1", "--format=%s").stdout.strip() == "inside")
+        # (without optional locks: a host status rewriting the index just before the
+        # remove is a change on both sides, which the host wins)
+        assert host_git(wt, "--no-optional-locks", "status", "--porcelain").stdout == ""
+        r = inside(layout, live, "git worktree remove --force wt; git worktree list --porcelain")
+        assert "busy" in r.stderr, r.stderr  # git's own report of the .git file it could not unlink
+        assert f"worktree {wt}\n" not in r.stdout
+        assert wait_for(lambda: not wt.exists()), sorted(os.listdir(wt))
+        assert not (repo / ".git" / "worktrees" / "wt").exists()
+        assert f"worktree {wt}\n" not in host_git(repo, "worktree", "list", "--porcelain").stdout
+        assert host_git(repo, "log", "-1", "--format=%s", "task").stdout.strip() == "inside"
+        if live is not None:
+            r = inside(
+                layout, live, "test ! -e wt && git worktree add -q wt2 task && git -C wt2 log -1 --format=%s"
+            )
+            assert r.returncode == 0 and r.stdout.strip() == "inside", r.stderr
+
+
+def test_git_worktree_prune_in_a_later_sandbox_prunes_on_the_host(
+    layout: Layout, repo: Path, via: str
+) -> None:
+    """A worktree whose checkout the host deleted: ``git worktree prune`` inside drops
+    its entry on the host too (before, host git lists it as prunable: the control)."""
+    wt = repo / "wt"
+    assert host_git(repo, "worktree", "add", "-q", "-b", "task", "wt").returncode == 0
+    subprocess.run(["rm", "-rf", str(wt)], check=True)
+    assert "prunable" in host_git(repo, "worktree", "list", "--porcelain").stdout
+    with later_sandbox(layout, repo, via) as live:
+        r = inside(layout, live, "git worktree prune && git worktree list --porcelain")
+        assert r.returncode == 0 and "prunable" not in r.stdout, r.stdout + r.stderr
+        assert wait_for(lambda: not (repo / ".git" / "worktrees" / "wt").exists())
+    listed = host_git(repo, "worktree", "list", "--porcelain").stdout
+    assert "prunable" not in listed and f"worktree {wt}\n" not in listed
 
 
 def test_a_submodule_added_inside_works_and_is_adopted(layout: Layout, repo: Path, live: str | None) -> None:
@@ -389,6 +470,76 @@ git submodule status
     assert not marker.exists()
     assert host_git(repo, "log", "-1", "--format=%s").stdout.strip() == "add mod"
     assert host_git(repo / "mod", "log", "-1", "--format=%s").stdout.strip() == "src"
+
+
+def test_submodule_add_and_update_inside_round_trip_with_host_git(
+    layout: Layout, repo: Path, live: str | None
+) -> None:
+    """``git submodule add`` inside, a new commit upstream, ``git submodule update
+    --remote`` inside: once the sandbox has ended (a live one holds the superproject's
+    index back while the submodule's git directory is its own) host git sees it all
+    (``submodule status``, a clean ``status``, the commits); the host moves the
+    submodule's checkout back and a later sandbox's ``git submodule update`` restores it."""
+    upstream = layout.root / "upstream"
+    upstream.mkdir()
+    for args in (["init", "-q", "-b", "main"], ["commit", "-q", "--allow-empty", "-m", "one"]):
+        assert host_git(upstream, *args).returncode == 0
+    file_ok = "git -c protocol.file.allow=always"
+    r = inside(layout, live, f"set -e; {file_ok} submodule -q add {upstream} mod; git commit -qm 'add mod'")
+    assert r.returncode == 0, r.stderr
+    assert host_git(upstream, "commit", "-q", "--allow-empty", "-m", "two").returncode == 0
+    two = host_git(upstream, "rev-parse", "HEAD").stdout.strip()
+    r = inside(layout, live, f"set -e; {file_ok} submodule -q update --remote mod; git commit -qam bump")
+    assert r.returncode == 0, r.stderr
+    if live is not None:
+        assert run_cli(["rm", "-f", live], cwd=repo).returncode == 0
+    assert host_git(repo, "log", "-2", "--format=%s").stdout.split("\n")[:2] == ["bump", "add mod"]
+    assert host_git(repo, "submodule", "status").stdout.split()[:2] == [two, "mod"]
+    assert host_git(repo, "status", "--porcelain").stdout == ""
+    assert host_git(repo / "mod", "checkout", "-q", "HEAD~1").returncode == 0
+    assert host_git(repo, "status", "--porcelain").stdout.strip() == "M mod"  # the control
+    r = run_cli(["run", "--", "sh", "-c", "git submodule -q update && git -C mod rev-parse HEAD"], cwd=repo)
+    assert r.returncode == 0 and r.stdout.strip() == two, r.stderr
+    assert host_git(repo, "status", "--porcelain").stdout == ""
+
+
+def test_a_sparse_checkout_made_inside_holds_on_the_host(
+    layout: Layout, repo: Path, live: str | None
+) -> None:
+    """``git sparse-checkout set`` inside: the host's checkout is sparse as well (host
+    ``sparse-checkout list``, the files outside absent, a clean ``status``); ``disable``
+    inside brings them back on the host."""
+    for d in ("a", "b"):
+        (repo / d).mkdir()
+        (repo / d / "f").write_text(d)
+    assert host_git(repo, "add", "a", "b").returncode == 0
+    assert host_git(repo, "commit", "-qm", "ab").returncode == 0
+    if live is not None:  # the host's commit reaches the live sandbox's tree within a tick
+        assert wait_for(lambda: inside(layout, live, "git log -1 --format=%s").stdout.strip() == "ab")
+    r = inside(layout, live, "git sparse-checkout set a && ls")
+    assert r.returncode == 0 and r.stdout.split() == ["a"], r.stdout + r.stderr
+    assert not (repo / "b").exists() and (repo / "a" / "f").exists()
+    assert wait_for(lambda: host_git(repo, "sparse-checkout", "list").stdout.split() == ["a"])
+    assert host_git(repo, "--no-optional-locks", "status", "--porcelain").stdout == ""
+    assert host_git(repo, "config", "core.sparseCheckout").stdout.strip() == "true"
+    # extensions.worktreeConfig is on for host git now: what the sandbox sets in the
+    # worktree's config that names a program stays inside, as in .git/config.
+    marker = marker_path()
+    r = inside(layout, live, f"git config --worktree core.fsmonitor 'touch {marker}; false' && git status -s")
+    assert r.returncode == 0, r.stderr
+    if live is not None:
+        time.sleep(0.6)  # a sync round that could carry it (an absence: nothing to wait on)
+    host_git(repo, "status")
+    assert not marker.exists(), "host git ran the worktree config the sandbox wrote"
+    fsmonitor = host_git(repo, "config", "--worktree", "core.fsmonitor").stdout.strip()
+    assert fsmonitor == "" and (repo / ".git" / "config.worktree").exists()
+    host_git(repo, "-c", f"core.fsmonitor=touch {marker}; false", "status")  # the control
+    assert marker.exists()
+    r = inside(layout, live, "git sparse-checkout disable && ls")
+    assert r.returncode == 0 and r.stdout.split() == ["a", "b"], r.stdout + r.stderr
+    assert wait_for(lambda: host_git(repo, "config", "core.sparseCheckout").stdout.strip() != "true")
+    assert (repo / "b" / "f").read_text() == "b"
+    assert host_git(repo, "--no-optional-locks", "status", "--porcelain").stdout == ""
 
 
 def test_a_repository_made_in_a_subdirectory_workspace_is_adopted(

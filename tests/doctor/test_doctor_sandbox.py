@@ -148,7 +148,9 @@ def test_sandbox_doctor_names_the_split_when_workspace_is_under_tmp(tmp_path: Pa
     assert r.returncode == 1 and not report["ok"]
     causes = {c["id"] for c in report["causes"]}
     assert "separate_bind_mounts" in causes
-    assert "cannot share a mount" in r.stderr  # warren said so before running
+    # warren said so before running, in one line that says what to do
+    said = [line for line in r.stderr.splitlines() if "cannot work inside" in line]
+    assert len(said) == 1 and "move it out of /tmp" in said[0], r.stderr
 
 
 def test_sandbox_doctor_names_an_interpreter_the_sandbox_cannot_see(home_workspace: Path) -> None:

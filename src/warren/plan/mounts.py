@@ -151,13 +151,14 @@ def split_warnings(groups: list[Group], facts: HostFacts) -> list[str]:
         inside = [g for g in members if g.overlaid]
         outside = [g for g in members if not g.overlaid]
         for g in inside:
-            for other in outside:
-                out.append(
-                    f"{', '.join(g.roots)} (under {g.overlaid}, which the sandbox gets fresh) and "
-                    f"{', '.join(other.roots)} are on one host filesystem but cannot share a mount: "
-                    "hardlinks and renames between them will fail with EXDEV (uv: 'falling back "
-                    f"to full copy'). Keep workspace and caches both outside {g.overlaid}."
-                )
+            # No mount inside can hold both: the one that could is the filesystem's root
+            # with the host's own /tmp in it (docs/known-limits.md). Say what to do.
+            others = ", ".join(r for other in outside for r in other.roots)
+            out.append(
+                f"{', '.join(g.roots)} is under {g.overlaid}: links and renames to {others} cannot "
+                f"work inside (EXDEV: uv and pip copy, several times slower); move it out of "
+                f"{g.overlaid}, e.g. under your home"
+            )
         if len(outside) > 1:
             # Split because the directory they share is one every user shares (/, /var/tmp,
             # /srv, ...): a mount there would open its directories' metadata.

@@ -242,10 +242,16 @@ class GitKeeper:
                     return _protected_or_absent(fd, root, os.path.relpath(target, root), protected)
             return True  # outside every writable root: no sandbox made it
 
+        def checkout_gone(gitfile: str, content: bytes) -> list[str]:
+            for root, fd in lease_roots:
+                if gitfile.startswith(root.rstrip("/") + "/"):
+                    return _remove_checkout(fd, root, os.path.relpath(gitfile, root), content)
+            return []  # outside every writable root: no sandbox kept it read-only
+
         if shadow.watch is not None:
             dirwatch.drain(shadow.watch)  # before: what changes from now on is seen next time
         try:
-            for line in gitstore.sync(shadow, gitlink_ok):
+            for line in gitstore.sync(shadow, gitlink_ok, checkout_gone):
                 _log(line)
         except OSError as e:
             _log(f"git directory {shadow.path}: {e}")
@@ -277,6 +283,44 @@ def _protected_or_absent(root_fd: int, root: str, rel: str, protected: set[str])
             return True  # outside the root: not the sandbox's
         return target in protected or safepath.lstat_beneath(root_fd, os.path.relpath(target, root)) is None
     return False
+
+
+def _remove_checkout(root_fd: int, root: str, rel: str, content: bytes) -> list[str]:
+    """What ``git worktree remove`` inside left of a checkout: its ``.git`` file (when it
+    still names the removed entry) and then its directory, if that is empty. Reached from
+    the root's descriptor without following a link; the directory is the sandbox's to
+    write, so nothing here removes what it could not have removed itself."""
+    parent, _, leaf = rel.rpartition("/")
+    if not parent or leaf != ".git":
+        return []
+    try:
+        dfd = safepath.dir_beneath(root_fd, parent)
+    except OSError:
+        return []
+    try:
+        try:
+            if safepath.read_file(dfd, ".git", 4096) != content:
+                return []
+        except OSError:
+            return []
+        safepath.unlink(dfd, ".git")
+        with contextlib.suppress(OSError), os.scandir(dfd) as it:
+            if next(it, None) is not None:
+                return [f"{os.path.join(root, rel)}: removed, as inside (the directory is not empty)"]
+    finally:
+        os.close(dfd)
+    grand, _, base = parent.rpartition("/")
+    try:
+        gfd = safepath.dir_beneath(root_fd, grand) if grand else os.dup(root_fd)
+    except OSError:
+        return [f"{os.path.join(root, rel)}: removed, as inside"]
+    try:
+        os.rmdir(base, dir_fd=gfd)
+    except OSError:
+        pass  # filled meanwhile, or gone: left as it is
+    finally:
+        os.close(gfd)
+    return [f"{os.path.join(root, parent)}: removed, as inside"]
 
 
 def _shared_now(path: str) -> tuple[str, ...]:

@@ -20,10 +20,12 @@ path the sandbox could have changed — the host's git directory and the tree ar
 reached only from directory descriptors opened before the sandbox existed
 (``_core.safepath``):
 
-- **config**, key by key against the last state both agreed on (``base.json``): the
-  host's changes are pulled into the tree; of the sandbox's changes only the keys on
-  ``SYNCED`` — settings that only name things (remotes, upstreams, ``user.*``) — are
-  written to the host's file. Everything else it sets stays inside.
+- **config** (and ``config.worktree``, the main worktree's own settings with
+  ``extensions.worktreeConfig``: sparse checkout's), key by key against the last state
+  both agreed on (``base.json``): the host's changes are pulled into the tree; of the
+  sandbox's changes only the keys on ``SYNCED`` — settings that only name things
+  (remotes, upstreams, ``user.*``) — are written to the host's file. Everything else it
+  sets stays inside.
 - **hooks** are the tree's; the host's newer hooks are copied in, never out.
 - **the top-level data files** (``SYNC_FILES``: ``HEAD``, the index, ``packed-refs``,
   ``ORIG_HEAD``, ...) are copied whichever side changed, the host winning a tie;
@@ -83,6 +85,7 @@ SYNCED = (
     "core.sparsecheckout",
     "core.sparsecheckoutcone",
     "extensions.objectformat",
+    "extensions.worktreeconfig",
     "user.name",
     "user.email",
     "author.name",
@@ -317,9 +320,15 @@ def ensure_dir(fd: int, name: str) -> None:
 # --- keeping both sides in step --------------------------------------------------------------
 
 
-def sync(shadow: Shadow, gitlink_ok: Callable[[str], bool] | None = None) -> list[str]:
+def sync(
+    shadow: Shadow,
+    gitlink_ok: Callable[[str], bool] | None = None,
+    checkout_gone: Callable[[str, bytes], list[str]] | None = None,
+) -> list[str]:
     """One round of keeping the host's git directory and the tree in step; what was
-    done, one line each (for the supervisor's log)."""
+    done, one line each (for the supervisor's log). ``checkout_gone(path, content)``
+    finishes a worktree removed inside: its ``.git`` file at ``path``, if it still
+    holds exactly ``content``, goes on the host (see ``_sync_worktrees``)."""
     done: list[str] = []
     try:
         raw = safepath.read_file(shadow.sfd, "base.json", MAX_CONFIG)
@@ -330,8 +339,9 @@ def sync(shadow: Shadow, gitlink_ok: Callable[[str], bool] | None = None) -> lis
     state = shadow.base[1] if shadow.base is not None and shadow.base[0] == raw else _parse_json(raw)
     stamps: dict[str, list[int]] = state.setdefault("stamps", {})
     done += _sync_config(shadow, state, stamps)
+    done += _sync_config(shadow, state, stamps, "config.worktree")
     done += _sync_files(shadow, stamps, gitlink_ok)
-    done += _sync_worktrees(shadow, state, gitlink_ok)
+    done += _sync_worktrees(shadow, state, gitlink_ok, checkout_gone)
     after = json.dumps(state).encode()  # as save_json writes it
     if after != raw:  # a quiet round writes nothing
         safepath.write_atomic(shadow.sfd, "base.json", after, mode=0o600, fsync=False)
@@ -369,14 +379,24 @@ def _stamp(fd: int, name: str, memo: Shadow | None = None) -> list[int]:
     return stamp
 
 
-def _sync_config(shadow: Shadow, state: dict[str, Any], stamps: dict[str, list[int]]) -> list[str]:
-    g_now, t_now = _stamp(shadow.gfd, "config", shadow), _stamp(shadow.tfd, "config", shadow)
-    if stamps.get("config:host") == g_now and stamps.get("config:tree") == t_now:
+def _sync_config(
+    shadow: Shadow, state: dict[str, Any], stamps: dict[str, list[int]], name: str = "config"
+) -> list[str]:
+    """One config file of the git directory (``config``, or ``config.worktree``, where
+    git puts a worktree's own settings, sparse checkout's among them, once
+    ``extensions.worktreeConfig`` is on), three-way against its last agreed values."""
+    g_now, t_now = _stamp(shadow.gfd, name, shadow), _stamp(shadow.tfd, name, shadow)
+    if stamps.get(name + ":host") == g_now and stamps.get(name + ":tree") == t_now:
         return []
-    base: Values = state.get("values", {})
-    host_data = safepath.read_file(shadow.gfd, "config", MAX_CONFIG)
+    if not g_now and not t_now and name != "config":
+        stamps[name + ":host"], stamps[name + ":tree"] = g_now, t_now
+        return []  # on neither side: nothing to read (no git run for it)
+    values_key = "values" if name == "config" else f"values:{name}"
+    base: Values = state.get(values_key, {})
+    # No config.worktree on the host (yet): made when a key of the sandbox's reaches it.
+    host_data = safepath.read_file(shadow.gfd, name, MAX_CONFIG) if name == "config" or g_now else b""
     try:
-        tree_data = safepath.read_file(shadow.tfd, "config", MAX_CONFIG)
+        tree_data = safepath.read_file(shadow.tfd, name, MAX_CONFIG)
     except OSError:
         tree_data = host_data  # gone or not a file inside: the host's again
     host, mine = values_of(shadow.sfd, host_data), values_of(shadow.sfd, tree_data, lenient=True)
@@ -388,21 +408,21 @@ def _sync_config(shadow: Shadow, state: dict[str, Any], stamps: dict[str, list[i
     }
     done = []
     if pushed:
-        safepath.write_atomic(shadow.gfd, "config", applied(shadow.sfd, host_data, pushed))
+        safepath.write_atomic(shadow.gfd, name, applied(shadow.sfd, host_data, pushed))
         host = {**host, **{k: v for k, v in pushed.items() if v}}
         for k, v in pushed.items():
             if not v:
                 host.pop(k, None)
-        done.append(f"{shadow.path}/config: {', '.join(sorted(pushed))} from the sandbox")
+        done.append(f"{shadow.path}/{name}: {', '.join(sorted(pushed))} from the sandbox")
     fix = {k: v for k, v in pulled.items() if mine.get(k, []) != v}
-    wrote_tree = bool(fix) or tree_data is host_data
+    wrote_tree = bool(fix) or (tree_data is host_data and (name == "config" or bool(g_now)))
     if wrote_tree:
-        safepath.write_atomic(shadow.tfd, "config", applied(shadow.sfd, tree_data, fix))
-    state["values"] = host
+        safepath.write_atomic(shadow.tfd, name, applied(shadow.sfd, tree_data, fix))
+    state[values_key] = host
     # A side only read is recorded as it was before the read (a change made while this
     # round ran is seen next round); a side written, as right after the write.
-    stamps["config:host"] = _stamp(shadow.gfd, "config") if pushed else g_now
-    stamps["config:tree"] = _stamp(shadow.tfd, "config") if wrote_tree else t_now
+    stamps[name + ":host"] = _stamp(shadow.gfd, name) if pushed else g_now
+    stamps[name + ":tree"] = _stamp(shadow.tfd, name) if wrote_tree else t_now
     return done
 
 
@@ -517,7 +537,10 @@ _GITDIR = re.compile(rb"/[^\0\n]{0,4090}/\.git\n?")
 
 
 def _sync_worktrees(
-    shadow: Shadow, state: dict[str, Any], gitlink_ok: Callable[[str], bool] | None
+    shadow: Shadow,
+    state: dict[str, Any],
+    gitlink_ok: Callable[[str], bool] | None,
+    checkout_gone: Callable[[str, bytes], list[str]] | None = None,
 ) -> list[str]:
     """Linked worktrees, both ways. One made on either side is made on the other (made
     inside, ``git worktree add`` works on the host afterwards: host ``git -C wt status``,
@@ -525,7 +548,15 @@ def _sync_worktrees(
     remove``/``prune``) goes from the other, unless that side changed it meanwhile; the
     files of ``_WORKTREE_DATA`` follow whichever side changed them, the host winning a
     tie. What reaches the host from the tree is checked as the top-level files are, and
-    the host's ``commondir`` is warren's own."""
+    the host's ``commondir`` is warren's own.
+
+    A sandbox started after a worktree was made has that worktree's ``.git`` file
+    read-only (a mount point, which its own mount namespace cannot unlink: anything it
+    could unlink it could plant again, pointing anywhere). ``git worktree remove`` there
+    removes all of the checkout but that file, then the worktree's git directory; so
+    when an entry goes as inside, ``checkout_gone`` is given the ``.git`` file its
+    ``gitdir`` named, to remove on the host where it still names this entry (which also
+    lifts the mount inside: an unlink in another mount namespace detaches it)."""
     done: list[str] = []
     known: list[str] = state.setdefault("worktrees", [])
     stamps: dict[str, list[int]] = state.setdefault("stamps", {})
@@ -553,8 +584,12 @@ def _sync_worktrees(
                 and hw is not None
                 and not _changed(hw, name, stamps, key + "host:")
             ):
+                gitfile = _gitdir_of(hw, name)
                 safepath.remove_tree(hw, name)  # removed inside, and the host left it as it was
                 done.append(f"{shadow.path}/worktrees/{name}: removed, as inside")
+                if gitfile is not None and checkout_gone is not None:
+                    entry = os.path.join(shadow.path, "worktrees", name)
+                    done += checkout_gone(gitfile, b"gitdir: " + os.fsencode(entry) + b"\n")
                 on_host = False
             else:
                 hw = hw if hw is not None else _make_worktrees(shadow.gfd)
@@ -572,6 +607,17 @@ def _sync_worktrees(
             if fd is not None:
                 os.close(fd)
     return done
+
+
+def _gitdir_of(wfd: int, name: str) -> str | None:
+    """The ``.git`` file a worktree entry's ``gitdir`` names (checked as it travels)."""
+    try:
+        data = safepath.read_file(wfd, f"{name}/gitdir", 4096)
+    except OSError:
+        return None
+    if not _GITDIR.fullmatch(data):
+        return None
+    return os.path.normpath(os.fsdecode(data.rstrip(b"\n")))
 
 
 def _open_worktrees(fd: int) -> int | None:
@@ -639,6 +685,10 @@ def _sync_worktree(
         try:
             if new_on_host or _stamp(hd, "commondir") == []:
                 safepath.write_atomic(hd, "commondir", b"../..\n", mode=0o644, fsync=False)
+            if _stamp(td, "commondir") == []:
+                # A worktree the host made: git inside needs it too to take the entry
+                # for a git directory ("not a git repository" without it).
+                safepath.write_atomic(td, "commondir", b"../..\n", mode=0o644, fsync=False)
             for rel in _WORKTREE_DATA:
                 done += _sync_one(shadow, hd, td, name, rel, stamps, key, gitlink_ok)
         finally:
