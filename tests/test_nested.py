@@ -27,6 +27,10 @@ import pytest
 
 from conftest import _make_layout, module_state
 from warren import PolicySpec, Sandbox
+from warren.plan import CallerFacts, HostFacts, degraded, make_plan
+from warren.plan.facts import parse_mountinfo
+from warren.plan.landlock import WRITE_FILE, LandlockPlan
+from warren.policy import Policy
 
 ROOT = os.getuid() == 0
 # A nested user namespace the caller can make inside: mapped to itself, or unmapped for root.
@@ -79,6 +83,33 @@ def _sh(sb: Sandbox, script: str, nest: bool = True) -> subprocess.CompletedProc
 
 def _host_sh(script: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=60)
+
+
+def test_only_allow_nested_grants_writes_in_proc_and_never_the_hosts(tmp_path: Path) -> None:
+    host = HostFacts(
+        mounts=parse_mountinfo(
+            "22 1 254:0 / / rw - ext4 /dev/vda rw\n23 22 0:21 / /proc rw - proc proc rw\n"
+        ),
+        landlock_abi=7,
+        cap_last_cap=40,
+        machine_supported=True,
+        path_kinds={"/run": "dir", "/var/run": "symlink", "/dev/null": "other"},
+    )
+    caller = CallerFacts(1001, 1001, "/home/u", {"PATH": "/usr/bin:/bin", "HOME": "/home/u"}, "/home/u")
+
+    def proc_writes(ll: LandlockPlan | None) -> list[str]:
+        assert ll is not None
+        return [r.path for r in ll.rules if r.path.startswith("/proc") and r.access & WRITE_FILE]
+
+    for nested in (False, True):
+        policy = Policy(workspace=tmp_path, allow_nested=nested)
+        full = make_plan(policy, host, caller)
+        assert proc_writes(full.landlock) == (["/proc"] if nested else [])
+        # The degraded mode's /proc is the host's: never writable, whatever the policy.
+        plain = degraded.make(
+            policy, host, caller, abi=7, cwd=str(tmp_path), scratch_id="n", state_dir_denied=[]
+        )
+        assert proc_writes(plain.landlock) == []
 
 
 def test_new_user_namespaces_are_refused_without_allow_nested(base: Path) -> None:
