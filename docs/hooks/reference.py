@@ -41,8 +41,8 @@ KEY_MEANING = {
     "default_deny": "hide `~/.ssh`, `~/.aws` and the other credential stores and system secrets "
     "(default `true`; `--no-default-deny` sets `false`)",
     "workspace_writable": "the workspace is writable (default `true`; `--read-only-workspace` sets `false`)",
-    "allow_nested": "let commands in the sandbox create new user namespaces, for sandboxes nested "
-    "inside (default `false`; no flag: your own config only)",
+    "allow_nested": "let commands in the sandbox create user namespaces mapping your own uid "
+    "(`unshare -Ur`; see Security) (default `false`; no flag: your own config only)",
     "workspace_at": "where the sandbox sees its workspace when not at its host path: an absolute "
     "path whose parent exists on the host (E2B's `/home/user`); made inside the sandbox only, the "
     "host is not changed (no flag: your config or the API)",

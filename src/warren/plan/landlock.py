@@ -124,11 +124,14 @@ def plan(
     devices: tuple[str, ...],
     denied: tuple[str, ...] = (),
     unwritable: tuple[str, ...] = (),
+    nested: bool = False,
 ) -> LandlockPlan:
     """``denied``: paths outside the writable roots that must stay unreadable.
     ``unwritable``: paths beneath a writable root where it grants no write (on an image,
     a shared bind of host directories above their roots: writable roots within it are
-    listed in ``writable``); the directories above them get no new entries either."""
+    listed in ``writable``); the directories above them get no new entries either.
+    ``nested``: the policy allows nested user namespaces, whose maps are written in
+    ``/proc/<pid>`` (only over the sandbox's own fresh /proc, never the host's)."""
     handled = handled_fs(abi)
     write = WRITE_TREE & handled
     device = DEVICE & handled
@@ -145,5 +148,18 @@ def plan(
     for path in devices:
         rules.append(LandlockRule(path, device, "device", is_dir=False))
     rules.append(LandlockRule("/dev/pts", device, "pseudo-terminals"))
+    if nested:
+        # A rule binds to an inode, and /proc/<pid> of a process not yet started has none:
+        # the grant must sit on /proc itself. What else there takes a write is either a
+        # read-only mount (mounts.PROC_READONLY) or checked by the kernel against the
+        # writer's capabilities or its own processes (a nested namespace's capabilities
+        # count in that namespace only).
+        rules.append(
+            LandlockRule(
+                "/proc",
+                (WRITE_FILE | TRUNCATE) & handled,
+                "nested user namespaces: uid_map, gid_map and setgroups of the sandbox's processes",
+            )
+        )
     scoped = (SCOPE_ABSTRACT_UNIX | SCOPE_SIGNAL) if abi >= 6 else 0
     return LandlockPlan(abi=abi, handled=handled, scoped=scoped, rules=tuple(rules))

@@ -171,7 +171,9 @@ def make_plan(
         str(r.path) for r in policy.denied if not any(within(str(r.path), w) for w in writable)
     )
     landlock = (
-        _landlock.plan(abi, strip_nested(roots), ("/tmp", "/dev/shm"), devices, unreadable)
+        _landlock.plan(
+            abi, strip_nested(roots), ("/tmp", "/dev/shm"), devices, unreadable, nested=policy.allow_nested
+        )
         if abi >= 2
         else None
     )
@@ -242,7 +244,12 @@ def _image_plan(
     return Plan(
         mounts=got.mounts,
         landlock=_landlock.plan(
-            abi, list(got.writable), ("/tmp", "/dev/shm"), terminals, unwritable=got.guarded
+            abi,
+            list(got.writable),
+            ("/tmp", "/dev/shm"),
+            terminals,
+            unwritable=got.guarded,
+            nested=policy.allow_nested,
         ),
         seccomp=_seccomp.build(allow_nested=policy.allow_nested),
         uid=caller.uid,

@@ -39,7 +39,21 @@ DEV_LINKS = (
 )
 # The fresh directory the sandbox may write in: roots under it are never shared.
 WRITABLE_FRESH = "/tmp"
-PROC_READONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus")
+# The entries of /proc outside the processes' own directories that take a write (kernel
+# tunables, devices' settings, pressure triggers; a root caller is root to their modes):
+# Landlock refuses writes to /proc unless the policy allows nested user namespaces, and
+# then these read-only mounts still do.
+PROC_READONLY = (
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+    "/proc/irq",
+    "/proc/bus",
+    "/proc/acpi",
+    "/proc/scsi",
+    "/proc/mtrr",
+    "/proc/pressure",
+    "/proc/latency_stats",
+)
 
 
 def within(path: str, parent: str) -> bool:
