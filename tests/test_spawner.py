@@ -117,7 +117,9 @@ def test_the_spawner_goes_with_the_supervisor(layout: Layout, state_home: Path) 
     pid1s = _pid1(sup)
     os.kill(sup, signal.SIGKILL)
     deadline = time.monotonic() + 10
-    alive = [spawner, *pid1s]
+    # The supervisor too: until its exit has closed its socket, a client's connection
+    # (the state fixture's clean-up) is taken and then dropped.
+    alive = [sup, spawner, *pid1s]
     while alive and time.monotonic() < deadline:
         alive = [p for p in alive if _status(p, "State")[:1] not in ([], ["Z"])]
         time.sleep(0.02)

@@ -151,6 +151,11 @@ def test_sandbox_doctor_names_the_split_when_workspace_is_under_tmp(tmp_path: Pa
     # warren said so before running, in one line that says what to do
     said = [line for line in r.stderr.splitlines() if "cannot work inside" in line]
     assert len(said) == 1 and "move it out of /tmp" in said[0], r.stderr
+    # Nothing granted outside /tmp: nothing to say (it said "links and renames to  cannot").
+    alone = subprocess.run(
+        [*WARREN, "run", "-w", str(ws), "--", "true"], capture_output=True, text=True, cwd=ws, timeout=120
+    )
+    assert alone.returncode == 0 and "cannot work inside" not in alone.stderr, alone.stderr
 
 
 def test_sandbox_doctor_names_an_interpreter_the_sandbox_cannot_see(home_workspace: Path) -> None:

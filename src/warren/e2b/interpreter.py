@@ -42,7 +42,9 @@ from .envd_base import EnvdService
 from .rest import handled
 
 PACKAGES = ("ipykernel", "matplotlib")
-GATEWAY = str(Path(__file__).with_name("kernel_gateway.py"))
+# The gateway's source, run as ``python -c``: warren's own files need not be visible in
+# the sandbox (an install under /tmp is not: the sandbox's /tmp is its own).
+GATEWAY = Path(__file__).with_name("kernel_gateway.py")
 POLL = 0.05
 # The gateway's output is kept like any command's, to this many bytes: past it, the
 # gateway (and its kernels) is started anew.
@@ -223,7 +225,7 @@ class Interpreter:
                 "PYTHONUNBUFFERED": "1",
             }
             command = Command(
-                [self.kernel_env.python, GATEWAY],
+                [self.kernel_env.python, "-c", GATEWAY.read_text()],
                 home,
                 {**self.core.record(sandbox_id).envs, **env},
                 output_limit=OUTPUT_LIMIT,

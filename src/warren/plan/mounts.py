@@ -164,7 +164,7 @@ def split_warnings(groups: list[Group], facts: HostFacts) -> list[str]:
     for members in by_mount.values():
         inside = [g for g in members if g.overlaid]
         outside = [g for g in members if not g.overlaid]
-        for g in inside:
+        for g in inside if outside else []:
             # No mount inside can hold both: the one that could is the filesystem's root
             # with the host's own /tmp in it (docs/known-limits.md). Say what to do.
             others = ", ".join(r for other in outside for r in other.roots)
