@@ -178,6 +178,11 @@ class Init:
     connectors: set[int] = field(default_factory=set, init=False)
     let_go: set[int] = field(default_factory=set, init=False)  # spares let go, not yet reaped
 
+    @property
+    def ready_run(self) -> bool:
+        """A one-shot sandbox booted ahead, waiting for its run."""
+        return self.ahead and self.oneshot and not self.served
+
     def __post_init__(self) -> None:
         self.wake_r, self.wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         self.members = procs.Members(self.plan.namespaces)
@@ -203,7 +208,7 @@ class Init:
                 timeout = 50
             elif self.want_spare:
                 timeout = SPARE_AFTER_MS
-            elif self.spare is not None:
+            elif self.spare is not None and not self.ready_run:
                 timeout = max(0.0, (self.last_request + SPARE_IDLE - time.monotonic()) * 1000)
             events = poller.poll(timeout)
             if not events and self.want_spare and self.stopping is None:
@@ -211,9 +216,15 @@ class Init:
                 # just handed over still needs the CPU.
                 self.want_spare = False
                 self._try_spare()
-            elif self.spare is not None and time.monotonic() - self.last_request > SPARE_IDLE:
+            elif (
+                self.spare is not None
+                and not self.ready_run
+                and time.monotonic() - self.last_request > SPARE_IDLE
+            ):
                 # Nobody uses this sandbox now: its spare goes (it exits when its
-                # channel closes), and the memory it held with it.
+                # channel closes), and the memory it held with it. Not a run's sandbox
+                # booted ahead: it is there only to serve that run at once, with its
+                # spare, and the supervisor stops it whole when unused (``ahead.IDLE``).
                 self._drop_spare()
             given = self.spare.fileno() if self.spare is not None and self.advertised else -1
             for fd, _ev in events:
