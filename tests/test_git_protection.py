@@ -236,6 +236,31 @@ def test_a_repository_made_with_its_directory_s_mtime_set_back_is_protected_in_t
     assert host_git(repo, "-C", "sub", "config", "core.fsmonitor").stdout.strip() == "/set-on-host"
 
 
+def test_a_sandbox_of_a_repository_with_a_nested_one_serves_every_exec(
+    layout: Layout, repo: Path, via: str, state_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each repository adds a descriptor to a request handed into the sandbox (its
+    watch); with a nested repository made by an earlier run, an exec carried more than
+    the eight descriptors a frame took, and PID 1 took that for a broken supervisor and
+    exited (the sandbox dead, "connection lost"). The exec stub off, so every request
+    carries its stdio through PID 1 or the spare."""
+    if via == "exec":
+        pytest.skip("one case: the test makes its own run, then its own long-lived sandbox")
+    monkeypatch.setenv("WARREN_EXEC_STUB", "0")
+    r = inside(layout, None, "git init -q -b main sub && git -C sub commit -q --allow-empty -m s")
+    assert r.returncode == 0, r.stderr
+    name = f"git{os.getpid()}{uuid.uuid4().hex[:6]}"
+    made = run_cli(["create", "--write", str(layout.cache), name], cwd=repo)
+    assert made.returncode == 0, made.stderr
+    try:
+        for i in range(4):
+            e = run_cli(["exec", name, "sh", "-c", f"cat; echo {i}"], cwd=repo, stdin="in ")
+            assert e.returncode == 0 and e.stdout == f"in {i}\n", (e.stdout, e.stderr)
+        assert "sub" in inside(layout, name, "git -C sub rev-parse --show-toplevel").stdout
+    finally:
+        run_cli(["rm", "-f", name], cwd=repo)
+
+
 def test_the_nested_repository_attack_works_without_warren(tmp_path: Path) -> None:
     """The control for the test above: the same repository made on the host runs the
     fsmonitor from the outer repository's plain ``git status``."""

@@ -189,7 +189,7 @@ class Init:
 
     def serve(self) -> int:
         self.control.setblocking(False)
-        inbox = wire.Inbox(self.control)
+        inbox = wire.Inbox(self.control, max_fds=wire.HANDOFF_MAX_FDS)
         signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.signal(signal.SIGTERM, self._on_term)
@@ -611,7 +611,9 @@ def _await_handoff(
     served and none can come after (its write fails, and it asks PID 1 instead)."""
     try:
         if direct is None:
-            handoff, _, fds = wire.recv(from_pid1, (protocol.Handoff,), max_payload=0)
+            handoff, _, fds = wire.recv(
+                from_pid1, (protocol.Handoff,), max_payload=0, max_fds=wire.HANDOFF_MAX_FDS
+            )
             assert isinstance(handoff, protocol.Handoff)
             return handoff, fds
         poller = select.poll()
@@ -620,7 +622,7 @@ def _await_handoff(
         ready = {fd for fd, _ in poller.poll()}
         if direct.fileno() not in ready:
             direct.shutdown(socket.SHUT_RD)
-        handoff, _, fds = wire.recv(direct, (protocol.Handoff,), max_payload=0)
+        handoff, _, fds = wire.recv(direct, (protocol.Handoff,), max_payload=0, max_fds=wire.HANDOFF_MAX_FDS)
         assert isinstance(handoff, protocol.Handoff)
         with contextlib.suppress(OSError):
             from_pid1.send(b"t")
