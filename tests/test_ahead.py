@@ -13,12 +13,13 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from conftest import run_cli
+from warren import PolicySpec, Sandbox
 from warren.server import ahead
 
 
@@ -59,7 +60,7 @@ class Place:
 def place(state_home: Path) -> Iterator[Place]:
     base = Path("/var/tmp") / f"warren-ahead-{os.getpid()}-{time.monotonic_ns()}"
     yield Place(base)
-    # A sandbox booted for the next run goes after 20 s unused, with its supervisor.
+    # A sandbox booted for the next run goes after 60 s unused, with its supervisor.
     shutil.rmtree(base, ignore_errors=True)
 
 
@@ -155,6 +156,63 @@ def test_a_create_that_takes_a_booted_sandbox_gets_a_fresh_one_under_its_name(pl
             assert [line.split()[0] for line in listed] == [name], "the booted one is listed as it"
         assert run_cli(["rm", "-f", name], cwd=place.ws, env=env).returncode == 0
     assert not os.path.lexists(booted), "its TMPDIR goes with it"
+
+
+def _processes() -> dict[int, list[int]]:
+    """Children of each process, from the host's /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    return children
+
+
+def _spares(state_home: Path) -> dict[int, list[int]]:
+    """Each sandbox's PID 1 (a child of this test's supervisor) and its children that
+    wait as spares (a helper with one child: its command's process made ahead)."""
+    with open(state_home / "warren" / "supervisor.addr") as f:
+        supervisor = int(f.read().split()[1])
+    children = _processes()
+    return {
+        pid1: [h for h in children.get(pid1, []) if len(children.get(h, [])) == 1]
+        for pid1 in children.get(supervisor, [])
+        if children.get(pid1)
+    }
+
+
+def _wait(what: str, condition: Callable[[], bool], seconds: float = 20) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_a_run_s_booted_sandbox_keeps_its_spare_past_the_spare_idle_time(
+    place: Place, state_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a sandbox booted for the next run is for is serving that run at once: its
+    spare stays until then (the supervisor stops it whole after ``ahead.IDLE`` unused),
+    where a long-lived sandbox's spare goes after ``WARREN_SPARE_IDLE`` (the control)."""
+    monkeypatch.setenv("WARREN_SPARE_IDLE", "0.5")
+    _twice(place)
+    _wait("the booted sandbox's spare", lambda: any(_spares(state_home).values()))
+    (pid1, spares), *others = [(p, s) for p, s in _spares(state_home).items() if s]
+    assert not others
+    time.sleep(2.0)  # four times the spare idle time: nothing is to happen
+    assert _spares(state_home).get(pid1) == spares
+    # Control: a long-lived sandbox's spare goes after the same idle time.
+    box = Sandbox.create(PolicySpec(workspace=str(place.ws)))
+    try:
+        assert box.exec(["true"]).exit_code == 0
+        _wait("a spare of the long-lived sandbox", lambda: bool(_spares(state_home).get(box.pid1)))
+        _wait("its spare gone after WARREN_SPARE_IDLE", lambda: not _spares(state_home).get(box.pid1))
+    finally:
+        box.remove()
 
 
 # --- the pool's bookkeeping ------------------------------------------------------------------

@@ -194,6 +194,74 @@ def test_a_nested_repository_made_inside_never_runs_on_the_host(
     assert later.stdout.split() == [f"{repo}/evil.sh", "s"]
 
 
+HIDDEN = """
+import os, subprocess
+st = os.stat("sub")
+subprocess.run(["git", "init", "-q", "-b", "main", "sub"], check=True)
+subprocess.run(["git", "-C", "sub", "commit", "-q", "--allow-empty", "-m", "s"], check=True)
+os.utime("sub", ns=(st.st_atime_ns, st.st_mtime_ns))
+print("set back" if os.stat("sub").st_mtime_ns == st.st_mtime_ns else "moved")
+"""
+
+
+def test_a_repository_made_with_its_directory_s_mtime_set_back_is_protected_in_the_next_sandbox(
+    layout: Layout, repo: Path, via: str
+) -> None:
+    """The launch's repository walk remembers each directory; a sandbox makes a
+    repository in a remembered one and sets the directory's mtime back (utimensat), so
+    that a memory keyed on the mtime answers "nothing for git here" at the next launch.
+    That next sandbox must still get warren's tree over the adopted repository's
+    ``.git``: judged on the host while it lives, its config never holds what it wrote."""
+    if via == "exec":
+        pytest.skip("one case: the test makes its own run, then its own long-lived sandbox")
+    (repo / "sub").mkdir()
+    time.sleep(0.1)  # settled: the walk remembers it
+    assert inside(layout, None, "true").returncode == 0
+    r = inside(layout, None, f"python3 -c '{HIDDEN}'")
+    assert r.returncode == 0 and r.stdout == "set back\n", (r.stdout, r.stderr)
+    assert (repo / "sub" / ".git").is_dir()  # adopted at the run's end
+    name = f"git{os.getpid()}{uuid.uuid4().hex[:6]}"
+    made = run_cli(["create", "--write", str(layout.cache), name], cwd=repo)
+    assert made.returncode == 0, made.stderr
+    try:
+        w = inside(
+            layout, name, "git -C sub config core.fsmonitor /planted && git -C sub config core.fsmonitor"
+        )
+        assert w.returncode == 0 and w.stdout == "/planted\n", (w.stdout, w.stderr)
+        time.sleep(1.2)  # the supervisor syncs a live sandbox twice a second
+        assert host_git(repo, "-C", "sub", "config", "core.fsmonitor").returncode == 1
+    finally:
+        run_cli(["rm", "-f", name], cwd=repo)
+    # Control: the detector reads what the host's config holds.
+    assert host_git(repo, "-C", "sub", "config", "core.fsmonitor", "/set-on-host").returncode == 0
+    assert host_git(repo, "-C", "sub", "config", "core.fsmonitor").stdout.strip() == "/set-on-host"
+
+
+def test_a_sandbox_of_a_repository_with_a_nested_one_serves_every_exec(
+    layout: Layout, repo: Path, via: str, state_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each repository adds a descriptor to a request handed into the sandbox (its
+    watch); with a nested repository made by an earlier run, an exec carried more than
+    the eight descriptors a frame took, and PID 1 took that for a broken supervisor and
+    exited (the sandbox dead, "connection lost"). The exec stub off, so every request
+    carries its stdio through PID 1 or the spare."""
+    if via == "exec":
+        pytest.skip("one case: the test makes its own run, then its own long-lived sandbox")
+    monkeypatch.setenv("WARREN_EXEC_STUB", "0")
+    r = inside(layout, None, "git init -q -b main sub && git -C sub commit -q --allow-empty -m s")
+    assert r.returncode == 0, r.stderr
+    name = f"git{os.getpid()}{uuid.uuid4().hex[:6]}"
+    made = run_cli(["create", "--write", str(layout.cache), name], cwd=repo)
+    assert made.returncode == 0, made.stderr
+    try:
+        for i in range(4):
+            e = run_cli(["exec", name, "sh", "-c", f"cat; echo {i}"], cwd=repo, stdin="in ")
+            assert e.returncode == 0 and e.stdout == f"in {i}\n", (e.stdout, e.stderr)
+        assert "sub" in inside(layout, name, "git -C sub rev-parse --show-toplevel").stdout
+    finally:
+        run_cli(["rm", "-f", name], cwd=repo)
+
+
 def test_the_nested_repository_attack_works_without_warren(tmp_path: Path) -> None:
     """The control for the test above: the same repository made on the host runs the
     fsmonitor from the outer repository's plain ``git status``."""

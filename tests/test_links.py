@@ -9,13 +9,14 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import Layout, _make_layout, module_state, run_cli
+from conftest import Layout, _make_layout, make_wheel, module_state, run_cli
 from warren.errors import SetupError
 from warren.server import unshare
 from warren.server.links import LinkScanner
@@ -182,6 +183,121 @@ def test_a_link_added_from_outside_to_a_file_of_an_unchanged_directory_is_seen(
     assert r.returncode == 0, r.stderr
     assert (outside / "g.txt").read_text() == "mine\n"
     assert (sub / "f.txt").read_text() == "mine\ninside\n"
+
+
+# Every way a command changes a file through one of its names, each on its own file
+# linked from outside: (what the command does, the name it writes through).
+_WRITES = {
+    "truncating open": "python3 -c \"open('trunc.txt', 'w').write('T')\"",
+    "truncate(2)": "truncate -s 2 shrink.txt",
+    "reopen of a read-only fd": "exec 3<reopen.txt && echo R >> /proc/self/fd/3 && exec 3<&-",
+    "shared mmap": (
+        "python3 -c \"import mmap; f=open('mapped.bin','r+b'); m=mmap.mmap(f.fileno(), 0); "
+        "m[0:1]=b'M'; m.flush(); m.close()\""
+    ),
+    "chmod": "chmod 0600 mode.txt",
+    "utimensat": "touch -m -d @7 times.txt",
+}
+_WRITTEN = ("trunc.txt", "shrink.txt", "reopen.txt", "mapped.bin", "mode.txt", "times.txt")
+
+
+def _linked_from(outside: Path, workspace: Path) -> dict[str, tuple[bytes, int, int]]:
+    """The files of ``_WRITTEN``, made in ``outside`` and linked into ``workspace``:
+    each one's content, mode and mtime."""
+    outside.mkdir(exist_ok=True)
+    was = {}
+    for name in _WRITTEN:
+        f = outside / name
+        f.write_bytes(b"outside " + name.encode() + b"\n")
+        f.chmod(0o644)
+        os.utime(f, ns=(1_000_000_000, 1_000_000_000))
+        os.link(f, workspace / name)
+        st = f.stat()
+        was[name] = (f.read_bytes(), st.st_mode & 0o7777, st.st_mtime_ns)
+    return was
+
+
+def _now(outside: Path) -> dict[str, tuple[bytes, int, int]]:
+    return {
+        n: (
+            (outside / n).read_bytes(),
+            (outside / n).stat().st_mode & 0o7777,
+            (outside / n).stat().st_mtime_ns,
+        )
+        for n in _WRITTEN
+    }
+
+
+def test_no_way_of_writing_through_a_workspace_name_changes_the_outside_file(
+    layout: Layout, via: str
+) -> None:
+    """Content (a truncating open, truncate(2), a read-only fd reopened for writing, a
+    shared mapping) and metadata (mode, times), each through a workspace name of a file
+    linked from outside, judged on the host: the outside file as it was, the workspace
+    name changed."""
+    outside = layout.root / "elsewhere"
+    was = _linked_from(outside, layout.workspace)
+    r = _sh(layout, " && ".join(_WRITES.values()) + " && echo done")
+    assert r.returncode == 0 and r.stdout == "done\n", (r.stdout, r.stderr)
+    assert _now(outside) == was
+    assert all((outside / n).stat().st_nlink == 1 for n in _WRITTEN)
+    ws = layout.workspace
+    assert (ws / "trunc.txt").read_bytes() == b"T"
+    assert (ws / "shrink.txt").read_bytes() == b"ou"
+    assert (ws / "reopen.txt").read_bytes() == b"outside reopen.txt\nR\n"
+    assert (ws / "mapped.bin").read_bytes().startswith(b"Mutside")
+    assert (ws / "mode.txt").stat().st_mode & 0o777 == 0o600
+    assert (ws / "times.txt").stat().st_mtime_ns == 7_000_000_000
+    # Control: with the outside directory granted (a shared root: its files are the
+    # sandbox's to change), the same commands change the outside files, each of them.
+    for name in _WRITTEN:
+        (ws / name).unlink()
+    was = _linked_from(outside, ws)
+    r = _sh(layout, " && ".join(_WRITES.values()) + " && echo done", "--write", str(outside))
+    assert r.returncode == 0 and r.stdout == "done\n", (r.stdout, r.stderr)
+    now = _now(outside)
+    assert [n for n in _WRITTEN if now[n] == was[n]] == []
+
+
+def test_an_edit_of_a_venv_file_hardlinked_from_a_uv_cache_outside_never_changes_the_cache(
+    layout: Layout, via: str
+) -> None:
+    """uv installs a venv by hard links from its cache; with the cache outside the
+    sandbox's writable roots (no uv preset), an edit of an installed file inside changes
+    the venv's file and never the cache's (judged on the host), and the venv still
+    imports it. Control: the same edit on the host changes the cache."""
+    uv = os.path.join(os.path.dirname(sys.executable), "uv")
+    if not os.path.exists(uv):
+        pytest.fail("uv is not installed next to this Python; scripts/test installs it")
+    wheels, cache = layout.root / "wheels", layout.root / "uv-cache-outside"
+    make_wheel(wheels)
+    env = {**os.environ, "UV_CACHE_DIR": str(cache), "UV_NO_PROGRESS": "1", "UV_LINK_MODE": "hardlink"}
+    venv = layout.workspace / ".venv"
+    subprocess.run([uv, "venv", "-q", "--python", "/usr/bin/python3", str(venv)], env=env, check=True)
+    install = [uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"), "--offline"]
+    subprocess.run([*install, "--find-links", str(wheels), "warrendemo"], env=env, check=True)
+    init = next(venv.glob("lib/python3*/site-packages/warrendemo/__init__.py"))
+    in_cache = {p.stat().st_ino: p for p in cache.rglob("*.py") if p.is_file()}
+    assert init.stat().st_ino in in_cache, "uv copied, not linked"
+    cached_init = in_cache[init.stat().st_ino]
+    rel = init.relative_to(layout.workspace)
+    r = _sh(
+        layout,
+        f"echo 'VALUE = 7' >> {rel} && .venv/bin/python -c 'import warrendemo; print(warrendemo.VALUE)'",
+    )
+    assert r.returncode == 0 and r.stdout == "7\n", (r.stdout, r.stderr)
+    assert cached_init.read_text() == "VALUE = 42\n"
+    assert init.read_text() == "VALUE = 42\nVALUE = 7\n"
+    # Control: the same edit on the host, in a venv installed the same way, reaches the cache.
+    mirror = layout.root / "host-venv"
+    subprocess.run([uv, "venv", "-q", "--python", "/usr/bin/python3", str(mirror)], env=env, check=True)
+    install[5] = str(mirror / "bin" / "python")
+    subprocess.run([*install, "--find-links", str(wheels), "warrendemo"], env=env, check=True)
+    host_init = next(mirror.glob("lib/python3*/site-packages/warrendemo/__init__.py"))
+    assert host_init.stat().st_ino == cached_init.stat().st_ino
+    with open(host_init, "a") as f:
+        f.write("VALUE = 7\n")
+    assert cached_init.read_text() == "VALUE = 42\nVALUE = 7\n"
 
 
 def test_a_file_whose_outside_link_is_gone_is_a_plain_file_in_the_next_run(layout: Layout, via: str) -> None:

@@ -31,6 +31,12 @@ PREFIX = struct.Struct("!II")  # JSON length, payload length
 MAX_HEADER = 4 * 1024 * 1024
 MAX_PAYLOAD = 256 * 1024 * 1024
 MAX_FDS = 8
+# A request handed into a sandbox (supervisor -> PID 1 -> helper, or supervisor -> a
+# spare helper) carries the client's connection, up to three stdio descriptors, the
+# exec's end, one cgroup counter per controller and one watch per repository: more
+# than ``MAX_FDS`` in a workspace with a nested repository. Those channels' peers are
+# warren's own processes; a client's stay at ``MAX_FDS``.
+HANDOFF_MAX_FDS = 64
 _CMSG_SPACE = socket.CMSG_SPACE(MAX_FDS * 4)
 SO_PEERPIDFD = 77  # Linux 6.5
 Sock = socket.socket  # what every function here takes (``socket.socket`` is one too)
@@ -94,20 +100,24 @@ def _check_lengths(head_len: int, payload_len: int, max_payload: int) -> None:
         )
 
 
-def _take_fds(ancdata: list[tuple[int, int, bytes]], flags: int, fds: list[int]) -> None:
+def _take_fds(ancdata: list[tuple[int, int, bytes]], flags: int, fds: list[int], most: int = MAX_FDS) -> None:
     for level, kind, blob in ancdata:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             whole = len(blob) - len(blob) % 4
             fds.extend(struct.unpack(f"{whole // 4}i", blob[:whole]))
     if flags & socket.MSG_CTRUNC:
-        raise ProtocolError(f"malformed frame: more than {MAX_FDS} descriptors attached", operation="decode")
+        raise ProtocolError(f"malformed frame: more than {most} descriptors attached", operation="decode")
 
 
-def _recv_exact(sock: socket.socket, n: int, fds: list[int]) -> bytes:
+def _cmsg_space(max_fds: int) -> int:
+    return _CMSG_SPACE if max_fds == MAX_FDS else socket.CMSG_SPACE(max_fds * 4)
+
+
+def _recv_exact(sock: socket.socket, n: int, fds: list[int], max_fds: int = MAX_FDS) -> bytes:
     buf = bytearray()
     while len(buf) < n:
-        data, anc, flags, _ = sock.recvmsg(n - len(buf), _CMSG_SPACE, socket.MSG_CMSG_CLOEXEC)
-        _take_fds(anc, flags, fds)
+        data, anc, flags, _ = sock.recvmsg(n - len(buf), _cmsg_space(max_fds), socket.MSG_CMSG_CLOEXEC)
+        _take_fds(anc, flags, fds, max_fds)
         if not data:
             raise ConnectionClosed("connection closed mid-message" if buf else "connection closed")
         buf += data
@@ -118,14 +128,15 @@ def recv_header(
     sock: socket.socket,
     expect: tuple[type[protocol.Message], ...] = (),
     max_payload: int = MAX_PAYLOAD,
+    max_fds: int = MAX_FDS,
 ) -> tuple[protocol.Message, int, list[int]]:
     """One message without its payload: (message, payload length, descriptors). The
     descriptors are close-on-exec and are closed again if the frame is rejected."""
     fds: list[int] = []
     try:
-        head_len, payload_len = PREFIX.unpack(_recv_exact(sock, PREFIX.size, fds))
+        head_len, payload_len = PREFIX.unpack(_recv_exact(sock, PREFIX.size, fds, max_fds))
         _check_lengths(head_len, payload_len, max_payload)
-        message = protocol.decode(_recv_exact(sock, head_len, fds), expect)
+        message = protocol.decode(_recv_exact(sock, head_len, fds, max_fds), expect)
     except BaseException:
         _close(fds)
         raise
@@ -140,8 +151,9 @@ def recv(
     sock: socket.socket,
     expect: tuple[type[protocol.Message], ...] = (),
     max_payload: int = MAX_PAYLOAD,
+    max_fds: int = MAX_FDS,
 ) -> tuple[protocol.Message, bytes, list[int]]:
-    message, n, fds = recv_header(sock, expect, max_payload)
+    message, n, fds = recv_header(sock, expect, max_payload, max_fds)
     try:
         payload = recv_payload(sock, n)
     except BaseException:
@@ -155,8 +167,9 @@ class Inbox:
     reading past it: a payload stays in the socket for whoever the request is handed
     to."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, max_fds: int = MAX_FDS) -> None:
         self.sock = sock
+        self.max_fds = max_fds
         self.buf = bytearray()
         self.fds: list[int] = []
         self.head_len = -1
@@ -173,11 +186,11 @@ class Inbox:
                 want = PREFIX.size - len(self.buf) if self.head_len < 0 else self.head_len - len(self.buf)
                 try:
                     data, anc, flags, _ = self.sock.recvmsg(
-                        want, _CMSG_SPACE, socket.MSG_CMSG_CLOEXEC | socket.MSG_DONTWAIT
+                        want, _cmsg_space(self.max_fds), socket.MSG_CMSG_CLOEXEC | socket.MSG_DONTWAIT
                     )
                 except (BlockingIOError, InterruptedError):
                     return None
-                _take_fds(anc, flags, self.fds)
+                _take_fds(anc, flags, self.fds, self.max_fds)
                 if not data:
                     raise ConnectionClosed("connection closed")
                 self.buf += data

@@ -178,13 +178,18 @@ class Init:
     connectors: set[int] = field(default_factory=set, init=False)
     let_go: set[int] = field(default_factory=set, init=False)  # spares let go, not yet reaped
 
+    @property
+    def ready_run(self) -> bool:
+        """A one-shot sandbox booted ahead, waiting for its run."""
+        return self.ahead and self.oneshot and not self.served
+
     def __post_init__(self) -> None:
         self.wake_r, self.wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         self.members = procs.Members(self.plan.namespaces)
 
     def serve(self) -> int:
         self.control.setblocking(False)
-        inbox = wire.Inbox(self.control)
+        inbox = wire.Inbox(self.control, max_fds=wire.HANDOFF_MAX_FDS)
         signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.signal(signal.SIGTERM, self._on_term)
@@ -203,7 +208,7 @@ class Init:
                 timeout = 50
             elif self.want_spare:
                 timeout = SPARE_AFTER_MS
-            elif self.spare is not None:
+            elif self.spare is not None and not self.ready_run:
                 timeout = max(0.0, (self.last_request + SPARE_IDLE - time.monotonic()) * 1000)
             events = poller.poll(timeout)
             if not events and self.want_spare and self.stopping is None:
@@ -211,9 +216,15 @@ class Init:
                 # just handed over still needs the CPU.
                 self.want_spare = False
                 self._try_spare()
-            elif self.spare is not None and time.monotonic() - self.last_request > SPARE_IDLE:
+            elif (
+                self.spare is not None
+                and not self.ready_run
+                and time.monotonic() - self.last_request > SPARE_IDLE
+            ):
                 # Nobody uses this sandbox now: its spare goes (it exits when its
-                # channel closes), and the memory it held with it.
+                # channel closes), and the memory it held with it. Not a run's sandbox
+                # booted ahead: it is there only to serve that run at once, with its
+                # spare, and the supervisor stops it whole when unused (``ahead.IDLE``).
                 self._drop_spare()
             given = self.spare.fileno() if self.spare is not None and self.advertised else -1
             for fd, _ev in events:
@@ -600,7 +611,9 @@ def _await_handoff(
     served and none can come after (its write fails, and it asks PID 1 instead)."""
     try:
         if direct is None:
-            handoff, _, fds = wire.recv(from_pid1, (protocol.Handoff,), max_payload=0)
+            handoff, _, fds = wire.recv(
+                from_pid1, (protocol.Handoff,), max_payload=0, max_fds=wire.HANDOFF_MAX_FDS
+            )
             assert isinstance(handoff, protocol.Handoff)
             return handoff, fds
         poller = select.poll()
@@ -609,7 +622,7 @@ def _await_handoff(
         ready = {fd for fd, _ in poller.poll()}
         if direct.fileno() not in ready:
             direct.shutdown(socket.SHUT_RD)
-        handoff, _, fds = wire.recv(direct, (protocol.Handoff,), max_payload=0)
+        handoff, _, fds = wire.recv(direct, (protocol.Handoff,), max_payload=0, max_fds=wire.HANDOFF_MAX_FDS)
         assert isinstance(handoff, protocol.Handoff)
         with contextlib.suppress(OSError):
             from_pid1.send(b"t")

@@ -40,7 +40,10 @@ from ..plan.facts import HostFacts
 from . import marks
 from .box import Box
 
-IDLE = 20.0  # seconds unused before a sandbox booted ahead is stopped (its spare's too)
+# Seconds unused before a sandbox booted ahead is stopped (its spare with it), and within
+# which a request must come again to be booted ahead for: an agent waiting for its model
+# comes back every 5 to 60 s; at 20 s the runs of one every 30 s all launched afresh.
+IDLE = 60.0
 MAX = 4  # sandboxes booted ahead at a time (the oldest is stopped for a new one)
 SEEN = 64  # requests remembered: one is booted ahead for only once it came again
 # Booted once the supervisor has had no connection, and no exec has ended, for this long

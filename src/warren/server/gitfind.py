@@ -11,6 +11,7 @@ followed, a directory swapped for one is skipped.
 from __future__ import annotations
 
 import os
+import stat
 import time
 from dataclasses import dataclass, field
 
@@ -23,7 +24,9 @@ class Found:
     gitfiles: list[str] = field(default_factory=list)  # ``.git`` files, relative to the root
 
 
-# Per directory (by path): (inode, mtime, what is there for git, subdirectories).
+# Per directory (by path): (inode, ctime, what is there for git, subdirectories). The
+# change time, not the modification time: a sandbox may set a directory's mtime back
+# (utimensat) after making a ``.git`` in it; nothing sets the ctime but the kernel.
 Memory = dict[str, tuple[int, int, str, tuple[str, ...]]]
 RACY_NS = 50_000_000  # a directory changed this recently may change again within one tick
 
@@ -34,10 +37,12 @@ def find(root_fd: int, memory: Memory | None = None) -> Found:
     directories shaped like a bare repository (``HEAD``, ``objects``, ``refs``), which
     host git run there would take for one.
 
-    With ``memory`` a directory whose inode and modification time are as remembered
+    With ``memory`` a directory whose inode and change time are as remembered
     is not listed again (its entries are the same; a change deeper changes a
     subdirectory, which is visited anyway) — unless it changed in the last moments,
-    when a second change could keep the same time."""
+    when a second change could keep the same time — and such a directory without
+    subdirectories is not even opened: a ``.git`` made in it, or a subdirectory,
+    changes its change time."""
     found = Found()
     _walk(root_fd, "", found, 0, memory, time.time_ns() - RACY_NS)
     return found
@@ -51,7 +56,7 @@ def _walk(fd: int, rel: str, found: Found, depth: int, memory: Memory | None, se
     except OSError:
         return
     known = memory.get(rel) if memory is not None else None
-    if known is not None and known[:2] == (st.st_ino, st.st_mtime_ns):
+    if known is not None and known[:2] == (st.st_ino, st.st_ctime_ns):
         kind, subdirs = known[2], known[3]
     else:
         try:
@@ -63,8 +68,8 @@ def _walk(fd: int, rel: str, found: Found, depth: int, memory: Memory | None, se
             _kind(entries),
             tuple(sorted(n for n, e in entries.items() if n != ".git" and is_dir(e))),
         )
-        if memory is not None and st.st_mtime_ns < settled:
-            memory[rel] = (st.st_ino, st.st_mtime_ns, kind, subdirs)
+        if memory is not None and st.st_ctime_ns < settled:
+            memory[rel] = (st.st_ino, st.st_ctime_ns, kind, subdirs)
     if kind == "bare":
         found.gitdirs.extend(_with_modules(fd, rel))
         return
@@ -73,14 +78,32 @@ def _walk(fd: int, rel: str, found: Found, depth: int, memory: Memory | None, se
     elif kind == "dotfile" and _is_gitfile(fd, ".git"):
         found.gitfiles.append(_join(rel, ".git"))
     for name in subdirs:
+        sub = _join(rel, name)
+        if memory is not None and _unchanged_leaf(fd, name, memory.get(sub)):
+            continue
         try:
             child = safepath.dir_beneath(fd, name)
         except OSError:
             continue
         try:
-            _walk(child, _join(rel, name), found, depth + 1, memory, settled)
+            _walk(child, sub, found, depth + 1, memory, settled)
         finally:
             os.close(child)
+
+
+def _unchanged_leaf(parent_fd: int, name: str, known: tuple[int, int, str, tuple[str, ...]] | None) -> bool:
+    """A directory remembered with nothing for git and no subdirectories, as it was:
+    nothing to find there, so not opened (most directories of a large tree are such
+    leaves: one stat of the name in its parent instead of an open, a stat and a close).
+    The name is looked at without following a link, as opening it beneath its parent
+    would be."""
+    if known is None or known[2] or known[3]:
+        return False
+    try:
+        st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and (st.st_ino, st.st_ctime_ns) == known[:2]
 
 
 def _kind(entries: dict[str, os.DirEntry[str]]) -> str:

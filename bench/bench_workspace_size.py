@@ -1,0 +1,142 @@
+"""Launch cost against the workspace's size: a 100,000-file workspace next to an empty one.
+
+The workspace is what JavaScript projects hold: one repository with a ``node_modules``
+tree (``--packages`` packages of 10 directories of 10 files each; 1,000 by default:
+100,000 files, 11,000 directories). In the same run, interleaved, the supervisor warm:
+
+  bwrap ... true               in each workspace (the baseline: no per-file work)
+  warren run -- true           in each workspace (CLI, whole process)
+  Sandbox.create + first exec  in each workspace (then removed)
+
+and the ratio of the big workspace to the empty one (target <= 1.2x). ``--parts`` also
+times the two walks a launch makes of the workspace, alone: the hard-link scan
+(``server.links``, every file stat'ed) and the repository walk (``server.gitfind``,
+every directory opened; its per-directory memory warm).
+
+Run: python bench/bench_workspace_size.py [--packages 1000] [--runs 15] [--parts]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from warren import PolicySpec, Sandbox
+
+BWRAP = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-all"]
+BWRAP += ["--die-with-parent"]
+
+
+def _tree(ws: Path, packages: int) -> int:
+    subprocess.run(["git", "init", "-q", str(ws)], check=True)
+    files = 0
+    for p in range(packages):
+        for d in range(10):
+            lib = ws / "node_modules" / f"pkg{p}" / f"lib{d}"
+            lib.mkdir(parents=True)
+            for f in range(10):
+                (lib / f"f{f}.js").write_text("module.exports = 1\n")
+                files += 1
+    return files
+
+
+def _ms(xs: list[float]) -> float:
+    return statistics.median(xs) * 1e3
+
+
+def _time(fn: Callable[[], object]) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def _cmd(argv: list[str], cwd: Path) -> Callable[[], None]:
+    def go() -> None:
+        subprocess.run(argv, cwd=cwd, check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+
+    return go
+
+
+def _create(ws: Path) -> Callable[[], None]:
+    def go() -> None:
+        box = Sandbox.create(PolicySpec(workspace=str(ws)))
+        try:
+            box.exec(["true"])
+        finally:
+            box.remove()
+
+    return go
+
+
+def _parts(ws: Path, runs: int) -> None:
+    from warren._core import safepath
+    from warren.server import gitfind
+    from warren.server.links import LinkScanner
+
+    scanner, memory = LinkScanner(), {}  # type: ignore[var-annotated]
+    scans, walks = [], []
+    for _ in range(runs):
+        scans.append(_time(lambda: scanner.scan([str(ws)])))
+        fd = safepath.open_dir(str(ws))
+        try:
+            t = time.perf_counter()
+            gitfind.find(fd, memory)
+            walks.append(time.perf_counter() - t)
+        finally:
+            os.close(fd)
+    print("the walks alone, in the big workspace (medians)")
+    print(f"  hard-link scan (every file stat'ed)        {_ms(scans):8.1f} ms")
+    print(f"  repository walk (every directory, warm)    {_ms(walks):8.1f} ms")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--packages", type=int, default=1000)
+    ap.add_argument("--runs", type=int, default=15)
+    ap.add_argument("--parts", action="store_true", help="also time the launch's walks of the workspace")
+    args = ap.parse_args()
+    warren_cli = shutil.which("warren")
+    if warren_cli is None:
+        raise SystemExit("bench_workspace_size: the `warren` command is not on PATH (run scripts/setup)")
+    # The supervisor may still be stopping sandboxes booted ahead when its state goes.
+    tmp_dir = tempfile.TemporaryDirectory(prefix="bench-ws-", dir="/var/tmp", ignore_cleanup_errors=True)
+    with tmp_dir as tmp:
+        base = Path(tmp)
+        os.environ["XDG_STATE_HOME"] = str(base / "state")
+        empty, big = base / "empty", base / "big"
+        empty.mkdir()
+        files = _tree(big, args.packages)
+        print(f"{files} files in {big}, {args.runs} interleaved runs, uid {os.getuid()}")
+        cases: dict[str, Callable[[], None]] = {}
+        for label, ws in (("empty", empty), ("big", big)):
+            cases[f"bwrap ... true, {label}"] = _cmd([*BWRAP, "true"], ws)
+            cases[f"warren run -- true, {label}"] = _cmd([warren_cli, "run", "--", "true"], ws)
+            cases[f"create + first exec, {label}"] = _create(ws)
+        for fn in cases.values():  # warm: the supervisor, its memories, the page cache
+            fn()
+        samples: dict[str, list[float]] = {k: [] for k in cases}
+        for _ in range(args.runs):
+            for label, fn in cases.items():
+                samples[label].append(_time(fn))
+        for label, xs in samples.items():
+            print(f"  {label:34} median {_ms(xs):8.1f} ms")
+        print("the big workspace against the empty one (target <= 1.2x)")
+        for what in ("bwrap ... true", "warren run -- true", "create + first exec"):
+            r = _ms(samples[f"{what}, big"]) / _ms(samples[f"{what}, empty"])
+            bw = _ms(samples[f"{what}, big"]) / _ms(samples["bwrap ... true, big"])
+            verdict = "met" if r <= 1.2 else "NOT met"
+            print(f"  {what:22} {r:6.2f}x  {verdict:7}   ({bw:5.1f}x bwrap in the big one)")
+        if args.parts:
+            _parts(big, args.runs)
+        subprocess.run([warren_cli, "shutdown"], check=False, capture_output=True)
+
+
+if __name__ == "__main__":
+    main()
