@@ -44,6 +44,10 @@ long-lived:
   logs [-f] NAME ID                       a background process's output (ID from exec -d)
   logs --net [--json] NAME                the network proxy's decisions
   stop NAME / rm [-f] NAME                stop; stop and forget
+review (create --review NAME: the workspace's changes go to a layer of the sandbox's own):
+  diff [--patch] [--json] NAME            what it changed: a list, or a git-style patch
+  apply [--force] NAME [PATH...]          write them (stopped) to the host workspace
+  discard NAME                            drop them
 on an image (--image NAME):
   snapshot NAME / snapshot ls / snapshot rm ID   its own layer, copied (prints the id)
   fork [POLICY FLAGS] NAME NEW            a new sandbox from a snapshot of NAME taken now
@@ -101,7 +105,7 @@ def _dispatch(argv: list[str]) -> int:
 
 def commands() -> dict[str, Callable[[list[str]], int]]:
     """Every sub-command but the fast two (``run``, ``exec``), by name."""
-    from . import catalog, images, info, sandboxd, sandboxes, service, snapshots
+    from . import catalog, images, info, review, sandboxd, sandboxes, service, snapshots
 
     return {
         **sandboxes.COMMANDS,
@@ -111,6 +115,7 @@ def commands() -> dict[str, Callable[[list[str]], int]]:
         **images.COMMANDS,
         **snapshots.COMMANDS,
         **sandboxd.COMMANDS,
+        **review.COMMANDS,
     }
 
 

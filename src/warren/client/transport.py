@@ -16,7 +16,17 @@ import dataclasses
 from collections.abc import Callable
 
 from ..errors import WarrenError
-from ..models import FileOp, FileResult, ProcessInfo, ProcessState, Result, SandboxInfo, SnapshotInfo, Stats
+from ..models import (
+    FileOp,
+    FileResult,
+    ProcessInfo,
+    ProcessState,
+    Result,
+    Review,
+    SandboxInfo,
+    SnapshotInfo,
+    Stats,
+)
 from ..net.allowlist import NetEvent
 from ..output import DEFAULT_OUTPUT_LIMIT
 from ..policy.spec import PolicySpec
@@ -128,6 +138,17 @@ class Transport(abc.ABC):
 
     @abc.abstractmethod
     def stats(self, name: str) -> Stats: ...
+
+    def review(
+        self, name: str, action: str, paths: builtins.list[str], force: bool = False, patch: bool = False
+    ) -> Review:
+        """A review sandbox's layer: ``diff``, ``apply`` or ``discard``."""
+        raise WarrenError(
+            f"review mode's {action} is available through the local supervisor only (not over HTTP yet)",
+            operation=action,
+            path=name,
+            hint=f"run `warren {action} {name}` on the machine the sandbox runs on",
+        )
 
     @abc.abstractmethod
     def pause(self, name: str, paused: bool) -> SandboxInfo:

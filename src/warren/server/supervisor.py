@@ -72,6 +72,7 @@ _SUPERVISOR_REQUESTS = (
     protocol.FileRequest,
     protocol.ExposeRequest,
     protocol.NetLogRequest,
+    protocol.ReviewRequest,
     protocol.StatsRequest,
     protocol.ProcessRequest,
     protocol.PauseRequest,
