@@ -51,6 +51,8 @@ def _workspace(tmp_path: Path) -> Path:
     (ws / "run.sh").write_text("echo hi\n")
     (ws / "olddir").mkdir()
     (ws / "olddir" / "f").write_text("in a removed directory\n")
+    (ws / "replaced").mkdir()
+    (ws / "replaced" / "a").write_text("a\n")
     return ws
 
 
@@ -60,7 +62,8 @@ def _review(ws: Path, name: str, **extra: object) -> Sandbox:
 
 CHANGES = (
     "echo after > edit.txt && rm gone.txt && mkdir -p lib && mv src/old.py lib/new.py && "
-    "chmod 755 run.sh && echo fresh > lib/added.txt && rm -r olddir"
+    "chmod 755 run.sh && echo fresh > lib/added.txt && rm -r olddir && "
+    "rm -r replaced && mkdir replaced && echo n > replaced/n"
 )
 
 
@@ -83,6 +86,8 @@ def test_changes_stay_off_the_host_until_apply_then_exactly_those(tmp_path: Path
             ("added", "lib/added.txt"),
             ("removed", "olddir"),
             ("removed", "olddir/f"),
+            ("removed", "replaced/a"),  # a directory made again is opaque: the host's entries go
+            ("added", "replaced/n"),
         }, changes
         patch = sb.diff(patch=True).patch
         assert "-before\n+after\n" in patch and "rename from src/old.py\nrename to lib/new.py" in patch
@@ -94,13 +99,14 @@ def test_changes_stay_off_the_host_until_apply_then_exactly_those(tmp_path: Path
         sb.apply()
         after = _tree(ws)
         expected = dict(before)
-        for gone in ("gone.txt", "src/old.py", "olddir", "olddir/f"):
+        for gone in ("gone.txt", "src/old.py", "olddir", "olddir/f", "replaced/a"):
             del expected[gone]
         expected["edit.txt"] = ("file", 0o644, "after\n")
         expected["run.sh"] = ("file", 0o755, "echo hi\n")
         expected["lib"] = ("dir", 0o755, "")
         expected["lib/new.py"] = ("file", 0o644, "print('moved')\n")
         expected["lib/added.txt"] = ("file", 0o644, "fresh\n")
+        expected["replaced/n"] = ("file", 0o644, "n\n")
         assert after == expected
         assert (ws / "edit.txt").stat().st_uid == os.getuid()  # owned by the caller
         assert sb.diff().changes == ()  # applied: nothing left to show
@@ -244,6 +250,33 @@ def test_pip_installs_into_a_venv_in_a_review_workspace(tmp_path: Path) -> None:
         assert any(c.path == ".venv" for c in sb.diff().changes)
     finally:
         sb.remove()
+
+
+def test_uv_installs_from_its_cache_into_a_review_workspace_quietly(tmp_path: Path) -> None:
+    uv = Path(sys.executable).with_name("uv")
+    if not uv.exists():
+        pytest.skip("uv is not installed beside this Python")
+    ws = _workspace(tmp_path)
+    wheel = make_wheel(tmp_path / "wheels")
+    script = (
+        f"{uv} venv -q --python {sys.executable} .uvenv && "
+        f"{uv} pip install --python .uvenv/bin/python --no-index {wheel} && "
+        ".uvenv/bin/python -c 'import warrendemo; print(warrendemo.VALUE)'"
+    )
+    runs = {}
+    for mode in ("", "hardlink"):  # control: uv told to hard-link says it cannot
+        env = {"UV_LINK_MODE": mode} if mode else {}
+        sb = _review(ws, f"review-uv{mode}", presets=["python"], read=[str(wheel.parent)], env=env)
+        try:
+            runs[mode] = sb.exec(["sh", "-c", script], timeout=120)
+        finally:
+            sb.remove()
+    for r in runs.values():
+        assert r.exit_code == 0, r.stderr
+        assert r.stdout.strip().endswith(b"42")
+    assert b"hardlink" not in runs[""].stderr.lower(), runs[""].stderr
+    assert b"hardlink" in runs["hardlink"].stderr.lower(), runs["hardlink"].stderr
+    assert not (ws / ".uvenv").exists()
 
 
 def test_review_mode_refuses_what_it_was_not_built_for(tmp_path: Path) -> None:

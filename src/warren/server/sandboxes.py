@@ -178,20 +178,37 @@ class Sandboxes:
                 path=msg.sandbox,
                 hint=f"stop it first (`warren stop {msg.sandbox}`); `warren diff` works while it runs",
             )
-        if msg.action == "discard":
-            review.discard(layer)
-            return protocol.ReviewResult()
-        found = review.changes(layer, entry.workspace)
+        try:
+            if msg.action == "discard":
+                review.discard(layer)
+                return protocol.ReviewResult()
+            found = review.changes(layer, entry.workspace)
+        except OSError as e:
+            where = e.filename if isinstance(e.filename, str) else layer
+            raise ReviewError.from_os(
+                e,
+                f"cannot read sandbox {msg.sandbox}'s review layer at {where}: {e.strerror}",
+                msg.action,
+                where,
+                hint="a sandbox still running may change its layer meanwhile: try again, or stop it first",
+            ) from None
         if msg.action == "apply":
             chosen = review.select(found, msg.paths)
             return protocol.ReviewResult(
                 changes=[c.message() for c in chosen],
                 applied=review.apply(layer, entry.workspace, chosen, msg.force),
             )
-        return protocol.ReviewResult(
-            changes=[c.message() for c in found],
-            patch=review.patch(layer, entry.workspace, found) if msg.patch else "",
-        )
+        try:
+            patch = review.patch(layer, entry.workspace, found) if msg.patch else ""
+        except OSError as e:
+            raise ReviewError.from_os(
+                e,
+                f"cannot make the patch of sandbox {msg.sandbox}'s changes: {e.strerror}",
+                "diff",
+                e.filename if isinstance(e.filename, str) else layer,
+                hint="a sandbox still running may change its layer meanwhile: try again, or stop it first",
+            ) from None
+        return protocol.ReviewResult(changes=[c.message() for c in found], patch=patch)
 
     def add(self, box: Box, ahead: bool = False) -> None:
         """``ahead``: booted for a create to come, held beside the one-shot ones (by id,
