@@ -238,8 +238,9 @@ def test_pip_installs_into_a_venv_in_a_review_workspace(tmp_path: Path) -> None:
     sb = _review(ws, "review-pip", read=[str(wheel.parent)])
     try:
         script = (
-            f"echo link-mode=$UV_LINK_MODE && {sys.executable} -m venv .venv && "
-            f".venv/bin/python -m pip install -q --no-index {wheel} && "
+            # no ensurepip (seconds): this Python's pip installs into the venv
+            f"echo link-mode=$UV_LINK_MODE && {sys.executable} -m venv --without-pip .venv && "
+            f"{sys.executable} -m pip --python .venv/bin/python install -q --no-index {wheel} && "
             ".venv/bin/python -c 'import warrendemo; print(warrendemo.VALUE)'"
         )
         r = sb.exec(["sh", "-c", script], timeout=120)
