@@ -134,6 +134,8 @@ def test_apply_by_path_then_discard_drops_the_rest(tmp_path: Path) -> None:
         assert (ws / "keep.txt").read_text() == "keep\n"
     finally:
         sb.remove()
+    # removed with the sandbox: no layer is left in the state directory
+    assert list(Path(os.environ["XDG_STATE_HOME"], "warren", "review").iterdir()) == []
 
 
 def test_apply_refuses_a_file_changed_on_the_host_meanwhile_unless_forced(tmp_path: Path) -> None:
