@@ -6,6 +6,7 @@ drops them. Everything judged on the host, as root and as uid 1001.
 from __future__ import annotations
 
 import os
+import re
 import stat
 import sys
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import warren
 from conftest import GIT_ENV, host_git, make_wheel, module_state, run_cli
 from warren.client.sandbox import Sandbox
 from warren.errors import PolicyError, ReviewConflict, ReviewError
@@ -123,7 +125,11 @@ def test_apply_by_path_then_discard_drops_the_rest(tmp_path: Path) -> None:
     ws = _workspace(tmp_path)
     sb = _review(ws, "review-partial")
     try:
-        assert sb.exec(["sh", "-c", "echo one > edit.txt && echo two > keep.txt"]).exit_code == 0
+        # a directory closed by its mode: diff, discard and rm get past it as uid 1001 too
+        script = "echo one > edit.txt && echo two > keep.txt && mkdir -p closed/in && touch closed/f"
+        script += " && chmod 0 closed"
+        assert sb.exec(["sh", "-c", script]).exit_code == 0
+        assert "closed" in [c.path for c in sb.diff().changes]
         sb.stop()
         with pytest.raises(ReviewError, match=r"no change at nothing\.txt"):
             sb.apply("nothing.txt")
@@ -288,8 +294,27 @@ def test_review_mode_refuses_what_it_was_not_built_for(tmp_path: Path) -> None:
         _review(ws, "review-ro", workspace_writable=False)
     with pytest.raises(PolicyError, match="inside the workspace"):
         _review(ws, "review-inner", write=[str(ws / "src")])
-    r = run_cli(["run", "--review", "--", "true"], cwd=ws)
-    assert r.returncode == 125 and "created by name" in r.stderr and "Traceback" not in r.stderr
+    # the library's one-shot run keeps no sandbox: no layer to review
+    with pytest.raises(PolicyError, match="created by name"):
+        warren.run(["true"], PolicySpec(workspace=str(ws), review=True))
+
+
+def test_run_review_keeps_the_changes_in_a_stopped_sandbox_to_apply(tmp_path: Path) -> None:
+    ws = _workspace(tmp_path)
+    before = _tree(ws)
+    (ws / "src").mkdir(exist_ok=True)
+    script = "pwd && echo run > ../edit.txt && exit 3"
+    r = run_cli(["run", "--review", "--workspace", str(ws), "--", "sh", "-c", script], cwd=ws / "src")
+    assert r.returncode == 3, r.stderr  # the command's status
+    assert r.stdout.strip() == str(ws / "src")  # started where the caller is, as `run` does
+    assert _tree(ws) == before
+    name = re.search(r"kept in review sandbox (review-[0-9a-f]{8})", r.stderr)
+    assert name is not None and "M edit.txt" in r.stderr, r.stderr
+    try:
+        assert run_cli(["apply", name[1]], cwd=ws).returncode == 0
+        assert (ws / "edit.txt").read_text() == "run\n"
+    finally:
+        run_cli(["rm", "-f", name[1]], cwd=ws)
 
 
 def test_the_cli_lists_patches_and_applies(tmp_path: Path) -> None:

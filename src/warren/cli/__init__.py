@@ -44,7 +44,7 @@ long-lived:
   logs [-f] NAME ID                       a background process's output (ID from exec -d)
   logs --net [--json] NAME                the network proxy's decisions
   stop NAME / rm [-f] NAME                stop; stop and forget
-review (create --review NAME: the workspace's changes go to a layer of the sandbox's own):
+review (create --review NAME or run --review CMD: changes go to a layer of their own):
   diff [--patch] [--json] NAME            what it changed: a list, or a git-style patch
   apply [--force] NAME [PATH...]          write them (stopped) to the host workspace
   discard NAME                            drop them
@@ -131,6 +131,12 @@ def run(rest: list[str]) -> int:
         ns = p.parse_args(rest)
         got = ns, ns.command
     ns, command = got
+    if getattr(ns, "review", False):
+        from . import review
+
+        return review.run(
+            flags.spec_of(ns), ns.profile, flags.command_of(command, "run"), _timeout(ns.timeout)
+        )
     return attach.run(flags.spec_of(ns), ns.profile, flags.command_of(command, "run"), _timeout(ns.timeout))
 
 

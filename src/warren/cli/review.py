@@ -87,3 +87,37 @@ def discard(args: list[str]) -> int:
 
 
 COMMANDS: dict[str, Callable[[list[str]], int]] = {"diff": diff, "apply": apply, "discard": discard}
+
+
+def run(spec: dict[str, object], profile: str | None, command: list[str], timeout: float | None) -> int:
+    """``warren run --review``: the command in a review sandbox of its own, which is kept,
+    stopped, for ``diff``/``apply``/``discard`` (a one-shot sandbox would take its layer
+    with it). Exit status: the command's."""
+    import os
+    import secrets
+
+    from ..policy.spec import from_mapping
+    from . import attach
+
+    transport = LocalTransport()
+    name = f"review-{secrets.token_hex(4)}"
+    info = transport.create(from_mapping(spec, "flags"), name, config=True, profile=profile)
+    for w in info.warnings:
+        print(f"warren: WARNING: {w}", file=sys.stderr)
+    here = os.getcwd()
+    inside = here == info.workspace or here.startswith(info.workspace.rstrip("/") + "/")
+    try:
+        status = attach.exec_(name, command, here if inside else None, {}, timeout)
+    finally:
+        transport.stop(name, remove=False)
+    changes = transport.review(name, "diff", []).changes
+    for c in changes[:20]:
+        print(f"warren: {_line(c)}", file=sys.stderr)
+    if len(changes) > 20:
+        print(f"warren: ... and {len(changes) - 20} more", file=sys.stderr)
+    print(
+        f"warren: {len(changes)} change(s) kept in review sandbox {name} (stopped): `warren diff {name}` "
+        f"shows them, `warren apply {name}` writes them, `warren rm {name}` drops them",
+        file=sys.stderr,
+    )
+    return status

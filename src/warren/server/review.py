@@ -27,7 +27,6 @@ import contextlib
 import difflib
 import errno
 import os
-import shutil
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -65,8 +64,18 @@ def make_layer(layer: str, workspace: str) -> None:
 
 
 def remove_layer(layer: str) -> None:
-    # rmtree walks by descriptor and removes a link as an entry (never follows it)
-    shutil.rmtree(layer, ignore_errors=True)
+    """The layer goes, whatever the sandbox left in it: links are removed as entries,
+    directories closed by their mode (and the overlay's own work directory, mode 000)
+    are opened first."""
+    try:
+        pfd = safepath.open_dir(os.path.dirname(layer))
+    except OSError:
+        return
+    try:
+        with contextlib.suppress(OSError):
+            safepath.remove_tree(pfd, os.path.basename(layer))
+    finally:
+        os.close(pfd)
 
 
 def write_pointer(sandbox_dir: str, layer: str) -> None:
@@ -220,54 +229,67 @@ def changes(layer: str, workspace: str) -> list[Change]:
         stack = [""]
         while stack:
             cur = stack.pop()
-            with safepath.listed(upper, cur) as (_fd, names):
-                opaque = bool(cur) and _opaque(upper, cur)
-                if opaque:
-                    # the host's entries the layer does not have are removed
-                    host = _lstat(lower, cur)
-                    if host is not None and stat.S_ISDIR(host.st_mode):
-                        with safepath.listed(lower, cur) as (_l, host_names):
-                            for name in sorted(set(host_names) - set(names)):
-                                _host_removed(lower, f"{cur}/{name}", out)
-                for name in sorted(names):
-                    rel = f"{cur}/{name}" if cur else name
-                    st = _lstat(upper, rel)
-                    if st is None:
-                        continue
-                    host = _lstat(lower, rel)
-                    if _is_whiteout(st):
-                        if host is not None:
-                            _host_removed(lower, rel, out)
-                        continue
-                    mode = stat.S_IMODE(st.st_mode)
-                    kind = _type(st.st_mode)
-                    held = _held(rel, st.st_mode)
-                    if host is None or _type(host.st_mode) != kind:
-                        if host is not None:
-                            _host_removed(lower, rel, out)
-                        out.append(Change(rel, "added", kind, new_mode=mode, held=held))
-                        if kind == "dir":
-                            stack.append(rel)
-                        continue
-                    old = stat.S_IMODE(host.st_mode)
+            try:
+                names = _names(upper, cur)
+            except PermissionError:
+                # a directory the sandbox closed with its mode (chmod 000): what it holds
+                # cannot be read without changing the layer; it is held back whole
+                for c in out:
+                    if c.path == cur:
+                        c.held = "its mode keeps its entries from being read (chmod u+rx inside, then diff)"
+                continue
+            opaque = bool(cur) and _opaque(upper, cur)
+            if opaque:
+                # the host's entries the layer does not have are removed
+                host = _lstat(lower, cur)
+                if host is not None and stat.S_ISDIR(host.st_mode):
+                    with safepath.listed(lower, cur) as (_l, host_names):
+                        for name in sorted(set(host_names) - set(names)):
+                            _host_removed(lower, f"{cur}/{name}", out)
+            for name in sorted(names):
+                rel = f"{cur}/{name}" if cur else name
+                st = _lstat(upper, rel)
+                if st is None:
+                    continue
+                host = _lstat(lower, rel)
+                if _is_whiteout(st):
+                    if host is not None:
+                        _host_removed(lower, rel, out)
+                    continue
+                mode = stat.S_IMODE(st.st_mode)
+                kind = _type(st.st_mode)
+                held = _held(rel, st.st_mode)
+                if host is None or _type(host.st_mode) != kind:
+                    if host is not None:
+                        _host_removed(lower, rel, out)
+                    out.append(Change(rel, "added", kind, new_mode=mode, held=held))
                     if kind == "dir":
-                        if old != mode:
-                            out.append(Change(rel, "mode", kind, old, mode, held=held))
                         stack.append(rel)
-                    elif kind == "symlink":
-                        if _readlink(upper, rel) != _readlink(lower, rel):
-                            out.append(Change(rel, "modified", kind, old, mode, held=held))
-                    elif kind == "file":
-                        if host.st_size != st.st_size or not _same_content(upper, lower, rel, rel):
-                            out.append(Change(rel, "modified", kind, old, mode, held=held))
-                        elif old != mode:
-                            out.append(Change(rel, "mode", kind, old, mode, held=held))
+                    continue
+                old = stat.S_IMODE(host.st_mode)
+                if kind == "dir":
+                    if old != mode:
+                        out.append(Change(rel, "mode", kind, old, mode, held=held))
+                    stack.append(rel)
+                elif kind == "symlink":
+                    if _readlink(upper, rel) != _readlink(lower, rel):
+                        out.append(Change(rel, "modified", kind, old, mode, held=held))
+                elif kind == "file":
+                    if host.st_size != st.st_size or not _same_content(upper, lower, rel, rel):
+                        out.append(Change(rel, "modified", kind, old, mode, held=held))
                     elif old != mode:
                         out.append(Change(rel, "mode", kind, old, mode, held=held))
+                elif old != mode:
+                    out.append(Change(rel, "mode", kind, old, mode, held=held))
         return _renames(out, upper, lower)
     finally:
         os.close(upper)
         os.close(lower)
+
+
+def _names(dirfd: int, rel: str) -> list[str]:
+    with safepath.listed(dirfd, rel) as (_fd, names):
+        return names
 
 
 def _host_removed(lower: int, rel: str, out: list[Change]) -> None:
