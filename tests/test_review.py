@@ -5,6 +5,7 @@ drops them. Everything judged on the host, as root and as uid 1001.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
@@ -325,6 +326,8 @@ def test_the_cli_lists_patches_and_applies(tmp_path: Path) -> None:
         listed = run_cli(["diff", "review-cli"], cwd=ws)
         assert listed.stdout == "M edit.txt\n", listed.stderr
         assert "+cli" in run_cli(["diff", "--patch", "review-cli"], cwd=ws).stdout
+        listed_json = json.loads(run_cli(["diff", "--json", "review-cli"], cwd=ws).stdout)
+        assert [(c["kind"], c["path"]) for c in listed_json["changes"]] == [("modified", "edit.txt")]
         refused = run_cli(["apply", "review-cli"], cwd=ws)
         assert refused.returncode == 125 and "hint:" in refused.stderr and "Traceback" not in refused.stderr
         assert run_cli(["stop", "review-cli"], cwd=ws).returncode == 0

@@ -32,6 +32,8 @@ _EXPORTS = {
     "StdinNotOpen": "errors",
     "StdinClosed": "errors",
     "StdinFull": "errors",
+    "ReviewError": "errors",
+    "ReviewConflict": "errors",
     "Policy": "policy",
     "PolicySpec": "policy",
     "build": "policy",
@@ -39,6 +41,7 @@ _EXPORTS = {
     "SandboxInfo": "models",
     "ProcessInfo": "models",
     "FileInfo": "models",
+    "Review": "models",
     "Sandbox": "client.sandbox",
     "Process": "client.sandbox",
     "AsyncSandbox": "client.aio",
@@ -64,6 +67,9 @@ __all__ = [
     "ProcessInfo",
     "ProcessNotFound",
     "Result",
+    "Review",
+    "ReviewConflict",
+    "ReviewError",
     "Sandbox",
     "SandboxDead",
     "SandboxError",
@@ -98,6 +104,8 @@ if TYPE_CHECKING:
         PolicyError,
         ProcessEnded,
         ProcessNotFound,
+        ReviewConflict,
+        ReviewError,
         SandboxDead,
         SandboxError,
         SandboxNotFound,
@@ -110,7 +118,7 @@ if TYPE_CHECKING:
         StdinNotOpen,
         WarrenError,
     )
-    from .models import FileInfo, ProcessInfo, Result, SandboxInfo
+    from .models import FileInfo, ProcessInfo, Result, Review, SandboxInfo
     from .policy import Policy, PolicySpec, build
 
 
