@@ -34,6 +34,8 @@ _EXPORTS = {
     "StdinNotOpen": "errors",
     "StdinClosed": "errors",
     "StdinFull": "errors",
+    "ReviewError": "errors",
+    "ReviewConflict": "errors",
     "Policy": "policy",
     "PolicySpec": "policy",
     "build": "policy",
@@ -42,6 +44,7 @@ _EXPORTS = {
     "ProcessInfo": "models",
     "SpawnInfo": "models",
     "FileInfo": "models",
+    "Review": "models",
     "Sandbox": "client.sandbox",
     "Process": "client.sandbox",
     "AsyncSandbox": "client.aio",
@@ -69,6 +72,9 @@ __all__ = [
     "ProcessInfo",
     "ProcessNotFound",
     "Result",
+    "Review",
+    "ReviewConflict",
+    "ReviewError",
     "Sandbox",
     "SandboxDead",
     "SandboxError",
@@ -104,6 +110,8 @@ if TYPE_CHECKING:
         PolicyError,
         ProcessEnded,
         ProcessNotFound,
+        ReviewConflict,
+        ReviewError,
         SandboxDead,
         SandboxError,
         SandboxNotFound,
@@ -116,7 +124,7 @@ if TYPE_CHECKING:
         StdinNotOpen,
         WarrenError,
     )
-    from .models import FileInfo, ProcessInfo, Result, SandboxInfo
+    from .models import FileInfo, ProcessInfo, Result, Review, SandboxInfo
     from .policy import Policy, PolicySpec, build
 
 

@@ -137,6 +137,16 @@ class SnapshotError(SandboxError):
     """A sandbox that cannot be snapshotted (not on an image), or a snapshot in use."""
 
 
+class ReviewError(SandboxError):
+    """A review sandbox's layer cannot be shown, applied or discarded (not a review
+    sandbox, still running, a path that cannot be written safely)."""
+
+
+class ReviewConflict(ReviewError):
+    """``warren apply``: files the sandbox changed were changed on the host meanwhile
+    (the message names them; ``--force`` applies anyway)."""
+
+
 class ProcessNotFound(SandboxError):
     """No background process of that id (or pid) was started in the sandbox."""
 
@@ -212,6 +222,8 @@ _KINDS: dict[str, type[WarrenError]] = {
         LimitReached,
         SnapshotNotFound,
         SnapshotError,
+        ReviewError,
+        ReviewConflict,
         SandboxTimeout,
         SandboxError,
         SandboxNotFound,

@@ -100,6 +100,31 @@ class Stats:
 
 
 @dataclass(frozen=True)
+class Change:
+    """One change a review sandbox's layer makes to the workspace (``path`` relative to
+    it): ``kind`` added, modified, removed, mode or renamed (from ``renamed_from``);
+    ``type`` file, dir, symlink or other; ``held``: why ``apply`` never writes it."""
+
+    path: str
+    kind: str
+    type: str
+    old_mode: int | None = None
+    new_mode: int | None = None
+    renamed_from: str | None = None
+    held: str = ""
+
+
+@dataclass(frozen=True)
+class Review:
+    """A review sandbox's changes (``Sandbox.diff``), its git-style ``patch`` when asked,
+    and the paths ``Sandbox.apply`` wrote."""
+
+    changes: tuple[Change, ...] = ()
+    patch: str = ""
+    applied: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class ProcessInfo:
     """A process running in the sandbox (pids are the sandbox's own)."""
 

@@ -302,6 +302,26 @@ def _overlay_by_fds(tmpfs: int, layers: list[int]) -> int | None:
         os.close(work)
 
 
+def _review_overlay(op: MountOp) -> int:
+    """Review mode's workspace, detached: the host's directory (a read-only clone of it
+    alone: the overlay does not look into mounts beneath a layer) under the sandbox's
+    layer, every layer named by descriptor before the stage hides the host's /tmp."""
+    lower = _clone(op.source or op.target, recursive=False)
+    try:
+        _sys.mount_setattr(lower, _HIDE_ATTRS, 0, False)
+        upper = os.open(op.layers[0], _UNDER)
+        try:
+            work = os.open(op.layers[1], _UNDER)
+            try:
+                return _sys.overlay_from_fds([lower], upper, work)
+            finally:
+                os.close(work)
+        finally:
+            os.close(upper)
+    finally:
+        os.close(lower)
+
+
 def _no_links(stage: str, target: str) -> None:
     """On an image, every directory down to a mount point must be a directory, not a
     link: a link there would be followed out of the stage (into the host's tree)."""
@@ -446,6 +466,8 @@ def _execute(plan: Plan) -> None:
                 fds[step] = _preclone(op)
             elif op.kind is MountKind.OVERLAY:
                 layers = _layer_fds(op)
+            elif op.kind is MountKind.REVIEW:
+                fds[step] = _review_overlay(op)
         links = {i: op for i, op in enumerate(plan.mounts) if _top_link(op)} if plan.image else {}
         for step, op in enumerate(plan.mounts):
             if op.kind is MountKind.OVERLAY:

@@ -330,9 +330,28 @@ def _listing(fd: int) -> list[str]:
         return [e.name for e in entries]
 
 
+def _open_to_empty(pfd: int, name: str) -> int:
+    """The directory ``name`` of ``pfd`` opened for listing; one of the caller's that its
+    mode keeps closed (a sandbox's ``chmod 000``, an overlay's work directory) is given
+    the owner's rights first, through a descriptor of that very directory (a link put
+    in its place is not opened: ``O_NOFOLLOW``)."""
+    try:
+        return open_beneath(pfd, name, os.O_RDONLY | os.O_DIRECTORY)
+    except PermissionError:
+        held = open_beneath(pfd, name, os.O_PATH | os.O_DIRECTORY)
+        try:
+            st = os.fstat(held)
+            if st.st_uid != os.geteuid():
+                raise
+            os.chmod(f"/proc/self/fd/{held}", stat.S_IMODE(st.st_mode) | 0o700)
+        finally:
+            os.close(held)
+        return open_beneath(pfd, name, os.O_RDONLY | os.O_DIRECTORY)
+
+
 def _empty_dir(pfd: int, name: str) -> None:
     """Remove everything in the directory ``name`` of ``pfd`` (left there, empty)."""
-    top = open_beneath(pfd, name, os.O_RDONLY | os.O_DIRECTORY)
+    top = _open_to_empty(pfd, name)
     levels = [_Level(top, name)]
     try:
         _writable(top)
@@ -363,7 +382,7 @@ def _empty_dir(pfd: int, name: str) -> None:
                 levels[0].names.append(moved)
                 continue
             try:
-                fd = open_beneath(here.fd, child, os.O_RDONLY | os.O_DIRECTORY)
+                fd = _open_to_empty(here.fd, child)
             except OSError as e:
                 if e.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):
                     continue  # replaced meanwhile: it is an entry of ``here`` again

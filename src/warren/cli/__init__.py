@@ -46,6 +46,10 @@ long-lived:
   logs [-f] NAME ID                       a background process's output (ID from exec -d)
   logs --net [--json] NAME                the network proxy's decisions
   stop NAME / rm [-f] NAME                stop; stop and forget
+review (create --review NAME or run --review CMD: changes go to a layer of their own):
+  diff [--patch] [--json] NAME            what it changed: a list, or a git-style patch
+  apply [--force] NAME [PATH...]          write them (stopped) to the host workspace
+  discard NAME                            drop them
 on an image (--image NAME):
   snapshot NAME / snapshot ls / snapshot rm ID   its own layer, copied (prints the id)
   fork [POLICY FLAGS] NAME NEW            a new sandbox from a snapshot of NAME taken now
@@ -103,7 +107,7 @@ def _dispatch(argv: list[str]) -> int:
 
 def commands() -> dict[str, Callable[[list[str]], int]]:
     """Every sub-command but the fast two (``run``, ``exec``), by name."""
-    from . import catalog, images, info, sandboxd, sandboxes, service, snapshots
+    from . import catalog, images, info, review, sandboxd, sandboxes, service, snapshots
 
     return {
         **sandboxes.COMMANDS,
@@ -113,6 +117,7 @@ def commands() -> dict[str, Callable[[list[str]], int]]:
         **images.COMMANDS,
         **snapshots.COMMANDS,
         **sandboxd.COMMANDS,
+        **review.COMMANDS,
     }
 
 
@@ -135,6 +140,10 @@ def run(rest: list[str]) -> int:
         got = ns, ns.command
     ns, command = got
     argv = flags.command_of(command, "run")
+    if getattr(ns, "review", False):
+        from . import review
+
+        return review.run(flags.spec_of(ns), ns.profile, argv, _timeout(ns.timeout))
     if getattr(ns, "json", False):
         return attach.run_json(flags.spec_of(ns), ns.profile, argv, _timeout(ns.timeout))
     return attach.run(flags.spec_of(ns), ns.profile, argv, _timeout(ns.timeout))

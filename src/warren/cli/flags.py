@@ -161,6 +161,13 @@ POLICY_FLAGS = (
         "switch",
         "refuse to run where user namespaces are unavailable or powerless, instead of the degraded mode",
     ),
+    Flag(
+        ("--review",),
+        "review",
+        "switch",
+        "the sandbox's changes to the workspace go to a layer of its own: see them with `warren diff`, "
+        "keep them with `warren apply`",
+    ),
 )
 TIMEOUT = Flag(
     ("--timeout",), "timeout", "float", "kill the command's whole tree after this (exit 124)", "SECONDS"
@@ -364,6 +371,8 @@ def spec_of(ns: Any) -> dict[str, object]:
             spec[key] = getattr(ns, key)
     if getattr(ns, "require_namespaces", False):
         spec["require_namespaces"] = True
+    if getattr(ns, "review", False):
+        spec["review"] = True
     return spec
 
 

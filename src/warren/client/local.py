@@ -16,12 +16,14 @@ from collections.abc import Callable, Mapping
 from .. import codec, protocol
 from ..errors import SandboxError
 from ..models import (
+    Change,
     FileInfo,
     FileOp,
     FileResult,
     ProcessInfo,
     ProcessState,
     Result,
+    Review,
     SandboxInfo,
     SnapshotInfo,
     SpawnInfo,
@@ -235,6 +237,18 @@ class LocalTransport(Transport):
         reply, _ = self._request(protocol.SnapshotRemoveRequest(id=snap_id), (protocol.SnapshotInfo,))
         assert isinstance(reply, protocol.SnapshotInfo)
         return codec.model_of(SnapshotInfo, reply.to_fields())
+
+    def review(
+        self, name: str, action: str, paths: builtins.list[str], force: bool = False, patch: bool = False
+    ) -> Review:
+        msg = protocol.ReviewRequest(sandbox=name, action=action, paths=paths, force=force, patch=patch)
+        reply, _ = self._request(msg, (protocol.ReviewResult,))
+        assert isinstance(reply, protocol.ReviewResult)
+        return Review(
+            changes=tuple(codec.model_of(Change, c.to_fields()) for c in reply.changes),
+            patch=reply.patch,
+            applied=tuple(reply.applied),
+        )
 
     def net_log(self, name: str) -> builtins.list[NetEvent]:
         reply, _ = self._request(protocol.NetLogRequest(sandbox=name), (protocol.NetLog,))

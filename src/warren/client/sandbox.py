@@ -35,6 +35,7 @@ from ..models import (
     ProcessInfo,
     ProcessState,
     Result,
+    Review,
     SandboxInfo,
     SnapshotInfo,
     SpawnInfo,
@@ -435,6 +436,22 @@ class Sandbox:
     ) -> SnapshotInfo:
         """Remove a snapshot no sandbox or other snapshot stands on."""
         return (transport or _local(remote, token)).remove_snapshot(snap_id)
+
+    def diff(self, patch: bool = False) -> Review:
+        """A review sandbox's changes to its workspace (``create(..., review=True)``),
+        with a git-style patch when ``patch``; the host's files are untouched."""
+        return self._transport.review(self.name, "diff", [], patch=patch)
+
+    def apply(self, *paths: str, force: bool = False) -> Review:
+        """Write a stopped review sandbox's changes (those at or beneath ``paths``,
+        relative to the workspace; all without) to the host workspace. A file changed on
+        the host since the sandbox started refuses the apply (``ReviewConflict``) unless
+        ``force``."""
+        return self._transport.review(self.name, "apply", list(paths), force=force)
+
+    def discard(self) -> None:
+        """Drop a stopped review sandbox's changes."""
+        self._transport.review(self.name, "discard", [])
 
     def net_log(self) -> builtins.list[NetEvent]:
         """Every decision of this sandbox's network proxy (``--network allow``), oldest

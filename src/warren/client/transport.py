@@ -22,6 +22,7 @@ from ..models import (
     ProcessInfo,
     ProcessState,
     Result,
+    Review,
     SandboxInfo,
     SnapshotInfo,
     SpawnInfo,
@@ -149,6 +150,17 @@ class Transport(abc.ABC):
 
     @abc.abstractmethod
     def stats(self, name: str) -> Stats: ...
+
+    def review(
+        self, name: str, action: str, paths: builtins.list[str], force: bool = False, patch: bool = False
+    ) -> Review:
+        """A review sandbox's layer: ``diff``, ``apply`` or ``discard``."""
+        raise WarrenError(
+            f"review mode's {action} is available through the local supervisor only (not over HTTP yet)",
+            operation=action,
+            path=name,
+            hint=f"run `warren {action} {name}` on the machine the sandbox runs on",
+        )
 
     @abc.abstractmethod
     def pause(self, name: str, paused: bool) -> SandboxInfo:

@@ -40,6 +40,7 @@ def make_plan(
     image: ImageRef | None = None,
     secret_nonce: str = "",
     trust_bundle: str | None = None,
+    review_layer: str | None = None,
 ) -> Plan:
     """``cwd``: where commands start by default (absolute, or relative to the
     workspace); None means the caller's directory when it lies in the workspace, else
@@ -49,7 +50,10 @@ def make_plan(
     (``envroot``).
     ``secret_nonce``: fresh randomness for the placeholders of ``--secret``;
     ``trust_bundle``: the host file the launch writes the sandbox's trust bundle to
-    (see ``secrets``)."""
+    (see ``secrets``). ``review_layer``: where a review sandbox's layer goes (a fresh
+    name in warren's state directory)."""
+    if policy.review:
+        _check_review(policy, host, image)
     if not host.machine_supported:
         raise HostError(
             "this architecture is not supported",
@@ -126,16 +130,27 @@ def make_plan(
     workspace = str(policy.workspace)
     ws_writable = any(r.path == policy.workspace for r in policy.writable)
     place = _place(policy, host)
+    # Review mode: the workspace is no writable root of the host's but an overlay of its
+    # own (its TMPDIR stays on the private /tmp: no host mount to join), whose files
+    # linked from outside need no inode of their own (a write copies them up) and whose
+    # repositories are the sandbox's (not found: ``server.planning``).
+    host_bound = ws_writable and not policy.review
+    if policy.review:
+        host = dataclasses.replace(
+            host,
+            outside_links=tuple(o for o in host.outside_links if o[3] or not within(o[0], workspace)),
+        )
     scratch = _tmpdir.scratch_tmpdir(
-        workspace, ws_writable, caller.env, caller.home, host, scratch_id, shared=abi >= 2
+        workspace, host_bound, caller.env, caller.home, host, scratch_id, shared=abi >= 2
     )
     tmp_limit = (
         _tmpdir.limit(workspace, caller.env, host, scratch)
-        if ws_writable and workspace in host.writable_dirs and scratch_id is not None
+        if host_bound and workspace in host.writable_dirs and scratch_id is not None
         else None
     )
     # The sandbox's TMPDIR is a writable root of its own: it joins the workspace's mount.
     roots = [*writable, scratch.path] if scratch else writable
+    bound = [r for r in roots if r != workspace] if policy.review else roots
     # A repository above the workspace: visible inside (``plan_mounts``), and named in
     # hints while its .git is not writable.
     repository = host.repository if ws_writable else None
@@ -143,7 +158,7 @@ def make_plan(
         repository if repository and not any(within(f"{repository}/.git", r) for r in writable) else None
     )
     mounts = plan_mounts(
-        roots,
+        bound,
         [str(r.path) for r in policy.readable],
         denied,
         ["/run", "/var/run", caller.env.get("XDG_RUNTIME_DIR", "")],
@@ -152,6 +167,7 @@ def make_plan(
         tmp_size=limits.limits.tmp_size or None,
         repository=repository,
         place=place,
+        review=(workspace, review_layer or "") if policy.review else None,
     )
     warnings.extend(mounts.warnings)
     notes = list(mounts.notes)
@@ -164,6 +180,9 @@ def make_plan(
     warnings.extend(secrets.warnings)
     env = environment(policy, caller.env, caller.home, scratch.path if scratch else "/tmp")
     env.update(secrets.env)
+    if policy.review:
+        # uv hard-links from its cache, which cannot reach into the layer: quiet copies.
+        env.setdefault("UV_LINK_MODE", "copy")
     devices = tuple(
         f"/dev/{n}" for n in ("null", "zero", "full", "tty") if host.kind(f"/dev/{n}") != "missing"
     )
@@ -205,8 +224,9 @@ def make_plan(
         unshare=tuple((path, dev, ino) for path, dev, ino, secret in host.outside_links if not secret),
         groups=tuple((g.mount_at, g.roots) for g in mounts.groups),
         warnings=tuple(warnings),
-        notes=tuple(notes),
+        notes=tuple([*notes, *review_notes(workspace)] if policy.review else notes),
         limits=limits,
+        review=review_layer if policy.review else None,
     )
 
 
@@ -352,3 +372,42 @@ def _cwd(workspace: str, caller_cwd: str, asked: str | None) -> str:
     if within(real, workspace) and not any(within(real, o) for o in OVERLAID if not within(workspace, o)):
         return real
     return workspace
+
+
+def review_notes(workspace: str) -> list[str]:
+    return [
+        f"review mode: {workspace} is an overlay; the sandbox's changes go to a layer in warren's state "
+        "directory, the host's files stay as they are until `warren apply`",
+        "review mode: hard links and renames between the workspace and caches or TMPDIR are EXDEV "
+        "(tools copy instead: UV_LINK_MODE=copy is set); a repository's commits inside stay in the layer",
+    ]
+
+
+def _check_review(policy: Policy, host: HostFacts, image: ImageRef | None) -> None:
+    """Review mode is planned for a writable host workspace on the host's root, in the
+    full mode; what it has not been built for is refused, naming why."""
+    workspace = str(policy.workspace)
+    why = None
+    if image is not None or not policy.host_workspace:
+        why = "a sandbox on an image (its workspace is not reviewed yet)"
+    elif host.namespaces[0] != "usable":
+        why = f"the degraded mode (user namespaces: {host.namespaces[0]}): an overlay needs them"
+    elif policy.workspace_at:
+        why = "workspace_at"
+    elif not any(r.path == policy.workspace for r in policy.writable):
+        why = "a read-only workspace (nothing to review)"
+    else:
+        inner = [
+            str(r.path)
+            for r in policy.writable
+            if r.path != policy.workspace and within(str(r.path), workspace)
+        ]
+        if inner:
+            why = f"a writable path inside the workspace ({inner[0]}), which the host would see at once"
+    if why is not None:
+        raise PolicyError(
+            f"review mode does not work with {why}",
+            operation="plan",
+            path=workspace,
+            hint="drop --review, or drop what it cannot be combined with",
+        )

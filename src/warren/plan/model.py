@@ -49,6 +49,10 @@ class MountKind(enum.Enum):
     # ``source`` as the sandbox sees it by then, with every mount beneath it (git
     # directories, denied files, read-only masks), bound again at ``target``
     MIRROR = "mirror"
+    # review mode: an overlay at ``target`` whose lower is the host directory ``source``
+    # (read-only) and whose upper and work directories are ``layers`` (host paths in
+    # warren's state directory, opened before anything is mounted)
+    REVIEW = "review"
 
 
 # Cloned from the host before anything is overlaid (their sources may lie under /tmp,
@@ -161,6 +165,9 @@ class Plan:
     # False: the degraded mode (``plan.degraded``), no namespaces and no mounts, and
     # ``not_held`` says (protection, what happens instead) for each one lost.
     namespaces: bool = True
+    # Review mode: the layer directory (``upper`` and ``work`` in it) of the workspace's
+    # overlay, in warren's state directory; made at launch (``server.review``).
+    review: str | None = None
     not_held: tuple[tuple[str, str], ...] = ()
 
     @property

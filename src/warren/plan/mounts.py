@@ -268,13 +268,16 @@ def plan_mounts(
     tmp_size: int | None = None,
     repository: str | None = None,
     place: tuple[str, str] | None = None,
+    review: tuple[str, str] | None = None,
 ) -> MountPlan:
     """The mount steps, in the order the kernel needs them. ``shared``: writable roots
     on one filesystem share one bind (needs Landlock >= 2 to confine them); otherwise
     one bind per root. ``denied`` pairs each path with where the rule came from.
     ``repository``: the root of a git repository the workspace lies in, whose ``.git``
     is outside it: under a fresh directory it is grafted read-only beneath the
-    workspace's bind, so git inside finds it as on the host."""
+    workspace's bind, so git inside finds it as on the host. ``review``: (workspace,
+    layer directory): the workspace is an overlay of the host's, after every writable
+    root and graft, before what hides or protects files inside it."""
     warnings: list[str] = []
     ops: list[MountOp] = [MountOp(MountKind.ROOT_VIEW, "/", "/", why="the host, read-only and nosuid")]
     if shared:
@@ -342,6 +345,20 @@ def plan_mounts(
             add_group(g)
 
     visible_grafts = [g.mount_at for g in groups if g.overlaid is not None] + list(views)
+    if review is not None:
+        workspace, layer = review
+        ops.append(
+            MountOp(
+                MountKind.REVIEW,
+                workspace,
+                workspace,
+                why="review mode: the host's workspace read-only beneath a layer of the sandbox's own "
+                "(warren diff / apply / discard)",
+                mkdir=overlaid_base(workspace) is not None,
+                layers=(f"{layer}/upper", f"{layer}/work"),
+            )
+        )
+        visible_grafts.append(workspace)
 
     def visible(path: str) -> bool:
         base = overlaid_base(path)

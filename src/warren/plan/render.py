@@ -38,6 +38,8 @@ def _mount_line(op: MountOp) -> str:
         return _LINES[op.kind].format(op=op)
     if op.kind is _K.OVERLAY:
         return f"root      /  <- overlay of {', '.join(op.layers)} (topmost first) ({op.why})"
+    if op.kind is _K.REVIEW:
+        return f"overlay   {op.target}  <- host {op.source}, read-only, under {op.layers[0]} ({op.why})"
     if op.kind is _K.MASK:
         return f"mask ro   {op.target}/*  except {', '.join(op.keep)}"
     if op.kind is _K.TMPFS:

@@ -94,6 +94,7 @@ _NARROWING = {
     "tmp_size": "a lower limit",
     "idle_timeout": "a shorter timeout",
     "require_namespaces": "true",
+    "review": "true",
 }
 _FLAG_FOR = {
     "write": "--write PATH",
@@ -117,6 +118,7 @@ _FLAG_FOR = {
     "secrets": "--secret NAME=ENVVAR@HOST",
     "allow_http": "--allow-http 'METHOD HOST/PATH'",
     "require_namespaces": "--require-namespaces",
+    "review": "--review",
     "snapshot_budget": "(your own config only)",
 }
 
@@ -149,6 +151,8 @@ def _check_narrowing(table: Mapping[str, Any], spec: PolicySpec, workspace: Path
             raise refuse(key, value, "would allow nested sandboxes")
         if key == "require_namespaces" and value is not True:
             raise refuse(key, value, "would allow the degraded mode")
+        if key == "review" and value is not True:
+            raise refuse(key, value, "would let the sandbox write the workspace directly")
     for p in spec.read:
         path = Path(p)
         if path != workspace and workspace not in path.parents:

@@ -237,6 +237,9 @@ class Policy:
     spec: PolicySpec = field(default_factory=PolicySpec, compare=False)
     # Refuse to start without namespaces rather than run in the degraded mode.
     require_namespaces: bool = False
+    # Review mode (``plan.mounts``: the workspace is an overlay whose upper layer lies in
+    # warren's state directory; ``server.review`` shows and applies it).
+    review: bool = False
     # Where this caller's host runs programs from (``hostrun``): a writable root that
     # reaches one is warned about in the plan.
     host_run: tuple[HostRun, ...] = ()

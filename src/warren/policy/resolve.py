@@ -215,6 +215,7 @@ def build(
         resolve=dict(spec.resolve),
         allow_nested=bool(spec.allow_nested),
         require_namespaces=bool(spec.require_namespaces),
+        review=bool(spec.review),
         limits=spec.limits("policy"),
         image=spec.image,
         host_workspace=not no_workspace,

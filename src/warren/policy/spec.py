@@ -39,6 +39,7 @@ BOOL_KEYS = (
     "allow_nested",
     "allow_broad_workspace",
     "require_namespaces",
+    "review",
 )
 STR_KEYS = ("workspace", "network", "workspace_at")
 TABLE_KEYS = ("env", "resolve")
@@ -88,6 +89,8 @@ class PolicySpec:
     secrets: list[str] = field(default_factory=list)
     allow_http: list[str] = field(default_factory=list)
     require_namespaces: bool | None = None  # refuse the degraded mode (plan.degraded)
+    # the workspace as an overlay: changes go to a layer of the sandbox's own until applied
+    review: bool | None = None
     # The keys' other spellings, as the CLI, config files and HTTP accept them
     # (``PolicySpec(preset="python")``): added to their list.
     preset: InitVar[_Many] = None
@@ -147,6 +150,7 @@ class PolicySpec:
             secrets=[*self.secrets, *other.secrets],
             allow_http=[*self.allow_http, *other.allow_http],
             require_namespaces=_pick(other.require_namespaces, self.require_namespaces),
+            review=_pick(other.review, self.review),
         )
 
     def to_mapping(self) -> dict[str, object]:

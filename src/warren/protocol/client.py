@@ -63,6 +63,7 @@ class Spec(Message):
     secrets: list[str] = []  # NAME=ENVVAR@HOST: names and sources, never a value
     allow_http: list[str] = []
     require_namespaces: bool | None = None
+    review: bool | None = None
 
     @classmethod
     def of(cls, mapping: dict[str, object]) -> Spec:
@@ -229,6 +230,19 @@ class UnexposeRequest(Message):
 class NetLogRequest(Message):
     TAG = "netlog"
     sandbox: str
+
+
+class ReviewRequest(Message):
+    """A review sandbox's layer: ``diff`` (``patch``: with a git-style patch),
+    ``apply`` (``paths`` relative to the workspace, all without; ``force``: over host
+    files changed meanwhile) or ``discard``."""
+
+    TAG = "review"
+    sandbox: str
+    action: str
+    paths: list[str] = []
+    force: bool = False
+    patch: bool = False
 
 
 class StatsRequest(Message):
@@ -452,6 +466,23 @@ class NetEventRecord(Message):
 class NetLog(Message):
     TAG = "netlog-ok"
     events: list[NetEventRecord] = []
+
+
+class ReviewChange(Message):
+    path: str
+    kind: str  # added | modified | removed | mode | renamed
+    type: str  # file | dir | symlink | other
+    old_mode: int | None = None
+    new_mode: int | None = None
+    renamed_from: str | None = None
+    held: str = ""  # why apply never writes it
+
+
+class ReviewResult(Message):
+    TAG = "review-ok"
+    changes: list[ReviewChange] = []
+    patch: str = ""
+    applied: list[str] = []
 
 
 class Stats(Message):

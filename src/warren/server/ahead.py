@@ -129,6 +129,7 @@ def eligible(plan: Plan) -> bool:
         and plan.net.mode in ("none", "open")
         and not plan.net.intercepts
         and plan.net.trust_bundle is None
+        and plan.review is None
     )
 
 

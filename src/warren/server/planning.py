@@ -79,7 +79,15 @@ def host_facts(
     ]
     # Repositories in the workspace and the --write roots (a preset's caches are
     # the tool's, shared with the host on purpose: docs/known-limits.md).
-    git_roots = strip_nested([str(r.path) for r in policy.writable if r.source in ("workspace", "--write")])
+    # In review mode the workspace's repositories are the sandbox's own, in its layer:
+    # nothing of them is shared with the host (``server.review`` never applies them).
+    git_roots = strip_nested(
+        [
+            str(r.path)
+            for r in policy.writable
+            if r.source == "--write" or (r.source == "workspace" and not policy.review)
+        ]
+    )
     if namespaces()[0] == "usable":
         git = keeper.find(
             git_roots, caller.env, dry=dry, readonly=tuple(str(r.path) for r in policy.readable)
@@ -148,6 +156,10 @@ class Planner:
                 scratch_id=scratch_id or secrets.token_hex(12),
                 image=image,
                 secret_nonce=secrets.token_hex(16),
+                # Beneath warren's state directory too (never inside the workspace), a fresh name.
+                review_layer=os.path.join(state_dir, "review", secrets.token_hex(12))
+                if policy.review
+                else None,
                 # Beneath warren's state directory (hidden in every sandbox), a fresh name.
                 trust_bundle=os.path.join(state_dir, "tls", f"bundle-{secrets.token_hex(12)}.pem")
                 if intercepts

@@ -24,7 +24,16 @@ from pathlib import Path
 
 from .. import protocol
 from .._core import cgroups
-from ..errors import SandboxDead, SandboxNotFound, SandboxPaused, SetupError, SnapshotError, WarrenError
+from ..errors import (
+    PolicyError,
+    ReviewError,
+    SandboxDead,
+    SandboxNotFound,
+    SandboxPaused,
+    SetupError,
+    SnapshotError,
+    WarrenError,
+)
 from ..images.ref import ImageRef
 from ..plan import CallerFacts, Plan
 from . import (
@@ -35,6 +44,7 @@ from . import (
     launch,
     registry,
     restack,
+    review,
     snapshots,
     spawns,
     statedir,
@@ -100,6 +110,8 @@ class Sandboxes:
             raise
         layers: dict[int, list[int]] = {}
         try:
+            if plan.review is not None:
+                self._review_layer(plan, oneshot or ahead)
             layers = self._memory_layers(plan)
             launched = launch.launch(
                 plan,
@@ -114,6 +126,8 @@ class Sandboxes:
             self.keeper.release(lease)
             if image_lease is not None:
                 image_lease.release()
+            if plan.review is not None:
+                review.remove_layer(plan.review)
             raise
         finally:
             for fds in layers.values():  # PID 1 has its copies (or never will)
@@ -136,6 +150,65 @@ class Sandboxes:
         )
         self.add(box, ahead)
         return box
+
+    @staticmethod
+    def _review_layer(plan: Plan, oneshot: bool) -> None:
+        if oneshot:
+            raise PolicyError(
+                "review mode is for a sandbox created by name: a `warren run` keeps no layer to review",
+                operation="run",
+                path=plan.workspace,
+                hint="`warren create NAME --review`, then `warren exec NAME ...`, `warren diff NAME`, "
+                "`warren apply NAME`",
+            )
+        review.make_layer(plan.review or "", plan.workspace)
+
+    def review(self, msg: protocol.ReviewRequest) -> protocol.ReviewResult:
+        """``warren diff`` / ``apply`` / ``discard`` of a review sandbox's layer. Apply and
+        discard wait for the sandbox to stop: its layer then changes no more."""
+        assert self.root is not None
+        entry = self.entry(msg.sandbox)
+        layer = review.layer_of(statedir.sandbox_dir(self.root, msg.sandbox), self.root, msg.sandbox)
+        if msg.action not in ("diff", "apply", "discard"):
+            raise ReviewError(f"unknown review action {msg.action!r}", operation="review", path=msg.sandbox)
+        if msg.action != "diff" and (msg.sandbox in self.boxes or entry.state == registry.RUNNING):
+            raise ReviewError(
+                f"sandbox {msg.sandbox} is running: its layer may still change",
+                operation=msg.action,
+                path=msg.sandbox,
+                hint=f"stop it first (`warren stop {msg.sandbox}`); `warren diff` works while it runs",
+            )
+        try:
+            if msg.action == "discard":
+                review.discard(layer)
+                return protocol.ReviewResult()
+            found = review.changes(layer, entry.workspace)
+        except OSError as e:
+            where = e.filename if isinstance(e.filename, str) else layer
+            raise ReviewError.from_os(
+                e,
+                f"cannot read sandbox {msg.sandbox}'s review layer at {where}: {e.strerror}",
+                msg.action,
+                where,
+                hint="a sandbox still running may change its layer meanwhile: try again, or stop it first",
+            ) from None
+        if msg.action == "apply":
+            chosen = review.select(found, msg.paths)
+            return protocol.ReviewResult(
+                changes=[c.message() for c in chosen],
+                applied=review.apply(layer, entry.workspace, chosen, msg.force),
+            )
+        try:
+            patch = review.patch(layer, entry.workspace, found) if msg.patch else ""
+        except OSError as e:
+            raise ReviewError.from_os(
+                e,
+                f"cannot make the patch of sandbox {msg.sandbox}'s changes: {e.strerror}",
+                "diff",
+                e.filename if isinstance(e.filename, str) else layer,
+                hint="a sandbox still running may change its layer meanwhile: try again, or stop it first",
+            ) from None
+        return protocol.ReviewResult(changes=[c.message() for c in found], patch=patch)
 
     def add(self, box: Box, ahead: bool = False) -> None:
         """``ahead``: booted for a create to come, held beside the one-shot ones (by id,
@@ -176,6 +249,8 @@ class Sandboxes:
             return self.live(msg.sandbox, paused_ok=True).exposes(), b""
         if isinstance(msg, protocol.UnexposeRequest):
             return self.live(msg.sandbox, paused_ok=True).unexpose(msg.port), b""
+        if isinstance(msg, protocol.ReviewRequest):
+            return self.review(msg), b""
         if isinstance(msg, protocol.NetLogRequest):
             if self.known(msg.sandbox) is None:
                 self.entry(msg.sandbox)  # raises SandboxNotFound when there is no such sandbox
@@ -397,6 +472,8 @@ class Sandboxes:
         )
         try:
             os.makedirs(statedir.sandbox_dir(self.root, box.name), mode=0o700, exist_ok=True)
+            if box.plan.review is not None:
+                review.write_pointer(statedir.sandbox_dir(self.root, box.name), box.plan.review)
         except OSError as e:
             with contextlib.suppress(WarrenError):
                 self.registry.remove(box.name)
@@ -436,6 +513,8 @@ class Sandboxes:
         """``rm``: the sandbox's record and state directory go."""
         assert self.registry is not None and self.root is not None
         self.registry.remove(name)
+        with contextlib.suppress(WarrenError):
+            review.remove_layer(review.layer_of(statedir.sandbox_dir(self.root, name), self.root, name))
         shutil.rmtree(statedir.sandbox_dir(self.root, name), ignore_errors=True)
 
 

@@ -74,6 +74,7 @@ _SUPERVISOR_REQUESTS = (
     protocol.ExposeListRequest,
     protocol.UnexposeRequest,
     protocol.NetLogRequest,
+    protocol.ReviewRequest,
     protocol.StatsRequest,
     protocol.ProcessRequest,
     protocol.SpawnListRequest,

@@ -97,6 +97,8 @@ class Broker:
         roots = ["/"] if plan.image is not None else sorted({r for _at, group in plan.groups for r in group})
         if plan.image is None and plan.host_workspace and any(within(plan.host_workspace, r) for r in roots):
             roots.append(plan.workspace)  # a writable workspace seen elsewhere (workspace_at)
+        if plan.review is not None:
+            roots.append(plan.workspace)  # review mode: an overlay, every change in its layer
         program = notify_filter(plan)
         box: list[Broker] = []
         ready = threading.Event()
