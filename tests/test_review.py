@@ -298,6 +298,10 @@ def test_review_mode_refuses_what_it_was_not_built_for(tmp_path: Path) -> None:
     # the library's one-shot run keeps no sandbox: no layer to review
     with pytest.raises(PolicyError, match="created by name"):
         warren.run(["true"], PolicySpec(workspace=str(ws), review=True))
+    # run --json prints a result and keeps nothing: with --review, one of them would be lost
+    both = run_cli(["run", "--review", "--json", "--workspace", str(ws), "--", "true"], cwd=ws)
+    assert both.returncode == 125 and "cannot be combined" in both.stderr and "hint:" in both.stderr
+    assert "Traceback" not in both.stderr
 
 
 def test_run_review_keeps_the_changes_in_a_stopped_sandbox_to_apply(tmp_path: Path) -> None:

@@ -140,6 +140,14 @@ def run(rest: list[str]) -> int:
         got = ns, ns.command
     ns, command = got
     argv = flags.command_of(command, "run")
+    if getattr(ns, "review", False) and getattr(ns, "json", False):
+        from .flags import UsageError
+
+        raise UsageError(
+            "--review and --json cannot be combined",
+            operation="cli",
+            hint="run --review keeps the sandbox for `warren diff --json NAME`; drop one of the two",
+        )
     if getattr(ns, "review", False):
         from . import review
 
