@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -25,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import _make_layout, module_state
+from conftest import _make_layout, module_state, need_tool
 from warren import PolicySpec, Sandbox
 from warren.plan import CallerFacts, HostFacts, degraded, make_plan
 from warren.plan.facts import parse_mountinfo
@@ -262,8 +261,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 @pytest.fixture(scope="module")
 def browsing(base: Path) -> Iterator[tuple[Sandbox, Path]]:
-    if shutil.which("chromium") is None:
-        pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
+    need_tool("chromium", "Debian's chromium drives these pages: apt-get install chromium")
     layout = _make_layout(base / "browser")
     with Sandbox.create(PolicySpec(workspace=str(layout.workspace))) as sb:
         yield sb, layout.workspace
