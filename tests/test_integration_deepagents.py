@@ -228,6 +228,9 @@ def _ran_in_the_dcode_venv(name: str) -> bool:
     return False
 
 
+# Deep Agents Code's glue (its entry point, its event loop's guard), the same whoever
+# calls: the root half of scripts/test runs it (its venv's imports take half a minute).
+@pytest.mark.caller_independent(half="root")
 def test_the_deep_agents_code_provider_is_found_by_its_entry_point(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -262,6 +265,9 @@ def test_the_deep_agents_code_provider_is_found_by_its_entry_point(
         provider.get_or_create(netwrok="open")
 
 
+# Deep Agents Code's glue (its entry point, its event loop's guard), the same whoever
+# calls: the root half of scripts/test runs it (its venv's imports take half a minute).
+@pytest.mark.caller_independent(half="root")
 def test_dcode_gets_a_sandbox_on_its_servers_guarded_event_loop(
     ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
