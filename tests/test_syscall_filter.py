@@ -328,15 +328,23 @@ def test_a_command_cannot_lower_the_next_commands_limits_or_priority(layout: Lay
             "import sys\n"
             "sys.argv[1:] = [str(pid), '1', str(helper), str(os.getpid())]\n"
         )
-        r = sb.exec(["python3", "-c", find + OTHERS])
-        assert r.exit_code == 0, r.stderr
-        stub, pid1, helper, own = json.loads(r.stdout).items()
-        assert pid1[0] == "1" and stub[1] == pid1[1] == helper[1] == REFUSED, r.stdout
-        # Control inside: the same calls on the command itself do what they say.
-        assert own[1] == DONE, r.stdout
-        pid, start = sb.exec(["python3", "-c", START]).stdout.decode().split(" ", 1)
-        assert pid == stub[0], "the next command was not the process attacked: nothing was shown"
-        assert start == first
+        # The stub found is the one the next command runs in, unless PID 1 replaced it in
+        # between (rarely): then the attack is made again, until the next command is the
+        # process attacked, the only case where its limits show anything.
+        shown = False
+        for _ in range(3):
+            r = sb.exec(["python3", "-c", find + OTHERS])
+            assert r.exit_code == 0, r.stderr
+            stub, pid1, helper, own = json.loads(r.stdout).items()
+            assert pid1[0] == "1" and stub[1] == pid1[1] == helper[1] == REFUSED, r.stdout
+            # Control inside: the same calls on the command itself do what they say.
+            assert own[1] == DONE, r.stdout
+            pid, start = sb.exec(["python3", "-c", START]).stdout.decode().split(" ", 1)
+            if pid == stub[0]:
+                assert start == first
+                shown = True
+                break
+        assert shown, "the next command was never the process attacked: nothing was shown"
     finally:
         sb.remove()
     # Control on the host: the same calls reach a process of the same uid.
