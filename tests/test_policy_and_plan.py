@@ -96,11 +96,25 @@ def test_roots_that_share_only_a_system_directory_are_split_and_said_so(tmp_path
         "/srv/proj",
     ]
     (warning,) = [w for w in plan.warnings if "EXDEV" in w]
-    assert "/srv/proj" in warning and "/home/u/.cache/uv" in warning and "below /," in warning
+    assert "/srv/proj" in warning and "/home/u/.cache/uv" in warning and "below / " in warning
     together = make_plan(policy(tmp_path, ["/home/u/proj", "/home/u/.cache/uv"]), facts())
     assert not any("EXDEV" in w for w in together.warnings)
     apart = make_plan(policy(tmp_path, ["/home/u/proj", "/data/cache"]), facts())
     assert not any("EXDEV" in w for w in apart.warnings)  # two filesystems: EXDEV on the host too
+
+
+def test_the_split_warning_names_the_users_directories_not_warrens_scratch(tmp_path: Path) -> None:
+    """warren's scratch directory (``.warren-tmp-*``) is a writable root like any other,
+    but naming it in the warning confuses: only the user's directories are named, and a
+    split that only separates the scratch from the workspace says nothing."""
+    scratch = "/srv/.warren-tmp-0123abcd"
+    plan = make_plan(policy(tmp_path, ["/srv/proj", "/home/u/.cache/uv", scratch]), facts())
+    (warning,) = [w for w in plan.warnings if "EXDEV" in w]
+    assert "/srv/proj" in warning and "/home/u/.cache/uv" in warning and ".warren-tmp" not in warning
+    assert warning.count("\n") == 0 and len(warning) < 240, warning
+    alone = make_plan(policy(tmp_path, ["/srv/proj", scratch]), facts())
+    assert sorted(op.target for op in alone.mounts if op.kind.value == "bind_rw") == [scratch, "/srv/proj"]
+    assert not any("EXDEV" in w for w in alone.warnings), alone.warnings
 
 
 def test_nested_roots_collapse_into_the_outer_one(tmp_path: Path) -> None:

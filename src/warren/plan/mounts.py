@@ -26,6 +26,9 @@ from pathlib import PurePosixPath
 from .facts import HostFacts, mount_of
 from .model import MountKind, MountOp
 
+# warren's scratch directory for a sandbox (``tmpdir``), beside the workspace or higher
+SCRATCH_PREFIX = ".warren-tmp-"
+
 # Directories the sandbox gets fresh: a writable root under one of them is grafted
 # onto the fresh mount, so it cannot share a mount with roots outside it.
 OVERLAID = ("/tmp", "/dev", "/proc", "/run", "/var/run")
@@ -175,16 +178,25 @@ def split_warnings(groups: list[Group], facts: HostFacts) -> list[str]:
             )
         if len(outside) > 1:
             # Split because the directory they share is one every user shares (/, /var/tmp,
-            # /srv, ...): a mount there would open its directories' metadata.
+            # /srv, ...): a mount there would open its directories' metadata. warren's own
+            # scratch directory (``tmpdir``) is named to nobody: what it costs is the user's
+            # directories' affair, and only theirs are named.
+            named = [[r for r in g.roots if not _scratch(r)] for g in outside]
+            named = [roots for roots in named if roots]
+            if len(named) < 2:
+                continue
             top = _common_ancestor([g.mount_at for g in outside])
             out.append(
-                f"{' and '.join(', '.join(g.roots) for g in outside)} are on one host filesystem "
-                f"but share no directory below {top}, which warren never binds writable: they "
-                "are separate mounts inside, so hardlinks and renames between them fail with "
-                "EXDEV (uv: 'falling back to full copy'). Keep the workspace under your home, "
-                "beside the caches."
+                f"{' and '.join(', '.join(roots) for roots in named)} share no directory below "
+                f"{top} that warren may bind writable: hardlinks and renames between them fail "
+                "inside (EXDEV: uv and pip copy); keep the workspace under your home, beside the "
+                "caches"
             )
     return out
+
+
+def _scratch(root: str) -> bool:
+    return PurePosixPath(root).name.startswith(SCRATCH_PREFIX)
 
 
 def tmp_notes(groups: list[Group], facts: HostFacts) -> list[str]:

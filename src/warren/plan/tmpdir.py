@@ -38,9 +38,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .facts import HostFacts, mount_of
-from .mounts import NEVER_SHARED, overlaid_base, within
+from .mounts import NEVER_SHARED, SCRATCH_PREFIX, overlaid_base, within
 
-SCRATCH_PREFIX = ".warren-tmp-"
 CACHE_PARTS = ("warren", "tmp")
 
 
