@@ -39,8 +39,8 @@ from . import seccomp as _seccomp
 from .env import credential_warnings, environment, passed
 from .facts import CallerFacts, HostFacts
 from .model import NetPlan, Plan
-from .mounts import strip_nested, within
-from .tmpdir import SCRATCH_PREFIX, cache_home, host_tmpdir
+from .mounts import SCRATCH_PREFIX, strip_nested, within
+from .tmpdir import cache_home, host_tmpdir
 
 # Directories of the host's runtime sockets (dbus, the agent sockets of ssh and gpg,
 # container engines): unreadable, and the broker refuses connecting to a socket there.
