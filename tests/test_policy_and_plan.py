@@ -352,3 +352,16 @@ def test_the_python_spec_takes_the_keys_the_cli_config_and_http_take_and_a_strin
     assert PolicySpec(read=("/a", "/b")).read == ["/a", "/b"]  # a tuple is a list too
     with pytest.raises(ConfigError, match="'write' must be a string or a list of strings"):
         PolicySpec(write=3)  # type: ignore[arg-type]
+
+
+def test_a_root_callers_writable_root_owned_by_another_uid_is_warned_about(tmp_path: Path) -> None:
+    """Root's override of permissions does not cross into a sandbox (no capabilities):
+    a workspace owned by uid 501 (an sdist unpacked by root) is said at launch, with the
+    fix; the caller's own, or any caller's but root's, says nothing."""
+    p = policy(tmp_path, ["/home/u/proj"])
+    root = CallerFacts(0, 0, "/root", {"PATH": "/usr/bin:/bin", "HOME": "/root"}, "/home/u/proj")
+    warned = _make_plan(p, facts(owners={"/home/u/proj": 501}), root)
+    (warning,) = [w for w in warned.warnings if "uid 501" in w]
+    assert "chown -R 0:0 /home/u/proj" in warning
+    assert not [w for w in _make_plan(p, facts(owners={"/home/u/proj": 0}), root).warnings if "owned by" in w]
+    assert not [w for w in make_plan(p, facts(owners={"/home/u/proj": 501})).warnings if "owned by" in w]

@@ -137,6 +137,10 @@ class HostFacts:
     # Directories among the asked-about paths that the planning user may write (the
     # supervisor runs as its callers): where warren itself may make a TMPDIR.
     writable_dirs: frozenset[str] = frozenset()
+    # For a root caller only: the owner of each asked-about directory. Its commands are
+    # uid 0 without capabilities inside, so a writable root another uid owns is not
+    # writable there as it is for root on the host (``make_plan`` warns).
+    owners: Mapping[str, int] = field(default_factory=dict)
     # Which cgroups this caller may use, and the RAM and CPUs the default limits scale with.
     cgroups: CgroupFacts = field(default_factory=lambda: CgroupFacts(uid=-1))
     mem_total: int = 4 << 30

@@ -175,6 +175,8 @@ def make_plan(
         notes.append(tmp_limit)
     warnings.extend(credential_warnings(passed(policy, caller.env)[1]))
     warnings.extend(_hostrun.warnings(policy.writable, policy.host_run))
+    if caller.uid == 0:
+        warnings.extend(_foreign_owned(writable, host))
     system_bundle = next((b for b in SYSTEM_BUNDLES if host.kind(b) == "file"), None)
     secrets = plan_secrets(policy, secret_nonce, trust_bundle, system_bundle)
     warnings.extend(secrets.warnings)
@@ -411,3 +413,18 @@ def _check_review(policy: Policy, host: HostFacts, image: ImageRef | None) -> No
             path=workspace,
             hint="drop --review, or drop what it cannot be combined with",
         )
+
+
+def _foreign_owned(writable: list[str], host: HostFacts) -> list[str]:
+    """A root caller's writable roots owned by another uid: on the host root writes them
+    by its capability, inside its commands have none (docs/known-limits.md)."""
+    out = []
+    for root in writable:
+        owner = host.owners.get(root)
+        if owner is not None and owner != 0:
+            out.append(
+                f"{root} is owned by uid {owner}: commands run as root without capabilities "
+                "inside, so they cannot write there what root writes on the host (EACCES); "
+                f"give it to yourself first: chown -R 0:0 {root}"
+            )
+    return out

@@ -7,6 +7,7 @@ server's side so that ``plan/`` imports nothing that touches the system through
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import socket
@@ -81,6 +82,7 @@ def gather(
         git=git,
         git_files=git_files,
         writable_dirs=frozenset(p for p in paths if kinds[p] == "dir" and os.access(p, os.W_OK)),
+        owners=_owners(p for p in paths if kinds[p] == "dir") if os.getuid() == 0 else {},
         cgroups=_cgroups.probe(os.getuid(), caller_cgroups),
         mem_total=mem_total(),
         repository=enclosing_repository(workspace) if workspace else None,
@@ -88,6 +90,14 @@ def gather(
         namespaces=namespaces(),
         user_counts=user_counts(),
     )
+
+
+def _owners(dirs: Iterable[str]) -> dict[str, int]:
+    out = {}
+    for d in dirs:
+        with contextlib.suppress(OSError):
+            out[d] = os.stat(d).st_uid
+    return out
 
 
 def user_counts() -> tuple[tuple[str, int], ...]:
