@@ -30,7 +30,7 @@ from pydantic import Field
 
 from .. import protocol
 from ..cli.hints import after_failure, limit_reached
-from ..client import checks
+from ..client import checks, origin
 from ..client import transport as transports
 from ..client.sandbox import feed_stdin
 from ..client.transport import Transport
@@ -100,6 +100,7 @@ class Warren:
     """The tools' state: the transport, the fixed policy and the sandbox names."""
 
     def __init__(self, transport: Transport, spec: PolicySpec, workspace: str) -> None:
+        origin.set_default("mcp")
         self.transport = transport
         self.spec = PolicySpec(**{**vars(spec), "workspace": workspace})
         self.workspace = workspace

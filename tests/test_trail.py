@@ -1,0 +1,434 @@
+"""A long-lived sandbox's trail (``warren events``): every command, file operation and
+network decision of a scripted session, in order, with who asked and how each command
+ended; no secret's or environment variable's value in it; bounded under a flood; followed
+as it grows. Judged on the host: the trail's files in warren's state, read directly.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import http.server
+import json
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import module_state, run_cli
+from warren import protocol
+from warren.client.sandbox import Sandbox
+from warren.client.transport import trail_of
+from warren.errors import ConfigError, HostError, WarrenError
+from warren.policy import PolicySpec, build, config
+from warren.server import trail
+
+SECRET = "trail-secret-" + "7f3a9c" * 5  # the real value the proxy holds; the sandbox sees a placeholder
+ENV_VALUE = "trail-env-value-" + "51e0" * 6  # an environment value given to one command
+
+
+@pytest.fixture(scope="module")
+def state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    yield from module_state(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[int]:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"ok\n"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.2", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield int(httpd.server_address[1])
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def sb(state: Path, server: int, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
+    ws = tmp_path_factory.mktemp("ws")
+    hosts = ["allowed.test", "api.test"]
+    spec = PolicySpec(
+        workspace=str(ws),
+        network="allow",
+        allow_hosts=[*(f"{h}:{server}" for h in hosts), f"127.0.0.2:{server}"],
+        resolve=dict.fromkeys(hosts, "127.0.0.2"),
+        secrets=["TOKEN=WARREN_TEST_TRAIL_SECRET@api.test"],
+    )
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("WARREN_TEST_TRAIL_SECRET", SECRET)
+        box = Sandbox.create(build(spec), name="trail")
+    with box:
+        yield box
+
+
+def _files(state: Path, name: str) -> list[Path]:
+    return sorted((state / "warren" / "sandboxes" / name).glob("*.jsonl*"))
+
+
+def _on_disk(state: Path, name: str) -> bytes:
+    return b"".join(p.read_bytes() for p in _files(state, name))
+
+
+def _curl(url: str, *headers: str) -> list[str]:
+    return ["curl", "-sS", "--max-time", "10", "-o", "/dev/null", "-w", "%{http_code}", *headers, url]
+
+
+def test_a_scripted_session_leaves_every_event_in_order(sb: Sandbox, state: Path, server: int) -> None:
+    before = len(list(sb.events()))
+    assert sb.exec(["true"]).ok
+    sb.files.write("up.txt", b"uploaded\n")
+    r = sb.exec(["sh", "-c", 'echo "$TRAIL_ENV"; exit 3'], env={"TRAIL_ENV": ENV_VALUE}, cwd="/tmp")
+    assert r.exit_code == 3 and r.stdout.decode().strip() == ENV_VALUE  # the command had the value
+    assert sb.exec(_curl(f"http://allowed.test:{server}/in")).stdout == b"200"
+    assert sb.exec(_curl(f"http://denied.test:{server}/out")).stdout == b"403"
+    records = list(sb.events())[before:]
+    got = [
+        (
+            r["kind"],
+            r.get("argv", [None])[0] if r["kind"] == "exec" else r.get("host", r.get("op", r.get("exit"))),
+        )
+        for r in records
+    ]
+    assert got == [
+        ("exec", "true"),
+        ("exec.end", 0),
+        ("file", "write"),
+        ("exec", "sh"),
+        ("exec.end", 3),
+        ("exec", "curl"),
+        ("net", "allowed.test"),
+        ("exec.end", 0),
+        ("exec", "curl"),
+        ("net", "denied.test"),
+        ("exec.end", 0),
+    ], records
+    first, end = records[0], records[1]
+    assert first["origin"] == "library" and first["uid"] >= 0 and first["peer_pid"] > 0
+    assert end["id"] == first["id"] and end["duration"] >= 0 and end["signal"] is None
+    assert records[2]["path"] == "up.txt"
+    sh = records[3]
+    assert sh["cwd"] == "/tmp" and sh["env"] == ["TRAIL_ENV"]  # the name, never the value
+    assert records[6]["allowed"] is True and records[9]["allowed"] is False
+    times = [r["time"] for r in records]
+    assert times == sorted(times)
+    # the same records are on the host, in warren's state: the trail and the network log
+    disk = _on_disk(state, "trail")
+    assert b'"argv":["true"]' in disk and b'"host":"denied.test"' in disk
+
+
+def test_the_cli_shows_the_trail_as_lines_and_as_json(sb: Sandbox) -> None:
+    sb.exec(["echo", "from-the-cli-test"])
+    human = run_cli(["events", "trail"], cwd=Path(sb.workspace))
+    assert human.returncode == 0, human.stderr
+    assert "$ echo from-the-cli-test" in human.stdout and "exit 0 after" in human.stdout
+    as_json = run_cli(["events", "--json", "trail"], cwd=Path(sb.workspace))
+    lines = [json.loads(x) for x in as_json.stdout.splitlines()]
+    assert any(x.get("argv") == ["echo", "from-the-cli-test"] for x in lines)
+    ours = run_cli(["exec", "trail", "--", "true"], cwd=Path(sb.workspace))
+    assert ours.returncode == 0, ours.stderr
+    last = [
+        json.loads(x)
+        for x in run_cli(["events", "--json", "trail"], cwd=Path(sb.workspace)).stdout.splitlines()
+    ]
+    assert [x["origin"] for x in last if x["kind"] == "exec"][-1] == "cli"
+    missing = run_cli(["events", "no-such-sandbox"], cwd=Path(sb.workspace))
+    assert (
+        missing.returncode != 0 and "Traceback" not in missing.stderr and "no-such-sandbox" in missing.stderr
+    )
+
+
+def test_no_secret_or_environment_value_reaches_the_trail(sb: Sandbox, state: Path, server: int) -> None:
+    script = 'echo "$TOKEN"; curl -sS --max-time 10 -o /dev/null -w "%{http_code}" '
+    script += '-H "Authorization: Bearer $TOKEN" '
+    r = sb.exec(["sh", "-c", script + f"http://api.test:{server}/s"], env={"TRAIL_ENV": ENV_VALUE})
+    placeholder, code = r.stdout.decode().split("\n", 1)
+    assert placeholder and placeholder != SECRET and code == "403"  # plain HTTP to a secret's host
+    disk = _on_disk(state, "trail")
+    assert b"api.test" in disk  # the request is in the trail (the detector reads the right files)
+    assert SECRET.encode() not in disk and ENV_VALUE.encode() not in disk
+    # control: a value the trail does hold is found by the same look
+    sb.exec(["echo", ENV_VALUE])
+    assert ENV_VALUE.encode() in _on_disk(state, "trail")
+
+
+def test_following_the_trail_sees_a_new_event(sb: Sandbox) -> None:
+    marker = f"followed-{time.monotonic_ns()}"
+    seen = threading.Event()
+    reading = threading.Event()
+
+    def follow() -> None:
+        for record in sb.events(follow=True, poll=0.05):
+            reading.set()
+            if record.get("argv") == ["echo", marker]:
+                seen.set()
+                return  # the generator closes: the follower lets go
+
+    threading.Thread(target=follow, daemon=True).start()
+    assert reading.wait(10)  # it has read what was there (the earlier tests' records)
+    assert not seen.is_set()  # control: the command is not in the trail before it runs
+    sb.exec(["echo", marker])
+    assert seen.wait(10), "the follower never saw the new command"
+
+
+def test_a_follower_stops_when_the_sandbox_ends(state: Path, tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    box = Sandbox.create(build(PolicySpec(workspace=str(ws))), name="ending")
+    try:
+        box.exec(["true"])
+        done = threading.Event()
+        got: list[dict[str, object]] = []
+
+        def follow() -> None:
+            got.extend(box.events(follow=True, poll=0.05))
+            done.set()
+
+        threading.Thread(target=follow, daemon=True).start()
+        assert not done.wait(0.3)  # control: it waits while the sandbox runs
+        box.stop()
+        assert done.wait(10), "the follower did not end with the sandbox"
+        assert [r["kind"] for r in got][-1] == "end"
+    finally:
+        box.remove()
+
+
+@pytest.mark.caller_independent(half="root")
+def test_the_trail_file_rotates_within_its_budget(tmp_path: Path) -> None:
+    t = trail.Trail(str(tmp_path), size=64 * 1024)
+    for i in range(5000):
+        t.record("exec", id=str(i), argv=["x" * 100])
+    t.close()
+    sizes = [p.stat().st_size for p in (tmp_path / "trail.jsonl", tmp_path / "trail.jsonl.1")]
+    assert all(s <= 64 * 1024 for s in sizes) and sum(sizes) > 64 * 1024, sizes
+    lines, _after, _skip = trail.read(str(tmp_path))
+    assert json.loads(lines[-1])["id"] == "4999"
+    # control: the same records without a budget take ten times the room
+    whole = tmp_path / "whole"
+    whole.mkdir()
+    u = trail.Trail(str(whole), size=1 << 40)
+    for i in range(5000):
+        u.record("exec", id=str(i), argv=["x" * 100])
+    u.close()
+    assert (whole / "trail.jsonl").stat().st_size > 5 * sum(sizes)
+
+
+@pytest.mark.caller_independent(half="root")
+def test_a_bad_trail_budget_is_a_config_error_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "warren").mkdir()
+    (tmp_path / "warren" / "config.toml").write_text('trail_budget = "lots"\n')
+    with pytest.raises(ConfigError) as e:
+        config.trail_budget({"XDG_CONFIG_HOME": str(tmp_path)}, tmp_path)
+    assert "trail_budget" in e.value.message and e.value.hint
+    (tmp_path / "warren" / "config.toml").write_text('trail_budget = "64K"\n')
+    assert config.trail_budget({"XDG_CONFIG_HOME": str(tmp_path)}, tmp_path) == 64 << 10
+
+
+@pytest.mark.caller_independent(half="root")
+def test_a_huge_argv_is_cut_to_one_bounded_record(tmp_path: Path) -> None:
+    t = trail.Trail(str(tmp_path))
+    huge = protocol.Command(argv=["y" * 100_000] * 50)
+    many = protocol.Command(argv=["true"], env={f"NAME_{i}": "v" for i in range(10_000)})
+    for cmd in (huge, many):
+        t.handed(protocol.ExecRequest(sandbox="s", command=cmd), {})
+    t.record("note", text="z" * 100_000)
+    t.close()
+    lines = (tmp_path / "trail.jsonl").read_bytes().splitlines(keepends=True)
+    assert len(lines) == 3 and all(len(x) <= trail.LINE_MAX and x.endswith(b"\n") for x in lines)
+    a, b, c = (json.loads(x) for x in lines)  # cut, and still records
+    assert a["argv"][-1] == "... (50 in all)" and len(a["argv"][0]) < 2000
+    assert b["argv"] == ["true"] and b["env"][-1] == "... (10,000 in all)"
+    assert c == {"time": c["time"], "kind": "note", "truncated": True}
+
+
+def test_a_flood_of_commands_keeps_the_trail_within_its_budget(
+    state_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Commands asked as fast as they run, by a user whose ``trail_budget`` is 32 KiB (the
+    4 MiB default takes a thousand commands of long argv to fill: half a minute): three
+    times the budget is written, what stays is within it, and the newest records are kept."""
+    budget = 32 * 1024
+    conf = tmp_path / "config"
+    (conf / "warren").mkdir(parents=True)
+    (conf / "warren" / "config.toml").write_text('trail_budget = "32K"\n')
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(conf))
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with Sandbox.create(build(PolicySpec(workspace=str(ws))), name="flood") as box:
+        argv = ["true", *(["z" * 1000] * 2)]
+        start = time.monotonic()
+        for _ in range(50):
+            assert box.exec(argv).ok
+        took = time.monotonic() - start
+        box.exec(["echo", "last"])
+        files = _files(state_home, "flood")
+        sizes = {p.name: p.stat().st_size for p in files}
+        assert sorted(sizes) == ["trail.jsonl", "trail.jsonl.1"], sizes  # rotated
+        assert all(s <= budget for s in sizes.values()), sizes
+        written = 50 * len(json.dumps(argv))
+        assert written > sum(sizes.values()) + budget // 2, (written, sizes)  # the flood was bigger
+        records = list(box.events())
+        assert records[-2]["argv"] == ["echo", "last"] and records[-1]["kind"] == "exec.end"
+        assert len(records) < 2 * 50  # the oldest went with the rotation
+        print(f"50 commands in {took:.1f} s; trail on disk {sum(sizes.values()):,} bytes")
+
+
+# --- OpenTelemetry ---------------------------------------------------------------------------
+
+
+class Collector:
+    """An OTLP/HTTP collector on loopback: each POST to /v1/traces decoded with the
+    protocol's own messages (``opentelemetry-proto``)."""
+
+    def __init__(self) -> None:
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+        self.spans: list[Any] = []
+        self.resources: list[dict[str, Any]] = []
+        self.paths: list[str] = []
+        collector = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                if self.headers.get("Content-Encoding") == "gzip":
+                    body = gzip.decompress(body)
+                message = ExportTraceServiceRequest.FromString(body)
+                collector.paths.append(self.path)
+                for rs in message.resource_spans:
+                    collector.resources.append({a.key: _value(a.value) for a in rs.resource.attributes})
+                    for ss in rs.scope_spans:
+                        collector.spans.extend(ss.spans)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _value(v: Any) -> Any:
+    which = v.WhichOneof("value")
+    if which == "array_value":
+        return [_value(x) for x in v.array_value.values]
+    return getattr(v, which) if which else None
+
+
+def _attributes(span: Any) -> dict[str, Any]:
+    return {a.key: _value(a.value) for a in span.attributes}
+
+
+def test_the_otlp_collector_receives_a_span_per_command_with_its_network_events(
+    sb: Sandbox, server: int
+) -> None:
+    pytest.importorskip("opentelemetry.sdk", reason="the otel extra is in the dev extra: scripts/setup")
+    sb.exec(["sh", "-c", "exit 5"])
+    sb.exec(_curl(f"http://allowed.test:{server}/otel"))
+    sb.exec(_curl(f"http://denied.test:{server}/otel"))
+    collector = Collector()
+    try:
+        r = run_cli(["events", "--otlp", collector.url, "trail"], cwd=Path(sb.workspace))
+        assert r.returncode == 0, r.stderr
+    finally:
+        collector.close()
+    assert collector.paths and set(collector.paths) == {"/v1/traces"}
+    assert {"service.name": "warren", "warren.sandbox": "trail"}.items() <= collector.resources[0].items()
+    execs = [s for s in collector.spans if s.name.startswith("exec ")]
+    failed = next(s for s in execs if _attributes(s)["warren.argv"] == ["sh", "-c", "exit 5"])
+    attrs = _attributes(failed)
+    assert attrs["warren.exit"] == 5 and attrs["warren.origin"] == "library"
+    assert failed.status.code == 2 and failed.end_time_unix_nano >= failed.start_time_unix_nano  # ERROR
+    curls = [s for s in execs if s.name == "exec curl"][-2:]
+    assert [[(e.name, _attributes(e)["warren.host"]) for e in s.events] for s in curls] == [
+        [("net allowed", "allowed.test")],
+        [("net refused", "denied.test")],
+    ]
+    assert all(s.events[0].time_unix_nano >= s.start_time_unix_nano for s in curls)
+    files = [s for s in collector.spans if s.name == "file write"]
+    assert files and _attributes(files[0])["warren.path"] == "up.txt"
+
+
+@pytest.mark.caller_independent(half="root")
+def test_otlp_without_the_extra_is_a_typed_error_with_the_install_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from warren.client import otlp
+
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http.trace_exporter", None)
+    with pytest.raises(HostError) as e:
+        otlp.Exporter("http://127.0.0.1:4318", "x")
+    assert "otel" in e.value.message and "pip install 'warren-sandbox[otel]'" in (e.value.hint or "")
+    with pytest.raises(WarrenError, match="--otlp wants"):
+        otlp.endpoint("127.0.0.1:4318")
+    assert otlp.endpoint("http://127.0.0.1:4318") == "http://127.0.0.1:4318/v1/traces"
+    assert otlp.endpoint("https://c.example/otlp/v1/traces") == "https://c.example/otlp/v1/traces"
+
+
+# --- over HTTP -------------------------------------------------------------------------------
+
+
+def test_http_callers_are_named_by_their_tokens_id_and_the_trail_is_served_and_followed(
+    sb: Sandbox, state: Path, tmp_path: Path
+) -> None:
+    from service_util import Serve
+    from warren.client.http import HttpTransport
+
+    server = Serve(tmp_path)
+    try:
+        assert server.token is not None
+        token_id = hashlib.sha256(server.token.encode()).hexdigest()[:12]
+        with server.client() as http:
+            r = http.post("/v1/sandboxes/trail/exec", json={"argv": ["echo", "over-http"]})
+            assert r.status_code == 200, r.text
+            page = http.get("/v1/sandboxes/trail/events").json()
+            assert page["running"] is True and page["after"]
+            ours = [x for x in page["records"] if x.get("argv") == ["echo", "over-http"]]
+            assert [x["origin"] for x in ours] == [f"http token {token_id}"]
+            # a page from the cursor on holds only what came after it
+            later = http.get(
+                "/v1/sandboxes/trail/events", params={"after": page["after"], "skip": page["skip"]}
+            )
+            assert later.json()["records"] == []
+            bad = http.get("/v1/sandboxes/trail/events", params={"skip": "x"})
+            assert bad.status_code == 400 and "Traceback" not in bad.text
+            # followed (SSE): what is there, then a new command as it comes
+            marker = f"sse-{time.monotonic_ns()}"
+            with http.stream(
+                "GET", "/v1/sandboxes/trail/events", headers={"Accept": "text/event-stream"}
+            ) as stream:
+                lines = stream.iter_lines()
+                assert (
+                    http.post("/v1/sandboxes/trail/exec", json={"argv": ["echo", marker]}).status_code == 200
+                )
+                for line in lines:
+                    if line.startswith("data: ") and marker in line:
+                        break
+        # the remote SDK reads the same trail
+        remote = list(trail_of(HttpTransport(server.url, server.token), "trail"))
+        assert any(x.get("argv") == ["echo", marker] for x in remote)
+    finally:
+        server.stop()
+    disk = _on_disk(state, "trail")
+    assert server.token.encode() not in disk  # never the token
+    assert token_id.encode() in disk  # control: its id is, found by the same look
