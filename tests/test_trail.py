@@ -6,10 +6,12 @@ as it grows. Judged on the host: the trail's files in warren's state, read direc
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import hashlib
 import http.server
 import json
+import os
 import sys
 import threading
 import time
@@ -21,6 +23,7 @@ import pytest
 
 from conftest import module_state, run_cli
 from warren import protocol
+from warren.cli import events as events_cli
 from warren.client.sandbox import Sandbox
 from warren.client.transport import trail_of
 from warren.errors import ConfigError, HostError, WarrenError
@@ -129,6 +132,16 @@ def test_a_scripted_session_leaves_every_event_in_order(sb: Sandbox, state: Path
     assert b'"argv":["true"]' in disk and b'"host":"denied.test"' in disk
 
 
+def test_a_command_that_hits_its_timeout_says_so_in_the_trail(sb: Sandbox) -> None:
+    r = sb.exec(["sleep", "30"], timeout=0.3)
+    assert r.timed_out
+    end = list(sb.events())[-1]
+    assert end["kind"] == "exec.end" and end["timed_out"] is True and end["exit"] is None
+    assert end["signal"] == 9 and end["duration"] < 10
+    human = [line for line in map(events_cli.line, sb.events()) if " exec.end " in line][-1]
+    assert "timed out" in human
+
+
 def test_the_cli_shows_the_trail_as_lines_and_as_json(sb: Sandbox) -> None:
     sb.exec(["echo", "from-the-cli-test"])
     human = run_cli(["events", "trail"], cwd=Path(sb.workspace))
@@ -156,8 +169,9 @@ def test_no_secret_or_environment_value_reaches_the_trail(sb: Sandbox, state: Pa
     r = sb.exec(["sh", "-c", script + f"http://api.test:{server}/s"], env={"TRAIL_ENV": ENV_VALUE})
     placeholder, code = r.stdout.decode().split("\n", 1)
     assert placeholder and placeholder != SECRET and code == "403"  # plain HTTP to a secret's host
+    asked = [x for x in sb.events() if x["kind"] == "net" and x["host"] == "api.test"]
+    assert asked and not asked[-1]["allowed"]  # the request is in the trail, refused
     disk = _on_disk(state, "trail")
-    assert b"api.test" in disk  # the request is in the trail (the detector reads the right files)
     assert SECRET.encode() not in disk and ENV_VALUE.encode() not in disk
     # control: a value the trail does hold is found by the same look
     sb.exec(["echo", ENV_VALUE])
@@ -223,6 +237,77 @@ def test_the_trail_file_rotates_within_its_budget(tmp_path: Path) -> None:
         u.record("exec", id=str(i), argv=["x" * 100])
     u.close()
     assert (whole / "trail.jsonl").stat().st_size > 5 * sum(sizes)
+
+
+@pytest.mark.caller_independent(half="root")
+def test_pages_merge_both_logs_in_order_each_record_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def line(t: str, **fields: object) -> str:
+        return json.dumps({"time": f"2026-11-24T07:00:00.{t}Z", **fields}) + "\n"
+
+    (tmp_path / "trail.jsonl.1").write_text(
+        line("001", kind="exec", id="a") + line("003", kind="exec.end", id="a")
+    )
+    (tmp_path / "trail.jsonl").write_text(line("005", kind="file", op="write") + line("009", kind="end"))
+    (tmp_path / "net.jsonl").write_text(
+        line("002", method="GET", host="h", port=80, allowed=True, reason="r")
+        + line("003", method="GET", host="h", port=80, allowed=False, reason="r")
+        + line("006", kind="net.policy", change="allow h2")  # another kind (a policy change)
+        + "not json\n"
+    )
+    monkeypatch.setattr(trail, "READ_MAX", 3)
+    pages, after, skip = [], "", 0
+    while True:
+        lines, after, skip = trail.read(str(tmp_path), after, skip)
+        if not lines:
+            break
+        pages.append([json.loads(x) for x in lines])
+    assert [len(p) for p in pages] == [3, 3, 1]
+    got = [(r["time"][-4:-1], r["kind"]) for p in pages for r in p]
+    # at a tie (003) the network's decision comes before the command's end
+    assert got == [
+        ("001", "exec"),
+        ("002", "net"),
+        ("003", "net"),
+        ("003", "exec.end"),
+        ("005", "file"),
+        ("006", "net.policy"),
+        ("009", "end"),
+    ]
+    # a follower's look at a large trail with nothing new reads its last block only
+    big = tmp_path / "big"
+    big.mkdir()
+    t = trail.Trail(str(big), size=1 << 30)
+    for i in range(20_000):
+        t.record("exec", id=str(i), argv=["x" * 200])
+    t.close()
+    lines, after, skip = trail.read(str(big), "9999")
+    assert lines == [] and (big / "trail.jsonl").stat().st_size > 4 << 20
+    reads: list[int] = []
+    real = os.pread
+
+    def counted(fd: int, n: int, at: int) -> bytes:
+        reads.append(n)
+        return real(fd, n, at)
+
+    monkeypatch.setattr(os, "pread", counted)
+    last = json.loads((big / "trail.jsonl").read_bytes().splitlines()[-1])["time"]
+    assert trail.read(str(big), last, 10**9)[0] == []
+    assert 0 < sum(reads) <= 2 * 64 * 1024, reads
+    reads.clear()
+    assert len(trail.read(str(big))[0]) == 3  # control: from the start it reads it all
+    assert sum(reads) > 4 << 20
+
+
+@pytest.mark.caller_independent(half="root")
+def test_a_human_line_carries_no_control_character_from_the_trail() -> None:
+    hostile = {"time": "t", "kind": "net", "method": "GET", "host": "\x1b]0;owned\x07h.test", "port": 80}
+    shown = events_cli.line({**hostile, "allowed": False, "reason": "r\rX"})
+    assert "\x1b" not in shown and "\x07" not in shown and "\r" not in shown
+    assert "\\x1b]0;owned\\x07h.test" in shown  # escaped, still readable
+    unknown = events_cli.line({"time": "t", "kind": "net.approval", "id": "\x1b[2J"})
+    assert "\x1b" not in unknown and "net.approval" in unknown
 
 
 @pytest.mark.caller_independent(half="root")
@@ -432,3 +517,32 @@ def test_http_callers_are_named_by_their_tokens_id_and_the_trail_is_served_and_f
     disk = _on_disk(state, "trail")
     assert server.token.encode() not in disk  # never the token
     assert token_id.encode() in disk  # control: its id is, found by the same look
+
+
+def test_mcp_callers_are_named_in_the_trail(state: Path, tmp_path: Path) -> None:
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    ws = tmp_path / "mcp-ws"
+    ws.mkdir()
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "warren", "mcp", "--workspace", str(ws)], env=dict(os.environ)
+    )
+    found: list[dict[str, object]] = []
+
+    async def main() -> None:
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            ran = await session.call_tool("run_command", {"argv": ["echo", "from-mcp"]})
+            assert not ran.isError, ran.content
+            wrote = await session.call_tool("write_file", {"path": "m.txt", "content": "x"})
+            assert not wrote.isError, wrote.content
+            # read while the MCP server (which removes its sandboxes when it ends) runs
+            ours = [i for i in Sandbox.list() if i.name.endswith("default") and i.workspace == str(ws)]
+            assert len(ours) == 1, ours
+            found.extend(Sandbox(ours[0]).events())
+
+    asyncio.run(main())
+    execs = [r for r in found if r["kind"] == "exec" and r["argv"] == ["echo", "from-mcp"]]
+    files = [r for r in found if r["kind"] == "file" and r["path"] == "m.txt"]
+    assert [r["origin"] for r in execs] == ["mcp"] and files and files[-1]["origin"] == "mcp"

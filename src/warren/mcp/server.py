@@ -93,6 +93,11 @@ class Tools(Server):  # type: ignore[misc]  # the SDK's server class, of either 
                     "network, environment) is fixed by whoever started this MCP server and cannot be "
                     "changed by a tool call\nhint: known arguments: " + ", ".join(sorted(known))
                 )
+        # Who asks, for the sandbox's trail: this MCP server, and (over `warren serve`)
+        # the token it was reached with. The task's own context: it goes with each call.
+        asked = origin.ORIGIN.get()
+        if asked is None or not asked.startswith("mcp"):
+            origin.ORIGIN.set("mcp" if asked is None else f"mcp via {asked}")
         return await super().call_tool(name, arguments, *context)
 
 
@@ -100,7 +105,6 @@ class Warren:
     """The tools' state: the transport, the fixed policy and the sandbox names."""
 
     def __init__(self, transport: Transport, spec: PolicySpec, workspace: str) -> None:
-        origin.set_default("mcp")
         self.transport = transport
         self.spec = PolicySpec(**{**vars(spec), "workspace": workspace})
         self.workspace = workspace

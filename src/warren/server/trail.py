@@ -168,21 +168,91 @@ class Trail:
 # --- reading ---------------------------------------------------------------------------------
 
 
-def _lines(path: Path) -> list[dict[str, Any]]:
-    records: list[dict[str, Any]] = []
-    for p in (netlog.older(path), path):
+_TIME_AT = b'{"time":"'  # both files write a record's time first: it is read without parsing
+_TIME_LEN = len("2026-01-01T00:00:00.000Z")
+_BLOCK = 64 * 1024
+
+
+def _timed(path: Path, after: str) -> list[tuple[str, bytes]]:
+    """The lines of the log at ``path`` (its older generation first) of ``after`` or
+    later, each with its time. Read from the end back to the first line older than
+    ``after`` (both files are written in time order): a follower's look at a large,
+    unchanged trail reads a block, and the supervisor answers it on its own loop."""
+    floor = after.encode()
+    lines: list[tuple[bytes, bytes]] = []
+    for p in (path, netlog.older(path)):
         try:
             fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
         except (FileNotFoundError, NotADirectoryError):
             continue
-        with os.fdopen(fd, "rb") as f:
-            text = f.read(netlog.MAX_READ).decode(errors="replace")
-        for line in text.splitlines():
-            with contextlib.suppress(ValueError):
-                data = json.loads(line)
-                if isinstance(data, dict) and isinstance(data.get("time"), str):
-                    records.append(data)
-    return records
+        try:
+            found, complete = _back_to(fd, floor)
+        finally:
+            os.close(fd)
+        lines[:0] = found
+        if not complete:
+            break  # this generation holds older lines: the older one has nothing for us
+    return [(t.decode(errors="replace"), line) for t, line in lines]
+
+
+def _back_to(fd: int, floor: bytes) -> tuple[list[tuple[bytes, bytes]], bool]:
+    """The lines of ``fd`` from the first of time ``floor`` or later; and whether every
+    line of it was (none older was seen)."""
+    pos = min(os.fstat(fd).st_size, netlog.MAX_READ)
+    blocks: list[bytes] = []
+    while pos > 0:
+        n = min(_BLOCK, pos)
+        pos -= n
+        block = os.pread(fd, n, pos)
+        later = blocks[0][:64] if blocks else b""
+        blocks.insert(0, block)
+        # the first whole line starting in this block (a partial one at its start waits
+        # for the block before it): its time prefix, which may reach into the next block
+        first = block.find(b"\n") + 1 if pos > 0 else 0
+        if first == 0 and pos > 0:
+            continue  # no line starts here
+        t = _time((block[first:] + later)[: len(_TIME_AT) + _TIME_LEN])
+        if t and t < floor:
+            break
+    data = b"".join(blocks)
+    skipped = data.find(b"\n") + 1 if pos > 0 else 0
+    found: list[tuple[bytes, bytes]] = []
+    complete = pos == 0
+    for line in data[skipped:].splitlines():
+        t = _time(line)
+        if not t:
+            continue
+        if t < floor:
+            complete = False
+            continue
+        found.append((t, line))
+    return found, complete
+
+
+def _time(line: bytes) -> bytes:
+    if line.startswith(_TIME_AT):
+        t = line[len(_TIME_AT) : len(_TIME_AT) + _TIME_LEN]
+        return t if len(t) == _TIME_LEN else b""
+    return _time_of(line)
+
+
+def _time_of(line: bytes) -> bytes:
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return b""
+    t = data.get("time") if isinstance(data, dict) else None
+    return t.encode() if isinstance(t, str) else b""
+
+
+def _record(line: bytes, net: bool) -> dict[str, Any] | None:
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("time"), str):
+        return None
+    return net_record(data) if net else data
 
 
 def net_record(data: dict[str, Any]) -> dict[str, Any]:
@@ -199,22 +269,22 @@ def read(sandbox_dir: str, after: str = "", skip: int = 0) -> tuple[list[str], s
     reply's bound); and the cursor after them. At a tie (both are to the millisecond)
     the network's come first: a decision is made while a command runs, and a command's
     end is recorded after its last connection's decision."""
-    mine = _lines(Path(sandbox_dir) / TRAIL_FILE)
-    theirs = [net_record(r) for r in _lines(Path(sandbox_dir) / NETLOG_FILE)]
-    merged = sorted(theirs + mine, key=lambda r: str(r["time"]))
+    theirs = [(t, True, line) for t, line in _timed(Path(sandbox_dir) / NETLOG_FILE, after)]
+    mine = [(t, False, line) for t, line in _timed(Path(sandbox_dir) / TRAIL_FILE, after)]
+    merged = sorted(theirs + mine, key=lambda x: x[0])
     out: list[str] = []
     size = 0
     seen_at_after = 0
     last, at_last = after, skip
-    for r in merged:
-        t = str(r["time"])
-        if t < after:
-            continue
+    for t, net, line in merged:
         if t == after:
             seen_at_after += 1
             if seen_at_after <= skip:
                 continue
-        text = json.dumps(r, separators=(",", ":"))
+        record = _record(line, net)
+        if record is None:
+            continue
+        text = line.decode() if not net else json.dumps(record, separators=(",", ":"))
         if out and (len(out) >= READ_MAX or size + len(text) > PAGE_BYTES):
             break
         out.append(text)
