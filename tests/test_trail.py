@@ -537,6 +537,23 @@ def test_mcp_callers_are_named_in_the_trail(state: Path, tmp_path: Path) -> None
             assert not ran.isError, ran.content
             wrote = await session.call_tool("write_file", {"path": "m.txt", "content": "x"})
             assert not wrote.isError, wrote.content
+            # the agent reads its own sandbox's trail, a page at a time
+            got = _mcp_data(await session.call_tool("sandbox_events", {}))
+            assert [r["argv"] for r in got["records"] if r["kind"] == "exec"] == [["echo", "from-mcp"]]
+            again = _mcp_data(
+                await session.call_tool("sandbox_events", {"after": got["after"], "skip": got["skip"]})
+            )
+            assert again["records"] == [] and again["more"] is False
+            for _ in range(55):  # 110 records more: two pages
+                assert not (await session.call_tool("run_command", {"argv": ["true"]})).isError
+            pages = [_mcp_data(await session.call_tool("sandbox_events", {}))]
+            while pages[-1]["more"]:
+                cursor = {"after": pages[-1]["after"], "skip": pages[-1]["skip"]}
+                pages.append(_mcp_data(await session.call_tool("sandbox_events", cursor)))
+            assert len(pages) == 2 and len(pages[0]["records"]) == 100
+            paged = [r for p in pages for r in p["records"]]
+            ours = [i for i in Sandbox.list() if i.name.endswith("default") and i.workspace == str(ws)]
+            assert paged == list(Sandbox(ours[0]).events())  # each once, in order
             # read while the MCP server (which removes its sandboxes when it ends) runs
             ours = [i for i in Sandbox.list() if i.name.endswith("default") and i.workspace == str(ws)]
             assert len(ours) == 1, ours
@@ -546,3 +563,9 @@ def test_mcp_callers_are_named_in_the_trail(state: Path, tmp_path: Path) -> None
     execs = [r for r in found if r["kind"] == "exec" and r["argv"] == ["echo", "from-mcp"]]
     files = [r for r in found if r["kind"] == "file" and r["path"] == "m.txt"]
     assert [r["origin"] for r in execs] == ["mcp"] and files and files[-1]["origin"] == "mcp"
+
+
+def _mcp_data(result: Any) -> Any:
+    assert not result.isError, result.content
+    content = result.structuredContent
+    return content if content is not None else json.loads(result.content[0].text)
