@@ -215,8 +215,10 @@ def test_a_follower_stops_when_the_sandbox_ends(state: Path, tmp_path: Path) -> 
         box.stop()
         assert done.wait(10), "the follower did not end with the sandbox"
         assert [r["kind"] for r in got][-1] == "end"
+        assert [p.name for p in _files(state, "ending")] == ["trail.jsonl"]  # kept after the stop
     finally:
         box.remove()
+    assert _files(state, "ending") == []  # removed with the sandbox
 
 
 @pytest.mark.caller_independent(half="root")
