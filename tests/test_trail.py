@@ -27,6 +27,7 @@ from warren.cli import events as events_cli
 from warren.client.sandbox import Sandbox
 from warren.client.transport import trail_of
 from warren.errors import ConfigError, HostError, WarrenError
+from warren.net import log as netlog
 from warren.policy import PolicySpec, build, config
 from warren.server import trail
 
@@ -340,12 +341,29 @@ def test_a_huge_argv_is_cut_to_one_bounded_record(tmp_path: Path) -> None:
     assert c == {"time": c["time"], "kind": "note", "truncated": True}
 
 
-def test_a_flood_of_commands_keeps_the_trail_within_its_budget(
+FLOOD = r"""
+import socket
+n = 0
+while n < 2000:
+    s = socket.create_connection(("127.0.0.1", 3128))
+    s.sendall(b"GET http://denied.test/x HTTP/1.1\r\nHost: denied.test\r\n\r\n")
+    ok = s.recv(64).startswith(b"HTTP/1.1 403")
+    s.close()
+    n += ok
+    if not ok:
+        break
+print("REFUSED", n)
+"""
+
+
+def test_a_flood_of_commands_and_requests_keeps_the_trail_within_its_budget(
     state_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Commands asked as fast as they run, by a user whose ``trail_budget`` is 32 KiB (the
-    4 MiB default takes a thousand commands of long argv to fill: half a minute): three
-    times the budget is written, what stays is within it, and the newest records are kept."""
+    4 MiB default takes a thousand commands of long argv to fill: half a minute), then
+    2,000 refused requests from inside: three times the budget is written, what stays is
+    within it, the newest records are kept, and the requests add a bounded number of
+    records (the network log's rate limit) to what ``events`` reads."""
     budget = 32 * 1024
     conf = tmp_path / "config"
     (conf / "warren").mkdir(parents=True)
@@ -353,23 +371,30 @@ def test_a_flood_of_commands_keeps_the_trail_within_its_budget(
     monkeypatch.setenv("XDG_CONFIG_HOME", str(conf))
     ws = tmp_path / "ws"
     ws.mkdir()
-    with Sandbox.create(build(PolicySpec(workspace=str(ws))), name="flood") as box:
+    spec = PolicySpec(workspace=str(ws), network="allow", allow_hosts=["allowed.test:1"])
+    with Sandbox.create(build(spec), name="flood") as box:
         argv = ["true", *(["z" * 1000] * 2)]
         start = time.monotonic()
         for _ in range(50):
             assert box.exec(argv).ok
         took = time.monotonic() - start
         box.exec(["echo", "last"])
-        files = _files(state_home, "flood")
-        sizes = {p.name: p.stat().st_size for p in files}
-        assert sorted(sizes) == ["trail.jsonl", "trail.jsonl.1"], sizes  # rotated
-        assert all(s <= budget for s in sizes.values()), sizes
+        files = {p.name: p.stat().st_size for p in _files(state_home, "flood")}
+        assert sorted(files) == ["trail.jsonl", "trail.jsonl.1"], files  # rotated
+        assert all(s <= budget for s in files.values()), files
         written = 50 * len(json.dumps(argv))
-        assert written > sum(sizes.values()) + budget // 2, (written, sizes)  # the flood was bigger
+        assert written > sum(files.values()) + budget // 2, (written, files)  # the flood was bigger
         records = list(box.events())
         assert records[-2]["argv"] == ["echo", "last"] and records[-1]["kind"] == "exec.end"
         assert len(records) < 2 * 50  # the oldest went with the rotation
-        print(f"50 commands in {took:.1f} s; trail on disk {sum(sizes.values()):,} bytes")
+        before = len(records)
+        r = box.exec(["python3", "-c", FLOOD], timeout=120)
+        assert r.stdout.decode().strip() == "REFUSED 2000", (r.stdout, r.stderr)
+        after = list(box.events())
+        refused = [x for x in after if x["kind"] == "net"]
+        assert 1 <= len(refused) <= netlog.PER_WINDOW + netlog.TARGETS + 1, len(refused)
+        assert len(after) - before <= len(refused) + 2 < 2000  # the flood's command, its end
+        print(f"50 commands in {took:.1f} s; trail on disk {sum(files.values()):,} bytes")
 
 
 # --- OpenTelemetry ---------------------------------------------------------------------------
