@@ -191,8 +191,9 @@ def test_following_the_trail_sees_a_new_event(sb: Sandbox) -> None:
                 seen.set()
                 return  # the generator closes: the follower lets go
 
+    sb.exec(["true"])  # the trail holds something before the follower starts
     threading.Thread(target=follow, daemon=True).start()
-    assert reading.wait(10)  # it has read what was there (the earlier tests' records)
+    assert reading.wait(10)  # it has read what was there
     assert not seen.is_set()  # control: the command is not in the trail before it runs
     sb.exec(["echo", marker])
     assert seen.wait(10), "the follower never saw the new command"
@@ -456,11 +457,21 @@ def test_the_otlp_collector_receives_a_span_per_command_with_its_network_events(
 ) -> None:
     pytest.importorskip("opentelemetry.sdk", reason="the otel extra is in the dev extra: scripts/setup")
     sb.exec(["sh", "-c", "exit 5"])
+    sb.files.write("otel.txt", b"x")
     sb.exec(_curl(f"http://allowed.test:{server}/otel"))
     sb.exec(_curl(f"http://denied.test:{server}/otel"))
     collector = Collector()
     try:
-        r = run_cli(["events", "--otlp", collector.url, "trail"], cwd=Path(sb.workspace))
+        # the environment's endpoint alone sends nothing; --otlp's wins over it
+        quiet = run_cli(
+            ["events", "trail"], cwd=Path(sb.workspace), env={"OTEL_EXPORTER_OTLP_ENDPOINT": collector.url}
+        )
+        assert quiet.returncode == 0 and collector.paths == []
+        elsewhere = {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "",
+        }
+        r = run_cli(["events", "--otlp", collector.url, "trail"], cwd=Path(sb.workspace), env=elsewhere)
         assert r.returncode == 0, r.stderr
     finally:
         collector.close()
@@ -477,8 +488,8 @@ def test_the_otlp_collector_receives_a_span_per_command_with_its_network_events(
         [("net refused", "denied.test")],
     ]
     assert all(s.events[0].time_unix_nano >= s.start_time_unix_nano for s in curls)
-    files = [s for s in collector.spans if s.name == "file write"]
-    assert files and _attributes(files[0])["warren.path"] == "up.txt"
+    files = [_attributes(s)["warren.path"] for s in collector.spans if s.name == "file write"]
+    assert "otel.txt" in files
 
 
 @pytest.mark.caller_independent(half="root")
