@@ -7,6 +7,7 @@ as it grows. Judged on the host: the trail's files in warren's state, read direc
 from __future__ import annotations
 
 import asyncio
+import errno
 import gzip
 import hashlib
 import http.server
@@ -199,6 +200,18 @@ def test_following_the_trail_sees_a_new_event(sb: Sandbox) -> None:
     assert seen.wait(10), "the follower never saw the new command"
 
 
+def test_the_async_sandbox_reads_the_same_trail(sb: Sandbox) -> None:
+    from warren.client.aio import AsyncSandbox
+
+    sb.exec(["echo", "async"])
+
+    async def read() -> list[dict[str, object]]:
+        return [r async for r in AsyncSandbox(sb.info).events()]
+
+    got = asyncio.run(read())
+    assert got == list(sb.events()) and got[-2]["argv"] == ["echo", "async"]
+
+
 def test_a_follower_stops_when_the_sandbox_ends(state: Path, tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()
@@ -312,6 +325,38 @@ def test_a_human_line_carries_no_control_character_from_the_trail() -> None:
     assert "\\x1b]0;owned\\x07h.test" in shown  # escaped, still readable
     unknown = events_cli.line({"time": "t", "kind": "net.approval", "id": "\x1b[2J"})
     assert "\x1b" not in unknown and "net.approval" in unknown
+
+
+@pytest.mark.caller_independent(half="root")
+def test_records_lost_to_a_full_disk_are_counted_and_no_line_is_left_half_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = trail.Trail(str(tmp_path))
+    t.record("exec", id="before")
+    real = os.write
+    room = [10]  # bytes the disk still takes
+
+    def full(fd: int, data: bytes) -> int:
+        if fd != t.fd:
+            return real(fd, data)
+        if room[0] <= 0:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        n = real(fd, bytes(data)[: room[0]])
+        room[0] -= n
+        return n
+
+    monkeypatch.setattr(os, "write", full)
+    for i in range(3):
+        t.record("exec", id=f"lost-{i}")  # the first is cut after 10 bytes, the rest refused
+    room[0] = 1 << 20
+    t.record("exec", id="after")
+    t.close()
+    lines = [json.loads(x) for x in (tmp_path / "trail.jsonl").read_bytes().splitlines()]
+    assert [(x["kind"], x.get("id"), x.get("count")) for x in lines] == [
+        ("exec", "before", None),
+        ("lost", None, 3),
+        ("exec", "after", None),
+    ]
 
 
 @pytest.mark.caller_independent(half="root")

@@ -19,6 +19,7 @@ holds is never written (its names only): values are where secrets travel.
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import json
 import os
@@ -70,14 +71,16 @@ class Started:
 
 
 class Trail:
-    """Appends records to ``dir/trail.jsonl``, rotating it at ``budget`` bytes. A failed
-    write (a full disk) is dropped, never raised: the sandbox goes on without its record."""
+    """Appends records to ``dir/trail.jsonl``, rotating it at ``budget`` bytes. A record
+    that cannot be written (a full state disk) is not raised: the sandbox goes on, and
+    the next record that can be written is preceded by one saying how many were lost."""
 
     def __init__(self, directory: str, *, size: int | None = None) -> None:
         self.path = Path(directory) / TRAIL_FILE
         self.budget = budget() if size is None else size
         self.fd = -1
         self.size = 0
+        self.lost = 0
 
     def record(self, kind: str, **fields: Any) -> None:
         data = {"time": now(), "kind": kind, **fields}
@@ -91,8 +94,14 @@ class Trail:
         if len(line) > LINE_MAX:
             keep: dict[str, Any] = {k: data[k] for k in ("time", "kind", "id", "origin") if k in data}
             line = _dumps({**keep, "truncated": True})
-        with contextlib.suppress(OSError):
+        if self.lost:
+            line = _dumps({"time": data["time"], "kind": "lost", "count": self.lost}) + line
+        try:
             self._append(line)
+        except OSError:
+            self.lost += 1
+        else:
+            self.lost = 0
 
     def _append(self, line: bytes) -> None:
         if self.fd >= 0 and self.size + len(line) > self.budget:
@@ -104,8 +113,16 @@ class Trail:
             flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
             self.fd = os.open(self.path, flags, 0o600)
             self.size = os.fstat(self.fd).st_size
-        os.write(self.fd, line)
-        self.size += len(line)
+        try:
+            written = os.write(self.fd, line)
+        except OSError:
+            written = -1
+        if written != len(line):
+            # A part of a line would glue the next to it: the file is cut back to whole lines.
+            with contextlib.suppress(OSError):
+                os.ftruncate(self.fd, self.size)
+            raise OSError(errno.ENOSPC, "the trail's record was not written whole")
+        self.size += written
 
     def close(self) -> None:
         if self.fd >= 0:
