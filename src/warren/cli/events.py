@@ -94,6 +94,8 @@ def line(r: dict[str, object]) -> str:
         return f"{head} {verdict} {target}: {_clean(r.get('reason', ''))}"
     if kind == "end":
         return f"{head} the sandbox ended"
+    if kind == "lost":
+        return f"{head} {_clean(r.get('count', '?'))} records lost (the state disk was full)"
     rest = {k: v for k, v in r.items() if k not in ("time", "kind")}
     return f"{head} {_clean(json.dumps(rest, separators=(',', ':')))}"
 
