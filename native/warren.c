@@ -569,7 +569,7 @@ int main(int argc, char **argv)
         put_string(&req, name, strlen(name));
         puts_(&req, ",\"command\":{\"argv\":");
         put_argv(&req, command);
-        puts_(&req, ",\"stdio\":[true,true,true]}}");
+        puts_(&req, ",\"stdio\":[true,true,true]},\"origin\":\"cli\"}");
     }
     size_t jlen = req.len;
     if (jlen > 4 * 1024 * 1024)

@@ -1233,3 +1233,17 @@ def test_what_is_not_offered_raises_a_clear_sdk_error(sb: Sandbox) -> None:
         sb.update_network({"allow_out": ["example.com"]})
     with pytest.raises(SandboxException, match="not offered"):
         Sandbox.create(mcp={"github": {}})
+
+
+def test_what_an_e2b_client_does_is_in_the_sandboxs_trail_as_e2b(world: World, sb: Sandbox) -> None:
+    assert sb.commands.run("echo from-e2b").stdout == "from-e2b\n"
+    sb.files.write("trail.txt", "x")
+    with world.v1() as c:
+        page = c.get(f"/v1/sandboxes/{sb.sandbox_id}/events")
+    assert page.status_code == 200, page.text
+    records = page.json()["records"]
+    ran = [r for r in records if r["kind"] in ("exec", "spawn") and "echo from-e2b" in " ".join(r["argv"])]
+    wrote = [r for r in records if r["kind"] == "file" and r["path"].endswith("trail.txt")]
+    assert ran and {r["origin"] for r in ran} == {"e2b"}, records
+    assert wrote and {r["origin"] for r in wrote} == {"e2b"}, records
+    assert world.token.encode() not in json.dumps(records).encode()  # E2B's API key is no origin

@@ -32,6 +32,7 @@ TOOLS = {
     "stop_process",
     "write_stdin",
     "expose_port",
+    "sandbox_events",
 }
 
 

@@ -65,7 +65,8 @@ MIRRORS: list[tuple[type[protocol.Message], type, set[str]]] = [
     (protocol.NetEventRecord, NetEvent, set()),
     (protocol.ProcessState, ProcessState, {"stdout_len", "stderr_len"}),
     (protocol.SpawnRecord, SpawnInfo, set()),
-    (protocol.FileRequest, FileOp, {"sandbox"}),  # a request, the other way: the model and its sandbox
+    # a request, the other way: the model, its sandbox and who asked (for its trail)
+    (protocol.FileRequest, FileOp, {"sandbox", "origin"}),
 ]
 
 

@@ -18,6 +18,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "openai-agents": ("agents",),
     "deepagents": ("deepagents", "langchain_core"),
     "mini-swe-agent": ("minisweagent",),
+    "otel": ("opentelemetry",),
 }
 
 

@@ -569,9 +569,20 @@ class Shim:
                 procs.kill_tree(pid)
                 return
         exited = protocol.Exited(status=status, timed_out=timed_out, limit=self._limit_hit(status))
+        self._report(exited)
         self._in_step()
         with contextlib.suppress(OSError):
             wire.send(self.conn, exited)
+
+    def _report(self, exited: protocol.Exited) -> None:
+        """How the command ended, on the supervisor's end-of-exec channel (one write,
+        far below PIPE_BUF: whole or not at all), for the sandbox's trail."""
+        fd = self.synced if self.synced is not None else (self.extra or {}).get("active")
+        if fd is None:
+            return
+        data = json.dumps({"status": exited.status, "timed_out": exited.timed_out, "limit": exited.limit})
+        with contextlib.suppress(OSError):
+            os.write(fd, data.encode())
 
     def _in_step(self) -> None:
         """Where the sandbox has repositories, the supervisor brings them in step with the

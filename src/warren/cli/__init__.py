@@ -45,6 +45,7 @@ long-lived:
   port NAME / port --close NAME PORT      its forwarded ports; stop forwarding one
   logs [-f] NAME ID                       a background process's output (ID from exec -d)
   logs --net [--json] NAME                the network proxy's decisions
+  events [-f] [--json] [--otlp URL] NAME  its trail: commands, files, network (docs/events.md)
   stop NAME / rm [-f] NAME                stop; stop and forget
 review (create --review NAME or run --review CMD: changes go to a layer of their own):
   diff [--patch] [--json] NAME            what it changed: a list, or a git-style patch
@@ -90,6 +91,9 @@ def _dispatch(argv: list[str]) -> int:
         print(f"warren {_version()}")
         return 0
     cmd, rest = argv[0], argv[1:]
+    from ..client import origin
+
+    origin.set_default("cli")
     if cmd == "run":
         return run(rest)
     if cmd == "exec":
@@ -107,7 +111,7 @@ def _dispatch(argv: list[str]) -> int:
 
 def commands() -> dict[str, Callable[[list[str]], int]]:
     """Every sub-command but the fast two (``run``, ``exec``), by name."""
-    from . import catalog, images, info, review, sandboxd, sandboxes, service, snapshots
+    from . import catalog, events, images, info, review, sandboxd, sandboxes, service, snapshots
 
     return {
         **sandboxes.COMMANDS,
@@ -118,6 +122,7 @@ def commands() -> dict[str, Callable[[list[str]], int]]:
         **snapshots.COMMANDS,
         **sandboxd.COMMANDS,
         **review.COMMANDS,
+        **events.COMMANDS,
     }
 
 

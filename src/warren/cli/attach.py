@@ -394,7 +394,7 @@ def run_json(spec: dict[str, object], profile: str | None, argv: list[str], time
 
 def exec_(name: str, argv: list[str], cwd: str | None, env: dict[str, str], timeout: float | None) -> int:
     message = protocol.ExecRequest(
-        sandbox=name, command=protocol.Command(argv=argv, cwd=cwd, env=env, timeout=timeout)
+        sandbox=name, command=protocol.Command(argv=argv, cwd=cwd, env=env, timeout=timeout), origin="cli"
     )
     return Attached(message).run()
 

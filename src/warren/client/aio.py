@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ..models import SandboxInfo
@@ -161,6 +161,21 @@ class AsyncSandbox:
     resume = _threaded(Sandbox.resume)
     stats = _threaded(Sandbox.stats)
     net_log = _threaded(Sandbox.net_log)
+
+    async def events(self, *, follow: bool = False, poll: float = 0.25) -> AsyncIterator[dict[str, object]]:
+        """``Sandbox.events``: each page asked for in a worker thread, the waits awaited."""
+        transport, after, skip = self.sync._transport, "", 0
+        while True:
+            page = await asyncio.to_thread(transport.events, self.name, after, skip)
+            for record in page.records:
+                yield record
+            after, skip = page.after, page.skip
+            if page.records:
+                continue
+            if not follow or not page.running:
+                return
+            await asyncio.sleep(poll)
+
     diff = _threaded(Sandbox.diff)
     apply = _threaded(Sandbox.apply)
     discard = _threaded(Sandbox.discard)

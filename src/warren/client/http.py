@@ -35,7 +35,7 @@ from ..models import (
 )
 from ..net.allowlist import NetEvent
 from ..policy.spec import PolicySpec
-from .transport import Command, Transport
+from .transport import Command, EventPage, Transport
 
 
 def from_env(env: Mapping[str, str] | None = None) -> HttpTransport | None:
@@ -264,6 +264,11 @@ class HttpTransport(Transport):
         return [
             codec.decode(SpawnInfo, s) for s in self._json("GET", f"/v1/sandboxes/{name}/spawns")["spawns"]
         ]
+
+    def events(self, name: str, after: str = "", skip: int = 0) -> EventPage:
+        page = self._json("GET", f"/v1/sandboxes/{name}/events", params={"after": after, "skip": skip})
+        records = tuple(r for r in page["records"] if isinstance(r, dict))
+        return EventPage(records, str(page["after"]), int(page["skip"]), bool(page["running"]))
 
     def net_log(self, name: str) -> builtins.list[NetEvent]:
         return [

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import json
 import os
 from collections.abc import Callable, Mapping
 
@@ -31,9 +32,9 @@ from ..models import (
 )
 from ..net.allowlist import NetEvent
 from ..policy.spec import PolicySpec, from_mapping
-from . import checks, connect
+from . import checks, connect, origin
 from .capture import run_captured
-from .transport import Command, Transport
+from .transport import Command, EventPage, Transport
 
 
 def info(msg: protocol.SandboxInfo) -> SandboxInfo:
@@ -121,7 +122,7 @@ class LocalTransport(Transport):
     # --- in a sandbox -------------------------------------------------------------------------
 
     def exec(self, name: str, command: Command) -> Result:
-        message = protocol.ExecRequest(sandbox=name, command=_command(command))
+        message = protocol.ExecRequest(sandbox=name, command=_command(command), origin=origin.current())
         sock = connect.supervisor(self.env)
         try:
             return run_captured(sock, message, command, lost=_lost("exec"))
@@ -129,7 +130,9 @@ class LocalTransport(Transport):
             sock.close()
 
     def spawn(self, name: str, command: Command) -> tuple[str, int]:
-        message = protocol.SpawnRequest(sandbox=name, command=_command(command), stdin=command.stdin_pipe)
+        message = protocol.SpawnRequest(
+            sandbox=name, command=_command(command), stdin=command.stdin_pipe, origin=origin.current()
+        )
         reply, _ = self._request(message, (protocol.Started,))
         assert isinstance(reply, protocol.Started) and reply.spawn_id is not None
         return reply.spawn_id, reply.pid
@@ -169,10 +172,12 @@ class LocalTransport(Transport):
         return [codec.model_of(SpawnInfo, r.to_fields()) for r in reply.items]
 
     def signal(self, name: str, pid: int, sig: int) -> None:
-        self._request(protocol.SignalRequest(sandbox=name, pid=pid, signal=sig), (protocol.Ok,))
+        self._request(
+            protocol.SignalRequest(sandbox=name, pid=pid, signal=sig, origin=origin.current()), (protocol.Ok,)
+        )
 
     def file(self, name: str, op: FileOp, data: bytes = b"") -> FileResult:
-        request = protocol.FileRequest(sandbox=name, **dataclasses.asdict(op))
+        request = protocol.FileRequest(sandbox=name, origin=origin.current(), **dataclasses.asdict(op))
         try:
             reply, payload = self._request(request, (protocol.FileReply,), data)
         except SandboxError as e:
@@ -250,7 +255,18 @@ class LocalTransport(Transport):
             applied=tuple(reply.applied),
         )
 
+    def events(self, name: str, after: str = "", skip: int = 0) -> EventPage:
+        message = protocol.EventsRequest(sandbox=name, after=after, skip=skip)
+        reply, _ = self._request(message, (protocol.Events,))
+        assert isinstance(reply, protocol.Events)
+        return EventPage(tuple(_record(r) for r in reply.records), reply.after, reply.skip, reply.running)
+
     def net_log(self, name: str) -> builtins.list[NetEvent]:
         reply, _ = self._request(protocol.NetLogRequest(sandbox=name), (protocol.NetLog,))
         assert isinstance(reply, protocol.NetLog)
         return [codec.model_of(NetEvent, e.to_fields()) for e in reply.events]
+
+
+def _record(line: str) -> dict[str, object]:
+    data = json.loads(line)
+    return data if isinstance(data, dict) else {"kind": "unreadable", "text": line}

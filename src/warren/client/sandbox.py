@@ -14,7 +14,7 @@ import os
 import signal as _signal
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from .. import protocol, wire
@@ -45,7 +45,7 @@ from ..net.allowlist import NetEvent
 from ..output import DEFAULT_OUTPUT_LIMIT
 from ..policy import Policy, PolicySpec
 from . import checks
-from .transport import Command, Transport
+from .transport import Command, Transport, trail_of
 
 PathArg = str | os.PathLike[str]
 DEFAULT_READ_LIMIT = 64 * 1024 * 1024
@@ -452,6 +452,13 @@ class Sandbox:
     def discard(self) -> None:
         """Drop a stopped review sandbox's changes."""
         self._transport.review(self.name, "discard", [])
+
+    def events(self, *, follow: bool = False, poll: float = 0.25) -> Iterator[dict[str, object]]:
+        """This sandbox's trail, oldest first: every command asked of it (who asked, its
+        argv, cwd and environment's names, how it ended), file operation, signal and
+        network decision, one dict per record (``docs/events.md`` lists the kinds).
+        With ``follow``, new records as they come, until the sandbox ends."""
+        return trail_of(self._transport, self.name, follow=follow, poll=poll)
 
     def net_log(self) -> builtins.list[NetEvent]:
         """Every decision of this sandbox's network proxy (``--network allow``), oldest

@@ -13,7 +13,8 @@ from __future__ import annotations
 import abc
 import builtins
 import dataclasses
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 
 from ..errors import WarrenError
 from ..models import (
@@ -84,6 +85,33 @@ class Command:
         )
 
 
+@dataclasses.dataclass(frozen=True)
+class EventPage:
+    """Records of a sandbox's trail (``Sandbox.events``) and the cursor after them;
+    ``running``: the sandbox still runs, so more may come."""
+
+    records: tuple[dict[str, object], ...]
+    after: str
+    skip: int
+    running: bool
+
+
+def trail_of(
+    transport: Transport, name: str, *, follow: bool = False, poll: float = 0.25
+) -> Iterator[dict[str, object]]:
+    """Sandbox ``name``'s trail through ``transport``, page by page (``Sandbox.events``)."""
+    after, skip = "", 0
+    while True:
+        page = transport.events(name, after, skip)
+        yield from page.records
+        after, skip = page.after, page.skip
+        if page.records:
+            continue  # a full page, or new records: ask again at once
+        if not follow or not page.running:
+            return
+        time.sleep(poll)
+
+
 class Transport(abc.ABC):
     @abc.abstractmethod
     def run(self, spec: PolicySpec, command: Command, *, config: bool, profile: str | None) -> Result:
@@ -147,6 +175,10 @@ class Transport(abc.ABC):
 
     @abc.abstractmethod
     def net_log(self, name: str) -> builtins.list[NetEvent]: ...
+
+    def events(self, name: str, after: str = "", skip: int = 0) -> EventPage:
+        """The sandbox's trail after the cursor (``after``, ``skip``: an ``EventPage``'s)."""
+        raise _not_here(self, "the trail of a sandbox", name)
 
     @abc.abstractmethod
     def stats(self, name: str) -> Stats: ...

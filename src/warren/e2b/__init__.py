@@ -64,4 +64,4 @@ def mount(
     kernel.add_exception_handler(404, not_found)
     kernel.add_exception_handler(405, not_found)
     access = Access(rest, envd.rpc_apps(), token, records, kernel)
-    return Front(app, Guard(access, None, log, hosts))
+    return Front(app, Guard(access, None, log, hosts, front="e2b"))

@@ -9,6 +9,7 @@ speaks HTTP; routes live in ``control`` and ``envd``.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import threading
 import time
@@ -75,7 +76,8 @@ class Core:
         self._stopping = threading.Event()
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs), limiter=self.limiter)
+        context = contextvars.copy_context()  # the caller (``client.origin``) goes with it
+        return await anyio.to_thread.run_sync(lambda: context.run(fn, *args, **kwargs), limiter=self.limiter)
 
     def record(self, sandbox_id: str) -> Record:
         """The record of an E2B sandbox, or a 404 naming it."""

@@ -30,7 +30,7 @@ from pydantic import Field
 
 from .. import protocol
 from ..cli.hints import after_failure, limit_reached
-from ..client import checks
+from ..client import checks, origin
 from ..client import transport as transports
 from ..client.sandbox import feed_stdin
 from ..client.transport import Transport
@@ -41,6 +41,7 @@ from .sdk import Server, ToolError, http_app_kwargs, server_kwargs
 
 OUTPUT_LIMIT = 1 << 20
 READ_LIMIT = 4 << 20
+EVENTS_PAGE = 100  # trail records in one answer: an agent's context is the budget
 STDIN_WAIT = 10.0  # seconds write_stdin waits for a process that is not reading
 _Fn = TypeVar("_Fn", bound=Callable[..., Any])
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")
@@ -93,6 +94,11 @@ class Tools(Server):  # type: ignore[misc]  # the SDK's server class, of either 
                     "network, environment) is fixed by whoever started this MCP server and cannot be "
                     "changed by a tool call\nhint: known arguments: " + ", ".join(sorted(known))
                 )
+        # Who asks, for the sandbox's trail: this MCP server, and (over `warren serve`)
+        # the token it was reached with. The task's own context: it goes with each call.
+        asked = origin.ORIGIN.get()
+        if asked is None or not asked.startswith("mcp"):
+            origin.ORIGIN.set("mcp" if asked is None else f"mcp via {asked}")
         return await super().call_tool(name, arguments, *context)
 
 
@@ -428,5 +434,27 @@ def build(
         name = await w.ensure(sandbox)
         address = await w.call(transport.expose, name, port, 0)
         return {"address": address, "url": f"http://{address}/"}
+
+    @mcp.tool()
+    async def sandbox_events(
+        after: Annotated[
+            str, Field(description="the cursor a previous call returned: records after it")
+        ] = "",
+        skip: Annotated[int, Field(description="the skip a previous call returned", ge=0)] = 0,
+        sandbox: SandboxArg = None,
+    ) -> dict[str, Any]:
+        """The sandbox's trail, oldest first, at most 100 records a call: every command run
+        in it (argv, cwd, how it ended), file operation and network decision (host, port,
+        allowed or refused, and why). Pass the returned after and skip back for the next."""
+        name = await w.ensure(sandbox)
+        page = await w.call(transport.events, name, after, skip)
+        records = list(page.records[:EVENTS_PAGE])
+        if len(records) < len(page.records):  # the cursor after the last one given
+            last = str(records[-1].get("time", ""))
+            at_last = sum(1 for r in records if r.get("time") == last)
+            after, skip = last, at_last + (skip if last == after else 0)
+        else:
+            after, skip = page.after, page.skip
+        return {"records": records, "after": after, "skip": skip, "more": len(records) < len(page.records)}
 
     return mcp

@@ -23,8 +23,9 @@ from .spec import PATH_KEYS, PolicySpec, from_mapping, type_error
 
 WORKSPACE_FILE = "warren.toml"
 # Keys of the user's own config that are no sandbox's policy: the supervisor reads them.
-USER_ONLY = ("snapshot_budget",)
+USER_ONLY = ("snapshot_budget", "trail_budget")
 DEFAULT_SNAPSHOT_BUDGET = "25%"
+DEFAULT_TRAIL_BUDGET = 4 << 20  # bytes per generation of a sandbox's trail (server.trail)
 
 
 def user_config_path(env: Mapping[str, str], home: Path) -> Path:
@@ -120,6 +121,7 @@ _FLAG_FOR = {
     "require_namespaces": "--require-namespaces",
     "review": "--review",
     "snapshot_budget": "(your own config only)",
+    "trail_budget": "(your own config only)",
 }
 
 
@@ -260,3 +262,24 @@ def snapshot_budget(total: int, env: Mapping[str, str], home: Path) -> tuple[int
             path=str(path),
             hint='write a size such as "20G", a share of the state disk such as "25%", or "none"',
         ) from None
+
+
+def trail_budget(env: Mapping[str, str], home: Path) -> int:
+    """The size of one generation of a sandbox's trail (two are kept): ``trail_budget``
+    of the user's config, a size from 16K to 1G; by default DEFAULT_TRAIL_BUDGET."""
+    path = user_config_path(env, home)
+    given = _load(path).get("trail_budget")
+    if given is None:
+        return DEFAULT_TRAIL_BUDGET
+    try:
+        size = _limits.parse_size(given, "trail_budget")
+    except (ValueError, PolicyError):
+        size = -1
+    if not 16 << 10 <= size <= 1 << 30:
+        raise ConfigError(
+            f"{path}: trail_budget = {given!r} is not a size from 16K to 1G",
+            operation="config",
+            path=str(path),
+            hint='write a size such as "4M" (each sandbox keeps two such files of its trail)',
+        )
+    return size

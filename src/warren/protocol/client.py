@@ -150,6 +150,7 @@ class ExecRequest(Message):
     TAG = "exec"
     sandbox: str
     command: Command
+    origin: str = ""  # who asked, for the trail: "cli", "http token ID", "mcp", "e2b", "library"
 
 
 class SpawnRequest(Message):
@@ -161,6 +162,7 @@ class SpawnRequest(Message):
     sandbox: str
     command: Command
     stdin: bool = False
+    origin: str = ""
 
 
 class StdinRequest(Message):
@@ -184,6 +186,7 @@ class SignalRequest(Message):
     sandbox: str
     pid: int
     signal: int
+    origin: str = ""
 
 
 class FileRequest(Message):
@@ -203,6 +206,7 @@ class FileRequest(Message):
     max_bytes: int = 64 * 1024 * 1024
     xattrs: str | None = None  # a name prefix (``user.``...): read, or replaced on a write
     set_xattrs: dict[str, str] | None = None
+    origin: str = ""
 
 
 class ExposeRequest(Message):
@@ -230,6 +234,16 @@ class UnexposeRequest(Message):
 class NetLogRequest(Message):
     TAG = "netlog"
     sandbox: str
+
+
+class EventsRequest(Message):
+    """A sandbox's trail (``server.trail``) after a cursor: a record's time, and how
+    many records of that time were had already."""
+
+    TAG = "events"
+    sandbox: str
+    after: str = ""
+    skip: int = 0
 
 
 class ReviewRequest(Message):
@@ -466,6 +480,17 @@ class NetEventRecord(Message):
 class NetLog(Message):
     TAG = "netlog-ok"
     events: list[NetEventRecord] = []
+
+
+class Events(Message):
+    """Trail records, each a JSON object as text (their kinds and fields are the
+    trail's: ``server.trail``), and the cursor after them; ``running``: more may come."""
+
+    TAG = "events-ok"
+    records: list[str] = []
+    after: str = ""
+    skip: int = 0
+    running: bool = False
 
 
 class ReviewChange(Message):

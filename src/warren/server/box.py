@@ -30,6 +30,7 @@ from ..plan import Plan
 from ..plan.limits import V2
 from ..policy.limits import show_duration
 from . import boxnet, follow, gitkeeper, launch, pause
+from .trail import Started, Trail
 
 if TYPE_CHECKING:
     from ..net.intercept import Interception
@@ -169,6 +170,8 @@ class Box:
     paused: pause.Paused | None = None  # how it was paused, while it is
     last_active: float = field(default_factory=time.time)  # a request reached it, or an exec ended
     active: set[int] = field(default_factory=set)  # our ends of running execs' "active" pipes
+    execs: dict[int, Started] = field(default_factory=dict)  # ... their records in the trail
+    trail: Trail | None = None  # its audit trail (long-lived sandboxes: ``home``)
     answered: set[int] = field(default_factory=set)  # ... those of them that are "synced" sockets
     stopped_why: str = ""  # the supervisor stopped it on its own (idle timeout)
     request: Request | None = None  # a run's request, to boot the next one ahead (server.ahead)
@@ -455,7 +458,13 @@ class Box:
             self.drop_spare()  # it holds the old rules: PID 1 forks the next with the new
             self.send(protocol.Refresh())
 
-    def exec_started(self) -> tuple[str, int, list[int]]:
+    def recorded(self, msg: protocol.Message, peer: dict[str, int]) -> Started | None:
+        """``msg``, handed to the sandbox, in its trail (a long-lived sandbox has one)."""
+        if self.trail is None and self.home is not None and not self.oneshot:
+            self.trail = Trail(self.home)
+        return None if self.trail is None else self.trail.handed(msg, peer)
+
+    def exec_started(self, record: Started | None = None) -> tuple[str, int, list[int]]:
         """The end the exec's helper holds until its command ended, and its name: the end
         of the exec is an event here (the idle timeout counts from it). Where the sandbox
         has repositories it is ``synced``, a socket: the helper shuts its side when the
@@ -475,6 +484,8 @@ class Box:
             mine, given = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
             name = "active"
         self.active.add(mine)
+        if record is not None:
+            self.execs[mine] = record
         self.sel.register(mine, _R, ("active", (self, mine)))
         return name, given, watches
 
@@ -482,6 +493,12 @@ class Box:
         with contextlib.suppress(KeyError, ValueError):
             self.sel.unregister(fd)
         self.active.discard(fd)
+        record = self.execs.pop(fd, None)
+        if record is not None and self.trail is not None:
+            report = b""
+            with contextlib.suppress(OSError):
+                report = os.read(fd, 4096)  # non-blocking: the helper's report, or its end
+            self.trail.ended(record, report)
         self.last_active = time.time()
         try:
             self.keeper.sync(self.git)
@@ -631,6 +648,12 @@ class Box:
         if self.stack is not None:
             self.stack.close()
             self.stack = None
+        if self.trail is not None:
+            for record in self.execs.values():
+                self.trail.ended(record, b"")
+            self.trail.record("end", status=status)
+            self.trail.close()
+        self.execs.clear()
         for fd in [*(self.ns or ()), *self.active]:
             with contextlib.suppress(KeyError, ValueError):
                 self.sel.unregister(fd)

@@ -36,6 +36,7 @@ def hand_over(
     *,
     root: str,
     stdin_pipes: stdin.StdinPipes | None,
+    peer: dict[str, int] | None = None,
 ) -> None:
     """Send ``msg`` and the connection to ``box``'s PID 1; the descriptors in ``fds``
     are closed here (PID 1 has its copies)."""
@@ -49,6 +50,7 @@ def hand_over(
         )
     if payload_len and not isinstance(msg, protocol.FileRequest):
         raise ProtocolError(f"a {msg.TAG} request carries no payload", operation="decode")
+    record = box.recorded(msg, peer or {})  # the trail's, once the request is known well-formed
     handoff = protocol.Handoff(request=msg, payload=payload_len)
     extra: list[int] = []
     named: list[int] = []  # handoff.extra's descriptors: the sandbox's, not closed here
@@ -60,7 +62,7 @@ def hand_over(
     elif isinstance(msg, protocol.PsRequest):
         handoff.spawned = spawns.running(root, box.name)
     if isinstance(msg, protocol.ExecRequest):
-        name, fd, watches = box.exec_started()
+        name, fd, watches = box.exec_started(record)
         handoff.extra.append(name)
         extra.append(fd)
         handoff.extra.extend(f"gitwatch.{i}" for i in range(len(watches)))

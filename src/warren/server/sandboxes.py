@@ -48,6 +48,7 @@ from . import (
     snapshots,
     spawns,
     statedir,
+    trail,
     usage,
 )
 from .box import Box, Waiter
@@ -255,6 +256,12 @@ class Sandboxes:
             if self.known(msg.sandbox) is None:
                 self.entry(msg.sandbox)  # raises SandboxNotFound when there is no such sandbox
             return boxnet.read_log(statedir.sandbox_dir(self.root, msg.sandbox)), b""
+        if isinstance(msg, protocol.EventsRequest):
+            box = self.known(msg.sandbox)
+            if box is None:
+                self.entry(msg.sandbox)  # raises SandboxNotFound when there is no such sandbox
+            lines, after, skip = trail.read(statedir.sandbox_dir(self.root, msg.sandbox), msg.after, msg.skip)
+            return protocol.Events(records=lines, after=after, skip=skip, running=box is not None), b""
         if isinstance(msg, protocol.StatsRequest):
             live = self.live(msg.sandbox, paused_ok=True)
             return usage.measure(live.pid, live.launched.cgroups, live.plan.limits), b""

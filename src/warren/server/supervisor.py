@@ -74,6 +74,7 @@ _SUPERVISOR_REQUESTS = (
     protocol.ExposeListRequest,
     protocol.UnexposeRequest,
     protocol.NetLogRequest,
+    protocol.EventsRequest,
     protocol.ReviewRequest,
     protocol.StatsRequest,
     protocol.ProcessRequest,
@@ -91,6 +92,7 @@ _NOT_USE = (
     protocol.ListRequest,
     protocol.StatsRequest,
     protocol.NetLogRequest,
+    protocol.EventsRequest,
     protocol.SpawnListRequest,
     protocol.ExposeListRequest,
 )
@@ -317,8 +319,16 @@ class Supervisor:
                 used.last_active = time.time()
         if isinstance(msg, handoff.HANDED):
             box = self.sandboxes.live(msg.sandbox)
+            pid, uid, _gid = wire.peer_creds(c.sock)
             handoff.hand_over(
-                box, c.sock, msg, payload_len, fds, root=self.root, stdin_pipes=self.stdin_pipes
+                box,
+                c.sock,
+                msg,
+                payload_len,
+                fds,
+                root=self.root,
+                stdin_pipes=self.stdin_pipes,
+                peer={"peer_pid": pid, "uid": uid},
             )
             # PID 1's helper has the connection now; this process lets go of its copy.
             self.clients.drop(c, handed_off=True)

@@ -4,6 +4,7 @@ holds a worker thread, never the event loop)."""
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Callable
 from typing import Any
 
@@ -19,4 +20,6 @@ class Service:
         self.limiter = anyio.CapacityLimiter(threads)
 
     async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs), limiter=self.limiter)
+        # The request's context (its caller, ``client.origin``) goes with it to the thread.
+        context = contextvars.copy_context()
+        return await anyio.to_thread.run_sync(lambda: context.run(fn, *args, **kwargs), limiter=self.limiter)

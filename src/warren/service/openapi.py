@@ -157,6 +157,15 @@ SCHEMAS: dict[str, Any] = {
         },
     },
     "NetLog": {"type": "object", "properties": {"events": {"type": "array", "items": ref("NetEvent")}}},
+    "Events": {
+        "type": "object",
+        "properties": {
+            "records": {"type": "array", "items": {"type": "object"}},
+            "after": STR,
+            "skip": INT,
+            "running": {"type": "boolean"},
+        },
+    },
     "Ok": {"type": "object"},
     "Stats": model_schema(Stats),
     "Snapshot": model_schema(SnapshotInfo),
@@ -362,6 +371,17 @@ OPS: dict[tuple[str, str], tuple[str, dict[str, Any] | None, int, dict[str, Any]
         [],
     ),
     ("/v1/sandboxes/{name}/netlog", "GET"): ("The network proxy's decisions", None, 200, _json("NetLog"), []),
+    ("/v1/sandboxes/{name}/events", "GET"): (
+        "The sandbox's trail after a cursor: commands, file operations, signals, network decisions "
+        "(follow it, SSE events record, cursor and end, with Accept: text/event-stream)",
+        None,
+        200,
+        {**_json("Events"), **SSE},
+        [
+            _q("after", STR, "a page's after (a record's time): records from there on"),
+            _q("skip", {"type": "integer", "minimum": 0}, "a page's skip: records of that time already had"),
+        ],
+    ),
     ("/v1/sandboxes/{name}/pause", "POST"): (
         "Freeze every process of the sandbox (it keeps its memory and uses no CPU)",
         None,

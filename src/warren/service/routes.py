@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..errors import WarrenError
-from . import files, network, processes, sandboxes
+from . import events, files, network, processes, sandboxes
 from .core import Service
 from .status import error_body, internal_error, status_of
 
@@ -49,6 +49,7 @@ ROUTES: tuple[tuple[str, str, ServiceHandler], ...] = (
     (f"{SANDBOX}/ports/{{port}}", "DELETE", network.close_port),
     (f"{SANDBOX}/spawns", "GET", processes.spawns),
     (f"{SANDBOX}/netlog", "GET", network.net_log),
+    (f"{SANDBOX}/events", "GET", events.events),
     (f"{SANDBOX}/stats", "GET", sandboxes.stats),
     (f"{SANDBOX}/pause", "POST", sandboxes.pause),
     (f"{SANDBOX}/resume", "POST", sandboxes.resume),
