@@ -250,7 +250,20 @@ def test_one_shot_runs_work_where_no_supervisor_can(layout: Layout, tmp_path: Pa
 
 def test_a_failure_without_network_says_so(layout: Layout) -> None:
     r = run_cli(
-        ["run", "--", "python3", "-m", "pip", "download", "--retries", "0", "--no-deps", "-d", ".", "warren-nope"],
+        [
+            "run",
+            "--",
+            "python3",
+            "-m",
+            "pip",
+            "download",
+            "--retries",
+            "0",
+            "--no-deps",
+            "-d",
+            ".",
+            "warren-nope",
+        ],
         cwd=layout.workspace,
         timeout=120,
     )
