@@ -16,7 +16,6 @@ import os
 from typing import Any
 
 import pytest
-from minisweagent import environments
 from minisweagent.environments import local
 from minisweagent.run import hello_world
 
@@ -70,9 +69,9 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if report.when == "call" or report.outcome != "passed":
-        if _outcomes.get(report.nodeid) in (None, "passed"):
-            _outcomes[report.nodeid] = report.outcome
+    counts = report.when == "call" or report.outcome != "passed"
+    if counts and _outcomes.get(report.nodeid) in (None, "passed"):
+        _outcomes[report.nodeid] = report.outcome
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -84,7 +83,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         "skipped": sum(o == "skipped" for o in counted.values()),
         "failures": sorted(t for t, o in counted.items() if o == "failed"),
     }
-    print(f"\nmini-swe-agent environment tests on {SIDE}: {figures['passed']} passed, {figures['failed']} failed")
+    passed, failed = figures["passed"], figures["failed"]
+    print(f"\nmini-swe-agent environment tests on {SIDE}: {passed} passed, {failed} failed")
     if os.environ.get("FRAMEWORK_RESULT"):
         with open(os.environ["FRAMEWORK_RESULT"], "w") as out:
             json.dump(figures, out, indent=1)
