@@ -69,6 +69,9 @@ if pid == 0:
     except OSError as e:
         os.write(2, f"{sys.argv[1]}: {e.strerror}\n".encode())
         os._exit(127 if e.errno == 2 else 126)
+def put(fd, data):
+    while data:
+        data = data[os.write(fd, data):]
 fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
 for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGTERM):
     signal.signal(sig, lambda n, f: os.kill(pid, n))
@@ -83,9 +86,9 @@ while master in watch:
             if not data:
                 watch.remove(master)
             else:
-                os.write(1, data)
+                put(1, data)
         elif data:
-            os.write(master, data)
+            put(master, data)
         else:
             watch.remove(0)
 status = os.waitpid(pid, 0)[1]
