@@ -567,6 +567,43 @@ def test_tty_gives_the_command_a_terminal_of_its_own_that_write_stdin_feeds(ws: 
     assert "got:hello" in fed
 
 
+def test_a_terminal_command_killed_by_a_signal_ends_with_minus_n_as_on_the_sdk_local_backend(
+    ws: Path,
+) -> None:
+    """^C and ^\\ typed into a tty command kill it by SIGINT and SIGQUIT, which the SDK
+    (its local backend, Python's convention) reports as -2 and -3, even when the
+    caller ignores those signals. The control: a command that itself exits 130 (what
+    util-linux ``script`` reported for ^C) still ends with 130."""
+
+    async def go() -> list[int | None]:
+        client = _client(ws)
+        session = await client.create()
+        codes: list[int | None] = []
+        try:
+            async with session:
+                for chars in ("\x03", "\x1c"):
+                    started = await session.pty_exec_start(
+                        "sleep", "30", shell=False, tty=True, yield_time_s=0.3
+                    )
+                    assert started.process_id is not None
+                    ended = await session.pty_write_stdin(
+                        session_id=started.process_id, chars=chars, yield_time_s=20
+                    )
+                    codes.append(ended.exit_code)
+                exits = await session.pty_exec_start("exit 130", tty=True, yield_time_s=20)
+                codes.append(exits.exit_code)
+        finally:
+            await client.delete(session)
+        return codes
+
+    ignored = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGQUIT)}
+    try:
+        assert _run(go()) == [-signal.SIGINT, -signal.SIGQUIT, 130]
+    finally:
+        for sig, handler in ignored.items():
+            signal.signal(sig, handler)
+
+
 def test_a_session_serves_commands_and_files_before_start(ws: Path) -> None:
     """The SDK's local and docker backends work right after ``client.create()``; the
     sandbox is made on first use, and the files land in the workspace on the host."""

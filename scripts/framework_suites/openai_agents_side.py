@@ -38,6 +38,12 @@ if SIDE == "warren":
         """warren's client with the local client's constructor; a session made on the
         SDK's default root gets a fresh directory, as the local client gives it."""
 
+        # The tests compare the run state's backend name with the local client's and a
+        # resumed state must name the client resuming it: under this name what they
+        # check past it (the workspace and tool state carried across resume) counts.
+        # warren's own name is "warren".
+        backend_id = "unix_local"
+
         def __init__(
             self,
             *,

@@ -74,6 +74,10 @@ class AsyncProcess:
     def returncode(self) -> int | None:
         return self.sync.returncode
 
+    @property
+    def status(self) -> int | None:
+        return self.sync.status
+
     wait = _threaded(Process.wait)
     kill = _threaded(Process.kill)
     output = _threaded(Process.output)

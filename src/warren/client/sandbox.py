@@ -132,6 +132,14 @@ class Process:
             self._state()
         return None if self._status is None else protocol.exit_code(self._status)
 
+    @property
+    def status(self) -> int | None:
+        """Its wait status once it ended, else None: ``os.WIFSIGNALED`` tells a signal
+        from an exit of 128+N, which ``returncode`` cannot."""
+        if self._status is None:
+            self._state()
+        return self._status
+
     def wait(self, timeout: float | None = None) -> int:
         """The exit status (128+N for signal N); raises SandboxTimeout if ``timeout`` passes."""
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -53,12 +53,68 @@ def merged_stdout(argv: list[str]) -> list[str]:
     return ["/bin/sh", "-c", 'exec 2>&1; exec "$@"', "sh", *argv]
 
 
+# The terminal relay, run by the sandbox's python3: the command gets a PTY of its own
+# (24x80, its own session, the signals a parent ignored back to their defaults), the
+# relay's stdin is typed into it and what it shows goes to stdout; the relay ends as
+# the command did, by the same signal when one killed it. util-linux ``script`` (the
+# fallback where the sandbox has no python3) can only say 128+N for both.
+_RELAY = r"""
+import os, pty, select, signal, struct, sys, fcntl, termios
+pid, master = pty.fork()
+if pid == 0:
+    for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(sig, signal.SIG_DFL)
+    try:
+        os.execvp(sys.argv[1], sys.argv[1:])
+    except OSError as e:
+        os.write(2, f"{sys.argv[1]}: {e.strerror}\n".encode())
+        os._exit(127 if e.errno == 2 else 126)
+def put(fd, data):
+    while data:
+        data = data[os.write(fd, data):]
+fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGTERM):
+    signal.signal(sig, lambda n, f: os.kill(pid, n))
+watch = [0, master]
+while master in watch:
+    for fd in select.select(watch, [], [])[0]:
+        try:
+            data = os.read(fd, 65536)
+        except OSError:
+            data = b""
+        if fd == master:
+            if not data:
+                watch.remove(master)
+            else:
+                put(1, data)
+        elif data:
+            put(master, data)
+        else:
+            watch.remove(0)
+status = os.waitpid(pid, 0)[1]
+if os.WIFSIGNALED(status):
+    import resource
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+    os.kill(os.getpid(), os.WTERMSIG(status))
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
 def in_terminal(argv: list[str]) -> list[str]:
-    """``argv`` in a terminal of its own: util-linux ``script`` in the sandbox gives it a
-    PTY (24x80) and relays it over the process's pipes, so the caller's terminal is
-    never the command's; what it prints arrives on stdout, as a terminal shows it."""
+    """``argv`` in a terminal of its own, relayed over the process's pipes (so the
+    caller's terminal is never the command's; what it prints arrives on stdout, as a
+    terminal shows it): by warren's relay where the sandbox has python3, which ends
+    the way the command did (killed by signal N, its wait status says so), else by
+    util-linux ``script`` (128+N)."""
     inner = f"stty rows 24 cols 80 2>/dev/null; exec {shlex.join(argv)}"
-    return ["script", "--quiet", "--flush", "--return", "--command", inner, "/dev/null"]
+    script = shlex.join(["script", "--quiet", "--flush", "--return", "--command", inner, "/dev/null"])
+    pick = (
+        "for py in /usr/bin/python3 /usr/local/bin/python3; do "
+        'test -x "$py" && exec "$py" -I -S -c "$0" "$@"; done; '
+        f"exec {script}"
+    )
+    return ["/bin/sh", "-c", pick, _RELAY, *argv]
 
 
 def workspace_named(policy: PolicyKeys) -> bool:

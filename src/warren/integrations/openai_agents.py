@@ -274,9 +274,10 @@ class WarrenSandboxSession(BaseSandboxSession):
         """Start a command in the background (warren's ``spawn``) and return what it
         printed within the yield time; a command still running keeps a session id for
         ``pty_write_stdin``. With ``tty`` the command gets a terminal of its own
-        (util-linux ``script`` in the sandbox relays it over pipes), never the
-        caller's, and ``pty_write_stdin`` types into it; without, it has no stdin, as
-        with the SDK's local and docker backends."""
+        (a relay in the sandbox, ``_policy.in_terminal``), never the caller's, and
+        ``pty_write_stdin`` types into it; without, it has no stdin, as with the SDK's
+        local and docker backends. A command killed by signal N ends with -N, as on the
+        SDK's local backend."""
         self._no_user(user)
         argv = self._prepare_exec_command(*command, shell=shell, user=None)
         argv = in_terminal(argv) if tty else merged_stdout(argv)
@@ -326,7 +327,9 @@ class WarrenSandboxSession(BaseSandboxSession):
         entry = self._background[session_id]
         deadline = time.monotonic() + yield_ms / 1000
         while True:
-            code = await self._call(lambda: entry.process.returncode)
+            status = await self._call(lambda: entry.process.status)
+            # The SDK's convention (its local backend's, Python's): -N for signal N.
+            code = None if status is None else os.waitstatus_to_exitcode(status)
             if code is not None or time.monotonic() >= deadline:
                 break
             await asyncio.sleep(0.05)
