@@ -45,6 +45,8 @@ long-lived:
   port NAME / port --close NAME PORT      its forwarded ports; stop forwarding one
   logs [-f] NAME ID                       a background process's output (ID from exec -d)
   logs --net [--json] NAME                the network proxy's decisions
+  net NAME [show|allow HOST|deny HOST]    its network policy, changed while it runs
+  net NAME pending|approve [--always] ID|reject ID   answer --network ask's waiting connections
   stop NAME / rm [-f] NAME                stop; stop and forget
 review (create --review NAME or run --review CMD: changes go to a layer of their own):
   diff [--patch] [--json] NAME            what it changed: a list, or a git-style patch
@@ -107,9 +109,10 @@ def _dispatch(argv: list[str]) -> int:
 
 def commands() -> dict[str, Callable[[list[str]], int]]:
     """Every sub-command but the fast two (``run``, ``exec``), by name."""
-    from . import catalog, images, info, review, sandboxd, sandboxes, service, snapshots
+    from . import catalog, images, info, net, review, sandboxd, sandboxes, service, snapshots
 
     return {
+        **net.COMMANDS,
         **sandboxes.COMMANDS,
         **info.COMMANDS,
         **service.COMMANDS,

@@ -39,10 +39,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from .allowlist import PROXY_PORT, Allowlist, Decision, NetEvent, normalize_host
+from .allowlist import PROXY_PORT, Allowlist, Decision, NetEvent, ip_literal, normalize_host
 
 if TYPE_CHECKING:
     from .intercept import Interception
+    from .live import LivePolicy
 
 HEADER_LIMIT = 64 * 1024
 MAX_HEADERS = 100
@@ -59,7 +60,8 @@ _SPLICE_FLAGS = getattr(os, "SPLICE_F_MOVE", 1)
 _PIPE_SIZE = 256 * 1024
 
 
-def _now() -> str:
+def now() -> str:
+    """The time of a log record, UTC to the millisecond."""
     t = time.time()
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1000):03d}Z"
 
@@ -87,10 +89,13 @@ class Proxy:
         resolve: Mapping[str, str] | None = None,
         on_event: Callable[[NetEvent], None] | None = None,
         intercept: Interception | None = None,
+        live: LivePolicy | None = None,
     ) -> None:
         self.listener = listener
         self.intercept = intercept  # secrets and HTTP rules: ``net.intercept``
         self.allowlist = allowlist
+        # a running sandbox's changes and approvals (``net.live``): its allowlist wins
+        self.live = live
         self.sandbox = sandbox
         self.resolve = dict(resolve or {})
         self.on_event = on_event
@@ -168,7 +173,7 @@ class Proxy:
             s.close()
 
     def _log(self, method: str, host: str, port: int, decision: Decision, address: str | None = None) -> None:
-        event = NetEvent(_now(), self.sandbox, method, host, port, decision.allowed, decision.reason, address)
+        event = NetEvent(now(), self.sandbox, method, host, port, decision.allowed, decision.reason, address)
         with self._lock:
             self.events.append(event)
         if self.on_event is not None:
@@ -249,6 +254,36 @@ class Proxy:
             )
         return upstream
 
+    def _ask(
+        self, method: str, host: str, port: int, refused: Decision
+    ) -> tuple[Decision | None, Allowlist, str]:
+        """``--network ask``: wait for the owner's answer about an unlisted target; the
+        decision that follows (None: resolve the name, judged by the list returned, as
+        any allowed name is), and what let it through."""
+        from . import live
+
+        assert self.live is not None
+        addr = ip_literal(host)
+        target = str(addr) if addr is not None else normalize_host(host)
+        answer, asked = self.live.wait_for_answer(method, target, port)
+        if asked is not None and answer in (live.APPROVED, live.APPROVED_ALWAYS):
+            allowlist = self.live.approved_list(asked)
+            return allowlist.check_target(target, port), allowlist, f"{answer} (request {asked.id})"
+        name = self.sandbox
+        if answer == live.REJECTED and asked is not None:
+            why = f"rejected (request {asked.id}, `warren net {name} reject`)"
+        elif answer == live.TIMED_OUT and asked is not None:
+            waited = f"{self.live.ask_timeout:g} s"
+            why = f"no answer within {waited} (request {asked.id}); `warren net {name} allow` adds it"
+        elif answer == live.FULL:
+            why = f"{live.MAX_PENDING} requests are waiting for an answer already: refused at once"
+        else:
+            why = (
+                "nobody can answer here (a one-shot run is not named: --network ask waits only in a "
+                "sandbox made with `warren create`)"
+            )
+        return Decision(False, f"{refused.reason}; {why}"), self.live.current, ""
+
     def _plain_http_ok(self, method: str, host: str, port: int, path: str, client: socket.socket) -> bool:
         """A secret's host is reached over HTTPS only (the value would cross the
         network in clear text); a host with HTTP rules only as they allow."""
@@ -268,7 +303,11 @@ class Proxy:
         return False
 
     def _open(self, method: str, host: str, port: int, client: socket.socket) -> socket.socket | None:
-        decision = self.allowlist.check_target(host, port)
+        allowlist = self.allowlist if self.live is None else self.live.current
+        decision = allowlist.check_target(host, port)
+        approval = ""
+        if decision is not None and decision.unlisted and self.live is not None and self.live.asks:
+            decision, allowlist, approval = self._ask(method, host, port, decision)
         if decision is None:
             try:
                 answers = _resolve(host.lower().rstrip("."), port, self.resolve)
@@ -277,7 +316,9 @@ class Proxy:
                 self._log(method, host, port, decision)
                 _reply(client, 502, "Bad Gateway", _refusal(method, host, port, decision))
                 return None
-            decision = self.allowlist.check_answers(host, port, answers)
+            decision = allowlist.check_answers(host, port, answers)
+        if approval and decision.allowed:
+            decision = Decision(True, f"{approval}; {decision.reason}", decision.addresses)
         if not decision.allowed:
             self._log(method, host, port, decision)
             _reply(client, 403, "Forbidden", _refusal(method, host, port, decision))

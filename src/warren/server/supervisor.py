@@ -74,6 +74,7 @@ _SUPERVISOR_REQUESTS = (
     protocol.ExposeListRequest,
     protocol.UnexposeRequest,
     protocol.NetLogRequest,
+    protocol.NetPolicyRequest,
     protocol.ReviewRequest,
     protocol.StatsRequest,
     protocol.ProcessRequest,
@@ -91,6 +92,7 @@ _NOT_USE = (
     protocol.ListRequest,
     protocol.StatsRequest,
     protocol.NetLogRequest,
+    protocol.NetPolicyRequest,
     protocol.SpawnListRequest,
     protocol.ExposeListRequest,
 )
@@ -332,6 +334,10 @@ class Supervisor:
             raise ProtocolError(f"a {msg.TAG} request carries no payload", operation="decode")
         if isinstance(msg, protocol.CreateRequest):
             self._create(c, msg)
+            return
+        if isinstance(msg, protocol.NetPolicyRequest):
+            msg.by = c.who(msg.via)
+            self.clients.reply(c, self.sandboxes.live(msg.sandbox).net_policy(msg))
             return
         answer = self.sandboxes.answer(msg)
         if answer is not None:

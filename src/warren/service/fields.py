@@ -71,7 +71,8 @@ def _policy_fields() -> dict[str, Field]:
         out[key] = Field(STRMAP, hint)
     for key in LIMIT_KEYS:
         out[key] = Field({"oneOf": [STR, NUM]}, hint)  # "512M", 64, 0.5, "10m", "none"
-    out["network"] = Field({"type": "string", "enum": ["none", "allow", "open"]}, hint)
+    out["network"] = Field({"type": "string", "enum": ["none", "allow", "ask", "open"]}, hint)
+    out["ask_timeout"] = Field({"oneOf": [STR, NUM]}, hint)
     for key in IMAGE_KEYS:  # image, from_snapshot: names; disk: a size
         out[key] = Field({"oneOf": [STR, NUM]} if key == "disk" else STR, hint)
     return out

@@ -1,0 +1,318 @@
+"""A running sandbox's network policy changed while it runs (``warren net NAME allow|deny``)
+and ``--network ask``'s approvals, judged from the host: a loopback server here counts
+the requests that reached it, so "the connection failed" is what the server saw, not
+what the sandbox said.
+
+The servers: 127.0.0.2 (the one a change allows, or an approval lets through), 127.0.0.4
+(a "host service" a name may resolve to: DNS rebinding) and 127.0.0.5 (approved for
+good). Not 127.0.0.1: the sandbox's tools reach that one directly (NO_PROXY), inside.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+import warren
+from conftest import module_state, run_cli
+from test_network import Server
+from warren.client.sandbox import Sandbox
+from warren.errors import PolicyError
+from warren.models import NetPending
+from warren.net import live
+from warren.policy import PolicySpec, build
+
+state = pytest.fixture(scope="module")(module_state)
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[dict[str, Server]]:
+    started = {
+        "target": Server("127.0.0.2").start(),
+        "host": Server("127.0.0.4").start(),
+        "other": Server("127.0.0.5").start(),
+    }
+    yield started
+    for s in started.values():
+        s.stop()
+
+
+@pytest.fixture(autouse=True)
+def _clear_hits(servers: dict[str, Server]) -> None:
+    for s in servers.values():
+        s.hits.clear()
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("ws")
+
+
+def _curl(url: str) -> list[str]:
+    return ["curl", "-sS", "--max-time", "20", url]
+
+
+def _spec(ws: Path, **extra: object) -> PolicySpec:
+    return PolicySpec(
+        workspace=str(ws),
+        resolve={"target.test": "127.0.0.2", "rebind.test": "127.0.0.4"},
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def _until(what: Callable[[], list[NetPending]], timeout: float = 15) -> list[NetPending]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = what()
+        if found:
+            return found
+        time.sleep(0.02)
+    raise AssertionError("no pending request came")
+
+
+@pytest.fixture(scope="module")
+def allow_box(state: Path, ws: Path) -> Iterator[Sandbox]:
+    with Sandbox.create(build(_spec(ws, network="allow")), name="netctl-allow") as sb:
+        yield sb
+
+
+@pytest.fixture(scope="module")
+def ask_box(state: Path, ws: Path) -> Iterator[Sandbox]:
+    with Sandbox.create(build(_spec(ws, network="ask", ask_timeout=30)), name="netctl-ask") as sb:
+        yield sb
+
+
+# --- allow and deny at run time ------------------------------------------------------------
+
+
+def test_allow_at_run_time_reaches_the_host_then_deny_refuses_it(
+    allow_box: Sandbox, servers: dict[str, Server]
+) -> None:
+    t = servers["target"]
+    url = f"http://127.0.0.2:{t.port}/one"
+    refused = allow_box.exec(_curl(url))
+    assert "warren proxy refused GET 127.0.0.2" in refused.stdout.decode() and t.hits == []
+
+    policy = allow_box.net_allow(f"127.0.0.2:{t.port}")
+    assert policy.changed and policy.added == (f"127.0.0.2:{t.port}",) and policy.mode == "allow"
+    reached = allow_box.exec(_curl(url))
+    assert reached.stdout.decode() == "hello from 127.0.0.2\n", reached.stderr
+    assert t.hits == ["/one"]  # the control: the server sees what gets through
+
+    policy = allow_box.net_deny(f"127.0.0.2:{t.port}")
+    assert policy.added == () and policy.denied == (f"127.0.0.2:{t.port}",)
+    again = allow_box.exec(_curl(url))
+    assert "denied by the rule" in again.stdout.decode()
+    assert t.hits == ["/one"]
+
+    # Every change is a record of its own in the network log, with who asked.
+    changes = [e for e in allow_box.net_log() if e.kind == "policy"]
+    assert [(e.method, e.host, e.allowed) for e in changes][-2:] == [
+        ("ALLOW", f"127.0.0.2:{t.port}", True),
+        ("DENY", f"127.0.0.2:{t.port}", False),
+    ]
+    assert all(e.by.startswith(f"library (uid {os.getuid()}, pid {os.getpid()})") for e in changes)
+    allow_box.net_allow(f"127.0.0.2:{t.port}")  # lifts the deny
+    assert allow_box.net_policy().denied == ()
+
+
+def test_deny_wins_over_a_rule_given_at_create(state: Path, ws: Path, servers: dict[str, Server]) -> None:
+    t = servers["target"]
+    spec = _spec(ws, allow_hosts=[f"target.test:{t.port}", f"127.0.0.2:{t.port}"])
+    with Sandbox.create(build(spec), name="netctl-deny") as sb:
+        assert sb.exec(_curl(f"http://target.test:{t.port}/a")).ok and t.hits == ["/a"]
+        sb.net_deny("target.test")  # no port: 80 and 443, as --allow-host reads it
+        sb.net_deny(f"target.test:{t.port}")
+        r = sb.exec(_curl(f"http://target.test:{t.port}/b"))
+        assert "denied by the rule 'target.test:" in r.stdout.decode()
+        assert t.hits == ["/a"]
+        assert sb.net_policy().allowed == (f"target.test:{t.port}", f"127.0.0.2:{t.port}")
+
+
+def test_a_change_never_widens_past_what_create_accepts(
+    allow_box: Sandbox, ws: Path, servers: dict[str, Server]
+) -> None:
+    for entry in ("169.254.169.254:80", "*.com", "fe80::1", "pypi.org:99999", "exa mple.org"):
+        with pytest.raises(PolicyError) as at_create:
+            build(_spec(ws, allow_hosts=[entry]))
+        with pytest.raises(PolicyError) as at_run:
+            allow_box.net_allow(entry)
+        # The same check, the same words (only where it was written differs), and a hint.
+        assert at_run.value.message.split(": ", 1)[1] == at_create.value.message.split(": ", 1)[1]
+        assert at_run.value.hint
+    # A name allowed at run time is judged as one allowed at create: it resolves to the
+    # host's own loopback, so the proxy refuses it (DNS rebinding) ...
+    h = servers["host"]
+    allow_box.net_allow(f"rebind.test:{h.port}")
+    r = allow_box.exec(_curl(f"http://rebind.test:{h.port}/rebind"))
+    assert "possible DNS rebinding" in r.stdout.decode() and h.hits == []
+    # ... and the control: the address itself, allowed, does reach that server.
+    allow_box.net_allow(f"127.0.0.4:{h.port}")
+    assert allow_box.exec(_curl(f"http://127.0.0.4:{h.port}/direct")).ok
+    assert h.hits == ["/direct"]
+
+
+def test_a_sandbox_without_a_proxy_refuses_changes_with_a_hint(state: Path, ws: Path) -> None:
+    with Sandbox.create(build(_spec(ws)), name="netctl-none") as sb:
+        with pytest.raises(PolicyError, match="network 'none': there is no proxy") as e:
+            sb.net_allow("pypi.org")
+        assert "--network allow" in (e.value.hint or "")
+
+
+# --- --network ask ---------------------------------------------------------------------------
+
+
+def _target(sb: Sandbox, host: str, port: int) -> list[NetPending]:
+    return [p for p in sb.net_pending() if (p.host, p.port) == (host, port)]
+
+
+def test_a_pending_connection_approved_completes_rejected_is_refused(
+    ask_box: Sandbox, servers: dict[str, Server]
+) -> None:
+    t = servers["target"]
+    url = f"http://127.0.0.2:{t.port}/asked"
+    proc = ask_box.spawn(_curl(url))
+    (pending,) = _until(lambda: _target(ask_box, "127.0.0.2", t.port))
+    assert pending.method == "GET" and t.hits == []  # it waits; nothing reached the server
+    ask_box.net_approve(pending.id)
+    assert proc.wait(timeout=20) == 0
+    assert b"hello from 127.0.0.2" in proc.output().stdout and t.hits == ["/asked"]
+
+    # Approved once is not approved for good: the next connection asks again.
+    proc = ask_box.spawn(_curl(url))
+    (pending,) = _until(lambda: _target(ask_box, "127.0.0.2", t.port))
+    ask_box.net_reject(pending.id)
+    proc.wait(timeout=20)
+    assert f"rejected (request {pending.id}" in proc.output().text
+    assert t.hits == ["/asked"]
+    with pytest.raises(PolicyError, match=f"no pending request {pending.id}"):
+        ask_box.net_approve(pending.id)
+
+    records = [(e.method, e.host) for e in ask_box.net_log() if e.kind == "policy"]
+    assert ("APPROVE", f"127.0.0.2:{t.port}") in records and ("REJECT", f"127.0.0.2:{t.port}") in records
+
+
+def test_approve_always_allows_the_host_for_the_sandbox_life(
+    ask_box: Sandbox, servers: dict[str, Server]
+) -> None:
+    o = servers["other"]  # a server of its own: the other tests' target stays unlisted
+    url = f"http://127.0.0.5:{o.port}/always"
+    proc = ask_box.spawn(_curl(url))
+    (pending,) = _until(lambda: _target(ask_box, "127.0.0.5", o.port))
+    policy = ask_box.net_approve(pending.id, always=True)
+    assert f"127.0.0.5:{o.port}" in policy.added
+    assert proc.wait(timeout=20) == 0
+    start = time.monotonic()
+    again = ask_box.exec(_curl(url))
+    assert again.ok and time.monotonic() - start < 10 and ask_box.net_pending() == []
+    assert o.hits == ["/always", "/always"]
+
+
+def test_an_unanswered_connection_times_out_with_the_proxys_refusal(
+    state: Path, ws: Path, servers: dict[str, Server]
+) -> None:
+    t = servers["target"]
+    with Sandbox.create(build(_spec(ws, network="ask", ask_timeout=1)), name="netctl-t") as sb:
+        start = time.monotonic()
+        r = sb.exec(_curl(f"http://127.0.0.2:{t.port}/late"))
+        took = time.monotonic() - start
+    assert "warren proxy refused GET 127.0.0.2" in r.stdout.decode()
+    assert "no answer within 1 s" in r.stdout.decode()
+    assert 1 <= took < 15 and t.hits == []
+
+
+def test_a_one_shot_run_refuses_at_once_and_says_how_to_allow(ws: Path, servers: dict[str, Server]) -> None:
+    t = servers["target"]
+    start = time.monotonic()
+    r = warren.run(_curl(f"http://127.0.0.2:{t.port}/run"), policy=build(_spec(ws, network="ask")))
+    assert time.monotonic() - start < live_timeout_default() / 2
+    out = r.stdout.decode()
+    assert "nobody can answer here" in out and f"add --allow-host 127.0.0.2:{t.port}" in out
+    assert t.hits == []
+
+
+def live_timeout_default() -> float:
+    from warren.policy.spec import DEFAULT_ASK_TIMEOUT
+
+    return DEFAULT_ASK_TIMEOUT
+
+
+_FLOOD = """
+import select, socket, sys, threading, time
+n = int(sys.argv[1])
+socks = []
+def one(i):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=60)
+    s.sendall(f"CONNECT h{i}.flood.test:443 HTTP/1.1\\r\\nHost: h{i}.flood.test:443\\r\\n\\r\\n".encode())
+    socks.append(s)
+threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+for t in threads: t.start()
+for t in threads: t.join()
+refused, left, deadline = 0, list(socks), time.monotonic() + 5
+while left and time.monotonic() < deadline:
+    ready, _, _ = select.select(left, [], [], 0.5)
+    for s in ready:
+        left.remove(s)
+        if b" 403 " in s.recv(4096): refused += 1
+    if not ready:
+        break
+print(refused, flush=True)
+sys.stdin.read()
+"""
+
+
+def test_the_pending_queue_stays_bounded_under_a_flood(ask_box: Sandbox) -> None:
+    n = live.MAX_PENDING + 40
+    proc = ask_box.spawn(["python3", "-c", _FLOOD, str(n)], stdin=True)
+    try:
+        deadline = time.monotonic() + 30
+        while b"\n" not in proc.output().stdout and time.monotonic() < deadline:
+            time.sleep(0.05)
+        refused_at_once = int(proc.output().text.split()[0])
+        flood = [p for p in ask_box.net_pending() if p.host.endswith(".flood.test")]
+        # Exactly the queue's room waits; every connection past it was refused at once.
+        assert len(flood) == live.MAX_PENDING
+        assert refused_at_once == n - live.MAX_PENDING
+        full = [e for e in ask_box.net_log() if "waiting for an answer already" in e.reason]
+        assert full, "the refusals past the queue are logged"
+    finally:
+        for p in ask_box.net_pending():
+            ask_box.net_reject(p.id)
+        proc.kill()
+    assert ask_box.net_pending() == []
+
+
+# --- the command line ------------------------------------------------------------------------
+
+
+def test_cli_net_shows_changes_and_answers(
+    state: Path, ws: Path, allow_box: Sandbox, ask_box: Sandbox, servers: dict[str, Server]
+) -> None:
+    t = servers["target"]
+    env = {"XDG_STATE_HOME": str(state)}
+    r = run_cli(["net", "netctl-allow", "allow", "cli.example.org:8443"], cwd=ws, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "allowed since:\n" in r.stdout and "  cli.example.org:8443\n" in r.stdout
+    shown = json.loads(run_cli(["net", "--json", "netctl-allow"], cwd=ws, env=env).stdout)
+    assert "cli.example.org:8443" in shown["added"] and shown["mode"] == "allow"
+    log = run_cli(["logs", "--net", "netctl-allow"], cwd=ws, env=env).stdout
+    assert "POLICY ALLOW cli.example.org:8443 by cli (uid" in log
+
+    bad = run_cli(["net", "netctl-allow", "allow", "169.254.169.254"], cwd=ws, env=env)
+    assert bad.returncode != 0 and "link-local and metadata addresses" in bad.stderr
+    assert "Traceback" not in bad.stderr and "hint:" in bad.stderr
+    bad = run_cli(["net", "netctl-ask", "approve", "x"], cwd=ws, env=env)
+    assert bad.returncode != 0 and "is not a request id" in bad.stderr
+
+    proc = ask_box.spawn(_curl(f"http://127.0.0.2:{t.port}/cli"))
+    (pending,) = _until(lambda: _target(ask_box, "127.0.0.2", t.port))
+    listed = run_cli(["net", "netctl-ask", "pending"], cwd=ws, env=env).stdout
+    assert f"GET 127.0.0.2:{t.port}" in listed and "warren net netctl-ask approve" in listed
+    r = run_cli(["net", "netctl-ask", "approve", str(pending.id)], cwd=ws, env=env)
+    assert r.returncode == 0, r.stderr
+    assert proc.wait(timeout=20) == 0 and t.hits == ["/cli"]
