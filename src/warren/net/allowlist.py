@@ -95,13 +95,16 @@ class Decision:
     # Refused only because no rule names the target: what ``--network ask`` may ask about
     # (never a denied, link-local or rebinding refusal).
     unlisted: bool = False
+    request: int = 0  # the --network ask request it waited on, if any
 
 
 @dataclass(frozen=True)
 class NetEvent:
-    """One record of the network log: a proxy decision (``kind`` "request"), or a change
-    of the running sandbox's policy or an answer to a pending request ("policy": the
-    method is ALLOW, DENY, APPROVE, APPROVE-ALWAYS or REJECT, ``by`` says who asked)."""
+    """One record of the network log: a proxy decision (``kind`` "request"); a connection
+    of ``--network ask`` starting to wait for an answer ("pending", ``request`` its id);
+    or a change of the running sandbox's policy or an answer to a pending request
+    ("policy": the method is ALLOW, DENY, APPROVE, APPROVE-ALWAYS or REJECT, ``by`` says
+    who asked). A decision that waited names its ``request`` too."""
 
     time: str
     sandbox: str
@@ -113,6 +116,7 @@ class NetEvent:
     address: str | None = None
     kind: str = "request"
     by: str = ""
+    request: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -130,6 +134,7 @@ class NetEvent:
             address=data.get("address"),
             kind=str(data.get("kind") or "request"),
             by=str(data.get("by") or ""),
+            request=int(data.get("request") or 0),
         )
 
     def line(self) -> str:

@@ -135,10 +135,16 @@ class LivePolicy:
     # --- approvals -----------------------------------------------------------------------
 
     def wait_for_answer(
-        self, method: str, host: str, port: int, process: str = ""
+        self,
+        method: str,
+        host: str,
+        port: int,
+        process: str = "",
+        on_asked: Callable[[Pending], None] | None = None,
     ) -> tuple[str, Pending | None]:
         """Hold a connection to an unlisted ``host:port`` until it is answered or the ask
-        timeout passes; how it ended (``APPROVED``...) and the request it waited on."""
+        timeout passes; how it ended (``APPROVED``...) and the request it waited on.
+        ``on_asked``: told of a new request (not of a connection joining one)."""
         if not self.attended or self.ask_timeout is None:
             return UNATTENDED, None
         with self.lock:
@@ -153,6 +159,8 @@ class LivePolicy:
             else:
                 asked = Pending(next(self.ids), method, host, port, self.clock(), process)
                 self.pending[asked.id] = asked
+        if same is None and on_asked is not None:
+            on_asked(asked)
         asked.done.wait(max(0.0, asked.since + self.ask_timeout - self.clock()))
         with self.lock:
             # Membership is the truth: an answer and the timeout take the request out

@@ -37,13 +37,14 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from .allowlist import PROXY_PORT, Allowlist, Decision, NetEvent, ip_literal, normalize_host
 
 if TYPE_CHECKING:
     from .intercept import Interception
-    from .live import LivePolicy
+    from .live import LivePolicy, Pending
 
 HEADER_LIMIT = 64 * 1024
 MAX_HEADERS = 100
@@ -173,7 +174,20 @@ class Proxy:
             s.close()
 
     def _log(self, method: str, host: str, port: int, decision: Decision, address: str | None = None) -> None:
-        event = NetEvent(now(), self.sandbox, method, host, port, decision.allowed, decision.reason, address)
+        event = NetEvent(
+            now(),
+            self.sandbox,
+            method,
+            host,
+            port,
+            decision.allowed,
+            decision.reason,
+            address,
+            request=decision.request,
+        )
+        self._emit(event)
+
+    def _emit(self, event: NetEvent) -> None:
         with self._lock:
             self.events.append(event)
         if self.on_event is not None:
@@ -256,33 +270,41 @@ class Proxy:
 
     def _ask(
         self, method: str, host: str, port: int, refused: Decision
-    ) -> tuple[Decision | None, Allowlist, str]:
+    ) -> tuple[Decision | None, Allowlist, str, int]:
         """``--network ask``: wait for the owner's answer about an unlisted target; the
         decision that follows (None: resolve the name, judged by the list returned, as
-        any allowed name is), and what let it through."""
+        any allowed name is), what let it through, and the request's id."""
         from . import live
 
         assert self.live is not None
         addr = ip_literal(host)
         target = str(addr) if addr is not None else normalize_host(host)
-        answer, asked = self.live.wait_for_answer(method, target, port)
+        answer, asked = self.live.wait_for_answer(method, target, port, on_asked=self._asked)
+        request = asked.id if asked is not None else 0
         if asked is not None and answer in (live.APPROVED, live.APPROVED_ALWAYS):
             allowlist = self.live.approved_list(asked)
-            return allowlist.check_target(target, port), allowlist, f"{answer} (request {asked.id})"
-        name = self.sandbox
+            return allowlist.check_target(target, port), allowlist, f"{answer} (request {asked.id})", request
         if answer == live.REJECTED and asked is not None:
-            why = f"rejected (request {asked.id}, `warren net {name} reject`)"
+            why = f"rejected (request {asked.id})"
         elif answer == live.TIMED_OUT and asked is not None:
-            waited = f"{self.live.ask_timeout:g} s"
-            why = f"no answer within {waited} (request {asked.id}); `warren net {name} allow` adds it"
+            why = f"no answer within {self.live.ask_timeout:g} s (request {asked.id})"
         elif answer == live.FULL:
             why = f"{live.MAX_PENDING} requests are waiting for an answer already: refused at once"
         else:
             why = (
-                "nobody can answer here (a one-shot run is not named: --network ask waits only in a "
-                "sandbox made with `warren create`)"
+                "nobody can answer here (a one-shot run asks only on its terminal; otherwise "
+                "--network ask waits in a sandbox made with `warren create`)"
             )
-        return Decision(False, f"{refused.reason}; {why}"), self.live.current, ""
+        return Decision(False, f"{refused.reason}; {why}", request=request), self.live.current, "", request
+
+    def _asked(self, asked: Pending) -> None:
+        """A connection starts to wait: a record of its own, which a one-shot run's
+        client may turn into a question on its terminal."""
+        assert self.live is not None
+        waits = f"waits up to {self.live.ask_timeout:g} s for an answer"
+        reason = f"request {asked.id}: {asked.method} {asked.target} {waits}"
+        event = NetEvent(now(), self.sandbox, asked.method, asked.host, asked.port, False, reason)
+        self._emit(replace(event, kind="pending", request=asked.id))
 
     def _plain_http_ok(self, method: str, host: str, port: int, path: str, client: socket.socket) -> bool:
         """A secret's host is reached over HTTPS only (the value would cross the
@@ -305,9 +327,9 @@ class Proxy:
     def _open(self, method: str, host: str, port: int, client: socket.socket) -> socket.socket | None:
         allowlist = self.allowlist if self.live is None else self.live.current
         decision = allowlist.check_target(host, port)
-        approval = ""
+        approval, request = "", 0
         if decision is not None and decision.unlisted and self.live is not None and self.live.asks:
-            decision, allowlist, approval = self._ask(method, host, port, decision)
+            decision, allowlist, approval, request = self._ask(method, host, port, decision)
         if decision is None:
             try:
                 answers = _resolve(host.lower().rstrip("."), port, self.resolve)
@@ -318,7 +340,9 @@ class Proxy:
                 return None
             decision = allowlist.check_answers(host, port, answers)
         if approval and decision.allowed:
-            decision = Decision(True, f"{approval}; {decision.reason}", decision.addresses)
+            decision = replace(decision, reason=f"{approval}; {decision.reason}")
+        if request:
+            decision = replace(decision, request=request)
         if not decision.allowed:
             self._log(method, host, port, decision)
             _reply(client, 403, "Forbidden", _refusal(method, host, port, decision))
@@ -341,7 +365,7 @@ class Proxy:
             self._log(method, host, port, decision, address)
             return sock
         why = os.strerror(last.errno) if last is not None and last.errno else "no address"
-        failed = Decision(True, f"allowed, but connecting failed: {why}")
+        failed = Decision(True, f"allowed, but connecting failed: {why}", request=decision.request)
         self._log(method, host, port, failed, ",".join(decision.addresses))
         _reply(client, 502, "Bad Gateway", f"warren proxy: cannot connect to {host}:{port}: {why}\n")
         return None

@@ -112,6 +112,9 @@ class RunRequest(Message):
     caller: Caller
     command: Command
     net_events: bool = False
+    # --network ask: the client asks its user (a terminal) and answers with a
+    # NetPolicyRequest on this connection while the command runs
+    net_ask: bool = False
 
 
 class PlanRequest(Message):
@@ -504,6 +507,7 @@ class NetEventRecord(Message):
     address: str | None = None
     kind: str = "request"
     by: str = ""
+    request: int = 0
 
 
 class NetLog(Message):

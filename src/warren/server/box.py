@@ -124,6 +124,7 @@ class Run:
     relay_outbox: wire.Outbox | None = None
     exited: protocol.Exited | None = None
     answered: bool = False
+    ask: bool = False  # --network ask: its client asks on a terminal (``RunRequest.net_ask``)
 
     def close_fds(self) -> None:
         """Close the client's stdio and event pipe that this process still holds."""
@@ -507,7 +508,7 @@ class Box:
             connector=not self.oneshot,
             intercept=self.intercept,
             cgroup_dirs=self.helper_cgroups(),
-            attended=not self.oneshot,
+            attended=not self.oneshot or (self.run is not None and self.run.ask),
         )
         if connector is not None:
             self.send(protocol.Handoff(request=protocol.ConnectorRequest()), [connector.fileno()])

@@ -275,11 +275,13 @@ class Supervisor:
                 self.clients.reply(c, protocol.error_message(e))
 
     def _from_running_client(self, c: Client) -> None:
-        """A one-shot run's client may only send signals for its command, or hang up."""
+        """A one-shot run's client may only send signals for its command, answer the
+        pending requests of its ``--network ask`` (no reply: its connection carries the
+        command's events), or hang up."""
         box = c.box
         assert box is not None and box.run is not None
         try:
-            got = c.inbox.read((protocol.Signal,))
+            got = c.inbox.read((protocol.Signal, protocol.NetPolicyRequest))
         except (wire.ConnectionClosed, OSError, WarrenError):
             self.clients.drop(c)
             return
@@ -288,6 +290,13 @@ class Supervisor:
         msg, _n, fds = got
         for fd in fds:
             os.close(fd)
+        if isinstance(msg, protocol.NetPolicyRequest):
+            if box.run.ask and msg.action in ("approve", "reject"):
+                msg.by = c.who(msg.via)
+                with contextlib.suppress(WarrenError):  # answered meanwhile, timed out: nothing to do
+                    box.net_policy(msg)
+            return
+        assert isinstance(msg, protocol.Signal)
         box.relay_signal(msg)
 
     # --- requests ------------------------------------------------------------------------
@@ -389,7 +398,13 @@ class Supervisor:
         request = ahead.Request(
             msg.spec.to_mapping(), caller, msg.caller, msg.command.cwd, caller.env.get("PATH")
         )
-        run = Run(c, msg.command, fds[:stdio], fds[stdio] if msg.net_events else None)
+        run = Run(
+            c,
+            msg.command,
+            fds[:stdio],
+            fds[stdio] if msg.net_events else None,
+            ask=msg.net_ask and msg.net_events,
+        )
         c.box = self.boots.run(request, run)
 
     def _create(self, c: Client, msg: protocol.CreateRequest) -> None:
