@@ -20,7 +20,9 @@ import pytest
 
 import warren
 from conftest import module_state, run_cli
+from service_util import Serve
 from test_network import Server
+from warren.client.http import events
 from warren.client.sandbox import Sandbox
 from warren.errors import PolicyError
 from warren.models import NetPending
@@ -409,3 +411,63 @@ def test_no_question_is_written_into_a_full_screen_program(
     assert "no answer within 1 s" in inside  # the program's own output: curl's 403 body
     assert "the sandbox asks" not in shown and "DONE" in shown  # ended unasked: nothing left
     assert t.hits == []
+
+
+# --- over HTTP ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def http(state: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
+    """``warren serve`` on a unix socket, with this module's state (its sandboxes)."""
+    server = Serve(tmp_path_factory.mktemp("serve"), unix=True, token=False)
+    yield server
+    server.stop()
+
+
+def test_http_changes_the_policy_and_answers_waiting_connections_from_events(
+    http: Serve, allow_box: Sandbox, ask_box: Sandbox, servers: dict[str, Server]
+) -> None:
+    t = servers["target"]
+    with http.client(None) as c, http.client(None) as answering:
+        r = c.post(
+            "/v1/sandboxes/netctl-allow/network", json={"action": "allow", "rule": "http.example.org:8443"}
+        )
+        assert r.status_code == 200, r.text
+        assert "http.example.org:8443" in r.json()["added"]
+        bad = c.post(
+            "/v1/sandboxes/netctl-allow/network", json={"action": "allow", "rule": "169.254.169.254"}
+        )
+        assert bad.status_code == 400 and bad.json()["error"]["type"] == "PolicyError"
+        assert "link-local and metadata" in bad.json()["error"]["message"]
+        none = c.post("/v1/sandboxes/netctl-ask/network/pending/999999", json={"action": "approve"})
+        assert none.status_code == 400 and "no pending request 999999" in none.json()["error"]["message"]
+
+        headers = {"Accept": "text/event-stream"}
+        with c.stream("GET", "/v1/sandboxes/netctl-ask/network", headers=headers, timeout=30) as stream:
+            assert stream.headers["content-type"].startswith("text/event-stream")
+            proc = ask_box.spawn(_curl(f"http://127.0.0.2:{t.port}/http"))
+            asked = 0
+            for event, data in events(stream.iter_lines()):
+                if event == "pending" and (data["host"], data["port"]) == ("127.0.0.2", t.port):
+                    asked = data["id"]
+                    ok = answering.post(
+                        f"/v1/sandboxes/netctl-ask/network/pending/{asked}", json={"action": "approve"}
+                    )
+                    assert ok.status_code == 200, ok.text
+                if event == "ended" and data["id"] == asked:
+                    break
+        assert proc.wait(timeout=20) == 0 and t.hits == ["/http"]
+    approvals = [e for e in ask_box.net_log() if e.kind == "policy" and e.method == "APPROVE"]
+    assert approvals[-1].by.startswith("http (uid ")
+
+
+def test_the_library_over_http_changes_the_policy_as_locally(http: Serve, allow_box: Sandbox) -> None:
+    from warren.client.http import HttpTransport
+
+    remote = Sandbox.get("netctl-allow", transport=HttpTransport(f"unix:{http.socket}", None))
+    policy = remote.net_deny("remote.example.org")
+    assert "remote.example.org" in policy.denied
+    assert "remote.example.org" in allow_box.net_policy().denied  # the same sandbox, seen locally
+    with pytest.raises(PolicyError, match="a wildcard must name a domain"):
+        remote.net_allow("*.org")
+    assert remote.net_pending() == []

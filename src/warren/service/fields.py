@@ -175,6 +175,20 @@ EXPOSE = Body(
     },
     ("port",),
 )
+NET_CHANGE = Body(
+    {
+        "action": Field({"type": "string", "enum": ["allow", "deny"]}, "allow or deny"),
+        "rule": Field(STR, "HOST[:PORT], as --allow-host writes it"),
+    },
+    ("action", "rule"),
+)
+NET_ANSWER = Body(
+    {
+        "action": Field({"type": "string", "enum": ["approve", "reject"]}, "approve or reject"),
+        "always": Field(BOOL, "bool: approve the host and port for the sandbox's life"),
+    },
+    ("action",),
+)
 
 # The name each body's schema has in the OpenAPI document.
 BODIES: dict[str, Body] = {
@@ -188,4 +202,6 @@ BODIES: dict[str, Body] = {
     "Mkdir": MKDIR,
     "Move": MOVE,
     "Expose": EXPOSE,
+    "NetChange": NET_CHANGE,
+    "NetAnswer": NET_ANSWER,
 }
