@@ -46,7 +46,7 @@ KEY_MEANING = {
     "workspace_at": "where the sandbox sees its workspace when not at its host path: an absolute "
     "path whose parent exists on the host (E2B's `/home/user`); made inside the sandbox only, the "
     "host is not changed (no flag: your config or the API)",
-    "ask_timeout": "with `network = \"ask\"`: how long a connection to a host not on the list waits "
+    "ask_timeout": 'with `network = "ask"`: how long a connection to a host not on the list waits '
     "for `warren net NAME approve` before the proxy refuses it (default 60 s, at most an hour; no "
     "flag: your config or the API)",
     "profile": "`[profile.NAME]` tables: named sets of these keys, chosen with `--profile NAME`",
