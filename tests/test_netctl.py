@@ -181,6 +181,8 @@ def test_a_pending_connection_approved_completes_rejected_is_refused(
     proc = ask_box.spawn(_curl(url))
     (pending,) = _until(lambda: _target(ask_box, "127.0.0.2", t.port))
     assert pending.method == "GET" and t.hits == []  # it waits; nothing reached the server
+    # Who asked: curl, numbered as the sandbox numbers it (a pid of its own namespace).
+    assert pending.process.startswith("pid ") and f"curl -sS --max-time 20 {url}" in pending.process
     ask_box.net_approve(pending.id)
     assert proc.wait(timeout=20) == 0
     assert b"hello from 127.0.0.2" in proc.output().stdout and t.hits == ["/asked"]

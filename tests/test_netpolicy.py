@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -239,3 +240,24 @@ def test_an_unanswered_request_times_out_once_and_cannot_be_answered_after() -> 
 def test_nothing_waits_where_nobody_can_answer() -> None:
     assert _live(attended=False).wait_for_answer("GET", "x.test", 80) == (live.UNATTENDED, None)
     assert not _live(ask_timeout=None).asks
+
+
+def test_who_asked_is_escaped_and_bounded() -> None:
+    """The command line is the sandbox's to write: what ``asker`` says of it is escaped
+    (no byte of it reaches a terminal raw) and cut."""
+    import subprocess
+    import sys
+
+    from warren.net import asker
+
+    title = "\x1b]0;owned\x07" + "x" * 5000
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", title])
+    try:
+        said = asker.describe(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert said.startswith(f"pid {proc.pid}: {sys.executable} -c import time; time.sleep(30) \\x1b]0;owned")
+    assert "\x1b" not in said and "\x07" not in said
+    assert len(said) < asker.SHOWN + 100 and said.endswith("...")
+    assert asker.of_connection(os.getpid(), 3128, ("127.0.0.1", 1)) == ""  # no such connection

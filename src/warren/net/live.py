@@ -139,12 +139,13 @@ class LivePolicy:
         method: str,
         host: str,
         port: int,
-        process: str = "",
+        who: Callable[[], str] | None = None,
         on_asked: Callable[[Pending], None] | None = None,
     ) -> tuple[str, Pending | None]:
         """Hold a connection to an unlisted ``host:port`` until it is answered or the ask
         timeout passes; how it ended (``APPROVED``...) and the request it waited on.
-        ``on_asked``: told of a new request (not of a connection joining one)."""
+        ``who``: which process asked, looked up for a new request only; ``on_asked``:
+        told of a new request (not of a connection joining one)."""
         if not self.attended or self.ask_timeout is None:
             return UNATTENDED, None
         with self.lock:
@@ -157,8 +158,10 @@ class LivePolicy:
             elif len(self.pending) >= MAX_PENDING:
                 return FULL, None
             else:
-                asked = Pending(next(self.ids), method, host, port, self.clock(), process)
+                asked = Pending(next(self.ids), method, host, port, self.clock())
                 self.pending[asked.id] = asked
+        if same is None and who is not None:
+            asked.process = who()  # outside the lock: it reads /proc
         if same is None and on_asked is not None:
             on_asked(asked)
         asked.done.wait(max(0.0, asked.since + self.ask_timeout - self.clock()))

@@ -91,12 +91,14 @@ class Proxy:
         on_event: Callable[[NetEvent], None] | None = None,
         intercept: Interception | None = None,
         live: LivePolicy | None = None,
+        asker: Callable[[tuple[str, int]], str] | None = None,
     ) -> None:
         self.listener = listener
         self.intercept = intercept  # secrets and HTTP rules: ``net.intercept``
         self.allowlist = allowlist
         # a running sandbox's changes and approvals (``net.live``): its allowlist wins
         self.live = live
+        self.asker = asker  # which process of the sandbox a connection is from (``net.asker``)
         self.sandbox = sandbox
         self.resolve = dict(resolve or {})
         self.on_event = on_event
@@ -269,7 +271,7 @@ class Proxy:
         return upstream
 
     def _ask(
-        self, method: str, host: str, port: int, refused: Decision
+        self, method: str, host: str, port: int, refused: Decision, client: socket.socket
     ) -> tuple[Decision | None, Allowlist, str, int]:
         """``--network ask``: wait for the owner's answer about an unlisted target; the
         decision that follows (None: resolve the name, judged by the list returned, as
@@ -279,7 +281,9 @@ class Proxy:
         assert self.live is not None
         addr = ip_literal(host)
         target = str(addr) if addr is not None else normalize_host(host)
-        answer, asked = self.live.wait_for_answer(method, target, port, on_asked=self._asked)
+        asker = self.asker
+        who = None if asker is None else lambda: asker(client.getpeername())
+        answer, asked = self.live.wait_for_answer(method, target, port, who=who, on_asked=self._asked)
         request = asked.id if asked is not None else 0
         if asked is not None and answer in (live.APPROVED, live.APPROVED_ALWAYS):
             allowlist = self.live.approved_list(asked)
@@ -302,7 +306,8 @@ class Proxy:
         client may turn into a question on its terminal."""
         assert self.live is not None
         waits = f"waits up to {self.live.ask_timeout:g} s for an answer"
-        reason = f"request {asked.id}: {asked.method} {asked.target} {waits}"
+        by = f" (from {asked.process})" if asked.process else ""
+        reason = f"request {asked.id}: {asked.method} {asked.target}{by} {waits}"
         event = NetEvent(now(), self.sandbox, asked.method, asked.host, asked.port, False, reason)
         self._emit(replace(event, kind="pending", request=asked.id))
 
@@ -329,7 +334,7 @@ class Proxy:
         decision = allowlist.check_target(host, port)
         approval, request = "", 0
         if decision is not None and decision.unlisted and self.live is not None and self.live.asks:
-            decision, allowlist, approval, request = self._ask(method, host, port, decision)
+            decision, allowlist, approval, request = self._ask(method, host, port, decision, client)
         if decision is None:
             try:
                 answers = _resolve(host.lower().rstrip("."), port, self.resolve)

@@ -509,6 +509,7 @@ class Box:
             intercept=self.intercept,
             cgroup_dirs=self.helper_cgroups(),
             attended=not self.oneshot or (self.run is not None and self.run.ask),
+            pid1=self.pid,
         )
         if connector is not None:
             self.send(protocol.Handoff(request=protocol.ConnectorRequest()), [connector.fileno()])

@@ -49,6 +49,7 @@ def start_netd(
     intercept: Interception | None = None,
     cgroup_dirs: list[str] | None = None,
     attended: bool = True,
+    pid1: int = 0,
 ) -> tuple[Netd, socket.socket | None]:
     """Fork the sandbox's network helper: a fork of the small, single-threaded
     supervisor costs about a millisecond, an interpreter 30+. With ``connector``, the
@@ -84,6 +85,7 @@ def start_netd(
                 connector=conn_ours,
                 intercept=intercept,
                 attended=attended,
+                pid1=pid1,
             )
         finally:
             os._exit(code)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import selectors
 import signal
@@ -30,6 +31,7 @@ import time
 from .. import protocol, wire
 from .._core import kernel
 from ..errors import PolicyError, PortUnavailable, ProtocolError, SandboxError, WarrenError
+from ..net import asker
 from ..net import log as netlog
 from ..net.allowlist import Allowlist, NetEvent
 from ..net.live import LivePolicy
@@ -141,9 +143,11 @@ def serve(
     connector: socket.socket | None,
     intercept: Interception | None = None,
     attended: bool = True,
+    pid1: int = 0,
 ) -> int:
     """The helper's main loop; returns its exit code. ``attended``: a sandbox a request
-    can name (``warren net NAME``), so an ``--network ask`` connection may wait."""
+    can name (``warren net NAME``), so an ``--network ask`` connection may wait;
+    ``pid1``: its PID 1 as this host numbers it (who asked, ``net.asker``)."""
     kernel.die_with_parent()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
         signal.signal(sig, signal.SIG_DFL)
@@ -158,6 +162,9 @@ def serve(
             on_event=log,
             intercept=intercept,
             live=live,
+            asker=functools.partial(asker.of_connection, pid1, proxy_listener.getsockname()[1])
+            if pid1 and net.ask_timeout is not None
+            else None,
         ).start()
     exposes: dict[int, _Expose] = {}
     conn = _Connector(connector)
