@@ -166,6 +166,17 @@ def test_a_sandbox_without_a_proxy_refuses_changes_with_a_hint(state: Path, ws: 
         assert "--network allow" in (e.value.hint or "")
 
 
+def test_a_paused_sandbox_refuses_net_requests_with_a_hint(allow_box: Sandbox) -> None:
+    allow_box.pause()
+    try:
+        with pytest.raises(warren.SandboxPaused) as e:
+            allow_box.net_allow("paused.example.org")
+        assert e.value.hint
+    finally:
+        allow_box.resume()
+    assert "paused.example.org" not in allow_box.net_policy().added
+
+
 # --- --network ask ---------------------------------------------------------------------------
 
 

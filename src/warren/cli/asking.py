@@ -20,6 +20,7 @@ from ..terminal import printable
 _ENTER = (b"\x1b[?1049h", b"\x1b[?1047h", b"\x1b[?47h")
 _LEAVE = (b"\x1b[?1049l", b"\x1b[?1047l", b"\x1b[?47l")
 _KEEP = max(len(s) for s in _ENTER) - 1  # bytes kept: a sequence split between two reads
+MAX_WAITING = 64  # questions held (the helper's queue holds as many)
 
 
 class Questions:
@@ -49,6 +50,8 @@ class Questions:
             return False
         if event.get("kind") == "pending":
             what = printable(f"{event.get('method')} {event.get('host')}:{event.get('port')}")
+            if len(self.waiting) >= MAX_WAITING:  # the end of one was not seen (the log's rate limit)
+                self.waiting.pop(next(iter(self.waiting)))
             self.waiting[request] = what
             return True
         # The decision of a connection that waited: answered (here or elsewhere), timed out.
