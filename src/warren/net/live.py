@@ -16,6 +16,7 @@ refused at once.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 import time
@@ -69,8 +70,8 @@ class LivePolicy:
         self.added: dict[str, HostRule] = {}
         self.denied: dict[str, HostRule] = {}
         self.ask_timeout = ask_timeout  # None: an unlisted host is refused at once
-        # A one-shot run: nobody can name it to answer (``warren net`` takes a sandbox's
-        # name), so nothing waits.
+        # False: a one-shot run whose client cannot ask on a terminal; nobody else can
+        # answer it (``warren net`` takes a sandbox's name), so nothing waits.
         self.attended = attended
         self.clock = clock
         self.lock = threading.Lock()
@@ -148,20 +149,24 @@ class LivePolicy:
         told of a new request (not of a connection joining one)."""
         if not self.attended or self.ask_timeout is None:
             return UNATTENDED, None
+        process = ""
         with self.lock:
-            same = next(
-                (p for p in self.pending.values() if (p.method, p.host, p.port) == (method, host, port)), None
-            )
+            new = self._same(method, host, port) is None and len(self.pending) < MAX_PENDING
+        if new and who is not None:
+            # Before the request is listed, so the list names it whole; outside the lock
+            # (it reads /proc), and informational: never an error of the connection's.
+            with contextlib.suppress(Exception):
+                process = who()
+        with self.lock:
+            same = self._same(method, host, port)
             if same is not None:
                 same.waiting += 1
                 asked = same
             elif len(self.pending) >= MAX_PENDING:
                 return FULL, None
             else:
-                asked = Pending(next(self.ids), method, host, port, self.clock())
+                asked = Pending(next(self.ids), method, host, port, self.clock(), process)
                 self.pending[asked.id] = asked
-        if same is None and who is not None:
-            asked.process = who()  # outside the lock: it reads /proc
         if same is None and on_asked is not None:
             on_asked(asked)
         asked.done.wait(max(0.0, asked.since + self.ask_timeout - self.clock()))
@@ -172,6 +177,11 @@ class LivePolicy:
                 asked.answer = TIMED_OUT
                 asked.done.set()
             return asked.answer, asked
+
+    def _same(self, method: str, host: str, port: int) -> Pending | None:
+        return next(
+            (p for p in self.pending.values() if (p.method, p.host, p.port) == (method, host, port)), None
+        )
 
     def answer(self, request_id: int, approve: bool, always: bool) -> Pending:
         """Answer pending request ``request_id``; with ``always`` its host and port are
