@@ -492,3 +492,47 @@ def test_the_library_over_http_changes_the_policy_as_locally(http: Serve, allow_
     with pytest.raises(PolicyError, match="a wildcard must name a domain"):
         remote.net_allow("*.org")
     assert remote.net_pending() == []
+
+
+# --- fidelity: a package manager under --network ask --------------------------------------------
+
+
+def test_uv_waits_for_an_approval_and_installs_as_on_the_host(state: Path, ws: Path, tmp_path: Path) -> None:
+    """uv sees a held connection as a slow answer: approved (always), the install goes on
+    and a second one asks nothing."""
+    import sys
+
+    from test_network import _simple_index
+
+    uv = os.path.join(os.path.dirname(sys.executable), "uv")
+    index = Server("127.0.0.2", root=tmp_path / "index")
+    _simple_index(index.root)  # type: ignore[arg-type]
+    index.start()
+    spec = PolicySpec(
+        workspace=str(ws),
+        network="ask",
+        ask_timeout=30,
+        # the address (a name resolving to it is refused without it: rebinding), not the name
+        allow_hosts=[f"127.0.0.2:{index.port}"],
+        resolve={"index.test": "127.0.0.2"},
+        env={"UV_CACHE_DIR": str(ws / ".uv-ask-cache"), "UV_NO_PROGRESS": "1"},
+    )
+    script = f"""set -e
+        {uv} venv -q --python /usr/bin/python3 $1
+        {uv} pip install --python $1/bin/python --index-url http://index.test:{index.port}/simple/ warrennet
+        $1/bin/python -c 'import warrennet; print("value", warrennet.VALUE)'
+    """
+    try:
+        with Sandbox.create(build(spec), name="netctl-uv") as sb:
+            proc = sb.spawn(["sh", "-c", script, "sh", ".venv-ask"])
+            (pending,) = _until(lambda: _target(sb, "index.test", index.port), timeout=60)
+            assert "uv" in pending.process
+            sb.net_approve(pending.id, always=True)
+            assert proc.wait(timeout=120) == 0, proc.output().stderr
+            assert "value 42" in proc.output().text
+            again = sb.exec(["sh", "-c", script, "sh", ".venv-ask2"], timeout=120)
+            assert again.ok and "value 42" in again.stdout.decode(), again.stderr
+            assert sb.net_pending() == []
+        assert any(h.endswith(".whl") for h in index.hits), index.hits
+    finally:
+        index.stop()
