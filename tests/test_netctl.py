@@ -348,9 +348,16 @@ def test_cli_net_shows_changes_and_answers(
 # --- warren run --network ask on a terminal --------------------------------------------------
 
 
-def _on_a_terminal(ws: Path, env: dict[str, str], argv: list[str], answers: list[bytes]) -> str:
+def _on_a_terminal(
+    ws: Path,
+    env: dict[str, str],
+    argv: list[str],
+    answers: list[bytes],
+    meanwhile: Callable[[bytes], None] | None = None,
+) -> str:
     """What a terminal shows of ``warren run ARGV`` (the terminal its controlling one),
-    typing the next of ``answers`` each time a question appears."""
+    typing the next of ``answers`` each time a question appears; ``meanwhile`` is given
+    what was shown so far, again and again."""
     import fcntl
     import pty
     import select
@@ -387,6 +394,8 @@ def _on_a_terminal(ws: Path, env: dict[str, str], argv: list[str], answers: list
             if seen.count(b"allow it? [y] once") > asked and asked < len(answers):
                 os.write(master, answers[asked])
                 asked += 1
+            if meanwhile is not None:
+                meanwhile(seen)
         proc.wait(timeout=30)
     finally:
         os.close(master)
@@ -536,3 +545,39 @@ def test_uv_waits_for_an_approval_and_installs_as_on_the_host(state: Path, ws: P
         assert any(h.endswith(".whl") for h in index.hits), index.hits
     finally:
         index.stop()
+
+
+def test_a_full_screen_program_is_answered_from_another_terminal(
+    ws: Path, servers: dict[str, Server], tmp_path: Path
+) -> None:
+    """The run names itself before the program starts; `warren net RUN pending|approve`
+    from elsewhere answers while the program holds the alternate screen."""
+    import re
+
+    t = servers["target"]
+    env = {"XDG_STATE_HOME": str(tmp_path / "state")}
+    script = (
+        f"printf '\\033[?1049hIN-ALT\\n'; curl -sS http://127.0.0.2:{t.port}/elsewhere; "
+        "printf '\\033[?1049lLEFT\\n'; echo DONE"
+    )
+    answered: list[str] = []
+
+    def answer_elsewhere(seen: bytes) -> None:
+        found = re.search(rb"answer from another terminal: warren net (run-[0-9a-f]+) pending", seen)
+        if answered or found is None or b"IN-ALT" not in seen:
+            return
+        name = found.group(1).decode()
+        listed = run_cli(["net", name, "pending"], cwd=ws, env=env).stdout
+        ids = re.findall(rf"^ +(\d+) .*GET 127\.0\.0\.2:{t.port}", listed, re.MULTILINE)
+        if ids:
+            r = run_cli(["net", name, "approve", ids[0]], cwd=ws, env=env)
+            answered.append(r.stdout + r.stderr)
+
+    argv = [*_ask_flags(t.port), "--", "sh", "-c", script]
+    shown = _on_a_terminal(ws, env, argv, [], meanwhile=answer_elsewhere)
+    assert answered and "Traceback" not in answered[0], answered
+    before, rest = shown.split("IN-ALT", 1)
+    inside = rest.split("LEFT", 1)[0]
+    assert "warren net run-" in before  # said before the program started
+    assert "warren" not in inside and "hello from 127.0.0.2" in inside, shown
+    assert t.hits == ["/elsewhere"]

@@ -33,6 +33,7 @@ class Questions:
         self.asked = 0  # the request whose question is on the terminal
         self.alternate = False  # the command is in the alternate screen
         self.tail = b""
+        self.name = ""  # the run's name for `warren net`, once the helper said it
 
     def watch(self, output: bytes) -> None:
         """The command's output, as it goes to the terminal."""
@@ -45,6 +46,14 @@ class Questions:
 
     def event(self, event: dict[str, object]) -> bool:
         """A network event; True when it was about a question (nothing else to say)."""
+        if event.get("kind") == "ask":
+            self.name = printable(str(event.get("sandbox", "")))
+            if not self.alternate:
+                self._say(
+                    "warren: connections to hosts not on the list are asked here; in a full-screen "
+                    f"program, answer from another terminal: warren net {self.name} pending\r\n"
+                )
+            return True
         request = event.get("request")
         if not isinstance(request, int) or not request:
             return False

@@ -510,6 +510,7 @@ class Box:
             cgroup_dirs=self.helper_cgroups(),
             attended=not self.oneshot or (self.run is not None and self.run.ask),
             pid1=self.pid,
+            ask_name=f"run-{self.id}" if self.oneshot and self.run is not None and self.run.ask else None,
         )
         if connector is not None:
             self.send(protocol.Handoff(request=protocol.ConnectorRequest()), [connector.fileno()])

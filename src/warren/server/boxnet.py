@@ -50,6 +50,7 @@ def start_netd(
     cgroup_dirs: list[str] | None = None,
     attended: bool = True,
     pid1: int = 0,
+    ask_name: str | None = None,
 ) -> tuple[Netd, socket.socket | None]:
     """Fork the sandbox's network helper: a fork of the small, single-threaded
     supervisor costs about a millisecond, an interpreter 30+. With ``connector``, the
@@ -86,6 +87,7 @@ def start_netd(
                 intercept=intercept,
                 attended=attended,
                 pid1=pid1,
+                ask_name=ask_name,
             )
         finally:
             os._exit(code)

@@ -144,15 +144,20 @@ def serve(
     intercept: Interception | None = None,
     attended: bool = True,
     pid1: int = 0,
+    ask_name: str | None = None,
 ) -> int:
     """The helper's main loop; returns its exit code. ``attended``: a sandbox a request
     can name (``warren net NAME``), so an ``--network ask`` connection may wait;
-    ``pid1``: its PID 1 as this host numbers it (who asked, ``net.asker``)."""
+    ``pid1``: its PID 1 as this host numbers it (who asked, ``net.asker``); ``ask_name``:
+    a one-shot run that asks on its client's terminal, the name ``warren net`` reaches it
+    by (said to the client first, a record of kind "ask")."""
     kernel.die_with_parent()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     live = LivePolicy(net.rules, ask_timeout=net.ask_timeout, attended=attended)
+    if ask_name is not None and live.asks:
+        log(NetEvent(now(), ask_name, "ASK", ask_name, 0, True, "answered on the terminal", kind="ask"))
     if proxy_listener is not None:
         Proxy(
             proxy_listener,

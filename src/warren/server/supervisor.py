@@ -346,7 +346,7 @@ class Supervisor:
             return
         if isinstance(msg, protocol.NetPolicyRequest):
             msg.by = c.who(msg.via)
-            self.clients.reply(c, self.sandboxes.live(msg.sandbox).net_policy(msg))
+            self.clients.reply(c, self.sandboxes.with_net(msg.sandbox).net_policy(msg))
             return
         answer = self.sandboxes.answer(msg)
         if answer is not None:
