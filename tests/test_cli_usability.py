@@ -96,7 +96,7 @@ def test_catalog_reads_every_command_and_flag_from_its_parser() -> None:
     exec_flags = {n for o in cmds["exec"].options for n in o.names}
     assert {"-d", "--detach", "--cwd", "--env", "--timeout"} <= exec_flags
     network = next(o for o in cmds["run"].options if "--network" in o.names)
-    assert network.choices == ("none", "allow", "open")
+    assert network.choices == ("none", "allow", "ask", "open")
 
 
 @pytest.mark.parametrize("shell", catalog.SHELLS)
@@ -130,7 +130,7 @@ def test_bash_completion_completes_commands_flags_and_choices(tmp_path: Path) ->
     script = run_cli(["completion", "bash"], cwd=tmp_path).stdout
     assert _complete(script, ["warren", "ex"]) == ["exec"]
     assert _complete(script, ["warren", "exec", "web", "--c"]) == ["--cwd"]
-    assert _complete(script, ["warren", "run", "--network", ""]) == ["none", "allow", "open"]
+    assert _complete(script, ["warren", "run", "--network", ""]) == ["none", "allow", "ask", "open"]
     assert "--follow" in _complete(script, ["warren", "logs", "--"])
 
 

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import threading
+import time
+
 import pytest
 
 from warren.errors import PolicyError
+from warren.net import live
 from warren.net.allowlist import ANY_PORT, Allowlist, parse_resolve, parse_rule, parse_rules
 
 
@@ -120,3 +125,139 @@ def test_resolve_map_validates_names_and_addresses() -> None:
         parse_resolve(["a.test"])
     with pytest.raises(PolicyError, match="not an IP address"):
         parse_resolve({"a.test": "example.org"})
+
+
+# --- a running sandbox's policy (net.live): changes, and --network ask's queue ---------------
+
+
+def _live(ask_timeout: float | None = 30.0, attended: bool = True) -> live.LivePolicy:
+    return live.LivePolicy(
+        parse_rules(["pypi.org", "127.0.0.2:8080"]), ask_timeout=ask_timeout, attended=attended
+    )
+
+
+def test_a_deny_wins_over_every_allow_for_names_and_their_answers() -> None:
+    lp = _live()
+    lp.deny("pypi.org:443")
+    d = lp.current.check_target("pypi.org", 443)
+    assert (
+        d is not None and not d.allowed and not d.unlisted and "denied by the rule 'pypi.org:443'" in d.reason
+    )
+    assert lp.current.check_target("pypi.org", 80) is None  # another port: still allowed
+    lp.deny("151.101.0.223")
+    d = lp.current.check_answers("pypi.org", 80, ["151.101.0.223"])
+    assert not d.allowed and "denied by the rule '151.101.0.223'" in d.reason
+    lp.allow("pypi.org:443")  # lifts the deny of the same text (and is a rule of its own)
+    assert lp.current.check_target("pypi.org", 443) is None
+    assert lp.rules() == (["pypi.org", "127.0.0.2:8080"], ["pypi.org:443"], ["151.101.0.223"])
+
+
+def test_a_change_is_checked_as_an_allow_host_at_create() -> None:
+    lp = _live()
+    for entry in ("169.254.169.254", "*.com", "a b", "host:0"):
+        with pytest.raises(PolicyError) as e:
+            lp.allow(entry)
+        with pytest.raises(PolicyError) as at_create:
+            parse_rule(entry)
+        assert e.value.message.split(": ", 1)[1] == at_create.value.message.split(": ", 1)[1]
+        assert e.value.hint == at_create.value.hint
+    assert lp.rules()[1:] == ([], [])
+
+
+def test_added_rules_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(live, "MAX_ADDED", 3)
+    lp = _live()
+    for i in range(3):
+        lp.allow(f"h{i}.example.org")
+    with pytest.raises(PolicyError, match="3 rules added at run time already"):
+        lp.deny("h9.example.org")
+    assert lp.allow("h0.example.org") == (parse_rule("h0.example.org"), False)  # no change, no room needed
+
+
+def _ask_in_thread(lp: live.LivePolicy, host: str, out: list[tuple[str, int]]) -> threading.Thread:
+    def ask() -> None:
+        answer, asked = lp.wait_for_answer("CONNECT", host, 443)
+        out.append((answer, asked.id if asked else 0))
+
+    t = threading.Thread(target=ask)
+    t.start()
+    return t
+
+
+def _until_waiting(lp: live.LivePolicy, n: int) -> None:
+    deadline = time.monotonic() + 10
+    while sum(p.waiting for p in lp.waiting()) < n:
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+
+
+def test_the_pending_queue_is_bounded_and_one_request_serves_one_target(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(live, "MAX_PENDING", 4)
+    lp = _live()
+    out: list[tuple[str, int]] = []
+    threads = [_ask_in_thread(lp, f"h{i}.test", out) for i in range(4)]
+    _until_waiting(lp, 4)
+    threads.append(_ask_in_thread(lp, "h0.test", out))  # the same target: waits on request 1
+    _until_waiting(lp, 5)
+    assert lp.wait_for_answer("CONNECT", "h9.test", 443) == (live.FULL, None)  # at once
+    first = lp.waiting()[0]
+    assert (first.id, first.host, first.waiting) == (1, "h0.test", 2)
+    lp.answer(1, approve=True, always=False)
+    for p in lp.waiting():
+        lp.answer(p.id, approve=False, always=False)
+    for t in threads:
+        t.join()
+    assert sorted(out) == sorted(
+        [(live.APPROVED, 1), (live.APPROVED, 1), (live.REJECTED, 2), (live.REJECTED, 3), (live.REJECTED, 4)]
+    )
+    assert lp.waiting() == [] and lp.rules()[1] == []  # approved once: not added
+
+
+def test_approve_always_adds_the_target_judged_as_a_rule() -> None:
+    lp = _live()
+    out: list[tuple[str, int]] = []
+    t = _ask_in_thread(lp, "10.1.2.3", out)
+    _until_waiting(lp, 1)
+    (asked,) = lp.waiting()
+    lp.answer(asked.id, approve=True, always=True)
+    t.join()
+    assert out == [(live.APPROVED_ALWAYS, asked.id)] and lp.rules()[1] == ["10.1.2.3:443"]
+    assert lp.current.check_target("10.1.2.3", 443).allowed  # type: ignore[union-attr]
+
+
+def test_an_unanswered_request_times_out_once_and_cannot_be_answered_after() -> None:
+    lp = _live(ask_timeout=0.2)
+    start = time.monotonic()
+    answer, asked = lp.wait_for_answer("GET", "late.test", 80)
+    assert answer == live.TIMED_OUT and 0.2 <= time.monotonic() - start < 5
+    assert asked is not None and lp.waiting() == []
+    with pytest.raises(PolicyError, match=f"no pending request {asked.id}"):
+        lp.answer(asked.id, approve=True, always=False)
+
+
+def test_nothing_waits_where_nobody_can_answer() -> None:
+    assert _live(attended=False).wait_for_answer("GET", "x.test", 80) == (live.UNATTENDED, None)
+    assert not _live(ask_timeout=None).asks
+
+
+def test_who_asked_is_escaped_and_bounded() -> None:
+    """The command line is the sandbox's to write: what ``asker`` says of it is escaped
+    (no byte of it reaches a terminal raw) and cut."""
+    import subprocess
+    import sys
+
+    from warren.net import asker
+
+    title = "\x1b]0;owned\x07" + "x" * 5000
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", title])
+    try:
+        said = asker.describe(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert said.startswith(f"pid {proc.pid}: {sys.executable} -c import time; time.sleep(30) \\x1b]0;owned")
+    assert "\x1b" not in said and "\x07" not in said
+    assert len(said) < asker.SHOWN + 100 and said.endswith("...")
+    assert asker.of_connection(os.getpid(), 3128, ("127.0.0.1", 1)) == ""  # no such connection

@@ -374,6 +374,9 @@ def test_cli_prints_refusals_and_logs_of_a_long_lived_sandbox(
             "allowed",
             "reason",
             "address",
+            "kind",
+            "by",
+            "request",
         }
     finally:
         run_cli(["rm", "-f", name], cwd=ws, env=env)

@@ -197,12 +197,13 @@ def test_the_spec_message_declares_every_key_a_policy_spec_sends() -> None:
         allow_http=["GET pypi.org/simple/"],
         require_namespaces=True,
         review=True,
+        ask_timeout="2m",
     )
     assert {f.name for f in dataclasses.fields(PolicySpec)} <= {
         "workspace", "write", "read", "deny", "env", "env_pass", "presets", "network", "allow_hosts",
         "resolve", "default_deny", "workspace_writable", "allow_nested", "allow_broad_workspace",
         "memory", "pids", "cpus", "tmp_size", "idle_timeout", "secrets", "allow_http",
-        "require_namespaces", "image", "disk", "from_snapshot", "workspace_at", "review",
+        "require_namespaces", "image", "disk", "from_snapshot", "workspace_at", "review", "ask_timeout",
     }  # fmt: skip
     mapping = everything.to_mapping()
     assert set(mapping) == {name for name, _check, _default in protocol.Spec._fields}

@@ -46,6 +46,9 @@ KEY_MEANING = {
     "workspace_at": "where the sandbox sees its workspace when not at its host path: an absolute "
     "path whose parent exists on the host (E2B's `/home/user`); made inside the sandbox only, the "
     "host is not changed (no flag: your config or the API)",
+    "ask_timeout": 'with `network = "ask"`: how long a connection to a host not on the list waits '
+    "for `warren net NAME approve` before the proxy refuses it (default 60 s, at most an hour; no "
+    "flag: your config or the API)",
     "profile": "`[profile.NAME]` tables: named sets of these keys, chosen with `--profile NAME`",
 }
 KIND_TEXT = {
@@ -54,6 +57,7 @@ KIND_TEXT = {
     "str": "string",
     "table": "table of strings",
     "limit": 'number or size (`512M`, `64`, `0.5`, `30m`, `"none"`)',
+    "duration": 'seconds or a duration (`30`, `"2m"`)',
 }
 
 
@@ -151,6 +155,8 @@ def _kind(key: str) -> str:
         return "table"
     if key in spec.LIMIT_KEYS:
         return "limit"
+    if key in spec.ASK_KEYS:
+        return "duration"
     return "str"
 
 
@@ -185,7 +191,7 @@ def policy_keys_md() -> str:
             flag_text = "`--profile NAME`"
         kind = "table of tables" if key == "profile" else KIND_TEXT[_kind(key)]
         if key == "network":
-            kind = '`"none"`, `"allow"` or `"open"`'
+            kind = '`"none"`, `"allow"`, `"ask"` or `"open"`'
         narrowing = config._NARROWING.get(key)
         if key == "profile":
             ws = "yes (each key in it as at top level)"

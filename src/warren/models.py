@@ -45,6 +45,33 @@ class Result:
 
 
 @dataclass(frozen=True)
+class NetPending:
+    """A connection of ``--network ask`` waiting for an answer (``Sandbox.net_approve``)."""
+
+    id: int
+    method: str  # CONNECT, or the plain HTTP request's method
+    host: str
+    port: int
+    age: float  # seconds it has waited
+    waiting: int  # connections to the same target waiting on this answer
+    process: str = ""  # the asking process, when the proxy can tell
+
+
+@dataclass(frozen=True)
+class NetPolicy:
+    """A running sandbox's network policy: the allowlist it started with, the rules
+    allowed and denied since, and under ``--network ask`` the requests waiting."""
+
+    mode: str  # "allow" or "ask"
+    allowed: tuple[str, ...] = ()
+    added: tuple[str, ...] = ()
+    denied: tuple[str, ...] = ()
+    ask_timeout: float = 0.0  # seconds a connection waits for an answer (mode "ask")
+    pending: tuple[NetPending, ...] = ()
+    changed: bool = False  # the request changed the policy
+
+
+@dataclass(frozen=True)
 class SandboxInfo:
     """A registered sandbox: alive, stopped or dead (and then why)."""
 

@@ -46,6 +46,8 @@ long-lived:
   logs [-f] NAME ID                       a background process's output (ID from exec -d)
   logs --net [--json] NAME                the network proxy's decisions
   events [-f] [--json] [--otlp URL] NAME  its trail: commands, files, network (docs/events.md)
+  net NAME [show|allow HOST|deny HOST]    its network policy, changed while it runs
+  net NAME pending|approve [--always] ID|reject ID   answer --network ask's waiting connections
   stop NAME / rm [-f] NAME                stop; stop and forget
 review (create --review NAME or run --review CMD: changes go to a layer of their own):
   diff [--patch] [--json] NAME            what it changed: a list, or a git-style patch
@@ -111,9 +113,10 @@ def _dispatch(argv: list[str]) -> int:
 
 def commands() -> dict[str, Callable[[list[str]], int]]:
     """Every sub-command but the fast two (``run``, ``exec``), by name."""
-    from . import catalog, events, images, info, review, sandboxd, sandboxes, service, snapshots
+    from . import catalog, events, images, info, net, review, sandboxd, sandboxes, service, snapshots
 
     return {
+        **net.COMMANDS,
         **sandboxes.COMMANDS,
         **info.COMMANDS,
         **service.COMMANDS,

@@ -33,6 +33,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     import signal
     from typing import Any
+
+    from .asking import Questions
 else:
     import _signal as signal  # the C module: ``signal`` would load enum (start-up time)
 
@@ -110,6 +112,10 @@ class Attached:
         # Refusals by kind ("METHOD host:port", reason) -> how many, in order of first sight.
         self.refused: dict[tuple[str, str], int] = {}
         self.live = False  # the first of each kind is said as it happens (``_live_notices``)
+        # --network ask on a terminal: its waiting connections asked here (``cli.asking``)
+        self.questions: Questions | None = None
+        self.relay: Relay | None = None
+        self.out_fd = 1 if 1 in self.ttys else 2 if 2 in self.ttys else 0
 
     def run(self) -> int:
         command = self.message.command
@@ -128,6 +134,11 @@ class Attached:
             fds.append(net_w)
             self.message.net_events = True
             sock = connect.for_run()
+            if 0 in self.ttys and self.out_fd in self.ttys and os.environ.get("WARREN_ASK") != "0":
+                from .asking import Questions
+
+                self.message.net_ask = True
+                self.questions = Questions(sock, self.out_fd)
         else:
             sock = connect.supervisor()
         for sig in (*_FORWARD, signal.SIGWINCH):
@@ -173,9 +184,9 @@ class Attached:
             self.saved_mode = None
 
     def _loop(self, sock: wire.Sock, net_r: int, already: protocol.Started | None) -> int:
-        out_fd = 1 if 1 in self.ttys else 2 if 2 in self.ttys else 0
+        out_fd = self.out_fd
         partial = b""
-        relay = Relay(sock, self._lost)
+        relay = self.relay = Relay(sock, self._lost)
 
         def wake(fd: int) -> bool:
             _drain_pipe(fd, lambda _chunk: None)
@@ -195,9 +206,9 @@ class Attached:
                 _say(f"warren: WARNING: {w}")
             if fds:
                 self.master = fds[0]
-                relay.on_read(self.master, lambda fd: self._copy(fd, out_fd))
+                relay.on_read(self.master, self._from_command)
                 if 0 in self.ttys:
-                    relay.on_read(0, lambda fd: self._copy(fd, self.master))
+                    relay.on_read(0, self._from_user)
                 self._raw_terminal()
 
         relay.on_read(self.wake_r, wake)
@@ -259,6 +270,33 @@ class Attached:
                 continue
             _ignoring(OSError, wire.send, sock, protocol.Signal(signal=int(sig)))
 
+    def _from_command(self, fd: int) -> bool:
+        more = self._copy(fd, self.out_fd)
+        self._ask_next()
+        return more
+
+    def _from_user(self, fd: int) -> bool:
+        """Keys for the command, or the answer to the question on the terminal."""
+        if self.questions is None or not self.questions.asked:
+            return self._copy(fd, self.master)
+        key = os.read(fd, 64)
+        if not key:
+            return False
+        self.questions.answer(key)
+        self._ask_next()
+        return True
+
+    def _ask_next(self) -> None:
+        """Open the next question when one may be asked; the command's output is held
+        back exactly while one is open."""
+        if self.questions is None or self.relay is None or self.master < 0:
+            return
+        asking = self.saved_mode is not None and self.questions.next()
+        if asking:
+            self.relay.readers.pop(self.master, None)
+        elif self.master not in self.relay.readers:
+            self.relay.on_read(self.master, self._from_command)
+
     def _copy(self, src: int, dst: int) -> bool:
         try:
             data = os.read(src, 65536)
@@ -268,6 +306,8 @@ class Attached:
             raise
         if not data:
             return False
+        if src == self.master and self.questions is not None:
+            self.questions.watch(data)
         view = memoryview(data)
         while view:
             try:
@@ -292,7 +332,9 @@ class Attached:
             event: Any
             try:
                 event = jsonc.loads(line.decode(errors="replace"))
-                if event["allowed"]:
+                if self.questions is not None and self.questions.event(event):
+                    continue
+                if event["allowed"] or event.get("kind", "request") != "request":
                     continue
                 kind = (
                     printable(f"{event['method']} {event['host']}:{event['port']}"),
@@ -304,6 +346,7 @@ class Attached:
             self.refused[kind] = seen + 1
             if self.live and not seen:
                 _say(f"warren: network: refused {kind[0]}: {kind[1]}")
+        self._ask_next()
         return rest
 
     def _sum_up_refusals(self) -> None:

@@ -73,8 +73,9 @@ POLICY_FLAGS = (
         "network",
         "value",
         "none (default): only loopback; allow: through warren's proxy to --allow-host hosts only; "
+        "ask: allow, and a connection to another host waits for `warren net NAME approve`; "
         "open: outbound through pasta, never the host's loopback",
-        choices=("none", "allow", "open"),
+        choices=("none", "allow", "ask", "open"),
     ),
     Flag(
         ("--allow-host",),

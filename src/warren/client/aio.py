@@ -180,6 +180,12 @@ class AsyncSandbox:
                 return
             await asyncio.sleep(poll)
 
+    net_policy = _threaded(Sandbox.net_policy)
+    net_allow = _threaded(Sandbox.net_allow)
+    net_deny = _threaded(Sandbox.net_deny)
+    net_pending = _threaded(Sandbox.net_pending)
+    net_approve = _threaded(Sandbox.net_approve)
+    net_reject = _threaded(Sandbox.net_reject)
     diff = _threaded(Sandbox.diff)
     apply = _threaded(Sandbox.apply)
     discard = _threaded(Sandbox.discard)

@@ -25,6 +25,7 @@ from ..models import (
     FileInfo,
     FileOp,
     FileResult,
+    NetPolicy,
     ProcessInfo,
     ProcessState,
     Result,
@@ -274,6 +275,27 @@ class HttpTransport(Transport):
         return [
             codec.decode(NetEvent, e) for e in self._json("GET", f"/v1/sandboxes/{name}/netlog")["events"]
         ]
+
+    def net_policy(
+        self,
+        name: str,
+        action: str,
+        *,
+        rule: str = "",
+        request_id: int = 0,
+        always: bool = False,
+        via: str = "",
+    ) -> NetPolicy:
+        # The service names itself to the supervisor (via "http"): ``via`` is not sent.
+        path = f"/v1/sandboxes/{name}/network"
+        if action in ("show", "pending"):
+            data = self._json("GET", path)
+        elif action in ("allow", "deny"):
+            data = self._json("POST", path, json={"action": action, "rule": rule})
+        else:
+            body = {"action": action, "always": always}
+            data = self._json("POST", f"{path}/pending/{request_id}", json=body)
+        return codec.decode(NetPolicy, data)
 
     def stats(self, name: str) -> Stats:
         return codec.decode(Stats, self._json("GET", f"/v1/sandboxes/{name}/stats"))

@@ -21,6 +21,7 @@ from ..models import (
     FileInfo,
     FileOp,
     FileResult,
+    NetPolicy,
     ProcessInfo,
     ProcessState,
     Result,
@@ -260,6 +261,23 @@ class LocalTransport(Transport):
         reply, _ = self._request(message, (protocol.Events,))
         assert isinstance(reply, protocol.Events)
         return EventPage(tuple(_record(r) for r in reply.records), reply.after, reply.skip, reply.running)
+
+    def net_policy(
+        self,
+        name: str,
+        action: str,
+        *,
+        rule: str = "",
+        request_id: int = 0,
+        always: bool = False,
+        via: str = "",
+    ) -> NetPolicy:
+        msg = protocol.NetPolicyRequest(
+            sandbox=name, action=action, rule=rule, id=request_id, always=always, via=via
+        )
+        reply, _ = self._request(msg, (protocol.NetPolicy,))
+        assert isinstance(reply, protocol.NetPolicy)
+        return codec.model_of(NetPolicy, reply.to_fields())
 
     def net_log(self, name: str) -> builtins.list[NetEvent]:
         reply, _ = self._request(protocol.NetLogRequest(sandbox=name), (protocol.NetLog,))

@@ -31,6 +31,8 @@ from ..models import (
     FileInfo,
     FileOp,
     FileResult,
+    NetPending,
+    NetPolicy,
     Output,
     ProcessInfo,
     ProcessState,
@@ -467,6 +469,37 @@ class Sandbox:
         network decision, one dict per record (``docs/events.md`` lists the kinds).
         With ``follow``, new records as they come, until the sandbox ends."""
         return trail_of(self._transport, self.name, follow=follow, poll=poll)
+
+    def net_policy(self) -> NetPolicy:
+        """This running sandbox's network policy: the allowlist it started with, the
+        rules allowed and denied since, and (``network="ask"``) the requests waiting."""
+        return self._net("show")
+
+    def net_allow(self, rule: str) -> NetPolicy:
+        """Allow ``rule`` (``HOST[:PORT]``, as ``allow_host`` at create writes it, checked
+        the same way) from the next connection on; connections already open stay."""
+        return self._net("allow", rule=rule)
+
+    def net_deny(self, rule: str) -> NetPolicy:
+        """Refuse ``rule`` from the next connection on, whatever allows it (an added
+        rule of the same text is dropped); connections already open stay."""
+        return self._net("deny", rule=rule)
+
+    def net_pending(self) -> builtins.list[NetPending]:
+        """The connections of ``network="ask"`` waiting for an answer, oldest first."""
+        return builtins.list(self._net("pending").pending)
+
+    def net_approve(self, request_id: int, always: bool = False) -> NetPolicy:
+        """Let the connections waiting on request ``request_id`` through; with
+        ``always`` its host and port are allowed for the sandbox's life."""
+        return self._net("approve", request_id=request_id, always=always)
+
+    def net_reject(self, request_id: int) -> NetPolicy:
+        """Refuse the connections waiting on request ``request_id`` (the proxy's 403)."""
+        return self._net("reject", request_id=request_id)
+
+    def _net(self, action: str, **given: Any) -> NetPolicy:
+        return self._transport.net_policy(self.name, action, via="library", **given)
 
     def net_log(self) -> builtins.list[NetEvent]:
         """Every decision of this sandbox's network proxy (``--network allow``), oldest

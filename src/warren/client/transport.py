@@ -20,6 +20,7 @@ from ..errors import WarrenError
 from ..models import (
     FileOp,
     FileResult,
+    NetPolicy,
     ProcessInfo,
     ProcessState,
     Result,
@@ -179,6 +180,21 @@ class Transport(abc.ABC):
     def events(self, name: str, after: str = "", skip: int = 0) -> EventPage:
         """The sandbox's trail after the cursor (``after``, ``skip``: an ``EventPage``'s)."""
         raise _not_here(self, "the trail of a sandbox", name)
+
+    def net_policy(
+        self,
+        name: str,
+        action: str,
+        *,
+        rule: str = "",
+        request_id: int = 0,
+        always: bool = False,
+        via: str = "",
+    ) -> NetPolicy:
+        """A running sandbox's network policy: ``show``, ``allow``/``deny`` a ``rule``,
+        ``pending``, ``approve``/``reject`` request ``request_id``; ``via`` names the
+        client in the network log's record."""
+        raise _not_here(self, "changing a running sandbox's network policy", name)
 
     @abc.abstractmethod
     def stats(self, name: str) -> Stats: ...

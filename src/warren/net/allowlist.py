@@ -92,11 +92,19 @@ class Decision:
     allowed: bool
     reason: str
     addresses: tuple[str, ...] = ()  # what to connect to, in order, when allowed
+    # Refused only because no rule names the target: what ``--network ask`` may ask about
+    # (never a denied, link-local or rebinding refusal).
+    unlisted: bool = False
+    request: int = 0  # the --network ask request it waited on, if any
 
 
 @dataclass(frozen=True)
 class NetEvent:
-    """One proxy decision, as logged."""
+    """One record of the network log: a proxy decision (``kind`` "request"); a connection
+    of ``--network ask`` starting to wait for an answer ("pending", ``request`` its id);
+    or a change of the running sandbox's policy or an answer to a pending request
+    ("policy": the method is ALLOW, DENY, APPROVE, APPROVE-ALWAYS or REJECT, ``by`` says
+    who asked). A decision that waited names its ``request`` too."""
 
     time: str
     sandbox: str
@@ -106,6 +114,9 @@ class NetEvent:
     allowed: bool
     reason: str
     address: str | None = None
+    kind: str = "request"
+    by: str = ""
+    request: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -121,12 +132,19 @@ class NetEvent:
             allowed=bool(data.get("allowed")),
             reason=str(data.get("reason", "")),
             address=data.get("address"),
+            kind=str(data.get("kind") or "request"),
+            by=str(data.get("by") or ""),
+            request=int(data.get("request") or 0),
         )
 
     def line(self) -> str:
         """One line for a terminal. Every field may come from the sandbox (a host name
         it asked for): control characters are escaped, so nothing it sends can move
         the cursor or talk to the terminal."""
+        if self.kind == "policy":
+            by = f" by {self.by}" if self.by else ""
+            change = f"POLICY {self.method} {self.host}{by}"
+            return printable(f"{self.time} {self.sandbox} {change}: {self.reason}")
         verdict = "allowed" if self.allowed else "DENIED"
         via = f" via {self.address}" if self.address else ""
         target = f"{self.method} {self.host}:{self.port}{via}"
@@ -270,11 +288,23 @@ def internal(addr: IPAddress) -> bool:
 
 
 class Allowlist:
-    def __init__(self, rules: Sequence[HostRule]) -> None:
+    """``denied``: rules a running sandbox's owner added with ``warren net NAME deny``;
+    they win over every allow rule, for names and for the addresses names resolve to."""
+
+    def __init__(self, rules: Sequence[HostRule], denied: Sequence[HostRule] = ()) -> None:
         self.rules = tuple(rules)
+        self.denied = tuple(denied)
 
     def _address_allowed(self, addr: IPAddress, port: int) -> bool:
         return any(r.matches_address(_unmapped(addr), port) for r in self.rules)
+
+    def _denied_by(self, host: str, addr: IPAddress | None, port: int) -> HostRule | None:
+        for rule in self.denied:
+            if addr is not None and rule.matches_address(_unmapped(addr), port):
+                return rule
+            if addr is None and rule.matches_name(host, port):
+                return rule
+        return None
 
     def check_target(self, host: str, port: int) -> Decision | None:
         """The decision that needs no name resolution; None when ``host`` is a name
@@ -285,20 +315,26 @@ class Allowlist:
         if addr is not None:
             if never_reachable(addr):
                 return Decision(False, f"{addr} is a link-local/metadata address, never reachable")
+            if (rule := self._denied_by(host, addr, port)) is not None:
+                return Decision(False, f"denied by the rule {rule.text!r} (warren net deny)")
             if self._address_allowed(addr, port):
                 return Decision(True, "address on the allowlist", (str(addr),))
             return Decision(
                 False,
                 f"IP literal {addr}:{port} is not on the allowlist "
-                f"(add --allow-host {_hostport(str(addr), port)} if it should be reachable)",
+                f"(add --allow-host {hostport(str(addr), port)} if it should be reachable)",
+                unlisted=True,
             )
         host = normalize_host(host)
         if not valid_name(host):
             return Decision(False, f"{host!r} is not a valid host name")
+        if (rule := self._denied_by(host, None, port)) is not None:
+            return Decision(False, f"denied by the rule {rule.text!r} (warren net deny)")
         if not any(r.matches_name(host, port) for r in self.rules):
             return Decision(
                 False,
-                f"{host}:{port} is not on the allowlist (add --allow-host {_hostport(host, port)})",
+                f"{host}:{port} is not on the allowlist (add --allow-host {hostport(host, port)})",
+                unlisted=True,
             )
         return None
 
@@ -313,10 +349,12 @@ class Allowlist:
                 continue
             if never_reachable(addr):
                 refused.append(f"{addr} (link-local/metadata, never reachable)")
+            elif (rule := self._denied_by(host, addr, port)) is not None:
+                refused.append(f"{addr} (denied by the rule {rule.text!r})")
             elif internal(addr) and not self._address_allowed(addr, port):
                 refused.append(
                     f"{addr} (an internal address: possible DNS rebinding; allow it explicitly "
-                    f"with --allow-host {_hostport(str(addr), port)})"
+                    f"with --allow-host {hostport(str(addr), port)})"
                 )
             elif str(addr) not in keep:
                 keep.append(str(addr))
@@ -330,7 +368,8 @@ class Allowlist:
         return Decision(False, f"{host} resolved only to refused addresses: " + "; ".join(refused))
 
 
-def _hostport(host: str, port: int) -> str:
+def hostport(host: str, port: int) -> str:
+    """``host:port`` as an allowlist entry writes it (an IPv6 address in brackets)."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 

@@ -73,7 +73,8 @@ class Writer:
 
     def __call__(self, event: NetEvent) -> None:
         with self.lock:
-            if not event.allowed and not self._admit(event, self.clock()):
+            # A policy record is the owner's act, never the sandbox's: not rate-limited.
+            if not event.allowed and event.kind != "policy" and not self._admit(event, self.clock()):
                 return
             self._write(event)
 

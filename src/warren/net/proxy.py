@@ -37,12 +37,14 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from .allowlist import PROXY_PORT, Allowlist, Decision, NetEvent, normalize_host
+from .allowlist import PROXY_PORT, Allowlist, Decision, NetEvent, ip_literal, normalize_host
 
 if TYPE_CHECKING:
     from .intercept import Interception
+    from .live import LivePolicy, Pending
 
 HEADER_LIMIT = 64 * 1024
 MAX_HEADERS = 100
@@ -59,7 +61,8 @@ _SPLICE_FLAGS = getattr(os, "SPLICE_F_MOVE", 1)
 _PIPE_SIZE = 256 * 1024
 
 
-def _now() -> str:
+def now() -> str:
+    """The time of a log record, UTC to the millisecond."""
     t = time.time()
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1000):03d}Z"
 
@@ -87,10 +90,15 @@ class Proxy:
         resolve: Mapping[str, str] | None = None,
         on_event: Callable[[NetEvent], None] | None = None,
         intercept: Interception | None = None,
+        live: LivePolicy | None = None,
+        asker: Callable[[tuple[str, int]], str] | None = None,
     ) -> None:
         self.listener = listener
         self.intercept = intercept  # secrets and HTTP rules: ``net.intercept``
         self.allowlist = allowlist
+        # a running sandbox's changes and approvals (``net.live``): its allowlist wins
+        self.live = live
+        self.asker = asker  # which process of the sandbox a connection is from (``net.asker``)
         self.sandbox = sandbox
         self.resolve = dict(resolve or {})
         self.on_event = on_event
@@ -168,7 +176,20 @@ class Proxy:
             s.close()
 
     def _log(self, method: str, host: str, port: int, decision: Decision, address: str | None = None) -> None:
-        event = NetEvent(_now(), self.sandbox, method, host, port, decision.allowed, decision.reason, address)
+        event = NetEvent(
+            now(),
+            self.sandbox,
+            method,
+            host,
+            port,
+            decision.allowed,
+            decision.reason,
+            address,
+            request=decision.request,
+        )
+        self._emit(event)
+
+    def _emit(self, event: NetEvent) -> None:
         with self._lock:
             self.events.append(event)
         if self.on_event is not None:
@@ -249,6 +270,47 @@ class Proxy:
             )
         return upstream
 
+    def _ask(
+        self, method: str, host: str, port: int, refused: Decision, client: socket.socket
+    ) -> tuple[Decision | None, Allowlist, str, int]:
+        """``--network ask``: wait for the owner's answer about an unlisted target; the
+        decision that follows (None: resolve the name, judged by the list returned, as
+        any allowed name is), what let it through, and the request's id."""
+        from . import live
+
+        assert self.live is not None
+        addr = ip_literal(host)
+        target = str(addr) if addr is not None else normalize_host(host)
+        asker = self.asker
+        who = None if asker is None else lambda: asker(client.getpeername())
+        answer, asked = self.live.wait_for_answer(method, target, port, who=who, on_asked=self._asked)
+        request = asked.id if asked is not None else 0
+        if asked is not None and answer in (live.APPROVED, live.APPROVED_ALWAYS):
+            allowlist = self.live.approved_list(asked)
+            return allowlist.check_target(target, port), allowlist, f"{answer} (request {asked.id})", request
+        if answer == live.REJECTED and asked is not None:
+            why = f"rejected (request {asked.id})"
+        elif answer == live.TIMED_OUT and asked is not None:
+            why = f"no answer within {self.live.ask_timeout:g} s (request {asked.id})"
+        elif answer == live.FULL:
+            why = f"{live.MAX_PENDING} requests are waiting for an answer already: refused at once"
+        else:
+            why = (
+                "nobody can answer here (a one-shot run asks only on its terminal; otherwise "
+                "--network ask waits in a sandbox made with `warren create`)"
+            )
+        return Decision(False, f"{refused.reason}; {why}", request=request), self.live.current, "", request
+
+    def _asked(self, asked: Pending) -> None:
+        """A connection starts to wait: a record of its own, which a one-shot run's
+        client may turn into a question on its terminal."""
+        assert self.live is not None
+        waits = f"waits up to {self.live.ask_timeout:g} s for an answer"
+        by = f" (from {asked.process})" if asked.process else ""
+        reason = f"request {asked.id}: {asked.method} {asked.target}{by} {waits}"
+        event = NetEvent(now(), self.sandbox, asked.method, asked.host, asked.port, False, reason)
+        self._emit(replace(event, kind="pending", request=asked.id))
+
     def _plain_http_ok(self, method: str, host: str, port: int, path: str, client: socket.socket) -> bool:
         """A secret's host is reached over HTTPS only (the value would cross the
         network in clear text); a host with HTTP rules only as they allow."""
@@ -268,7 +330,11 @@ class Proxy:
         return False
 
     def _open(self, method: str, host: str, port: int, client: socket.socket) -> socket.socket | None:
-        decision = self.allowlist.check_target(host, port)
+        allowlist = self.allowlist if self.live is None else self.live.current
+        decision = allowlist.check_target(host, port)
+        approval, request = "", 0
+        if decision is not None and decision.unlisted and self.live is not None and self.live.asks:
+            decision, allowlist, approval, request = self._ask(method, host, port, decision, client)
         if decision is None:
             try:
                 answers = _resolve(host.lower().rstrip("."), port, self.resolve)
@@ -277,7 +343,11 @@ class Proxy:
                 self._log(method, host, port, decision)
                 _reply(client, 502, "Bad Gateway", _refusal(method, host, port, decision))
                 return None
-            decision = self.allowlist.check_answers(host, port, answers)
+            decision = allowlist.check_answers(host, port, answers)
+        if approval and decision.allowed:
+            decision = replace(decision, reason=f"{approval}; {decision.reason}")
+        if request:
+            decision = replace(decision, request=request)
         if not decision.allowed:
             self._log(method, host, port, decision)
             _reply(client, 403, "Forbidden", _refusal(method, host, port, decision))
@@ -300,7 +370,7 @@ class Proxy:
             self._log(method, host, port, decision, address)
             return sock
         why = os.strerror(last.errno) if last is not None and last.errno else "no address"
-        failed = Decision(True, f"allowed, but connecting failed: {why}")
+        failed = Decision(True, f"allowed, but connecting failed: {why}", request=decision.request)
         self._log(method, host, port, failed, ",".join(decision.addresses))
         _reply(client, 502, "Bad Gateway", f"warren proxy: cannot connect to {host}:{port}: {why}\n")
         return None

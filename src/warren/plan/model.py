@@ -83,6 +83,8 @@ class MountOp:
 class NetPlan:
     mode: str  # "none" | "allow" | "open"
     hosts: tuple[str, ...] = ()  # the allowlist entries as written
+    # --network ask: how long a connection to an unlisted host waits for an answer
+    ask_timeout: float | None = None
     rules: tuple[HostRule, ...] = ()  # ... and parsed
     resolve: tuple[tuple[str, str], ...] = ()
     # --secret and --allow-http (net.secrets, plan.secrets): placeholders, never values
@@ -102,6 +104,7 @@ class NetPlan:
         return cls(
             mode=policy.network,
             hosts=policy.allowed_hosts,
+            ask_timeout=policy.ask_timeout,
             rules=policy.allowed_rules,
             resolve=tuple(sorted(policy.resolve.items())),
         )
@@ -204,6 +207,7 @@ class Plan:
         data["net"] = {
             "mode": self.net.mode,
             "hosts": list(self.net.hosts),
+            "ask_timeout": self.net.ask_timeout,
             "resolve": dict(self.net.resolve),
             "secrets": [
                 {"name": s.name, "hosts": list(s.hosts), "from": s.source, "placeholder": s.placeholder}

@@ -194,6 +194,11 @@ def render(plan: Plan) -> str:
         lines.append("  only lo; warren's proxy listens on 127.0.0.1:3128 inside and connects to:")
         lines.extend(f"    {host}" for host in plan.net.hosts or ("(nothing: no host allowed)",))
         lines.append("  never: link-local/metadata addresses; names resolving to internal addresses")
+        if plan.net.ask_timeout is not None:
+            lines.append(
+                f"  ask: a connection to another host waits up to {plan.net.ask_timeout:g} s for "
+                "`warren net NAME approve` (a one-shot run refuses it at once)"
+            )
         lines.extend(f"  resolve {name} -> {addr}" for name, addr in plan.net.resolve)
         for s in plan.net.secrets:
             lines.append(

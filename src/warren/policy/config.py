@@ -120,6 +120,7 @@ _FLAG_FOR = {
     "allow_http": "--allow-http 'METHOD HOST/PATH'",
     "require_namespaces": "--require-namespaces",
     "review": "--review",
+    "ask_timeout": "(your own config or the API)",
     "snapshot_budget": "(your own config only)",
     "trail_budget": "(your own config only)",
 }

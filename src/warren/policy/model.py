@@ -213,6 +213,9 @@ class Policy:
     preset_env_pass: tuple[str, ...] = ()
     preset_env_patterns: tuple[str, ...] = ()
     network: str = "none"
+    # ``network = "ask"``: network "allow", and a connection to an unlisted host waits
+    # this many seconds for the owner's answer (``net.live``); None: refused at once.
+    ask_timeout: float | None = None
     presets: tuple[str, ...] = ()
     allowed_hosts: tuple[str, ...] = ()
     resolve: Mapping[str, str] = field(default_factory=dict)
@@ -258,7 +261,7 @@ class Policy:
             raise PolicyError(
                 f"unknown network mode {self.network!r}",
                 operation="policy",
-                hint=f"use one of: {', '.join(NETWORK_MODES)}",
+                hint=f"use one of: {', '.join(NETWORK_MODES)} (a spec's ask is allow with ask_timeout)",
             )
         # Parsed here so a bad entry is an error before anything starts.
         _allowlist.parse_rules(self.allowed_hosts)

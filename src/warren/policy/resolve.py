@@ -21,7 +21,7 @@ from . import hostrun as _hostrun
 from . import presets as _presets
 from .limits import parse_size
 from .model import DEFAULT_DENIED, DEFAULT_ENV_PASS, SYSTEM_DENIED, Policy, Root, is_within
-from .spec import PolicySpec, check_text
+from .spec import DEFAULT_ASK_TIMEOUT, PolicySpec, ask_timeout, check_text
 
 
 def absolute(
@@ -158,6 +158,15 @@ def build(
     # own cache is then not writable.
     grant = _presets.expand(tuple(spec.presets), {**env, **spec.env}, home)
     network = _network_mode(spec)
+    asking = network == "ask"
+    if asking:
+        network = "allow"
+    elif spec.ask_timeout is not None:
+        raise PolicyError(
+            f"ask_timeout given with network mode {network!r}",
+            operation="policy",
+            hint='ask_timeout only applies to --network ask (network = "ask")',
+        )
 
     write = [absolute(p, "--write", base, home) for p in spec.write]
     read = [absolute(p, "--read", base, home) for p in spec.read]
@@ -210,6 +219,13 @@ def build(
         preset_env_pass=grant.env_pass,
         preset_env_patterns=grant.env_patterns,
         network=network,
+        ask_timeout=(
+            ask_timeout(spec.ask_timeout, "ask_timeout")
+            if spec.ask_timeout is not None
+            else DEFAULT_ASK_TIMEOUT
+        )
+        if asking
+        else None,
         presets=tuple(spec.presets),
         allowed_hosts=tuple(dict.fromkeys([*grant.hosts, *spec.allow_hosts])) if network == "allow" else (),
         resolve=dict(spec.resolve),
@@ -354,11 +370,11 @@ def _network_mode(spec: PolicySpec) -> str:
     contradiction, said as such rather than silently ignored."""
     if spec.network is None:
         return "allow" if spec.allow_hosts else "none"
-    if spec.allow_hosts and spec.network != "allow":
+    if spec.allow_hosts and spec.network not in ("allow", "ask"):
         raise PolicyError(
             f"allowed hosts ({', '.join(spec.allow_hosts[:3])}) given with network mode {spec.network!r}",
             operation="policy",
-            hint="allowed hosts only apply to --network allow; drop them or use --network allow",
+            hint="allowed hosts only apply to --network allow (or ask); drop them or use --network allow",
         )
     return spec.network
 

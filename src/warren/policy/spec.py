@@ -47,7 +47,9 @@ LIMIT_KEYS = ("memory", "pids", "cpus", "tmp_size", "idle_timeout")
 PATH_KEYS = ("write", "read", "deny")
 # Sandboxes on an image (docs/images.md): the image's name, the size of its writable layer.
 IMAGE_KEYS = ("image", "disk", "from_snapshot")
-KNOWN = sorted({*LIST_KEYS, *BOOL_KEYS, *STR_KEYS, *TABLE_KEYS, *LIMIT_KEYS, *IMAGE_KEYS})
+# How long a connection of ``network = "ask"`` waits for an answer (net.live).
+ASK_KEYS = ("ask_timeout",)
+KNOWN = sorted({*LIST_KEYS, *BOOL_KEYS, *STR_KEYS, *TABLE_KEYS, *LIMIT_KEYS, *IMAGE_KEYS, *ASK_KEYS})
 Raw = str | int | float
 _Many = str | list[str] | None
 
@@ -91,6 +93,7 @@ class PolicySpec:
     require_namespaces: bool | None = None  # refuse the degraded mode (plan.degraded)
     # the workspace as an overlay: changes go to a layer of the sandbox's own until applied
     review: bool | None = None
+    ask_timeout: Raw | None = None  # seconds, or a duration such as "2m"
     # The keys' other spellings, as the CLI, config files and HTTP accept them
     # (``PolicySpec(preset="python")``): added to their list.
     preset: InitVar[_Many] = None
@@ -151,6 +154,7 @@ class PolicySpec:
             allow_http=[*self.allow_http, *other.allow_http],
             require_namespaces=_pick(other.require_namespaces, self.require_namespaces),
             review=_pick(other.review, self.review),
+            ask_timeout=other.ask_timeout if other.ask_timeout is not None else self.ask_timeout,
         )
 
     def to_mapping(self) -> dict[str, object]:
@@ -170,7 +174,7 @@ class PolicySpec:
             out["network"] = self.network
         if self.workspace_at is not None:
             out["workspace_at"] = self.workspace_at
-        for key in (*BOOL_KEYS, *LIMIT_KEYS, *IMAGE_KEYS):
+        for key in (*BOOL_KEYS, *LIMIT_KEYS, *IMAGE_KEYS, *ASK_KEYS):
             value = getattr(self, key)
             if value is not None:
                 out[key] = value
@@ -241,6 +245,11 @@ def from_mapping(table: Mapping[str, Any], where: str, *, skip: tuple[str, ...] 
                 raise type_error(where, key, "a size such as 4G")
             _limits.parse_size(value, f"{where}: disk")
             spec.disk = value
+        elif key == "ask_timeout":
+            if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+                raise type_error(where, key, 'seconds, or a duration such as "2m"')
+            ask_timeout(value, f"{where}: ask_timeout")
+            spec.ask_timeout = value
         else:
             raise ConfigError(
                 f"{where}: unknown key {key!r}",
@@ -248,6 +257,23 @@ def from_mapping(table: Mapping[str, Any], where: str, *, skip: tuple[str, ...] 
                 hint=f"known keys: {', '.join(KNOWN)}",
             )
     return spec
+
+
+DEFAULT_ASK_TIMEOUT = 60.0
+MAX_ASK_TIMEOUT = 3600.0
+
+
+def ask_timeout(value: object, where: str) -> float:
+    """``ask_timeout`` in seconds: more than 0 and at most an hour (a connection waiting
+    holds a thread of the proxy)."""
+    seconds = _limits.parse_duration(value, where)
+    if not 0 < seconds <= MAX_ASK_TIMEOUT:
+        raise PolicyError(
+            f"{where}: {value!r} is not between 0 and {MAX_ASK_TIMEOUT:g} seconds",
+            operation="policy",
+            hint='write seconds (30) or a duration ("2m"), at most an hour',
+        )
+    return seconds
 
 
 def check_text(value: str, where: str) -> str:

@@ -64,6 +64,7 @@ class Spec(Message):
     allow_http: list[str] = []
     require_namespaces: bool | None = None
     review: bool | None = None
+    ask_timeout: str | int | float | None = None  # network "ask": seconds, or "2m"
 
     @classmethod
     def of(cls, mapping: dict[str, object]) -> Spec:
@@ -111,6 +112,9 @@ class RunRequest(Message):
     caller: Caller
     command: Command
     net_events: bool = False
+    # --network ask: the client asks its user (a terminal) and answers with a
+    # NetPolicyRequest on this connection while the command runs
+    net_ask: bool = False
 
 
 class PlanRequest(Message):
@@ -244,6 +248,46 @@ class EventsRequest(Message):
     sandbox: str
     after: str = ""
     skip: int = 0
+
+
+class NetPolicyRequest(Message):
+    """A running sandbox's network policy (``warren net``): ``show`` it, ``allow`` or
+    ``deny`` a rule (``rule``: HOST[:PORT] as ``--allow-host`` writes it), list the
+    ``pending`` requests of ``--network ask``, ``approve`` (``always``: for the
+    sandbox's life) or ``reject`` one (``id``). ``via`` names the client (cli, library,
+    http); the supervisor adds who it is (``by``) before the network helper logs it."""
+
+    TAG = "netpolicy"
+    sandbox: str
+    action: str
+    rule: str = ""
+    id: int = 0
+    always: bool = False
+    via: str = ""
+    by: str = ""
+
+
+class NetPendingRecord(Message):
+    id: int
+    method: str
+    host: str
+    port: int
+    age: float  # seconds since it was asked
+    waiting: int  # connections waiting on the answer
+    process: str = ""  # the asking process, when the proxy can tell
+
+
+class NetPolicy(Message):
+    """A running sandbox's network policy, after the change asked for (if any)."""
+
+    TAG = "netpolicy-ok"
+    mode: str  # allow | ask
+    allowed: list[str] = []  # the rules it started with
+    added: list[str] = []  # rules allowed since
+    denied: list[str] = []  # rules denied since
+    ask_timeout: float = 0.0
+    pending: list[NetPendingRecord] = []
+    changed: bool = False
 
 
 class ReviewRequest(Message):
@@ -475,6 +519,9 @@ class NetEventRecord(Message):
     allowed: bool
     reason: str
     address: str | None = None
+    kind: str = "request"
+    by: str = ""
+    request: int = 0
 
 
 class NetLog(Message):

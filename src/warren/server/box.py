@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from .. import protocol, wire
 from .._core import cgroups, execstub
-from ..errors import PortNotForwarded, SandboxError, SetupError, WarrenError, from_record
+from ..errors import PolicyError, PortNotForwarded, SandboxError, SetupError, WarrenError, from_record
 from ..images.store import Lease
 from ..plan import Plan
 from ..plan.limits import V2
@@ -125,6 +125,7 @@ class Run:
     relay_outbox: wire.Outbox | None = None
     exited: protocol.Exited | None = None
     answered: bool = False
+    ask: bool = False  # --network ask: its client asks on a terminal (``RunRequest.net_ask``)
 
     def close_fds(self) -> None:
         """Close the client's stdio and event pipe that this process still holds."""
@@ -524,6 +525,9 @@ class Box:
             connector=not self.oneshot,
             intercept=self.intercept,
             cgroup_dirs=self.helper_cgroups(),
+            attended=not self.oneshot or (self.run is not None and self.run.ask),
+            pid1=self.pid,
+            ask_name=f"run-{self.id}" if self.oneshot and self.run is not None and self.run.ask else None,
         )
         if connector is not None:
             self.send(protocol.Handoff(request=protocol.ConnectorRequest()), [connector.fileno()])
@@ -538,6 +542,20 @@ class Box:
         if isinstance(reply, protocol.Exposed):
             self.exposed[msg.port] = reply.address
         return reply
+
+    def net_policy(self, msg: protocol.NetPolicyRequest) -> protocol.Message:
+        """Show or change the running sandbox's network policy (``warren net``): only a
+        sandbox whose proxy runs has one to change."""
+        if self.plan.net.mode != "allow" or self.netd is None:
+            raise PolicyError(
+                f"sandbox {self.name} has network {self.plan.net.mode!r}: "
+                "there is no proxy whose allowlist could change",
+                operation="net",
+                path=self.name,
+                hint=f"recreate it with --network allow (or ask) and the hosts it needs: "
+                f"warren rm -f {self.name} && warren create {self.name} --network allow --allow-host HOST",
+            )
+        return boxnet.expose(self.netd, self.name, msg)
 
     def unexpose(self, port: int) -> protocol.Message:
         if port not in self.exposed:

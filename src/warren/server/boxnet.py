@@ -48,6 +48,9 @@ def start_netd(
     connector: bool,
     intercept: Interception | None = None,
     cgroup_dirs: list[str] | None = None,
+    attended: bool = True,
+    pid1: int = 0,
+    ask_name: str | None = None,
 ) -> tuple[Netd, socket.socket | None]:
     """Fork the sandbox's network helper: a fork of the small, single-threaded
     supervisor costs about a millisecond, an interpreter 30+. With ``connector``, the
@@ -82,6 +85,9 @@ def start_netd(
                 proxy_listener=proxy_listener,
                 connector=conn_ours,
                 intercept=intercept,
+                attended=attended,
+                pid1=pid1,
+                ask_name=ask_name,
             )
         finally:
             os._exit(code)
@@ -128,16 +134,21 @@ def check_ports(msg: protocol.ExposeRequest) -> None:
 
 
 def expose(
-    helper: Netd, name: str, msg: protocol.ExposeRequest | protocol.UnexposeRequest
+    helper: Netd,
+    name: str,
+    msg: protocol.ExposeRequest | protocol.UnexposeRequest | protocol.NetPolicyRequest,
 ) -> protocol.Message:
-    """Ask sandbox ``name``'s network helper to expose a port, or to close one; its answer."""
+    """Ask sandbox ``name``'s network helper to expose a port, to close one, or about its
+    live policy (``net.live``); its answer."""
     try:
         wire.send(helper.ctl, msg)
-        reply, _, fds = wire.recv(helper.ctl, (protocol.Exposed, protocol.Ok, protocol.Error), max_payload=0)
+        reply, _, fds = wire.recv(
+            helper.ctl, (protocol.Exposed, protocol.Ok, protocol.NetPolicy, protocol.Error), max_payload=0
+        )
     except (wire.ConnectionClosed, OSError, WarrenError) as e:
         raise SandboxError(
             f"the network helper of sandbox {name} did not answer",
-            operation="expose",
+            operation="net" if isinstance(msg, protocol.NetPolicyRequest) else "expose",
             path=name,
             errno=getattr(e, "errno", None),
             hint="the sandbox may be ending; check `warren ls`",

@@ -19,6 +19,7 @@ from .. import protocol, wire
 from .._core import cgroups
 from ..errors import SandboxError, WarrenError
 from ..plan import CallerFacts
+from ..terminal import printable
 
 if TYPE_CHECKING:
     from .box import Box
@@ -92,6 +93,13 @@ class Client:
         if self._pidfd is not None:
             os.close(self._pidfd)
             self._pidfd = None
+
+    def who(self, via: str) -> str:
+        """Who asks, for a record: what the client says it is (cli, library, http; its
+        word only), and its uid and pid as the kernel has them."""
+        pid, uid, _gid = wire.peer_creds(self.sock)
+        said = printable(via[:40]) if via else "client"
+        return f"{said} (uid {uid}, pid {pid})"
 
     def facts(self, caller: protocol.Caller) -> CallerFacts:
         """Who asks, for the planner: uid and gid from the kernel, the cgroups read at

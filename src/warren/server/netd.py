@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import selectors
 import signal
@@ -29,10 +30,12 @@ import time
 
 from .. import protocol, wire
 from .._core import kernel
-from ..errors import PortUnavailable, ProtocolError, SandboxError, WarrenError
+from ..errors import PolicyError, PortUnavailable, ProtocolError, SandboxError, WarrenError
+from ..net import asker
 from ..net import log as netlog
-from ..net.allowlist import Allowlist
-from ..net.proxy import Proxy, relay
+from ..net.allowlist import Allowlist, NetEvent
+from ..net.live import LivePolicy
+from ..net.proxy import Proxy, now, relay
 from ..plan.model import NetPlan
 
 TYPE_CHECKING = False
@@ -139,12 +142,22 @@ def serve(
     proxy_listener: socket.socket | None,
     connector: socket.socket | None,
     intercept: Interception | None = None,
+    attended: bool = True,
+    pid1: int = 0,
+    ask_name: str | None = None,
 ) -> int:
-    """The helper's main loop; returns its exit code."""
+    """The helper's main loop; returns its exit code. ``attended``: a sandbox a request
+    can name (``warren net NAME``), so an ``--network ask`` connection may wait;
+    ``pid1``: its PID 1 as this host numbers it (who asked, ``net.asker``); ``ask_name``:
+    a one-shot run that asks on its client's terminal, the name ``warren net`` reaches it
+    by (said to the client first, a record of kind "ask")."""
     kernel.die_with_parent()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    live = LivePolicy(net.rules, ask_timeout=net.ask_timeout, attended=attended)
+    if ask_name is not None and live.asks:
+        log(NetEvent(now(), ask_name, "ASK", ask_name, 0, True, "answered on the terminal", kind="ask"))
     if proxy_listener is not None:
         Proxy(
             proxy_listener,
@@ -153,6 +166,10 @@ def serve(
             resolve=dict(net.resolve),
             on_event=log,
             intercept=intercept,
+            live=live,
+            asker=functools.partial(asker.of_connection, pid1, proxy_listener.getsockname()[1])
+            if pid1 and net.ask_timeout is not None
+            else None,
         ).start()
     exposes: dict[int, _Expose] = {}
     conn = _Connector(connector)
@@ -168,7 +185,11 @@ def serve(
             log.close()
             return 0
         try:
-            msg, _, fds = wire.recv(ctl, (protocol.ExposeRequest, protocol.UnexposeRequest), max_payload=0)
+            msg, _, fds = wire.recv(
+                ctl,
+                (protocol.ExposeRequest, protocol.UnexposeRequest, protocol.NetPolicyRequest),
+                max_payload=0,
+            )
         except (wire.ConnectionClosed, OSError, ProtocolError):
             log.close()
             return 0
@@ -180,8 +201,69 @@ def serve(
                 closed.close()
             wire.send(ctl, protocol.Ok())
             continue
+        if isinstance(msg, protocol.NetPolicyRequest):
+            try:
+                reply: protocol.Message = _policy(msg, live, log, name)
+            except WarrenError as e:
+                reply = protocol.error_message(e)
+            wire.send(ctl, reply)
+            continue
         assert isinstance(msg, protocol.ExposeRequest)
         wire.send(ctl, _expose(msg, exposes, conn))
+
+
+def _policy(
+    msg: protocol.NetPolicyRequest, live: LivePolicy, log: netlog.Writer, name: str
+) -> protocol.NetPolicy:
+    """Show or change the live policy, or answer a pending request; every change is a
+    record of the network log (kind "policy"), with who asked."""
+    changed = False
+
+    def record(action: str, target: str, allowed: bool, reason: str) -> None:
+        log(NetEvent(now(), name, action, target, 0, allowed, reason, kind="policy", by=msg.by))
+
+    if msg.action in ("allow", "deny"):
+        rule, changed = (live.allow if msg.action == "allow" else live.deny)(msg.rule)
+        if changed:
+            what = "allowed from now on" if msg.action == "allow" else "refused from now on"
+            record(msg.action.upper(), rule.text, msg.action == "allow", what)
+    elif msg.action in ("approve", "reject"):
+        approve = msg.action == "approve"
+        asked = live.answer(msg.id, approve, msg.always)
+        action = ("APPROVE-ALWAYS" if msg.always else "APPROVE") if approve else "REJECT"
+        reason = f"request {asked.id} ({asked.method}, {asked.waiting} connection(s) waiting)"
+        if approve and msg.always:
+            reason += "; allowed for the sandbox's life"
+        record(action, asked.target, approve, reason)
+        changed = True
+    elif msg.action not in ("show", "pending"):
+        raise PolicyError(
+            f"unknown network policy action {msg.action!r}",
+            operation="net",
+            hint="use show, allow, deny, pending, approve or reject",
+        )
+    base, added, denied = live.rules()
+    at = time.monotonic()
+    return protocol.NetPolicy(
+        mode="ask" if live.ask_timeout is not None else "allow",
+        allowed=base,
+        added=added,
+        denied=denied,
+        ask_timeout=live.ask_timeout or 0.0,
+        pending=[
+            protocol.NetPendingRecord(
+                id=p.id,
+                method=p.method,
+                host=p.host,
+                port=p.port,
+                age=round(at - p.since, 3),
+                waiting=p.waiting,
+                process=p.process,
+            )
+            for p in live.waiting()
+        ],
+        changed=changed,
+    )
 
 
 def _expose(msg: protocol.ExposeRequest, exposes: dict[int, _Expose], conn: _Connector) -> protocol.Message:

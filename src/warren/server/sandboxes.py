@@ -53,6 +53,8 @@ from . import (
 )
 from .box import Box, Waiter
 
+RUN_PREFIX = "run-"  # a one-shot run as `warren net` names it (its id after it)
+
 
 @dataclass
 class Saving:
@@ -403,6 +405,15 @@ class Sandboxes:
 
     def known(self, name: str) -> Box | None:
         return self.boxes.get(name)
+
+    def with_net(self, name: str) -> Box:
+        """The running sandbox ``name`` for ``warren net``: a long-lived one, or the
+        one-shot run that asks on its terminal (``run-ID``, the name it told its client)."""
+        if name.startswith(RUN_PREFIX):
+            box = self.oneshots.get(name[len(RUN_PREFIX) :])
+            if box is not None and box.run is not None and box.run.ask and box.ready:
+                return box
+        return self.live(name)
 
     def entry(self, name: str) -> registry.Entry:
         assert self.registry is not None

@@ -75,6 +75,7 @@ _SUPERVISOR_REQUESTS = (
     protocol.UnexposeRequest,
     protocol.NetLogRequest,
     protocol.EventsRequest,
+    protocol.NetPolicyRequest,
     protocol.ReviewRequest,
     protocol.StatsRequest,
     protocol.ProcessRequest,
@@ -93,6 +94,7 @@ _NOT_USE = (
     protocol.StatsRequest,
     protocol.NetLogRequest,
     protocol.EventsRequest,
+    protocol.NetPolicyRequest,
     protocol.SpawnListRequest,
     protocol.ExposeListRequest,
 )
@@ -275,11 +277,13 @@ class Supervisor:
                 self.clients.reply(c, protocol.error_message(e))
 
     def _from_running_client(self, c: Client) -> None:
-        """A one-shot run's client may only send signals for its command, or hang up."""
+        """A one-shot run's client may only send signals for its command, answer the
+        pending requests of its ``--network ask`` (no reply: its connection carries the
+        command's events), or hang up."""
         box = c.box
         assert box is not None and box.run is not None
         try:
-            got = c.inbox.read((protocol.Signal,))
+            got = c.inbox.read((protocol.Signal, protocol.NetPolicyRequest))
         except (wire.ConnectionClosed, OSError, WarrenError):
             self.clients.drop(c)
             return
@@ -288,6 +292,13 @@ class Supervisor:
         msg, _n, fds = got
         for fd in fds:
             os.close(fd)
+        if isinstance(msg, protocol.NetPolicyRequest):
+            if box.run.ask and msg.action in ("approve", "reject"):
+                msg.by = c.who(msg.via)
+                with contextlib.suppress(WarrenError):  # answered meanwhile, timed out: nothing to do
+                    box.net_policy(msg)
+            return
+        assert isinstance(msg, protocol.Signal)
         box.relay_signal(msg)
 
     # --- requests ------------------------------------------------------------------------
@@ -343,6 +354,10 @@ class Supervisor:
         if isinstance(msg, protocol.CreateRequest):
             self._create(c, msg)
             return
+        if isinstance(msg, protocol.NetPolicyRequest):
+            msg.by = c.who(msg.via)
+            self.clients.reply(c, self.sandboxes.with_net(msg.sandbox).net_policy(msg))
+            return
         answer = self.sandboxes.answer(msg)
         if answer is not None:
             self.clients.reply(c, *answer)
@@ -393,7 +408,13 @@ class Supervisor:
         request = ahead.Request(
             msg.spec.to_mapping(), caller, msg.caller, msg.command.cwd, caller.env.get("PATH")
         )
-        run = Run(c, msg.command, fds[:stdio], fds[stdio] if msg.net_events else None)
+        run = Run(
+            c,
+            msg.command,
+            fds[:stdio],
+            fds[stdio] if msg.net_events else None,
+            ask=msg.net_ask and msg.net_events,
+        )
         c.box = self.boots.run(request, run)
 
     def _create(self, c: Client, msg: protocol.CreateRequest) -> None:

@@ -71,7 +71,8 @@ def _policy_fields() -> dict[str, Field]:
         out[key] = Field(STRMAP, hint)
     for key in LIMIT_KEYS:
         out[key] = Field({"oneOf": [STR, NUM]}, hint)  # "512M", 64, 0.5, "10m", "none"
-    out["network"] = Field({"type": "string", "enum": ["none", "allow", "open"]}, hint)
+    out["network"] = Field({"type": "string", "enum": ["none", "allow", "ask", "open"]}, hint)
+    out["ask_timeout"] = Field({"oneOf": [STR, NUM]}, hint)
     for key in IMAGE_KEYS:  # image, from_snapshot: names; disk: a size
         out[key] = Field({"oneOf": [STR, NUM]} if key == "disk" else STR, hint)
     return out
@@ -174,6 +175,20 @@ EXPOSE = Body(
     },
     ("port",),
 )
+NET_CHANGE = Body(
+    {
+        "action": Field({"type": "string", "enum": ["allow", "deny"]}, "allow or deny"),
+        "rule": Field(STR, "HOST[:PORT], as --allow-host writes it"),
+    },
+    ("action", "rule"),
+)
+NET_ANSWER = Body(
+    {
+        "action": Field({"type": "string", "enum": ["approve", "reject"]}, "approve or reject"),
+        "always": Field(BOOL, "bool: approve the host and port for the sandbox's life"),
+    },
+    ("action",),
+)
 
 # The name each body's schema has in the OpenAPI document.
 BODIES: dict[str, Body] = {
@@ -187,4 +202,6 @@ BODIES: dict[str, Body] = {
     "Mkdir": MKDIR,
     "Move": MOVE,
     "Expose": EXPOSE,
+    "NetChange": NET_CHANGE,
+    "NetAnswer": NET_ANSWER,
 }

@@ -16,7 +16,17 @@ from typing import Any
 
 from .. import codec
 from ..client import checks
-from ..models import FileInfo, ProcessInfo, Result, SandboxInfo, SnapshotInfo, SpawnInfo, Stats
+from ..models import (
+    FileInfo,
+    NetPending,
+    NetPolicy,
+    ProcessInfo,
+    Result,
+    SandboxInfo,
+    SnapshotInfo,
+    SpawnInfo,
+    Stats,
+)
 from ..net.allowlist import NetEvent
 from .fields import BODIES, BOOL, ENCODING, INT, NAME_PATTERN, PATH_TEXT, STR, STRS, closed_object, ref
 from .routes import ROUTES
@@ -98,6 +108,8 @@ SCHEMAS: dict[str, Any] = {
         extra={"truncated": BOOL},
     ),
     "NetEvent": model_schema(NetEvent),
+    "NetPending": model_schema(NetPending),
+    "NetPolicy": model_schema(NetPolicy),
     "Sandbox": model_schema(
         SandboxInfo,
         required=("name", "id", "state"),
@@ -189,6 +201,13 @@ PORT = {
     "required": True,
     "schema": {"type": "integer", "minimum": 1, "maximum": 65535},
     "description": "the sandbox's port (as forwarded with POST ports)",
+}
+REQUEST = {
+    "name": "request",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "integer", "minimum": 1},
+    "description": "a waiting connection's request id (from GET network)",
 }
 PATHQ = {"name": "path", "in": "query", "required": True, "schema": PATH_TEXT}
 FLAG: dict[str, Any] = {"type": "string", "enum": ["true", "false", "1", "0", "yes", "no"]}
@@ -381,6 +400,30 @@ OPS: dict[tuple[str, str], tuple[str, dict[str, Any] | None, int, dict[str, Any]
             _q("after", STR, "a page's after (a record's time): records from there on"),
             _q("skip", {"type": "integer", "minimum": 0}, "a page's skip: records of that time already had"),
         ],
+    ),
+    ("/v1/sandboxes/{name}/network", "GET"): (
+        "The running sandbox's network policy (--network allow or ask): the rules it started with, "
+        "those allowed and denied since, the connections waiting for an answer; with Accept: "
+        "text/event-stream, a stream of `pending` (a NetPending, as a connection starts to wait) and "
+        "`ended` ({id}: answered or timed out) events",
+        None,
+        200,
+        {**_json("NetPolicy"), **SSE},
+        [],
+    ),
+    ("/v1/sandboxes/{name}/network", "POST"): (
+        "Allow or deny HOST[:PORT] from the next connection on (checked as allow_host is at create)",
+        _json("NetChange"),
+        200,
+        _json("NetPolicy"),
+        [],
+    ),
+    ("/v1/sandboxes/{name}/network/pending/{request}", "POST"): (
+        "Approve (always: for the sandbox's life) or reject a waiting connection",
+        _json("NetAnswer"),
+        200,
+        _json("NetPolicy"),
+        [REQUEST],
     ),
     ("/v1/sandboxes/{name}/pause", "POST"): (
         "Freeze every process of the sandbox (it keeps its memory and uses no CPU)",
