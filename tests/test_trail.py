@@ -652,3 +652,31 @@ def _mcp_data(result: Any) -> Any:
     assert not result.isError, result.content
     content = result.structuredContent
     return content if content is not None else json.loads(result.content[0].text)
+
+
+def test_policy_and_pending_records_read_as_lines() -> None:
+    """``warren net``'s records in the network log (a policy change, a connection waiting
+    for approval) show as lines of their own, their sandbox-chosen host escaped."""
+    from warren.server.trail import net_record
+
+    policy = net_record(
+        {
+            "time": "t",
+            "kind": "policy",
+            "method": "APPROVE",
+            "host": "a.test\x1b[2J",
+            "by": "cli",
+            "reason": "r",
+        }
+    )
+    pending = net_record(
+        {"time": "t", "kind": "pending", "method": "CONNECT", "host": "b.test", "port": 443, "request": 7}
+    )
+    decision = net_record(
+        {"time": "t", "kind": "request", "method": "GET", "host": "c.test", "port": 80, "allowed": True}
+    )
+    assert (policy["kind"], pending["kind"], decision["kind"]) == ("policy", "pending", "net")
+    assert "APPROVE a.test" in events_cli.line(policy) and "by cli" in events_cli.line(policy)
+    assert "\x1b" not in events_cli.line(policy)
+    assert "request 7 waits: CONNECT b.test:443" in events_cli.line(pending)
+    assert "allowed GET c.test:80" in events_cli.line(decision)

@@ -92,6 +92,13 @@ def line(r: dict[str, object]) -> str:
         verdict = "allowed" if r.get("allowed") else "REFUSED"
         target = f"{_clean(r.get('method', ''))} {_clean(r.get('host', ''))}:{_clean(r.get('port', ''))}"
         return f"{head} {verdict} {target}: {_clean(r.get('reason', ''))}"
+    if kind == "policy":
+        by = f" by {_clean(r['by'])}" if r.get("by") else ""
+        change = f"{_clean(r.get('method', ''))} {_clean(r.get('host', ''))}{by}"
+        return f"{head} {change}: {_clean(r.get('reason', ''))}"
+    if kind == "pending":
+        target = f"{_clean(r.get('method', ''))} {_clean(r.get('host', ''))}:{_clean(r.get('port', ''))}"
+        return f"{head} request {_clean(r.get('request', '?'))} waits: {target}"
     if kind == "end":
         return f"{head} the sandbox ended"
     if kind == "lost":

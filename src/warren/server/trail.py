@@ -273,10 +273,11 @@ def _record(line: bytes, net: bool) -> dict[str, Any] | None:
 
 
 def net_record(data: dict[str, Any]) -> dict[str, Any]:
-    """A network log line as a trail record: a proxy decision is ``net``; a record of
-    another kind written there (a policy change, an approval) keeps its own."""
+    """A network log line as a trail record: a proxy decision (``request``, or no kind:
+    a log written before kinds) is ``net``; a record of another kind written there (a
+    policy change, a connection waiting for approval) keeps its own."""
     kind = data.get("kind")
-    return {**data, "kind": kind if isinstance(kind, str) and kind else "net"}
+    return {**data, "kind": kind if isinstance(kind, str) and kind and kind != "request" else "net"}
 
 
 def read(sandbox_dir: str, after: str = "", skip: int = 0) -> tuple[list[str], str, int]:
