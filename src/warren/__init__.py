@@ -36,6 +36,7 @@ _EXPORTS = {
     "StdinFull": "errors",
     "ReviewError": "errors",
     "ReviewConflict": "errors",
+    "CheckpointError": "errors",
     "Policy": "policy",
     "PolicySpec": "policy",
     "build": "policy",
@@ -45,6 +46,7 @@ _EXPORTS = {
     "SpawnInfo": "models",
     "FileInfo": "models",
     "Review": "models",
+    "Checkpoint": "models",
     "Sandbox": "client.sandbox",
     "Process": "client.sandbox",
     "AsyncSandbox": "client.aio",
@@ -54,6 +56,8 @@ _EXPORTS = {
 }
 __all__ = [
     "AsyncSandbox",
+    "Checkpoint",
+    "CheckpointError",
     "CommandNotFound",
     "ConfigError",
     "CwdNotFound",
@@ -101,6 +105,7 @@ if TYPE_CHECKING:
     from .client.sandbox import Process, Sandbox
     from .client.transport import Transport
     from .errors import (
+        CheckpointError,
         CommandNotFound,
         ConfigError,
         CwdNotFound,
@@ -124,7 +129,7 @@ if TYPE_CHECKING:
         StdinNotOpen,
         WarrenError,
     )
-    from .models import FileInfo, ProcessInfo, Result, Review, SandboxInfo
+    from .models import Checkpoint, FileInfo, ProcessInfo, Result, Review, SandboxInfo
     from .policy import Policy, PolicySpec, build
 
 

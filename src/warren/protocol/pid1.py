@@ -34,9 +34,11 @@ class Refresh(Message):
 class Quiesce(Message):
     """From the supervisor, before it stacks the root again (``server.restack``): let
     the spare go, fork none until the next ``Refresh``, and say whether PID 1 is then
-    the sandbox's only process."""
+    the sandbox's only process. ``stop``: kill the sandbox's other processes first (a
+    rollback; ``Quiet.why`` names them)."""
 
     TAG = "quiesce"
+    stop: bool = False
 
 
 class Quiet(Message):

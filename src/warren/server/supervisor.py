@@ -75,6 +75,7 @@ _SUPERVISOR_REQUESTS = (
     protocol.UnexposeRequest,
     protocol.NetLogRequest,
     protocol.ReviewRequest,
+    protocol.CheckpointRequest,
     protocol.StatsRequest,
     protocol.ProcessRequest,
     protocol.SpawnListRequest,
