@@ -262,7 +262,7 @@ def test_a_supervisor_killed_mid_apply_leaves_each_file_old_or_new(tmp_path: Pat
         sb.apply(force=True)  # how long an apply takes here: the kills land within it
         took = time.monotonic() - began
         seen_partial = False
-        for share in (0.2, 0.4, 0.6, 0.8, 0.3, 0.5, 0.7):
+        for share in (0.2, 0.4, 0.6, 0.8, 0.3, 0.5, 0.7, 0.1, 0.9, 0.45):
             for name, data in old.items():
                 (ws / name).write_bytes(data)
             Sandbox.list()  # a supervisor is up: the kill lands in the apply, not its start
@@ -273,6 +273,7 @@ def test_a_supervisor_killed_mid_apply_leaves_each_file_old_or_new(tmp_path: Pat
             time.sleep(took * share)
             os.kill(found[1], signal.SIGKILL)
             t.join(30)
+            _gone(found[1])
             states = set()
             for name, data in old.items():
                 now = (ws / name).read_bytes()
@@ -287,6 +288,13 @@ def test_a_supervisor_killed_mid_apply_leaves_each_file_old_or_new(tmp_path: Pat
             assert (ws / name).read_bytes() == layer_content(name, data)
     finally:
         sb.remove()
+
+
+def _gone(pid: int) -> None:
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{pid}").exists():
+        assert time.monotonic() < deadline, f"the killed supervisor {pid} is still there"
+        time.sleep(0.005)
 
 
 def _apply_quietly(sb: Sandbox) -> None:

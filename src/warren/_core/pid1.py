@@ -59,6 +59,7 @@ def _spare_idle() -> float:
 
 
 SPARE_IDLE = _spare_idle()
+BUSY_GRACE = 0.015  # how long a process found running in ``_quiesce`` may take to go
 INLINE_REPLY_MAX = 64 * 1024  # what PID 1 writes to a client itself: its buffer takes it at once
 
 
@@ -296,6 +297,7 @@ class Init:
         alone = False
         busy: list[int] = []
         stopped: dict[int, str] = {}
+        seen_busy = 0.0
         while True:
             self._reap()
             others = [p for p in procs.table() if p[0] != 1 and p[0] not in self.connectors]
@@ -310,13 +312,20 @@ class Init:
                 for pid, ppid, st in others
                 if pid not in self.helpers and ppid not in ending and (st != "Z" or procs.running(pid))
             ]
-            if stop and busy and time.monotonic() <= deadline:
+            now = time.monotonic()
+            if stop and busy and now <= deadline:
                 for pid in busy:
-                    if pid not in stopped:
-                        stopped[pid] = _comm(pid)
+                    comm = _comm(pid)
+                    if pid not in stopped and comm != "gone":
+                        stopped[pid] = comm
                     with contextlib.suppress(OSError):
                         os.kill(pid, signal.SIGKILL)
-            elif busy or time.monotonic() > deadline:
+            elif busy and now < (seen_busy := seen_busy or now) + BUSY_GRACE:
+                # An exec's processes may still be on their way out when its answer came
+                # (their helper reaped first, they are PID 1's for a moment): busy is
+                # what is still there after the grace.
+                pass
+            elif busy or now > deadline:
                 busy = busy or [pid for pid, _ppid, _st in others]
                 break
             time.sleep(0.002)

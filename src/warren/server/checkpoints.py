@@ -17,12 +17,16 @@ the processes named; the one taken before each command is skipped then (the list
 shows no checkpoint before that command). A rollback stops the processes first, or is
 refused with them named (``keep_running``).
 
-Layers are named by descriptor: the frozen directories and the fresh one are opened
-here (the state directory is the supervisor's; the sandbox never sees the layer's own
-directory), the host's workspace is the detached mount PID 1 made at launch (``Box.
-review_lower``). What the record says (``stack.json``) is written before a checkpoint's
-new stack is mounted and after a rollback's, so a supervisor killed in between leaves
-the record naming the state before or after, never a layer it does not list.
+Layers are named by descriptor: the host's workspace and the layer's own directory are
+detached mounts PID 1 made at launch (``Box.review_lower``, ``review_layer``; the
+overlay takes a layer only from a mount of the namespace that makes it, or a detached
+one), the upper directories are opened beneath the latter by the names the supervisor
+made (the sandbox never sees the layer's own directory). What the record says
+(``stack.json``) is written before the new stack is mounted (and written back if the
+mount fails), and the layers a rollback drops are removed only after it: a supervisor
+killed in between (the sandbox ends with it) leaves the record naming the state before
+or after, never a layer that is gone. A full disk refuses a rollback before any
+process is stopped.
 Must not: decide what is reviewed, read what the sandbox wrote by a path.
 """
 
@@ -180,15 +184,24 @@ def rollback(box: Box, layer: str, ident: int, keep_running: bool) -> tuple[revi
     )
     _fresh(layer, new, chosen.layer, box.name)
     try:
-        stopped = _quiesce(box, stop=not keep_running, refuse=True, action="rollback")
+        _record(layer, after, box.name)  # first: a full disk refuses before anything is stopped
+        try:
+            stopped = _quiesce(box, stop=not keep_running, refuse=True, action="rollback")
+        except BaseException:
+            with contextlib.suppress(OSError):
+                review.write_stack(layer, stack)
+            raise
         assert stopped is not None
-        _restack(box, target, after.layers)
+        try:
+            _restack(box, target, after.layers)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                review.write_stack(layer, stack)
+            raise
     except BaseException:
         _drop(layer, [new])
         raise
-    # The record last: a supervisor killed before it leaves the record of before (the
-    # sandbox ends with the supervisor).
-    _record(layer, after, box.name)
+    # The dropped layers go once the workspace no longer stands on them.
     _set_aside(layer, gone)
     return chosen, stopped
 
