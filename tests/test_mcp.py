@@ -32,6 +32,9 @@ TOOLS = {
     "stop_process",
     "write_stdin",
     "expose_port",
+    "diff",
+    "checkpoints",
+    "rollback",
 }
 
 

@@ -37,6 +37,7 @@ from ..client.transport import Transport
 from ..errors import ProcessNotFound, SandboxExists, SandboxNotFound, WarrenError
 from ..models import FileOp, FileResult
 from ..policy.spec import PolicySpec
+from . import review
 from .sdk import Server, ToolError, http_app_kwargs, server_kwargs
 
 OUTPUT_LIMIT = 1 << 20
@@ -429,4 +430,5 @@ def build(
         address = await w.call(transport.expose, name, port, 0)
         return {"address": address, "url": f"http://{address}/"}
 
+    review.register(mcp, w)
     return mcp

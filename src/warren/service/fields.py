@@ -174,6 +174,22 @@ EXPOSE = Body(
     },
     ("port",),
 )
+APPLY = Body(
+    {
+        "paths": Field(
+            {"type": "array", "items": PATH_TEXT}, "paths relative to the workspace (all without)"
+        ),
+        "force": Field(BOOL, "bool: overwrite host files changed since the sandbox started"),
+    }
+)
+ROLLBACK = Body(
+    {
+        "id": Field(
+            {"type": ["integer", "null"], "minimum": 0}, "a checkpoint's id (none or 0: the last one)"
+        ),
+        "keep_running": Field(BOOL, "bool: refuse, naming them, rather than stop running processes"),
+    }
+)
 
 # The name each body's schema has in the OpenAPI document.
 BODIES: dict[str, Body] = {
@@ -187,4 +203,6 @@ BODIES: dict[str, Body] = {
     "Mkdir": MKDIR,
     "Move": MOVE,
     "Expose": EXPOSE,
+    "Apply": APPLY,
+    "Rollback": ROLLBACK,
 }
