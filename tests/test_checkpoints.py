@@ -217,9 +217,11 @@ def test_apply_after_several_checkpoints_applies_their_union(tmp_path: Path) -> 
         _sh(sb, "echo 1 > new.txt && echo edited > src/main.py")
         sb.checkpoint()
         _sh(sb, "rm a-link.txt && mkdir -p lib && mv new.txt lib/new.txt")
+        sb.checkpoint()
         _sh(sb, "chmod 700 tool.sh && echo 2 >> lib/new.txt && rm -r src/deep && mkdir src/deep")
+        sb.checkpoint()
         _sh(sb, "echo again > src/deep/y && ln -sf a.txt main-link")
-        assert len(sb.checkpoints()) >= 3
+        assert len(layer.read_stack(_layer_dir("cp-union")).layers) >= 5  # the union of 5 layers or more
         expected = {
             ("modified", "src/main.py"),
             ("removed", "a-link.txt"),
@@ -376,3 +378,76 @@ def test_the_mounts_moved_are_those_directly_on_the_workspace_overlay() -> None:
         checkpoints.mounts_on(mounts[:2], "/ws")
     with pytest.raises(ValueError, match="stacked"):
         checkpoints.mounts_on((*mounts, m(8, 6, "/ws/secret")), "/ws")
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _files(where: Path) -> dict[str, tuple[bytes, int, int]]:
+    return {p.name: (p.read_bytes(), p.stat().st_mode, p.stat().st_mtime_ns) for p in where.iterdir()}
+
+
+def test_a_frozen_checkpoint_is_never_written_by_the_sandbox(tmp_path: Path) -> None:
+    """The attack: write, chmod and touch a file of a checkpoint after it was taken, and
+    hold a file open across one (a writer in the background). Judged on the host in the
+    layer's directories: the frozen one never changes; the control is the live one,
+    which takes every write."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    sb = _review(ws, "cp-frozen")
+    try:
+        _sh(sb, "echo v1 > f && echo v1 > held.txt")
+        taken = sb.checkpoint()
+        base = Path(_layer_dir("cp-frozen"))
+        stack = layer.read_stack(str(base))
+        frozen = base / next(c.layer for c in stack.checkpoints if c.id == taken.id)
+        live = base / stack.layers[-1]
+        before = _files(frozen)
+        _sh(sb, "echo v2 > f && chmod 777 f && touch -d @1000000000 f && echo v2 >> held.txt")
+        assert (live / "f").read_bytes() == b"v2\n"  # the control: the writes land in the live layer
+        writer = "exec 3>>held.txt; while :; do echo x >&3; sleep 0.01; done"
+        sb.spawn(["sh", "-c", writer])  # a checkpoint before it froze the writes above
+        stack = layer.read_stack(str(base))
+        live = base / stack.layers[-1]
+        before_spawn = stack.checkpoints[-1]
+        assert before_spawn.id != taken.id
+        also_frozen = base / before_spawn.layer
+        frozen_then = _files(also_frozen)
+        deadline = time.monotonic() + 10
+        while _size(live / "held.txt") < 12:  # the control: the writer writes
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        with pytest.raises(CheckpointError, match=r"while processes run in it: \d+ \(sh\)"):
+            sb.checkpoint()
+        _sh(sb, "true")  # a command: its checkpoint is skipped while the writer runs
+        assert sb.checkpoints()[-1].id == before_spawn.id
+        assert _size(live / "held.txt") > 12 and _files(also_frozen) == frozen_then
+        back = sb.rollback(taken.id)  # the writer is stopped first
+        assert "(sh)" in back.stopped or "(sleep)" in back.stopped, back.stopped
+        time.sleep(0.05)
+        assert _files(frozen) == before
+        assert _sh(sb, "cat f held.txt") == "v1\nv1\n"
+    finally:
+        sb.remove()
+
+
+def test_a_stopped_review_sandbox_rolls_back_before_apply(tmp_path: Path) -> None:
+    ws = _workspace(tmp_path)
+    sb = _review(ws, "cp-stopped")
+    try:
+        _sh(sb, "echo good > good.txt")
+        good = sb.checkpoint()
+        _sh(sb, "rm -rf src && echo bad > bad.txt")
+        sb.stop()
+        assert ("added", "bad.txt") in _changes(sb)  # the control: the bad step is there
+        assert sb.rollback(good.id).id == good.id
+        assert _changes(sb) == {("added", "good.txt")}
+        sb.apply()
+        assert (ws / "good.txt").read_text() == "good\n" and (ws / "src" / "main.py").exists()
+        assert not (ws / "bad.txt").exists()
+    finally:
+        sb.remove()

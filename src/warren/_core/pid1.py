@@ -59,7 +59,7 @@ def _spare_idle() -> float:
 
 
 SPARE_IDLE = _spare_idle()
-BUSY_GRACE = 0.015  # how long a process found running in ``_quiesce`` may take to go
+BUSY_GRACE = 0.015  # how long a process found running in ``_quiesce`` may take to go (default)
 INLINE_REPLY_MAX = 64 * 1024  # what PID 1 writes to a client itself: its buffer takes it at once
 
 
@@ -250,7 +250,7 @@ class Init:
                         if isinstance(got[0], protocol.Refresh):
                             self._refresh()
                         elif isinstance(got[0], protocol.Quiesce):
-                            self._quiesce(got[0].stop)
+                            self._quiesce(got[0].stop, got[0].grace)
                         else:
                             self._dispatch(*got)
                 except (wire.ConnectionClosed, OSError):
@@ -281,7 +281,7 @@ class Init:
         self._drop_spare()
         self.want_spare = not self.oneshot
 
-    def _quiesce(self, stop: bool = False) -> None:
+    def _quiesce(self, stop: bool = False, grace: float = BUSY_GRACE) -> None:
         """Let the spare go, wait for warren's helpers that are ending (3 s at most),
         then say whether PID 1 is the sandbox's only process (but for the
         network helper's connectors: sockets only). A command, a background process or
@@ -320,7 +320,7 @@ class Init:
                         stopped[pid] = comm
                     with contextlib.suppress(OSError):
                         os.kill(pid, signal.SIGKILL)
-            elif busy and now < (seen_busy := seen_busy or now) + BUSY_GRACE:
+            elif busy and now < (seen_busy := seen_busy or now) + min(max(grace, 0.0), 1.0):
                 # An exec's processes may still be on their way out when its answer came
                 # (their helper reaped first, they are PID 1's for a moment): busy is
                 # what is still there after the grace.

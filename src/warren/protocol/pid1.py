@@ -39,6 +39,9 @@ class Quiesce(Message):
 
     TAG = "quiesce"
     stop: bool = False
+    # how long a process found running may take to end before it counts (an exec's
+    # processes may still be on their way out when its answer came), seconds
+    grace: float = 0.015
 
 
 class Quiet(Message):

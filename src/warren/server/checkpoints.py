@@ -153,36 +153,57 @@ def before_command(box: Box, root: str, argv: list[str]) -> None:
         )
 
 
-def rollback(box: Box, layer: str, ident: int, keep_running: bool) -> tuple[review.Checkpoint, str]:
-    """Stack ``box``'s workspace again on checkpoint ``ident`` (0: the last one): what
-    was written since goes. Returns the checkpoint and the processes stopped first."""
-    target = target_of(box)
+def _plan_rollback(
+    name: str, layer: str, ident: int
+) -> tuple[review.LayerStack, review.LayerStack, review.Checkpoint, list[str]]:
+    """The stack now, the stack after rolling back to ``ident`` (0: the last one), that
+    checkpoint, and the upper directories it drops; the fresh upper made."""
     stack = review.read_stack(layer)
     if not stack.checkpoints:
         raise CheckpointError(
-            f"sandbox {box.name} has no checkpoint to roll back to",
+            f"sandbox {name} has no checkpoint to roll back to",
             operation="rollback",
-            path=box.name,
-            hint=f"take one with `warren checkpoint {box.name}` (one is taken before each command)",
+            path=name,
+            hint=f"take one with `warren checkpoint {name}` (one is taken before each command)",
         )
     chosen = next((c for c in stack.checkpoints if c.id == ident), None) if ident else stack.checkpoints[-1]
     if chosen is None:
         raise CheckpointError(
-            f"sandbox {box.name} has no checkpoint {ident}",
+            f"sandbox {name} has no checkpoint {ident}",
             operation="rollback",
-            path=f"{box.name}:{ident}",
-            hint=f"`warren checkpoints {box.name}` lists them",
+            path=f"{name}:{ident}",
+            hint=f"`warren checkpoints {name}` lists them",
         )
     keep = stack.layers[: stack.layers.index(chosen.layer) + 1]
-    gone = stack.layers[len(keep) :]
-    n = stack.next
-    new = f"{review.UPPER}.{n}"
+    new = f"{review.UPPER}.{stack.next}"
     after = review.LayerStack(
-        next=n + 1,
+        next=stack.next + 1,
         layers=[*keep, new],
         checkpoints=[c for c in stack.checkpoints if c.id <= chosen.id],
     )
-    _fresh(layer, new, chosen.layer, box.name)
+    _fresh(layer, new, chosen.layer, name)
+    return stack, after, chosen, stack.layers[len(keep) :]
+
+
+def rollback_stopped(name: str, layer: str, ident: int) -> review.Checkpoint:
+    """A stopped review sandbox's layer back to checkpoint ``ident``: only the record
+    and the layer's directories change (nothing is mounted)."""
+    _stack, after, chosen, gone = _plan_rollback(name, layer, ident)
+    try:
+        _record(layer, after, name)
+    except BaseException:
+        _drop(layer, [after.layers[-1]])
+        raise
+    _set_aside(layer, gone)
+    return chosen
+
+
+def rollback(box: Box, layer: str, ident: int, keep_running: bool) -> tuple[review.Checkpoint, str]:
+    """Stack ``box``'s workspace again on checkpoint ``ident`` (0: the last one): what
+    was written since goes. Returns the checkpoint and the processes stopped first."""
+    target = target_of(box)
+    stack, after, chosen, gone = _plan_rollback(box.name, layer, ident)
+    new = after.layers[-1]
     try:
         _record(layer, after, box.name)  # first: a full disk refuses before anything is stopped
         try:
@@ -357,7 +378,10 @@ def _quiesce(box: Box, *, stop: bool, refuse: bool, action: str) -> str | None:
             hint=f"resume it (`warren resume {box.name}`)" if box.paused is not None else "create it again",
         )
     box.drop_spare()
-    box.send(protocol.Quiesce(stop=stop))
+    # Asked for (refuse): a quarter of a second for the last command's processes to end
+    # on a loaded host; before each command (not refuse): a moment, paid by every
+    # command while a background process runs.
+    box.send(protocol.Quiesce(stop=stop, grace=0.25 if refuse else 0.015))
     box.quiescing = True
     try:
         quiet = box.await_pid1(protocol.Quiet, QUIET_TIMEOUT)

@@ -367,7 +367,11 @@ def _chain(uppers: list[int], chain: list[int], rel: str) -> tuple[list[int], bo
         if not stat.S_ISDIR(st.st_mode):
             return out, False
         out.append(i)
-        if _opaque(uppers[i], rel):
+        try:
+            opaque = _opaque(uppers[i], rel)
+        except PermissionError:
+            opaque = False  # closed by its mode: its listing fails next, and it is held back
+        if opaque:
             return out, False
     return out, True
 

@@ -223,6 +223,11 @@ class Sandboxes:
             raise CheckpointError(
                 f"unknown checkpoint action {msg.action!r}", operation="checkpoint", path=msg.sandbox
             )
+        at_rest = msg.sandbox not in self.boxes and self.entry(msg.sandbox).state == registry.STOPPED
+        if msg.action == "rollback" and at_rest:
+            # nothing runs: only the layer's record and directories change
+            back = checkpoints.rollback_stopped(msg.sandbox, layer, msg.id)
+            return protocol.CheckpointResult(items=[back.message()])
         box = self.live(msg.sandbox)
         if msg.action == "take":
             point = checkpoints.take(box, layer, self.root)
