@@ -5,11 +5,13 @@ whatever the workspace's size).
 For each size: a workspace of that many small files on the host, a review sandbox on
 it, and --runs rounds of: a command that changes one file (the checkpoint taken before
 each command is of a clean upper then: recorded, not frozen), ``Sandbox.checkpoint``
-(the change frozen), a plain ``exec true``, ``Sandbox.rollback`` (to that checkpoint).
-Then the exec of a command that changes a file, with the checkpoint taken before it
-frozen (what an agent pays per command). Times are the library's round trips
-(client, supervisor, PID 1), medians. --changed adds that many MiB written in the
-workspace before the rounds (the layer's size is not read by either).
+(the change frozen), ``exec true`` twice (the first right after the checkpoint, whose
+PID 1 forks its helpers again; the second a plain exec), ``Sandbox.rollback`` (to that
+checkpoint). Then --runs commands that each change a file, with the checkpoint taken
+before each frozen (what an agent pays per command). Times are the library's round
+trips (client, supervisor, PID 1), medians. --changed writes that many MiB in the
+workspace first (frozen by the first checkpoint; a checkpoint counts the blocks of what
+changed since the last one, a stat per entry, and reads no data).
 
 Run: python bench/bench_checkpoints.py [--sizes 1000,10000,100000] [--runs 15] [--changed 0]
 """
@@ -50,7 +52,7 @@ def main() -> None:
         from warren.policy import PolicySpec, build
 
         print(f"uid {os.getuid()}, {args.runs} runs, load {os.getloadavg()[0]:.1f}, medians in ms")
-        print("   files  exec true  checkpoint  rollback  exec+cp(write)")
+        print("   files  exec true  checkpoint  rollback  exec after cp  exec(write)+cp")
         for size in (int(s) for s in args.sizes.split(",") if s):
             ws = Path(tmp) / f"ws{size}"
             ws.mkdir()
@@ -60,6 +62,7 @@ def main() -> None:
                 if args.changed:
                     sb.exec(["sh", "-c", f"head -c {args.changed << 20} /dev/urandom > big.bin"])
                 plain: list[float] = []
+                after: list[float] = []
                 taking: list[float] = []
                 back: list[float] = []
                 per_command: list[float] = []
@@ -70,6 +73,9 @@ def main() -> None:
                     taking.append(time.perf_counter() - t)
                     t = time.perf_counter()
                     sb.exec(["true"])
+                    after.append(time.perf_counter() - t)
+                    t = time.perf_counter()
+                    sb.exec(["true"])
                     plain.append(time.perf_counter() - t)
                     t = time.perf_counter()
                     sb.rollback(point.id)
@@ -78,7 +84,10 @@ def main() -> None:
                     t = time.perf_counter()
                     sb.exec(["sh", "-c", f"echo {i} > d0000/f0001.txt"])
                     per_command.append(time.perf_counter() - t)
-                print(f"{size:8d}  {_ms(plain)}     {_ms(taking)}     {_ms(back)}    {_ms(per_command)}")
+                print(
+                    f"{size:8d}  {_ms(plain)}     {_ms(taking)}     {_ms(back)}    {_ms(after)}"
+                    f"         {_ms(per_command)}"
+                )
             finally:
                 sb.remove()
 
