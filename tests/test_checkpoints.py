@@ -328,6 +328,13 @@ def test_the_cli_takes_lists_and_rolls_back(tmp_path: Path) -> None:
         assert r.returncode != 0 and "no checkpoint 12345" in r.stderr and "Traceback" not in r.stderr
         r = run_cli(["rollback", "nothing-here"], cwd=ws)
         assert r.returncode != 0 and "Traceback" not in r.stderr
+        plain = Sandbox.create(build(PolicySpec(workspace=str(ws))), name="cp-plain")
+        try:
+            r = run_cli(["checkpoint", "cp-plain"], cwd=ws)
+            assert r.returncode == 125 and "not a review sandbox" in r.stderr and "hint:" in r.stderr
+            assert "Traceback" not in r.stderr
+        finally:
+            plain.remove()
     finally:
         sb.remove()
 

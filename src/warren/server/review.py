@@ -688,7 +688,8 @@ def discard(layer: str) -> None:
         with safepath.listed(fd, "") as (_d, names):
             for name in names:
                 if name not in (UPPER, WORK, STARTED):
-                    safepath.remove_tree(fd, name)
+                    with contextlib.suppress(FileNotFoundError):  # a rollback's, removed meanwhile
+                        safepath.remove_tree(fd, name)
         with safepath.listed(fd, UPPER) as (ufd, names):
             for name in names:
                 safepath.remove_tree(ufd, name)
