@@ -33,6 +33,9 @@ TOOLS = {
     "write_stdin",
     "expose_port",
     "sandbox_events",
+    "diff",
+    "checkpoints",
+    "rollback",
 }
 
 

@@ -24,7 +24,7 @@ import pytest
 from conftest import WARREN, shut_down_supervisor
 from test_envroot import image  # noqa: F401 (the small image: a fixture)
 from warren import PolicySpec, Sandbox
-from warren.errors import SandboxError, SetupError, SnapshotError, WarrenError
+from warren.errors import CheckpointError, SandboxError, SetupError, SnapshotError, WarrenError
 from warren.images.ref import ImageRef
 from warren.server import snapshots, statedir
 
@@ -492,3 +492,78 @@ def test_an_image_layer_of_zeros_costs_the_store_what_it_holds(small_fs: Path, t
             assert f.read(8) == b"\0\0data\0\0"
     finally:
         shutil.rmtree(store, ignore_errors=True)
+
+
+def _review(ws: Path) -> Sandbox:
+    return Sandbox.create(PolicySpec(workspace=str(ws), review=True))
+
+
+def test_review_checkpoints_past_the_budget_are_refused_typed_and_the_earlier_ones_stay(
+    state_home: Path, config_home: Path, tmp_path: Path
+) -> None:
+    """A checkpoint's bytes count against ``snapshot_budget``: past it, EDQUOT, the
+    changes stay live, the command before which one is skipped still runs, and the
+    earlier checkpoints roll back."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "kept.txt").write_text("kept\n")
+    sb = _review(ws)
+    try:
+        _sh(sb, "echo small > small.txt")
+        first = sb.checkpoint()
+        _budget(config_home, "2M")
+        _sh(sb, "head -c 3145728 /dev/urandom > big.bin")
+        with pytest.raises(CheckpointError, match="would pass your snapshot budget") as caught:
+            sb.checkpoint()
+        assert caught.value.errno == errno.EDQUOT
+        assert _sh(sb, "echo ran; stat -c %s big.bin") == "ran\n3145728\n"  # no checkpoint before it
+        assert sb.checkpoints()[-1].id == first.id  # neither that one nor the one before "echo ran"
+        # the control: the same checkpoint under no budget is taken
+        _budget(config_home, "none")
+        big = sb.checkpoint()
+        assert big.bytes >= 3 << 20
+        sb.rollback(first.id)
+        assert _sh(sb, "ls") == "kept.txt\nsmall.txt\n"
+    finally:
+        _budget(config_home, None)
+        sb.remove()
+
+
+def test_a_full_state_disk_during_a_checkpoint_is_typed_and_the_earlier_ones_stay_usable(
+    state_home: Path, config_home: Path, small_fs: Path, tmp_path: Path
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "kept.txt").write_text("kept\n")
+    _budget(config_home, "none")
+    sb = _review(ws)
+    filler = small_fs / "filler"
+    try:
+        _sh(sb, "echo one > one.txt")
+        first = sb.checkpoint()
+        _sh(sb, "echo two > two.txt")
+        fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # the state disk full
+        try:
+            for size in (1 << 20, 4096):
+                with contextlib.suppress(OSError):
+                    while True:
+                        os.write(fd, b"\0" * size)
+        finally:
+            os.close(fd)
+        assert _free(small_fs) < 64 << 10
+        with pytest.raises(CheckpointError, match="cannot take a checkpoint") as caught:
+            sb.checkpoint()
+        assert caught.value.errno == errno.ENOSPC
+        with pytest.raises(CheckpointError) as caught:  # refused before anything changed
+            sb.rollback(first.id)
+        assert caught.value.errno == errno.ENOSPC
+        assert [c.id for c in sb.checkpoints()][-1] == first.id
+        assert _sh(sb, "cat one.txt two.txt") == "one\ntwo\n"  # the workspace as it was
+        filler.unlink()
+        back = sb.rollback(first.id)
+        assert back.id == first.id
+        assert _sh(sb, "ls") == "kept.txt\none.txt\n"
+    finally:
+        filler.unlink(missing_ok=True)
+        _budget(config_home, None)
+        sb.remove()

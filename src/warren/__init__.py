@@ -36,6 +36,7 @@ _EXPORTS = {
     "StdinFull": "errors",
     "ReviewError": "errors",
     "ReviewConflict": "errors",
+    "CheckpointError": "errors",
     "Policy": "policy",
     "PolicySpec": "policy",
     "build": "policy",
@@ -47,6 +48,7 @@ _EXPORTS = {
     "Review": "models",
     "NetPolicy": "models",
     "NetPending": "models",
+    "Checkpoint": "models",
     "Sandbox": "client.sandbox",
     "Process": "client.sandbox",
     "AsyncSandbox": "client.aio",
@@ -56,6 +58,8 @@ _EXPORTS = {
 }
 __all__ = [
     "AsyncSandbox",
+    "Checkpoint",
+    "CheckpointError",
     "CommandNotFound",
     "ConfigError",
     "CwdNotFound",
@@ -105,6 +109,7 @@ if TYPE_CHECKING:
     from .client.sandbox import Process, Sandbox
     from .client.transport import Transport
     from .errors import (
+        CheckpointError,
         CommandNotFound,
         ConfigError,
         CwdNotFound,
@@ -128,7 +133,7 @@ if TYPE_CHECKING:
         StdinNotOpen,
         WarrenError,
     )
-    from .models import FileInfo, ProcessInfo, Result, Review, SandboxInfo
+    from .models import Checkpoint, FileInfo, ProcessInfo, Result, Review, SandboxInfo
     from .policy import Policy, PolicySpec, build
 
 

@@ -147,6 +147,11 @@ class ReviewConflict(ReviewError):
     (the message names them; ``--force`` applies anyway)."""
 
 
+class CheckpointError(ReviewError):
+    """A checkpoint that cannot be taken or rolled back to now (processes running, past
+    the snapshot budget, no such checkpoint)."""
+
+
 class ProcessNotFound(SandboxError):
     """No background process of that id (or pid) was started in the sandbox."""
 
@@ -222,6 +227,7 @@ _KINDS: dict[str, type[WarrenError]] = {
         LimitReached,
         SnapshotNotFound,
         SnapshotError,
+        CheckpointError,
         ReviewError,
         ReviewConflict,
         SandboxTimeout,

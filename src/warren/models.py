@@ -152,6 +152,20 @@ class Review:
 
 
 @dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint of a review sandbox's workspace (``Sandbox.checkpoint``): its id,
+    when it was taken (seconds since the epoch), the bytes its frozen changes hold, and
+    the commands that followed it ("; " between). ``stopped``: after a rollback, the
+    processes stopped first (pid and name)."""
+
+    id: int
+    time: float
+    bytes: int
+    command: str = ""
+    stopped: str = ""
+
+
+@dataclass(frozen=True)
 class ProcessInfo:
     """A process running in the sandbox (pids are the sandbox's own)."""
 

@@ -313,13 +313,27 @@ def _review_overlay(op: MountOp) -> int:
         try:
             work = os.open(op.layers[1], _UNDER)
             try:
-                return _sys.overlay_from_fds([lower], upper, work)
+                mnt = _sys.overlay_from_fds([lower], upper, work)
             finally:
                 os.close(work)
         finally:
             os.close(upper)
-    finally:
+    except BaseException:
         os.close(lower)
+        raise
+    # The host's directory stays held, for the supervisor (with Ready), and the layer's
+    # own directory as a detached mount: a checkpoint or a rollback stacks the workspace
+    # again on them (``server.checkpoints``); the overlay takes a layer only from a
+    # mount of the namespace that makes it, or a detached one.
+    try:
+        layer = _clone(os.path.dirname(op.layers[0]), recursive=False)
+        _sys.mount_setattr(layer, _sys.MOUNT_ATTR_NODEV_NOSUID, 0, False)
+    except BaseException:
+        os.close(lower)
+        os.close(mnt)
+        raise
+    held.extend((lower, layer))
+    return mnt
 
 
 def _no_links(stage: str, target: str) -> None:

@@ -59,6 +59,7 @@ def _spare_idle() -> float:
 
 
 SPARE_IDLE = _spare_idle()
+BUSY_GRACE = 0.015  # how long a process found running in ``_quiesce`` may take to go (default)
 INLINE_REPLY_MAX = 64 * 1024  # what PID 1 writes to a client itself: its buffer takes it at once
 
 
@@ -102,9 +103,10 @@ def main(plan: Plan, control: socket.socket, *, oneshot: bool, ahead: bool = Fal
     ns = [os.open(f"/proc/self/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC) for kind in kinds]
     # On an image, the sandbox's own layer too (for snapshots), and before Ready the
     # layer tmpfs and the lower layers as detached mounts (for stacking the root again:
-    # snapshots without a copy, ``server.restack``); PID 1 keeps none.
+    # snapshots without a copy, ``server.restack``); in review mode the host's workspace
+    # as a detached mount (checkpoints, ``server.checkpoints``). PID 1 keeps none.
     layer = mounts.layer_fd[:1]
-    held = mounts.held[:] if layer else []
+    held = mounts.held[:] if layer or plan.review is not None else []
     mounts.layer_fd.clear()
     mounts.held.clear()
     for at in range(0, len(held), wire.MAX_FDS):
@@ -248,7 +250,7 @@ class Init:
                         if isinstance(got[0], protocol.Refresh):
                             self._refresh()
                         elif isinstance(got[0], protocol.Quiesce):
-                            self._quiesce()
+                            self._quiesce(got[0].stop, got[0].grace)
                         else:
                             self._dispatch(*got)
                 except (wire.ConnectionClosed, OSError):
@@ -279,11 +281,12 @@ class Init:
         self._drop_spare()
         self.want_spare = not self.oneshot
 
-    def _quiesce(self) -> None:
+    def _quiesce(self, stop: bool = False, grace: float = BUSY_GRACE) -> None:
         """Let the spare go, wait for warren's helpers that are ending (3 s at most),
         then say whether PID 1 is the sandbox's only process (but for the
         network helper's connectors: sockets only). A command, a background process or
-        a daemon left by one answers at once: not alone. No spare is forked until the
+        a daemon left by one answers at once: not alone, unless ``stop``: then each is
+        killed (named in the answer) until none is left. No spare is forked until the
         supervisor's ``Refresh``."""
         self._drop_spare()
         # Spares let go end, and their command's processes with them; a connector's only
@@ -293,6 +296,8 @@ class Init:
         deadline = time.monotonic() + 3.0  # ending helpers end in milliseconds; a loaded host
         alone = False
         busy: list[int] = []
+        stopped: dict[int, str] = {}
+        seen_busy = 0.0
         while True:
             self._reap()
             others = [p for p in procs.table() if p[0] != 1 and p[0] not in self.connectors]
@@ -307,11 +312,27 @@ class Init:
                 for pid, ppid, st in others
                 if pid not in self.helpers and ppid not in ending and (st != "Z" or procs.running(pid))
             ]
-            if busy or time.monotonic() > deadline:
+            now = time.monotonic()
+            if stop and busy and now <= deadline:
+                for pid in busy:
+                    comm = _comm(pid)
+                    if pid not in stopped and comm != "gone":
+                        stopped[pid] = comm
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, signal.SIGKILL)
+            elif busy and now < (seen_busy := seen_busy or now) + min(max(grace, 0.0), 1.0):
+                # An exec's processes may still be on their way out when its answer came
+                # (their helper reaped first, they are PID 1's for a moment): busy is
+                # what is still there after the grace.
+                pass
+            elif busy or now > deadline:
                 busy = busy or [pid for pid, _ppid, _st in others]
                 break
             time.sleep(0.002)
-        why = "" if alone else ", ".join(f"{pid} ({_comm(pid)})" for pid in busy[:4])
+        if alone:
+            why = ", ".join(f"{pid} ({comm})" for pid, comm in list(stopped.items())[:8])
+        else:
+            why = ", ".join(f"{pid} ({_comm(pid)})" for pid in busy[:4])
         with contextlib.suppress(OSError):
             wire.send(self.control, protocol.Quiet(alone=alone, why=why))
 

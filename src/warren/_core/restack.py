@@ -126,3 +126,38 @@ def clone_layers(fds: list[int]) -> list[int]:
             os.close(fd)
         raise
     return out
+
+
+def restack_dir(target: str, lowers: list[int], upper: int, work: int, children: list[str]) -> None:
+    """Stack the overlay mounted at ``target`` (a review workspace) again: ``lowers``
+    (layers by descriptor, top first: frozen upper directories, then the host's
+    directory as a detached mount), ``upper`` and ``work`` fresh directories. The
+    mounts directly on the old overlay (``children``, relative to ``target``, in the
+    order they were made) move onto the new one, the old one is detached and the new
+    one takes its place. Nothing is changed before every check passed; a failure after
+    the old overlay was moved is ENOTRECOVERABLE (the workspace is not there)."""
+    mnt = _sys.overlay_from_fds(lowers, upper, work)
+    new_fd = old = -1
+    try:
+        old = os.open(target, _PATH_DIR)
+        _check_points(old, mnt, children)
+        point = f"/dev/.warren-restack-{secrets.token_hex(6)}"
+        os.mkdir(point, 0o700)
+        try:
+            _sys.move_mount(mnt, point)
+            new_fd = os.open(point, _PATH_DIR)
+            try:
+                for child in children:
+                    rel = child.strip("/")
+                    _sys.move_mount_at(old, rel, new_fd, rel)
+                _sys.umount2(target, _sys.MNT_DETACH)  # the old overlay, its children gone
+                _sys.move_mount(new_fd, target)
+            except OSError as e:
+                raise OSError(errno.ENOTRECOVERABLE, e.strerror, f"{e.filename}: {e.strerror}") from None
+        finally:
+            with contextlib.suppress(OSError):
+                os.rmdir(point)
+    finally:
+        for fd in (new_fd, old, mnt):
+            if fd >= 0:
+                os.close(fd)

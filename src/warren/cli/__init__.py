@@ -53,6 +53,8 @@ review (create --review NAME or run --review CMD: changes go to a layer of their
   diff [--patch] [--json] NAME            what it changed: a list, or a git-style patch
   apply [--force] NAME [PATH...]          write them (stopped) to the host workspace
   discard NAME                            drop them
+  checkpoint NAME / checkpoints [--json] NAME   freeze the workspace now (one before each command too)
+  rollback [--keep-running] NAME [ID]     the workspace back to a checkpoint (the last one)
 on an image (--image NAME):
   snapshot NAME / snapshot ls / snapshot rm ID   its own layer, copied (prints the id)
   fork [POLICY FLAGS] NAME NEW            a new sandbox from a snapshot of NAME taken now

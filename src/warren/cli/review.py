@@ -8,8 +8,9 @@ import sys
 from collections.abc import Callable
 
 from ..client.local import LocalTransport
-from ..models import Change, Review
+from ..models import Change, Checkpoint, Review
 from ..names import check_name
+from ..policy.limits import show_size
 from . import flags
 
 _MARK = {"added": "A", "modified": "M", "removed": "D", "mode": "T", "renamed": "R"}
@@ -86,7 +87,75 @@ def discard(args: list[str]) -> int:
     return 0
 
 
-COMMANDS: dict[str, Callable[[list[str]], int]] = {"diff": diff, "apply": apply, "discard": discard}
+def _when(t: float) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def _checkpoint_line(c: Checkpoint) -> str:
+    return f"{c.id:>4}  {_when(c.time)}  {show_size(c.bytes):>8}  {c.command or '-'}"
+
+
+def checkpoint(args: list[str]) -> int:
+    p = flags.parser(
+        "warren checkpoint",
+        "Freeze review sandbox NAME's workspace as it is now (prints the checkpoint's id); one is "
+        "also taken before each command. Refused while a process runs in it.",
+    )
+    p.add_argument("name")
+    ns = p.parse_args(args)
+    taken = LocalTransport().checkpoint(check_name(ns.name), "take")[0]
+    print(taken.id)
+    return 0
+
+
+def checkpoints(args: list[str]) -> int:
+    p = flags.parser(
+        "warren checkpoints",
+        "Review sandbox NAME's checkpoints, oldest first: id, time, the bytes its changes hold, "
+        "the commands that followed it.",
+    )
+    p.add_argument("--json", action="store_true", help="one JSON array")
+    p.add_argument("name")
+    ns = p.parse_args(args)
+    found = LocalTransport().checkpoint(check_name(ns.name), "list")
+    if ns.json:
+        print(json.dumps([{k: v for k, v in dataclasses.asdict(c).items() if k != "stopped"} for c in found]))
+    else:
+        for c in found:
+            print(_checkpoint_line(c))
+    return 0
+
+
+def rollback(args: list[str]) -> int:
+    p = flags.parser(
+        "warren rollback",
+        "Return review sandbox NAME's workspace to checkpoint ID (the last one without): what was "
+        "written since is gone, later checkpoints with it. Processes still running are stopped "
+        "first (named).",
+    )
+    p.add_argument(
+        "--keep-running", action="store_true", help="refuse (naming them) rather than stop running processes"
+    )
+    p.add_argument("name")
+    p.add_argument("id", nargs="?", type=int, default=0, metavar="ID")
+    ns = p.parse_args(args)
+    back = LocalTransport().checkpoint(check_name(ns.name), "rollback", ns.id, ns.keep_running)[0]
+    if back.stopped:
+        print(f"warren: stopped first: {back.stopped}", file=sys.stderr)
+    print(f"warren: {ns.name} rolled back to checkpoint {back.id} ({_when(back.time)})", file=sys.stderr)
+    return 0
+
+
+COMMANDS: dict[str, Callable[[list[str]], int]] = {
+    "diff": diff,
+    "apply": apply,
+    "discard": discard,
+    "checkpoint": checkpoint,
+    "checkpoints": checkpoints,
+    "rollback": rollback,
+}
 
 
 def run(spec: dict[str, object], profile: str | None, command: list[str], timeout: float | None) -> int:

@@ -22,6 +22,8 @@ import httpx
 from .. import codec, protocol
 from ..errors import SandboxError, SandboxFileError, WarrenError
 from ..models import (
+    Change,
+    Checkpoint,
     FileInfo,
     FileOp,
     FileResult,
@@ -29,6 +31,7 @@ from ..models import (
     ProcessInfo,
     ProcessState,
     Result,
+    Review,
     SandboxInfo,
     SnapshotInfo,
     SpawnInfo,
@@ -313,6 +316,35 @@ class HttpTransport(Transport):
 
     def remove_snapshot(self, snap_id: str) -> SnapshotInfo:
         return codec.model_of(SnapshotInfo, self._json("DELETE", f"/v1/snapshots/{quote(snap_id, safe='')}"))
+
+    def review(
+        self, name: str, action: str, paths: builtins.list[str], force: bool = False, patch: bool = False
+    ) -> Review:
+        at = f"/v1/sandboxes/{name}"
+        if action == "diff":
+            got = self._json("GET", f"{at}/diff", params={"patch": "1"} if patch else None)
+        elif action == "apply":
+            got = self._json("POST", f"{at}/apply", json={"paths": paths, "force": force})
+        else:
+            got = self._json("POST", f"{at}/{action}")
+        return Review(
+            changes=tuple(codec.model_of(Change, c) for c in got.get("changes", [])),
+            patch=got.get("patch", ""),
+            applied=tuple(got.get("applied", [])),
+        )
+
+    def checkpoint(
+        self, name: str, action: str, ident: int = 0, keep_running: bool = False
+    ) -> builtins.list[Checkpoint]:
+        at = f"/v1/sandboxes/{name}"
+        if action == "list":
+            return [
+                codec.model_of(Checkpoint, c) for c in self._json("GET", f"{at}/checkpoints")["checkpoints"]
+            ]
+        if action == "take":
+            return [codec.model_of(Checkpoint, self._json("POST", f"{at}/checkpoints"))]
+        body = {"id": ident, "keep_running": keep_running}
+        return [codec.model_of(Checkpoint, self._json("POST", f"{at}/rollback", json=body))]
 
 
 def _body(command: Command) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from .. import codec, protocol
 from ..errors import SandboxError
 from ..models import (
     Change,
+    Checkpoint,
     FileInfo,
     FileOp,
     FileResult,
@@ -278,6 +279,17 @@ class LocalTransport(Transport):
         reply, _ = self._request(msg, (protocol.NetPolicy,))
         assert isinstance(reply, protocol.NetPolicy)
         return codec.model_of(NetPolicy, reply.to_fields())
+
+    def checkpoint(
+        self, name: str, action: str, ident: int = 0, keep_running: bool = False
+    ) -> builtins.list[Checkpoint]:
+        msg = protocol.CheckpointRequest(sandbox=name, action=action, id=ident, keep_running=keep_running)
+        reply, _ = self._request(msg, (protocol.CheckpointResult,))
+        assert isinstance(reply, protocol.CheckpointResult)
+        return [
+            Checkpoint(id=c.id, time=c.time, bytes=c.bytes, command=c.command, stopped=reply.stopped)
+            for c in reply.items
+        ]
 
     def net_log(self, name: str) -> builtins.list[NetEvent]:
         reply, _ = self._request(protocol.NetLogRequest(sandbox=name), (protocol.NetLog,))

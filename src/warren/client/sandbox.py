@@ -28,6 +28,7 @@ from ..errors import (
     WarrenError,
 )
 from ..models import (
+    Checkpoint,
     FileInfo,
     FileOp,
     FileResult,
@@ -500,6 +501,22 @@ class Sandbox:
 
     def _net(self, action: str, **given: Any) -> NetPolicy:
         return self._transport.net_policy(self.name, action, via="library", **given)
+
+    def checkpoint(self) -> Checkpoint:
+        """Freeze a review sandbox's workspace as it is now (one is also taken before
+        each command); refused (``CheckpointError``) while a process runs in it."""
+        return self._transport.checkpoint(self.name, "take")[0]
+
+    def checkpoints(self) -> builtins.list[Checkpoint]:
+        """A review sandbox's checkpoints, oldest first."""
+        return self._transport.checkpoint(self.name, "list")
+
+    def rollback(self, checkpoint: int | None = None, keep_running: bool = False) -> Checkpoint:
+        """Return the workspace to checkpoint ``checkpoint`` (the last one without):
+        what was written since is gone, and later checkpoints with it. Processes still
+        running are stopped first (named in ``Checkpoint.stopped``), or with
+        ``keep_running`` the rollback is refused (``CheckpointError``)."""
+        return self._transport.checkpoint(self.name, "rollback", checkpoint or 0, keep_running)[0]
 
     def net_log(self) -> builtins.list[NetEvent]:
         """Every decision of this sandbox's network proxy (``--network allow``), oldest

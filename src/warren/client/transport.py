@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 
 from ..errors import WarrenError
 from ..models import (
+    Checkpoint,
     FileOp,
     FileResult,
     NetPolicy,
@@ -208,6 +209,18 @@ class Transport(abc.ABC):
             operation=action,
             path=name,
             hint=f"run `warren {action} {name}` on the machine the sandbox runs on",
+        )
+
+    def checkpoint(
+        self, name: str, action: str, ident: int = 0, keep_running: bool = False
+    ) -> builtins.list[Checkpoint]:
+        """A review sandbox's checkpoints: ``take``, ``list`` or ``rollback``."""
+        raise WarrenError(
+            f"checkpoints ({action}) are available through the local supervisor only",
+            operation=action,
+            path=name,
+            hint=f"run `warren {'checkpoints' if action == 'list' else action} {name}` on the machine the "
+            "sandbox runs on",
         )
 
     @abc.abstractmethod

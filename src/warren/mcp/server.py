@@ -37,6 +37,7 @@ from ..client.transport import Transport
 from ..errors import ProcessNotFound, SandboxExists, SandboxNotFound, WarrenError
 from ..models import FileOp, FileResult
 from ..policy.spec import PolicySpec
+from . import review
 from .sdk import Server, ToolError, http_app_kwargs, server_kwargs
 
 OUTPUT_LIMIT = 1 << 20
@@ -457,4 +458,5 @@ def build(
             after, skip = page.after, page.skip
         return {"records": records, "after": after, "skip": skip, "more": len(records) < len(page.records)}
 
+    review.register(mcp, w)
     return mcp

@@ -303,6 +303,18 @@ class ReviewRequest(Message):
     patch: bool = False
 
 
+class CheckpointRequest(Message):
+    """A review sandbox's checkpoints: ``take`` one, ``list`` them, or ``rollback`` to
+    ``id`` (0: the last one); ``keep_running``: refuse the rollback while processes run
+    instead of stopping them."""
+
+    TAG = "checkpoint"
+    sandbox: str
+    action: str
+    id: int = 0
+    keep_running: bool = False
+
+
 class StatsRequest(Message):
     TAG = "stats"
     sandbox: str
@@ -555,6 +567,19 @@ class ReviewResult(Message):
     changes: list[ReviewChange] = []
     patch: str = ""
     applied: list[str] = []
+
+
+class CheckpointInfo(Message):
+    id: int
+    time: float
+    bytes: int  # what its frozen upper directory holds
+    command: str = ""  # the commands that followed it ("; " between)
+
+
+class CheckpointResult(Message):
+    TAG = "checkpoint-ok"
+    items: list[CheckpointInfo] = []  # the one taken or rolled back to; or all, oldest first
+    stopped: str = ""  # rollback: the processes stopped first (pid and name)
 
 
 class Stats(Message):

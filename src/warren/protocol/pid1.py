@@ -34,9 +34,14 @@ class Refresh(Message):
 class Quiesce(Message):
     """From the supervisor, before it stacks the root again (``server.restack``): let
     the spare go, fork none until the next ``Refresh``, and say whether PID 1 is then
-    the sandbox's only process."""
+    the sandbox's only process. ``stop``: kill the sandbox's other processes first (a
+    rollback; ``Quiet.why`` names them)."""
 
     TAG = "quiesce"
+    stop: bool = False
+    # how long a process found running may take to end before it counts (an exec's
+    # processes may still be on their way out when its answer came), seconds
+    grace: float = 0.015
 
 
 class Quiet(Message):

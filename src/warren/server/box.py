@@ -164,6 +164,8 @@ class Box:
     ns: tuple[int, int] | None = None  # fds of the sandbox's user and mount namespaces
     layer: int | None = None  # on an image: its own layer (the overlay upper dir), for snapshots
     stack: Stack | None = None  # ... and its layers as detached mounts (``restack``)
+    review_lower: int | None = None  # review mode: the host's workspace, detached (``checkpoints``)
+    review_layer: int | None = None  # ... and its layer's directory, detached
     # PID 1 was asked to let its spare go (``restack.freeze``): one it gave meanwhile is
     # let go at once, or its helper would wait on our end and PID 1 for it
     quiescing: bool = False
@@ -248,7 +250,11 @@ class Box:
                 self.layer = fds.pop(0)  # the sandbox's own layer: server.snapshots
             self._on_ready()
         elif isinstance(msg, protocol.Layers):
-            if not self.ready and fds and self.plan.image is not None:
+            review = self.plan.review is not None and self.review_lower is None
+            if not self.ready and len(fds) == 2 and review:
+                # the host's workspace and the review layer, detached: server.checkpoints
+                self.review_lower, self.review_layer = fds.pop(0), fds.pop(0)
+            elif not self.ready and fds and self.plan.image is not None:
                 from .restack import Stack
 
                 if self.stack is None:
@@ -672,6 +678,11 @@ class Box:
             self.trail.record("end", status=status)
             self.trail.close()
         self.execs.clear()
+        for fd in (self.review_lower, self.review_layer):
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.review_lower = self.review_layer = None
         for fd in [*(self.ns or ()), *self.active]:
             with contextlib.suppress(KeyError, ValueError):
                 self.sel.unregister(fd)

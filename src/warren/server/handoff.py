@@ -15,7 +15,7 @@ from .. import protocol
 from .._core import execstub, shim
 from ..errors import ProtocolError
 from ..plan import Plan
-from . import spawns, stdin
+from . import checkpoints, spawns, stdin
 from .box import Box
 
 HANDED = (
@@ -42,6 +42,8 @@ def hand_over(
     are closed here (PID 1 has its copies)."""
     assert isinstance(msg, HANDED)
     box.follow_roots()
+    if box.plan.review is not None and isinstance(msg, (protocol.ExecRequest, protocol.SpawnRequest)):
+        checkpoints.before_command(box, root, msg.command.argv)
     declared = sum(1 for a in msg.command.stdio[:3] if a) if isinstance(msg, protocol.ExecRequest) else 0
     if len(fds) != declared:
         raise ProtocolError(

@@ -17,8 +17,14 @@ is added or modified (compared with the host's copy now).
 host file changed since then is newer than or equal to: ``apply`` refuses such a file
 unless forced. Must not: decide what is reviewed (the plan does), follow a link.
 
-A later checkpoint can freeze this layer as ``restack`` freezes an image's: the layer
-is a plain directory of the state directory, with the overlay's own format.
+Checkpoints (``server.checkpoints``) freeze the upper directory where it is and stack
+the workspace again above it with a fresh one (``upper.N``): the layer is then a stack
+of upper directories, recorded oldest first in ``stack.json`` (written by the host
+only; the sandbox never sees the layer's own directory), the last one the sandbox's
+live upper. What the sandbox sees is their union, newest first, as the overlay makes
+it: an entry in a newer directory hides the older ones and the host's, a whiteout
+removes, an opaque directory hides everything older beneath it. ``diff`` and ``apply``
+read that union.
 """
 
 from __future__ import annotations
@@ -26,16 +32,19 @@ from __future__ import annotations
 import contextlib
 import difflib
 import errno
+import json
 import os
+import re
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .. import protocol
 from .._core import safepath
 from ..errors import ReviewConflict, ReviewError, SetupError
 
-UPPER, WORK, STARTED = "upper", "work", "started"
+UPPER, WORK, STARTED, STACK = "upper", "work", "started", "stack.json"
+_LAYER_NAME = re.compile(r"upper(\.[1-9][0-9]{0,8})?")
 POINTER = "review-layer"  # in the sandbox's state directory: the layer's name
 _OPAQUE = ("user.overlay.opaque", "trusted.overlay.opaque")
 _PATCH_LIMIT = 4 << 20  # a file larger than this is named in a patch, not shown
@@ -107,6 +116,108 @@ def layer_of(sandbox_dir: str, state_dir: str, name: str) -> str:
 
 
 @dataclass
+class Checkpoint:
+    id: int
+    layer: str  # the upper directory frozen by it: the workspace is the union up to it
+    time: float
+    bytes: int  # what that directory holds (charged to the snapshot budget)
+    commands: list[str] = field(default_factory=list)  # the commands that followed it
+
+    def message(self) -> protocol.CheckpointInfo:
+        return protocol.CheckpointInfo(
+            id=self.id, time=self.time, bytes=self.bytes, command="; ".join(self.commands)
+        )
+
+
+@dataclass
+class LayerStack:
+    """A review layer's upper directories, oldest first (the last is the sandbox's live
+    upper), and its checkpoints, oldest first."""
+
+    next: int = 1
+    layers: list[str] = field(default_factory=lambda: [UPPER])
+    checkpoints: list[Checkpoint] = field(default_factory=list)
+
+    def dump(self) -> bytes:
+        return json.dumps(
+            {
+                "next": self.next,
+                "layers": self.layers,
+                "checkpoints": [
+                    {"id": c.id, "layer": c.layer, "time": c.time, "bytes": c.bytes, "commands": c.commands}
+                    for c in self.checkpoints
+                ],
+            }
+        ).encode()
+
+
+def work_of(upper: str) -> str:
+    return upper.replace(UPPER, WORK, 1)
+
+
+def read_stack(layer: str) -> LayerStack:
+    """The layer's stack (one upper directory and no checkpoint when none was taken)."""
+    fd = safepath.open_dir(layer)
+    try:
+        raw = safepath.read_file(fd, STACK, 1 << 22)
+    except FileNotFoundError:
+        return LayerStack()
+    finally:
+        os.close(fd)
+    try:
+        data = json.loads(raw)
+        stack = LayerStack(
+            next=int(data["next"]),
+            layers=[str(n) for n in data["layers"]],
+            checkpoints=[
+                Checkpoint(
+                    id=int(c["id"]),
+                    layer=str(c["layer"]),
+                    time=float(c["time"]),
+                    bytes=int(c["bytes"]),
+                    commands=[str(x) for x in c["commands"]],
+                )
+                for c in data["checkpoints"]
+            ],
+        )
+    except (ValueError, KeyError, TypeError):
+        stack = LayerStack(layers=[])
+    names_ok = stack.layers and all(_LAYER_NAME.fullmatch(n) for n in stack.layers)
+    if not names_ok or any(c.layer not in stack.layers[:-1] for c in stack.checkpoints):
+        raise ReviewError(
+            f"the review layer's record {os.path.join(layer, STACK)} is unreadable",
+            operation="review",
+            path=os.path.join(layer, STACK),
+            hint="warren wrote it; remove the sandbox (`warren rm`) if it was changed by hand",
+        )
+    return stack
+
+
+def write_stack(layer: str, stack: LayerStack) -> None:
+    fd = safepath.open_dir(layer)
+    try:
+        # no fsync: a supervisor killed leaves the page cache; a crash of the host may
+        # lose the last checkpoint's record, never the layers it names
+        safepath.write_atomic(fd, STACK, stack.dump(), mode=0o600, fsync=False)
+    finally:
+        os.close(fd)
+
+
+def held_bytes(state_dir: str) -> int:
+    """What the checkpoints of every review layer under ``state_dir`` hold."""
+    total = 0
+    base = os.path.join(state_dir, "review")
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return 0
+    for name in names:
+        with contextlib.suppress(OSError, ReviewError):
+            total += sum(c.bytes for c in read_stack(os.path.join(base, name)).checkpoints)
+    return total
+
+
+@dataclass
 class Change:
     path: str  # relative to the workspace
     kind: str  # added | modified | removed | mode | renamed
@@ -115,6 +226,7 @@ class Change:
     new_mode: int | None = None
     renamed_from: str | None = None
     held: str = ""  # why apply never writes it (git metadata, a device)
+    src: int = 0  # the upper directory its content is read from (newest first)
 
     def message(self) -> protocol.ReviewChange:
         return protocol.ReviewChange(
@@ -216,75 +328,122 @@ def _removed_under(lower: int, rel: str, out: list[Change]) -> None:
                     stack.append(child)
 
 
-def changes(layer: str, workspace: str) -> list[Change]:
-    """What the layer changes in the workspace, parents before their entries."""
-    upper = safepath.open_dir(os.path.join(layer, UPPER))
+@contextlib.contextmanager
+def _opened(layer: str, workspace: str) -> Iterator[tuple[list[int], int]]:
+    """The layer's upper directories (newest first) and the host workspace, open."""
+    fds: list[int] = []
     try:
+        for name in reversed(read_stack(layer).layers):
+            fds.append(safepath.open_dir(os.path.join(layer, name)))
         lower = safepath.open_dir(workspace)
-    except OSError:
-        os.close(upper)
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
         raise
     try:
-        out: list[Change] = []
-        stack = [""]
-        while stack:
-            cur = stack.pop()
-            try:
-                names = _names(upper, cur)
-            except PermissionError:
-                # a directory the sandbox closed with its mode (chmod 000): what it holds
-                # cannot be read without changing the layer; it is held back whole
-                for c in out:
-                    if c.path == cur:
-                        c.held = "its mode keeps its entries from being read (chmod u+rx inside, then diff)"
-                continue
-            opaque = bool(cur) and _opaque(upper, cur)
-            if opaque:
-                # the host's entries the layer does not have are removed
-                host = _lstat(lower, cur)
-                if host is not None and stat.S_ISDIR(host.st_mode):
-                    with safepath.listed(lower, cur) as (_l, host_names):
-                        for name in sorted(set(host_names) - set(names)):
-                            _host_removed(lower, f"{cur}/{name}", out)
-            for name in sorted(names):
-                rel = f"{cur}/{name}" if cur else name
-                st = _lstat(upper, rel)
-                if st is None:
-                    continue
-                host = _lstat(lower, rel)
-                if _is_whiteout(st):
-                    if host is not None:
-                        _host_removed(lower, rel, out)
-                    continue
-                mode = stat.S_IMODE(st.st_mode)
-                kind = _type(st.st_mode)
-                held = _held(rel, st.st_mode)
-                if host is None or _type(host.st_mode) != kind:
-                    if host is not None:
-                        _host_removed(lower, rel, out)
-                    out.append(Change(rel, "added", kind, new_mode=mode, held=held))
-                    if kind == "dir":
-                        stack.append(rel)
-                    continue
-                old = stat.S_IMODE(host.st_mode)
-                if kind == "dir":
-                    if old != mode:
-                        out.append(Change(rel, "mode", kind, old, mode, held=held))
-                    stack.append(rel)
-                elif kind == "symlink":
-                    if _readlink(upper, rel) != _readlink(lower, rel):
-                        out.append(Change(rel, "modified", kind, old, mode, held=held))
-                elif kind == "file":
-                    if host.st_size != st.st_size or not _same_content(upper, lower, rel, rel):
-                        out.append(Change(rel, "modified", kind, old, mode, held=held))
-                    elif old != mode:
-                        out.append(Change(rel, "mode", kind, old, mode, held=held))
-                elif old != mode:
-                    out.append(Change(rel, "mode", kind, old, mode, held=held))
-        return _renames(out, upper, lower)
+        yield fds, lower
     finally:
-        os.close(upper)
-        os.close(lower)
+        for fd in (*fds, lower):
+            os.close(fd)
+
+
+def changes(layer: str, workspace: str) -> list[Change]:
+    """What the layer (the union of its upper directories) changes in the workspace,
+    parents before their entries."""
+    with _opened(layer, workspace) as (uppers, lower):
+        return _changes(uppers, lower)
+
+
+def _chain(uppers: list[int], chain: list[int], rel: str) -> tuple[list[int], bool]:
+    """The upper directories (of ``chain``, newest first) that make directory ``rel``
+    in the union, and whether what lies below them (the host's) shows through: a
+    whiteout or a non-directory hides everything older, an opaque directory what lies
+    below it."""
+    out: list[int] = []
+    for i in chain:
+        st = _lstat(uppers[i], rel)
+        if st is None:
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            return out, False
+        out.append(i)
+        try:
+            opaque = _opaque(uppers[i], rel)
+        except PermissionError:
+            opaque = False  # closed by its mode: its listing fails next, and it is held back
+        if opaque:
+            return out, False
+    return out, True
+
+
+def _changes(uppers: list[int], lower: int) -> list[Change]:
+    out: list[Change] = []
+    # (directory, the upper directories that make it, newest first; the host's shows)
+    stack: list[tuple[str, list[int], bool]] = [("", list(range(len(uppers))), True)]
+    while stack:
+        cur, chain, host_shows = stack.pop()
+        top: dict[str, int] = {}
+        try:
+            for i in chain:
+                for name in _names(uppers[i], cur):
+                    top.setdefault(name, i)
+        except PermissionError:
+            # a directory the sandbox closed with its mode (chmod 000): what it holds
+            # cannot be read without changing the layer; it is held back whole
+            for c in out:
+                if c.path == cur:
+                    c.held = "its mode keeps its entries from being read (chmod u+rx inside, then diff)"
+            continue
+        if cur and not host_shows:
+            # the host's entries the union does not have are removed
+            host = _lstat(lower, cur)
+            if host is not None and stat.S_ISDIR(host.st_mode):
+                with safepath.listed(lower, cur) as (_l, host_names):
+                    for name in sorted(set(host_names) - set(top)):
+                        _host_removed(lower, f"{cur}/{name}", out)
+        for name in sorted(top):
+            rel = f"{cur}/{name}" if cur else name
+            src = top[name]
+            upper = uppers[src]
+            st = _lstat(upper, rel)
+            if st is None:
+                continue
+            host = _lstat(lower, rel)
+            if _is_whiteout(st):
+                if host is not None:
+                    _host_removed(lower, rel, out)
+                continue
+            mode = stat.S_IMODE(st.st_mode)
+            kind = _type(st.st_mode)
+            held = _held(rel, st.st_mode)
+            below: list[int] = []
+            shows = False
+            if kind == "dir":
+                below, shows = _chain(uppers, chain[chain.index(src) :], rel)
+                shows = shows and host_shows
+            if host is None or _type(host.st_mode) != kind:
+                if host is not None:
+                    _host_removed(lower, rel, out)
+                out.append(Change(rel, "added", kind, new_mode=mode, held=held, src=src))
+                if kind == "dir":
+                    stack.append((rel, below, False))
+                continue
+            old = stat.S_IMODE(host.st_mode)
+            if kind == "dir":
+                if old != mode:
+                    out.append(Change(rel, "mode", kind, old, mode, held=held, src=src))
+                stack.append((rel, below, shows))
+            elif kind == "symlink":
+                if _readlink(upper, rel) != _readlink(lower, rel):
+                    out.append(Change(rel, "modified", kind, old, mode, held=held, src=src))
+            elif kind == "file":
+                if host.st_size != st.st_size or not _same_content(upper, lower, rel, rel):
+                    out.append(Change(rel, "modified", kind, old, mode, held=held, src=src))
+                elif old != mode:
+                    out.append(Change(rel, "mode", kind, old, mode, held=held, src=src))
+            elif old != mode:
+                out.append(Change(rel, "mode", kind, old, mode, held=held, src=src))
+    return _renames(out, uppers, lower)
 
 
 def _names(dirfd: int, rel: str) -> list[str]:
@@ -307,19 +466,19 @@ def _readlink(dirfd: int, rel: str) -> str:
         return os.readlink(name, dir_fd=pfd)
 
 
-def _renames(out: list[Change], upper: int, lower: int) -> list[Change]:
+def _renames(out: list[Change], uppers: list[int], lower: int) -> list[Change]:
     """A removed file and an added one of the same content are one rename (shown so;
     applied as the two changes it is made of)."""
     removed = {c.path: c for c in out if c.kind == "removed" and c.type == "file" and not c.held}
     for c in out:
         if c.kind != "added" or c.type != "file" or c.held:
             continue
-        st = _lstat(upper, c.path)
+        st = _lstat(uppers[c.src], c.path)
         for path in list(removed):
             old = _lstat(lower, path)
             if st is None or old is None or old.st_size != st.st_size:
                 continue
-            if _same_content(upper, lower, c.path, path):
+            if _same_content(uppers[c.src], lower, c.path, path):
                 c.kind, c.renamed_from = "renamed", path
                 c.old_mode = removed.pop(path).old_mode
                 break
@@ -351,9 +510,7 @@ def select(found: list[Change], paths: list[str]) -> list[Change]:
 
 def patch(layer: str, workspace: str, found: list[Change]) -> str:
     """The changes as a git-style patch; binary and large files are named."""
-    upper = safepath.open_dir(os.path.join(layer, UPPER))
-    lower = safepath.open_dir(workspace)
-    try:
+    with _opened(layer, workspace) as (uppers, lower):
         parts: list[str] = []
         for c in found:
             if c.type == "dir" or c.held:
@@ -373,7 +530,7 @@ def patch(layer: str, workspace: str, found: list[Change]) -> str:
             if c.kind == "mode":
                 continue
             before = b"" if c.kind == "added" else _content(lower, old_path, c.type)
-            after = b"" if c.kind == "removed" else _content(upper, c.path, c.type)
+            after = b"" if c.kind == "removed" else _content(uppers[c.src], c.path, c.type)
             if before is None or after is None or b"\0" in before or b"\0" in after:
                 parts.append(f"Binary files a/{old_path} and b/{c.path} differ\n")
                 continue
@@ -391,9 +548,6 @@ def patch(layer: str, workspace: str, found: list[Change]) -> str:
             for line in lines:
                 parts.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
         return "".join(parts)
-    finally:
-        os.close(upper)
-        os.close(lower)
 
 
 def _git_mode(kind: str, mode: int | None) -> str:
@@ -421,8 +575,13 @@ def apply(layer: str, workspace: str, chosen: list[Change], force: bool) -> list
     temporary name in its directory, synced, renamed over), as the caller, without its
     set-id bits; a link is made as a link."""
     started = os.stat(os.path.join(layer, STARTED)).st_ctime_ns
-    upper = safepath.open_dir(os.path.join(layer, UPPER))
-    lower = safepath.open_dir(workspace)
+    with _opened(layer, workspace) as (uppers, lower):
+        return _apply(uppers, lower, workspace, chosen, force, started)
+
+
+def _apply(
+    uppers: list[int], lower: int, workspace: str, chosen: list[Change], force: bool, started: int
+) -> list[str]:
     try:
         todo = [c for c in chosen if not c.held]
         if not force:
@@ -439,14 +598,14 @@ def apply(layer: str, workspace: str, chosen: list[Change], force: bool) -> list
         done: list[str] = []
         # removals deepest first, then the rest parents first
         for c in sorted((c for c in todo if c.kind == "removed"), key=lambda c: -c.path.count("/")):
-            _apply_one(upper, lower, c)
+            _apply_one(uppers[c.src], lower, c)
             done.append(c.path)
         for c in todo:
             if c.kind == "removed":
                 continue
             if c.renamed_from:
                 safepath.remove_tree(lower, c.renamed_from)
-            _apply_one(upper, lower, c)
+            _apply_one(uppers[c.src], lower, c)
             done.append(c.path)
         return done
     except OSError as e:
@@ -459,9 +618,6 @@ def apply(layer: str, workspace: str, chosen: list[Change], force: bool) -> list
             hint="a link or a missing directory on the way in the host workspace is never followed; "
             "fix it on the host and apply again (what was written stays written)",
         ) from None
-    finally:
-        os.close(upper)
-        os.close(lower)
 
 
 def _touched(c: Change) -> list[str]:
@@ -522,12 +678,20 @@ def _apply_one(upper: int, lower: int, c: Change) -> None:
 
 
 def discard(layer: str) -> None:
-    """Empty the layer (the sandbox, stopped, keeps a layer with nothing in it)."""
-    upper = os.path.join(layer, UPPER)
-    fd = safepath.open_dir(upper)
+    """Empty the layer (the sandbox, stopped, keeps a layer with nothing in it): its
+    checkpoints and every upper directory but the first go, the first is emptied."""
+    fd = safepath.open_dir(layer)
     try:
+        # the record first: what it no longer names is only left over
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(STACK, dir_fd=fd)
         with safepath.listed(fd, "") as (_d, names):
             for name in names:
-                safepath.remove_tree(fd, name)
+                if name not in (UPPER, WORK, STARTED):
+                    with contextlib.suppress(FileNotFoundError):  # a rollback's, removed meanwhile
+                        safepath.remove_tree(fd, name)
+        with safepath.listed(fd, UPPER) as (ufd, names):
+            for name in names:
+                safepath.remove_tree(ufd, name)
     finally:
         os.close(fd)

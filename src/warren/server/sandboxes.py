@@ -25,6 +25,7 @@ from pathlib import Path
 from .. import protocol
 from .._core import cgroups
 from ..errors import (
+    CheckpointError,
     PolicyError,
     ReviewError,
     SandboxDead,
@@ -39,6 +40,7 @@ from ..plan import CallerFacts, Plan
 from . import (
     boxnet,
     boxsecrets,
+    checkpoints,
     envroot,
     gitkeeper,
     launch,
@@ -213,6 +215,30 @@ class Sandboxes:
             ) from None
         return protocol.ReviewResult(changes=[c.message() for c in found], patch=patch)
 
+    def checkpoint(self, msg: protocol.CheckpointRequest) -> protocol.CheckpointResult:
+        """``warren checkpoint`` / ``checkpoints`` / ``rollback`` of a review sandbox."""
+        assert self.root is not None
+        self.entry(msg.sandbox)
+        layer = review.layer_of(statedir.sandbox_dir(self.root, msg.sandbox), self.root, msg.sandbox)
+        if msg.action == "list":
+            return protocol.CheckpointResult(items=[c.message() for c in checkpoints.listing(layer)])
+        if msg.action not in ("take", "rollback"):
+            raise CheckpointError(
+                f"unknown checkpoint action {msg.action!r}", operation="checkpoint", path=msg.sandbox
+            )
+        at_rest = msg.sandbox not in self.boxes and self.entry(msg.sandbox).state == registry.STOPPED
+        if msg.action == "rollback" and at_rest:
+            # nothing runs: only the layer's record and directories change
+            back = checkpoints.rollback_stopped(msg.sandbox, layer, msg.id)
+            return protocol.CheckpointResult(items=[back.message()])
+        box = self.live(msg.sandbox)
+        if msg.action == "take":
+            point = checkpoints.take(box, layer, self.root)
+            assert point is not None
+            return protocol.CheckpointResult(items=[point.message()])
+        chosen, stopped = checkpoints.rollback(box, layer, msg.id, msg.keep_running)
+        return protocol.CheckpointResult(items=[chosen.message()], stopped=stopped)
+
     def add(self, box: Box, ahead: bool = False) -> None:
         """``ahead``: booted for a create to come, held beside the one-shot ones (by id,
         nameless to every request) until it is given its name (``adopt``)."""
@@ -254,6 +280,8 @@ class Sandboxes:
             return self.live(msg.sandbox, paused_ok=True).unexpose(msg.port), b""
         if isinstance(msg, protocol.ReviewRequest):
             return self.review(msg), b""
+        if isinstance(msg, protocol.CheckpointRequest):
+            return self.checkpoint(msg), b""
         if isinstance(msg, protocol.NetLogRequest):
             if self.known(msg.sandbox) is None:
                 self.entry(msg.sandbox)  # raises SandboxNotFound when there is no such sandbox

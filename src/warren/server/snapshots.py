@@ -42,6 +42,7 @@ from ..images.ref import ImageRef
 from ..images.store import ImageStore
 from ..policy import config
 from ..policy.limits import show_size
+from . import review
 
 DIR = "snapshots"
 _RD = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -169,8 +170,9 @@ def check_room(root: str, sandbox: str, need: int, snap_id: str = "") -> None:
 
 def charged(root: str) -> int:
     """What the user's snapshots hold against the budget: each one's ``cost`` (its
-    bound while it is being copied), none for one whose copy failed (its layer went)."""
-    return sum(0 if s.error else s.cost or s.size for s in all_snapshots(root))
+    bound while it is being copied), none for one whose copy failed (its layer went);
+    and what review workspaces' checkpoints hold (their frozen upper directories)."""
+    return sum(0 if s.error else s.cost or s.size for s in all_snapshots(root)) + review.held_bytes(root)
 
 
 def _no_room(root: str, sandbox: str, need: int, free: int, keep: int, snap_id: str = "") -> SnapshotError:

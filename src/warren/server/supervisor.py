@@ -77,6 +77,7 @@ _SUPERVISOR_REQUESTS = (
     protocol.EventsRequest,
     protocol.NetPolicyRequest,
     protocol.ReviewRequest,
+    protocol.CheckpointRequest,
     protocol.StatsRequest,
     protocol.ProcessRequest,
     protocol.SpawnListRequest,

@@ -189,6 +189,22 @@ NET_ANSWER = Body(
     },
     ("action",),
 )
+APPLY = Body(
+    {
+        "paths": Field(
+            {"type": "array", "items": PATH_TEXT}, "paths relative to the workspace (all without)"
+        ),
+        "force": Field(BOOL, "bool: overwrite host files changed since the sandbox started"),
+    }
+)
+ROLLBACK = Body(
+    {
+        "id": Field(
+            {"type": ["integer", "null"], "minimum": 0}, "a checkpoint's id (none or 0: the last one)"
+        ),
+        "keep_running": Field(BOOL, "bool: refuse, naming them, rather than stop running processes"),
+    }
+)
 
 # The name each body's schema has in the OpenAPI document.
 BODIES: dict[str, Body] = {
@@ -204,4 +220,6 @@ BODIES: dict[str, Body] = {
     "Expose": EXPOSE,
     "NetChange": NET_CHANGE,
     "NetAnswer": NET_ANSWER,
+    "Apply": APPLY,
+    "Rollback": ROLLBACK,
 }

@@ -17,6 +17,8 @@ from typing import Any
 from .. import codec
 from ..client import checks
 from ..models import (
+    Change,
+    Checkpoint,
     FileInfo,
     NetPending,
     NetPolicy,
@@ -184,6 +186,20 @@ SCHEMAS: dict[str, Any] = {
     "SnapshotList": {
         "type": "object",
         "properties": {"snapshots": {"type": "array", "items": ref("Snapshot")}},
+    },
+    "Change": model_schema(Change),
+    "Review": {
+        "type": "object",
+        "properties": {
+            "changes": {"type": "array", "items": ref("Change")},
+            "patch": STR,
+            "applied": {"type": "array", "items": STR},
+        },
+    },
+    "Checkpoint": model_schema(Checkpoint),
+    "CheckpointList": {
+        "type": "object",
+        "properties": {"checkpoints": {"type": "array", "items": ref("Checkpoint")}},
     },
 }
 
@@ -456,6 +472,51 @@ OPS: dict[tuple[str, str], tuple[str, dict[str, Any] | None, int, dict[str, Any]
         _json("Snapshot"),
         [],
     ),
+    ("/v1/sandboxes/{name}/diff", "GET"): (
+        "A review sandbox's changes to its workspace (?patch=1: with a git-style patch)",
+        None,
+        200,
+        _json("Review"),
+        [_q("patch", FLAG)],
+    ),
+    ("/v1/sandboxes/{name}/apply", "POST"): (
+        "Write a stopped review sandbox's changes (or those at or beneath paths) to the host "
+        "workspace, each file atomically; 409 ReviewConflict for files changed on the host meanwhile",
+        _json("Apply"),
+        200,
+        _json("Review"),
+        [],
+    ),
+    ("/v1/sandboxes/{name}/discard", "POST"): (
+        "Drop a stopped review sandbox's changes",
+        None,
+        200,
+        _json("Ok"),
+        [],
+    ),
+    ("/v1/sandboxes/{name}/checkpoints", "POST"): (
+        "Freeze a review sandbox's workspace as it is now (409 while a process runs in it)",
+        None,
+        201,
+        _json("Checkpoint"),
+        [],
+    ),
+    ("/v1/sandboxes/{name}/checkpoints", "GET"): (
+        "A review sandbox's checkpoints, oldest first (one is taken before each command that follows a "
+        "change)",
+        None,
+        200,
+        _json("CheckpointList"),
+        [],
+    ),
+    ("/v1/sandboxes/{name}/rollback", "POST"): (
+        "Return a review sandbox's workspace to a checkpoint (the last one without an id); running "
+        "processes are stopped first (named in stopped), or with keep_running the rollback is refused",
+        _json("Rollback"),
+        200,
+        _json("Checkpoint"),
+        [],
+    ),
     ("/v1/snapshots", "GET"): ("Every snapshot, oldest first", None, 200, _json("SnapshotList"), []),
     ("/v1/snapshots/{id}", "DELETE"): (
         "Remove a snapshot no sandbox or other snapshot stands on",
@@ -472,6 +533,8 @@ ERRORS = {
     "403": "the sandbox's policy forbids it; or a Host/Origin that does not name the service",
     "404": "no such sandbox, process, file or route",
     "409": "a sandbox of that name exists, or it is paused or dead, or not on an image (snapshot); "
+    "a review sandbox still running (apply, discard), files changed on the host (ReviewConflict), "
+    "processes running (checkpoint), past the snapshot budget or a full disk (CheckpointError); "
     "a snapshot is in use; a process's stdin is not open, "
     "closed, or the process ended",
     "405": "the route has no such method (the Allow header lists those it has)",

@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..errors import WarrenError
-from . import events, files, network, processes, sandboxes
+from . import events, files, network, processes, review, sandboxes
 from .core import Service
 from .status import error_body, internal_error, status_of
 
@@ -57,6 +57,7 @@ ROUTES: tuple[tuple[str, str, ServiceHandler], ...] = (
     (f"{SANDBOX}/pause", "POST", sandboxes.pause),
     (f"{SANDBOX}/resume", "POST", sandboxes.resume),
     (f"{SANDBOX}/snapshot", "POST", sandboxes.snapshot),
+    *review.ROUTES,
     ("/v1/snapshots", "GET", sandboxes.snapshots),
     ("/v1/snapshots/{id}", "DELETE", sandboxes.remove_snapshot),
 )

@@ -1,0 +1,484 @@
+"""Checkpoints of a review workspace, and rollback to one, on the supervisor's side.
+
+A review sandbox's workspace is an overlay whose upper directory lies in its review
+layer (``server.review``). A checkpoint freezes that upper directory where it is: the
+workspace is stacked again (``_core.restack.restack_dir``, by a process that joins the
+sandbox's namespaces: PID 1 can no longer mount) with the frozen directory as its
+topmost lower layer and a fresh upper directory above it. Nothing is copied, so the
+time does not depend on the workspace's size or on what changed. A rollback stacks the
+workspace again on the frozen directories up to the checkpoint, with a fresh upper
+directory; the newer ones are moved aside at once (a rename) and removed afterwards,
+in a thread.
+
+Only while PID 1 is the sandbox's only process: a process's open files, working
+directory and mappings point into the old overlay, and its writes would land in the
+frozen directory. A checkpoint taken on request while something runs is refused with
+the processes named; the one taken before each command is skipped then (the listing
+shows no checkpoint before that command). A rollback stops the processes first, or is
+refused with them named (``keep_running``).
+
+Layers are named by descriptor: the host's workspace and the layer's own directory are
+detached mounts PID 1 made at launch (``Box.review_lower``, ``review_layer``; the
+overlay takes a layer only from a mount of the namespace that makes it, or a detached
+one), the upper directories are opened beneath the latter by the names the supervisor
+made (the sandbox never sees the layer's own directory). What the record says
+(``stack.json``) is written before the new stack is mounted (and written back if the
+mount fails), and the layers a rollback drops are removed only after it: a supervisor
+killed in between (the sandbox ends with it) leaves the record naming the state before
+or after, never a layer that is gone. A full disk refuses a rollback before any
+process is stopped.
+Must not: decide what is reviewed, read what the sandbox wrote by a path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+import shlex
+import stat
+import sys
+import threading
+import time
+from pathlib import Path
+
+from .. import protocol
+from .._core import restack as core
+from .._core import safepath
+from ..errors import CheckpointError, SandboxError
+from ..plan.facts import MountEntry, parse_mountinfo
+from ..plan.model import MountKind
+from ..policy import config
+from ..policy.limits import show_size
+from . import joined, review, snapshots
+from .box import Box
+
+# Frozen upper directories per workspace: each is one more lower layer every lookup in
+# the workspace may walk (the overlay takes 500 at most).
+MAX_LAYERS = 128
+QUIET_TIMEOUT = 5.0
+_PATH_DIR = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_COMMANDS_KEPT = 8
+
+
+def target_of(box: Box) -> str:
+    """Where the sandbox sees its reviewed workspace (the overlay's mount point)."""
+    for op in box.plan.mounts:
+        if op.kind is MountKind.REVIEW:
+            return op.target
+    raise CheckpointError(
+        f"sandbox {box.name} is not a review sandbox",
+        operation="checkpoint",
+        path=box.name,
+        hint=f"checkpoints are of review workspaces: `warren create {box.name} --review`",
+    )
+
+
+def take(box: Box, layer: str, root: str, command: str = "") -> review.Checkpoint | None:
+    """Freeze ``box``'s upper directory as a checkpoint. ``command``: the one about to
+    run (a checkpoint taken before each command); then nothing is raised: None when it
+    cannot be taken now, and an upper directory with nothing in it is no new checkpoint
+    (the command is added to the last one's)."""
+    auto = bool(command)
+    target = target_of(box)
+    stack = review.read_stack(layer)
+    live = stack.layers[-1]
+    if auto and stack.checkpoints and _empty(layer, live):
+        last = stack.checkpoints[-1]
+        if len(last.commands) < _COMMANDS_KEPT:
+            last.commands.append(command)
+            review.write_stack(layer, stack)
+        return None
+    if len(stack.layers) > MAX_LAYERS:
+        if auto:
+            return None
+        raise CheckpointError(
+            f"sandbox {box.name} has {MAX_LAYERS} checkpoints, the most a workspace takes",
+            operation="checkpoint",
+            path=box.name,
+            hint=f"roll back to an earlier one (`warren rollback {box.name} ID`), or apply or discard "
+            "the changes and start a new review sandbox",
+        )
+    size = layer_bytes(layer, live)
+    _check_budget(root, box.name, size)
+    n = stack.next
+    point = review.Checkpoint(
+        id=n, layer=live, time=time.time(), bytes=size, commands=[command] if auto else []
+    )
+    new = f"{review.UPPER}.{n}"
+    after = review.LayerStack(
+        next=n + 1, layers=[*stack.layers, new], checkpoints=[*stack.checkpoints, point]
+    )
+    _fresh(layer, new, live, box.name)
+    try:
+        _record(layer, after, box.name)
+        try:
+            stopped = _quiesce(box, stop=False, refuse=not auto, action="checkpoint")
+            if stopped is None:
+                review.write_stack(layer, stack)
+                _drop(layer, [new])
+                return None
+            _restack(box, target, after.layers)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                review.write_stack(layer, stack)
+            raise
+    except BaseException:
+        _drop(layer, [new])
+        raise
+    return point
+
+
+def before_command(box: Box, root: str, argv: list[str]) -> None:
+    """The checkpoint taken before each command of a review sandbox: skipped (and the
+    command runs) when it cannot be taken now; never raises but for a workspace left
+    broken (``SandboxError``: the sandbox ends)."""
+    command = shlex.join(argv)[:200] or "(empty)"
+    try:
+        take(box, review.layer_of(box.home or "", root, box.name), root, command)
+    except SandboxError as e:
+        if box.failure is not None:
+            raise
+        print(
+            f"warren supervisor: no checkpoint of {box.name} before {command}: {e}",
+            file=sys.stderr,
+            flush=True,
+        )
+    except OSError as e:
+        print(
+            f"warren supervisor: no checkpoint of {box.name} before {command}: {e}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _plan_rollback(
+    name: str, layer: str, ident: int
+) -> tuple[review.LayerStack, review.LayerStack, review.Checkpoint, list[str]]:
+    """The stack now, the stack after rolling back to ``ident`` (0: the last one), that
+    checkpoint, and the upper directories it drops; the fresh upper made."""
+    stack = review.read_stack(layer)
+    if not stack.checkpoints:
+        raise CheckpointError(
+            f"sandbox {name} has no checkpoint to roll back to",
+            operation="rollback",
+            path=name,
+            hint=f"take one with `warren checkpoint {name}` (one is taken before each command)",
+        )
+    chosen = next((c for c in stack.checkpoints if c.id == ident), None) if ident else stack.checkpoints[-1]
+    if chosen is None:
+        raise CheckpointError(
+            f"sandbox {name} has no checkpoint {ident}",
+            operation="rollback",
+            path=f"{name}:{ident}",
+            hint=f"`warren checkpoints {name}` lists them",
+        )
+    keep = stack.layers[: stack.layers.index(chosen.layer) + 1]
+    new = f"{review.UPPER}.{stack.next}"
+    after = review.LayerStack(
+        next=stack.next + 1,
+        layers=[*keep, new],
+        checkpoints=[c for c in stack.checkpoints if c.id <= chosen.id],
+    )
+    _fresh(layer, new, chosen.layer, name)
+    return stack, after, chosen, stack.layers[len(keep) :]
+
+
+def rollback_stopped(name: str, layer: str, ident: int) -> review.Checkpoint:
+    """A stopped review sandbox's layer back to checkpoint ``ident``: only the record
+    and the layer's directories change (nothing is mounted)."""
+    _stack, after, chosen, gone = _plan_rollback(name, layer, ident)
+    try:
+        _record(layer, after, name)
+    except BaseException:
+        _drop(layer, [after.layers[-1]])
+        raise
+    _set_aside(layer, gone)
+    return chosen
+
+
+def rollback(box: Box, layer: str, ident: int, keep_running: bool) -> tuple[review.Checkpoint, str]:
+    """Stack ``box``'s workspace again on checkpoint ``ident`` (0: the last one): what
+    was written since goes. Returns the checkpoint and the processes stopped first."""
+    target = target_of(box)
+    stack, after, chosen, gone = _plan_rollback(box.name, layer, ident)
+    new = after.layers[-1]
+    try:
+        _record(layer, after, box.name)  # first: a full disk refuses before anything is stopped
+        try:
+            stopped = _quiesce(box, stop=not keep_running, refuse=True, action="rollback")
+        except BaseException:
+            with contextlib.suppress(OSError):
+                review.write_stack(layer, stack)
+            raise
+        assert stopped is not None
+        try:
+            _restack(box, target, after.layers)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                review.write_stack(layer, stack)
+            raise
+    except BaseException:
+        _drop(layer, [new])
+        raise
+    # The dropped layers go once the workspace no longer stands on them.
+    _set_aside(layer, gone)
+    return chosen, stopped
+
+
+def listing(layer: str) -> list[review.Checkpoint]:
+    return review.read_stack(layer).checkpoints
+
+
+def layer_bytes(layer: str, name: str) -> int:
+    """What an upper directory holds on the disk (its entries' blocks), read by
+    descriptor; what the sandbox closed with its mode counts as nothing."""
+    total = 0
+    try:
+        top = safepath.open_dir(os.path.join(layer, name))
+    except OSError:
+        return 0
+    try:
+        for _dir, _dirs, files, dfd in os.fwalk(".", dir_fd=top, follow_symlinks=False):
+            total += os.fstat(dfd).st_blocks * 512
+            for f in files:
+                with contextlib.suppress(OSError):
+                    total += os.stat(f, dir_fd=dfd, follow_symlinks=False).st_blocks * 512
+    finally:
+        os.close(top)
+    return total
+
+
+def _check_budget(root: str, sandbox: str, size: int) -> None:
+    """A checkpoint's bytes are charged as a snapshot's: refused, typed (EDQUOT), past
+    the user's ``snapshot_budget``. They are on the disk already: refusing keeps them
+    the sandbox's live changes, out of the budget."""
+    st = os.statvfs(root)
+    budget, origin = config.snapshot_budget(st.f_blocks * st.f_frsize, os.environ, Path.home())
+    if budget is None:
+        return
+    held = snapshots.charged(root)
+    if held + size > budget:
+        raise CheckpointError(
+            f"a checkpoint of sandbox {sandbox} would pass your snapshot budget: its changes since "
+            f"the last one hold {show_size(size)}, your snapshots and checkpoints hold "
+            f"{show_size(held)} of {show_size(budget)} ({origin})",
+            operation="checkpoint",
+            path=sandbox,
+            errno=errno.EDQUOT,
+            hint="roll back, or apply or discard review sandboxes you are done with; remove snapshots "
+            "(`warren snapshot rm ID`), or raise snapshot_budget in ~/.config/warren/config.toml",
+        )
+
+
+def _empty(layer: str, name: str) -> bool:
+    try:
+        return not os.listdir(os.path.join(layer, name))
+    except OSError:
+        return False
+
+
+def _fresh(layer: str, new: str, like: str, sandbox: str) -> None:
+    """The fresh upper directory ``new`` and its work directory, made in ``layer``; the
+    upper takes the mode and times of ``like`` (the overlay's root takes them from its
+    upper directory)."""
+    try:
+        fd = safepath.open_dir(layer)
+    except OSError as e:
+        raise _disk_error(e, sandbox, layer) from None
+    try:
+        for name in (new, review.work_of(new)):
+            with contextlib.suppress(FileNotFoundError):
+                safepath.remove_tree(fd, name)  # left by an attempt that failed
+            os.mkdir(name, 0o700, dir_fd=fd)
+        st = os.stat(like, dir_fd=fd, follow_symlinks=False)
+        os.chmod(new, stat.S_IMODE(st.st_mode), dir_fd=fd, follow_symlinks=False)
+        os.utime(new, ns=(st.st_atime_ns, st.st_mtime_ns), dir_fd=fd, follow_symlinks=False)
+    except OSError as e:
+        _drop(layer, [new])
+        raise _disk_error(e, sandbox, os.path.join(layer, new)) from None
+    finally:
+        os.close(fd)
+
+
+def _record(layer: str, stack: review.LayerStack, sandbox: str) -> None:
+    try:
+        review.write_stack(layer, stack)
+    except OSError as e:
+        raise _disk_error(e, sandbox, os.path.join(layer, review.STACK)) from None
+
+
+def _disk_error(e: OSError, sandbox: str, path: str) -> CheckpointError:
+    return CheckpointError.from_os(
+        e,
+        f"cannot take a checkpoint of sandbox {sandbox}: {path}: {e.strerror}",
+        "checkpoint",
+        path,
+        hint="free space on the disk of warren's state directory; the earlier checkpoints are unchanged",
+    )
+
+
+def _drop(layer: str, names: list[str]) -> None:
+    with contextlib.suppress(OSError):
+        fd = safepath.open_dir(layer)
+        try:
+            for name in names:
+                for each in (name, review.work_of(name)):
+                    with contextlib.suppress(OSError):
+                        safepath.remove_tree(fd, each)
+        finally:
+            os.close(fd)
+
+
+def _set_aside(layer: str, names: list[str]) -> None:
+    """Rename the dropped directories out of the way at once; remove them in a thread
+    (their size is whatever the sandbox wrote)."""
+    if not names:
+        return
+    aside = f"trash.{secrets.token_hex(8)}"
+    try:
+        fd = safepath.open_dir(layer)
+    except OSError:
+        return
+    try:
+        os.mkdir(aside, 0o700, dir_fd=fd)
+        for name in names:
+            for each in (name, review.work_of(name)):
+                with contextlib.suppress(FileNotFoundError):
+                    os.rename(each, f"{aside}/{each}", src_dir_fd=fd, dst_dir_fd=fd)
+    except OSError:
+        os.close(fd)
+        return
+
+    def remove() -> None:
+        try:
+            with contextlib.suppress(OSError):
+                safepath.remove_tree(fd, aside)
+        finally:
+            os.close(fd)
+
+    threading.Thread(target=remove, name="warren-rollback-trash", daemon=True).start()
+
+
+def _quiesce(box: Box, *, stop: bool, refuse: bool, action: str) -> str | None:
+    """PID 1 alone (its spare let go, no spare forked until the ``Refresh`` that ends
+    ``_restack``): the processes stopped (``stop``), "" when none ran; None (or, with
+    ``refuse``, a typed error naming them) when something else runs."""
+    if box.ns is None or box.review_lower is None or box.paused is not None:
+        why = (
+            "it is paused" if box.paused is not None else "its workspace was launched without a handle on it"
+        )
+        if not refuse:
+            return None
+        raise CheckpointError(
+            f"cannot {action} sandbox {box.name} now: {why}",
+            operation=action,
+            path=box.name,
+            hint=f"resume it (`warren resume {box.name}`)" if box.paused is not None else "create it again",
+        )
+    box.drop_spare()
+    # Asked for (refuse): a quarter of a second for the last command's processes to end
+    # on a loaded host; before each command (not refuse): a moment, paid by every
+    # command while a background process runs.
+    box.send(protocol.Quiesce(stop=stop, grace=0.25 if refuse else 0.015))
+    box.quiescing = True
+    try:
+        quiet = box.await_pid1(protocol.Quiet, QUIET_TIMEOUT)
+    finally:
+        box.quiescing = False
+    if isinstance(quiet, protocol.Quiet) and quiet.alone:
+        return quiet.why
+    box.send(protocol.Refresh())
+    if not refuse:
+        return None
+    why = quiet.why if isinstance(quiet, protocol.Quiet) else "PID 1 did not answer"
+    raise CheckpointError(
+        f"cannot {action} sandbox {box.name} while processes run in it: {why}",
+        operation=action,
+        path=box.name,
+        hint=f"`warren rollback {box.name}` stops them first; or end them (`warren ps {box.name}`, "
+        f"`warren kill {box.name} PID`) and {action} again"
+        if action == "rollback"
+        else f"wait for them or end them (`warren ps {box.name}`), then take the checkpoint again",
+    )
+
+
+def _restack(box: Box, target: str, layers: list[str]) -> None:
+    """Stack the workspace at ``target`` again: ``layers`` (upper directories of the
+    review layer, oldest first; the last one fresh, the sandbox's upper from now on)
+    above the host's. PID 1 is alone (``_quiesce``) and gets its ``Refresh`` here
+    whatever happens."""
+    assert box.ns is not None and box.review_lower is not None and box.review_layer is not None
+    try:
+        try:
+            with open(f"/proc/{box.pid}/mountinfo") as f:
+                children = mounts_on(parse_mountinfo(f.read()), target)
+        except (OSError, ValueError) as e:
+            raise CheckpointError(
+                f"cannot stack sandbox {box.name}'s workspace again: {e}",
+                operation="checkpoint",
+                path=target,
+                hint="mounts made beneath the workspace at the same point cannot be moved",
+            ) from None
+        try:
+            joined.run(
+                box.ns,
+                lambda got: _stack_in(target, got[0], got[1], layers, children),
+                [box.review_layer, box.review_lower],
+            )
+        except OSError as e:
+            if e.errno == errno.ENOTRECOVERABLE:
+                broken = SandboxError(
+                    f"sandbox {box.name}'s workspace could not be stacked again: {e.filename}",
+                    operation="checkpoint",
+                    path=box.name,
+                    hint=f"remove it (`warren rm -f {box.name}`) and create it again; its layer is in "
+                    "warren's state directory until then",
+                )
+                box.fail(broken)
+                raise broken from None
+            print(f"warren supervisor: checkpoint of {box.name}: {e.filename}", file=sys.stderr, flush=True)
+            raise CheckpointError.from_os(
+                e,
+                f"cannot stack sandbox {box.name}'s workspace again: {e.filename}",
+                "checkpoint",
+                target,
+                hint="nothing changed in the workspace; try again",
+            ) from None
+    finally:
+        box.send(protocol.Refresh())  # PID 1 forks spares again (with rules for the new workspace)
+
+
+def _stack_in(target: str, layer: int, host: int, layers: list[str], children: list[str]) -> list[int]:
+    """In the sandbox's namespaces: the layers opened beneath the layer's detached
+    mount (plain names made by the supervisor, no link followed), then stacked."""
+    fds: list[int] = []
+    try:
+        for name in [*layers, review.work_of(layers[-1])]:
+            fds.append(os.open(name, _PATH_DIR, dir_fd=layer))
+        lowers = [*reversed(fds[:-2]), host]
+        core.restack_dir(target, lowers, fds[-2], fds[-1], children)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return []
+
+
+def mounts_on(mounts: tuple[MountEntry, ...], target: str) -> list[str]:
+    """The mount points (relative to ``target``) of the mounts directly on the topmost
+    mount at ``target``, in the order they were made. ValueError when there is none at
+    ``target``, or a mount is stacked on one of them at the same point (moving the
+    lower one would leave the other behind)."""
+    at = [m for m in mounts if m.mount_point == target]
+    ids = {m.mount_id for m in at}
+    top = [m for m in at if not any(o.parent_id == m.mount_id and o.mount_point == target for o in at)]
+    if len(top) != 1 or not ids or top[0].fstype != "overlay":
+        raise ValueError(f"no single overlay at {target}")
+    top_id = top[0].mount_id
+    children = {m.mount_id: m.mount_point for m in mounts if m.parent_id == top_id and m.mount_id != top_id}
+    for m in mounts:
+        if children.get(m.parent_id) == m.mount_point:
+            raise ValueError(f"mounts stacked at {m.mount_point}")
+    prefix = target.rstrip("/") + "/"
+    return [p[len(prefix) :] for p in children.values() if p.startswith(prefix)]

@@ -1,0 +1,460 @@
+"""Checkpoints of a review workspace and rollback to one (``warren checkpoint``,
+``checkpoints``, ``rollback``): the workspace frozen where it is, stacked again in
+milliseconds. Judged on the host, as root and as uid 1001: the layers read by ``diff``
+and written by ``apply`` to the host workspace, the sandbox's view measured by a
+script whose every line is compared with the same script's run before, the host's
+process table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import module_state, run_cli
+from warren.client.sandbox import Sandbox
+from warren.errors import CheckpointError, WarrenError
+from warren.policy import PolicySpec, build
+from warren.server import checkpoints, statedir
+from warren.server import review as layer
+
+# Every entry of the workspace as the sandbox sees it: type, mode, size, mtime, content
+# digest, and which names share an inode (hard links).
+VIEW = r"""
+import hashlib, json, os, stat, sys
+root = sys.argv[1]
+out, inodes = {}, {}
+for d, dirs, files in os.walk(root):
+    for n in sorted(dirs + files):
+        p = os.path.join(d, n)
+        st = os.lstat(p)
+        rel = os.path.relpath(p, root)
+        digest = ""
+        if stat.S_ISREG(st.st_mode):
+            with open(p, "rb") as f:
+                digest = hashlib.sha256(f.read()).hexdigest()
+            inodes.setdefault(st.st_ino, []).append(rel)
+        elif stat.S_ISLNK(st.st_mode):
+            digest = os.readlink(p)
+        out[rel] = [stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode), st.st_size, st.st_mtime_ns, digest]
+links = sorted(sorted(v) for v in inodes.values() if len(v) > 1)
+print(json.dumps({"entries": out, "links": links}))
+"""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    yield from module_state(tmp_path_factory)
+
+
+def _workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    (ws / "src" / "deep").mkdir(parents=True)
+    (ws / "a.txt").write_text("a\n")
+    (ws / "src" / "main.py").write_text("print('main')\n")
+    (ws / "src" / "deep" / "x.bin").write_bytes(bytes(range(256)) * 64)
+    (ws / "tool.sh").write_text("echo tool\n")
+    (ws / "tool.sh").chmod(0o750)
+    os.link(ws / "a.txt", ws / "a-link.txt")
+    os.symlink("src/main.py", ws / "main-link")
+    os.utime(ws / "src" / "main.py", ns=(1_600_000_000_000_000_000, 1_600_000_000_000_000_000))
+    return ws
+
+
+def _review(ws: Path, name: str) -> Sandbox:
+    return Sandbox.create(build(PolicySpec(workspace=str(ws), review=True)), name=name)
+
+
+def _sh(sb: Sandbox, script: str) -> str:
+    r = sb.exec(["sh", "-c", script])
+    assert r.exit_code == 0, (script, r.stderr.decode())
+    return r.stdout.decode()
+
+
+def _view(sb: Sandbox, ws: Path) -> dict[str, object]:
+    r = sb.exec(["python3", "-I", "-c", VIEW, str(ws)])
+    assert r.exit_code == 0, r.stderr.decode()
+    view: dict[str, object] = json.loads(r.stdout)
+    return view
+
+
+def _changes(sb: Sandbox) -> set[tuple[str, str]]:
+    return {(c.kind, c.path) for c in sb.diff().changes}
+
+
+def _layer_dir(name: str) -> str:
+    root = statedir.location(os.environ)
+    return layer.layer_of(statedir.sandbox_dir(root, name), root, name)
+
+
+def test_rm_rf_of_the_workspace_then_rollback_restores_every_file(tmp_path: Path) -> None:
+    ws = _workspace(tmp_path)
+    sb = _review(ws, "cp-rmrf")
+    try:
+        # changes of the sandbox's own before the checkpoint: a hard link made inside,
+        # a mode, a file's times (a.txt and its host link stay untouched: a write copies
+        # one name up, apart from the other, as the overlay does)
+        _sh(sb, "echo made > made.txt && ln made.txt made-link.txt && chmod 600 src/main.py")
+        _sh(sb, "touch -d @1500000000 tool.sh")
+        before = _view(sb, ws)
+        diff_before = _changes(sb)
+        assert ["a-link.txt", "a.txt"] in before["links"] and ["made-link.txt", "made.txt"] in before["links"]
+        taken = sb.checkpoint()
+        _sh(sb, f"rm -rf {ws}/* && ls -A {ws}")
+        # control: the detector sees the removal, inside and from the host
+        assert _view(sb, ws)["entries"] == {}
+        assert ("removed", "src/deep/x.bin") in _changes(sb)
+        # the last checkpoint is the one before the last command (the view above): the
+        # state after rm -rf; the one taken by hand is before it
+        assert sb.checkpoints()[-1].command.startswith("python3 -I -c")
+        back = sb.rollback(taken.id)
+        assert back.id == taken.id and back.stopped == "" and back.command.startswith("sh -c 'rm -rf")
+        assert _view(sb, ws) == before  # contents, modes, times, hard links
+        assert _changes(sb) == diff_before
+        assert (ws / "a.txt").read_text() == "a\n" and not (ws / "made.txt").exists()  # the host untouched
+    finally:
+        sb.remove()
+
+
+def test_rollback_to_an_older_checkpoint_then_diff_shows_exactly_the_changes_up_to_it(tmp_path: Path) -> None:
+    ws = _workspace(tmp_path)
+    sb = _review(ws, "cp-older")
+    try:
+        _sh(sb, "echo one > one.txt && echo changed > a.txt")
+        first = sb.checkpoint()
+        at_first = _changes(sb)
+        assert at_first == {("added", "one.txt"), ("modified", "a.txt")}
+        _sh(sb, "echo two > two.txt && rm -r src")  # follows the checkpoint taken by hand
+        _sh(sb, "mkdir src && echo new > src/new.py && rm one.txt")  # a checkpoint is taken before it
+        listed = sb.checkpoints()
+        assert [c.id for c in listed[1:]][:1] == [first.id] and len(listed) == 3
+        assert listed[0].command.startswith("sh -c 'echo one")  # the first, before any change
+        assert listed[1].command.startswith("sh -c 'echo two")
+        assert listed[2].command.startswith("sh -c 'mkdir")
+        assert listed[1].bytes > 0 and all(c.time >= listed[0].time for c in listed)
+        back = sb.rollback(listed[2].id)  # the state before the third command
+        assert back.id == listed[2].id
+        assert _changes(sb) == at_first | {
+            ("added", "two.txt"),
+            ("removed", "src"),
+            ("removed", "src/main.py"),
+            ("removed", "src/deep"),
+            ("removed", "src/deep/x.bin"),
+        }
+        sb.rollback(first.id)
+        assert [c.id for c in sb.checkpoints()] == [c.id for c in listed[:2]]  # the later one went
+        assert _changes(sb) == at_first
+        assert _sh(sb, "cat one.txt a.txt && ls src") == "one\nchanged\ndeep\nmain.py\n"
+        with pytest.raises(CheckpointError, match="no checkpoint 999"):
+            sb.rollback(999)
+        # nothing of the dropped layers is left in the layer's directory once set aside
+        deadline = time.monotonic() + 10
+        while any(n.startswith("trash.") for n in os.listdir(_layer_dir("cp-older"))):
+            assert time.monotonic() < deadline, os.listdir(_layer_dir("cp-older"))
+            time.sleep(0.02)
+    finally:
+        sb.remove()
+
+
+def _host_pids_with(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker.encode() in cmdline.split(b"\0"):
+            found.append(int(entry))
+    return found
+
+
+def test_a_running_process_is_named_and_stopped_or_the_rollback_refused(tmp_path: Path) -> None:
+    ws = _workspace(tmp_path)
+    sb = _review(ws, "cp-running")
+    try:
+        _sh(sb, "echo x > x.txt")
+        sb.checkpoint()
+        marker = f"{os.getpid()}.{time.monotonic_ns() % 100000}"
+        sb.spawn(["sh", "-c", f"echo y > y.txt; exec sleep {marker}"])
+        deadline = time.monotonic() + 10
+        while not _host_pids_with(marker):  # control: the host sees it running
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        with pytest.raises(CheckpointError, match=r"while processes run in it: \d+ \(sleep\)"):
+            sb.checkpoint()
+        with pytest.raises(CheckpointError, match=r"while processes run in it: \d+ \(sleep\)"):
+            sb.rollback(keep_running=True)
+        assert _host_pids_with(marker)  # refused: still running, the layer unchanged
+        assert ("added", "y.txt") in _changes(sb)
+        back = sb.rollback()
+        assert "(sleep)" in back.stopped
+        deadline = time.monotonic() + 5
+        while _host_pids_with(marker):
+            assert time.monotonic() < deadline, "the process still runs after the rollback"
+            time.sleep(0.01)
+        assert _changes(sb) == {("added", "x.txt")}
+        assert _sh(sb, "ls").split() == sorted(
+            ["a-link.txt", "a.txt", "main-link", "src", "tool.sh", "x.txt"]
+        )
+    finally:
+        sb.remove()
+
+
+def test_apply_after_several_checkpoints_applies_their_union(tmp_path: Path) -> None:
+    ws = _workspace(tmp_path)
+    sb = _review(ws, "cp-union")
+    try:
+        _sh(sb, "echo 1 > new.txt && echo edited > src/main.py")
+        sb.checkpoint()
+        _sh(sb, "rm a-link.txt && mkdir -p lib && mv new.txt lib/new.txt")
+        sb.checkpoint()
+        _sh(sb, "chmod 700 tool.sh && echo 2 >> lib/new.txt && rm -r src/deep && mkdir src/deep")
+        sb.checkpoint()
+        _sh(sb, "echo again > src/deep/y && ln -sf a.txt main-link")
+        assert len(layer.read_stack(_layer_dir("cp-union")).layers) >= 5  # the union of 5 layers or more
+        expected = {
+            ("modified", "src/main.py"),
+            ("removed", "a-link.txt"),
+            ("added", "lib"),
+            ("added", "lib/new.txt"),
+            ("mode", "tool.sh"),
+            ("removed", "src/deep/x.bin"),  # the directory made again is opaque
+            ("added", "src/deep/y"),
+            ("modified", "main-link"),
+        }
+        assert _changes(sb) == expected
+        sb.stop()
+        sb.apply()
+        assert not (ws / "a-link.txt").exists() and (ws / "lib" / "new.txt").read_text() == "1\n2\n"
+        assert (ws / "src" / "main.py").read_text() == "edited\n"
+        assert (ws / "tool.sh").stat().st_mode & 0o777 == 0o700
+        assert sorted(os.listdir(ws / "src" / "deep")) == ["y"]
+        assert os.readlink(ws / "main-link") == "a.txt"
+        assert sb.diff().changes == ()
+    finally:
+        sb.remove()
+
+
+def test_a_supervisor_killed_mid_apply_leaves_each_file_old_or_new(tmp_path: Path) -> None:
+    """SIGKILL to the supervisor while it applies, a few rounds at growing delays: every
+    file of the host workspace is then the old or the new content, never a mix."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    old = {f"f{i:03d}": bytes([i]) * (64 << 10) for i in range(40)}
+    for name, data in old.items():
+        (ws / name).write_bytes(data)
+    sb = _review(ws, "cp-kill")
+    try:
+        _sh(sb, "for f in f*; do head -c 65536 /dev/zero | tr '\\000' N > $f; done")
+        sb.stop()
+        new = {n: (ws / n).read_bytes() for n in old}  # the host's is still the old
+        assert new == old
+        root = statedir.location(os.environ)
+        began = time.monotonic()
+        sb.apply(force=True)  # how long an apply takes here: the kills land within it
+        took = time.monotonic() - began
+        seen_partial = False
+        for share in (0.2, 0.4, 0.6, 0.8, 0.3, 0.5, 0.7, 0.1, 0.9, 0.45):
+            for name, data in old.items():
+                (ws / name).write_bytes(data)
+            Sandbox.list()  # a supervisor is up: the kill lands in the apply, not its start
+            found = statedir.read_address(root)
+            assert found is not None
+            t = threading.Thread(target=_apply_quietly, args=(sb,))
+            t.start()
+            time.sleep(took * share)
+            os.kill(found[1], signal.SIGKILL)
+            t.join(30)
+            _gone(found[1])
+            states = set()
+            for name, data in old.items():
+                now = (ws / name).read_bytes()
+                assert now == data or now == layer_content(name, data), f"{name} is half written"
+                states.add(now == data)
+            seen_partial = seen_partial or len(states) == 2
+            if seen_partial:
+                break
+        assert seen_partial, f"no kill landed within an apply of {took:.3f} s"
+        sb.apply(force=True)
+        for name, data in old.items():
+            assert (ws / name).read_bytes() == layer_content(name, data)
+    finally:
+        sb.remove()
+
+
+def _gone(pid: int) -> None:
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{pid}").exists():
+        assert time.monotonic() < deadline, f"the killed supervisor {pid} is still there"
+        time.sleep(0.005)
+
+
+def _apply_quietly(sb: Sandbox) -> None:
+    with contextlib.suppress(WarrenError):  # the killed supervisor's answer
+        sb.apply(force=True)
+
+
+def layer_content(name: str, data: bytes) -> bytes:
+    return b"N" * len(data)
+
+
+def test_the_cli_takes_lists_and_rolls_back(tmp_path: Path) -> None:
+    ws = _workspace(tmp_path)
+    sb = _review(ws, "cp-cli")
+    try:
+        _sh(sb, "echo one > one.txt")
+        r = run_cli(["checkpoint", "cp-cli"], cwd=ws)
+        assert r.returncode == 0 and r.stdout.strip().isdigit(), r.stderr
+        _sh(sb, "rm one.txt")
+        r = run_cli(["checkpoints", "--json", "cp-cli"], cwd=ws)
+        items = json.loads(r.stdout)
+        assert [i["command"] for i in items][-1] == "sh -c 'rm one.txt'"
+        r = run_cli(["checkpoints", "cp-cli"], cwd=ws)
+        assert "rm one.txt" in r.stdout
+        r = run_cli(["rollback", "cp-cli"], cwd=ws)
+        assert r.returncode == 0 and "rolled back to checkpoint" in r.stderr, r.stderr
+        assert _sh(sb, "cat one.txt") == "one\n"
+        r = run_cli(["rollback", "cp-cli", "12345"], cwd=ws)
+        assert r.returncode != 0 and "no checkpoint 12345" in r.stderr and "Traceback" not in r.stderr
+        r = run_cli(["rollback", "nothing-here"], cwd=ws)
+        assert r.returncode != 0 and "Traceback" not in r.stderr
+        plain = Sandbox.create(build(PolicySpec(workspace=str(ws))), name="cp-plain")
+        try:
+            r = run_cli(["checkpoint", "cp-plain"], cwd=ws)
+            assert r.returncode == 125 and "not a review sandbox" in r.stderr and "hint:" in r.stderr
+            assert "Traceback" not in r.stderr
+        finally:
+            plain.remove()
+    finally:
+        sb.remove()
+
+
+def test_git_inside_keeps_working_across_checkpoints_and_rollbacks(tmp_path: Path) -> None:
+    """Fidelity: the workspace stacked again is the same workspace to git (its index,
+    objects and refs across layers), and a rollback undoes a commit."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    sb = _review(ws, "cp-git")
+    env = "git -c user.name=t -c user.email=t@e -c init.defaultBranch=main"
+    try:
+        _sh(sb, f"{env} init -q && echo 1 > f && {env} add f && {env} commit -qm one")
+        taken = sb.checkpoint()
+        _sh(sb, f"echo 2 > f && {env} commit -qam two && {env} checkout -qb side")
+        assert _sh(sb, "git log --format=%s").split() == ["two", "one"]
+        sb.rollback(taken.id)
+        assert _sh(sb, "git log --format=%s && git status --porcelain && git branch").split() == [
+            "one",
+            "*",
+            "main",
+        ]
+        _sh(sb, f"echo 3 > f && {env} commit -qam three && {env} gc -q")
+        assert _sh(sb, "git log --format=%s").split() == ["three", "one"]
+        assert _sh(sb, "git fsck --no-progress 2>&1; echo $?").strip().endswith("0")
+    finally:
+        sb.remove()
+
+
+@pytest.mark.caller_independent(half="root")
+def test_the_mounts_moved_are_those_directly_on_the_workspace_overlay() -> None:
+    from warren.plan.facts import MountEntry
+
+    def m(i: int, parent: int, point: str, fs: str = "ext4") -> MountEntry:
+        return MountEntry(i, parent, "/", point, "rw", fs, "x")
+
+    mounts = (
+        m(1, 0, "/"),
+        m(2, 1, "/ws", "ext4"),
+        m(3, 2, "/ws", "overlay"),
+        m(4, 3, "/ws/.git/hooks"),
+        m(5, 4, "/ws/.git/hooks/x"),
+        m(6, 3, "/ws/secret"),
+        m(7, 1, "/wsother"),
+    )
+    assert checkpoints.mounts_on(mounts, "/ws") == [".git/hooks", "secret"]
+    with pytest.raises(ValueError, match="no single overlay"):
+        checkpoints.mounts_on(mounts[:2], "/ws")
+    with pytest.raises(ValueError, match="stacked"):
+        checkpoints.mounts_on((*mounts, m(8, 6, "/ws/secret")), "/ws")
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _files(where: Path) -> dict[str, tuple[bytes, int, int]]:
+    return {p.name: (p.read_bytes(), p.stat().st_mode, p.stat().st_mtime_ns) for p in where.iterdir()}
+
+
+def test_a_frozen_checkpoint_is_never_written_by_the_sandbox(tmp_path: Path) -> None:
+    """The attack: write, chmod and touch a file of a checkpoint after it was taken, and
+    hold a file open across one (a writer in the background). Judged on the host in the
+    layer's directories: the frozen one never changes; the control is the live one,
+    which takes every write."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    sb = _review(ws, "cp-frozen")
+    try:
+        _sh(sb, "echo v1 > f && echo v1 > held.txt")
+        taken = sb.checkpoint()
+        base = Path(_layer_dir("cp-frozen"))
+        stack = layer.read_stack(str(base))
+        frozen = base / next(c.layer for c in stack.checkpoints if c.id == taken.id)
+        live = base / stack.layers[-1]
+        before = _files(frozen)
+        _sh(sb, "echo v2 > f && chmod 777 f && touch -d @1000000000 f && echo v2 >> held.txt")
+        assert (live / "f").read_bytes() == b"v2\n"  # the control: the writes land in the live layer
+        writer = "exec 3>>held.txt; while :; do echo x >&3; sleep 0.01; done"
+        sb.spawn(["sh", "-c", writer])  # a checkpoint before it froze the writes above
+        stack = layer.read_stack(str(base))
+        live = base / stack.layers[-1]
+        before_spawn = stack.checkpoints[-1]
+        assert before_spawn.id != taken.id
+        also_frozen = base / before_spawn.layer
+        frozen_then = _files(also_frozen)
+        deadline = time.monotonic() + 10
+        while _size(live / "held.txt") < 12:  # the control: the writer writes
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        with pytest.raises(CheckpointError, match=r"while processes run in it: \d+ \(sh\)"):
+            sb.checkpoint()
+        _sh(sb, "true")  # a command: its checkpoint is skipped while the writer runs
+        assert sb.checkpoints()[-1].id == before_spawn.id
+        assert _size(live / "held.txt") > 12 and _files(also_frozen) == frozen_then
+        back = sb.rollback(taken.id)  # the writer is stopped first
+        assert "(sh)" in back.stopped or "(sleep)" in back.stopped, back.stopped
+        time.sleep(0.05)
+        assert _files(frozen) == before
+        assert _sh(sb, "cat f held.txt") == "v1\nv1\n"
+    finally:
+        sb.remove()
+
+
+def test_a_stopped_review_sandbox_rolls_back_before_apply(tmp_path: Path) -> None:
+    ws = _workspace(tmp_path)
+    sb = _review(ws, "cp-stopped")
+    try:
+        _sh(sb, "echo good > good.txt")
+        good = sb.checkpoint()
+        _sh(sb, "rm -rf src && echo bad > bad.txt")
+        sb.stop()
+        assert ("added", "bad.txt") in _changes(sb)  # the control: the bad step is there
+        assert sb.rollback(good.id).id == good.id
+        assert _changes(sb) == {("added", "good.txt")}
+        sb.apply()
+        assert (ws / "good.txt").read_text() == "good\n" and (ws / "src" / "main.py").exists()
+        assert not (ws / "bad.txt").exists()
+    finally:
+        sb.remove()
