@@ -39,8 +39,8 @@ def walk(request: pytest.FixtureRequest) -> Iterator[str]:
     with pytest.MonkeyPatch.context() as mp:
         if request.param == "python":
             mp.setenv("WARREN_NATIVE_WALK", "0")
-        else:
-            mp.delenv("WARREN_NATIVE_WALK", raising=False)
+        else:  # every tree natively, however small (by default, only larger ones)
+            mp.setenv("WARREN_NATIVE_WALK", "1")
             assert treewalk.program() is not None, "warren-walk is not installed (run scripts/setup)"
         yield str(request.param)
 

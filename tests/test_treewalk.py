@@ -228,7 +228,7 @@ def test_one_pass_serves_both_walks_of_a_root(tmp_path: Path, monkeypatch: pytes
         return real(fd, links=links, git=git)
 
     monkeypatch.setattr(treewalk, "walk", counting)
-    walks = treewalk.Walks({str(ws)})
+    walks = treewalk.Walks({str(ws)}, small=0)
     found: list[tuple[int, int, int, str, str]] = []
     links._walk(str(ws), found, walks)
     fd = safepath.open_dir(str(ws))
@@ -264,6 +264,7 @@ def failing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def test_a_failed_native_walk_is_walked_in_python(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: None
 ) -> None:
+    monkeypatch.setenv("WARREN_NATIVE_WALK", "1")  # not passed over as a small tree
     ws = tmp_path / "ws"
     (ws / "r" / ".git").mkdir(parents=True)
     (ws / "f").write_text("x")
@@ -306,3 +307,35 @@ def test_a_walk_s_cpu_counts_as_the_supervisor_s(tmp_path: Path) -> None:
         os.close(fd)
     assert treewalk._spent > before
     assert treewalk.cpu() - time.process_time() == pytest.approx(treewalk._spent, abs=0.01)
+
+
+def test_a_small_tree_is_walked_in_python(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Starting the program costs about what Python takes for a thousand entries: a
+    launch walks natively only a tree with more (counted without following a link)."""
+    ws = tmp_path / "ws"
+    (ws / "a").mkdir(parents=True)
+    for n in range(3):
+        (ws / "a" / str(n)).write_text("x")
+    os.symlink(tmp_path, ws / "up")  # a link to a larger tree: not counted through
+    calls: list[bool] = []
+    real = treewalk.walk
+
+    def counting(fd: int, *, links: bool, git: bool) -> treewalk.Tree | None:
+        calls.append(links)
+        return real(fd, links=links, git=git)
+
+    monkeypatch.setattr(treewalk, "walk", counting)
+    fd = safepath.open_dir(str(ws))
+    try:
+        assert treewalk.Walks(small=5).tree(str(ws), fd, links=True, git=False) is None
+        assert calls == []
+        assert os.listdir(fd) == os.listdir(ws)  # the count left the descriptor where it was
+        (ws / "a" / "3").write_text("x")
+        (ws / "a" / "4").write_text("x")  # 7 entries now
+        assert treewalk.Walks(small=5).tree(str(ws), fd, links=True, git=False) is not None
+        assert calls == [True]
+        monkeypatch.setenv("WARREN_NATIVE_WALK", "1")  # every tree, as the tests ask
+        assert treewalk.Walks().tree(str(ws), fd, links=True, git=False) is not None
+        assert calls == [True, True]
+    finally:
+        os.close(fd)

@@ -5,7 +5,10 @@ from a descriptor of the root, never through a link.
 
 Without the program (no C compiler at install, ``WARREN_NATIVE_WALK=0``), or when it
 fails, ``walk`` answers None and the callers walk in Python, which gives the same
-answers (``tests/test_treewalk.py`` runs both on the same trees).
+answers (``tests/test_treewalk.py`` runs both on the same trees). A launch's walks
+(``Walks``) are native only for a tree of more than ``SMALL`` entries: starting the
+program costs about a millisecond, what Python takes to walk a thousand entries.
+``WARREN_NATIVE_WALK=1`` walks every tree natively (the tests of small trees).
 
 Owns: finding and running the program, and reading its output.
 """
@@ -21,6 +24,8 @@ import sysconfig
 import time
 from dataclasses import dataclass, field
 
+from . import safepath
+
 NAME = "warren-walk"
 # what a 'G' record's kind byte means (gitfind's names for them)
 KINDS = {1: "bare", 2: "dotgit", 3: "dotfile"}
@@ -28,6 +33,7 @@ _LINK = struct.Struct("<QQQI")
 _GIT = struct.Struct("<BI")
 _program: str | bool | None = False  # False: not looked for yet
 _spent = 0.0  # CPU seconds the walks' processes took, in all
+SMALL = 1000  # entries: a tree with at most these is walked in Python (see above)
 
 
 @dataclass
@@ -121,11 +127,14 @@ class Walks:
     walked once for both, and the second asker gets that walk if its descriptor is of
     the same directory (else it is walked again). Each walk is handed out at most twice."""
 
-    def __init__(self, both: set[str] | frozenset[str] = frozenset()) -> None:
+    def __init__(self, both: set[str] | frozenset[str] = frozenset(), small: int = SMALL) -> None:
         self.both = both
+        self.small = 0 if os.environ.get("WARREN_NATIVE_WALK") == "1" else small
         self._kept: dict[tuple[str, int, int], Tree] = {}
 
     def tree(self, root: str, root_fd: int, *, links: bool, git: bool) -> Tree | None:
+        """The native walk of ``root`` (its descriptor ``root_fd``), or None: walk it in
+        Python (a small tree, or no native walk)."""
         try:
             st = os.fstat(root_fd)
         except OSError:
@@ -134,8 +143,47 @@ class Walks:
         kept = self._kept.pop(key, None)
         if kept is not None:
             return kept
+        if program() is None or _at_most(root_fd, self.small):
+            return None
         shared = root in self.both
         tree = walk(root_fd, links=links or shared, git=git or shared)
         if tree is not None and shared:
             self._kept[key] = tree
         return tree
+
+
+def _at_most(root_fd: int, limit: int) -> bool:
+    """Whether the tree beneath ``root_fd`` has at most ``limit`` entries (listed only,
+    beneath each parent's descriptor, never through a link; stops past the limit)."""
+    if limit <= 0:
+        return False
+    count = 0
+    stack = [os.dup(root_fd)]
+    try:
+        while stack:
+            fd = stack.pop()
+            try:
+                with os.scandir(fd) as it:
+                    subdirs = []
+                    for e in it:
+                        count += 1
+                        if count > limit:
+                            return False
+                        try:
+                            if e.is_dir(follow_symlinks=False):
+                                subdirs.append(e.name)
+                        except OSError:
+                            continue
+                for name in subdirs:
+                    try:
+                        stack.append(safepath.dir_beneath(fd, name))
+                    except OSError:
+                        continue
+            except OSError:
+                continue
+            finally:
+                os.close(fd)
+    finally:
+        for fd in stack:
+            os.close(fd)
+    return True

@@ -88,7 +88,7 @@ class GitKeeper:
                     continue  # not a directory: nothing of git's to protect
                 if dry:
                     try:
-                        walk = gitfind.find(fd, tree=treewalk.walk(fd, links=False, git=True))
+                        walk = gitfind.find(fd, tree=treewalk.Walks().tree(root, fd, links=False, git=True))
                     finally:
                         os.close(fd)
                 else:
