@@ -24,6 +24,7 @@ from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 PYTHON_CLI = "bin/warren"
 SOURCE = "native/warren.c"
 STUB_SOURCE = "native/exec-stub.c"  # what a sandboxed command's process execs while it waits
+WALK_SOURCE = "native/walk.c"  # the supervisor's walks of a workspace (``_core.treewalk``)
 
 
 def protocol_version(root: Path) -> int:
@@ -81,7 +82,16 @@ class NativeFrontEnd(BuildHookInterface):  # type: ignore[type-arg]
                 f"warren: the exec stub was not built ({stub_why}); commands in sandboxes start "
                 "from a Python process (about a millisecond slower each)"
             )
-        if why is None or stub_why is None:
+        walk = Path(self._tmp) / "warren-walk"
+        walk_why = compile_native(Path(self.root), walk, WALK_SOURCE)
+        if walk_why is None:
+            build_data["shared_scripts"][str(walk)] = "warren-walk"
+        else:
+            self.app.display_warning(
+                f"warren: the native tree walk was not built ({walk_why}); each launch walks the "
+                "workspace in Python (slower in large workspaces: bench/bench_workspace_size.py)"
+            )
+        if why is None or stub_why is None or walk_why is None:
             build_data["pure_python"] = False
             build_data["infer_tag"] = True
         if why is None:

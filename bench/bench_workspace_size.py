@@ -11,7 +11,9 @@ tree (``--packages`` packages of 10 directories of 10 files each; 1,000 by defau
 and the ratio of the big workspace to the empty one (target <= 1.2x). ``--parts`` also
 times the two walks a launch makes of the workspace, alone: the hard-link scan
 (``server.links``, every file stat'ed) and the repository walk (``server.gitfind``,
-every directory opened; its per-directory memory warm).
+every directory opened; its per-directory memory warm), in Python and natively
+(``warren-walk``, which a launch uses, both walks in one pass). WARREN_NATIVE_WALK=0
+times the launches with the Python walks.
 
 Run: python bench/bench_workspace_size.py [--packages 1000] [--runs 15] [--parts]
 """
@@ -57,43 +59,73 @@ def _time(fn: Callable[[], object]) -> float:
     return time.perf_counter() - t
 
 
-def _cmd(argv: list[str], cwd: Path) -> Callable[[], None]:
+def _cmd(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> Callable[[], None]:
     def go() -> None:
-        subprocess.run(argv, cwd=cwd, check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            argv, cwd=cwd, check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=env
+        )
 
     return go
 
 
-def _create(ws: Path) -> Callable[[], None]:
+def _create(ws: Path, env: dict[str, str] | None = None) -> Callable[[], None]:
     def go() -> None:
-        box = Sandbox.create(PolicySpec(workspace=str(ws)))
+        saved = dict(os.environ)
+        os.environ.update(env or {})  # another supervisor (its own state) for another setting
         try:
-            box.exec(["true"])
+            box = Sandbox.create(PolicySpec(workspace=str(ws)))
+            try:
+                box.exec(["true"])
+            finally:
+                box.remove()
         finally:
-            box.remove()
+            os.environ.clear()
+            os.environ.update(saved)
 
     return go
 
 
 def _parts(ws: Path, runs: int) -> None:
-    from warren._core import safepath
+    from warren._core import safepath, treewalk
     from warren.server import gitfind
     from warren.server.links import LinkScanner
 
     scanner, memory = LinkScanner(), {}  # type: ignore[var-annotated]
-    scans, walks = [], []
-    for _ in range(runs):
-        scans.append(_time(lambda: scanner.scan([str(ws)])))
+    times: dict[str, list[float]] = {
+        k: [] for k in ("scan", "git", "native scan", "native git", "native both")
+    }
+
+    def walk(links: bool, git: bool) -> None:
         fd = safepath.open_dir(str(ws))
         try:
-            t = time.perf_counter()
-            gitfind.find(fd, memory)
-            walks.append(time.perf_counter() - t)
+            tree = treewalk.walk(fd, links=links, git=git)
+            assert tree is not None, "warren-walk is not installed (run scripts/setup)"
+            if git:
+                gitfind.find(fd, tree=tree)
         finally:
             os.close(fd)
+
+    def python_git() -> None:
+        fd = safepath.open_dir(str(ws))
+        try:
+            gitfind.find(fd, memory)
+        finally:
+            os.close(fd)
+
+    for _ in range(runs):
+        os.environ["WARREN_NATIVE_WALK"] = "0"
+        times["scan"].append(_time(lambda: scanner.scan([str(ws)])))
+        del os.environ["WARREN_NATIVE_WALK"]
+        times["git"].append(_time(python_git))
+        times["native scan"].append(_time(lambda: walk(True, False)))
+        times["native git"].append(_time(lambda: walk(False, True)))
+        times["native both"].append(_time(lambda: walk(True, True)))
     print("the walks alone, in the big workspace (medians)")
-    print(f"  hard-link scan (every file stat'ed)        {_ms(scans):8.1f} ms")
-    print(f"  repository walk (every directory, warm)    {_ms(walks):8.1f} ms")
+    print(f"  hard-link scan, Python (every file stat'ed)      {_ms(times['scan']):8.1f} ms")
+    print(f"  repository walk, Python (every directory, warm)  {_ms(times['git']):8.1f} ms")
+    print(f"  hard-link scan, native (warren-walk)             {_ms(times['native scan']):8.1f} ms")
+    print(f"  repository walk, native                          {_ms(times['native git']):8.1f} ms")
+    print(f"  both in one native pass (what a launch does)     {_ms(times['native both']):8.1f} ms")
 
 
 def main() -> None:
@@ -101,6 +133,11 @@ def main() -> None:
     ap.add_argument("--packages", type=int, default=1000)
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--parts", action="store_true", help="also time the launch's walks of the workspace")
+    ap.add_argument(
+        "--python-walk",
+        action="store_true",
+        help="also launch in the big workspace walked in Python (WARREN_NATIVE_WALK=0, its own supervisor)",
+    )
     args = ap.parse_args()
     warren_cli = shutil.which("warren")
     if warren_cli is None:
@@ -119,6 +156,10 @@ def main() -> None:
             cases[f"bwrap ... true, {label}"] = _cmd([*BWRAP, "true"], ws)
             cases[f"warren run -- true, {label}"] = _cmd([warren_cli, "run", "--", "true"], ws)
             cases[f"create + first exec, {label}"] = _create(ws)
+        if args.python_walk:
+            py = {**os.environ, "WARREN_NATIVE_WALK": "0", "XDG_STATE_HOME": str(base / "state-py")}
+            cases["warren run -- true, big, Python walk"] = _cmd([warren_cli, "run", "--", "true"], big, py)
+            cases["create + first exec, big, Python walk"] = _create(big, py)
         for fn in cases.values():  # warm: the supervisor, its memories, the page cache
             fn()
         samples: dict[str, list[float]] = {k: [] for k in cases}
@@ -126,16 +167,22 @@ def main() -> None:
             for label, fn in cases.items():
                 samples[label].append(_time(fn))
         for label, xs in samples.items():
-            print(f"  {label:34} median {_ms(xs):8.1f} ms")
+            print(f"  {label:46} median {_ms(xs):8.1f} ms")
         print("the big workspace against the empty one (target <= 1.2x)")
         for what in ("bwrap ... true", "warren run -- true", "create + first exec"):
             r = _ms(samples[f"{what}, big"]) / _ms(samples[f"{what}, empty"])
             bw = _ms(samples[f"{what}, big"]) / _ms(samples["bwrap ... true, big"])
             verdict = "met" if r <= 1.2 else "NOT met"
             print(f"  {what:22} {r:6.2f}x  {verdict:7}   ({bw:5.1f}x bwrap in the big one)")
+        if args.python_walk:
+            for what in ("warren run -- true", "create + first exec"):
+                r = _ms(samples[f"{what}, big, Python walk"]) / _ms(samples[f"{what}, empty"])
+                print(f"  {what:22} {r:6.2f}x  with the Python walks")
         if args.parts:
             _parts(big, args.runs)
         subprocess.run([warren_cli, "shutdown"], check=False, capture_output=True)
+        if args.python_walk:
+            subprocess.run([warren_cli, "shutdown"], check=False, capture_output=True, env=py)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from warren._core import safepath
+from warren._core import safepath, treewalk
 from warren.server import gitfind
 
 
@@ -22,9 +22,15 @@ def _tree(root: Path) -> None:
 
 
 def _find(root: Path, memory: gitfind.Memory | None = None) -> list[str]:
+    """What the walk with this memory finds; the native walk (no memory: it reads every
+    directory) must find the same."""
     fd = safepath.open_dir(str(root))
     try:
-        return sorted(gitfind.find(fd, memory).gitdirs)
+        found = sorted(gitfind.find(fd, memory).gitdirs)
+        tree = treewalk.walk(fd, links=False, git=True)
+        assert tree is not None, "warren-walk is not installed (run scripts/setup)"
+        assert sorted(gitfind.find(fd, tree=tree).gitdirs) == found
+        return found
     finally:
         os.close(fd)
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import Layout, _make_layout, make_wheel, module_state, run_cli
+from warren._core import treewalk
 from warren.errors import SetupError
 from warren.server import unshare
 from warren.server.links import LinkScanner
@@ -30,7 +31,23 @@ GIT_ENV = {
     "GIT_CONFIG_GLOBAL": "/dev/null",
 }
 
-state_home = pytest.fixture(scope="module")(module_state)
+
+@pytest.fixture(scope="module", params=["native", "python"], autouse=True)
+def walk(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Every claim holds with the workspace walked by ``warren-walk`` and by the Python
+    fallback (the supervisor of each is its own: it reads the switch when it starts)."""
+    with pytest.MonkeyPatch.context() as mp:
+        if request.param == "python":
+            mp.setenv("WARREN_NATIVE_WALK", "0")
+        else:  # every tree natively, however small (by default, only larger ones)
+            mp.setenv("WARREN_NATIVE_WALK", "1")
+            assert treewalk.program() is not None, "warren-walk is not installed (run scripts/setup)"
+        yield str(request.param)
+
+
+@pytest.fixture(scope="module")
+def state_home(walk: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    yield from module_state(tmp_path_factory)
 
 
 @pytest.fixture(params=["run", "exec"])

@@ -51,7 +51,8 @@ SEEN = 64  # requests remembered: one is booted ahead for only once it came agai
 # longer, which a command asked for meanwhile should not wait on.
 QUIET = 0.005
 # A request whose planning and launch took more of the supervisor's CPU than this
-# (seconds; CPU, not wall time, so a loaded machine does not turn it off) is not booted
+# (seconds; CPU, not wall time, so a loaded machine does not turn it off; the native
+# walks' processes count as the supervisor's: ``_core.treewalk.cpu``) is not booted
 # ahead: planning it again at the run costs about what the boot saves (the hard-link
 # scan of a large workspace), and booting would hold the supervisor's loop as long.
 SLOW = 0.05

@@ -15,7 +15,7 @@ import stat
 import time
 from dataclasses import dataclass, field
 
-from .._core import safepath
+from .._core import safepath, treewalk
 
 
 @dataclass
@@ -31,7 +31,7 @@ Memory = dict[str, tuple[int, int, str, tuple[str, ...]]]
 RACY_NS = 50_000_000  # a directory changed this recently may change again within one tick
 
 
-def find(root_fd: int, memory: Memory | None = None) -> Found:
+def find(root_fd: int, memory: Memory | None = None, tree: treewalk.Tree | None = None) -> Found:
     """Every git directory and ``.git`` file beneath a root, walked from its descriptor
     without following links: ``.git`` directories (and their ``modules/*``), and
     directories shaped like a bare repository (``HEAD``, ``objects``, ``refs``), which
@@ -42,10 +42,36 @@ def find(root_fd: int, memory: Memory | None = None) -> Found:
     subdirectory, which is visited anyway) — unless it changed in the last moments,
     when a second change could keep the same time — and such a directory without
     subdirectories is not even opened: a ``.git`` made in it, or a subdirectory,
-    changes its change time."""
+    changes its change time.
+
+    With ``tree`` (the native walk of the root, ``_core.treewalk``) the directories are
+    not walked here: its findings are taken in the order this walk would find them (a
+    directory before what it holds, names in order), their submodules added here."""
     found = Found()
-    _walk(root_fd, "", found, 0, memory, time.time_ns() - RACY_NS)
+    if tree is not None:
+        _from_tree(root_fd, tree, found)
+    else:
+        _walk(root_fd, "", found, 0, memory, time.time_ns() - RACY_NS)
     return found
+
+
+def _from_tree(root_fd: int, tree: treewalk.Tree, found: Found) -> None:
+    for rel, kind in sorted(tree.git, key=lambda g: g[0].split("/") if g[0] else []):
+        if kind == "dotfile":
+            found.gitfiles.append(_join(rel, ".git"))
+            continue
+        try:
+            fd = safepath.dir_beneath(root_fd, rel) if rel else os.dup(root_fd)
+        except OSError:  # gone since: what the walk saw is reported, without submodules
+            found.gitdirs.append(rel if kind == "bare" else _join(rel, ".git"))
+            continue
+        try:
+            if kind == "bare":
+                found.gitdirs.extend(_with_modules(fd, rel))
+            else:
+                found.gitdirs.extend(_with_modules(fd, _join(rel, ".git"), sub=".git"))
+        finally:
+            os.close(fd)
 
 
 def _walk(fd: int, rel: str, found: Found, depth: int, memory: Memory | None, settled: int) -> None:

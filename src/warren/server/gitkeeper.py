@@ -17,7 +17,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .._core import dirwatch, safepath
+from .._core import dirwatch, safepath, treewalk
 from ..errors import SetupError
 from ..plan.model import GitDir
 from . import gitadopt, gitfind, gitstore
@@ -70,6 +70,7 @@ class GitKeeper:
         env: Mapping[str, str],
         dry: bool = False,
         readonly: tuple[str, ...] = (),
+        walks: treewalk.Walks | None = None,
     ) -> Found:
         """The git directories and ``.git`` files of these writable roots, for the plan;
         nothing is made (``lease`` does that at launch). ``dry``: only to show (``warren
@@ -87,12 +88,13 @@ class GitKeeper:
                     continue  # not a directory: nothing of git's to protect
                 if dry:
                     try:
-                        walk = gitfind.find(fd)
+                        walk = gitfind.find(fd, tree=treewalk.Walks().tree(root, fd, links=False, git=True))
                     finally:
                         os.close(fd)
                 else:
                     found.roots[root] = fd
-                    walk = gitfind.find(fd, self.memory.setdefault(root, {}))
+                    tree = (walks or treewalk.Walks()).tree(root, fd, links=False, git=True)
+                    walk = gitfind.find(fd, self.memory.setdefault(root, {}), tree)
                     found.known[root] = set(walk.gitdirs)
                 files += [os.path.join(root, rel) for rel in walk.gitfiles]
                 for rel in walk.gitdirs:
@@ -199,7 +201,9 @@ class GitKeeper:
             if any(_overlap(r, root) for other in others for r in other.roots):
                 continue
             try:
-                found = gitfind.find(fd)
+                # The launches' memory of this root (each entry checked against the
+                # directory's change time before it is believed).
+                found = gitfind.find(fd, self.memory.setdefault(root, {}))
             except OSError:
                 continue
             for rel in found.gitdirs:

@@ -42,7 +42,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 
-from .._core import safepath
+from .._core import safepath, treewalk
 
 _Ident = tuple[int, int, int]  # dev, ino, mtime_ns of a directory
 # identity (None: changed too recently to be trusted), subdirectories, inode numbers
@@ -77,17 +77,22 @@ class LinkScanner:
     dirs: dict[str, _Dir] = field(default_factory=dict)
 
     def scan(
-        self, roots: Sequence[str], shared: Sequence[str] = (), denied: Sequence[str] = ()
+        self,
+        roots: Sequence[str],
+        shared: Sequence[str] = (),
+        denied: Sequence[str] = (),
+        walks: treewalk.Walks | None = None,
     ) -> list[OutsideLink]:
         """Files under ``roots`` with links outside all of them; files with a name in a
-        ``shared`` root are not reported; ``secret`` when a name is under ``denied``."""
+        ``shared`` root are not reported; ``secret`` when a name is under ``denied``.
+        ``walks``: the launch's native walks (one pass with the repository walk)."""
         walked = [r for r in roots if not any(_within(r, s) for s in shared)]
         found: list[_Found] = []
         collecting = gc.isenabled()
         gc.disable()  # tens of thousands of small tuples: collections would only cost
         try:
             for root in walked:
-                _walk(root, found)
+                _walk(root, found, walks or treewalk.Walks())
             keys = list(map(_KEY, found))
             count = Counter(keys)
             nlink = dict(zip(keys, map(_NLINK, found), strict=True))
@@ -237,13 +242,24 @@ def _read(path: str, ident: _Ident | None, exact: bool) -> _Dir:
     return ident, tuple(subdirs), tuple(inodes)
 
 
-def _walk(root: str, found: list[_Found]) -> None:
+def _walk(root: str, found: list[_Found], walks: treewalk.Walks) -> None:
     """Stat every regular file under ``root`` (each directory opened beneath its
     parent, never through a link; at most one open descriptor per level) and note the
-    multiply-linked ones."""
+    multiply-linked ones: natively (``_core.treewalk``) when it can, else here."""
     try:
         top = safepath.open_dir(root)
     except OSError:
+        return
+    try:
+        tree = walks.tree(root, top, links=True, git=False)
+    except BaseException:
+        os.close(top)
+        raise
+    if tree is not None:
+        os.close(top)
+        for dev, ino, nlink, rel in tree.linked:
+            directory, _, name = rel.rpartition("/")
+            found.append((dev, ino, nlink, f"{root}/{directory}" if directory else root, name))
         return
     # (descriptor, path, subdirectories not yet visited)
     stack: list[tuple[int, str, list[str]]] = [(top, root, _files(top, root, found))]

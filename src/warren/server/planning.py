@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import protocol
+from .._core import treewalk
 from ..errors import SetupError
 from ..images.ref import ImageRef
 from ..plan import CallerFacts, Plan, make_plan, tmpdir
@@ -64,19 +65,6 @@ def host_facts(
     paths = [r.path for r in (*policy.writable, *policy.readable, *policy.denied)]
     held = statedir.secret_files(state_dir)
     roots = strip_nested([str(r.path) for r in policy.writable])
-    # A read-only workspace is walked too: a denied file linked into it must stay
-    # unreadable there (nothing in it needs a copy: it cannot be written).
-    found = [
-        o
-        for o in scanner.scan(
-            # With no host workspace (on an image, workspace = "none") nothing of the
-            # caller's directory is in the sandbox: nothing to walk there.
-            strip_nested([*roots, str(policy.workspace)] if policy.host_workspace else roots),
-            shared=[str(r.path) for r in policy.writable if r.source != "workspace"],
-            denied=[*(str(r.path) for r in policy.denied), state_dir, *held],
-        )
-        if o.secret or any(within(o.path, r) for r in roots)
-    ]
     # Repositories in the workspace and the --write roots (a preset's caches are
     # the tool's, shared with the host on purpose: docs/known-limits.md).
     # In review mode the workspace's repositories are the sandbox's own, in its layer:
@@ -88,9 +76,32 @@ def host_facts(
             if r.source == "--write" or (r.source == "workspace" and not policy.review)
         ]
     )
+    # With no host workspace (on an image, workspace = "none") nothing of the
+    # caller's directory is in the sandbox: nothing to walk there.
+    link_roots = strip_nested([*roots, str(policy.workspace)] if policy.host_workspace else roots)
+    shared = [str(r.path) for r in policy.writable if r.source != "workspace"]
+    # A root both walks need (the workspace) is walked once, natively, for both (the
+    # scan passes over roots in a shared one).
+    walks = treewalk.Walks({r for r in link_roots if not any(within(r, s) for s in shared)} & set(git_roots))
+    # A read-only workspace is walked too: a denied file linked into it must stay
+    # unreadable there (nothing in it needs a copy: it cannot be written).
+    found = [
+        o
+        for o in scanner.scan(
+            link_roots,
+            shared=shared,
+            denied=[*(str(r.path) for r in policy.denied), state_dir, *held],
+            walks=walks,
+        )
+        if o.secret or any(within(o.path, r) for r in roots)
+    ]
     if namespaces()[0] == "usable":
         git = keeper.find(
-            git_roots, caller.env, dry=dry, readonly=tuple(str(r.path) for r in policy.readable)
+            git_roots,
+            caller.env,
+            dry=dry,
+            readonly=tuple(str(r.path) for r in policy.readable),
+            walks=walks,
         )
     else:  # the degraded mode binds nothing: a repository's .git stays the host's own
         git = gitkeeper.Found(env=caller.env)
