@@ -7,6 +7,7 @@ as it grows. Judged on the host: the trail's files in warren's state, read direc
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import gzip
 import hashlib
@@ -218,6 +219,17 @@ def test_a_follower_stops_when_the_sandbox_ends(state: Path, tmp_path: Path) -> 
     box = Sandbox.create(build(PolicySpec(workspace=str(ws))), name="ending")
     try:
         box.exec(["true"])
+
+        def sleeper() -> None:
+            with contextlib.suppress(WarrenError):  # its sandbox is stopped under it
+                box.exec(["sleep", "30"])
+
+        running = threading.Thread(target=sleeper)
+        running.start()
+        deadline = time.monotonic() + 10
+        while not any(r.get("argv") == ["sleep", "30"] for r in box.events()):
+            assert time.monotonic() < deadline, "the running command never reached the trail"
+            time.sleep(0.02)
         done = threading.Event()
         got: list[dict[str, object]] = []
 
@@ -230,6 +242,9 @@ def test_a_follower_stops_when_the_sandbox_ends(state: Path, tmp_path: Path) -> 
         box.stop()
         assert done.wait(10), "the follower did not end with the sandbox"
         assert [r["kind"] for r in got][-1] == "end"
+        cut = [r for r in got if r["kind"] == "exec.end" and r.get("note")]
+        assert [r["note"] for r in cut] == ["the sandbox was stopped while it ran"] and cut[0]["exit"] is None
+        running.join(10)
         assert [p.name for p in _files(state, "ending")] == ["trail.jsonl"]  # kept after the stop
     finally:
         box.remove()

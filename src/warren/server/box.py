@@ -505,7 +505,8 @@ class Box:
             report = b""
             with contextlib.suppress(OSError):
                 report = os.read(fd, 4096)  # non-blocking: the helper's report, or its end
-            self.trail.ended(record, report)
+            stopping = "the sandbox was stopped while it ran" if self.kill_at is not None else ""
+            self.trail.ended(record, report, stopping)
         self.last_active = time.time()
         try:
             self.keeper.sync(self.git)
@@ -674,7 +675,7 @@ class Box:
             self.stack = None
         if self.trail is not None:
             for record in self.execs.values():
-                self.trail.ended(record, b"")
+                self.trail.ended(record, b"", "the sandbox ended while it ran")
             self.trail.record("end", status=status)
             self.trail.close()
         self.execs.clear()

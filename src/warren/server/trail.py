@@ -159,7 +159,7 @@ class Trail:
             pass  # a look, not an action
         return None
 
-    def ended(self, started: Started, report: bytes) -> None:
+    def ended(self, started: Started, report: bytes, why: str = "") -> None:
         """An exec ended: ``report`` is what its helper wrote at the end (``shim``),
         empty when it ended without one (refused before it started, or killed)."""
         fields: dict[str, Any] = {"id": started.id, "duration": round(time.monotonic() - started.at, 3)}
@@ -175,7 +175,9 @@ class Trail:
                 )
             else:
                 fields["exit"] = None
-                fields["note"] = "ended without a status: refused before it started, or its helper was killed"
+                fields["note"] = (
+                    why or "ended without a status: refused before it started, or its helper was killed"
+                )
         except (ValueError, TypeError, AttributeError):
             fields["exit"] = None
             fields["note"] = "its helper's report was unreadable"
