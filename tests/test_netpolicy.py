@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -253,6 +254,10 @@ def test_who_asked_is_escaped_and_bounded() -> None:
     title = "\x1b]0;owned\x07" + "x" * 5000
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", title])
     try:
+        # Popen returns once the exec began, maybe before the new command line is in place.
+        deadline = time.monotonic() + 10
+        while b"sleep" not in Path(f"/proc/{proc.pid}/cmdline").read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.01)
         said = asker.describe(proc.pid)
     finally:
         proc.kill()

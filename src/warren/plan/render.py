@@ -197,7 +197,7 @@ def render(plan: Plan) -> str:
         if plan.net.ask_timeout is not None:
             lines.append(
                 f"  ask: a connection to another host waits up to {plan.net.ask_timeout:g} s for "
-                "`warren net NAME approve` (a one-shot run refuses it at once)"
+                "`warren net NAME approve` (a one-shot run asks on its terminal, else refuses at once)"
             )
         lines.extend(f"  resolve {name} -> {addr}" for name, addr in plan.net.resolve)
         for s in plan.net.secrets:
