@@ -10,6 +10,7 @@ modules import is swapped before they are collected.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -24,6 +25,7 @@ SIDE = os.environ.get("FRAMEWORK_SIDE", "warren")
 _made_client: set[str] = set()
 _current = {"test": ""}
 _outcomes: dict[str, str] = {}
+_made_sandboxes: list[str] = []
 _DEFAULT_ROOT = Manifest.model_fields["root"].default
 
 
@@ -61,8 +63,11 @@ if SIDE == "warren":
                 root = tempfile.mkdtemp(prefix="warren-suite-")
                 manifest = manifest.model_copy(update={"root": root}, deep=True)
             if options is not None and not isinstance(options, WarrenSandboxClientOptions):
-                options = WarrenSandboxClientOptions(exposed_ports=tuple(getattr(options, "exposed_ports", ())))
-            return await super().create(snapshot=snapshot, manifest=manifest, options=options)
+                ports = tuple(getattr(options, "exposed_ports", ()))
+                options = WarrenSandboxClientOptions(exposed_ports=ports)
+            session = await super().create(snapshot=snapshot, manifest=manifest, options=options)
+            _made_sandboxes.append(session.state.sandbox_name)
+            return session
 
 else:
 
@@ -83,12 +88,30 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return (yield)
     finally:
         _current["test"] = ""
+        _remove_made()
+
+
+def _remove_made() -> None:
+    """Remove the sandboxes a test's sessions made: many tests end a session without
+    the client's delete, which would leave a stopped sandbox on warren's record."""
+    if SIDE != "warren":
+        return
+    from warren import Sandbox
+    from warren.errors import WarrenError
+
+    if not _made_sandboxes:
+        return
+    names, _made_sandboxes[:] = set(_made_sandboxes), []
+    for info in Sandbox.list():
+        if info.name in names:
+            with contextlib.suppress(WarrenError):
+                Sandbox(info).remove()
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if report.when == "call" or report.outcome != "passed":
-        if _outcomes.get(report.nodeid) in (None, "passed"):
-            _outcomes[report.nodeid] = report.outcome
+    counts = report.when == "call" or report.outcome != "passed"
+    if counts and _outcomes.get(report.nodeid) in (None, "passed"):
+        _outcomes[report.nodeid] = report.outcome
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
