@@ -516,7 +516,9 @@ def test_stop_ends_background_commands(ws: Path) -> None:
         with pytest.raises(PtySessionNotFoundError):
             await session.pty_write_stdin(session_id=started.process_id, chars="")
         status = await asyncio.to_thread(process.wait, 60)
+        raw = await asyncio.to_thread(lambda: process.status)
         await client.delete(session)
+        assert raw is not None and os.WIFSIGNALED(raw) and os.WTERMSIG(raw) == signal.SIGKILL
         return int(status)
 
     assert _run(go()) == 128 + signal.SIGKILL

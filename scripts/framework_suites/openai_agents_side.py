@@ -10,8 +10,10 @@ modules import is swapped before they are collected.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import tempfile
 from typing import Any
 
@@ -24,6 +26,8 @@ SIDE = os.environ.get("FRAMEWORK_SIDE", "warren")
 _made_client: set[str] = set()
 _current = {"test": ""}
 _outcomes: dict[str, str] = {}
+_made_sandboxes: list[str] = []
+_made_roots: list[str] = []  # removed after the test, as the local client removes its own
 _DEFAULT_ROOT = Manifest.model_fields["root"].default
 
 
@@ -59,10 +63,14 @@ if SIDE == "warren":
             manifest = manifest if manifest is not None else Manifest()
             if manifest.root == _DEFAULT_ROOT:
                 root = tempfile.mkdtemp(prefix="warren-suite-")
+                _made_roots.append(root)
                 manifest = manifest.model_copy(update={"root": root}, deep=True)
             if options is not None and not isinstance(options, WarrenSandboxClientOptions):
-                options = WarrenSandboxClientOptions(exposed_ports=tuple(getattr(options, "exposed_ports", ())))
-            return await super().create(snapshot=snapshot, manifest=manifest, options=options)
+                ports = tuple(getattr(options, "exposed_ports", ()))
+                options = WarrenSandboxClientOptions(exposed_ports=ports)
+            session = await super().create(snapshot=snapshot, manifest=manifest, options=options)
+            _made_sandboxes.append(session.state.sandbox_name)
+            return session
 
 else:
 
@@ -83,12 +91,32 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return (yield)
     finally:
         _current["test"] = ""
+        _remove_made()
+
+
+def _remove_made() -> None:
+    """Remove the sandboxes a test's sessions made (many tests end a session without
+    the client's delete, which would leave a stopped sandbox on warren's record),
+    then the fresh directories given to sessions on the SDK's default root."""
+    if SIDE != "warren":
+        return
+    from warren import Sandbox
+    from warren.errors import WarrenError
+
+    if _made_sandboxes:
+        names, _made_sandboxes[:] = set(_made_sandboxes), []
+        for info in Sandbox.list():
+            if info.name in names:
+                with contextlib.suppress(WarrenError):
+                    Sandbox(info).remove()
+    while _made_roots:
+        shutil.rmtree(_made_roots.pop(), ignore_errors=True)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if report.when == "call" or report.outcome != "passed":
-        if _outcomes.get(report.nodeid) in (None, "passed"):
-            _outcomes[report.nodeid] = report.outcome
+    counts = report.when == "call" or report.outcome != "passed"
+    if counts and _outcomes.get(report.nodeid) in (None, "passed"):
+        _outcomes[report.nodeid] = report.outcome
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
