@@ -259,10 +259,13 @@ def test_who_asked_is_escaped_and_bounded() -> None:
         while b"sleep" not in Path(f"/proc/{proc.pid}/cmdline").read_bytes() and time.monotonic() < deadline:
             time.sleep(0.01)
         said = asker.describe(proc.pid)
+        status = Path(f"/proc/{proc.pid}/status").read_text()
     finally:
         proc.kill()
         proc.wait()
-    assert said.startswith(f"pid {proc.pid}: {sys.executable} -c import time; time.sleep(30) \\x1b]0;owned")
+    inner = next(line.split()[-1] for line in status.splitlines() if line.startswith("NSpid:"))
+    expected = f"pid {inner}: {sys.executable} -c import time; time.sleep(30) \\x1b]0;owned"
+    assert said.startswith(expected), (said[:200], status[:600])
     assert "\x1b" not in said and "\x07" not in said
     assert len(said) < asker.SHOWN + 100 and said.endswith("...")
     assert asker.of_connection(os.getpid(), 3128, ("127.0.0.1", 1)) == ""  # no such connection

@@ -438,7 +438,9 @@ def test_http_rules_allow_and_refuse_as_configured(
     # The log names the path of each request it judged, refused as allowed (the trail's
     # network records are these).
     assert any(ev.method == "DELETE" and "DELETE /get matches no" in ev.reason for ev in refused), refused
-    assert any(ev.allowed and ev.reason.startswith("/post/1: ") for ev in r.net_log if ev.host == "rules.test")
+    assert any(
+        ev.allowed and ev.reason.startswith("/post/1: ") for ev in r.net_log if ev.host == "rules.test"
+    )
 
 
 def test_http_rules_refuse_dot_segments_and_escaped_separators(

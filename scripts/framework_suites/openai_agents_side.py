@@ -127,6 +127,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         "failed": sum(o == "failed" for o in counted.values()),
         "skipped": sum(o == "skipped" for o in counted.values()),
         "failures": sorted(t for t, o in counted.items() if o == "failed"),
+        "passes": sorted(t for t, o in counted.items() if o == "passed"),
     }
     print(f"\nopenai-agents client tests on {SIDE}: {figures['passed']} passed, {figures['failed']} failed")
     if os.environ.get("FRAMEWORK_RESULT"):
