@@ -33,6 +33,7 @@ TOOLS = {
     "write_stdin",
     "expose_port",
     "sandbox_events",
+    "sandbox_network",
     "diff",
     "checkpoints",
     "rollback",

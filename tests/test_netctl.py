@@ -580,3 +580,69 @@ def test_a_full_screen_program_is_answered_from_another_terminal(
     assert "warren net run-" in before  # said before the program started
     assert "warren" not in inside and "hello from 127.0.0.2" in inside, shown
     assert t.hits == ["/elsewhere"]
+
+
+def test_an_mcp_agent_sees_its_waiting_request_and_cannot_answer_it(
+    state: Path, ws: Path, servers: dict[str, Server]
+) -> None:
+    """Over MCP the agent reads its sandbox's policy and the request its command waits on
+    (``sandbox_network``), so it can tell its user the id; no tool changes the policy or
+    answers. The user's ``warren net approve`` on the host lets the command through."""
+    import asyncio
+    import sys
+
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    t = servers["target"]
+    argv = [sys.executable, "-m", "warren", "mcp", "--workspace", str(ws), "--network", "ask"]
+    params = StdioServerParameters(command=argv[0], args=argv[1:], env=dict(os.environ))
+
+    def data(result: object) -> dict[str, object]:
+        assert not result.isError, result.content  # type: ignore[attr-defined]
+        got = result.structuredContent  # type: ignore[attr-defined]
+        return got if got is not None else json.loads(result.content[0].text)  # type: ignore[attr-defined]
+
+    async def main() -> None:
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            tools = {tool.name for tool in (await session.list_tools()).tools}
+            assert not {n for n in tools if "approve" in n or "allow" in n or n.startswith("net_")}, tools
+            started = data(
+                await session.call_tool(
+                    "start_process",
+                    {
+                        "argv": [
+                            "curl",
+                            "-sS",
+                            "-o",
+                            "/dev/null",
+                            "-w",
+                            "%{http_code}",
+                            f"http://127.0.0.2:{t.port}/mcp",
+                        ]
+                    },
+                )
+            )
+            deadline = time.monotonic() + 20
+            while True:
+                policy = data(await session.call_tool("sandbox_network", {}))
+                if policy["pending"] or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.05)
+            assert policy["mode"] == "ask" and t.hits == [], policy
+            (waiting,) = policy["pending"]  # type: ignore[misc]
+            assert (waiting["host"], waiting["port"]) == ("127.0.0.2", t.port)
+            (mine,) = [i for i in Sandbox.list() if i.workspace == str(ws) and i.name.endswith("default")]
+            Sandbox(mine).net_approve(int(waiting["id"]))
+            deadline = time.monotonic() + 20
+            out: dict[str, object] = {}
+            while time.monotonic() < deadline:
+                out = data(await session.call_tool("process_output", {"id": started["id"]}))
+                if out.get("exit_code") is not None:
+                    break
+                await asyncio.sleep(0.05)
+            assert "200" in str(out.get("stdout")), out
+            assert [h for h in t.hits if h.endswith("/mcp")], t.hits
+
+    asyncio.run(main())

@@ -15,6 +15,7 @@ sandbox uses the workspace's default one, created on first use.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -457,6 +458,16 @@ def build(
         else:
             after, skip = page.after, page.skip
         return {"records": records, "after": after, "skip": skip, "more": len(records) < len(page.records)}
+
+    @mcp.tool()
+    async def sandbox_network(sandbox: SandboxArg = None) -> dict[str, Any]:
+        """The sandbox's network policy, read-only: its mode, the hosts it may reach (given
+        at create, allowed and denied since) and, under --network ask, the connections
+        waiting for an answer (id, host, port, age). Only the user changes the policy or
+        answers (warren net NAME approve ID): to reach a host that waits, tell them its id."""
+        name = await w.ensure(sandbox)
+        policy = await w.call(transport.net_policy, name, "show", via="mcp")
+        return dataclasses.asdict(policy)
 
     review.register(mcp, w)
     return mcp
