@@ -9,7 +9,6 @@ The writer's rotation and summaries are judged on small budgets and a short wind
 
 from __future__ import annotations
 
-import contextlib
 import http.server
 import json
 import os
@@ -147,8 +146,14 @@ def _netd_pids(state: Path) -> tuple[list[int], list[int]]:
     ours = os.readlink("/proc/self/ns/net")
     host, inside = [], []
     for pid in sorted(pids):
-        with contextlib.suppress(OSError):
+        try:
             (host if os.readlink(f"/proc/{pid}/ns/net") == ours else inside).append(pid)
+        except PermissionError:
+            # Not dumpable (PID 1, an exec stub): the sandbox's own; warren's helpers are
+            # the caller's plain processes, readable by it.
+            inside.append(pid)
+        except OSError:
+            pass  # gone meanwhile
     return host, inside
 
 
