@@ -295,3 +295,18 @@ def test_a_nested_message_of_one_class_is_checked_naming_the_field() -> None:
     for bad, named in (([1], r"error must be a ErrorRecord object, not list"), ({"kind": 3}, r"error\.kind")):
         with pytest.raises(ProtocolError, match=named):
             protocol.from_dict({**good, "error": bad})
+
+
+def test_a_message_from_a_newer_client_says_how_to_end_the_older_supervisor() -> None:
+    """A supervisor still running from before an upgrade cannot read a newer client's
+    field: the refusal names the field and says what to do (``warren shutdown``)."""
+    import json
+
+    from warren.errors import ProtocolError
+
+    data = json.loads(protocol.ShutdownRequest().encode())
+    assert isinstance(protocol.decode(json.dumps(data).encode()), protocol.ShutdownRequest)  # control
+    with pytest.raises(ProtocolError) as got:
+        protocol.decode(json.dumps({**data, "from_the_future": 1}).encode())
+    assert "unknown field" in str(got.value) and "from_the_future" in str(got.value)
+    assert "warren shutdown" in (got.value.hint or "")

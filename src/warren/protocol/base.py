@@ -39,6 +39,13 @@ else:
 VERSION = 7  # bumped whenever a message changes: a supervisor of other code refuses cleanly
 
 _MISSING = object()
+# Said with every message one side could not read: the usual cause is a supervisor still
+# running from before warren was upgraded (it lingers while it holds sandboxes).
+SAME_VERSION = (
+    "the client and the supervisor must be the same warren version: a supervisor started "
+    "before warren was upgraded may still run; `warren shutdown` ends it (stopping its "
+    "sandboxes) and the next command starts the new one"
+)
 _KINDS: dict[str, type[Message]] = {}
 
 
@@ -47,7 +54,7 @@ def _bad(where: str, expected: str, value: object) -> ProtocolError:
     return ProtocolError(
         f"malformed message: {where} must be {expected}, not {got}",
         operation="decode",
-        hint="the client and the supervisor must be the same warren version",
+        hint=SAME_VERSION,
     )
 
 
@@ -209,7 +216,7 @@ def _nested(names: list[str], owner: str) -> Callable[[object, str], object]:
                 if shown
                 else f"malformed message: {where} must be a {expected} object, which has no kind",
                 operation="decode",
-                hint="the client and the supervisor must be the same warren version",
+                hint=SAME_VERSION,
             )
         return cls._from_fields(value, where)
 
@@ -300,7 +307,7 @@ class Message:
                 raise ProtocolError(
                     f"malformed message: {cls.TAG or cls.__name__} lacks {field}",
                     operation="decode",
-                    hint="the client and the supervisor must be the same warren version",
+                    hint=SAME_VERSION,
                 )
         # the envelope: version and kind at the top, a nested message's kind within
         envelope = ("t",) if where and cls.TAG else () if where else ("v", "t")
@@ -310,7 +317,7 @@ class Message:
             raise ProtocolError(
                 f"malformed message: unknown field {field} in {cls.TAG or cls.__name__}",
                 operation="decode",
-                hint="the client and the supervisor must be the same warren version",
+                hint=SAME_VERSION,
             )
         return cls(**values)
 
