@@ -14,6 +14,7 @@ and the exec's helper only asks whether anything is queued. What must hold:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -110,6 +111,54 @@ def test_the_helper_waits_for_the_sync_only_when_something_is_queued(tmp_path: P
         assert time.monotonic() - t >= 0.25
         thread.join(5)
         supervisor.close()
+    finally:
+        os.close(watch)
+        os.close(fd)
+
+
+def test_the_helper_still_waits_when_the_sync_drains_the_watches_on_its_report(tmp_path: Path) -> None:
+    """The helper's report of the command's end wakes the supervisor, whose sync drains
+    the trees' watches first thing: the helper reads them before it reports, so a change
+    still makes it wait for the sync. Control: read after the report (the order the
+    trail's report first had), the drained queue says "nothing changed" and the client
+    would hear of the end before the host's index had it."""
+    from warren import protocol
+
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    fd = _opened(tree)
+    watch = dirwatch.watch(fd)
+    assert watch is not None
+
+    def draining_supervisor(sock: socket.socket) -> threading.Thread:
+        def run() -> None:
+            sock.recv(4096)  # the report
+            dirwatch.drain(watch)  # the sync's first step
+            time.sleep(0.3)
+            with contextlib.suppress(OSError):  # the control's helper did not wait: gone
+                sock.send(b"s")
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        return thread
+
+    exited = protocol.Exited(status=0)
+    try:
+        for before in (True, False):
+            (tree / "index").write_text(str(before))
+            supervisor, helper = socket.socketpair()
+            shim = _shim(helper.detach(), [watch])
+            shim.extra = {}
+            thread = draining_supervisor(supervisor)
+            t = time.monotonic()
+            wait = shim._changed() if before else None
+            shim._report(exited)
+            time.sleep(0.1)  # the supervisor has drained by now
+            shim._in_step(wait)
+            waited = time.monotonic() - t >= 0.25
+            assert waited is before, ("read before the report" if before else "control", waited)
+            thread.join(5)
+            supervisor.close()
     finally:
         os.close(watch)
         os.close(fd)

@@ -569,8 +569,13 @@ class Shim:
                 procs.kill_tree(pid)
                 return
         exited = protocol.Exited(status=status, timed_out=timed_out, limit=self._limit_hit(status))
+        # The watches are read before the report: the report wakes the supervisor, whose
+        # sync reads them too, and a queue it emptied would read here as "nothing changed"
+        # (the client then heard of the end before the host's repository had the command's
+        # index).
+        wait = self._changed()
         self._report(exited)
-        self._in_step()
+        self._in_step(wait)
         with contextlib.suppress(OSError):
             wire.send(self.conn, exited)
 
@@ -584,16 +589,22 @@ class Shim:
         with contextlib.suppress(OSError):
             os.write(fd, data.encode())
 
-    def _in_step(self) -> None:
+    def _changed(self) -> bool:
+        """Whether the client must wait for the sync: something is queued on the trees'
+        watches (nothing queued: the command changed nothing the sync carries to the
+        host, which still runs, told by the end of the synced socket)."""
+        return self.synced is not None and (not self.watches or dirwatch.changed(self.watches))
+
+    def _in_step(self, wait: bool | None = None) -> None:
         """Where the sandbox has repositories, the supervisor brings them in step with the
-        host once the command ended: the client hears of the end after that."""
+        host once the command ended: the client hears of the end after that (``wait``:
+        ``_changed`` as read before the report, else read now)."""
         if self.synced is None:
             return
+        if wait is None:
+            wait = self._changed()
         sock = socket.socket(fileno=self.synced)
         self.synced = None
-        # Nothing queued on the trees' watches: the command changed nothing the sync
-        # carries to the host (it still runs, told by the end of this socket).
-        wait = not self.watches or dirwatch.changed(self.watches)
         with contextlib.suppress(OSError), sock:
             sock.shutdown(socket.SHUT_WR)
             if wait:
