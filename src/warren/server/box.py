@@ -674,8 +674,11 @@ class Box:
             self.stack.close()
             self.stack = None
         if self.trail is not None:
+            # A stop ends the sandbox with its commands: whichever comes first to the
+            # supervisor (the exec's end or the sandbox's), the record says it was stopped.
+            why = "the sandbox was stopped while it ran" if self.kill_at is not None else ""
             for record in self.execs.values():
-                self.trail.ended(record, b"", "the sandbox ended while it ran")
+                self.trail.ended(record, b"", why or "the sandbox ended while it ran")
             self.trail.record("end", status=status)
             self.trail.close()
         self.execs.clear()
