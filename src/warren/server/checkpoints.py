@@ -41,6 +41,7 @@ import stat
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from .. import protocol
@@ -113,17 +114,13 @@ def take(box: Box, layer: str, root: str, command: str = "") -> review.Checkpoin
     _fresh(layer, new, live, box.name)
     try:
         _record(layer, after, box.name)
-        try:
+        with _restored_on_failure(layer, stack):
             stopped = _quiesce(box, stop=False, refuse=not auto, action="checkpoint")
             if stopped is None:
                 review.write_stack(layer, stack)
                 _drop(layer, [new])
                 return None
             _restack(box, target, after.layers)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                review.write_stack(layer, stack)
-            raise
     except BaseException:
         _drop(layer, [new])
         raise
@@ -206,19 +203,10 @@ def rollback(box: Box, layer: str, ident: int, keep_running: bool) -> tuple[revi
     new = after.layers[-1]
     try:
         _record(layer, after, box.name)  # first: a full disk refuses before anything is stopped
-        try:
+        with _restored_on_failure(layer, stack):
             stopped = _quiesce(box, stop=not keep_running, refuse=True, action="rollback")
-        except BaseException:
-            with contextlib.suppress(OSError):
-                review.write_stack(layer, stack)
-            raise
-        assert stopped is not None
-        try:
+            assert stopped is not None
             _restack(box, target, after.layers)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                review.write_stack(layer, stack)
-            raise
     except BaseException:
         _drop(layer, [new])
         raise
@@ -300,6 +288,17 @@ def _fresh(layer: str, new: str, like: str, sandbox: str) -> None:
         raise _disk_error(e, sandbox, os.path.join(layer, new)) from None
     finally:
         os.close(fd)
+
+
+@contextlib.contextmanager
+def _restored_on_failure(layer: str, stack: review.LayerStack) -> Iterator[None]:
+    """The stack's record put back as ``stack`` if what runs within fails."""
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(OSError):
+            review.write_stack(layer, stack)
+        raise
 
 
 def _record(layer: str, stack: review.LayerStack, sandbox: str) -> None:
