@@ -196,7 +196,9 @@ class Core:
         (its home, its /tmp, whatever it wrote) for the resume."""
         if not keep_memory:
             for _ in range(FILES_ONLY_ROUNDS):  # a process may fork while its siblings end
-                procs = [p for p in self.transport.processes(sandbox_id) if p.pid != 1]
+                # the sandbox's own: warren's helpers entered from outside have no parent
+                # inside (ppid 0), and PID 1 is warren's
+                procs = [p for p in self.transport.processes(sandbox_id) if p.pid != 1 and p.ppid != 0]
                 if not procs:
                     break
                 for proc in procs:
