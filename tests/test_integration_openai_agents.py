@@ -527,17 +527,25 @@ def test_stop_ends_background_commands(ws: Path) -> None:
 def test_what_warren_cannot_do_raises_the_sdk_configuration_error_with_a_hint(
     ws: Path, tmp_path: Path
 ) -> None:
+    client = _client(ws)
+
     async def users() -> None:
-        await _client(ws).create(manifest=Manifest(users=[User(name="alice")]))
+        # refused when the manifest is applied (at start), as by the SDK's local backend
+        session = await client.create(manifest=Manifest(users=[User(name="alice")]))
+        try:
+            await session.start()
+        finally:
+            await client.delete(session)
 
     async def moved_grant() -> None:
         grant = SandboxPathGrant(path="/mnt/data", host_path=str(tmp_path))
         await _client(ws).create(manifest=Manifest(extra_path_grants=(grant,)))
 
-    for attempt in (users, moved_grant):
-        with pytest.raises(ConfigurationError) as info:
+    for attempt, said in ((users, "does not support manifest users or groups"), (moved_grant, "host_path")):
+        with pytest.raises(ConfigurationError, match=said) as info:
             _run(attempt())
         assert info.value.context["hint"]
+        assert isinstance(info.value, ValueError)  # what the local backend raises for the same
 
 
 def test_tty_gives_the_command_a_terminal_of_its_own_that_write_stdin_feeds(ws: Path) -> None:
