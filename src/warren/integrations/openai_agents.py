@@ -369,8 +369,15 @@ class WarrenSandboxSession(BaseSandboxSession):
                 await self._call(entry.process.kill, signal.SIGKILL)
 
     async def _resolve_exposed_port(self, port: int) -> ExposedPortEndpoint:
+        """The host address forwarded to the sandbox's ``port``: the same port number on
+        the host's loopback when it is free there (where the SDK's local backend serves
+        it), else a free one (``Sandbox.expose``)."""
         if port not in self._ports:
-            address = await self._call((await self._box()).expose, port)
+            box = await self._box()
+            try:
+                address = await self._call(box.expose, port, port)
+            except WarrenError:  # taken on the host (or below 1024 for a user)
+                address = await self._call(box.expose, port)
             host, _, host_port = address.rpartition(":")
             self._ports[port] = ExposedPortEndpoint(host=host, port=int(host_port), tls=False)
         return self._ports[port]
@@ -582,7 +589,7 @@ class WarrenSandboxClient(BaseSandboxClient[WarrenSandboxClientOptions | None]):
             session_id=session_id,
             manifest=manifest,
             snapshot=resolve_snapshot(snapshot, str(session_id)),
-            exposed_ports=options.exposed_ports,
+            exposed_ports=tuple(dict.fromkeys(options.exposed_ports)),
             sandbox_name=options.name or f"agents-{session_id.hex[:12]}",
             policy=keys_of(spec),
         )
