@@ -162,9 +162,7 @@ def test_the_v1_routes_older_sdks_use_create_and_resume(world: World) -> None:
             assert sandbox_id in [s["sandboxID"] for s in listed]
         finally:
             assert c.delete(f"/sandboxes/{sandbox_id}", headers=key).status_code == 204
-        refused = c.post(
-            "/sandboxes", json={"templateID": "base", "autoResume": {"enabled": True}}, headers=key
-        )
+        refused = c.post("/sandboxes", json={"templateID": "base", "autoResume": True}, headers=key)
         assert refused.status_code == 400 and "autoResume" in refused.json()["message"]
 
 

@@ -196,14 +196,14 @@ class Core:
         (its home, its /tmp, whatever it wrote) for the resume."""
         if not keep_memory:
             for _ in range(FILES_ONLY_ROUNDS):  # a process may fork while its siblings end
-                # the sandbox's own: warren's helpers entered from outside have no parent
-                # inside (ppid 0), and PID 1 is warren's
-                procs = [p for p in self.transport.processes(sandbox_id) if p.pid != 1 and p.ppid != 0]
-                if not procs:
-                    break
-                for proc in procs:
+                killed = 0
+                for proc in self.transport.processes(sandbox_id):
+                    # warren's own (PID 1, its helpers) are refused by the signal itself
                     with contextlib.suppress(WarrenError):
                         self.transport.signal(sandbox_id, proc.pid, signal.SIGKILL)
+                        killed += 1
+                if not killed:
+                    break
                 time.sleep(0.05)
         self.transport.pause(sandbox_id, True)
 
