@@ -235,7 +235,7 @@ class Control:
         internet = flag(data, "allow_internet_access")
         egress = at_create(data.get("network"), internet)
         auto_pause = bool(flag(data, "autoPause"))
-        # a filesystem-only pause: its processes end, its files stay (``pause_files``)
+        # a filesystem-only pause: its processes end, its files stay (``Core.pause``)
         files_only = auto_pause and flag(data, "autoPauseMemory") is False
         if files_only and auto_resume:
             raise E2BError(
