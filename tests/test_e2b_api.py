@@ -1285,6 +1285,7 @@ def test_sudo_runs_as_the_sandboxs_own_user_and_python_is_python3(world: World, 
     assert sb.commands.run("sudo id -u").stdout == me  # no privilege is gained
     assert sb.commands.run("sudo -u root -E id -u").stdout == me
     assert sb.commands.run("sudo -s 'echo $((1 + 2))'").stdout == "3\n"
+    assert sb.commands.run("sudo FOO=bar sh -c 'echo $FOO'").stdout == "bar\n"
     with pytest.raises(CommandExitException, match="one user"):
         sb.commands.run("sudo -u nobody true")
     out = sb.commands.run("python -c 'import sys; print(sys.version_info[0])'", envs={"X": "1"})
