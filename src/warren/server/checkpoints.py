@@ -2,8 +2,9 @@
 
 A review sandbox's workspace is an overlay whose upper directory lies in its review
 layer (``server.review``). A checkpoint freezes that upper directory where it is: the
-workspace is stacked again (``_core.restack.restack_dir``, by a process that joins the
-sandbox's namespaces: PID 1 can no longer mount) with the frozen directory as its
+workspace is stacked again (``_core.restack.restack_dir``, by a process of the
+supervisor's forked ahead and joined to the sandbox's namespaces, ``joined.Helper``:
+PID 1 can no longer mount) with the frozen directory as its
 topmost lower layer and a fresh upper directory above it. Nothing is copied, so the
 time does not depend on the workspace's size or on what changed. A rollback stacks the
 workspace again on the frozen directories up to the checkpoint, with a fresh upper
@@ -43,6 +44,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from .. import protocol
 from .._core import restack as core
@@ -376,11 +378,11 @@ def _quiesce(box: Box, *, stop: bool, refuse: bool, action: str) -> str | None:
             path=box.name,
             hint=f"resume it (`warren resume {box.name}`)" if box.paused is not None else "create it again",
         )
-    box.drop_spare()
+    untaken = box.drop_spare()
     # Asked for (refuse): a quarter of a second for the last command's processes to end
     # on a loaded host; before each command (not refuse): a moment, paid by every
     # command while a background process runs.
-    box.send(protocol.Quiesce(stop=stop, grace=0.25 if refuse else 0.015))
+    box.send(protocol.Quiesce(stop=stop, grace=0.25 if refuse else 0.015, untaken=untaken))
     box.quiescing = True
     try:
         quiet = box.await_pid1(protocol.Quiet, QUIET_TIMEOUT)
@@ -421,9 +423,9 @@ def _restack(box: Box, target: str, layers: list[str]) -> None:
                 hint="mounts made beneath the workspace at the same point cannot be moved",
             ) from None
         try:
-            joined.run(
-                box.ns,
-                lambda got: _stack_in(target, got[0], got[1], layers, children),
+            box.helper_ready().call(
+                "review-restack",
+                {"target": target, "layers": layers, "children": children},
                 [box.review_layer, box.review_lower],
             )
         except OSError as e:
@@ -449,9 +451,13 @@ def _restack(box: Box, target: str, layers: list[str]) -> None:
         box.send(protocol.Refresh())  # PID 1 forks spares again (with rules for the new workspace)
 
 
-def _stack_in(target: str, layer: int, host: int, layers: list[str], children: list[str]) -> list[int]:
-    """In the sandbox's namespaces: the layers opened beneath the layer's detached
-    mount (plain names made by the supervisor, no link followed), then stacked."""
+@joined.op("review-restack")
+def _stack_in(args: dict[str, Any], given: list[int]) -> list[int]:
+    """In the sandbox's namespaces (``joined.Helper``): the layers opened beneath the
+    layer's detached mount (plain names made by the supervisor, no link followed),
+    then stacked at ``target`` above the host's workspace."""
+    target, layers, children = str(args["target"]), [str(n) for n in args["layers"]], list(args["children"])
+    layer, host = given
     fds: list[int] = []
     try:
         for name in [*layers, review.work_of(layers[-1])]:

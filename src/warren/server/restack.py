@@ -25,6 +25,7 @@ import errno
 import os
 import sys
 from dataclasses import dataclass, field
+from typing import Any
 
 from .. import protocol
 from .._core import restack as core
@@ -66,8 +67,7 @@ def freeze(box: Box, snap_id: str) -> int | None:
     stack = box.stack
     if stack is None or box.ns is None or box.paused is not None or len(stack.own) >= MAX_STACK:
         return None
-    box.drop_spare()
-    box.send(protocol.Quiesce())
+    box.send(protocol.Quiesce(untaken=box.drop_spare()))
     box.quiescing = True
     try:
         quiet = box.await_pid1(protocol.Quiet, QUIET_TIMEOUT)
@@ -85,10 +85,8 @@ def freeze(box: Box, snap_id: str) -> int | None:
         except (OSError, ValueError):
             return None
         try:
-            frozen, upper = joined.run(
-                box.ns,
-                lambda fds: list(core.restack(fds[0], fds[1:], old, new, children)),
-                [stack.tmpfs, *stack.lowers],
+            frozen, upper = box.helper_ready().call(
+                "restack", {"old": old, "new": new, "children": children}, [stack.tmpfs, *stack.lowers]
             )
         except OSError as e:
             if e.errno == errno.ENOTRECOVERABLE:
@@ -111,6 +109,13 @@ def freeze(box: Box, snap_id: str) -> int | None:
     finally:
         box.quiescing = False
         box.send(protocol.Refresh())  # PID 1 forks spares again (with rules for the new root)
+
+
+@joined.op("restack")
+def _restack_in(args: dict[str, Any], fds: list[int]) -> list[int]:
+    """In the sandbox's namespaces (``joined.Helper``): the root stacked again above
+    its layer frozen (``_core.restack.restack``); the frozen layer and the new upper."""
+    return list(core.restack(fds[0], fds[1:], str(args["old"]), str(args["new"]), list(args["children"])))
 
 
 def root_children(mounts: tuple[MountEntry, ...]) -> list[str]:

@@ -215,6 +215,12 @@ class Supervisor:
         if self.boots.to_boot and now - self.clients.asked_at >= ahead.QUIET and self._quiet():
             # One at a time, while nobody waits: a boot holds this loop for a few ms.
             self.boots.boot_next(self.shutdown)
+        wanting = [box for box in self.sandboxes.boxes.values() if box.wants_helper]
+        if wanting and self._quiet():
+            # A review sandbox's helper for its checkpoints (a fork: a few ms), one at a
+            # time while nobody waits, off the command's path.
+            with contextlib.suppress(OSError):
+                wanting[0].helper_ready()
         if self.stdin_pipes is not None:
             self.stdin_pipes.sweep()
 
