@@ -66,6 +66,10 @@ def _workspace(tmp_path: Path) -> Path:
     os.link(ws / "a.txt", ws / "a-link.txt")
     os.symlink("src/main.py", ws / "main-link")
     os.utime(ws / "src" / "main.py", ns=(1_600_000_000_000_000_000, 1_600_000_000_000_000_000))
+    # ctimes are taken from a coarse clock (a tick of a few ms): a sandbox started
+    # within the tick of the last change here would see these files as changed on the
+    # host since it started (``apply`` counts the same tick as later, to be safe)
+    time.sleep(0.02)
     return ws
 
 

@@ -126,9 +126,7 @@ def _kill_spare(pid: int) -> set[int]:
     child is its own, which it does not reap while stopped)."""
     with contextlib.suppress(OSError):
         os.kill(pid, signal.SIGSTOP)
-    deadline = time.monotonic() + 0.5
-    while procs.state(pid) not in ("T", "t", "Z", "X", "") and time.monotonic() < deadline:
-        time.sleep(0.0001)
+        os.waitid(os.P_PID, pid, os.WSTOPPED | os.WEXITED | os.WNOWAIT)
     doomed = {pid} | {p for p, ppid, _st in procs.table() if ppid == pid}
     for each in sorted(doomed, reverse=True):
         with contextlib.suppress(OSError):
@@ -269,7 +267,7 @@ class Init:
                         if isinstance(got[0], protocol.Refresh):
                             self._refresh()
                         elif isinstance(got[0], protocol.Quiesce):
-                            self._quiesce(got[0].stop, got[0].grace, got[0].untaken)
+                            self._quiesce(got[0])
                         else:
                             self._dispatch(*got)
                 except (wire.ConnectionClosed, OSError):
@@ -300,18 +298,20 @@ class Init:
         self._drop_spare()
         self.want_spare = not self.oneshot
 
-    def _quiesce(self, stop: bool = False, grace: float = BUSY_GRACE, untaken: int = 0) -> None:
+    def _quiesce(self, asked: protocol.Quiesce) -> None:
         """Let the spare go, wait for warren's helpers that are ending (3 s at most),
         then say whether PID 1 is the sandbox's only process (but for the
         network helper's connectors: sockets only). A command, a background process or
         a daemon left by one answers at once: not alone, unless ``stop``: then each is
         killed (named in the answer) until none is left. No spare is forked until the
-        supervisor's ``Refresh``. ``untaken``: the spare the supervisor let go unused
-        (``protocol.Quiesce``); if it is the one PID 1 gave it, it is killed with its
-        command's process, which then count as gone."""
-        spare, advertised = self.spare_pid if self.spare is not None else 0, self.advertised
+        supervisor's ``Refresh``. A spare the supervisor let go unused, or never heard
+        of (``protocol.Quiesce``), is killed with its command's process, which then
+        count as gone; so do warren's helpers already in the kernel's exit."""
+        stop, grace = asked.stop, asked.grace
+        spare = self.spare_pid if self.spare is not None and self.advertised else 0
         self._drop_spare()
-        doomed = _kill_spare(spare) if untaken and advertised and untaken == spare else set()
+        unused = spare and (asked.untaken == spare or asked.seen != spare)
+        doomed = _kill_spare(spare) if unused else set()
         # Spares let go end, and their command's processes with them; a connector's only
         # child is the command's process it was forked with, ending too.
         ending = (self.let_go & self.helpers) | self.connectors
@@ -336,6 +336,9 @@ class Init:
                 for pid, ppid, st in others
                 if pid not in self.helpers and ppid not in ending and (st != "Z" or procs.running(pid))
             ]
+            if not busy and all(pid in self.helpers and procs.exiting(pid) for pid, _pp, _st in others):
+                alone = True  # helpers that served their request, in their exit
+                break
             now = time.monotonic()
             if stop and busy and now <= deadline:
                 for pid in busy:

@@ -128,14 +128,18 @@ def clone_layers(fds: list[int]) -> list[int]:
     return out
 
 
-def restack_dir(target: str, lowers: list[int], upper: int, work: int, children: list[str]) -> None:
+def restack_dir(target: str, lowers: list[int], upper: int, work: int, children: list[str]) -> int:
     """Stack the overlay mounted at ``target`` (a review workspace) again: ``lowers``
     (layers by descriptor, top first: frozen upper directories, then the host's
     directory as a detached mount), ``upper`` and ``work`` fresh directories. The
     mounts directly on the old overlay (``children``, relative to ``target``, in the
     order they were made) move onto the new one, the old one is detached and the new
     one takes its place. Nothing is changed before every check passed; a failure after
-    the old overlay was moved is ENOTRECOVERABLE (the workspace is not there)."""
+    the old overlay was moved is ENOTRECOVERABLE (the workspace is not there).
+
+    Returns the old overlay, detached: the close of its last reference ends it, which
+    syncs its upper directory's filesystem (the whole of it: seconds when much is
+    dirty), so the caller closes it off the command's path."""
     mnt = _sys.overlay_from_fds(lowers, upper, work)
     new_fd = old = -1
     try:
@@ -157,6 +161,8 @@ def restack_dir(target: str, lowers: list[int], upper: int, work: int, children:
         finally:
             with contextlib.suppress(OSError):
                 os.rmdir(point)
+        old, gone = -1, old
+        return gone
     finally:
         for fd in (new_fd, old, mnt):
             if fd >= 0:

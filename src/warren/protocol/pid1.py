@@ -42,10 +42,13 @@ class Quiesce(Message):
     # how long a process found running may take to end before it counts (an exec's
     # processes may still be on their way out when its answer came), seconds
     grace: float = 0.015
-    # the spare (``Spare.pid``) the supervisor let go without handing it a request: it
-    # will run nothing, so PID 1 kills it (and its command's process) and does not
-    # wait for it to notice its channel closed
+    # the spare (``Spare.pid``) the supervisor let go without handing it a request, and
+    # the last one it heard of: a spare of PID 1's that is the first, or not the
+    # second (never heard of, so never handed anything), will run nothing: PID 1 kills
+    # it (and its command's process) and does not wait for it to notice its channel
+    # closed
     untaken: int = 0
+    seen: int = 0
 
 
 class Quiet(Message):

@@ -186,6 +186,7 @@ class Box:
     # an exec may go to that process directly (``hand``, ``Launcher.launched``)
     spare_stub: socket.socket | None = None
     spare_pid: int = 0  # ... its pid as the sandbox numbers it (``protocol.Spare``)
+    spare_seen: int = 0  # the last spare PID 1 gave us, handed, dropped or held (``Quiesce.seen``)
 
     def __post_init__(self) -> None:
         self.inbox = wire.Inbox(self.launched.control)
@@ -266,6 +267,7 @@ class Box:
                     self.stack.lowers.extend(fds)
                 fds = []
         elif isinstance(msg, protocol.Spare):
+            self.spare_seen = msg.pid
             if fds and not self.quiescing:
                 self.drop_spare()
                 self.spare = socket.socket(fileno=fds.pop(0))

@@ -382,7 +382,9 @@ def _quiesce(box: Box, *, stop: bool, refuse: bool, action: str) -> str | None:
     # Asked for (refuse): a quarter of a second for the last command's processes to end
     # on a loaded host; before each command (not refuse): a moment, paid by every
     # command while a background process runs.
-    box.send(protocol.Quiesce(stop=stop, grace=0.25 if refuse else 0.015, untaken=untaken))
+    box.send(
+        protocol.Quiesce(stop=stop, grace=0.25 if refuse else 0.015, untaken=untaken, seen=box.spare_seen)
+    )
     box.quiescing = True
     try:
         quiet = box.await_pid1(protocol.Quiet, QUIET_TIMEOUT)
@@ -463,7 +465,7 @@ def _stack_in(args: dict[str, Any], given: list[int]) -> list[int]:
         for name in [*layers, review.work_of(layers[-1])]:
             fds.append(os.open(name, _PATH_DIR, dir_fd=layer))
         lowers = [*reversed(fds[:-2]), host]
-        core.restack_dir(target, lowers, fds[-2], fds[-1], children)
+        joined.close_later(core.restack_dir(target, lowers, fds[-2], fds[-1], children))
     finally:
         for fd in fds:
             os.close(fd)

@@ -67,7 +67,7 @@ def freeze(box: Box, snap_id: str) -> int | None:
     stack = box.stack
     if stack is None or box.ns is None or box.paused is not None or len(stack.own) >= MAX_STACK:
         return None
-    box.send(protocol.Quiesce(untaken=box.drop_spare()))
+    box.send(protocol.Quiesce(untaken=box.drop_spare(), seen=box.spare_seen))
     box.quiescing = True
     try:
         quiet = box.await_pid1(protocol.Quiet, QUIET_TIMEOUT)
