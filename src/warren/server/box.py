@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from .ahead import Booted, Request
     from .clients import Client
     from .restack import Stack
+    from .review import Base
 
 STOP_KILL_AFTER = 3.0  # after SIGTERM, PID 1's grace (2 s) and a margin
 DEGRADED_KILL_AFTER = 0.5
@@ -168,6 +169,10 @@ class Box:
     review_lower: int | None = None  # review mode: the host's workspace, detached (``checkpoints``)
     review_layer: int | None = None  # ... and its layer's directory, detached
     helper: joined.Helper | None = None  # in its namespaces, for checkpoints (``helper_ready``)
+    # review mode: the merged base a checkpoint found due, and the one being built
+    # (``server.bases``)
+    base_due: Base | None = None
+    base_pending: Base | None = None
     # PID 1 was asked to let its spare go (``restack.freeze``): one it gave meanwhile is
     # let go at once, or its helper would wait on our end and PID 1 for it
     quiescing: bool = False

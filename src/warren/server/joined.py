@@ -63,7 +63,7 @@ class Helper:
         theirs.close()
         return cls(pid, ours)
 
-    def call(self, name: str, args: dict[str, Any], fds: list[int]) -> list[int]:
+    def call(self, name: str, args: dict[str, Any], fds: list[int], timeout: float = TIMEOUT) -> list[int]:
         """``name``'s work with ``args`` and ``fds`` (copies are sent) in the namespaces;
         the descriptors it returns. Its ``OSError`` is raised here; a helper that is
         gone or gives no answer within ``TIMEOUT`` raises EIO or ETIMEDOUT (and is
@@ -73,7 +73,7 @@ class Helper:
         except OSError as e:
             self.close()
             raise OSError(errno.EIO, "the helper in the sandbox's namespaces is gone", str(e)) from None
-        got, out, what = _receive(self.sock)
+        got, out, what = _receive(self.sock, timeout)
         if got in (errno.ETIMEDOUT, -1):
             self.close()
             got = errno.ETIMEDOUT if got == errno.ETIMEDOUT else errno.EIO
@@ -103,8 +103,9 @@ def _serve(sock: int, ns: tuple[int, int], parent: int) -> None:
     try:
         gc.disable()  # a stale object of the supervisor's must not close a descriptor reused since
         signal.set_wakeup_fd(-1)
-        for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGINT, signal.SIGHUP):
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # what an op forks is not waited for
         keep = sorted({sock, *ns})
         low = 3
         for fd in keep:
@@ -207,10 +208,10 @@ def _warm() -> None:
         _sys.move_mount(-1, "/")
 
 
-def _receive(sock: socket.socket) -> tuple[int, list[int], str]:
+def _receive(sock: socket.socket, timeout: float = TIMEOUT) -> tuple[int, list[int], str]:
     """The answer: 0 and the descriptors, or an errno and its text; -1 when the other
     end is gone (the answer is short: it died)."""
-    if not select.select([sock], [], [], TIMEOUT)[0]:
+    if not select.select([sock], [], [], timeout)[0]:
         return errno.ETIMEDOUT, [], "no answer from the sandbox's namespaces"
     data, fds, _flags, _addr = socket.recv_fds(sock, 1024, 64)
     if len(data) < _HEAD.size:
