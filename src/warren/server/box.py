@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from .clients import Client
     from .restack import Stack
     from .review import Base
+    from .rootpoints import RootPoint
 
 STOP_KILL_AFTER = 3.0  # after SIGTERM, PID 1's grace (2 s) and a margin
 DEGRADED_KILL_AFTER = 0.5
@@ -173,6 +174,9 @@ class Box:
     # (``server.bases``)
     base_due: Base | None = None
     base_pending: Base | None = None
+    # on an image: the checkpoints of its root (``server.rootpoints``), oldest first
+    root_points: list[RootPoint] = field(default_factory=list)
+    root_next: int = 1
     # PID 1 was asked to let its spare go (``restack.freeze``): one it gave meanwhile is
     # let go at once, or its helper would wait on our end and PID 1 for it
     quiescing: bool = False

@@ -123,7 +123,7 @@ def take(box: Box, layer: str, root: str, command: str = "") -> review.Checkpoin
     try:
         _record(layer, after, box.name)
         with _restored_on_failure(layer, stack):
-            stopped = _quiesce(box, stop=False, refuse=not auto, action="checkpoint")
+            stopped = quiesce(box, stop=False, refuse=not auto, action="checkpoint")
             if stopped is None:
                 review.write_stack(layer, stack)
                 _drop(layer, [new])
@@ -247,7 +247,7 @@ def rollback(box: Box, layer: str, ident: int, keep_running: bool) -> tuple[revi
     try:
         _record(layer, after, box.name)  # first: a full disk refuses before anything is stopped
         with _restored_on_failure(layer, stack):
-            stopped = _quiesce(box, stop=not keep_running, refuse=True, action="rollback")
+            stopped = quiesce(box, stop=not keep_running, refuse=True, action="rollback")
             assert stopped is not None
             _restack(box, target, after, layer)
     except BaseException:
@@ -396,11 +396,11 @@ def _set_aside(layer: str, names: list[str]) -> None:
     threading.Thread(target=remove, name="warren-rollback-trash", daemon=True).start()
 
 
-def _quiesce(box: Box, *, stop: bool, refuse: bool, action: str) -> str | None:
+def quiesce(box: Box, *, stop: bool, refuse: bool, action: str) -> str | None:
     """PID 1 alone (its spare let go, no spare forked until the ``Refresh`` that ends
     ``_restack``): the processes stopped (``stop``), "" when none ran; None (or, with
     ``refuse``, a typed error naming them) when something else runs."""
-    if box.ns is None or box.review_lower is None or box.paused is not None:
+    if box.ns is None or (box.review_lower is None and box.stack is None) or box.paused is not None:
         why = (
             "it is paused" if box.paused is not None else "its workspace was launched without a handle on it"
         )
@@ -446,7 +446,7 @@ def _restack(box: Box, target: str, stack: review.LayerStack, layer: str = "") -
     first; the last one fresh, the sandbox's upper from now on) above the host's, on
     their newest merged base (``bases.mount_plan``; a rollback, given its ``layer``,
     below every kept base builds one first, and records it). PID 1 is alone
-    (``_quiesce``) and gets its ``Refresh`` here whatever happens."""
+    (``quiesce``) and gets its ``Refresh`` here whatever happens."""
     assert box.ns is not None and box.review_lower is not None and box.review_layer is not None
     try:
         layers = bases.mount_plan(stack, stack.layers)
