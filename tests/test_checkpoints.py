@@ -299,6 +299,64 @@ def test_a_supervisor_killed_mid_apply_leaves_each_file_old_or_new(tmp_path: Pat
         sb.remove()
 
 
+def test_a_supervisor_killed_mid_checkpoint_leaves_the_record_before_or_after(tmp_path: Path) -> None:
+    """SIGKILL to the supervisor while it takes a checkpoint, rounds at growing delays
+    (the sandbox ends with it): the record is readable and names only directories that
+    are there, the union is what the sandbox wrote (a checkpoint changes nothing of
+    it), with the checkpoint listed or not; the stopped sandbox rolls back to the
+    earlier checkpoint, and a new one on the same workspace takes checkpoints."""
+    ws = _workspace(tmp_path)
+    root = statedir.location(os.environ)
+    failed = 0
+    for n, delay in enumerate((0.0, 0.002, 0.004, 0.006, 0.009, 0.013)):
+        name = f"cp-killcp{n}"
+        sb = _review(ws, name)
+        try:
+            _sh(sb, "echo one > one.txt")
+            first = sb.checkpoint()
+            _sh(sb, f"echo {n} > two.txt && rm a.txt")
+            Sandbox.list()  # a supervisor is up: the kill lands in the checkpoint, not its start
+            found = statedir.read_address(root)
+            assert found is not None
+            outcome: list[object] = []
+            t = threading.Thread(target=_checkpoint_into, args=(sb, outcome))
+            t.start()
+            time.sleep(delay)
+            os.kill(found[1], signal.SIGKILL)
+            t.join(30)
+            _gone(found[1])
+            failed += isinstance(outcome[0], WarrenError)
+            record = layer.read_stack(_layer_dir(name))
+            for d in [*record.layers, *(b.name for b in record.bases)]:
+                assert os.path.isdir(os.path.join(_layer_dir(name), d)), (d, record)
+            ids = [c.id for c in record.checkpoints]
+            assert first.id in ids[-2:], ids  # the new checkpoint listed, or not
+            changed = {("added", "one.txt"), ("added", "two.txt"), ("removed", "a.txt")}
+            assert _changes(sb) == changed, (delay, record)
+            sb.rollback(first.id)  # stopped: only the record and the directories change
+            assert _changes(sb) == {("added", "one.txt")}
+        finally:
+            sb.remove()
+    assert failed, "no kill landed before the checkpoint's answer"
+    # a new sandbox on the same workspace takes checkpoints and rolls back
+    sb = _review(ws, "cp-killcp-after")
+    try:
+        _sh(sb, "echo x > x.txt")
+        point = sb.checkpoint()
+        _sh(sb, "rm x.txt")
+        sb.rollback(point.id)
+        assert _sh(sb, "cat x.txt") == "x\n"
+    finally:
+        sb.remove()
+
+
+def _checkpoint_into(sb: Sandbox, outcome: list[object]) -> None:
+    try:
+        outcome.append(sb.checkpoint())
+    except WarrenError as e:
+        outcome.append(e)
+
+
 def _gone(pid: int) -> None:
     deadline = time.monotonic() + 10
     while Path(f"/proc/{pid}").exists():

@@ -231,7 +231,11 @@ class Sandboxes:
             raise CheckpointError(
                 f"unknown checkpoint action {msg.action!r}", operation="checkpoint", path=msg.sandbox
             )
-        at_rest = msg.sandbox not in self.boxes and self.entry(msg.sandbox).state == registry.STOPPED
+        # stopped, or dead (its supervisor was killed: its processes went with it)
+        at_rest = msg.sandbox not in self.boxes and self.entry(msg.sandbox).state in (
+            registry.STOPPED,
+            registry.DEAD,
+        )
         if msg.action == "rollback" and at_rest:
             # nothing runs: only the layer's record and directories change
             back = checkpoints.rollback_stopped(msg.sandbox, layer, msg.id)
