@@ -396,7 +396,8 @@ def test_the_cli_takes_lists_and_rolls_back(tmp_path: Path) -> None:
         plain = Sandbox.create(build(PolicySpec(workspace=str(ws))), name="cp-plain")
         try:
             r = run_cli(["checkpoint", "cp-plain"], cwd=ws)
-            assert r.returncode == 125 and "not a review sandbox" in r.stderr and "hint:" in r.stderr
+            assert r.returncode == 125 and "writes your workspace itself" in r.stderr
+            assert "--review" in r.stderr
             assert "Traceback" not in r.stderr
         finally:
             plain.remove()

@@ -52,6 +52,7 @@ class Helper:
 
     pid: int
     sock: socket.socket
+    pidfd: int  # signalled by this, never by the pid (the supervisor's loop reaps children)
 
     @classmethod
     def start(cls, ns: tuple[int, int]) -> Helper:
@@ -61,7 +62,8 @@ class Helper:
         if pid == 0:
             _serve(theirs.fileno(), ns, parent)
         theirs.close()
-        return cls(pid, ours)
+        # Not reaped yet: only this thread reaps, and it is here.
+        return cls(pid, ours, os.pidfd_open(pid))
 
     def call(self, name: str, args: dict[str, Any], fds: list[int], timeout: float = TIMEOUT) -> list[int]:
         """``name``'s work with ``args`` and ``fds`` (copies are sent) in the namespaces;
@@ -90,10 +92,11 @@ class Helper:
         if self.closed:
             return
         self.sock.close()
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, signal.SIGKILL)
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(self.pid, 0)
+        with contextlib.suppress(OSError):
+            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            os.waitid(os.P_PIDFD, self.pidfd, os.WEXITED)
+        os.close(self.pidfd)
 
 
 def _serve(sock: int, ns: tuple[int, int], parent: int) -> None:
