@@ -350,6 +350,55 @@ def test_a_supervisor_killed_mid_checkpoint_leaves_the_record_before_or_after(tm
         sb.remove()
 
 
+def test_the_helper_in_the_sandboxs_namespaces_holds_nothing_of_the_supervisors(tmp_path: Path) -> None:
+    """The process kept joined to a review sandbox's namespaces (it mounts each new
+    stack) closed every descriptor of the supervisor's but its channel (a client's
+    connection held there would never close), is not dumpable (nothing of the user's,
+    the sandbox's processes included, reads or traces it: as uid 1001 its descriptors
+    cannot even be listed), and is in no pid namespace of the sandbox's."""
+    ws = _workspace(tmp_path)
+    sb = _review(ws, "cp-helper")
+    try:
+        _sh(sb, "echo x > x.txt")
+        sb.checkpoint()  # the helper exists now (forked ahead, or for this one)
+        found = statedir.read_address(statedir.location(os.environ))
+        assert found is not None
+        helpers = []
+        for pid in _children(found[1]):
+            with open(f"/proc/{pid}/status") as f:
+                status = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
+            if len(status["NSpid"].split()) != 1:
+                continue  # a sandbox's PID 1
+            try:  # in another mount namespace than the supervisor's (not its spawner)
+                joined = os.readlink(f"/proc/{pid}/ns/mnt") != os.readlink(f"/proc/{found[1]}/ns/mnt")
+            except PermissionError:
+                joined = os.getuid() != 0  # not dumpable: its namespaces are not the user's to read
+            if joined:
+                helpers.append(pid)
+        assert len(helpers) == 1, helpers
+        helper = helpers[0]
+        with open(f"/proc/{helper}/status") as f:
+            assert f"\nNSpid:\t{helper}\n" in f.read()  # the host's pid only: in no sandbox pid namespace
+        if os.getuid() == 0:
+            fds = sorted(int(n) for n in os.listdir(f"/proc/{helper}/fd"))
+            assert fds[3:] and len(fds) == 4 and fds[:3] == [0, 1, 2], fds  # stdio and its channel
+            assert os.readlink(f"/proc/{helper}/fd/{fds[3]}").startswith("socket:")
+        else:
+            with pytest.raises(PermissionError):
+                os.listdir(f"/proc/{helper}/fd")
+        assert "cp-helper" not in _sh(sb, "cat /proc/[0-9]*/cmdline")  # nothing inside names it
+    finally:
+        sb.remove()
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{tid}/children") as f:
+            out.extend(int(c) for c in f.read().split())
+    return out
+
+
 def _checkpoint_into(sb: Sandbox, outcome: list[object]) -> None:
     try:
         outcome.append(sb.checkpoint())
