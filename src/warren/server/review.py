@@ -197,8 +197,9 @@ def read_stack(layer: str) -> LayerStack:
     except (ValueError, KeyError, TypeError, AttributeError):
         stack = LayerStack(layers=[])
     names_ok = stack.layers and all(_LAYER_NAME.fullmatch(n) for n in stack.layers)
-    bases_ok = all(_BASE_NAME.fullmatch(b.name) and b.covers in stack.layers[:-1] for b in stack.bases)
-    if not names_ok or not bases_ok or any(c.layer not in stack.layers[:-1] for c in stack.checkpoints):
+    frozen = set(stack.layers[:-1])
+    bases_ok = all(_BASE_NAME.fullmatch(b.name) and b.covers in frozen for b in stack.bases)
+    if not names_ok or not bases_ok or any(c.layer not in frozen for c in stack.checkpoints):
         raise ReviewError(
             f"the review layer's record {os.path.join(layer, STACK)} is unreadable",
             operation="review",
