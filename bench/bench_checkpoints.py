@@ -20,8 +20,12 @@ each of N commands that change a small file (its frozen layers merged into bases
 layers) and to the middle one (below the bases kept: one is built while it waits),
 beside a plain exec; repeated --deep-runs times on fresh sandboxes.
 
+--image NAME_OR_DIR (after the table): a sandbox on that image, --runs rounds of a
+command that changes a file of its root, a checkpoint of the root and a rollback to
+it, beside a plain exec.
+
 Run: python bench/bench_checkpoints.py [--sizes 1000,10000,100000] [--runs 15] [--changed 1024]
-     [--deep 1000] [--deep-runs 3]
+     [--deep 1000] [--deep-runs 3] [--image NAME_OR_DIR]
 """
 
 from __future__ import annotations
@@ -80,6 +84,28 @@ def _deep(sandbox: Any, build: Any, spec: Any, tmp: Path, count: int, runs: int)
     print(f"  exec {_ms(plain)}  command+cp {_ms(step)}  last {_ms(last)}  middle {_ms(middle)}")
 
 
+def _image(sandbox: Any, spec: Any, image: str, runs: int) -> None:
+    plain: list[float] = []
+    taking: list[float] = []
+    back: list[float] = []
+    with sandbox.create(spec(image=image, workspace="none")) as sb:
+        for i in range(runs):
+            sb.exec(["sh", "-c", f"echo {i} > /root/bench.txt"])
+            t = time.perf_counter()
+            sb.exec(["sh", "-c", ":"])  # an image may have no true
+            plain.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            point = sb.checkpoint()
+            taking.append(time.perf_counter() - t)
+            sb.exec(["sh", "-c", "rm -f /root/bench.txt"])
+            t = time.perf_counter()
+            sb.rollback(point.id)
+            back.append(time.perf_counter() - t)
+            if len(sb.checkpoints()) >= 24:  # 32 frozen layers at most: start again
+                sb.rollback(sb.checkpoints()[0].id)
+    print(f"image {image}: exec sh -c : {_ms(plain)}  checkpoint {_ms(taking)}  rollback {_ms(back)}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default="1000,10000,100000")
@@ -87,6 +113,7 @@ def main() -> None:
     ap.add_argument("--changed", type=int, default=1024, help="MiB written in the workspace first")
     ap.add_argument("--deep", type=int, default=0, help="checkpoints taken before the deep rollbacks")
     ap.add_argument("--deep-runs", type=int, default=3)
+    ap.add_argument("--image", default="", help="an image (a store name or a root directory)")
     args = ap.parse_args()
     tmp_dir = tempfile.TemporaryDirectory(prefix="bench-cp-", dir="/var/tmp", ignore_cleanup_errors=True)
     with tmp_dir as tmp:
@@ -133,6 +160,8 @@ def main() -> None:
                 )
             finally:
                 sb.remove()
+        if args.image:
+            _image(Sandbox, PolicySpec, args.image, args.runs)
         if args.deep:
             _deep(Sandbox, build, PolicySpec, Path(tmp), args.deep, args.deep_runs)
         print(f"load {os.getloadavg()[0]:.1f} at the end")
