@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -281,3 +282,19 @@ def test_a_base_is_recorded_once_built_and_the_oldest_go(tmp_path: Path) -> None
         {"name": "base.64", "covers": "upper.64"},
         {"name": "base.96", "covers": "upper.96"},
     ]
+
+
+def test_a_build_that_will_not_complete_is_asked_again(tmp_path: Path) -> None:
+    """A build that failed (it removes what it made) or whose helper is gone is not
+    waited for forever: the next checkpoint asks for the base again."""
+    d = tmp_path / "layer"
+    d.mkdir()
+    pending = layer.Base("base.64", "upper.64")
+    long_ago = time.monotonic() - bases.STARTING - 1
+    assert not bases.failed(str(d), pending, time.monotonic(), True)  # just asked: starting
+    assert bases.failed(str(d), pending, long_ago, True)  # nothing there: it failed
+    (d / bases.building("base.64")).mkdir()
+    assert not bases.failed(str(d), pending, long_ago, True)  # under way
+    assert bases.failed(str(d), pending, long_ago, False)  # ... but its helper is gone
+    (d / "base.64").mkdir()
+    assert not bases.failed(str(d), pending, long_ago, False)  # complete

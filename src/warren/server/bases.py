@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
+import time
 from typing import Any
 
 from .._core import kernel, layermerge, safepath
@@ -37,6 +37,7 @@ BASE_EVERY = 32  # frozen directories above the newest base before another is bu
 MAX_LOWERS = 500  # the overlay's lower layers at most, the host's workspace among them
 KEEP = 2
 BUILD_TIMEOUT = 600.0  # a base built while a rollback waits
+STARTING = 5.0  # a build whose directory is not there this long after it was asked failed
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _MAX_FD = 1 << 20
 
@@ -105,6 +106,23 @@ def adopt(layer: str, stack: LayerStack, pending: Base | None) -> list[str]:
     return dropped
 
 
+def building(name: str) -> str:
+    """The name a base has while it is built (renamed to ``name`` when complete)."""
+    return f".{name}.building"
+
+
+def failed(layer: str, pending: Base, since: float, helper_alive: bool) -> bool:
+    """A build asked for ``since`` (monotonic) that will not complete: its helper is
+    gone, or neither the base nor its directory under construction is there after
+    ``STARTING`` (it failed and removed what it made: a full disk, say)."""
+    if os.path.isdir(os.path.join(layer, pending.name)):
+        return False
+    if not helper_alive:
+        return True
+    under_way = os.path.isdir(os.path.join(layer, building(pending.name)))
+    return not under_way and time.monotonic() - since > STARTING
+
+
 def build_ahead(helper: joined.Helper, layer_fd: int, stack: LayerStack, base: Base) -> None:
     """Start building ``base`` in a process of the sandbox's helper; returns at once."""
     helper.call(
@@ -148,11 +166,12 @@ def _build(args: dict[str, Any], fds: list[int]) -> list[int]:
 
 
 def _merge_into(layer: int, names: list[str], name: str) -> None:
-    tmp = f".{name}.{secrets.token_hex(6)}"
+    tmp = building(name)
     srcs: list[int] = []
     try:
-        with contextlib.suppress(FileNotFoundError):
-            safepath.remove_tree(layer, name)  # left by a build the record never took
+        for left in (name, tmp):  # by a build the record never took, or one cut short
+            with contextlib.suppress(FileNotFoundError):
+                safepath.remove_tree(layer, left)
         for each in names:
             srcs.append(os.open(each, _DIR, dir_fd=layer))
         layermerge.merge(srcs, layer, tmp)

@@ -174,6 +174,7 @@ class Box:
     # (``server.bases``)
     base_due: Base | None = None
     base_pending: Base | None = None
+    base_asked: tuple[float, int] = (0.0, 0)  # ... when its build was asked, of which helper
     # on an image: the checkpoints of its root (``server.rootpoints``), oldest first
     root_points: list[RootPoint] = field(default_factory=list)
     root_next: int = 1

@@ -143,6 +143,13 @@ def _adopt(box: Box, layer: str, stack: review.LayerStack) -> list[str]:
     pending = box.base_pending
     if pending is not None and os.path.isdir(os.path.join(layer, pending.name)):
         box.base_pending = None
+    elif pending is not None:
+        since, pid = box.base_asked
+        alive = box.helper is not None and not box.helper.closed and box.helper.pid == pid
+        if bases.failed(layer, pending, since, alive):
+            print(f"warren supervisor: merged base {pending.name} of {box.name} not built", file=sys.stderr)
+            box.base_pending = pending = None  # asked again at the next checkpoint
+            box.base_due = bases.wanted(stack)
     return bases.adopt(layer, stack, pending)
 
 
@@ -157,8 +164,9 @@ def build_due(box: Box) -> None:
         stack = review.read_stack(layer)
         if due.covers not in stack.layers[:-1]:
             return
-        bases.build_ahead(box.helper_ready(), box.review_layer, stack, due)
-        box.base_pending = due
+        helper = box.helper_ready()
+        bases.build_ahead(helper, box.review_layer, stack, due)
+        box.base_pending, box.base_asked = due, (time.monotonic(), helper.pid)
     except (OSError, SandboxError) as e:
         print(f"warren supervisor: no merged base for {box.name}: {e}", file=sys.stderr, flush=True)
 
