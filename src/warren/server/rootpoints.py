@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shlex
 import sys
 import threading
 import time
@@ -91,8 +92,6 @@ def take(box: Box) -> RootPoint:
 def noted(box: Box, argv: list[str]) -> None:
     """A command about to run: listed with the last checkpoint."""
     if box.root_points and len(box.root_points[-1].commands) < _COMMANDS_KEPT:
-        import shlex
-
         box.root_points[-1].commands.append(shlex.join(argv)[:200] or "(empty)")
 
 
