@@ -66,6 +66,10 @@ def _workspace(tmp_path: Path) -> Path:
     os.link(ws / "a.txt", ws / "a-link.txt")
     os.symlink("src/main.py", ws / "main-link")
     os.utime(ws / "src" / "main.py", ns=(1_600_000_000_000_000_000, 1_600_000_000_000_000_000))
+    # ctimes are taken from a coarse clock (a tick of a few ms): a sandbox started
+    # within the tick of the last change here would see these files as changed on the
+    # host since it started (``apply`` counts the same tick as later, to be safe)
+    time.sleep(0.02)
     return ws
 
 
@@ -155,10 +159,13 @@ def test_rollback_to_an_older_checkpoint_then_diff_shows_exactly_the_changes_up_
         assert _sh(sb, "cat one.txt a.txt && ls src") == "one\nchanged\ndeep\nmain.py\n"
         with pytest.raises(CheckpointError, match="no checkpoint 999"):
             sb.rollback(999)
-        # nothing of the dropped layers is left in the layer's directory once set aside
+        # nothing of the dropped layers is left in the layer's directory once removed
+        named = set(layer.read_stack(_layer_dir("cp-older")).layers)
         deadline = time.monotonic() + 10
-        while any(n.startswith("trash.") for n in os.listdir(_layer_dir("cp-older"))):
-            assert time.monotonic() < deadline, os.listdir(_layer_dir("cp-older"))
+        while extra := {
+            n for n in os.listdir(_layer_dir("cp-older")) if n.startswith("upper") and n not in named
+        }:
+            assert time.monotonic() < deadline, extra
             time.sleep(0.02)
     finally:
         sb.remove()
@@ -292,6 +299,113 @@ def test_a_supervisor_killed_mid_apply_leaves_each_file_old_or_new(tmp_path: Pat
         sb.remove()
 
 
+def test_a_supervisor_killed_mid_checkpoint_leaves_the_record_before_or_after(tmp_path: Path) -> None:
+    """SIGKILL to the supervisor while it takes a checkpoint, four rounds at growing delays
+    (the sandbox ends with it): the record is readable and names only directories that
+    are there, the union is what the sandbox wrote (a checkpoint changes nothing of
+    it), with the checkpoint listed or not; the stopped sandbox rolls back to the
+    earlier checkpoint, and a new one on the same workspace takes checkpoints."""
+    ws = _workspace(tmp_path)
+    root = statedir.location(os.environ)
+    failed = 0
+    for n, delay in enumerate((0.0, 0.002, 0.005, 0.01)):
+        name = f"cp-killcp{n}"
+        sb = _review(ws, name)
+        try:
+            _sh(sb, "echo one > one.txt")
+            first = sb.checkpoint()
+            _sh(sb, f"echo {n} > two.txt && rm a.txt")
+            Sandbox.list()  # a supervisor is up: the kill lands in the checkpoint, not its start
+            found = statedir.read_address(root)
+            assert found is not None
+            outcome: list[object] = []
+            t = threading.Thread(target=_checkpoint_into, args=(sb, outcome))
+            t.start()
+            time.sleep(delay)
+            os.kill(found[1], signal.SIGKILL)
+            t.join(30)
+            _gone(found[1])
+            failed += isinstance(outcome[0], WarrenError)
+            record = layer.read_stack(_layer_dir(name))
+            for d in [*record.layers, *(b.name for b in record.bases)]:
+                assert os.path.isdir(os.path.join(_layer_dir(name), d)), (d, record)
+            ids = [c.id for c in record.checkpoints]
+            assert first.id in ids[-2:], ids  # the new checkpoint listed, or not
+            changed = {("added", "one.txt"), ("added", "two.txt"), ("removed", "a.txt")}
+            assert _changes(sb) == changed, (delay, record)
+            sb.rollback(first.id)  # stopped: only the record and the directories change
+            assert _changes(sb) == {("added", "one.txt")}
+        finally:
+            sb.remove()
+    assert failed, "no kill landed before the checkpoint's answer"
+    # a new sandbox on the same workspace takes checkpoints and rolls back
+    sb = _review(ws, "cp-killcp-after")
+    try:
+        _sh(sb, "echo x > x.txt")
+        point = sb.checkpoint()
+        _sh(sb, "rm x.txt")
+        sb.rollback(point.id)
+        assert _sh(sb, "cat x.txt") == "x\n"
+    finally:
+        sb.remove()
+
+
+def test_the_helper_in_the_sandboxs_namespaces_holds_nothing_of_the_supervisors(tmp_path: Path) -> None:
+    """The process kept joined to a review sandbox's namespaces (it mounts each new
+    stack) closed every descriptor of the supervisor's but its channel (a client's
+    connection held there would never close), is not dumpable (nothing of the user's,
+    the sandbox's processes included, reads or traces it: as uid 1001 its descriptors
+    cannot even be listed), and is in no pid namespace of the sandbox's."""
+    ws = _workspace(tmp_path)
+    sb = _review(ws, "cp-helper")
+    try:
+        _sh(sb, "echo x > x.txt")
+        sb.checkpoint()  # the helper exists now (forked ahead, or for this one)
+        found = statedir.read_address(statedir.location(os.environ))
+        assert found is not None
+        helpers = []
+        for pid in _children(found[1]):
+            with open(f"/proc/{pid}/status") as f:
+                status = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
+            if len(status["NSpid"].split()) != 1:
+                continue  # a sandbox's PID 1
+            try:  # in another mount namespace than the supervisor's (not its spawner)
+                joined = os.readlink(f"/proc/{pid}/ns/mnt") != os.readlink(f"/proc/{found[1]}/ns/mnt")
+            except PermissionError:
+                joined = os.getuid() != 0  # not dumpable: its namespaces are not the user's to read
+            if joined:
+                helpers.append(pid)
+        assert len(helpers) == 1, helpers
+        helper = helpers[0]
+        with open(f"/proc/{helper}/status") as f:
+            assert f"\nNSpid:\t{helper}\n" in f.read()  # the host's pid only: in no sandbox pid namespace
+        if os.getuid() == 0:
+            fds = sorted(int(n) for n in os.listdir(f"/proc/{helper}/fd"))
+            assert fds[3:] and len(fds) == 4 and fds[:3] == [0, 1, 2], fds  # stdio and its channel
+            assert os.readlink(f"/proc/{helper}/fd/{fds[3]}").startswith("socket:")
+        else:
+            with pytest.raises(PermissionError):
+                os.listdir(f"/proc/{helper}/fd")
+        assert "cp-helper" not in _sh(sb, "cat /proc/[0-9]*/cmdline")  # nothing inside names it
+    finally:
+        sb.remove()
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{tid}/children") as f:
+            out.extend(int(c) for c in f.read().split())
+    return out
+
+
+def _checkpoint_into(sb: Sandbox, outcome: list[object]) -> None:
+    try:
+        outcome.append(sb.checkpoint())
+    except WarrenError as e:
+        outcome.append(e)
+
+
 def _gone(pid: int) -> None:
     deadline = time.monotonic() + 10
     while Path(f"/proc/{pid}").exists():
@@ -331,7 +445,8 @@ def test_the_cli_takes_lists_and_rolls_back(tmp_path: Path) -> None:
         plain = Sandbox.create(build(PolicySpec(workspace=str(ws))), name="cp-plain")
         try:
             r = run_cli(["checkpoint", "cp-plain"], cwd=ws)
-            assert r.returncode == 125 and "not a review sandbox" in r.stderr and "hint:" in r.stderr
+            assert r.returncode == 125 and "writes your workspace itself" in r.stderr
+            assert "--review" in r.stderr
             assert "Traceback" not in r.stderr
         finally:
             plain.remove()

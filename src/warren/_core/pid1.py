@@ -117,6 +117,23 @@ def main(plan: Plan, control: socket.socket, *, oneshot: bool, ahead: bool = Fal
     return Init(plan, control, ruleset, oneshot, broker, helpers, ahead).serve()
 
 
+def _kill_spare(pid: int) -> set[int]:
+    """SIGKILL a spare helper nobody was given (``Init._quiesce``) and its command's
+    process (its only child: the exec stub, waiting for a command); their pids, which
+    no longer count as the sandbox's processes (PID 1 reaps them as they go). Stopped
+    first, so that a child it is forking now is in the table when it is read; neither
+    pid can be reused meanwhile (the spare is PID 1's child, not reaped yet, and its
+    child is its own, which it does not reap while stopped)."""
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGSTOP)
+        os.waitid(os.P_PID, pid, os.WSTOPPED | os.WEXITED | os.WNOWAIT)
+    doomed = {pid} | {p for p, ppid, _st in procs.table() if ppid == pid}
+    for each in sorted(doomed, reverse=True):
+        with contextlib.suppress(OSError):
+            os.kill(each, signal.SIGKILL)
+    return doomed
+
+
 def _comm(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/comm") as f:
@@ -250,7 +267,7 @@ class Init:
                         if isinstance(got[0], protocol.Refresh):
                             self._refresh()
                         elif isinstance(got[0], protocol.Quiesce):
-                            self._quiesce(got[0].stop, got[0].grace)
+                            self._quiesce(got[0])
                         else:
                             self._dispatch(*got)
                 except (wire.ConnectionClosed, OSError):
@@ -281,14 +298,20 @@ class Init:
         self._drop_spare()
         self.want_spare = not self.oneshot
 
-    def _quiesce(self, stop: bool = False, grace: float = BUSY_GRACE) -> None:
+    def _quiesce(self, asked: protocol.Quiesce) -> None:
         """Let the spare go, wait for warren's helpers that are ending (3 s at most),
         then say whether PID 1 is the sandbox's only process (but for the
         network helper's connectors: sockets only). A command, a background process or
         a daemon left by one answers at once: not alone, unless ``stop``: then each is
         killed (named in the answer) until none is left. No spare is forked until the
-        supervisor's ``Refresh``."""
+        supervisor's ``Refresh``. A spare the supervisor let go unused, or never heard
+        of (``protocol.Quiesce``), is killed with its command's process, which then
+        count as gone; so do warren's helpers already in the kernel's exit."""
+        stop, grace = asked.stop, asked.grace
+        spare = self.spare_pid if self.spare is not None and self.advertised else 0
         self._drop_spare()
+        unused = spare and (asked.untaken == spare or asked.seen != spare)
+        doomed = _kill_spare(spare) if unused else set()
         # Spares let go end, and their command's processes with them; a connector's only
         # child is the command's process it was forked with, ending too.
         ending = (self.let_go & self.helpers) | self.connectors
@@ -300,7 +323,8 @@ class Init:
         seen_busy = 0.0
         while True:
             self._reap()
-            others = [p for p in procs.table() if p[0] != 1 and p[0] not in self.connectors]
+            gone = self.connectors | doomed
+            others = [p for p in procs.table() if p[0] != 1 and p[0] not in gone]
             if not others:
                 alone = True
                 break
@@ -312,6 +336,9 @@ class Init:
                 for pid, ppid, st in others
                 if pid not in self.helpers and ppid not in ending and (st != "Z" or procs.running(pid))
             ]
+            if not busy and all(pid in self.helpers and procs.exiting(pid) for pid, _pp, _st in others):
+                alone = True  # helpers that served their request, in their exit
+                break
             now = time.monotonic()
             if stop and busy and now <= deadline:
                 for pid in busy:
@@ -456,7 +483,7 @@ class Init:
         with direct, stub or contextlib.nullcontext():
             try:
                 given = [direct.fileno(), *([stub.fileno()] if stub else [])]
-                wire.send(self.control, protocol.Spare(), fds=given)
+                wire.send(self.control, protocol.Spare(pid=self.spare_pid), fds=given)
             except OSError:
                 # Not given: it would wait on an end nobody holds. It goes; the next
                 # request forks its own (PID 1's channel is failing: PID 1 ends soon).

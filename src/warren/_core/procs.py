@@ -61,6 +61,28 @@ def running(pid: int) -> bool:
     return False
 
 
+PF_EXITING = 0x4  # a task's flags (/proc/PID/stat, field 9): it is on its way out
+
+
+def exiting(pid: int) -> bool:
+    """True when every thread of ``pid`` is on its way out (in the kernel's exit, or
+    dead): it runs no instruction of its own again, so it writes nothing more."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return True
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split(maxsplit=7)
+        if fields[0] not in ("Z", "X") and not int(fields[6]) & PF_EXITING:
+            return False
+    return True
+
+
 _own_filters: int | None = None
 
 

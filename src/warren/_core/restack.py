@@ -28,13 +28,16 @@ _PATH_DIR = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _CLONE = _sys.OPEN_TREE_CLONE | _sys.OPEN_TREE_CLOEXEC
 
 
-def restack(tmpfs: int, lowers: list[int], upper: str, new: str, children: list[str]) -> tuple[int, int]:
+def restack(
+    tmpfs: int, lowers: list[int], upper: str, new: str, children: list[str], freeze: bool = True
+) -> tuple[int, int]:
     """Freeze ``upper`` (a directory of the layer tmpfs ``tmpfs``) and stack the root
     again above it and ``lowers`` (top first), with ``new`` (made here) as the fresh
     upper directory. ``children``: the mount points of the mounts directly on the root,
     in the order they were made (``server.restack.root_children``). Returns the frozen
     layer (a detached mount) and the new upper directory (for the supervisor's
-    snapshots)."""
+    snapshots). Not ``freeze`` (a rollback): ``upper`` is dropped, not frozen, the root
+    stands on ``lowers`` alone (-1 for the frozen layer)."""
     work = new.replace("upper", "work", 1)
     for name in (new, work):
         with contextlib.suppress(FileNotFoundError):
@@ -45,16 +48,18 @@ def restack(tmpfs: int, lowers: list[int], upper: str, new: str, children: list[
     os.chown(new, st.st_uid, st.st_gid, dir_fd=tmpfs, follow_symlinks=False)
     os.chmod(new, stat.S_IMODE(st.st_mode), dir_fd=tmpfs)
     os.utime(new, ns=(st.st_atime_ns, st.st_mtime_ns), dir_fd=tmpfs, follow_symlinks=False)
-    held = os.open(upper, _PATH_DIR, dir_fd=tmpfs)
-    try:
-        frozen = _read_only(_sys.open_tree("", _CLONE | _sys.AT_EMPTY_PATH, held))
-    finally:
-        os.close(held)
+    frozen = -1
+    if freeze:
+        held = os.open(upper, _PATH_DIR, dir_fd=tmpfs)
+        try:
+            frozen = _read_only(_sys.open_tree("", _CLONE | _sys.AT_EMPTY_PATH, held))
+        finally:
+            os.close(held)
     new_fd = up = wk = mnt = -1
     try:
         up = os.open(new, _PATH_DIR, dir_fd=tmpfs)
         wk = os.open(work, _PATH_DIR, dir_fd=tmpfs)
-        mnt = _sys.overlay_from_fds([frozen, *lowers], up, wk)
+        mnt = _sys.overlay_from_fds([frozen, *lowers] if freeze else lowers, up, wk)
         old = os.open("/", _PATH_DIR)
         try:
             _check_points(old, mnt, children)
@@ -80,7 +85,8 @@ def restack(tmpfs: int, lowers: list[int], upper: str, new: str, children: list[
             os.close(old)
         return frozen, os.open(new, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=tmpfs)
     except BaseException:
-        os.close(frozen)
+        if frozen >= 0:
+            os.close(frozen)
         raise
     finally:
         for fd in (new_fd, up, wk, mnt):
@@ -128,14 +134,18 @@ def clone_layers(fds: list[int]) -> list[int]:
     return out
 
 
-def restack_dir(target: str, lowers: list[int], upper: int, work: int, children: list[str]) -> None:
+def restack_dir(target: str, lowers: list[int], upper: int, work: int, children: list[str]) -> int:
     """Stack the overlay mounted at ``target`` (a review workspace) again: ``lowers``
     (layers by descriptor, top first: frozen upper directories, then the host's
     directory as a detached mount), ``upper`` and ``work`` fresh directories. The
     mounts directly on the old overlay (``children``, relative to ``target``, in the
     order they were made) move onto the new one, the old one is detached and the new
     one takes its place. Nothing is changed before every check passed; a failure after
-    the old overlay was moved is ENOTRECOVERABLE (the workspace is not there)."""
+    the old overlay was moved is ENOTRECOVERABLE (the workspace is not there).
+
+    Returns the old overlay, detached: the close of its last reference ends it, which
+    syncs its upper directory's filesystem (the whole of it: seconds when much is
+    dirty), so the caller closes it off the command's path."""
     mnt = _sys.overlay_from_fds(lowers, upper, work)
     new_fd = old = -1
     try:
@@ -157,6 +167,8 @@ def restack_dir(target: str, lowers: list[int], upper: int, work: int, children:
         finally:
             with contextlib.suppress(OSError):
                 os.rmdir(point)
+        old, gone = -1, old
+        return gone
     finally:
         for fd in (new_fd, old, mnt):
             if fd >= 0:

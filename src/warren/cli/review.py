@@ -101,7 +101,8 @@ def checkpoint(args: list[str]) -> int:
     p = flags.parser(
         "warren checkpoint",
         "Freeze review sandbox NAME's workspace as it is now (prints the checkpoint's id); one is "
-        "also taken before each command. Refused while a process runs in it.",
+        "also taken before each command. On a sandbox on an image (--image), its root. Refused "
+        "while a process runs in it.",
     )
     p.add_argument("name")
     ns = p.parse_args(args)
@@ -113,8 +114,8 @@ def checkpoint(args: list[str]) -> int:
 def checkpoints(args: list[str]) -> int:
     p = flags.parser(
         "warren checkpoints",
-        "Review sandbox NAME's checkpoints, oldest first: id, time, the bytes its changes hold, "
-        "the commands that followed it.",
+        "Review (or image) sandbox NAME's checkpoints, oldest first: id, time, the bytes its "
+        "changes hold, the commands that followed it.",
     )
     p.add_argument("--json", action="store_true", help="one JSON array")
     p.add_argument("name")
@@ -131,9 +132,9 @@ def checkpoints(args: list[str]) -> int:
 def rollback(args: list[str]) -> int:
     p = flags.parser(
         "warren rollback",
-        "Return review sandbox NAME's workspace to checkpoint ID (the last one without): what was "
-        "written since is gone, later checkpoints with it. Processes still running are stopped "
-        "first (named).",
+        "Return review sandbox NAME's workspace (on an image: its root) to checkpoint ID (the last "
+        "one without): what was written since is gone, later checkpoints with it. Processes still "
+        "running are stopped first (named).",
     )
     p.add_argument(
         "--keep-running", action="store_true", help="refuse (naming them) rather than stop running processes"

@@ -504,16 +504,19 @@ class Sandbox:
 
     def checkpoint(self) -> Checkpoint:
         """Freeze a review sandbox's workspace as it is now (one is also taken before
-        each command); refused (``CheckpointError``) while a process runs in it."""
+        each command), or a sandbox on an image's root; refused (``CheckpointError``)
+        while a process runs in it, and on a sandbox with neither (it writes the host's
+        workspace itself)."""
         return self._transport.checkpoint(self.name, "take")[0]
 
     def checkpoints(self) -> builtins.list[Checkpoint]:
-        """A review sandbox's checkpoints, oldest first."""
+        """A review sandbox's (or a sandbox on an image's) checkpoints, oldest first."""
         return self._transport.checkpoint(self.name, "list")
 
     def rollback(self, checkpoint: int | None = None, keep_running: bool = False) -> Checkpoint:
-        """Return the workspace to checkpoint ``checkpoint`` (the last one without):
-        what was written since is gone, and later checkpoints with it. Processes still
+        """Return the workspace (on an image: the root) to checkpoint ``checkpoint``
+        (the last one without): what was written since is gone, and later checkpoints
+        with it. Processes still
         running are stopped first (named in ``Checkpoint.stopped``), or with
         ``keep_running`` the rollback is refused (``CheckpointError``)."""
         return self._transport.checkpoint(self.name, "rollback", checkpoint or 0, keep_running)[0]

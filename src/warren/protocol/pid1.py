@@ -42,6 +42,13 @@ class Quiesce(Message):
     # how long a process found running may take to end before it counts (an exec's
     # processes may still be on their way out when its answer came), seconds
     grace: float = 0.015
+    # the spare (``Spare.pid``) the supervisor let go without handing it a request, and
+    # the last one it heard of: a spare of PID 1's that is the first, or not the
+    # second (never heard of, so never handed anything), will run nothing: PID 1 kills
+    # it (and its command's process) and does not wait for it to notice its channel
+    # closed
+    untaken: int = 0
+    seen: int = 0
 
 
 class Quiet(Message):
@@ -56,6 +63,7 @@ class Spare(Message):
     a wake-up less on every exec. PID 1 never hands it one of its own."""
 
     TAG = "spare"
+    pid: int = 0  # the helper's, as the sandbox numbers it (``Quiesce.untaken``)
 
 
 class Failed(Message):

@@ -12,6 +12,7 @@ supervisor. Networking (netd, pasta, expose) is ``boxnet``'s.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import select
 import selectors
@@ -29,7 +30,7 @@ from ..images.store import Lease
 from ..plan import Plan
 from ..plan.limits import V2
 from ..policy.limits import show_duration
-from . import boxnet, follow, gitkeeper, launch, pause
+from . import boxnet, follow, gitkeeper, joined, launch, pause
 from .trail import Started, Trail
 
 if TYPE_CHECKING:
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
     from .ahead import Booted, Request
     from .clients import Client
     from .restack import Stack
+    from .review import Base
+    from .rootpoints import RootPoint
 
 STOP_KILL_AFTER = 3.0  # after SIGTERM, PID 1's grace (2 s) and a margin
 DEGRADED_KILL_AFTER = 0.5
@@ -166,6 +169,15 @@ class Box:
     stack: Stack | None = None  # ... and its layers as detached mounts (``restack``)
     review_lower: int | None = None  # review mode: the host's workspace, detached (``checkpoints``)
     review_layer: int | None = None  # ... and its layer's directory, detached
+    helper: joined.Helper | None = None  # in its namespaces, for checkpoints (``helper_ready``)
+    # review mode: the merged base a checkpoint found due, and the one being built
+    # (``server.bases``)
+    base_due: Base | None = None
+    base_pending: Base | None = None
+    base_asked: tuple[float, int] = (0.0, 0)  # ... when its build was asked, of which helper
+    # on an image: the checkpoints of its root (``server.rootpoints``), oldest first
+    root_points: list[RootPoint] = field(default_factory=list)
+    root_next: int = 1
     # PID 1 was asked to let its spare go (``restack.freeze``): one it gave meanwhile is
     # let go at once, or its helper would wait on our end and PID 1 for it
     quiescing: bool = False
@@ -183,6 +195,8 @@ class Box:
     # ... and a copy of its end of the channel to its command's process (the exec stub):
     # an exec may go to that process directly (``hand``, ``Launcher.launched``)
     spare_stub: socket.socket | None = None
+    spare_pid: int = 0  # ... its pid as the sandbox numbers it (``protocol.Spare``)
+    spare_seen: int = 0  # the last spare PID 1 gave us, handed, dropped or held (``Quiesce.seen``)
 
     def __post_init__(self) -> None:
         self.inbox = wire.Inbox(self.launched.control)
@@ -263,9 +277,11 @@ class Box:
                     self.stack.lowers.extend(fds)
                 fds = []
         elif isinstance(msg, protocol.Spare):
+            self.spare_seen = msg.pid
             if fds and not self.quiescing:
                 self.drop_spare()
                 self.spare = socket.socket(fileno=fds.pop(0))
+                self.spare_pid = msg.pid
                 self.spare.setblocking(False)
                 # Its end closes when it goes unused (PID 1 let it go): then ours of
                 # its command's process too, or that process would wait on it.
@@ -327,14 +343,37 @@ class Box:
             with contextlib.suppress(KeyError, ValueError):
                 self.sel.unregister(self.spare)
         self.spare = self.spare_stub = None
+        self.spare_pid = 0
 
-    def drop_spare(self) -> None:
-        """Forget the helper PID 1 gave us (it exits when its end closes)."""
-        spare, stub = self.spare, self.spare_stub
+    def drop_spare(self) -> int:
+        """Forget the helper PID 1 gave us (it exits when its end closes); its pid, 0
+        when there was none (``protocol.Quiesce.untaken``: never handed a request)."""
+        spare, stub, pid = self.spare, self.spare_stub, self.spare_pid
         self._forget_spare()
         for sock in (spare, stub):
             if sock is not None:
                 sock.close()
+        return pid if spare is not None else 0
+
+    def helper_ready(self) -> joined.Helper:
+        """The process in the sandbox's namespaces that stacks its layers again
+        (``server.checkpoints``, ``server.restack``): the one forked ahead (a review
+        sandbox's, ``Supervisor._timers``), or one forked now, kept for the next."""
+        if self.helper is None or self.helper.closed:
+            if self.ns is None:
+                raise OSError(errno.EINVAL, "no namespaces to join", self.name)
+            self.helper = joined.Helper.start(self.ns)
+        return self.helper
+
+    @property
+    def wants_helper(self) -> bool:
+        """A review sandbox, running, with no helper ready: one is forked ahead."""
+        return (
+            self.review_layer is not None
+            and self.ns is not None
+            and self.ready
+            and (self.helper is None or self.helper.closed)
+        )
 
     def await_pid1(self, kind: type[protocol.Message], timeout: float) -> protocol.Message | None:
         """Wait (``timeout`` at most) for PID 1's next message of ``kind``, handling the
@@ -667,6 +706,9 @@ class Box:
         if self.launched.host_watch is not None:
             self.launched.host_watch.close()
         self.drop_spare()
+        if self.helper is not None:
+            self.helper.close()
+            self.helper = None
         if self.layer is not None:
             os.close(self.layer)
             self.layer = None

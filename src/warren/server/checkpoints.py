@@ -2,8 +2,9 @@
 
 A review sandbox's workspace is an overlay whose upper directory lies in its review
 layer (``server.review``). A checkpoint freezes that upper directory where it is: the
-workspace is stacked again (``_core.restack.restack_dir``, by a process that joins the
-sandbox's namespaces: PID 1 can no longer mount) with the frozen directory as its
+workspace is stacked again (``_core.restack.restack_dir``, by a process of the
+supervisor's forked ahead and joined to the sandbox's namespaces, ``joined.Helper``:
+PID 1 can no longer mount) with the frozen directory as its
 topmost lower layer and a fresh upper directory above it. Nothing is copied, so the
 time does not depend on the workspace's size or on what changed. A rollback stacks the
 workspace again on the frozen directories up to the checkpoint, with a fresh upper
@@ -35,7 +36,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import secrets
 import shlex
 import stat
 import sys
@@ -43,6 +43,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from .. import protocol
 from .._core import restack as core
@@ -52,12 +53,12 @@ from ..plan.facts import MountEntry, parse_mountinfo
 from ..plan.model import MountKind
 from ..policy import config
 from ..policy.limits import show_size
-from . import joined, review, snapshots
+from . import bases, joined, review, snapshots
 from .box import Box
 
-# Frozen upper directories per workspace: each is one more lower layer every lookup in
-# the workspace may walk (the overlay takes 500 at most).
-MAX_LAYERS = 128
+# Frozen upper directories per workspace (their record is read whole at each one); the
+# workspace is mounted on the newest merged base and those above it (``server.bases``).
+MAX_LAYERS = 4096
 QUIET_TIMEOUT = 5.0
 _PATH_DIR = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _COMMANDS_KEPT = 8
@@ -91,40 +92,83 @@ def take(box: Box, layer: str, root: str, command: str = "") -> review.Checkpoin
             last.commands.append(command)
             review.write_stack(layer, stack)
         return None
-    if len(stack.layers) > MAX_LAYERS:
+    unused = _adopt(box, layer, stack)
+    n = stack.next
+    new = f"{review.UPPER}.{n}"
+    layers = [*stack.layers, new]
+    if len(stack.layers) > MAX_LAYERS or bases.mount_plan(stack, layers) is None:
         if auto:
             return None
         raise CheckpointError(
-            f"sandbox {box.name} has {MAX_LAYERS} checkpoints, the most a workspace takes",
+            f"sandbox {box.name} has {len(stack.layers) - 1} checkpoints, the most it takes now"
+            if len(stack.layers) > MAX_LAYERS
+            else f"sandbox {box.name}'s checkpoints are more than its workspace can stand on until their "
+            "merged base is built",
             operation="checkpoint",
             path=box.name,
             hint=f"roll back to an earlier one (`warren rollback {box.name} ID`), or apply or discard "
-            "the changes and start a new review sandbox",
+            "the changes and start a new review sandbox"
+            if len(stack.layers) > MAX_LAYERS
+            else "try again in a moment",
         )
     size = layer_bytes(layer, live)
     _check_budget(root, box.name, size)
-    n = stack.next
     point = review.Checkpoint(
         id=n, layer=live, time=time.time(), bytes=size, commands=[command] if auto else []
     )
-    new = f"{review.UPPER}.{n}"
     after = review.LayerStack(
-        next=n + 1, layers=[*stack.layers, new], checkpoints=[*stack.checkpoints, point]
+        next=n + 1, layers=layers, checkpoints=[*stack.checkpoints, point], bases=list(stack.bases)
     )
     _fresh(layer, new, live, box.name)
     try:
         _record(layer, after, box.name)
         with _restored_on_failure(layer, stack):
-            stopped = _quiesce(box, stop=False, refuse=not auto, action="checkpoint")
+            stopped = quiesce(box, stop=False, refuse=not auto, action="checkpoint")
             if stopped is None:
                 review.write_stack(layer, stack)
                 _drop(layer, [new])
                 return None
-            _restack(box, target, after.layers)
+            _restack(box, target, after)
     except BaseException:
         _drop(layer, [new])
         raise
+    _set_aside(layer, unused)
+    box.base_due = bases.wanted(after)  # built ahead (``build_due``) when nobody waits
     return point
+
+
+def _adopt(box: Box, layer: str, stack: review.LayerStack) -> list[str]:
+    """The merged base built ahead recorded in ``stack`` if it is complete; the names
+    of the bases to remove once the workspace is stacked again (``bases.adopt``)."""
+    pending = box.base_pending
+    if pending is not None and os.path.isdir(os.path.join(layer, pending.name)):
+        box.base_pending = None
+    elif pending is not None:
+        since, pid = box.base_asked
+        alive = box.helper is not None and not box.helper.closed and box.helper.pid == pid
+        if bases.failed(layer, pending, since, alive):
+            print(f"warren supervisor: merged base {pending.name} of {box.name} not built", file=sys.stderr)
+            box.base_pending = pending = None  # asked again at the next checkpoint
+            box.base_due = bases.wanted(stack)
+    return bases.adopt(layer, stack, pending)
+
+
+def build_due(box: Box) -> None:
+    """Start building the merged base a checkpoint found due (``Supervisor._timers``,
+    while nobody waits): in a process the sandbox's helper forks, not waited for."""
+    due, box.base_due = box.base_due, None
+    if due is None or box.base_pending is not None or box.review_layer is None or box.home is None:
+        return
+    try:
+        layer = review.layer_of(box.home, os.path.dirname(os.path.dirname(box.home)), box.name)
+        stack = review.read_stack(layer)
+        if due.covers not in stack.layers[:-1]:
+            return
+        helper = box.helper_ready()
+        bases.build_ahead(helper, box.review_layer, stack, due)
+        box.base_pending, box.base_asked = due, (time.monotonic(), helper.pid)
+    except (OSError, SandboxError) as e:
+        print(f"warren supervisor: no merged base for {box.name}: {e}", file=sys.stderr, flush=True)
 
 
 def before_command(box: Box, root: str, argv: list[str]) -> None:
@@ -151,11 +195,10 @@ def before_command(box: Box, root: str, argv: list[str]) -> None:
 
 
 def _plan_rollback(
-    name: str, layer: str, ident: int
+    name: str, layer: str, ident: int, stack: review.LayerStack
 ) -> tuple[review.LayerStack, review.LayerStack, review.Checkpoint, list[str]]:
     """The stack now, the stack after rolling back to ``ident`` (0: the last one), that
-    checkpoint, and the upper directories it drops; the fresh upper made."""
-    stack = review.read_stack(layer)
+    checkpoint, and the directories it drops (upper ones, bases); the fresh upper made."""
     if not stack.checkpoints:
         raise CheckpointError(
             f"sandbox {name} has no checkpoint to roll back to",
@@ -177,15 +220,20 @@ def _plan_rollback(
         next=stack.next + 1,
         layers=[*keep, new],
         checkpoints=[c for c in stack.checkpoints if c.id <= chosen.id],
+        bases=[b for b in stack.bases if b.covers in keep],
     )
     _fresh(layer, new, chosen.layer, name)
-    return stack, after, chosen, stack.layers[len(keep) :]
+    unbased = [b.name for b in stack.bases if b.covers not in keep]
+    return stack, after, chosen, [*stack.layers[len(keep) :], *unbased]
 
 
 def rollback_stopped(name: str, layer: str, ident: int) -> review.Checkpoint:
     """A stopped review sandbox's layer back to checkpoint ``ident``: only the record
     and the layer's directories change (nothing is mounted)."""
-    _stack, after, chosen, gone = _plan_rollback(name, layer, ident)
+    stack = review.read_stack(layer)
+    unused = bases.adopt(layer, stack, None)
+    _stack, after, chosen, gone = _plan_rollback(name, layer, ident, stack)
+    gone += unused
     try:
         _record(layer, after, name)
     except BaseException:
@@ -199,14 +247,17 @@ def rollback(box: Box, layer: str, ident: int, keep_running: bool) -> tuple[revi
     """Stack ``box``'s workspace again on checkpoint ``ident`` (0: the last one): what
     was written since goes. Returns the checkpoint and the processes stopped first."""
     target = target_of(box)
-    stack, after, chosen, gone = _plan_rollback(box.name, layer, ident)
+    stack = review.read_stack(layer)
+    unused = _adopt(box, layer, stack)
+    stack, after, chosen, gone = _plan_rollback(box.name, layer, ident, stack)
+    gone += unused
     new = after.layers[-1]
     try:
         _record(layer, after, box.name)  # first: a full disk refuses before anything is stopped
         with _restored_on_failure(layer, stack):
-            stopped = _quiesce(box, stop=not keep_running, refuse=True, action="rollback")
+            stopped = quiesce(box, stop=not keep_running, refuse=True, action="rollback")
             assert stopped is not None
-            _restack(box, target, after.layers)
+            _restack(box, target, after, layer)
     except BaseException:
         _drop(layer, [new])
         raise
@@ -331,40 +382,33 @@ def _drop(layer: str, names: list[str]) -> None:
 
 
 def _set_aside(layer: str, names: list[str]) -> None:
-    """Rename the dropped directories out of the way at once; remove them in a thread
-    (their size is whatever the sandbox wrote)."""
+    """Remove the dropped directories (no longer named by the record, never named
+    again: names are not reused) in a thread: their size is whatever the sandbox wrote,
+    and a rollback far back drops hundreds."""
     if not names:
         return
-    aside = f"trash.{secrets.token_hex(8)}"
     try:
         fd = safepath.open_dir(layer)
     except OSError:
         return
-    try:
-        os.mkdir(aside, 0o700, dir_fd=fd)
-        for name in names:
-            for each in (name, review.work_of(name)):
-                with contextlib.suppress(FileNotFoundError):
-                    os.rename(each, f"{aside}/{each}", src_dir_fd=fd, dst_dir_fd=fd)
-    except OSError:
-        os.close(fd)
-        return
 
     def remove() -> None:
         try:
-            with contextlib.suppress(OSError):
-                safepath.remove_tree(fd, aside)
+            for name in names:
+                for each in {name, review.work_of(name)}:
+                    with contextlib.suppress(OSError):
+                        safepath.remove_tree(fd, each)
         finally:
             os.close(fd)
 
     threading.Thread(target=remove, name="warren-rollback-trash", daemon=True).start()
 
 
-def _quiesce(box: Box, *, stop: bool, refuse: bool, action: str) -> str | None:
+def quiesce(box: Box, *, stop: bool, refuse: bool, action: str) -> str | None:
     """PID 1 alone (its spare let go, no spare forked until the ``Refresh`` that ends
     ``_restack``): the processes stopped (``stop``), "" when none ran; None (or, with
     ``refuse``, a typed error naming them) when something else runs."""
-    if box.ns is None or box.review_lower is None or box.paused is not None:
+    if box.ns is None or (box.review_lower is None and box.stack is None) or box.paused is not None:
         why = (
             "it is paused" if box.paused is not None else "its workspace was launched without a handle on it"
         )
@@ -376,11 +420,13 @@ def _quiesce(box: Box, *, stop: bool, refuse: bool, action: str) -> str | None:
             path=box.name,
             hint=f"resume it (`warren resume {box.name}`)" if box.paused is not None else "create it again",
         )
-    box.drop_spare()
+    untaken = box.drop_spare()
     # Asked for (refuse): a quarter of a second for the last command's processes to end
     # on a loaded host; before each command (not refuse): a moment, paid by every
     # command while a background process runs.
-    box.send(protocol.Quiesce(stop=stop, grace=0.25 if refuse else 0.015))
+    box.send(
+        protocol.Quiesce(stop=stop, grace=0.25 if refuse else 0.015, untaken=untaken, seen=box.spare_seen)
+    )
     box.quiescing = True
     try:
         quiet = box.await_pid1(protocol.Quiet, QUIET_TIMEOUT)
@@ -403,13 +449,25 @@ def _quiesce(box: Box, *, stop: bool, refuse: bool, action: str) -> str | None:
     )
 
 
-def _restack(box: Box, target: str, layers: list[str]) -> None:
-    """Stack the workspace at ``target`` again: ``layers`` (upper directories of the
-    review layer, oldest first; the last one fresh, the sandbox's upper from now on)
-    above the host's. PID 1 is alone (``_quiesce``) and gets its ``Refresh`` here
-    whatever happens."""
+def _restack(box: Box, target: str, stack: review.LayerStack, layer: str = "") -> None:
+    """Stack the workspace at ``target`` again: ``stack``'s upper directories (oldest
+    first; the last one fresh, the sandbox's upper from now on) above the host's, on
+    their newest merged base (``bases.mount_plan``; a rollback, given its ``layer``,
+    below every kept base builds one first, and records it). PID 1 is alone
+    (``quiesce``) and gets its ``Refresh`` here whatever happens."""
     assert box.ns is not None and box.review_lower is not None and box.review_layer is not None
     try:
+        layers = bases.mount_plan(stack, stack.layers)
+        if layers is None and layer:
+            _base_now(box, layer, stack)
+            layers = bases.mount_plan(stack, stack.layers)
+        if layers is None:
+            raise CheckpointError(
+                f"sandbox {box.name}'s workspace stands on too many layers",
+                operation="checkpoint",
+                path=box.name,
+                hint="try again in a moment (their merged base is being built)",
+            )
         try:
             with open(f"/proc/{box.pid}/mountinfo") as f:
                 children = mounts_on(parse_mountinfo(f.read()), target)
@@ -421,9 +479,9 @@ def _restack(box: Box, target: str, layers: list[str]) -> None:
                 hint="mounts made beneath the workspace at the same point cannot be moved",
             ) from None
         try:
-            joined.run(
-                box.ns,
-                lambda got: _stack_in(target, got[0], got[1], layers, children),
+            box.helper_ready().call(
+                "review-restack",
+                {"target": target, "layers": layers, "children": children},
                 [box.review_layer, box.review_lower],
             )
         except OSError as e:
@@ -449,15 +507,38 @@ def _restack(box: Box, target: str, layers: list[str]) -> None:
         box.send(protocol.Refresh())  # PID 1 forks spares again (with rules for the new workspace)
 
 
-def _stack_in(target: str, layer: int, host: int, layers: list[str], children: list[str]) -> list[int]:
-    """In the sandbox's namespaces: the layers opened beneath the layer's detached
-    mount (plain names made by the supervisor, no link followed), then stacked."""
+def _base_now(box: Box, layer: str, stack: review.LayerStack) -> None:
+    """A rollback's base, built while it waits (below every kept one), recorded in
+    ``stack`` and its record: the frozen directories up to the checkpoint."""
+    assert box.review_layer is not None
+    due = review.Base(name=bases.name_for(stack.layers[-2]), covers=stack.layers[-2])
+    try:
+        bases.build_now(box.helper_ready(), box.review_layer, stack, due)
+    except OSError as e:
+        raise CheckpointError.from_os(
+            e,
+            f"cannot merge sandbox {box.name}'s checkpoints to roll back that far: {e.strerror}",
+            "rollback",
+            box.name,
+            hint="roll back to a later checkpoint; free space on the disk of warren's state directory",
+        ) from None
+    stack.bases.append(due)
+    review.write_stack(layer, stack)
+
+
+@joined.op("review-restack")
+def _stack_in(args: dict[str, Any], given: list[int]) -> list[int]:
+    """In the sandbox's namespaces (``joined.Helper``): the layers opened beneath the
+    layer's detached mount (plain names made by the supervisor, no link followed),
+    then stacked at ``target`` above the host's workspace."""
+    target, layers, children = str(args["target"]), [str(n) for n in args["layers"]], list(args["children"])
+    layer, host = given
     fds: list[int] = []
     try:
         for name in [*layers, review.work_of(layers[-1])]:
             fds.append(os.open(name, _PATH_DIR, dir_fd=layer))
         lowers = [*reversed(fds[:-2]), host]
-        core.restack_dir(target, lowers, fds[-2], fds[-1], children)
+        joined.close_later(core.restack_dir(target, lowers, fds[-2], fds[-1], children))
     finally:
         for fd in fds:
             os.close(fd)

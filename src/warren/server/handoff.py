@@ -15,7 +15,7 @@ from .. import protocol
 from .._core import execstub, shim
 from ..errors import ProtocolError
 from ..plan import Plan
-from . import checkpoints, spawns, stdin
+from . import checkpoints, rootpoints, spawns, stdin
 from .box import Box
 
 HANDED = (
@@ -44,6 +44,8 @@ def hand_over(
     box.follow_roots()
     if box.plan.review is not None and isinstance(msg, (protocol.ExecRequest, protocol.SpawnRequest)):
         checkpoints.before_command(box, root, msg.command.argv)
+    elif box.root_points and isinstance(msg, (protocol.ExecRequest, protocol.SpawnRequest)):
+        rootpoints.noted(box, msg.command.argv)
     declared = sum(1 for a in msg.command.stdio[:3] if a) if isinstance(msg, protocol.ExecRequest) else 0
     if len(fds) != declared:
         raise ProtocolError(

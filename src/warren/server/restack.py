@@ -25,6 +25,7 @@ import errno
 import os
 import sys
 from dataclasses import dataclass, field
+from typing import Any
 
 from .. import protocol
 from .._core import restack as core
@@ -46,11 +47,13 @@ class Stack:
     tmpfs: int
     lowers: list[int]
     own: list[tuple[str, int]] = field(default_factory=list)  # (snapshot id, layer), top first
+    upper: str = "upper"  # the live upper directory's name on the tmpfs
+    made: int = 0  # upper directories made since launch (the next is ``upper.{made + 1}``)
+    names: dict[int, str] = field(default_factory=dict)  # a frozen layer's directory on the tmpfs
 
-    @staticmethod
-    def upper_after(frozen: int) -> str:
-        """The upper directory's name on the tmpfs once ``frozen`` layers were frozen."""
-        return f"upper.{frozen}" if frozen else "upper"
+    def next_upper(self) -> str:
+        self.made += 1
+        return f"upper.{self.made}"
 
     def close(self) -> None:
         for fd in (self.tmpfs, *self.lowers):
@@ -66,8 +69,7 @@ def freeze(box: Box, snap_id: str) -> int | None:
     stack = box.stack
     if stack is None or box.ns is None or box.paused is not None or len(stack.own) >= MAX_STACK:
         return None
-    box.drop_spare()
-    box.send(protocol.Quiesce())
+    box.send(protocol.Quiesce(untaken=box.drop_spare(), seen=box.spare_seen))
     box.quiescing = True
     try:
         quiet = box.await_pid1(protocol.Quiet, QUIET_TIMEOUT)
@@ -76,7 +78,7 @@ def freeze(box: Box, snap_id: str) -> int | None:
             why = quiet.why if isinstance(quiet, protocol.Quiet) else "PID 1 did not answer"
             print(f"warren supervisor: snapshot of {box.name}: copied ({why})", file=sys.stderr, flush=True)
             return None
-        old, new = Stack.upper_after(len(stack.own)), Stack.upper_after(len(stack.own) + 1)
+        old, new = stack.upper, stack.next_upper()
         try:
             # The mounts as PID 1 sees them (read here: the joined process is not in its
             # /proc); nothing mounts meanwhile, PID 1 being alone.
@@ -85,10 +87,8 @@ def freeze(box: Box, snap_id: str) -> int | None:
         except (OSError, ValueError):
             return None
         try:
-            frozen, upper = joined.run(
-                box.ns,
-                lambda fds: list(core.restack(fds[0], fds[1:], old, new, children)),
-                [stack.tmpfs, *stack.lowers],
+            frozen, upper = box.helper_ready().call(
+                "restack", {"old": old, "new": new, "children": children}, [stack.tmpfs, *stack.lowers]
             )
         except OSError as e:
             if e.errno == errno.ENOTRECOVERABLE:
@@ -104,6 +104,7 @@ def freeze(box: Box, snap_id: str) -> int | None:
             return None
         stack.lowers.insert(0, frozen)
         stack.own.insert(0, (snap_id, frozen))
+        stack.names[frozen], stack.upper = old, new
         if box.layer is not None:
             os.close(box.layer)
         box.layer = upper
@@ -111,6 +112,16 @@ def freeze(box: Box, snap_id: str) -> int | None:
     finally:
         box.quiescing = False
         box.send(protocol.Refresh())  # PID 1 forks spares again (with rules for the new root)
+
+
+@joined.op("restack")
+def _restack_in(args: dict[str, Any], fds: list[int]) -> list[int]:
+    """In the sandbox's namespaces (``joined.Helper``): the root stacked again above
+    its layer frozen (``_core.restack.restack``); the frozen layer and the new upper
+    (``freeze`` false, a rollback: the new upper only)."""
+    old, new, children = str(args["old"]), str(args["new"]), list(args["children"])
+    got = core.restack(fds[0], fds[1:], old, new, children, bool(args.get("freeze", True)))
+    return [fd for fd in got if fd >= 0]
 
 
 def root_children(mounts: tuple[MountEntry, ...]) -> list[str]:

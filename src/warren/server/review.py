@@ -24,7 +24,8 @@ only; the sandbox never sees the layer's own directory), the last one the sandbo
 live upper. What the sandbox sees is their union, newest first, as the overlay makes
 it: an entry in a newer directory hides the older ones and the host's, a whiteout
 removes, an opaque directory hides everything older beneath it. ``diff`` and ``apply``
-read that union.
+read that union. Merged bases (``server.bases``: the union of the oldest directories
+made of hard links) are recorded beside them; only mounts use them.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from ..errors import ReviewConflict, ReviewError, SetupError
 
 UPPER, WORK, STARTED, STACK = "upper", "work", "started", "stack.json"
 _LAYER_NAME = re.compile(r"upper(\.[1-9][0-9]{0,8})?")
+_BASE_NAME = re.compile(r"base\.[1-9][0-9]{0,8}")
 POINTER = "review-layer"  # in the sandbox's state directory: the layer's name
 _OPAQUE = ("user.overlay.opaque", "trusted.overlay.opaque")
 _PATCH_LIMIT = 4 << 20  # a file larger than this is named in a patch, not shown
@@ -130,13 +132,23 @@ class Checkpoint:
 
 
 @dataclass
+class Base:
+    """A merged base (``server.bases``): one directory that is, as a lower layer, the
+    union of the upper directories up to ``covers`` (a frozen one, the last it holds)."""
+
+    name: str
+    covers: str
+
+
+@dataclass
 class LayerStack:
     """A review layer's upper directories, oldest first (the last is the sandbox's live
-    upper), and its checkpoints, oldest first."""
+    upper), its checkpoints, oldest first, and its merged bases, oldest first."""
 
     next: int = 1
     layers: list[str] = field(default_factory=lambda: [UPPER])
     checkpoints: list[Checkpoint] = field(default_factory=list)
+    bases: list[Base] = field(default_factory=list)
 
     def dump(self) -> bytes:
         return json.dumps(
@@ -147,6 +159,7 @@ class LayerStack:
                     {"id": c.id, "layer": c.layer, "time": c.time, "bytes": c.bytes, "commands": c.commands}
                     for c in self.checkpoints
                 ],
+                "bases": [{"name": b.name, "covers": b.covers} for b in self.bases],
             }
         ).encode()
 
@@ -179,11 +192,14 @@ def read_stack(layer: str) -> LayerStack:
                 )
                 for c in data["checkpoints"]
             ],
+            bases=[Base(name=str(b["name"]), covers=str(b["covers"])) for b in data.get("bases", [])],
         )
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, AttributeError):
         stack = LayerStack(layers=[])
     names_ok = stack.layers and all(_LAYER_NAME.fullmatch(n) for n in stack.layers)
-    if not names_ok or any(c.layer not in stack.layers[:-1] for c in stack.checkpoints):
+    frozen = set(stack.layers[:-1])
+    bases_ok = all(_BASE_NAME.fullmatch(b.name) and b.covers in frozen for b in stack.bases)
+    if not names_ok or not bases_ok or any(c.layer not in frozen for c in stack.checkpoints):
         raise ReviewError(
             f"the review layer's record {os.path.join(layer, STACK)} is unreadable",
             operation="review",

@@ -47,6 +47,7 @@ from . import (
     registry,
     restack,
     review,
+    rootpoints,
     snapshots,
     spawns,
     statedir,
@@ -216,17 +217,25 @@ class Sandboxes:
         return protocol.ReviewResult(changes=[c.message() for c in found], patch=patch)
 
     def checkpoint(self, msg: protocol.CheckpointRequest) -> protocol.CheckpointResult:
-        """``warren checkpoint`` / ``checkpoints`` / ``rollback`` of a review sandbox."""
+        """``warren checkpoint`` / ``checkpoints`` / ``rollback`` of a review sandbox, or
+        of the root of a sandbox on an image (``rootpoints``)."""
         assert self.root is not None
         self.entry(msg.sandbox)
-        layer = review.layer_of(statedir.sandbox_dir(self.root, msg.sandbox), self.root, msg.sandbox)
+        try:
+            layer = review.layer_of(statedir.sandbox_dir(self.root, msg.sandbox), self.root, msg.sandbox)
+        except ReviewError:
+            return self._root_checkpoint(msg)
         if msg.action == "list":
             return protocol.CheckpointResult(items=[c.message() for c in checkpoints.listing(layer)])
         if msg.action not in ("take", "rollback"):
             raise CheckpointError(
                 f"unknown checkpoint action {msg.action!r}", operation="checkpoint", path=msg.sandbox
             )
-        at_rest = msg.sandbox not in self.boxes and self.entry(msg.sandbox).state == registry.STOPPED
+        # stopped, or dead (its supervisor was killed: its processes went with it)
+        at_rest = msg.sandbox not in self.boxes and self.entry(msg.sandbox).state in (
+            registry.STOPPED,
+            registry.DEAD,
+        )
         if msg.action == "rollback" and at_rest:
             # nothing runs: only the layer's record and directories change
             back = checkpoints.rollback_stopped(msg.sandbox, layer, msg.id)
@@ -237,6 +246,37 @@ class Sandboxes:
             assert point is not None
             return protocol.CheckpointResult(items=[point.message()])
         chosen, stopped = checkpoints.rollback(box, layer, msg.id, msg.keep_running)
+        return protocol.CheckpointResult(items=[chosen.message()], stopped=stopped)
+
+    def _root_checkpoint(self, msg: protocol.CheckpointRequest) -> protocol.CheckpointResult:
+        box = self.boxes.get(msg.sandbox)
+        if box is None or not rootpoints.usable(box):
+            on_image = box is not None and box.plan.image is not None
+            raise CheckpointError(
+                f"sandbox {msg.sandbox} has nothing to roll back to: "
+                + (
+                    "it is not running (the checkpoints of a root on an image end with the sandbox)"
+                    if box is None
+                    else "its root on an image cannot be stacked again"
+                    if on_image
+                    else "it writes your workspace itself, live, and has no image: no layer of its own "
+                    "holds what it changed"
+                ),
+                operation="checkpoint" if msg.action != "rollback" else "rollback",
+                path=msg.sandbox,
+                hint="checkpoints are of a review workspace (`warren create NAME --review`: the sandbox "
+                "writes a layer of its own, a checkpoint is taken before each command) or of the root of "
+                "a sandbox on an image (`--image`)",
+            )
+        if msg.action == "list":
+            return protocol.CheckpointResult(items=[p.message() for p in box.root_points])
+        if msg.action == "take":
+            return protocol.CheckpointResult(items=[rootpoints.take(box).message()])
+        if msg.action != "rollback":
+            raise CheckpointError(
+                f"unknown checkpoint action {msg.action!r}", operation="checkpoint", path=msg.sandbox
+            )
+        chosen, stopped = rootpoints.rollback(box, msg.id, msg.keep_running)
         return protocol.CheckpointResult(items=[chosen.message()], stopped=stopped)
 
     def add(self, box: Box, ahead: bool = False) -> None:

@@ -42,6 +42,7 @@ from ..errors import ProtocolError, SandboxError, SandboxExists, SetupError, War
 from . import (
     ahead,
     booting,
+    checkpoints,
     clients,
     connections,
     gitkeeper,
@@ -215,6 +216,16 @@ class Supervisor:
         if self.boots.to_boot and now - self.clients.asked_at >= ahead.QUIET and self._quiet():
             # One at a time, while nobody waits: a boot holds this loop for a few ms.
             self.boots.boot_next(self.shutdown)
+        wanting = [box for box in self.sandboxes.boxes.values() if box.wants_helper or box.base_due]
+        if wanting and self._quiet():
+            # A review sandbox's helper for its checkpoints (a fork: a few ms), or the
+            # start of a merged base's build, one at a time while nobody waits.
+            box = wanting[0]
+            if box.base_due is not None:
+                checkpoints.build_due(box)
+            else:
+                with contextlib.suppress(OSError):
+                    box.helper_ready()
         if self.stdin_pipes is not None:
             self.stdin_pipes.sweep()
 
