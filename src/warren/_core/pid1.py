@@ -500,9 +500,13 @@ class Init:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         direct = inside = None
         pair: tuple[socket.socket, socket.socket] | None = None
+        window = self.broker.window if self.broker is not None else None
         if given:
             direct, inside = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-            if execstub.loaded() is not None:
+            # Not while the hard-link walk's window is open: the stub, handed a command
+            # directly, opens /dev/null for the stdio it lacks, a writing open that would
+            # wait for the walk; the helper opens it instead (its calls go on).
+            if execstub.loaded() is not None and (window is None or not window.open):
                 pair = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         # SIGTERM (stop) stays blocked across the fork until the child has dropped PID
         # 1's handler: a helper must die of it, never run the stop sequence itself.
@@ -517,7 +521,6 @@ class Init:
                     os.close(fd)
             self._helper(theirs, warm_up, inside, pair)
 
-        window = self.broker.window if self.broker is not None else None
         try:
             if window is not None and window.open:
                 # The hard-link walk is still under way (or failed): forked on the

@@ -56,6 +56,8 @@ class Job:
 
     def _run(self) -> None:
         try:
+            with contextlib.suppress(OSError):  # this thread alone (the Python walk, the copies)
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), treewalk.BACKGROUND_NICE)
             if self.stop.stopped.wait(_delay()):
                 return
             walk = self.walk
