@@ -174,3 +174,39 @@ def test_a_file_to_mask_found_after_launch_fails_every_write_with_eacces(ws: Pat
         assert (ws / "token").exists() and secret.read_text() == "TOPSECRET\n"
     finally:
         box.remove()
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_the_walk_after_launch_gives_linked_files_their_own_inode_natively_and_in_python(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native: str
+) -> None:
+    import selectors
+
+    from warren.plan.model import LinkWalk
+    from warren.server import linkwalk
+
+    monkeypatch.setenv("WARREN_NATIVE_WALK", native)
+    monkeypatch.setenv("WARREN_LINK_WALK_DELAY", "0")
+    ws = tmp_path / "ws"
+    (ws / "d").mkdir(parents=True)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("original\n")
+    os.link(outside, ws / "d" / "f.txt")
+    os.link(ws / "d" / "f.txt", ws / "g.txt")
+    walk = LinkWalk((str(ws),), (), (), (str(ws),), str(ws))
+    sel = selectors.DefaultSelector()
+    ended: list[linkwalk.Job] = []
+    job = linkwalk.Job(walk, sel, ended.append)
+    for key, _ in sel.select(30):
+        assert key.data == ("walked", job)
+        job.on_end()
+    assert ended == [job] and job.ok, job.error
+    assert job.found == 2
+    assert outside.stat().st_nlink == 1
+    assert (ws / "d" / "f.txt").stat().st_ino == (ws / "g.txt").stat().st_ino != outside.stat().st_ino
+    # Given up (its sandbox ended): the loop hears nothing of it, nobody is told.
+    os.link(outside, ws / "h.txt")
+    job = linkwalk.Job(walk, sel, ended.append)
+    job.cancel()
+    time.sleep(0.5)
+    assert not sel.get_map() and ended == [ended[0]]
