@@ -8,7 +8,11 @@ tree (``--packages`` packages of 10 directories of 10 files each; 1,000 by defau
   warren run -- true           in each workspace (CLI, whole process)
   Sandbox.create + first exec  in each workspace (then removed)
 
-and the ratio of the big workspace to the empty one (target <= 1.2x). ``--parts`` also
+and the ratio of the big workspace to the empty one (target <= 1.2x). A large
+workspace's hard-link walk runs after launch (``server.linkwalk``): a command started
+while it runs sends PID 1 each of its writing opens (held until the walk is done, then
+let go at once), for its whole life; the bench times that cost per open, in a command
+started during the walk against one started after it, in the same sandbox. ``--parts`` also
 times the two walks a launch makes of the workspace, alone: the hard-link scan
 (``server.links``, every file stat'ed) and the repository walk (``server.gitfind``,
 every directory opened; its per-directory memory warm), in Python and natively
@@ -85,6 +89,43 @@ def _create(ws: Path, env: dict[str, str] | None = None) -> Callable[[], None]:
     return go
 
 
+_OPENS = 20000
+_OPEN_LOOP = (
+    "import os,time\n"
+    "open('bench-write-open.tmp','w').close()\n"  # the first waits for the walk, if it runs
+    "t=time.perf_counter()\n"
+    f"for _ in range({_OPENS}):\n"
+    "    os.close(os.open('bench-write-open.tmp', os.O_WRONLY|os.O_TRUNC))\n"
+    "print(time.perf_counter()-t)\n"
+)
+
+
+def _write_opens(ws: Path, runs: int) -> None:
+    """A command started during the walk against one started after it: the time of one
+    writing open in each (medians of ``runs`` sandboxes)."""
+    during: list[float] = []
+    after: list[float] = []
+    for _ in range(runs):
+        box = Sandbox.create(PolicySpec(workspace=str(ws)))
+        try:
+            first = box.exec(["python3", "-c", _OPEN_LOOP])
+            assert first.exit_code == 0, first
+            time.sleep(0.1)  # the next spare, forked with today's filter
+            second = box.exec(["python3", "-c", _OPEN_LOOP])
+            assert second.exit_code == 0, second
+            during.append(float(first.stdout) / _OPENS)
+            after.append(float(second.stdout) / _OPENS)
+        finally:
+            box.remove()
+    (ws / "bench-write-open.tmp").unlink(missing_ok=True)
+    d, a = statistics.median(during) * 1e6, statistics.median(after) * 1e6
+    diff = statistics.median(x - y for x, y in zip(during, after, strict=True)) * 1e6
+    print(f"a writing open in the big workspace, {runs} sandboxes (medians; {_OPENS} opens each)")
+    print(f"  command started during the walk  {d:8.1f} us   (after the walk: let go at once)")
+    print(f"  command started after the walk   {a:8.1f} us")
+    print(f"  cost of the walk's window        {diff:8.1f} us per open (median of each sandbox's two)")
+
+
 def _parts(ws: Path, runs: int) -> None:
     from warren._core import safepath, treewalk
     from warren.server import gitfind
@@ -150,7 +191,10 @@ def main() -> None:
         empty, big = base / "empty", base / "big"
         empty.mkdir()
         files = _tree(big, args.packages)
-        print(f"{files} files in {big}, {args.runs} interleaved runs, uid {os.getuid()}")
+        print(
+            f"{files} files in {big}, {args.runs} interleaved runs, uid {os.getuid()}, "
+            f"load {os.getloadavg()[0]:.1f}"
+        )
         cases: dict[str, Callable[[], None]] = {}
         for label, ws in (("empty", empty), ("big", big)):
             cases[f"bwrap ... true, {label}"] = _cmd([*BWRAP, "true"], ws)
@@ -166,6 +210,7 @@ def main() -> None:
         for _ in range(args.runs):
             for label, fn in cases.items():
                 samples[label].append(_time(fn))
+        print(f"load after the runs {os.getloadavg()[0]:.1f}")
         for label, xs in samples.items():
             print(f"  {label:46} median {_ms(xs):8.1f} ms")
         print("the big workspace against the empty one (target <= 1.2x)")
@@ -178,6 +223,7 @@ def main() -> None:
             for what in ("warren run -- true", "create + first exec"):
                 r = _ms(samples[f"{what}, big, Python walk"]) / _ms(samples[f"{what}, empty"])
                 print(f"  {what:22} {r:6.2f}x  with the Python walks")
+        _write_opens(big, args.runs)
         if args.parts:
             _parts(big, args.runs)
         subprocess.run([warren_cli, "shutdown"], check=False, capture_output=True)

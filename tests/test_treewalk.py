@@ -223,9 +223,11 @@ def test_one_pass_serves_both_walks_of_a_root(tmp_path: Path, monkeypatch: pytes
     calls: list[tuple[bool, bool]] = []
     real = treewalk.walk
 
-    def counting(fd: int, *, links: bool, git: bool) -> treewalk.Tree | None:
+    def counting(
+        fd: int, *, links: bool, git: bool, stop: treewalk.Stop | None = None
+    ) -> treewalk.Tree | None:
         calls.append((links, git))
-        return real(fd, links=links, git=git)
+        return real(fd, links=links, git=git, stop=stop)
 
     monkeypatch.setattr(treewalk, "walk", counting)
     walks = treewalk.Walks({str(ws)}, small=0)
@@ -320,9 +322,11 @@ def test_a_small_tree_is_walked_in_python(tmp_path: Path, monkeypatch: pytest.Mo
     calls: list[bool] = []
     real = treewalk.walk
 
-    def counting(fd: int, *, links: bool, git: bool) -> treewalk.Tree | None:
+    def counting(
+        fd: int, *, links: bool, git: bool, stop: treewalk.Stop | None = None
+    ) -> treewalk.Tree | None:
         calls.append(links)
-        return real(fd, links=links, git=git)
+        return real(fd, links=links, git=git, stop=stop)
 
     monkeypatch.setattr(treewalk, "walk", counting)
     fd = safepath.open_dir(str(ws))

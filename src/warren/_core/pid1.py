@@ -190,6 +190,7 @@ class Init:
     stopping: float | None = field(default=None, init=False)
     kill_now: bool = field(default=False, init=False)
     forked: int = field(default=0, init=False)  # the pid of the helper forked last
+    window_spare: bool = field(default=False, init=False)  # ... forked with the walk's window filter
     spare_pid: int = field(default=0, init=False)
     # Helpers serving the network helper's connections (``_connector``): long-lived, they
     # hold no file of the sandbox's root (sockets only), so a snapshot need not wait
@@ -262,10 +263,14 @@ class Init:
                     continue
                 try:
                     while (
-                        got := inbox.read((protocol.Handoff, protocol.Refresh, protocol.Quiesce))
+                        got := inbox.read(
+                            (protocol.Handoff, protocol.Refresh, protocol.Quiesce, protocol.Walked)
+                        )
                     ) is not None:
                         if isinstance(got[0], protocol.Refresh):
                             self._refresh()
+                        elif isinstance(got[0], protocol.Walked):
+                            self._walked(got[0].ok)
                         elif isinstance(got[0], protocol.Quiesce):
                             self._quiesce(got[0])
                         else:
@@ -287,6 +292,23 @@ class Init:
                     # No pid namespace dies with PID 1 here: what is left goes now.
                     self.members.kill(signal.SIGKILL)
                 return 0
+
+    def _walked(self, ok: bool) -> None:
+        """The supervisor's hard-link walk ended: the held calls go on (or fail), and a
+        spare forked with the window's filter makes way for one with today's."""
+        window = self.broker.window if self.broker is not None else None
+        if window is None:
+            return
+        window.finish(ok)
+        if (
+            ok
+            and self.spare is not None
+            and self.window_spare
+            and not self.ready_run
+            and self.stopping is None
+        ):
+            self._drop_spare()
+            self.want_spare = True
 
     def _refresh(self) -> None:
         """A writable root now names another directory: rules for the new one (the
@@ -505,22 +527,19 @@ class Init:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         direct = inside = None
         pair: tuple[socket.socket, socket.socket] | None = None
+        window = self.broker.window if self.broker is not None else None
         if given:
             direct, inside = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-            if execstub.loaded() is not None:
+            # Not while the hard-link walk's window is open: the stub, handed a command
+            # directly, opens /dev/null for the stdio it lacks, a writing open that would
+            # wait for the walk; the helper opens it instead (its calls go on).
+            if execstub.loaded() is not None and (window is None or not window.open):
                 pair = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         # SIGTERM (stop) stays blocked across the fork until the child has dropped PID
         # 1's handler: a helper must die of it, never run the stop sequence itself.
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-        try:
-            pid = os.fork()
-        except OSError:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
-            for sock in (ours, theirs, direct, inside, *(pair or ())):
-                if sock is not None:
-                    sock.close()
-            raise
-        if pid == 0:
+
+        def child() -> NoReturn:
             ours.close()
             if direct is not None:
                 direct.close()
@@ -528,6 +547,24 @@ class Init:
                 with contextlib.suppress(OSError):
                     os.close(fd)
             self._helper(theirs, warm_up, inside, pair)
+
+        try:
+            if window is not None and window.open:
+                # The hard-link walk is still under way (or failed): forked on the
+                # window's thread, with the window's filter (``broker.window``).
+                pid = window.fork(child)
+                self.window_spare = True
+            else:
+                pid = os.fork()
+                self.window_spare = False
+                if pid == 0:
+                    child()
+        except OSError:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+            for sock in (ours, theirs, direct, inside, *(pair or ())):
+                if sock is not None:
+                    sock.close()
+            raise
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
         theirs.close()
         if inside is not None:
@@ -570,6 +607,14 @@ class Init:
             os.close(self.wake_w)
             if self.broker is not None:
                 os.close(self.broker.listener)
+                if self.broker.window is not None:
+                    for fd in (
+                        self.broker.window.listener,
+                        self.broker.window.wake_r,
+                        self.broker.window.wake_w,
+                    ):
+                        with contextlib.suppress(OSError):
+                            os.close(fd)
             _sys.prctl(PR_SET_CHILD_SUBREAPER, 1)
             launcher: Launcher | None = None
             cannot: OSError | None = None

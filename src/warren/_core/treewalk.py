@@ -15,12 +15,14 @@ Owns: finding and running the program, and reading its output.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import struct
 import subprocess
 import sys
 import sysconfig
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -33,6 +35,7 @@ _LINK = struct.Struct("<QQQI")
 _GIT = struct.Struct("<BI")
 _program: str | bool | None = False  # False: not looked for yet
 _spent = 0.0  # CPU seconds the walks' processes took, in all
+BACKGROUND_NICE = 10  # a walk that may be given up (``Stop``) runs at this niceness
 SMALL = 1000  # entries: a tree with at most these is walked in Python (see above)
 
 
@@ -60,32 +63,77 @@ def program() -> str | None:
     return _program if isinstance(_program, str) else None
 
 
-def walk(root_fd: int, *, links: bool, git: bool) -> Tree | None:
+class Stopped(Exception):
+    """A walk given up (``Stop.stop``): its sandbox ended before it did."""
+
+
+class Stop:
+    """A walk that may be given up from another thread (``server.linkwalk``)."""
+
+    def __init__(self) -> None:
+        self.stopped = threading.Event()
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def stop(self) -> None:
+        with self._lock:
+            self.stopped.set()
+            if self._proc is not None:
+                with contextlib.suppress(OSError):
+                    self._proc.kill()
+
+    def check(self) -> None:
+        if self.stopped.is_set():
+            raise Stopped
+
+    def started(self, proc: subprocess.Popen[bytes] | None) -> None:
+        with self._lock:
+            self._proc = proc
+            if proc is not None and self.stopped.is_set():
+                with contextlib.suppress(OSError):
+                    proc.kill()
+
+
+def walk(root_fd: int, *, links: bool, git: bool, stop: Stop | None = None) -> Tree | None:
     """The tree beneath ``root_fd``: its multiply-linked files (``links``), the
     directories git would take for repositories or that hold one (``git``). None when
-    the native walk is not there or did not finish: walk in Python instead."""
+    the native walk is not there or did not finish: walk in Python instead. ``stop``:
+    given up when asked (``Stopped``)."""
     global _spent
     exe = program()
     if exe is None or not (links or git):
         return None
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN) if stop is None else None
     try:
-        done = subprocess.run(
+        proc = subprocess.Popen(
             [exe, ("l" if links else "") + ("g" if git else ""), str(root_fd)],
             stdin=subprocess.DEVNULL,
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
             pass_fds=(root_fd,),
-            check=False,
             env={},
         )
     except OSError:
         return None
+    try:
+        if stop is not None:
+            stop.started(proc)
+            # A walk after launch runs beside the sandbox's own start and commands: it
+            # yields the CPU to them (the calls that wait for it are writes alone).
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, proc.pid, BACKGROUND_NICE)
+        out, _ = proc.communicate()
     finally:
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        _spent += after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
-    if done.returncode != 0:
+        if stop is not None:
+            stop.started(None)
+        if before is not None:  # (another thread's walks would count here too)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            _spent += after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    if stop is not None:
+        stop.check()
+    if proc.returncode != 0:
         return None
-    return parse(done.stdout)
+    return parse(out)
 
 
 def cpu() -> float:
@@ -127,9 +175,19 @@ class Walks:
     walked once for both, and the second asker gets that walk if its descriptor is of
     the same directory (else it is walked again). Each walk is handed out at most twice."""
 
-    def __init__(self, both: set[str] | frozenset[str] = frozenset(), small: int = SMALL) -> None:
+    def __init__(
+        self,
+        both: set[str] | frozenset[str] = frozenset(),
+        small: int = SMALL,
+        native: bool = True,
+        stop: Stop | None = None,
+    ) -> None:
+        """``native``: False walks every tree in Python (the repository walk's memory
+        is warm there); ``stop``: the walks may be given up (``Stopped``)."""
         self.both = both
         self.small = 0 if os.environ.get("WARREN_NATIVE_WALK") == "1" else small
+        self.native = native
+        self.stop = stop
         self._kept: dict[tuple[str, int, int], Tree] = {}
 
     def tree(self, root: str, root_fd: int, *, links: bool, git: bool) -> Tree | None:
@@ -143,13 +201,19 @@ class Walks:
         kept = self._kept.pop(key, None)
         if kept is not None:
             return kept
-        if program() is None or _at_most(root_fd, self.small):
+        if not self.native or program() is None or _at_most(root_fd, self.small):
             return None
         shared = root in self.both
-        tree = walk(root_fd, links=links or shared, git=git or shared)
+        tree = walk(root_fd, links=links or shared, git=git or shared, stop=self.stop)
         if tree is not None and shared:
             self._kept[key] = tree
         return tree
+
+
+def large(root_fd: int) -> bool:
+    """Whether the tree beneath ``root_fd`` has more than ``SMALL`` entries (every tree
+    does under ``WARREN_NATIVE_WALK=1``, which the tests of small trees set)."""
+    return os.environ.get("WARREN_NATIVE_WALK") == "1" or not _at_most(root_fd, SMALL)
 
 
 def _at_most(root_fd: int, limit: int) -> bool:

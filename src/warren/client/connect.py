@@ -37,6 +37,7 @@ _SUPERVISOR_ENV = (
     "WARREN_EXEC_STUB",  # 0: commands' processes wait in Python, not as the exec stub
     "WARREN_NATIVE_WALK",  # 0: the workspace walked in Python, not by warren-walk (_core.treewalk)
     "WARREN_SPARE_IDLE",  # seconds before an unused spare helper is let go (pid1.SPARE_IDLE)
+    "WARREN_LINK_WALK_DELAY",  # seconds the hard-link walk after launch waits first (tests: server.linkwalk)
     "WARREN_OVERLAY_BY_PATH",  # 1: image roots' layers by path, as before Linux 6.13 (mounts)
 )
 _BOOT = (

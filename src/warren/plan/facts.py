@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .limits import CgroupFacts
-from .model import GitDir
+from .model import GitDir, LinkWalk
 
 
 @dataclass(frozen=True)
@@ -131,6 +131,9 @@ class HostFacts:
     # ino, secret) — secret when another name is denied or the user cannot read it
     # (server.links finds them).
     outside_links: tuple[tuple[str, int, int, bool], ...] = ()
+    # ... or, for a large workspace, the walk that finds them after launch
+    # (``server.planning``: then ``outside_links`` is empty)
+    link_walk: LinkWalk | None = None
     # Git directories in the writable roots, their trees, and .git files (server.gitstore).
     git: tuple[GitDir, ...] = ()
     git_files: tuple[str, ...] = ()

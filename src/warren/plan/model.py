@@ -126,6 +126,19 @@ class GitDir:
 
 
 @dataclass(frozen=True)
+class LinkWalk:
+    """The hard-link walk of a large workspace, made after the sandbox started
+    (``server.linkwalk``): ``LinkScanner.scan``'s arguments, and the writable roots whose
+    files found get an inode of their own."""
+
+    roots: tuple[str, ...]
+    shared: tuple[str, ...]
+    denied: tuple[str, ...]
+    writable: tuple[str, ...]
+    workspace: str
+
+
+@dataclass(frozen=True)
 class Plan:
     mounts: tuple[MountOp, ...]
     landlock: LandlockPlan | None
@@ -152,6 +165,10 @@ class Plan:
     # (path, dev, ino): workspace names of files linked from outside, given an inode of
     # their own before launch (server.unshare)
     unshare: tuple[tuple[str, int, int], ...] = ()
+    # ... or, for a large workspace none of whose denied files has a name elsewhere, the
+    # walk that finds them made after launch, while PID 1 holds what could change a
+    # file (``_core.broker.window``)
+    link_walk: LinkWalk | None = None
     groups: tuple[tuple[str, tuple[str, ...]], ...] = field(default=())
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()  # shown by `warren plan` only (known limits that apply here)

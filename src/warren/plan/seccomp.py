@@ -515,6 +515,66 @@ GROUPS = {
 }
 
 
+# While a sandbox's hard-link walk runs in the background (``server.linkwalk``), the
+# commands started meanwhile also send PID 1 every call that could change a file's
+# contents or metadata or give an existing file another name; PID 1 holds each until
+# the walk is done (``_core.broker.window``). Numbers beyond ``BROKERED``'s:
+WINDOW_NR: dict[str, dict[str, int]] = {
+    "x86_64": {
+        "open": 2,
+        "openat": 257,
+        "creat": 85,
+        "truncate": 76,
+        "chown": 92,
+        "fchown": 93,
+        "lchown": 94,
+        "fchownat": 260,
+        "ioctl": 16,
+    },
+    "aarch64": {"openat": 56, "truncate": 45, "fchown": 55, "fchownat": 54, "ioctl": 29},
+}
+# open(2)'s flags are its argument 1, openat(2)'s its argument 2: held with any of these
+# (openat2 needs none: the deny filter refuses it, ENOSYS).
+WRITING = 0o1 | 0o2 | 0o100 | 0o1000  # O_WRONLY | O_RDWR | O_CREAT | O_TRUNC
+_OPEN_FLAGS = {"open": 1, "openat": 2}
+# ioctl types that set an inode's flags, attributes or verity from a descriptor opened
+# only for reading: 'f' (FS_IOC_SETFLAGS, FS_IOC_ENABLE_VERITY), 'X' (FS_IOC_FSSETXATTR),
+# 'v' (FS_IOC_SETVERSION), 0x94 (btrfs, FICLONE). A terminal's ioctls are never held.
+FS_IOCTL_TYPES = (0x66, 0x58, 0x76, 0x94)
+WINDOW = (
+    *WINDOW_NR["x86_64"],
+    *RENAMES,
+    *LINKS,
+    *METADATA,
+)
+
+
+def window_calls(machine: str | None = None) -> dict[str, int]:
+    """The calls a command started during the walk sends PID 1, by name."""
+    machine = machine or os.uname().machine
+    nr = {**BROKERED[machine], **WINDOW_NR[machine]}
+    return {name: nr[name] for name in WINDOW if name in nr}
+
+
+def _window_block(name: str, nr: int) -> list[Instruction]:
+    if name in _OPEN_FLAGS:
+        return [
+            (_JEQ_K, 0, 4, nr),
+            (_LD_W_ABS, 0, 0, _arg_low(_OPEN_FLAGS[name])),
+            (_JSET_K, 0, 1, WRITING),
+            (_RET_K, 0, 0, RET_USER_NOTIF),
+            (_RET_K, 0, 0, RET_ALLOW),
+        ]
+    if name == "ioctl":
+        n = len(FS_IOCTL_TYPES)
+        block: list[Instruction] = [(_LD_W_ABS, 0, 0, _arg_low(1)), (_AND_K, 0, 0, 0xFF00)]
+        for i, kind in enumerate(FS_IOCTL_TYPES):
+            block.append((_JEQ_K, n - i, 0, kind << 8))
+        block += [(_RET_K, 0, 0, RET_ALLOW), (_RET_K, 0, 0, RET_USER_NOTIF)]
+        return [(_JEQ_K, 0, len(block), nr), *block]
+    return [(_JEQ_K, 0, 1, nr), (_RET_K, 0, 0, RET_USER_NOTIF)]
+
+
 def _brokered(name: str, nr: dict[str, int]) -> bool:
     return name in nr and not (name == "linkat" and "link" in nr)
 
@@ -528,11 +588,19 @@ def notify_program(groups: tuple[str, ...], machine: str | None = None) -> tuple
     machine = machine or os.uname().machine
     nr = BROKERED[machine]
     names = [n for g, members in GROUPS.items() if g in groups for n in members if _brokered(n, nr)]
+    window: list[Instruction] = []
+    if "window" in groups:
+        # "window": the calls of ``window_calls`` too, ahead of the groups' own blocks.
+        held = window_calls(machine)
+        names = [n for n in names if n not in held]
+        for name, number in held.items():
+            window += _window_block(name, number)
     prog: list[Instruction] = [
         (_LD_W_ABS, 0, 0, _OFF_ARCH),
         (_JEQ_K, 1, 0, AUDIT_ARCH[machine]),
         (_RET_K, 0, 0, RET_ALLOW),  # the deny filter kills a foreign architecture
         (_LD_W_ABS, 0, 0, _OFF_NR),
+        *window,
     ]
     for name in names:
         if name == "sendto":

@@ -115,6 +115,7 @@ if TYPE_CHECKING:
         Ready,
         Refresh,
         Spare,
+        Walked,
     )
 
 # The channels a client never speaks load when first named (the CLI's start-up stays
@@ -136,6 +137,7 @@ _LAZY = {
     "Ready": "pid1",
     "Refresh": "pid1",
     "Spare": "pid1",
+    "Walked": "pid1",
 }
 
 
@@ -236,6 +238,7 @@ __all__ = [
     "StopRequest",
     "Tty",
     "UnexposeRequest",
+    "Walked",
     "check_stdin_size",
     "decode",
     "error_message",

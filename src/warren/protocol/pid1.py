@@ -31,6 +31,15 @@ class Refresh(Message):
     TAG = "refresh"
 
 
+class Walked(Message):
+    """From the supervisor: the hard-link walk made after launch ended (``ok``: every
+    file it found has an inode of its own); PID 1 lets the calls it held go on, or
+    fails them (``_core.broker.window``)."""
+
+    TAG = "walked"
+    ok: bool = True
+
+
 class Quiesce(Message):
     """From the supervisor, before it stacks the root again (``server.restack``): let
     the spare go, fork none until the next ``Refresh``, and say whether PID 1 is then

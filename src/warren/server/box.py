@@ -30,7 +30,7 @@ from ..images.store import Lease
 from ..plan import Plan
 from ..plan.limits import V2
 from ..policy.limits import show_duration
-from . import boxnet, follow, gitkeeper, joined, launch, pause
+from . import boxnet, follow, gitkeeper, joined, launch, linkwalk, pause
 from .trail import Started, Trail
 
 if TYPE_CHECKING:
@@ -183,6 +183,9 @@ class Box:
     quiescing: bool = False
     image_lease: Lease | None = None  # the store's image held while it runs (envroot.lease)
     paused: pause.Paused | None = None  # how it was paused, while it is
+    # the hard-link walk made after launch (``server.linkwalk``), until it ends
+    link_walk: linkwalk.Job | None = None
+    walked: bool | None = None  # its outcome, told PID 1 once it is ready
     last_active: float = field(default_factory=time.time)  # a request reached it, or an exec ended
     active: set[int] = field(default_factory=set)  # our ends of running execs' "active" pipes
     execs: dict[int, Started] = field(default_factory=dict)  # ... their records in the trail
@@ -423,6 +426,8 @@ class Box:
             with contextlib.suppress(KeyError, ValueError):
                 self.sel.unregister(self.pasta.pidfd)
         self.ready = True
+        if self.walked is not None:
+            self.send(protocol.Walked(ok=self.walked))
         if self.run is not None and self.booted is None:
             self.start_run()
         self.waiter.box_ready(self)
@@ -675,9 +680,19 @@ class Box:
 
     # --- the end -------------------------------------------------------------------------------
 
+    def walked_now(self, job: linkwalk.Job) -> None:
+        """Its hard-link walk ended: PID 1 hears it (once ready)."""
+        self.link_walk = None
+        self.walked = job.ok
+        if self.ready:
+            self.send(protocol.Walked(ok=job.ok))
+
     def ended(self, status: int) -> None:
         """PID 1 exited: the whole sandbox is gone. Clean up after it, then tell the
         waiter."""
+        if self.link_walk is not None:
+            self.link_walk.cancel()
+            self.link_walk = None
         # Before anyone hears it ended: what it committed is on the host by then.
         self.keeper.release(self.git)
         self.git = None

@@ -95,7 +95,13 @@ class LinkScanner:
                 _walk(root, found, walks or treewalk.Walks())
             keys = list(map(_KEY, found))
             count = Counter(keys)
-            nlink = dict(zip(keys, map(_NLINK, found), strict=True))
+            # The largest count seen: a name unlinked during the walk (a sandbox of the
+            # workspace may be running) lowers it for the names stat'ed after, never the
+            # names counted below what the file had when first stat'ed.
+            nlink: dict[_Key, int] = {}
+            for key, n in zip(keys, map(_NLINK, found), strict=True):
+                if n > nlink.get(key, 0):
+                    nlink[key] = n
             outside = {k for k, c in count.items() if nlink[k] > c}
             nested = [s for s in shared if any(_within(s, w) for w in walked)]
             if outside and nested:  # a name in a shared root inside the workspace
@@ -205,6 +211,36 @@ class LinkScanner:
             self.dirs = data[1]
 
 
+def denied_linked_elsewhere(denied: Sequence[str]) -> str | None:
+    """A regular file under ``denied`` with more names than it has under them (one may
+    be in the workspace: then the launch walks it before the sandbox starts), or None.
+    A denied file with one link, or whose every link is a name under the denied paths,
+    cannot be reached by another name. Each directory is opened beneath its parent,
+    never through a link (the walks of ``_walk``)."""
+    found: list[_Found] = []
+    for top in sorted(set(denied)):
+        if any(_within(top, other) and top != other for other in denied):
+            continue  # its names are counted with the path that holds it
+        try:
+            st = os.lstat(top)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            if st.st_nlink > 1:
+                found.append((st.st_dev, st.st_ino, st.st_nlink, os.path.dirname(top), os.path.basename(top)))
+        elif stat.S_ISDIR(st.st_mode):
+            _walk(top, found, treewalk.Walks())
+    names: dict[_Key, set[str]] = {}
+    nlink: dict[_Key, int] = {}
+    for dev, ino, n, directory, name in found:
+        names.setdefault((dev, ino), set()).add(f"{directory}/{name}")
+        nlink[(dev, ino)] = max(n, nlink.get((dev, ino), 0))
+    for key, paths in names.items():
+        if nlink[key] > len(paths):
+            return min(paths)
+    return None
+
+
 def _copyable(path: str) -> bool:
     """The user may read the file and replace it in its directory."""
     return os.access(path, os.R_OK, follow_symlinks=False) and os.access(os.path.dirname(path), os.W_OK)
@@ -265,6 +301,8 @@ def _walk(root: str, found: list[_Found], walks: treewalk.Walks) -> None:
     stack: list[tuple[int, str, list[str]]] = [(top, root, _files(top, root, found))]
     try:
         while stack:
+            if walks.stop is not None:
+                walks.stop.check()
             fd, path, pending = stack[-1]
             if not pending:
                 os.close(fd)

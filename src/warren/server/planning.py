@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import protocol
-from .._core import treewalk
+from .._core import safepath, treewalk
 from ..errors import SetupError
 from ..images.ref import ImageRef
 from ..plan import CallerFacts, Plan, make_plan, tmpdir
 from ..plan.facts import HostFacts, paths_of
+from ..plan.model import LinkWalk
 from ..plan.mounts import strip_nested, within
 from ..policy import Policy, build, config
 from ..policy.spec import from_mapping
@@ -80,21 +81,27 @@ def host_facts(
     # caller's directory is in the sandbox: nothing to walk there.
     link_roots = strip_nested([*roots, str(policy.workspace)] if policy.host_workspace else roots)
     shared = [str(r.path) for r in policy.writable if r.source != "workspace"]
-    # A root both walks need (the workspace) is walked once, natively, for both (the
-    # scan passes over roots in a shared one).
-    walks = treewalk.Walks({r for r in link_roots if not any(within(r, s) for s in shared)} & set(git_roots))
-    # A read-only workspace is walked too: a denied file linked into it must stay
-    # unreadable there (nothing in it needs a copy: it cannot be written).
-    found = [
-        o
-        for o in scanner.scan(
-            link_roots,
-            shared=shared,
-            denied=[*(str(r.path) for r in policy.denied), state_dir, *held],
-            walks=walks,
+    denied = [*(str(r.path) for r in policy.denied), state_dir, *held]
+    walk = None if dry else _later(policy, link_roots, shared, denied, roots)
+    if walk is not None:
+        # The workspace's files linked from outside are found after launch, while PID 1
+        # holds every call that could change a file (``server.linkwalk``); the
+        # repository walk is the Python one, whose per-directory memory is warm.
+        found: list[links.OutsideLink] = []
+        walks = treewalk.Walks(native=False)
+    else:
+        # A root both walks need (the workspace) is walked once, natively, for both (the
+        # scan passes over roots in a shared one).
+        walks = treewalk.Walks(
+            {r for r in link_roots if not any(within(r, s) for s in shared)} & set(git_roots)
         )
-        if o.secret or any(within(o.path, r) for r in roots)
-    ]
+        # A read-only workspace is walked too: a denied file linked into it must stay
+        # unreadable there (nothing in it needs a copy: it cannot be written).
+        found = [
+            o
+            for o in scanner.scan(link_roots, shared=shared, denied=denied, walks=walks)
+            if o.secret or any(within(o.path, r) for r in roots)
+        ]
     if namespaces()[0] == "usable":
         git = keeper.find(
             git_roots,
@@ -128,7 +135,38 @@ def host_facts(
         raise
     if host.namespaces[0] != "usable" and policy.network == "allow":
         host = dataclasses.replace(host, proxy_port=free_loopback_port())
+    if walk is not None and host.namespaces[0] == "usable":
+        host = dataclasses.replace(host, link_walk=walk)
     return host, git
+
+
+def _later(
+    policy: Policy, link_roots: list[str], shared: list[str], denied: list[str], roots: list[str]
+) -> LinkWalk | None:
+    """The hard-link walk to make after launch, or None: walk now, as before. Only a
+    writable host workspace (not in review mode, whose layer copies a file up when it
+    is written) over ``treewalk.SMALL`` entries, and only when no denied file has a name
+    outside the denied paths: then no workspace file is a denied one, and what the walk
+    is for is writes, which wait for it (``_core.broker.window``). A denied file with
+    more links walks the workspace before launch, as always."""
+    workspace = str(policy.workspace)
+    if not policy.host_workspace or policy.review or workspace not in roots:
+        return None
+    walked = [r for r in link_roots if not any(within(r, s) for s in shared)]
+    if walked != [workspace]:
+        return None
+    try:
+        fd = safepath.open_dir(workspace)
+    except OSError:
+        return None
+    try:
+        if not treewalk.large(fd):
+            return None
+    finally:
+        os.close(fd)
+    if links.denied_linked_elsewhere(denied) is not None:
+        return None
+    return LinkWalk(tuple(link_roots), tuple(shared), tuple(denied), tuple(roots), workspace)
 
 
 class Planner:
@@ -182,6 +220,8 @@ class Planner:
                     plan = dataclasses.replace(plan, image_store=store)
             elif image is not None and policy.image and not policy.image.startswith("/"):
                 plan = dataclasses.replace(plan, image_store=str(store_root(caller.env)))
+            if host.link_walk is not None and image is None and plan.namespaces:
+                plan = dataclasses.replace(plan, link_walk=host.link_walk)
         except BaseException:
             git.close()
             raise

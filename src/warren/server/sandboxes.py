@@ -44,6 +44,7 @@ from . import (
     envroot,
     gitkeeper,
     launch,
+    linkwalk,
     registry,
     restack,
     review,
@@ -154,6 +155,8 @@ class Sandboxes:
             image_lease=image_lease,
             intercept=secret[0] if secret is not None else None,
         )
+        if plan.link_walk is not None:
+            box.link_walk = linkwalk.Job(plan.link_walk, self.sel, box.walked_now)
         self.add(box, ahead)
         return box
 

@@ -48,6 +48,7 @@ from . import (
     gitkeeper,
     handoff,
     links,
+    linkwalk,
     planning,
     registry,
     sandboxes,
@@ -179,6 +180,9 @@ class Supervisor:
         elif kind == "stdin":
             assert isinstance(obj, stdin.Pipe) and self.stdin_pipes is not None
             self.stdin_pipes.flush(obj)
+        elif kind == "walked":
+            assert isinstance(obj, linkwalk.Job)
+            obj.on_end()
         elif kind == "pasta":
             assert isinstance(obj, Box)
             obj.on_pasta()

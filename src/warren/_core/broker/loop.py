@@ -29,6 +29,7 @@ from ...plan.mounts import within
 from .. import _sys, mounts
 from ..mounts import DENIED_FILE
 from . import links, metadata, pool, processes, renames, sockets
+from . import window as _window
 from .call import Call, Outcome
 from .places import Places
 
@@ -56,9 +57,19 @@ def notify_filter(plan: Plan | None = None) -> _sys.SeccompProgram:
     return _FILTER[groups]
 
 
+def window_filter(plan: Plan) -> _sys.SeccompProgram:
+    """The filter of commands started while the hard-link walk runs (``window``)."""
+    groups = (*_groups(plan), "window")
+    if groups not in _FILTER:
+        _FILTER[groups] = _sys.SeccompProgram(_seccomp.notify_program(groups))
+    return _FILTER[groups]
+
+
 def prepare(plan: Plan) -> None:
-    """In the supervisor: pack the filter PID 1 installs."""
+    """In the supervisor: pack the filters PID 1 installs."""
     notify_filter(plan)
+    if plan.link_walk is not None:
+        window_filter(plan)
 
 
 class Broker:
@@ -74,7 +85,14 @@ class Broker:
         loopback: bool = True,
     ) -> None:
         self.listener = listener
-        self.names = {v: k for k, v in _seccomp.BROKERED[os.uname().machine].items()}
+        machine = os.uname().machine
+        self.names = {v: k for k, v in _seccomp.BROKERED[machine].items()}
+        self.window: _window.Window | None = None
+        self.held: list[tuple[int, int, int, int, tuple[int, ...]]] = []  # listener, nid, pid, nr, args
+        self.window_nrs = {v: k for k, v in _seccomp.window_calls(machine).items()}
+        # the calls today's filter sends (a held call of another is let go as it is)
+        self.own: set[str] = set()  # set in start()
+        self._own_filters = -1
         sealed: set[tuple[int, int]] = set()
         with contextlib.suppress(OSError):
             st = os.stat(DENIED_FILE)
@@ -112,6 +130,9 @@ class Broker:
 
         thread = threading.Thread(target=serve, name="warren-broker", daemon=True)
         thread.start()
+        # The window's thread installs its own filter before this thread does: its
+        # filter is then PID 1's alone, not on top of this one.
+        window = _window.Window(window_filter(plan)) if plan.link_walk is not None else None
         listener = program.install_listener()
         inet: frozenset[tuple[str, int]] | None = None
         if not plan.namespaces and plan.net.mode != "open":  # the host's network namespace
@@ -133,12 +154,25 @@ class Broker:
                 loopback=loopback,
             )
         )
+        machine = os.uname().machine
+        nrs = _seccomp.BROKERED[machine]
+        box[0].own = {
+            n
+            for g, members in _seccomp.GROUPS.items()
+            if g in _groups(plan)
+            for n in members
+            if _seccomp._brokered(n, nrs)
+        }
+        box[0].window = window
         ready.set()
         return box[0]
 
     def serve(self, helpers: set[int] | frozenset[int]) -> None:
         poller = select.poll()
         poller.register(self.listener, select.POLLIN)
+        if self.window is not None:
+            poller.register(self.window.listener, select.POLLIN)
+            poller.register(self.window.wake_r, select.POLLIN)
         tick: float | None = None
         while True:
             if self.workers.in_flight():
@@ -148,33 +182,84 @@ class Broker:
                 if tick is None:
                     tick = now + pool.TICK
                 elif now >= tick:
-                    self.workers.interrupt_abandoned(lambda nid: _sys.notif_valid(self.listener, nid))
+                    self.workers.interrupt_abandoned(self._valid)
                     tick = now + pool.TICK
-                if not poller.poll(max(0.0, tick - now) * 1000):
-                    continue
+                events = poller.poll(max(0.0, tick - now) * 1000)
             else:
                 tick = None
-            self.handle(helpers)
+                events = poller.poll() if self.window is not None else [(self.listener, select.POLLIN)]
+            for fd, _ev in events:
+                if self.window is not None and fd == self.window.wake_r:
+                    with contextlib.suppress(OSError):
+                        os.read(fd, 64)
+                    self._release(helpers)
+                else:
+                    self.handle(helpers, fd)
 
-    def handle(self, helpers: set[int] | frozenset[int] = frozenset()) -> None:
+    def _valid(self, nid: int) -> bool:
+        if _sys.notif_valid(self.listener, nid):
+            return True
+        return self.window is not None and _sys.notif_valid(self.window.listener, nid)
+
+    def _release(self, helpers: set[int] | frozenset[int]) -> None:
+        """The walk ended: the held calls go on (or fail, if it failed)."""
+        assert self.window is not None
+        if self.window.state == _window.OPEN:
+            return
+        held, self.held = self.held, []
+        for listener, nid, pid, nr, args in held:
+            self._dispatch(helpers, listener, nid, pid, nr, args)
+
+    def handle(self, helpers: set[int] | frozenset[int] = frozenset(), listener: int = -1) -> None:
         """Answer one notification (or hand it to a worker, which answers it).
         ``helpers``: PID 1's own helpers (warren's code, not the sandbox's): their calls
         go on unchanged."""
+        listener = self.listener if listener < 0 else listener
         try:
-            nid, pid, nr, args = _sys.notif_recv(self.listener)
+            nid, pid, nr, args = _sys.notif_recv(listener)
         except OSError:
             return  # the caller died (or was interrupted) before we read it
+        self._dispatch(helpers, listener, nid, pid, nr, args)
+
+    def _dispatch(
+        self,
+        helpers: set[int] | frozenset[int],
+        listener: int,
+        nid: int,
+        pid: int,
+        nr: int,
+        args: tuple[int, ...],
+    ) -> None:
+        held_done = False
+        window = self.window
+        if window is not None and listener == window.listener and nr in self.window_nrs:
+            # A call of the window's (``window``): a command's waits for the walk, or
+            # fails if it failed; warren's own go on.
+            if pid != os.getpid() and window.open:
+                if self._own_filters < 0:
+                    self._own_filters = _window.own_filters()
+                if _window.is_command(pid, self._own_filters) and _sys.notif_valid(listener, nid):
+                    if window.state == _window.OPEN:
+                        self.held.append((listener, nid, pid, nr, args))
+                    else:
+                        self._answer(nid, -errno.EACCES, listener)  # the walk failed
+                    return
+            held_done = True
         name = self.names.get(nr, "")
+        if held_done and name not in self.own:
+            name = ""  # held only for the window: the kernel's own call from here on
         if pid in helpers or pid == os.getpid() or not name:
-            self._answer(nid, None)
+            self._answer(nid, None, listener)
             return
-        call = Call(self.listener, nid, pid, args)
+        call = Call(listener, nid, pid, args)
         if name in sockets.HANDLERS:
             self._socket(name, call)
             return
         if name in processes.HANDLERS:
             # Judged on the call's registers and the caller's own ids: nothing to pin.
-            self._answer(nid, self._decide(name, call, lambda: processes.HANDLERS[name](call), pin=False))
+            self._answer(
+                nid, self._decide(name, call, lambda: processes.HANDLERS[name](call), pin=False), listener
+            )
             return
 
         handler = metadata.HANDLERS.get(name) or renames.HANDLERS.get(name) or self.links[name]
@@ -184,7 +269,7 @@ class Broker:
 
         with call:
             outcome = self._decide(name, call, act)
-        self._answer(nid, outcome)
+        self._answer(nid, outcome, listener)
 
     def _socket(self, name: str, call: Call) -> None:
         """Read and judge here (nothing waits); make the call here if it cannot wait,
@@ -221,7 +306,7 @@ class Broker:
             # On a worker: free from now on (nothing left waits), so the caller's next
             # call, which may come the moment it is answered, finds it free.
             self.workers.answered(call.nid)
-            self._answer(call.nid, outcome)
+            self._answer(call.nid, outcome, call.listener)
             if call.after is not None:
                 call.after()
         finally:
@@ -241,11 +326,12 @@ class Broker:
         except Exception:
             return -errno.EPERM  # anything unexpected: refused
 
-    def _answer(self, nid: int, outcome: Outcome) -> None:
+    def _answer(self, nid: int, outcome: Outcome, listener: int = -1) -> None:
+        listener = self.listener if listener < 0 else listener
         with contextlib.suppress(OSError):
             if outcome is None:
-                _sys.notif_send(self.listener, nid, cont=True)
+                _sys.notif_send(listener, nid, cont=True)
             elif outcome < 0:
-                _sys.notif_send(self.listener, nid, error=-outcome)
+                _sys.notif_send(listener, nid, error=-outcome)
             else:
-                _sys.notif_send(self.listener, nid, val=outcome)
+                _sys.notif_send(listener, nid, val=outcome)

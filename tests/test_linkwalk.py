@@ -1,0 +1,212 @@
+"""The hard-link walk of a large workspace made after launch (``server.linkwalk``):
+commands started while it runs wait in every call that could change a file or give one
+another name, so none reaches a file outside through a workspace name; judged from the
+host. The walk is held back a few seconds (``WARREN_LINK_WALK_DELAY``) and every tree
+counts as large (``WARREN_NATIVE_WALK=1``), and each test checks that its command
+really was held before the walk ended: a test it could pass without the hold proves
+nothing."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import module_state
+from warren import PolicySpec, Sandbox
+from warren._core import treewalk
+from warren.server import links
+
+DELAY = 3.0
+
+
+@pytest.fixture(scope="module")
+def state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("WARREN_NATIVE_WALK", "1")
+        mp.setenv("WARREN_LINK_WALK_DELAY", str(DELAY))
+        assert treewalk.program() is not None, "warren-walk is not installed (run scripts/setup)"
+        yield from module_state(tmp_path_factory)
+
+
+@pytest.fixture
+def ws(tmp_path: Path, state_home: Path) -> Path:
+    path = tmp_path / "ws"
+    path.mkdir()
+    return path
+
+
+def _held(box: Sandbox, script: str) -> tuple[object, str]:
+    """Spawn ``script``, wait until it printed ``before`` (the next call is the one
+    held), and return the process and its output a moment later."""
+    proc = box.spawn(["sh", "-c", script])
+    deadline = time.monotonic() + DELAY
+    out = ""
+    while time.monotonic() < deadline:
+        out = proc.output().text
+        if "before" in out:
+            break
+        time.sleep(0.05)
+    assert "before" in out, (out, "the command had not reached its write while the walk was held back")
+    time.sleep(0.3)
+    return proc, proc.output().text
+
+
+def test_a_write_issued_during_the_walk_waits_and_never_reaches_the_outside_file(
+    ws: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    host = outside / "config.txt"
+    host.write_text("original\n")
+    os.link(host, ws / "config.txt")
+    box = Sandbox.create(PolicySpec(workspace=str(ws)))
+    try:
+        proc, out = _held(box, "echo before; echo evil > config.txt; echo after")
+        # Issued, not yet made: the command waits in its open; the host file is as it was.
+        assert "after" not in out, out
+        assert host.read_text() == "original\n"
+        assert proc.wait(timeout=30) == 0  # type: ignore[attr-defined]
+        assert host.read_text() == "original\n"
+        assert host.stat().st_nlink == 1
+        assert (ws / "config.txt").read_text() == "evil\n"
+        # A command started after the walk writes at once (and its own inode).
+        r = box.exec(["sh", "-c", "echo again >> config.txt && cat config.txt"])
+        assert r.exit_code == 0 and r.stdout == b"evil\nagain\n", r
+        assert host.read_text() == "original\n"
+    finally:
+        box.remove()
+
+
+def test_a_rename_into_a_walked_directory_during_the_walk_cannot_hide_a_linked_file(
+    ws: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    host = outside / "key.txt"
+    host.write_text("original\n")
+    # "a" is walked before "z" (and the walk may be anywhere when the rename comes):
+    # moved from z into a, the file would be counted twice there and its outside name
+    # would hide behind the count, were the rename not held until the walk ended.
+    (ws / "a").mkdir()
+    (ws / "z").mkdir()
+    os.link(host, ws / "z" / "key.txt")
+    os.link(ws / "z" / "key.txt", ws / "a" / "seen.txt")
+    box = Sandbox.create(PolicySpec(workspace=str(ws)))
+    try:
+        proc, out = _held(box, "echo before; mv z/key.txt a/key.txt; echo moved; echo evil > a/key.txt")
+        assert "moved" not in out, out
+        assert proc.wait(timeout=30) == 0  # type: ignore[attr-defined]
+        assert host.read_text() == "original\n"
+        assert (ws / "a" / "key.txt").read_text() == "evil\n"
+        # Names the file had inside still share its (new) inode, as on the host.
+        assert (ws / "a" / "seen.txt").read_text() == "evil\n"
+    finally:
+        box.remove()
+
+
+def test_hard_links_within_the_workspace_behave_as_on_the_host(ws: Path) -> None:
+    (ws / "one").write_text("first\n")
+    os.link(ws / "one", ws / "two")
+    box = Sandbox.create(PolicySpec(workspace=str(ws)))
+    try:
+        proc, out = _held(box, "echo before; echo second > one; echo after; cat two")
+        assert "after" not in out, out
+        assert proc.wait(timeout=30) == 0  # type: ignore[attr-defined]
+        assert proc.output().text.endswith("after\nsecond\n")  # type: ignore[attr-defined]
+        assert (ws / "two").read_text() == "second\n"
+        assert (ws / "one").stat().st_ino == (ws / "two").stat().st_ino  # not copied: nothing outside
+    finally:
+        box.remove()
+
+
+def test_a_denied_file_with_two_links_takes_the_walk_before_launch(ws: Path, tmp_path: Path) -> None:
+    denied = tmp_path / "private"
+    denied.mkdir()
+    secret = denied / "token"
+    secret.write_text("TOPSECRET\n")
+    secret.chmod(0o644)
+    assert links.denied_linked_elsewhere([str(denied)]) is None
+    os.link(secret, ws / "token")
+    assert links.denied_linked_elsewhere([str(denied)]) == str(secret)
+    # Both names under the denied path: no other name anywhere.
+    os.link(secret, denied / "again")
+    assert links.denied_linked_elsewhere([str(denied)]) == str(denied / "again")
+    os.unlink(ws / "token")
+    assert links.denied_linked_elsewhere([str(denied)]) is None
+    os.link(secret, ws / "token")
+    box = Sandbox.create(PolicySpec(workspace=str(ws), deny=[str(denied)]))
+    try:
+        start = time.monotonic()
+        r = box.exec(["sh", "-c", "cat token; echo written > mine; echo end"])
+        # Walked before launch (the sandbox's writes do not wait for a walk after it).
+        assert time.monotonic() - start < DELAY
+        assert b"TOPSECRET" not in r.stdout + r.stderr, r
+        assert r.stdout.endswith(b"end\n"), r
+        assert secret.read_text() == "TOPSECRET\n"
+    finally:
+        box.remove()
+
+
+def test_a_file_to_mask_found_after_launch_fails_every_write_with_eacces(ws: Path, tmp_path: Path) -> None:
+    denied = tmp_path / "private"
+    denied.mkdir()
+    secret = denied / "token"
+    secret.write_text("TOPSECRET\n")
+    box = Sandbox.create(PolicySpec(workspace=str(ws), deny=[str(denied)]))
+    try:
+        # Linked in from the host after the launch's check, before the walk: the walk
+        # finds a file it would have to mask, which a running sandbox cannot get.
+        os.link(secret, ws / "token")
+        proc, out = _held(box, "echo before; echo x > mine; echo status=$?")
+        assert "status" not in out, out
+        proc.wait(timeout=30)  # type: ignore[attr-defined]
+        got = proc.output()  # type: ignore[attr-defined]
+        assert "status=" in got.text and "status=0" not in got.text, got
+        assert b"Permission denied" in got.stderr, got
+        assert not (ws / "mine").exists()
+        r = box.exec(["sh", "-c", "echo y > later; echo status=$?; mv token moved; echo mv=$?"])
+        assert b"status=" in r.stdout and b"status=0" not in r.stdout and b"mv=1" in r.stdout, r
+        assert b"Permission denied" in r.stderr, r
+        assert (ws / "token").exists() and secret.read_text() == "TOPSECRET\n"
+    finally:
+        box.remove()
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_the_walk_after_launch_gives_linked_files_their_own_inode_natively_and_in_python(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native: str
+) -> None:
+    import selectors
+
+    from warren.plan.model import LinkWalk
+    from warren.server import linkwalk
+
+    monkeypatch.setenv("WARREN_NATIVE_WALK", native)
+    monkeypatch.setenv("WARREN_LINK_WALK_DELAY", "0")
+    ws = tmp_path / "ws"
+    (ws / "d").mkdir(parents=True)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("original\n")
+    os.link(outside, ws / "d" / "f.txt")
+    os.link(ws / "d" / "f.txt", ws / "g.txt")
+    walk = LinkWalk((str(ws),), (), (), (str(ws),), str(ws))
+    sel = selectors.DefaultSelector()
+    ended: list[linkwalk.Job] = []
+    job = linkwalk.Job(walk, sel, ended.append)
+    for key, _ in sel.select(30):
+        assert key.data == ("walked", job)
+        job.on_end()
+    assert ended == [job] and job.ok, job.error
+    assert job.found == 2
+    assert outside.stat().st_nlink == 1
+    assert (ws / "d" / "f.txt").stat().st_ino == (ws / "g.txt").stat().st_ino != outside.stat().st_ino
+    # Given up (its sandbox ended): the loop hears nothing of it, nobody is told.
+    os.link(outside, ws / "h.txt")
+    job = linkwalk.Job(walk, sel, ended.append)
+    job.cancel()
+    time.sleep(0.5)
+    assert not sel.get_map() and ended == [ended[0]]
