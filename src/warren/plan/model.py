@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 class MountKind(enum.Enum):
     ROOT_VIEW = "root_view"  # clone the host's / recursively, read-only and nosuid, as the new root
     BIND_RW = "bind_rw"  # clone ``source`` from the host, read-only below, writable on top
-    MASK = "mask"  # read-only bind over every entry of ``target`` not named in ``keep``
+    MASK = "mask"  # read-only bind over every entry of ``target`` not named in ``keep`` (mode 0: hidden)
     TMPFS = "tmpfs"  # a fresh tmpfs (``readonly`` for hiding, ``mode`` for permissions)
     BIND_DEV = "bind_dev"  # bind the host device node ``source`` onto ``target``
     DEVPTS = "devpts"  # a new devpts instance
