@@ -62,6 +62,7 @@ def make_plan(
         )
     writable = [str(r.path) for r in policy.writable]
     _check_state_dir(policy, host)
+    host = dataclasses.replace(host, git_files=_guarded_git_files(host.git_files, writable))
     for root in writable:
         for base in ("/dev", "/proc"):
             if within(root, base):
@@ -395,6 +396,18 @@ def _reached_own(policy: Policy, host: HostFacts, abi: int) -> tuple[str, ...]:
             hint="use Linux >= 5.19 with Landlock enabled",
         )
     return (own,)
+
+
+def _guarded_git_files(found: tuple[str, ...], writable: list[str]) -> tuple[str, ...]:
+    """The ``.git`` files made read-only inside: those at the top of a writable root (a
+    workspace that is a linked worktree or a submodule checkout), whose directory the
+    sandbox can neither rename nor remove, so ``gitdir:`` there stays the host's. One
+    deeper is not: its directory can be renamed and made again with a ``.git`` of the
+    sandbox's (a mount point on the old file would not stop that, and made ``git worktree
+    remove`` and ``git rm`` of a submodule fail with EBUSY); host git trusts it as any
+    repository made inside, once the sandbox ended and warren adopted what it names."""
+    tops = set(writable)
+    return tuple(path for path in found if os.path.dirname(path) in tops)
 
 
 def _hide_others(op: MountOp, reached: tuple[str, ...]) -> MountOp:

@@ -148,7 +148,7 @@ class Plan:
     repository: str | None = None
     guarded: tuple[str, ...] = ()  # directories above shared roots: metadata snapshotted
     git: tuple[GitDir, ...] = ()  # repositories' git directories: see server.gitstore
-    git_files: tuple[str, ...] = ()  # ``.git`` files (linked worktrees, submodules): read-only
+    git_files: tuple[str, ...] = ()  # ``.git`` files at the top of a writable root: read-only
     # (path, dev, ino): workspace names of files linked from outside, given an inode of
     # their own before launch (server.unshare)
     unshare: tuple[tuple[str, int, int], ...] = ()
