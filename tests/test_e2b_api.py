@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import make_wheel
+from conftest import make_wheel, run_cli
 from service_util import Serve
 from warren.e2b.envd import MAX_FILE
 from warren.e2b.records import root_of
@@ -1067,6 +1067,13 @@ def test_no_sandbox_reaches_another_sandboxs_home_made_before_or_after_it(world:
             assert sorted(p.name for p in home.iterdir()) == ["secret.txt", "sub"]
             assert (home / "secret.txt").read_text() == secret
             assert not (top / "moved").exists() and (top / "record.json").is_file()
+        # nor does any other sandbox of the user: there the whole directory is hidden
+        plain = world.home / f"plain-{secrets.token_hex(4)}"
+        plain.mkdir()
+        r = run_cli(
+            ["run", "--", "sh", "-c", f"cat {homes[0]}/secret.txt; ls -a {world.root}; true"], cwd=plain
+        )
+        assert r.returncode == 0 and secret not in r.stdout and homes[0].parent.name not in r.stdout, r.stdout
         # the control: the same commands reach the prying sandbox's own home
         own = world.workspace(prying.sandbox_id)
         r = prying.commands.run(f"cat {own}/mine.txt; cat /home/user/mine.txt")

@@ -3,7 +3,7 @@ environment, end time and workspace (and where those live); and the per-sandbox 
 token.
 
 A record is a small JSON file beside the sandbox's workspace (``ROOT/ID/record.json``,
-the workspace is ``ROOT/ID/home``), so a restarted ``warren serve`` still knows when each
+the workspace is ``ROOT/ID/RANDOM``, named in the record), so a restarted ``warren serve`` still knows when each
 sandbox ends and what it was created from. Nothing under ROOT but its own home is in a
 sandbox's reach: no record, no other sandbox's home (``root_of``).
 
