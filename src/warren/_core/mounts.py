@@ -8,6 +8,7 @@ source under /tmp is the host's, not the stage's.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -107,7 +108,8 @@ def _hide_entry(directory: int, name: str) -> None:
     try:
         if stat.S_ISDIR(os.fstat(held).st_mode):
             flags = _sys.MS_NOSUID | _sys.MS_NODEV | _sys.MS_RDONLY
-            _sys.mount("tmpfs", f"/proc/self/fd/{held}", "tmpfs", flags, "mode=0")
+            with contextlib.suppress(FileNotFoundError):  # removed since the open: gone, as hidden
+                _sys.mount("tmpfs", f"/proc/self/fd/{held}", "tmpfs", flags, "mode=0")
     finally:
         os.close(held)
 
