@@ -2,10 +2,11 @@
 environment, end time and workspace (and where those live); and the per-sandbox access
 token.
 
-A record is a small JSON file beside the sandbox's workspace (``ROOT/ID/record.json``,
-the workspace is ``ROOT/ID/RANDOM``, named in the record), so a restarted ``warren serve`` still knows when each
-sandbox ends and what it was created from. Nothing under ROOT but its own home is in a
-sandbox's reach: no record, no other sandbox's home (``root_of``).
+A record is a small JSON file beside the sandbox's workspace (``ROOT/ID/record.json``;
+the workspace is ``ROOT/ID/RANDOM``, named in the record), so a restarted ``warren
+serve`` still knows when each sandbox ends and what it was created from. Nothing under
+ROOT but its own home is in a sandbox's reach: no record, no other sandbox's home
+(``root_of``).
 
 The access token is derived, not stored: ``HMAC(key, sandbox id)`` with a key derived
 from the service token, so it survives a restart with the same token, differs for every
