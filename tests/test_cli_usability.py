@@ -87,6 +87,22 @@ def test_a_word_like_no_command_gets_no_guess(tmp_path: Path) -> None:
     assert r.returncode == 125 and "did you mean" not in r.stderr and "warren --help" in r.stderr
 
 
+def test_each_command_is_found_in_the_one_module_that_holds_it() -> None:
+    """``warren CMD`` imports CMD's module alone (cli.WHERE): the table must name every
+    command of every module, each where its handler is."""
+    from importlib import import_module
+
+    from warren import cli
+
+    held = {
+        name: module
+        for module in set(cli.WHERE.values())
+        for name in import_module(f"warren.cli.{module}").COMMANDS
+    }
+    assert held == cli.WHERE
+    assert set(cli.commands()) == set(cli.WHERE)
+
+
 # --- completion and man, from the parsers ---------------------------------------------
 
 

@@ -171,9 +171,7 @@ def test_the_v1_routes_older_sdks_use_create_and_resume(world: World) -> None:
             assert sandbox_id in [s["sandboxID"] for s in listed]
         finally:
             assert c.delete(f"/sandboxes/{sandbox_id}", headers=key).status_code == 204
-        refused = c.post(
-            "/sandboxes", json={"templateID": "base", "autoResume": {"enabled": True}}, headers=key
-        )
+        refused = c.post("/sandboxes", json={"templateID": "base", "autoResume": True}, headers=key)
         assert refused.status_code == 400 and "autoResume" in refused.json()["message"]
 
 
@@ -492,12 +490,58 @@ def test_v2_listing_pages_orders_and_filters_by_start_and_template(world: World)
 def test_lifecycle_options_are_honoured_or_refused_never_ignored(world: World) -> None:
     sandbox = Sandbox.create(timeout=60, lifecycle={"on_timeout": "pause", "auto_resume": False})
     Sandbox.kill(sandbox.sandbox_id)
-    with pytest.raises(SandboxException, match="auto-resume") as resume:
-        Sandbox.create(lifecycle={"on_timeout": "pause", "auto_resume": True})
-    assert resume.value.status_code == 400
-    with pytest.raises(SandboxException, match="filesystem-only") as memory:
-        Sandbox.create(lifecycle={"on_timeout": {"action": "pause", "keep_memory": False}})
-    assert memory.value.status_code == 400
+    with world.raw() as c:
+        body = {
+            "templateID": "base",
+            "autoPause": True,
+            "autoPauseMemory": False,
+            "autoResume": {"enabled": True},
+        }
+        r = c.post("/sandboxes", json=body, headers={"X-API-Key": world.token})
+        assert r.status_code == 400 and "filesystem-only" in r.json()["message"], r.text
+        r = c.post(
+            "/sandboxes",
+            json={"templateID": "base", "autoResume": {"enabled": "yes"}},
+            headers={"X-API-Key": world.token},
+        )
+        assert r.status_code == 400 and "autoResume" in r.json()["message"], r.text
+
+
+def test_auto_resume_wakes_a_paused_sandbox_on_its_next_request_with_its_processes(world: World) -> None:
+    sandbox = Sandbox.create(timeout=2, lifecycle={"on_timeout": "pause", "auto_resume": True})
+    try:
+        handle = sandbox.commands.run("sleep 300", background=True)
+        deadline = time.monotonic() + 15
+        while world.warren_state(sandbox.sandbox_id) != "paused" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert world.warren_state(sandbox.sandbox_id) == "paused"
+        assert not sandbox.is_running()  # a question about it is no request to it
+        assert world.warren_state(sandbox.sandbox_id) == "paused"
+        assert sandbox.commands.run("echo woke").stdout == "woke\n"  # envd's request resumes it
+        assert world.warren_state(sandbox.sandbox_id) == "running"
+        assert handle.pid in [p.pid for p in sandbox.commands.list()]
+        assert sandbox.get_info().end_at.timestamp() > time.time()  # with its time again
+    finally:
+        Sandbox.kill(sandbox.sandbox_id)
+
+
+def test_a_filesystem_only_pause_ends_the_processes_and_keeps_the_files(world: World) -> None:
+    sandbox = Sandbox.create()
+    try:
+        sandbox.files.write("kept.txt", "still here")
+        sandbox.commands.run("echo in-tmp > /tmp/t; sleep 300 & sleep 301 &")
+        assert len(sandbox.commands.run("pgrep -x sleep").stdout.split()) == 2  # the control
+        assert sandbox.pause(keep_memory=False) is True
+        assert world.warren_state(sandbox.sandbox_id) == "paused"
+        with pytest.raises(SandboxException):  # no auto-resume: a request does not wake it
+            sandbox.commands.run("true", request_timeout=10)
+        resumed = Sandbox.connect(sandbox.sandbox_id)
+        assert world.warren_state(sandbox.sandbox_id) == "running"
+        assert resumed.commands.run("pgrep -x sleep || echo none").stdout == "none\n"
+        assert resumed.files.read("kept.txt") == "still here"
+        assert resumed.files.read("/tmp/t") == "in-tmp\n"
+    finally:
+        Sandbox.kill(sandbox.sandbox_id)
 
 
 def test_a_snapshot_copies_the_home_without_following_links_and_sandboxes_and_forks_start_from_it(
@@ -1332,11 +1376,89 @@ def test_run_code_runs_in_a_jupyter_kernel_inside_the_sandbox(world: World) -> N
         Sandbox.kill(sandbox.sandbox_id)
 
 
-def test_what_is_not_offered_raises_a_clear_sdk_error(sb: Sandbox) -> None:
-    with pytest.raises(SandboxException, match="network is not offered"):
-        sb.update_network({"allow_out": ["example.com"]})
-    with pytest.raises(SandboxException, match="not offered"):
-        Sandbox.create(mcp={"github": {}})
+def test_mcp_is_accepted_and_the_sdk_finds_no_gateway_in_the_sandbox(world: World) -> None:
+    tag = {"mcp-test": secrets.token_hex(4)}
+    with pytest.raises(SandboxException, match="Failed to start MCP gateway"):
+        Sandbox.create("base", mcp={"github": {}}, metadata=tag)  # type: ignore[typeddict-item]
+    assert Sandbox.list(query=SandboxQuery(metadata=tag)).next_items() == []  # the SDK killed it
+
+
+def test_sudo_runs_as_the_sandboxs_own_user_and_python_is_python3(world: World, sb: Sandbox) -> None:
+    me = sb.commands.run("id -u").stdout
+    assert me == f"{os.getuid()}\n"
+    assert sb.commands.run("sudo id -u").stdout == me  # no privilege is gained
+    assert sb.commands.run("sudo -u root -E id -u").stdout == me
+    assert sb.commands.run("sudo -s 'echo $((1 + 2))'").stdout == "3\n"
+    assert sb.commands.run("sudo FOO=bar sh -c 'echo $FOO'").stdout == "bar\n"
+    with pytest.raises(CommandExitException, match="one user"):
+        sb.commands.run("sudo -u nobody true")
+    out = sb.commands.run("python -c 'import sys; print(sys.version_info[0])'", envs={"X": "1"})
+    assert out.stdout == "3\n"
+    # what a process started without a login shell sees too, and never setuid
+    path = sb.commands.run("command -v sudo").stdout.strip()
+    assert not os.stat(path).st_mode & (stat.S_ISUID | stat.S_ISGID)
+    listed = sb.commands.run("ls $(dirname $(command -v sudo))").stdout.split()
+    assert listed == ["sudo"]
+    if shutil.which("python") is None:  # the control: the host has no python of its own here
+        assert sb.commands.run("command -v python").stdout.strip().endswith("/last/python")
+
+
+def test_network_rules_allow_what_allow_out_names_and_a_change_replaces_them(world: World) -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    seen: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.server.server_address[0])  # type: ignore[index]
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"reached")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    servers = [ThreadingHTTPServer((host, 0), Handler) for host in ("127.0.0.1", "127.0.0.2")]
+    for server in servers:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    one, two = (
+        f"http://{h}:{s.server_address[1]}/" for h, s in zip(("127.0.0.1", "127.0.0.2"), servers, strict=True)
+    )
+    curl = "curl -s --noproxy '' -o /dev/null -w '%{http_code}' "
+    network = {"deny_out": ["0.0.0.0/0"], "allow_out": ["127.0.0.1"]}
+    sandbox = Sandbox.create(network=network)  # type: ignore[arg-type]
+    try:
+        assert sandbox.commands.run(curl + one).stdout == "200"
+        assert sandbox.commands.run(curl + two).stdout == "403"  # warren's proxy refuses it
+        assert seen == ["127.0.0.1"]
+        sandbox.update_network({"deny_out": ["0.0.0.0/0"], "allow_out": ["127.0.0.2"]})
+        assert sandbox.commands.run(curl + two).stdout == "200"
+        assert sandbox.commands.run(curl + one).stdout == "403"  # no longer allowed
+        assert seen == ["127.0.0.1", "127.0.0.2"]
+        with pytest.raises(SandboxException, match="opening a sandbox made with a network list"):
+            sandbox.update_network({})
+        with world.v1() as c:
+            log = c.get(f"/v1/sandboxes/{sandbox.sandbox_id}/network").text
+        assert "127.0.0.2:*" in log and "127.0.0.1:*" in log  # allowed at run time, denied since
+    finally:
+        Sandbox.kill(sandbox.sandbox_id)
+        for server in servers:
+            server.shutdown()
+    with pytest.raises(SandboxException, match="denyOut of some addresses"):
+        Sandbox.create(allow_internet_access=True, network={"deny_out": ["8.8.8.8"]})
+    with pytest.raises(SandboxException, match="egressProxy"):
+        Sandbox.create(network={"egress_proxy": {"address": "proxy.example.com:1080"}})
+    with pytest.raises(SandboxException, match="invalid allowed host"):
+        Sandbox.create(network={"deny_out": ["0.0.0.0/0"], "allow_out": ["169.254.169.254"]})
+
+
+def test_network_rules_on_a_sandbox_without_a_list_deny_but_never_open(sb: Sandbox) -> None:
+    sb.update_network({"deny_out": ["0.0.0.0/0"]})  # it reaches nothing: the denial holds
+    for opening in ({"allow_out": ["example.com"], "deny_out": ["0.0.0.0/0"]}, {"deny_out": ["8.8.8.8"]}):
+        with pytest.raises(SandboxException, match="without a network list"):
+            sb.update_network(opening)  # type: ignore[arg-type]
+    assert sb.commands.run("env | grep -ci proxy || true").stdout == "0\n"  # still none
 
 
 def test_what_an_e2b_client_does_is_in_the_sandboxs_trail_as_e2b(world: World, sb: Sandbox) -> None:

@@ -14,6 +14,7 @@ import io
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tarfile
@@ -432,21 +433,33 @@ def test_resume_after_shutdown_replaces_the_sandbox_under_the_same_name(ws: Path
 
 
 def test_an_exposed_port_resolves_to_a_host_address_that_answers(ws: Path) -> None:
+    """The same port number on the host when it is free there, as the SDK's local backend
+    serves it; the control: a port taken on the host gets another one, which answers."""
     (ws / "index.html").write_text("served from the sandbox\n")
 
-    async def go() -> str:
+    async def go(port: int) -> tuple[str, int, tuple[int, ...]]:
         client = _client(ws)
-        session = await client.create(options=WarrenSandboxClientOptions(exposed_ports=(8765,)))
+        session = await client.create(options=WarrenSandboxClientOptions(exposed_ports=(port, port)))
         async with session:
             inner = session._inner
-            server = inner.sandbox.spawn(["python3", "-m", "http.server", "--bind", "127.0.0.1", "8765"])  # type: ignore[attr-defined]
-            endpoint = await session.resolve_exposed_port(8765)
+            server = inner.sandbox.spawn(["python3", "-m", "http.server", "--bind", "127.0.0.1", str(port)])  # type: ignore[attr-defined]
+            endpoint = await session.resolve_exposed_port(port)
             body = await asyncio.to_thread(_fetch, f"http://{endpoint.host}:{endpoint.port}/index.html")
             server.kill()
         await client.delete(session)
-        return body
+        return body, endpoint.port, session.state.exposed_ports
 
-    assert _run(go()) == "served from the sandbox\n"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        body, got, declared = _run(go(busy))
+        assert body == "served from the sandbox\n" and got != busy and declared == (busy,)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        free = probe.getsockname()[1]
+    body, got, declared = _run(go(free))
+    assert body == "served from the sandbox\n" and got == free and declared == (free,)
 
 
 def _fetch(url: str) -> str:
@@ -527,17 +540,25 @@ def test_stop_ends_background_commands(ws: Path) -> None:
 def test_what_warren_cannot_do_raises_the_sdk_configuration_error_with_a_hint(
     ws: Path, tmp_path: Path
 ) -> None:
+    client = _client(ws)
+
     async def users() -> None:
-        await _client(ws).create(manifest=Manifest(users=[User(name="alice")]))
+        # refused when the manifest is applied (at start), as by the SDK's local backend
+        session = await client.create(manifest=Manifest(users=[User(name="alice")]))
+        try:
+            await session.start()
+        finally:
+            await client.delete(session)
 
     async def moved_grant() -> None:
         grant = SandboxPathGrant(path="/mnt/data", host_path=str(tmp_path))
         await _client(ws).create(manifest=Manifest(extra_path_grants=(grant,)))
 
-    for attempt in (users, moved_grant):
-        with pytest.raises(ConfigurationError) as info:
+    for attempt, said in ((users, "does not support manifest users or groups"), (moved_grant, "host_path")):
+        with pytest.raises(ConfigurationError, match=said) as info:
             _run(attempt())
         assert info.value.context["hint"]
+        assert isinstance(info.value, ValueError)  # what the local backend raises for the same
 
 
 def test_tty_gives_the_command_a_terminal_of_its_own_that_write_stdin_feeds(ws: Path) -> None:

@@ -21,7 +21,7 @@ from ..client.sandbox import Sandbox
 from ..errors import ProcessNotFound, SandboxError, SandboxTimeout, WarrenError
 from ..models import SandboxInfo
 from ..names import check_name
-from . import copy, flags, listing
+from . import flags, listing
 
 
 def _transport() -> LocalTransport:
@@ -216,6 +216,8 @@ def _split(spec: str) -> tuple[str | None, str]:
 
 
 def cp(args: list[str]) -> int:
+    from . import copy  # ctypes and the safe walks: only cp needs them
+
     p = flags.parser(
         "warren cp",
         "Copy between host and sandbox: warren cp [-r] SRC NAME:DEST, or warren cp [-r] NAME:SRC DEST. "

@@ -34,9 +34,11 @@ from ..models import SandboxInfo
 from ..plan.envroot import WORKSPACE as IMAGE_WORKSPACE
 from ..policy import config, presets
 from ..policy.spec import PolicySpec
-from .core import DEFAULT_TIMEOUT, ENVD_VERSION, MAX_TIMEOUT, Core, E2BError, message_of, status_of
+from . import standins
+from .core import DEFAULT_TIMEOUT, ENVD_VERSION, HOME, MAX_TIMEOUT, Core, E2BError, message_of, status_of
 from .front import ELSEWHERE
-from .records import Record
+from .network import Egress, at_create, at_update
+from .records import Lifecycle, Record
 from .rest import Handler, body, handled
 from .snapshots import Snapshot
 
@@ -44,16 +46,15 @@ MAX_BODY = 1024 * 1024
 MAX_LIMIT = 100  # E2B's page size limit for /v2/sandboxes
 MAX_FORKS = 16
 CODE_INTERPRETER = "code-interpreter-v1"
-HOME = "/home/user"  # E2B's home and working directory
 ALIVE = ("running", "paused")
 
 # Create options whose E2B meaning warren does not offer: refused when set, so nothing
 # is silently ignored (null, false and empty values are what the SDK sends by default).
-# ``secure`` (envd needs the access token) is always so here; ``autoPauseMemory`` (what a
-# pause keeps) is moot: warren's pause keeps everything.
+# ``secure`` (envd needs the access token) is always so here. ``mcp`` is accepted: E2B's
+# API only passes it on, and the SDK itself starts the gateway by running
+# ``mcp-gateway`` in the sandbox, which a warren sandbox has not (neither has E2B's
+# ``base``): the SDK then kills the sandbox and raises "Failed to start MCP gateway".
 NOT_OFFERED = {
-    "mcp": "MCP servers inside the sandbox",
-    "network": "per-host network rules",
     "iam": "workload identity tokens",
     "volumeMounts": "volumes",
 }
@@ -109,16 +110,15 @@ def flag(data: Mapping[str, Any], key: str) -> bool | None:
     return value
 
 
-def policy_of(template: str, workspace: str, internet: bool | None) -> tuple[PolicySpec, str | None]:
+def policy_of(template: str, workspace: str, egress: Egress) -> tuple[PolicySpec, str | None]:
     """The spec and the config profile a template stands for."""
     # E2B's home: the workspace is reached at /home/user, a link made inside the sandbox
     # only (the home stays on its host mount, with the caches: uv and npm hard-link into
     # it); on an image it is /workspace, as every sandbox on an image has it
     spec = PolicySpec(workspace=workspace, workspace_at=HOME, workspace_link=True)
-    if internet is True:
-        spec.network = "open"
-    elif internet is False:
-        spec.network = "none"
+    spec.network = egress.mode
+    spec.allow_hosts = list(egress.allow)
+    standins.give(spec)
     if template == "base":
         return spec, None
     if template == CODE_INTERPRETER:
@@ -133,6 +133,7 @@ def policy_of(template: str, workspace: str, internet: bool | None) -> tuple[Pol
         spec.image = template
         spec.workspace_at = None
         spec.workspace_link = None
+        spec.read, spec.env = [], {}
         return spec, None
     return spec, template
 
@@ -226,24 +227,28 @@ class Control:
             if data.get(key) not in (None, False, {}, []):
                 raise E2BError(400, f"{key} ({what}) is not offered by warren's E2B API")
         resume = data.get("autoResume")
-        if resume is not None and not (isinstance(resume, dict) and resume.get("enabled") in (None, False)):
-            raise E2BError(400, "autoResume (auto-resume on traffic) is not offered by warren's E2B API")
+        enabled = resume.get("enabled") if isinstance(resume, dict) else None
+        if resume is not None and not (isinstance(resume, dict) and isinstance(enabled, bool | None)):
+            raise E2BError(400, 'autoResume must be an object {"enabled": true or false}')
+        auto_resume = bool(enabled)
         timeout = timeout_of(data, DEFAULT_TIMEOUT)
         assert timeout is not None
         metadata, envs = strings(data, "metadata"), strings(data, "envVars")
         internet = flag(data, "allow_internet_access")
+        egress = at_create(data.get("network"), internet)
         auto_pause = bool(flag(data, "autoPause"))
-        if auto_pause and flag(data, "autoPauseMemory") is False:
-            # a filesystem-only pause (processes end, files stay) is not what warren's
-            # pause does: refused rather than silently kept in memory
+        # a filesystem-only pause: its processes end, its files stay (``Core.pause``)
+        files_only = auto_pause and flag(data, "autoPauseMemory") is False
+        if files_only and auto_resume:
             raise E2BError(
-                400, "autoPauseMemory false (a filesystem-only pause) is not offered by warren's E2B API"
+                400, "autoResume cannot be combined with a filesystem-only autoPause (autoPauseMemory false)"
             )
         sandbox_id = f"e2b-{uuid.uuid4().hex[:16]}"
         snap = self.core.snapshots.get(template)
+        lifecycle = Lifecycle(auto_pause, auto_resume, not files_only)
         with self.core.creating(sandbox_id):
             record = await self._create(
-                sandbox_id, template, timeout, metadata, envs, internet, auto_pause, snap
+                sandbox_id, template, timeout, metadata, envs, internet, egress, lifecycle, snap
             )
         self.core.start_reaper()
         return JSONResponse(self.created(record), status_code=201)
@@ -256,7 +261,8 @@ class Control:
         metadata: dict[str, str],
         envs: dict[str, str],
         internet: bool | None,
-        auto_pause: bool,
+        egress: Egress,
+        lifecycle: Lifecycle,
         snap: Snapshot | None = None,
     ) -> Record:
         workspace = await self.core.call(self.core.records.new_workspace, sandbox_id)
@@ -267,10 +273,23 @@ class Control:
         policy_template = snap.template if snap is not None else template
         built = await self.core.call(self.core.templates.base_of, policy_template)
         policy_template = built or policy_template
-        spec, profile = await self.core.call(policy_of, policy_template, workspace, internet)
+        spec, profile = await self.core.call(policy_of, policy_template, workspace, egress)
         now = time.time()
         record = Record(
-            sandbox_id, template, now, now + timeout, workspace, metadata, envs, auto_pause, internet=internet
+            sandbox_id,
+            template,
+            now,
+            now + timeout,
+            workspace,
+            metadata,
+            envs,
+            lifecycle.auto_pause,
+            internet=internet,
+            network=egress.mode,
+            allow_out=list(egress.allow),
+            auto_resume=lifecycle.auto_resume,
+            keep_memory=lifecycle.keep_memory,
+            timeout=timeout,
         )
         record.home = IMAGE_WORKSPACE if spec.image else HOME
         try:
@@ -388,7 +407,8 @@ class Control:
         info = await self.alive(request.path_params["id"])
         if info.state == "paused":
             raise E2BError(409, f"sandbox {info.name!r} is already paused")
-        await self.core.call(self.core.transport.pause, info.name, True)
+        memory = flag(await json_object(request, required=False), "memory")
+        await self.core.call(self.core.pause, info.name, keep_memory=memory is not False)
         return Response(status_code=204)
 
     async def resume(self, request: Request) -> Response:
@@ -471,7 +491,8 @@ class Control:
                             dict(record.metadata),
                             {},
                             record.internet,
-                            record.auto_pause,
+                            Egress(record.network, list(record.allow_out)),
+                            Lifecycle(record.auto_pause, record.auto_resume, record.keep_memory),
                             snap,
                         )
                     results.append({"sandbox": self.created(made)})
@@ -599,6 +620,28 @@ class Control:
         }
         return JSONResponse([sample])
 
+    async def update_network(self, request: Request) -> Response:
+        """E2B's rules replaced at run time, as warren's live ``net allow``/``net deny``
+        (``network.at_update``); every change is a record of the sandbox's network log."""
+        info = await self.alive(request.path_params["id"])
+        data = await json_object(request, required=True)
+        try:
+            policy = await self.core.call(self.core.transport.net_policy, info.name, "show", via="e2b")
+        except WarrenError:
+            policy = None  # no proxy: network none or open
+        record = self.core.record_of(info)
+        if policy is None and (record.network == "open" or record.internet is True):
+            raise E2BError(400, f"sandbox {info.name!r} is open to all traffic: no proxy to deny with")
+        current = [] if policy is None else [*policy.allowed, *policy.added]
+        listed = policy is not None
+        current = [r for r in current if policy is not None and r not in policy.denied]
+        change = at_update(data, listed, current)
+        for rule in change.allow:
+            await self.core.call(self.core.transport.net_policy, info.name, "allow", rule=rule, via="e2b")
+        for rule in change.deny:
+            await self.core.call(self.core.transport.net_policy, info.name, "deny", rule=rule, via="e2b")
+        return Response(status_code=204)
+
     async def not_offered(self, request: Request) -> Response:
         what = request.url.path.rsplit("/", 1)[-1]
         raise E2BError(501, f"{what} is not offered by warren's E2B API (see docs/e2b.md)")
@@ -634,7 +677,7 @@ class Control:
             ("/v2/templates/{id}/builds/{build}", "POST", self.start_build),
             ("/templates/{id}/builds/{build}/status", "GET", self.build_status),
             (f"{one}/fork", "POST", self.fork),
-            (f"{one}/network", "PUT", self.not_offered),
+            (f"{one}/network", "PUT", self.update_network),
         ]
         by_path: dict[str, dict[str, Handler]] = {}
         for path, method, handler in table:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -34,8 +35,10 @@ T = TypeVar("T")
 # (0.6.2), entry info in watch events (0.6.3), watching network mounts when asked (0.6.4).
 ENVD_VERSION = "0.6.4"
 DEFAULT_TIMEOUT = 300
+HOME = "/home/user"  # E2B's home and working directory
 MAX_TIMEOUT = 24 * 3600
 REAP_EVERY = 1.0
+FILES_ONLY_ROUNDS = 20
 
 
 class E2BError(Exception):
@@ -72,6 +75,7 @@ class Core:
         self.limiter = anyio.CapacityLimiter(threads)
         self._reaper: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._waking = threading.Lock()
         self._creating: set[str] = set()  # ids between their workspace and warren's create
         self._stopping = threading.Event()
 
@@ -179,11 +183,48 @@ class Core:
                 self.records.drop(sandbox_id)
 
     def expire(self, record: Record) -> None:
-        """Time is up: pause (``autoPause``) or kill. A paused sandbox waits for a connect."""
+        """Time is up: pause (``autoPause``; filesystem-only unless it keeps memory) or
+        kill. A paused sandbox waits for a connect (or, with ``autoResume``, a request)."""
         if record.auto_pause:
-            self.transport.pause(record.sandbox_id, True)
+            self.pause(record.sandbox_id, keep_memory=record.keep_memory)
         else:
             self.kill(record.sandbox_id)
+
+    def pause(self, sandbox_id: str, *, keep_memory: bool) -> None:
+        """Freeze the sandbox's processes; a filesystem-only pause (not ``keep_memory``)
+        ends them first (SIGKILL, as a cold boot loses them), keeping only its files
+        (its home, its /tmp, whatever it wrote) for the resume."""
+        if not keep_memory:
+            for _ in range(FILES_ONLY_ROUNDS):  # a process may fork while its siblings end
+                killed = 0
+                for proc in self.transport.processes(sandbox_id):
+                    # warren's own (PID 1, its helpers) are refused by the signal itself
+                    with contextlib.suppress(WarrenError):
+                        self.transport.signal(sandbox_id, proc.pid, signal.SIGKILL)
+                        killed += 1
+                if not killed:
+                    break
+                time.sleep(0.05)
+        self.transport.pause(sandbox_id, True)
+
+    def wake(self, sandbox_id: str) -> bool:
+        """Resume a paused sandbox created with ``autoResume`` because a request came for
+        it, with the timeout it was created with; whether it is running now."""
+        record = self.records.get(sandbox_id)
+        if record is None or not record.auto_resume:
+            return False
+        with self._waking:  # requests arriving together resume it once
+            try:
+                info = self.transport.get(sandbox_id)
+            except SandboxNotFound:
+                return False
+            if info.state == "paused":
+                self.transport.pause(sandbox_id, False)
+                record.end_at = max(record.end_at, time.time() + record.timeout)
+                self.records.save(record)
+            elif info.state != "running":
+                return False
+        return True
 
     def kill(self, sandbox_id: str) -> None:
         """Stop and remove the sandbox, then its record and workspace (kept when the

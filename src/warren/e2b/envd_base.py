@@ -104,6 +104,8 @@ class EnvdService:
             info = await self.core.call(self.core.transport.get, sandbox_id)
         except SandboxNotFound:
             raise E2BError(404, f"sandbox {sandbox_id!r} not found") from None
+        if info.state == "paused" and await self.core.call(self.core.wake, sandbox_id):
+            info = await self.core.call(self.core.transport.get, sandbox_id)
         if info.state != "running":
             raise ConnectError(Code.UNAVAILABLE, f"sandbox {sandbox_id!r} is {info.state}, not running")
         return info, self.core.record_of(info)

@@ -24,7 +24,8 @@ from e2b.envd.process import process_pb as pb
 
 from ..client.transport import Command
 from ..models import ProcessState, SandboxInfo
-from .core import Core, E2BError
+from . import standins
+from .core import HOME, Core, E2BError
 from .envd_base import KEEPALIVE, POLL, EnvdService, Oneof, connect_error, rpc, sandbox_gone
 
 # What a process's output buffer keeps per stream (its reader follows it as it comes).
@@ -119,7 +120,10 @@ class ProcessService(EnvdService):
             # /home/user is a link to the home's host path: a shell's pwd says the path
             # asked for, as after `cd` on E2B (the kernel's getcwd names the host path)
             envs = {**home, "PWD": cwd, **record.envs, **dict(config.envs)}
-            argv = [config.cmd, *config.args]
+            args = list(config.args)
+            if record.home == HOME:  # E2B's home: not an image, which has its own tools
+                args = standins.login_script(config.cmd, args)
+            argv = [config.cmd, *args]
             tty_file = f"/tmp/.e2b-pty-{uuid.uuid4().hex}"
             if request.pty is not None:
                 argv = in_terminal(argv, request.pty.size, tty_file)

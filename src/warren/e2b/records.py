@@ -50,7 +50,12 @@ class Record:
     envs: dict[str, str] = field(default_factory=dict)
     auto_pause: bool = False
     home: str = ""  # the workspace as the sandbox sees it, when not at its host path (an image's)
-    internet: bool | None = None  # allow_internet_access as asked at create (None: the template's)
+    internet: bool | None = None  # allow_internet_access as asked (what it made: ``network``)
+    network: str | None = None  # its network mode as E2B's rules made it (None: the template's)
+    allow_out: list[str] = field(default_factory=list)  # warren's rules for E2B's allowOut
+    auto_resume: bool = False  # a request to a paused sandbox resumes it
+    keep_memory: bool = True  # False: its timeout's pause is filesystem-only (processes end)
+    timeout: int = 300  # seconds asked at create: what an auto-resume gives it again
 
     @property
     def inside(self) -> str:
@@ -60,6 +65,16 @@ class Record:
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
+
+
+@dataclass(frozen=True)
+class Lifecycle:
+    """What happens at a sandbox's timeout and after: pause instead of kill, resume on
+    the next request, keep the processes (a memory pause) or only the files."""
+
+    auto_pause: bool = False
+    auto_resume: bool = False
+    keep_memory: bool = True
 
 
 def root_of(env: Mapping[str, str]) -> str:

@@ -56,6 +56,7 @@ from agents.sandbox.errors import (
     WorkspaceStartError,
 )
 from agents.sandbox.manifest import Manifest
+from agents.sandbox.materialization import MaterializationResult
 from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
 from agents.sandbox.session.dependencies import Dependencies
 from agents.sandbox.session.manager import Instrumentation
@@ -101,13 +102,27 @@ _DEFAULT_ROOT = cast(str, Manifest.model_fields["root"].default)
 _T = TypeVar("_T")
 
 
-def _unsupported(what: str, hint: str) -> ConfigurationError:
-    return ConfigurationError(
-        message=f"warren cannot {what}",
+class WarrenConfigurationError(ConfigurationError, ValueError):
+    """What warren cannot do: the SDK's ``ConfigurationError`` and, as the SDK's own local
+    backend raises for the same requests (users, a host path shown elsewhere), a
+    ``ValueError``, so code written for either catches it."""
+
+
+def _unsupported(what: str, hint: str) -> WarrenConfigurationError:
+    return WarrenConfigurationError(
+        message=f"warren does not support {what}",
         error_code=ErrorCode.SANDBOX_CONFIG_INVALID,
         op="start",
         context={"backend": "warren", "hint": hint},
     )
+
+
+def _no_accounts(manifest: Manifest) -> None:
+    if manifest.users or manifest.groups:
+        raise _unsupported(
+            "manifest users or groups: a warren sandbox runs every command as the caller",
+            "remove users/groups from the manifest",
+        )
 
 
 class WarrenSandboxClientOptions(BaseSandboxClientOptions):
@@ -354,8 +369,15 @@ class WarrenSandboxSession(BaseSandboxSession):
                 await self._call(entry.process.kill, signal.SIGKILL)
 
     async def _resolve_exposed_port(self, port: int) -> ExposedPortEndpoint:
+        """The host address forwarded to the sandbox's ``port``: the same port number on
+        the host's loopback when it is free there (where the SDK's local backend serves
+        it), else a free one (``Sandbox.expose``)."""
         if port not in self._ports:
-            address = await self._call((await self._box()).expose, port)
+            box = await self._box()
+            try:
+                address = await self._call(box.expose, port, port)
+            except WarrenError:  # taken on the host (or below 1024 for a user)
+                address = await self._call(box.expose, port)
             host, _, host_port = address.rpartition(":")
             self._ports[port] = ExposedPortEndpoint(host=host, port=int(host_port), tls=False)
         return self._ports[port]
@@ -369,6 +391,19 @@ class WarrenSandboxSession(BaseSandboxSession):
         # The helper lives in the sandbox's private /tmp: a replacement sandbox needs it again.
         return self._sandbox.id if self._sandbox is not None else None
 
+    async def _apply_manifest(
+        self, *, only_ephemeral: bool = False, provision_accounts: bool = True
+    ) -> MaterializationResult:
+        """The SDK's, but users and groups are refused when the manifest is applied (at
+        start, as the SDK's local backend does), never made in the sandbox."""
+        _no_accounts(self.state.manifest)
+        return await super()._apply_manifest(
+            only_ephemeral=only_ephemeral, provision_accounts=provision_accounts
+        )
+
+    async def provision_manifest_accounts(self) -> None:
+        _no_accounts(self.state.manifest)
+
     async def _validate_path_access(self, path: Path | str, *, for_write: bool = False) -> Path:
         """The SDK's workspace scope, resolved inside the sandbox (a symlink in the
         workspace pointing out of it is refused, as by the SDK's own backends). warren's
@@ -378,7 +413,7 @@ class WarrenSandboxSession(BaseSandboxSession):
     def _no_user(self, user: str | User | None) -> None:
         if user is not None:
             raise _unsupported(
-                "act as another user",
+                "acting as another user",
                 "a warren sandbox has one user, the caller; drop user=...",
             )
 
@@ -509,17 +544,12 @@ class WarrenSandboxClient(BaseSandboxClient[WarrenSandboxClientOptions | None]):
         extra = from_mapping(options.policy, "WarrenSandboxClientOptions.policy")
         spec = self._policy.merged(extra)
         spec.workspace = os.path.abspath(spec.workspace or os.getcwd())
-        if manifest.users or manifest.groups:
-            raise _unsupported(
-                "provision manifest users or groups",
-                "a warren sandbox runs every command as the caller; remove users/groups from the manifest",
-            )
         for grant in manifest.extra_path_grants:
             if grant.host_path is not None and os.path.abspath(grant.host_path) != os.path.abspath(
                 grant.path
             ):
                 raise _unsupported(
-                    f"show host path {grant.host_path} at {grant.path}",
+                    f"sandbox path grant host_path: host path {grant.host_path} shown at {grant.path}",
                     "warren shows host paths where they are; grant the path itself (no host_path)",
                 )
             (spec.read if grant.read_only else spec.write).append(grant.path)
@@ -559,7 +589,7 @@ class WarrenSandboxClient(BaseSandboxClient[WarrenSandboxClientOptions | None]):
             session_id=session_id,
             manifest=manifest,
             snapshot=resolve_snapshot(snapshot, str(session_id)),
-            exposed_ports=options.exposed_ports,
+            exposed_ports=tuple(dict.fromkeys(options.exposed_ports)),
             sandbox_name=options.name or f"agents-{session_id.hex[:12]}",
             policy=keys_of(spec),
         )

@@ -271,7 +271,8 @@ class Sandboxes:
         if isinstance(msg, protocol.GetRequest):
             return self.info(msg.name), b""
         if isinstance(msg, protocol.ListRequest):
-            return protocol.SandboxList(items=[self.info(e.name) for e in self.registry.all()]), b""
+            # One query for the whole listing (a query per sandbox cost ~20 ms with 1,000).
+            return protocol.SandboxList(items=[self.info(e.name, e) for e in self.registry.all()]), b""
         if isinstance(msg, protocol.ExposeRequest):
             return self.live(msg.sandbox).expose(msg), b""
         if isinstance(msg, protocol.ExposeListRequest):
@@ -476,9 +477,11 @@ class Sandboxes:
             hint=f"remove it with `warren rm {name}` and create it again",
         )
 
-    def info(self, name: str) -> protocol.SandboxInfo:
+    def info(self, name: str, entry: registry.Entry | None = None) -> protocol.SandboxInfo:
+        """What ``warren ls`` shows of ``name``; ``entry`` is its registry record when the
+        caller has read it already."""
         box = self.boxes.get(name)
-        entry = self.entry(name)
+        entry = entry or self.entry(name)
         state = entry.state
         if box is not None and box.kill_at is not None:
             state = "stopping"
