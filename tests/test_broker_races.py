@@ -541,3 +541,56 @@ def test_socket_calls_the_broker_makes_behave_as_on_the_host(layout: Layout, via
     assert inside["epipe_signal"] == -13 and inside["epipe_nosignal"] == "EPIPE"
     assert inside["epipe_handler"] == 11 and inside["epipe_ignored"] == "EPIPE"  # EPIPE, handler ran
     assert inside["tcp_sendmsg_all"] == 12 << 20
+
+
+FORGE = r"""
+import errno, json, os, socket, struct, sys, time
+c, d = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+d.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+d.setblocking(False)
+other = os.fork()
+if other == 0:
+    time.sleep(30)
+    os._exit(0)
+out = {}
+for who, pid in (("other", other), ("parent", os.getppid()), ("own", os.getpid())):
+    creds = struct.pack('iII', pid, os.getuid(), os.getgid())
+    try:
+        c.sendmsg([who.encode()], [(socket.SOL_SOCKET, socket.SCM_CREDENTIALS, creds)])
+        out[who] = 'sent'
+    except OSError as e:
+        out[who] = errno.errorcode[e.errno]
+seen = []
+while True:
+    try:
+        msg, anc, _, _ = d.recvmsg(16, 64)
+    except BlockingIOError:
+        break
+    seen.append([msg.decode(), struct.unpack('iII', anc[0][2])[0]])
+out['seen'] = seen
+out['pids'] = [other, os.getppid()]
+os.kill(other, 9)
+print(json.dumps(out))
+"""
+
+
+def test_a_command_cannot_name_another_process_in_its_credentials(layout: Layout, via: str) -> None:
+    """The attack: a command sends SCM_CREDENTIALS naming another process (a child of its
+    own, its parent) to a receiver that checks them. The kernel refuses it to an
+    unprivileged sender, and the broker, which makes the send, must say the same: the
+    receiver never sees a pid the command named but is not. The control: the same
+    script on the host, where root may name another process (it holds CAP_SYS_ADMIN)."""
+    r = layout.run(["python3", "-c", FORGE], timeout=60)
+    assert r.returncode == 0, r.stderr
+    inside = json.loads(r.stdout)
+    host = json.loads(
+        subprocess.run([sys.executable, "-c", FORGE], capture_output=True, text=True, check=True).stdout
+    )
+    # root holds CAP_SYS_ADMIN on the host, so there the forgery works (a command of a root
+    # caller holds no capability inside); the kernel refuses it to uid 1001 everywhere
+    forged = "sent" if os.getuid() == 0 else "EPERM"
+    assert host["other"] == host["parent"] == forged and host["own"] == "sent"
+    assert inside["other"] == inside["parent"] == "EPERM", inside
+    assert inside["own"] == "sent"
+    assert [msg for msg, _pid in inside["seen"]] == ["own"]
+    assert not set(inside["pids"]) & {pid for _msg, pid in inside["seen"]}, inside

@@ -20,6 +20,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -100,7 +102,7 @@ def _transcript(body: str) -> str:
 
 @pytest.mark.skipif(len(WARREN) != 1, reason="the examples call the installed `warren` command, absent here")
 @pytest.mark.parametrize("example", ALL, ids=[e.where for e in ALL])
-def test_the_example_runs_as_written(example: Example, env: dict[str, str], tmp_path: Path) -> None:
+def test_the_example_runs_as_written(example: Example, env: dict[str, str]) -> None:
     if example.not_run is not None:
         assert example.not_run.strip(), f"{example.where}: say why it cannot run here"
         pytest.skip(f"not run here: {example.not_run}")
@@ -115,8 +117,18 @@ def test_the_example_runs_as_written(example: Example, env: dict[str, str], tmp_
         yaml = pytest.importorskip("yaml")
         yaml.safe_load(example.body)
         return
-    ws = tmp_path / "ws"
-    ws.mkdir()
+    # In the home, as a reader runs them (a workspace under /tmp cannot share a mount
+    # with the caches: warren would warn, and uv would copy where it links).
+    top = Path.home() / f".warren-docs-example-{secrets.token_hex(6)}"
+    ws = top / "ws"
+    ws.mkdir(parents=True)
+    try:
+        _run(example, lang, ws, env)
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def _run(example: Example, lang: str, ws: Path, env: dict[str, str]) -> None:
     if lang == "python":
         argv = [sys.executable, "-c", example.body]
     elif lang in SHELLS:
@@ -128,6 +140,7 @@ def test_the_example_runs_as_written(example: Example, env: dict[str, str], tmp_
     r = subprocess.run(argv, cwd=ws, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, f"{example.where} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"
     assert "Traceback" not in r.stderr, f"{example.where}:\n{r.stderr}"
+    assert "is under /tmp" not in r.stderr, f"{example.where}:\n{r.stderr}"
 
 
 def test_every_example_is_found_and_most_run() -> None:

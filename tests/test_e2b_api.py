@@ -16,6 +16,7 @@ import secrets
 import shutil
 import stat
 import subprocess
+import sys
 import time
 import zlib
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from conftest import make_wheel, run_cli
 from service_util import Serve
 from warren.e2b.envd import MAX_FILE
 from warren.e2b.records import root_of
@@ -42,6 +44,11 @@ from e2b import (  # noqa: E402
 
 MARKER = "planted-credential-" + secrets.token_hex(8)
 HOME = "/home/user"  # where an E2B sandbox sees its workspace (its host path is World.workspace)
+
+
+def workspace_of(root: Path, sandbox_id: str) -> Path:
+    record = json.loads((root / sandbox_id / "record.json").read_text())
+    return Path(record["workspace"])
 
 
 class World:
@@ -67,7 +74,9 @@ class World:
         return state
 
     def workspace(self, sandbox_id: str) -> Path:
-        return self.root / sandbox_id / "home"
+        """The sandbox's home on the host: a random name in a directory nobody lists,
+        named in its record."""
+        return workspace_of(self.root, sandbox_id)
 
     def raw(self) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=30)
@@ -386,7 +395,7 @@ def test_a_restarted_service_keeps_the_access_tokens_and_still_ends_sandboxes_on
         assert again._envd_access_token == sandbox._envd_access_token
         assert again.commands.run("echo alive").stdout == "alive\n"
         root = Path(root_of(os.environ))
-        assert (root / sandbox.sandbox_id / "home").is_dir()
+        assert workspace_of(root, sandbox.sandbox_id).is_dir()
         headers = {"Authorization": f"Bearer {token}"}
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
@@ -549,7 +558,8 @@ def test_a_snapshot_copies_the_home_without_following_links_and_sandboxes_and_fo
     assert any("kept-state" in n for n in snap.names)
     assert worker.pid in [p.pid for p in sb.commands.list()]  # paused for the copy, then thawed
     assert world.warren_state(sb.sandbox_id) == "running"
-    copy = Path(f"{world.root}-snapshots") / snap.snapshot_id / "home"
+    top = Path(f"{world.root}-snapshots") / snap.snapshot_id
+    copy = top / json.loads((top / "meta.json").read_text())["home"]
     assert (copy / "keep.txt").read_text() == "kept" and (copy / "d" / "e" / "f").read_text() == "deep\n"
     assert (copy / "link").is_symlink() and os.readlink(copy / "link") == "/etc/hostname"
     assert not (copy / "pipe").exists()
@@ -919,7 +929,11 @@ def test_snapshots_are_held_to_the_users_snapshot_budget_and_a_refused_one_leave
     finally:
         config.write_text(before)
     try:
-        home = snaps / snap.snapshot_id / "home"
+        home = (
+            snaps
+            / snap.snapshot_id
+            / json.loads((snaps / snap.snapshot_id / "meta.json").read_text())["home"]
+        )
         assert (home / "big.bin").stat().st_size == 3 << 20 and len(os.listdir(home / "d")) == 3
     finally:
         assert Sandbox.delete_snapshot(snap.snapshot_id) is True
@@ -1062,6 +1076,95 @@ def test_a_wrong_or_missing_api_key_is_refused_and_creates_nothing(world: World)
     assert len(Sandbox.list().next_items()) == before
 
 
+def test_no_sandbox_reaches_another_sandboxs_home_made_before_or_after_it(world: World) -> None:
+    # The homes live on the caller's filesystem, beside the caches (not in a private /tmp):
+    # judged from the host, no E2B sandbox reads, lists, writes or removes another's,
+    # whether that one existed when it started or came later.
+    first = Sandbox.create()
+    prying = Sandbox.create()
+    later = Sandbox.create()
+    try:
+        secret = "home-secret-" + secrets.token_hex(8)
+        homes = [world.workspace(s.sandbox_id) for s in (first, later)]
+        for home in homes:
+            (home / "secret.txt").write_text(secret)
+            (home / "sub").mkdir()
+        assert prying.commands.run("echo own > mine.txt").exit_code == 0
+        # a home there when the sandbox started is hidden outright
+        listed = prying.commands.run(f"ls -a {homes[0]} 2>&1; true").stdout
+        assert "secret.txt" not in listed and "denied" in listed, listed
+        for home in homes:
+            top = home.parent
+            # what a sandbox can find out: the other sandboxes' ids (in the root it lists),
+            # never what lies below them, nor the random name of a home
+            found = prying.commands.run(
+                f"ls -aR {world.root.parent}; find / -name secret.txt 2>/dev/null; true"
+            )
+            assert home.name not in found.stdout and "secret.txt" not in found.stdout, found.stdout
+            # and given the path (which nothing inside shows): no read, no write
+            script = (
+                f"cat {home}/secret.txt; ls -a {top}; cat {top}/record.json; "
+                f"echo x > {home}/planted; rm -rf {home}/sub; mkdir {home}/made; mv {home} {top}/moved; true"
+            )
+            r = prying.commands.run(script)
+            assert secret not in r.stdout and "home-secret" not in r.stderr and "workspace" not in r.stdout
+            assert sorted(p.name for p in home.iterdir()) == ["secret.txt", "sub"]
+            assert (home / "secret.txt").read_text() == secret
+            assert not (top / "moved").exists() and (top / "record.json").is_file()
+        # nor does any other sandbox of the user: there the whole directory is hidden
+        plain = world.home / f"plain-{secrets.token_hex(4)}"
+        plain.mkdir()
+        r = run_cli(
+            ["run", "--", "sh", "-c", f"cat {homes[0]}/secret.txt; ls -a {world.root}; true"], cwd=plain
+        )
+        assert r.returncode == 0 and secret not in r.stdout and homes[0].parent.name not in r.stdout, r.stdout
+        # the control: the same commands reach the prying sandbox's own home
+        own = world.workspace(prying.sandbox_id)
+        r = prying.commands.run(f"cat {own}/mine.txt; cat /home/user/mine.txt")
+        assert r.stdout == "own\nown\n"
+    finally:
+        for s in (first, prying, later):
+            Sandbox.kill(s.sandbox_id)
+    for s in (first, prying, later):
+        assert not (world.root / s.sandbox_id).exists()  # removed with their sandboxes
+
+
+def test_uv_hardlinks_from_its_cache_into_a_venv_in_the_home(world: World) -> None:
+    # The home is on the caller's filesystem with the uv preset's cache, seen at
+    # /home/user through a link: uv's hard links work there as in a workspace in the home.
+    uv = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
+    wheels = world.home / f"wheels-{secrets.token_hex(4)}"
+    make_wheel(wheels)
+    cache = world.home / ".cache" / "uv"
+    env = {**os.environ, "UV_CACHE_DIR": str(cache), "UV_NO_PROGRESS": "1"}
+    warm = world.home / f"warm-{secrets.token_hex(4)}"
+    subprocess.run([uv, "venv", "-q", "--python", "/usr/bin/python3", str(warm)], env=env, check=True)
+    install = ["pip", "install", "--offline", "--find-links", str(wheels), "warrendemo"]
+    subprocess.run([uv, *install, "--python", str(warm / "bin" / "python")], env=env, check=True)
+    sandbox = Sandbox.create(template="uv")
+    try:
+        venv = f"{uv} venv -q --python /usr/bin/python3"
+        args = " ".join(install)
+        envs = {"UV_CACHE_DIR": str(cache), "UV_NO_PROGRESS": "1"}
+        r = sandbox.commands.run(f"{venv} .venv && {uv} {args} --python .venv/bin/python", envs=envs)
+        assert "falling back" not in r.stderr.lower(), r.stderr
+        home = world.workspace(sandbox.sandbox_id)
+        installed = next(home.glob(".venv/lib/python3*/site-packages/warrendemo/data.py"))
+        assert installed.stat().st_nlink > 1, "a copy, not a hard link from the cache"
+        assert installed.stat().st_ino in {p.stat().st_ino for p in cache.rglob("data.py")}
+        # the control: the sandbox's own /tmp is another mount, where uv copies (and says so)
+        r = sandbox.commands.run(
+            f"{venv} /tmp/venv && {uv} {args} --python /tmp/venv/bin/python && "
+            "stat -c %h /tmp/venv/lib/python3*/site-packages/warrendemo/data.py",
+            envs=envs,
+        )
+        assert r.stdout.strip() == "1" and "falling back" in r.stderr.lower(), r.stderr
+    finally:
+        Sandbox.kill(sandbox.sandbox_id)
+        shutil.rmtree(wheels)
+        shutil.rmtree(warm)
+
+
 def test_one_sandboxs_access_token_opens_no_other(world: World) -> None:
     a, b = Sandbox.create(), Sandbox.create()
     try:
@@ -1106,9 +1209,10 @@ def test_a_sandbox_sees_nothing_of_another_sandboxs_workspace(world: World) -> N
         b.files.write("private.txt", "b only")
         theirs = world.workspace(b.sandbox_id)
         assert (theirs / "private.txt").read_text() == "b only"  # there on the host
-        seen = a.commands.run(f"ls {world.root} {theirs}; cat {theirs}/private.txt; true")
-        assert "b only" not in seen.stdout and b.sandbox_id not in seen.stdout
-        with pytest.raises(NotFoundException):
+        # b came after a: its id may be listed (not what lies below it, nor its home's name)
+        seen = a.commands.run(f"ls -R {world.root}; cat {theirs}/private.txt; true")
+        assert "b only" not in seen.stdout and theirs.name not in seen.stdout and "private" not in seen.stdout
+        with pytest.raises(SandboxException, match="Permission denied"):
             a.files.read(f"{theirs}/private.txt")
         with pytest.raises(CommandExitException):
             a.commands.run(f"echo tampered > {theirs}/private.txt")

@@ -459,36 +459,25 @@ def test_a_worktree_the_host_made_works_in_a_later_sandbox_and_is_removed_there(
     layout: Layout, repo: Path, via: str
 ) -> None:
     """A sandbox started after the host made a worktree: git works in it inside (its
-    entry lacked ``commondir`` in warren's tree: "not a git repository"), its ``.git``
-    file still cannot be redirected, and ``git worktree remove`` there removes it on the
-    host as on the host: the checkout, the ``.git`` file (a mount point inside, which git
-    reports busy: the supervisor removes it, which lifts the mount) and the entry."""
+    entry lacked ``commondir`` in warren's tree: "not a git repository"), and ``git
+    worktree remove`` there exits 0 and removes it on the host as on the host: the
+    checkout, the ``.git`` file (once a mount point inside, which git reported busy) and
+    the entry."""
     wt = repo / "wt"
     assert host_git(repo, "worktree", "add", "-q", "-b", "task", "wt").returncode == 0
     (wt / "w").write_text("w\n")
-    before = (wt / ".git").read_text()
-    redirect = "printf 'gitdir: /tmp/evil\\n' > wt/.git; echo rc=$?"
-    # Control: the redirect the sandbox attempts works on the host (on a copy).
-    (repo.parent / "copy").mkdir()
-    (repo.parent / "copy" / "wt").mkdir()
-    (repo.parent / "copy" / "wt" / ".git").write_text(before)
-    on_host = subprocess.run(["sh", "-c", redirect], cwd=repo.parent / "copy", capture_output=True, text=True)
-    assert "rc=0" in on_host.stdout
     with later_sandbox(layout, repo, via) as live:
-        r = inside(
-            layout, live, f"git -C wt add w && git -C wt commit -qm inside && echo committed; {redirect}"
-        )
-        assert "committed" in r.stdout and "rc=0" not in r.stdout, r.stdout + r.stderr
-        assert (wt / ".git").read_text() == before
+        r = inside(layout, live, "git -C wt add w && git -C wt commit -qm inside && echo committed")
+        assert "committed" in r.stdout, r.stdout + r.stderr
         assert wait_for(lambda: host_git(wt, "log", "-1", "--format=%s").stdout.strip() == "inside")
         # (without optional locks: a host status rewriting the index just before the
         # remove is a change on both sides, which the host wins)
         assert host_git(wt, "--no-optional-locks", "status", "--porcelain").stdout == ""
-        r = inside(layout, live, "git worktree remove --force wt; git worktree list --porcelain")
-        assert "busy" in r.stderr, r.stderr  # git's own report of the .git file it could not unlink
+        r = inside(layout, live, "git worktree remove --force wt && git worktree list --porcelain")
+        assert r.returncode == 0, r.stderr
         assert f"worktree {wt}\n" not in r.stdout
         assert wait_for(lambda: not wt.exists()), sorted(os.listdir(wt))
-        assert not (repo / ".git" / "worktrees" / "wt").exists()
+        assert wait_for(lambda: not (repo / ".git" / "worktrees" / "wt").exists())
         assert f"worktree {wt}\n" not in host_git(repo, "worktree", "list", "--porcelain").stdout
         assert host_git(repo, "log", "-1", "--format=%s", "task").stdout.strip() == "inside"
         if live is not None:
@@ -496,6 +485,96 @@ def test_a_worktree_the_host_made_works_in_a_later_sandbox_and_is_removed_there(
                 layout, live, "test ! -e wt && git worktree add -q wt2 task && git -C wt2 log -1 --format=%s"
             )
             assert r.returncode == 0 and r.stdout.strip() == "inside", r.stderr
+
+
+def test_a_worktree_the_host_made_is_deleted_and_pruned_in_a_later_sandbox(
+    layout: Layout, repo: Path, via: str
+) -> None:
+    """``rm -rf wt && git worktree prune`` inside, for a worktree the host made before the
+    sandbox: both exit 0, and the host lists it no more."""
+    wt = repo / "wt"
+    assert host_git(repo, "worktree", "add", "-q", "-b", "task", "wt").returncode == 0
+    with later_sandbox(layout, repo, via) as live:
+        r = inside(layout, live, "rm -rf wt && git worktree prune && git worktree list --porcelain")
+        assert r.returncode == 0, r.stderr
+        assert f"worktree {wt}\n" not in r.stdout
+        assert not wt.exists()
+        assert wait_for(lambda: not (repo / ".git" / "worktrees" / "wt").exists())
+    listed = host_git(repo, "worktree", "list", "--porcelain").stdout
+    assert "prunable" not in listed and f"worktree {wt}\n" not in listed
+
+
+def test_git_rm_of_a_submodule_the_host_added_works_in_a_later_sandbox(
+    layout: Layout, repo: Path, via: str
+) -> None:
+    lib = layout.root / "lib"
+    lib.mkdir()
+    for args in (["init", "-q", "-b", "main"], ["commit", "-q", "--allow-empty", "-m", "lib"]):
+        assert host_git(lib, *args).returncode == 0
+    added = host_git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(lib), "sub")
+    assert added.returncode == 0, added.stderr
+    assert host_git(repo, "commit", "-qm", "add sub").returncode == 0
+    with later_sandbox(layout, repo, via) as live:
+        r = inside(layout, live, "git rm -q sub && git status --porcelain")
+        assert r.returncode == 0, r.stderr
+        assert sorted(r.stdout.splitlines()) == ["D  sub", "M  .gitmodules"]
+        assert not (repo / "sub").exists()
+        assert wait_for(
+            lambda: (
+                sorted(host_git(repo, "status", "--porcelain").stdout.splitlines())
+                == ["D  sub", "M  .gitmodules"]
+            )
+        )
+
+
+NESTED_GIT_FILE = """
+set -e
+printf '{evil}' > evil.sh && chmod +x evil.sh
+mkdir -p evil/objects evil/refs
+printf 'ref: refs/heads/main\\n' > evil/HEAD
+printf '[core]\\n\\trepositoryformatversion = 0\\n\\tfsmonitor = %s\\n' "$PWD/evil.sh" > evil/config
+{replace}
+printf 'gitdir: %s\\n' "$PWD/evil" > wt/.git
+"""
+REPLACED = {"in place": "true", "renamed": "mv wt wt.old && mkdir wt"}
+
+
+@pytest.mark.parametrize("how", sorted(REPLACED))
+def test_a_worktrees_git_file_the_sandbox_rewrote_runs_nothing_on_the_host(
+    layout: Layout, repo: Path, via: str, how: str
+) -> None:
+    """A ``.git`` file below the top of a writable root can be replaced inside (its
+    directory renamed and made again: a mount point on the file never stopped that), so
+    it is the sandbox's as a repository made inside is: once the sandbox ended, the git
+    directory it names is adopted, and host git there runs nothing the sandbox wrote."""
+    marker = marker_path()
+    assert host_git(repo, "worktree", "add", "-q", "-b", "task", "wt").returncode == 0
+    with later_sandbox(layout, repo, via) as live:
+        script = NESTED_GIT_FILE.format(evil=evil_script(marker), replace=REPLACED[how])
+        r = inside(layout, live, script)
+        assert r.returncode == 0, r.stderr
+    for args in (["status"], ["log", "-1"]):
+        host_git(repo / "wt", *args)
+    assert not marker.exists(), "host git ran what the sandbox wrote through a .git file it rewrote"
+    assert host_git(repo / "evil", "config", "core.fsmonitor").returncode == 1
+
+
+def test_the_git_file_rewrite_attack_works_without_warren(tmp_path: Path) -> None:
+    """The control for the test above: the same rewrite on the host runs the fsmonitor
+    from a plain ``git status`` in the worktree."""
+    marker = marker_path()
+    ws = tmp_path / "plain"
+    ws.mkdir()
+    (tmp_path / "githome").mkdir()
+    for args in (["init", "-q", "-b", "main"], ["commit", "-q", "--allow-empty", "-m", "first"]):
+        assert host_git(ws, *args).returncode == 0
+    assert host_git(ws, "worktree", "add", "-q", "-b", "task", "wt").returncode == 0
+    script = NESTED_GIT_FILE.format(evil=evil_script(marker), replace="true")
+    env = {**os.environ, **GIT_ENV, "HOME": str(tmp_path / "githome")}
+    assert subprocess.run(["sh", "-c", script], cwd=ws, env=env, capture_output=True).returncode == 0
+    host_git(ws / "wt", "status")
+    assert marker.exists()
+    marker.unlink()
 
 
 def test_git_worktree_prune_in_a_later_sandbox_prunes_on_the_host(

@@ -365,3 +365,51 @@ def test_a_root_callers_writable_root_owned_by_another_uid_is_warned_about(tmp_p
     assert "chown -R 0:0 /home/u/proj" in warning
     assert not [w for w in _make_plan(p, facts(owners={"/home/u/proj": 0}), root).warnings if "owned by" in w]
     assert not [w for w in make_plan(p, facts(owners={"/home/u/proj": 501})).warnings if "owned by" in w]
+
+
+E2B = "/home/u/.local/share/warren/e2b"
+
+
+def test_warren_s_e2b_homes_are_hidden_by_a_mount_from_every_other_sandbox(tmp_path: Path) -> None:
+    p = policy(tmp_path, ["/home/u/proj", "/home/u/.cache/uv"])
+    plan = make_plan(p, facts(e2b_homes=E2B, path_kinds={E2B: "dir"}))
+    hidden = [op for op in plan.mounts if op.target == E2B]
+    assert [(op.kind.value, op.mode, op.readonly) for op in hidden] == [("tmpfs", 0, True)]
+
+
+def test_an_e2b_sandbox_reaches_its_own_home_on_the_caches_mount_and_nothing_else_there(
+    tmp_path: Path,
+) -> None:
+    home = f"{E2B}/digest/e2b-1/0123abcd"
+    p = policy(tmp_path, [home, "/home/u/.cache/uv"])
+    # as the E2B service asks for it (the home named as if under /home/u: the policy's own
+    # check that a workspace exists is not what this is about)
+    for key, value in (("workspace", Path(home)), ("workspace_at", "/home/user"), ("workspace_link", True)):
+        object.__setattr__(p, key, value)
+    kinds = {"/home": "dir", E2B: "dir", home: "dir"}
+    plan = make_plan(p, facts(e2b_homes=E2B, path_kinds=kinds))
+    # one writable bind holds the home and the cache (links between them work) ...
+    assert [op.target for op in plan.mounts if op.kind.value == "bind_rw"] == ["/home/u"]
+    # ... no mount over the homes' directory (it would hide the home too) ...
+    assert not [op for op in plan.mounts if op.target == E2B and op.kind.value == "tmpfs"]
+    # ... every directory on the way down hides what else it holds; above it, read-only
+    masks = {op.target: (op.keep, op.mode) for op in plan.mounts if op.kind.value == "mask"}
+    assert masks[E2B] == (("digest",), 0) and masks[f"{E2B}/digest/e2b-1"] == (("0123abcd",), 0)
+    assert masks["/home/u/.local/share/warren"][1] is None
+    # ... Landlock grants nothing beneath it but the home (whatever is made there later)
+    assert plan.landlock is not None
+    read_all = plan.landlock.rules[0]
+    assert read_all.path == "/" and E2B in read_all.excluding
+    assert [r.path for r in plan.landlock.rules if r.path.startswith(E2B)] == [home]
+    # /home/user is a link to the home, made in a shadow of /home (no mirror mount)
+    shadow = [op for op in plan.mounts if op.kind.value == "shadow"]
+    assert [(op.target, op.keep, op.source) for op in shadow] == [("/home", ("user",), home)]
+    assert not [op for op in plan.mounts if op.kind.value == "mirror"]
+    assert plan.workspace == home
+
+
+def test_an_e2b_home_needs_landlock_abi_2(tmp_path: Path) -> None:
+    home = f"{E2B}/digest/e2b-1/0123abcd"
+    p = policy(tmp_path, [home])
+    with pytest.raises(PolicyError, match="Landlock ABI >= 2"):
+        make_plan(p, facts(e2b_homes=E2B, path_kinds={E2B: "dir"}, landlock_abi=1))

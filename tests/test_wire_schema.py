@@ -172,6 +172,7 @@ def test_the_spec_message_declares_every_key_a_policy_spec_sends() -> None:
     everything = PolicySpec(
         workspace="/w",
         workspace_at="/home/user",
+        workspace_link=True,
         write=["/a"],
         read=["/b"],
         deny=["/c"],
@@ -203,7 +204,8 @@ def test_the_spec_message_declares_every_key_a_policy_spec_sends() -> None:
         "workspace", "write", "read", "deny", "env", "env_pass", "presets", "network", "allow_hosts",
         "resolve", "default_deny", "workspace_writable", "allow_nested", "allow_broad_workspace",
         "memory", "pids", "cpus", "tmp_size", "idle_timeout", "secrets", "allow_http",
-        "require_namespaces", "image", "disk", "from_snapshot", "workspace_at", "review", "ask_timeout",
+        "require_namespaces", "image", "disk", "from_snapshot", "workspace_at", "workspace_link", "review",
+        "ask_timeout",
     }  # fmt: skip
     mapping = everything.to_mapping()
     assert set(mapping) == {name for name, _check, _default in protocol.Spec._fields}

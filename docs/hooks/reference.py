@@ -46,6 +46,10 @@ KEY_MEANING = {
     "workspace_at": "where the sandbox sees its workspace when not at its host path: an absolute "
     "path whose parent exists on the host (E2B's `/home/user`); made inside the sandbox only, the "
     "host is not changed (no flag: your config or the API)",
+    "workspace_link": "with `workspace_at`: that path is a symbolic link to the workspace, which "
+    "stays at its host path, on one mount with the caches (hard links from them work; `getcwd` "
+    "names the host path), instead of a mount of it (default `false`; E2B's `/home/user`; no flag: "
+    "your config or the API)",
     "ask_timeout": 'with `network = "ask"`: how long a connection to a host not on the list waits '
     "for `warren net NAME approve` before the proxy refuses it (default 60 s, at most an hour; no "
     "flag: your config or the API)",

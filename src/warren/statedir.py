@@ -44,6 +44,18 @@ def location(env: Mapping[str, str]) -> str:
     return os.path.join(os.path.normpath(base), "warren")
 
 
+def e2b_homes(env: Mapping[str, str]) -> str:
+    """Where ``warren serve``'s E2B sandboxes keep their homes: ``$XDG_DATA_HOME/warren/e2b``
+    (default ``~/.local/share/warren/e2b``), on the filesystem of the user's home, so a
+    home and the tool caches share a mount inside (links and renames between them work).
+    Hidden in every sandbox; an E2B sandbox reaches only its own home beneath it
+    (``plan.make``)."""
+    base = env.get("XDG_DATA_HOME") or ""
+    if not base.startswith("/"):
+        base = os.path.join(env.get("HOME") or os.path.expanduser("~"), ".local", "share")
+    return os.path.join(os.path.normpath(base), "warren", "e2b")
+
+
 def _state_error(path: str, message: str, hint: str, err: int | None = None) -> SetupError:
     return SetupError(message, operation="state dir", path=path, errno=err, hint=hint)
 

@@ -197,6 +197,43 @@ def test_an_entry_removed_while_it_is_masked_is_skipped_not_fatal(
     assert sorted(os.listdir(base)) == ["stays"]
 
 
+def test_a_hiding_mask_hides_every_other_directory_and_skips_one_removed_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mask on the way down to an E2B sandbox's home: other directories there are
+    hidden (empty, mode 000), the kept one is untouched; one removed between the listing
+    and its mount (another sandbox's snapshots directory, removed when emptied) is skipped,
+    not fatal (seen once in E2B's suite: "failed at mount step 9 (mask ...)")."""
+    base = tmp_path / "base"
+    for name in ("keep", "other", "late"):
+        (base / name).mkdir(parents=True)
+    (base / "other" / "secret").write_text("s")
+    (base / "keep" / "mine").write_text("m")
+    real_mount = _sys.mount
+
+    def racing_mount(
+        source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None
+    ) -> None:
+        if os.readlink(target).endswith("/late"):
+            os.rmdir(base / "late")
+        real_mount(source, target, fstype, flags, data)
+
+    monkeypatch.setattr(_sys, "mount", racing_mount)
+
+    def inside() -> dict[str, object]:
+        mounts._mask(str(base), ("keep",), hide=True)
+        st = os.stat(base / "other")
+        # (the child holds every capability of its namespace: mode 000 stops it not)
+        return {
+            "other": os.listdir(base / "other"),
+            "mode": st.st_mode & 0o777,
+            "keep": (base / "keep" / "mine").read_text(),
+        }
+
+    assert in_child(inside, namespaces=True) == {"other": [], "mode": 0, "keep": "m"}
+    assert sorted(os.listdir(base)) == ["keep", "other"] and (base / "other" / "secret").read_text() == "s"
+
+
 def test_an_entry_swapped_for_a_link_while_it_is_masked_is_not_followed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

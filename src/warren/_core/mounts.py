@@ -8,6 +8,7 @@ source under /tmp is the host's, not the stage's.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -81,18 +82,36 @@ def _listed(directory: int) -> list[str]:
     return os.listdir(directory)
 
 
-def _mask(directory: str, keep: tuple[str, ...]) -> None:
-    """Every entry of ``directory`` but ``keep`` read-only. Another sandbox may be
-    changing the entries meanwhile (a home holds other workspaces): each is opened
-    without following a link and masked through that descriptor, so the mask lands on
-    what was checked; one gone since the listing is left out, as one made after."""
+def _mask(directory: str, keep: tuple[str, ...], hide: bool = False) -> None:
+    """Every entry of ``directory`` but ``keep`` read-only (``hide``: hidden, as a
+    denied path is). Another sandbox may be changing the entries meanwhile (a home
+    holds other workspaces): each is opened without following a link and masked
+    through that descriptor, so the mask lands on what was checked; one gone since the
+    listing is left out, as one made after."""
     listing = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         for name in _listed(listing):
             if name not in keep:
-                _mask_entry(listing, name)
+                (_hide_entry if hide else _mask_entry)(listing, name)
     finally:
         os.close(listing)
+
+
+def _hide_entry(directory: int, name: str) -> None:
+    """A directory ``name`` hidden through a descriptor that followed no link, under an
+    empty read-only tmpfs nobody may enter. Anything else is left as it is: where
+    masks hide, Landlock grants reading no file (it is there for what is made later)."""
+    try:
+        held = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory)
+    except FileNotFoundError:
+        return
+    try:
+        if stat.S_ISDIR(os.fstat(held).st_mode):
+            flags = _sys.MS_NOSUID | _sys.MS_NODEV | _sys.MS_RDONLY
+            with contextlib.suppress(FileNotFoundError):  # removed since the open: gone, as hidden
+                _sys.mount("tmpfs", f"/proc/self/fd/{held}", "tmpfs", flags, "mode=0")
+    finally:
+        os.close(held)
 
 
 def _mask_entry(directory: int, name: str) -> None:
@@ -118,10 +137,11 @@ def _mask_entry(directory: int, name: str) -> None:
         os.close(held)
 
 
-def _shadow(target: str, keep: tuple[str, ...]) -> None:
+def _shadow(target: str, keep: tuple[str, ...], link_to: str | None = None) -> None:
     """A fresh tmpfs over ``target`` showing what was there: each entry taken first
     (through a descriptor that follows no link, as ``_mask`` does) and bound back as it
-    was, links made again, then the ``keep`` directories made empty; read-only after.
+    was, links made again, then the ``keep`` directories made empty (``link_to``: made
+    symbolic links to that path); read-only after.
     Everything happens in the sandbox's own mount namespace: the host's directory is not
     touched."""
     listing = os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -156,7 +176,10 @@ def _shadow(target: str, keep: tuple[str, ...]) -> None:
             if fd is not None:
                 _attach(fd, path)
         for name in keep:
-            os.mkdir(os.path.join(target, name), 0o755)
+            if link_to is not None:
+                os.symlink(link_to, os.path.join(target, name))
+            else:
+                os.mkdir(os.path.join(target, name), 0o755)
         _sys.mount(None, target, None, _sys.MS_REMOUNT | _sys.MS_BIND | _HIDE_REMOUNT)
     finally:
         for _, left, _, _ in taken:
@@ -380,9 +403,9 @@ def _apply(op: MountOp, target: str, fd: int | None) -> None:
             _mount_point(target, stat.S_ISDIR(os.fstat(fd).st_mode))
         _attach(fd, target)
     elif kind is MountKind.MASK:
-        _mask(target, op.keep)
+        _mask(target, op.keep, hide=op.mode == 0)
     elif kind is MountKind.SHADOW:
-        _shadow(target, op.keep)
+        _shadow(target, op.keep, op.source)
     elif kind is MountKind.MIRROR:
         # the source as the stage shows it now, every mount beneath it kept as it is
         _attach(_clone(target[: len(target) - len(op.target)] + (op.source or "")), target)

@@ -112,9 +112,10 @@ def flag(data: Mapping[str, Any], key: str) -> bool | None:
 
 def policy_of(template: str, workspace: str, egress: Egress) -> tuple[PolicySpec, str | None]:
     """The spec and the config profile a template stands for."""
-    # E2B's home: the workspace is seen at /home/user (made inside the sandbox only);
-    # on an image it is /workspace, as every sandbox on an image has it
-    spec = PolicySpec(workspace=workspace, workspace_at=HOME)
+    # E2B's home: the workspace is reached at /home/user, a link made inside the sandbox
+    # only (the home stays on its host mount, with the caches: uv and npm hard-link into
+    # it); on an image it is /workspace, as every sandbox on an image has it
+    spec = PolicySpec(workspace=workspace, workspace_at=HOME, workspace_link=True)
     spec.network = egress.mode
     spec.allow_hosts = list(egress.allow)
     standins.give(spec)
@@ -131,6 +132,7 @@ def policy_of(template: str, workspace: str, egress: Egress) -> tuple[PolicySpec
     if template in _images():
         spec.image = template
         spec.workspace_at = None
+        spec.workspace_link = None
         spec.read, spec.env = [], {}
         return spec, None
     return spec, template

@@ -132,6 +132,14 @@ class FilesystemService(EnvdService):
         resolved = result.stdout.decode(errors="replace").rstrip("\n")
         if result.exit_code != 0 or target.stat is None or not resolved:
             return None
+        record = self.core.records.get(sandbox_id)
+        if (
+            record is not None
+            and record.home
+            and posixpath.commonpath([record.workspace, resolved]) == record.workspace
+        ):
+            # the home's host path, reached through /home/user: named as the sandbox's user does
+            resolved = record.home + resolved[len(record.workspace) :]
         return target.stat, resolved
 
     @rpc

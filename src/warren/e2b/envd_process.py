@@ -116,8 +116,10 @@ class ProcessService(EnvdService):
                 raise E2BError(400, "process.cmd is empty")
             # E2B's home is the sandbox's own (its workspace), where relative paths lead too.
             home = {"HOME": record.inside} if self.core.records.get(info.name) else {}
-            envs = {**home, **record.envs, **dict(config.envs)}
             cwd = self.core.resolve(record, config.cwd) if config.cwd else record.inside
+            # /home/user is a link to the home's host path: a shell's pwd says the path
+            # asked for, as after `cd` on E2B (the kernel's getcwd names the host path)
+            envs = {**home, "PWD": cwd, **record.envs, **dict(config.envs)}
             args = list(config.args)
             if record.home == HOME:  # E2B's home: not an image, which has its own tools
                 args = standins.login_script(config.cmd, args)

@@ -217,6 +217,7 @@ class Interpreter:
             runtime = f"/tmp/.e2b-kernel-{uuid.uuid4().hex}"
             env = {
                 "HOME": home,
+                "PWD": home,
                 "JUPYTER_RUNTIME_DIR": runtime,
                 "JUPYTER_DATA_DIR": f"{runtime}/data",
                 "IPYTHONDIR": f"{runtime}/ipython",

@@ -2,11 +2,11 @@
 environment, end time and workspace (and where those live); and the per-sandbox access
 token.
 
-A record is a small JSON file beside the sandbox's workspace (``ROOT/ID/record.json``,
-the workspace is ``ROOT/ID/home``), so a restarted ``warren serve`` still knows when each
-sandbox ends and what it was created from. The directory above the workspace is outside
-every writable root: a sandbox can read its own record (its environment, which it has
-anyway) but cannot change it, and sees no other sandbox's (``root_of``).
+A record is a small JSON file beside the sandbox's workspace (``ROOT/ID/record.json``;
+the workspace is ``ROOT/ID/RANDOM``, named in the record), so a restarted ``warren
+serve`` still knows when each sandbox ends and what it was created from. Nothing under
+ROOT but its own home is in a sandbox's reach: no record, no other sandbox's home
+(``root_of``).
 
 The access token is derived, not stored: ``HMAC(key, sandbox id)`` with a key derived
 from the service token, so it survives a restart with the same token, differs for every
@@ -32,7 +32,11 @@ from .._core import safepath
 from ..errors import SetupError
 
 RECORD = "record.json"
-WORKSPACE = "home"
+# A sandbox's directory: its owner may enter it and make entries, never list it (an E2B
+# sandbox's Landlock grants listing every directory beneath the ones it may list, so
+# only this mode keeps another sandbox from learning the home's random name there;
+# warren's sandboxes run without CAP_DAC_READ_SEARCH, a root caller's too).
+UNLISTED = 0o300
 
 
 @dataclass
@@ -74,30 +78,33 @@ class Lifecycle:
 
 
 def root_of(env: Mapping[str, str]) -> str:
-    """Where this user's E2B sandboxes live: ``/tmp/warren-e2b-UID-STATE`` (STATE: a digest
-    of warren's state directory, so two services of one user never share it).
+    """Where this user's E2B sandboxes live: ``E2B/STATE`` beneath ``statedir.e2b_homes``
+    (``~/.local/share/warren/e2b``; STATE: a digest of warren's state directory, so two
+    services of one user never share it).
 
-    Under ``/tmp`` because every sandbox gets a private ``/tmp``: there no sandbox sees
-    another's workspace, as in E2B (anywhere else on the host, the read-only view of the
-    host would show them). warren's state directory cannot hold them: it is hidden in
-    every sandbox, and a workspace inside a hidden path is refused."""
+    On the filesystem of the user's home, as the tool caches are, so the uv or npm cache
+    hard-links into a sandbox's home as into any workspace there. The whole directory is
+    hidden in every sandbox; an E2B sandbox reaches its own home beneath it and nothing
+    else there, homes made later included (``plan.make``), so no sandbox sees another's
+    home, as in E2B."""
     digest = hashlib.sha256(statedir.location(env).encode()).hexdigest()[:12]
-    return f"/tmp/warren-e2b-{os.geteuid()}-{digest}"
+    return os.path.join(statedir.e2b_homes(env), digest)
 
 
 def ensure_root(root: str) -> None:
-    """Create ``root`` (mode 0700) or accept it only as this user's own private directory:
-    in a shared /tmp another user could have made it first, or planted a link."""
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(root, 0o700)
-    st = os.lstat(root)
-    if not _stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
-        raise SetupError(
-            f"{root} is not a private directory of this user",
-            operation="e2b",
-            path=root,
-            hint="remove it (another user or a link may have taken its place), then retry",
-        )
+    """Create ``root`` and the directory above it (mode 0700) or accept each only as this
+    user's own private directory (another user or a link could have taken its place)."""
+    for path in (os.path.dirname(root), root):
+        with contextlib.suppress(FileExistsError):
+            os.makedirs(path, 0o700)
+        st = os.lstat(path)
+        if not _stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+            raise SetupError(
+                f"{path} is not a private directory of this user",
+                operation="e2b",
+                path=path,
+                hint="remove it (another user or a link may have taken its place), then retry",
+            )
 
 
 class Records:
@@ -118,12 +125,15 @@ class Records:
         return hmac.compare_digest(self.access_token(sandbox_id).encode(), given.encode())
 
     def new_workspace(self, sandbox_id: str) -> str:
+        """A fresh home ``ROOT/ID/RANDOM``: ``ROOT/ID`` is ``UNLISTED`` and the home's
+        name random, so no other sandbox can name it, let alone read it (``root_of``)."""
         top = os.path.join(self.root, sandbox_id)
         with self._root_lock:
             ensure_root(self.root)
             os.mkdir(top, 0o700)
-        workspace = os.path.join(top, WORKSPACE)
+        workspace = os.path.join(top, secrets.token_hex(16))
         os.mkdir(workspace, 0o755)
+        os.chmod(top, UNLISTED)
         return workspace
 
     def save(self, record: Record) -> None:
@@ -180,8 +190,11 @@ class Records:
         with contextlib.suppress(FileNotFoundError):
             root = safepath.open_dir(self.root)
             try:
+                # listable again to be removed: only this service writes in the root
+                with contextlib.suppress(OSError):
+                    os.chmod(sandbox_id, 0o700, dir_fd=root, follow_symlinks=False)
                 safepath.remove_tree(root, sandbox_id)
             finally:
                 os.close(root)
         with self._root_lock, contextlib.suppress(OSError):
-            os.rmdir(self.root)  # the last one leaves no litter in /tmp (not empty: kept)
+            os.rmdir(self.root)  # the last one leaves no litter (not empty: kept)

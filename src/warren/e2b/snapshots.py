@@ -7,8 +7,9 @@ environment the sandbox was created with. Processes and memory are not in it, no
 ``/tmp``: a sandbox made from a snapshot starts with the snapshot's files in its home and
 no process of the old one (E2B's snapshots keep memory too: see docs/e2b.md).
 
-Snapshots live beside the sandboxes' root (``ROOT-snapshots/ID``, a private directory
-of this user): ``meta.json`` and ``home``. The home is copied from a directory the
+Snapshots live beside the sandboxes' root (``ROOT-snapshots/ID``, a directory of this
+user that nobody lists, ``records.UNLISTED``): ``meta.json`` and the copy of the home,
+under a random name kept in ``meta.json``. The home is copied from a directory the
 sandbox can write, so only with ``safepath.copy_tree`` (no link followed, no special
 file, no setuid bit, data extents only), while the sandbox is paused so that the copy is
 one moment. A copy is bounded as ``warren snapshot``'s are: by MAX_BYTES, by the reserve
@@ -32,10 +33,10 @@ from typing import Any
 from .._core import safepath
 from ..policy import config
 from ..policy.limits import show_size
-from .records import ensure_root
+from .records import UNLISTED, ensure_root
 
 META = "meta.json"
-HOME = "home"
+HOME = "home"  # the copy's name in snapshots made before it was random
 # A snapshot is a copy on this machine's disk: bounded, so that a sandbox filling its
 # home cannot have the service fill the disk twice over by snapshotting it.
 MAX_BYTES = 8 * 1024**3
@@ -50,6 +51,9 @@ class Snapshot:
     name: str = ""
     envs: dict[str, str] = field(default_factory=dict)
     size: int = 0  # what its home costs the disk: file data and a block per name
+    # the copy's name in its directory: random, in a directory nobody lists (as a
+    # sandbox's home, ``records.UNLISTED``)
+    home: str = HOME
 
     @property
     def names(self) -> list[str]:
@@ -72,16 +76,17 @@ class Snapshots:
     ) -> Snapshot:
         """Copy ``workspace`` (the caller has paused its sandbox) into a new snapshot."""
         snap = Snapshot(f"snap-{secrets.token_hex(8)}", sandbox_id, template, time.time(), name, envs)
+        snap.home = secrets.token_hex(16)
         top = os.path.join(self.root, snap.snapshot_id)
         with self._root_lock:
             ensure_root(self.root)
             os.mkdir(top, 0o700)
         try:
-            os.mkdir(os.path.join(top, HOME), 0o700)
+            os.mkdir(os.path.join(top, snap.home), 0o700)
             with self._copy_lock:
                 limit, why = self._bound(snap.snapshot_id)
                 src = safepath.open_dir(workspace)
-                dst = safepath.open_dir(os.path.join(top, HOME))
+                dst = safepath.open_dir(os.path.join(top, snap.home))
                 try:
                     snap.size = safepath.copy_tree(src, dst, limit)
                     os.chmod(dst, 0o755)
@@ -94,6 +99,7 @@ class Snapshots:
                     os.close(dst)
                 with open(os.path.join(top, META), "x", encoding="utf-8") as f:
                     json.dump(asdict(snap), f)
+                os.chmod(top, UNLISTED)
         except BaseException:
             self.remove(snap.snapshot_id)
             raise
@@ -123,7 +129,7 @@ class Snapshots:
 
     def seed(self, snap: Snapshot, workspace: str) -> None:
         """Fill a new sandbox's empty workspace with the snapshot's home."""
-        src = safepath.open_dir(os.path.join(self.root, snap.snapshot_id, HOME))
+        src = safepath.open_dir(os.path.join(self.root, snap.snapshot_id, snap.home))
         dst = safepath.open_dir(workspace)
         try:
             safepath.copy_tree(src, dst, MAX_BYTES)
@@ -157,9 +163,11 @@ class Snapshots:
         with contextlib.suppress(FileNotFoundError):
             root = safepath.open_dir(self.root)
             try:
+                with contextlib.suppress(OSError):  # listable again to be removed
+                    os.chmod(snapshot_id, 0o700, dir_fd=root, follow_symlinks=False)
                 removed = safepath.remove_tree(root, snapshot_id)
             finally:
                 os.close(root)
         with self._root_lock, contextlib.suppress(OSError):
-            os.rmdir(self.root)  # the last one leaves no litter in /tmp (not empty: kept)
+            os.rmdir(self.root)  # the last one leaves no litter (not empty: kept)
         return removed

@@ -117,6 +117,9 @@ class HostFacts:
     # The caller's image store (images.store): the same rule, since its layers are other
     # sandboxes' roots and the store takes a layer already there as made by itself.
     image_store: str | None = None
+    # ``warren serve``'s E2B homes (statedir.e2b_homes): hidden the same way, but an E2B
+    # sandbox's own home lies beneath it (``make_plan`` keeps only that one in reach).
+    e2b_homes: str | None = None
 
     # Files warren holds secret outside those directories (a `warren serve --token-file`,
     # ``statedir.secret_files``): denied in every sandbox.
@@ -124,7 +127,11 @@ class HostFacts:
 
     def own_dirs(self) -> tuple[tuple[str, str], ...]:
         """warren's own directories, with what to call them: never in a sandbox's view."""
-        named = ((self.state_dir, "warren's state directory"), (self.image_store, "warren's image store"))
+        named = (
+            (self.state_dir, "warren's state directory"),
+            (self.image_store, "warren's image store"),
+            (self.e2b_homes, "warren's E2B sandboxes' homes"),
+        )
         return tuple((path, what) for path, what in named if path)
 
     # Files in the workspace also linked from outside the writable roots: (path, dev,

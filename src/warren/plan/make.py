@@ -23,7 +23,7 @@ from . import seccomp as _seccomp
 from . import tmpdir as _tmpdir
 from .env import credential_warnings, environment, passed
 from .facts import CallerFacts, HostFacts, landlock_abi
-from .model import NetPlan, Plan
+from .model import MountKind, MountOp, NetPlan, Plan
 from .mounts import DEV_NODES, OVERLAID, guarded_ancestors, plan_mounts, strip_nested, within
 from .secrets import SYSTEM_BUNDLES, plan_secrets
 
@@ -62,6 +62,7 @@ def make_plan(
         )
     writable = [str(r.path) for r in policy.writable]
     _check_state_dir(policy, host)
+    host = dataclasses.replace(host, git_files=_guarded_git_files(host.git_files, writable))
     for root in writable:
         for base in ("/dev", "/proc"):
             if within(root, base):
@@ -125,11 +126,17 @@ def make_plan(
     limits = _limits.plan(policy.limits, host.cgroups, host.mem_total, host.cpus, dict(host.user_counts))
     warnings.extend(_limits.unenforced(limits))
     denied = [(str(r.path), r.source) for r in policy.denied]
-    denied += [(path, what) for path, what in host.own_dirs() if host.kind(path) == "dir"]
+    reached = _reached_own(policy, host, abi)
+    denied += [
+        (path, what) for path, what in host.own_dirs() if host.kind(path) == "dir" and path not in reached
+    ]
     denied += [(path, _TOKEN_FILE) for path in host.secret_files]
     workspace = str(policy.workspace)
     ws_writable = any(r.path == policy.workspace for r in policy.writable)
     place = _place(policy, host)
+    # workspace_link: the workspace stays at its host path (on the caches' mount), reached
+    # from workspace_at through a symbolic link made inside the sandbox only.
+    link, place = (place, None) if place and policy.workspace_link else (None, place)
     # Review mode: the workspace is no writable root of the host's but an overlay of its
     # own (its TMPDIR stays on the private /tmp: no host mount to join), whose files
     # linked from outside need no inode of their own (a write copies them up) and whose
@@ -167,8 +174,11 @@ def make_plan(
         tmp_size=limits.limits.tmp_size or None,
         repository=repository,
         place=place,
+        link=link,
         review=(workspace, review_layer or "") if policy.review else None,
     )
+    if reached:
+        mounts = dataclasses.replace(mounts, ops=tuple(_hide_others(op, reached) for op in mounts.ops))
     warnings.extend(mounts.warnings)
     notes = list(mounts.notes)
     if tmp_limit:
@@ -190,7 +200,7 @@ def make_plan(
     )
     unreadable = tuple(
         str(r.path) for r in policy.denied if not any(within(str(r.path), w) for w in writable)
-    )
+    ) + tuple(reached)
     landlock = (
         _landlock.plan(
             abi, strip_nested(roots), ("/tmp", "/dev/shm"), devices, unreadable, nested=policy.allow_nested
@@ -205,7 +215,7 @@ def make_plan(
         uid=caller.uid,
         gid=caller.gid,
         env=env,
-        workspace=policy.workspace_at or workspace,
+        workspace=place[0] if place else workspace,
         cwd=_placed_cwd(policy, caller.cwd, cwd) if place else _cwd(workspace, caller.cwd, cwd),
         host_workspace=workspace if place else None,
         net=dataclasses.replace(
@@ -364,6 +374,49 @@ def _check_state_dir(policy: Policy, host: HostFacts) -> None:
                     hint="choose a narrower workspace or writable path, or keep warren's files "
                     f"elsewhere (set {moved_by[own]} to a directory outside every writable root)",
                 )
+
+
+def _reached_own(policy: Policy, host: HostFacts, abi: int) -> tuple[str, ...]:
+    """warren's E2B homes when a writable root lies beneath them (an E2B sandbox's own
+    home): not hidden by a mount, which would hide that home too or, bound again on top,
+    part it from the caches' mount (no hard links), but left out of every Landlock grant,
+    so only the roots beneath are reachable there and whatever else is made there later
+    is not. Landlock below ABI 2 gives no shared mount and so no reason: refused."""
+    own = host.e2b_homes
+    if not own or host.kind(own) != "dir":
+        return ()
+    if not any(within(str(r.path), own) and str(r.path) != own for r in policy.writable):
+        return ()
+    if abi < 2:
+        raise PolicyError(
+            f"a writable root beneath {own} (warren's E2B homes) needs Landlock ABI >= 2 "
+            f"(this kernel: {abi})",
+            operation="plan",
+            path=own,
+            hint="use Linux >= 5.19 with Landlock enabled",
+        )
+    return (own,)
+
+
+def _guarded_git_files(found: tuple[str, ...], writable: list[str]) -> tuple[str, ...]:
+    """The ``.git`` files made read-only inside: those at the top of a writable root (a
+    workspace that is a linked worktree or a submodule checkout), whose directory the
+    sandbox can neither rename nor remove, so ``gitdir:`` there stays the host's. One
+    deeper is not: its directory can be renamed and made again with a ``.git`` of the
+    sandbox's (a mount point on the old file would not stop that, and made ``git worktree
+    remove`` and ``git rm`` of a submodule fail with EBUSY); host git trusts it as any
+    repository made inside, once the sandbox ended and warren adopted what it names."""
+    tops = set(writable)
+    return tuple(path for path in found if os.path.dirname(path) in tops)
+
+
+def _hide_others(op: MountOp, reached: tuple[str, ...]) -> MountOp:
+    """A mask on the way down to an E2B sandbox's own home hides what it passes (other
+    sandboxes' directories, records, snapshots), not only makes it read-only."""
+    if op.kind is not MountKind.MASK or not any(within(op.target, own) for own in reached):
+        return op
+    why = "hidden at the mount level: only the writable roots below are reachable (warren's E2B homes)"
+    return dataclasses.replace(op, mode=0, why=why)
 
 
 def _cwd(workspace: str, caller_cwd: str, asked: str | None) -> str:

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 class MountKind(enum.Enum):
     ROOT_VIEW = "root_view"  # clone the host's / recursively, read-only and nosuid, as the new root
     BIND_RW = "bind_rw"  # clone ``source`` from the host, read-only below, writable on top
-    MASK = "mask"  # read-only bind over every entry of ``target`` not named in ``keep``
+    MASK = "mask"  # read-only bind over every entry of ``target`` not named in ``keep`` (mode 0: hidden)
     TMPFS = "tmpfs"  # a fresh tmpfs (``readonly`` for hiding, ``mode`` for permissions)
     BIND_DEV = "bind_dev"  # bind the host device node ``source`` onto ``target``
     DEVPTS = "devpts"  # a new devpts instance
@@ -161,7 +161,7 @@ class Plan:
     repository: str | None = None
     guarded: tuple[str, ...] = ()  # directories above shared roots: metadata snapshotted
     git: tuple[GitDir, ...] = ()  # repositories' git directories: see server.gitstore
-    git_files: tuple[str, ...] = ()  # ``.git`` files (linked worktrees, submodules): read-only
+    git_files: tuple[str, ...] = ()  # ``.git`` files at the top of a writable root: read-only
     # (path, dev, ino): workspace names of files linked from outside, given an inode of
     # their own before launch (server.unshare)
     unshare: tuple[tuple[str, int, int], ...] = ()

@@ -281,13 +281,16 @@ def plan_mounts(
     repository: str | None = None,
     place: tuple[str, str] | None = None,
     review: tuple[str, str] | None = None,
+    link: tuple[str, str] | None = None,
 ) -> MountPlan:
     """The mount steps, in the order the kernel needs them. ``shared``: writable roots
     on one filesystem share one bind (needs Landlock >= 2 to confine them); otherwise
     one bind per root. ``denied`` pairs each path with where the rule came from.
     ``repository``: the root of a git repository the workspace lies in, whose ``.git``
     is outside it: under a fresh directory it is grafted read-only beneath the
-    workspace's bind, so git inside finds it as on the host. ``review``: (workspace,
+    workspace's bind, so git inside finds it as on the host. ``place``: (where the
+    workspace is seen, its host directory): mirrored there; ``link``: the same, reached
+    through a symbolic link instead (the workspace stays on its host mount). ``review``: (workspace,
     layer directory): the workspace is an overlay of the host's, after every writable
     root and graft, before what hides or protects files inside it."""
     warnings: list[str] = []
@@ -310,6 +313,8 @@ def plan_mounts(
             add_group(g)
     if place is not None:
         ops.append(shadow_op(place[0]))
+    if link is not None:
+        ops.append(shadow_op(link[0], link_to=link[1]))
 
     ops.append(MountOp(MountKind.TMPFS, "/tmp", why="private /tmp", mode=0o1777, size=tmp_size))
     ops.extend(dev_ops(lambda path: facts.kind(path) != "missing", tmp_size))
@@ -440,18 +445,21 @@ def plan_mounts(
     return MountPlan(tuple(ops), tuple(groups), tuple(warnings), tuple(tmp_notes(groups, facts)))
 
 
-def shadow_op(at: str) -> MountOp:
+def shadow_op(at: str, link_to: str | None = None) -> MountOp:
     """The mount point of a workspace seen at ``at``, a path the host need not have: its
     parent shadowed (a fresh read-only tmpfs showing the parent's entries as the sandbox
     saw them, bound back, with ``at`` an empty directory among them), so the mount point
     is made in the sandbox's own tmpfs, never on the host. After the host-side writable
-    roots, whose binds the shadow keeps; before every fresh directory."""
+    roots, whose binds the shadow keeps; before every fresh directory. ``link_to``:
+    ``at`` is a symbolic link to that path instead of a mount point."""
     parent, name = os.path.split(at)
+    made = f"a link to {link_to}" if link_to else name
     return MountOp(
         MountKind.SHADOW,
         parent,
+        source=link_to,
         keep=(name,),
-        why=f"the host's {parent} as the sandbox saw it, with {name} made inside the sandbox only",
+        why=f"the host's {parent} as the sandbox saw it, with {made} made inside the sandbox only",
     )
 
 

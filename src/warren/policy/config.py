@@ -112,6 +112,7 @@ _FLAG_FOR = {
     "allow_nested": "(your own config only)",
     "workspace": "--workspace DIR",
     "workspace_at": "(your own config or the API)",
+    "workspace_link": "(your own config or the API)",
     "image": "--image NAME",
     "disk": "--disk SIZE",
     "from_snapshot": "--from-snapshot ID",

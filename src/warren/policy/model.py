@@ -230,6 +230,8 @@ class Policy:
     host_workspace: bool = True  # False: on an image, /workspace is in the sandbox's layer
     # Where the sandbox sees its workspace, when not at its host path (``plan.place``).
     workspace_at: str | None = None
+    # ``workspace_at`` is a symbolic link to the workspace at its host path, not a mount.
+    workspace_link: bool = False
     from_snapshot: str | None = None  # on a snapshot's image and layer (server.snapshots)
     # Secrets the proxy puts in, and HTTP rules of intercepted hosts, as written
     # (``net.secrets``): only with ``network == "allow"``, only for allowed hosts.

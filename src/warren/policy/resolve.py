@@ -236,6 +236,7 @@ def build(
         image=spec.image,
         host_workspace=not no_workspace,
         workspace_at=_workspace_at(spec, str(workspace), writable),
+        workspace_link=bool(spec.workspace_link) and spec.workspace_at not in (None, str(workspace)),
         from_snapshot=spec.from_snapshot,
         disk=_disk(spec.disk),
         secrets=_secrets(grant.secrets, spec) if network == "allow" else tuple(spec.secrets),

@@ -40,6 +40,7 @@ BOOL_KEYS = (
     "allow_broad_workspace",
     "require_namespaces",
     "review",
+    "workspace_link",
 )
 STR_KEYS = ("workspace", "network", "workspace_at")
 TABLE_KEYS = ("env", "resolve")
@@ -64,6 +65,9 @@ class PolicySpec:
     workspace: str | None = None
     # where the sandbox sees its workspace, when not at its host path (E2B's /home/user)
     workspace_at: str | None = None
+    # workspace_at is a symbolic link to the workspace, which stays at its host path (on
+    # its host mount: links and renames with the caches work), not a mount of it
+    workspace_link: bool | None = None
     write: list[str] = field(default_factory=list)
     read: list[str] = field(default_factory=list)
     deny: list[str] = field(default_factory=list)
@@ -129,6 +133,7 @@ class PolicySpec:
         return PolicySpec(
             workspace=other.workspace or self.workspace,
             workspace_at=other.workspace_at or self.workspace_at,
+            workspace_link=_pick(other.workspace_link, self.workspace_link),
             write=[*self.write, *other.write],
             read=[*self.read, *other.read],
             deny=[*self.deny, *other.deny],

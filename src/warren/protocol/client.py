@@ -39,6 +39,7 @@ class Spec(Message):
 
     workspace: str | None = None
     workspace_at: str | None = None
+    workspace_link: bool | None = None
     write: list[str] = []
     read: list[str] = []
     deny: list[str] = []

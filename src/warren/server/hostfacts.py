@@ -55,6 +55,7 @@ def gather(
     extra_paths: Iterable[str] = (),
     state_dir: str | None = None,
     image_store: str | None = None,
+    e2b_homes: str | None = None,
     outside_links: tuple[tuple[str, int, int, bool], ...] = (),
     git: tuple[GitDir, ...] = (),
     git_files: tuple[str, ...] = (),
@@ -67,7 +68,7 @@ def gather(
     with open("/proc/self/mountinfo") as f:
         mounts = parse_mountinfo(f.read())
     paths = set(FIXED_PATHS) | set(extra_paths)
-    paths.update(p for p in (state_dir, image_store, *secret_files) if p)
+    paths.update(p for p in (state_dir, image_store, e2b_homes, *secret_files) if p)
     kinds = {p: path_kind(p) for p in paths}
     return HostFacts(
         mounts=mounts,
@@ -77,6 +78,7 @@ def gather(
         path_kinds=kinds,
         state_dir=state_dir,
         image_store=image_store,
+        e2b_homes=e2b_homes,
         secret_files=secret_files,
         outside_links=outside_links,
         git=git,

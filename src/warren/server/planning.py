@@ -123,6 +123,7 @@ def host_facts(
             ],
             state_dir=state_dir,
             image_store=str(store_root(caller.env)),
+            e2b_homes=statedir.e2b_homes(caller.env),
             outside_links=tuple((o.path, o.dev, o.ino, o.secret) for o in found),
             git=git.gitdirs,
             git_files=git.files,

@@ -11,7 +11,16 @@ from __future__ import annotations
 import contextlib
 import os
 
-from ..statedir import ADDRESS_FILE, LOG_FILE, SANDBOXES, location, prepare, read_address, secret_files
+from ..statedir import (
+    ADDRESS_FILE,
+    LOG_FILE,
+    SANDBOXES,
+    e2b_homes,
+    location,
+    prepare,
+    read_address,
+    secret_files,
+)
 
 __all__ = [
     "ADDRESS_FILE",
@@ -19,6 +28,7 @@ __all__ = [
     "LOG_FILE",
     "SANDBOXES",
     "clear_address",
+    "e2b_homes",
     "location",
     "prepare",
     "read_address",
