@@ -394,8 +394,6 @@ def _check_review(policy: Policy, host: HostFacts, image: ImageRef | None) -> No
         why = "a sandbox on an image (its workspace is not reviewed yet)"
     elif host.namespaces[0] != "usable":
         why = f"the degraded mode (user namespaces: {host.namespaces[0]}): an overlay needs them"
-    elif policy.workspace_at:
-        why = "workspace_at"
     elif not any(r.path == policy.workspace for r in policy.writable):
         why = "a read-only workspace (nothing to review)"
     else:
