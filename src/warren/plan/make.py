@@ -226,7 +226,7 @@ def make_plan(
         unshare=tuple((path, dev, ino) for path, dev, ino, secret in host.outside_links if not secret),
         groups=tuple((g.mount_at, g.roots) for g in mounts.groups),
         warnings=tuple(warnings),
-        notes=tuple([*notes, *review_notes(workspace)] if policy.review else notes),
+        notes=tuple([*notes, *review_notes(policy.workspace_at or workspace)] if policy.review else notes),
         limits=limits,
         review=review_layer if policy.review else None,
     )
