@@ -389,9 +389,18 @@ def _check_review(policy: Policy, host: HostFacts, image: ImageRef | None) -> No
     """Review mode is planned for a writable host workspace on the host's root, in the
     full mode; what it has not been built for is refused, naming why."""
     workspace = str(policy.workspace)
+    if image is not None:
+        raise PolicyError(
+            "review mode does not work with a sandbox on an image yet: its root has checkpoints of its "
+            "own and a host workspace bound into it is written live",
+            operation="plan",
+            path=str(image.name),
+            hint="on an image, take checkpoints of its root (`warren checkpoint NAME`, `warren rollback "
+            "NAME`) with the workspace in it (--workspace none); or review a host workspace without --image",
+        )
     why = None
-    if image is not None or not policy.host_workspace:
-        why = "a sandbox on an image (its workspace is not reviewed yet)"
+    if not policy.host_workspace:
+        why = "no host workspace (nothing to review)"
     elif host.namespaces[0] != "usable":
         why = f"the degraded mode (user namespaces: {host.namespaces[0]}): an overlay needs them"
     elif not any(r.path == policy.workspace for r in policy.writable):
