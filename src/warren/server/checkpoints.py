@@ -11,6 +11,10 @@ workspace again on the frozen directories up to the checkpoint, with a fresh upp
 directory; the newer ones are moved aside at once (a rename) and removed afterwards,
 in a thread.
 
+A workspace seen elsewhere too (``workspace_at``) has a copy of the overlay there, with
+its mounts (the plan's ``MIRROR`` step): each stacking replaces that copy with one of the
+new overlay (``mirror_of``), or the sandbox would go on writing the old one.
+
 Only while PID 1 is the sandbox's only process: a process's open files, working
 directory and mappings point into the old overlay, and its writes would land in the
 frozen directory. A checkpoint taken on request while something runs is refused with

@@ -15,7 +15,9 @@ is added or modified (compared with the host's copy now).
 
 ``started``, a file made in the layer when the sandbox is launched, has the ctime every
 host file changed since then is newer than or equal to: ``apply`` refuses such a file
-unless forced. Must not: decide what is reviewed (the plan does), follow a link.
+unless forced. ``workspace``, written with it, names the host workspace (a sandbox
+may see it elsewhere, ``workspace_at``; the registry names that path). Must not:
+decide what is reviewed (the plan does), follow a link.
 
 Checkpoints (``server.checkpoints``) freeze the upper directory where it is and stack
 the workspace again above it with a fresh one (``upper.N``): the layer is then a stack
