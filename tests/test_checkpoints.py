@@ -573,3 +573,53 @@ def test_a_stopped_review_sandbox_rolls_back_before_apply(tmp_path: Path) -> Non
         assert not (ws / "bad.txt").exists()
     finally:
         sb.remove()
+
+
+def _host_tree(root: Path) -> dict[str, tuple[int, int, bytes]]:
+    """Every entry beneath ``root`` on the host: (mode, mtime, content or link target)."""
+    out: dict[str, tuple[int, int, bytes]] = {}
+    for d, dirs, files in os.walk(root):
+        for n in dirs + files:
+            p = Path(d, n)
+            st = p.lstat()
+            data = os.readlink(p).encode() if p.is_symlink() else p.read_bytes() if p.is_file() else b""
+            out[str(p.relative_to(root))] = (st.st_mode, st.st_mtime_ns, data)
+    return out
+
+
+def test_a_review_workspace_seen_at_another_path_is_reviewed_and_rolled_back_there(tmp_path: Path) -> None:
+    # workspace_at (E2B's /home/user): the overlay is seen at the new path, and a
+    # checkpoint or a rollback stacks it again there too (not only at the host path)
+    ws = _workspace(tmp_path)
+    parent = Path.home() / f".warren-review-at-{os.urandom(6).hex()}"
+    parent.mkdir()
+    at = parent / "user"
+    host_before = _host_tree(ws)
+    sb = Sandbox.create(build(PolicySpec(workspace=str(ws), review=True, workspace_at=str(at))), name="cp-at")
+    try:
+        out = _sh(sb, "pwd && echo made > made.txt && rm tool.sh && mv src/main.py src/deep/moved.py && ls")
+        assert out.splitlines() == [str(at), "a-link.txt", "a.txt", "made.txt", "main-link", "src"]
+        assert not at.exists() and _host_tree(ws) == host_before  # the host saw nothing
+        expected = {("added", "made.txt"), ("removed", "tool.sh"), ("renamed", "src/deep/moved.py")}
+        assert _changes(sb) == expected
+        before = _view(sb, at)
+        taken = sb.checkpoint()
+        _sh(sb, f"rm -rf {at}/* && echo late > {at}/late.txt")
+        assert _view(sb, at)["entries"].keys() == {"late.txt"}  # type: ignore[attr-defined]
+        assert ("removed", "a.txt") in _changes(sb)  # the control: the layer took the removal
+        sb.rollback(taken.id)
+        assert _view(sb, at) == before  # at the new path, what the checkpoint froze
+        assert _view(sb, ws) == _view(sb, at)  # and the host path inside shows the same overlay
+        assert _changes(sb) == expected
+        # a checkpoint taken before a command, then a write: both seen at the new path
+        _sh(sb, "echo again > again.txt")
+        assert _sh(sb, "cat again.txt made.txt") == "again\nmade\n"
+        assert _host_tree(ws) == host_before
+        sb.stop()
+        sb.apply()
+        assert (ws / "made.txt").read_text() == "made\n" and (ws / "again.txt").read_text() == "again\n"
+        assert not (ws / "tool.sh").exists() and (ws / "src" / "deep" / "moved.py").exists()
+        assert not (ws / "src" / "main.py").exists() and not (ws / "late.txt").exists()
+    finally:
+        sb.remove()
+        parent.rmdir()

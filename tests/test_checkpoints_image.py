@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import module_state
+from conftest import module_state, run_cli
 from test_envroot import image  # noqa: F401 (the small image: a fixture)
 from warren import PolicySpec, Sandbox
-from warren.errors import CheckpointError
+from warren.errors import CheckpointError, PolicyError
 
 STATE = "cat /root/a 2>&1; ls /root 2>&1; ls /usr/bin/env 2>&1; cat /etc/marker 2>&1"
 
@@ -126,3 +126,22 @@ def test_a_sandbox_writing_the_host_workspace_says_why_it_has_no_checkpoint(tmp_
                 call()
             assert "--review" in str(got.value.hint) and "--image" in str(got.value.hint)
     assert os.listdir(ws) == []
+
+
+def test_review_mode_on_an_image_is_refused_with_a_typed_error_and_a_hint(
+    image: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with pytest.raises(PolicyError, match="review mode does not work with a sandbox on an image") as got:
+        Sandbox.create(PolicySpec(image=str(image), workspace=str(ws), review=True), name="img-review")
+    assert "warren checkpoint" in str(got.value.hint) and "without --image" in str(got.value.hint)
+    cli = run_cli(["create", "img-review", "--review", "--image", str(image), "--workspace", str(ws)], cwd=ws)
+    assert cli.returncode != 0 and "review mode does not work" in cli.stderr and "hint:" in cli.stderr
+    assert "Traceback" not in cli.stderr
+    assert os.listdir(ws) == []
+    # the control: the same sandbox without --review is made
+    with Sandbox.create(PolicySpec(image=str(image), workspace=str(ws)), name="img-review") as sb:
+        assert sb.exec(["sh", "-c", "echo made > /workspace/made"]).exit_code == 0
+    assert (ws / "made").read_text() == "made\n"

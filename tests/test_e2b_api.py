@@ -257,6 +257,10 @@ def test_a_template_naming_an_image_runs_the_sandbox_on_that_image(world: World,
     finally:
         sandbox.kill()
     assert (tmp_path / "root" / "etc" / "marker").read_text() == "from the image\n"
+    made = set(os.listdir(world.root)) if world.root.exists() else set()
+    with pytest.raises(SandboxException, match="review mode on an image is not offered"):
+        Sandbox.create(template="e2b-img", metadata={"warren.review": "true"})
+    assert (set(os.listdir(world.root)) if world.root.exists() else set()) == made  # nothing left of it
     again = Sandbox.create(template="e2b-img")
     try:
         assert again.files.read("/etc/marker") == "from the image\n"
@@ -1473,3 +1477,78 @@ def test_what_an_e2b_client_does_is_in_the_sandboxs_trail_as_e2b(world: World, s
     assert ran and {r["origin"] for r in ran} == {"e2b"}, records
     assert wrote and {r["origin"] for r in wrote} == {"e2b"}, records
     assert world.token.encode() not in json.dumps(records).encode()  # E2B's API key is no origin
+
+
+def _host_tree(root: Path) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for d, dirs, files in os.walk(root):
+        for n in dirs + files:
+            p = Path(d, n)
+            out[str(p.relative_to(root))] = "dir" if p.is_dir() else p.read_text()
+    return out
+
+
+def test_a_review_sandbox_keeps_its_changes_off_the_host_until_applied_through_v1(world: World) -> None:
+    # E2B has no review field: the create's metadata asks for one; warren's /v1 routes
+    # (the same service and token) diff, checkpoint, roll back and apply it
+    base = Sandbox.create()
+    try:
+        base.commands.run("mkdir src && echo keep > keep.txt && echo bye > gone.txt && echo old > src/old.py")
+        snap = base.create_snapshot()
+    finally:
+        Sandbox.kill(base.sandbox_id)
+    with pytest.raises(SandboxException, match=r"warren\.review must be 'true' or 'false'"):
+        Sandbox.create(metadata={"warren.review": "yes"})
+    sandbox = Sandbox.create(snap.snapshot_id, metadata={"warren.review": "true"})
+    sid, home = sandbox.sandbox_id, world.workspace(sandbox.sandbox_id)
+    before = _host_tree(home)
+    assert before == {"src": "dir", "keep.txt": "keep\n", "gone.txt": "bye\n", "src/old.py": "old\n"}
+    try:
+        out = sandbox.commands.run(
+            "echo made > made.txt && rm gone.txt && mkdir lib && mv src/old.py lib/new.py && ls"
+        )
+        assert out.stdout == "keep.txt\nlib\nmade.txt\nsrc\n"
+        sandbox.files.write("lib/written.txt", "by the files API")
+        assert _host_tree(home) == before  # the host saw nothing
+        expected = {
+            ("added", "made.txt"),
+            ("removed", "gone.txt"),
+            ("added", "lib"),
+            ("renamed", "lib/new.py"),
+            ("added", "lib/written.txt"),
+        }
+        with world.v1() as c:
+            r = c.get(f"/v1/sandboxes/{sid}/diff")
+            assert r.status_code == 200, r.text
+            assert {(x["kind"], x["path"]) for x in r.json()["changes"]} == expected
+            r = c.post(f"/v1/sandboxes/{sid}/checkpoints")
+            assert r.status_code == 201, r.text
+            point = r.json()["id"]
+            assert sandbox.commands.run("rm -rf /home/user/* && ls -A /home/user").stdout == ""
+            assert ("removed", "keep.txt") in {
+                (x["kind"], x["path"]) for x in c.get(f"/v1/sandboxes/{sid}/diff").json()["changes"]
+            }
+            r = c.post(f"/v1/sandboxes/{sid}/rollback", json={"id": point})
+            assert r.status_code == 200 and r.json()["id"] == point, r.text
+            assert sandbox.files.read("lib/written.txt") == "by the files API"
+            assert sandbox.commands.run("cat keep.txt made.txt lib/new.py").stdout == "keep\nmade\nold\n"
+            assert {
+                (x["kind"], x["path"]) for x in c.get(f"/v1/sandboxes/{sid}/diff").json()["changes"]
+            } == expected
+            # a snapshot would copy the home without the layer: refused, nothing taken
+            with pytest.raises(SandboxException, match="review sandbox"):
+                sandbox.create_snapshot()
+            assert _host_tree(home) == before
+            assert c.delete(f"/v1/sandboxes/{sid}", params={"remove": "false"}).status_code == 200
+            r = c.post(f"/v1/sandboxes/{sid}/apply", json={})
+            assert r.status_code == 200, r.text
+        after = dict(before)
+        del after["gone.txt"], after["src/old.py"]
+        after.update(
+            {"made.txt": "made\n", "lib": "dir", "lib/new.py": "old\n", "lib/written.txt": "by the files API"}
+        )
+        assert _host_tree(home) == after
+    finally:
+        with world.v1() as c:
+            c.delete(f"/v1/sandboxes/{sid}")
+        Sandbox.delete_snapshot(snap.snapshot_id)

@@ -134,14 +134,19 @@ def clone_layers(fds: list[int]) -> list[int]:
     return out
 
 
-def restack_dir(target: str, lowers: list[int], upper: int, work: int, children: list[str]) -> int:
+def restack_dir(
+    target: str, lowers: list[int], upper: int, work: int, children: list[str], mirror: str | None = None
+) -> int:
     """Stack the overlay mounted at ``target`` (a review workspace) again: ``lowers``
     (layers by descriptor, top first: frozen upper directories, then the host's
     directory as a detached mount), ``upper`` and ``work`` fresh directories. The
     mounts directly on the old overlay (``children``, relative to ``target``, in the
     order they were made) move onto the new one, the old one is detached and the new
-    one takes its place. Nothing is changed before every check passed; a failure after
-    the old overlay was moved is ENOTRECOVERABLE (the workspace is not there).
+    one takes its place. ``mirror``: where the sandbox also sees the workspace
+    (``workspace_at``: a copy of ``target`` with every mount beneath it, made at
+    launch); the copy of the old overlay there is replaced by a copy of the new one.
+    Nothing is changed before every check passed; a failure after the old overlay was
+    moved is ENOTRECOVERABLE (the workspace is not there).
 
     Returns the old overlay, detached: the close of its last reference ends it, which
     syncs its upper directory's filesystem (the whole of it: seconds when much is
@@ -162,6 +167,13 @@ def restack_dir(target: str, lowers: list[int], upper: int, work: int, children:
                     _sys.move_mount_at(old, rel, new_fd, rel)
                 _sys.umount2(target, _sys.MNT_DETACH)  # the old overlay, its children gone
                 _sys.move_mount(new_fd, target)
+                if mirror is not None:
+                    copy = _sys.open_tree(target, _CLONE | _sys.AT_RECURSIVE)
+                    try:
+                        _sys.umount2(mirror, _sys.MNT_DETACH)  # the old copy, with its mounts
+                        _sys.move_mount(copy, mirror)
+                    finally:
+                        os.close(copy)
             except OSError as e:
                 raise OSError(errno.ENOTRECOVERABLE, e.strerror, f"{e.filename}: {e.strerror}") from None
         finally:

@@ -6,6 +6,7 @@ A template names a policy: ``base`` is warren's default policy; a preset name (`
 image ls``) runs the sandbox on that image (its home, the workspace, is ``/workspace``
 there); any other name is a ``[profile.NAME]`` of the user's warren config. Each sandbox
 gets a fresh workspace of its own (E2B's ``/home/user``), deleted when it is killed.
+A create's metadata ``warren.review: "true"`` makes it a review sandbox (``REVIEW_KEY``).
 Answers are E2B's JSON (``templateID``, ``sandboxID``, ...); errors are ``{"code",
 "message"}`` with E2B's status codes. Authentication (the ``X-API-Key`` header) is
 checked before any route here runs (``front``).
@@ -58,6 +59,18 @@ NOT_OFFERED = {
     "iam": "workload identity tokens",
     "volumeMounts": "volumes",
 }
+# A create's metadata key (E2B has no field of its own for it): "true" makes a review
+# sandbox (warren's ``--review``): its changes go to a layer of its own, listed, applied
+# and rolled back through warren's ``/v1`` routes (docs/e2b.md).
+REVIEW_KEY = "warren.review"
+
+
+def review_of(metadata: Mapping[str, str]) -> bool:
+    """Whether a create's metadata asks for a review sandbox."""
+    value = metadata.get(REVIEW_KEY)
+    if value not in (None, "true", "false"):
+        raise E2BError(400, f"metadata {REVIEW_KEY} must be 'true' or 'false', not {str(value)[:60]!r}")
+    return value == "true"
 
 
 def rfc3339(stamp: float) -> str:
@@ -139,6 +152,19 @@ def policy_of(template: str, workspace: str, egress: Egress) -> tuple[PolicySpec
 
 
 _TEMPLATE_NAME = re.compile(r"\A[A-Za-z0-9._:-]{1,128}\Z")
+
+
+def refuse_review(record: Record, what: str) -> None:
+    """A snapshot copies the sandbox's home on the host, which a review sandbox leaves as
+    it was (its changes are in its layer): it would lose them, so it is refused."""
+    if review_of(record.metadata):
+        raise E2BError(
+            409,
+            f"sandbox {record.sandbox_id!r} is a review sandbox: a {what} would copy its home without "
+            f"the changes in its layer; apply them first (warren's POST /v1/sandboxes/"
+            f"{record.sandbox_id}/apply, once stopped) or use a checkpoint "
+            f"(POST /v1/sandboxes/{record.sandbox_id}/checkpoints)",
+        )
 
 
 def _template_known(name: str, core: Core, built: bool = True) -> bool:
@@ -234,6 +260,7 @@ class Control:
         timeout = timeout_of(data, DEFAULT_TIMEOUT)
         assert timeout is not None
         metadata, envs = strings(data, "metadata"), strings(data, "envVars")
+        review_of(metadata)  # checked before anything is made
         internet = flag(data, "allow_internet_access")
         egress = at_create(data.get("network"), internet)
         auto_pause = bool(flag(data, "autoPause"))
@@ -274,6 +301,15 @@ class Control:
         built = await self.core.call(self.core.templates.base_of, policy_template)
         policy_template = built or policy_template
         spec, profile = await self.core.call(policy_of, policy_template, workspace, egress)
+        if review_of(metadata):
+            if spec.image:
+                await self.core.call(self.core.records.drop, sandbox_id)
+                raise E2BError(
+                    400,
+                    f"{REVIEW_KEY}: template {template!r} is an image, and review mode on an image "
+                    "is not offered yet (use a template that is not an image)",
+                )
+            spec.review = True
         now = time.time()
         record = Record(
             sandbox_id,
@@ -440,6 +476,7 @@ class Control:
             raise E2BError(
                 400, f"sandbox {info.name!r} was not created through the E2B API: no snapshot of it"
             )
+        refuse_review(record, "snapshot")
         data = await json_object(request, required=False)
         name = data.get("name") or ""
         if not isinstance(name, str) or len(name) > 200 or "/" in name or "\x00" in name:
@@ -471,6 +508,7 @@ class Control:
             raise E2BError(
                 400, f"sandbox {info.name!r} was not created through the E2B API: it cannot be forked"
             )
+        refuse_review(record, "fork")
         data = await json_object(request, required=False)
         timeout = timeout_of(data, DEFAULT_TIMEOUT)
         assert timeout is not None

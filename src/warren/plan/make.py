@@ -236,7 +236,7 @@ def make_plan(
         unshare=tuple((path, dev, ino) for path, dev, ino, secret in host.outside_links if not secret),
         groups=tuple((g.mount_at, g.roots) for g in mounts.groups),
         warnings=tuple(warnings),
-        notes=tuple([*notes, *review_notes(workspace)] if policy.review else notes),
+        notes=tuple([*notes, *review_notes(policy.workspace_at or workspace)] if policy.review else notes),
         limits=limits,
         review=review_layer if policy.review else None,
     )
@@ -442,13 +442,20 @@ def _check_review(policy: Policy, host: HostFacts, image: ImageRef | None) -> No
     """Review mode is planned for a writable host workspace on the host's root, in the
     full mode; what it has not been built for is refused, naming why."""
     workspace = str(policy.workspace)
+    if image is not None:
+        raise PolicyError(
+            "review mode does not work with a sandbox on an image yet: its root has checkpoints of its "
+            "own and a host workspace bound into it is written live",
+            operation="plan",
+            path=str(image.name),
+            hint="on an image, take checkpoints of its root (`warren checkpoint NAME`, `warren rollback "
+            "NAME`) with the workspace in it (--workspace none); or review a host workspace without --image",
+        )
     why = None
-    if image is not None or not policy.host_workspace:
-        why = "a sandbox on an image (its workspace is not reviewed yet)"
+    if not policy.host_workspace:
+        why = "no host workspace (nothing to review)"
     elif host.namespaces[0] != "usable":
         why = f"the degraded mode (user namespaces: {host.namespaces[0]}): an overlay needs them"
-    elif policy.workspace_at:
-        why = "workspace_at"
     elif not any(r.path == policy.workspace for r in policy.writable):
         why = "a read-only workspace (nothing to review)"
     else:

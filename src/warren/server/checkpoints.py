@@ -11,6 +11,10 @@ workspace again on the frozen directories up to the checkpoint, with a fresh upp
 directory; the newer ones are moved aside at once (a rename) and removed afterwards,
 in a thread.
 
+A workspace seen elsewhere too (``workspace_at``) has a copy of the overlay there, with
+its mounts (the plan's ``MIRROR`` step): each stacking replaces that copy with one of the
+new overlay (``mirror_of``), or the sandbox would go on writing the old one.
+
 Only while PID 1 is the sandbox's only process: a process's open files, working
 directory and mappings point into the old overlay, and its writes would land in the
 frozen directory. A checkpoint taken on request while something runs is refused with
@@ -75,6 +79,15 @@ def target_of(box: Box) -> str:
         path=box.name,
         hint=f"checkpoints are of review workspaces: `warren create {box.name} --review`",
     )
+
+
+def mirror_of(box: Box, target: str) -> str | None:
+    """Where the sandbox sees its reviewed workspace too (``workspace_at``: a copy of the
+    overlay at ``target`` with its mounts), or None."""
+    for op in box.plan.mounts:
+        if op.kind is MountKind.MIRROR and op.source == target:
+            return op.target
+    return None
 
 
 def take(box: Box, layer: str, root: str, command: str = "") -> review.Checkpoint | None:
@@ -481,7 +494,7 @@ def _restack(box: Box, target: str, stack: review.LayerStack, layer: str = "") -
         try:
             box.helper_ready().call(
                 "review-restack",
-                {"target": target, "layers": layers, "children": children},
+                {"target": target, "layers": layers, "children": children, "mirror": mirror_of(box, target)},
                 [box.review_layer, box.review_lower],
             )
         except OSError as e:
@@ -532,13 +545,14 @@ def _stack_in(args: dict[str, Any], given: list[int]) -> list[int]:
     layer's detached mount (plain names made by the supervisor, no link followed),
     then stacked at ``target`` above the host's workspace."""
     target, layers, children = str(args["target"]), [str(n) for n in args["layers"]], list(args["children"])
+    mirror = str(args["mirror"]) if args.get("mirror") else None
     layer, host = given
     fds: list[int] = []
     try:
         for name in [*layers, review.work_of(layers[-1])]:
             fds.append(os.open(name, _PATH_DIR, dir_fd=layer))
         lowers = [*reversed(fds[:-2]), host]
-        joined.close_later(core.restack_dir(target, lowers, fds[-2], fds[-1], children))
+        joined.close_later(core.restack_dir(target, lowers, fds[-2], fds[-1], children, mirror))
     finally:
         for fd in fds:
             os.close(fd)

@@ -15,7 +15,9 @@ is added or modified (compared with the host's copy now).
 
 ``started``, a file made in the layer when the sandbox is launched, has the ctime every
 host file changed since then is newer than or equal to: ``apply`` refuses such a file
-unless forced. Must not: decide what is reviewed (the plan does), follow a link.
+unless forced. ``workspace``, written with it, names the host workspace (a sandbox
+may see it elsewhere, ``workspace_at``; the registry names that path). Must not:
+decide what is reviewed (the plan does), follow a link.
 
 Checkpoints (``server.checkpoints``) freeze the upper directory where it is and stack
 the workspace again above it with a fresh one (``upper.N``): the layer is then a stack
@@ -45,6 +47,7 @@ from .._core import safepath
 from ..errors import ReviewConflict, ReviewError, SetupError
 
 UPPER, WORK, STARTED, STACK = "upper", "work", "started", "stack.json"
+WORKSPACE = "workspace"  # the host workspace's path (seen elsewhere inside with workspace_at)
 _LAYER_NAME = re.compile(r"upper(\.[1-9][0-9]{0,8})?")
 _BASE_NAME = re.compile(r"base\.[1-9][0-9]{0,8}")
 POINTER = "review-layer"  # in the sandbox's state directory: the layer's name
@@ -55,7 +58,8 @@ _CHUNK = 1 << 20
 
 def make_layer(layer: str, workspace: str) -> None:
     """The layer's directories, mode 0700 (the upper's root takes the workspace's mode:
-    it is the mode the sandbox sees at the workspace), and the ``started`` mark."""
+    it is the mode the sandbox sees at the workspace), the ``started`` mark and the
+    host workspace's path (``workspace_of``)."""
     try:
         os.makedirs(os.path.dirname(layer), mode=0o700, exist_ok=True)
         os.mkdir(layer, 0o700)
@@ -63,6 +67,11 @@ def make_layer(layer: str, workspace: str) -> None:
         os.mkdir(os.path.join(layer, UPPER), 0o700)
         os.chmod(os.path.join(layer, UPPER), stat.S_IMODE(os.stat(workspace).st_mode) & 0o777)
         os.close(os.open(os.path.join(layer, STARTED), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        fd = safepath.open_dir(layer)
+        try:
+            safepath.write_atomic(fd, WORKSPACE, workspace.encode(), mode=0o600)
+        finally:
+            os.close(fd)
     except OSError as e:
         remove_layer(layer)
         raise SetupError.from_os(
@@ -115,6 +124,27 @@ def layer_of(sandbox_dir: str, state_dir: str, name: str) -> str:
     if not token or not all(c in "0123456789abcdef" for c in token):
         raise ReviewError(f"sandbox {name}'s review layer is unreadable", operation="review", path=name)
     return os.path.join(state_dir, "review", token)
+
+
+def workspace_of(layer: str, seen: str) -> str:
+    """The host workspace a layer is of: the path recorded at launch (a sandbox may see
+    its workspace elsewhere, ``workspace_at``); ``seen``, the registry's, for a layer
+    made before it was recorded (then the two were one)."""
+    try:
+        fd = safepath.open_dir(layer)
+        try:
+            return safepath.read_file(fd, WORKSPACE, 1 << 16).decode()
+        finally:
+            os.close(fd)
+    except FileNotFoundError:
+        return seen
+    except (OSError, UnicodeDecodeError):
+        raise ReviewError(
+            f"the review layer's record {os.path.join(layer, WORKSPACE)} is unreadable",
+            operation="review",
+            path=os.path.join(layer, WORKSPACE),
+            hint="warren wrote it; remove the sandbox (`warren rm`) if it was changed by hand",
+        ) from None
 
 
 @dataclass
@@ -703,7 +733,7 @@ def discard(layer: str) -> None:
             os.unlink(STACK, dir_fd=fd)
         with safepath.listed(fd, "") as (_d, names):
             for name in names:
-                if name not in (UPPER, WORK, STARTED):
+                if name not in (UPPER, WORK, STARTED, WORKSPACE):
                     with contextlib.suppress(FileNotFoundError):  # a rollback's, removed meanwhile
                         safepath.remove_tree(fd, name)
         with safepath.listed(fd, UPPER) as (ufd, names):

@@ -170,7 +170,7 @@ class Sandboxes:
                 hint="`warren create NAME --review`, then `warren exec NAME ...`, `warren diff NAME`, "
                 "`warren apply NAME`",
             )
-        review.make_layer(plan.review or "", plan.workspace)
+        review.make_layer(plan.review or "", plan.host_workspace or plan.workspace)
 
     def review(self, msg: protocol.ReviewRequest) -> protocol.ReviewResult:
         """``warren diff`` / ``apply`` / ``discard`` of a review sandbox's layer. Apply and
@@ -191,7 +191,8 @@ class Sandboxes:
             if msg.action == "discard":
                 review.discard(layer)
                 return protocol.ReviewResult()
-            found = review.changes(layer, entry.workspace)
+            workspace = review.workspace_of(layer, entry.workspace)
+            found = review.changes(layer, workspace)
         except OSError as e:
             where = e.filename if isinstance(e.filename, str) else layer
             raise ReviewError.from_os(
@@ -205,10 +206,10 @@ class Sandboxes:
             chosen = review.select(found, msg.paths)
             return protocol.ReviewResult(
                 changes=[c.message() for c in chosen],
-                applied=review.apply(layer, entry.workspace, chosen, msg.force),
+                applied=review.apply(layer, workspace, chosen, msg.force),
             )
         try:
-            patch = review.patch(layer, entry.workspace, found) if msg.patch else ""
+            patch = review.patch(layer, workspace, found) if msg.patch else ""
         except OSError as e:
             raise ReviewError.from_os(
                 e,
