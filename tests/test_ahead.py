@@ -112,6 +112,23 @@ def test_a_denied_directory_replaced_on_the_host_stays_hidden(place: Place) -> N
     assert "s3cret" not in out and "key" not in out, (code, out, err)
 
 
+def test_a_denied_directory_reached_through_a_retargeted_link_stays_hidden(place: Place) -> None:
+    """The deny names a path through a link; the link is pointed at another directory
+    after the boot: the run hides the one it names now, and the one it named before is
+    readable, as in a fresh sandbox."""
+    for d in ("a", "b"):
+        (place.base / d / "secret").mkdir(parents=True)
+        (place.base / d / "secret" / "key").write_text(f"{d}-s3cret\n")
+    (place.base / "via").symlink_to(place.base / "a")
+    (place.ws / "warren.toml").write_text(f'deny = ["{place.base / "via" / "secret"}"]\n')
+    _twice(place, "true")
+    place.booted()
+    (place.base / "via.new").symlink_to(place.base / "b")
+    os.rename(place.base / "via.new", place.base / "via")
+    code, out, err = place.run(f"cat {place.base}/a/secret/key; cat {place.base}/via/secret/key")
+    assert "b-s3cret" not in out and "a-s3cret" in out, (code, out, err)
+
+
 def test_a_replaced_workspace_is_the_one_the_next_run_sees(place: Place) -> None:
     _twice(place, "true")
     place.booted()

@@ -13,7 +13,9 @@ run, never assumed:
   config file edited, a new deny, an env change that passes, a mount, a link scanned,
   other cgroups of the caller: another plan);
 - the host paths the setup resolved must still be what they were (``marks``: a
-  workspace, a denied directory or a bound file replaced since is another sandbox);
+  workspace, a denied directory or a bound file replaced since is another sandbox),
+  which the kernel tells where it watched them (``markwatch``: nothing queued, nothing
+  changed), else they are taken again;
 - where the sandbox has repositories, they are brought in step before the command
   starts, and the ancestor guard's snapshot is taken again (the host's changes since
   the boot are not the sandbox's).
@@ -188,5 +190,15 @@ def fits(booted: Booted, plan: Plan, host: HostFacts) -> bool:
         and box.run is None
         and plan == box.plan
         and host == booted.host
-        and marks.still(booted.marks, marks.take(plan))
+        and unchanged(booted, plan)
     )
+
+
+def unchanged(booted: Booted, plan: Plan) -> bool:
+    """Whether the host paths the booted sandbox was set up from are still the files
+    they were (``plan``: its own, or one equal to it): the kernel says so where it
+    watched them and nothing came (``markwatch``); else the marks are taken again."""
+    watch = booted.box.launched.mark_watch
+    if watch is not None and watch.unchanged():
+        return True
+    return marks.still(booted.marks, marks.take(plan))

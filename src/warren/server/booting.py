@@ -16,7 +16,7 @@ import time
 from .. import protocol
 from .._core import guard, treewalk
 from ..errors import WarrenError
-from . import ahead, clients, gitkeeper, marks, planning, sandboxes
+from . import ahead, clients, gitkeeper, planning, sandboxes
 from .box import Box, Run
 from .clients import Client
 from .connections import Connections
@@ -129,6 +129,9 @@ class Booter:
         """A sandbox booted ahead takes its run's command, or becomes its creator's
         sandbox; its repositories are brought in step first."""
         box.booted = None
+        if box.launched.mark_watch is not None:
+            box.launched.mark_watch.close()  # used: nothing asks it again
+            box.launched.mark_watch = None
         self.git.sync(box.git)
         if box.run is not None:
             box.start_run()
@@ -180,7 +183,7 @@ class Booter:
     def ready(self, box: Box, booted: ahead.Booted) -> None:
         """A sandbox booted ahead is ready: what PID 1 set up from must be what the
         launch saw, or it is no copy of a fresh one (a run waiting for it launches one)."""
-        if marks.still(booted.marks, marks.take(box.plan)):
+        if ahead.unchanged(booted, box.plan):
             booted.checked = True
             if booted.waiting is not None:
                 self._adopt(box)

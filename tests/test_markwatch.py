@@ -1,0 +1,158 @@
+"""The kernel's word on a booted sandbox's marks (``server.markwatch``): every change to
+what a marked path names (the path or a directory on its way replaced, a link retargeted,
+a new entry in a listed directory, a mount) makes the watch say "changed", and the marks
+taken again agree that something did; what the marks do not rest on (another name in the
+same directory) leaves it quiet. No sandbox runs here: the plans are made from this host.
+As root and as uid 1001.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from warren._core import _sys
+from warren.plan import CallerFacts, Plan, make_plan
+from warren.policy import Policy, Root
+from warren.server import marks, markwatch
+from warren.server.hostfacts import gather
+
+
+@pytest.fixture
+def base() -> Iterator[Path]:
+    # Beside the test's tmp_path, not in it: pytest's own directories get new entries.
+    path = Path("/var/tmp") / f"warren-markwatch-{os.getpid()}-{os.urandom(4).hex()}"
+    (path / "ws").mkdir(parents=True)
+    (path / "quiet").mkdir()  # a directory no plan names: the denied one's place
+    (path / "quiet" / "secret").mkdir()
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _plan(ws: Path, denied: Path) -> Plan:
+    policy = Policy(workspace=ws, denied=(Root(denied, "--deny"),))
+    return make_plan(policy, gather(), CallerFacts.here(cwd=str(ws)))
+
+
+def _watched(plan: Plan) -> markwatch.MarkWatch:
+    watch = markwatch.MarkWatch.start(plan)
+    assert watch is not None, "the host's paths can be watched"
+    taken = marks.take(plan)
+    assert watch.confirm(plan)
+    assert watch.unchanged(), "nothing changed yet"
+    watch.taken = taken  # type: ignore[attr-defined]
+    return watch
+
+
+def _agrees(watch: markwatch.MarkWatch, plan: Plan) -> None:
+    """The watch says changed, and the marks taken again agree."""
+    assert not watch.unchanged()
+    assert not watch.unchanged(), "changed for good"
+    assert not marks.still(watch.taken, marks.take(plan))  # type: ignore[attr-defined]
+    watch.close()
+
+
+def test_an_untouched_host_keeps_the_watch_quiet_and_other_names_do_not_count(base: Path) -> None:
+    plan = _plan(base / "ws", base / "quiet" / "secret")
+    watch = _watched(plan)
+    (base / "ws" / "file").write_text("x")  # the workspace's contents are not its identity
+    (base / "quiet" / "secret" / "inner").mkdir()  # inside a denied directory: hidden whole
+    os.rmdir(base / "quiet" / "secret" / "inner")
+    assert watch.unchanged()
+    assert marks.still(watch.taken, marks.take(plan))  # type: ignore[attr-defined]
+    watch.close()
+
+
+def test_a_replaced_workspace_is_a_change(base: Path) -> None:
+    plan = _plan(base / "ws", base / "quiet" / "secret")
+    watch = _watched(plan)
+    os.rename(base / "ws", base / "ws.old")
+    (base / "ws").mkdir()
+    _agrees(watch, plan)
+
+
+def test_a_denied_directory_replaced_is_a_change(base: Path) -> None:
+    plan = _plan(base / "ws", base / "quiet" / "secret")
+    watch = _watched(plan)
+    shutil.rmtree(base / "quiet" / "secret")
+    (base / "quiet" / "secret").mkdir()
+    _agrees(watch, plan)
+
+
+def test_a_new_entry_beside_a_denied_path_is_a_change(base: Path) -> None:
+    """Its directory's entries get a read rule each: a new one has none in the booted
+    sandbox, where a fresh one would give it one."""
+    plan = _plan(base / "ws", base / "quiet" / "secret")
+    watch = _watched(plan)
+    (base / "quiet" / "new").write_text("x")
+    _agrees(watch, plan)
+
+
+def test_a_link_on_the_way_retargeted_is_a_change(base: Path) -> None:
+    """The denied path is reached through a link to a directory: pointing the link
+    elsewhere, or replacing the directory it points to, changes what the path names."""
+    (base / "a").mkdir()
+    (base / "a" / "secret").mkdir()
+    (base / "b").mkdir()
+    (base / "b" / "secret").mkdir()
+    (base / "quiet" / "via").symlink_to(base / "a")
+    plan = _plan(base / "ws", base / "quiet" / "via" / "secret")
+    found = markwatch.lookups(plan)
+    assert found is not None and str(base / "a") in {*found[0], *found[1]}, "the link is followed"
+    watch = _watched(plan)
+    (base / "quiet" / "via.new").symlink_to(base / "b")
+    os.rename(base / "quiet" / "via.new", base / "quiet" / "via")
+    _agrees(watch, plan)
+    # The link kept, the directory it leads to replaced.
+    watch = _watched(plan)
+    os.rename(base / "b" / "secret", base / "b" / "secret.old")
+    (base / "b" / "secret").mkdir()
+    _agrees(watch, plan)
+
+
+_MOUNTED = """
+import subprocess, sys
+from warren.server import markwatch
+from test_markwatch import _plan
+from pathlib import Path
+base = Path(sys.argv[1])
+plan = _plan(base / "ws", base / "quiet" / "secret")
+watch = markwatch.MarkWatch.start(plan)
+assert watch is not None and watch.unchanged()
+subprocess.run(["mount", "-t", "tmpfs", "none", str(base / "quiet")], check=True)
+print("changed" if not watch.unchanged() else "unchanged")
+"""
+
+
+def test_a_mount_over_a_marked_path_is_a_change(base: Path) -> None:
+    """A mount makes no inotify event: the mount table's own change says it. In a mount
+    namespace of the test's own (a user namespace: as uid 1001 too), the watch made
+    there, then a tmpfs mounted over the denied directory's parent."""
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(__file__)}
+    r = subprocess.run(
+        ["unshare", "--user", "--map-root-user", "--mount", sys.executable, "-c", _MOUNTED, str(base)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "changed"
+
+
+def test_events_count_only_for_the_names_looked_up_and_new_entries_of_listed_ones() -> None:
+    IN = _sys
+    assert markwatch.relevant(IN.IN_CREATE, "ws", {"ws"}, wild=False)
+    assert markwatch.relevant(IN.IN_MOVED_FROM, "ws", {"ws"}, wild=False)
+    assert not markwatch.relevant(IN.IN_CREATE, "other", {"ws"}, wild=False)
+    assert markwatch.relevant(IN.IN_CREATE, "other", None, wild=True), "a new entry of a listed one"
+    assert markwatch.relevant(IN.IN_MOVED_TO, "other", {"ws"}, wild=True)
+    assert not markwatch.relevant(IN.IN_DELETE, "other", None, wild=True), "one gone is gone inside too"
+    for whole in (IN.IN_Q_OVERFLOW, IN.IN_IGNORED, IN.IN_DELETE_SELF, IN.IN_MOVE_SELF):
+        assert markwatch.relevant(whole, "", None, wild=False)
