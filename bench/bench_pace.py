@@ -71,21 +71,26 @@ def main() -> None:
     tmp_dir = tempfile.TemporaryDirectory(prefix="bench-pace-", dir="/var/tmp", ignore_cleanup_errors=True)
     busy = _busy(args.busy)
     with tmp_dir as tmp:
-        ws = Path(tmp) / "ws"
-        ws.mkdir()
         clis = {"warren run": warren_cli, **({f"{args.also} run": args.also} if args.also else {})}
-        envs = {k: {**os.environ, "XDG_STATE_HOME": f"{tmp}/state{i}"} for i, k in enumerate(clis)}
+        # Each warren in a directory of its own, its workspace and its state there: a
+        # launch makes the sandbox's TMPDIR beside the workspace, and a new entry in a
+        # directory above a denied path (the state directory is one) is another sandbox
+        # for every sandbox booted before it (its read rules name each entry there).
+        places = {k: Path(tmp) / str(i) for i, k in enumerate([*clis, "lib"])}
+        for place in places.values():
+            (place / "ws").mkdir(parents=True)
+        envs = {k: {**os.environ, "XDG_STATE_HOME": str(places[k] / "state")} for k in clis}
         box = None
         try:
-            kinds: dict[str, Callable[[], float]] = {"bwrap": _timer(BWRAP, ws)}
+            kinds: dict[str, Callable[[], float]] = {"bwrap": _timer(BWRAP, places["lib"] / "ws")}
             for label, cli in clis.items():
-                kinds[label] = _timer([cli, "run", "--", "true"], ws, envs[label])
+                kinds[label] = _timer([cli, "run", "--", "true"], places[label] / "ws", envs[label])
             if args.exec:
                 from warren import PolicySpec, Sandbox
 
-                os.environ["XDG_STATE_HOME"] = f"{tmp}/state-lib"
-                box = Sandbox.create(PolicySpec(workspace=str(ws)))
-                kinds["subprocess.run"] = _timer(["true"], ws)
+                os.environ["XDG_STATE_HOME"] = str(places["lib"] / "state")
+                box = Sandbox.create(PolicySpec(workspace=str(places["lib"] / "ws")))
+                kinds["subprocess.run"] = _timer(["true"], places["lib"] / "ws")
                 kinds["Sandbox.exec"] = _lib_exec(box)
             print(
                 f"uid {os.getuid()}, {args.runs} runs per pace, {args.busy} busy loops, "
