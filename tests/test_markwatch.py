@@ -182,3 +182,17 @@ def test_events_count_only_for_the_names_looked_up_and_new_entries_of_listed_one
     assert not markwatch.relevant(IN.IN_DELETE, "other", None, wild=True), "one gone is gone inside too"
     for whole in (IN.IN_Q_OVERFLOW, IN.IN_IGNORED, IN.IN_DELETE_SELF, IN.IN_MOVE_SELF):
         assert markwatch.relevant(whole, "", None, wild=False)
+
+
+def test_the_log_names_what_changed() -> None:
+    """``marks.difference``: the words in the supervisor's log when a booted sandbox is
+    not used."""
+    then = (("/w", (1, 2, 0o040000, b"h")), (marks.ENTRIES + "/d", (("a", (1, 3)),)))
+    assert marks.difference(then, then) is None
+    assert marks.difference(then, (("/w", (1, 9, 0o040000, b"g")), then[1])) == "/w is another file"
+    assert marks.difference(then, (("/w", None), then[1])) == "/w came or went"
+    new_entry = (then[0], (marks.ENTRIES + "/d", (("a", (1, 3)), ("b", (1, 4)))))
+    assert marks.difference(then, new_entry) == "/d has a new entry (b)"
+    replaced = (then[0], (marks.ENTRIES + "/d", (("a", (1, 5)),)))
+    assert marks.difference(then, replaced) == "/d/a is another file"
+    assert marks.difference(then, (then[0], (marks.ENTRIES + "/d", ()))) is None, "one gone is gone inside"

@@ -32,6 +32,7 @@ supervisor launches and stops.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import dataclass, field
@@ -75,7 +76,7 @@ class Request:
 
     def key(self) -> Key:
         """Where to look for a sandbox booted ahead: the request's own words. Whether it
-        fits is the plan's and the host's to say (``fits``), not this key's."""
+        fits is the plan's and the host's to say (``mismatch``), not this key's."""
         c = self.caller
         return (
             self.long_lived,
@@ -180,25 +181,30 @@ class Pool:
         return [b.box for b in self.booted.values()]
 
 
-def fits(booted: Booted, plan: Plan, host: HostFacts) -> bool:
-    """Whether a run planned now as ``plan`` on ``host`` (with the booted sandbox's
-    TMPDIR name) gets exactly the booted sandbox (if still booting: so far; its marks
-    are taken again once it is ready)."""
+def mismatch(booted: Booted, plan: Plan, host: HostFacts) -> str | None:
+    """Why the booted sandbox is not exactly what a run planned now as ``plan`` on
+    ``host`` (with the booted sandbox's TMPDIR name) would get (words for the
+    supervisor's log), or None where it is (if still booting: so far; its marks are
+    checked again once it is ready)."""
     box = booted.box
-    return (
-        box.kill_at is None
-        and box.run is None
-        and plan == box.plan
-        and host == booted.host
-        and unchanged(booted, plan)
-    )
+    if box.kill_at is not None or box.run is not None:
+        return "it is being stopped, or used"
+    if plan != box.plan:
+        return "the request is planned differently now"
+    if host != booted.host:
+        fields = [
+            f.name for f in dataclasses.fields(host) if getattr(host, f.name) != getattr(booted.host, f.name)
+        ]
+        return f"the host changed ({', '.join(fields)})"
+    return changed(booted, plan)
 
 
-def unchanged(booted: Booted, plan: Plan) -> bool:
-    """Whether the host paths the booted sandbox was set up from are still the files
-    they were (``plan``: its own, or one equal to it): the kernel says so where it
-    watched them and nothing came (``markwatch``); else the marks are taken again."""
+def changed(booted: Booted, plan: Plan) -> str | None:
+    """What of the host paths the booted sandbox was set up from is another file now
+    (``plan``: its own, or one equal to it), or None: the kernel says nothing changed
+    where it watched them and nothing came (``markwatch``); else the marks are taken
+    again."""
     watch = booted.box.launched.mark_watch
     if watch is not None and watch.unchanged():
-        return True
-    return marks.still(booted.marks, marks.take(plan))
+        return None
+    return marks.difference(booted.marks, marks.take(plan))

@@ -101,7 +101,7 @@ class Booter:
 
     def _booted_for(self, request: ahead.Request) -> tuple[Box, ahead.Booted] | None:
         """The sandbox booted ahead for this request, if the request planned now gets
-        exactly it (``ahead.fits``); a stale one is stopped. The caller gives it its run
+        exactly it (``ahead.mismatch``); a stale one is stopped. The caller gives it its run
         or its creator, then ``_take``."""
         booted = self.pool.take(request.key())
         if booted is None:
@@ -109,8 +109,9 @@ class Booter:
         plan, git, host = self.planner.plan(request, scratch_id=booted.scratch_id)
         git.close()  # the booted sandbox holds its repositories' lease
         box = booted.box
-        if not ahead.fits(booted, plan, host):
-            self.notes.log("ahead", "a sandbox booted ahead was not used: the request or the host changed")
+        why = ahead.mismatch(booted, plan, host)
+        if why is not None:
+            self.notes.log("ahead", f"a sandbox booted ahead was not used: {why}")
             box.terminate()
             return None
         # The host's own changes since the boot are not the sandbox's to be undone.
@@ -183,11 +184,13 @@ class Booter:
     def ready(self, box: Box, booted: ahead.Booted) -> None:
         """A sandbox booted ahead is ready: what PID 1 set up from must be what the
         launch saw, or it is no copy of a fresh one (a run waiting for it launches one)."""
-        if ahead.unchanged(booted, box.plan):
+        why = ahead.changed(booted, box.plan)
+        if why is None:
             booted.checked = True
             if booted.waiting is not None:
                 self._adopt(box)
             return
+        self.notes.log("ahead", f"a sandbox booted ahead was stopped once ready: {why}")
         self.pool.forget(box)
         run, creator, box.run, box.creator = box.run, box.creator, None, None
         again, box.request = box.request, None
