@@ -8,6 +8,7 @@ As root and as uid 1001.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -19,9 +20,10 @@ from pathlib import Path
 import pytest
 
 from warren._core import _sys
-from warren.plan import CallerFacts, Plan, make_plan
-from warren.policy import Policy, Root
-from warren.server import marks, markwatch
+from warren.plan import CallerFacts, HostFacts, Plan, make_plan
+from warren.plan.facts import MountEntry
+from warren.policy import PolicySpec, build
+from warren.server import ahead, marks, markwatch
 from warren.server.hostfacts import gather
 
 # Beside the tests' tmp_path, not in it (pytest's own directories get new entries), and
@@ -48,8 +50,11 @@ def base(_module_dir: Path) -> Iterator[Path]:
 
 
 def _plan(ws: Path, denied: Path) -> Plan:
-    policy = Policy(workspace=ws, denied=(Root(denied, "--deny"),))
-    return make_plan(policy, gather(), CallerFacts.here(cwd=str(ws)))
+    caller = CallerFacts.here(cwd=str(ws))
+    policy = build(
+        PolicySpec(workspace=str(ws), deny=[str(denied)]), cwd=ws, env=caller.env, home=Path(caller.home)
+    )
+    return make_plan(policy, gather(), caller)
 
 
 def _watched(plan: Plan) -> markwatch.MarkWatch:
@@ -120,25 +125,23 @@ def test_a_new_entry_beside_a_denied_path_is_a_change(base: Path) -> None:
     _agrees(watch, plan)
 
 
-def test_a_link_on_the_way_retargeted_is_a_change(base: Path) -> None:
-    """The denied path is reached through a link to a directory: pointing the link
-    elsewhere, or replacing the directory it points to, changes what the path names."""
+def test_where_a_listed_entry_s_link_leads_counts(base: Path) -> None:
+    """An entry of a listed directory (beside the denied one) is a link: its read rule
+    is for the file it leads to. That file replaced, or the link pointed elsewhere, is a
+    change."""
     (base / "a").mkdir()
-    (base / "a" / "secret").mkdir()
-    (base / "b").mkdir()
-    (base / "b" / "secret").mkdir()
-    (base / "quiet" / "via").symlink_to(base / "a")
-    plan = _plan(base / "ws", base / "quiet" / "via" / "secret")
+    (base / "a" / "f").write_text("1")
+    (base / "quiet" / "link").symlink_to(base / "a" / "f")
+    plan = _plan(base / "ws", base / "quiet" / "secret")
     found = markwatch.lookups(plan)
-    assert found is not None and str(base / "a") in {*found[0], *found[1]}, "the link is followed"
+    assert found is not None and "f" in found[0].get(str(base / "a"), set()), "the link is followed"
     watch = _watched(plan)
-    (base / "quiet" / "via.new").symlink_to(base / "b")
-    os.rename(base / "quiet" / "via.new", base / "quiet" / "via")
+    (base / "a" / "f.new").write_text("2")
+    os.rename(base / "a" / "f.new", base / "a" / "f")
     _agrees(watch, plan)
-    # The link kept, the directory it leads to replaced.
     watch = _watched(plan)
-    os.rename(base / "b" / "secret", base / "b" / "secret.old")
-    (base / "b" / "secret").mkdir()
+    (base / "quiet" / "link.new").symlink_to(base / "ws")
+    os.rename(base / "quiet" / "link.new", base / "quiet" / "link")
     _agrees(watch, plan)
 
 
@@ -196,3 +199,36 @@ def test_the_log_names_what_changed() -> None:
     replaced = (then[0], (marks.ENTRIES + "/d", (("a", (1, 5)),)))
     assert marks.difference(then, replaced) == "/d/a is another file"
     assert marks.difference(then, (then[0], (marks.ENTRIES + "/d", ()))) is None, "one gone is gone inside"
+
+
+def test_mounts_beneath_the_sandbox_s_own_tmp_are_out_of_its_sight(base: Path) -> None:
+    """A tmpfs mounted under the host's /tmp after the boot (a test suite's) leaves the
+    booted sandbox what a fresh one would be: its /tmp is its own. One where the plan
+    brings a host path in (a workspace under /tmp, what is mounted in it), or anywhere
+    else (/mnt), is a change of the host."""
+    plan = _plan(base / "ws", base / "quiet" / "secret")
+    host = gather()
+    root = host.mounts[0]
+
+    def plus(*points: str) -> HostFacts:
+        extra = tuple(
+            MountEntry(9000 + i, root.mount_id, "/", p, "rw", "tmpfs", "t") for i, p in enumerate(points)
+        )
+        return dataclasses.replace(host, mounts=(*host.mounts, *extra))
+
+    assert ahead.same_but_hidden(plan, plus("/tmp/tmp.suite"), host)
+    assert ahead.same_but_hidden(plan, plus("/tmp/a", "/tmp/a/b"), plus("/tmp/c"))
+    assert not ahead.same_but_hidden(plan, plus("/mnt/usb"), host)
+    assert not ahead.same_but_hidden(plan, plus("/tmp"), host), (
+        "the host's /tmp itself: the mount the plan covers"
+    )
+    assert not ahead.same_but_hidden(plan, dataclasses.replace(host, landlock_abi=1), host)
+    # A workspace under /tmp: the plan binds it from the host, with what is mounted there.
+    in_tmp = Path(f"/tmp/warren-markwatch-{os.getpid()}-{os.urandom(4).hex()}")
+    (in_tmp / "ws").mkdir(parents=True)
+    try:
+        tmp_plan = _plan(in_tmp / "ws", base / "quiet" / "secret")
+        assert not ahead.same_but_hidden(tmp_plan, plus(f"{in_tmp}/ws/mnt"), host)
+        assert ahead.same_but_hidden(tmp_plan, plus("/tmp/elsewhere"), host)
+    finally:
+        shutil.rmtree(in_tmp, ignore_errors=True)

@@ -39,7 +39,9 @@ from dataclasses import dataclass, field
 
 from .. import protocol
 from ..plan import CallerFacts, Plan
-from ..plan.facts import HostFacts
+from ..plan.facts import HostFacts, MountEntry
+from ..plan.model import MountKind
+from ..plan.mounts import within
 from . import marks
 from .box import Box
 
@@ -191,12 +193,54 @@ def mismatch(booted: Booted, plan: Plan, host: HostFacts) -> str | None:
         return "it is being stopped, or used"
     if plan != box.plan:
         return "the request is planned differently now"
-    if host != booted.host:
+    if host != booted.host and not same_but_hidden(plan, host, booted.host):
         fields = [
             f.name for f in dataclasses.fields(host) if getattr(host, f.name) != getattr(booted.host, f.name)
         ]
         return f"the host changed ({', '.join(fields)})"
     return changed(booted, plan)
+
+
+# Mounts a plan makes afresh over a host directory: whatever the host mounts beneath it
+# is out of the sandbox's sight.
+_FRESH = frozenset({MountKind.TMPFS})
+# Steps that do not bring anything of the host's into the sandbox at their path.
+_NOT_HOST = frozenset({MountKind.ROOT_VIEW, MountKind.TMPFS, MountKind.PROC, MountKind.DEVPTS})
+_NOT_HOST |= {MountKind.SYMLINK, MountKind.DIR, MountKind.RO_SELF}
+
+
+def hidden_mounts(plan: Plan, mounts: tuple[MountEntry, ...]) -> frozenset[MountEntry]:
+    """The host's mounts that ``plan``'s sandbox never shows: strictly beneath a fresh
+    tmpfs of the plan (its /tmp, /run: made over the host's, which the sandbox cannot
+    unmount), and neither above nor beneath any host path another step of the plan
+    brings in (a workspace under /tmp is bound from the host with what is mounted in it)."""
+    fresh = [op.target for op in plan.mounts if op.kind in _FRESH]
+    brought = [
+        path
+        for op in plan.mounts
+        if op.kind not in _NOT_HOST
+        for path in (op.target, op.source, *op.layers)
+        if path is not None and path.startswith("/")
+    ]
+    out = set()
+    for entry in mounts:
+        mp = entry.mount_point
+        if not any(mp != t and within(mp, t) for t in fresh):
+            continue
+        if any(within(mp, p) or within(p, mp) for p in brought):
+            continue
+        out.add(entry)
+    return frozenset(out)
+
+
+def same_but_hidden(plan: Plan, host: HostFacts, then: HostFacts) -> bool:
+    """Whether ``host`` and ``then`` differ only in mounts ``plan``'s sandbox never shows
+    (``hidden_mounts``: a test suite's tmpfs under the host's /tmp, made or gone)."""
+    now_seen = tuple(m for m in host.mounts if m not in hidden_mounts(plan, host.mounts))
+    then_seen = tuple(m for m in then.mounts if m not in hidden_mounts(plan, then.mounts))
+    return now_seen == then_seen and dataclasses.replace(host, mounts=()) == dataclasses.replace(
+        then, mounts=()
+    )
 
 
 def changed(booted: Booted, plan: Plan) -> str | None:
