@@ -232,6 +232,26 @@ def test_a_run_s_booted_sandbox_keeps_its_spare_past_the_spare_idle_time(
         box.remove()
 
 
+def test_a_file_made_beside_a_denied_one_after_the_boot_is_read_by_the_booted_sandbox(
+    place: Place, state_home: Path
+) -> None:
+    """The denied directory's neighbours get a read rule each, listed when PID 1 built
+    its rules; a file made there once the booted sandbox is ready has none. The run
+    still takes the booted sandbox (its rules are built again first) and reads it, as
+    a fresh sandbox would; the control, a file there before the boot, reads alike."""
+    d = place.base / "d"
+    (d / "secret").mkdir(parents=True)
+    (d / "before").write_text("old\n")
+    (place.ws / "warren.toml").write_text(f'deny = ["{d / "secret"}"]\n')
+    _twice(place, "true")
+    booted = place.booted()
+    _wait("the booted sandbox ready, its spare forked", lambda: any(_spares(state_home).values()))
+    (d / "after").write_text("new\n")
+    code, out, err = place.run(f'echo "$TMPDIR"; cat {d}/before {d}/after; ls {d}/secret | wc -l')
+    assert code == 0, err
+    assert out.splitlines() == [booted, "old", "new", "0"], "the booted sandbox, its rules built again"
+
+
 # --- the pool's bookkeeping ------------------------------------------------------------------
 
 

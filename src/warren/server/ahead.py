@@ -183,21 +183,22 @@ class Pool:
         return [b.box for b in self.booted.values()]
 
 
-def mismatch(booted: Booted, plan: Plan, host: HostFacts) -> str | None:
+def mismatch(booted: Booted, plan: Plan, host: HostFacts) -> tuple[str | None, bool]:
     """Why the booted sandbox is not exactly what a run planned now as ``plan`` on
     ``host`` (with the booted sandbox's TMPDIR name) would get (words for the
     supervisor's log), or None where it is (if still booting: so far; its marks are
-    checked again once it is ready)."""
+    checked again once it is ready); and whether it is, once its read rules are built
+    again (``changed``)."""
     box = booted.box
     if box.kill_at is not None or box.run is not None:
-        return "it is being stopped, or used"
+        return "it is being stopped, or used", False
     if plan != box.plan:
-        return "the request is planned differently now"
+        return "the request is planned differently now", False
     if host != booted.host and not same_but_hidden(plan, host, booted.host):
         fields = [
             f.name for f in dataclasses.fields(host) if getattr(host, f.name) != getattr(booted.host, f.name)
         ]
-        return f"the host changed ({', '.join(fields)})"
+        return f"the host changed ({', '.join(fields)})", False
     return changed(booted, plan)
 
 
@@ -243,12 +244,20 @@ def same_but_hidden(plan: Plan, host: HostFacts, then: HostFacts) -> bool:
     )
 
 
-def changed(booted: Booted, plan: Plan) -> str | None:
+def changed(booted: Booted, plan: Plan) -> tuple[str | None, bool]:
     """What of the host paths the booted sandbox was set up from is another file now
-    (``plan``: its own, or one equal to it), or None: the kernel says nothing changed
-    where it watched them and nothing came (``markwatch``); else the marks are taken
-    again."""
+    (``plan``: its own, or one equal to it), or None; and whether the sandbox is what a
+    fresh one would be only once PID 1 builds its read rules again (an entry made or
+    replaced in a directory whose entries get a rule each, and that only:
+    ``marks.rules_only``). The kernel says nothing changed where it watched them and
+    nothing came (``markwatch``); else the marks are taken again."""
     watch = booted.box.launched.mark_watch
     if watch is not None and watch.unchanged():
-        return None
-    return marks.difference(booted.marks, marks.take(plan))
+        return None, False
+    now = marks.take(plan)
+    why = marks.difference(booted.marks, now)
+    if why is None:
+        return None, False
+    if marks.difference(booted.marks, now, skip=marks.rules_only(plan)) is None:
+        return None, True
+    return why, False

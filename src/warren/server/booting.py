@@ -109,11 +109,13 @@ class Booter:
         plan, git, host = self.planner.plan(request, scratch_id=booted.scratch_id)
         git.close()  # the booted sandbox holds its repositories' lease
         box = booted.box
-        why = ahead.mismatch(booted, plan, host)
+        why, refresh = ahead.mismatch(booted, plan, host)
         if why is not None:
             self.notes.log("ahead", f"a sandbox booted ahead was not used: {why}")
             box.terminate()
             return None
+        if refresh:
+            _refresh(box)
         # The host's own changes since the boot are not the sandbox's to be undone.
         box.launched.guard = guard.snapshot(box.plan.guarded)
         return box, booted
@@ -184,8 +186,10 @@ class Booter:
     def ready(self, box: Box, booted: ahead.Booted) -> None:
         """A sandbox booted ahead is ready: what PID 1 set up from must be what the
         launch saw, or it is no copy of a fresh one (a run waiting for it launches one)."""
-        why = ahead.changed(booted, box.plan)
+        why, refresh = ahead.changed(booted, box.plan)
         if why is None:
+            if refresh:
+                _refresh(box)
             booted.checked = True
             if booted.waiting is not None:
                 self._adopt(box)
@@ -216,3 +220,11 @@ class Booter:
             self.clients.reply(waiting, protocol.error_message(e))
             return
         fresh.request = again
+
+
+def _refresh(box: Box) -> None:
+    """The booted sandbox's read rules built again before its command: a directory whose
+    entries get a rule each has a new one since the boot (its spare, holding the old
+    rules, goes; PID 1 forks the next with the new)."""
+    box.drop_spare()
+    box.send(protocol.Refresh())
