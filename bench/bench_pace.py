@@ -22,6 +22,7 @@ Run: python bench/bench_pace.py [--pace 1,10,30] [--runs 6] [--exec] [--busy 2] 
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import shutil
 import statistics
@@ -98,6 +99,8 @@ def main() -> None:
             )
             for pace in (float(p) for p in args.pace.split(",") if p):
                 _measure(kinds, clis, pace, args)
+            for label in clis:
+                _misses(label, places[label] / "state" / "warren" / "supervisor.log")
         finally:
             if box is not None:
                 box.remove()
@@ -106,6 +109,22 @@ def main() -> None:
                 p.wait()
             for label, cli in clis.items():
                 subprocess.run([cli, "shutdown"], env=envs[label], check=False, capture_output=True)
+
+
+def _misses(label: str, log: Path) -> None:
+    """Why booted sandboxes were not used, from the supervisor's log (one line per 5 s
+    at most: a lower bound at a fast pace)."""
+    try:
+        lines = [
+            line.split(": ", 1)[1].strip() for line in log.read_text().splitlines() if "booted ahead" in line
+        ]
+    except (OSError, IndexError):
+        lines = []
+    reasons = collections.Counter(line.split(" (and ")[0] for line in lines)
+    print(
+        f"  {label}: {len(lines)} booted sandboxes logged as not used",
+        *[f"\n    {n} x {r}" for r, n in reasons.items()],
+    )
 
 
 def _lib_exec(box: Sandbox) -> Callable[[], float]:
