@@ -114,7 +114,7 @@ class Booter:
             self.notes.log("ahead", f"a sandbox booted ahead was not used: {why}")
             box.terminate()
             return None
-        if refresh:
+        if refresh and booted.checked:  # (else ``ready`` finds the same, and does it)
             _refresh(box)
         # The host's own changes since the boot are not the sandbox's to be undone.
         box.launched.guard = guard.snapshot(box.plan.guarded)
