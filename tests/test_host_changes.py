@@ -17,8 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -216,43 +215,3 @@ def test_sandboxes_share_one_inotify_instance_and_each_sees_every_change(tmp_pat
     one.close()
     assert two.changed()
     two.close()
-
-
-def _spare_helpers(pid1: int) -> set[int]:
-    """PID 1's children that wait as spares (a helper with its command's process)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    return {h for h in children.get(pid1, []) if len(children.get(h, [])) == 1}
-
-
-def _until(what: str, condition: Callable[[], bool], seconds: float = 20) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.02)
-
-
-def test_the_rules_are_built_again_when_the_host_changes_not_at_the_next_command(host_dir: Path) -> None:
-    """A new entry beside a denied path: the supervisor has PID 1 build its rules again
-    right then, and the next spare is forked with them before any command comes (which
-    would otherwise wait for that fork). Then the command reads the new file."""
-    ws = host_dir / "W"
-    ws.mkdir()
-    (host_dir / "secret").write_text("key\n")
-    spec = PolicySpec(workspace=str(ws), deny=[str(host_dir / "secret")])
-    with Sandbox.create(spec) as sb:
-        assert sb.exec(["true"]).exit_code == 0
-        _until("a spare waits", lambda: bool(_spare_helpers(sb.pid1)))
-        before = _spare_helpers(sb.pid1)
-        (host_dir / "new.txt").write_text("new\n")
-        _until("another spare, forked with the new rules", lambda: bool(_spare_helpers(sb.pid1) - before))
-        assert read(sb, host_dir / "new.txt") == (0, "new\n")
-        code, out = read(sb, host_dir / "secret")
-        assert code != 0 and "key" not in out

@@ -465,16 +465,6 @@ class Box:
             self.drop_spare()  # it holds the old rules: PID 1 forks the next with the new
             self.send(protocol.Refresh())
 
-    def host_changed(self) -> None:
-        """The shared watches spoke: where one of this long-lived sandbox's listed
-        directories got a new entry, PID 1 builds its rules again now, and forks its
-        next spare with them before the next request comes (which would otherwise wait
-        for that fork). The request still asks again (``follow_roots``)."""
-        watch = self.launched.host_watch
-        if self.ready and not self.oneshot and self.kill_at is None and watch is not None and watch.changed():
-            self.drop_spare()
-            self.send(protocol.Refresh())
-
     def recorded(self, msg: protocol.Message, peer: dict[str, int]) -> Started | None:
         """``msg``, handed to the sandbox, in its trail (a long-lived sandbox has one)."""
         if self.trail is None and self.home is not None and not self.oneshot:

@@ -63,18 +63,6 @@ class _Shared:
 _SHARED = _Shared()
 
 
-def fileno() -> int | None:
-    """The shared watches' descriptor (None until something is watched): readable when a
-    watched directory got a new entry. The supervisor waits on it too, to build a
-    sandbox's rules again right then (``Box.host_changed``), not at its next request."""
-    return _SHARED.watches.fd
-
-
-def drain() -> None:
-    """Count what the shared watches queued (each sandbox's ``changed`` reads the counts)."""
-    _SHARED.poll()
-
-
 class HostWatch:
     """One sandbox's view of the shared watches."""
 

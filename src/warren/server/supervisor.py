@@ -46,7 +46,6 @@ from . import (
     connections,
     gitkeeper,
     handoff,
-    hostwatch,
     links,
     planning,
     registry,
@@ -124,7 +123,6 @@ class Supervisor:
         if root is not None:
             self.links.load(os.path.join(root, LINKS_FILE))
         self.wake_r, self.wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
-        self.host_fd: int | None = None  # hostwatch's descriptor, once waited on
         self.stdin_pipes = stdin.StdinPipes(root, self.sel) if root is not None else None
 
     # --- the loop ----------------------------------------------------------------------
@@ -150,7 +148,6 @@ class Supervisor:
                         self.clients.drop(obj)
             self._reap()
             self._timers()
-            self._watch_host()
             if self._done():
                 return
 
@@ -181,21 +178,9 @@ class Supervisor:
         elif kind == "stdin":
             assert isinstance(obj, stdin.Pipe) and self.stdin_pipes is not None
             self.stdin_pipes.flush(obj)
-        elif kind == "hostwatch":
-            hostwatch.drain()  # counted for each directory: each sandbox asks its own
-            for box in self.sandboxes.all():
-                box.host_changed()
         elif kind == "pasta":
             assert isinstance(obj, Box)
             obj.on_pasta()
-
-    def _watch_host(self) -> None:
-        """Wait on the shared watches of the long-lived sandboxes' listed directories
-        (``hostwatch``) once there are any."""
-        fd = hostwatch.fileno()
-        if fd is not None and fd != self.host_fd:
-            self.sel.register(fd, _R, ("hostwatch", None))
-            self.host_fd = fd
 
     def _done(self) -> bool:
         now = time.monotonic()
