@@ -22,7 +22,10 @@ pure-Python CLI is measured in the same run too, for the before and after.
 ``--pace 10,50,100`` times ``Sandbox.exec`` again with those pauses (ms) around each
 command: an idle VM wakes its processes more slowly, and an exec wakes several.
 
-Run: python bench/bench_startup.py [--runs 100] [--real] [--phases] [--pace MS,...]
+``--busy N`` runs N busy loops (one process each) for the whole run, so every figure and
+its baseline are measured under the same load.
+
+Run: python bench/bench_startup.py [--runs 100] [--real] [--phases] [--pace MS,...] [--busy N]
 """
 
 from __future__ import annotations
@@ -204,7 +207,20 @@ def main() -> None:
         help="also time Sandbox.exec with these pauses before and after each (ms, comma-separated): "
         "how long the machine idled changes how fast each process on the path wakes",
     )
+    ap.add_argument("--busy", type=int, default=0, help="busy loops (one process each) running meanwhile")
     args = ap.parse_args()
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
+    try:
+        _main(args)
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+
+
+def _main(args: argparse.Namespace) -> None:
+    if args.busy:
+        print(f"{args.busy} busy loops running (issue 36 under load: run <= 3.0x, exec <= 2.0x bwrap)")
     # The supervisor may still be stopping sandboxes booted ahead when its state goes.
     with tempfile.TemporaryDirectory(
         prefix="warren-bench-", dir="/var/tmp", ignore_cleanup_errors=True

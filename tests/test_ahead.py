@@ -112,6 +112,23 @@ def test_a_denied_directory_replaced_on_the_host_stays_hidden(place: Place) -> N
     assert "s3cret" not in out and "key" not in out, (code, out, err)
 
 
+def test_a_denied_directory_reached_through_a_retargeted_link_stays_hidden(place: Place) -> None:
+    """The deny names a path through a link; the link is pointed at another directory
+    after the boot: the run hides the one it names now, and the one it named before is
+    readable, as in a fresh sandbox."""
+    for d in ("a", "b"):
+        (place.base / d / "secret").mkdir(parents=True)
+        (place.base / d / "secret" / "key").write_text(f"{d}-s3cret\n")
+    (place.base / "via").symlink_to(place.base / "a")
+    (place.ws / "warren.toml").write_text(f'deny = ["{place.base / "via" / "secret"}"]\n')
+    _twice(place, "true")
+    place.booted()
+    (place.base / "via.new").symlink_to(place.base / "b")
+    os.rename(place.base / "via.new", place.base / "via")
+    code, out, err = place.run(f"cat {place.base}/a/secret/key; cat {place.base}/via/secret/key")
+    assert "b-s3cret" not in out and "a-s3cret" in out, (code, out, err)
+
+
 def test_a_replaced_workspace_is_the_one_the_next_run_sees(place: Place) -> None:
     _twice(place, "true")
     place.booted()
@@ -213,6 +230,26 @@ def test_a_run_s_booted_sandbox_keeps_its_spare_past_the_spare_idle_time(
         _wait("its spare gone after WARREN_SPARE_IDLE", lambda: not _spares(state_home).get(box.pid1))
     finally:
         box.remove()
+
+
+def test_a_file_made_beside_a_denied_one_after_the_boot_is_read_by_the_booted_sandbox(
+    place: Place, state_home: Path
+) -> None:
+    """The denied directory's neighbours get a read rule each, listed when PID 1 built
+    its rules; a file made there once the booted sandbox is ready has none. The run
+    still takes the booted sandbox (its rules are built again first) and reads it, as
+    a fresh sandbox would; the control, a file there before the boot, reads alike."""
+    d = place.base / "d"
+    (d / "secret").mkdir(parents=True)
+    (d / "before").write_text("old\n")
+    (place.ws / "warren.toml").write_text(f'deny = ["{d / "secret"}"]\n')
+    _twice(place, "true")
+    booted = place.booted()
+    _wait("the booted sandbox ready, its spare forked", lambda: any(_spares(state_home).values()))
+    (d / "after").write_text("new\n")
+    code, out, err = place.run(f'echo "$TMPDIR"; cat {d}/before {d}/after; ls {d}/secret | wc -l')
+    assert code == 0, err
+    assert out.splitlines() == [booted, "old", "new", "0"], "the booted sandbox, its rules built again"
 
 
 # --- the pool's bookkeeping ------------------------------------------------------------------

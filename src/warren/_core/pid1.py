@@ -318,7 +318,8 @@ class Init:
             if old is not None:
                 os.close(old)
         self._drop_spare()
-        self.want_spare = not self.oneshot
+        # A run's sandbox booted ahead still waiting for its run gets one too.
+        self.want_spare = not self.oneshot or self.ready_run
 
     def _quiesce(self, asked: protocol.Quiesce) -> None:
         """Let the spare go, wait for warren's helpers that are ending (3 s at most),
@@ -419,7 +420,7 @@ class Init:
     def _try_spare(self) -> None:
         """Fork a spare ahead of time, unless the sandbox is at its pids (or memory)
         limit: then the next request forks its own, and hears why if it cannot."""
-        if self.spare is not None or len(self.helpers) >= MAX_HELPERS:
+        if self.spare is not None or len(self.helpers) >= MAX_HELPERS or (self.oneshot and self.served):
             return
         with contextlib.suppress(OSError):
             self._fork_spare(warm_up=True)

@@ -13,7 +13,9 @@ run, never assumed:
   config file edited, a new deny, an env change that passes, a mount, a link scanned,
   other cgroups of the caller: another plan);
 - the host paths the setup resolved must still be what they were (``marks``: a
-  workspace, a denied directory or a bound file replaced since is another sandbox);
+  workspace, a denied directory or a bound file replaced since is another sandbox),
+  which the kernel tells where it watched them (``markwatch``: nothing queued, nothing
+  changed), else they are taken again;
 - where the sandbox has repositories, they are brought in step before the command
   starts, and the ancestor guard's snapshot is taken again (the host's changes since
   the boot are not the sandbox's).
@@ -30,13 +32,16 @@ supervisor launches and stops.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import dataclass, field
 
 from .. import protocol
 from ..plan import CallerFacts, Plan
-from ..plan.facts import HostFacts
+from ..plan.facts import HostFacts, MountEntry
+from ..plan.model import MountKind
+from ..plan.mounts import within
 from . import marks
 from .box import Box
 
@@ -73,7 +78,7 @@ class Request:
 
     def key(self) -> Key:
         """Where to look for a sandbox booted ahead: the request's own words. Whether it
-        fits is the plan's and the host's to say (``fits``), not this key's."""
+        fits is the plan's and the host's to say (``mismatch``), not this key's."""
         c = self.caller
         return (
             self.long_lived,
@@ -178,15 +183,81 @@ class Pool:
         return [b.box for b in self.booted.values()]
 
 
-def fits(booted: Booted, plan: Plan, host: HostFacts) -> bool:
-    """Whether a run planned now as ``plan`` on ``host`` (with the booted sandbox's
-    TMPDIR name) gets exactly the booted sandbox (if still booting: so far; its marks
-    are taken again once it is ready)."""
+def mismatch(booted: Booted, plan: Plan, host: HostFacts) -> tuple[str | None, bool]:
+    """Why the booted sandbox is not exactly what a run planned now as ``plan`` on
+    ``host`` (with the booted sandbox's TMPDIR name) would get (words for the
+    supervisor's log), or None where it is (if still booting: so far; its marks are
+    checked again once it is ready); and whether it is, once its read rules are built
+    again (``changed``)."""
     box = booted.box
-    return (
-        box.kill_at is None
-        and box.run is None
-        and plan == box.plan
-        and host == booted.host
-        and marks.still(booted.marks, marks.take(plan))
+    if box.kill_at is not None or box.run is not None:
+        return "it is being stopped, or used", False
+    if plan != box.plan:
+        return "the request is planned differently now", False
+    if host != booted.host and not same_but_hidden(plan, host, booted.host):
+        fields = [
+            f.name for f in dataclasses.fields(host) if getattr(host, f.name) != getattr(booted.host, f.name)
+        ]
+        return f"the host changed ({', '.join(fields)})", False
+    return changed(booted, plan)
+
+
+# Mounts a plan makes afresh over a host directory: whatever the host mounts beneath it
+# is out of the sandbox's sight.
+_FRESH = frozenset({MountKind.TMPFS})
+# Steps that do not bring anything of the host's into the sandbox at their path.
+_NOT_HOST = frozenset({MountKind.ROOT_VIEW, MountKind.TMPFS, MountKind.PROC, MountKind.DEVPTS})
+_NOT_HOST |= {MountKind.SYMLINK, MountKind.DIR, MountKind.RO_SELF}
+
+
+def hidden_mounts(plan: Plan, mounts: tuple[MountEntry, ...]) -> frozenset[MountEntry]:
+    """The host's mounts that ``plan``'s sandbox never shows: strictly beneath a fresh
+    tmpfs of the plan (its /tmp, /run: made over the host's, which the sandbox cannot
+    unmount), and neither above nor beneath any host path another step of the plan
+    brings in (a workspace under /tmp is bound from the host with what is mounted in it)."""
+    fresh = [op.target for op in plan.mounts if op.kind in _FRESH]
+    brought = [
+        path
+        for op in plan.mounts
+        if op.kind not in _NOT_HOST
+        for path in (op.target, op.source, *op.layers)
+        if path is not None and path.startswith("/")
+    ]
+    out = set()
+    for entry in mounts:
+        mp = entry.mount_point
+        if not any(mp != t and within(mp, t) for t in fresh):
+            continue
+        if any(within(mp, p) or within(p, mp) for p in brought):
+            continue
+        out.add(entry)
+    return frozenset(out)
+
+
+def same_but_hidden(plan: Plan, host: HostFacts, then: HostFacts) -> bool:
+    """Whether ``host`` and ``then`` differ only in mounts ``plan``'s sandbox never shows
+    (``hidden_mounts``: a test suite's tmpfs under the host's /tmp, made or gone)."""
+    now_seen = tuple(m for m in host.mounts if m not in hidden_mounts(plan, host.mounts))
+    then_seen = tuple(m for m in then.mounts if m not in hidden_mounts(plan, then.mounts))
+    return now_seen == then_seen and dataclasses.replace(host, mounts=()) == dataclasses.replace(
+        then, mounts=()
     )
+
+
+def changed(booted: Booted, plan: Plan) -> tuple[str | None, bool]:
+    """What of the host paths the booted sandbox was set up from is another file now
+    (``plan``: its own, or one equal to it), or None; and whether the sandbox is what a
+    fresh one would be only once PID 1 builds its read rules again (an entry made or
+    replaced in a directory whose entries get a rule each, and that only:
+    ``marks.rules_only``). The kernel says nothing changed where it watched them and
+    nothing came (``markwatch``); else the marks are taken again."""
+    watch = booted.box.launched.mark_watch
+    if watch is not None and watch.unchanged():
+        return None, False
+    now = marks.take(plan)
+    why = marks.difference(booted.marks, now)
+    if why is None:
+        return None, False
+    if marks.difference(booted.marks, now, skip=marks.rules_only(plan)) is None:
+        return None, True
+    return why, False

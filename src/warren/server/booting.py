@@ -16,7 +16,7 @@ import time
 from .. import protocol
 from .._core import guard, treewalk
 from ..errors import WarrenError
-from . import ahead, clients, gitkeeper, marks, planning, sandboxes
+from . import ahead, clients, gitkeeper, planning, sandboxes
 from .box import Box, Run
 from .clients import Client
 from .connections import Connections
@@ -101,7 +101,7 @@ class Booter:
 
     def _booted_for(self, request: ahead.Request) -> tuple[Box, ahead.Booted] | None:
         """The sandbox booted ahead for this request, if the request planned now gets
-        exactly it (``ahead.fits``); a stale one is stopped. The caller gives it its run
+        exactly it (``ahead.mismatch``); a stale one is stopped. The caller gives it its run
         or its creator, then ``_take``."""
         booted = self.pool.take(request.key())
         if booted is None:
@@ -109,10 +109,13 @@ class Booter:
         plan, git, host = self.planner.plan(request, scratch_id=booted.scratch_id)
         git.close()  # the booted sandbox holds its repositories' lease
         box = booted.box
-        if not ahead.fits(booted, plan, host):
-            self.notes.log("ahead", "a sandbox booted ahead was not used: the request or the host changed")
+        why, refresh = ahead.mismatch(booted, plan, host)
+        if why is not None:
+            self.notes.log("ahead", f"a sandbox booted ahead was not used: {why}")
             box.terminate()
             return None
+        if refresh and booted.checked:  # (else ``ready`` finds the same, and does it)
+            _refresh(box)
         # The host's own changes since the boot are not the sandbox's to be undone.
         box.launched.guard = guard.snapshot(box.plan.guarded)
         return box, booted
@@ -129,6 +132,9 @@ class Booter:
         """A sandbox booted ahead takes its run's command, or becomes its creator's
         sandbox; its repositories are brought in step first."""
         box.booted = None
+        if box.launched.mark_watch is not None:
+            box.launched.mark_watch.close()  # used: nothing asks it again
+            box.launched.mark_watch = None
         self.git.sync(box.git)
         if box.run is not None:
             box.start_run()
@@ -180,11 +186,15 @@ class Booter:
     def ready(self, box: Box, booted: ahead.Booted) -> None:
         """A sandbox booted ahead is ready: what PID 1 set up from must be what the
         launch saw, or it is no copy of a fresh one (a run waiting for it launches one)."""
-        if marks.still(booted.marks, marks.take(box.plan)):
+        why, refresh = ahead.changed(booted, box.plan)
+        if why is None:
+            if refresh:
+                _refresh(box)
             booted.checked = True
             if booted.waiting is not None:
                 self._adopt(box)
             return
+        self.notes.log("ahead", f"a sandbox booted ahead was stopped once ready: {why}")
         self.pool.forget(box)
         run, creator, box.run, box.creator = box.run, box.creator, None, None
         again, box.request = box.request, None
@@ -210,3 +220,11 @@ class Booter:
             self.clients.reply(waiting, protocol.error_message(e))
             return
         fresh.request = again
+
+
+def _refresh(box: Box) -> None:
+    """The booted sandbox's read rules built again before its command: a directory whose
+    entries get a rule each has a new one since the boot (its spare, holding the old
+    rules, goes; PID 1 forks the next with the new)."""
+    box.drop_spare()
+    box.send(protocol.Refresh())

@@ -720,6 +720,9 @@ class Box:
         os.close(self.launched.pidfd)
         if self.launched.host_watch is not None:
             self.launched.host_watch.close()
+        if self.launched.mark_watch is not None:
+            self.launched.mark_watch.close()
+            self.launched.mark_watch = None
         self.drop_spare()
         if self.helper is not None:
             self.helper.close()

@@ -21,6 +21,7 @@ from ..errors import SetupError
 from ..plan.model import Plan
 from . import boxsecrets, marks, unshare
 from .hostwatch import HostWatch
+from .markwatch import MarkWatch
 
 TMP_RECORD_PREFIX = "tmpdir-"
 
@@ -50,6 +51,7 @@ class Launched:
     counters: list[tuple[str, int]] = field(default_factory=list)
     trust_bundle: str | None = None  # written for secrets (server.boxsecrets), removed at the end
     marks: marks.Marks | None = None  # booted ahead: the host as PID 1 is cloned to set up from
+    mark_watch: MarkWatch | None = None  # ... and whether it is still that, told by the kernel
     # a long-lived sandbox's directories whose entries its read rules name one by one
     host_watch: HostWatch | None = None
 
@@ -109,12 +111,19 @@ def launch(
     # the listing is then one the watch saw.
     host_watch = None if oneshot else HostWatch.start(plan)
     tasks: list[tuple[str, int]] = []
+    mark_watch: MarkWatch | None = None
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     try:
         # The sandbox's own groups, and the caller's own where it gets none (``joins``).
         tasks = _open_tasks([*groups, *(plan.limits.joins if plan.limits else ())])
         # Once everything warren makes for the sandbox is made, just before the clone.
-        taken = marks.take(plan) if ahead else None
+        taken: marks.Marks | None = None
+        if ahead:
+            # Watched from before the marks are taken: a change after is queued there.
+            mark_watch = MarkWatch.start(plan)
+            taken = marks.take(plan)
+            if mark_watch is not None and not mark_watch.confirm(plan):
+                mark_watch = None
         # PID 1 enters its cgroups first thing: everything in the sandbox descends
         # from it, inside them.
         pid = clone.start_pid1(plan, theirs, oneshot=oneshot, cgroup_tasks=tasks, ahead=ahead, layers=layers)
@@ -122,6 +131,8 @@ def launch(
         ours.close()
         if host_watch is not None:
             host_watch.close()
+        if mark_watch is not None:
+            mark_watch.close()
         cgroups.remove(groups, record_dir)
         _remove_scratch(scratch)
         boxsecrets.remove_bundle(bundle)
@@ -143,6 +154,7 @@ def launch(
         counters,
         bundle,
         taken,
+        mark_watch,
         host_watch,
     )
 

@@ -63,17 +63,39 @@ def still(then: Marks, now: Marks) -> bool:
     every path the same file, and every entry of a listed directory now one that was
     there then (an entry gone since is gone for the sandbox too: the kernel detaches a
     mount whose mount point is removed; one added since was never masked)."""
+    return difference(then, now) is None
+
+
+def rules_only(plan: Plan) -> frozenset[str]:
+    """The listed directories whose entries matter to the sandbox's read rules alone
+    (neither masked entry by entry nor guarded): PID 1 lists them when it builds its
+    ruleset, and builds it again when told to (``protocol.Refresh``)."""
+    if plan.landlock is None or plan.image is not None:
+        return frozenset()
+    masked = {op.target for op in plan.mounts if op.kind is MountKind.MASK}
+    return frozenset(covered_dirs(plan.landlock)) - masked - set(plan.guarded)
+
+
+def difference(then: Marks, now: Marks, skip: frozenset[str] = frozenset()) -> str | None:
+    """What makes ``still`` false, in words (the first such path), or None; the entries
+    of the directories in ``skip`` not compared."""
     if len(then) != len(now):
-        return False
+        return "the paths the plan names"
     for (key, was), (key_now, is_) in zip(then, now, strict=True):
         if key != key_now:
-            return False
+            return "the paths the plan names"
+        if key.startswith(ENTRIES) and key[len(ENTRIES) :] in skip:
+            continue
         if key.startswith(ENTRIES) and isinstance(was, tuple) and isinstance(is_, tuple):
+            new = sorted({name for name, _ in is_} - {name for name, _ in was})
+            if new:
+                return f"{key[len(ENTRIES) :]} has a new entry ({new[0]})"
             if not set(is_) <= set(was):
-                return False
+                changed = sorted(name for name, ident in is_ if (name, ident) not in set(was))
+                return f"{os.path.join(key[len(ENTRIES) :], changed[0])} is another file"
         elif was != is_:
-            return False
-    return True
+            return f"{key} is another file" if is_ is not None and was is not None else f"{key} came or went"
+    return None
 
 
 def _identity(path: str) -> tuple[object, ...] | None:

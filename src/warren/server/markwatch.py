@@ -1,0 +1,273 @@
+"""Whether the host paths a sandbox booted ahead rests on (its ``marks``) may have changed
+since they were taken, told by the kernel instead of by taking them again.
+
+Taking the marks again costs a few ms to a few tens of ms (an ``lstat`` and a file
+handle per path, every entry of the listed directories), on the path of the run that
+uses the sandbox. A path names another file only once a directory entry on the way to
+it changed (made, removed, renamed, replaced; a link's target is reached through
+entries too) or a mount moved. So, before the marks are taken, ``start`` resolves every
+path the plan names component by component, following links as the kernel does, and
+watches (inotify) each directory a name was looked up in, for those names; the listed
+directories (``marks.ENTRIES``) for any new entry; and the mount table (``POLLPRI`` on
+``/proc/self/mountinfo``). ``confirm`` resolves them again once the marks are taken: a
+change in between may have come before a watch did, and then the watch is not used.
+
+``unchanged`` is True only while nothing of that was queued since; anything queued (or
+lost: a full queue) makes it False for good, and the caller takes the marks again, as
+before. No watch (the user's inotify instances or watches used up, a directory the
+user cannot read, too many links) is the same: the marks are taken again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import stat
+import struct
+
+from .._core import _sys
+from ..plan.landlock import covered_dirs
+from ..plan.model import MountKind, Plan
+from . import marks
+
+# A name made, removed or renamed in a watched directory; the directory itself gone.
+_NAMES = _sys.IN_CREATE | _sys.IN_DELETE | _sys.IN_MOVED_FROM | _sys.IN_MOVED_TO
+_SELF = _sys.IN_DELETE_SELF | _sys.IN_MOVE_SELF
+_NEW = _sys.IN_CREATE | _sys.IN_MOVED_TO
+_UNMOUNT = 0x2000  # IN_UNMOUNT: the filesystem under a watch went
+_EVENT = struct.Struct("=iIII")  # struct inotify_event: wd, mask, cookie, len (then the name)
+_MAX_LINKS = 40  # as the kernel's own limit on links followed in one lookup
+
+# directory (resolved, no link in it) -> the names looked up in it
+Lookups = dict[str, set[str]]
+
+
+def lookups(plan: Plan) -> tuple[Lookups, frozenset[str]] | None:
+    """The names ``plan``'s paths are looked up by, per directory, and the listed
+    directories (resolved) whose every new entry counts; None where a path cannot be
+    followed (a directory the caller cannot search, a loop of links)."""
+    names: Lookups = {}
+    for path in marks.paths_of(plan):
+        if _chain(path, names) is False:
+            return None
+    wild: set[str] = set()
+    for path in sorted(_listed(plan)):
+        real = _chain(path, names)
+        if real is False:
+            return None
+        if not isinstance(real, str):
+            continue
+        wild.add(real)
+        # An entry of a listed directory is marked through a link: where it leads counts.
+        try:
+            with os.scandir(real) as it:
+                links = [entry.path for entry in it if entry.is_symlink()]
+        except OSError:
+            continue
+        for link in links:
+            if _chain(link, names) is False:
+                return None
+    return names, frozenset(wild)
+
+
+def _listed(plan: Plan) -> set[str]:
+    listed = {op.target for op in plan.mounts if op.kind is MountKind.MASK} | set(plan.guarded)
+    if plan.landlock is not None and plan.image is None:
+        listed.update(covered_dirs(plan.landlock))
+    return listed
+
+
+def _chain(path: str, out: Lookups) -> str | bool | None:
+    """Record in ``out`` each (directory, name) looked up to resolve ``path`` (its last
+    link followed too, as ``marks`` does). The resolved path, None where the path ends
+    before its end (a name missing, or a file where a directory should be: the lookups
+    up to there are recorded), False where it cannot be followed."""
+    todo = [part for part in reversed(path.split("/")) if part]
+    cur = "/"
+    links = 0
+    while todo:
+        name = todo.pop()
+        if name == ".":
+            continue
+        if name == "..":
+            cur = os.path.dirname(cur)  # ``cur`` has no link in it: its parent is lexical
+            continue
+        out.setdefault(cur, set()).add(name)
+        full = os.path.join(cur, name)
+        try:
+            st = os.lstat(full)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError:
+            return False
+        if stat.S_ISLNK(st.st_mode):
+            links += 1
+            if links > _MAX_LINKS:
+                return False
+            try:
+                target = os.readlink(full)
+            except OSError:
+                return False
+            if target.startswith("/"):
+                cur = "/"
+            todo.extend(part for part in reversed(target.split("/")) if part)
+            continue
+        if not stat.S_ISDIR(st.st_mode) and todo:
+            return None
+        cur = full
+    return cur
+
+
+def relevant(mask: int, name: str, names: set[str] | None, wild: bool) -> bool:
+    """Whether an event (``mask``, ``name``) in a directory whose looked-up ``names``
+    (None: the directory is not on any path) and listing (``wild``) count changes
+    what the marks would say."""
+    if mask & (_sys.IN_Q_OVERFLOW | _sys.IN_IGNORED | _UNMOUNT | _SELF):
+        return True
+    if wild and mask & _NEW:
+        return True
+    return bool(mask & _NAMES) and names is not None and name in names
+
+
+class _Shared:
+    """The supervisor's one inotify instance for every sandbox booted ahead: closing an
+    instance that watched something waits for the kernel's grace period (5-20 ms, on a
+    run's path when its sandbox is used); removing a watch does not. A directory watched
+    for two sandboxes is one watch (the kernel gives its inode one descriptor), whose
+    events go to both."""
+
+    def __init__(self) -> None:
+        self.fd = -1
+        self.subscribers: dict[int, list[MarkWatch]] = {}
+
+    def add(self, path: str, watch: MarkWatch) -> int | None:
+        if self.fd < 0:
+            try:
+                self.fd = _sys.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+            except OSError:
+                return None
+        try:
+            dir_fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            wd = _sys.inotify_add_watch(self.fd, f"/proc/self/fd/{dir_fd}", _NAMES | _SELF | _UNMOUNT)
+        except OSError:
+            return None
+        finally:
+            os.close(dir_fd)
+        subscribers = self.subscribers.setdefault(wd, [])
+        if watch not in subscribers:
+            subscribers.append(watch)
+        return wd
+
+    def remove(self, wd: int, watch: MarkWatch) -> None:
+        subscribers = self.subscribers.get(wd)
+        if subscribers is None or watch not in subscribers:
+            return
+        subscribers.remove(watch)
+        if not subscribers:
+            del self.subscribers[wd]
+            with contextlib.suppress(OSError):
+                _sys.inotify_rm_watch(self.fd, wd)
+
+    def read(self) -> None:
+        """Hand what is queued to the watches it concerns."""
+        while self.fd >= 0:
+            try:
+                data = os.read(self.fd, 65536)
+            except BlockingIOError:
+                return
+            except OSError:
+                for subscribers in self.subscribers.values():
+                    for watch in subscribers:
+                        watch.stale = True
+                return
+            at = 0
+            while at + _EVENT.size <= len(data):
+                wd, mask, _cookie, length = _EVENT.unpack_from(data, at)
+                name = os.fsdecode(data[at + _EVENT.size : at + _EVENT.size + length].rstrip(b"\0"))
+                at += _EVENT.size + length
+                if mask & _sys.IN_Q_OVERFLOW:
+                    concerned = [w for subscribers in self.subscribers.values() for w in subscribers]
+                else:
+                    concerned = list(self.subscribers.get(wd, ()))
+                for watch in concerned:
+                    names, wild = watch.wds.get(wd, (None, False))
+                    if relevant(mask, name, names, wild):
+                        watch.stale = True
+                if mask & _sys.IN_IGNORED:
+                    self.subscribers.pop(wd, None)  # the kernel removed it
+
+
+_SHARED = _Shared()
+
+
+class MarkWatch:
+    """The watch of one sandbox booted ahead."""
+
+    def __init__(self, mounts: int, found: tuple[Lookups, frozenset[str]]) -> None:
+        self.mounts, self.found = mounts, found
+        self.wds: dict[int, tuple[set[str] | None, bool]] = {}
+        self.stale = False
+
+    @classmethod
+    def start(cls, plan: Plan) -> MarkWatch | None:
+        """Watch what ``plan``'s marks rest on (call it before taking them)."""
+        found = lookups(plan)
+        if found is None:
+            return None
+        try:
+            mounts = os.open("/proc/self/mountinfo", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        _SHARED.read()  # what is queued from before is not about this sandbox
+        watch = cls(mounts, found)
+        names, wild = found
+        for path in sorted(set(names) | wild):
+            if not watch._add(path, names.get(path), path in wild):
+                watch.close()
+                return None
+        return watch
+
+    def _add(self, path: str, names: set[str] | None, wild: bool) -> bool:
+        wd = _SHARED.add(path, self)
+        if wd is None:
+            return False
+        # The same directory under two paths (a bind mount): one watch, both its names.
+        had_names, had_wild = self.wds.get(wd, (None, False))
+        merged = None if names is None and had_names is None else {*(names or ()), *(had_names or ())}
+        self.wds[wd] = (merged, wild or had_wild)
+        return True
+
+    def confirm(self, plan: Plan) -> bool:
+        """Once the marks are taken: whether the paths still resolve through what is
+        watched (else a change may have come before its watch: the watch is let go)."""
+        if lookups(plan) != self.found:
+            self.close()
+            return False
+        return True
+
+    def unchanged(self) -> bool:
+        """Whether nothing the marks rest on changed since ``start`` (False for good once
+        something did; the caller then takes the marks again)."""
+        if self.stale or self.mounts < 0:
+            return False
+        poller = select.poll()
+        poller.register(self.mounts, select.POLLPRI)
+        if poller.poll(0):
+            self.stale = True  # the mount table changed
+            return False
+        _SHARED.read()
+        return not self.stale
+
+    def close(self) -> None:
+        self.stale = True
+        for wd in self.wds:
+            _SHARED.remove(wd, self)
+        self.wds.clear()
+        if self.mounts >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.mounts)
+        self.mounts = -1

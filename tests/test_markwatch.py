@@ -1,0 +1,255 @@
+"""The kernel's word on a booted sandbox's marks (``server.markwatch``): every change to
+what a marked path names (the path or a directory on its way replaced, a link retargeted,
+a new entry in a listed directory, a mount) makes the watch say "changed", and the marks
+taken again agree that something did; what the marks do not rest on (another name in the
+same directory) leaves it quiet. No sandbox runs here: the plans are made from this host.
+As root and as uid 1001.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from warren._core import _sys
+from warren.plan import CallerFacts, HostFacts, Plan, make_plan
+from warren.plan.facts import MountEntry
+from warren.plan.model import MountKind, MountOp
+from warren.policy import PolicySpec, build
+from warren.server import ahead, marks, markwatch
+from warren.server.hostfacts import gather
+
+# Beside the tests' tmp_path, not in it (pytest's own directories get new entries), and
+# one directory for the module: a new entry in /var/tmp (a listed directory of these
+# plans, above the denied path) is a change for every watch, this module's others too.
+_HERE = Path("/var/tmp") / f"warren-markwatch-{os.getpid()}"
+
+
+@pytest.fixture(scope="module")
+def _module_dir() -> Iterator[Path]:
+    _HERE.mkdir()
+    yield _HERE
+    shutil.rmtree(_HERE, ignore_errors=True)
+
+
+@pytest.fixture
+def base(_module_dir: Path) -> Iterator[Path]:
+    path = _module_dir / os.urandom(4).hex()
+    (path / "ws").mkdir(parents=True)
+    (path / "quiet").mkdir()  # a directory no plan names: the denied one's place
+    (path / "quiet" / "secret").mkdir()
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _plan(ws: Path, denied: Path) -> Plan:
+    caller = CallerFacts.here(cwd=str(ws))
+    policy = build(
+        PolicySpec(workspace=str(ws), deny=[str(denied)]), cwd=ws, env=caller.env, home=Path(caller.home)
+    )
+    return make_plan(policy, gather(), caller)
+
+
+def _watched(plan: Plan) -> markwatch.MarkWatch:
+    """A watch that was quiet right after its start. The host is shared (other processes
+    make entries in /var/tmp, mount and unmount): a watch that spoke before the test
+    changed anything is let go and another started, a few times."""
+    for _ in range(20):
+        watch = markwatch.MarkWatch.start(plan)
+        assert watch is not None, "the host's paths can be watched"
+        taken = marks.take(plan)
+        assert watch.confirm(plan)
+        if watch.unchanged():
+            watch.taken = taken  # type: ignore[attr-defined]
+            return watch
+        watch.close()
+        time.sleep(0.1)
+    raise AssertionError("the host kept changing what the plan rests on")
+
+
+def _agrees(watch: markwatch.MarkWatch, plan: Plan) -> None:
+    """The watch says changed, and the marks taken again agree."""
+    assert not watch.unchanged()
+    assert not watch.unchanged(), "changed for good"
+    assert not marks.still(watch.taken, marks.take(plan))  # type: ignore[attr-defined]
+    watch.close()
+
+
+def test_an_untouched_host_keeps_the_watch_quiet_and_other_names_do_not_count(base: Path) -> None:
+    plan = _plan(base / "ws", base / "quiet" / "secret")
+    quiet = 0
+    for _ in range(10):  # the host is shared: a change of someone else's may come between
+        watch = _watched(plan)
+        (base / "ws" / "file").write_text("x")  # the workspace's contents are not its identity
+        (base / "quiet" / "secret" / "inner").mkdir()  # inside a denied directory: hidden whole
+        os.rmdir(base / "quiet" / "secret" / "inner")
+        os.unlink(base / "ws" / "file")
+        if watch.unchanged():
+            quiet += 1
+            assert marks.still(watch.taken, marks.take(plan))  # type: ignore[attr-defined]
+        watch.close()
+        if quiet:
+            break
+    assert quiet, "the watch spoke though nothing it rests on changed"
+
+
+def test_a_replaced_workspace_is_a_change(base: Path) -> None:
+    plan = _plan(base / "ws", base / "quiet" / "secret")
+    watch = _watched(plan)
+    os.rename(base / "ws", base / "ws.old")
+    (base / "ws").mkdir()
+    _agrees(watch, plan)
+
+
+def test_a_denied_directory_replaced_is_a_change(base: Path) -> None:
+    plan = _plan(base / "ws", base / "quiet" / "secret")
+    watch = _watched(plan)
+    shutil.rmtree(base / "quiet" / "secret")
+    (base / "quiet" / "secret").mkdir()
+    _agrees(watch, plan)
+
+
+def test_a_new_entry_beside_a_denied_path_is_a_change(base: Path) -> None:
+    """Its directory's entries get a read rule each: a new one has none in the booted
+    sandbox, where a fresh one would give it one."""
+    plan = _plan(base / "ws", base / "quiet" / "secret")
+    watch = _watched(plan)
+    (base / "quiet" / "new").write_text("x")
+    _agrees(watch, plan)
+
+
+def test_where_a_listed_entry_s_link_leads_counts(base: Path) -> None:
+    """An entry of a listed directory (beside the denied one) is a link: its read rule
+    is for the file it leads to. That file replaced, or the link pointed elsewhere, is a
+    change."""
+    (base / "a").mkdir()
+    (base / "a" / "f").write_text("1")
+    (base / "quiet" / "link").symlink_to(base / "a" / "f")
+    plan = _plan(base / "ws", base / "quiet" / "secret")
+    found = markwatch.lookups(plan)
+    assert found is not None and "f" in found[0].get(str(base / "a"), set()), "the link is followed"
+    watch = _watched(plan)
+    (base / "a" / "f.new").write_text("2")
+    os.rename(base / "a" / "f.new", base / "a" / "f")
+    _agrees(watch, plan)
+    watch = _watched(plan)
+    (base / "quiet" / "link.new").symlink_to(base / "ws")
+    os.rename(base / "quiet" / "link.new", base / "quiet" / "link")
+    _agrees(watch, plan)
+
+
+_MOUNTED = """
+import subprocess, sys
+from warren.server import markwatch
+from test_markwatch import _plan
+from pathlib import Path
+base = Path(sys.argv[1])
+plan = _plan(base / "ws", base / "quiet" / "secret")
+watch = markwatch.MarkWatch.start(plan)
+assert watch is not None and watch.unchanged()
+subprocess.run(["mount", "-t", "tmpfs", "none", str(base / "quiet")], check=True)
+print("changed" if not watch.unchanged() else "unchanged")
+"""
+
+
+def test_a_mount_over_a_marked_path_is_a_change(base: Path) -> None:
+    """A mount makes no inotify event: the mount table's own change says it. In a mount
+    namespace of the test's own (a user namespace: as uid 1001 too), the watch made
+    there, then a tmpfs mounted over the denied directory's parent."""
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(__file__)}
+    r = subprocess.run(
+        ["unshare", "--user", "--map-root-user", "--mount", sys.executable, "-c", _MOUNTED, str(base)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "changed"
+
+
+def test_events_count_only_for_the_names_looked_up_and_new_entries_of_listed_ones() -> None:
+    IN = _sys
+    assert markwatch.relevant(IN.IN_CREATE, "ws", {"ws"}, wild=False)
+    assert markwatch.relevant(IN.IN_MOVED_FROM, "ws", {"ws"}, wild=False)
+    assert not markwatch.relevant(IN.IN_CREATE, "other", {"ws"}, wild=False)
+    assert markwatch.relevant(IN.IN_CREATE, "other", None, wild=True), "a new entry of a listed one"
+    assert markwatch.relevant(IN.IN_MOVED_TO, "other", {"ws"}, wild=True)
+    assert not markwatch.relevant(IN.IN_DELETE, "other", None, wild=True), "one gone is gone inside too"
+    for whole in (IN.IN_Q_OVERFLOW, IN.IN_IGNORED, IN.IN_DELETE_SELF, IN.IN_MOVE_SELF):
+        assert markwatch.relevant(whole, "", None, wild=False)
+
+
+def test_the_log_names_what_changed() -> None:
+    """``marks.difference``: the words in the supervisor's log when a booted sandbox is
+    not used."""
+    then = (("/w", (1, 2, 0o040000, b"h")), (marks.ENTRIES + "/d", (("a", (1, 3)),)))
+    assert marks.difference(then, then) is None
+    assert marks.difference(then, (("/w", (1, 9, 0o040000, b"g")), then[1])) == "/w is another file"
+    assert marks.difference(then, (("/w", None), then[1])) == "/w came or went"
+    new_entry = (then[0], (marks.ENTRIES + "/d", (("a", (1, 3)), ("b", (1, 4)))))
+    assert marks.difference(then, new_entry) == "/d has a new entry (b)"
+    replaced = (then[0], (marks.ENTRIES + "/d", (("a", (1, 5)),)))
+    assert marks.difference(then, replaced) == "/d/a is another file"
+    assert marks.difference(then, (then[0], (marks.ENTRIES + "/d", ()))) is None, "one gone is gone inside"
+
+
+def test_mounts_beneath_the_sandbox_s_own_tmp_are_out_of_its_sight(base: Path) -> None:
+    """A tmpfs mounted under the host's /tmp after the boot (a test suite's) leaves the
+    booted sandbox what a fresh one would be: its /tmp is its own. One where the plan
+    brings a host path in (a workspace under /tmp, what is mounted in it), or anywhere
+    else (/mnt), is a change of the host."""
+    plan = _plan(base / "ws", base / "quiet" / "secret")
+    host = gather()
+    root = host.mounts[0]
+
+    def plus(*points: str) -> HostFacts:
+        extra = tuple(
+            MountEntry(9000 + i, root.mount_id, "/", p, "rw", "tmpfs", "t") for i, p in enumerate(points)
+        )
+        return dataclasses.replace(host, mounts=(*host.mounts, *extra))
+
+    assert ahead.same_but_hidden(plan, plus("/tmp/tmp.suite"), host)
+    assert ahead.same_but_hidden(plan, plus("/tmp/a", "/tmp/a/b"), plus("/tmp/c"))
+    assert not ahead.same_but_hidden(plan, plus("/mnt/usb"), host)
+    assert not ahead.same_but_hidden(plan, plus("/tmp"), host), (
+        "the host's /tmp itself: the mount the plan covers"
+    )
+    assert not ahead.same_but_hidden(plan, dataclasses.replace(host, landlock_abi=1), host)
+    # A workspace under /tmp: the plan binds it from the host, with what is mounted there.
+    in_tmp = Path(f"/tmp/warren-markwatch-{os.getpid()}-{os.urandom(4).hex()}")
+    (in_tmp / "ws").mkdir(parents=True)
+    try:
+        tmp_plan = _plan(in_tmp / "ws", base / "quiet" / "secret")
+        assert not ahead.same_but_hidden(tmp_plan, plus(f"{in_tmp}/ws/mnt"), host)
+        assert ahead.same_but_hidden(tmp_plan, plus("/tmp/elsewhere"), host)
+    finally:
+        shutil.rmtree(in_tmp, ignore_errors=True)
+
+
+def test_only_entries_that_matter_to_the_read_rules_alone_can_be_refreshed(base: Path) -> None:
+    """A new entry beside a denied path is made right by building the read rules again
+    (``marks.rules_only``); one in a directory masked entry by entry (as the workspace's
+    parent is where the TMPDIR is made beside the workspace) or guarded is not: the
+    booted sandbox is not used."""
+    plan = _plan(base / "ws", base / "quiet" / "secret")
+    quiet = str(base / "quiet")
+    assert quiet in marks.rules_only(plan)
+    then = marks.take(plan)
+    (base / "quiet" / "new").write_text("x")
+    now = marks.take(plan)
+    assert marks.difference(then, now) == f"{quiet} has a new entry (new)"
+    assert marks.difference(then, now, skip=marks.rules_only(plan)) is None
+    masked = dataclasses.replace(plan, mounts=(*plan.mounts, MountOp(MountKind.MASK, quiet)))
+    guarded = dataclasses.replace(plan, guarded=(*plan.guarded, quiet))
+    for other in (masked, guarded):
+        assert quiet not in marks.rules_only(other)
+        assert marks.difference(then, now, skip=marks.rules_only(other)) is not None
