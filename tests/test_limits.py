@@ -691,3 +691,39 @@ def test_root_without_a_pids_cgroup_is_told_the_limit_is_not_enforceable() -> No
     assert p.row("pids").mechanism == "not enforceable here"
     assert "RLIMIT_NPROC does not bind root" in p.row("pids").detail
     assert "RLIMIT_NPROC" not in dict(p.rlimits)
+
+
+@pytest.mark.skipif(not ROOT_CGROUPS, reason="makes a pids cgroup of its own: root on cgroup v1 here")
+def test_a_cgroup_still_busy_when_its_sandbox_ended_goes_once_its_last_task_has_left(tmp_path: Path) -> None:
+    """A task still leaving when the sandbox's end is handled (a loaded host) keeps its
+    cgroup busy past ``restore``'s wait: the supervisor's timers remove it afterwards
+    (``launch.retry_busy``), not the next supervisor's sweep."""
+    from warren._core import cgroups
+    from warren.server import launch
+
+    group = os.path.join(_own("pids"), f"warren-test-busy-{os.getpid()}-{random.getrandbits(24)}")
+    os.mkdir(group)
+    records = tmp_path / "records"
+    records.mkdir()
+    (records / os.path.basename(group)).write_text(group + "\n")
+    lingering = subprocess.Popen(["sleep", "60"])
+    try:
+        Path(group, "cgroup.procs").write_text(str(lingering.pid))
+        if not cgroups.remove([group], str(records), wait=0):
+            launch._busy.append(([group], str(records)))
+        launch.retry_busy()
+        assert os.path.isdir(group)  # the control: busy while its task lives
+        lingering.kill()
+        lingering.wait()
+        deadline = time.monotonic() + 5
+        while os.path.isdir(group) and time.monotonic() < deadline:
+            launch.retry_busy()
+            time.sleep(0.05)
+        assert not os.path.isdir(group) and not launch._busy
+        assert list(records.iterdir()) == []  # its record goes with it
+    finally:
+        lingering.kill()
+        with contextlib.suppress(OSError):
+            Path(_own("pids"), "cgroup.procs").write_text(str(lingering.pid))
+        with contextlib.suppress(OSError):
+            os.rmdir(group)

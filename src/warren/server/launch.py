@@ -166,9 +166,23 @@ def _open_tasks(groups: list[str]) -> list[tuple[str, int]]:
         raise cgroups.cannot_enter(e) from None
 
 
+# Cgroups still busy when their sandbox ended (a task of it still leaving on a loaded
+# host, past ``cgroups.remove``'s half second): tried again by the supervisor's timers
+# (``retry_busy``), recorded all the while for a successor's sweep.
+_busy: list[tuple[list[str], str | None]] = []
+
+
+def retry_busy() -> None:
+    """Remove what ``restore`` found busy, once each (called a few times a second)."""
+    for item in list(_busy):
+        if cgroups.remove(*item, wait=0):
+            _busy.remove(item)
+
+
 def restore(launched: Launched) -> list[str]:
-    """After the sandbox ended: remove its TMPDIR and its cgroups (a busy one stays
-    recorded for the next sweep), put the guarded directories' metadata back."""
+    """After the sandbox ended: remove its TMPDIR and its cgroups (a busy one is tried
+    again by ``retry_busy``, and stays recorded for a successor's sweep), put the
+    guarded directories' metadata back."""
     for _name, fd in launched.counters:
         os.close(fd)
     launched.counters = []
@@ -176,7 +190,8 @@ def restore(launched: Launched) -> list[str]:
         # Without a pid namespace (the degraded mode) nothing dies with PID 1: what
         # is left in the sandbox's own groups goes now (with one, they are empty).
         cgroups.kill_all(group)
-    cgroups.remove(launched.cgroups, launched.record_dir)
+    if not cgroups.remove(launched.cgroups, launched.record_dir):
+        _busy.append((list(launched.cgroups), launched.record_dir))
     boxsecrets.remove_bundle(launched.trust_bundle)
     return [*_remove_scratch(launched.scratch), *guard.restore(launched.guard)]
 

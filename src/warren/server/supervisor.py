@@ -47,6 +47,7 @@ from . import (
     connections,
     gitkeeper,
     handoff,
+    launch,
     links,
     linkwalk,
     planning,
@@ -205,6 +206,7 @@ class Supervisor:
     def _timers(self) -> None:
         now = time.monotonic()
         self.clients.expire(now)
+        launch.retry_busy()
         for box in self.sandboxes.all():
             if box.kill_at is not None and now > box.kill_at:
                 box.signal(signal.SIGKILL)
