@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import stat
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import warren
-from conftest import GIT_ENV, host_git, make_wheel, module_state, run_cli
+from conftest import GIT_ENV, host_git, make_wheel, module_state, need_tool, run_cli
 from warren.client.sandbox import Sandbox
 from warren.errors import PolicyError, ReviewConflict, ReviewError
 from warren.policy import PolicySpec, build
@@ -41,6 +43,25 @@ def _tree(root: Path) -> dict[str, tuple[str, int, str]]:
                 out[rel] = ("dir", stat.S_IMODE(st.st_mode), "")
             else:
                 out[rel] = ("file", stat.S_IMODE(st.st_mode), p.read_text())
+    return out
+
+
+def _bytes_tree(root: Path) -> dict[str, tuple[int, int, bytes]]:
+    """Every entry beneath ``root``, git's binary files included: (mode, mtime of a
+    non-directory, bytes or link target), links not followed."""
+    out: dict[str, tuple[int, int, bytes]] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in [*dirnames, *filenames]:
+            p = Path(dirpath, name)
+            st = p.lstat()
+            data, mtime = b"", st.st_mtime_ns
+            if stat.S_ISLNK(st.st_mode):
+                data = os.fsencode(os.readlink(p))
+            elif stat.S_ISREG(st.st_mode):
+                data = p.read_bytes()
+            else:
+                mtime = 0
+            out[str(p.relative_to(root))] = (st.st_mode, mtime, data)
     return out
 
 
@@ -287,6 +308,79 @@ def test_uv_installs_from_its_cache_into_a_review_workspace_quietly(tmp_path: Pa
     assert b"hardlink" not in runs[""].stderr.lower(), runs[""].stderr
     assert b"hardlink" in runs["hardlink"].stderr.lower(), runs["hardlink"].stderr
     assert not (ws / ".uvenv").exists()
+
+
+def test_the_tools_work_in_a_review_workspace_and_their_work_applies_as_made(tmp_path: Path) -> None:
+    """Renames across directories, hard links within the workspace, git branches and a
+    worktree, an npm install (and a cargo build where cargo is installed for this user)
+    inside a review sandbox: each behaves as on the host, the host sees nothing until
+    ``apply``, then the work tree as made (a hard-linked pair as one file), git's own
+    metadata held in the layer."""
+    need_tool("npm", "an npm install in a review workspace")
+    ws = _workspace(tmp_path)
+    (tmp_path / "githome").mkdir()
+    assert host_git(ws, "init", "-q", "-b", "main").returncode == 0
+    host_git(ws, "add", "-A")
+    assert host_git(ws, "commit", "-qm", "host").returncode == 0
+    pkg = tmp_path / "pkgsrc"
+    pkg.mkdir()
+    (pkg / "package.json").write_text(
+        '{"name": "warren-review-demo", "version": "1.0.0", "main": "index.js"}'
+    )
+    (pkg / "index.js").write_text("module.exports = 41 + 1;\n")
+    packed = subprocess.run(
+        ["npm", "pack", "-q", "--pack-destination", str(tmp_path), "--cache", str(tmp_path / "npm-cache")],
+        cwd=pkg,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert packed.returncode == 0, packed.stderr
+    tarball = tmp_path / packed.stdout.strip().splitlines()[-1]
+    cargo = shutil.which("cargo")
+    has_cargo = (
+        cargo is not None and subprocess.run([cargo, "--version"], capture_output=True).returncode == 0
+    )
+    before = _bytes_tree(ws)
+    sb = _review(ws, "review-tools", env=dict(GIT_ENV), read=[str(tmp_path)])
+    try:
+        script = (
+            "set -e; mkdir -p a b && echo one > a/f && mv a/f b/f && test -f b/f && ! test -e a/f; "
+            'echo x > h1 && ln h1 h2 && echo y >> h1 && test "$(cat h2)" = "$(printf \'x\\ny\')"; '
+            "git checkout -q -b feature && git add -A && git commit -qm inside; "
+            "git worktree add -q ../wt-outside-is-refused 2>/dev/null && exit 3 || true; "
+            "git worktree add -q wt main && git -C wt log --oneline -1 >/dev/null; "
+            f'npm install -q --offline --no-audit --no-fund --cache "$TMPDIR/npm" {tarball}; '
+            "node -e 'process.exit(require(\"warren-review-demo\") === 42 ? 0 : 1)'"
+        )
+        r = sb.exec(["sh", "-c", script], timeout=180)
+        assert r.exit_code == 0, r.stderr
+        if has_cargo:
+            crate = (
+                "mkdir -p crate/src && cd crate && "
+                'printf \'[package]\\nname = "demo"\\nversion = "0.1.0"\\n\' > Cargo.toml && '
+                "echo 'fn main() { println!(\"built\"); }' > src/main.rs && "
+                "cargo build -q --offline && ./target/debug/demo"
+            )
+            built = sb.exec(["sh", "-c", crate], timeout=300)
+            assert built.exit_code == 0 and built.stdout.strip() == b"built", built.stderr
+        assert _bytes_tree(ws) == before  # nothing reached the host
+        assert host_git(ws, "branch", "--list", "feature").stdout == ""
+        sb.stop()
+        sb.apply()
+    finally:
+        sb.remove()
+    assert (ws / "b" / "f").read_text() == "one\n" and not (ws / "a" / "f").exists()
+    assert os.stat(ws / "h1").st_ino == os.stat(ws / "h2").st_ino  # applied as one file
+    assert (ws / "node_modules" / "warren-review-demo" / "index.js").exists()
+    # git's metadata stays in the layer (host git would read it): the host's repository is
+    # as it was, the worktree's files arrive as plain files, and host git works on them
+    assert host_git(ws, "rev-parse", "--abbrev-ref", "HEAD").stdout.strip() == "main"
+    assert host_git(ws, "branch", "--list", "feature").stdout == ""
+    assert (ws / "wt" / "keep.txt").read_text() == "keep\n" and not (ws / "wt" / ".git").exists()
+    assert str(ws / "wt") not in host_git(ws, "worktree", "list").stdout
+    assert host_git(ws, "status", "--short").returncode == 0
+    assert not (tmp_path / "wt-outside-is-refused").exists()
 
 
 def test_review_mode_refuses_what_it_was_not_built_for(tmp_path: Path) -> None:

@@ -619,7 +619,8 @@ def apply(layer: str, workspace: str, chosen: list[Change], force: bool) -> list
     checked first: one whose host copy changed since the sandbox started refuses them
     all (``ReviewConflict``) unless ``force``. Each file is written atomically (a fresh
     temporary name in its directory, synced, renamed over), as the caller, without its
-    set-id bits; a link is made as a link."""
+    set-id bits; a link is made as a link, and a file with several names in the layer
+    is written once and linked to its other names."""
     started = os.stat(os.path.join(layer, STARTED)).st_ctime_ns
     with _opened(layer, workspace) as (uppers, lower):
         return _apply(uppers, lower, workspace, chosen, force, started)
@@ -646,12 +647,18 @@ def _apply(
         for c in sorted((c for c in todo if c.kind == "removed"), key=lambda c: -c.path.count("/")):
             _apply_one(uppers[c.src], lower, c)
             done.append(c.path)
+        # A file the sandbox gave several names (a hard link within the workspace) is
+        # written once; its other names are linked to it, as in the sandbox.
+        written: dict[tuple[int, int], str] = {}
         for c in todo:
             if c.kind == "removed":
                 continue
             if c.renamed_from:
                 safepath.remove_tree(lower, c.renamed_from)
-            _apply_one(uppers[c.src], lower, c)
+            key = _inode_of(uppers[c.src], c)
+            _apply_one(uppers[c.src], lower, c, link_from=written.get(key) if key else None)
+            if key is not None:
+                written.setdefault(key, c.path)
             done.append(c.path)
         return done
     except OSError as e:
@@ -680,7 +687,29 @@ def _newer(lower: int, rel: str, started: int) -> bool:
     return st.st_ctime_ns >= started and not stat.S_ISDIR(st.st_mode)
 
 
-def _apply_one(upper: int, lower: int, c: Change) -> None:
+def _inode_of(upper: int, c: Change) -> tuple[int, int] | None:
+    """The layer's inode of a file written whole, when it has other names."""
+    if c.type != "file" or c.kind == "mode":
+        return None
+    st = _lstat(upper, c.path)
+    return (st.st_dev, st.st_ino) if st is not None and st.st_nlink > 1 else None
+
+
+def _link_over(lower: int, source: str, rel: str) -> None:
+    """``rel`` made another name of ``source`` (both beneath ``lower``, neither followed),
+    atomically: a fresh name linked, then renamed over."""
+    with safepath.entry(lower, source) as (spfd, sname), safepath.entry(lower, rel) as (pfd, name):
+        tmp = safepath.temp_name(name)
+        os.link(sname, tmp, src_dir_fd=spfd, dst_dir_fd=pfd, follow_symlinks=False)
+        try:
+            os.rename(tmp, name, src_dir_fd=pfd, dst_dir_fd=pfd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=pfd)
+            raise
+
+
+def _apply_one(upper: int, lower: int, c: Change, link_from: str | None = None) -> None:
     if c.kind == "removed":
         safepath.remove_tree(lower, c.path)
         return
@@ -719,6 +748,9 @@ def _apply_one(upper: int, lower: int, c: Change) -> None:
             os.fchmod(fd, mode)
         finally:
             os.close(fd)
+        return
+    if link_from is not None:
+        _link_over(lower, link_from, c.path)
         return
     safepath.write_atomic(lower, c.path, _chunks(upper, c.path), mode=mode)
 
