@@ -1009,3 +1009,37 @@ def test_a_restored_archive_keeps_modes_but_never_setuid_or_setgid(ws: Path) -> 
     _run(go())
     got = {name: (ws / name).stat().st_mode & 0o7777 for name in modes}
     assert got == {"suid": 0o755, "sgid": 0o755, "plain": 0o640, "tool": 0o750}
+
+
+def test_a_review_session_undoes_an_agents_step_with_a_rollback_and_applies_on_request(ws: Path) -> None:
+    """The SDK's snapshots are workspace archives (for a later session, anywhere); undoing a
+    step of a live session is a checkpoint's job: a session under a review policy takes one
+    before each command that follows a change, its sandbox's ``rollback(ID)`` goes back
+    to the one before the step, and nothing reaches the host until ``apply``."""
+    (ws / "keep.txt").write_text("kept\n")
+
+    async def go() -> tuple[bytes, bytes, list[str]]:
+        client = WarrenSandboxClient({"workspace": str(ws), "review": True})
+        session = await client.create(options=WarrenSandboxClientOptions(name=f"t-{os.getpid()}-review"))
+        async with session:
+            await session.exec("echo draft > notes.txt")
+            await session.exec("rm -rf ./*")  # the step to undo
+            gone = (await session.exec("ls")).stdout
+            box = Sandbox.get(session.state.sandbox_name)
+            taken = await asyncio.to_thread(box.checkpoints)
+            before_rm = next((c for c in taken if "rm -rf" in c.command), None)  # names what followed it
+            assert before_rm is not None, taken
+            await asyncio.to_thread(box.rollback, before_rm.id)
+            back = (await session.exec("cat keep.txt notes.txt")).stdout
+            changed = [c.path for c in (await asyncio.to_thread(box.diff)).changes]
+        assert not (ws / "notes.txt").exists() and (ws / "keep.txt").exists()  # the host: untouched
+        await asyncio.to_thread(box.stop)
+        await asyncio.to_thread(box.apply)
+        await client.delete(session)
+        return gone, back, changed
+
+    gone, back, changed = _run(go())
+    assert gone == b""
+    assert back == b"kept\ndraft\n"
+    assert changed == ["notes.txt"]
+    assert (ws / "notes.txt").read_text() == "draft\n"
