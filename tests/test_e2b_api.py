@@ -116,7 +116,21 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             for info in Sandbox.list().next_items():
                 Sandbox.kill(info.sandbox_id)
             serve.stop()
-            shutil.rmtree(home)
+            _remove_tree(home)
+
+
+def _remove_tree(path: Path) -> None:
+    """``shutil.rmtree``, opening first the directories warren keeps unlistable (mode
+    0300: the directories holding E2B homes and snapshots, which outlive their sandbox
+    when kept as a snapshot); they are the caller's own."""
+
+    def opened(func: object, failed: str, exc: tuple[type[BaseException], BaseException, object]) -> None:
+        if not (func is os.open or func is os.scandir) or not isinstance(exc[1], PermissionError):
+            raise exc[1]
+        os.chmod(failed, 0o700)
+        shutil.rmtree(failed, onerror=opened)
+
+    shutil.rmtree(path, onerror=opened)
 
 
 @pytest.fixture

@@ -204,3 +204,32 @@ def test_host_git_sees_each_exec_the_moment_it_returns(repo_box: tuple[Path, San
         ).stdout
         == ""
     )
+
+
+def test_host_git_sees_a_commit_in_a_linked_worktree_the_moment_the_exec_returns(
+    layout: Layout, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, state_home: Path
+) -> None:
+    """A commit in a worktree the host made changes its entry's ``index`` and logs, and
+    nothing at the top of the git directory: the watch covers the worktrees' entries, so
+    the exec's end waits for the sync that carries them (the host's status of the
+    worktree was seen half a round behind its log under load)."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    (layout.workspace.parent / "githome").mkdir(exist_ok=True)
+    ws = layout.workspace
+    for args in (
+        ["init", "-q", "-b", "main"],
+        ["commit", "-q", "--allow-empty", "-m", "first"],
+        ["worktree", "add", "-q", "-b", "task", "wt"],
+    ):
+        assert host_git(ws, *args).returncode == 0
+    box = Sandbox.create(PolicySpec(workspace=str(ws)))
+    env = {**GIT_ENV, "HOME": str(ws.parent / "githome")}
+    for i in range(4):
+        r = box.exec(
+            ["sh", "-c", f"echo {i} > wt/f{i} && git -C wt add f{i} && git -C wt commit -qm w{i}"], env=env
+        )
+        assert r.exit_code == 0, r
+        # At once, in this process: a sync still to come would not have written them yet.
+        assert f"f{i}".encode() in (ws / ".git" / "worktrees" / "wt" / "index").read_bytes(), i
+        assert host_git(ws / "wt", "log", "-1", "--format=%s").stdout.strip() == f"w{i}"
+        assert host_git(ws / "wt", "--no-optional-locks", "status", "--porcelain").stdout == ""

@@ -44,3 +44,30 @@ def test_a_sync_reads_a_git_file_again_only_when_it_may_have_changed(
         assert changed[4] != first[4] and changed[5] != first[5] and len(reads) == 3
     finally:
         os.close(fd)
+
+
+def test_a_worktree_entry_git_removes_inside_is_not_filled_again_midway(tmp_path: Path) -> None:
+    """The tree of a worktree the host made gets ``commondir`` when it is first seen (git
+    inside needs it), never again: a later round finding it gone is git's ``worktree
+    remove`` underway inside, whose rmdir of the entry a new file would fail
+    ("Directory not empty", seen under load)."""
+    host, tree = tmp_path / "git", tmp_path / "tree"
+    entry = host / "worktrees" / "wt"
+    entry.mkdir(parents=True)
+    (entry / "HEAD").write_bytes(b"ref: refs/heads/task\n")
+    (entry / "gitdir").write_bytes(f"{tmp_path}/wt/.git\n".encode())
+    (entry / "commondir").write_bytes(b"../..\n")
+    tree.mkdir()
+    gfd = os.open(host, os.O_RDONLY | os.O_DIRECTORY)
+    tfd = os.open(tree, os.O_RDONLY | os.O_DIRECTORY)
+    shadow = gitstore.Shadow(str(host), "s", (), gfd, tfd, tfd)
+    state: dict[str, object] = {}
+    try:
+        gitstore._sync_worktrees(shadow, state, None)
+        assert (tree / "worktrees" / "wt" / "commondir").read_bytes() == b"../..\n"  # first seen
+        (tree / "worktrees" / "wt" / "commondir").unlink()  # git inside, removing the entry
+        gitstore._sync_worktrees(shadow, state, None)
+        assert not (tree / "worktrees" / "wt" / "commondir").exists()
+    finally:
+        os.close(gfd)
+        os.close(tfd)

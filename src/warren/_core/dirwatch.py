@@ -48,6 +48,14 @@ def watch(directory: int) -> int | None:
     return fd
 
 
+def also(fd: int, directory: int) -> None:
+    """Watch the directory ``directory`` (a descriptor) too on the instance ``fd``; one
+    watched already keeps its watch. Best effort: a directory that cannot be watched
+    only makes the sync that carries its changes come with the next round."""
+    with contextlib.suppress(OSError):
+        _sys.inotify_add_watch(fd, f"/proc/self/fd/{directory}", CHANGES)
+
+
 # An entry that is a new inode at its name: made, linked or renamed there; or the
 # directory itself gone from its name (its watch ends with IN_IGNORED).
 ENTRIES = _sys.IN_CREATE | _sys.IN_MOVED_TO | _sys.IN_DELETE_SELF | _sys.IN_MOVE_SELF | _sys.IN_ONLYDIR

@@ -699,6 +699,10 @@ class Box:
         if self.image_lease is not None:
             self.image_lease.release()
             self.image_lease = None
+        if not self.ready and self.failure is None:
+            # Why setup failed (PID 1's last message) may not have been read yet: its exit
+            # was reaped first (a loaded host), and the run would hear "ended" without it.
+            self.on_control(_R)
         if self.run is not None and self.run.relay is not None and self.run.exited is None:
             # What the command's helper said before the end may not have been read yet
             # (the loop was busy when both arrived).

@@ -164,6 +164,7 @@ class GitKeeper:
                     "installed, and that the repository is not a link",
                 ) from None
             shadow.watch = dirwatch.watch(shadow.tfd)
+            _watch_worktrees(shadow)
             self.shadows[path] = shadow
         self.adopted.discard(path)
         shadow.users += 1
@@ -259,6 +260,36 @@ class GitKeeper:
                 _log(line)
         except OSError as e:
             _log(f"git directory {shadow.path}: {e}")
+        _watch_worktrees(shadow)
+
+
+def _watch_worktrees(shadow: gitstore.Shadow) -> None:
+    """The watch of a repository's tree covers its linked worktrees' directories too: a
+    commit in one changes its ``index`` and logs there, nothing at the top, and the exec's
+    end must wait for the sync that carries them (host git in the worktree at once)."""
+    if shadow.watch is None:
+        return
+    try:
+        wfd = safepath.dir_beneath(shadow.tfd, "worktrees")
+    except OSError:
+        return
+    try:
+        dirwatch.also(shadow.watch, wfd)
+        with os.scandir(wfd) as entries:
+            names = [e.name for e in entries if e.is_dir(follow_symlinks=False)]
+        for name in names:
+            try:
+                dfd = safepath.dir_beneath(wfd, name)
+            except OSError:
+                continue
+            try:
+                dirwatch.also(shadow.watch, dfd)
+            finally:
+                os.close(dfd)
+    except OSError:
+        pass
+    finally:
+        os.close(wfd)
 
 
 def _overlap(a: str, b: str) -> bool:

@@ -596,7 +596,17 @@ def _sync_worktrees(
                 tw = tw if tw is not None else _make_worktrees(shadow.tfd)
                 if not on_host:
                     done.append(f"{shadow.path}/worktrees/{name}: made, as inside")
-                done += _sync_worktree(shadow, hw, tw, name, stamps, key, gitlink_ok, new_on_host=not on_host)
+                done += _sync_worktree(
+                    shadow,
+                    hw,
+                    tw,
+                    name,
+                    stamps,
+                    key,
+                    gitlink_ok,
+                    new_on_host=not on_host,
+                    first=name not in known,
+                )
                 on_host = on_tree = True
             if not (on_host and on_tree):
                 for k in [k for k in stamps if k.startswith(key)]:
@@ -675,6 +685,7 @@ def _sync_worktree(
     key: str,
     gitlink_ok: Callable[[str], bool] | None,
     new_on_host: bool,
+    first: bool,
 ) -> list[str]:
     ensure_dir(hw, name)
     ensure_dir(tw, name)
@@ -685,9 +696,11 @@ def _sync_worktree(
         try:
             if new_on_host or _stamp(hd, "commondir") == []:
                 safepath.write_atomic(hd, "commondir", b"../..\n", mode=0o644, fsync=False)
-            if _stamp(td, "commondir") == []:
+            if first and _stamp(td, "commondir") == []:
                 # A worktree the host made: git inside needs it too to take the entry
-                # for a git directory ("not a git repository" without it).
+                # for a git directory ("not a git repository" without it). Only when the
+                # entry is first seen: later, its absence is git inside removing the entry
+                # (``git worktree remove``), whose rmdir a new file would make fail.
                 safepath.write_atomic(td, "commondir", b"../..\n", mode=0o644, fsync=False)
             for rel in _WORKTREE_DATA:
                 done += _sync_one(shadow, hd, td, name, rel, stamps, key, gitlink_ok)
