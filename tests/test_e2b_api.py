@@ -988,21 +988,30 @@ def test_watching_a_directory_reports_created_files_with_their_entries_when_aske
     try:
         sb.files.write("watched/new.txt", "x")
         sb.files.write("watched/empty.txt", "")
+        assert sb.commands.run("echo y > watched/made.txt").exit_code == 0
         deadline = time.monotonic() + 5
         events: list = []
-        while len(events) < 3 and time.monotonic() < deadline:
+        while len(events) < 7 and time.monotonic() < deadline:
             events += plain.get_new_events()
             time.sleep(0.1)
-        # a file that appeared with content was made, then written (inotify tells both)
+        # A file that appeared with content was made, then written (inotify tells both);
+        # one uploaded then had its owner set, as envd's upload does (a chmod event); one
+        # a command wrote had not.
+        # (each file's events in order; the files in the order of the polls that saw them)
+        events = sorted(events, key=lambda e: e.name)
         assert [(e.name, e.type.value) for e in events] == [
             ("empty.txt", "create"),
+            ("empty.txt", "chmod"),
+            ("made.txt", "create"),
+            ("made.txt", "write"),
             ("new.txt", "create"),
             ("new.txt", "write"),
+            ("new.txt", "chmod"),
         ]
         assert all(e.entry is None for e in events)  # not asked for
-        shown = with_entries.get_new_events()
+        shown = sorted(with_entries.get_new_events(), key=lambda e: e.name)
         assert [(e.name, e.type.value) for e in shown] == [(e.name, e.type.value) for e in events]
-        entry = shown[1].entry
+        entry = next(e.entry for e in shown if (e.name, e.type.value) == ("new.txt", "create"))
         assert entry is not None and entry.path == f"{HOME}/watched/new.txt" and entry.size == 1
         assert entry.type is not None and entry.type.value == "file"
     finally:

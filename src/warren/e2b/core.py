@@ -66,6 +66,9 @@ def message_of(error: BaseException) -> str:
     return f"internal error: {type(error).__name__}: {error}"
 
 
+UPLOADS_KEPT = 4096
+
+
 class Core:
     def __init__(self, transport: Transport, records: Records, threads: int = 128) -> None:
         self.transport = transport
@@ -78,6 +81,27 @@ class Core:
         self._waking = threading.Lock()
         self._creating: set[str] = set()  # ids between their workspace and warren's create
         self._stopping = threading.Event()
+        # Files written through the files API, by sandbox, with when: envd's upload
+        # changes a file's owner after writing it, which its watchers report as a CHMOD
+        # (``uploaded_since``). At most UPLOADS_KEPT per sandbox, the oldest dropped.
+        self._uploads: dict[str, dict[str, float]] = {}
+
+    def note_upload(self, sandbox_id: str, path: str) -> None:
+        with self._lock:
+            kept = self._uploads.setdefault(sandbox_id, {})
+            kept.pop(path, None)
+            kept[path] = time.time()
+            while len(kept) > UPLOADS_KEPT:
+                del kept[next(iter(kept))]
+
+    def uploaded_since(self, sandbox_id: str, path: str, since: float) -> bool:
+        """Whether ``path`` was written through the files API at ``since`` or later."""
+        with self._lock:
+            return self._uploads.get(sandbox_id, {}).get(path, 0.0) >= since
+
+    def forget_uploads(self, sandbox_id: str) -> None:
+        with self._lock:
+            self._uploads.pop(sandbox_id, None)
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         context = contextvars.copy_context()  # the caller (``client.origin``) goes with it
@@ -232,3 +256,4 @@ class Core:
         with contextlib.suppress(SandboxNotFound):
             self.transport.stop(sandbox_id, remove=True)
         self.records.drop(sandbox_id)
+        self.forget_uploads(sandbox_id)

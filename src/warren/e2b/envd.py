@@ -175,6 +175,7 @@ class Envd(EnvdService):
                 xattrs=metadata.XATTR_PREFIX,
                 set_xattrs=meta,
             )
+            self.core.note_upload(info.name, path)
             item: dict[str, Any] = {"name": posixpath.basename(path), "type": "file", "path": path}
             if meta:
                 item["metadata"] = meta

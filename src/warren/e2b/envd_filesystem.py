@@ -16,8 +16,9 @@ import pwd
 import stat as _stat
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from connectrpc.code import Code
@@ -45,6 +46,7 @@ class Watcher:
     include_entry: bool = False
     home: str = ""
     seen: dict[str, FileInfo] = field(default_factory=dict)
+    polled: float = 0.0  # when ``seen`` was taken (uploads since then are reported)
 
 
 KINDS = {"file": fs.FileType.FILE, "dir": fs.FileType.DIRECTORY, "symlink": fs.FileType.SYMLINK}
@@ -213,12 +215,19 @@ class FilesystemService(EnvdService):
         return {posixpath.relpath(p, path): s for p, s in found}
 
     def changes(
-        self, before: dict[str, FileInfo], after: dict[str, FileInfo], path: str, entries: bool, home: str
+        self,
+        before: dict[str, FileInfo],
+        after: dict[str, FileInfo],
+        path: str,
+        entries: bool,
+        home: str,
+        uploaded: Callable[[str], bool] = lambda _path: False,
     ) -> list[fs.FilesystemEvent]:
         """The events between two listings of ``path``: a file that appeared with content
-        was created, then written; with ``entries``, each created or written entry's
-        ``EntryInfo`` as the later listing saw it (none for a removal: the entry is gone,
-        as envd leaves it out)."""
+        was created, then written; one written through the files API (``uploaded``, by
+        its full path) then had its owner set, as envd's upload does (a CHMOD); with
+        ``entries``, each created or written entry's ``EntryInfo`` as the later listing saw
+        it (none for a removal: the entry is gone, as envd leaves it out)."""
 
         def event(name: str, kind: fs.EventType) -> fs.FilesystemEvent:
             shown = after.get(name) if entries and kind != fs.EventType.REMOVE else None
@@ -228,15 +237,21 @@ class FilesystemService(EnvdService):
         def key(s: FileInfo) -> tuple[str, int, float]:
             return s.type, s.size, s.mtime
 
-        events = []
+        def owner_set(name: str) -> None:
+            if uploaded(posixpath.join(path, name)):
+                events.append(event(name, fs.EventType.CHMOD))
+
+        events: list[fs.FilesystemEvent] = []
         for name in sorted(after.keys() - before.keys()):
             events.append(event(name, fs.EventType.CREATE))
             if after[name].type == "file" and after[name].size > 0:
                 # it was written once made: inotify would have told both
                 events.append(event(name, fs.EventType.WRITE))
+            owner_set(name)
         for name in sorted(after.keys() & before.keys()):
             if key(after[name]) != key(before[name]) and after[name].type != "dir":
                 events.append(event(name, fs.EventType.WRITE))
+                owner_set(name)
         events.extend(event(name, fs.EventType.REMOVE) for name in sorted(before.keys() - after.keys()))
         return events
 
@@ -251,13 +266,16 @@ class FilesystemService(EnvdService):
             raise connect_error(e) from None
         yield fs.WatchDirResponse(event=Oneof("start", fs.WatchDirResponse.StartEvent()))
         quiet_since = time.monotonic()
+        polled = time.time()
         while True:
             await asyncio.sleep(WATCH_EVERY)
+            since, polled = polled, time.time()
             try:
                 now = await self.snapshot(info.name, path, request.recursive)
             except Exception as e:
                 raise connect_error(e) from None
-            for event in self.changes(seen, now, path, request.include_entry, record.inside):
+            uploaded = partial(self.core.uploaded_since, info.name, since=since)
+            for event in self.changes(seen, now, path, request.include_entry, record.inside, uploaded):
                 quiet_since = time.monotonic()
                 yield fs.WatchDirResponse(event=Oneof("filesystem", event))
             seen = now
@@ -272,6 +290,7 @@ class FilesystemService(EnvdService):
         info, record = await self.sandbox(ctx.request_headers)
         path = self.core.resolve(record, request.path)
         watcher = Watcher(info.name, path, request.recursive, request.include_entry, record.inside)
+        watcher.polled = time.time()
         watcher.seen = await self.snapshot(info.name, path, request.recursive)
         ident = uuid.uuid4().hex
         self.watchers[ident] = watcher
@@ -282,8 +301,10 @@ class FilesystemService(EnvdService):
         self, request: fs.GetWatcherEventsRequest, ctx: RequestContext[Any, Any]
     ) -> fs.GetWatcherEventsResponse:
         watcher = await self.watcher(ctx, request.watcher_id)
+        since, watcher.polled = watcher.polled, time.time()
         now = await self.snapshot(watcher.sandbox_id, watcher.path, watcher.recursive)
-        events = self.changes(watcher.seen, now, watcher.path, watcher.include_entry, watcher.home)
+        uploaded = partial(self.core.uploaded_since, watcher.sandbox_id, since=since)
+        events = self.changes(watcher.seen, now, watcher.path, watcher.include_entry, watcher.home, uploaded)
         watcher.seen = now
         return fs.GetWatcherEventsResponse(events=events)
 
