@@ -7,6 +7,7 @@ not read again once its last change is old."""
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -68,6 +69,49 @@ def test_a_worktree_entry_git_removes_inside_is_not_filled_again_midway(tmp_path
         (tree / "worktrees" / "wt" / "commondir").unlink()  # git inside, removing the entry
         gitstore._sync_worktrees(shadow, state, None)
         assert not (tree / "worktrees" / "wt" / "commondir").exists()
+    finally:
+        os.close(gfd)
+        os.close(tfd)
+
+
+def test_a_worktree_entry_removed_inside_during_a_round_is_not_made_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A round lists the tree's entries, then git inside removes one (``worktree prune``)
+    before the round reaches it: the round makes nothing there again (it did: an empty
+    directory the host then kept, the prune undone), and the next round removes the
+    host's entry as inside."""
+    host, tree = tmp_path / "git", tmp_path / "tree"
+    for side in (host, tree):
+        entry = side / "worktrees" / "wt"
+        entry.mkdir(parents=True)
+        (entry / "HEAD").write_bytes(b"ref: refs/heads/task\n")
+        (entry / "gitdir").write_bytes(f"{tmp_path}/wt/.git\n".encode())
+        (entry / "commondir").write_bytes(b"../..\n")
+    gfd = os.open(host, os.O_RDONLY | os.O_DIRECTORY)
+    tfd = os.open(tree, os.O_RDONLY | os.O_DIRECTORY)
+    shadow = gitstore.Shadow(str(host), "s", (), gfd, tfd, tfd)
+    state: dict[str, object] = {}
+    try:
+        gitstore._sync_worktrees(shadow, state, None)  # both sides known
+        listed = gitstore._dir_names
+
+        removed: list[bool] = []
+
+        def stale(fd: int | None) -> set[str]:
+            names = listed(fd)
+            if not removed and fd is not None and os.path.samestat(os.fstat(fd), os.stat(tree / "worktrees")):
+                shutil.rmtree(tree / "worktrees" / "wt")  # git inside, right after the listing
+                removed.append(True)
+                return names | {"wt"}
+            return names
+
+        monkeypatch.setattr(gitstore, "_dir_names", stale)
+        gitstore._sync_worktrees(shadow, state, None)
+        assert not (tree / "worktrees" / "wt").exists()  # not made again
+        monkeypatch.setattr(gitstore, "_dir_names", listed)
+        gitstore._sync_worktrees(shadow, state, None)
+        assert not (host / "worktrees" / "wt").exists()  # removed on the host, as inside
     finally:
         os.close(gfd)
         os.close(tfd)

@@ -158,16 +158,33 @@ def _leftovers(state: Path, net: Net | None = None, names: set[str] | None = Non
             for d in dirs
             if d in names
         ]
-    # This caller's own cgroup2 group (delegated or not): no sandbox group left in it.
+    # This caller's own cgroup2 group (delegated or not): no sandbox group left in it but
+    # those there before the test (another module's sandboxes on this worker, still alive).
+    return found + sorted(_v2_groups() - _V2_BEFORE)
+
+
+def _v2_groups() -> set[str]:
+    """The sandbox groups in this caller's own cgroup2 group."""
     v2 = _own_v2()
-    if v2 is not None:
-        found += [
-            os.path.join(p, d)
-            for p, dirs, _ in os.walk(v2)
-            for d in dirs
-            if d.startswith(f"warren-{os.getuid()}-") and not d.endswith("-supervisor")
-        ]
-    return found
+    if v2 is None:
+        return set()
+    return {
+        os.path.join(p, d)
+        for p, dirs, _ in os.walk(v2)
+        for d in dirs
+        if d.startswith(f"warren-{os.getuid()}-") and not d.endswith("-supervisor")
+    }
+
+
+_V2_BEFORE: set[str] = set()
+
+
+@pytest.fixture(autouse=True)
+def _v2_before() -> Iterator[None]:
+    """What ``_leftovers`` leaves out: the sandbox groups there when the test started."""
+    _V2_BEFORE.clear()
+    _V2_BEFORE.update(_v2_groups())
+    yield
 
 
 def _v2_delegated() -> bool:

@@ -31,6 +31,7 @@ from test_limits import (
     _host_pids_with,
     _leftovers,
     _records,
+    _v2_before,  # noqa: F401 - autouse: leftovers are this test's own
     _v2_delegated,
 )
 from test_procs_signal import LEADERLESS_COUNTER, advances

@@ -560,6 +560,7 @@ def _sync_worktrees(
     done: list[str] = []
     known: list[str] = state.setdefault("worktrees", [])
     stamps: dict[str, list[int]] = state.setdefault("stamps", {})
+    skipped: set[str] = set()  # known, and judged again next round
     hw = _open_worktrees(shadow.gfd)
     try:
         tw = _open_worktrees(shadow.tfd)
@@ -596,22 +597,29 @@ def _sync_worktrees(
                 tw = tw if tw is not None else _make_worktrees(shadow.tfd)
                 if not on_host:
                     done.append(f"{shadow.path}/worktrees/{name}: made, as inside")
-                done += _sync_worktree(
-                    shadow,
-                    hw,
-                    tw,
-                    name,
-                    stamps,
-                    key,
-                    gitlink_ok,
-                    new_on_host=not on_host,
-                    first=name not in known,
-                )
+                try:
+                    done += _sync_worktree(
+                        shadow,
+                        hw,
+                        tw,
+                        name,
+                        stamps,
+                        key,
+                        gitlink_ok,
+                        new_on_host=not on_host,
+                        new_on_tree=not on_tree,
+                        first=name not in known,
+                    )
+                except FileNotFoundError:
+                    # removed on a side since this round listed it: judged next round
+                    if name in known:
+                        skipped.add(name)
+                    continue
                 on_host = on_tree = True
             if not (on_host and on_tree):
                 for k in [k for k in stamps if k.startswith(key)]:
                     del stamps[k]
-        state["worktrees"] = sorted(_dir_names(hw) & _dir_names(tw))
+        state["worktrees"] = sorted((_dir_names(hw) & _dir_names(tw)) | skipped)
     finally:
         for fd in (hw, tw):
             if fd is not None:
@@ -685,10 +693,16 @@ def _sync_worktree(
     key: str,
     gitlink_ok: Callable[[str], bool] | None,
     new_on_host: bool,
+    new_on_tree: bool,
     first: bool,
 ) -> list[str]:
-    ensure_dir(hw, name)
-    ensure_dir(tw, name)
+    # An entry is made only on the side that lacked it when the round began: one gone
+    # since was removed there meanwhile (git inside: ``worktree remove``, ``prune``) and
+    # is not made again (its rmdir would fail, or the removal be undone).
+    if new_on_host:
+        ensure_dir(hw, name)
+    if new_on_tree:
+        ensure_dir(tw, name)
     done: list[str] = []
     hd = safepath.dir_beneath(hw, name)
     try:
