@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import make_wheel, run_cli
+from conftest import make_wheel, run_cli, shut_down_supervisor
 from service_util import Serve
 from warren.e2b.envd import MAX_FILE
 from warren.e2b.records import root_of
@@ -116,6 +116,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             for info in Sandbox.list().next_items():
                 Sandbox.kill(info.sandbox_id)
             serve.stop()
+            # Its supervisor ends too, with the sandboxes it booted ahead (no listing shows
+            # them): their cgroups were a later module's leftovers on this worker.
+            shut_down_supervisor()
             _remove_tree(home)
 
 
