@@ -85,6 +85,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.skip(reason=why))
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failing test's report carries the last lines of the log of the supervisor it
+    talked to (the state it set in ``XDG_STATE_HOME``, read while the test's environment
+    is still set): a sandbox lost in CI says there why."""
+    report = yield
+    if report.failed and call.when == "call":
+        from warren import statedir
+
+        log = Path(statedir.location(os.environ)) / statedir.LOG_FILE
+        with contextlib.suppress(OSError):
+            tail = log.read_bytes()[-6000:].decode(errors="replace")
+            if tail.strip():
+                report.sections.append((f"supervisor log {log} (its end)", tail))
+    return report
+
+
 def pytest_report_header() -> str:
     return f"warren tests as uid={os.getuid()} gid={os.getgid()} home={os.environ.get('HOME')}"
 
