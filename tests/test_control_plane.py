@@ -454,3 +454,36 @@ def test_the_protocol_round_trips_every_message_kind() -> None:
         command=protocol.Command(argv=["a", "b"], tty=protocol.Tty(rows=3, fds=[0, 1])),
     )
     assert protocol.decode(msg.encode()) == msg
+
+
+def test_a_sandbox_whose_pid1_dies_is_said_in_the_supervisors_log(tmp_path: Path) -> None:
+    """PID 1 killed from outside (or dead of a bug): its clients hear the sandbox is
+    gone, the supervisor's log says which ended and how, and the name can be removed."""
+    (ws := tmp_path / "ws").mkdir()
+    sb = Sandbox.create(PolicySpec(workspace=str(ws)), name="dies")
+    try:
+        assert sb.pid1 > 0
+        os.kill(sb.pid1, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while any(s.name == "dies" and s.state == "running" for s in Sandbox.list()):
+            assert time.monotonic() < deadline, "the supervisor never saw PID 1 end"
+            time.sleep(0.05)
+        log = (Path(statedir.location(os.environ)) / statedir.LOG_FILE).read_text()
+        assert "the sandbox dies ended on its own (killed by signal 9)" in log, log
+    finally:
+        sb.remove()
+    assert all(s.name != "dies" for s in Sandbox.list())
+
+
+def test_pid1_failing_names_where() -> None:
+    from warren._core import pid1
+
+    def inner() -> None:
+        raise KeyError("x")
+
+    try:
+        inner()
+    except KeyError as e:
+        said = pid1._crashed(e)
+    assert said.message.startswith("PID 1 failed: KeyError('x') at test_control_plane.py:")
+    assert " inner" in said.message and "bug in warren" in (said.hint or "")

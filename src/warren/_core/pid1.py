@@ -114,7 +114,27 @@ def main(plan: Plan, control: socket.socket, *, oneshot: bool, ahead: bool = Fal
     wire.send(control, protocol.Ready(), fds=ns + layer)
     for fd in ns + layer + held:
         os.close(fd)
-    return Init(plan, control, ruleset, oneshot, broker, helpers, ahead).serve()
+    try:
+        return Init(plan, control, ruleset, oneshot, broker, helpers, ahead).serve()
+    except Exception as e:
+        # A bug of warren's: PID 1's stderr is /dev/null, so the supervisor's log says
+        # where it was (the sandbox ends with it, and its clients hear that).
+        with contextlib.suppress(OSError, WarrenError):
+            control.setblocking(True)
+            wire.send(control, protocol.Failed(error=protocol.error_message(_crashed(e)).error))
+        return 125
+
+
+def _crashed(e: Exception) -> SandboxError:
+    import traceback
+
+    frames = traceback.extract_tb(e.__traceback__)[-3:]
+    where = " <- ".join(f"{os.path.basename(f.filename)}:{f.lineno} {f.name}" for f in reversed(frames))
+    return SandboxError(
+        f"PID 1 failed: {e!r} at {where}",
+        operation="pid1",
+        hint="this is a bug in warren; please report it with the command you ran",
+    )
 
 
 def _kill_spare(pid: int) -> set[int]:

@@ -479,6 +479,12 @@ class Supervisor:
                 return
             box = self.sandboxes.by_pid.pop(pid, None)
             if box is not None:
+                if box.ready and not box.oneshot and box.kill_at is None:
+                    # Nobody stopped it: PID 1 died (a bug, or killed from outside). Its
+                    # clients hear "lost"; the log says what is known.
+                    why = f": {box.failure}" if box.failure is not None else ""
+                    said = _exit_said(status)
+                    self.notes.log("ended", f"the sandbox {box.name} ended on its own ({said}){why}")
                 box.ended(status)
 
     def box_ready(self, box: Box) -> None:
@@ -581,3 +587,8 @@ def main(argv: list[str]) -> int:
     from . import daemon
 
     return daemon.main(argv)
+
+
+def _exit_said(status: int) -> str:
+    code = os.waitstatus_to_exitcode(status)
+    return f"killed by signal {-code}" if code < 0 else f"exit status {code}"
