@@ -562,6 +562,10 @@ def test_a_running_sandbox_writes_its_own_copy_once_a_later_launch_has_made_it(
     made = run_cli(["create", name], cwd=layout.workspace)
     assert made.returncode == 0, made.stderr
     try:
+        # Its first command starts once the launch's walk (after launch here: every tree
+        # counts as large) has ended: the link below comes after that walk.
+        first = run_cli(["exec", name, "true"], cwd=layout.workspace)
+        assert first.returncode == 0, first.stderr
         (layout.workspace / "f.txt").write_text("mine\n")
         outside = layout.root / "elsewhere"
         outside.mkdir()

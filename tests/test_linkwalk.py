@@ -1,10 +1,10 @@
 """The hard-link walk of a large workspace made after launch (``server.linkwalk``):
-commands started while it runs wait in every call that could change a file or give one
-another name, so none reaches a file outside through a workspace name; judged from the
-host. The walk is held back a few seconds (``WARREN_LINK_WALK_DELAY``) and every tree
-counts as large (``WARREN_NATIVE_WALK=1``), and each test checks that its command
-really was held before the walk ended: a test it could pass without the hold proves
-nothing."""
+nothing the sandbox runs starts before it has ended (a command asked for meanwhile
+waits in the supervisor), so no process there can hold a workspace file the walk has
+not yet given its own inode; judged from the host. The walk is held back a few seconds
+(``WARREN_LINK_WALK_DELAY``) and every tree counts as large (``WARREN_NATIVE_WALK=1``),
+and each test checks that its command was asked for while the walk was held back and
+started only after it: a test it could pass without the hold proves nothing."""
 
 from __future__ import annotations
 
@@ -39,23 +39,21 @@ def ws(tmp_path: Path, state_home: Path) -> Path:
     return path
 
 
-def _held(box: Sandbox, script: str) -> tuple[object, str]:
-    """Spawn ``script``, wait until it printed ``before`` (the next call is the one
-    held), and return the process and its output a moment later."""
-    proc = box.spawn(["sh", "-c", script])
-    deadline = time.monotonic() + DELAY
-    out = ""
-    while time.monotonic() < deadline:
-        out = proc.output().text
-        if "before" in out:
-            break
-        time.sleep(0.05)
-    assert "before" in out, (out, "the command had not reached its write while the walk was held back")
-    time.sleep(0.3)
-    return proc, proc.output().text
+def _after_walk(box: Sandbox, script: str, created: float) -> object:
+    """Spawn ``script`` at once (the walk is held back ``DELAY`` seconds from the
+    launch), wait for it, and check it started only once the walk had ended: it prints
+    the time it started first."""
+    asked = time.time()
+    assert asked < created + 1.0, "the command was not asked for while the walk was held back"
+    proc = box.spawn(["sh", "-c", "date +%s.%N; " + script])
+    assert proc.wait(timeout=30) is not None  # type: ignore[attr-defined]
+    text = proc.output().text  # type: ignore[attr-defined]
+    started = float(text.split("\n", 1)[0])
+    assert started >= created + DELAY - 1.0, (started - created, "it started during the walk")
+    return proc
 
 
-def test_a_write_issued_during_the_walk_waits_and_never_reaches_the_outside_file(
+def test_a_write_asked_for_during_the_walk_waits_and_never_reaches_the_outside_file(
     ws: Path, tmp_path: Path
 ) -> None:
     outside = tmp_path / "outside"
@@ -64,11 +62,9 @@ def test_a_write_issued_during_the_walk_waits_and_never_reaches_the_outside_file
     host.write_text("original\n")
     os.link(host, ws / "config.txt")
     box = Sandbox.create(PolicySpec(workspace=str(ws)))
+    created = time.time()
     try:
-        proc, out = _held(box, "echo before; echo evil > config.txt; echo after")
-        # Issued, not yet made: the command waits in its open; the host file is as it was.
-        assert "after" not in out, out
-        assert host.read_text() == "original\n"
+        proc = _after_walk(box, "echo evil > config.txt", created)
         assert proc.wait(timeout=30) == 0  # type: ignore[attr-defined]
         assert host.read_text() == "original\n"
         assert host.stat().st_nlink == 1
@@ -81,7 +77,38 @@ def test_a_write_issued_during_the_walk_waits_and_never_reaches_the_outside_file
         box.remove()
 
 
-def test_a_rename_into_a_walked_directory_during_the_walk_cannot_hide_a_linked_file(
+def test_a_file_opened_for_reading_cannot_be_opened_again_for_writing_after_the_walk(
+    ws: Path, tmp_path: Path
+) -> None:
+    """The attack a command started during the walk would have: open a workspace file
+    linked from outside for reading (nothing holds a read), wait for the walk, then open
+    it again for writing through ``/proc/self/fd`` (or link it back by that name): the
+    descriptor would still name the outside inode. Every command starts after the walk,
+    so the descriptor it gets is the file's own inode; judged on the host."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    host = outside / "cache-entry.py"
+    host.write_text("original\n")
+    os.link(host, ws / "module.py")
+    box = Sandbox.create(PolicySpec(workspace=str(ws)))
+    created = time.time()
+    try:
+        script = (
+            "exec 3< module.py; sleep 0.2; "
+            "python3 -c \"import os; w = os.open('/proc/self/fd/3', os.O_WRONLY | os.O_APPEND); "
+            "os.write(w, b'planted\\\\n')\"; "
+            "ln -L /proc/self/fd/3 again.py 2>/dev/null; echo more >> again.py 2>/dev/null; true"
+        )
+        proc = _after_walk(box, script, created)
+        assert proc.wait(timeout=30) == 0, proc.output()  # type: ignore[attr-defined]
+        assert host.read_text() == "original\n"
+        assert host.stat().st_nlink == 1
+        assert (ws / "module.py").read_text().startswith("original\nplanted\n")  # its own inode
+    finally:
+        box.remove()
+
+
+def test_a_rename_into_a_walked_directory_asked_for_during_the_walk_cannot_hide_a_linked_file(
     ws: Path, tmp_path: Path
 ) -> None:
     outside = tmp_path / "outside"
@@ -96,9 +123,9 @@ def test_a_rename_into_a_walked_directory_during_the_walk_cannot_hide_a_linked_f
     os.link(host, ws / "z" / "key.txt")
     os.link(ws / "z" / "key.txt", ws / "a" / "seen.txt")
     box = Sandbox.create(PolicySpec(workspace=str(ws)))
+    created = time.time()
     try:
-        proc, out = _held(box, "echo before; mv z/key.txt a/key.txt; echo moved; echo evil > a/key.txt")
-        assert "moved" not in out, out
+        proc = _after_walk(box, "mv z/key.txt a/key.txt; echo evil > a/key.txt", created)
         assert proc.wait(timeout=30) == 0  # type: ignore[attr-defined]
         assert host.read_text() == "original\n"
         assert (ws / "a" / "key.txt").read_text() == "evil\n"
@@ -112,11 +139,11 @@ def test_hard_links_within_the_workspace_behave_as_on_the_host(ws: Path) -> None
     (ws / "one").write_text("first\n")
     os.link(ws / "one", ws / "two")
     box = Sandbox.create(PolicySpec(workspace=str(ws)))
+    created = time.time()
     try:
-        proc, out = _held(box, "echo before; echo second > one; echo after; cat two")
-        assert "after" not in out, out
+        proc = _after_walk(box, "echo second > one; cat two", created)
         assert proc.wait(timeout=30) == 0  # type: ignore[attr-defined]
-        assert proc.output().text.endswith("after\nsecond\n")  # type: ignore[attr-defined]
+        assert proc.output().text.endswith("\nsecond\n")  # type: ignore[attr-defined]
         assert (ws / "two").read_text() == "second\n"
         assert (ws / "one").stat().st_ino == (ws / "two").stat().st_ino  # not copied: nothing outside
     finally:
@@ -157,13 +184,12 @@ def test_a_file_to_mask_found_after_launch_fails_every_write_with_eacces(ws: Pat
     secret = denied / "token"
     secret.write_text("TOPSECRET\n")
     box = Sandbox.create(PolicySpec(workspace=str(ws), deny=[str(denied)]))
+    created = time.time()
     try:
         # Linked in from the host after the launch's check, before the walk: the walk
         # finds a file it would have to mask, which a running sandbox cannot get.
         os.link(secret, ws / "token")
-        proc, out = _held(box, "echo before; echo x > mine; echo status=$?")
-        assert "status" not in out, out
-        proc.wait(timeout=30)  # type: ignore[attr-defined]
+        proc = _after_walk(box, "echo x > mine; echo status=$?", created)
         got = proc.output()  # type: ignore[attr-defined]
         assert "status=" in got.text and "status=0" not in got.text, got
         assert b"Permission denied" in got.stderr, got

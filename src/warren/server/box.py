@@ -186,6 +186,9 @@ class Box:
     # the hard-link walk made after launch (``server.linkwalk``), until it ends
     link_walk: linkwalk.Job | None = None
     walked: bool | None = None  # its outcome, told PID 1 once it is ready
+    # Handoffs that start something in the sandbox (a command, a file request), held
+    # while that walk runs, with copies of their descriptors: sent after ``Walked``.
+    held: list[tuple[protocol.Message, list[int]]] = field(default_factory=list)
     last_active: float = field(default_factory=time.time)  # a request reached it, or an exec ended
     active: set[int] = field(default_factory=set)  # our ends of running execs' "active" pipes
     execs: dict[int, Started] = field(default_factory=dict)  # ... their records in the trail
@@ -315,6 +318,9 @@ class Box:
         it (``execstub.request``), with ``given`` as the command's stdio: when the
         spare's command process is a stub and ready, the helper gets the request
         without the stdio and that process gets the command, both from here."""
+        if self.link_walk is not None:
+            self._hold(handoff, [conn, *given, *tail])
+            return
         spare, stub_sock = self.spare, self.spare_stub
         if spare is None or len(wire.frame(handoff)) > DIRECT_MAX:
             self.send(handoff, [conn, *given, *tail])  # a long argv or environment: the spare stays
@@ -439,10 +445,12 @@ class Box:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         request = protocol.ExecRequest(sandbox=self.id, command=run.command)
         counters = self.launched.counters
-        self.send(
-            protocol.Handoff(request=request, extra=[name for name, _fd in counters]),
-            [theirs.fileno(), *run.stdio, *(fd for _name, fd in counters)],
-        )
+        handoff = protocol.Handoff(request=request, extra=[name for name, _fd in counters])
+        fds = [theirs.fileno(), *run.stdio, *(fd for _name, fd in counters)]
+        if self.link_walk is not None:
+            self._hold(handoff, fds)
+        else:
+            self.send(handoff, fds)
         theirs.close()
         for fd in run.stdio:
             os.close(fd)
@@ -686,6 +694,25 @@ class Box:
         self.walked = job.ok
         if self.ready:
             self.send(protocol.Walked(ok=job.ok))
+        self._release_held()
+
+    def _hold(self, handoff: protocol.Message, fds: list[int]) -> None:
+        """While the hard-link walk after launch runs, nothing of the sandbox's own
+        starts: a command started then could open a workspace file the walk has not yet
+        given its own inode (for reading: nothing holds that) and, once the walk is
+        done, open it again for writing through ``/proc/self/fd`` — the file outside.
+        The handoff waits here (copies of its descriptors with it) and goes to PID 1
+        after ``Walked``: every command's first call comes after the walk."""
+        self.held.append((handoff, [os.dup(fd) for fd in fds]))
+
+    def _release_held(self) -> None:
+        held, self.held = self.held, []
+        for handoff, fds in held:
+            try:
+                self.send(handoff, fds)
+            finally:
+                for fd in fds:
+                    os.close(fd)
 
     def ended(self, status: int) -> None:
         """PID 1 exited: the whole sandbox is gone. Clean up after it, then tell the
@@ -693,6 +720,10 @@ class Box:
         if self.link_walk is not None:
             self.link_walk.cancel()
             self.link_walk = None
+        for _handoff, copies in self.held:  # their clients hear the sandbox is gone
+            for each in copies:
+                os.close(each)
+        self.held.clear()
         # Before anyone hears it ended: what it committed is on the host by then.
         self.keeper.release(self.git)
         self.git = None

@@ -1,15 +1,19 @@
-"""The hard-link walk of a large workspace, made after its sandbox started.
+"""The hard-link walk of a large workspace, made beside its sandbox's launch.
 
 A launch in a workspace of more than ``treewalk.SMALL`` entries, none of whose denied
-files has a name outside the denied paths (``planning``), starts the sandbox at once;
-this walk then runs on a thread of the supervisor — the scan of ``links`` (natively
-when it can, from directory descriptors), then ``unshare`` for what it found — while
-PID 1 holds every call of the sandbox's commands that could change a file or give one
-another name (``_core.broker.window``). When it ends, PID 1 is told
-(``protocol.Walked``): the held calls go on. A file found that must be masked rather
-than copied (the user cannot read it, or replace it in its directory), or one that
-cannot be copied, fails the walk: those calls then fail with EACCES for the sandbox's
-life, and the supervisor's log says why. A walk whose sandbox ends first is given up.
+files has a name outside the denied paths (``planning``), does not wait for this walk:
+it runs on a thread of the supervisor — the scan of ``links`` (natively when it can,
+from directory descriptors), then ``unshare`` for what it found. Nothing of the
+sandbox's own starts meanwhile: the box holds every handoff (a run's command, an exec,
+a file request) until the walk has ended (``Box._hold``), for a command started during
+the walk could open a linked file for reading and, after it, again for writing through
+``/proc/self/fd``. As a second line, PID 1 forks its helpers meanwhile with a filter
+that holds every call that could change a file or give one another name
+(``_core.broker.window``). When the walk ends, PID 1 is told (``protocol.Walked``),
+then the held handoffs go. A file found that must be masked rather than copied (the
+user cannot read it, or replace it in its directory), or one that cannot be copied,
+fails the walk: the sandbox's writing calls then fail with EACCES for its life, and
+the supervisor's log says why. A walk whose sandbox ends first is given up.
 
 ``WARREN_LINK_WALK_DELAY`` (seconds, in the supervisor's environment) makes the walk
 wait before it starts: the tests' way to have a command write while it runs.
