@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from conftest import WARREN, Layout, run_cli
+from warren._core.broker import pool
 
 # One thread puts an AF_INET socket, then a unix one, onto fd F in a loop, while the
 # main thread calls connect/sendto/sendmsg on F with a unix address. A broker that saw
@@ -315,7 +316,11 @@ def test_a_blocking_connect_to_a_full_backlog_does_not_wedge_the_sandbox(layout:
         )
         # The command killed by its timeout left no connect behind (no worker still
         # waiting on its copy): once the host accepts, only the one still waiting
-        # gets in, and its exec ends well.
+        # gets in, and its exec ends well. The broker frees a worker whose caller died
+        # at its next check (``pool.TICK``, 0.1 s): under the gate's load that came
+        # after the accept once, so the host waits ten checks first (a worker never
+        # freed still connects then).
+        time.sleep(10 * pool.TICK)
         assert _accept_for(listener, 2.0) == len(held) + 1
         assert waiting.wait(timeout=10) == 0
         held += _fill(full)

@@ -39,17 +39,17 @@ def ws(tmp_path: Path, state_home: Path) -> Path:
     return path
 
 
-def _after_walk(box: Sandbox, script: str, created: float) -> object:
-    """Spawn ``script`` at once (the walk is held back ``DELAY`` seconds from the
-    launch), wait for it, and check it started only once the walk had ended: it prints
-    the time it started first."""
+def _after_walk(box: Sandbox, script: str, before: float) -> object:
+    """Spawn ``script`` (the walk is held back ``DELAY`` seconds from the launch, which
+    came after ``before``), wait for it, and check it was asked for while the walk ran
+    and started only once the walk had ended: it prints the time it started first."""
     asked = time.time()
-    assert asked < created + 1.0, "the command was not asked for while the walk was held back"
+    assert asked < before + DELAY, "the command was not asked for while the walk was held back"
     proc = box.spawn(["sh", "-c", "date +%s.%N; " + script])
     assert proc.wait(timeout=30) is not None  # type: ignore[attr-defined]
     text = proc.output().text  # type: ignore[attr-defined]
     started = float(text.split("\n", 1)[0])
-    assert started >= created + DELAY - 1.0, (started - created, "it started during the walk")
+    assert started >= before + DELAY, (started - before, "it started during the walk")
     return proc
 
 
@@ -61,10 +61,10 @@ def test_a_write_asked_for_during_the_walk_waits_and_never_reaches_the_outside_f
     host = outside / "config.txt"
     host.write_text("original\n")
     os.link(host, ws / "config.txt")
+    before = time.time()
     box = Sandbox.create(PolicySpec(workspace=str(ws)))
-    created = time.time()
     try:
-        proc = _after_walk(box, "echo evil > config.txt", created)
+        proc = _after_walk(box, "echo evil > config.txt", before)
         assert proc.wait(timeout=30) == 0  # type: ignore[attr-defined]
         assert host.read_text() == "original\n"
         assert host.stat().st_nlink == 1
@@ -90,8 +90,8 @@ def test_a_file_opened_for_reading_cannot_be_opened_again_for_writing_after_the_
     host = outside / "cache-entry.py"
     host.write_text("original\n")
     os.link(host, ws / "module.py")
+    before = time.time()
     box = Sandbox.create(PolicySpec(workspace=str(ws)))
-    created = time.time()
     try:
         script = (
             "exec 3< module.py; sleep 0.2; "
@@ -99,7 +99,7 @@ def test_a_file_opened_for_reading_cannot_be_opened_again_for_writing_after_the_
             "os.write(w, b'planted\\\\n')\"; "
             "ln -L /proc/self/fd/3 again.py 2>/dev/null; echo more >> again.py 2>/dev/null; true"
         )
-        proc = _after_walk(box, script, created)
+        proc = _after_walk(box, script, before)
         assert proc.wait(timeout=30) == 0, proc.output()  # type: ignore[attr-defined]
         assert host.read_text() == "original\n"
         assert host.stat().st_nlink == 1
@@ -122,10 +122,10 @@ def test_a_rename_into_a_walked_directory_asked_for_during_the_walk_cannot_hide_
     (ws / "z").mkdir()
     os.link(host, ws / "z" / "key.txt")
     os.link(ws / "z" / "key.txt", ws / "a" / "seen.txt")
+    before = time.time()
     box = Sandbox.create(PolicySpec(workspace=str(ws)))
-    created = time.time()
     try:
-        proc = _after_walk(box, "mv z/key.txt a/key.txt; echo evil > a/key.txt", created)
+        proc = _after_walk(box, "mv z/key.txt a/key.txt; echo evil > a/key.txt", before)
         assert proc.wait(timeout=30) == 0  # type: ignore[attr-defined]
         assert host.read_text() == "original\n"
         assert (ws / "a" / "key.txt").read_text() == "evil\n"
@@ -138,10 +138,10 @@ def test_a_rename_into_a_walked_directory_asked_for_during_the_walk_cannot_hide_
 def test_hard_links_within_the_workspace_behave_as_on_the_host(ws: Path) -> None:
     (ws / "one").write_text("first\n")
     os.link(ws / "one", ws / "two")
+    before = time.time()
     box = Sandbox.create(PolicySpec(workspace=str(ws)))
-    created = time.time()
     try:
-        proc = _after_walk(box, "echo second > one; cat two", created)
+        proc = _after_walk(box, "echo second > one; cat two", before)
         assert proc.wait(timeout=30) == 0  # type: ignore[attr-defined]
         assert proc.output().text.endswith("\nsecond\n")  # type: ignore[attr-defined]
         assert (ws / "two").read_text() == "second\n"
@@ -183,13 +183,13 @@ def test_a_file_to_mask_found_after_launch_fails_every_write_with_eacces(ws: Pat
     denied.mkdir()
     secret = denied / "token"
     secret.write_text("TOPSECRET\n")
+    before = time.time()
     box = Sandbox.create(PolicySpec(workspace=str(ws), deny=[str(denied)]))
-    created = time.time()
     try:
         # Linked in from the host after the launch's check, before the walk: the walk
         # finds a file it would have to mask, which a running sandbox cannot get.
         os.link(secret, ws / "token")
-        proc = _after_walk(box, "echo x > mine; echo status=$?", created)
+        proc = _after_walk(box, "echo x > mine; echo status=$?", before)
         got = proc.output()  # type: ignore[attr-defined]
         assert "status=" in got.text and "status=0" not in got.text, got
         assert b"Permission denied" in got.stderr, got

@@ -670,8 +670,21 @@ class Init:
                     wire.send(conn, protocol.error_message(e))
             code = 125
         except BaseException as e:
+            if conn is None and direct is None:
+                # Failed before its request came, which PID 1 alone gives it (a helper
+                # forked for a request, a one-shot's spare): take the request, so that its
+                # client hears why instead of a connection lost. (A spare given to the
+                # supervisor just ends: the next request goes to another helper.)
+                with contextlib.suppress(BaseException):
+                    got = _await_handoff(from_pid1, None)
+                    if got is not None:
+                        conn = socket.socket(fileno=got[1][0])
+                        request = got[0].request
+                        for fd in got[1][1:]:
+                            os.close(fd)
             if conn is not None:
                 with contextlib.suppress(OSError):
+                    conn.setblocking(True)
                     wire.send(
                         conn,
                         protocol.error_message(
