@@ -279,3 +279,45 @@ def test_booted_only_in_cgroups_the_supervisor_is_in_itself() -> None:
     assert not ahead.lingers_anyway(caller, "4:memory:/jobs\n1:pids:/job\n0::/user/job\n")
     assert not ahead.lingers_anyway(caller, "1:pids:/job\n0::/user/job\n")
     assert not ahead.lingers_anyway(None, caller)
+
+
+@pytest.mark.parametrize("via", ["run", "create"])
+def test_a_link_the_host_made_after_the_boot_never_takes_a_write_outside(
+    place: Place, monkeypatch: pytest.MonkeyPatch, via: str
+) -> None:
+    """A large workspace is walked for hard links beside its launch, so a sandbox booted
+    ahead was walked at its boot. The host then links a file of its own into the
+    workspace (as a host `uv sync` links its cache into `.venv`) before the next run or
+    create, which takes the booted sandbox: walked again before anything of it starts,
+    its write goes to a copy of its own; judged on the host."""
+    monkeypatch.setenv("WARREN_NATIVE_WALK", "1")  # every tree is large: walked beside the launch
+    env = {"XDG_CACHE_HOME": str(place.cache)}
+    outside = place.base / "cache-entry.py"
+    outside.write_text("original\n")
+    script = 'echo "$TMPDIR"; echo planted >> linked.py'
+    if via == "run":
+        _twice(place)
+        booted = place.booted()
+        time.sleep(1.0)  # its walk of these few files has ended: the link comes after it
+        os.link(outside, place.ws / "linked.py")
+        code, out, err = place.run(script)
+        assert code == 0, err
+    else:
+        for i in range(2):
+            name = f"walked{os.getpid()}-{i}"
+            assert run_cli(["create", name], cwd=place.ws, env=env).returncode == 0
+            assert run_cli(["rm", "-f", name], cwd=place.ws, env=env).returncode == 0
+        booted = place.booted()
+        time.sleep(1.0)  # its walk of these few files has ended: the link comes after it
+        os.link(outside, place.ws / "linked.py")
+        name = f"walked{os.getpid()}-2"
+        assert run_cli(["create", name], cwd=place.ws, env=env).returncode == 0
+        try:
+            r = run_cli(["exec", name, "sh", "-c", script], cwd=place.ws, env=env)
+            assert r.returncode == 0, r.stderr
+            out = r.stdout
+        finally:
+            run_cli(["rm", "-f", name], cwd=place.ws, env=env)
+    assert out.splitlines()[0] == booted, "it took the sandbox booted before the link"
+    assert outside.read_text() == "original\n" and outside.stat().st_nlink == 1
+    assert (place.ws / "linked.py").read_text() == "original\nplanted\n"

@@ -136,6 +136,7 @@ class Booter:
             box.launched.mark_watch.close()  # used: nothing asks it again
             box.launched.mark_watch = None
         self.git.sync(box.git)
+        box.walk_before_use()
         if box.run is not None:
             box.start_run()
             return

@@ -189,6 +189,8 @@ class Box:
     # Handoffs that start something in the sandbox (a command, a file request), held
     # while that walk runs, with copies of their descriptors: sent after ``Walked``.
     held: list[tuple[protocol.Message, list[int]]] = field(default_factory=list)
+    walk_again: bool = False  # walked once more when its boot's walk ends (``walk_before_use``)
+    rewalked: bool = False  # ... that walk runs, or ran (PID 1 heard the first one end)
     last_active: float = field(default_factory=time.time)  # a request reached it, or an exec ended
     active: set[int] = field(default_factory=set)  # our ends of running execs' "active" pipes
     execs: dict[int, Started] = field(default_factory=dict)  # ... their records in the trail
@@ -689,12 +691,41 @@ class Box:
     # --- the end -------------------------------------------------------------------------------
 
     def walked_now(self, job: linkwalk.Job) -> None:
-        """Its hard-link walk ended: PID 1 hears it (once ready)."""
+        """Its hard-link walk ended: PID 1 hears it (once ready), then what was held
+        goes."""
         self.link_walk = None
+        if self.rewalked:
+            # The walk before use of a sandbox booted ahead (PID 1 heard its boot's walk).
+            if job.ok:
+                self._release_held()
+            else:
+                # A file that must be masked now cannot be: the sandbox is not used (its
+                # run hears why when it is gone; the supervisor's log says it).
+                self.fail(SandboxError(job.error or "the hard-link walk failed", operation="walk"))
+            return
         self.walked = job.ok
         if self.ready:
             self.send(protocol.Walked(ok=job.ok))
+        if self.walk_again:
+            # Taken from the boot-ahead pool while its boot's walk ran: once more.
+            self.walk_again = False
+            self.walk_before_use()
+            return
         self._release_held()
+
+    def walk_before_use(self) -> None:
+        """A sandbox booted ahead is taken by a run or a create: its workspace is walked
+        for hard links again before anything of it starts (``_hold``), as at a launch. The
+        walk made at its boot may be older than a link the host has made into the
+        workspace since (a host's `uv sync` linking its cache into `.venv`), which nothing
+        that checks a booted sandbox sees (a link count changes, no directory does)."""
+        if self.plan.link_walk is None:
+            return
+        if self.link_walk is not None:
+            self.walk_again = True  # once the boot's own walk has ended
+            return
+        self.rewalked = True
+        self.link_walk = linkwalk.Job(self.plan.link_walk, self.sel, self.walked_now)
 
     def _hold(self, handoff: protocol.Message, fds: list[int]) -> None:
         """While the hard-link walk after launch runs, nothing of the sandbox's own
