@@ -216,10 +216,18 @@ def test_a_thousand_checkpoints_cost_only_the_bytes_changed(tmp_path: Path) -> N
             r = sb.exec(["sh", "-c", _step(i)])
             assert r.exit_code == 0, (i, r.stderr.decode())
         listed = sb.checkpoints()
-        # one before each command after the first (the first found nothing changed)
-        assert len(listed) == count and [_step_of(c.command) for c in listed[1:]] == list(range(1, count))
+        # One before each command. One that cannot be taken at once (a process of the
+        # command before still ending, 15 ms: seen once under a gate's load) is skipped,
+        # said in the supervisor's log, and the next one holds its changes too.
+        steps = [_step_of(c.command) for c in listed[1:]]
+        skipped = sorted(set(range(1, count)) - set(steps))
+        log = (Path(statedir.location(os.environ)) / statedir.LOG_FILE).read_text()
+        said = {_step_of(line) for line in log.splitlines() if "no checkpoint of cp-thousand before" in line}
+        assert steps == sorted(steps) and len(listed) == count - len(skipped), steps
+        assert set(skipped) <= said, (skipped, said)
+        assert len(skipped) <= count // 50, skipped
         record = layer.read_stack(_layer_dir("cp-thousand"))
-        assert len(record.layers) == count + 1  # more than the overlay's 500 when 1,000
+        assert len(record.layers) == len(listed) + 1  # more than the overlay's 500 when 1,000
         assert record.bases, "no merged base was built"
         assert _seen(sb) == _expected(count)
         # the disk: what the commands wrote (a block or two each, the big file once),

@@ -140,6 +140,12 @@ def take(box: Box, layer: str, root: str, command: str = "") -> review.Checkpoin
             if stopped is None:
                 review.write_stack(layer, stack)
                 _drop(layer, [new])
+                print(
+                    f"warren supervisor: no checkpoint of {box.name} before {command}: a process of the "
+                    "sandbox still ran (the next command's checkpoint holds these changes too)",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 return None
             _restack(box, target, after)
     except BaseException:
