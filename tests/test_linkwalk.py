@@ -53,14 +53,20 @@ def _after_walk(box: Sandbox, script: str, before: float) -> object:
     return proc
 
 
+def _linked_from_outside(tmp_path: Path, name: str, inside: Path) -> Path:
+    """A host file ``outside/name`` reading "original", hard-linked as ``inside``."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    host = outside / name
+    host.write_text("original\n")
+    os.link(host, inside)
+    return host
+
+
 def test_a_write_asked_for_during_the_walk_waits_and_never_reaches_the_outside_file(
     ws: Path, tmp_path: Path
 ) -> None:
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    host = outside / "config.txt"
-    host.write_text("original\n")
-    os.link(host, ws / "config.txt")
+    host = _linked_from_outside(tmp_path, "config.txt", ws / "config.txt")
     before = time.time()
     box = Sandbox.create(PolicySpec(workspace=str(ws)))
     try:
@@ -85,11 +91,7 @@ def test_a_file_opened_for_reading_cannot_be_opened_again_for_writing_after_the_
     it again for writing through ``/proc/self/fd`` (or link it back by that name): the
     descriptor would still name the outside inode. Every command starts after the walk,
     so the descriptor it gets is the file's own inode; judged on the host."""
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    host = outside / "cache-entry.py"
-    host.write_text("original\n")
-    os.link(host, ws / "module.py")
+    host = _linked_from_outside(tmp_path, "cache-entry.py", ws / "module.py")
     before = time.time()
     box = Sandbox.create(PolicySpec(workspace=str(ws)))
     try:

@@ -320,12 +320,10 @@ class Box:
         it (``execstub.request``), with ``given`` as the command's stdio: when the
         spare's command process is a stub and ready, the helper gets the request
         without the stdio and that process gets the command, both from here."""
-        if self.link_walk is not None:
-            self._hold(handoff, [conn, *given, *tail])
-            return
         spare, stub_sock = self.spare, self.spare_stub
-        if spare is None or len(wire.frame(handoff)) > DIRECT_MAX:
-            self.send(handoff, [conn, *given, *tail])  # a long argv or environment: the spare stays
+        if self.link_walk is not None or spare is None or len(wire.frame(handoff)) > DIRECT_MAX:
+            # Through PID 1 once the walk is done; a long argv or environment: the spare stays
+            self._to_pid1(handoff, [conn, *given, *tail])
             return
         self._forget_spare()
         try:
@@ -448,11 +446,7 @@ class Box:
         request = protocol.ExecRequest(sandbox=self.id, command=run.command)
         counters = self.launched.counters
         handoff = protocol.Handoff(request=request, extra=[name for name, _fd in counters])
-        fds = [theirs.fileno(), *run.stdio, *(fd for _name, fd in counters)]
-        if self.link_walk is not None:
-            self._hold(handoff, fds)
-        else:
-            self.send(handoff, fds)
+        self._to_pid1(handoff, [theirs.fileno(), *run.stdio, *(fd for _name, fd in counters)])
         theirs.close()
         for fd in run.stdio:
             os.close(fd)
@@ -715,7 +709,7 @@ class Box:
 
     def walk_before_use(self) -> None:
         """A sandbox booted ahead is taken by a run or a create: its workspace is walked
-        for hard links again before anything of it starts (``_hold``), as at a launch. The
+        for hard links again before anything of it starts (``_to_pid1``), as at a launch. The
         walk made at its boot may be older than a link the host has made into the
         workspace since (a host's `uv sync` linking its cache into `.venv`), which nothing
         that checks a booted sandbox sees (a link count changes, no directory does)."""
@@ -727,14 +721,18 @@ class Box:
         self.rewalked = True
         self.link_walk = linkwalk.Job(self.plan.link_walk, self.sel, self.walked_now)
 
-    def _hold(self, handoff: protocol.Message, fds: list[int]) -> None:
-        """While the hard-link walk after launch runs, nothing of the sandbox's own
-        starts: a command started then could open a workspace file the walk has not yet
-        given its own inode (for reading: nothing holds that) and, once the walk is
-        done, open it again for writing through ``/proc/self/fd`` — the file outside.
-        The handoff waits here (copies of its descriptors with it) and goes to PID 1
-        after ``Walked``: every command's first call comes after the walk."""
-        self.held.append((handoff, [os.dup(fd) for fd in fds]))
+    def _to_pid1(self, handoff: protocol.Message, fds: list[int]) -> None:
+        """A handoff that starts something in the sandbox, sent to PID 1 — or, while the
+        hard-link walk runs, held until it has ended: a command started then could open a
+        workspace file the walk has not yet given its own inode (for reading: nothing
+        holds that) and, once the walk is done, open it again for writing through
+        ``/proc/self/fd`` — the file outside. A held handoff waits here (copies of its
+        descriptors with it) and goes after ``Walked``: every command's first call comes
+        after the walk."""
+        if self.link_walk is None:
+            self.send(handoff, fds)
+        else:
+            self.held.append((handoff, [os.dup(fd) for fd in fds]))
 
     def _release_held(self) -> None:
         held, self.held = self.held, []

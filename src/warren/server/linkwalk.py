@@ -5,7 +5,7 @@ files has a name outside the denied paths (``planning``), does not wait for this
 it runs on a thread of the supervisor — the scan of ``links`` (natively when it can,
 from directory descriptors), then ``unshare`` for what it found. Nothing of the
 sandbox's own starts meanwhile: the box holds every handoff (a run's command, an exec,
-a file request) until the walk has ended (``Box._hold``), for a command started during
+a file request) until the walk has ended (``Box._to_pid1``), for a command started during
 the walk could open a linked file for reading and, after it, again for writing through
 ``/proc/self/fd``. As a second line, PID 1 forks its helpers meanwhile with a filter
 that holds every call that could change a file or give one another name
@@ -16,7 +16,7 @@ fails the walk: the sandbox's writing calls then fail with EACCES for its life, 
 the supervisor's log says why. A walk whose sandbox ends first is given up.
 
 ``WARREN_LINK_WALK_DELAY`` (seconds, in the supervisor's environment) makes the walk
-wait before it starts: the tests' way to have a command write while it runs.
+wait before it starts: the tests' way to ask for a command while it runs.
 """
 
 from __future__ import annotations

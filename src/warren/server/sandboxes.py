@@ -578,8 +578,9 @@ class Sandboxes:
                 hint="free space on the disk of warren's state directory",
             ) from None
 
-    def record_end(self, box: Box, status: int, warnings: list[str], shutdown: bool) -> None:
-        """A long-lived sandbox ended: removed, or marked stopped or dead with why."""
+    def record_end(self, box: Box, status: int, warnings: list[str], shutdown: bool) -> str | None:
+        """A long-lived sandbox ended: removed, or marked stopped or dead with why; the
+        why of a death (nobody stopped it), else None."""
         assert self.registry is not None
         if box.stoppers:
             if box.remove:
@@ -598,9 +599,10 @@ class Sandboxes:
                 if os.WIFSIGNALED(status)
                 else f"exited with status {os.waitstatus_to_exitcode(status)}"
             )
-            self.registry.set_state(
-                box.name, box.id, registry.DEAD, f"the sandbox's PID 1 ({box.pid}) was {how}", warnings
-            )
+            died = f"the sandbox's PID 1 ({box.pid}) was {how}"
+            self.registry.set_state(box.name, box.id, registry.DEAD, died, warnings)
+            return died
+        return None
 
     def forget(self, name: str) -> None:
         """``rm``: the sandbox's record and state directory go."""

@@ -479,12 +479,6 @@ class Supervisor:
                 return
             box = self.sandboxes.by_pid.pop(pid, None)
             if box is not None:
-                if box.ready and not box.oneshot and box.kill_at is None:
-                    # Nobody stopped it: PID 1 died (a bug, or killed from outside). Its
-                    # clients hear "lost"; the log says what is known.
-                    why = f": {box.failure}" if box.failure is not None else ""
-                    said = _exit_said(status)
-                    self.notes.log("ended", f"the sandbox {box.name} ended on its own ({said}){why}")
                 box.ended(status)
 
     def box_ready(self, box: Box) -> None:
@@ -539,7 +533,12 @@ class Supervisor:
             self.clients.reply(creator, protocol.error_message(error))
             return
         try:
-            self.sandboxes.record_end(box, status, [*box.plan.warnings, *repairs], self.shutdown)
+            died = self.sandboxes.record_end(box, status, [*box.plan.warnings, *repairs], self.shutdown)
+            if died is not None:
+                # Nobody stopped it (a bug, or killed from outside): its clients heard
+                # "lost"; the log says what is known (PID 1's own report, if it sent one).
+                why = f": {box.failure}" if box.failure is not None else ""
+                self.notes.log("ended", f"sandbox {box.name}: {died}{why}")
         except WarrenError as e:
             # The record keeps its old state (a full state disk): the supervisor goes on.
             print(f"warren supervisor: {box.name} ended: {e.message}", file=sys.stderr, flush=True)
@@ -587,8 +586,3 @@ def main(argv: list[str]) -> int:
     from . import daemon
 
     return daemon.main(argv)
-
-
-def _exit_said(status: int) -> str:
-    code = os.waitstatus_to_exitcode(status)
-    return f"killed by signal {-code}" if code < 0 else f"exit status {code}"

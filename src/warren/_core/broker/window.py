@@ -1,7 +1,7 @@
 """The walk's window: while the supervisor walks the workspace for files hard-linked
 from outside the writable roots (``server.linkwalk``, beside the launch), no command
 may change a file or give one another name. The supervisor starts no command before
-the walk has ended (``server.box.Box._hold``); this window is the second line, for
+the walk has ended (``server.box.Box._to_pid1``); this window is the second line, for
 whatever PID 1 forks meanwhile.
 
 A filter can only be added, never taken off, and a process's filters may have one
