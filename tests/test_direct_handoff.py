@@ -8,7 +8,10 @@ the host, as root and as uid 1001:
 - a helper PID 1 forks while it holds a request's descriptors does not keep copies of
   them: a background process that closes its stdin is reported as such (a stdin reader
   left open in that helper would keep the write end from ever seeing it);
-- the spare is the one waiting as the exec stub, so killing it leaves no stray process.
+- the spare is the one waiting as the exec stub, so killing it leaves no stray process;
+- a spare PID 1 lets go just after the supervisor handed it a request serves that request
+  (it was killed by SIGPIPE telling PID 1 it was taken, and the client lost its
+  connection), and one let go with no request ends.
 """
 
 from __future__ import annotations
@@ -16,14 +19,15 @@ from __future__ import annotations
 import os
 import select
 import signal
+import socket
 import time
 from pathlib import Path
 
 import pytest
 
 from conftest import Layout
-from warren import PolicySpec, Sandbox
-from warren._core import execstub
+from warren import PolicySpec, Sandbox, protocol, wire
+from warren._core import execstub, pid1
 from warren._core.procs import table
 from warren.errors import StdinClosed
 
@@ -104,3 +108,41 @@ def test_a_helper_forked_on_the_path_keeps_no_copy_of_the_requests_stdin(sb: San
         with pytest.raises(StdinClosed):
             p.write(b"more\n")
         p.kill(signal.SIGKILL)
+
+
+def _await_in_a_helper(handed: bool) -> tuple[int, bytes]:
+    """A spare's wait for its request (``pid1._await_handoff``), in a child whose SIGPIPE
+    is the default (as a helper's is), after PID 1 let it go and (``handed``) the
+    supervisor handed it a request first: its wait status, and what it says it got."""
+    to_pid1, from_pid1 = socket.socketpair()
+    direct, supervisor = socket.socketpair()
+    client, theirs = socket.socketpair()
+    if handed:
+        handoff = protocol.Handoff(request=protocol.PsRequest(sandbox="s"))
+        wire.send(supervisor, handoff, fds=[theirs.fileno()])
+    to_pid1.close()  # PID 1 lets the spare go
+    r, w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        try:
+            signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+            got = pid1._await_handoff(from_pid1, direct)
+            said = b"none" if got is None else got[0].request.TAG.encode() + b" %d" % len(got[1])
+            os.write(w, said)
+        finally:
+            os._exit(0)
+    os.close(w)
+    _, status = os.waitpid(child, 0)
+    with os.fdopen(r, "rb") as f:
+        said = f.read()
+    for sock in (from_pid1, direct, supervisor, client, theirs):
+        sock.close()
+    return status, said
+
+
+def test_a_spare_let_go_just_after_it_was_handed_a_request_serves_it() -> None:
+    status, said = _await_in_a_helper(handed=True)
+    assert os.WIFEXITED(status), f"the helper died of signal {os.WTERMSIG(status)}"
+    assert said == b"ps 1"
+    status, said = _await_in_a_helper(handed=False)
+    assert os.WIFEXITED(status) and said == b"none"

@@ -9,6 +9,8 @@ started only after it: a test it could pass without the hold proves nothing."""
 from __future__ import annotations
 
 import os
+import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +20,9 @@ import pytest
 from conftest import module_state
 from warren import PolicySpec, Sandbox
 from warren._core import treewalk
+from warren._core.procs import table
+from warren.errors import SandboxError
+from warren.server import box as server_box
 from warren.server import links
 
 DELAY = 3.0
@@ -133,6 +138,100 @@ def test_a_rename_into_a_walked_directory_asked_for_during_the_walk_cannot_hide_
         assert (ws / "a" / "key.txt").read_text() == "evil\n"
         # Names the file had inside still share its (new) inode, as on the host.
         assert (ws / "a" / "seen.txt").read_text() == "evil\n"
+    finally:
+        box.remove()
+
+
+def test_requests_beyond_the_bound_held_during_the_walk_are_refused_and_the_rest_run(ws: Path) -> None:
+    """Every request asked for during the walk waits in the supervisor with copies of its
+    descriptors: at most ``HELD_MAX`` at once. Those beyond it hear a typed error naming
+    the sandbox and why; the held ones all run once the walk has ended, and the sandbox
+    takes requests as before."""
+    extra = 8
+    before = time.time()
+    box = Sandbox.create(PolicySpec(workspace=str(ws)))
+    try:
+        outcomes: list[object] = []
+        lock = threading.Lock()
+        gate = threading.Barrier(server_box.HELD_MAX + extra + 1)
+
+        def ask() -> None:
+            gate.wait()
+            try:
+                got: object = box.exec(["true"]).exit_code
+            except SandboxError as e:
+                got = e
+            with lock:
+                outcomes.append(got)
+
+        threads = [threading.Thread(target=ask) for _ in range(server_box.HELD_MAX + extra)]
+        for t in threads:
+            t.start()
+        gate.wait()
+        asked = time.time()
+        assert asked + 1.0 < before + DELAY, "the requests were not asked for well within the walk"
+        for t in threads:
+            t.join(120)
+        refused = [o for o in outcomes if isinstance(o, SandboxError)]
+        assert len(outcomes) == len(threads)
+        assert outcomes.count(0) == server_box.HELD_MAX, outcomes
+        assert len(refused) == extra, refused
+        for e in refused:
+            assert f"sandbox {box.name} cannot take more requests now" in str(e), e
+            assert "hard links" in str(e) and e.hint and "ask again" in e.hint
+        r = box.exec(["echo", "still here"])
+        assert (r.exit_code, r.stdout) == (0, b"still here\n")
+    finally:
+        box.remove()
+
+
+def _spares(pid1: int) -> list[int]:
+    """PID 1's children waiting as spares: a helper with its one command's process."""
+    children: dict[int, list[int]] = {}
+    for pid, ppid, _state in table():
+        children.setdefault(ppid, []).append(pid)
+    return [h for h in children.get(pid1, []) if len(children.get(h, [])) == 1]
+
+
+def _inside_pid(pid: int) -> int:
+    """A host process's pid as its sandbox numbers it."""
+    with open(f"/proc/{pid}/status") as f:
+        return int(next(line for line in f if line.startswith("NSpid:")).split()[-1])
+
+
+def test_a_request_after_the_walk_never_goes_to_the_spare_pid1_lets_go_for_it(ws: Path) -> None:
+    """The spare PID 1 forked during the walk carries the walk's filter, and PID 1 lets
+    it go when it hears the walk has ended. The supervisor lets go of it as it says so:
+    a request handed to it then would race PID 1 letting it go (the helper was killed
+    by SIGPIPE telling PID 1 it was taken: a "connection lost" seen in CI). PID 1 is
+    stopped from the host across the walk's end, and a request asked for then must be
+    served by a helper PID 1 forks once it runs again, never by that spare (without
+    the change it was: the command's parent was the spare)."""
+    before = time.time()
+    box = Sandbox.create(PolicySpec(workspace=str(ws)))
+    try:
+        deadline = time.monotonic() + 10
+        while not (spares := _spares(box.pid1)):
+            assert time.monotonic() < deadline, "no spare was forked during the walk"
+            time.sleep(0.02)
+        spare = _inside_pid(spares[0])
+        time.sleep(0.2)  # the supervisor has heard of it
+        assert time.time() < before + DELAY - 0.5, "the walk was not held back long enough"
+        os.kill(box.pid1, signal.SIGSTOP)
+        outcome: list[object] = []
+        asker = threading.Thread(
+            target=lambda: outcome.append(box.exec(["sh", "-c", "echo $PPID"]).stdout.decode())
+        )
+        try:
+            time.sleep(max(0.0, before + DELAY + 1.0 - time.time()))  # the walk has ended
+            asker.start()
+            asker.join(1.0)
+        finally:
+            os.kill(box.pid1, signal.SIGCONT)
+        asker.join(30)
+        assert outcome, "the request was not served"
+        assert int(str(outcome[0])) != spare, "the spare PID 1 lets go of was handed the request"
+        assert box.exec(["echo", "after"]).stdout == b"after\n"
     finally:
         box.remove()
 

@@ -217,6 +217,7 @@ class Init:
     # for them (``_quiesce``).
     connectors: set[int] = field(default_factory=set, init=False)
     let_go: set[int] = field(default_factory=set, init=False)  # spares let go, not yet reaped
+    generation: int = field(default=0, init=False)  # ``Refresh`` and ``Walked`` read (``Spare``)
 
     @property
     def ready_run(self) -> bool:
@@ -288,8 +289,10 @@ class Init:
                         )
                     ) is not None:
                         if isinstance(got[0], protocol.Refresh):
+                            self.generation += 1
                             self._refresh()
                         elif isinstance(got[0], protocol.Walked):
+                            self.generation += 1
                             self._walked(got[0].ok)
                         elif isinstance(got[0], protocol.Quiesce):
                             self._quiesce(got[0])
@@ -526,7 +529,8 @@ class Init:
         with direct, stub or contextlib.nullcontext():
             try:
                 given = [direct.fileno(), *([stub.fileno()] if stub else [])]
-                wire.send(self.control, protocol.Spare(pid=self.spare_pid), fds=given)
+                spare = protocol.Spare(pid=self.spare_pid, generation=self.generation)
+                wire.send(self.control, spare, fds=given)
             except OSError:
                 # Not given: it would wait on an end nobody holds. It goes; the next
                 # request forks its own (PID 1's channel is failing: PID 1 ends soon).
@@ -752,7 +756,9 @@ def _await_handoff(
         handoff, _, fds = wire.recv(direct, (protocol.Handoff,), max_payload=0, max_fds=wire.HANDOFF_MAX_FDS)
         assert isinstance(handoff, protocol.Handoff)
         with contextlib.suppress(OSError):
-            from_pid1.send(b"t")
+            # Not a signal if PID 1 let this spare go meanwhile (SIGPIPE is this
+            # process's default): the request came first, and it is served.
+            from_pid1.send(b"t", socket.MSG_NOSIGNAL)
         return handoff, fds
     except (wire.ConnectionClosed, OSError):
         return None

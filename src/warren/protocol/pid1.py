@@ -73,6 +73,10 @@ class Spare(Message):
 
     TAG = "spare"
     pid: int = 0  # the helper's, as the sandbox numbers it (``Quiesce.untaken``)
+    # How many ``Refresh`` and ``Walked`` PID 1 had read when it forked it: a spare from
+    # before the last one the supervisor sent holds rules (or a filter) PID 1 lets go of
+    # as it reads that one, and is never handed a request.
+    generation: int = 0
 
 
 class Failed(Message):

@@ -46,6 +46,9 @@ STOP_KILL_AFTER = 3.0  # after SIGTERM, PID 1's grace (2 s) and a margin
 DEGRADED_KILL_AFTER = 0.5
 _R, _W = selectors.EVENT_READ, selectors.EVENT_WRITE
 DIRECT_MAX = 64 << 10  # a larger request (a long argv or environment) goes through PID 1
+# Requests held while a sandbox's hard-link walk runs (``Box._to_pid1``), each with copies
+# of its descriptors in this process: more at once are refused (``Box.can_hold``).
+HELD_MAX = 128
 _FROM_PID1 = (
     protocol.Ready,
     protocol.Failed,
@@ -205,6 +208,7 @@ class Box:
     spare_stub: socket.socket | None = None
     spare_pid: int = 0  # ... its pid as the sandbox numbers it (``protocol.Spare``)
     spare_seen: int = 0  # the last spare PID 1 gave us, handed, dropped or held (``Quiesce.seen``)
+    generation: int = 0  # ``Refresh`` and ``Walked`` sent to PID 1 (``protocol.Spare.generation``)
 
     def __post_init__(self) -> None:
         self.inbox = wire.Inbox(self.launched.control)
@@ -286,7 +290,10 @@ class Box:
                 fds = []
         elif isinstance(msg, protocol.Spare):
             self.spare_seen = msg.pid
-            if fds and not self.quiescing:
+            # One forked before PID 1 read our last Refresh or Walked is let go as it
+            # reads it: a request handed to it would race that (and it holds the old
+            # rules). Its end closes here; the next spare comes with today's.
+            if fds and not self.quiescing and msg.generation == self.generation:
                 self.drop_spare()
                 self.spare = socket.socket(fileno=fds.pop(0))
                 self.spare_pid = msg.pid
@@ -414,6 +421,10 @@ class Box:
 
     def send(self, msg: protocol.Message, fds: list[int] | None = None) -> None:
         """Queue a message for PID 1; never waits."""
+        if isinstance(msg, (protocol.Refresh, protocol.Walked)):
+            self.generation += 1
+            # Let go of the spare we hold too: PID 1 may let it go as it reads this.
+            self.drop_spare()
         self.outbox.put(msg, fds=fds or [])
         try:
             if not self.outbox.flush():
@@ -720,6 +731,21 @@ class Box:
             return
         self.rewalked = True
         self.link_walk = linkwalk.Job(self.plan.link_walk, self.sel, self.walked_now)
+
+    def can_hold(self) -> None:
+        """Raise unless a request handed now can wait for the hard-link walk: while it
+        runs, at most ``HELD_MAX`` wait (each holds descriptors in the supervisor, which
+        a client asking without end would exhaust for every sandbox)."""
+        if self.link_walk is not None and len(self.held) >= HELD_MAX:
+            raise SandboxError(
+                f"sandbox {self.name} cannot take more requests now: {len(self.held)} already "
+                "wait for the walk of its workspace for hard links, which runs once before its "
+                "first command in a large workspace",
+                operation="handoff",
+                path=self.name,
+                hint="ask again in a few seconds: the walk of a workspace of 100,000 files "
+                "takes about one; fewer requests at once in the meantime",
+            )
 
     def _to_pid1(self, handoff: protocol.Message, fds: list[int]) -> None:
         """A handoff that starts something in the sandbox, sent to PID 1 — or, while the

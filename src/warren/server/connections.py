@@ -100,6 +100,8 @@ class Connections:
     def expire(self, now: float) -> None:
         for c in list(self.clients):
             if c.deadline is not None and now > c.deadline:
+                within = f"{clients.HEADER_DEADLINE:g} s"
+                self.notes.log("expired", f"closed a connection that sent no whole request in {within}")
                 self.drop(c)  # too slow to send its request: it holds up nobody
 
     def drop(self, c: Client, handed_off: bool = False) -> None:

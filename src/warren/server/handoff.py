@@ -41,6 +41,7 @@ def hand_over(
     """Send ``msg`` and the connection to ``box``'s PID 1; the descriptors in ``fds``
     are closed here (PID 1 has its copies)."""
     assert isinstance(msg, HANDED)
+    box.can_hold()  # before anything is made for it
     box.follow_roots()
     if box.plan.review is not None and isinstance(msg, (protocol.ExecRequest, protocol.SpawnRequest)):
         checkpoints.before_command(box, root, msg.command.argv)
