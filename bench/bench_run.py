@@ -3,7 +3,8 @@
     python bench/bench_run.py [--runs N]
 
 Prints the median wall time of `true` under warren.run (library, planning included),
-`warren run` (CLI, a fresh Python process each time) and bubblewrap
+`warren run` (CLI, a fresh process each time; also with `--network allow --allow-host`,
+an agent's install through the proxy) and bubblewrap
 (`bwrap --ro-bind / / --dev /dev --proc /proc --unshare-all --die-with-parent true`),
 then a warm-cache `uv pip install` inside warren against the same install on the host.
 Targets (issue 2): library/bwrap <= 1.0, CLI within 50 ms, uv within 1.1x of the host.
@@ -89,6 +90,8 @@ def main() -> None:
         bw = timed(lambda: subprocess.run([*BWRAP, "true"], check=True), args.runs)
         plain = timed(lambda: subprocess.run(["true"], check=True), args.runs)
         cli_t = timed(lambda: subprocess.run(cli, check=True), max(20, args.runs // 5))
+        allow = [cli[0], "run", "--network", "allow", "--allow-host", "pypi.org", "--", "true"]
+        allow_t = timed(lambda: subprocess.run(allow, check=True), max(20, args.runs // 5))
         py_t = timed(
             lambda: subprocess.run([sys.executable, "-c", "pass"], check=True), max(20, args.runs // 5)
         )
@@ -99,6 +102,8 @@ def main() -> None:
         print(f"  warren.run (library)    {ms(lib)}   ratio to bwrap {ratio:.2f}  (target <= 1.00)")
         over = (statistics.median(cli_t) - statistics.median(bw)) * 1e3
         print(f"  warren run (CLI)        {ms(cli_t)}   +{over:.1f} ms over bwrap (see bench_startup.py)")
+        over = (statistics.median(allow_t) - statistics.median(bw)) * 1e3
+        print(f"  ... --network allow     {ms(allow_t)}   +{over:.1f} ms over bwrap (the proxy's helper too)")
         print(f"  python -c pass          {ms(py_t)}   (interpreter start, part of the CLI figure)")
 
         uv = shutil.which("uv") or str(Path(sys.executable).parent / "uv")

@@ -511,21 +511,88 @@ static int open_fd(int fd)
 
 static const int FORWARD[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
 
+/* An --allow-host value the Python CLI would send as it is and the supervisor reads as
+   a plain name or address: letters, digits, '.', '-', '*', and an optional :PORT. Any
+   other (brackets, a space, a typo) is the Python CLI's to send and to explain. */
+static int plain_host(const char *h)
+{
+    size_t n = 0;
+    while (h[n] != 0 && h[n] != ':') {
+        char c = h[n];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+              c == '-' || c == '*'))
+            return 0;
+        n++;
+    }
+    if (n == 0 || n > 253 || h[0] == '-')
+        return 0;
+    if (h[n] == 0)
+        return 1;
+    size_t digits = strlen(h + n + 1);
+    if (digits == 0 || digits > 5)
+        return 0;
+    for (size_t i = n + 1; h[i] != 0; i++)
+        if (h[i] < '0' || h[i] > '9')
+            return 0;
+    return 1;
+}
+
+/* A flag of `run` taken here, as `--flag VALUE` or `--flag=VALUE`: its value, moving *i
+   past it; NULL when argv[*i] is not that flag. A missing value is the Python CLI's. */
+static const char *flag_value(char **argv, int *i, const char *flag)
+{
+    size_t n = strlen(flag);
+    if (strncmp(argv[*i], flag, n) != 0)
+        return NULL;
+    if (argv[*i][n] == '=') {
+        return argv[(*i)++] + n + 1;
+    }
+    if (argv[*i][n] != 0)
+        return NULL;
+    if (argv[*i + 1] == NULL)
+        fallback();
+    *i += 2;
+    return argv[*i - 1];
+}
+
 int main(int argc, char **argv)
 {
     g_argv = argv;
-    /* Only `run [--] CMD...` and `exec NAME [--] CMD...`, with stdio that is no terminal. */
+    /* Only `run [--network MODE] [--allow-host HOST]... [--] CMD...` and
+       `exec NAME [--] CMD...`, with stdio that is no terminal. */
     if (argc < 3 || getenv("WARREN_NATIVE_RESUME") != NULL)
         fallback();
     int run = strcmp(argv[1], "run") == 0;
     char **command, *name = NULL;
+    const char *network = NULL;
+    const char **hosts = NULL;
+    int nhosts = 0;
     if (run) {
-        if (strcmp(argv[2], "--") == 0)
-            command = argv + 3;
-        else if (argv[2][0] != '-')
-            command = argv + 2;
-        else
+        int i = 2;
+        hosts = calloc((size_t)argc, sizeof *hosts);
+        if (hosts == NULL)
             fallback();
+        while (argv[i] != NULL && argv[i][0] == '-' && strcmp(argv[i], "--") != 0) {
+            const char *v;
+            if ((v = flag_value(argv, &i, "--network")) != NULL) {
+                /* ask asks on the terminal: the Python CLI's; a second --network too */
+                if (network != NULL || !(strcmp(v, "none") == 0 || strcmp(v, "allow") == 0 || strcmp(v, "open") == 0))
+                    fallback();
+                network = v;
+            } else if ((v = flag_value(argv, &i, "--allow-host")) != NULL) {
+                if (!plain_host(v))
+                    fallback();
+                hosts[nhosts++] = v;
+            } else {
+                fallback();
+            }
+        }
+        if (argv[i] == NULL)
+            fallback();
+        if (strcmp(argv[i], "--") == 0)
+            command = argv + i + 1;
+        else
+            command = argv + i;
     } else if (strcmp(argv[1], "exec") == 0) {
         name = argv[2];
         if (!plain_name(name) || argc < 4)
@@ -557,7 +624,21 @@ int main(int argc, char **argv)
         char cwd[PATH_MAX];
         if (getcwd(cwd, sizeof cwd) == NULL)
             fallback();
-        puts_(&req, "\"spec\":{},\"caller\":{\"cwd\":");
+        puts_(&req, "\"spec\":{");
+        if (nhosts > 0) {
+            puts_(&req, "\"allow_host\":[");
+            for (int h = 0; h < nhosts; h++) {
+                if (h)
+                    puts_(&req, ",");
+                put_string(&req, hosts[h], strlen(hosts[h]));
+            }
+            puts_(&req, "]");
+        }
+        if (network != NULL) {
+            puts_(&req, nhosts > 0 ? ",\"network\":" : "\"network\":");
+            put_string(&req, network, strlen(network));
+        }
+        puts_(&req, "},\"caller\":{\"cwd\":");
         put_string(&req, cwd, strlen(cwd));
         puts_(&req, ",\"env\":");
         put_environ(&req);

@@ -10,8 +10,10 @@ something, and runs again: that run's TMPDIR is the booted one's when it took it
 
 from __future__ import annotations
 
+import http.server
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -139,6 +141,63 @@ def test_a_replaced_workspace_is_the_one_the_next_run_sees(place: Place) -> None
     assert (code, out) == (0, "new\n"), err
     assert (place.ws / "g").read_text() == "w\n"
     assert not (place.base / "ws.old" / "g").exists()
+
+
+class _Hits(http.server.BaseHTTPRequestHandler):
+    hits: list[str] = []
+
+    def do_GET(self) -> None:
+        self.hits.append(self.path)
+        body = b"served\n"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_args: object) -> None:
+        pass
+
+
+def test_a_network_allow_run_takes_a_booted_sandbox_and_its_client_hears_the_proxy(place: Place) -> None:
+    """A ``--network allow`` run is booted ahead like a plain one: the run that takes it
+    reaches an allowed server (a loopback one of this test's, by name) through the proxy, and the
+    proxy's refusal of a host not on the allowlist reaches the run's own client, as for a
+    fresh sandbox: the booted proxy's helper was given the run's event pipe first."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.2", 0), _Hits)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        # A name the proxy resolves to the server (loopback: its address is listed too).
+        flags = (
+            "--network=allow",
+            f"--allow-host=allowed.test:{port}",
+            f"--allow-host=127.0.0.2:{port}",
+            "--resolve=allowed.test=127.0.0.2",
+        )
+        script = (
+            f'echo "$TMPDIR"; curl -sS --max-time 10 http://allowed.test:{port}/run; '
+            "curl -sS --max-time 10 -o /dev/null http://denied.test:9/ || true"
+        )
+        _twice(place, "true", *flags)
+        booted = place.booted()
+        code, out, err = place.run(script, *flags)
+        assert code == 0, err
+        lines = out.splitlines()
+        assert lines[0] == booted, "the run took the sandbox booted for it"
+        assert lines[1:2] == ["served"] and _Hits.hits[-1:] == ["/run"], err
+        refused = [line for line in err.splitlines() if line.startswith("warren: network: refused")]
+        assert refused == [
+            "warren: network: refused GET denied.test:9: denied.test:9 is not on the allowlist"
+            " (add --allow-host denied.test:9)"
+        ], err
+        # The next one is booted for too, and served the same way.
+        booted = place.booted()
+        code, out, err = place.run(script, *flags)
+        assert code == 0 and out.splitlines()[0] == booted, err
+        assert "warren: network: refused GET denied.test:9" in err
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_a_run_with_other_flags_is_not_given_the_booted_sandbox(place: Place) -> None:

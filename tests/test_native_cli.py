@@ -138,7 +138,16 @@ def _exited(code: int) -> protocol.Exited:
         ["run", "--", "true"],
         ["run", "sh", "-c", "echo 'a b' \"$ODD\"\n"],
         ["run", "--", "--", "x"],
-        ["run", "--network", "none", "--", "true"],  # a flag: the Python CLI's
+        ["run", "--network", "none", "--", "true"],
+        ["run", "--network=allow", "--allow-host", "pypi.org", "--allow-host=*.example.org:8443", "true"],
+        ["run", "--allow-host", "files.pythonhosted.org", "--", "--", "x"],
+        ["run", "--network", "open", "--", "sh", "-c", "echo $ODD"],
+        ["run", "--network", "ask", "--", "true"],  # asks on a terminal: the Python CLI's
+        ["run", "--allow-host", "bad host!", "--", "true"],  # not plain: the Python CLI's
+        ["run", "--allow-host", "[::1]:8080", "--", "true"],
+        ["run", "--network", "allow", "--network", "none", "--", "true"],
+        ["run", "--network", "allow", "--preset", "python", "--", "true"],  # another flag
+        ["run", "--network"],
         ["exec", "box", "true"],
         ["exec", "box", "--", "ls", "-la", "ünï"],
         ["exec", "box", "--", "--", "x"],
@@ -151,7 +160,8 @@ def test_the_native_front_end_sends_the_request_the_python_cli_sends(
 ) -> None:
     native, python = both(argv, _answer(STARTED, _exited(0)))
     assert native == python
-    assert native[3] == (125 if argv[1] == "-d" else 0)  # -d: the fake answers no spawn
+    refused = argv[1] == "-d" or argv == ["run", "--network"]  # -d: the fake answers no spawn
+    assert native[3] == (125 if refused else 0), native
 
 
 @pytest.mark.parametrize(
@@ -229,5 +239,13 @@ def test_the_plain_case_needs_no_python_and_the_rest_says_what_is_missing(
     shutil.copy(NATIVE, alone)
     plain, _ = both(["exec", "box", "true"], _answer(STARTED, _exited(0)), program=alone)
     assert plain[1:] == ("", "", 0)
+    # A run through warren's proxy to named hosts is plain too (the agent's `uv pip install`).
+    flags = ["--network", "allow", "--allow-host", "pypi.org", "--allow-host=files.pythonhosted.org"]
+    plain, _ = both(["run", *flags, "--", "true"], _answer(STARTED, _exited(0)), program=alone)
+    assert plain[1:] == ("", "", 0)
+    [(request, _fds)] = plain[0]
+    spec = request["spec"]
+    assert isinstance(spec, dict)
+    assert (spec["network"], spec["allow_host"]) == ("allow", ["pypi.org", "files.pythonhosted.org"])
     failed, _ = both(["exec", "box", "false"], _answer(STARTED, _exited(1)), program=alone)
     assert failed[3] == 125 and "cannot start the Python CLI" in str(failed[2])

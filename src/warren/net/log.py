@@ -104,6 +104,14 @@ class Writer:
         self.logged += 1
         return True
 
+    def attach(self, pipe: int) -> None:
+        """Write to ``pipe`` from now on (a run that took a sandbox booted ahead: its
+        client's), in place of the one before, if any."""
+        with self.lock:
+            if self.pipe is not None:
+                os.close(self.pipe)
+            self.pipe = pipe
+
     def _flush(self) -> None:
         with self.lock:
             self.flusher = None

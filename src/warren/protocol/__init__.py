@@ -106,6 +106,7 @@ if TYPE_CHECKING:
     from .pid1 import (
         Failed,
         Layers,
+        NetEvents,
         NetGo,
         NetProxy,
         NetReady,
@@ -128,6 +129,7 @@ _LAZY = {
     "Handoff": "handoff",
     "Launch": "handoff",
     "Layers": "pid1",
+    "NetEvents": "pid1",
     "NetGo": "pid1",
     "NetProxy": "pid1",
     "NetReady": "pid1",
@@ -188,6 +190,7 @@ __all__ = [
     "ListRequest",
     "Message",
     "NetEventRecord",
+    "NetEvents",
     "NetGo",
     "NetLog",
     "NetLogRequest",

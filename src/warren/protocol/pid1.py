@@ -31,6 +31,15 @@ class Refresh(Message):
     TAG = "refresh"
 
 
+class NetEvents(Message):
+    """From the supervisor to a sandbox's network helper (``server.netd``): the pipe
+    attached is where its proxy's decisions go from now on, besides its log. A run that
+    takes a sandbox booted ahead (``server.ahead``) gives it its client's pipe before
+    its command starts; the helper answers ``Ok`` once it writes there."""
+
+    TAG = "net_events"
+
+
 class Walked(Message):
     """From the supervisor: the hard-link walk made after launch ended (``ok``: every
     file it found has an inode of its own); PID 1 lets the calls it held go on, or

@@ -21,12 +21,13 @@ run, never assumed:
   the boot are not the sandbox's).
 
 Anything else is a miss: the stale sandbox is stopped and the run launches a fresh one.
-Only plain requests are booted ahead (namespaces usable, no network or network open, no
-secrets, no image), from their second run within ``IDLE`` seconds on, whose planning is
-quick (``SLOW``), while the supervisor has nothing else to do (``QUIET``), and only for a
-caller in whose cgroups the supervisor itself is (``lingers_anyway``: what is booted
-counts against the caller's groups after its run returned); one per request, stopped
-after ``IDLE`` seconds unused, at most ``MAX`` in all. Pure bookkeeping here: the
+Only plain requests are booted ahead (namespaces usable, network none or open, or for
+a run allow without ask; no secrets, no image), from their second run within ``IDLE``
+seconds on, whose planning is quick (``SLOW``), while the supervisor has nothing else to
+do (``QUIET``), and only for a caller in whose cgroups the supervisor itself is
+(``lingers_anyway``: what is booted counts against the caller's groups after its run
+returned); one per request, stopped after ``IDLE`` seconds unused, at most ``MAX`` in
+all. Pure bookkeeping here: the
 supervisor launches and stops.
 """
 
@@ -127,12 +128,17 @@ def lingers_anyway(caller_cgroups: str | None, own_cgroups: str) -> bool:
     return True
 
 
-def eligible(plan: Plan) -> bool:
-    """Whether a run of this plan may be booted ahead."""
+def eligible(plan: Plan, long_lived: bool = False) -> bool:
+    """Whether a run (or, ``long_lived``, a create) of this plan may be booted ahead. A
+    run's network may be ``allow`` (not ``ask``): its proxy's helper is given the run's
+    event pipe when the run takes it (``boxnet.attach_events``); a long-lived sandbox's
+    helper logs under the sandbox's name, which a booted one does not have yet."""
+    network = ("none", "open") if long_lived else ("none", "open", "allow")
     return (
         plan.namespaces
         and plan.image is None
-        and plan.net.mode in ("none", "open")
+        and plan.net.mode in network
+        and plan.net.ask_timeout is None
         and not plan.net.intercepts
         and plan.net.trust_bundle is None
         and plan.review is None

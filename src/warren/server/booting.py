@@ -16,7 +16,7 @@ import time
 from .. import protocol
 from .._core import guard, treewalk
 from ..errors import WarrenError
-from . import ahead, clients, gitkeeper, planning, sandboxes
+from . import ahead, boxnet, clients, gitkeeper, planning, sandboxes
 from .box import Box, Run
 from .clients import Client
 from .connections import Connections
@@ -138,6 +138,13 @@ class Booter:
         self.git.sync(box.git)
         box.walk_before_use()
         if box.run is not None:
+            if box.netd is not None and box.run.events is not None:
+                # Its proxy's decisions go to this run's client from its first call on.
+                try:
+                    boxnet.attach_events(box.netd, box.name, box.run.events)
+                except WarrenError as e:
+                    box.fail(e)
+                    return
             box.start_run()
             return
         box.created = box.last_active = time.time()
@@ -153,7 +160,7 @@ class Booter:
             plan, git, host = self.planner.plan(request, scratch_id=scratch_id)
         except WarrenError:
             return
-        if not ahead.eligible(plan):
+        if not ahead.eligible(plan, request.long_lived):
             git.close()
             return
         try:

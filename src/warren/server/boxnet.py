@@ -158,6 +158,25 @@ def expose(
     return reply
 
 
+def attach_events(helper: Netd, name: str, events: int) -> None:
+    """Give sandbox ``name``'s network helper the pipe its proxy's decisions go to from
+    now on (a run's, when the run takes a sandbox booted ahead), and wait until it
+    writes there: the run's command starts after this."""
+    try:
+        wire.send(helper.ctl, protocol.NetEvents(), fds=[events])
+        _ok, _, fds = wire.recv(helper.ctl, (protocol.Ok,), max_payload=0)
+    except (wire.ConnectionClosed, OSError, WarrenError) as e:
+        raise SandboxError(
+            f"the network helper of sandbox {name} did not take the run's event pipe",
+            operation="network",
+            path=name,
+            errno=getattr(e, "errno", None),
+            hint="run the command again: it gets a fresh sandbox",
+        ) from None
+    for fd in fds:
+        os.close(fd)
+
+
 def read_log(sandbox_dir: str) -> protocol.Message:
     """The newest events of a sandbox's network log."""
     events = netlog.read(Path(sandbox_dir) / NETLOG_FILE)

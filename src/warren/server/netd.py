@@ -187,14 +187,24 @@ def serve(
         try:
             msg, _, fds = wire.recv(
                 ctl,
-                (protocol.ExposeRequest, protocol.UnexposeRequest, protocol.NetPolicyRequest),
+                (
+                    protocol.ExposeRequest,
+                    protocol.UnexposeRequest,
+                    protocol.NetPolicyRequest,
+                    protocol.NetEvents,
+                ),
                 max_payload=0,
             )
         except (wire.ConnectionClosed, OSError, ProtocolError):
             log.close()
             return 0
+        if isinstance(msg, protocol.NetEvents) and fds:
+            log.attach(fds.pop(0))
+            wire.send(ctl, protocol.Ok())
         for fd in fds:
             os.close(fd)
+        if isinstance(msg, protocol.NetEvents):
+            continue
         if isinstance(msg, protocol.UnexposeRequest):
             closed = exposes.pop(msg.port, None)
             if closed is not None:
