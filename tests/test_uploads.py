@@ -106,7 +106,7 @@ def test_a_supervisor_killed_during_an_upload_leaves_the_old_file_or_the_new(lay
         pid = _supervisor_pid()
         t, result = _in_background(lambda sb=sb: sb.files.write("big.bin", new))  # type: ignore[misc]
         if i % 2 == 0:  # while the helper writes its file (between its creation and the rename)
-            assert _wait_for(lambda: bool(_temps(ws)))
+            assert _wait_for(lambda: bool(_temps(ws))), f"no temporary file appeared; the upload: {result}"
         else:  # anywhere in the upload
             time.sleep(rng.uniform(0, took * 1.2))
         gone = os.pidfd_open(pid)
