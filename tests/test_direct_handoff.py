@@ -11,7 +11,10 @@ the host, as root and as uid 1001:
 - the spare is the one waiting as the exec stub, so killing it leaves no stray process;
 - a spare PID 1 lets go just after the supervisor handed it a request serves that request
   (it was killed by SIGPIPE telling PID 1 it was taken, and the client lost its
-  connection), and one let go with no request ends.
+  connection), and one let go with no request ends;
+- a command whose helper dies (killed from the host here) is said to have lost its
+  helper while the sandbox still runs, and the next command runs; one whose sandbox
+  was removed meanwhile is said to have lost its sandbox.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import os
 import select
 import signal
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -29,7 +33,7 @@ from conftest import Layout
 from warren import PolicySpec, Sandbox, protocol, wire
 from warren._core import execstub, pid1
 from warren._core.procs import table
-from warren.errors import StdinClosed
+from warren.errors import SandboxError, StdinClosed
 
 STUB = execstub.NAME.encode() + b"\0"
 
@@ -146,3 +150,52 @@ def test_a_spare_let_go_just_after_it_was_handed_a_request_serves_it() -> None:
     assert said == b"ps 1"
     status, said = _await_in_a_helper(handed=False)
     assert os.WIFEXITED(status) and said == b"none"
+
+
+def _helper_of(pid1: int, marker: bytes) -> int:
+    """The helper (PID 1's child) whose command's cmdline holds ``marker``, once it runs."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        rows = table()
+        for pid, ppid, _state in rows:
+            if marker in _cmdline(pid):
+                parent = next((pp for p, pp, _st in rows if p == ppid), None)
+                if parent == pid1:
+                    return ppid
+        time.sleep(0.02)
+    raise AssertionError("the command did not start")
+
+
+def _exec_in_background(sb: Sandbox, argv: list[str]) -> tuple[threading.Thread, list[object]]:
+    outcome: list[object] = []
+
+    def go() -> None:
+        try:
+            outcome.append(sb.exec(argv))
+        except SandboxError as e:
+            outcome.append(e)
+
+    t = threading.Thread(target=go)
+    t.start()
+    return t, outcome
+
+
+def test_a_command_whose_helper_dies_says_so_and_the_sandbox_takes_the_next(sb: Sandbox) -> None:
+    t, outcome = _exec_in_background(sb, ["sleep", "37.5"])
+    _kill(_helper_of(sb.pid1, b"37.5"))
+    t.join(30)
+    [e] = outcome
+    assert isinstance(e, SandboxError), e
+    assert f"sandbox {sb.name} still runs: warren's helper for the command ended" in str(e), e
+    assert e.hint is not None and "supervisor.log" in e.hint
+    assert sb.exec(["echo", "next"]).stdout == b"next\n"
+
+
+def test_a_command_whose_sandbox_is_removed_says_the_sandbox_is_gone(sb: Sandbox) -> None:
+    t, outcome = _exec_in_background(sb, ["sleep", "38.5"])
+    _helper_of(sb.pid1, b"38.5")
+    sb.remove()
+    t.join(30)
+    [e] = outcome
+    assert isinstance(e, SandboxError), e
+    assert "still runs" not in str(e) and e.hint is not None and "was stopped" in e.hint, e

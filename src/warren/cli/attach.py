@@ -232,11 +232,8 @@ class Attached:
         return self._status(msg)
 
     def _lost(self) -> SandboxError:
-        return SandboxError(
-            "the connection to warren was lost before the command finished",
-            operation=self.message.TAG,
-            hint="the sandbox was stopped or its supervisor died; see `warren ls`",
-        )
+        sandbox = self.message.sandbox if isinstance(self.message, protocol.ExecRequest) else None
+        return connect.lost_command(self.message.TAG, sandbox)
 
     def _status(self, msg: protocol.Exited) -> int:
         code = protocol.exit_code(msg.status)

@@ -12,6 +12,7 @@ On the CLI's fast path: standard library only, nothing heavy.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import sys
@@ -292,6 +293,30 @@ def request(
     """One request to the supervisor (or, through it, to a sandbox's PID 1) and its
     reply; an ``Error`` reply is raised as the error it carries."""
     return exchange(supervisor(env), message, expect, payload)
+
+
+def lost_command(op: str, sandbox: str | None, env: Mapping[str, str] | None = None) -> SandboxError:
+    """The error for a command whose connection ended before it said how it ended. Of a
+    long-lived ``sandbox``, the supervisor is asked whether it still runs: then what
+    ended was warren's helper for the command (killed from outside, or a bug of
+    warren's), which the user should hear rather than a sandbox that stopped."""
+    lost = "the connection to the sandbox was lost before the command finished"
+    if sandbox is not None:
+        with contextlib.suppress(WarrenError, OSError):
+            reply, _ = request(protocol.GetRequest(name=sandbox), (protocol.SandboxInfo,), env)
+            if isinstance(reply, protocol.SandboxInfo) and reply.state == "running":
+                state = statedir.location(env if env is not None else os.environ)
+                where = os.path.join(state, statedir.LOG_FILE)
+                return SandboxError(
+                    f"{lost}, though sandbox {sandbox} still runs: warren's helper for the command ended "
+                    "without saying how the command ended",
+                    operation=op,
+                    path=sandbox,
+                    hint="if nothing on the host killed it, this is a bug in warren: please report it "
+                    f"with the command you ran and the end of {where}. The sandbox takes the next command",
+                )
+    hint = "the sandbox was stopped or its supervisor died; see `warren ls`"
+    return SandboxError(lost, operation=op, hint=hint)
 
 
 CLOSED = "the warren supervisor closed the connection"

@@ -57,12 +57,10 @@ def _command(command: Command) -> protocol.Command:
     return protocol.Command(argv=c.argv, cwd=c.cwd, env=c.env, timeout=c.timeout, output_limit=c.output_limit)
 
 
-def _lost(op: str) -> Callable[[], Exception]:
-    return lambda: SandboxError(
-        "the connection to the sandbox was lost before the command finished",
-        operation=op,
-        hint="the sandbox was stopped or its supervisor died; see `warren ls`",
-    )
+def _lost(
+    op: str, sandbox: str | None = None, env: Mapping[str, str] | None = None
+) -> Callable[[], Exception]:
+    return lambda: connect.lost_command(op, sandbox, env)
 
 
 class LocalTransport(Transport):
@@ -127,7 +125,7 @@ class LocalTransport(Transport):
         message = protocol.ExecRequest(sandbox=name, command=_command(command), origin=origin.current())
         sock = connect.supervisor(self.env)
         try:
-            return run_captured(sock, message, command, lost=_lost("exec"))
+            return run_captured(sock, message, command, lost=_lost("exec", name, self._env))
         finally:
             sock.close()
 
