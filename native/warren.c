@@ -206,6 +206,17 @@ static void put_string(struct buf *b, const char *s, size_t n)
     put(b, "\"", 1);
 }
 
+static void put_list(struct buf *b, const char **items, int n)
+{
+    put(b, "[", 1);
+    for (int i = 0; i < n; i++) {
+        if (i)
+            put(b, ",", 1);
+        put_string(b, items[i], strlen(items[i]));
+    }
+    put(b, "]", 1);
+}
+
 static void put_argv(struct buf *b, char **argv)
 {
     put(b, "[", 1);
@@ -537,6 +548,19 @@ static int plain_host(const char *h)
     return 1;
 }
 
+/* A --preset value as the Python CLI sends it: a lowercase word (an unknown one is the
+   supervisor's to name, for both). */
+static int plain_word(const char *w)
+{
+    size_t n = strlen(w);
+    if (n == 0 || n > 64 || !(w[0] >= 'a' && w[0] <= 'z'))
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((w[i] >= 'a' && w[i] <= 'z') || (w[i] >= '0' && w[i] <= '9') || w[i] == '-' || w[i] == '_'))
+            return 0;
+    return 1;
+}
+
 /* A flag of `run` taken here, as `--flag VALUE` or `--flag=VALUE`: its value, moving *i
    past it; NULL when argv[*i] is not that flag. A missing value is the Python CLI's. */
 static const char *flag_value(char **argv, int *i, const char *flag)
@@ -558,19 +582,20 @@ static const char *flag_value(char **argv, int *i, const char *flag)
 int main(int argc, char **argv)
 {
     g_argv = argv;
-    /* Only `run [--network MODE] [--allow-host HOST]... [--] CMD...` and
+    /* Only `run [--network MODE] [--allow-host HOST]... [--preset NAME]... [--] CMD...` and
        `exec NAME [--] CMD...`, with stdio that is no terminal. */
     if (argc < 3 || getenv("WARREN_NATIVE_RESUME") != NULL)
         fallback();
     int run = strcmp(argv[1], "run") == 0;
     char **command, *name = NULL;
     const char *network = NULL;
-    const char **hosts = NULL;
-    int nhosts = 0;
+    const char **hosts = NULL, **presets = NULL;
+    int nhosts = 0, npresets = 0;
     if (run) {
         int i = 2;
         hosts = calloc((size_t)argc, sizeof *hosts);
-        if (hosts == NULL)
+        presets = calloc((size_t)argc, sizeof *presets);
+        if (hosts == NULL || presets == NULL)
             fallback();
         while (argv[i] != NULL && argv[i][0] == '-' && strcmp(argv[i], "--") != 0) {
             const char *v;
@@ -583,6 +608,10 @@ int main(int argc, char **argv)
                 if (!plain_host(v))
                     fallback();
                 hosts[nhosts++] = v;
+            } else if ((v = flag_value(argv, &i, "--preset")) != NULL) {
+                if (!plain_word(v))
+                    fallback();
+                presets[npresets++] = v;
             } else {
                 fallback();
             }
@@ -625,17 +654,19 @@ int main(int argc, char **argv)
         if (getcwd(cwd, sizeof cwd) == NULL)
             fallback();
         puts_(&req, "\"spec\":{");
+        int keys = 0;
+        if (npresets > 0) {
+            puts_(&req, "\"preset\":");
+            put_list(&req, presets, npresets);
+            keys++;
+        }
         if (nhosts > 0) {
-            puts_(&req, "\"allow_host\":[");
-            for (int h = 0; h < nhosts; h++) {
-                if (h)
-                    puts_(&req, ",");
-                put_string(&req, hosts[h], strlen(hosts[h]));
-            }
-            puts_(&req, "]");
+            puts_(&req, keys ? ",\"allow_host\":" : "\"allow_host\":");
+            put_list(&req, hosts, nhosts);
+            keys++;
         }
         if (network != NULL) {
-            puts_(&req, nhosts > 0 ? ",\"network\":" : "\"network\":");
+            puts_(&req, keys ? ",\"network\":" : "\"network\":");
             put_string(&req, network, strlen(network));
         }
         puts_(&req, "},\"caller\":{\"cwd\":");

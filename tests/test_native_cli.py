@@ -146,7 +146,10 @@ def _exited(code: int) -> protocol.Exited:
         ["run", "--allow-host", "bad host!", "--", "true"],  # not plain: the Python CLI's
         ["run", "--allow-host", "[::1]:8080", "--", "true"],
         ["run", "--network", "allow", "--network", "none", "--", "true"],
-        ["run", "--network", "allow", "--preset", "python", "--", "true"],  # another flag
+        ["run", "--preset", "python", "--network", "allow", "--", "uv", "pip", "install", "x"],
+        ["run", "--preset=node", "--preset", "rust", "true"],
+        ["run", "--preset", "Python", "--", "true"],  # not a plain word: the Python CLI's
+        ["run", "--network", "allow", "--write", "/tmp", "--", "true"],  # another flag
         ["run", "--network"],
         ["exec", "box", "true"],
         ["exec", "box", "--", "ls", "-la", "ünï"],
