@@ -323,6 +323,37 @@ def state_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
     shut_down_supervisor()
 
 
+@contextlib.contextmanager
+def loopback_http(host: str = "127.0.0.2") -> Iterator[tuple[int, list[str]]]:
+    """A small HTTP server on ``host`` (a loopback address other than the host's own
+    services' 127.0.0.1) that answers every GET with "ok": its port, and the paths asked
+    for so far, in order."""
+    import http.server
+    import threading
+
+    asked: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            asked.append(self.path)
+            body = b"ok\n"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer((host, 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield int(httpd.server_address[1]), asked
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
 def module_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """For a module-scoped ``state_home``: one private state (and supervisor) for the
     module's tests, every sandbox it left removed at the end."""

@@ -10,17 +10,15 @@ something, and runs again: that run's TMPDIR is the booted one's when it took it
 
 from __future__ import annotations
 
-import http.server
 import os
 import shutil
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import loopback_http, run_cli
 from warren import PolicySpec, Sandbox
 from warren.server import ahead
 
@@ -143,30 +141,12 @@ def test_a_replaced_workspace_is_the_one_the_next_run_sees(place: Place) -> None
     assert not (place.base / "ws.old" / "g").exists()
 
 
-class _Hits(http.server.BaseHTTPRequestHandler):
-    hits: list[str] = []
-
-    def do_GET(self) -> None:
-        self.hits.append(self.path)
-        body = b"served\n"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *_args: object) -> None:
-        pass
-
-
 def test_a_network_allow_run_takes_a_booted_sandbox_and_its_client_hears_the_proxy(place: Place) -> None:
     """A ``--network allow`` run is booted ahead like a plain one: the run that takes it
     reaches an allowed server (a loopback one of this test's, by name) through the proxy, and the
     proxy's refusal of a host not on the allowlist reaches the run's own client, as for a
     fresh sandbox: the booted proxy's helper was given the run's event pipe first."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.2", 0), _Hits)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        port = server.server_address[1]
+    with loopback_http() as (port, asked):
         # A name the proxy resolves to the server (loopback: its address is listed too).
         flags = (
             "--network=allow",
@@ -184,7 +164,7 @@ def test_a_network_allow_run_takes_a_booted_sandbox_and_its_client_hears_the_pro
         assert code == 0, err
         lines = out.splitlines()
         assert lines[0] == booted, "the run took the sandbox booted for it"
-        assert lines[1:2] == ["served"] and _Hits.hits[-1:] == ["/run"], err
+        assert lines[1:2] == ["ok"] and asked[-1:] == ["/run"], err
         refused = [line for line in err.splitlines() if line.startswith("warren: network: refused")]
         assert refused == [
             "warren: network: refused GET denied.test:9: denied.test:9 is not on the allowlist"
@@ -195,9 +175,6 @@ def test_a_network_allow_run_takes_a_booted_sandbox_and_its_client_hears_the_pro
         code, out, err = place.run(script, *flags)
         assert code == 0 and out.splitlines()[0] == booted, err
         assert "warren: network: refused GET denied.test:9" in err
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_a_run_with_other_flags_is_not_given_the_booted_sandbox(place: Place) -> None:

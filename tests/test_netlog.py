@@ -9,16 +9,15 @@ The writer's rotation and summaries are judged on small budgets and a short wind
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from conftest import loopback_http
 from warren.client.sandbox import Sandbox
 from warren.net import log as netlog
 from warren.net.allowlist import NetEvent
@@ -108,22 +107,8 @@ def test_repeated_refusals_are_counted_and_summed_up_when_the_window_ends(
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[int]:
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = b"ok\n"
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.2", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield int(httpd.server_address[1])
-    httpd.shutdown()
-    httpd.server_close()
+    with loopback_http() as (port, _asked):
+        yield port
 
 
 FLOOD = r"""

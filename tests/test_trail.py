@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from conftest import module_state, run_cli
+from conftest import loopback_http, module_state, run_cli
 from warren import protocol
 from warren.cli import events as events_cli
 from warren.client.sandbox import Sandbox
@@ -44,22 +44,8 @@ def state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[int]:
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = b"ok\n"
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.2", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield int(httpd.server_address[1])
-    httpd.shutdown()
-    httpd.server_close()
+    with loopback_http() as (port, _asked):
+        yield port
 
 
 @pytest.fixture(scope="module")

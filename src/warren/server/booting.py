@@ -233,6 +233,5 @@ class Booter:
 def _refresh(box: Box) -> None:
     """The booted sandbox's read rules built again before its command: a directory whose
     entries get a rule each has a new one since the boot (its spare, holding the old
-    rules, goes; PID 1 forks the next with the new)."""
-    box.drop_spare()
+    rules, goes as it is sent: ``Box.send``; PID 1 forks the next with the new)."""
     box.send(protocol.Refresh())

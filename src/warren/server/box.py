@@ -521,7 +521,8 @@ class Box:
             self.roots.update(changed)
         watch = self.launched.host_watch
         if changed or (watch is not None and watch.changed()):
-            self.drop_spare()  # it holds the old rules: PID 1 forks the next with the new
+            # Its spare holds the old rules: let go of with it (``send``); PID 1 forks
+            # the next with the new.
             self.send(protocol.Refresh())
 
     def recorded(self, msg: protocol.Message, peer: dict[str, int]) -> Started | None:

@@ -133,6 +133,35 @@ def check_ports(msg: protocol.ExposeRequest) -> None:
             )
 
 
+def _ask(
+    helper: Netd,
+    name: str,
+    msg: protocol.Message,
+    expect: tuple[type[protocol.Message], ...],
+    *,
+    fds: list[int] | None = None,
+    failed: str,
+    operation: str,
+    hint: str,
+) -> protocol.Message:
+    """One exchange with sandbox ``name``'s network helper: ``msg`` (with ``fds``), and
+    its answer; a helper that does not answer is a ``SandboxError`` saying ``failed``."""
+    try:
+        wire.send(helper.ctl, msg, fds=fds or [])
+        reply, _, got = wire.recv(helper.ctl, expect, max_payload=0)
+    except (wire.ConnectionClosed, OSError, WarrenError) as e:
+        raise SandboxError(
+            f"the network helper of sandbox {name} {failed}",
+            operation=operation,
+            path=name,
+            errno=getattr(e, "errno", None),
+            hint=hint,
+        ) from None
+    for fd in got:
+        os.close(fd)
+    return reply
+
+
 def expose(
     helper: Netd,
     name: str,
@@ -140,41 +169,31 @@ def expose(
 ) -> protocol.Message:
     """Ask sandbox ``name``'s network helper to expose a port, to close one, or about its
     live policy (``net.live``); its answer."""
-    try:
-        wire.send(helper.ctl, msg)
-        reply, _, fds = wire.recv(
-            helper.ctl, (protocol.Exposed, protocol.Ok, protocol.NetPolicy, protocol.Error), max_payload=0
-        )
-    except (wire.ConnectionClosed, OSError, WarrenError) as e:
-        raise SandboxError(
-            f"the network helper of sandbox {name} did not answer",
-            operation="net" if isinstance(msg, protocol.NetPolicyRequest) else "expose",
-            path=name,
-            errno=getattr(e, "errno", None),
-            hint="the sandbox may be ending; check `warren ls`",
-        ) from None
-    for fd in fds:
-        os.close(fd)
-    return reply
+    return _ask(
+        helper,
+        name,
+        msg,
+        (protocol.Exposed, protocol.Ok, protocol.NetPolicy, protocol.Error),
+        failed="did not answer",
+        operation="net" if isinstance(msg, protocol.NetPolicyRequest) else "expose",
+        hint="the sandbox may be ending; check `warren ls`",
+    )
 
 
 def attach_events(helper: Netd, name: str, events: int) -> None:
     """Give sandbox ``name``'s network helper the pipe its proxy's decisions go to from
     now on (a run's, when the run takes a sandbox booted ahead), and wait until it
     writes there: the run's command starts after this."""
-    try:
-        wire.send(helper.ctl, protocol.NetEvents(), fds=[events])
-        _ok, _, fds = wire.recv(helper.ctl, (protocol.Ok,), max_payload=0)
-    except (wire.ConnectionClosed, OSError, WarrenError) as e:
-        raise SandboxError(
-            f"the network helper of sandbox {name} did not take the run's event pipe",
-            operation="network",
-            path=name,
-            errno=getattr(e, "errno", None),
-            hint="run the command again: it gets a fresh sandbox",
-        ) from None
-    for fd in fds:
-        os.close(fd)
+    _ask(
+        helper,
+        name,
+        protocol.NetEvents(),
+        (protocol.Ok,),
+        fds=[events],
+        failed="did not take the run's event pipe",
+        operation="network",
+        hint="run the command again: it gets a fresh sandbox",
+    )
 
 
 def read_log(sandbox_dir: str) -> protocol.Message:
