@@ -25,6 +25,7 @@ PYTHON_CLI = "bin/warren"
 SOURCE = "native/warren.c"
 STUB_SOURCE = "native/exec-stub.c"  # what a sandboxed command's process execs while it waits
 WALK_SOURCE = "native/walk.c"  # the supervisor's walks of a workspace (``_core.treewalk``)
+CREDSEND_SOURCE = "native/credsend.c"  # names a command as its unix sends' sender (``_core.credsend``)
 
 
 def protocol_version(root: Path) -> int:
@@ -91,7 +92,16 @@ class NativeFrontEnd(BuildHookInterface):  # type: ignore[type-arg]
                 f"warren: the native tree walk was not built ({walk_why}); each launch walks the "
                 "workspace in Python (slower in large workspaces: bench/bench_workspace_size.py)"
             )
-        if why is None or stub_why is None or walk_why is None:
+        credsend = Path(self._tmp) / "warren-credsend"
+        credsend_why = compile_native(Path(self.root), credsend, CREDSEND_SOURCE, static=True)
+        if credsend_why is None:
+            build_data["shared_scripts"][str(credsend)] = "warren-credsend"
+        else:
+            self.app.display_warning(
+                f"warren: the credentials sender was not built ({credsend_why}); a receiver asking "
+                "for a unix message's sender is told warren's PID 1 (Chromium needs --no-zygote)"
+            )
+        if why is None or stub_why is None or walk_why is None or credsend_why is None:
             build_data["pure_python"] = False
             build_data["infer_tag"] = True
         if why is None:

@@ -2,7 +2,8 @@
 
 The same Python loop (N calls each of chmod, utimensat, fchmod, a unix-socket connect,
 a rename in the workspace, a TCP connect and a small TCP sendmsg on loopback — the
-broker makes these itself on a worker thread — and stat as a control that is not
+broker makes these itself on a worker thread —, a small sendmsg on a unix socketpair —
+made by the credentials sender, which names the command as its sender — and stat as a control that is not
 brokered) runs on the host, under bubblewrap (no broker), and in `warren run`, side by
 side in one run.
 A second warren row runs inside a git repository, where renames are brokered too.
@@ -56,6 +57,11 @@ c = socket.socket(); c.connect(t.getsockname()); a, _ = t.accept()
 def sendmsg(i):
     c.sendmsg([b'x' * 64]); a.recv(64)
 timed('tcp sendmsg 64B', sendmsg)
+u, v = socket.socketpair()
+def unix_sendmsg(i):
+    u.sendmsg([b'x' * 64]); v.recv(64)
+# a unix send names its sender: made by warren's credentials sender (_core.credsend)
+timed('unix sendmsg 64B', unix_sendmsg)
 print(json.dumps(out))
 """
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from conftest import WARREN, Layout, run_cli
+from warren._core import credsend
 from warren._core.broker import pool
 
 # One thread puts an AF_INET socket, then a unix one, onto fd F in a loop, while the
@@ -574,6 +575,7 @@ while True:
     seen.append([msg.decode(), struct.unpack('iII', anc[0][2])[0]])
 out['seen'] = seen
 out['pids'] = [other, os.getppid()]
+out['me'] = os.getpid()
 os.kill(other, 9)
 print(json.dumps(out))
 """
@@ -598,4 +600,6 @@ def test_a_command_cannot_name_another_process_in_its_credentials(layout: Layout
     assert inside["other"] == inside["parent"] == "EPERM", inside
     assert inside["own"] == "sent"
     assert [msg for msg, _pid in inside["seen"]] == ["own"]
+    # the one it may name, itself, is what the receiver is told (the credentials sender)
+    assert inside["seen"] == [["own", inside["me"]]] or credsend.program() is None, inside
     assert not set(inside["pids"]) & {pid for _msg, pid in inside["seen"]}, inside

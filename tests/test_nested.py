@@ -16,6 +16,7 @@ confinement tests use that shape for them.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import subprocess
 import sys
@@ -242,14 +243,14 @@ finally:
     srv.kill()
 """
 CHROMIUM = """
-r = subprocess.run(["chromium", "--headless", "--no-sandbox", "--no-zygote", "--user-data-dir=profile",
+r = subprocess.run(["chromium", "--headless", "--no-sandbox", "--user-data-dir=profile",
                     "--screenshot=chromium.png", "http://127.0.0.1:8123/"], capture_output=True, timeout=60)
 print(r.returncode)
 """
 PLAYWRIGHT = """
 from playwright.sync_api import sync_playwright
 with sync_playwright() as p:
-    browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-zygote"])
+    browser = p.chromium.launch(executable_path="/usr/bin/chromium")
     page = browser.new_page()
     page.goto("http://127.0.0.1:8123/")
     print(page.title(), "|", page.inner_text("#h"))
@@ -289,3 +290,74 @@ def test_playwright_drives_chromium_on_a_page_served_inside(browsing: tuple[Sand
     assert r.stdout.decode().strip() == "warren page | served inside"
     shot = workspace / "playwright.png"
     assert shot.read_bytes().startswith(PNG) and shot.stat().st_size > 1000
+
+
+# Chromium with its own sandbox on: while it takes the screenshot, each of its processes
+# is looked at (its namespaces against this script's, its seccomp filters).
+SANDBOXED = """
+import threading
+def mine(pid):
+    lines = open(f"/proc/{pid}/status").read().splitlines()
+    status = dict(l.split(":\\t", 1) for l in lines if ":\\t" in l)
+    namespaces = [os.readlink(f"/proc/{pid}/ns/{k}") for k in ("user", "pid", "net")]
+    return namespaces, int(status["Seccomp_filters"])
+own_ns, own_filters = mine(os.getpid())
+seen = {}
+done = threading.Event()
+def watch():
+    while not done.is_set():
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                cmd = open(f"/proc/{pid}/cmdline", "rb").read()
+                if b"chromium" in cmd:
+                    kind = "renderer" if b"--type=renderer" in cmd else "other"
+                    ns, filters = mine(pid)
+                    own = tuple(a != b for a, b in zip(ns, own_ns))
+                    seen.setdefault(kind, set()).add((own, filters - own_filters))
+            except (OSError, KeyError):
+                pass
+        time.sleep(0.02)
+t = threading.Thread(target=watch)
+t.start()
+r = subprocess.run(["chromium", "--headless", "--user-data-dir=profile-sandboxed",
+                    "--screenshot=sandboxed.png", "http://127.0.0.1:8123/"], capture_output=True, timeout=60)
+done.set(); t.join()
+print(json.dumps({"rc": r.returncode, "err": r.stderr.decode()[-3000:],
+                  "seen": {k: sorted(v) for k, v in seen.items()}}))
+"""
+
+
+@pytest.fixture(scope="module")
+def browsing_nested(base: Path) -> Iterator[tuple[Sandbox, Path]]:
+    need_tool("chromium", "Debian's chromium drives these pages: apt-get install chromium")
+    layout = _make_layout(base / "browser-sandboxed")
+    with Sandbox.create(PolicySpec(workspace=str(layout.workspace), allow_nested=True)) as sb:
+        yield sb, layout.workspace
+
+
+def test_chromium_with_its_own_sandbox_screenshots_a_page_served_inside(
+    browsing_nested: tuple[Sandbox, Path],
+) -> None:
+    """Chromium's own sandbox on (no --no-sandbox), in a sandbox with ``allow_nested``:
+    its renderers run in user, pid and network namespaces of their own, under its
+    seccomp filter on top of warren's, and the screenshot is taken. Its zygote's
+    handshake checks the sender of a unix message (``_core.credsend``). As root Chromium
+    refuses its sandbox, on the host as inside: the control is the host's run."""
+    sb, workspace = browsing_nested
+    script = "import json\n" + SANDBOXED
+    r = sb.exec([sys.executable, "-c", SERVE_AND_SHOOT, PAGE, script], cwd=str(workspace), timeout=120)
+    assert r.exit_code == 0, r.stderr.decode()[-2000:]
+    out = json.loads(r.stdout)
+    if ROOT:
+        argv = ["chromium", "--headless", "--screenshot=/dev/null", "about:blank"]
+        host = subprocess.run(argv, capture_output=True, timeout=60)
+        refusal = "Running as root without --no-sandbox is not supported"
+        assert host.returncode != 0 and refusal in host.stderr.decode()
+        assert out["rc"] != 0 and refusal in out["err"], out["err"]
+        return
+    assert out["rc"] == 0, out["err"]
+    shot = workspace / "sandboxed.png"
+    assert shot.read_bytes().startswith(PNG) and shot.stat().st_size > 1000
+    # renderers: own user, pid and network namespaces, and at least one more filter
+    renderers = [tuple(ns) for ns, extra in out["seen"].get("renderer", []) if extra >= 1]
+    assert renderers and all(ns == (True, True, True) for ns in renderers), out["seen"]

@@ -21,7 +21,7 @@ import pytest
 
 from conftest import Layout
 from warren import PolicySpec, Sandbox
-from warren._core import execstub
+from warren._core import credsend, execstub
 from warren._core.procs import descendants
 from warren.server import statedir
 
@@ -82,11 +82,14 @@ def test_pid1_is_the_supervisors_child_and_the_spawner_holds_only_its_channel(bo
     assert len(spawners) == 1, spawners
     fds = sorted(int(fd) for fd in os.listdir(f"/proc/{spawners[0]}/fd"))
     held = [os.readlink(f"/proc/{spawners[0]}/fd/{fd}") for fd in fds if fd > 2]
-    # stdio, its channel to the supervisor and the sealed exec stub every PID 1 inherits
-    # (where it was built): nothing a client or another sandbox gave
+    # stdio, its channel to the supervisor and the sealed programs every PID 1 inherits
+    # (the exec stub, the credentials sender; where they were built): nothing a client
+    # or another sandbox gave
     stub = [h for h in held if h == "/memfd:warren-exec-stub (deleted)"]
     assert len(stub) == (1 if execstub.program() else 0), held
-    others = [h for h in held if h not in stub]
+    sender = [h for h in held if h == "/memfd:warren-credsend (deleted)"]
+    assert len(sender) == (1 if credsend.program() else 0), held
+    others = [h for h in held if h not in stub + sender]
     assert len(others) == 1 and others[0].startswith("socket:"), held
 
 

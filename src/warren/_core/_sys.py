@@ -328,6 +328,7 @@ PR_SET_SECCOMP = 22
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
 PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_RAISE = 2
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 SECCOMP_MODE_FILTER = 2
 
@@ -501,6 +502,45 @@ def sendmsg(fd: int, name: bytes | None, parts: list[bytes], control: bytes, fla
     return int(r)
 
 
+PIDFD_GET_INFO = 0xC040FF0B  # _IOWR(0xFF, 11, struct pidfd_info), its first 64 bytes (Linux 6.13)
+_PIDFD_INFO_PID = 1
+
+
+def pidfd_tgid(pidfd: int) -> int | None:
+    """The thread group of the task ``pidfd`` pins, in the caller's pid namespace
+    (``PIDFD_GET_INFO``); None where the kernel has no such ioctl."""
+    import fcntl
+
+    info = bytearray(64)
+    struct.pack_into("=Q", info, 0, _PIDFD_INFO_PID)
+    try:
+        fcntl.ioctl(pidfd, PIDFD_GET_INFO, info)
+    except OSError:
+        return None
+    mask, _cgroup, _pid, tgid = struct.unpack_from("=QQII", info)
+    return tgid if mask & _PIDFD_INFO_PID and tgid else None
+
+
+class _PollFd(ctypes.Structure):
+    _fields_ = [("fd", ctypes.c_int), ("events", ctypes.c_short), ("revents", ctypes.c_short)]
+
+
+_poll = _libc.poll
+_poll.argtypes = [ctypes.c_void_p, ctypes.c_ulong, ctypes.c_int]
+_POLLOUT = 0x4
+
+
+def poll_out(fd: int, timeout_ms: int) -> int:
+    """poll(2) for ``fd`` to take a write: 1 when it may (or has an error to say), 0 at
+    the timeout (-1: none), -errno; a signal to the calling thread interrupts it (EINTR,
+    never retried here)."""
+    pfd = _PollFd(fd, _POLLOUT, 0)
+    r = _poll(ctypes.byref(pfd), 1, timeout_ms)
+    if r < 0:
+        return -ctypes.get_errno()
+    return int(r)
+
+
 RESOLVE_NO_XDEV = 0x01
 RESOLVE_NO_MAGICLINKS = 0x02
 RESOLVE_NO_SYMLINKS = 0x04
@@ -558,6 +598,19 @@ _CAP_EMPTY = (_CapData * 2)()
 def capset_empty() -> None:
     r = _syscall(_nr("capset"), ctypes.byref(_CAP_HEADER), ctypes.byref(_CAP_EMPTY))
     _check(r, "capset")
+
+
+def ambient_caps(caps: tuple[int, ...]) -> None:
+    """Keep only ``caps`` (effective, permitted, inheritable) and raise them as ambient
+    capabilities: what an execve by a non-root user keeps (``_core.credsend``)."""
+    data = (_CapData * 2)()
+    for cap in caps:
+        data[cap // 32].effective |= 1 << (cap % 32)
+        data[cap // 32].permitted |= 1 << (cap % 32)
+        data[cap // 32].inheritable |= 1 << (cap % 32)
+    _check(_syscall(_nr("capset"), ctypes.byref(_CAP_HEADER), ctypes.byref(data)), "capset")
+    for cap in caps:
+        prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, cap)
 
 
 CLOSE_RANGE_CLOEXEC = 1 << 2

@@ -16,11 +16,10 @@ Owns: finding and loading the program, and its wire format (``request``, ``reply
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
 import struct
-import sys
-import sysconfig
+
+from . import programs
 
 NAME = "warren-exec-stub"
 MEMFD_NAME = f"/memfd:{NAME} (deleted)"  # its /proc/PID/exe while it waits
@@ -33,54 +32,22 @@ READY, HARDENED, PYTHON = b"S", b"H", b"P"
 # The stub's steps, as it reports a failed one.
 PROTOCOL, CHDIR, CTTY, STDIO, EXECVE, SEARCH = 1, 2, 3, 4, 5, 6
 
-_SEALS = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
-_fd: int | None = None
-
 
 def program() -> str | None:
-    """Where the compiled stub is: among this Python's scripts (a venv's bin, or
-    ``~/.local/bin`` for ``pip install --user``), or beside the interpreter."""
+    """Where the compiled stub is (``programs.find``); None with ``WARREN_EXEC_STUB=0``."""
     if os.environ.get("WARREN_EXEC_STUB") == "0":
         return None
-    places = [sysconfig.get_path("scripts"), os.path.dirname(sys.executable)]
-    if sys.prefix == sys.base_prefix:  # not a venv: a --user install puts it there
-        places.insert(1, sysconfig.get_path("scripts", f"{os.name}_user"))
-    for directory in places:
-        candidate = os.path.join(directory, NAME)
-        if os.access(candidate, os.X_OK):
-            return candidate
-    return None
+    return programs.find(NAME)
 
 
 def load() -> int | None:
     """The stub in a sealed memfd (made once per process tree), or None when there is
-    none to load. Its contents cannot change after: the seals refuse every write."""
-    global _fd
-    if _fd is not None:
-        return _fd
-    path = program()
-    if path is None:
-        return None
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-        fd = os.memfd_create(NAME, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-    except OSError:
-        return None
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
-    except OSError:
-        os.close(fd)
-        return None
-    _fd = fd
-    return fd
+    none to load."""
+    return programs.load(NAME, program())
 
 
 def loaded() -> int | None:
-    return _fd
+    return programs.loaded(NAME)
 
 
 def request(

@@ -31,7 +31,7 @@ from ..errors import LimitReached, ProcessNotFound, SandboxError, SetupError, Wa
 from ..net.handshake import pid1_network
 from ..net.proxy import listen_inside
 from ..plan.model import Plan
-from . import _sys, execstub, fileops, harden, kernel, mounts, procs
+from . import _sys, credsend, execstub, fileops, harden, kernel, mounts, procs
 from .broker import Broker
 from .shim import Launcher, Shim, warm
 
@@ -88,9 +88,12 @@ def main(plan: Plan, control: socket.socket, *, oneshot: bool, ahead: bool = Fal
         os.chdir("/")
         ruleset = harden.landlock_ruleset(plan.landlock) if plan.landlock is not None else None
         harden.seccomp_program(plan)
+        # Forked while PID 1 still holds CAP_SYS_ADMIN over the sandbox's namespaces:
+        # the one capability it keeps, for naming a command in its unix sends.
+        sender = credsend.start() if plan.namespaces else None
         harden.settle_pid1(plan)
         helpers: set[int] = set()
-        broker = _start_broker(plan, helpers)
+        broker = _start_broker(plan, helpers, sender)
     except WarrenError as e:
         with contextlib.suppress(OSError):
             wire.send(control, protocol.Failed(error=protocol.error_message(e).error))
@@ -115,7 +118,9 @@ def main(plan: Plan, control: socket.socket, *, oneshot: bool, ahead: bool = Fal
     for fd in ns + layer + held:
         os.close(fd)
     try:
-        return Init(plan, control, ruleset, oneshot, broker, helpers, ahead).serve()
+        init = Init(plan, control, ruleset, oneshot, broker, helpers, ahead)
+        init.sender = sender.pid if sender is not None else 0
+        return init.serve()
     except Exception as e:
         # A bug of warren's: PID 1's stderr is /dev/null, so the supervisor's log says
         # where it was (the sandbox ends with it, and its clients hear that).
@@ -178,9 +183,9 @@ def _proxy_on_host(plan: Plan, control: socket.socket) -> None:
         wire.send(control, protocol.NetProxy(), fds=[listener.fileno()])
 
 
-def _start_broker(plan: Plan, helpers: set[int]) -> Broker | None:
+def _start_broker(plan: Plan, helpers: set[int], sender: credsend.Sender | None) -> Broker | None:
     try:
-        return Broker.start(plan, helpers)
+        return Broker.start(plan, helpers, sender)
     except OSError as e:
         raise SetupError.from_os(
             e,
@@ -200,6 +205,7 @@ class Init:
     helpers: set[int]  # the broker thread reads it too
     ahead: bool = False
     served: bool = field(default=False, init=False)
+    sender: int = field(default=0, init=False)  # the credentials sender's pid (``credsend``), 0 none
     spare: socket.socket | None = field(default=None, init=False)  # a helper forked ahead of the next request
     # ... given to the supervisor (``protocol.Spare``), which hands it the next request
     # itself; PID 1 then never hands it one (a long-lived sandbox's spares are given)
@@ -369,7 +375,7 @@ class Init:
         seen_busy = 0.0
         while True:
             self._reap()
-            gone = self.connectors | doomed
+            gone = self.connectors | doomed | {self.sender}
             others = [p for p in procs.table() if p[0] != 1 and p[0] not in gone]
             if not others:
                 alone = True

@@ -20,13 +20,11 @@ import os
 import resource
 import struct
 import subprocess
-import sys
-import sysconfig
 import threading
 import time
 from dataclasses import dataclass, field
 
-from . import safepath
+from . import programs, safepath
 
 NAME = "warren-walk"
 # what a 'G' record's kind byte means (gitfind's names for them)
@@ -56,10 +54,7 @@ def program() -> str | None:
     if os.environ.get("WARREN_NATIVE_WALK") == "0":
         return None
     if _program is False:
-        places = [sysconfig.get_path("scripts"), os.path.dirname(sys.executable)]
-        if sys.prefix == sys.base_prefix:
-            places.insert(1, sysconfig.get_path("scripts", f"{os.name}_user"))
-        _program = next((c for c in (os.path.join(d, NAME) for d in places) if os.access(c, os.X_OK)), None)
+        _program = programs.find(NAME)
     return _program if isinstance(_program, str) else None
 
 

@@ -36,6 +36,7 @@ _SUPERVISOR_ENV = (
     "XDG_CONFIG_HOME",  # the user's config: the snapshot budget is read there (server.snapshots)
     "WARREN_SUPERVISOR_IDLE",
     "WARREN_EXEC_STUB",  # 0: commands' processes wait in Python, not as the exec stub
+    "WARREN_CREDSEND",  # 0: a command's unix sends name PID 1, as without warren-credsend (_core.credsend)
     "WARREN_NATIVE_WALK",  # 0: the workspace walked in Python, not by warren-walk (_core.treewalk)
     "WARREN_SPARE_IDLE",  # seconds before an unused spare helper is let go (pid1.SPARE_IDLE)
     "WARREN_LINK_WALK_DELAY",  # seconds the hard-link walk after launch waits first (tests: server.linkwalk)

@@ -29,6 +29,7 @@ class Call:
         self.listener, self.nid, self.pid, self.args = listener, nid, pid, args
         self.pidfd = -1
         self.mem = -1
+        self.tgid = 0  # its thread group, once asked (``sockets``)
         self.after: Callable[[], None] | None = None  # what follows the answer (a signal)
 
     def __enter__(self) -> Call:

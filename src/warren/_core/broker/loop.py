@@ -26,7 +26,7 @@ from collections.abc import Callable
 from ...plan import seccomp as _seccomp
 from ...plan.model import Plan
 from ...plan.mounts import within
-from .. import _sys, mounts
+from .. import _sys, credsend, mounts
 from ..mounts import DENIED_FILE
 from . import links, metadata, pool, processes, renames, sockets
 from . import window as _window
@@ -102,7 +102,7 @@ class Broker:
         self.links = links.handlers(git or links.GitData({}))
 
     @classmethod
-    def start(cls, plan: Plan, helpers: set[int]) -> Broker:
+    def start(cls, plan: Plan, helpers: set[int], sender: credsend.Sender | None = None) -> Broker:
         """In PID 1 after setup (no_new_privs already set): the broker's thread, then
         the notification filter on PID 1's main thread, inherited by everything it
         forks."""
@@ -164,6 +164,7 @@ class Broker:
             if _seccomp._brokered(n, nrs)
         }
         box[0].window = window
+        box[0].places.sender = sender
         ready.set()
         return box[0]
 

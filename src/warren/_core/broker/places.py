@@ -10,6 +10,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..credsend import Sender
 
 
 class Places:
@@ -37,6 +41,9 @@ class Places:
         # reached: not by the degraded mode's network open, where it is the host's
         # services (warren serve, databases, agents) and not the sandbox's own.
         self.loopback = loopback
+        # Who makes a unix send naming its caller as the sender (``_core.credsend``);
+        # None: PID 1 makes it, and receivers are told PID 1's pid.
+        self.sender: Sender | None = None
 
     def inside(self, fd: int) -> bool:
         """Is the object of ``fd`` in a writable root or on the sandbox's own tmpfs?"""

@@ -38,7 +38,7 @@ import stat
 import struct
 from collections.abc import Callable
 
-from .. import _sys
+from .. import _sys, credsend
 from .call import AT_FDCWD, Call, fd_arg_int
 from .places import Places
 
@@ -224,17 +224,70 @@ class _Connect(Pending):
 
 
 class _Message:
-    """One message: judged address, data, control with copied fds."""
+    """One message: judged address, data, control with copied fds (``rights``, in the
+    order its SCM_RIGHTS name them). ``creds_at``: where the control names the caller
+    (its own SCM_CREDENTIALS); ``caller``: the caller's tgid, named as the sender when
+    the credentials sender makes the send (``_core.credsend``), 0 when it may not."""
 
-    def __init__(self, address: bytes, parts: list[bytes], ctl: bytes) -> None:
+    def __init__(
+        self,
+        address: bytes,
+        parts: list[bytes],
+        ctl: bytes,
+        rights: list[int] | None = None,
+        creds_at: list[int] | None = None,
+        caller: int = 0,
+        sender: credsend.Sender | None = None,
+    ) -> None:
         self.address, self.parts, self.ctl = address, parts, ctl
+        self.rights, self.creds_at, self.caller, self.sender = rights or [], creds_at or [], caller, sender
 
     def send(self, fd: int, flags: int) -> int:
-        return _sys.sendmsg(fd, self.address or None, self.parts, self.ctl, flags)
+        if self.sender is not None and self.caller:
+            sent = self._by_sender(fd, flags, self.sender)
+            if sent is not None:
+                return sent
+        return _sys.sendmsg(fd, self.address or None, self.parts, self._pid1_control(), flags)
+
+    def _pid1_control(self) -> bytes:
+        """The control as PID 1 may send it: the caller's own SCM_CREDENTIALS name PID 1
+        (the kernel allows a sender only its own pid)."""
+        if not self.creds_at:
+            return self.ctl
+        buf = bytearray(self.ctl)
+        for at in self.creds_at:
+            if at >= 0:  # (another pid stays, for the kernel to refuse)
+                struct.pack_into("=i", buf, at, os.getpid())
+        return bytes(buf)
+
+    def _by_sender(self, fd: int, flags: int, sender: credsend.Sender) -> int | None:
+        """The send made by the credentials sender, which never waits (MSG_DONTWAIT):
+        waiting, as a blocking socket would, is done here (``poll``), and a blocking
+        stream's rest is sent as the kernel would. None: it could not (ended)."""
+        wait = not flags & MSG_DONTWAIT and not fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_NONBLOCK
+        stream = wait and _sys.socket_kind(fd) == (socket.AF_UNIX, socket.SOCK_STREAM)
+        total = 0
+        while True:
+            data = b"".join(self.parts)
+            named = 0 if self.creds_at else self.caller  # its own SCM_CREDENTIALS name it already
+            result = sender.send(fd, self.address, data, self.ctl, self.rights, flags | MSG_DONTWAIT, named)
+            if result is None:
+                return total or None
+            if result == -errno.EAGAIN and wait:
+                ready = _sys.poll_out(fd, _send_timeout(fd))
+                if ready > 0:
+                    continue
+                result = ready or -errno.EAGAIN  # interrupted, or SO_SNDTIMEO passed
+            if result < 0:
+                return total or result
+            total += result
+            if not stream or result >= len(data):
+                return total
+            self.skip(result)
 
     def skip(self, sent: int) -> None:
         """Drop what a short write sent (its control went with the first byte)."""
-        rest, self.ctl = [], b""
+        rest, self.ctl, self.rights, self.creds_at = [], b"", [], []
         for part in self.parts:
             if sent >= len(part):
                 sent -= len(part)
@@ -242,6 +295,17 @@ class _Message:
             rest.append(part[sent:])
             sent = 0
         self.parts = rest
+
+
+def _send_timeout(fd: int) -> int:
+    """The socket's SO_SNDTIMEO in milliseconds, -1 for none (as poll takes it)."""
+    try:
+        raw = socket.socket(fileno=os.dup(fd))
+    except OSError:
+        return -1
+    with raw:
+        sec, usec = struct.unpack("=qq", raw.getsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, 16))
+    return -1 if not sec and not usec else sec * 1000 + (usec + 999) // 1000
 
 
 class _Send(Pending):
@@ -298,11 +362,14 @@ class _SendMany(Pending):
         return sent
 
 
-def _control(call: Call, ctl: bytes, held: list[int]) -> bytes | int:
+def _control(call: Call, ctl: bytes, held: list[int], rights: list[int], creds_at: list[int]) -> bytes | int:
     """The control messages with the process's fds (SCM_RIGHTS) replaced by copies
-    (added to ``held``, closed after the send); -errno as the kernel would say."""
+    (added to ``held``, closed after the send, and to ``rights`` in order); -errno as
+    the kernel would say. Where an SCM_CREDENTIALS names the caller goes to
+    ``creds_at``; one naming another pid stays as it is, for the kernel to refuse."""
     buf = bytearray(ctl)
     off = 0
+    caller = 0
     while off + 16 <= len(buf):
         size, level, kind = struct.unpack_from("=Qii", buf, off)
         if size < 16 or off + size > len(buf):
@@ -314,24 +381,32 @@ def _control(call: Call, ctl: bytes, held: list[int]) -> bytes | int:
                 if ours < 0:
                     return -errno.EBADF
                 held.append(ours)
+                rights.append(ours)
                 struct.pack_into("=i", buf, at, ours)
         elif level == socket.SOL_SOCKET and kind == SCM_CREDENTIALS and size >= 28:
             (pid,) = struct.unpack_from("=i", buf, off + 16)
-            if pid == _caller_tgid(call):
-                struct.pack_into("=i", buf, off + 16, os.getpid())
+            caller = caller or _caller_tgid(call)
+            if pid == caller:
+                creds_at.append(off + 16)
+            else:
+                creds_at.append(-1)  # another pid: never made by the sender
         off += (size + 7) & ~7
     return bytes(buf)
 
 
 def _caller_tgid(call: Call) -> int:
-    try:
-        with open(f"/proc/{call.pid}/status") as f:
-            for line in f:
-                if line.startswith("Tgid:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return call.pid
+    """The caller's process (its thread group), as the kernel names a sender."""
+    if call.tgid:
+        return call.tgid
+    tgid = _sys.pidfd_tgid(call.pidfd) if call.pidfd >= 0 else None
+    if tgid is None:
+        try:
+            with open(f"/proc/{call.pid}/status") as f:
+                tgid = next((int(line.split()[1]) for line in f if line.startswith("Tgid:")), call.pid)
+        except OSError:
+            tgid = call.pid
+    call.tgid = tgid
+    return tgid
 
 
 def _message(places: Places, pending: Pending, msg_ptr: int) -> _Message | int:
@@ -373,13 +448,31 @@ def _message(places: Places, pending: Pending, msg_ptr: int) -> _Message | int:
     ctl = call.read(control, controllen) if controllen else b""
     if ctl is None:
         return -errno.EFAULT
-    copied = _control(call, ctl, pending.held)
+    rights: list[int] = []
+    creds_at: list[int] = []
+    copied = _control(call, ctl, pending.held, rights, creds_at)
     if isinstance(copied, int):
         return copied
     address = pending.judged(places, raw)
     if isinstance(address, int):
         return address
-    return _Message(address, parts, copied)
+    return _sent_as(places, pending, _Message(address, parts, copied, rights, creds_at))
+
+
+def _sent_as(places: Places, pending: Pending, message: _Message) -> _Message:
+    """A unix message to no pathname (connected, abstract or unnamed) goes by the
+    credentials sender when there is one, naming the caller as the host's kernel would;
+    everything else, and a message naming another pid, is PID 1's to send."""
+    sender = places.sender
+    if sender is None or not sender.alive or pending.domain != socket.AF_UNIX:
+        return message
+    if len(message.address) > 2 and message.address[2] != 0:
+        return message  # a pathname, judged: PID 1's /proc/self/fd/N of it
+    if -1 in message.creds_at:
+        return message
+    message.caller = _caller_tgid(pending.call)
+    message.sender = sender
+    return message
 
 
 def _prepared(pending: Pending, outcome: int | None) -> Pending | int:
@@ -421,7 +514,7 @@ def sendto(places: Places, call: Call) -> Pending | int:
     address = pending.judged(places, raw)
     if isinstance(address, int):
         return _prepared(pending, address)
-    pending.message = _Message(address, [data], b"")
+    pending.message = _sent_as(places, pending, _Message(address, [data], b""))
     pending.flags = call.args[3] & 0xFFFFFFFF
     return pending
 
