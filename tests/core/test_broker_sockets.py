@@ -18,6 +18,8 @@ class FakeCall:
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
+        self.pidfd = -1  # its thread group is read from /proc (sockets._caller_tgid)
+        self.tgid = 0
 
     def their_fd(self, fd: int) -> int:
         try:
@@ -35,10 +37,11 @@ def test_passed_fds_are_sent_as_copies_and_held_until_the_send_is_done() -> None
     r, w = os.pipe()
     held: list[int] = []
     ctl = _cmsg(socket.SOL_SOCKET, sockets.SCM_RIGHTS, struct.pack("=ii", r, w))
-    out = sockets._control(FakeCall(os.getpid()), ctl, held)  # type: ignore[arg-type]
+    rights: list[int] = []
+    out = sockets._control(FakeCall(os.getpid()), ctl, held, rights, [])  # type: ignore[arg-type]
     assert isinstance(out, bytes) and len(out) == len(ctl)
     sent = list(struct.unpack_from("=ii", out, 16))
-    assert sent == held and not {r, w} & set(sent)
+    assert sent == held == rights and not {r, w} & set(sent)
     assert [os.fstat(a).st_ino for a in sent] == [os.fstat(b).st_ino for b in (r, w)]
     for fd in (*held, r, w):
         os.close(fd)
@@ -49,23 +52,30 @@ def test_a_bad_fd_in_scm_rights_is_ebadf_and_copies_made_stay_held_for_closing()
     os.close(w)
     held: list[int] = []
     ctl = _cmsg(socket.SOL_SOCKET, sockets.SCM_RIGHTS, struct.pack("=ii", r, 1 << 20))  # no such fd
-    assert sockets._control(FakeCall(os.getpid()), ctl, held) == -errno.EBADF  # type: ignore[arg-type]
+    got = sockets._control(FakeCall(os.getpid()), ctl, held, [], [])  # type: ignore[arg-type]
+    assert got == -errno.EBADF
     assert len(held) == 1  # closed by the call's close, as every copy
     for fd in (*held, r):
         os.close(fd)
 
 
 def test_credentials_naming_the_caller_name_the_broker_and_others_pass_as_they_are() -> None:
+    """Sent by PID 1 (no credentials sender): credentials naming the caller name PID 1
+    instead, another pid stays for the kernel to refuse; the credentials sender is never
+    handed a message naming another pid."""
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         mine = struct.pack("=iII", child.pid, os.getuid(), os.getgid())
         other = struct.pack("=iII", 4242, os.getuid(), os.getgid())
         ctl = _cmsg(socket.SOL_SOCKET, sockets.SCM_CREDENTIALS, mine)
         ctl += _cmsg(socket.SOL_SOCKET, sockets.SCM_CREDENTIALS, other)
-        out = sockets._control(FakeCall(child.pid), ctl, [])  # type: ignore[arg-type]
-        assert isinstance(out, bytes)
-        assert struct.unpack_from("=iII", out, 16) == (os.getpid(), os.getuid(), os.getgid())
-        assert struct.unpack_from("=iII", out, 32 + 16) == (4242, os.getuid(), os.getgid())
+        creds_at: list[int] = []
+        out = sockets._control(FakeCall(child.pid), ctl, [], [], creds_at)  # type: ignore[arg-type]
+        assert isinstance(out, bytes) and creds_at == [16, -1]
+        assert out == ctl  # as the caller wrote it, for the credentials sender
+        by_pid1 = sockets._Message(b"", [b"x"], out, creds_at=creds_at)._pid1_control()
+        assert struct.unpack_from("=iII", by_pid1, 16) == (os.getpid(), os.getuid(), os.getgid())
+        assert struct.unpack_from("=iII", by_pid1, 32 + 16) == (4242, os.getuid(), os.getgid())
     finally:
         child.kill()
         child.wait()
