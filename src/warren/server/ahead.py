@@ -199,7 +199,9 @@ def mismatch(booted: Booted, plan: Plan, host: HostFacts) -> tuple[str | None, b
     if box.kill_at is not None or box.run is not None:
         return "it is being stopped, or used", False
     if plan != box.plan:
-        return "the request is planned differently now", False
+        old = box.plan
+        differ = [f.name for f in dataclasses.fields(plan) if getattr(plan, f.name) != getattr(old, f.name)]
+        return f"the request is planned differently now ({', '.join(differ)})", False
     if host != booted.host and not same_but_hidden(plan, host, booted.host):
         fields = [
             f.name for f in dataclasses.fields(host) if getattr(host, f.name) != getattr(booted.host, f.name)
