@@ -209,6 +209,7 @@ int main(void) {
         return 1;
     uid = getuid();
     gid = getgid();
+    prctl(PR_SET_NAME, "warren-credsend", 0, 0, 0); /* spawned as /proc/self/fd/N: its name */
     if (keep_sys_admin_only() != 0 || prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 || lock_down() != 0)
         return 1;
     static union {

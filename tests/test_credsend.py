@@ -113,7 +113,7 @@ def _sender(pid1: int) -> int:
                 status = dict(line.split(":\t", 1) for line in f.read().splitlines() if ":\t" in line)
         except OSError:
             continue
-        if status.get("Name", "").strip() == "memfd:warren-cr" and int(status["PPid"]) == pid1:
+        if status.get("Name", "").strip() == "warren-credsend" and int(status["PPid"]) == pid1:
             return int(entry)
     raise AssertionError(f"no credentials sender under PID 1 ({pid1})")
 

@@ -258,7 +258,7 @@ def _credentials_sender(pid: int) -> bool:
     """PID 1's child for the sandbox's whole life (``_core.credsend``), not a helper."""
     try:
         with open(f"/proc/{pid}/comm") as f:
-            return f.read().strip() == "memfd:warren-cr"
+            return f.read().strip() == "warren-credsend"
     except OSError:
         return False
 

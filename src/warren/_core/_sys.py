@@ -25,6 +25,7 @@ _ARCH_NR: dict[str, dict[str, int]] = {
         "umount2": 166,
         "pivot_root": 155,
         "capset": 126,
+        "capget": 125,
         "seccomp": 317,
         "renameat2": 316,
     },
@@ -33,6 +34,7 @@ _ARCH_NR: dict[str, dict[str, int]] = {
         "umount2": 39,
         "pivot_root": 41,
         "capset": 91,
+        "capget": 90,
         "seccomp": 277,
         "renameat2": 276,
     },
@@ -601,12 +603,12 @@ def capset_empty() -> None:
 
 
 def ambient_caps(caps: tuple[int, ...]) -> None:
-    """Keep only ``caps`` (effective, permitted, inheritable) and raise them as ambient
-    capabilities: what an execve by a non-root user keeps (``_core.credsend``)."""
+    """Raise ``caps`` (held already) as ambient capabilities, inheritable first: what a
+    child's execve then keeps, also as a non-root user (``_core.credsend``). The rest
+    of the caller's capabilities stay as they are."""
     data = (_CapData * 2)()
+    _check(_syscall(_nr("capget"), ctypes.byref(_CAP_HEADER), ctypes.byref(data)), "capget")
     for cap in caps:
-        data[cap // 32].effective |= 1 << (cap % 32)
-        data[cap // 32].permitted |= 1 << (cap % 32)
         data[cap // 32].inheritable |= 1 << (cap % 32)
     _check(_syscall(_nr("capset"), ctypes.byref(_CAP_HEADER), ctypes.byref(data)), "capset")
     for cap in caps:

@@ -113,35 +113,37 @@ class Sender:
 
 def start() -> Sender | None:
     """In PID 1, with its capabilities still held and before its broker starts: the
-    sender forked and exec'd from the loaded program; None without one."""
+    sender spawned from the loaded program; None without one. ``posix_spawn`` (a
+    vfork): no copy of PID 1's page tables. PID 1 raises the two capabilities the
+    program needs as ambient ones for the spawn; ``harden.settle_pid1``, which comes
+    next, clears them with every other."""
     program = loaded()
     if program is None:
         return None
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    held: list[int] = []
     try:
         memory = os.memfd_create("warren-credsend-buffer", os.MFD_CLOEXEC)
-        try:
-            os.ftruncate(memory, SIZE)
-            shared = mmap.mmap(memory, SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-            pid = os.fork()
-            if pid == 0:  # pragma: no cover - replaced by the program
-                try:
-                    # above 4 first: neither dup2 below is then onto itself (which would
-                    # keep close-on-exec) or onto the program's own descriptor
-                    program = fcntl.fcntl(program, fcntl.F_DUPFD_CLOEXEC, 10)
-                    sock = fcntl.fcntl(theirs.fileno(), fcntl.F_DUPFD_CLOEXEC, 10)
-                    buffer = fcntl.fcntl(memory, fcntl.F_DUPFD_CLOEXEC, 10)
-                    os.dup2(sock, 3)
-                    os.dup2(buffer, 4)
-                    _sys.ambient_caps((CAP_SYS_ADMIN, CAP_SETPCAP))
-                    os.execve(program, [NAME], {})
-                finally:
-                    os._exit(127)
-        finally:
-            os.close(memory)
+        held.append(memory)
+        os.ftruncate(memory, SIZE)
+        shared = mmap.mmap(memory, SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        # above 4 first: the spawn's dup2 onto 3 and 4 then clobbers none of them
+        for fd in (program, theirs.fileno(), memory):
+            held.append(fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10))
+        exe, sock, buffer = held[1:]
+        _sys.ambient_caps((CAP_SYS_ADMIN, CAP_SETPCAP))
+        pid = os.posix_spawn(
+            f"/proc/self/fd/{exe}",
+            [NAME],
+            {},
+            file_actions=[(os.POSIX_SPAWN_DUP2, sock, 3), (os.POSIX_SPAWN_DUP2, buffer, 4)],
+            setsigmask=(),
+        )
     except OSError:
         ours.close()
         return None
     finally:
         theirs.close()
+        for fd in held:
+            os.close(fd)
     return Sender(ours, shared, pid)
