@@ -71,6 +71,23 @@ while view:
     view = view[a.sendmsg([view[:1 << 20]]):]
 t.join()
 out['big_stream'] = bytes(got) == big
+# sendmmsg: two datagrams in one call, each naming the process
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+class iovec(ctypes.Structure):
+    _fields_ = [('base', ctypes.c_char_p), ('len', ctypes.c_size_t)]
+class msghdr(ctypes.Structure):
+    _fields_ = [('name', ctypes.c_void_p), ('namelen', ctypes.c_uint), ('iov', ctypes.POINTER(iovec)),
+                ('iovlen', ctypes.c_size_t), ('control', ctypes.c_void_p), ('controllen', ctypes.c_size_t),
+                ('flags', ctypes.c_int)]
+class mmsghdr(ctypes.Structure):
+    _fields_ = [('hdr', msghdr), ('len', ctypes.c_uint)]
+iovs = (iovec * 2)(iovec(b'one', 3), iovec(b'two', 3))
+vec = (mmsghdr * 2)()
+for i in range(2):
+    vec[i].hdr.iov = ctypes.pointer(iovs[i]); vec[i].hdr.iovlen = 1
+sent = libc.sendmmsg(c.fileno(), vec, 2, 0)
+out['sendmmsg'] = [sent] + [[m.decode(), pid == os.getpid()] for m, pid, _ in (seen(d), seen(d))]
 out['pid'] = os.getpid()
 print(json.dumps(out))
 """
@@ -81,6 +98,7 @@ WANT = {
     "dgram_with_fd": [True, "ok"],
     "seqpacket": True,
     "big_stream": True,
+    "sendmmsg": [2, ["one", True], ["two", True]],
 }
 
 
