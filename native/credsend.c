@@ -9,9 +9,9 @@
  * PID 1 must not keep that capability (it made every mount of the sandbox; none is
  * locked against it), so this program holds it instead, and can do nothing else:
  *
- * PID 1 forks it before dropping its own capabilities, and it execs this program from
- * a sealed memfd with CAP_SYS_ADMIN (and CAP_SETPCAP, to empty its bounding set) as
- * ambient capabilities. It then keeps CAP_SYS_ADMIN alone, sets no_new_privs, makes
+ * PID 1 spawns it (posix_spawn) from a sealed memfd before dropping its own
+ * capabilities, with CAP_SYS_ADMIN (and CAP_SETPCAP, to empty its bounding set) raised
+ * as ambient capabilities for that spawn. It then keeps CAP_SYS_ADMIN alone, sets no_new_privs, makes
  * itself not dumpable (PID 1 cannot trace it) and installs a seccomp filter that
  * allows recvmsg, sendmsg, close and exit only: every other call kills it. The
  * capability then serves SCM_CREDENTIALS alone, and the broker asks for the pid of
@@ -191,9 +191,9 @@ static int64_t send_one(unsigned char *shared, const struct request *req, int *f
 
 int main(void) {
     if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || getppid() != 1)
-        return 1; /* PID 1 of the sandbox forked it; gone already: nothing to serve */
-    /* PID 1 forked it with signals blocked (and SIGPIPE ignored, which an execve
-     * keeps): a stop's SIGTERM must end it at once */
+        return 1; /* PID 1 of the sandbox spawned it; gone already: nothing to serve */
+    /* PID 1 runs with signals blocked at times (and SIGPIPE ignored, which an execve
+     * keeps): a stop's SIGTERM must end it at once, whatever it inherited */
     sigset_t none;
     sigemptyset(&none);
     if (sigprocmask(SIG_SETMASK, &none, NULL) != 0 || signal(SIGPIPE, SIG_IGN) == SIG_ERR)

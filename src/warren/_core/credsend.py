@@ -7,7 +7,7 @@ its sender's credentials (``SO_PASSCRED``, ``SCM_CREDENTIALS``) would be told PI
 pid, where on the host it is told the command's. Chromium's zygote checks that pid.
 The kernel takes an explicit ``SCM_CREDENTIALS`` naming another pid only from a sender
 holding ``CAP_SYS_ADMIN`` over the user namespace that owns its pid namespace, which
-PID 1 must not keep. So PID 1 forks this program before dropping its capabilities
+PID 1 must not keep. So PID 1 spawns this program before dropping its capabilities
 (``start``); it keeps ``CAP_SYS_ADMIN`` alone under a seccomp filter that allows only
 receiving a request, sending, closing and exiting (its own header says why that is
 sound), and the broker hands it each unix send with the pid of the command whose send

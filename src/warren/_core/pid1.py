@@ -88,8 +88,8 @@ def main(plan: Plan, control: socket.socket, *, oneshot: bool, ahead: bool = Fal
         os.chdir("/")
         ruleset = harden.landlock_ruleset(plan.landlock) if plan.landlock is not None else None
         harden.seccomp_program(plan)
-        # Forked while PID 1 still holds CAP_SYS_ADMIN over the sandbox's namespaces:
-        # the one capability it keeps, for naming a command in its unix sends.
+        # Spawned while PID 1 still holds CAP_SYS_ADMIN over the sandbox's namespaces:
+        # the sender's one capability, for naming a command in its unix sends.
         sender = credsend.start() if plan.namespaces else None
         harden.settle_pid1(plan)
         helpers: set[int] = set()
