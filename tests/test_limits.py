@@ -354,7 +354,9 @@ def test_fork_bomb_is_contained(net: Net, layout: Layout, flags: list[str]) -> N
                 peak = max(peak, _tasks_in(ns))
             time.sleep(0.05)
         _out, err = bomb.communicate(timeout=30)
-    assert bomb.returncode in (0, 124), err[-2000:]
+    # 124: the timeout ended it; 2: the bomb's own shell failed to fork its `sleep` at
+    # the limit (dash ends so: seen once in a gate); either way the limit held it
+    assert bomb.returncode in (0, 2, 124), err[-2000:]
     assert "Cannot fork" in err
     limit = int(flags[1]) if flags else defaults(mem_total()).pids or 0
     assert ns and 0 < peak <= limit + OVERHEAD_TASKS, (peak, limit)
