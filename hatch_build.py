@@ -23,9 +23,30 @@ from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 PYTHON_CLI = "bin/warren"
 SOURCE = "native/warren.c"
-STUB_SOURCE = "native/exec-stub.c"  # what a sandboxed command's process execs while it waits
-WALK_SOURCE = "native/walk.c"  # the supervisor's walks of a workspace (``_core.treewalk``)
-CREDSEND_SOURCE = "native/credsend.c"  # names a command as its unix sends' sender (``_core.credsend``)
+# The helper programs beside the front end: (name, source, linked statically if the C
+# library allows it — the ones that run inside image sandboxes, whose own C library may
+# be another or none —, what goes without it).
+HELPERS = (
+    (
+        "warren-exec-stub",  # what a sandboxed command's process execs while it waits
+        "native/exec-stub.c",
+        True,
+        "commands in sandboxes start from a Python process (about a millisecond slower each)",
+    ),
+    (
+        "warren-walk",  # the supervisor's walks of a workspace (``_core.treewalk``)
+        "native/walk.c",
+        False,
+        "each launch walks the workspace in Python (slower in large workspaces: "
+        "bench/bench_workspace_size.py)",
+    ),
+    (
+        "warren-credsend",  # names a command as its unix sends' sender (``_core.credsend``)
+        "native/credsend.c",
+        True,
+        "a receiver asking for a unix message's sender is told warren's PID 1 (Chromium needs --no-zygote)",
+    ),
+)
 
 
 def protocol_version(root: Path) -> int:
@@ -74,34 +95,16 @@ class NativeFrontEnd(BuildHookInterface):  # type: ignore[type-arg]
         self._tmp = tempfile.mkdtemp(prefix="warren-native-")
         binary = Path(self._tmp) / "warren"
         why = compile_native(Path(self.root), binary)
-        stub = Path(self._tmp) / "warren-exec-stub"
-        stub_why = compile_native(Path(self.root), stub, STUB_SOURCE, static=True)
-        if stub_why is None:
-            build_data["shared_scripts"][str(stub)] = "warren-exec-stub"
-        else:
-            self.app.display_warning(
-                f"warren: the exec stub was not built ({stub_why}); commands in sandboxes start "
-                "from a Python process (about a millisecond slower each)"
-            )
-        walk = Path(self._tmp) / "warren-walk"
-        walk_why = compile_native(Path(self.root), walk, WALK_SOURCE)
-        if walk_why is None:
-            build_data["shared_scripts"][str(walk)] = "warren-walk"
-        else:
-            self.app.display_warning(
-                f"warren: the native tree walk was not built ({walk_why}); each launch walks the "
-                "workspace in Python (slower in large workspaces: bench/bench_workspace_size.py)"
-            )
-        credsend = Path(self._tmp) / "warren-credsend"
-        credsend_why = compile_native(Path(self.root), credsend, CREDSEND_SOURCE, static=True)
-        if credsend_why is None:
-            build_data["shared_scripts"][str(credsend)] = "warren-credsend"
-        else:
-            self.app.display_warning(
-                f"warren: the credentials sender was not built ({credsend_why}); a receiver asking "
-                "for a unix message's sender is told warren's PID 1 (Chromium needs --no-zygote)"
-            )
-        if why is None or stub_why is None or walk_why is None or credsend_why is None:
+        built = why is None
+        for name, source, static, without in HELPERS:
+            out = Path(self._tmp) / name
+            helper_why = compile_native(Path(self.root), out, source, static=static)
+            if helper_why is None:
+                build_data["shared_scripts"][str(out)] = name
+                built = True
+            else:
+                self.app.display_warning(f"warren: {name} was not built ({helper_why}); {without}")
+        if built:
             build_data["pure_python"] = False
             build_data["infer_tag"] = True
         if why is None:

@@ -51,9 +51,7 @@ RELEASE = 64 << 10  # memory of a send larger than this is given back after it
 
 
 def program() -> str | None:
-    if os.environ.get("WARREN_CREDSEND") == "0":
-        return None
-    return programs.find(NAME)
+    return programs.find(NAME, "WARREN_CREDSEND")
 
 
 def load() -> int | None:

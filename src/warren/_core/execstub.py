@@ -35,9 +35,7 @@ PROTOCOL, CHDIR, CTTY, STDIO, EXECVE, SEARCH = 1, 2, 3, 4, 5, 6
 
 def program() -> str | None:
     """Where the compiled stub is (``programs.find``); None with ``WARREN_EXEC_STUB=0``."""
-    if os.environ.get("WARREN_EXEC_STUB") == "0":
-        return None
-    return programs.find(NAME)
+    return programs.find(NAME, "WARREN_EXEC_STUB")
 
 
 def load() -> int | None:

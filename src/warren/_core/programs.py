@@ -21,9 +21,12 @@ _SEALS = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_S
 _loaded: dict[str, int | None] = {}
 
 
-def find(name: str) -> str | None:
+def find(name: str, switch: str) -> str | None:
     """Where the compiled ``name`` is: among this Python's scripts (a venv's bin, or
-    ``~/.local/bin`` for ``pip install --user``), or beside the interpreter."""
+    ``~/.local/bin`` for ``pip install --user``), or beside the interpreter. None when
+    the environment variable ``switch`` is 0 (the Python path asked for on purpose)."""
+    if os.environ.get(switch) == "0":
+        return None
     places = [sysconfig.get_path("scripts"), os.path.dirname(sys.executable)]
     if sys.prefix == sys.base_prefix:  # not a venv: a --user install puts it there
         places.insert(1, sysconfig.get_path("scripts", f"{os.name}_user"))

@@ -54,7 +54,7 @@ def program() -> str | None:
     if os.environ.get("WARREN_NATIVE_WALK") == "0":
         return None
     if _program is False:
-        _program = programs.find(NAME)
+        _program = programs.find(NAME, "WARREN_NATIVE_WALK")
     return _program if isinstance(_program, str) else None
 
 
