@@ -174,6 +174,26 @@ GIT_ENV = {
 
 # Run in a sandbox: a file made in TMPDIR (tempfile) renamed into the working directory,
 # as pip and uv do; prints TMPDIR, then "renamed" or the error's text.
+# For a script run inside a sandbox: sendmmsg(2) through ctypes (Python has no binding),
+# each datagram one message; returns the call's result and each message's msg_len.
+SENDMMSG = r"""
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+class iovec(ctypes.Structure):
+    _fields_ = [('base', ctypes.c_char_p), ('len', ctypes.c_size_t)]
+class msghdr(ctypes.Structure):
+    _fields_ = [('name', ctypes.c_void_p), ('namelen', ctypes.c_uint), ('iov', ctypes.POINTER(iovec)),
+                ('iovlen', ctypes.c_size_t), ('control', ctypes.c_void_p), ('controllen', ctypes.c_size_t),
+                ('flags', ctypes.c_int)]
+class mmsghdr(ctypes.Structure):
+    _fields_ = [('hdr', msghdr), ('len', ctypes.c_uint)]
+def sendmmsg(fd, datagrams):
+    iovs = (iovec * len(datagrams))(*(iovec(d, len(d)) for d in datagrams))
+    vec = (mmsghdr * len(datagrams))()
+    for i in range(len(datagrams)):
+        vec[i].hdr.iov = ctypes.pointer(iovs[i]); vec[i].hdr.iovlen = 1
+    return libc.sendmmsg(fd, vec, len(datagrams), 0), [m.len for m in vec]
+"""
 RENAME_FROM_TMPDIR = """
 import os, tempfile
 fd, name = tempfile.mkstemp()

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import WARREN, Layout, run_cli
+from conftest import SENDMMSG, WARREN, Layout, run_cli
 from warren._core import credsend
 from warren._core.broker import pool
 
@@ -442,7 +442,9 @@ def test_blocking_connects_beyond_the_bound_are_refused_and_killed_callers_free_
 
 # --- what the broker now does itself still behaves as on the host ------------------------
 
-FIDELITY = r"""
+FIDELITY = (
+    SENDMMSG
+    + r"""
 import ctypes, errno, json, os, signal, socket, struct, threading, time
 out = {}
 def err(fn):
@@ -471,21 +473,8 @@ out['scm_rights_bad_fd'] = err(lambda: a.sendmsg([b'f'], no_fd))
 # sendmmsg on a connected UDP socket (glibc's resolver sends its queries so)
 rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); rx.bind(('127.0.0.1', 0))
 tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); tx.connect(rx.getsockname())
-libc = ctypes.CDLL(None, use_errno=True)
-class iovec(ctypes.Structure):
-    _fields_ = [('base', ctypes.c_char_p), ('len', ctypes.c_size_t)]
-class msghdr(ctypes.Structure):
-    _fields_ = [('name', ctypes.c_void_p), ('namelen', ctypes.c_uint), ('iov', ctypes.POINTER(iovec)),
-                ('iovlen', ctypes.c_size_t), ('control', ctypes.c_void_p), ('controllen', ctypes.c_size_t),
-                ('flags', ctypes.c_int)]
-class mmsghdr(ctypes.Structure):
-    _fields_ = [('hdr', msghdr), ('len', ctypes.c_uint)]
-iovs = (iovec * 2)(iovec(b'one', 3), iovec(b'three', 5))
-vec = (mmsghdr * 2)()
-for i in range(2):
-    vec[i].hdr.iov = ctypes.pointer(iovs[i]); vec[i].hdr.iovlen = 1
-n = libc.sendmmsg(tx.fileno(), vec, 2, 0)
-out['sendmmsg'] = [n, vec[0].len, vec[1].len, rx.recv(16).decode(), rx.recv(16).decode()]
+n, lens = sendmmsg(tx.fileno(), [b'one', b'three'])
+out['sendmmsg'] = [n, *lens, rx.recv(16).decode(), rx.recv(16).decode()]
 # a datagram socket disconnected with AF_UNSPEC, then an unconnected send
 unspec = struct.pack('H14x', 0)
 out['unspec_connect'] = libc.connect(tx.fileno(), unspec, 16) and errno.errorcode[ctypes.get_errno()]
@@ -532,6 +521,7 @@ s.close(); t.join()
 out['tcp_sendmsg_all'] = total[0]
 print(json.dumps(out))
 """
+)
 
 
 def test_socket_calls_the_broker_makes_behave_as_on_the_host(layout: Layout, via: str) -> None:

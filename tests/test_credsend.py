@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import module_state
+from conftest import SENDMMSG, module_state
 from warren import PolicySpec, Sandbox
 from warren._core import credsend
 
@@ -24,7 +24,9 @@ pytestmark = pytest.mark.skipif(
     credsend.program() is None, reason="warren-credsend was not built (no C compiler at install)"
 )
 
-CREDS = r"""
+CREDS = (
+    SENDMMSG
+    + r"""
 import json, os, socket, struct, sys, threading
 out = {}
 def seen(sock, room=64):
@@ -72,25 +74,12 @@ while view:
 t.join()
 out['big_stream'] = bytes(got) == big
 # sendmmsg: two datagrams in one call, each naming the process
-import ctypes
-libc = ctypes.CDLL(None, use_errno=True)
-class iovec(ctypes.Structure):
-    _fields_ = [('base', ctypes.c_char_p), ('len', ctypes.c_size_t)]
-class msghdr(ctypes.Structure):
-    _fields_ = [('name', ctypes.c_void_p), ('namelen', ctypes.c_uint), ('iov', ctypes.POINTER(iovec)),
-                ('iovlen', ctypes.c_size_t), ('control', ctypes.c_void_p), ('controllen', ctypes.c_size_t),
-                ('flags', ctypes.c_int)]
-class mmsghdr(ctypes.Structure):
-    _fields_ = [('hdr', msghdr), ('len', ctypes.c_uint)]
-iovs = (iovec * 2)(iovec(b'one', 3), iovec(b'two', 3))
-vec = (mmsghdr * 2)()
-for i in range(2):
-    vec[i].hdr.iov = ctypes.pointer(iovs[i]); vec[i].hdr.iovlen = 1
-sent = libc.sendmmsg(c.fileno(), vec, 2, 0)
+sent, _lens = sendmmsg(c.fileno(), [b'one', b'two'])
 out['sendmmsg'] = [sent] + [[m.decode(), pid == os.getpid()] for m, pid, _ in (seen(d), seen(d))]
 out['pid'] = os.getpid()
 print(json.dumps(out))
 """
+)
 WANT = {
     "stream": True,
     "thread": True,
