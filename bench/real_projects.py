@@ -49,7 +49,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-WARREN = [sys.executable, "-m", "warren"]
+# The `warren` a user runs (the native front end, where it was built), beside this Python.
+_FRONT = Path(sys.executable).parent / "warren"
+WARREN = [str(_FRONT)] if _FRONT.exists() else [sys.executable, "-m", "warren"]
 PRESETS = ["--preset", "python", "--preset", "node", "--network", "allow"]
 # Where the machine's certificate authorities are (a TLS-intercepting network needs them):
 # given to both sides.

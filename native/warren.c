@@ -217,6 +217,21 @@ static void put_list(struct buf *b, const char **items, int n)
     put(b, "]", 1);
 }
 
+/* NAME=VALUE pairs as a JSON object. */
+static void put_pairs(struct buf *b, const char **pairs, int n)
+{
+    put(b, "{", 1);
+    for (int i = 0; i < n; i++) {
+        const char *eq = strchr(pairs[i], '=');
+        if (i)
+            put(b, ",", 1);
+        put_string(b, pairs[i], (size_t)(eq - pairs[i]));
+        put(b, ":", 1);
+        put_string(b, eq + 1, strlen(eq + 1));
+    }
+    put(b, "}", 1);
+}
+
 static void put_argv(struct buf *b, char **argv)
 {
     put(b, "[", 1);
@@ -579,23 +594,41 @@ static const char *flag_value(char **argv, int *i, const char *flag)
     return argv[*i - 1];
 }
 
+/* A --env NAME=VALUE, as the Python CLI takes it (flags.pairs): a NAME before the first
+   `=`, not empty (else the Python CLI's usage error); a NAME given again keeps its first
+   place and takes the later value, as a dict does. */
+static void add_env(const char **envs, int *n, const char *pair)
+{
+    const char *eq = strchr(pair, '=');
+    if (eq == NULL || eq == pair)
+        fallback();
+    size_t key = (size_t)(eq - pair);
+    for (int j = 0; j < *n; j++)
+        if (strncmp(envs[j], pair, key + 1) == 0) {
+            envs[j] = pair;
+            return;
+        }
+    envs[(*n)++] = pair;
+}
+
 int main(int argc, char **argv)
 {
     g_argv = argv;
-    /* Only `run [--network MODE] [--allow-host HOST]... [--preset NAME]... [--] CMD...` and
-       `exec NAME [--] CMD...`, with stdio that is no terminal. */
+    /* Only `run [--network MODE] [--allow-host HOST]... [--preset NAME]... [--env K=V]...
+       [--] CMD...` and `exec NAME [--] CMD...`, with stdio that is no terminal. */
     if (argc < 3 || getenv("WARREN_NATIVE_RESUME") != NULL)
         fallback();
     int run = strcmp(argv[1], "run") == 0;
     char **command, *name = NULL;
     const char *network = NULL;
-    const char **hosts = NULL, **presets = NULL;
-    int nhosts = 0, npresets = 0;
+    const char **hosts = NULL, **presets = NULL, **envs = NULL;
+    int nhosts = 0, npresets = 0, nenvs = 0;
     if (run) {
         int i = 2;
         hosts = calloc((size_t)argc, sizeof *hosts);
         presets = calloc((size_t)argc, sizeof *presets);
-        if (hosts == NULL || presets == NULL)
+        envs = calloc((size_t)argc, sizeof *envs);
+        if (hosts == NULL || presets == NULL || envs == NULL)
             fallback();
         while (argv[i] != NULL && argv[i][0] == '-' && strcmp(argv[i], "--") != 0) {
             const char *v;
@@ -612,6 +645,8 @@ int main(int argc, char **argv)
                 if (!plain_word(v))
                     fallback();
                 presets[npresets++] = v;
+            } else if ((v = flag_value(argv, &i, "--env")) != NULL) {
+                add_env(envs, &nenvs, v);
             } else {
                 fallback();
             }
@@ -663,6 +698,11 @@ int main(int argc, char **argv)
         if (nhosts > 0) {
             puts_(&req, keys ? ",\"allow_host\":" : "\"allow_host\":");
             put_list(&req, hosts, nhosts);
+            keys++;
+        }
+        if (nenvs > 0) {
+            puts_(&req, keys ? ",\"env\":" : "\"env\":");
+            put_pairs(&req, envs, nenvs);
             keys++;
         }
         if (network != NULL) {

@@ -149,6 +149,10 @@ def _exited(code: int) -> protocol.Exited:
         ["run", "--preset", "python", "--network", "allow", "--", "uv", "pip", "install", "x"],
         ["run", "--preset=node", "--preset", "rust", "true"],
         ["run", "--preset", "Python", "--", "true"],  # not a plain word: the Python CLI's
+        ["run", "--env", "A=1", "--env=B=x=y", "--preset", "python", "--env", "A=2", "--", "true"],
+        ["run", "--env", "EMPTY=", "--env", "ODD=quote\" back\\slash\ttab\x01 ünï", "--", "env"],
+        ["run", "--env", "NO_EQUALS", "--", "true"],  # a usage error: the Python CLI's
+        ["run", "--env", "=value", "--", "true"],  # the same
         ["run", "--network", "allow", "--write", "/tmp", "--", "true"],  # another flag
         ["run", "--network"],
         ["exec", "box", "true"],
@@ -163,7 +167,8 @@ def test_the_native_front_end_sends_the_request_the_python_cli_sends(
 ) -> None:
     native, python = both(argv, _answer(STARTED, _exited(0)))
     assert native == python
-    refused = argv[1] == "-d" or argv == ["run", "--network"]  # -d: the fake answers no spawn
+    # -d: the fake answers no spawn; the rest are usage errors
+    refused = argv[1] == "-d" or argv == ["run", "--network"] or "NO_EQUALS" in argv or "=value" in argv
     assert native[3] == (125 if refused else 0), native
 
 
@@ -250,5 +255,13 @@ def test_the_plain_case_needs_no_python_and_the_rest_says_what_is_missing(
     spec = request["spec"]
     assert isinstance(spec, dict)
     assert (spec["network"], spec["allow_host"]) == ("allow", ["pypi.org", "files.pythonhosted.org"])
+    # So is one with presets and variables set (a project's `uv sync` with its UV_PYTHON).
+    flags = ["--preset", "python", "--preset=node", "--env", "UV_PYTHON=/usr/bin/python3", "--env=A=b=c"]
+    plain, _ = both(["run", *flags, "--", "true"], _answer(STARTED, _exited(0)), program=alone)
+    assert plain[1:] == ("", "", 0)
+    [(request, _fds)] = plain[0]
+    spec = request["spec"]
+    assert isinstance(spec, dict)
+    assert (spec["preset"], spec["env"]) == (["python", "node"], {"UV_PYTHON": "/usr/bin/python3", "A": "b=c"})
     failed, _ = both(["exec", "box", "false"], _answer(STARTED, _exited(1)), program=alone)
     assert failed[3] == 125 and "cannot start the Python CLI" in str(failed[2])
