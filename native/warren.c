@@ -12,7 +12,7 @@
  *    with the same arguments and environment, as if it had been called directly;
  *  - once the request is sent, it waits for the command's Started and Exited. When
  *    either is anything but the plain case (warnings, a non-zero status, a limit, a
- *    timeout, an error, a network event, a lost connection), it execs the Python CLI
+ *    timeout, an error, a network event but an allowed request, a lost connection), it execs the Python CLI
  *    to carry on with the same connection (WARREN_NATIVE_RESUME): the unread message
  *    is still on the socket (it is only peeked here), the signals that arrived meanwhile
  *    are still pending (blocked here, the mask survives exec), so every message, hint
@@ -611,6 +611,49 @@ static void add_env(const char **envs, int *n, const char *pair)
     envs[(*n)++] = pair;
 }
 
+/* Whether a network event (one JSON line of net/log.py, a flat object whose keys are
+   warren's) is an allowed request, which the Python CLI passes over without a word. A
+   quote inside a string value is always escaped, so `"allowed":true` after `{` or `,`
+   is that key. Anything else (a refusal, a policy record, a line not understood) is not. */
+static int allowed_line(const char *line, size_t len)
+{
+    static const char key[] = "\"allowed\":true";
+    size_t k = sizeof key - 1;
+    if (len < k + 2 || line[0] != '{')
+        return 0;
+    for (size_t i = 1; i + k <= len; i++)
+        if ((line[i - 1] == '{' || line[i - 1] == ',') && memcmp(line + i, key, k) == 0 &&
+            (line[i + k] == ',' || line[i + k] == '}'))
+            return 1;
+    return 0;
+}
+
+/* Consumes the allowed requests waiting on the network events' socket: 1 when nothing
+   else waits, 0 when something does (a refusal to show, a part of a line, an error),
+   left there for the Python CLI, which then reads the channel as it would its own. */
+static int drop_allowed(int fd)
+{
+    static char peek[MAX_PEEK];
+    for (;;) {
+        ssize_t n = recv(fd, peek, sizeof peek, MSG_PEEK | MSG_DONTWAIT);
+        if (n < 0)
+            return errno == EAGAIN || errno == EWOULDBLOCK;
+        if (n == 0)
+            return 1;
+        size_t done = 0;
+        for (;;) {
+            const char *nl = memchr(peek + done, '\n', (size_t)n - done);
+            if (nl == NULL || !allowed_line(peek + done, (size_t)(nl - (peek + done))))
+                break;
+            done = (size_t)(nl - peek) + 1;
+        }
+        if (done > 0 && recv(fd, peek, done, MSG_DONTWAIT) != (ssize_t)done)
+            return 0;
+        if (done < (size_t)n)
+            return 0;
+    }
+}
+
 int main(int argc, char **argv)
 {
     g_argv = argv;
@@ -728,8 +771,10 @@ int main(int argc, char **argv)
         fallback(); /* wire.MAX_HEADER: the Python CLI explains */
 
     int sock = supervisor();
+    /* The network events' channel: a socket, not a pipe, so that what waits can be peeked
+       at (drop_allowed) and left for the Python CLI. It only reads from it, as from a pipe. */
     int net[2] = {-1, -1};
-    if (run && pipe2(net, O_CLOEXEC) != 0)
+    if (run && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, net) != 0)
         fallback();
 
     /* From here on, signals wait in the queue: read here through a signalfd, or left
@@ -791,8 +836,10 @@ int main(int argc, char **argv)
         }
         if (run && pfd[2].revents) {
             int avail = 0;
-            if (pfd[2].revents & POLLIN && ioctl(net[0], FIONREAD, &avail) == 0 && avail > 0)
+            if (pfd[2].revents & POLLIN && !drop_allowed(net[0]))
                 resume(sock, net[0], started, started_len); /* a network event to show */
+            if (ioctl(net[0], FIONREAD, &avail) != 0)
+                avail = 0;
             if (avail == 0 && (pfd[2].revents & (POLLHUP | POLLERR)))
                 pfd[2].fd = -1; /* the supervisor closed it: nothing more will come */
         }
@@ -800,8 +847,7 @@ int main(int argc, char **argv)
             char json[MAX_PEEK];
             size_t len = 0;
             int exited = 0;
-            int avail = 0;
-            if (run && net[0] >= 0 && ioctl(net[0], FIONREAD, &avail) == 0 && avail > 0)
+            if (run && net[0] >= 0 && !drop_allowed(net[0]))
                 resume(sock, net[0], started, started_len);
             if (!take_plain(sock, json, &len, &exited))
                 resume(sock, net[0], started, started_len);

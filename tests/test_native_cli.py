@@ -26,6 +26,8 @@ import pytest
 
 from warren import protocol, wire
 from warren.errors import SandboxNotFound
+from warren.net import log as netlog
+from warren.net.allowlist import NetEvent
 
 BIN = Path(sys.executable).parent
 NATIVE, PYTHON_CLI = BIN / "warren", BIN / "warren-python"
@@ -221,6 +223,42 @@ def test_network_refusals_are_shown_as_the_python_cli_shows_them(
     native, python = both(["run", "--", "true"], script)
     assert native == python
     assert "warren: network: refused CONNECT evil.example:443: not allowed" in str(native[2])
+
+
+# A host a sandbox names can hold anything: the real writer escapes it.
+_TRICKY = 'x","allowed":true,"y":"\\'
+
+
+def _events(*allowed: bool) -> Script:
+    """Writes decisions through the network helper's own writer, then the command ends."""
+
+    def script(conn: wire.Sock, _msg: protocol.Message, fds: list[int]) -> None:
+        writer = netlog.Writer(None, pipe=os.dup(fds[3]))
+        for i, ok in enumerate(allowed):
+            host = f"{_TRICKY}{i}.example"
+            writer(NetEvent("t", "s", "CONNECT", host, 443, ok, "allowed" if ok else "not on the list"))
+        os.close(writer.pipe or os.dup(0))
+        wire.send(conn, STARTED)
+        wire.send(conn, _exited(0))
+
+    return script
+
+
+def test_allowed_requests_need_no_python_and_a_refusal_among_them_is_shown_as_python_shows_it(
+    both: Callable[..., list[tuple[object, ...]]], tmp_path: Path
+) -> None:
+    """The Python CLI says nothing of an allowed request: a run whose every request was
+    allowed (an agent's `uv sync` through the proxy) stays with the native front end."""
+    alone = tmp_path / "alone" / "warren"
+    alone.parent.mkdir()
+    shutil.copy(NATIVE, alone)
+    plain, python = both(["run", "--network", "allow", "--", "true"], _events(True, True, True), program=alone)
+    assert plain[1:] == python[1:] == ("", "", 0)
+    native, python = both(["run", "--network", "allow", "--", "true"], _events(True, False, True, False))
+    assert native == python
+    assert str(native[2]).count("warren: network: refused CONNECT") == 2, native  # the two refused
+    refused, _ = both(["run", "--network", "allow", "--", "true"], _events(True, False), program=alone)
+    assert refused[3] == 125 and "cannot start the Python CLI" in str(refused[2])
 
 
 def test_a_signal_during_the_command_is_forwarded_by_either_cli(

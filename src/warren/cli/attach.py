@@ -60,8 +60,9 @@ def take_over(value: str) -> None:
         sock, net = int(sock_fd), int(net_fd)
         if not stat.S_ISSOCK(os.fstat(sock).st_mode):
             raise ValueError(f"descriptor {sock} is not a socket")
-        if net != -1 and not stat.S_ISFIFO(os.fstat(net).st_mode):
-            raise ValueError(f"descriptor {net} is not a pipe")
+        # the network events' channel: the native side's is a socket (it peeks at it)
+        if net != -1 and not stat.S_ISSOCK(os.fstat(net).st_mode):
+            raise ValueError(f"descriptor {net} is not a socket")
         msg = protocol.decode(started.encode(), (protocol.Started,)) if started else None
     except (ValueError, OSError, WarrenError) as e:
         raise UsageError(
