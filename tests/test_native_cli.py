@@ -152,7 +152,7 @@ def _exited(code: int) -> protocol.Exited:
         ["run", "--preset=node", "--preset", "rust", "true"],
         ["run", "--preset", "Python", "--", "true"],  # not a plain word: the Python CLI's
         ["run", "--env", "A=1", "--env=B=x=y", "--preset", "python", "--env", "A=2", "--", "true"],
-        ["run", "--env", "EMPTY=", "--env", "ODD=quote\" back\\slash\ttab\x01 ünï", "--", "env"],
+        ["run", "--env", "EMPTY=", "--env", 'ODD=quote" back\\slash\ttab\x01 ünï', "--", "env"],
         ["run", "--env", "NO_EQUALS", "--", "true"],  # a usage error: the Python CLI's
         ["run", "--env", "=value", "--", "true"],  # the same
         ["run", "--network", "allow", "--write", "/tmp", "--", "true"],  # another flag
@@ -252,12 +252,13 @@ def test_allowed_requests_need_no_python_and_a_refusal_among_them_is_shown_as_py
     alone = tmp_path / "alone" / "warren"
     alone.parent.mkdir()
     shutil.copy(NATIVE, alone)
-    plain, python = both(["run", "--network", "allow", "--", "true"], _events(True, True, True), program=alone)
+    run = ["run", "--network", "allow", "--", "true"]
+    plain, python = both(run, _events(True, True, True), program=alone)
     assert plain[1:] == python[1:] == ("", "", 0)
-    native, python = both(["run", "--network", "allow", "--", "true"], _events(True, False, True, False))
+    native, python = both(run, _events(True, False, True, False))
     assert native == python
     assert str(native[2]).count("warren: network: refused CONNECT") == 2, native  # the two refused
-    refused, _ = both(["run", "--network", "allow", "--", "true"], _events(True, False), program=alone)
+    refused, _ = both(run, _events(True, False), program=alone)
     assert refused[3] == 125 and "cannot start the Python CLI" in str(refused[2])
 
 
@@ -300,6 +301,7 @@ def test_the_plain_case_needs_no_python_and_the_rest_says_what_is_missing(
     [(request, _fds)] = plain[0]
     spec = request["spec"]
     assert isinstance(spec, dict)
-    assert (spec["preset"], spec["env"]) == (["python", "node"], {"UV_PYTHON": "/usr/bin/python3", "A": "b=c"})
+    assert spec["preset"] == ["python", "node"]
+    assert spec["env"] == {"UV_PYTHON": "/usr/bin/python3", "A": "b=c"}
     failed, _ = both(["exec", "box", "false"], _answer(STARTED, _exited(1)), program=alone)
     assert failed[3] == 125 and "cannot start the Python CLI" in str(failed[2])
