@@ -12,7 +12,18 @@
  * descriptor: a link is never followed, a directory swapped for one is skipped, as in
  * the Python walks. One descriptor per level is held.
  *
- * argv[1]: "l" (links), "g" (git) or "lg" (both, one pass); argv[2]: the root's fd.
+ * On more than one CPU, threads walk side by side (one per CPU, at most MAX_THREADS):
+ * each walks a subtree depth first as above, and while another thread is idle it hands
+ * it a subdirectory instead of descending into it. The taker opens that directory by
+ * its path from the root with openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+ * RESOLVE_NO_MAGICLINKS): no link is followed there either, at any component. Only
+ * paths shorter than HAND_MAX are handed (a deeper one is walked by its finder, from
+ * descriptors, at any depth). Each thread keeps its records in memory; they are written
+ * once all are done. Where openat2 is refused (an old kernel, a filter), one thread.
+ *
+ * argv[1]: "l" (links), "g" (git) or "lg" (both, one pass); argv[2]: the root's fd;
+ * argv[3] (optional): how many threads, whatever the CPUs (1: the single walk; the
+ * tests' way to run both).
  * Output on fd 1, little-endian, paths relative to the root, without a terminator:
  *   'L' u64 dev, u64 ino, u64 nlink, u32 len, path   a regular file with nlink > 1
  *   'G' u8 kind, u32 len, path                       a directory git would see:
@@ -28,6 +39,9 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/openat2.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +53,9 @@
 
 #define GIT_DEPTH 64
 #define GITFILE_LIMIT 4096
+#define MAX_THREADS 4
+#define HAND_MAX 2048 /* the longest path handed to another thread (well below PATH_MAX) */
+#define DENTS_SIZE (1 << 16)
 
 struct linux_dirent64 {
     uint64_t d_ino;
@@ -48,61 +65,54 @@ struct linux_dirent64 {
     char d_name[];
 };
 
-static char out[1 << 16];
-static size_t out_len;
 static int links_on, git_on;
+static int top_fd;
 
 static void die(int code) { _exit(code); }
 
-static void flush(void) {
-    size_t done = 0;
-    while (done < out_len) {
-        ssize_t n = write(1, out + done, out_len - done);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            die(2);
-        }
-        done += (size_t)n;
+/* One thread's walk: its records (in memory until the end), the path of the directory
+ * it reads (relative to the root, grown as needed), its getdents buffer. */
+struct walker {
+    char *out;
+    size_t out_len, out_cap;
+    char *path;
+    size_t path_cap;
+    char *dents;
+};
+
+static void put(struct walker *w, const void *p, size_t n) {
+    if (w->out_len + n > w->out_cap) {
+        size_t cap = w->out_cap ? w->out_cap : 1 << 16;
+        while (cap < w->out_len + n) cap *= 2;
+        char *grown = realloc(w->out, cap);
+        if (!grown) die(2);
+        w->out = grown;
+        w->out_cap = cap;
     }
-    out_len = 0;
+    memcpy(w->out + w->out_len, p, n);
+    w->out_len += n;
 }
 
-static void put(const void *p, size_t n) {
-    const char *s = p;
-    while (n > 0) {
-        if (out_len == sizeof out) flush();
-        size_t room = sizeof out - out_len, k = n < room ? n : room;
-        memcpy(out + out_len, s, k);
-        out_len += k;
-        s += k;
-        n -= k;
-    }
-}
+static void put_u64(struct walker *w, uint64_t v) { put(w, &v, 8); } /* little-endian hosts only (x86, arm64) */
+static void put_u32(struct walker *w, uint32_t v) { put(w, &v, 4); }
 
-static void put_u64(uint64_t v) { put(&v, 8); } /* little-endian hosts only (x86, arm64) */
-static void put_u32(uint32_t v) { put(&v, 4); }
-
-/* the path of the directory being read, relative to the root, grown as needed */
-static char *path;
-static size_t path_cap;
-
-static void path_reserve(size_t n) {
-    if (n <= path_cap) return;
-    size_t cap = path_cap ? path_cap : 4096;
+static void path_reserve(struct walker *w, size_t n) {
+    if (n <= w->path_cap) return;
+    size_t cap = w->path_cap ? w->path_cap : 4096;
     while (cap < n) cap *= 2;
-    char *p = realloc(path, cap);
+    char *p = realloc(w->path, cap);
     if (!p) die(2);
-    path = p;
-    path_cap = cap;
+    w->path = p;
+    w->path_cap = cap;
 }
 
-static void put_path(size_t len, const char *name) {
+static void put_path(struct walker *w, size_t len, const char *name) {
     size_t nlen = strlen(name);
     uint32_t total = (uint32_t)(len + (len ? 1 : 0) + nlen);
-    put_u32(total);
-    put(path, len);
-    if (len) put("/", 1);
-    put(name, nlen);
+    put_u32(w, total);
+    put(w, w->path, len);
+    if (len) put(w, "/", 1);
+    put(w, name, nlen);
 }
 
 /* A level of the walk: its descriptor, where its path ends, its subdirectories not yet
@@ -114,6 +124,21 @@ struct level {
     size_t pos, end;
     int depth, git;
 };
+
+/* A directory handed from one thread to another: its path from the root. */
+struct item {
+    char *rel;
+    size_t len;
+    int depth, git;
+};
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct item *items;
+    size_t n, cap;
+    int threads, idle;
+} shared = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
 static int gitfile(int dfd) {
     int fd = openat(dfd, ".git", O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
@@ -143,23 +168,20 @@ static int kind_of(int fd, unsigned char type, const char *name) {
     return DT_LNK; /* anything else: neither walk looks at it */
 }
 
-/* Read the directory of `lv` (its fd, its path in `path`): report what is asked, and
+/* Read the directory of `lv` (its fd, its path in `w->path`): report what is asked, and
  * collect its subdirectories to visit. */
-static void read_dir(struct level *lv) {
-    static char *buf;
-    static const size_t bufsize = 1 << 16;
-    if (!buf && !(buf = malloc(bufsize))) die(2);
+static void read_dir(struct walker *w, struct level *lv) {
     size_t cap = 0;
     lv->names = NULL;
     lv->pos = lv->end = 0;
     int head = 0, objects = 0, refs = 0, dotgit = 0; /* dotgit: 1 dir, 2 file */
     int looking = git_on && lv->git && lv->depth <= GIT_DEPTH;
     for (;;) {
-        long n = syscall(SYS_getdents64, lv->fd, buf, bufsize);
+        long n = syscall(SYS_getdents64, lv->fd, w->dents, DENTS_SIZE);
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) break; /* end, or the rest cannot be read: passed over */
         for (long off = 0; off < n;) {
-            struct linux_dirent64 *d = (struct linux_dirent64 *)(buf + off);
+            struct linux_dirent64 *d = (struct linux_dirent64 *)(w->dents + off);
             off += d->d_reclen;
             const char *name = d->d_name;
             if (name[0] == '.' && (!name[1] || (name[1] == '.' && !name[2]))) continue;
@@ -188,48 +210,74 @@ static void read_dir(struct level *lv) {
                 if (fstatat(lv->fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
                 /* swapped for something else since it was listed: not a file's name */
                 if (!S_ISREG(st.st_mode) || st.st_nlink <= 1) continue;
-                put("L", 1);
-                put_u64((uint64_t)st.st_dev);
-                put_u64((uint64_t)st.st_ino);
-                put_u64((uint64_t)st.st_nlink);
-                put_path(lv->path_len, name);
+                put(w, "L", 1);
+                put_u64(w, (uint64_t)st.st_dev);
+                put_u64(w, (uint64_t)st.st_ino);
+                put_u64(w, (uint64_t)st.st_nlink);
+                put_path(w, lv->path_len, name);
             }
         }
     }
     if (!looking) return;
     int kind = head && objects && refs ? 1 : dotgit == 1 ? 2 : dotgit == 2 && gitfile(lv->fd) ? 3 : 0;
     if (kind) {
-        put("G", 1);
+        put(w, "G", 1);
         unsigned char k = (unsigned char)kind;
-        put(&k, 1);
-        put_u32((uint32_t)lv->path_len);
-        put(path, lv->path_len);
+        put(w, &k, 1);
+        put_u32(w, (uint32_t)lv->path_len);
+        put(w, w->path, lv->path_len);
     }
     if (kind == 1) lv->git = 0; /* a bare repository's insides are not walked for git */
 }
 
-int main(int argc, char **argv) {
-    if (argc != 3) return 64;
-    char *rest;
-    long root = strtol(argv[2], &rest, 10);
-    if (*rest || root < 0 || root > 1 << 30) return 64;
-    /* a description of our own: reading the caller's would move its offset */
-    int top_fd = openat((int)root, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (top_fd < 0) return 2;
-    close((int)root);
-    links_on = strchr(argv[1], 'l') != NULL;
-    git_on = strchr(argv[1], 'g') != NULL;
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-        rl.rlim_cur = rl.rlim_max;
-        setrlimit(RLIMIT_NOFILE, &rl);
+/* Whether a thread waits for work (read without the lock: a hint; a handed item is
+ * taken by whichever thread is free). */
+static int someone_idle(void) { return __atomic_load_n(&shared.idle, __ATOMIC_RELAXED) > 0; }
+
+static void hand(const char *rel, size_t len, int depth, int git) {
+    char *copy = malloc(len + 1);
+    if (!copy) die(2);
+    memcpy(copy, rel, len);
+    copy[len] = 0;
+    pthread_mutex_lock(&shared.mu);
+    if (shared.n == shared.cap) {
+        size_t cap = shared.cap ? shared.cap * 2 : 256;
+        struct item *p = realloc(shared.items, cap * sizeof *p);
+        if (!p) die(2);
+        shared.items = p;
+        shared.cap = cap;
     }
-    path_reserve(4096);
+    shared.items[shared.n++] = (struct item){.rel = copy, .len = len, .depth = depth, .git = git};
+    pthread_cond_signal(&shared.cv);
+    pthread_mutex_unlock(&shared.mu);
+}
+
+/* A handed directory, opened by its path from the root without following any link:
+ * -1 when it is gone, a link now, or not ours to read (passed over, as in the walk). */
+static int open_handed(const struct item *it) {
+    struct open_how how = {
+        .flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC,
+        .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+    };
+    for (int tries = 0;; tries++) {
+        long fd = syscall(SYS_openat2, top_fd, it->rel, &how, sizeof how);
+        if (fd >= 0) return (int)fd;
+        if (errno == EMFILE || errno == ENFILE || errno == ENOMEM || errno == ENOSYS) die(2);
+        if ((errno == EAGAIN || errno == EINTR) && tries < 100) continue; /* a rename raced */
+        if (errno == EAGAIN) die(2); /* renamed under us without end: walked in Python */
+        return -1;
+    }
+}
+
+/* Walk the subtree at `fd` (its path `rel`), depth first from descriptors. */
+static void walk_from(struct walker *w, int fd, const char *rel, size_t rel_len, int depth, int git) {
+    path_reserve(w, rel_len + 1);
+    memcpy(w->path, rel, rel_len);
     size_t depth_cap = 64, top = 0;
     struct level *stack = malloc(depth_cap * sizeof *stack);
     if (!stack) die(2);
-    stack[0] = (struct level){.fd = top_fd, .path_len = 0, .depth = 0, .git = 1};
-    read_dir(&stack[0]);
+    stack[0] = (struct level){.fd = fd, .path_len = rel_len, .depth = depth, .git = git};
+    read_dir(w, &stack[0]);
     for (;;) {
         struct level *lv = &stack[top];
         if (lv->pos >= lv->end) {
@@ -243,10 +291,18 @@ int main(int argc, char **argv) {
         size_t nlen = strlen(name);
         lv->pos += nlen + 1;
         /* the git walk does not go into .git; the link walk does */
-        int git = lv->git && strcmp(name, ".git") != 0 && lv->depth + 1 <= GIT_DEPTH;
-        if (!links_on && !git) continue;
-        int fd = openat(lv->fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (fd < 0) {
+        int child_git = lv->git && strcmp(name, ".git") != 0 && lv->depth + 1 <= GIT_DEPTH;
+        if (!links_on && !child_git) continue;
+        size_t len = lv->path_len + (lv->path_len ? 1 : 0) + nlen;
+        path_reserve(w, len + 1);
+        if (lv->path_len) w->path[lv->path_len] = '/';
+        memcpy(w->path + len - nlen, name, nlen);
+        if (shared.threads > 1 && len < HAND_MAX && someone_idle()) {
+            hand(w->path, len, lv->depth + 1, child_git);
+            continue;
+        }
+        int cfd = openat(lv->fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (cfd < 0) {
             if (errno == EMFILE || errno == ENFILE || errno == ENOMEM) die(2);
             continue; /* gone, a link now, or not ours to read: passed over */
         }
@@ -257,16 +313,104 @@ int main(int argc, char **argv) {
             stack = p;
             lv = &stack[top];
         }
-        size_t len = lv->path_len + (lv->path_len ? 1 : 0) + nlen;
-        path_reserve(len + 1);
-        if (lv->path_len) path[lv->path_len] = '/';
-        memcpy(path + len - nlen, name, nlen);
         struct level *child = &stack[++top];
-        *child = (struct level){.fd = fd, .path_len = len, .depth = lv->depth + 1, .git = git};
-        read_dir(child);
+        *child = (struct level){.fd = cfd, .path_len = len, .depth = lv->depth + 1, .git = child_git};
+        read_dir(w, child);
     }
     free(stack);
-    put("E", 1);
-    flush();
+}
+
+/* A thread: takes handed directories until every thread waits and none is left. */
+static void *worker(void *arg) {
+    struct walker *w = arg;
+    for (;;) {
+        pthread_mutex_lock(&shared.mu);
+        __atomic_add_fetch(&shared.idle, 1, __ATOMIC_RELAXED);
+        while (shared.n == 0 && shared.idle < shared.threads)
+            pthread_cond_wait(&shared.cv, &shared.mu);
+        if (shared.n == 0) { /* all wait, nothing left: the walk is done */
+            pthread_cond_broadcast(&shared.cv);
+            pthread_mutex_unlock(&shared.mu);
+            return NULL;
+        }
+        struct item it = shared.items[--shared.n];
+        __atomic_sub_fetch(&shared.idle, 1, __ATOMIC_RELAXED);
+        pthread_mutex_unlock(&shared.mu);
+        int fd = it.len == 0 ? dup(top_fd) : open_handed(&it);
+        if (fd >= 0)
+            walk_from(w, fd, it.rel, it.len, it.depth, it.git);
+        else if (it.len == 0)
+            die(2);
+        free(it.rel);
+    }
+}
+
+static int cpus(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) != 0) return 1;
+    int n = CPU_COUNT(&set);
+    return n < 1 ? 1 : n;
+}
+
+/* Whether openat2 with the resolve flags handed directories need is there. */
+static int has_openat2(void) {
+    struct open_how how = {.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC,
+                           .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
+    long fd = syscall(SYS_openat2, top_fd, ".", &how, sizeof how);
+    if (fd < 0) return 0;
+    close((int)fd);
+    return 1;
+}
+
+static void write_all(const char *p, size_t n) {
+    while (n > 0) {
+        ssize_t k = write(1, p, n);
+        if (k < 0) {
+            if (errno == EINTR) continue;
+            die(2);
+        }
+        p += k;
+        n -= (size_t)k;
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc != 3 && argc != 4) return 64;
+    char *rest;
+    long root = strtol(argv[2], &rest, 10);
+    if (*rest || root < 0 || root > 1 << 30) return 64;
+    long asked = 0;
+    if (argc == 4) {
+        asked = strtol(argv[3], &rest, 10);
+        if (*rest || asked < 1 || asked > MAX_THREADS) return 64;
+    }
+    /* a description of our own: reading the caller's would move its offset */
+    top_fd = openat((int)root, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (top_fd < 0) return 2;
+    close((int)root);
+    links_on = strchr(argv[1], 'l') != NULL;
+    git_on = strchr(argv[1], 'g') != NULL;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    int threads = asked ? (int)asked : cpus() < MAX_THREADS ? cpus() : MAX_THREADS;
+    if (threads > 1 && !has_openat2()) threads = 1;
+    shared.threads = threads;
+    struct walker walkers[MAX_THREADS];
+    memset(walkers, 0, sizeof walkers);
+    for (int i = 0; i < threads; i++) {
+        walkers[i].dents = malloc(DENTS_SIZE);
+        if (!walkers[i].dents) die(2);
+    }
+    hand("", 0, 0, 1); /* the root, taken by the first free thread */
+    pthread_t ids[MAX_THREADS];
+    for (int i = 1; i < threads; i++)
+        if (pthread_create(&ids[i], NULL, worker, &walkers[i]) != 0) die(2);
+    worker(&walkers[0]);
+    for (int i = 1; i < threads; i++) pthread_join(ids[i], NULL);
+    for (int i = 0; i < threads; i++) write_all(walkers[i].out, walkers[i].out_len);
+    write_all("E", 1);
     return 0;
 }

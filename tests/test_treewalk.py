@@ -19,9 +19,12 @@ from warren._core import safepath, treewalk
 from warren.server import gitfind, links
 
 
-@pytest.fixture(autouse=True)
-def native() -> None:
+@pytest.fixture(autouse=True, params=[1, 3], ids=["one-thread", "threads"])
+def native(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test with the single walk and with three threads handing each other
+    directories (whatever this machine's CPUs)."""
     assert treewalk.program() is not None, "warren-walk is not installed (run scripts/setup)"
+    monkeypatch.setattr(treewalk, "THREADS", request.param)
 
 
 def _linked_python(root: Path, monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, int, str, str]]:

@@ -8,7 +8,9 @@ fails, ``walk`` answers None and the callers walk in Python, which gives the sam
 answers (``tests/test_treewalk.py`` runs both on the same trees). A launch's walks
 (``Walks``) are native only for a tree of more than ``SMALL`` entries: starting the
 program costs about a millisecond, what Python takes to walk a thousand entries.
-``WARREN_NATIVE_WALK=1`` walks every tree natively (the tests of small trees).
+``WARREN_NATIVE_WALK=1`` walks every tree natively (the tests of small trees). On more
+than one CPU the program walks with a thread per CPU (at most four); ``THREADS`` sets
+the count instead (the tests run both the single walk and the threaded one).
 
 Owns: finding and running the program, and reading its output.
 """
@@ -35,6 +37,7 @@ _program: str | bool | None = False  # False: not looked for yet
 _spent = 0.0  # CPU seconds the walks' processes took, in all
 BACKGROUND_NICE = 10  # a walk that may be given up (``Stop``) runs at this niceness
 SMALL = 1000  # entries: a tree with at most these is walked in Python (see above)
+THREADS: int | None = None  # the program's threads; None: one per CPU (the tests set it)
 
 
 @dataclass
@@ -101,7 +104,8 @@ def walk(root_fd: int, *, links: bool, git: bool, stop: Stop | None = None) -> T
     before = resource.getrusage(resource.RUSAGE_CHILDREN) if stop is None else None
     try:
         proc = subprocess.Popen(
-            [exe, ("l" if links else "") + ("g" if git else ""), str(root_fd)],
+            [exe, ("l" if links else "") + ("g" if git else ""), str(root_fd)]
+            + ([str(THREADS)] if THREADS is not None else []),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
