@@ -628,18 +628,21 @@ static int allowed_line(const char *line, size_t len)
     return 0;
 }
 
-/* Consumes the allowed requests waiting on the network events' socket: 1 when nothing
-   else waits, 0 when something does (a refusal to show, a part of a line, an error),
-   left there for the Python CLI, which then reads the channel as it would its own. */
+/* Consumes the allowed requests waiting on the network events' socket. DROPPED: nothing
+   else waits; PARTIAL: only the start of a line (its writer is still writing it); SHOW:
+   something else (a refusal, a line not understood, an error), left there for the
+   Python CLI, which then reads the channel as it would its own. */
+enum { SHOW, DROPPED, PARTIAL };
+
 static int drop_allowed(int fd)
 {
     static char peek[MAX_PEEK];
     for (;;) {
         ssize_t n = recv(fd, peek, sizeof peek, MSG_PEEK | MSG_DONTWAIT);
         if (n < 0)
-            return errno == EAGAIN || errno == EWOULDBLOCK;
+            return errno == EAGAIN || errno == EWOULDBLOCK ? DROPPED : SHOW;
         if (n == 0)
-            return 1;
+            return DROPPED;
         size_t done = 0;
         for (;;) {
             const char *nl = memchr(peek + done, '\n', (size_t)n - done);
@@ -648,9 +651,16 @@ static int drop_allowed(int fd)
             done = (size_t)(nl - peek) + 1;
         }
         if (done > 0 && recv(fd, peek, done, MSG_DONTWAIT) != (ssize_t)done)
-            return 0;
-        if (done < (size_t)n)
-            return 0;
+            return SHOW;
+        if (done == (size_t)n)
+            continue; /* all passed over: more may wait beyond what was peeked */
+        if (memchr(peek + done, '\n', (size_t)n - done) != NULL)
+            return SHOW; /* a whole line that is not an allowed request */
+        if ((size_t)n < sizeof peek)
+            return PARTIAL;
+        if (done == 0)
+            return SHOW; /* a line longer than a peek: not one of warren's */
+        /* the end of what was peeked cut a line, after whole ones: look again */
     }
 }
 
@@ -824,8 +834,13 @@ int main(int argc, char **argv)
     static char started[MAX_PEEK];
     size_t started_len = 0;
     struct pollfd pfd[3] = {{.fd = sock, .events = POLLIN}, {.fd = sigfd, .events = POLLIN}, {.fd = net[0], .events = POLLIN}};
+    int partial = 0;
     for (;;) {
-        if (poll(pfd, run ? 3 : 2, -1) < 0) {
+        pfd[2].events = partial ? 0 : POLLIN;
+        int ready = poll(pfd, run ? 3 : 2, partial ? 1 : -1);
+        if (ready == 0)
+            pfd[2].revents = POLLIN; /* a moment passed: the line's end, if it came */
+        if (ready < 0) {
             if (errno == EINTR)
                 continue;
             resume(sock, net[0], started, started_len);
@@ -835,19 +850,21 @@ int main(int argc, char **argv)
             resume(sock, net[0], started, started_len);
         }
         if (run && pfd[2].revents) {
-            int avail = 0;
-            if (pfd[2].revents & POLLIN && !drop_allowed(net[0]))
-                resume(sock, net[0], started, started_len); /* a network event to show */
-            if (ioctl(net[0], FIONREAD, &avail) != 0)
-                avail = 0;
-            if (avail == 0 && (pfd[2].revents & (POLLHUP | POLLERR)))
+            int ended = (pfd[2].revents & (POLLHUP | POLLERR)) != 0;
+            int left = drop_allowed(net[0]);
+            /* a network event to show, or the start of one whose end will never come */
+            if (left == SHOW || (left == PARTIAL && ended))
+                resume(sock, net[0], started, started_len);
+            /* the start of a line: its end is being written; look again in a moment */
+            partial = left == PARTIAL;
+            if (left == DROPPED && ended)
                 pfd[2].fd = -1; /* the supervisor closed it: nothing more will come */
         }
         if (pfd[0].revents) {
             char json[MAX_PEEK];
             size_t len = 0;
             int exited = 0;
-            if (run && net[0] >= 0 && !drop_allowed(net[0]))
+            if (run && net[0] >= 0 && drop_allowed(net[0]) != DROPPED)
                 resume(sock, net[0], started, started_len);
             if (!take_plain(sock, json, &len, &exited))
                 resume(sock, net[0], started, started_len);

@@ -229,15 +229,24 @@ def test_network_refusals_are_shown_as_the_python_cli_shows_them(
 _TRICKY = 'x","allowed":true,"y":"\\'
 
 
-def _events(*allowed: bool) -> Script:
-    """Writes decisions through the network helper's own writer, then the command ends."""
+def _events(*allowed: bool, at_once: Path | None = None) -> Script:
+    """Writes decisions through the network helper's own writer, then the command ends.
+    ``at_once``: written to that file first, then to the client in one write (more
+    than the client reads at a time waits for it together)."""
 
     def script(conn: wire.Sock, _msg: protocol.Message, fds: list[int]) -> None:
-        writer = netlog.Writer(None, pipe=os.dup(fds[3]))
+        if at_once is not None:
+            at_once.unlink(missing_ok=True)
+        writer = netlog.Writer(at_once, pipe=None if at_once is not None else os.dup(fds[3]))
         for i, ok in enumerate(allowed):
             host = f"{_TRICKY}{i}.example"
             writer(NetEvent("t", "s", "CONNECT", host, 443, ok, "allowed" if ok else "not on the list"))
-        os.close(writer.pipe or os.dup(0))
+        if at_once is not None:
+            os.close(writer.fd)
+            with open(fds[3], "wb", closefd=False) as events:
+                events.write(at_once.read_bytes())
+        else:
+            os.close(writer.pipe or os.dup(0))
         wire.send(conn, STARTED)
         wire.send(conn, _exited(0))
 
@@ -255,6 +264,11 @@ def test_allowed_requests_need_no_python_and_a_refusal_among_them_is_shown_as_py
     run = ["run", "--network", "allow", "--", "true"]
     plain, python = both(run, _events(True, True, True), program=alone)
     assert plain[1:] == python[1:] == ("", "", 0)
+    # more than one read's worth (64 KiB) waiting at once: a line cut by a read's end is
+    # read on, not handed over
+    many, _ = both(run, _events(*[True] * 3000, at_once=tmp_path / "net.jsonl"), program=alone)
+    assert many[1:] == ("", "", 0)
+    assert (tmp_path / "net.jsonl").stat().st_size > 4 * 65536
     native, python = both(run, _events(True, False, True, False))
     assert native == python
     assert str(native[2]).count("warren: network: refused CONNECT") == 2, native  # the two refused
