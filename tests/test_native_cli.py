@@ -275,6 +275,18 @@ def test_allowed_requests_need_no_python_and_a_refusal_among_them_is_shown_as_py
     refused, _ = both(run, _events(True, False), program=alone)
     assert refused[3] == 125 and "cannot start the Python CLI" in str(refused[2])
 
+    # The start of a line whose end never comes (its writer gone): the Python CLI's.
+    def cut(conn: wire.Sock, _msg: protocol.Message, fds: list[int]) -> None:
+        os.write(fds[3], b'{"time":"t","sandbox":"s","method":"CONNECT","host":"x')
+        os.close(fds.pop(3))
+        wire.send(conn, STARTED)
+        wire.send(conn, _exited(0))
+
+    native, python = both(run, cut)
+    assert native == python and native[3] == 0
+    handed, _ = both(run, cut, program=alone)
+    assert handed[3] == 125 and "cannot start the Python CLI" in str(handed[2])
+
 
 def test_a_signal_during_the_command_is_forwarded_by_either_cli(
     fake: FakeSupervisor, both: Callable[..., list[tuple[object, ...]]]

@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast
 import dataclasses
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -312,3 +314,24 @@ def test_a_message_from_a_newer_client_says_how_to_end_the_older_supervisor() ->
         protocol.decode(json.dumps({**data, "from_the_future": 1}).encode())
     assert "unknown field" in str(got.value) and "from_the_future" in str(got.value)
     assert "warren shutdown" in (got.value.hint or "")
+
+
+def test_a_cut_message_is_a_value_error_where_json_was_never_imported() -> None:
+    """The protocol's JSON (``jsonc``, without ``json``: a client's start) answers a cut
+    line with ValueError, as ``json`` would, not a SystemError: a network event cut off
+    by its writer's end reached the CLI as a traceback."""
+    code = (
+        f"import sys; sys.path.insert(0, {str(SRC.parent)!r})\n"
+        "from warren import jsonc\n"
+        "assert 'json.decoder' not in sys.modules\n"
+        "for text in ('{\"host\":\"x', '\"abc', '{\"a\":', '[1,'):\n"
+        "    try:\n"
+        "        jsonc.loads(text)\n"
+        "    except ValueError:\n"
+        "        pass\n"
+        "    else:\n"
+        "        raise SystemExit(f'{text!r} was taken')\n"
+        "assert 'json.decoder' not in sys.modules\n"
+    )
+    r = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr

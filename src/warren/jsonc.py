@@ -47,6 +47,10 @@ if _json is not None and hasattr(_json, "make_scanner") and hasattr(_json, "make
             value, end = _scan(text, 0)
         except StopIteration:
             raise ValueError("not a JSON value") from None
+        except SystemError:
+            # An unterminated string: _json reports it through json.decoder's error,
+            # which it finds only if json was imported, and else sets no exception.
+            raise ValueError("not a JSON value: a string without its end") from None
         if end != len(text):
             raise ValueError(f"extra data after the JSON value at {end}")
         return value
