@@ -406,11 +406,18 @@ int main(int argc, char **argv) {
     }
     hand("", 0, 0, 1); /* the root, taken by the first free thread */
     pthread_t ids[MAX_THREADS];
-    for (int i = 1; i < threads; i++)
-        if (pthread_create(&ids[i], NULL, worker, &walkers[i]) != 0) die(2);
+    int started = 1;
+    while (started < threads && pthread_create(&ids[started], NULL, worker, &walkers[started]) == 0)
+        started++;
+    if (started < threads) { /* no more threads to be had (a process limit): these walk it */
+        pthread_mutex_lock(&shared.mu);
+        shared.threads = started;
+        pthread_cond_broadcast(&shared.cv);
+        pthread_mutex_unlock(&shared.mu);
+    }
     worker(&walkers[0]);
-    for (int i = 1; i < threads; i++) pthread_join(ids[i], NULL);
-    for (int i = 0; i < threads; i++) write_all(walkers[i].out, walkers[i].out_len);
+    for (int i = 1; i < started; i++) pthread_join(ids[i], NULL);
+    for (int i = 0; i < started; i++) write_all(walkers[i].out, walkers[i].out_len);
     write_all("E", 1);
     return 0;
 }
