@@ -39,7 +39,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/openat2.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
@@ -50,6 +49,20 @@
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <unistd.h>
+
+#if __has_include(<linux/openat2.h>)
+#include <linux/openat2.h>
+#else /* headers older than Linux 5.6: the kernel's ABI, as it defines it */
+struct open_how {
+    uint64_t flags, mode, resolve;
+};
+#define RESOLVE_NO_MAGICLINKS 0x02
+#define RESOLVE_NO_SYMLINKS 0x04
+#define RESOLVE_BENEATH 0x08
+#endif
+#ifndef SYS_openat2
+#define SYS_openat2 437 /* the same number on every architecture */
+#endif
 
 #define GIT_DEPTH 64
 #define GITFILE_LIMIT 4096
