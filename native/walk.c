@@ -275,10 +275,11 @@ static int open_handed(const struct item *it) {
     for (int tries = 0;; tries++) {
         long fd = syscall(SYS_openat2, top_fd, it->rel, &how, sizeof how);
         if (fd >= 0) return (int)fd;
-        if (errno == EMFILE || errno == ENFILE || errno == ENOMEM || errno == ENOSYS) die(2);
         if ((errno == EAGAIN || errno == EINTR) && tries < 100) continue; /* a rename raced */
-        if (errno == EAGAIN) die(2); /* renamed under us without end: walked in Python */
-        return -1;
+        /* gone, a link now (at any component), not a directory, or not ours to read */
+        if (errno == ENOENT || errno == ELOOP || errno == ENOTDIR || errno == EACCES || errno == EXDEV)
+            return -1;
+        die(2); /* anything else (out of descriptors, a refused call): walked in Python */
     }
 }
 
