@@ -672,7 +672,13 @@ class Init:
                     launcher.discard()
             elif launcher is None:
                 assert cannot is not None
-                raise fork_failed(cannot, self.plan, "start the command")
+                if handoff.launched:
+                    raise fork_failed(cannot, self.plan, "start the command")
+                # This helper was forked ahead while the sandbox was at a limit (a
+                # command before still ending, or its processes not yet reaped by PID
+                # 1): there may be room now. Asked again (a moment more for PID 1's
+                # reaping at the pids limit), then said.
+                launcher = _launcher_again(self.plan, self.ruleset)
             self._run(handoff, conn, fds[1:mine], extra, launcher)
         except WarrenError as e:
             if conn is not None:
@@ -768,6 +774,21 @@ def _await_handoff(
         return handoff, fds
     except (wire.ConnectionClosed, OSError):
         return None
+
+
+def _launcher_again(plan: Plan, ruleset: int | None) -> Launcher:
+    """The command's process, forked at the request by a helper whose own attempt, when
+    it was forked ahead, met a limit: a few tries 50 ms apart at the pids limit (the
+    processes of a command that just ended may still be waiting for PID 1 to reap
+    them), then the limit is said."""
+    for attempt in range(4):
+        try:
+            return Launcher(plan, ruleset, False)
+        except OSError as e:
+            if e.errno != errno.EAGAIN or attempt == 3:
+                raise fork_failed(e, plan, "start the command") from None
+            time.sleep(0.05)
+    raise AssertionError("unreachable")
 
 
 def fork_failed(e: OSError, plan: Plan, what: str) -> WarrenError:
