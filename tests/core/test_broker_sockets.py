@@ -87,3 +87,19 @@ def test_a_short_stream_write_goes_on_with_the_rest_and_without_the_control() ->
     assert message.parts == [b"fg", b"h"] and message.ctl == b""
     message.skip(2)
     assert message.parts == [b"h"]
+
+
+def test_a_blocking_send_waits_as_long_as_the_sockets_send_timeout_says() -> None:
+    """The wait the broker does for a blocking send made by the credentials sender
+    (``_sys.poll_out``) is as long as SO_SNDTIMEO (in ms, rounded up), or unbounded."""
+    from warren._core import _sys
+
+    a, b = socket.socketpair()
+    with a, b:
+        assert _sys.send_timeout_ms(a.fileno()) == -1
+        a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("=qq", 1, 500_000))
+        assert _sys.send_timeout_ms(a.fileno()) == 1500
+        # a part of a millisecond (as the kernel keeps it: in its ticks) is rounded up
+        a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("=qq", 0, 1500))
+        sec, usec = struct.unpack("=qq", a.getsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, 16))
+        assert _sys.send_timeout_ms(a.fileno()) == sec * 1000 + (usec + 999) // 1000 >= 2

@@ -431,6 +431,7 @@ def pidfd_getfd(pidfd: int, fd: int) -> int:
 _SOL_SOCKET = 1
 _SO_TYPE = 3
 _SO_DOMAIN = 39
+_SO_SNDTIMEO = 21
 
 
 class _IoVec(ctypes.Structure):
@@ -468,6 +469,17 @@ def socket_kind(fd: int) -> tuple[int, int] | int:
             return -ctypes.get_errno()
         out.append(value.value)
     return out[0], out[1]
+
+
+def send_timeout_ms(fd: int) -> int:
+    """A socket's SO_SNDTIMEO in milliseconds as poll(2) takes it: -1 for none (or
+    when it cannot be read)."""
+    value = (ctypes.c_int64 * 2)()
+    size = ctypes.c_uint32(ctypes.sizeof(value))
+    if _getsockopt(fd, _SOL_SOCKET, _SO_SNDTIMEO, ctypes.byref(value), ctypes.byref(size)) < 0:
+        return -1
+    sec, usec = value[0], value[1]
+    return -1 if not sec and not usec else sec * 1000 + (usec + 999) // 1000
 
 
 def connect(fd: int, address: bytes) -> int:

@@ -274,7 +274,7 @@ class _Message:
             if result is None:
                 return total or None
             if result == -errno.EAGAIN and wait:
-                ready = _sys.poll_out(fd, _send_timeout(fd))
+                ready = _sys.poll_out(fd, _sys.send_timeout_ms(fd))
                 if ready > 0:
                     continue
                 result = ready or -errno.EAGAIN  # interrupted, or SO_SNDTIMEO passed
@@ -295,17 +295,6 @@ class _Message:
             rest.append(part[sent:])
             sent = 0
         self.parts = rest
-
-
-def _send_timeout(fd: int) -> int:
-    """The socket's SO_SNDTIMEO in milliseconds, -1 for none (as poll takes it)."""
-    try:
-        raw = socket.socket(fileno=os.dup(fd))
-    except OSError:
-        return -1
-    with raw:
-        sec, usec = struct.unpack("=qq", raw.getsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, 16))
-    return -1 if not sec and not usec else sec * 1000 + (usec + 999) // 1000
 
 
 class _Send(Pending):
