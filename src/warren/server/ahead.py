@@ -199,15 +199,15 @@ def mismatch(booted: Booted, plan: Plan, host: HostFacts) -> tuple[str | None, b
     if box.kill_at is not None or box.run is not None:
         return "it is being stopped, or used", False
     if plan != box.plan:
-        old = box.plan
-        differ = [f.name for f in dataclasses.fields(plan) if getattr(plan, f.name) != getattr(old, f.name)]
-        return f"the request is planned differently now ({', '.join(differ)})", False
+        return f"the request is planned differently now ({_differing(plan, box.plan)})", False
     if host != booted.host and not same_but_hidden(plan, host, booted.host):
-        fields = [
-            f.name for f in dataclasses.fields(host) if getattr(host, f.name) != getattr(booted.host, f.name)
-        ]
-        return f"the host changed ({', '.join(fields)})", False
+        return f"the host changed ({_differing(host, booted.host)})", False
     return changed(booted, plan)
+
+
+def _differing(now: Plan | HostFacts, then: Plan | HostFacts) -> str:
+    """The fields of two plans (or two hosts' facts) that differ, by name."""
+    return ", ".join(f.name for f in dataclasses.fields(now) if getattr(now, f.name) != getattr(then, f.name))
 
 
 # Mounts a plan makes afresh over a host directory: whatever the host mounts beneath it
