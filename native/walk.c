@@ -409,7 +409,8 @@ int main(int argc, char **argv) {
         rl.rlim_cur = rl.rlim_max;
         setrlimit(RLIMIT_NOFILE, &rl);
     }
-    int threads = asked ? (int)asked : cpus() < MAX_THREADS ? cpus() : MAX_THREADS;
+    int threads = asked ? (int)asked : cpus();
+    if (threads > MAX_THREADS) threads = MAX_THREADS;
     if (threads > 1 && !has_openat2()) threads = 1;
     shared.threads = threads;
     struct walker walkers[MAX_THREADS];
