@@ -101,6 +101,37 @@ def test_an_untouched_host_keeps_the_watch_quiet_and_other_names_do_not_count(ba
     assert quiet, "the watch spoke though nothing it rests on changed"
 
 
+def _kernel_watches() -> set[int]:
+    """The watch descriptors the kernel holds for the shared inotify instance."""
+    fd = markwatch._SHARED.fd
+    with open(f"/proc/self/fdinfo/{fd}") as f:
+        return {int(line.split()[1].split(":")[1], 16) for line in f if line.startswith("inotify wd:")}
+
+
+def test_a_closed_watch_stays_idle_until_swept_and_the_next_one_reuses_it(base: Path) -> None:
+    """Closing a booted sandbox's watch (on its run's path) removes nothing from the
+    kernel; the next sandbox's watch of the same directories takes the same descriptors
+    and hears a change; ``sweep`` removes what stayed idle past its time."""
+    plan = _plan(base / "ws", base / "quiet" / "secret")
+    first = _watched(plan)
+    wds = set(first.wds)
+    first.close()
+    assert wds <= _kernel_watches(), "closing removed nothing"
+    assert wds <= set(markwatch._SHARED.idle)
+    assert not markwatch.due(time.monotonic()), "not idle for long yet"
+    second = _watched(plan)
+    assert set(second.wds) == wds, "the same directories, the same watches"
+    assert not wds & set(markwatch._SHARED.idle), "wanted again: not idle"
+    os.rename(base / "ws", base / "ws.old")
+    (base / "ws").mkdir()
+    _agrees(second, plan)  # (closes it: idle again)
+    later = time.monotonic() + markwatch.IDLE_KEEP + 1
+    assert markwatch.due(later)
+    markwatch.sweep(later)
+    assert not wds & _kernel_watches(), "swept: removed from the kernel"
+    assert not wds & set(markwatch._SHARED.idle)
+
+
 def test_a_replaced_workspace_is_a_change(base: Path) -> None:
     plan = _plan(base / "ws", base / "quiet" / "secret")
     watch = _watched(plan)

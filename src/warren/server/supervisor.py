@@ -50,6 +50,7 @@ from . import (
     launch,
     links,
     linkwalk,
+    markwatch,
     planning,
     registry,
     sandboxes,
@@ -234,6 +235,8 @@ class Supervisor:
                     box.helper_ready()
         if self.stdin_pipes is not None:
             self.stdin_pipes.sweep()
+        if markwatch.due(now) and self._quiet():
+            markwatch.sweep(now)
 
     def _quiet(self) -> bool:
         """No exec runs and no client waits for anything but a sandbox to stop: booting
