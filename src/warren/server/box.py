@@ -833,16 +833,18 @@ class Box:
             self.trail.record("end", status=status)
             self.trail.close()
         self.execs.clear()
-        for fd in (self.review_lower, self.review_layer):
-            if fd is not None:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+        # Its namespaces and detached mounts, closed once the waiter has heard: the last
+        # reference to a mount namespace (or a detached tree) unmounts what it holds, and
+        # waits for the kernel's grace period (a fifth of a millisecond, and more under
+        # load). Nothing of the sandbox runs by now (PID 1 has exited), so nobody waits
+        # for them.
+        late = [fd for fd in (*(self.ns or ()), self.review_lower, self.review_layer) if fd is not None]
         self.review_lower = self.review_layer = None
-        for fd in [*(self.ns or ()), *self.active]:
+        self.ns = None
+        for fd in self.active:
             with contextlib.suppress(KeyError, ValueError):
                 self.sel.unregister(fd)
             os.close(fd)
-        self.ns = None
         self.active.clear()
         self.answered.clear()
         if self.paused is not None:
@@ -851,4 +853,10 @@ class Box:
             # Booted ahead and never used: nothing of the sandbox ran, so whatever changed
             # the guarded directories since was the host's own doing, not to be undone.
             self.launched.guard = []
-        self.waiter.box_ended(self, status, launch.restore(self.launched))
+        try:
+            self.waiter.box_ended(self, status, launch.restore(self.launched))
+        finally:
+            for fd in late:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            launch.remove_groups(self.launched)
