@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import loopback_http, run_cli
+from conftest import WARREN, loopback_http, run_cli
 from warren import PolicySpec, Sandbox
 from warren.server import ahead
 
@@ -266,6 +267,66 @@ def test_a_run_s_booted_sandbox_keeps_its_spare_past_the_spare_idle_time(
         _wait("its spare gone after WARREN_SPARE_IDLE", lambda: not _spares(state_home).get(box.pid1))
     finally:
         box.remove()
+
+
+def test_a_run_takes_its_booted_sandbox_s_spare_and_the_sandbox_ends_with_it(
+    place: Place, state_home: Path
+) -> None:
+    """A sandbox booted for the next run gives its spare to the supervisor, which hands
+    it the run (and, the exec stub loaded, the command to its waiting process) without
+    PID 1. Judged from the host: the command runs as the process that waited, its
+    stdin, output and exit status are the client's, and the sandbox ends with it (PID 1
+    hears the spare took the run, and ends once that helper is gone)."""
+    _twice(place)
+    _wait("the booted sandbox's spare", lambda: any(_spares(state_home).values()))
+    ((pid1, [helper]),) = [(p, s) for p, s in _spares(state_home).items() if s]
+    (waiting,) = _processes()[helper]
+    script = 'read line; echo "got $line"; exit 7'
+    proc = subprocess.Popen(
+        [*WARREN, "run", "--", "sh", "-c", script],
+        cwd=place.ws,
+        env={**os.environ, "XDG_CACHE_HOME": str(place.cache)},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _wait("the command in the process that waited", lambda: _cmdline(waiting).startswith(b"sh\0-c\0read"))
+        out, err = proc.communicate("hi\n", timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 7, err
+    assert out == "got hi\n"
+    _wait("the used sandbox's PID 1 gone", lambda: not os.path.exists(f"/proc/{pid1}"))
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def test_a_run_too_long_for_the_spare_goes_through_pid1_and_ends(place: Place, state_home: Path) -> None:
+    """A run the supervisor cannot hand to the spare (an argument over ``DIRECT_MAX``)
+    goes through PID 1, which serves it with a helper of its own and lets the unused
+    spare go: the run ends (PID 1 would otherwise wait for that spare forever)."""
+    from warren.server import box as box_mod
+
+    _twice(place)
+    booted = place.booted()
+    _wait("the booted sandbox's spare", lambda: any(_spares(state_home).values()))
+    long = "x" * (box_mod.DIRECT_MAX + 1000)
+    r = run_cli(
+        ["run", "--", "sh", "-c", 'echo "$TMPDIR ${#1}"', "sh", long],
+        cwd=place.ws,
+        env={"XDG_CACHE_HOME": str(place.cache)},
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [booted, str(len(long))], "the booted sandbox ran it, whole"
 
 
 def test_a_file_made_beside_a_denied_one_after_the_boot_is_read_by_the_booted_sandbox(

@@ -279,9 +279,17 @@ class Init:
                     # The supervisor handed the given spare a request (it says so), or
                     # it died: the next one is forked once things are quiet.
                     if self.spare is not None and self.spare.fileno() == given:
+                        # A one-shot's run taken by its spare ("t"): served, and over
+                        # once that helper is gone (it may be gone already).
+                        run_taken = self.oneshot and _said_taken(self.spare)
                         self._drop_spare(taken=True)
                         self.last_request = time.monotonic()
                         self.want_spare = not self.oneshot and self.stopping is None
+                        if run_taken:
+                            self.served = True
+                            if not self.helpers or self.spare_pid not in self.helpers:
+                                self.members.kill(signal.SIGKILL)
+                                return 0
                     continue
                 if fd == self.wake_r:
                     with contextlib.suppress(BlockingIOError):
@@ -495,6 +503,10 @@ class Init:
                 wire.send(spare, msg, fds=fds)
             spare.close()
             self.served = True
+            if self.oneshot:
+                # A spare given to the supervisor (booted ahead) was not used: the run
+                # came here. It goes, or PID 1 would wait for it to end.
+                self._drop_spare()
         finally:
             for fd in fds:
                 os.close(fd)
@@ -524,10 +536,11 @@ class Init:
             os.write(conn, wire.frame(reply))
 
     def _fork_spare(self, warm_up: bool) -> None:
-        """The next spare: a long-lived sandbox's is given to the supervisor, which hands
-        it the next request itself (a wake-up of PID 1 less per exec); a one-shot's
-        stays PID 1's, for its command."""
-        self.spare, direct, stub = self._fork_helper(warm_up, given=not self.oneshot)
+        """The next spare, given to the supervisor, which hands it the next request
+        itself (a wake-up of PID 1 less per exec, and with the exec stub ready, the
+        command straight to its process): a long-lived sandbox's, and a one-shot's booted
+        ahead for its run (a fresh one-shot forks none: its run comes with its launch)."""
+        self.spare, direct, stub = self._fork_helper(warm_up, given=not self.oneshot or self.ahead)
         self.spare_pid = self.forked
         self.advertised = False
         if direct is None:
@@ -742,6 +755,15 @@ class Init:
             _connector(conn)
         else:
             assert_never(req)
+
+
+def _said_taken(spare: socket.socket) -> bool:
+    """Whether a given spare said it took the supervisor's request ("t"), rather than
+    ending without one."""
+    try:
+        return spare.recv(1, socket.MSG_DONTWAIT) == b"t"
+    except OSError:
+        return False
 
 
 def _await_handoff(

@@ -679,3 +679,25 @@ class Shim:
         os.pwrite(status_fd, data, 0)
         with contextlib.suppress(OSError):
             wire.send(self.conn, protocol.Exited(status=status, timed_out=timed_out, limit=limit))
+
+
+def stub_request(plan: Plan, cmd: protocol.Command) -> bytes | None:
+    """The exec as the exec stub reads it (``execstub.request``), for the supervisor to
+    give the spare helper's command process itself: the same directory, environment,
+    PATH search and stdio the helper would give it (``Shim.run``). None for what
+    only the helper does (a terminal) or refuses with its own error (no command, a
+    string execve cannot take)."""
+    if cmd.tty is not None or not cmd.argv or not cmd.argv[0]:
+        return None
+    env = command_env(plan, cmd)
+    if cmd.cwd:
+        cwd, walk = command_dir(cmd.cwd, plan.workspace), False
+    else:
+        cwd, walk = plan.cwd, True  # the default, re-resolved: its nearest ancestor if removed
+    scratch = plan.scratch or ""
+    if not execstub.sendable(cmd.argv, env, cwd, scratch):
+        return None
+    nulls = "".join("0" if attached else "1" for attached in (cmd.stdio + [False] * 3)[:3])
+    return execstub.request(
+        cwd, cmd.argv[0], -1, cmd.argv, env, walk=walk, scratch=scratch, search=True, nulls=nulls
+    )

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from .. import protocol, wire
-from .._core import cgroups, execstub
+from .._core import cgroups, execstub, shim
 from ..errors import PolicyError, PortNotForwarded, SandboxError, SetupError, WarrenError, from_record
 from ..images.store import Lease
 from ..plan import Plan
@@ -450,14 +450,16 @@ class Box:
         self.waiter.box_ready(self)
 
     def start_run(self) -> None:
-        """Hand the run's command to PID 1 (once it is ready), and follow it."""
+        """Hand the run's command to the sandbox (once it is ready): to its spare (one
+        booted ahead has one, given to us), else to PID 1; and follow it."""
         run = self.run
         assert run is not None and self.ready
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         request = protocol.ExecRequest(sandbox=self.id, command=run.command)
         counters = self.launched.counters
         handoff = protocol.Handoff(request=request, extra=[name for name, _fd in counters])
-        self._to_pid1(handoff, [theirs.fileno(), *run.stdio, *(fd for _name, fd in counters)])
+        stub = shim.stub_request(self.plan, run.command) if self.spare is not None else None
+        self.hand(handoff, theirs.fileno(), list(run.stdio), [fd for _name, fd in counters], stub)
         theirs.close()
         for fd in run.stdio:
             os.close(fd)

@@ -12,9 +12,8 @@ import os
 import socket
 
 from .. import protocol
-from .._core import execstub, shim
+from .._core import shim
 from ..errors import ProtocolError
-from ..plan import Plan
 from . import checkpoints, rootpoints, spawns, stdin
 from .box import Box
 
@@ -75,30 +74,7 @@ def hand_over(
     if isinstance(msg, (protocol.ExecRequest, protocol.SpawnRequest)):
         handoff.extra.extend(name for name, _fd in box.launched.counters)
         named.extend(fd for _name, fd in box.launched.counters)
-    stub = stub_request(box.plan, msg) if isinstance(msg, protocol.ExecRequest) else None
+    stub = shim.stub_request(box.plan, msg.command) if isinstance(msg, protocol.ExecRequest) else None
     box.hand(handoff, conn.fileno(), fds, [*extra, *named], stub)
     for fd in [*fds, *extra]:
         os.close(fd)
-
-
-def stub_request(plan: Plan, msg: protocol.ExecRequest) -> bytes | None:
-    """The exec as the exec stub reads it (``execstub.request``), for the supervisor to
-    give the spare helper's command process itself: the same directory, environment,
-    PATH search and stdio the helper would give it (``shim.Shim.run``). None for what
-    only the helper does (a terminal) or refuses with its own error (no command, a
-    string execve cannot take)."""
-    cmd = msg.command
-    if cmd.tty is not None or not cmd.argv or not cmd.argv[0]:
-        return None
-    env = shim.command_env(plan, cmd)
-    if cmd.cwd:
-        cwd, walk = shim.command_dir(cmd.cwd, plan.workspace), False
-    else:
-        cwd, walk = plan.cwd, True  # the default, re-resolved: its nearest ancestor if removed
-    scratch = plan.scratch or ""
-    if not execstub.sendable(cmd.argv, env, cwd, scratch):
-        return None
-    nulls = "".join("0" if attached else "1" for attached in (cmd.stdio + [False] * 3)[:3])
-    return execstub.request(
-        cwd, cmd.argv[0], -1, cmd.argv, env, walk=walk, scratch=scratch, search=True, nulls=nulls
-    )
