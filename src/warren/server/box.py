@@ -861,4 +861,3 @@ class Box:
             for fd in late:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-            launch.remove_groups(self.launched)

@@ -180,9 +180,9 @@ def retry_busy() -> None:
 
 
 def restore(launched: Launched) -> list[str]:
-    """After the sandbox ended, before anyone hears it: what is left in its cgroups
-    killed, its TMPDIR removed, the guarded directories' metadata put back (what that
-    repaired is said). The cgroups themselves go after (``remove_groups``)."""
+    """After the sandbox ended: remove its TMPDIR and its cgroups (a busy one is tried
+    again by ``retry_busy``, and stays recorded for a successor's sweep), put the
+    guarded directories' metadata back."""
     for _name, fd in launched.counters:
         os.close(fd)
     launched.counters = []
@@ -190,17 +190,10 @@ def restore(launched: Launched) -> list[str]:
         # Without a pid namespace (the degraded mode) nothing dies with PID 1: what
         # is left in the sandbox's own groups goes now (with one, they are empty).
         cgroups.kill_all(group)
+    if not cgroups.remove(launched.cgroups, launched.record_dir):
+        _busy.append((list(launched.cgroups), launched.record_dir))
     boxsecrets.remove_bundle(launched.trust_bundle)
     return [*_remove_scratch(launched.scratch), *guard.restore(launched.guard)]
-
-
-def remove_groups(launched: Launched) -> None:
-    """Once its waiter has heard the sandbox ended (``restore`` emptied them): its
-    cgroups removed (a busy one is tried again by ``retry_busy``, and stays recorded for
-    a successor's sweep)."""
-    groups, launched.cgroups = launched.cgroups, []
-    if groups and not cgroups.remove(groups, launched.record_dir):
-        _busy.append((list(groups), launched.record_dir))
 
 
 def _make_scratch(plan: Plan, record_dir: str | None) -> Scratch:
