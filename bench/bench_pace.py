@@ -7,6 +7,8 @@ all are measured after the same idle moments:
 
   warren run -- true                 vs  bwrap ... true      target <= 1.5x
   Sandbox.exec(["true"])  (--exec)   vs  subprocess.run      target <= +1.0 ms
+  Sandbox.create + first exec        vs  bwrap ... true      target <= 2.0x
+                          (--create; the sandbox removed after, outside the time)
 
 ``--also CLI`` measures a second warren CLI in the same cycles (its own supervisor and
 state: another install, e.g. the code before a change), so before and after come from
@@ -16,7 +18,7 @@ of bwrap under the same load; the exec row then reads as a ratio to bwrap too).
 Medians; each supervisor started before (two runs at the pace first, as an agent's
 session would have).
 
-Run: python bench/bench_pace.py [--pace 1,10,30] [--runs 6] [--exec] [--busy 2] [--also PATH]
+Run: python bench/bench_pace.py [--pace 1,10,30] [--runs 6] [--exec] [--create] [--busy 2] [--also PATH]
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ def main() -> None:
     ap.add_argument("--pace", default="1,10,30", help="seconds between commands, comma-separated")
     ap.add_argument("--runs", type=int, default=6)
     ap.add_argument("--exec", action="store_true", help="also Sandbox.exec vs subprocess.run")
+    ap.add_argument("--create", action="store_true", help="also Sandbox.create + first exec vs bwrap")
     ap.add_argument("--busy", type=int, default=0, help="busy loops running meanwhile")
     ap.add_argument("--also", help="another warren CLI measured in the same cycles (its own state)")
     args = ap.parse_args()
@@ -86,13 +89,16 @@ def main() -> None:
             kinds: dict[str, Callable[[], float]] = {"bwrap": _timer(BWRAP, places["lib"] / "ws")}
             for label, cli in clis.items():
                 kinds[label] = _timer([cli, "run", "--", "true"], places[label] / "ws", envs[label])
+            if args.exec or args.create:
+                os.environ["XDG_STATE_HOME"] = str(places["lib"] / "state")
             if args.exec:
                 from warren import PolicySpec, Sandbox
 
-                os.environ["XDG_STATE_HOME"] = str(places["lib"] / "state")
                 box = Sandbox.create(PolicySpec(workspace=str(places["lib"] / "ws")))
                 kinds["subprocess.run"] = _timer(["true"], places["lib"] / "ws")
                 kinds["Sandbox.exec"] = _lib_exec(box)
+            if args.create:
+                kinds["create + exec"] = _create_exec(places["lib"] / "ws")
             print(
                 f"uid {os.getuid()}, {args.runs} runs per pace, {args.busy} busy loops, "
                 f"load {os.getloadavg()[0]:.1f} at the start"
@@ -136,6 +142,23 @@ def _lib_exec(box: Sandbox) -> Callable[[], float]:
     return go
 
 
+def _create_exec(ws: Path) -> Callable[[], float]:
+    """A new sandbox of the same request each time (booted ahead from the second on, as
+    for an agent that makes one per task), its first command; removed outside the time."""
+    from warren import PolicySpec, Sandbox
+
+    def go() -> float:
+        t = time.perf_counter()
+        box = Sandbox.create(PolicySpec(workspace=str(ws)))
+        try:
+            box.exec(["true"])
+            return time.perf_counter() - t
+        finally:
+            box.remove()
+
+    return go
+
+
 def _measure(
     kinds: dict[str, Callable[[], float]], clis: dict[str, str], pace: float, args: argparse.Namespace
 ) -> None:
@@ -165,6 +188,10 @@ def _measure(
         else:
             verdict = "met" if e - s <= 1.0 else "NOT met"
             line.append(f"Sandbox.exec {e:5.2f} ms, +{e - s:4.2f} ms over subprocess.run ({verdict})")
+    if args.create:
+        c = med["create + exec"]
+        verdict = "met" if c / b <= 2.0 else "NOT met"
+        line.append(f"Sandbox.create + first exec {c:6.1f} ms {c / b:5.2f}x bwrap ({verdict}, <= 2.0x)")
     print("; ".join(line), flush=True)
 
 
