@@ -56,7 +56,7 @@ def program() -> str | None:
 
 def load() -> int | None:
     """In the supervisor, before any sandbox (``programs.load``)."""
-    return programs.load(NAME, program())
+    return programs.load(NAME, program)
 
 
 def loaded() -> int | None:

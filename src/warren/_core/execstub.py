@@ -41,7 +41,7 @@ def program() -> str | None:
 def load() -> int | None:
     """The stub in a sealed memfd (made once per process tree), or None when there is
     none to load."""
-    return programs.load(NAME, program())
+    return programs.load(NAME, program)
 
 
 def loaded() -> int | None:

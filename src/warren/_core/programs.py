@@ -16,6 +16,7 @@ import fcntl
 import os
 import sys
 import sysconfig
+from collections.abc import Callable
 
 _SEALS = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
 _loaded: dict[str, int | None] = {}
@@ -37,11 +38,14 @@ def find(name: str, switch: str) -> str | None:
     return None
 
 
-def load(name: str, path: str | None) -> int | None:
-    """The program at ``path`` in a sealed memfd named ``name`` (made once per process
-    tree), or None when there is none to load."""
+def load(name: str, find: Callable[[], str | None]) -> int | None:
+    """The program ``find`` names, in a sealed memfd named ``name`` (made once per
+    process tree), or None when there is none to load. ``find`` is asked only the first
+    time: every clone loads its programs, and a look through sysconfig's places costs
+    more than half a millisecond."""
     if name in _loaded:
         return _loaded[name]
+    path = find()
     fd = _sealed(name, path) if path is not None else None
     _loaded[name] = fd
     return fd
