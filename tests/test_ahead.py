@@ -21,6 +21,7 @@ import pytest
 
 from conftest import WARREN, loopback_http, run_cli
 from warren import PolicySpec, Sandbox
+from warren._core import procs
 from warren.server import ahead
 
 
@@ -292,21 +293,14 @@ def test_a_run_takes_its_booted_sandbox_s_spare_and_the_sandbox_ends_with_it(
         text=True,
     )
     try:
-        _wait("the command in the process that waited", lambda: _cmdline(waiting).startswith(b"sh\0-c\0read"))
+        argv = ["sh", "-c", script]
+        _wait("the command in the process that waited", lambda: procs.cmdline(waiting) == argv)
         out, err = proc.communicate("hi\n", timeout=60)
     finally:
         proc.kill()
     assert proc.returncode == 7, err
     assert out == "got hi\n"
     _wait("the used sandbox's PID 1 gone", lambda: not os.path.exists(f"/proc/{pid1}"))
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read()
-    except OSError:
-        return b""
 
 
 def test_a_run_too_long_for_the_spare_goes_through_pid1_and_ends(place: Place, state_home: Path) -> None:
