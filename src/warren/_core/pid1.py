@@ -287,7 +287,7 @@ class Init:
                         self.want_spare = not self.oneshot and self.stopping is None
                         if run_taken:
                             self.served = True
-                            if not self.helpers or self.spare_pid not in self.helpers:
+                            if self.spare_pid not in self.helpers:
                                 self.members.kill(signal.SIGKILL)
                                 return 0
                     continue
