@@ -38,14 +38,14 @@ def find(name: str, switch: str) -> str | None:
     return None
 
 
-def load(name: str, find: Callable[[], str | None]) -> int | None:
-    """The program ``find`` names, in a sealed memfd named ``name`` (made once per
-    process tree), or None when there is none to load. ``find`` is asked only the first
+def load(name: str, locate: Callable[[], str | None]) -> int | None:
+    """The program ``locate`` names, in a sealed memfd named ``name`` (made once per
+    process tree), or None when there is none to load. ``locate`` is asked only the first
     time: every clone loads its programs, and a look through sysconfig's places costs
     more than half a millisecond."""
     if name in _loaded:
         return _loaded[name]
-    path = find()
+    path = locate()
     fd = _sealed(name, path) if path is not None else None
     _loaded[name] = fd
     return fd
