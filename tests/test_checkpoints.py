@@ -385,7 +385,7 @@ def test_the_helper_in_the_sandboxs_namespaces_holds_nothing_of_the_supervisors(
         with open(f"/proc/{helper}/status") as f:
             assert f"\nNSpid:\t{helper}\n" in f.read()  # the host's pid only: in no sandbox pid namespace
         if os.getuid() == 0:
-            fds = sorted(int(n) for n in os.listdir(f"/proc/{helper}/fd"))
+            fds = _settled_fds(helper)
             assert fds[3:] and len(fds) == 4 and fds[:3] == [0, 1, 2], fds  # stdio and its channel
             assert os.readlink(f"/proc/{helper}/fd/{fds[3]}").startswith("socket:")
         else:
@@ -394,6 +394,26 @@ def test_the_helper_in_the_sandboxs_namespaces_holds_nothing_of_the_supervisors(
         assert "cp-helper" not in _sh(sb, _CMDLINES)  # nothing inside names it
     finally:
         sb.remove()
+
+
+def _settled_fds(pid: int, within: float = 10.0) -> list[int]:
+    """The descriptors of the helper ``pid`` once it has let go of the stack a restack
+    replaced (``joined.close_later`` closes it in a thread of its own: that close
+    syncs the upper directory's filesystem and may take a while). While it waits, no
+    descriptor but that one is extra, and none is a socket (a client's connection, or
+    any channel of the supervisor's, would be one); what is still extra at the end is
+    returned for the caller to see."""
+    deadline = time.monotonic() + within
+    while True:
+        fds = sorted(int(n) for n in os.listdir(f"/proc/{pid}/fd"))
+        held = []
+        for fd in fds[3:]:
+            with contextlib.suppress(FileNotFoundError):
+                held.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        assert len(fds) <= 5 and sum(h.startswith("socket:") for h in held) <= 1, (fds, held)
+        if len(fds) <= 4 or time.monotonic() > deadline:
+            return fds
+        time.sleep(0.05)
 
 
 def _children(pid: int) -> list[int]:
