@@ -21,8 +21,6 @@ from conftest import module_state
 from warren import PolicySpec, Sandbox
 from warren._core import treewalk
 from warren._core.procs import table
-from warren.errors import SandboxError
-from warren.server import box as server_box
 from warren.server import links
 
 DELAY = 3.0
@@ -138,49 +136,6 @@ def test_a_rename_into_a_walked_directory_asked_for_during_the_walk_cannot_hide_
         assert (ws / "a" / "key.txt").read_text() == "evil\n"
         # Names the file had inside still share its (new) inode, as on the host.
         assert (ws / "a" / "seen.txt").read_text() == "evil\n"
-    finally:
-        box.remove()
-
-
-def test_requests_beyond_the_bound_held_during_the_walk_are_refused_and_the_rest_run(ws: Path) -> None:
-    """Every request asked for during the walk waits in the supervisor with copies of its
-    descriptors: at most ``HELD_MAX`` at once. Those beyond it hear a typed error naming
-    the sandbox and why; the held ones all run once the walk has ended, and the sandbox
-    takes requests as before."""
-    extra = 8
-    before = time.time()
-    box = Sandbox.create(PolicySpec(workspace=str(ws)))
-    try:
-        outcomes: list[object] = []
-        lock = threading.Lock()
-        gate = threading.Barrier(server_box.HELD_MAX + extra + 1)
-
-        def ask() -> None:
-            gate.wait()
-            try:
-                got: object = box.exec(["true"]).exit_code
-            except SandboxError as e:
-                got = e
-            with lock:
-                outcomes.append(got)
-
-        threads = [threading.Thread(target=ask) for _ in range(server_box.HELD_MAX + extra)]
-        for t in threads:
-            t.start()
-        gate.wait()
-        asked = time.time()
-        assert asked + 1.0 < before + DELAY, "the requests were not asked for well within the walk"
-        for t in threads:
-            t.join(120)
-        refused = [o for o in outcomes if isinstance(o, SandboxError)]
-        assert len(outcomes) == len(threads)
-        assert outcomes.count(0) == server_box.HELD_MAX, outcomes
-        assert len(refused) == extra, refused
-        for e in refused:
-            assert f"sandbox {box.name} cannot take more requests now" in str(e), e
-            assert "hard links" in str(e) and e.hint and "ask again" in e.hint
-        r = box.exec(["echo", "still here"])
-        assert (r.exit_code, r.stdout) == (0, b"still here\n")
     finally:
         box.remove()
 
