@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from .. import codec, protocol, statedir
+from .. import protocol, statedir
 from ..client import connect
 from ..client.local import LocalTransport
 from ..client.sandbox import Sandbox
@@ -40,48 +40,6 @@ def create(args: list[str]) -> int:
     for w in info.warnings:
         print(f"warren: WARNING: {w}", file=sys.stderr)
     print(info.name)
-    return 0
-
-
-def _age(seconds: float) -> str:
-    if seconds < 120:
-        return f"{int(seconds)}s"
-    if seconds < 7200:
-        return f"{int(seconds // 60)}m"
-    return f"{int(seconds // 3600)}h"
-
-
-def _alive(row: listing.Row) -> bool:
-    return row["state"] in ("running", "paused")  # as SandboxInfo.alive
-
-
-def _where(row: listing.Row) -> str:
-    return str(row["workspace"]) if _alive(row) else f"{row['workspace']}  ({row['reason']})"
-
-
-def ls(args: list[str]) -> int:
-    from ..policy.limits import show_duration
-
-    p = flags.parser("warren ls", "List your sandboxes; dead ones say why.")
-    listing.add_flags(p)
-    ns = p.parse_args(args)
-    items = Sandbox.list(transport=_transport())
-    now = time.time()
-
-    def idle(row: listing.Row) -> str:
-        if not _alive(row) or not row.get("last_active"):
-            return "-"
-        shown = _age(now - row["last_active"])
-        return shown + (f"/{show_duration(row['idle_timeout'])}" if row.get("idle_timeout") else "")
-
-    columns = [
-        listing.Column("NAME", lambda r: r["name"], width=20),
-        listing.Column("STATE", lambda r: r["state"], width=8),
-        listing.Column("AGE", lambda r: _age(now - r["created"]), width=8, right=True),
-        listing.Column("IDLE", idle, width=12, right=True),  # idle for / stops after
-        listing.Column("WORKSPACE / REASON", _where),
-    ]
-    listing.emit(ns, [codec.encode(i) for i in items], columns)  # rows as the HTTP API shows them
     return 0
 
 
@@ -448,7 +406,6 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "pause": pause,
     "resume": resume,
     "create": create,
-    "ls": ls,
     "ps": ps,
     "cp": cp,
     "port": port,

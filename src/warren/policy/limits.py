@@ -15,10 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from .. import durations
 from ..errors import PolicyError
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+_SECONDS = durations.SECONDS
 MIN_IDLE = 1.0
 
 # Below these a sandbox cannot start a shell: a typo (``--memory 512``), not a choice.
@@ -103,12 +104,7 @@ def parse_duration(value: object, where: str) -> float:
     return amount
 
 
-def show_duration(seconds: float) -> str:
-    for unit in ("d", "h", "m"):
-        scale = _SECONDS[unit]
-        if seconds >= scale and seconds % scale == 0:
-            return f"{int(seconds // scale)}{unit}"
-    return f"{seconds:g}s"
+show_duration = durations.show
 
 
 def parse(

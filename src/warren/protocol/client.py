@@ -395,8 +395,9 @@ class SandboxInfo(Message):
     reason: str = ""
     workspace: str = ""
     created: float = 0.0
-    pid1: int = 0
+    # In models.SandboxInfo's order: `warren ls` prints these fields as the HTTP API's rows (cli.ls).
     warnings: list[str] = []
+    pid1: int = 0
     idle_timeout: float | None = None  # seconds without a request before it stops
     last_active: float = 0.0  # when a request last reached it (or an exec ended)
 
