@@ -58,3 +58,98 @@ def test_a_plan_not_launched_lets_go_of_what_it_opened(tmp_path: Path) -> None:
     assert found.roots  # the workspace's descriptor, held for the launch
     found.close()
     assert set(os.listdir("/proc/self/fd")) == fds_before
+
+
+# --- a plan made again from what it was made from (``planning.Basis``) -------------------
+
+
+def _request(caller: CallerFacts, msg_caller: protocol.Caller, spec: dict[str, object]) -> ahead.Request:
+    return ahead.Request(spec, caller, msg_caller, None, None)
+
+
+def test_a_plan_made_from_an_equal_basis_is_the_same_plan_and_is_not_made_again(tmp_path: Path) -> None:
+    """``make_plan`` gets fresh random names each time (a secret's nonce, a review layer,
+    a trust bundle): for a plan that takes none of them, planning twice with the same
+    TMPDIR name gives equal plans from equal bases, so the plan known for that basis is
+    returned as it is (the sandbox booted ahead's)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    caller, msg_caller = _caller(tmp_path, ws)
+    planner = planning.Planner(str(tmp_path / "state"), links.LinkScanner(), gitkeeper.GitKeeper())
+    request = _request(caller, msg_caller, {"workspace": str(ws)})
+    first, found, _host, basis = planner.planned(request, scratch_id="a" * 24)
+    found.close()
+    again, found, _host, basis_again = planner.planned(request, scratch_id="a" * 24)
+    found.close()
+    assert basis is not None and basis_again == basis
+    assert again == first and again is not first  # made again: equal
+    known, found, _host, _basis = planner.planned(request, scratch_id="a" * 24, known=(basis, first))
+    found.close()
+    assert known is first
+    # Another TMPDIR name is another basis: the plan is made again (another one where the
+    # TMPDIR is made outside the workspace, not under /tmp as here).
+    other, found, _host, other_basis = planner.planned(request, scratch_id="b" * 24, known=(basis, first))
+    found.close()
+    assert other_basis != basis and other is not first
+
+
+def test_a_plan_is_made_again_when_the_callers_directory_resolves_elsewhere(tmp_path: Path) -> None:
+    """The caller's directory resolved is the one thing of the host ``make_plan`` reads
+    itself (where commands start): a symlink retargeted since is another basis, and
+    the plan known for the old one is not returned."""
+    ws = tmp_path / "ws"
+    (ws / "a").mkdir(parents=True)
+    (ws / "b").mkdir()
+    here = tmp_path / "here"
+    here.symlink_to(ws / "a")
+    caller, msg_caller = _caller(tmp_path, ws)
+    caller = CallerFacts(caller.uid, caller.gid, caller.home, caller.env, str(here))
+    planner = planning.Planner(str(tmp_path / "state"), links.LinkScanner(), gitkeeper.GitKeeper())
+    request = _request(caller, msg_caller, {"workspace": str(ws)})
+    first, found, _host, basis = planner.planned(request, scratch_id="c" * 24)
+    found.close()
+    assert basis is not None and first.cwd == str(ws / "a")
+    here.unlink()
+    here.symlink_to(ws / "b")
+    now, found, _host, now_basis = planner.planned(request, scratch_id="c" * 24, known=(basis, first))
+    found.close()
+    assert now_basis != basis and now is not first
+    assert now.cwd == str(ws / "b")
+
+
+def test_a_plan_is_made_again_when_the_policy_or_the_caller_changed(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (tmp_path / "secret").mkdir()
+    caller, msg_caller = _caller(tmp_path, ws)
+    planner = planning.Planner(str(tmp_path / "state"), links.LinkScanner(), gitkeeper.GitKeeper())
+    first, found, _host, basis = planner.planned(
+        _request(caller, msg_caller, {"workspace": str(ws)}), scratch_id="d" * 24
+    )
+    found.close()
+    assert basis is not None
+    denied = _request(caller, msg_caller, {"workspace": str(ws), "deny": [str(tmp_path / "secret")]})
+    plan, found, _host, _basis = planner.planned(denied, scratch_id="d" * 24, known=(basis, first))
+    found.close()
+    assert plan is not first and plan != first
+    env = {**caller.env, "LANG": "C.UTF-8", "EXTRA_FOR_THE_TEST": "1"}
+    moved = CallerFacts(caller.uid, caller.gid, caller.home, env, caller.cwd)
+    plan, found, _host, _basis = planner.planned(
+        _request(moved, msg_caller, {"workspace": str(ws)}), scratch_id="d" * 24, known=(basis, first)
+    )
+    found.close()
+    assert plan is not first
+
+
+def test_a_plan_that_takes_fresh_names_has_no_basis(tmp_path: Path) -> None:
+    """A review sandbox's layer is a fresh name each time: no plan of it is reused."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    caller, msg_caller = _caller(tmp_path, ws)
+    planner = planning.Planner(str(tmp_path / "state"), links.LinkScanner(), gitkeeper.GitKeeper())
+    request = ahead.Request(
+        {"workspace": str(ws), "review": True}, caller, msg_caller, None, None, long_lived=True
+    )
+    plan, found, _host, basis = planner.planned(request, scratch_id="e" * 24)
+    found.close()
+    assert basis is None and plan.review is not None

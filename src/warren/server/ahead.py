@@ -11,7 +11,10 @@ run, never assumed:
 - the request is planned again, as every run is, with the sandbox's own TMPDIR name,
   and its plan and the host facts it was made from must equal the booted one's (a
   config file edited, a new deny, an env change that passes, a mount, a link scanned,
-  other cgroups of the caller: another plan);
+  other cgroups of the caller: another plan). Its policy is resolved and the host's
+  facts gathered afresh; where they, the caller and the rest ``make_plan`` takes are
+  all equal to what the booted plan was made from (``planning.Basis``), that pure step
+  is not run again: it would make the same plan;
 - the host paths the setup resolved must still be what they were (``marks``: a
   workspace, a denied directory or a bound file replaced since is another sandbox),
   which the kernel tells where it watched them (``markwatch``: nothing queued, nothing
@@ -37,6 +40,7 @@ import dataclasses
 import json
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .. import protocol
 from ..plan import CallerFacts, Plan
@@ -45,6 +49,9 @@ from ..plan.model import MountKind
 from ..plan.mounts import within
 from . import marks
 from .box import Box
+
+if TYPE_CHECKING:
+    from .planning import Basis
 
 # Seconds unused before a sandbox booted ahead is stopped (its spare with it), and within
 # which a request must come again to be booted ahead for: an agent waiting for its model
@@ -101,6 +108,9 @@ class Booted:
     host: HostFacts
     marks: marks.Marks
     scratch_id: str  # the random part of its TMPDIR's name: the run is planned with it
+    # What its plan was made from (``planning.Basis``): a run planned from an equal one
+    # gets this plan without ``make_plan`` again. None: not reusable (``Planner.planned``).
+    basis: Basis | None = None
     waiting: Request | None = None  # the run given to it while it still boots
     since: float = field(default_factory=time.monotonic)
     checked: bool = False  # its marks were taken again once it was ready, and held

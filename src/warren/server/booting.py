@@ -106,9 +106,12 @@ class Booter:
         booted = self.pool.take(request.key())
         if booted is None:
             return None
-        plan, git, host = self.planner.plan(request, scratch_id=booted.scratch_id)
-        git.close()  # the booted sandbox holds its repositories' lease
         box = booted.box
+        # Made from what the booted one was made from, the plan is the booted one (the
+        # policy and the host facts are resolved and gathered again to know it).
+        known = (booted.basis, box.plan) if booted.basis is not None else None
+        plan, git, host, _basis = self.planner.planned(request, scratch_id=booted.scratch_id, known=known)
+        git.close()  # the booted sandbox holds its repositories' lease
         why, refresh = ahead.mismatch(booted, plan, host)
         if why is not None:
             self.notes.log("ahead", f"a sandbox booted ahead was not used: {why}")
@@ -157,7 +160,7 @@ class Booter:
             return
         scratch_id = secrets.token_hex(12)
         try:
-            plan, git, host = self.planner.plan(request, scratch_id=scratch_id)
+            plan, git, host, basis = self.planner.planned(request, scratch_id=scratch_id)
         except WarrenError:
             return
         if not ahead.eligible(plan, request.long_lived):
@@ -176,7 +179,7 @@ class Booter:
         except WarrenError:
             return
         assert box.launched.marks is not None
-        box.booted = ahead.Booted(box, host, box.launched.marks, scratch_id)
+        box.booted = ahead.Booted(box, host, box.launched.marks, scratch_id, basis=basis)
         for old in self.pool.add(key, box.booted):
             old.terminate()
 

@@ -16,6 +16,7 @@ import dataclasses
 import json
 import os
 import secrets
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -186,6 +187,22 @@ class Planner:
         (``warren plan``). ``scratch_id``: the random part of the TMPDIR's name (fresh
         unless given: ``ahead`` plans a run again with the name of the sandbox booted for
         it)."""
+        plan, git, host, _basis = self.planned(request, dry=dry, scratch_id=scratch_id)
+        return plan, git, host
+
+    def planned(
+        self,
+        request: Request,
+        *,
+        dry: bool = False,
+        scratch_id: str | None = None,
+        known: tuple[Basis, Plan] | None = None,
+    ) -> tuple[Plan, gitkeeper.Found, HostFacts, Basis | None]:
+        """``plan``, and what ``make_plan`` made it from (``Basis``; None where it took
+        fresh randomness). ``known``: a plan made before and its basis (the sandbox
+        booted ahead's): when the basis now is equal, that plan is the one ``make_plan``
+        would make again, and is returned instead. The policy and the host facts are
+        resolved and gathered afresh either way: only the pure step is spared."""
         caller = request.caller
         policy = resolve(request.spec, caller, request.msg_caller)
         state_dir = self.root or statedir.location(caller.env)
@@ -193,6 +210,13 @@ class Planner:
             policy, caller, state_dir=state_dir, scanner=self.scanner, keeper=self.keeper, dry=dry
         )
         intercepts = bool(policy.secrets or policy.http_rules)
+        scratch_id = scratch_id or secrets.token_hex(12)
+        basis = None
+        if not (intercepts or policy.review or policy.image or policy.from_snapshot):
+            cwd = str(policy.workspace) if request.long_lived else request.cwd  # (as below: no image)
+            basis = Basis(policy, host, caller, cwd, scratch_id, os.path.realpath(caller.cwd))
+            if known is not None and known[1].namespaces and known[0] == basis:
+                return known[1], git, host, basis
         try:
             if policy.from_snapshot:
                 image: ImageRef | None = snapshots.image_of(state_dir, policy.from_snapshot)
@@ -203,7 +227,7 @@ class Planner:
                 host,
                 caller,
                 cwd=("/workspace" if image else str(policy.workspace)) if request.long_lived else request.cwd,
-                scratch_id=scratch_id or secrets.token_hex(12),
+                scratch_id=scratch_id,
                 image=image,
                 secret_nonce=secrets.token_hex(16),
                 # Beneath warren's state directory too (never inside the workspace), a fresh name.
@@ -228,7 +252,26 @@ class Planner:
             raise
         if not plan.namespaces and not dry:
             plan = _notice_once(plan, state_dir)
-        return plan, git, host
+        return plan, git, host, basis
+
+
+@dataclass(frozen=True)
+class Basis:
+    """What ``make_plan`` made a plan from, but the fresh random names it was given:
+    the policy, the host facts, the caller, where commands start (as asked), the
+    TMPDIR's random part, and the one thing ``make_plan`` reads of the host itself, the
+    caller's directory resolved (``os.path.realpath``). Given an equal basis it makes
+    an equal plan: ``Planner.planned`` returns the plan it made before instead. Only
+    for a plan that takes no fresh randomness and no image (no secrets or interception,
+    no review layer, no image or snapshot): there the names it would be given anew
+    would make another plan."""
+
+    policy: Policy
+    host: HostFacts
+    caller: CallerFacts
+    cwd: str | None
+    scratch_id: str
+    real_cwd: str
 
 
 DEGRADED_NOTICE = "degraded-noticed"
