@@ -413,3 +413,36 @@ def test_an_e2b_home_needs_landlock_abi_2(tmp_path: Path) -> None:
     p = policy(tmp_path, [home])
     with pytest.raises(PolicyError, match="Landlock ABI >= 2"):
         make_plan(p, facts(e2b_homes=E2B, path_kinds={E2B: "dir"}, landlock_abi=1))
+
+
+def test_the_default_deny_lists_system_paths_resolve_as_any_path_does(tmp_path: Path) -> None:
+    """The default deny list's absolute paths take a shorter way than ``absolute`` (no
+    Path built to check them, the same Path object for the same text): what it gives is
+    what ``absolute`` gives, a symlink resolved, and a path it cannot take as it is (not
+    normalized, too long) goes to ``absolute``."""
+    from warren.policy import resolve
+
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "key").write_text("k\n")
+    (tmp_path / "via").symlink_to(real)
+    names = (
+        "/etc/shadow",
+        "/etc/ssh/ssh_host_*_key",
+        str(tmp_path / "via" / "key"),
+        str(tmp_path / "via"),
+        str(tmp_path / "missing" / "x"),
+        str(tmp_path / "via" / ".." / "via" / "key"),
+    )
+    for raw in resolve.system_denied(names):
+        parents: dict[str, str] = {}
+        plain = resolve.absolute(raw, "default deny", None, tmp_path, None)
+        if resolve._plain_absolute(raw):
+            assert resolve.as_path(resolve.realpath(raw, parents)) == plain, raw
+        else:
+            assert raw.endswith("/via/key") and ".." in raw
+    policy = build(PolicySpec(workspace=str(tmp_path / "real")), cwd=tmp_path, env={"HOME": str(tmp_path)})
+    denied = {str(r.path) for r in policy.denied if r.source == "default"}
+    assert "/etc/shadow" in denied
+    assert resolve.as_path("/etc/shadow") is resolve.as_path("/etc/shadow")
+    assert not resolve._plain_absolute("/a/" + "x" * 256) and not resolve._plain_absolute("//etc/x")

@@ -14,6 +14,7 @@ import posixpath
 import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
+from functools import lru_cache
 from pathlib import Path
 
 from ..errors import PolicyError
@@ -69,7 +70,27 @@ def absolute(
             hint="paths are at most 4095 bytes, each name at most 255",
         )
     # Resolve symlinks so the plan names what the kernel will see.
-    return Path(os.path.realpath(path) if parents is None else realpath(str(path), parents))
+    return as_path(os.path.realpath(path) if parents is None else realpath(str(path), parents))
+
+
+@lru_cache(maxsize=4096)
+def as_path(text: str) -> Path:
+    """``Path(text)``, the same object for the same text: a Path is immutable, and
+    building one parses its text again (the default deny list makes about eighty per
+    sandbox, the same ones each time)."""
+    return Path(text)
+
+
+def _plain_absolute(raw: str) -> bool:
+    """Whether ``absolute`` would take ``raw`` as it is: absolute, normalized, no
+    leading ``//``, short enough (else it is given to ``absolute``, which explains)."""
+    return (
+        raw.startswith("/")
+        and not raw.startswith("//")
+        and raw == os.path.normpath(raw)
+        and len(os.fsencode(raw)) < 4096
+        and all(len(os.fsencode(part)) <= 255 for part in raw.split("/"))
+    )
 
 
 def realpath(path: str, parents: dict[str, str]) -> str:
@@ -202,7 +223,10 @@ def build(
                 # What ``absolute`` makes of it, without building Paths to get there
                 # (dozens of them, for every sandbox).
                 check_text(raw, "default deny")
-                path = Path(realpath(under_home + raw[1:], parents))
+                path = as_path(realpath(under_home + raw[1:], parents))
+            elif _plain_absolute(raw):
+                check_text(raw, "default deny")  # (as above: the system's paths)
+                path = as_path(realpath(raw, parents))
             else:
                 path = absolute(raw, "default deny", None, home, parents)
             if not any(is_within(w.path, path) for w in writable):
