@@ -270,6 +270,36 @@ def test_a_run_s_booted_sandbox_keeps_its_spare_past_the_spare_idle_time(
         box.remove()
 
 
+def test_a_creates_booted_sandbox_keeps_its_spare_until_it_is_created_then_lets_it_go_when_idle(
+    place: Place, state_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sandbox booted for the next create keeps its spare however long it waits, so
+    that the create's first exec finds one; once it is the create's sandbox
+    (``protocol.Adopted``) its spare goes after ``WARREN_SPARE_IDLE`` without a request,
+    as any long-lived sandbox's, and the next exec forks another."""
+    monkeypatch.setenv("WARREN_SPARE_IDLE", "0.5")
+    env = {"XDG_CACHE_HOME": str(place.cache)}
+    names = [f"keep{os.getpid()}-{i}" for i in range(3)]
+    try:
+        for name in names[:2]:  # the second create of the same words boots the next one
+            assert run_cli(["create", name], cwd=place.ws, env=env).returncode == 0
+            assert run_cli(["rm", "-f", name], cwd=place.ws, env=env).returncode == 0
+        booted = place.booted()
+        _wait("the booted sandbox's spare", lambda: any(_spares(state_home).values()))
+        ((pid1, spares),) = [(p, s) for p, s in _spares(state_home).items() if s]
+        time.sleep(2.0)  # four times the spare idle time
+        assert _spares(state_home).get(pid1) == spares, "the booted sandbox kept its spare"
+        assert run_cli(["create", names[2]], cwd=place.ws, env=env).returncode == 0
+        (info,) = [i for i in Sandbox.list() if i.name == names[2]]
+        assert info.pid1 == pid1, "the create took the sandbox booted for it"
+        _wait("its spare let go once idle as a created sandbox", lambda: not _spares(state_home).get(pid1))
+        r = run_cli(["exec", names[2], "sh", "-c", 'echo "$TMPDIR"'], cwd=place.ws, env=env)
+        assert (r.returncode, r.stdout) == (0, booted + "\n"), r.stderr
+    finally:
+        for name in names:
+            run_cli(["rm", "-f", name], cwd=place.ws, env=env)
+
+
 def test_a_run_takes_its_booted_sandbox_s_spare_and_the_sandbox_ends_with_it(
     place: Place, state_home: Path
 ) -> None:

@@ -224,11 +224,19 @@ class Init:
     connectors: set[int] = field(default_factory=set, init=False)
     let_go: set[int] = field(default_factory=set, init=False)  # spares let go, not yet reaped
     generation: int = field(default=0, init=False)  # ``Refresh`` and ``Walked`` read (``Spare``)
+    adopted: bool = field(default=False, init=False)  # a long-lived one booted ahead, given to its creator
 
     @property
     def ready_run(self) -> bool:
         """A one-shot sandbox booted ahead, waiting for its run."""
         return self.ahead and self.oneshot and not self.served
+
+    @property
+    def keeps_spare(self) -> bool:
+        """A sandbox booted ahead, not yet given to its run or its creator
+        (``protocol.Adopted``): its spare stays however long it waits, so that the
+        run, or the create's first exec, finds one."""
+        return self.ready_run or (self.ahead and not self.oneshot and not self.adopted)
 
     def __post_init__(self) -> None:
         self.wake_r, self.wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
@@ -255,7 +263,7 @@ class Init:
                 timeout = 50
             elif self.want_spare:
                 timeout = SPARE_AFTER_MS
-            elif self.spare is not None and not self.ready_run:
+            elif self.spare is not None and not self.keeps_spare:
                 timeout = max(0.0, (self.last_request + SPARE_IDLE - time.monotonic()) * 1000)
             events = poller.poll(timeout)
             if not events and self.want_spare and self.stopping is None:
@@ -265,13 +273,14 @@ class Init:
                 self._try_spare()
             elif (
                 self.spare is not None
-                and not self.ready_run
+                and not self.keeps_spare
                 and time.monotonic() - self.last_request > SPARE_IDLE
             ):
                 # Nobody uses this sandbox now: its spare goes (it exits when its
-                # channel closes), and the memory it held with it. Not a run's sandbox
-                # booted ahead: it is there only to serve that run at once, with its
-                # spare, and the supervisor stops it whole when unused (``ahead.IDLE``).
+                # channel closes), and the memory it held with it. Not a sandbox booted
+                # ahead still waiting: it is there only to serve its run (or its
+                # creator's first exec) at once, with its spare, and the supervisor
+                # stops it whole when unused (``ahead.IDLE``).
                 self._drop_spare()
             given = self.spare.fileno() if self.spare is not None and self.advertised else -1
             for fd, _ev in events:
@@ -299,10 +308,20 @@ class Init:
                 try:
                     while (
                         got := inbox.read(
-                            (protocol.Handoff, protocol.Refresh, protocol.Quiesce, protocol.Walked)
+                            (
+                                protocol.Handoff,
+                                protocol.Refresh,
+                                protocol.Quiesce,
+                                protocol.Walked,
+                                protocol.Adopted,
+                            )
                         )
                     ) is not None:
-                        if isinstance(got[0], protocol.Refresh):
+                        if isinstance(got[0], protocol.Adopted):
+                            # Its creator's now: idle from here on, as if asked now.
+                            self.adopted = True
+                            self.last_request = time.monotonic()
+                        elif isinstance(got[0], protocol.Refresh):
                             self.generation += 1
                             self._refresh()
                         elif isinstance(got[0], protocol.Walked):

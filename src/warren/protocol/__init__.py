@@ -104,6 +104,7 @@ if TYPE_CHECKING:
         Launch,
     )
     from .pid1 import (
+        Adopted,
         Failed,
         Layers,
         NetEvents,
@@ -122,6 +123,7 @@ if TYPE_CHECKING:
 # The channels a client never speaks load when first named (the CLI's start-up stays
 # with base and client); ``base.from_dict`` loads them before refusing an unknown kind.
 _LAZY = {
+    "Adopted": "pid1",
     "ConnectRequest": "handoff",
     "Connected": "handoff",
     "ConnectorRequest": "handoff",
@@ -158,6 +160,7 @@ __all__ = [
     "DEFAULT_OUTPUT_LIMIT",
     "STDIN_MAX_QUEUED",
     "VERSION",
+    "Adopted",
     "Caller",
     "CheckpointInfo",
     "CheckpointRequest",

@@ -31,6 +31,16 @@ class Refresh(Message):
     TAG = "refresh"
 
 
+class Adopted(Message):
+    """From the supervisor: the sandbox booted ahead for a create is that create's
+    sandbox now (``server.booting``). Until then its spare stays, however long it
+    waits (the supervisor stops it whole when unused, ``server.ahead.IDLE``), so the
+    create's first exec finds it; from now on it goes after ``SPARE_IDLE`` without a
+    request, as any long-lived sandbox's."""
+
+    TAG = "adopted"
+
+
 class NetEvents(Message):
     """From the supervisor to a sandbox's network helper (``server.netd``): the pipe
     attached is where its proxy's decisions go from now on, besides its log. A run that

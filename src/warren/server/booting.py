@@ -151,6 +151,7 @@ class Booter:
             box.start_run()
             return
         box.created = box.last_active = time.time()
+        box.send(protocol.Adopted())  # its spare, kept while it waited, goes when idle from now on
         box.waiter.box_ready(box)
 
     def _boot_ahead(self, request: ahead.Request) -> None:
