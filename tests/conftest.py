@@ -374,6 +374,20 @@ def loopback_http(host: str = "127.0.0.2") -> Iterator[tuple[int, list[str]]]:
         httpd.server_close()
 
 
+def held_walk_state(tmp_path_factory: pytest.TempPathFactory, delay: float) -> Iterator[Path]:
+    """For a module-scoped ``state_home`` of the hard-link walk's tests: a private state
+    whose supervisor walks every workspace natively after launch (every tree counts as
+    large, ``WARREN_NATIVE_WALK``), held back ``delay`` seconds first
+    (``WARREN_LINK_WALK_DELAY``)."""
+    from warren._core import treewalk
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("WARREN_NATIVE_WALK", "1")
+        mp.setenv("WARREN_LINK_WALK_DELAY", str(delay))
+        assert treewalk.program() is not None, "warren-walk is not installed (run scripts/setup)"
+        yield from module_state(tmp_path_factory)
+
+
 def module_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """For a module-scoped ``state_home``: one private state (and supervisor) for the
     module's tests, every sandbox it left removed at the end."""

@@ -17,9 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import module_state
+from conftest import held_walk_state
 from warren import PolicySpec, Sandbox
-from warren._core import treewalk
 from warren._core.procs import table
 from warren.server import links
 
@@ -28,11 +27,7 @@ DELAY = 5.0  # room for a launch on a machine busy with both halves of the suite
 
 @pytest.fixture(scope="module")
 def state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("WARREN_NATIVE_WALK", "1")
-        mp.setenv("WARREN_LINK_WALK_DELAY", str(DELAY))
-        assert treewalk.program() is not None, "warren-walk is not installed (run scripts/setup)"
-        yield from module_state(tmp_path_factory)
+    yield from held_walk_state(tmp_path_factory, DELAY)
 
 
 @pytest.fixture

@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import module_state
+from conftest import held_walk_state
 from warren import PolicySpec, Sandbox
-from warren._core import treewalk
 from warren.errors import SandboxError
 from warren.server import box as server_box
 
@@ -27,11 +26,7 @@ ASKED_WITHIN = 3.0  # the requests are all asked for this long after `before`, a
 
 @pytest.fixture(scope="module")
 def state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("WARREN_NATIVE_WALK", "1")
-        mp.setenv("WARREN_LINK_WALK_DELAY", str(DELAY))
-        assert treewalk.program() is not None, "warren-walk is not installed (run scripts/setup)"
-        yield from module_state(tmp_path_factory)
+    yield from held_walk_state(tmp_path_factory, DELAY)
 
 
 def test_requests_beyond_the_bound_held_during_the_walk_are_refused_and_the_rest_run(
