@@ -61,7 +61,7 @@ def absolute(
                 hint="config files need absolute paths (or ~/...)",
             )
         path = base / path
-    if len(os.fsencode(str(path))) >= 4096 or any(len(os.fsencode(p)) > 255 for p in path.parts):
+    if _too_long(str(path)):
         raise PolicyError(
             f"{where}: path too long: {str(path)[:80]}...",
             operation="policy",
@@ -81,6 +81,11 @@ def as_path(text: str) -> Path:
     return Path(text)
 
 
+def _too_long(path: str) -> bool:
+    """Longer than the kernel takes: 4096 bytes with its NUL, a name over 255."""
+    return len(os.fsencode(path)) >= 4096 or any(len(os.fsencode(name)) > 255 for name in path.split("/"))
+
+
 def _plain_absolute(raw: str) -> bool:
     """Whether ``absolute`` would take ``raw`` as it is: absolute, normalized, no
     leading ``//``, short enough (else it is given to ``absolute``, which explains)."""
@@ -88,8 +93,7 @@ def _plain_absolute(raw: str) -> bool:
         raw.startswith("/")
         and not raw.startswith("//")
         and raw == os.path.normpath(raw)
-        and len(os.fsencode(raw)) < 4096
-        and all(len(os.fsencode(part)) <= 255 for part in raw.split("/"))
+        and not _too_long(raw)
     )
 
 
@@ -219,14 +223,15 @@ def build(
         parents: dict[str, str] = {}
         under_home = _plain_home(home)
         for raw in (*DEFAULT_DENIED, *system_denied()):
+            # What ``absolute`` makes of it, without building Paths to get there (dozens
+            # of them, for every sandbox): a plain ~/ path, or a plain absolute one.
             if under_home is not None and raw.startswith("~/") and raw == os.path.normpath(raw):
-                # What ``absolute`` makes of it, without building Paths to get there
-                # (dozens of them, for every sandbox).
+                plain: str | None = under_home + raw[1:]
+            else:
+                plain = raw if _plain_absolute(raw) else None
+            if plain is not None:
                 check_text(raw, "default deny")
-                path = as_path(realpath(under_home + raw[1:], parents))
-            elif _plain_absolute(raw):
-                check_text(raw, "default deny")  # (as above: the system's paths)
-                path = as_path(realpath(raw, parents))
+                path = as_path(realpath(plain, parents))
             else:
                 path = absolute(raw, "default deny", None, home, parents)
             if not any(is_within(w.path, path) for w in writable):
