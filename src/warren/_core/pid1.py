@@ -204,6 +204,8 @@ class Init:
     broker: Broker | None
     helpers: set[int]  # the broker thread reads it too
     ahead: bool = False
+    # A request reached it (through PID 1, or a one-shot's through its spare), or, booted
+    # ahead for a create, its creator took it (``protocol.Adopted``).
     served: bool = field(default=False, init=False)
     sender: int = field(default=0, init=False)  # the credentials sender's pid (``credsend``), 0 none
     spare: socket.socket | None = field(default=None, init=False)  # a helper forked ahead of the next request
@@ -224,7 +226,6 @@ class Init:
     connectors: set[int] = field(default_factory=set, init=False)
     let_go: set[int] = field(default_factory=set, init=False)  # spares let go, not yet reaped
     generation: int = field(default=0, init=False)  # ``Refresh`` and ``Walked`` read (``Spare``)
-    adopted: bool = field(default=False, init=False)  # a long-lived one booted ahead, given to its creator
 
     @property
     def ready_run(self) -> bool:
@@ -236,7 +237,7 @@ class Init:
         """A sandbox booted ahead, not yet given to its run or its creator
         (``protocol.Adopted``): its spare stays however long it waits, so that the
         run, or the create's first exec, finds one."""
-        return self.ready_run or (self.ahead and not self.oneshot and not self.adopted)
+        return self.ahead and not self.served
 
     def __post_init__(self) -> None:
         self.wake_r, self.wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
@@ -319,7 +320,7 @@ class Init:
                     ) is not None:
                         if isinstance(got[0], protocol.Adopted):
                             # Its creator's now: idle from here on, as if asked now.
-                            self.adopted = True
+                            self.served = True
                             self.last_request = time.monotonic()
                         elif isinstance(got[0], protocol.Refresh):
                             self.generation += 1
