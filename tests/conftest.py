@@ -374,6 +374,28 @@ def loopback_http(host: str = "127.0.0.2") -> Iterator[tuple[int, list[str]]]:
         httpd.server_close()
 
 
+# Held by tests that change a host file every sandbox's plan depends on (exclusive), and
+# by tests that need the host unchanged across a few commands (shared): a file in /var/tmp,
+# so both halves of CI (root and uid 1001, side by side) see the same lock.
+HOST_FILES_LOCK = "/var/tmp/warren-tests-host-files.lock"
+
+
+@contextlib.contextmanager
+def host_files(exclusive: bool) -> Iterator[None]:
+    """``exclusive``: this test changes a file the planning of every sandbox reads (a
+    host key in /etc/ssh, which the default deny list's glob matches), which makes any
+    sandbox booted ahead at that moment, of any caller, another plan. Shared: this test
+    needs a sandbox booted ahead to be taken by its next run (tests/test_ahead.py)."""
+    import fcntl
+
+    fd = os.open(HOST_FILES_LOCK, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)
+
+
 def held_walk_state(tmp_path_factory: pytest.TempPathFactory, delay: float) -> Iterator[Path]:
     """For a module-scoped ``state_home`` of the hard-link walk's tests: a private state
     whose supervisor walks every workspace natively after launch (every tree counts as

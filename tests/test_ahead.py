@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import WARREN, loopback_http, run_cli
+from conftest import WARREN, host_files, loopback_http, run_cli
 from warren import PolicySpec, Sandbox
 from warren._core import procs
 from warren.server import ahead
@@ -61,7 +61,8 @@ class Place:
 @pytest.fixture
 def place(state_home: Path) -> Iterator[Place]:
     base = Path("/var/tmp") / f"warren-ahead-{os.getpid()}-{time.monotonic_ns()}"
-    yield Place(base)
+    with host_files(exclusive=False):  # no host key made in /etc/ssh meanwhile (test_trust_boundary)
+        yield Place(base)
     # A sandbox booted for the next run goes after 60 s unused, with its supervisor.
     shutil.rmtree(base, ignore_errors=True)
 

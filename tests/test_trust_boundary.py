@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Layout, host_git, host_marker, run_cli
+from conftest import Layout, host_files, host_git, host_marker, run_cli
 
 # Runs inside the sandbox: try each operation, report the outcome (or errno name) as JSON.
 ATTEMPT = r"""
@@ -468,16 +468,18 @@ def host_key() -> Iterator[Path | None]:
         yield None
         return
     key = Path(f"/etc/ssh/ssh_host_warrentest{os.getpid()}_key")
-    key.parent.mkdir(exist_ok=True)
-    key.write_text("HOSTKEY-PRIVATE-MARKER\n")
-    key.chmod(0o600)
     pub = key.with_name(key.name + ".pub")
-    pub.write_text("ssh-ed25519 HOSTKEY-PUBLIC-MARKER\n")
-    try:
-        yield key
-    finally:
-        key.unlink(missing_ok=True)
-        pub.unlink(missing_ok=True)
+    # Every sandbox's plan changes while it exists: none of tests/test_ahead.py's runs then.
+    with host_files(exclusive=True):
+        key.parent.mkdir(exist_ok=True)
+        key.write_text("HOSTKEY-PRIVATE-MARKER\n")
+        key.chmod(0o600)
+        pub.write_text("ssh-ed25519 HOSTKEY-PUBLIC-MARKER\n")
+        try:
+            yield key
+        finally:
+            key.unlink(missing_ok=True)
+            pub.unlink(missing_ok=True)
 
 
 def test_system_secrets_are_hidden_from_a_root_callers_sandbox(layout: Layout, host_key: Path | None) -> None:
