@@ -12,13 +12,16 @@ all are measured after the same idle moments:
 
 ``--also CLI`` measures a second warren CLI in the same cycles (its own supervisor and
 state: another install, e.g. the code before a change), so before and after come from
-the same minutes. ``--busy N`` runs N busy loops (one process each) for the whole run:
+the same minutes; ``--also-python PY`` does the same for ``Sandbox.exec`` (a process of
+that install's Python makes the other sandbox and its execs, each when told).
+``--busy N`` runs N busy loops (one process each) for the whole run:
 the load the ratios are measured under (issue 36: with two, run <= 3.0x, exec <= 2.0x
 of bwrap under the same load; the exec row then reads as a ratio to bwrap too).
 Medians; each supervisor started before (two runs at the pace first, as an agent's
 session would have).
 
 Run: python bench/bench_pace.py [--pace 1,10,30] [--runs 6] [--exec] [--create] [--busy 2] [--also PATH]
+       [--also-python PATH]
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ def main() -> None:
     ap.add_argument("--create", action="store_true", help="also Sandbox.create + first exec vs bwrap")
     ap.add_argument("--busy", type=int, default=0, help="busy loops running meanwhile")
     ap.add_argument("--also", help="another warren CLI measured in the same cycles (its own state)")
+    ap.add_argument("--also-python", help="another install's Python: its Sandbox.exec beside (with --exec)")
     args = ap.parse_args()
     warren_cli = shutil.which("warren")
     if warren_cli is None:
@@ -80,11 +84,12 @@ def main() -> None:
         # launch makes the sandbox's TMPDIR beside the workspace, and a new entry in a
         # directory above a denied path (the state directory is one) is another sandbox
         # for every sandbox booted before it (its read rules name each entry there).
-        places = {k: Path(tmp) / str(i) for i, k in enumerate([*clis, "lib"])}
+        places = {k: Path(tmp) / str(i) for i, k in enumerate([*clis, "lib", "also-lib"])}
         for place in places.values():
             (place / "ws").mkdir(parents=True)
         envs = {k: {**os.environ, "XDG_STATE_HOME": str(places[k] / "state")} for k in clis}
         box = None
+        other: subprocess.Popen[str] | None = None
         try:
             kinds: dict[str, Callable[[], float]] = {"bwrap": _timer(BWRAP, places["lib"] / "ws")}
             for label, cli in clis.items():
@@ -97,6 +102,9 @@ def main() -> None:
                 box = Sandbox.create(PolicySpec(workspace=str(places["lib"] / "ws")))
                 kinds["subprocess.run"] = _timer(["true"], places["lib"] / "ws")
                 kinds["Sandbox.exec"] = _lib_exec(box)
+                if args.also_python:
+                    other = _other_exec(args.also_python, places["also-lib"])
+                    kinds["also Sandbox.exec"] = _asked(other)
             if args.create:
                 kinds["create + exec"] = _create_exec(places["lib"] / "ws")
             print(
@@ -110,6 +118,9 @@ def main() -> None:
         finally:
             if box is not None:
                 box.remove()
+            if other is not None and other.stdin is not None:
+                other.stdin.close()  # it removes its sandbox and ends
+                other.wait(60)
             for p in busy:
                 p.kill()
                 p.wait()
@@ -138,6 +149,48 @@ def _lib_exec(box: Sandbox) -> Callable[[], float]:
         t = time.perf_counter()
         box.exec(["true"])
         return time.perf_counter() - t
+
+    return go
+
+
+_OTHER = """
+import os, sys, time
+from warren import PolicySpec, Sandbox
+box = Sandbox.create(PolicySpec(workspace=sys.argv[1]))
+print("ready", flush=True)
+for _ in sys.stdin:
+    t = time.perf_counter()
+    box.exec(["true"])
+    print(time.perf_counter() - t, flush=True)
+box.remove()
+"""
+
+
+def _other_exec(python: str, place: Path) -> subprocess.Popen[str]:
+    """A process of another install's Python with a sandbox of its own (its own state,
+    so its own supervisor), timing one exec each time it is told."""
+    (place / "ws").mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "XDG_STATE_HOME": str(place / "state")}
+    env.pop("PYTHONPATH", None)
+    p = subprocess.Popen(
+        [python, "-c", _OTHER, str(place / "ws")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert p.stdout is not None
+    if p.stdout.readline().strip() != "ready":
+        raise SystemExit(f"bench_pace: {python} could not make a sandbox")
+    return p
+
+
+def _asked(p: subprocess.Popen[str]) -> Callable[[], float]:
+    def go() -> float:
+        assert p.stdin is not None and p.stdout is not None
+        p.stdin.write("go\n")
+        p.stdin.flush()
+        return float(p.stdout.readline())
 
     return go
 
@@ -188,6 +241,9 @@ def _measure(
         else:
             verdict = "met" if e - s <= 1.0 else "NOT met"
             line.append(f"Sandbox.exec {e:5.2f} ms, +{e - s:4.2f} ms over subprocess.run ({verdict})")
+        if "also Sandbox.exec" in med:
+            a = med["also Sandbox.exec"]
+            line.append(f"{args.also_python}'s Sandbox.exec {a:5.2f} ms, +{a - s:4.2f} ms")
     if args.create:
         c = med["create + exec"]
         verdict = "met" if c / b <= 2.0 else "NOT met"

@@ -14,7 +14,10 @@ the host, as root and as uid 1001:
   connection), and one let go with no request ends;
 - a command whose helper dies (killed from the host here) is said to have lost its
   helper while the sandbox still runs, and the next command runs; one whose sandbox
-  was removed meanwhile is said to have lost its sandbox.
+  was removed meanwhile is said to have lost its sandbox;
+- the next spare comes once the last request is answered, and beside a command that
+  runs long (``pid1.SPARE_BESIDE_MS``), not only after it: an exec made meanwhile
+  finds one.
 """
 
 from __future__ import annotations
@@ -199,3 +202,28 @@ def test_a_command_whose_sandbox_is_removed_says_the_sandbox_is_gone(sb: Sandbox
     [e] = outcome
     assert isinstance(e, SandboxError), e
     assert "still runs" not in str(e) and e.hint is not None and "was stopped" in e.hint, e
+
+
+def test_the_next_spare_comes_beside_a_long_command_and_after_a_short_one(sb: Sandbox) -> None:
+    assert sb.exec(["true"]).exit_code == 0
+    (first,) = _wait_spare(sb.pid1)
+    done = threading.Event()
+    outcome: list[int] = []
+
+    def long_command() -> None:
+        outcome.append(sb.exec(["sleep", "4"]).exit_code)
+        done.set()
+
+    threading.Thread(target=long_command, daemon=True).start()
+    deadline = time.monotonic() + 2.5
+    while not [s for s in _spare_helpers(sb.pid1) if s != first]:
+        assert time.monotonic() < deadline, "no spare was forked beside the long command"
+        time.sleep(0.02)
+    assert not done.is_set(), "the spare came only once the long command had ended"
+    assert first not in _spare_helpers(sb.pid1), "the long command took the spare"
+    r = sb.exec(["echo", "beside"])  # served by that spare while the long command runs
+    assert (r.exit_code, r.stdout, done.is_set()) == (0, b"beside\n", False)
+    assert done.wait(15) and outcome == [0]
+    for _ in range(3):  # after a short one: one again, each time
+        assert sb.exec(["true"]).exit_code == 0
+        _wait_spare(sb.pid1)

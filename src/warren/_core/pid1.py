@@ -42,11 +42,12 @@ STOP_GRACE = 2.0
 KILL_NOW = signal.SIGUSR1
 PR_SET_CHILD_SUBREAPER = 36
 MAX_HELPERS = 4096
-# Quiet this long after a request was taken before PID 1 forks the next spare: just out of
-# the way of the request's own wake-ups, and ready (~10 ms of forks and hardening later)
-# for an agent's next command. At 5 ms an exec 11 ms after the last one found no stub
-# waiting and went through the helper: +3.8 ms over subprocess.run instead of +1.2.
-SPARE_AFTER_MS = 1
+# PID 1 forks the next spare once the helper that took the last request has ended (its
+# client has its answer), or when that request has run this long (a long command: the
+# spare is forked beside it). Not sooner: PID 1's fork (~1.7 ms of CPU) on the core of a
+# helper still serving kept that helper from answering (an exec of ``true`` 0.3 s after
+# the last took 5 ms instead of 3: the fork ran between the command's end and the answer).
+SPARE_BESIDE_MS = 20
 
 
 def _spare_idle() -> float:
@@ -214,6 +215,7 @@ class Init:
     advertised: bool = field(default=False, init=False)
     poller: select.poll | None = field(default=None, init=False)
     want_spare: bool = field(default=False, init=False)  # fork the next spare once things are quiet
+    serving: int = field(default=0, init=False)  # the helper given the last request (``SPARE_BESIDE_MS``)
     last_request: float = field(default_factory=time.monotonic, init=False)
     stopping: float | None = field(default=None, init=False)
     kill_now: bool = field(default=False, init=False)
@@ -263,13 +265,13 @@ class Init:
             if self.stopping is not None:
                 timeout = 50
             elif self.want_spare:
-                timeout = SPARE_AFTER_MS
+                timeout = SPARE_BESIDE_MS if self.serving in self.helpers else 0
             elif self.spare is not None and not self.keeps_spare:
                 timeout = max(0.0, (self.last_request + SPARE_IDLE - time.monotonic()) * 1000)
             events = poller.poll(timeout)
             if not events and self.want_spare and self.stopping is None:
-                # Quiet for a moment: fork the next spare now, not while the request
-                # just handed over still needs the CPU.
+                # The last request answered (its helper ended), or running long: the
+                # next spare now, not while that request's helper still needs the CPU.
                 self.want_spare = False
                 self._try_spare()
             elif (
@@ -293,6 +295,7 @@ class Init:
                         # once that helper is gone (it may be gone already).
                         run_taken = self.oneshot and _said_taken(self.spare)
                         self._drop_spare(taken=True)
+                        self.serving = self.spare_pid
                         self.last_request = time.monotonic()
                         self.want_spare = not self.oneshot and self.stopping is None
                         if run_taken:
@@ -517,6 +520,7 @@ class Init:
                     self._without_helper(msg, fds[0], e)
                     self.served = True
                     return
+            self.serving = pid
             if isinstance(msg.request, protocol.ConnectorRequest):
                 self.connectors.add(pid)
             with contextlib.suppress(OSError):
