@@ -52,11 +52,13 @@ SPARE_BESIDE_MS = 20
 
 def _spare_idle() -> float:
     """Seconds without a request before the spare helper (and its command's process) is
-    let go: ``WARREN_SPARE_IDLE`` in the supervisor's environment, 20 by default."""
+    let go: ``WARREN_SPARE_IDLE`` in the supervisor's environment, 60 by default (an
+    agent's next command after half a minute with its model finds one waiting; a sandbox
+    booted ahead is kept as long, ``server.ahead.IDLE``)."""
     try:
-        return max(0.5, float(os.environ.get("WARREN_SPARE_IDLE", "20")))
+        return max(0.5, float(os.environ.get("WARREN_SPARE_IDLE", "60")))
     except ValueError:
-        return 20.0
+        return 60.0
 
 
 SPARE_IDLE = _spare_idle()
