@@ -19,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..policy.limits import NO_LIMIT, Limits, defaults, pids_formula, show_duration, show_size
+from .. import durations
+from ..policy.limits import NO_LIMIT, Limits, defaults, pids_formula, show_size
 
 CGROUP1 = "cgroup1"
 CGROUP2 = "cgroup2"
@@ -345,7 +346,7 @@ def plan(
         rows.append(
             LimitRow(
                 "idle_timeout",
-                show_duration(eff.idle_timeout),
+                durations.show(eff.idle_timeout),
                 False,
                 SUPERVISOR,
                 "a long-lived sandbox stops after this long without a request",

@@ -19,7 +19,6 @@ from .. import durations
 from ..errors import PolicyError
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-_SECONDS = durations.SECONDS
 MIN_IDLE = 1.0
 
 # Below these a sandbox cannot start a shell: a typo (``--memory 512``), not a choice.
@@ -94,17 +93,14 @@ def parse_duration(value: object, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise _bad(where, value, expected)
     text = str(value).strip().lower()
-    unit = text[-1:] if text[-1:] in _SECONDS and text[-1:] else ""
+    unit = text[-1:] if text[-1:] in durations.SECONDS and text[-1:] else ""
     try:
-        amount = float(text[: len(text) - len(unit)]) * _SECONDS[unit]
+        amount = float(text[: len(text) - len(unit)]) * durations.SECONDS[unit]
     except ValueError:
         raise _bad(where, value, expected) from None
     if not MIN_IDLE <= amount < float("inf"):
         raise _bad(where, value, f"{expected}, at least {MIN_IDLE:g} s")
     return amount
-
-
-show_duration = durations.show
 
 
 def parse(

@@ -23,13 +23,12 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from .. import protocol, wire
+from .. import durations, protocol, wire
 from .._core import cgroups, execstub, shim
 from ..errors import PolicyError, PortNotForwarded, SandboxError, SetupError, WarrenError, from_record
 from ..images.store import Lease
 from ..plan import Plan
 from ..plan.limits import V2
-from ..policy.limits import show_duration
 from . import boxnet, follow, gitkeeper, joined, launch, linkwalk, pause
 from .trail import Started, Trail
 
@@ -653,7 +652,7 @@ class Box:
             return False
         if time.time() - self.last_active < limit:
             return False
-        self.stopped_why = f"stopped after {show_duration(limit)} without a request (idle timeout)"
+        self.stopped_why = f"stopped after {durations.show(limit)} without a request (idle timeout)"
         return True
 
     # --- pause, stop ---------------------------------------------------------------------------
