@@ -64,6 +64,10 @@ def _spare_idle() -> float:
 SPARE_IDLE = _spare_idle()
 BUSY_GRACE = 0.015  # how long a process found running in ``_quiesce`` may take to go (default)
 INLINE_REPLY_MAX = 64 * 1024  # what PID 1 writes to a client itself: its buffer takes it at once
+# How long a one-shot's PID 1 waits for the broker to finish a call it is making when
+# the run's helper says the sandbox is empty (seconds): longer, and the run is answered
+# after PID 1's exit instead.
+EMPTIED_WAIT = 0.05
 
 
 def main(plan: Plan, control: socket.socket, *, oneshot: bool, ahead: bool = False) -> int:
@@ -229,6 +233,9 @@ class Init:
     # for them (``_quiesce``).
     connectors: set[int] = field(default_factory=set, init=False)
     let_go: set[int] = field(default_factory=set, init=False)  # spares let go, not yet reaped
+    # A one-shot's channel to the helper of its run, kept after the request: the helper
+    # says there when every process of the sandbox is gone ("d", ``shim.end_sandbox``).
+    last: socket.socket | None = field(default=None, init=False)
     generation: int = field(default=0, init=False)  # ``Refresh`` and ``Walked`` read (``Spare``)
 
     @property
@@ -296,6 +303,9 @@ class Init:
                         # A one-shot's run taken by its spare ("t"): served, and over
                         # once that helper is gone (it may be gone already).
                         run_taken = self.oneshot and _said_taken(self.spare)
+                        if run_taken and self.plan.namespaces:
+                            self._keep_last(self.spare)
+                            self.spare, self.advertised = None, False
                         self._drop_spare(taken=True)
                         self.serving = self.spare_pid
                         self.last_request = time.monotonic()
@@ -310,6 +320,9 @@ class Init:
                     with contextlib.suppress(BlockingIOError):
                         while os.read(self.wake_r, 4096):
                             pass
+                    continue
+                if self.last is not None and fd == self.last.fileno():
+                    self._last_said()
                     continue
                 try:
                     while (
@@ -354,6 +367,36 @@ class Init:
                     # No pid namespace dies with PID 1 here: what is left goes now.
                     self.members.kill(signal.SIGKILL)
                 return 0
+
+    def _keep_last(self, channel: socket.socket) -> None:
+        """Keep a one-shot's channel to the helper of its run (see ``_last_said``)."""
+        self.last = channel
+        if self.poller is not None:
+            with contextlib.suppress(KeyError):
+                self.poller.unregister(channel)
+            self.poller.register(channel, select.POLLIN)
+
+    def _last_said(self) -> None:
+        """The one-shot's helper said every process of the sandbox is gone ("d"), or
+        ended without saying so. Said: once no call the broker makes for the sandbox is
+        under way, the supervisor hears it (``protocol.Emptied``) and answers the run
+        before this process's exit. Not said (the helper failed, its client left, a
+        process it could not kill): the run is answered once PID 1 has exited, as ever."""
+        assert self.last is not None
+        try:
+            said = self.last.recv(16, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return
+        except OSError:
+            said = b""
+        if self.poller is not None:
+            with contextlib.suppress(KeyError):
+                self.poller.unregister(self.last)
+        self.last.close()
+        self.last = None
+        if said.startswith(b"d") and (self.broker is None or self.broker.quiet(EMPTIED_WAIT)):
+            with contextlib.suppress(OSError):
+                wire.send(self.control, protocol.Emptied())
 
     def _walked(self, ok: bool) -> None:
         """The supervisor's hard-link walk ended: the held calls go on (or fail), and a
@@ -527,7 +570,10 @@ class Init:
                 self.connectors.add(pid)
             with contextlib.suppress(OSError):
                 wire.send(spare, msg, fds=fds)
-            spare.close()
+            if self.oneshot and self.plan.namespaces and isinstance(msg.request, protocol.ExecRequest):
+                self._keep_last(spare)
+            else:
+                spare.close()
             self.served = True
             if self.oneshot:
                 # A spare given to the supervisor (booted ahead) was not used: the run
@@ -700,12 +746,18 @@ class Init:
                     launcher.discard()
                 os._exit(0)
             handoff, fds = got
-            from_pid1.close()
+            request = handoff.request
+            # A one-shot's run: the sandbox ends with its command, and PID 1 hears here
+            # when all of it is gone (``shim.end_sandbox``).
+            last = None
+            if self.oneshot and self.plan.namespaces and isinstance(request, protocol.ExecRequest):
+                last = from_pid1
+            else:
+                from_pid1.close()
             conn = socket.socket(fileno=fds[0])
             conn.setblocking(True)
             mine = len(fds) - len(handoff.extra)
             extra = dict(zip(handoff.extra, fds[mine:], strict=True))
-            request = handoff.request
             if not isinstance(request, (protocol.ExecRequest, protocol.SpawnRequest)):
                 if launcher is not None:
                     launcher.discard()
@@ -718,7 +770,7 @@ class Init:
                 # 1): there may be room now. Asked again (a moment more for PID 1's
                 # reaping at the pids limit), then said.
                 launcher = _launcher_again(self.plan, self.ruleset)
-            self._run(handoff, conn, fds[1:mine], extra, launcher)
+            self._run(handoff, conn, fds[1:mine], extra, launcher, last)
         except WarrenError as e:
             if conn is not None:
                 with contextlib.suppress(OSError):
@@ -760,6 +812,7 @@ class Init:
         fds: list[int],
         extra: dict[str, int],
         launcher: Launcher | None,
+        last: socket.socket | None = None,
     ) -> None:
         req = handoff.request  # of the kinds PID 1 serves: the Handoff's decoding checked that
         if isinstance(req, (protocol.ExecRequest, protocol.SpawnRequest)):
@@ -767,7 +820,7 @@ class Init:
             spawn_id = handoff.spawn_id if isinstance(req, protocol.SpawnRequest) else None
             stdin = isinstance(req, protocol.SpawnRequest) and req.stdin
             launched = handoff.before if handoff.launched and isinstance(req, protocol.ExecRequest) else None
-            Shim(self.plan, launcher, conn, req.command, fds, spawn_id, extra, stdin, launched).run()
+            Shim(self.plan, launcher, conn, req.command, fds, spawn_id, extra, stdin, launched, last).run()
         elif isinstance(req, protocol.FileRequest):
             payload = wire.recv_payload(conn, handoff.payload)
             harden.harden(self.plan, self.ruleset)

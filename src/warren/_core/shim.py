@@ -421,6 +421,9 @@ class Shim:
     # Set when the supervisor handed the command to the stub itself (``Handoff.launched``):
     # the counters as it read them just before. No descriptors came in ``fds`` then.
     launched: dict[str, int] | None = None
+    # A one-shot's run, in its own pid namespace: the sandbox ends with the command, and
+    # PID 1 is told on this channel once nothing of it is left (``end_sandbox``).
+    last: socket.socket | None = None
     before: dict[str, int] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
@@ -568,6 +571,9 @@ class Shim:
                 # The client went away (or was killed): nobody will read the result.
                 procs.kill_tree(pid)
                 return
+        if self.last is not None:
+            end_sandbox(self.last)
+            self.last = None
         exited = protocol.Exited(status=status, timed_out=timed_out, limit=self._limit_hit(status))
         # The watches are read before the report: the report wakes the supervisor, whose
         # sync reads them too, and a queue it emptied would read here as "nothing changed"
@@ -680,6 +686,48 @@ class Shim:
         os.pwrite(status_fd, data, 0)
         with contextlib.suppress(OSError):
             wire.send(self.conn, protocol.Exited(status=status, timed_out=timed_out, limit=limit))
+
+
+# How long the helper of a one-shot's run waits for the processes its command left to
+# die once killed (seconds): one that takes longer (a process in an uninterruptible
+# wait) is left to PID 1's exit, which the run's answer then waits for.
+END_WAIT = 1.0
+
+
+def end_sandbox(last: socket.socket, wait: float = END_WAIT) -> bool:
+    """A one-shot's command ended, and the sandbox with it: kill every process of the
+    sandbox but PID 1 and this helper (``kill(-1)`` in its own pid namespace), reap
+    what the command left (this helper is their child subreaper: each comes to it
+    as its parent dies, so none is left once none is), then tell PID 1 ("d") — before
+    the command's end is said, so PID 1's word (``protocol.Emptied``) and the
+    answer travel together. Not said when one outlives ``wait``: PID 1's exit ends it,
+    and the run is answered after that, as ever. Whatever else the kill reached is
+    warren's own (spares let go, the credentials sender) and runs none of the
+    sandbox's code."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+    deadline = time.monotonic() + wait
+    try:
+        with contextlib.suppress(OSError):  # none left (ESRCH), or none it may kill (EPERM)
+            os.kill(-1, signal.SIGKILL)
+        while True:
+            try:
+                reaped = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG)
+            except ChildProcessError:
+                break
+            if reaped is not None:
+                continue
+            left = deadline - time.monotonic()
+            if left <= 0 or signal.sigtimedwait({signal.SIGCHLD}, left) is None:
+                return False
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
+    try:
+        last.send(b"d", socket.MSG_NOSIGNAL)
+    except OSError:
+        return False
+    finally:
+        last.close()
+    return True
 
 
 def _yield_to_client() -> None:

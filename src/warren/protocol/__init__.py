@@ -105,6 +105,7 @@ if TYPE_CHECKING:
     )
     from .pid1 import (
         Adopted,
+        Emptied,
         Failed,
         Layers,
         NetEvents,
@@ -127,6 +128,7 @@ _LAZY = {
     "ConnectRequest": "handoff",
     "Connected": "handoff",
     "ConnectorRequest": "handoff",
+    "Emptied": "pid1",
     "Failed": "pid1",
     "Handoff": "handoff",
     "Launch": "handoff",
@@ -170,6 +172,7 @@ __all__ = [
     "Connected",
     "ConnectorRequest",
     "CreateRequest",
+    "Emptied",
     "Error",
     "ErrorRecord",
     "Events",

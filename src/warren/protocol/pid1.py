@@ -98,6 +98,16 @@ class Spare(Message):
     generation: int = 0
 
 
+class Emptied(Message):
+    """From a one-shot sandbox's PID 1: its command ended, every process it left was
+    killed and reaped (by its helper, their child subreaper), and no call the broker
+    makes for the sandbox is under way. Nothing of the sandbox acts on the host any
+    more: the supervisor answers the run now, not after PID 1's own exit and its
+    helper's (each a Python process's memory let go, about a millisecond)."""
+
+    TAG = "emptied"
+
+
 class Failed(Message):
     TAG = "failed"
     error: ErrorRecord

@@ -57,6 +57,7 @@ _FROM_PID1 = (
     protocol.Spare,
     protocol.Layers,
     protocol.Quiet,  # late (``await_pid1`` gave up waiting): nothing to do
+    protocol.Emptied,
 )
 
 
@@ -112,6 +113,10 @@ class Waiter(Protocol):
     def run_said(self, box: Box, msg: protocol.Message, fds: list[int]) -> None:
         """A run's command started (``Started``) or could not (``Error``)."""
 
+    def run_over(self, box: Box, repairs: list[str]) -> None:
+        """A one-shot's command ended and nothing of the sandbox is left but PID 1 on its
+        way out (``Box.run_over``): its run is answered now; ``repairs`` as below."""
+
     def box_ended(self, box: Box, status: int, repairs: list[str]) -> None:
         """PID 1 exited and everything of the sandbox is closed; ``repairs``: what the
         ancestor guard put back."""
@@ -133,10 +138,12 @@ class Run:
     ask: bool = False  # --network ask: its client asks on a terminal (``RunRequest.net_ask``)
 
     def close_fds(self) -> None:
-        """Close the client's stdio and event pipe that this process still holds."""
+        """Close the client's stdio and event pipe that this process still holds (once:
+        the numbers may name other files after)."""
         for fd in [*self.stdio, *([self.events] if self.events is not None else [])]:
             with contextlib.suppress(OSError):
                 os.close(fd)
+        self.stdio, self.events = [], None
 
 
 @dataclass
@@ -208,6 +215,8 @@ class Box:
     spare_pid: int = 0  # ... its pid as the sandbox numbers it (``protocol.Spare``)
     spare_seen: int = 0  # the last spare PID 1 gave us, handed, dropped or held (``Quiesce.seen``)
     generation: int = 0  # ``Refresh`` and ``Walked`` sent to PID 1 (``protocol.Spare.generation``)
+    emptied: bool = False  # a one-shot's PID 1 said nothing of the sandbox is left (``protocol.Emptied``)
+    over: bool = False  # ... and its run was answered then (``run_over``), before PID 1's exit
 
     def __post_init__(self) -> None:
         self.inbox = wire.Inbox(self.launched.control)
@@ -304,6 +313,9 @@ class Box:
                     self.spare_stub = socket.socket(fileno=fds.pop(0))
         elif isinstance(msg, protocol.Failed):
             raise from_record(msg.error.to_fields())
+        elif isinstance(msg, protocol.Emptied):
+            self.emptied = True
+            self.run_over()
         for fd in fds:
             os.close(fd)
 
@@ -484,7 +496,8 @@ class Box:
                 return
             msg, _n, fds = got
             if isinstance(msg, protocol.Exited):
-                run.exited = msg  # answered once the sandbox is gone
+                run.exited = msg  # answered once the sandbox is gone (``run_over``)
+                self.run_over()
             else:
                 self.waiter.run_said(self, msg, fds)
             for fd in fds:
@@ -770,6 +783,28 @@ class Box:
             finally:
                 for fd in fds:
                     os.close(fd)
+
+    def run_over(self) -> None:
+        """A one-shot's command ended (``Exited``) and PID 1 said nothing of the sandbox
+        is left (``Emptied``): no process of it runs and the broker makes no call for it,
+        so what the host must have before the client hears the end is made now (the
+        repositories' last sync, the ancestors' metadata put back, its TMPDIR removed)
+        and the run answered, without waiting for PID 1's exit and its helper's (each a
+        Python process's memory let go). ``ended`` does the rest: its cgroups, network
+        helpers and namespaces go a moment after the answer. Not in review mode, whose
+        end is its own, nor on an image, held until its mounts are gone."""
+        run = self.run
+        if run is None or run.exited is None or not self.emptied or self.over:
+            return
+        if self.plan.review is not None or self.image_lease is not None:
+            return  # a review's end is its own; an image is in use until PID 1 is gone
+        self.over = True
+        if self.link_walk is not None:
+            self.link_walk.cancel()
+            self.link_walk = None
+        self.keeper.release(self.git)
+        self.git = None
+        self.waiter.run_over(self, launch.restore_host(self.launched))
 
     def ended(self, status: int) -> None:
         """PID 1 exited: the whole sandbox is gone. Clean up after it, then tell the

@@ -180,9 +180,9 @@ def retry_busy() -> None:
 
 
 def restore(launched: Launched) -> list[str]:
-    """After the sandbox ended: remove its TMPDIR and its cgroups (a busy one is tried
-    again by ``retry_busy``, and stays recorded for a successor's sweep), put the
-    guarded directories' metadata back."""
+    """After the sandbox ended: remove its cgroups (a busy one is tried again by
+    ``retry_busy``, and stays recorded for a successor's sweep), then what
+    ``restore_host`` does, unless done already."""
     for _name, fd in launched.counters:
         os.close(fd)
     launched.counters = []
@@ -192,8 +192,20 @@ def restore(launched: Launched) -> list[str]:
         cgroups.kill_all(group)
     if not cgroups.remove(launched.cgroups, launched.record_dir):
         _busy.append((list(launched.cgroups), launched.record_dir))
+    launched.cgroups = []
+    return restore_host(launched)
+
+
+def restore_host(launched: Launched) -> list[str]:
+    """Once nothing of the sandbox runs: remove its TMPDIR and its trust bundle, put the
+    guarded directories' metadata back (what is done is not done again: a one-shot's
+    run has this done before PID 1's exit, ``Box.run_over``)."""
     boxsecrets.remove_bundle(launched.trust_bundle)
-    return [*_remove_scratch(launched.scratch), *guard.restore(launched.guard)]
+    launched.trust_bundle = None
+    repairs = [*_remove_scratch(launched.scratch), *guard.restore(launched.guard)]
+    launched.scratch = None
+    launched.guard = []
+    return repairs
 
 
 def _make_scratch(plan: Plan, record_dir: str | None) -> Scratch:

@@ -516,6 +516,13 @@ class Supervisor:
             run.answered = True
             self.clients.reply(client, msg, fds=fds)
 
+    def run_over(self, box: Box, repairs: list[str]) -> None:
+        run = box.run
+        assert run is not None and run.exited is not None
+        if run.answered or run.client not in self.clients:
+            return  # its end drops the client (``_end_run``)
+        self._answer_run(box, run.exited, repairs)
+
     def box_ended(self, box: Box, status: int, repairs: list[str]) -> None:
         self.sandboxes.discard(box)
         self.boots.pool.forget(box)
@@ -566,21 +573,33 @@ class Supervisor:
         client = run.client
         client.box = None
         if run.answered or client not in self.clients:
-            self.clients.drop(client)
+            if not client.closing:  # an answer still being written is finished (``flush``)
+                self.clients.drop(client)
+            return
+        if run.exited is not None:
+            self._answer_run(box, run.exited, repairs)
             return
         run.answered = True
-        if run.exited is not None:
-            run.exited.warnings = [*run.exited.warnings, *repairs]
-            self.clients.reply(client, run.exited)
-            if box.request is not None:
-                self.boots.later(box.request)
-            return
         error = box.failure or SetupError(
             "the sandbox ended before its command reported",
             operation="run",
             hint="something outside killed it; run `warren doctor` if this repeats",
         )
         self.clients.reply(client, protocol.error_message(error))
+
+    def _answer_run(self, box: Box, exited: protocol.Exited, repairs: list[str]) -> None:
+        """How a run's command ended, to its client (who hears it once: ``answered``),
+        and the next sandbox for the same request booted ahead once things are quiet."""
+        run = box.run
+        assert run is not None
+        run.answered = True
+        run.close_fds()
+        run.client.box = None
+        exited.warnings = [*exited.warnings, *repairs]
+        self.clients.reply(run.client, exited)
+        if box.request is not None:
+            self.boots.later(box.request)
+            box.request = None
 
 
 def main(argv: list[str]) -> int:

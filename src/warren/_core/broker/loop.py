@@ -89,6 +89,9 @@ class Broker:
         self.names = {v: k for k, v in _seccomp.BROKERED[machine].items()}
         self.window: _window.Window | None = None
         self.held: list[tuple[int, int, int, int, tuple[int, ...]]] = []  # listener, nid, pid, nr, args
+        # Held by the broker's thread from reading a notification to answering it (or
+        # handing it to a worker): ``quiet`` waits for it.
+        self.busy = threading.Lock()
         self.window_nrs = {v: k for k, v in _seccomp.window_calls(machine).items()}
         # the calls today's filter sends (a held call of another is let go as it is)
         self.own: set[str] = set()  # set in start()
@@ -188,14 +191,32 @@ class Broker:
                 events = poller.poll(max(0.0, tick - now) * 1000)
             else:
                 tick = None
-                events = poller.poll() if self.window is not None else [(self.listener, select.POLLIN)]
+                # Polled, not read blocking: a read holds ``busy`` (``quiet``), and a
+                # notification polled here is gone by the read only if its caller died
+                # meanwhile (the read then fails at once).
+                events = poller.poll()
             for fd, _ev in events:
                 if self.window is not None and fd == self.window.wake_r:
                     with contextlib.suppress(OSError):
                         os.read(fd, 64)
-                    self._release(helpers)
+                    with self.busy:
+                        self._release(helpers)
                 else:
-                    self.handle(helpers, fd)
+                    with self.busy:
+                        self.handle(helpers, fd)
+
+    def quiet(self, timeout: float) -> bool:
+        """Whether no call is being made for the sandbox: the broker's thread is not
+        between reading a notification and answering it (waited for, at most ``timeout``
+        seconds) and no worker has one. Once no process of the sandbox is left, nothing
+        starts another: a notification not yet read went with its caller (the kernel
+        drops it), and one read is answered before ``busy`` is let go."""
+        if not self.busy.acquire(timeout=timeout):
+            return False
+        try:
+            return not self.workers.in_flight()
+        finally:
+            self.busy.release()
 
     def _valid(self, nid: int) -> bool:
         if _sys.notif_valid(self.listener, nid):
