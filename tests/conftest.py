@@ -271,6 +271,26 @@ def _remove_host_markers() -> Iterator[None]:
         marker.unlink(missing_ok=True)
 
 
+def supervisor_watches() -> int:
+    """How many inotify watches this session's supervisor holds (its ``fdinfo``)."""
+    from warren.server import statedir
+
+    found = statedir.read_address(statedir.location(os.environ))
+    assert found is not None, "no supervisor"
+    count = 0
+    for fd in os.listdir(f"/proc/{found[1]}/fdinfo"):
+        with contextlib.suppress(OSError), open(f"/proc/{found[1]}/fdinfo/{fd}") as f:
+            count += sum(line.startswith("inotify wd:") for line in f)
+    return count
+
+
+def large_tree(workspace: Path, dirs: int = 300) -> None:
+    """Empty directories enough for the supervisor to watch the workspace's directories
+    rather than walk them (``server.gitkeeper.WATCH_FROM``); git ignores them."""
+    for i in range(dirs):
+        (workspace / "node_modules" / f"p{i}").mkdir(parents=True)
+
+
 def host_git(where: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """git on the host in ``where``, its HOME beside it (``githome``, made by the test)."""
     env = {**os.environ, **GIT_ENV, "HOME": str(where.parent / "githome")}

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import GIT_ENV, WARREN, Layout, host_git, host_marker, run_cli
+from conftest import GIT_ENV, WARREN, Layout, host_git, host_marker, large_tree, run_cli, supervisor_watches
 
 
 @pytest.fixture(autouse=True, params=["run", "exec"])
@@ -168,8 +168,21 @@ git add sub evil.sh && git commit -q -m 'add sub'
 """
 
 
+@pytest.fixture(params=["walked", "watched"])
+def tree(request: pytest.FixtureRequest, layout: Layout, repo: Path) -> str:
+    """The workspace as it is ("walked": few directories, each walked at every launch),
+    or with enough directories that the supervisor watches them instead, made so by two
+    runs before the test (``server.repowatch``)."""
+    if request.param == "watched":
+        large_tree(repo)
+        for _ in range(2):
+            assert inside(layout, None, "true").returncode == 0
+        assert supervisor_watches() >= 300
+    return str(request.param)
+
+
 def test_a_nested_repository_made_inside_never_runs_on_the_host(
-    layout: Layout, repo: Path, live: str | None
+    layout: Layout, repo: Path, tree: str, live: str | None
 ) -> None:
     marker = marker_path()
     r = inside(layout, live, NESTED.format(evil=evil_script(marker)))
@@ -205,7 +218,7 @@ print("set back" if os.stat("sub").st_mtime_ns == st.st_mtime_ns else "moved")
 
 
 def test_a_repository_made_with_its_directory_s_mtime_set_back_is_protected_in_the_next_sandbox(
-    layout: Layout, repo: Path, via: str
+    layout: Layout, repo: Path, tree: str, via: str
 ) -> None:
     """The launch's repository walk remembers each directory; a sandbox makes a
     repository in a remembered one and sets the directory's mtime back (utimensat), so

@@ -673,10 +673,23 @@ def name_to_handle_at(path: str, flags: int = 0) -> bytes:
     return struct.pack("=i", kind) + buf.raw[8 : 8 + size]
 
 
+_fstatfs = _libc.fstatfs
+_fstatfs.argtypes = [ctypes.c_int, ctypes.c_void_p]
+
+
+def fs_type(fd: int) -> int:
+    """The magic number of the filesystem ``fd`` is on (``struct statfs``'s first
+    field, ``f_type``)."""
+    buf = ctypes.create_string_buffer(256)  # struct statfs is 120 bytes on 64-bit machines
+    _check(_fstatfs(fd, buf), "fstatfs")
+    return int(struct.unpack_from("=l", buf, 0)[0]) & 0xFFFFFFFF
+
+
 IN_MODIFY, IN_ATTRIB, IN_CLOSE_WRITE = 0x2, 0x4, 0x8
 IN_MOVED_FROM, IN_MOVED_TO, IN_CREATE, IN_DELETE = 0x40, 0x80, 0x100, 0x200
 IN_DELETE_SELF, IN_MOVE_SELF, IN_ONLYDIR = 0x400, 0x800, 0x1000000
 IN_Q_OVERFLOW, IN_IGNORED = 0x4000, 0x8000
+IN_UNMOUNT, IN_ISDIR, IN_DONT_FOLLOW = 0x2000, 0x40000000, 0x2000000
 _inotify_init1 = _libc.inotify_init1
 _inotify_init1.argtypes = [ctypes.c_int]
 _inotify_add_watch = _libc.inotify_add_watch

@@ -16,6 +16,7 @@ import contextlib
 import os
 import select
 import struct
+from collections.abc import Iterator
 
 from . import _sys
 
@@ -150,6 +151,27 @@ class EntryWatches:
             if self.add(path):
                 changed.add(path)  # there now: its entries were never listed
         return changed, overflow
+
+
+def events(fd: int) -> Iterator[tuple[int, int, str]]:
+    """The events queued on the instance ``fd`` (read without waiting): each one's watch
+    descriptor, mask and name (empty for an event of the watched directory itself)."""
+    if fd < 0:
+        return
+    while True:
+        try:
+            data = os.read(fd, 65536)
+        except (BlockingIOError, OSError):
+            return
+        if not data:
+            return
+        at = 0
+        while at + _EVENT.size <= len(data):
+            wd, mask, _cookie, length = _EVENT.unpack_from(data, at)
+            at += _EVENT.size
+            name = data[at : at + length].split(b"\0", 1)[0]
+            at += length
+            yield wd, mask, os.fsdecode(name)
 
 
 def changed(watches: list[int]) -> bool:

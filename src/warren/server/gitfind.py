@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import stat
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from .._core import safepath, treewalk
@@ -47,16 +48,20 @@ def find(root_fd: int, memory: Memory | None = None, tree: treewalk.Tree | None 
     With ``tree`` (the native walk of the root, ``_core.treewalk``) the directories are
     not walked here: its findings are taken in the order this walk would find them (a
     directory before what it holds, names in order), their submodules added here."""
-    found = Found()
     if tree is not None:
-        _from_tree(root_fd, tree, found)
-    else:
-        _walk(root_fd, "", found, 0, memory, time.time_ns() - RACY_NS)
+        return from_kinds(root_fd, tree.git)
+    found = Found()
+    _walk(root_fd, "", found, 0, memory, time.time_ns() - RACY_NS)
     return found
 
 
-def _from_tree(root_fd: int, tree: treewalk.Tree, found: Found) -> None:
-    for rel, kind in sorted(tree.git, key=lambda g: g[0].split("/") if g[0] else []):
+def from_kinds(root_fd: int, kinds: Iterable[tuple[str, str]]) -> Found:
+    """What a walk that found these directories (relative path, ``kind``) reports: in
+    the order the walk here finds them (a directory before what it holds, names in
+    order), with the submodules of each git directory. A ``dotfile`` is one git
+    follows (its content checked by the caller)."""
+    found = Found()
+    for rel, kind in sorted(kinds, key=lambda g: g[0].split("/") if g[0] else []):
         if kind == "dotfile":
             found.gitfiles.append(_join(rel, ".git"))
             continue
@@ -72,6 +77,7 @@ def _from_tree(root_fd: int, tree: treewalk.Tree, found: Found) -> None:
                 found.gitdirs.extend(_with_modules(fd, _join(rel, ".git"), sub=".git"))
         finally:
             os.close(fd)
+    return found
 
 
 def _walk(fd: int, rel: str, found: Found, depth: int, memory: Memory | None, settled: int) -> None:
@@ -91,7 +97,7 @@ def _walk(fd: int, rel: str, found: Found, depth: int, memory: Memory | None, se
         except OSError:
             return
         kind, subdirs = (
-            _kind(entries),
+            kind_of(entries),
             tuple(sorted(n for n, e in entries.items() if n != ".git" and is_dir(e))),
         )
         if memory is not None and st.st_ctime_ns < settled:
@@ -101,7 +107,7 @@ def _walk(fd: int, rel: str, found: Found, depth: int, memory: Memory | None, se
         return
     if kind == "dotgit":
         found.gitdirs.extend(_with_modules(fd, _join(rel, ".git"), sub=".git"))
-    elif kind == "dotfile" and _is_gitfile(fd, ".git"):
+    elif kind == "dotfile" and is_gitfile(fd, ".git"):
         found.gitfiles.append(_join(rel, ".git"))
     for name in subdirs:
         sub = _join(rel, name)
@@ -132,7 +138,10 @@ def _unchanged_leaf(parent_fd: int, name: str, known: tuple[int, int, str, tuple
     return stat.S_ISDIR(st.st_mode) and (st.st_ino, st.st_ctime_ns) == known[:2]
 
 
-def _kind(entries: dict[str, os.DirEntry[str]]) -> str:
+def kind_of(entries: dict[str, os.DirEntry[str]]) -> str:
+    """What a directory with these entries is for git: ``bare`` (shaped like a bare
+    repository), ``dotgit`` (holds a ``.git`` directory), ``dotfile`` (a ``.git``
+    file, which may or may not name a git directory), or nothing."""
     names = set(entries)
     if {"HEAD", "objects", "refs"} <= names and is_dir(entries["objects"]) and is_dir(entries["refs"]):
         return "bare"
@@ -190,7 +199,7 @@ def _modules(mfd: int, rel: str) -> list[str]:
     return out
 
 
-def _is_gitfile(fd: int, name: str) -> bool:
+def is_gitfile(fd: int, name: str) -> bool:
     """A ``.git`` file git follows (``gitdir: PATH``), not a marker such as uv's empty one."""
     try:
         return safepath.read_file(fd, name, 4096).startswith(b"gitdir: ")

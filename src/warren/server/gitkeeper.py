@@ -20,7 +20,11 @@ from dataclasses import dataclass, field
 from .._core import dirwatch, safepath, treewalk
 from ..errors import SetupError
 from ..plan.model import GitDir
-from . import gitadopt, gitfind, gitstore
+from . import gitadopt, gitfind, gitstore, repowatch
+
+# A root whose last walk listed this many directories is watched from then on
+# (``repowatch``): below it, the walk with the memory costs about a millisecond.
+WATCH_FROM = 256
 
 
 @dataclass
@@ -60,6 +64,9 @@ class GitKeeper:
         self.shadows: dict[str, gitstore.Shadow] = {}  # by git directory path
         self.leases: list[Lease] = []
         self.memory: dict[str, gitfind.Memory] = {}  # per root: what the last walks saw
+        # Roots of more than ``WATCH_FROM`` directories: their directories watched, so a
+        # walk lists only what changed (``repowatch``).
+        self.watched = repowatch.WatchedRoots()
         # Made inside and adopted since: safe for host git until a sandbox has them again
         # (then they are shadows).
         self.adopted: set[str] = set()
@@ -93,8 +100,7 @@ class GitKeeper:
                         os.close(fd)
                 else:
                     found.roots[root] = fd
-                    tree = (walks or treewalk.Walks()).tree(root, fd, links=False, git=True)
-                    walk = gitfind.find(fd, self.memory.setdefault(root, {}), tree)
+                    walk = self._walk(root, fd, walks)
                     found.known[root] = set(walk.gitdirs)
                 files += [os.path.join(root, rel) for rel in walk.gitfiles]
                 for rel in walk.gitdirs:
@@ -109,6 +115,19 @@ class GitKeeper:
             raise
         found.gitdirs, found.files = tuple(gitdirs), tuple(files)
         return found
+
+    def _walk(self, root: str, fd: int, walks: treewalk.Walks | None) -> gitfind.Found:
+        """The repositories of ``root`` now: from its watches where it is watched (or
+        large enough to be: ``WATCH_FROM`` directories at the last walk), else walked
+        (natively when ``walks`` has that walk, else with the per-directory memory)."""
+        memory = self.memory.setdefault(root, {})
+        # (The memory is left as it was while the watches answer: an entry is believed
+        # only with the directory's change time, however old.)
+        watched = self.watched.find(root, fd, large=len(memory) >= WATCH_FROM)
+        if watched is not None:
+            return watched
+        tree = walks.tree(root, fd, links=False, git=True) if walks is not None else None
+        return gitfind.find(fd, memory, tree)
 
     def _as_planned(self, path: str, env: Mapping[str, str], dry: bool) -> GitDir:
         """The git directory as the sandbox will see it: a live sandbox's store is
@@ -202,9 +221,9 @@ class GitKeeper:
             if any(_overlap(r, root) for other in others for r in other.roots):
                 continue
             try:
-                # The launches' memory of this root (each entry checked against the
-                # directory's change time before it is believed).
-                found = gitfind.find(fd, self.memory.setdefault(root, {}))
+                # The launches' memory of this root: its watches, or each directory
+                # checked against its change time before it is believed.
+                found = self._walk(root, fd, None)
             except OSError:
                 continue
             for rel in found.gitdirs:

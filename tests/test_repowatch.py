@@ -1,0 +1,260 @@
+"""A large root's directories, each watched (``server.repowatch``): its repositories are
+answered from what changed, never stale. A repository missed is one whose ``.git`` a
+sandbox may write without warren's tree over it, so every answer here is compared with
+a fresh walk of the same tree (``gitfind.find`` without memory), after each kind of
+change a host or a sandbox can make, and the cases where the watches cannot be
+believed (a mount, a lost queue, a tree past the budget) are shown to walk again."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from warren._core import safepath
+from warren.server import gitfind, repowatch
+
+
+def _tree(root: Path, dirs: int = 40) -> None:
+    for i in range(dirs):
+        (root / "node_modules" / f"p{i}" / "lib").mkdir(parents=True)
+        (root / "node_modules" / f"p{i}" / "lib" / "i.js").write_text("1\n")
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    subprocess.run(["git", "init", "-q", str(root / "node_modules" / "p3")], check=True)
+
+
+@pytest.fixture
+def watched(tmp_path: Path) -> Iterator[tuple[Path, int, repowatch.WatchedRoot]]:
+    root = tmp_path / "ws"
+    root.mkdir()
+    _tree(root)
+    fd = safepath.open_dir(str(root))
+    w = repowatch.WatchedRoot(fd, repowatch.budget())
+    try:
+        yield root, fd, w
+    finally:
+        w.close()
+        os.close(fd)
+
+
+def _same(fd: int, w: repowatch.WatchedRoot) -> gitfind.Found:
+    """The watched answer, which must be the fresh walk's."""
+    got = w.find(fd)
+    fresh = gitfind.find(fd)
+    assert (got.gitdirs, got.gitfiles) == (fresh.gitdirs, fresh.gitfiles)
+    return got
+
+
+def test_each_change_to_the_tree_is_answered_as_a_fresh_walk_answers_it(
+    watched: tuple[Path, int, repowatch.WatchedRoot], tmp_path: Path
+) -> None:
+    root, fd, w = watched
+    assert _same(fd, w).gitdirs == [".git", "node_modules/p3/.git"]
+    nm = root / "node_modules"
+    outside = tmp_path / "outside"
+    subprocess.run(["git", "init", "-q", str(outside / "repo")], check=True)
+    steps = [
+        ("a .git made in a leaf", lambda: (nm / "p7" / "lib" / ".git").mkdir()),
+        ("a .git removed", lambda: shutil.rmtree(nm / "p7" / "lib" / ".git")),
+        (
+            "a new directory holding a repository",
+            lambda: subprocess.run(["git", "init", "-q", str(nm / "new" / "deep" / "r")], check=True),
+        ),
+        ("a directory with a repository renamed", lambda: (nm / "p3").rename(nm / "p3-moved")),
+        ("a repository moved in from outside", lambda: (outside / "repo").rename(nm / "p9" / "in")),
+        ("a repository moved out", lambda: (nm / "p9" / "in").rename(outside / "repo")),
+        (
+            "a .git file naming a git directory",
+            lambda: (nm / "p11" / ".git").write_text("gitdir: ../p3-moved/.git\n"),
+        ),
+        ("its content no longer naming one", lambda: (nm / "p11" / ".git").write_text("\n")),
+        ("uv's empty marker", lambda: (nm / "p12" / ".git").write_text("")),
+        (
+            "a bare repository made",
+            lambda: subprocess.run(["git", "init", "-q", "--bare", str(nm / "p13" / "b.git")], check=True),
+        ),
+        (
+            "a directory swapped for a link to a repository",
+            lambda: (shutil.rmtree(nm / "p14"), (nm / "p14").symlink_to(nm / "p3-moved")),
+        ),
+        ("a tree removed whole", lambda: shutil.rmtree(nm / "p3-moved")),
+        (
+            "a submodule's git directory in .git/modules",
+            lambda: subprocess.run(
+                ["git", "init", "-q", "--bare", str(root / ".git" / "modules" / "sub")], check=True
+            ),
+        ),
+    ]
+    for what, change in steps:
+        change()
+        _same(fd, w)
+        assert w.walks == 1, f"walked again after: {what}"
+
+
+def test_a_directory_that_cannot_be_opened_is_walked_once_it_can(
+    watched: tuple[Path, int, repowatch.WatchedRoot],
+) -> None:
+    """A directory made unreadable (mode 000) is listed, not opened, so not watched: it
+    is tried again at every answer, and what was made in it meanwhile is found."""
+    root, fd, w = watched
+    if os.geteuid() == 0:
+        pytest.skip("root opens a directory of mode 000 (CI runs this as uid 1001)")
+    locked = root / "node_modules" / "locked"
+    locked.mkdir(mode=0)
+    try:
+        _same(fd, w)
+        assert "node_modules/locked" in w.unopened
+    finally:
+        locked.chmod(0o755)
+    (locked / ".git").mkdir()  # no watch there to tell of it
+    assert "node_modules/locked/.git" in _same(fd, w).gitdirs
+    assert "node_modules/locked" not in w.unopened
+
+
+def test_a_lost_queue_walks_everything_again(watched: tuple[Path, int, repowatch.WatchedRoot]) -> None:
+    """More events than the kernel queues for an instance (``max_queued_events``): the
+    overflow is seen, and the tree walked again, watches afresh."""
+    root, fd, w = watched
+    _same(fd, w)
+    with open("/proc/sys/fs/inotify/max_queued_events") as f:
+        queued = int(f.read())
+    many = root / "node_modules" / "many"
+    many.mkdir()
+    _same(fd, w)
+    for i in range(queued + 10):
+        (many / f"d{i}").mkdir()
+    (many / "d5" / ".git").mkdir()  # past the overflow: only a walk again sees it
+    assert "node_modules/many/d5/.git" in _same(fd, w).gitdirs
+    assert w.walks == 2
+
+
+_MOUNTED = r"""
+import json, os, subprocess, sys
+from warren._core import safepath
+from warren.server import repowatch
+root = sys.argv[1]
+fd = safepath.open_dir(root)
+w = repowatch.WatchedRoot(fd, repowatch.budget())
+before = w.find(fd).gitdirs
+subprocess.run(["mount", "-t", "tmpfs", "tmpfs", os.path.join(root, "node_modules", "p5")], check=True)
+os.mkdir(os.path.join(root, "node_modules", "p5", ".git"))  # in the new mount: no event here
+after = w.find(fd).gitdirs
+print(json.dumps({"before": before, "after": after, "walks": w.walks}))
+"""
+
+
+def test_a_mount_made_in_the_tree_walks_everything_again(tmp_path: Path) -> None:
+    """A mount shows a tree and raises no event on the directory it covers: the mount
+    table's change is seen, and the tree walked again (in a mount namespace of the
+    test's own, which any user may make)."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    _tree(root)
+    r = subprocess.run(
+        ["unshare", "--user", "--map-root-user", "--mount", sys.executable, "-c", _MOUNTED, str(root)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert "node_modules/p5/.git" not in got["before"]
+    assert "node_modules/p5/.git" in got["after"]
+    assert got["walks"] == 2
+
+
+def test_a_tree_past_the_budget_is_not_watched(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    root.mkdir()
+    _tree(root, dirs=10)
+    fd = safepath.open_dir(str(root))
+    try:
+        with pytest.raises(repowatch._TooMany):
+            repowatch.WatchedRoot(fd, allowed=5)
+        roots = repowatch.WatchedRoots()
+        assert roots.find(str(root), fd, large=True) is not None
+        assert roots.get(str(root)) is not None
+        (root / "node_modules" / "more").mkdir()
+        roots.roots[str(root)].allowed = roots.roots[str(root)].watches  # full now
+        assert roots.find(str(root), fd, large=True) is None  # grew past it: not watched
+        assert roots.get(str(root)) is None
+        assert roots.find(str(root), fd, large=True) is None  # nor tried again soon
+    finally:
+        os.close(fd)
+
+
+def test_only_a_local_filesystem_is_watched(tmp_path: Path) -> None:
+    fd = safepath.open_dir("/proc/sys")  # procfs: no event tells of its changes
+    try:
+        assert repowatch.WatchedRoots().find("/proc/sys", fd, large=True) is None
+    finally:
+        os.close(fd)
+
+
+def test_a_walk_is_expected_clean_only_while_every_name_made_since_has_one_link(
+    watched: tuple[Path, int, repowatch.WatchedRoot], tmp_path: Path
+) -> None:
+    """``predict``: after a walk that found the root clean (its token), names made since
+    are looked at. A file linked in from outside, or a directory moved in holding one,
+    ends the prediction until a walk begins and finds the root clean again."""
+    root, fd, w = watched
+    outside = tmp_path / "outside.txt"
+    outside.write_text("the host's\n")
+    assert not w.predict(fd, None)  # no walk has found it clean yet
+    clean = w.begin()
+    assert w.predict(fd, clean)
+    (root / "node_modules" / "p1" / "new.js").write_text("made\n")
+    (root / "node_modules" / "made" / "deeper").mkdir(parents=True)
+    (root / "node_modules" / "made" / "deeper" / "x.js").write_text("made\n")
+    assert w.predict(fd, clean), "new files of one link each"
+    os.link(outside, root / "node_modules" / "p2" / "linked.js")
+    assert not w.predict(fd, clean)
+    (root / "node_modules" / "p2" / "linked.js").unlink()
+    assert not w.predict(fd, clean), "ended until a walk finds the root clean again"
+    clean = w.begin()
+    assert w.predict(fd, clean)
+    moved = tmp_path / "moved" / "sub"
+    moved.mkdir(parents=True)
+    os.link(outside, moved / "linked.js")
+    (tmp_path / "moved").rename(root / "node_modules" / "moved")  # no event for what it holds
+    assert not w.predict(fd, clean)
+
+
+def test_nothing_is_expected_of_a_walk_once_events_may_have_been_missed(
+    watched: tuple[Path, int, repowatch.WatchedRoot],
+) -> None:
+    root, fd, w = watched
+    clean = w.begin()
+    w.find(fd)
+    assert w.predict(fd, clean)
+    with open("/proc/sys/fs/inotify/max_queued_events") as f:
+        queued = int(f.read())
+    many = root / "node_modules" / "many"
+    many.mkdir()
+    w.find(fd)
+    for i in range(queued + 10):
+        (many / f"f{i}").write_bytes(b"")
+    assert not w.predict(fd, clean)  # the queue overflowed: anything may have come
+    clean = w.begin()
+    w.find(fd)  # walked again, watches afresh: a new epoch
+    assert not w.predict(fd, clean)
+    assert w.predict(fd, w.begin())
+
+
+def test_a_link_made_elsewhere_to_a_file_of_the_root_raises_no_event(
+    watched: tuple[Path, int, repowatch.WatchedRoot], tmp_path: Path
+) -> None:
+    """What the prediction cannot see, and why the walk still runs beside the command:
+    a name made outside for a file already in the root changes its link count, and no
+    directory of the root."""
+    root, fd, w = watched
+    clean = w.begin()
+    os.link(root / "node_modules" / "p1" / "lib" / "i.js", tmp_path / "elsewhere.js")
+    assert w.predict(fd, clean)
+    assert (root / "node_modules" / "p1" / "lib" / "i.js").stat().st_nlink == 2
