@@ -207,6 +207,34 @@ def test_a_nested_repository_made_inside_never_runs_on_the_host(
     assert later.stdout.split() == [f"{repo}/evil.sh", "s"]
 
 
+def test_a_repository_a_removed_sandbox_made_is_adopted_though_one_booted_ahead_holds_the_workspace(
+    layout: Layout, repo: Path, via: str
+) -> None:
+    """Two runs leave a sandbox booted ahead for the next, holding a lease on the
+    workspace; a long-lived sandbox then makes a repository and is removed. Adoption
+    waits for sandboxes that can still write the workspace, but an unused booted one
+    writes nothing (whoever takes it plans again, and finds the repository): the
+    repository is adopted at the removal, and host git runs nothing of it."""
+    if via == "exec":
+        pytest.skip("one case: the test makes its own runs, then its own long-lived sandbox")
+    for _ in range(2):
+        assert inside(layout, None, "true").returncode == 0
+    marker = marker_path()
+    name = f"git{os.getpid()}{uuid.uuid4().hex[:6]}"
+    made = run_cli(["create", "--write", str(layout.cache), name], cwd=repo)
+    assert made.returncode == 0, made.stderr
+    try:
+        r = inside(layout, name, NESTED.format(evil=evil_script(marker)))
+        assert r.returncode == 0, r.stderr
+    finally:
+        assert run_cli(["rm", "-f", name], cwd=repo).returncode == 0
+    host_git(repo, "-C", "sub", "status")
+    assert host_git(repo, "-C", "sub", "config", "core.fsmonitor").returncode == 1
+    assert not marker.exists(), "host git ran what the removed sandbox wrote"
+    # The booted sandbox is not used for a plan it was not made for: the next run works.
+    assert inside(layout, None, "git -C sub log -1 --format=%s").stdout == "s\n"
+
+
 HIDDEN = """
 import os, subprocess
 st = os.stat("sub")

@@ -135,6 +135,8 @@ class Booter:
         """A sandbox booted ahead takes its run's command, or becomes its creator's
         sandbox; its repositories are brought in step first."""
         box.booted = None
+        if box.git is not None:
+            box.git.idle = False  # its command or its creator's may write the roots now
         if box.launched.mark_watch is not None:
             box.launched.mark_watch.close()  # used: nothing asks it again
             box.launched.mark_watch = None

@@ -57,6 +57,9 @@ class Lease:
     known: dict[str, set[str]] = field(default_factory=dict)  # root -> relative git directories
     shadows: list[gitstore.Shadow] = field(default_factory=list)
     env: Mapping[str, str] = field(default_factory=dict)
+    # Its sandbox was booted ahead and nothing has run in it: it writes nothing, and
+    # whoever takes it plans again (a repository adopted meanwhile is another plan).
+    idle: bool = False
 
 
 class GitKeeper:
@@ -216,7 +219,9 @@ class GitKeeper:
             return
         for shadow in lease.shadows:
             self._sync(shadow)
-        others = [other for other in self.leases if other is not lease]
+        # Sandboxes that can write these roots (a sandbox booted ahead and unused cannot:
+        # its taker plans again, and a repository adopted now is in that plan).
+        others = [other for other in self.leases if other is not lease and not other.idle]
         for root, fd in lease.roots.items():
             if any(_overlap(r, root) for other in others for r in other.roots):
                 continue

@@ -107,6 +107,7 @@ class Sandboxes:
             # The secrets' values first: a missing one is the caller's error, before anything starts.
             secret = boxsecrets.prepare(plan, caller) if caller is not None else None
             lease = self.keeper.lease(git)
+            lease.idle = ahead
         except BaseException:
             git.close()
             raise
