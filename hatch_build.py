@@ -47,6 +47,16 @@ HELPERS = (
         "a receiver asking for a unix message's sender is told warren's PID 1 (Chromium needs --no-zygote)",
     ),
 )
+# Shared objects loaded (ctypes) by warren's own processes: (name, source, what goes
+# without it).
+LIBRARIES = (
+    (
+        "warren-continuer.so",  # answers a walk's window in PID 1 (``_core.continuer``)
+        "native/continuer.c",
+        "a command started during a large workspace's hard-link walk waits about 50 us more "
+        "at each writing open (bench/bench_workspace_size.py)",
+    ),
+)
 
 
 def protocol_version(root: Path) -> int:
@@ -58,14 +68,19 @@ def protocol_version(root: Path) -> int:
     return int(found.group(1))
 
 
-def compile_native(root: Path, out: Path, source: str = SOURCE, static: bool = False) -> str | None:
+def compile_native(
+    root: Path, out: Path, source: str = SOURCE, static: bool = False, shared: bool = False
+) -> str | None:
     """Compile ``source`` (the front end unless said) to ``out``; None when done, else
     why not. ``static``: linked statically if the C library allows it (the stub runs
-    inside image sandboxes, whose own C library may be another or none), else as usual."""
+    inside image sandboxes, whose own C library may be another or none), else as usual.
+    ``shared``: a shared object (with threads) rather than a program."""
     if os.environ.get("WARREN_NATIVE") == "0":
         return "WARREN_NATIVE=0"
     cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
     argv = [*cc.split(), "-O2", "-Wall", "-Wextra", f"-DWARREN_PROTOCOL={protocol_version(root)}"]
+    if shared:
+        argv += ["-shared", "-fPIC", "-pthread"]
     if shutil.which(argv[0]) is None:
         return f"no C compiler ({argv[0]!r} not found)"
     if static:
@@ -104,6 +119,14 @@ class NativeFrontEnd(BuildHookInterface):  # type: ignore[type-arg]
                 built = True
             else:
                 self.app.display_warning(f"warren: {name} was not built ({helper_why}); {without}")
+        for name, source, without in LIBRARIES:
+            out = Path(self._tmp) / name
+            library_why = compile_native(Path(self.root), out, source, shared=True)
+            if library_why is None:
+                build_data["shared_scripts"][str(out)] = name
+                built = True
+            else:
+                self.app.display_warning(f"warren: {name} was not built ({library_why}); {without}")
         if built:
             build_data["pure_python"] = False
             build_data["infer_tag"] = True

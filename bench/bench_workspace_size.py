@@ -2,7 +2,8 @@
 
 The workspace is what JavaScript projects hold: one repository with a ``node_modules``
 tree (``--packages`` packages of 10 directories of 10 files each; 1,000 by default:
-100,000 files, 11,000 directories). In the same run, interleaved, the supervisor warm:
+100,000 files, 11,000 directories); the empty one is a repository too. In the same run,
+interleaved, the supervisor warm:
 
   bwrap ... true               in each workspace (the baseline: no per-file work)
   warren run -- true           in each workspace (CLI, whole process)
@@ -189,7 +190,9 @@ def main() -> None:
         base = Path(tmp)
         os.environ["XDG_STATE_HOME"] = str(base / "state")
         empty, big = base / "empty", base / "big"
-        empty.mkdir()
+        # A repository both (what an agent works in): the ratio is the size's alone, not
+        # a repository's own cost (its git directory's store, its sync at the end).
+        subprocess.run(["git", "init", "-q", str(empty)], check=True)
         files = _tree(big, args.packages)
         print(
             f"{files} files in {big}, {args.runs} interleaved runs, uid {os.getuid()}, "

@@ -202,6 +202,7 @@ def test_a_wheel_built_by_uv_build_installs_and_runs(installer: Installer, tmp_p
     if shutil.which(os.environ.get("CC", "cc")):
         assert scripts["warren"].startswith(b"\x7fELF") and scripts["warren-exec-stub"].startswith(b"\x7fELF")
         assert scripts["warren-credsend"].startswith(b"\x7fELF")
+        assert scripts["warren-continuer.so"].startswith(b"\x7fELF")
         assert scripts["warren-python"].startswith(b"#!python") and "linux_" in found.name
     else:
         assert list(scripts) == ["warren"] and found.name.endswith("-py3-none-any.whl")

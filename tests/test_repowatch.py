@@ -207,7 +207,8 @@ def test_a_walk_is_expected_clean_only_while_every_name_made_since_has_one_link(
     outside = tmp_path / "outside.txt"
     outside.write_text("the host's\n")
     assert not w.predict(fd, None)  # no walk has found it clean yet
-    clean = w.begin()
+    clean, mark = w.begin()
+    w.verified(mark)  # as a walk that found it clean does
     assert w.predict(fd, clean)
     (root / "node_modules" / "p1" / "new.js").write_text("made\n")
     (root / "node_modules" / "made" / "deeper").mkdir(parents=True)
@@ -217,7 +218,8 @@ def test_a_walk_is_expected_clean_only_while_every_name_made_since_has_one_link(
     assert not w.predict(fd, clean)
     (root / "node_modules" / "p2" / "linked.js").unlink()
     assert not w.predict(fd, clean), "ended until a walk finds the root clean again"
-    clean = w.begin()
+    clean, mark = w.begin()
+    w.verified(mark)
     assert w.predict(fd, clean)
     moved = tmp_path / "moved" / "sub"
     moved.mkdir(parents=True)
@@ -230,7 +232,7 @@ def test_nothing_is_expected_of_a_walk_once_events_may_have_been_missed(
     watched: tuple[Path, int, repowatch.WatchedRoot],
 ) -> None:
     root, fd, w = watched
-    clean = w.begin()
+    clean, _ = w.begin()
     w.find(fd)
     assert w.predict(fd, clean)
     with open("/proc/sys/fs/inotify/max_queued_events") as f:
@@ -241,10 +243,10 @@ def test_nothing_is_expected_of_a_walk_once_events_may_have_been_missed(
     for i in range(queued + 10):
         (many / f"f{i}").write_bytes(b"")
     assert not w.predict(fd, clean)  # the queue overflowed: anything may have come
-    clean = w.begin()
+    clean, _ = w.begin()
     w.find(fd)  # walked again, watches afresh: a new epoch
     assert not w.predict(fd, clean)
-    assert w.predict(fd, w.begin())
+    assert w.predict(fd, w.begin()[0])
 
 
 def test_a_link_made_elsewhere_to_a_file_of_the_root_raises_no_event(
@@ -254,7 +256,7 @@ def test_a_link_made_elsewhere_to_a_file_of_the_root_raises_no_event(
     a name made outside for a file already in the root changes its link count, and no
     directory of the root."""
     root, fd, w = watched
-    clean = w.begin()
+    clean, _ = w.begin()
     os.link(root / "node_modules" / "p1" / "lib" / "i.js", tmp_path / "elsewhere.js")
     assert w.predict(fd, clean)
     assert (root / "node_modules" / "p1" / "lib" / "i.js").stat().st_nlink == 2

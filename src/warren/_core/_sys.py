@@ -394,10 +394,18 @@ _NOTIF = struct.Struct("=QIIiIQ6Q")
 _RESP = struct.Struct("=QqiI")
 
 
+NOTIF_SIZE = _NOTIF.size  # struct seccomp_notif
+
+
 def notif_recv(listener: int) -> tuple[int, int, int, tuple[int, ...]]:
     """The next notification: (id, pid, syscall number, args)."""
     buf = bytearray(_NOTIF.size)
     fcntl.ioctl(listener, _NOTIF_RECV, buf, True)
+    return notif_parse(buf)
+
+
+def notif_parse(buf: bytes | bytearray) -> tuple[int, int, int, tuple[int, ...]]:
+    """A ``struct seccomp_notif`` as read: (id, pid, syscall number, args)."""
     nid, pid, _flags, nr, _arch, _ip, *args = _NOTIF.unpack(buf)
     return nid, pid, nr, tuple(args)
 

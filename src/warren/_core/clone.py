@@ -122,12 +122,13 @@ def preload() -> None:
     sandbox warren's own files may not be visible (an install under /tmp, whose /tmp is
     the sandbox's own), so nothing may be imported there for the first time."""
     from .. import protocol
-    from . import credsend, execstub, pid1  # noqa: F401
+    from . import continuer, credsend, execstub, pid1  # noqa: F401
 
     for name in protocol.__all__:
         getattr(protocol, name)  # the channels the package loads only when named
     execstub.load()  # the program a command's process becomes, from a sealed memfd
     credsend.load()  # the program that names a command as its unix sends' sender
+    continuer.load()  # the thread that answers a walk's window once it is done
 
 
 def _clone(

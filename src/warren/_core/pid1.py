@@ -31,7 +31,7 @@ from ..errors import LimitReached, ProcessNotFound, SandboxError, SetupError, Wa
 from ..net.handshake import pid1_network
 from ..net.proxy import listen_inside
 from ..plan.model import Plan
-from . import _sys, credsend, execstub, fileops, harden, kernel, mounts, procs
+from . import _sys, continuer, credsend, execstub, fileops, harden, kernel, mounts, procs
 from .broker import Broker
 from .shim import Launcher, Shim, warm
 
@@ -723,6 +723,12 @@ class Init:
             os.close(self.wake_w)
             if self.broker is not None:
                 os.close(self.broker.listener)
+                for fd in [
+                    *continuer.kept(),
+                    *([self.broker.forwarded] if self.broker.forwarded >= 0 else []),
+                ]:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
                 if self.broker.window is not None:
                     for fd in (
                         self.broker.window.listener,

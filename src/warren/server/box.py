@@ -29,7 +29,7 @@ from ..errors import PolicyError, PortNotForwarded, SandboxError, SetupError, Wa
 from ..images.store import Lease
 from ..plan import Plan
 from ..plan.limits import V2
-from . import boxnet, follow, gitkeeper, joined, launch, linkwalk, pause
+from . import boxnet, follow, gitkeeper, joined, launch, linkwalk, pause, repowatch
 from .trail import Started, Trail
 
 if TYPE_CHECKING:
@@ -198,8 +198,15 @@ class Box:
     # Handoffs that start something in the sandbox (a command, a file request), held
     # while that walk runs, with copies of their descriptors: sent after ``Walked``.
     held: list[tuple[protocol.Message, list[int]]] = field(default_factory=list)
-    walk_again: bool = False  # walked once more when its boot's walk ends (``walk_before_use``)
-    rewalked: bool = False  # ... that walk runs, or ran (PID 1 heard the first one end)
+    # Booted ahead and taken: its walk (none at its boot: its window stays open until
+    # then, so this walk may run beside its command) runs, or ran (``walk_before_use``).
+    rewalked: bool = False
+    # The walk running is expected to find nothing (``gitkeeper.link_walk_begins``): what
+    # is handed to PID 1 meanwhile goes at once, its commands' writes waiting in the
+    # window (``started_in_walk`` once one did).
+    optimistic: bool = False
+    started_in_walk: bool = False
+    walk_token: tuple[repowatch.Token, int] | None = None
     last_active: float = field(default_factory=time.time)  # a request reached it, or an exec ended
     active: set[int] = field(default_factory=set)  # our ends of running execs' "active" pipes
     execs: dict[int, Started] = field(default_factory=dict)  # ... their records in the trail
@@ -339,10 +346,15 @@ class Box:
         spare's command process is a stub and ready, the helper gets the request
         without the stdio and that process gets the command, both from here."""
         spare, stub_sock = self.spare, self.spare_stub
-        if self.link_walk is not None or spare is None or len(wire.frame(handoff)) > DIRECT_MAX:
+        held = self.link_walk is not None and not self.optimistic
+        if held or spare is None or len(wire.frame(handoff)) > DIRECT_MAX:
             # Through PID 1 once the walk is done; a long argv or environment: the spare stays
             self._to_pid1(handoff, [conn, *given, *tail])
             return
+        if self.link_walk is not None:
+            # An optimistic walk: its spare was forked with the walk's window (PID 1 has
+            # heard of no walk's end), so is what it starts.
+            self.started_in_walk = True
         self._forget_spare()
         try:
             if stub is not None and stub_sock is not None and len(stub) <= DIRECT_MAX and _ready(stub_sock):
@@ -710,42 +722,62 @@ class Box:
 
     # --- the end -------------------------------------------------------------------------------
 
+    def start_walk(self) -> None:
+        """The hard-link walk of its workspace, beside it (``linkwalk``): optimistic when
+        the walk is expected to find nothing and PID 1 has heard of no walk's end yet
+        (its window is open: the writes of what starts meanwhile wait for the walk)."""
+        walk = self.plan.link_walk
+        assert walk is not None
+        root_fd = self.git.roots.get(walk.workspace) if self.git is not None else None
+        expected, self.walk_token = self.keeper.link_walk_begins(walk.workspace, root_fd)
+        self.optimistic = expected and self.walked is None
+        self.started_in_walk = False
+        self.link_walk = linkwalk.Job(walk, self.sel, self.walked_now, optimistic=self.optimistic)
+
     def walked_now(self, job: linkwalk.Job) -> None:
         """Its hard-link walk ended: PID 1 hears it (once ready), then what was held
-        goes."""
+        goes. An optimistic walk that found a file linked from outside after something
+        had started ends the sandbox (what started may hold that file open, and write it
+        through ``/proc/self/fd`` once its writes go on)."""
         self.link_walk = None
-        if self.rewalked:
-            # The walk before use of a sandbox booted ahead (PID 1 heard its boot's walk).
-            if job.ok:
-                self._release_held()
-            else:
-                # A file that must be masked now cannot be: the sandbox is not used (its
-                # run hears why when it is gone; the supervisor's log says it).
-                self.fail(SandboxError(job.error or "the hard-link walk failed", operation="walk"))
+        walk = self.plan.link_walk
+        assert walk is not None
+        self.keeper.link_walk_ends(walk.workspace, self.walk_token, job.ok)
+        if self.optimistic and self.started_in_walk and (job.linked or not job.ok):
+            self.fail(
+                SandboxError(
+                    f"{job.linked[0] if job.linked else walk.workspace} is linked from outside the "
+                    "workspace, which nothing since its last walk showed (a link made elsewhere to a "
+                    "file of the workspace): the command was stopped before it changed a file"
+                    + (", and such files have an inode of their own now" if job.ok else f": {job.error}"),
+                    operation="walk",
+                    path=walk.workspace,
+                    hint="run the command again",
+                )
+            )
+            return
+        self.optimistic = False
+        if self.rewalked and not job.ok:
+            # A file that must be masked now cannot be: the sandbox is not used (its run
+            # hears why when it is gone; the supervisor's log says it).
+            self.fail(SandboxError(job.error or "the hard-link walk failed", operation="walk"))
             return
         self.walked = job.ok
         if self.ready:
             self.send(protocol.Walked(ok=job.ok))
-        if self.walk_again:
-            # Taken from the boot-ahead pool while its boot's walk ran: once more.
-            self.walk_again = False
-            self.walk_before_use()
-            return
         self._release_held()
 
     def walk_before_use(self) -> None:
         """A sandbox booted ahead is taken by a run or a create: its workspace is walked
-        for hard links again before anything of it starts (``_to_pid1``), as at a launch. The
-        walk made at its boot may be older than a link the host has made into the
-        workspace since (a host's `uv sync` linking its cache into `.venv`), which nothing
-        that checks a booted sandbox sees (a link count changes, no directory does)."""
+        for hard links now, as at a launch (none was walked at its boot: a link the host
+        makes into the workspace meanwhile, a host `uv sync` linking its cache into
+        `.venv`, changes a link count, which nothing that checks a booted sandbox sees).
+        PID 1 has heard of no walk's end, so its window is open: the walk may run beside
+        what starts (``start_walk``)."""
         if self.plan.link_walk is None:
             return
-        if self.link_walk is not None:
-            self.walk_again = True  # once the boot's own walk has ended
-            return
         self.rewalked = True
-        self.link_walk = linkwalk.Job(self.plan.link_walk, self.sel, self.walked_now)
+        self.start_walk()
 
     def can_hold(self) -> None:
         """Raise unless a request handed now can wait for the hard-link walk: while it
@@ -771,6 +803,9 @@ class Box:
         descriptors with it) and goes after ``Walked``: every command's first call comes
         after the walk."""
         if self.link_walk is None:
+            self.send(handoff, fds)
+        elif self.optimistic:
+            self.started_in_walk = True
             self.send(handoff, fds)
         else:
             self.held.append((handoff, [os.dup(fd) for fd in fds]))

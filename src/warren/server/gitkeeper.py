@@ -70,6 +70,9 @@ class GitKeeper:
         # Roots of more than ``WATCH_FROM`` directories: their directories watched, so a
         # walk lists only what changed (``repowatch``).
         self.watched = repowatch.WatchedRoots()
+        # Per watched root: the token of the last hard-link walk that left no file of it
+        # linked from outside (``link_walk_ends``).
+        self.unlinked: dict[str, repowatch.Token] = {}
         # Made inside and adopted since: safe for host git until a sandbox has them again
         # (then they are shadows).
         self.adopted: set[str] = set()
@@ -118,6 +121,36 @@ class GitKeeper:
             raise
         found.gitdirs, found.files = tuple(gitdirs), tuple(files)
         return found
+
+    def link_walk_begins(
+        self, root: str, root_fd: int | None
+    ) -> tuple[bool, tuple[repowatch.Token, int] | None]:
+        """A hard-link walk of ``root`` begins: whether it is expected to find nothing
+        linked from outside (``repowatch.WatchedRoot.predict``: only a watched root, whose
+        last walk left it so), and the token its end is given back with."""
+        watched = self.watched.get(root)
+        if watched is None or root_fd is None:
+            return False, None
+        try:
+            expected = watched.predict(root_fd, self.unlinked.get(root))
+        except OSError:
+            expected = False
+        return expected, watched.begin()
+
+    def link_walk_ends(self, root: str, begun: tuple[repowatch.Token, int] | None, ok: bool) -> None:
+        """The walk that began with ``token`` ended: ``ok``, nothing of the root is linked
+        from outside any more (none was, or each got an inode of its own); else (a file
+        that had to be masked, or could not be copied) nothing is expected of the next."""
+        watched = self.watched.get(root)
+        if watched is None or begun is None:
+            return
+        token, mark = begun
+        if ok and token == (watched.serial, watched.epoch):
+            self.unlinked[root] = token
+            watched.verified(mark)
+        elif not ok:
+            self.unlinked.pop(root, None)
+            watched.epoch += 1  # nor of a walk that began before and ends after this one
 
     def _walk(self, root: str, fd: int, walks: treewalk.Walks | None) -> gitfind.Found:
         """The repositories of ``root`` now: from its watches where it is watched (or

@@ -120,8 +120,11 @@ class WatchedRoot:
         self.deep: set[str] = set()  # directories deeper than ``DEPTH``: not walked
         self.pending: set[str] = set()  # directories to list again (``find``)
         self.stale = False  # the queue overflowed: everything is walked again
-        self.fresh: set[str] = set()  # names made since ``begin`` (files)
-        self.fresh_dirs: set[str] = set()  # ... and directories
+        # Names made (files, directories) since a walk that found the root clean began,
+        # each with when (``seq``): a walk's clean end forgets those made before it began.
+        self.fresh: dict[str, int] = {}
+        self.fresh_dirs: dict[str, int] = {}
+        self.seq = 0
         self.mounts = os.open("/proc/self/mountinfo", os.O_RDONLY | os.O_CLOEXEC)
         self._poller = select.poll()
         self._poller.register(self.mounts, select.POLLPRI | select.POLLERR)
@@ -171,36 +174,48 @@ class WatchedRoot:
                 kept.append((rel, kind))
         return gitfind.from_kinds(root_fd, kept)
 
-    def begin(self) -> Token:
-        """A hard-link walk of the root starts now: names made from here on are kept to be
-        looked at (``predict``), those before are the walk's to see."""
+    def begin(self) -> tuple[Token, int]:
+        """A hard-link walk of the root starts now: its token, and the mark to give
+        ``verified`` if it finds the root clean (the names made before it began are then
+        the walk's to have seen)."""
         self.drain()
-        self.fresh.clear()
-        self.fresh_dirs.clear()
-        return (self.serial, self.epoch)
+        return (self.serial, self.epoch), self.seq
+
+    def verified(self, mark: int) -> None:
+        """A walk that began at ``mark`` found the root clean: the names made before it
+        need no look any more."""
+        self.fresh = {k: v for k, v in self.fresh.items() if v > mark}
+        self.fresh_dirs = {k: v for k, v in self.fresh_dirs.items() if v > mark}
 
     def predict(self, root_fd: int, clean: Token | None) -> bool:
         """Whether a hard-link walk now is expected to find nothing: the walk that began
         at ``clean`` found nothing linked from outside, no event may have been missed
         since, every directory is watched, and each name made since is a file with one
         link (or a directory holding only such). A name found linked ends the
-        prediction until a walk finds the root clean again."""
+        prediction until a walk finds the root clean again; names looked at are not
+        looked at again (from then on they are as any file the last walk saw)."""
         self.drain()
         if clean != (self.serial, self.epoch) or self.stale or self.unopened or self.deep:
             return False
+        expected = self._single_linked(root_fd)
+        self.fresh.clear()
+        self.fresh_dirs.clear()
+        if not expected:
+            self.epoch += 1
+        return expected
+
+    def _single_linked(self, root_fd: int) -> bool:
         for rel in self.fresh:
             try:
                 st = safepath.lstat_beneath(root_fd, rel)
             except OSError:
                 st = None  # its directory gone or replaced: its parent's event says so
             if st is not None and stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
-                self.epoch += 1
                 return False
         budget = FRESH_MAX
         for rel in self.fresh_dirs:
             budget = _single_links_beneath(root_fd, rel, budget)
             if budget < 0:
-                self.epoch += 1
                 return False
         return True
 
@@ -229,15 +244,16 @@ class WatchedRoot:
                     self.pending.add(rel.rpartition("/")[0])  # its parent's entry changed too
                 continue
             path = _join(rel, name)
+            self.seq += 1
             if mask & _sys.IN_ISDIR:
                 self.pending.add(rel)
                 if mask & _MADE:
-                    self.fresh_dirs.add(path)
+                    self.fresh_dirs[path] = self.seq
             else:
                 if name in GIT_NAMES:
                     self.pending.add(rel)
                 if mask & _MADE:
-                    self.fresh.add(path)
+                    self.fresh[path] = self.seq
             if len(self.fresh) + len(self.fresh_dirs) > FRESH_MAX:
                 self.fresh.clear()
                 self.fresh_dirs.clear()
@@ -483,7 +499,10 @@ def _single_links_beneath(root_fd: int, rel: str, budget: int) -> int:
                         try:
                             if e.is_dir(follow_symlinks=False):
                                 stack.append(safepath.dir_beneath(fd, e.name))
-                            elif e.is_file(follow_symlinks=False) and e.stat(follow_symlinks=False).st_nlink > 1:
+                            elif (
+                                e.is_file(follow_symlinks=False)
+                                and e.stat(follow_symlinks=False).st_nlink > 1
+                            ):
                                 return -1
                         except OSError:
                             return -1  # changed under us, or unreadable: not known

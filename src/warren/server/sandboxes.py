@@ -44,7 +44,6 @@ from . import (
     envroot,
     gitkeeper,
     launch,
-    linkwalk,
     registry,
     restack,
     review,
@@ -156,8 +155,8 @@ class Sandboxes:
             image_lease=image_lease,
             intercept=secret[0] if secret is not None else None,
         )
-        if plan.link_walk is not None:
-            box.link_walk = linkwalk.Job(plan.link_walk, self.sel, box.walked_now)
+        if plan.link_walk is not None and not ahead:
+            box.start_walk()  # (a sandbox booted ahead is walked once taken)
         self.add(box, ahead)
         return box
 

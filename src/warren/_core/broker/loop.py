@@ -26,7 +26,7 @@ from collections.abc import Callable
 from ...plan import seccomp as _seccomp
 from ...plan.model import Plan
 from ...plan.mounts import within
-from .. import _sys, credsend, mounts
+from .. import _sys, continuer, credsend, mounts
 from ..mounts import DENIED_FILE
 from . import links, metadata, pool, processes, renames, sockets
 from . import window as _window
@@ -96,6 +96,9 @@ class Broker:
         # the calls today's filter sends (a held call of another is let go as it is)
         self.own: set[str] = set()  # set in start()
         self._own_filters = -1
+        # Once the window is done, the native continuer answers its calls and passes on
+        # here those the broker judges (``_core.continuer``): the pipe they come on.
+        self.forwarded = -1
         sealed: set[tuple[int, int]] = set()
         with contextlib.suppress(OSError):
             st = os.stat(DENIED_FILE)
@@ -201,6 +204,17 @@ class Broker:
                         os.read(fd, 64)
                     with self.busy:
                         self._release(helpers)
+                    if self.window.state == _window.DONE and self.forwarded < 0:
+                        # Its calls from now on: the native thread's (not read here
+                        # again: a read here would wait for one the thread took).
+                        forwarded = continuer.start(self.window.listener, self._go_on())
+                        if forwarded is not None:
+                            poller.unregister(self.window.listener)
+                            poller.register(forwarded, select.POLLIN)
+                            self.forwarded = forwarded
+                elif fd == self.forwarded:
+                    with self.busy:
+                        self._forwarded(helpers)
                 else:
                     with self.busy:
                         self.handle(helpers, fd)
@@ -222,6 +236,23 @@ class Broker:
         if _sys.notif_valid(self.listener, nid):
             return True
         return self.window is not None and _sys.notif_valid(self.window.listener, nid)
+
+    def _go_on(self) -> set[int]:
+        """The window's calls answered "go on" once it is done (``_dispatch``): those
+        today's filter does not send the broker too."""
+        return {nr for nr in self.window_nrs if self.names.get(nr, "") not in self.own}
+
+    def _forwarded(self, helpers: set[int] | frozenset[int]) -> None:
+        """A call of the window's lineage the native continuer passed on: judged here."""
+        assert self.window is not None
+        try:
+            record = os.read(self.forwarded, _sys.NOTIF_SIZE)
+        except OSError:
+            return
+        if len(record) != _sys.NOTIF_SIZE:
+            return
+        nid, pid, nr, args = _sys.notif_parse(record)
+        self._dispatch(helpers, self.window.listener, nid, pid, nr, args)
 
     def _release(self, helpers: set[int] | frozenset[int]) -> None:
         """The walk ended: the held calls go on (or fail, if it failed)."""

@@ -1,0 +1,223 @@
+"""The hard-link walk beside the first command (``Box.start_walk``): in a workspace whose
+directories are watched (``server.repowatch``) and whose last walk found nothing linked
+from outside, a command starts while the walk runs, its writes waiting in the walk's
+window, so a launch does not cost the workspace's size. What must hold, judged on the
+host, with the native continuer answering the window after the walk and with the
+Python broker (``WARREN_NATIVE_CONTINUER=0``):
+
+- the command starts during the walk, and a write of it comes only after the walk;
+- a file of the workspace linked from outside without a name made in the workspace
+  (``ln ws/f ~/f``: nothing a watch sees) and opened by such a command is never written
+  through that link, not even through ``/proc/self/fd`` once the walk is done: the
+  sandbox is stopped, the file given its own inode, the run told why;
+- a name linked into the workspace from outside (seen by the watches) makes the walk
+  come first again, as before: the command writes a copy of its own, and succeeds;
+- after the walk, the first command's calls behave as anyone's: writes, renames, links
+  inside, chmod; a set-id bit and a link to outside still refused.
+
+The walk is held back ``DELAY`` seconds (``WARREN_LINK_WALK_DELAY``) and every tree is
+large (``WARREN_NATIVE_WALK=1``); each test checks from the command's own clock whether
+it started during the hold or after it."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import held_walk_state, large_tree, run_cli
+from warren import PolicySpec, Sandbox
+from warren._core import continuer
+from warren.errors import WarrenError
+
+DELAY = 3.0  # the walk's hold: room for a launch on a machine busy with both halves
+
+
+@pytest.fixture(scope="module", params=["native", "python"])
+def state_home(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    with pytest.MonkeyPatch.context() as mp:
+        if request.param == "python":
+            mp.setenv("WARREN_NATIVE_CONTINUER", "0")
+        else:
+            assert continuer.program() is not None, "warren-continuer.so is not installed (run scripts/setup)"
+        yield from held_walk_state(tmp_path_factory, DELAY)
+
+
+@pytest.fixture
+def native_only(state_home: Path) -> None:
+    """What does not depend on who answers the window once the walk is done: with the
+    native continuer only (the Python broker's case is the same code)."""
+    if os.environ.get("WARREN_NATIVE_CONTINUER") == "0":
+        pytest.skip("the same with the Python broker answering the window")
+
+
+@pytest.fixture(scope="module")
+def ws(state_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A workspace of 300 directories, walked clean twice (the walks before a command,
+    since nothing is known of it yet): the next walk is expected to find nothing."""
+    path = tmp_path_factory.mktemp("opt") / "ws"
+    path.mkdir()
+    large_tree(path)
+    for _ in range(2):
+        began = time.time()
+        started = _started(run_cli(["run", "--", "sh", "-c", "date +%s.%N"], cwd=path, timeout=120).stdout)
+        assert started >= began + DELAY, "the first walks of a workspace come before its command"
+    return path
+
+
+def _started(stdout: str) -> float:
+    return float(stdout.split("\n", 1)[0])
+
+
+def _during(began: float, stamp: float) -> bool:
+    """Whether ``stamp`` (a command's clock) fell while the walk begun after ``began`` was
+    held back."""
+    return stamp < began + DELAY
+
+
+def _outside(tmp_path: Path, text: str = "the host's\n") -> Path:
+    out = tmp_path / "outside"
+    out.mkdir(exist_ok=True)
+    host = out / "file.txt"
+    host.write_text(text)
+    return host
+
+
+def test_a_command_starts_during_the_walk_and_its_writes_wait_for_it(ws: Path) -> None:
+    began = time.time()
+    r = run_cli(
+        ["run", "--", "sh", "-c", "date +%s.%N; echo made > opt-made.txt; date +%s.%N; cat opt-made.txt"],
+        cwd=ws,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    first, second, text = r.stdout.split("\n")[:3]
+    assert _during(began, float(first)), "the command waited for the walk"
+    assert not _during(began, float(second)), "its write did not wait for the walk"
+    assert text == "made" and (ws / "opt-made.txt").read_text() == "made\n"
+
+
+@pytest.mark.parametrize("via", ["run", "exec"])
+def test_a_file_linked_from_outside_since_the_last_walk_is_never_written_through(
+    native_only: None, ws: Path, tmp_path: Path, via: str
+) -> None:
+    """``ln ws/f outside/f`` on the host: the watches see nothing (no name made in the
+    workspace), the command starts during the walk and holds the file open. The walk
+    finds the link: the sandbox is stopped before the command's write through
+    ``/proc/self/fd`` goes on; judged on the host."""
+    victim = ws / f"victim-{via}.txt"
+    victim.write_text("the workspace's\n")
+    # A launch looks at the names made since the last walk: the victim, one link then,
+    # is as any file of the workspace from here on (what the fixture's walks saw).
+    assert run_cli(["run", "--", "sh", "-c", "true"], cwd=ws, timeout=120).returncode == 0
+    host = tmp_path / "outside.txt"
+    os.link(victim, host)
+    script = (
+        f"exec 3<{victim.name}; date +%s.%N; sleep {DELAY + 2}; echo planted >> /proc/self/fd/3; echo wrote"
+    )
+    began = time.time()
+    if via == "run":
+        r = run_cli(["run", "--", "sh", "-c", script], cwd=ws, timeout=120)
+        out, err, code = r.stdout, r.stderr, r.returncode
+    else:
+        box = Sandbox.create(PolicySpec(workspace=str(ws)))
+        streamed: list[bytes] = []  # what it printed as it came: its exec ends with the sandbox
+        try:
+            got = box.exec(["sh", "-c", script], timeout=60, on_stdout=streamed.append)
+            err, code = got.stderr.decode(), got.exit_code
+        except WarrenError as e:
+            err, code = str(e), -1
+        finally:
+            box.remove()
+        out = b"".join(streamed).decode()
+    assert "wrote" not in out, (out, err)
+    assert out and _during(began, _started(out)), "the command did not start during the walk"
+    assert code != 0
+    if via == "run":
+        assert "is linked from outside the workspace" in err and "run the command again" in err, err
+    assert host.read_text() == "the workspace's\n", "written through the link"
+    assert host.stat().st_nlink == 1 and victim.stat().st_nlink == 1  # its own inode now
+    # The next command works (the workspace is clean again), and writes its own copy.
+    r = run_cli(["run", "--", "sh", "-c", f"echo again >> {victim.name}"], cwd=ws, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert host.read_text() == "the workspace's\n"
+
+
+def test_a_name_linked_in_from_outside_makes_the_walk_come_first(
+    native_only: None, ws: Path, tmp_path: Path
+) -> None:
+    """``ln outside/f ws/f`` on the host (as a host `uv sync` links its cache into
+    `.venv`): a name made in the workspace, which the watches see, linked: the walk
+    comes before the command, which writes a copy of its own and succeeds."""
+    host = _outside(tmp_path)
+    os.link(host, ws / "linked-in.txt")
+    began = time.time()
+    r = run_cli(["run", "--", "sh", "-c", "date +%s.%N; echo mine >> linked-in.txt"], cwd=ws, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert not _during(began, _started(r.stdout)), "the command started before the walk"
+    assert host.read_text() == "the host's\n"
+    assert (ws / "linked-in.txt").read_text() == "the host's\nmine\n"
+    # Clean again: the next command starts during the walk.
+    began = time.time()
+    r = run_cli(["run", "--", "sh", "-c", "date +%s.%N"], cwd=ws, timeout=120)
+    assert r.returncode == 0 and _during(began, _started(r.stdout)), (r.stdout, r.stderr)
+
+
+CALLS = """
+set -e
+date +%s.%N
+sleep {wait}
+echo one > calls-a.txt
+: > calls-a.txt
+echo two >> calls-a.txt
+mv calls-a.txt calls-b.txt
+ln calls-b.txt calls-c.txt
+chmod 600 calls-b.txt
+python3 - <<'EOF'
+import os
+os.truncate("calls-b.txt", 2)
+try:
+    os.chmod("calls-b.txt", 0o4755)
+    print("setuid: allowed")
+except OSError as e:
+    print("setuid:", e.errno)
+try:
+    os.link("calls-b.txt", "../linked-out.txt")
+    print("link out: allowed")
+except OSError as e:
+    print("link out:", e.errno)
+EOF
+stat -c '%a %h %s' calls-b.txt
+"""
+
+
+def test_after_the_walk_the_first_commands_calls_behave_as_anyones(ws: Path) -> None:
+    """Started during the walk, its calls made after it: answered by the native thread
+    (or the Python broker), as the calls of a command started later are."""
+    outside = ws.parent / "linked-out.txt"  # beside the workspace: read-only in the sandbox
+    box = Sandbox.create(PolicySpec(workspace=str(ws)))
+    try:
+        began = time.time()
+        got = box.exec(["sh", "-c", CALLS.format(wait=DELAY + 1)], timeout=60)
+        lines = got.stdout.decode().splitlines()
+        assert got.exit_code == 0, got
+        assert _during(began, float(lines[0])), "it did not start during the walk"
+        assert lines[1] == "setuid: 1"  # EPERM: no set-id bit, as for any command
+        assert lines[2].startswith("link out:") and lines[2] != "link out: allowed"
+        assert lines[3] == "600 2 2"
+        assert not outside.exists()
+        assert (ws / "calls-b.txt").read_text() == "tw"
+        threads = {
+            Path(f"/proc/{box.pid1}/task/{t}/comm").read_text().strip()
+            for t in os.listdir(f"/proc/{box.pid1}/task")
+        }
+        native = os.environ.get("WARREN_NATIVE_CONTINUER") != "0"
+        assert (continuer.THREAD in threads) == native, threads
+        # A command started after the walk: the same answers.
+        again = box.exec(["sh", "-c", "echo later > calls-d.txt && cat calls-d.txt"])
+        assert again.exit_code == 0 and again.stdout == b"later\n", again
+    finally:
+        box.remove()
