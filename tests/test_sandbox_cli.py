@@ -71,6 +71,26 @@ def test_async_sandbox_runs_execs_concurrently(layout: Layout, tmp_path: Path, m
     assert asyncio.run(main()) == [f"{i}\nasync\n".encode() for i in range(10)]
 
 
+def test_a_run_right_after_shutdown_is_served(layout: Layout, tmp_path: Path) -> None:
+    """Two runs leave a sandbox booted ahead; `warren shutdown` stops it and the
+    supervisor exits once it is gone. A `warren run` at that moment reached the exiting
+    supervisor and heard "the connection to the sandbox was lost" (two of three times
+    in a repository, where the booted sandbox's end takes longer): the supervisor takes
+    its address away before it exits, then takes a connection already made."""
+    import subprocess
+
+    env = {"XDG_STATE_HOME": str(tmp_path / "state")}
+    ws = layout.workspace
+    subprocess.run(["git", "init", "-q", str(ws)], check=True)
+    for _ in range(5):
+        for _ in range(2):
+            assert run_cli(["run", "--", "true"], cwd=ws, env=env).returncode == 0
+        assert run_cli(["shutdown"], cwd=ws, env=env).returncode == 0
+        r = run_cli(["run", "--", "echo", "served"], cwd=ws, env=env)
+        assert (r.returncode, r.stdout) == (0, "served\n"), r.stderr
+    run_cli(["shutdown"], cwd=ws, env=env)
+
+
 def test_shutdown_says_which_sandboxes_keep_the_supervisor_and_starts_none(
     layout: Layout, tmp_path: Path
 ) -> None:

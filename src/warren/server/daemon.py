@@ -71,7 +71,7 @@ def daemon(root: str, ready_fd: int) -> int:
     os.write(ready_fd, b"ready\n")
     os.close(ready_fd)
     try:
-        sup.serve()
+        sup.serve(lambda: statedir.clear_address(root, token), lambda: statedir.write_address(root, token))
     finally:
         # Unpublish before releasing the lock, so a racing client either reached this
         # supervisor (and gets an answer) or starts the next one.

@@ -36,6 +36,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 
 from .. import protocol, wire
 from ..errors import ProtocolError, SandboxError, SandboxExists, SetupError, WarrenError
@@ -131,7 +132,11 @@ class Supervisor:
 
     # --- the loop ----------------------------------------------------------------------
 
-    def serve(self) -> None:
+    def serve(
+        self, unpublish: Callable[[], None] | None = None, publish: Callable[[], None] | None = None
+    ) -> None:
+        """Serve until done (``_done``). ``unpublish``/``publish``: take this supervisor's
+        address away, and give it back (``_last_look``)."""
         signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.signal(signal.SIGTERM, self._on_term)
@@ -152,7 +157,7 @@ class Supervisor:
                         self.clients.drop(obj)
             self._reap()
             self._timers()
-            if self._done():
+            if self._done() and not self._last_look(unpublish, publish):
                 return
 
     def _event(self, kind: str, obj: object, mask: int) -> None:
@@ -198,6 +203,22 @@ class Supervisor:
         if self.listener is None:  # inline: the one client has gone
             return True
         return self.shutdown or now - self.idle_since > self.idle
+
+    def _last_look(self, unpublish: Callable[[], None] | None, publish: Callable[[], None] | None) -> bool:
+        """Done: whether to go on after all. The address is taken away first (a client
+        from now on starts the next supervisor, which waits for this one's lock), then a
+        connection already made (a client that read the address a moment before: a
+        `warren run` right after `warren shutdown`, or the idle time running out) is
+        taken rather than reset by the exit, and the address given back while it is
+        served."""
+        if self.listener is None or unpublish is None or publish is None:
+            return False
+        unpublish()
+        self.clients.accept()
+        if not self.clients:
+            return False
+        publish()
+        return True
 
     def _on_term(self, _signum: int, _frame: object) -> None:
         self.shutdown = True
