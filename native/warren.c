@@ -430,12 +430,145 @@ static int is(const char *v, const char *vend, const char *literal)
     return (size_t)(vend - v) == n && memcmp(v, literal, n) == 0;
 }
 
+/* A JSON string (from its opening quote to past its closing one) decoded into out, as
+   UTF-8, as Python's json and then .encode(errors="replace") make it: a lone surrogate
+   becomes '?'. Returns the length written, or -1 when it is not a string this side
+   reads (then the Python CLI shows the message). */
+static int hex4(const char *p, const char *end)
+{
+    int v = 0;
+    if (end - p < 4)
+        return -1;
+    for (int i = 0; i < 4; i++) {
+        char c = p[i];
+        v <<= 4;
+        if (c >= '0' && c <= '9')
+            v |= c - '0';
+        else if (c >= 'a' && c <= 'f')
+            v |= c - 'a' + 10;
+        else if (c >= 'A' && c <= 'F')
+            v |= c - 'A' + 10;
+        else
+            return -1;
+    }
+    return v;
+}
+
+static int utf8(char *out, long cp)
+{
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        out[0] = (char)(0xC0 | (cp >> 6));
+        out[1] = (char)(0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        out[0] = (char)(0xE0 | (cp >> 12));
+        out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        out[2] = (char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    out[0] = (char)(0xF0 | (cp >> 18));
+    out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+    out[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
+    out[3] = (char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+static long json_string(const char *p, const char *end, char *out, size_t cap)
+{
+    size_t n = 0;
+    if (p >= end || *p++ != '"')
+        return -1;
+    while (p < end && *p != '"') {
+        if (cap - n < 8)
+            return -1;
+        if ((unsigned char)*p < 0x20)
+            return -1;
+        if (*p != '\\') {
+            out[n++] = *p++;
+            continue;
+        }
+        if (++p >= end)
+            return -1;
+        char e = *p++;
+        switch (e) {
+        case '"': out[n++] = '"'; break;
+        case '\\': out[n++] = '\\'; break;
+        case '/': out[n++] = '/'; break;
+        case 'b': out[n++] = '\b'; break;
+        case 'f': out[n++] = '\f'; break;
+        case 'n': out[n++] = '\n'; break;
+        case 'r': out[n++] = '\r'; break;
+        case 't': out[n++] = '\t'; break;
+        case 'u': {
+            long cp = hex4(p, end);
+            if (cp < 0)
+                return -1;
+            p += 4;
+            if (cp >= 0xD800 && cp <= 0xDBFF && end - p >= 6 && p[0] == '\\' && p[1] == 'u') {
+                long lo = hex4(p + 2, end);
+                if (lo >= 0xDC00 && lo <= 0xDFFF) {
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                    p += 6;
+                }
+            }
+            if (cp >= 0xD800 && cp <= 0xDFFF)
+                out[n++] = '?';
+            else
+                n += (size_t)utf8(out + n, cp);
+            break;
+        }
+        default:
+            return -1;
+        }
+    }
+    if (p >= end)
+        return -1;
+    return (long)n;
+}
+
+/* The strings of a JSON array of strings [v, vend), each as "warren: WARNING: TEXT\n"
+   in out (what the Python CLI prints); the length, or -1 when it is not such an array. */
+static long warning_lines(const char *v, const char *vend, char *out, size_t cap)
+{
+    static const char prefix[] = "warren: WARNING: ";
+    size_t n = 0;
+    const char *p = v;
+    if (p >= vend || *p++ != '[')
+        return -1;
+    while (p < vend && *p != ']') {
+        const char *q = skip_value(p, vend, 1);
+        if (q == NULL || *p != '"' || cap - n < sizeof prefix + 1)
+            return -1;
+        memcpy(out + n, prefix, sizeof prefix - 1);
+        n += sizeof prefix - 1;
+        long got = json_string(p, q, out + n, cap - n - 1);
+        if (got < 0)
+            return -1;
+        n += (size_t)got;
+        out[n++] = '\n';
+        p = q;
+        if (p < vend && *p == ',')
+            p++;
+    }
+    return p + 1 == vend ? (long)n : -1;
+}
+
 /* Whether a message is the plain case the native side may take: a Started or an
-   Exited of status 0, with no warnings, no limit, no timeout, no field it does not know. */
-static int plain(const char *json, size_t n, int *exited)
+   Exited of status 0, with no limit, no timeout, no field it does not know; its
+   warnings (what the Python CLI would print of them) in warned, *warned_len long, and
+   where their array is in the message (to take them out of a Started handed on). */
+static int plain(const char *json, size_t n, int *exited, char *warned, size_t *warned_len,
+                 size_t *w_at, size_t *w_end)
 {
     const char *p = json, *end = json + n;
     int version = 0, kind = 0, status_zero = 0;
+    *warned_len = 0;
+    *w_at = *w_end = 0;
     if (p >= end || *p++ != '{')
         return 0;
     while (p < end && *p != '}') {
@@ -455,8 +588,12 @@ static int plain(const char *json, size_t n, int *exited)
         else if (KEY("t"))
             kind = is(v, vend, "\"started\"") ? 1 : is(v, vend, "\"exited\"") ? 2 : -1;
         else if (KEY("warnings")) {
-            if (!is(v, vend, "[]"))
+            long got = warning_lines(v, vend, warned, MAX_PEEK);
+            if (got < 0)
                 return 0;
+            *warned_len = (size_t)got;
+            *w_at = (size_t)(v - json);
+            *w_end = (size_t)(vend - json);
         } else if (KEY("status"))
             status_zero = is(v, vend, "0");
         else if (KEY("timed_out")) {
@@ -485,9 +622,12 @@ static int plain(const char *json, size_t n, int *exited)
     return 0;
 }
 
-/* The next message if it is plain (consumed, its JSON in out), else 0 (left unread). */
+/* The next message if it is plain (consumed, its JSON in out, its warnings printed
+   as the Python CLI prints them, and taken out of it), else 0 (left unread). */
 static int take_plain(int sock, char *out, size_t *out_len, int *exited)
 {
+    static char warned[MAX_PEEK];
+    size_t warned_len = 0, w_at = 0, w_end = 0;
     unsigned char prefix[8];
     struct iovec iov = {.iov_base = prefix, .iov_len = sizeof prefix};
     struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
@@ -505,12 +645,30 @@ static int take_plain(int sock, char *out, size_t *out_len, int *exited)
     iov = (struct iovec){.iov_base = frame, .iov_len = 8 + jlen};
     msg = (struct msghdr){.msg_iov = &iov, .msg_iovlen = 1};
     got = recvmsg(sock, &msg, MSG_PEEK | MSG_DONTWAIT);
-    if (got != (ssize_t)(8 + jlen) || (msg.msg_flags & MSG_CTRUNC) || !plain(frame + 8, jlen, exited))
+    if (got != (ssize_t)(8 + jlen) || (msg.msg_flags & MSG_CTRUNC) ||
+        !plain(frame + 8, jlen, exited, warned, &warned_len, &w_at, &w_end))
         return 0;
     if (recv(sock, frame, 8 + jlen, MSG_DONTWAIT) != (ssize_t)(8 + jlen))
         return 0; /* cannot happen: it was all there */
-    memcpy(out, frame + 8, jlen);
-    *out_len = jlen;
+    for (size_t at = 0; at < warned_len;) {
+        ssize_t w = write(2, warned + at, warned_len - at);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            break; /* as the Python CLI: a write error to stderr is passed over */
+        at += (size_t)w;
+    }
+    const char *json = frame + 8;
+    if (w_end > w_at) {
+        /* printed: a Started handed on to the Python CLI later holds none */
+        memcpy(out, json, w_at);
+        memcpy(out + w_at, "[]", 2);
+        memcpy(out + w_at + 2, json + w_end, jlen - w_end);
+        *out_len = w_at + 2 + (jlen - w_end);
+    } else {
+        memcpy(out, json, jlen);
+        *out_len = jlen;
+    }
     return 1;
 }
 

@@ -192,8 +192,6 @@ def test_in_the_c_locale_a_run_sends_the_environment_the_python_cli_sends(
 @pytest.mark.parametrize(
     ("argv", "replies"),
     [
-        (["run", "--", "true"], [protocol.Started(pid=2, cwd="/w", warnings=["a warning"]), _exited(0)]),
-        (["run", "--", "true"], [STARTED, protocol.Exited(status=0, warnings=["after"])]),
         (["run", "--", "curl", "http://x"], [STARTED, _exited(6)]),  # a hint: no network
         (["exec", "box", "sh", "-c", "exit 3"], [STARTED, _exited(3)]),
         (["exec", "box", "true"], [STARTED, protocol.Exited(status=9, limit="memory limit 64M reached")]),
@@ -208,6 +206,44 @@ def test_what_is_not_plain_is_shown_by_the_python_cli_as_it_would_itself(
 ) -> None:
     native, python = both(argv, _answer(*replies))
     assert native == python
+
+
+WARNED = ["a warning", 'two "quoted" \\ lines\nand ünïcødé \u2603 \U0001f600 \x01\t', ""]
+
+
+@pytest.mark.parametrize(
+    "replies",
+    [
+        [protocol.Started(pid=2, cwd="/w", warnings=WARNED), _exited(0)],
+        [STARTED, protocol.Exited(status=0, warnings=["after", *WARNED])],
+        [
+            protocol.Started(pid=2, cwd="/w", warnings=["before"]),
+            protocol.Exited(status=0, warnings=["after"]),
+        ],
+        # not plain at the end: the Python CLI carries on, and says the first warnings once
+        [protocol.Started(pid=2, cwd="/w", warnings=["before"]), _exited(3)],
+        [
+            protocol.Started(pid=2, cwd="/w", warnings=["before"]),
+            protocol.Exited(status=1, warnings=["after"]),
+        ],
+    ],
+)
+def test_warnings_are_shown_by_the_native_side_as_the_python_cli_shows_them(
+    both: Callable[..., list[tuple[object, ...]]], tmp_path: Path, replies: list[protocol.Message]
+) -> None:
+    """A plan's warnings (a workspace that shares no mount with its caches, one under
+    /tmp) come with every run in such a place: printed by the native side, as the Python
+    CLI prints them, without the Python CLI's start (about 35 ms) when the rest is plain."""
+    native, python = both(["run", "--", "true"], _answer(*replies))
+    assert native == python
+    exited = replies[-1]
+    assert isinstance(exited, protocol.Exited)
+    if exited.status == 0:
+        alone = tmp_path / "alone" / "warren"
+        alone.parent.mkdir()
+        shutil.copy(NATIVE, alone)
+        by_itself, _ = both(["run", "--", "true"], _answer(*replies), program=alone)
+        assert by_itself[1:] == python[1:]
 
 
 def test_network_refusals_are_shown_as_the_python_cli_shows_them(
