@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import select
 import struct
+import threading
 from collections.abc import Iterator
 
 from . import _sys
@@ -172,6 +174,28 @@ def events(fd: int) -> Iterator[tuple[int, int, str]]:
             name = data[at : at + length].split(b"\0", 1)[0]
             at += length
             yield wd, mask, os.fsdecode(name)
+
+
+_closing: queue.SimpleQueue[int] | None = None
+
+
+def close(fd: int) -> None:
+    """Close an instance off the caller's thread: the last close of one that watched
+    something waits for the kernel's grace period (2-20 ms here), which must not hold
+    the supervisor's loop (a run's answer waited for it at every sandbox's end in a
+    repository). One thread closes them all, in turn."""
+    global _closing
+    if _closing is None:
+        _closing = queue.SimpleQueue()
+        threading.Thread(target=_closer, args=(_closing,), name="warren-inotify-close", daemon=True).start()
+    _closing.put(fd)
+
+
+def _closer(fds: queue.SimpleQueue[int]) -> None:
+    while True:
+        fd = fds.get()
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 def changed(watches: list[int]) -> bool:

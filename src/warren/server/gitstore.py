@@ -65,7 +65,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._core import safepath
+from .._core import dirwatch, safepath
 from .gitfind import is_dir as _is_dir
 
 # The keys a sandbox's config writes reach the host with: none of them names a
@@ -217,9 +217,12 @@ class Shadow:
         for name in self.made:
             with contextlib.suppress(OSError):  # not empty (used), or gone: left as it is
                 os.rmdir(name, dir_fd=self.gfd)
-        for fd in (self.gfd, self.sfd, self.tfd, *([self.watch] if self.watch is not None else [])):
+        for fd in (self.gfd, self.sfd, self.tfd):
             with contextlib.suppress(OSError):
                 os.close(fd)
+        if self.watch is not None:
+            dirwatch.close(self.watch)  # (its grace period not on the caller's path)
+            self.watch = None
 
 
 def prepare(root_fd: int, root: str, rel: str, env: Mapping[str, str]) -> Shadow:

@@ -141,7 +141,7 @@ class WatchedRoot:
 
     def close(self) -> None:
         if self.inotify >= 0:
-            os.close(self.inotify)
+            dirwatch.close(self.inotify)
             self.inotify = -1
         if self.mounts >= 0:
             os.close(self.mounts)
@@ -267,7 +267,7 @@ class WatchedRoot:
         """Every directory walked and watched afresh (a new instance: watches of
         directories no longer there go with the old one)."""
         if self.inotify >= 0:
-            os.close(self.inotify)
+            dirwatch.close(self.inotify)
         self.inotify = _sys.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
         self.epoch += 1
         self.dirs.clear()
