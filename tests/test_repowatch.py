@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from warren._core import safepath
-from warren.server import gitfind, repowatch
+from warren.server import gitfind, gitkeeper, repowatch
 
 
 def _tree(root: Path, dirs: int = 40) -> None:
@@ -260,3 +260,31 @@ def test_a_link_made_elsewhere_to_a_file_of_the_root_raises_no_event(
     os.link(root / "node_modules" / "p1" / "lib" / "i.js", tmp_path / "elsewhere.js")
     assert w.predict(fd, clean)
     assert (root / "node_modules" / "p1" / "lib" / "i.js").stat().st_nlink == 2
+
+
+def test_a_walks_verdict_holds_only_for_walks_sharing_the_same_roots(tmp_path: Path) -> None:
+    """A workspace file linked into a tool cache is nothing to a walk that shares the
+    cache (a preset's), and a file linked from outside to one that does not: the next
+    walk is expected clean only with the shared roots of the walk that found it so. A
+    walk that fails (a file to mask) expects nothing of the next, whatever began before."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    _tree(root)
+    keeper = gitkeeper.GitKeeper()
+    fd = safepath.open_dir(str(root))
+    try:
+        assert keeper.watched.find(str(root), fd, large=True) is not None
+        cache = ("/home/u/.cache/uv",)
+        expected, begun = keeper.link_walk_begins(str(root), fd, cache)
+        assert not expected  # nothing known yet
+        keeper.link_walk_ends(str(root), begun, cache, ok=True)
+        assert keeper.link_walk_begins(str(root), fd, cache)[0]
+        assert not keeper.link_walk_begins(str(root), fd, ())[0], "another walk: the cache not shared"
+        _, first = keeper.link_walk_begins(str(root), fd, cache)
+        _, second = keeper.link_walk_begins(str(root), fd, cache)
+        keeper.link_walk_ends(str(root), second, cache, ok=False)
+        keeper.link_walk_ends(str(root), first, cache, ok=True)  # began before the failure
+        assert not keeper.link_walk_begins(str(root), fd, cache)[0]
+    finally:
+        keeper.watched.close()
+        os.close(fd)

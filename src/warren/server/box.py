@@ -729,7 +729,7 @@ class Box:
         walk = self.plan.link_walk
         assert walk is not None
         root_fd = self.git.roots.get(walk.workspace) if self.git is not None else None
-        expected, self.walk_token = self.keeper.link_walk_begins(walk.workspace, root_fd)
+        expected, self.walk_token = self.keeper.link_walk_begins(walk.workspace, root_fd, walk.shared)
         self.optimistic = expected and self.walked is None
         self.started_in_walk = False
         self.link_walk = linkwalk.Job(walk, self.sel, self.walked_now, optimistic=self.optimistic)
@@ -742,7 +742,7 @@ class Box:
         self.link_walk = None
         walk = self.plan.link_walk
         assert walk is not None
-        self.keeper.link_walk_ends(walk.workspace, self.walk_token, job.ok)
+        self.keeper.link_walk_ends(walk.workspace, self.walk_token, walk.shared, job.ok)
         if self.optimistic and self.started_in_walk and (job.linked or not job.ok):
             self.fail(
                 SandboxError(

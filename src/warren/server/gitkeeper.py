@@ -71,8 +71,10 @@ class GitKeeper:
         # walk lists only what changed (``repowatch``).
         self.watched = repowatch.WatchedRoots()
         # Per watched root: the token of the last hard-link walk that left no file of it
-        # linked from outside (``link_walk_ends``).
-        self.unlinked: dict[str, repowatch.Token] = {}
+        # linked from outside (``link_walk_ends``), and the shared roots it was made with
+        # (a link into a tool cache is nothing to a walk that shares the cache, and is one
+        # to a walk that does not).
+        self.unlinked: dict[str, tuple[repowatch.Token, tuple[str, ...]]] = {}
         # Made inside and adopted since: safe for host git until a sandbox has them again
         # (then they are shadows).
         self.adopted: set[str] = set()
@@ -123,30 +125,35 @@ class GitKeeper:
         return found
 
     def link_walk_begins(
-        self, root: str, root_fd: int | None
+        self, root: str, root_fd: int | None, shared: tuple[str, ...]
     ) -> tuple[bool, tuple[repowatch.Token, int] | None]:
-        """A hard-link walk of ``root`` begins: whether it is expected to find nothing
-        linked from outside (``repowatch.WatchedRoot.predict``: only a watched root, whose
-        last walk left it so), and the token its end is given back with."""
+        """A hard-link walk of ``root`` with these shared roots begins: whether it is
+        expected to find nothing linked from outside (``repowatch.WatchedRoot.predict``:
+        only a watched root, whose last walk, with the same shared roots, left it so),
+        and the token its end is given back with."""
         watched = self.watched.get(root)
         if watched is None or root_fd is None:
             return False, None
+        last = self.unlinked.get(root)
         try:
-            expected = watched.predict(root_fd, self.unlinked.get(root))
+            expected = watched.predict(root_fd, last[0] if last is not None and last[1] == shared else None)
         except OSError:
             expected = False
         return expected, watched.begin()
 
-    def link_walk_ends(self, root: str, begun: tuple[repowatch.Token, int] | None, ok: bool) -> None:
-        """The walk that began with ``token`` ended: ``ok``, nothing of the root is linked
-        from outside any more (none was, or each got an inode of its own); else (a file
-        that had to be masked, or could not be copied) nothing is expected of the next."""
+    def link_walk_ends(
+        self, root: str, begun: tuple[repowatch.Token, int] | None, shared: tuple[str, ...], ok: bool
+    ) -> None:
+        """The walk that began with ``begun`` ended: ``ok``, nothing of the root is linked
+        from outside any more but into ``shared`` (none was, or each got an inode of its
+        own); else (a file that had to be masked, or could not be copied) nothing is
+        expected of the next."""
         watched = self.watched.get(root)
         if watched is None or begun is None:
             return
         token, mark = begun
         if ok and token == (watched.serial, watched.epoch):
-            self.unlinked[root] = token
+            self.unlinked[root] = (token, shared)
             watched.verified(mark)
         elif not ok:
             self.unlinked.pop(root, None)
