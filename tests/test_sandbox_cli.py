@@ -82,7 +82,7 @@ def test_a_run_right_after_shutdown_is_served(layout: Layout, tmp_path: Path) ->
     env = {"XDG_STATE_HOME": str(tmp_path / "state")}
     ws = layout.workspace
     subprocess.run(["git", "init", "-q", str(ws)], check=True)
-    for _ in range(5):
+    for _ in range(3):
         for _ in range(2):
             assert run_cli(["run", "--", "true"], cwd=ws, env=env).returncode == 0
         assert run_cli(["shutdown"], cwd=ws, env=env).returncode == 0
