@@ -74,19 +74,26 @@ def _delegated_v2() -> str | None:
 
 
 def _remove(group: str) -> None:
+    """``group`` and what is beneath it removed, killing what is left inside; a sandbox's
+    group beneath may be going at the same time (the supervisor removes it as the
+    sandbox's PID 1 exits, a moment after its run returned)."""
     deadline = time.monotonic() + 10
     while os.path.isdir(group):
-        for sub in os.listdir(group):
-            if os.path.isdir(os.path.join(group, sub)):
-                _remove(os.path.join(group, sub))
+        with contextlib.suppress(FileNotFoundError):
+            for sub in os.listdir(group):
+                if os.path.isdir(os.path.join(group, sub)):
+                    _remove(os.path.join(group, sub))
         try:
             os.rmdir(group)
+        except FileNotFoundError:
+            return
         except OSError:
             if time.monotonic() > deadline:
                 raise
-            for pid in Path(group, "cgroup.procs").read_text().split():
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(pid), signal.SIGKILL)
+            with contextlib.suppress(FileNotFoundError):
+                for pid in Path(group, "cgroup.procs").read_text().split():
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(int(pid), signal.SIGKILL)
             time.sleep(0.05)
 
 
