@@ -119,7 +119,11 @@ def main(workdir: str) -> int:
         result = {"returncode": r.returncode, "stderr": r.stderr}
         if r.returncode == 0:
             result.update(json.loads(r.stdout))
-        # pasta ends with the sandbox: no process of it is left.
+        # pasta ends with the sandbox: no process of it is left (the run returns once
+        # nothing of the sandbox runs; pasta is stopped as its PID 1 exits, a moment later).
+        deadline = time.monotonic() + 3
+        while _pasta_processes() and time.monotonic() < deadline:
+            time.sleep(0.05)
         result["pasta_left"] = _pasta_processes()
         result["long_lived"] = _long_lived(workdir)
         print(json.dumps(result))
