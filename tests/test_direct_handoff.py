@@ -17,7 +17,10 @@ the host, as root and as uid 1001:
   was removed meanwhile is said to have lost its sandbox;
 - the next spare comes once the last request is answered, and beside a command that
   runs long (``pid1.SPARE_BESIDE_MS``), not only after it: an exec made meanwhile
-  finds one.
+  finds one; in a burst of requests, a moment into each (``pid1.BURST_BESIDE_MS``);
+- the spare waits as SCHED_BATCH (its wake-up does not preempt the supervisor before
+  the command is given to the stub), and the commands run with the host's policy,
+  whichever way they were started.
 """
 
 from __future__ import annotations
@@ -227,3 +230,49 @@ def test_the_next_spare_comes_beside_a_long_command_and_after_a_short_one(sb: Sa
     for _ in range(3):  # after a short one: one again, each time
         assert sb.exec(["true"]).exit_code == 0
         _wait_spare(sb.pid1)
+
+
+def _policy(pid: int) -> int:
+    """The scheduling policy of ``pid`` as the host reads it (/proc/PID/stat, field 41)."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        stat = f.read()
+    return int(stat[stat.rindex(b")") + 2 :].split()[38])
+
+
+POLICY_OF_COMMAND = ["python3", "-c", "import os; print(os.sched_getscheduler(0))"]
+
+
+def test_a_spare_waits_as_batch_and_the_commands_run_with_the_normal_policy(sb: Sandbox) -> None:
+    """The spare waits as SCHED_BATCH (its wake-up does not preempt the supervisor,
+    which gives the command to the stub next); the command, and a command served by a
+    helper the spare did not wait in (through PID 1: the spare killed), run with the
+    normal policy, as on the host."""
+    assert sb.exec(["true"]).exit_code == 0
+    (spare,) = _wait_spare(sb.pid1)
+    deadline = time.monotonic() + 10
+    while _policy(spare) != os.SCHED_BATCH:
+        assert time.monotonic() < deadline, f"the spare waits with policy {_policy(spare)}"
+        time.sleep(0.02)
+    host = os.sched_getscheduler(0)
+    r = sb.exec(POLICY_OF_COMMAND)
+    assert (r.exit_code, r.stdout) == (0, f"{host}\n".encode()), r.stderr
+    (spare,) = _wait_spare(sb.pid1)
+    _kill(spare)
+    r = sb.exec(POLICY_OF_COMMAND)  # served through PID 1
+    assert (r.exit_code, r.stdout) == (0, f"{host}\n".encode()), r.stderr
+    p = sb.spawn(["sh", "-c", "exec python3 -c 'import os; print(os.sched_getscheduler(0))'"])
+    assert p.wait(timeout=30) == 0
+    assert p.output().stdout == f"{host}\n".encode()
+
+
+def test_back_to_back_requests_have_the_next_spare_forked_beside_them() -> None:
+    """In a burst (requests within ``BURST_GAP`` of each other) PID 1 forks the next
+    spare a moment into the request; paced, once its helper has ended (or beside a
+    long one); with the helper gone, at once."""
+    assert pid1.in_burst(100.0, 100.0 + pid1.BURST_GAP / 2)
+    assert not pid1.in_burst(100.0, 100.0 + pid1.BURST_GAP * 2)
+    assert pid1.spare_wait_ms(burst=True, serving=True) == pid1.BURST_BESIDE_MS
+    assert pid1.spare_wait_ms(burst=False, serving=True) == pid1.SPARE_BESIDE_MS
+    assert pid1.BURST_BESIDE_MS < pid1.SPARE_BESIDE_MS
+    assert pid1.spare_wait_ms(burst=True, serving=False) == 0
+    assert pid1.spare_wait_ms(burst=False, serving=False) == 0

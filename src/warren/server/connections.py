@@ -45,20 +45,22 @@ class Connections:
     def __bool__(self) -> bool:
         return bool(self.clients)
 
-    def accept(self) -> None:
-        """Take new connections, a batch per turn. At ``MAX_CLIENTS`` the oldest client
-        that has sent nothing (its request head is not complete and no byte waits
-        unread) makes room and is told why: a flood of idle connections cannot lock a
-        client out, since a client sends its request as soon as it connects. When none
-        can make room the new connection is told so, and closed."""
+    def accept(self) -> list[Client]:
+        """Take new connections, a batch per turn; the clients made of them. At
+        ``MAX_CLIENTS`` the oldest client that has sent nothing (its request head is not
+        complete and no byte waits unread) makes room and is told why: a flood of idle
+        connections cannot lock a client out, since a client sends its request as soon
+        as it connects. When none can make room the new connection is told so, and
+        closed."""
         assert self.listener is not None
+        taken: list[Client] = []
         for _ in range(ACCEPT_BATCH):
             try:
                 sock, _ = self.listener.accept()
             except (BlockingIOError, InterruptedError):
-                return
+                return taken
             except OSError:
-                return  # out of descriptors: the client retries
+                return taken  # out of descriptors: the client retries
             why = peer.verify(sock)
             if why is not None:
                 self.notes.log("refused", f"refused a connection: {why}")
@@ -69,8 +71,9 @@ class Connections:
                 clients.tell(sock, clients.full(f"all {MAX_CLIENTS} of its connections are busy"))
                 continue
             _pid, uid, gid = wire.peer_creds(sock)
-            self.add(sock, uid, gid)
+            taken.append(self.add(sock, uid, gid))
             self.asked_at = time.monotonic()
+        return taken
 
     def _make_room(self) -> bool:
         for c in self.clients:

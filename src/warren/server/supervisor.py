@@ -162,7 +162,16 @@ class Supervisor:
 
     def _event(self, kind: str, obj: object, mask: int) -> None:
         if kind == "accept":
-            self.clients.accept()
+            # A client sends its request as soon as it connects: read now what has come,
+            # not after another turn of the loop (nothing waits: an incomplete request
+            # is read on as more comes, as always).
+            for c in self.clients.accept():
+                if c in self.clients:
+                    try:
+                        self._on_client(c, _R)
+                    except Exception as e:  # as in the loop: a bug drops this client only
+                        print(f"warren supervisor: client: {e!r}", file=sys.stderr, flush=True)
+                        self.clients.drop(c)
         elif kind == "wake":
             with contextlib.suppress(BlockingIOError):
                 while os.read(self.wake_r, 4096):
