@@ -557,9 +557,11 @@ class Box:
             self.trail = Trail(self.home)
         return None if self.trail is None else self.trail.handed(msg, peer)
 
-    def exec_started(self, record: Started | None = None) -> tuple[str, int, list[int]]:
-        """The end the exec's helper holds until its command ended, and its name: the end
-        of the exec is an event here (the idle timeout counts from it). Where the sandbox
+    def exec_started(self) -> tuple[str, int, list[int], int]:
+        """The end the exec's helper holds until its command ended, its name, the
+        repositories' watches, and ours (the trail's record is kept with it in ``execs``
+        once the request is handed: ``handoff.hand_over``). The end of the exec is an
+        event here (the idle timeout counts from it). Where the sandbox
         has repositories it is ``synced``, a socket: the helper shuts its side when the
         command ended and tells its client only after the answer, which comes once the
         repositories are in step — host git sees the command's commit and index as soon
@@ -577,10 +579,8 @@ class Box:
             mine, given = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
             name = "active"
         self.active.add(mine)
-        if record is not None:
-            self.execs[mine] = record
         self.sel.register(mine, _R, ("active", (self, mine)))
-        return name, given, watches
+        return name, given, watches, mine
 
     def exec_ended(self, fd: int) -> None:
         with contextlib.suppress(KeyError, ValueError):

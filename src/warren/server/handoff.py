@@ -54,10 +54,10 @@ def hand_over(
         )
     if payload_len and not isinstance(msg, protocol.FileRequest):
         raise ProtocolError(f"a {msg.TAG} request carries no payload", operation="decode")
-    record = box.recorded(msg, peer or {})  # the trail's, once the request is known well-formed
     handoff = protocol.Handoff(request=msg, payload=payload_len)
     extra: list[int] = []
     named: list[int] = []  # handoff.extra's descriptors: the sandbox's, not closed here
+    ours = -1  # an exec's end of its "active" channel (``Box.exec_started``)
     if isinstance(msg, protocol.SpawnRequest):
         handoff.spawn_id, extra = spawns.create(root, box.name)
         if msg.stdin:
@@ -66,7 +66,7 @@ def hand_over(
     elif isinstance(msg, protocol.PsRequest):
         handoff.spawned = spawns.running(root, box.name)
     if isinstance(msg, protocol.ExecRequest):
-        name, fd, watches = box.exec_started(record)
+        name, fd, watches, ours = box.exec_started()
         handoff.extra.append(name)
         extra.append(fd)
         handoff.extra.extend(f"gitwatch.{i}" for i in range(len(watches)))
@@ -78,3 +78,8 @@ def hand_over(
     box.hand(handoff, conn.fileno(), fds, [*extra, *named], stub)
     for fd in [*fds, *extra]:
         os.close(fd)
+    # The trail's record once the request is handed: its write is not on the command's
+    # path (an exec's end, which the record is for, is read in a later turn of the loop).
+    record = box.recorded(msg, peer or {})
+    if record is not None and ours >= 0:
+        box.execs[ours] = record
