@@ -119,13 +119,23 @@ def test_a_file_linked_from_outside_since_the_last_walk_is_never_written_through
         finally:
             box.remove()
         out = b"".join(streamed).decode()
+    # Judged on the host first: never written through the link, whatever else happened.
+    assert host.read_text() == "the workspace's\n", ("written through the link", out, err)
+    assert host.stat().st_nlink == 1 and victim.stat().st_nlink == 1  # its own inode now
+    # The case itself: the command started during the walk (the launch expected nothing
+    # linked), so the sandbox was stopped before its write. A command started after the
+    # walk (a launch that walked first) writes a copy of its own: safe, but not this case.
+    stamp = _started(out) if out else None
+    assert stamp is not None and _during(began, stamp), (
+        f"the command did not start during the walk (began {began:.3f}, started {stamp}, "
+        f"held {DELAY} s): the launch walked first",
+        out,
+        err,
+    )
     assert "wrote" not in out, (out, err)
-    assert out and _during(began, _started(out)), "the command did not start during the walk"
     assert code != 0
     if via == "run":
         assert "is linked from outside the workspace" in err and "run the command again" in err, err
-    assert host.read_text() == "the workspace's\n", "written through the link"
-    assert host.stat().st_nlink == 1 and victim.stat().st_nlink == 1  # its own inode now
     # The next command works (the workspace is clean again), and writes its own copy.
     r = run_cli(["run", "--", "sh", "-c", f"echo again >> {victim.name}"], cwd=ws, timeout=120)
     assert r.returncode == 0, r.stderr
