@@ -97,8 +97,12 @@ def test_a_file_linked_from_outside_since_the_last_walk_is_never_written_through
     victim = ws / f"victim-{via}.txt"
     victim.write_text("the workspace's\n")
     # A launch looks at the names made since the last walk: the victim, one link then,
-    # is as any file of the workspace from here on (what the fixture's walks saw).
-    assert run_cli(["run", "--", "sh", "-c", "true"], cwd=ws, timeout=120).returncode == 0
+    # is as any file of the workspace from here on (what the fixture's walks saw). The
+    # command writes a file, so its run ends only once its own walk has: a walk still
+    # going when the link below is made would find it and give the victim an inode of
+    # its own before the next command (seen once, under a gate's load).
+    done = f"walked-{via}"
+    assert run_cli(["run", "--", "sh", "-c", f": > {done}"], cwd=ws, timeout=120).returncode == 0
     host = tmp_path / "outside.txt"
     os.link(victim, host)
     script = (
