@@ -137,8 +137,13 @@ class GitKeeper:
         last = self.unlinked.get(root)
         try:
             expected = watched.predict(root_fd, last[0] if last is not None and last[1] == shared else None)
-        except OSError:
-            expected = False
+        except OSError as e:
+            expected, watched.why_not = False, f"{e}"
+        if not expected:
+            # Its launch walks before its commands start: the log says why (a launch in a
+            # large workspace then costs the walk).
+            why = watched.why_not
+            print(f"warren supervisor: {root}: walked before its commands: {why}", file=sys.stderr)
         return expected, watched.begin()
 
     def link_walk_ends(

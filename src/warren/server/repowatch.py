@@ -119,6 +119,7 @@ class WatchedRoot:
         self.unopened: set[str] = set()
         self.deep: set[str] = set()  # directories deeper than ``DEPTH``: not walked
         self.pending: set[str] = set()  # directories to list again (``find``)
+        self.why_not = ""  # why the last prediction was not made (``predict``), for the log
         self.stale = False  # the queue overflowed: everything is walked again
         # Names made (files, directories) since a walk that found the root clean began,
         # each with when (``seq``): a walk's clean end forgets those made before it began.
@@ -195,14 +196,30 @@ class WatchedRoot:
         prediction until a walk finds the root clean again; names looked at are not
         looked at again (from then on they are as any file the last walk saw)."""
         self.drain()
-        if clean != (self.serial, self.epoch) or self.stale or self.unopened or self.deep:
+        self.why_not = self._not_expected(clean)
+        if self.why_not:
             return False
         expected = self._single_linked(root_fd)
         self.fresh.clear()
         self.fresh_dirs.clear()
         if not expected:
             self.epoch += 1
+            self.why_not = "a name made since the last walk has more than one link"
         return expected
+
+    def _not_expected(self, clean: Token | None) -> str:
+        """Why no prediction can be made now ("" when one can)."""
+        if clean is None:
+            return "no walk with these shared roots found the root clean yet"
+        if clean != (self.serial, self.epoch):
+            return f"the root changed since its clean walk (walk {clean}, now {(self.serial, self.epoch)})"
+        if self.stale:
+            return "its watch queue overflowed"
+        if self.unopened:
+            return f"{len(self.unopened)} directories could not be watched"
+        if self.deep:
+            return f"{len(self.deep)} directories are deeper than watched"
+        return ""
 
     def _single_linked(self, root_fd: int) -> bool:
         for rel in self.fresh:
