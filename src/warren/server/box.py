@@ -551,16 +551,20 @@ class Box:
             # the next with the new.
             self.send(protocol.Refresh())
 
-    def recorded(self, msg: protocol.Message, peer: dict[str, int]) -> Started | None:
-        """``msg``, handed to the sandbox, in its trail (a long-lived sandbox has one)."""
+    def recorded(self, msg: protocol.Message, peer: dict[str, int], end: int = -1) -> None:
+        """``msg``, handed to the sandbox, in its trail (a long-lived sandbox has one);
+        an exec's record kept with ``end``, ours of its "active" channel
+        (``exec_started``), for its end to be written with."""
         if self.trail is None and self.home is not None and not self.oneshot:
             self.trail = Trail(self.home)
-        return None if self.trail is None else self.trail.handed(msg, peer)
+        record = None if self.trail is None else self.trail.handed(msg, peer)
+        if record is not None and end >= 0:
+            self.execs[end] = record
 
     def exec_started(self) -> tuple[str, int, list[int], int]:
         """The end the exec's helper holds until its command ended, its name, the
-        repositories' watches, and ours (the trail's record is kept with it in ``execs``
-        once the request is handed: ``handoff.hand_over``). The end of the exec is an
+        repositories' watches, and ours (the trail's record is kept with it once the
+        request is handed: ``recorded``). The end of the exec is an
         event here (the idle timeout counts from it). Where the sandbox
         has repositories it is ``synced``, a socket: the helper shuts its side when the
         command ended and tells its client only after the answer, which comes once the

@@ -14,7 +14,7 @@ import contextlib
 import os
 import stat
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from .._core import dirwatch, safepath, treewalk
@@ -75,6 +75,8 @@ class GitKeeper:
         # (a link into a tool cache is nothing to a walk that shares the cache, and is one
         # to a walk that does not).
         self.unlinked: dict[str, tuple[repowatch.Token, tuple[str, ...]]] = {}
+        # The supervisor's log, a line per kind every few seconds (``clients.Notes.log``).
+        self.note: Callable[[str, str], None] | None = None
         # Made inside and adopted since: safe for host git until a sandbox has them again
         # (then they are shadows).
         self.adopted: set[str] = set()
@@ -137,13 +139,13 @@ class GitKeeper:
         last = self.unlinked.get(root)
         try:
             expected = watched.predict(root_fd, last[0] if last is not None and last[1] == shared else None)
-        except OSError as e:
-            expected, watched.why_not = False, f"{e}"
-        if not expected:
-            # Its launch walks before its commands start: the log says why (a launch in a
-            # large workspace then costs the walk).
             why = watched.why_not
-            print(f"warren supervisor: {root}: walked before its commands: {why}", file=sys.stderr)
+        except OSError as e:
+            expected, why = False, f"{e}"
+        if not expected and self.note is not None:
+            # Its launch walks before its commands start (a launch in a large workspace
+            # then costs the walk): the log says why.
+            self.note(f"walk-first {why[:24]}", f"{root}: walked before its commands: {why}")
         return expected, watched.begin()
 
     def link_walk_ends(

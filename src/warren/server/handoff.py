@@ -80,6 +80,4 @@ def hand_over(
         os.close(fd)
     # The trail's record once the request is handed: its write is not on the command's
     # path (an exec's end, which the record is for, is read in a later turn of the loop).
-    record = box.recorded(msg, peer or {})
-    if record is not None and ours >= 0:
-        box.execs[ours] = record
+    box.recorded(msg, peer or {}, ours)

@@ -118,6 +118,7 @@ class Supervisor:
         self.idle_since = time.monotonic()
         self.shutdown = False
         self.notes = clients.Notes()
+        self.git.note = self.notes.log
         self.clients = connections.Connections(self.sel, listener, self.notes)
         self.links = links.LinkScanner()
         self.planner = planning.Planner(root, self.links, self.git)
@@ -152,13 +153,18 @@ class Supervisor:
                 try:
                     self._event(kind, obj, mask)
                 except Exception as e:  # a bug must not take every sandbox down
-                    print(f"warren supervisor: {kind}: {e!r}", file=sys.stderr, flush=True)
-                    if isinstance(obj, Client):
-                        self.clients.drop(obj)
+                    self._bug(kind, obj, e)
             self._reap()
             self._timers()
             if self._done() and not self._last_look(unpublish, publish):
                 return
+
+    def _bug(self, kind: str, obj: object, e: Exception) -> None:
+        """An event's handler raised (a bug of warren's): said in the log, and a client's
+        connection dropped; everything else goes on."""
+        print(f"warren supervisor: {kind}: {e!r}", file=sys.stderr, flush=True)
+        if isinstance(obj, Client):
+            self.clients.drop(obj)
 
     def _event(self, kind: str, obj: object, mask: int) -> None:
         if kind == "accept":
@@ -170,8 +176,7 @@ class Supervisor:
                     try:
                         self._on_client(c, _R)
                     except Exception as e:  # as in the loop: a bug drops this client only
-                        print(f"warren supervisor: client: {e!r}", file=sys.stderr, flush=True)
-                        self.clients.drop(c)
+                        self._bug("client", c, e)
         elif kind == "wake":
             with contextlib.suppress(BlockingIOError):
                 while os.read(self.wake_r, 4096):
