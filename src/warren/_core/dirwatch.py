@@ -13,6 +13,7 @@ here: it reaches the host with the next sync, at most half a second later.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import queue
 import select
@@ -70,60 +71,117 @@ class EntryWatches:
     shared by everyone who asks about them: the supervisor keeps one for all its sandboxes
     (an instance is a per-user resource: 128 by default). Each directory is opened without
     following a final link; one gone is watched again under its name when it comes back
-    (``rewatch``)."""
+    (``rewatch``).
+
+    A path asked for that is not there (yet) is waited for by a watch on its nearest
+    directory that is (``_AWAIT``: a name made or moved in there, a mode changed), and
+    looked up again only when that watch saw something. The supervisor asks before every
+    request it hands a sandbox, and a policy's denied paths name a dozen directories most
+    machines lack (``~/.gradle``, ``/etc/pki``): looking each up every time was a dozen
+    failed opens on every exec's path. A path with no directory above it that can be
+    watched is looked up at each ``read``."""
 
     def __init__(self) -> None:
         self.fd: int | None = None
         self.paths: dict[int, str] = {}  # watch descriptor -> path
         self.wds: dict[str, int] = {}  # ... and back
-        self.missing: set[str] = set()  # asked for, not there (yet): tried again at each read
+        self.missing: set[str] = set()  # asked for, not there (yet)
+        self.awaited: dict[str, int] = {}  # a missing path -> the watch on its nearest directory
+        self.unawaited: set[str] = set()  # missing, with no such watch: looked up at each read
 
-    def add(self, path: str) -> bool:
-        """Watch ``path`` (a directory); False where it cannot be (gone, not a directory:
-        tried again at each ``read``; or no instance or watch left for this user)."""
-        if path in self.wds:
-            return True
-        self.missing.add(path)
+    def _watch(self, path: str, mask: int) -> int | None:
+        """A watch on the directory ``path`` (its final link not followed); None where
+        it is not there (or not a directory, or not readable); ``_Exhausted`` where this
+        user has no inotify instance or watch left."""
         if self.fd is None:
             try:
                 self.fd = _sys.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
-            except OSError:
-                return False
+            except OSError as e:
+                raise _Exhausted from e
         try:
             dir_fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
-            return False
+            return None
         try:
-            wd = _sys.inotify_add_watch(self.fd, f"/proc/self/fd/{dir_fd}", ENTRIES)
-        except OSError:
-            return False
+            # Added to what the inode's watch has (one watch per inode and instance): a
+            # directory watched for itself and for a path beneath it keeps both masks.
+            return _sys.inotify_add_watch(self.fd, f"/proc/self/fd/{dir_fd}", mask | _sys.IN_MASK_ADD)
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.ENOMEM):
+                raise _Exhausted from e
+            return None
         finally:
             os.close(dir_fd)
-        self.missing.discard(path)
+
+    def add(self, path: str) -> bool:
+        """Watch ``path`` (a directory). False where it cannot be: not there, not a
+        directory (then it is ``missing`` and looked up again once its nearest directory
+        changes), or this user has no instance or watch left (not ``missing``: the
+        caller falls back to comparing the directory's times)."""
+        if path in self.wds:
+            return True
+        try:
+            wd = self._watch(path, ENTRIES)
+        except _Exhausted:
+            return False
+        if wd is None:
+            if path not in self.missing:
+                self.missing.add(path)
+                self._await(path)
+            return False
+        self._stop_awaiting(path)
         self.wds[path] = wd
         self.paths.setdefault(wd, path)  # the same directory under two names: one wd
         return True
 
-    def remove(self, path: str) -> None:
+    def _await(self, path: str) -> None:
+        below, above = path, os.path.dirname(path)
+        while above != below:
+            try:
+                wd = self._watch(above, _AWAIT)
+            except _Exhausted:
+                break
+            if wd is not None:
+                self.awaited[path] = wd
+                return
+            below, above = above, os.path.dirname(above)
+        self.unawaited.add(path)
+
+    def _stop_awaiting(self, path: str) -> None:
         self.missing.discard(path)
+        self.unawaited.discard(path)
+        wd = self.awaited.pop(path, None)
+        if wd is not None:
+            self._release(wd)
+
+    def _release(self, wd: int) -> None:
+        """Remove the watch ``wd`` unless a path is watched or awaited there."""
+        if wd in self.paths or wd in self.awaited.values() or self.fd is None:
+            return
+        with contextlib.suppress(OSError):
+            _sys.inotify_rm_watch(self.fd, wd)
+
+    def remove(self, path: str) -> None:
+        self._stop_awaiting(path)
         wd = self.wds.pop(path, None)
-        if wd is None or self.fd is None or path != self.paths.get(wd):
+        if wd is None or path != self.paths.get(wd):
             return
         others = [p for p, w in self.wds.items() if w == wd]
         if others:
             self.paths[wd] = others[0]
             return
         del self.paths[wd]
-        with contextlib.suppress(OSError):
-            _sys.inotify_rm_watch(self.fd, wd)
+        self._release(wd)
 
     def read(self) -> tuple[set[str], bool]:
         """The watched paths that got a new entry (or went) since the last read, and
         whether the queue overflowed (then any may have). Paths whose directory went are
-        watched again under their name where one is there now."""
+        watched again under their name where one is there now; a missing path is looked
+        up again when the watch on its nearest directory saw something."""
         changed: set[str] = set()
         overflow = False
         gone: list[str] = []
+        stirred: set[int] = set()
         if self.fd is None:
             return changed, overflow
         while True:
@@ -140,6 +198,9 @@ class EntryWatches:
                 if mask & _sys.IN_Q_OVERFLOW:
                     overflow = True
                     continue
+                stirred.add(wd)
+                if not mask & _NEW:
+                    continue  # a mode changed beneath it: news only for a path awaited there
                 names = [p for p, w in self.wds.items() if w == wd]
                 changed.update(names)
                 if mask & _sys.IN_IGNORED:
@@ -149,10 +210,28 @@ class EntryWatches:
             if wd is not None:
                 self.paths.pop(wd, None)
             self.add(path)
-        for path in list(self.missing):
+        again = [p for p, wd in self.awaited.items() if overflow or wd in stirred]
+        for path in [*again, *self.unawaited]:
+            old = self.awaited.pop(path, None)
+            self.unawaited.discard(path)
+            self.missing.discard(path)
             if self.add(path):
                 changed.add(path)  # there now: its entries were never listed
+            if old is not None:
+                self._release(old)
         return changed, overflow
+
+
+class _Exhausted(Exception):
+    """No inotify instance or watch left for this user."""
+
+
+# What a missing path's nearest directory is watched for: a name made or moved in (a
+# directory on the way, or the path itself), a mode changed (one not readable before),
+# the directory itself gone (then one further up is watched).
+_AWAIT = ENTRIES | _sys.IN_ATTRIB
+# A watched directory's change: a new entry, or the directory gone.
+_NEW = _sys.IN_CREATE | _sys.IN_MOVED_TO | _sys.IN_DELETE_SELF | _sys.IN_MOVE_SELF | _sys.IN_IGNORED
 
 
 def events(fd: int) -> Iterator[tuple[int, int, str]]:
