@@ -16,8 +16,8 @@ Owns: finding and loading the program, and its wire format (``request``, ``reply
 from __future__ import annotations
 
 import errno
-import os
 import struct
+import sys
 
 from . import programs
 
@@ -36,6 +36,9 @@ PROTOCOL, CHDIR, CTTY, STDIO, EXECVE, SEARCH = 1, 2, 3, 4, 5, 6
 def program() -> str | None:
     """Where the compiled stub is (``programs.find``); None with ``WARREN_EXEC_STUB=0``."""
     return programs.find(NAME, "WARREN_EXEC_STUB")
+
+
+_FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
 
 
 def load() -> int | None:
@@ -78,7 +81,9 @@ def request(
         *argv,
         *(f"{k}={v}" for k, v in env.items()),
     ]
-    body = b"".join(os.fsencode(s) + b"\0" for s in strings)
+    # One encoding of the whole (as os.fsencode encodes each): a request is made on
+    # every exec's path, in the supervisor, and the environment is most of it.
+    body = ("\0".join(strings) + "\0").encode(_FS_ENCODING, _FS_ERRORS)
     return struct.pack("!I", len(body)) + body
 
 
