@@ -70,11 +70,10 @@ def _ready(stub: socket.socket) -> bool:
         return False
 
 
-def _give(spare: socket.socket, handoff: protocol.Handoff, fds: list[int]) -> bool:
-    """The handoff to the spare helper, whole; False when it is gone (nothing sent)."""
-    data = wire.frame(handoff)
-    if len(data) > DIRECT_MAX:  # far below a socket's buffer: taken whole, or refused
-        return False
+def _give(spare: socket.socket, data: bytes, fds: list[int]) -> bool:
+    """The handoff (``data``, framed; at most ``DIRECT_MAX``: far below a socket's
+    buffer, so taken whole or refused) to the spare helper; False when it is gone
+    (nothing sent)."""
     ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))]
     try:
         sent = spare.sendmsg([data], ancillary if fds else [])
@@ -347,8 +346,16 @@ class Box:
         without the stdio and that process gets the command, both from here."""
         spare, stub_sock = self.spare, self.spare_stub
         held = self.link_walk is not None and not self.optimistic
-        if held or spare is None or len(wire.frame(handoff)) > DIRECT_MAX:
+        data = b""
+        if not held and spare is not None:
+            if stub is not None and stub_sock is not None and len(stub) <= DIRECT_MAX and _ready(stub_sock):
+                handoff.launched = True
+                counters = self.launched.counters
+                handoff.before = {n: cgroups.read_counter(fd, n.partition(":")[2]) for n, fd in counters}
+            data = wire.frame(handoff)  # once: an exec's path
+        if held or spare is None or len(data) > DIRECT_MAX:
             # Through PID 1 once the walk is done; a long argv or environment: the spare stays
+            handoff.launched, handoff.before = False, {}
             self._to_pid1(handoff, [conn, *given, *tail])
             return
         if self.link_walk is not None:
@@ -357,11 +364,7 @@ class Box:
             self.started_in_walk = True
         self._forget_spare()
         try:
-            if stub is not None and stub_sock is not None and len(stub) <= DIRECT_MAX and _ready(stub_sock):
-                handoff.launched = True
-                counters = self.launched.counters
-                handoff.before = {n: cgroups.read_counter(fd, n.partition(":")[2]) for n, fd in counters}
-            if _give(spare, handoff, [conn, *tail] if handoff.launched else [conn, *given, *tail]):
+            if _give(spare, data, [conn, *tail] if handoff.launched else [conn, *given, *tail]):
                 if handoff.launched:
                     assert stub is not None and stub_sock is not None
                     # Into an empty buffer far larger than it: taken whole. Refused only
