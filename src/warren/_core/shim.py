@@ -736,6 +736,7 @@ def _yield_to_client() -> None:
     client just woken on this one, which would otherwise wait for it."""
     with contextlib.suppress(OSError):
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        os.sched_yield()
 
 
 def stub_request(plan: Plan, cmd: protocol.Command) -> bytes | None:
