@@ -14,6 +14,7 @@ import hashlib
 import http.server
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -129,6 +130,55 @@ def test_a_command_that_hits_its_timeout_says_so_in_the_trail(sb: Sandbox) -> No
     assert end["signal"] == 9 and end["duration"] < 10
     human = [line for line in map(events_cli.line, sb.events()) if " exec.end " in line][-1]
     assert "timed out" in human
+
+
+def test_ends_of_commands_run_at_once_are_in_time_order_each_timed_by_its_end(sb: Sandbox) -> None:
+    """An exec's end is recorded when its helper exits or before the next thing this
+    sandbox records, at the time its helper saw it end: commands running side by side
+    end in the trail in the order they ended, each with its own duration, and the trail
+    read right after an answer holds that answer's end."""
+    before = len(list(sb.events()))
+    lengths = {"2.0": 0.0, "0.2": 0.0, "1.0": 0.0}
+
+    def run(length: str) -> None:
+        lengths[length] = sb.exec(["sleep", length]).duration
+
+    threads = [threading.Thread(target=run, args=(length,)) for length in lengths]
+    for t in threads:
+        t.start()
+        time.sleep(0.05)
+    threads[1].join()
+    assert [r["kind"] for r in list(sb.events())[before:]][-1] == "exec.end"  # the 0.2 s one's
+    for t in threads:
+        t.join()
+    records = list(sb.events())[before:]
+    started = {r["id"]: r["argv"][1] for r in records if r["kind"] == "exec"}
+    ends = [r for r in records if r["kind"] == "exec.end"]
+    assert [started[r["id"]] for r in ends] == ["0.2", "1.0", "2.0"], records
+    times = [r["time"] for r in records]
+    assert times == sorted(times), records
+    for r in ends:
+        length = float(started[r["id"]])
+        assert length <= r["duration"] <= lengths[started[r["id"]]] + 0.05, (r, lengths)
+
+
+def test_every_command_has_its_end_even_one_that_ends_before_its_start_is_recorded(sb: Sandbox) -> None:
+    """A command can end before the supervisor writes its start (the record comes after
+    the handoff): its end is still recorded, after its start. Busy loops beside make
+    that common."""
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        before = len(list(sb.events()))
+        for _ in range(150):
+            assert sb.exec(["true"]).ok
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+    records = list(sb.events())[before:]
+    starts = [r["id"] for r in records if r["kind"] == "exec"]
+    ends = [r["id"] for r in records if r["kind"] == "exec.end"]
+    assert len(starts) == 150 and ends == starts, records
 
 
 def test_the_cli_shows_the_trail_as_lines_and_as_json(sb: Sandbox) -> None:

@@ -502,6 +502,7 @@ class Shim:
         if relay is not None:
             self._relay(pid, deadline, *relay)
         else:
+            self._ready_to_answer()
             self._wait(pid, deadline)
 
     def _follow_launched(self) -> None:
@@ -519,6 +520,7 @@ class Shim:
         path_var = command_env(self.plan, cmd).get("PATH", "")
         pid = self.launcher.launched(cmd.argv, cwd, path_var)
         self._started(pid, cwd, warnings, -1)
+        self._ready_to_answer()
         self._wait(pid, None if cmd.timeout is None else time.monotonic() + cmd.timeout)
 
     def _started(self, pid: int, cwd: str, warnings: list[str], master: int) -> None:
@@ -533,6 +535,18 @@ class Shim:
         wire.send(self.conn, started, fds=[master] if master >= 0 else [])
         if master >= 0:
             os.close(master)
+
+    def _ready_to_answer(self) -> None:
+        """While the command runs: once, without effect, what its end runs (the limits'
+        counters read, the report and the answer encoded). This helper is a fork of PID 1
+        and shares its memory copy-on-write: the first write to each page (Python writes
+        reference counts on whatever it touches) costs a page fault and a copy, about 40
+        of them on the way from the command's end to the answer; taken now, they are
+        beside the command instead of between its end and the client."""
+        self._limit_hit(0)
+        wire.frame(protocol.Exited(status=0, timed_out=False, limit=None))
+        _report_data(protocol.Exited(status=0))
+        os.sched_param(0)
 
     def _forward(self, pid: int) -> bool:
         """A message from the client: a signal to forward. False when it went away."""
@@ -592,9 +606,8 @@ class Shim:
         fd = self.synced if self.synced is not None else (self.extra or {}).get("active")
         if fd is None:
             return
-        data = json.dumps({"status": exited.status, "timed_out": exited.timed_out, "limit": exited.limit})
         with contextlib.suppress(OSError):
-            os.write(fd, data.encode())
+            os.write(fd, _report_data(exited))
 
     def _changed(self) -> bool:
         """Whether the client must wait for the sync: something is queued on the trees'
@@ -728,6 +741,13 @@ def end_sandbox(last: socket.socket, wait: float = END_WAIT) -> bool:
     finally:
         last.close()
     return True
+
+
+def _report_data(exited: protocol.Exited) -> bytes:
+    """An exec's end as its helper reports it to the supervisor, with when (read a
+    moment later, maybe: ``server.box.take_reports``)."""
+    said = {"status": exited.status, "timed_out": exited.timed_out, "limit": exited.limit}
+    return json.dumps({**said, "mono": time.monotonic(), "wall": time.time()}).encode()
 
 
 def _yield_to_client() -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import select
 import selectors
@@ -68,6 +69,15 @@ def _ready(stub: socket.socket) -> bool:
         return stub.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == execstub.READY
     except OSError:
         return False
+
+
+def _reported_at(report: bytes) -> float:
+    """When an exec's helper says it ended (``shim.Shim._report``); 0 when it does not."""
+    try:
+        at = json.loads(report).get("mono")
+    except (ValueError, AttributeError):
+        return 0.0
+    return at if isinstance(at, float) else 0.0
 
 
 def _give(spare: socket.socket, data: bytes, fds: list[int]) -> bool:
@@ -586,18 +596,46 @@ class Box:
             mine, given = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
             name = "active"
         self.active.add(mine)
-        self.sel.register(mine, _R, ("active", (self, mine)))
+        # A socket's report (the sync the answer waits for) wakes the loop at once. A
+        # pipe's does not: it is registered for writing, which a pipe's read end never
+        # is, so only its end wakes the loop (the helper's exit; EPOLLHUP is always
+        # reported). Its report, written before the client hears of the end, is read
+        # then, or before anything later of this sandbox's is recorded
+        # (``take_reports``): waking the supervisor on it preempted the helper on its
+        # core, between the command's end and the client's answer.
+        self.sel.register(mine, _R if name == "synced" else _W, ("active", (self, mine)))
         return name, given, watches, mine
 
-    def exec_ended(self, fd: int) -> None:
+    def take_reports(self, ended: int = -1) -> None:
+        """The ends of execs whose helpers have reported and not exited yet: recorded
+        before anything later of this sandbox's (a request handed, the trail read, its
+        end), so the trail holds them in order; with ``ended``, an exec whose helper
+        exited. Only execs the trail has recorded: one handed a moment ago is recorded
+        after this, and may have ended already."""
+        reports: list[tuple[float, int, bytes]] = []
+        for fd in [fd for fd in self.active if fd == ended or (fd in self.execs and fd not in self.answered)]:
+            try:
+                report = os.read(fd, 4096)
+            except BlockingIOError:
+                continue  # running still
+            except OSError:
+                report = b""
+            reports.append((_reported_at(report), fd, report))
+        for _at, fd, report in sorted(reports):
+            self.exec_ended(fd, report)
+
+    def exec_ended(self, fd: int, report: bytes | None = None) -> None:
+        """An exec ended: its helper reported (``report``, read already, or to read now)
+        or exited."""
         with contextlib.suppress(KeyError, ValueError):
             self.sel.unregister(fd)
         self.active.discard(fd)
         record = self.execs.pop(fd, None)
         if record is not None and self.trail is not None:
-            report = b""
-            with contextlib.suppress(OSError):
-                report = os.read(fd, 4096)  # non-blocking: the helper's report, or its end
+            if report is None:
+                report = b""
+                with contextlib.suppress(OSError):
+                    report = os.read(fd, 4096)  # non-blocking: the helper's report, or its end
             stopping = "the sandbox was stopped while it ran" if self.kill_at is not None else ""
             self.trail.ended(record, report, stopping)
         self.last_active = time.time()
@@ -902,6 +940,7 @@ class Box:
         if self.stack is not None:
             self.stack.close()
             self.stack = None
+        self.take_reports()
         if self.trail is not None:
             # A stop ends the sandbox with its commands: whichever comes first to the
             # supervisor (the exec's end or the sandbox's), the record says it was stopped.

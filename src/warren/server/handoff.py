@@ -80,4 +80,7 @@ def hand_over(
         os.close(fd)
     # The trail's record once the request is handed: its write is not on the command's
     # path (an exec's end, which the record is for, is read in a later turn of the loop).
+    # Ends reported before it first: a client's next request comes after its answer,
+    # and an exec's report is written before the answer.
+    box.take_reports()
     box.recorded(msg, peer or {}, ours)

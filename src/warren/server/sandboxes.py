@@ -335,6 +335,8 @@ class Sandboxes:
             box = self.known(msg.sandbox)
             if box is None:
                 self.entry(msg.sandbox)  # raises SandboxNotFound when there is no such sandbox
+            else:
+                box.take_reports()  # an exec answered: its end is in the trail it reads
             lines, after, skip = trail.read(statedir.sandbox_dir(self.root, msg.sandbox), msg.after, msg.skip)
             return protocol.Events(records=lines, after=after, skip=skip, running=box is not None), b""
         if isinstance(msg, protocol.StatsRequest):

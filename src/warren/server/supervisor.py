@@ -149,6 +149,8 @@ class Supervisor:
         self.sel.register(self.wake_r, _R, ("wake", None))
         while True:
             for key, mask in self.sel.select(ahead.QUIET if self.boots.to_boot else 0.25):
+                if not self._registered(key):
+                    continue  # let go of by an event before it in this turn (its number may be reused)
                 kind, obj = key.data
                 try:
                     self._event(kind, obj, mask)
@@ -158,6 +160,12 @@ class Supervisor:
             self._timers()
             if self._done() and not self._last_look(unpublish, publish):
                 return
+
+    def _registered(self, key: selectors.SelectorKey) -> bool:
+        try:
+            return self.sel.get_key(key.fileobj) is key
+        except (KeyError, ValueError):
+            return False
 
     def _bug(self, kind: str, obj: object, e: Exception) -> None:
         """An event's handler raised (a bug of warren's): said in the log, and a client's
@@ -196,7 +204,10 @@ class Supervisor:
         elif kind == "active":
             assert isinstance(obj, tuple)
             box, fd = obj
-            box.exec_ended(fd)
+            if fd in box.answered:
+                box.exec_ended(fd)  # the sync its client waits for
+            else:
+                box.take_reports(fd)  # its helper exited: with any other reported before it
             self.clients.asked_at = time.monotonic()
         elif kind == "stdin":
             assert isinstance(obj, stdin.Pipe) and self.stdin_pipes is not None

@@ -50,7 +50,10 @@ def budget() -> int:
 def now() -> str:
     """The time as the network log writes it (``net.proxy``): ISO UTC to the
     millisecond, so the two files merge by comparing these strings."""
-    t = time.time()
+    return stamp(time.time())
+
+
+def stamp(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1000):03d}Z"
 
 
@@ -81,9 +84,16 @@ class Trail:
         self.fd = -1
         self.size = 0
         self.lost = 0
+        self.latest = 0.0  # the time of the last record: the file is in time order
 
     def record(self, kind: str, **fields: Any) -> None:
-        data = {"time": now(), "kind": kind, **fields}
+        self.record_at(time.time(), kind, **fields)
+
+    def record_at(self, at: float, kind: str, **fields: Any) -> None:
+        """A record of ``at`` (now, or an exec's end as its helper saw it), never before
+        the record before it: the file stays in time order."""
+        self.latest = max(at, self.latest)
+        data = {"time": stamp(self.latest), "kind": kind, **fields}
         line = _dumps(data)
         if len(line) > LINE_MAX:
             for key in ("argv", "env"):
@@ -161,10 +171,16 @@ class Trail:
 
     def ended(self, started: Started, report: bytes, why: str = "") -> None:
         """An exec ended: ``report`` is what its helper wrote at the end (``shim``),
-        empty when it ended without one (refused before it started, or killed)."""
-        fields: dict[str, Any] = {"id": started.id, "duration": round(time.monotonic() - started.at, 3)}
+        empty when it ended without one (refused before it started, or killed). The
+        end's time is the report's (it may be read a moment later: ``Box.take_reports``),
+        never later than now."""
+        at, mono = time.time(), time.monotonic()
+        fields: dict[str, Any] = {"id": started.id}
         try:
             said = json.loads(report) if report else {}
+            ended, wall = said.get("mono"), said.get("wall")
+            if isinstance(ended, float) and isinstance(wall, float) and started.at <= ended <= mono:
+                mono, at = ended, min(wall, at)
             status = said.get("status")
             if isinstance(status, int):
                 fields.update(
@@ -181,7 +197,8 @@ class Trail:
         except (ValueError, TypeError, AttributeError):
             fields["exit"] = None
             fields["note"] = "its helper's report was unreadable"
-        self.record("exec.end", **fields)
+        fields["duration"] = round(mono - started.at, 3)
+        self.record_at(at, "exec.end", **fields)
 
 
 # --- reading ---------------------------------------------------------------------------------
