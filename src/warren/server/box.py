@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import select
 import selectors
@@ -30,7 +29,7 @@ from ..errors import PolicyError, PortNotForwarded, SandboxError, SetupError, Wa
 from ..images.store import Lease
 from ..plan import Plan
 from ..plan.limits import V2
-from . import boxnet, follow, gitkeeper, joined, launch, linkwalk, pause, repowatch
+from . import boxnet, follow, gitkeeper, joined, launch, linkwalk, pause, repowatch, trail
 from .trail import Started, Trail
 
 if TYPE_CHECKING:
@@ -69,15 +68,6 @@ def _ready(stub: socket.socket) -> bool:
         return stub.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == execstub.READY
     except OSError:
         return False
-
-
-def _reported_at(report: bytes) -> float:
-    """When an exec's helper says it ended (``shim.Shim._report``); 0 when it does not."""
-    try:
-        at = json.loads(report).get("mono")
-    except (ValueError, AttributeError):
-        return 0.0
-    return at if isinstance(at, float) else 0.0
 
 
 def _give(spare: socket.socket, data: bytes, fds: list[int]) -> bool:
@@ -612,16 +602,17 @@ class Box:
         end), so the trail holds them in order; with ``ended``, an exec whose helper
         exited. Only execs the trail has recorded: one handed a moment ago is recorded
         after this, and may have ended already."""
-        reports: list[tuple[float, int, bytes]] = []
+        reports: list[tuple[int, bytes]] = []
         for fd in [fd for fd in self.active if fd == ended or (fd in self.execs and fd not in self.answered)]:
             try:
-                report = os.read(fd, 4096)
+                reports.append((fd, os.read(fd, 4096)))
             except BlockingIOError:
                 continue  # running still
             except OSError:
-                report = b""
-            reports.append((_reported_at(report), fd, report))
-        for _at, fd, report in sorted(reports):
+                reports.append((fd, b""))
+        if len(reports) > 1:  # in the order they ended (each report is parsed again to record it)
+            reports.sort(key=lambda taken: trail.reported_at(taken[1]))
+        for fd, report in reports:
             self.exec_ended(fd, report)
 
     def exec_ended(self, fd: int, report: bytes | None = None) -> None:

@@ -65,6 +65,16 @@ def _dumps(data: dict[str, Any]) -> bytes:
     return (json.dumps(data, separators=(",", ":")) + "\n").encode()
 
 
+def reported_at(report: bytes) -> float:
+    """When an exec's helper says it ended (``shim``'s report: its monotonic time); 0
+    when it does not say."""
+    try:
+        at = json.loads(report).get("mono")
+    except (ValueError, AttributeError):
+        return 0.0
+    return at if isinstance(at, float) else 0.0
+
+
 @dataclass
 class Started:
     """An exec the trail holds open until it ends."""
