@@ -554,13 +554,13 @@ class Box:
             # the next with the new.
             self.send(protocol.Refresh())
 
-    def recorded(self, msg: protocol.Message, peer: dict[str, int], end: int = -1) -> None:
-        """``msg``, handed to the sandbox, in its trail (a long-lived sandbox has one);
-        an exec's record kept with ``end``, ours of its "active" channel
-        (``exec_started``), for its end to be written with."""
+    def recorded(self, msg: protocol.Message, peer: dict[str, int], end: int = -1, at: float = 0.0) -> None:
+        """``msg``, handed to the sandbox at ``at`` (monotonic), in its trail (a
+        long-lived sandbox has one); an exec's record kept with ``end``, ours of its
+        "active" channel (``exec_started``), for its end to be written with."""
         if self.trail is None and self.home is not None and not self.oneshot:
             self.trail = Trail(self.home)
-        record = None if self.trail is None else self.trail.handed(msg, peer)
+        record = None if self.trail is None else self.trail.handed(msg, peer, at)
         if record is not None and end >= 0:
             self.execs[end] = record
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 
 from .. import protocol
 from .._core import shim
@@ -75,6 +76,7 @@ def hand_over(
         handoff.extra.extend(name for name, _fd in box.launched.counters)
         named.extend(fd for _name, fd in box.launched.counters)
     stub = shim.stub_request(box.plan, msg.command) if isinstance(msg, protocol.ExecRequest) else None
+    handed_at = time.monotonic()  # an exec's duration counts from here: its command starts after
     box.hand(handoff, conn.fileno(), fds, [*extra, *named], stub)
     for fd in [*fds, *extra]:
         os.close(fd)
@@ -83,4 +85,4 @@ def hand_over(
     # Ends reported before it first: a client's next request comes after its answer,
     # and an exec's report is written before the answer.
     box.take_reports()
-    box.recorded(msg, peer or {}, ours)
+    box.recorded(msg, peer or {}, ours, handed_at)

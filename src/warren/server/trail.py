@@ -151,13 +151,15 @@ class Trail:
 
     # --- what is recorded ------------------------------------------------------------------
 
-    def handed(self, msg: protocol.Message, peer: dict[str, int]) -> Started | None:
-        """A request handed to the sandbox (``handoff.HANDED``): an exec's record, whose
-        end ``ended`` writes, is returned."""
+    def handed(self, msg: protocol.Message, peer: dict[str, int], at: float = 0.0) -> Started | None:
+        """A request handed to the sandbox (``handoff.HANDED``) at ``at`` (monotonic;
+        now if not given): an exec's record, whose end ``ended`` writes, is returned. The
+        record is written after the handoff, and the command may have ended by then: its
+        duration counts from the handoff."""
         who = {"origin": getattr(msg, "origin", "") or "unknown", **peer}
         if isinstance(msg, (protocol.ExecRequest, protocol.SpawnRequest)):
             cmd = msg.command
-            started = Started(f"c{os.getpid()}-{next(_ids)}", time.monotonic())
+            started = Started(f"c{os.getpid()}-{next(_ids)}", at or time.monotonic())
             fields: dict[str, Any] = {
                 "id": started.id,
                 "argv": [_cut(a) for a in cmd.argv],
