@@ -146,7 +146,9 @@ def test_a_writer_the_command_left_is_gone_when_the_run_returns(
     each returns (its output ends: no writer holds the pipe) with the writer it left
     gone, judged by the file it appended to, which stays as it was."""
     out = layout.workspace / "out"
-    script = "(while :; do echo x >> out; done) & sleep 0.05; echo started"
+    # The command ends once the writer has written (a gate's load once kept it from
+    # running in 50 ms: no file, the case not made).
+    script = "(while :; do echo x >> out; done) & until [ -s out ]; do sleep 0.01; done; echo started"
     for _ in range(5):
         out.unlink(missing_ok=True)
         r = run_cli(["run", "--", "sh", "-c", script], cwd=layout.workspace, env=state, timeout=30)
