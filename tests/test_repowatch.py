@@ -152,20 +152,31 @@ import json, os, subprocess, sys
 from warren._core import safepath
 from warren.server import repowatch
 root = sys.argv[1]
+parent = os.path.dirname(root)
 fd = safepath.open_dir(root)
 w = repowatch.WatchedRoot(fd, repowatch.budget())
-before = w.find(fd).gitdirs
-subprocess.run(["mount", "-t", "tmpfs", "tmpfs", os.path.join(root, "node_modules", "p5")], check=True)
+got = {"before": w.find(fd).gitdirs}
+clean = w.begin()[0]
+def mount(*args):
+    subprocess.run(["mount", *args], check=True)
+os.mkdir(os.path.join(parent, "elsewhere"))
+mount("-t", "tmpfs", "tmpfs", os.path.join(parent, "elsewhere"))
+got["elsewhere"] = (w.find(fd).gitdirs, w.walks, w.predict(fd, clean))
+mount("-t", "tmpfs", "tmpfs", os.path.join(root, "node_modules", "p5"))
 os.mkdir(os.path.join(root, "node_modules", "p5", ".git"))  # in the new mount: no event here
-after = w.find(fd).gitdirs
-print(json.dumps({"before": before, "after": after, "walks": w.walks}))
+got["beneath"] = (w.find(fd).gitdirs, w.walks, w.predict(fd, clean))
+mount("--bind", parent, parent)  # above: what the root's name leads to may differ now
+got["above"] = (w.find(fd).gitdirs, w.walks)
+print(json.dumps(got))
 """
 
 
-def test_a_mount_made_in_the_tree_walks_everything_again(tmp_path: Path) -> None:
+def test_a_mount_at_the_tree_walks_everything_again_and_one_elsewhere_does_not(tmp_path: Path) -> None:
     """A mount shows a tree and raises no event on the directory it covers: the mount
-    table's change is seen, and the tree walked again (in a mount namespace of the
-    test's own, which any user may make)."""
+    table's change beneath the root (or above it) is seen, and the tree walked again; a
+    mount anywhere else (a container started, another test's tmpfs) leaves the watches
+    and the last walk's verdict as they were. In a mount namespace of the test's own,
+    which any user may make."""
     root = tmp_path / "ws"
     root.mkdir()
     _tree(root)
@@ -178,8 +189,24 @@ def test_a_mount_made_in_the_tree_walks_everything_again(tmp_path: Path) -> None
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)
     assert "node_modules/p5/.git" not in got["before"]
-    assert "node_modules/p5/.git" in got["after"]
-    assert got["walks"] == 2
+    assert got["elsewhere"] == [got["before"], 1, True]
+    gitdirs, walks, expected = got["beneath"]
+    assert "node_modules/p5/.git" in gitdirs and walks == 2 and not expected
+    assert got["above"][1] == 3 and "node_modules/p5/.git" in got["above"][0]
+
+
+def test_the_mounts_near_a_root_are_those_at_it_above_it_and_beneath_it() -> None:
+    table = (
+        "1 0 8:1 / / rw - ext4 /dev/sda1 rw\n"
+        "2 1 0:5 / /home rw - ext4 /dev/sdb1 rw\n"
+        "3 2 0:6 / /home/u/my\\040ws/m rw - tmpfs tmpfs rw\n"
+        "4 2 0:7 / /home/u/my\\040wsx rw - tmpfs tmpfs rw\n"
+        "5 1 0:8 / /var/lib/containers/x rw - overlay overlay rw\n"
+        "6 2 0:9 / /home/u/my\\040ws rw - tmpfs tmpfs rw\n"
+    )
+    near = repowatch.mounts_near("/home/u/my ws", table)
+    assert sorted(e.mount_id for e in near) == [1, 2, 3, 6]
+    assert sorted(e.mount_id for e in repowatch.mounts_near("/", table)) == [1, 2, 3, 4, 5, 6]
 
 
 def test_a_tree_past_the_budget_is_not_watched(tmp_path: Path) -> None:

@@ -21,9 +21,12 @@ What is believed, and when it is not:
   directory itself gone from its name. Events are the inode's: they come whoever makes
   the change (the host, any sandbox) and through whichever mount.
 - Everything is walked again, with watches afresh, when the queue overflowed, when a
-  mount was made or removed anywhere (a mount shows or hides a tree and raises no
-  event: ``/proc/self/mountinfo`` says so), or when the root is not the directory it
-  was; and no prediction holds across that (``epoch``).
+  mount was made, removed or changed at the root, above it or beneath it (a mount
+  shows or hides a tree and raises no event: ``/proc/self/mountinfo`` says so, and
+  ``mounts_near`` which of its mounts are these), or when the root is not the
+  directory it was; and no prediction holds across that (``epoch``). A mount anywhere
+  else (a container started, a disk plugged in, another test's tmpfs) changes nothing
+  of the root's tree: it is looked at and left.
 - Only a root on a filesystem whose every change passes through this kernel
   (``LOCAL``): a network filesystem changed from another machine raises no event.
 - Only while the watches fit the budget (``budget``: a share of the user's inotify
@@ -51,6 +54,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from .._core import _sys, dirwatch, safepath
+from ..plan.facts import MountEntry, parse_mountinfo
 from . import gitfind
 
 # The filesystems whose changes all pass through this kernel (``statfs``'s f_type):
@@ -92,6 +96,27 @@ def budget() -> int:
     return min(MAX_WATCHES, allowed // 4)
 
 
+def _where(fd: int) -> str:
+    """Where the kernel says the directory ``fd`` is, as the mount table names paths
+    (links resolved, from this process's root)."""
+    return os.readlink(f"/proc/self/fd/{fd}")
+
+
+def mounts_near(path: str, table: str) -> frozenset[MountEntry]:
+    """The mounts of a mount table (``/proc/self/mountinfo``'s text) whose mount point
+    is ``path``, a directory above it or one beneath it, each as the table says it
+    (its id, its options): what a mount made, removed or changed there may change of
+    the tree seen at ``path``."""
+    below = path.rstrip("/") + "/"
+    return frozenset(
+        e
+        for e in parse_mountinfo(table)
+        if e.mount_point == path
+        or below.startswith(e.mount_point.rstrip("/") + "/")
+        or e.mount_point.startswith(below)
+    )
+
+
 class _TooMany(Exception):
     """The tree has more directories than the watches it may hold."""
 
@@ -108,6 +133,7 @@ class WatchedRoot:
 
     def __init__(self, root_fd: int, allowed: int) -> None:
         st = os.fstat(root_fd)
+        self.path = ""  # where the kernel says the root is at the last walk (``_where``)
         self.ident = (st.st_dev, st.st_ino)
         self.allowed = allowed
         self.serial = next(_serials)
@@ -129,6 +155,7 @@ class WatchedRoot:
         self.mounts = os.open("/proc/self/mountinfo", os.O_RDONLY | os.O_CLOEXEC)
         self._poller = select.poll()
         self._poller.register(self.mounts, select.POLLPRI | select.POLLERR)
+        self.near: frozenset[MountEntry] = frozenset()  # ``mounts_near`` the root at the last walk
         self.walks = 0  # whole walks made (the tests count them)
         try:
             self._rebuild(root_fd)
@@ -156,7 +183,12 @@ class WatchedRoot:
         when the tree has grown past the budget (the root is then not watched)."""
         self.drain()
         st = os.fstat(root_fd)
-        if self.stale or (st.st_dev, st.st_ino) != self.ident or self._poller.poll(0):
+        if (
+            self.stale
+            or (st.st_dev, st.st_ino) != self.ident
+            or _where(root_fd) != self.path
+            or self._mounts_moved()
+        ):
             self.ident = (st.st_dev, st.st_ino)
             self._rebuild(root_fd)
         else:
@@ -238,6 +270,20 @@ class WatchedRoot:
 
     # --- the watches -------------------------------------------------------------------
 
+    def _mounts_moved(self) -> bool:
+        """Whether a mount at the root, above it or beneath it was made, removed or
+        changed since the last walk; the mount table's changes elsewhere are left."""
+        if not self._poller.poll(0):
+            return False
+        return mounts_near(self.path, self._mount_table()) != self.near
+
+    def _mount_table(self) -> str:
+        os.lseek(self.mounts, 0, os.SEEK_SET)
+        chunks = []
+        while chunk := os.read(self.mounts, 1 << 16):
+            chunks.append(chunk)
+        return os.fsdecode(b"".join(chunks))
+
     def drain(self) -> None:
         """What the queue says since the last drain: directories to list again, names
         made (or, the queue having overflowed, everything to walk again)."""
@@ -297,6 +343,8 @@ class WatchedRoot:
         self.fresh_dirs.clear()
         self.stale = False
         self._poller.poll(0)  # the mount table as it is now (a change after shows next time)
+        self.path = _where(root_fd)
+        self.near = mounts_near(self.path, self._mount_table())
         self.walks += 1
         self._walk(os.dup(root_fd), "", 0)
 
