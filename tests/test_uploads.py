@@ -206,13 +206,19 @@ def test_control_a_write_in_place_killed_the_same_way_is_seen_partial(layout: La
 def test_warren_serve_killed_during_an_upload_leaves_the_old_file_or_the_new(
     layout: Layout, tmp_path: Path
 ) -> None:
+    """Half the kills land while the helper writes its file (seen in the workspace),
+    half anywhere in the upload. An upload that ended before the test saw its file (the
+    test's thread not run for the 50 ms the file lives, under a gate's load) is judged
+    the same, but is no kill while writing: that round is made again, at most
+    ``SERVE_KILLS`` more times."""
     ws, target = layout.workspace, layout.workspace / "big.bin"
     old, new = os.urandom(SIZE), os.urandom(SIZE)
     known = {_sha(old): "old", _sha(new): "new"}
     seen: Counter[str] = Counter()
     rng = random.Random()
+    mid_write, anywhere, missed = 0, 0, 0
     with Sandbox.create(PolicySpec(workspace=str(ws)), name="viahttp"):
-        for i in range(SERVE_KILLS):
+        while mid_write + anywhere < SERVE_KILLS and missed <= SERVE_KILLS:
             target.write_bytes(old)
             serve = Serve(tmp_path)
             client = serve.client()
@@ -222,12 +228,16 @@ def test_warren_serve_killed_during_an_upload_leaves_the_old_file_or_the_new(
                 return r.status_code
 
             t, result = _in_background(put)
-            if i % 2 == 0:
+            if mid_write < SERVE_KILLS // 2:
                 # killed mid-write: once the new content is arriving (or the upload ended first)
                 assert _wait_for(lambda t=t: bool(_temps(ws)) or not t.is_alive()), "no upload in 20 s"
-                assert t.is_alive() or _temps(ws), f"the upload ended before it wrote anything: {result}"
+                if t.is_alive() or _temps(ws):
+                    mid_write += 1
+                else:
+                    missed += 1
             else:
                 time.sleep(rng.uniform(0, 0.6))
+                anywhere += 1
             serve.stop(signal.SIGKILL)
             t.join(60)
             client.close()
@@ -236,8 +246,9 @@ def test_warren_serve_killed_during_an_upload_leaves_the_old_file_or_the_new(
             # The helper outlives serve: let it finish or fail, then judge again.
             assert _wait_for(lambda: not _temps(ws), timeout=30, step=0.01)
             seen[known.get(_sha(target.read_bytes()), "PARTIAL")] += 1
-    print(f"outcomes over {SERVE_KILLS} kills of warren serve: {dict(seen)}")
+    print(f"outcomes over {sum(seen.values())} kills of warren serve: {dict(seen)}; {missed} ended unseen")
     assert seen["PARTIAL"] == 0
+    assert mid_write == SERVE_KILLS // 2, f"{missed} uploads ended before their file was seen"
 
 
 def _fills_up(sb: Sandbox, path: str, read: Callable[[], bytes]) -> None:
