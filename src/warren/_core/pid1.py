@@ -645,6 +645,15 @@ class Init:
         self.spare, direct, stub = self._fork_helper(warm_up, given=not self.oneshot or self.ahead)
         self.spare_pid = self.forked
         self.advertised = False
+        if self.stopping is not None:
+            # Asked to stop while it was forked (SIGTERM's handler runs between two steps
+            # of this one): the stop's signal may have missed it, and its channels held
+            # open would keep it, and PID 1 with it, for the whole grace (``STOP_GRACE``).
+            self._drop_spare()
+            for sock in (direct, stub):
+                if sock is not None:
+                    sock.close()
+            return
         if direct is None:
             return
         with direct, stub or contextlib.nullcontext():

@@ -170,6 +170,7 @@ class Box:
     stoppers: list[Client] = field(default_factory=list)
     remove: bool = False
     kill_at: float | None = None
+    stop_asked: float | None = None  # when it was first asked to stop (``terminate``)
     killing: bool = False  # the degraded mode's SIGKILL was asked of PID 1 (``signal``)
     roots: dict[str, follow.Identity] = field(default_factory=dict)  # writable roots as launched
     ns: tuple[int, int] | None = None  # fds of the sandbox's user and mount namespaces
@@ -307,7 +308,8 @@ class Box:
             # One forked before PID 1 read our last Refresh or Walked is let go as it
             # reads it: a request handed to it would race that (and it holds the old
             # rules). Its end closes here; the next spare comes with today's.
-            if fds and not self.quiescing and msg.generation == self.generation:
+            # Nor is one advertised once the sandbox was asked to stop (``terminate``).
+            if fds and not self.quiescing and msg.generation == self.generation and self.stop_asked is None:
                 self.drop_spare()
                 self.spare = socket.socket(fileno=fds.pop(0))
                 self.spare_pid = msg.pid
@@ -731,6 +733,12 @@ class Box:
         PID 1 (which passes it on), SIGKILL after its grace if it is still there."""
         self._thaw()
         self.signal(signal.SIGTERM)
+        # Its spare (and its command's process) end when their channels close, ours and
+        # PID 1's (it closes its own on SIGTERM): held here, PID 1 waited its whole grace
+        # (2 s) for them, a `Sandbox.remove` in 20 taking 2 s. Nothing is handed to a
+        # sandbox asked to stop.
+        self.drop_spare()
+        self.stop_asked = self.stop_asked or time.monotonic()
         self.kill_at = self.kill_at or time.monotonic() + STOP_KILL_AFTER
 
     def _thaw(self) -> None:
