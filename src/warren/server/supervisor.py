@@ -62,6 +62,7 @@ from .clients import HEADER_DEADLINE, Client
 
 LINKS_FILE = "links.cache"  # the hardlink scan's memory, for the next supervisor
 GIT_SYNC_EVERY = 0.5  # seconds between rounds of keeping live sandboxes' git directories in step
+STOP_QUICK = 0.2  # seconds a stop is waited for before a sandbox is booted ahead (``_quiet``)
 _R, _W = selectors.EVENT_READ, selectors.EVENT_WRITE
 _SUPERVISOR_REQUESTS = (
     protocol.RunRequest,
@@ -285,9 +286,19 @@ class Supervisor:
             markwatch.sweep(now)
 
     def _quiet(self) -> bool:
-        """No exec runs and no client waits for anything but a sandbox to stop: booting
-        one ahead now holds up nobody's command."""
-        stopping = {c for box in self.sandboxes.boxes.values() for c in box.stoppers}
+        """No exec runs and no client waits, but for a sandbox slow to stop: booting one
+        ahead now holds up nobody. A stop is waited for its first ``STOP_QUICK`` seconds:
+        most take a few milliseconds, and a boot then (tens of milliseconds of this loop
+        on a small machine) delayed their answer by all of it (`Sandbox.remove` right
+        after an exec: 30-50 ms instead of 8). One that takes longer (a command that
+        ignores SIGTERM has seconds of grace) holds no boot back."""
+        now = time.monotonic()
+        stopping = {
+            c
+            for box in self.sandboxes.boxes.values()
+            if box.stop_asked is not None and now - box.stop_asked > STOP_QUICK
+            for c in box.stoppers
+        }
         return all(c in stopping for c in self.clients) and not any(
             box.active for box in self.sandboxes.boxes.values()
         )
