@@ -18,9 +18,12 @@ times the two walks a launch makes of the workspace, alone: the hard-link scan
 (``server.links``, every file stat'ed) and the repository walk (``server.gitfind``,
 every directory opened; its per-directory memory warm), in Python and natively
 (``warren-walk``, which a launch uses, both walks in one pass). WARREN_NATIVE_WALK=0
-times the launches with the Python walks.
+times the launches with the Python walks. ``--mounts`` (as root) also times a launch in
+the big workspace after a tmpfs was mounted and unmounted elsewhere (untimed): what a
+container started beside, or a disk plugged in, does to the mount table; the launch
+should cost what one without costs.
 
-Run: python bench/bench_workspace_size.py [--packages 1000] [--runs 15] [--parts]
+Run: python bench/bench_workspace_size.py [--packages 1000] [--runs 15] [--parts] [--mounts]
 """
 
 from __future__ import annotations
@@ -86,6 +89,14 @@ def _create(ws: Path, env: dict[str, str] | None = None) -> Callable[[], None]:
         finally:
             os.environ.clear()
             os.environ.update(saved)
+
+    return go
+
+
+def _mount_elsewhere(where: Path) -> Callable[[], None]:
+    def go() -> None:
+        subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(where)], check=True)
+        subprocess.run(["umount", str(where)], check=True)
 
     return go
 
@@ -180,7 +191,14 @@ def main() -> None:
         action="store_true",
         help="also launch in the big workspace walked in Python (WARREN_NATIVE_WALK=0, its own supervisor)",
     )
+    ap.add_argument(
+        "--mounts",
+        action="store_true",
+        help="as root: also launch in the big workspace after a mount made and removed elsewhere",
+    )
     args = ap.parse_args()
+    if args.mounts and os.geteuid() != 0:
+        raise SystemExit("bench_workspace_size: --mounts mounts a tmpfs on this machine: run it as root")
     warren_cli = shutil.which("warren")
     if warren_cli is None:
         raise SystemExit("bench_workspace_size: the `warren` command is not on PATH (run scripts/setup)")
@@ -207,11 +225,20 @@ def main() -> None:
             py = {**os.environ, "WARREN_NATIVE_WALK": "0", "XDG_STATE_HOME": str(base / "state-py")}
             cases["warren run -- true, big, Python walk"] = _cmd([warren_cli, "run", "--", "true"], big, py)
             cases["create + first exec, big, Python walk"] = _create(big, py)
+        before: dict[str, Callable[[], None]] = {}  # untimed, before the case
+        if args.mounts:
+            elsewhere = base / "elsewhere"
+            elsewhere.mkdir()
+            mounted = "warren run -- true, big, a mount elsewhere first"
+            cases[mounted] = _cmd([warren_cli, "run", "--", "true"], big)
+            before[mounted] = _mount_elsewhere(elsewhere)
         for fn in cases.values():  # warm: the supervisor, its memories, the page cache
             fn()
         samples: dict[str, list[float]] = {k: [] for k in cases}
         for _ in range(args.runs):
             for label, fn in cases.items():
+                if label in before:
+                    before[label]()
                 samples[label].append(_time(fn))
         print(f"load after the runs {os.getloadavg()[0]:.1f}")
         for label, xs in samples.items():
@@ -222,6 +249,9 @@ def main() -> None:
             bw = _ms(samples[f"{what}, big"]) / _ms(samples["bwrap ... true, big"])
             verdict = "met" if r <= 1.2 else "NOT met"
             print(f"  {what:22} {r:6.2f}x  {verdict:7}   ({bw:5.1f}x bwrap in the big one)")
+        if args.mounts:
+            r = _ms(samples[mounted]) / _ms(samples["warren run -- true, big"])
+            print(f"  warren run -- true     {r:6.2f}x  after a mount elsewhere, against without")
         if args.python_walk:
             for what in ("warren run -- true", "create + first exec"):
                 r = _ms(samples[f"{what}, big, Python walk"]) / _ms(samples[f"{what}, empty"])
