@@ -63,6 +63,18 @@ SEEN = 64  # requests remembered: one is booted ahead for only once it came agai
 # (seconds), with no exec running: booting takes its loop for a few ms and a core for
 # longer, which a command asked for meanwhile should not wait on.
 QUIET = 0.005
+# ... and for the next create, this long: a create's client sends its first commands
+# at once (a framework's setup, a `git config`, a `mkdir`), tens of ms apart, and a boot
+# (about 50 ms of the loop on a 2-core machine) began in such a gap held the next one up:
+# an exec 10 ms after the create's answer took 26 ms instead of 4. The next create comes
+# when the agent's task is done, seconds later; the next run may come at once.
+CREATE_QUIET = 0.25
+
+
+def quiet_for(request: Request) -> float:
+    """How long the supervisor must have been quiet before ``request``'s next sandbox
+    is booted (``QUIET``, ``CREATE_QUIET``)."""
+    return CREATE_QUIET if request.long_lived else QUIET
 # A request whose planning and launch took more of the supervisor's CPU than this
 # (seconds; CPU, not wall time, so a loaded machine does not turn it off; the native
 # walks' processes count as the supervisor's: ``_core.treewalk.cpu``) is not booted

@@ -70,10 +70,14 @@ class Booter:
         """Boot the next sandbox for ``request`` once nothing else is asked."""
         self.to_boot[request.key()] = request
 
-    def boot_next(self, shutdown: bool) -> None:
-        """The oldest request waiting for one: its sandbox is booted now, unless the
+    def boot_next(self, shutdown: bool, quiet: float) -> None:
+        """The oldest request waiting for one that the supervisor has been ``quiet``
+        long enough for (``ahead.quiet_for``): its sandbox is booted now, unless the
         supervisor is shutting down."""
-        request = self.to_boot.pop(next(iter(self.to_boot)))
+        key = next((k for k, r in self.to_boot.items() if quiet >= ahead.quiet_for(r)), None)
+        if key is None:
+            return
+        request = self.to_boot.pop(key)
         if not shutdown:
             self._boot_ahead(request)
 

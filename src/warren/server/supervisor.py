@@ -269,7 +269,7 @@ class Supervisor:
             box.terminate()
         if self.boots.to_boot and now - self.clients.asked_at >= ahead.QUIET and self._quiet():
             # One at a time, while nobody waits: a boot holds this loop for a few ms.
-            self.boots.boot_next(self.shutdown)
+            self.boots.boot_next(self.shutdown, now - self.clients.asked_at)
         wanting = [box for box in self.sandboxes.boxes.values() if box.wants_helper or box.base_due]
         if wanting and self._quiet():
             # A review sandbox's helper for its checkpoints (a fork: a few ms), or the
