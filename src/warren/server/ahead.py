@@ -75,6 +75,8 @@ def quiet_for(request: Request) -> float:
     """How long the supervisor must have been quiet before ``request``'s next sandbox
     is booted (``QUIET``, ``CREATE_QUIET``)."""
     return CREATE_QUIET if request.long_lived else QUIET
+
+
 # A request whose planning and launch took more of the supervisor's CPU than this
 # (seconds; CPU, not wall time, so a loaded machine does not turn it off; the native
 # walks' processes count as the supervisor's: ``_core.treewalk.cpu``) is not booted
