@@ -277,12 +277,11 @@ class WatchedRoot:
             return False
         return mounts_near(self.path, self._mount_table()) != self.near
 
-    def _mount_table(self) -> str:
-        os.lseek(self.mounts, 0, os.SEEK_SET)
-        chunks = []
-        while chunk := os.read(self.mounts, 1 << 16):
-            chunks.append(chunk)
-        return os.fsdecode(b"".join(chunks))
+    @staticmethod
+    def _mount_table() -> str:
+        # (As ``hostfacts.gather`` reads it; decoded as ``_where``'s paths are, os.fsdecode.)
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+            return f.read()
 
     def drain(self) -> None:
         """What the queue says since the last drain: directories to list again, names
