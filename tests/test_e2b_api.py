@@ -1126,10 +1126,15 @@ def test_no_sandbox_reaches_another_sandboxs_home_made_before_or_after_it(world:
         for home in homes:
             top = home.parent
             # what a sandbox can find out: the other sandboxes' ids (in the root it lists),
-            # never what lies below them, nor the random name of a home
+            # never what lies below them, nor the random name of a home. Searched where a
+            # home could show: every mount the sandbox has (any place another home were
+            # mounted at) and the trees that hold or show homes. (Not `find /`: it walked
+            # the host's whole disk, a minute on a machine with big trees, and timed out.)
             found = prying.commands.run(
-                f"ls -aR {world.root.parent}; find / -name secret.txt 2>/dev/null; true"
+                f"ls -aR {world.root.parent}; cat /proc/self/mountinfo; "
+                f"find {world.home} /home /tmp /run /mnt /srv /media -name secret.txt 2>/dev/null; true"
             )
+            assert " - proc proc " in found.stdout, found.stdout  # the mount table was listed
             assert home.name not in found.stdout and "secret.txt" not in found.stdout, found.stdout
             # and given the path (which nothing inside shows): no read, no write
             script = (
