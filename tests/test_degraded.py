@@ -501,6 +501,52 @@ def test_a_long_lived_sandbox_lists_signals_and_stops_only_its_own_processes(box
         host.wait()
 
 
+# A PID 1 that acts on no signal (stopped from the host: only SIGKILL reaches it). The
+# supervisor's SIGTERM, then after its grace what the degraded mode sends instead of
+# SIGKILL (pid1.KILL_NOW), then SIGKILL half a second later.
+STUCK = """
+import os, signal, threading, time
+from warren import Sandbox
+from warren.policy.spec import PolicySpec
+box = Sandbox.create(PolicySpec(), name="stuck")
+pid1 = box.pid1
+os.kill(pid1, signal.SIGSTOP)
+removed = threading.Event()
+threading.Thread(target=lambda: (box.remove(), removed.set()), daemon=True).start()
+t0 = time.monotonic()
+states = []
+while not removed.wait(0.1) and time.monotonic() - t0 < 12:
+    state = " ".join(i.state for i in Sandbox.list() if i.name == "stuck") or "gone"
+    if not states or states[-1] != state:
+        states.append(state)
+print("removed", removed.is_set(), round(time.monotonic() - t0, 1))
+print("states", states)
+try:
+    os.kill(pid1, 0)
+    print("pid1 left")
+    os.kill(pid1, signal.SIGKILL)
+except ProcessLookupError:
+    print("pid1 gone")
+"""
+
+
+def test_a_pid1_deaf_to_signals_is_killed_and_reads_stopping_until_then_without_user_namespaces(
+    box: Path,
+) -> None:
+    """The degraded mode's stop of a PID 1 that cannot act on SIGTERM or SIGUSR1: after
+    the grace, SIGUSR1, then SIGKILL; the sandbox reads "stopping" all along. (The
+    supervisor forgot it was stopping once it had sent the first of those, so the SIGKILL
+    never came: the remove waited for ever and ``warren ls`` said "running".)"""
+    r = nouserns(box, ["--", sys.executable, "-c", STUCK], state="long-lived", timeout=90)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    removed = lines[0].split()
+    assert removed[:2] == ["removed", "True"] and float(removed[2]) < 10, r.stdout
+    # (its record may go a moment before the remove's answer)
+    assert lines[1] in ("states ['stopping']", "states ['stopping', 'gone']"), r.stdout
+    assert lines[2] == "pid1 gone", r.stdout
+
+
 def _wait_for(what: Callable[[], bool], timeout: float = 10) -> bool:
     deadline = time.monotonic() + timeout
     while not what():

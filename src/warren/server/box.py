@@ -169,7 +169,7 @@ class Box:
     pasta: Pasta | None = None
     stoppers: list[Client] = field(default_factory=list)
     remove: bool = False
-    kill_at: float | None = None
+    kill_at: float | None = None  # asked to stop: when it is killed (inf: once it was)
     stop_asked: float | None = None  # when it was first asked to stop (``terminate``)
     killing: bool = False  # the degraded mode's SIGKILL was asked of PID 1 (``signal``)
     roots: dict[str, follow.Identity] = field(default_factory=dict)  # writable roots as launched

@@ -30,6 +30,7 @@ the next supervisor records why (``registry.orphaned``).
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import selectors
 import signal
@@ -257,8 +258,11 @@ class Supervisor:
         launch.retry_busy()
         for box in self.sandboxes.all():
             if box.kill_at is not None and now > box.kill_at:
+                # Stopping still, with nothing more to send (it was None after the
+                # SIGKILL: until PID 1 was reaped the sandbox counted as live again, and
+                # the degraded mode's own SIGKILL, timed by ``signal``, never came).
+                box.kill_at = math.inf
                 box.signal(signal.SIGKILL)
-                box.kill_at = None
         if now >= self.git_sync_at:
             self.git_sync_at = now + GIT_SYNC_EVERY
             self.git.tick()
