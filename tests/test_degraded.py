@@ -49,7 +49,7 @@ def box(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """This module's own state and runtime directories (so its own supervisor, which
     starts inside the simulation too), and a workspace."""
     base = tmp_path_factory.mktemp("degraded")
-    for sub in ("state", "long-lived", "run", "ws"):
+    for sub in ("state", "long-lived", "stuck", "run", "ws"):
         (base / sub).mkdir(mode=0o700)
     yield base
 
@@ -537,7 +537,7 @@ def test_a_pid1_deaf_to_signals_is_killed_and_reads_stopping_until_then_without_
     the grace, SIGUSR1, then SIGKILL; the sandbox reads "stopping" all along. (The
     supervisor forgot it was stopping once it had sent the first of those, so the SIGKILL
     never came: the remove waited for ever and ``warren ls`` said "running".)"""
-    r = nouserns(box, ["--", sys.executable, "-c", STUCK], state="long-lived", timeout=90)
+    r = nouserns(box, ["--", sys.executable, "-c", STUCK], state="stuck", timeout=90)
     assert r.returncode == 0, r.stdout + r.stderr
     lines = r.stdout.splitlines()
     removed = lines[0].split()
