@@ -64,6 +64,7 @@ from .clients import HEADER_DEADLINE, Client
 LINKS_FILE = "links.cache"  # the hardlink scan's memory, for the next supervisor
 GIT_SYNC_EVERY = 0.5  # seconds between rounds of keeping live sandboxes' git directories in step
 STOP_QUICK = 0.2  # seconds a stop is waited for before a sandbox is booted ahead (``_quiet``)
+TICK = 0.25  # seconds between the loop's rounds of its timers when nothing comes (``_wait``)
 _R, _W = selectors.EVENT_READ, selectors.EVENT_WRITE
 _SUPERVISOR_REQUESTS = (
     protocol.RunRequest,
@@ -150,7 +151,7 @@ class Supervisor:
             self.sel.register(self.listener, _R, ("accept", None))
         self.sel.register(self.wake_r, _R, ("wake", None))
         while True:
-            for key, mask in self.sel.select(ahead.QUIET if self.boots.to_boot else 0.25):
+            for key, mask in self.sel.select(self._wait()):
                 if not self._registered(key):
                     continue  # let go of by an event before it in this turn (its number may be reused)
                 kind, obj = key.data
@@ -288,6 +289,25 @@ class Supervisor:
             self.stdin_pipes.sweep()
         if markwatch.due(now) and self._quiet():
             markwatch.sweep(now)
+
+    def _wait(self) -> float:
+        """How long the loop sleeps when nothing comes: ``TICK`` (the timers' rounds), or
+        until a boot ahead is due. While an exec runs or a client waits for anything but a
+        stop, none is: their end is an event, and the turn after it looks again. (It woke
+        every ``ahead.QUIET`` while a boot was pending: 200 times a second for as long as
+        any exec ran, a long build's or a server's.)"""
+        if not self.boots.to_boot or any(box.active for box in self.sandboxes.boxes.values()):
+            return TICK
+        stopping: dict[object, float] = {}
+        for box in self.sandboxes.boxes.values():
+            if box.stop_asked is not None:
+                for c in box.stoppers:
+                    stopping[c] = max(stopping.get(c, 0.0), box.stop_asked + STOP_QUICK)
+        if any(c not in stopping for c in self.clients):
+            return TICK
+        due = self.clients.asked_at + min(ahead.quiet_for(r) for r in self.boots.to_boot.values())
+        due = max([due, *stopping.values()])
+        return min(TICK, max(0.0, due - time.monotonic()))
 
     def _quiet(self) -> bool:
         """No exec runs and no client waits, but for a sandbox slow to stop: booting one
