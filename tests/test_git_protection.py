@@ -510,22 +510,31 @@ def test_a_worktree_the_host_made_works_in_a_later_sandbox_and_is_removed_there(
     with later_sandbox(layout, repo, via) as live:
         r = inside(layout, live, "git -C wt add w && git -C wt commit -qm inside && echo committed")
         assert "committed" in r.stdout, r.stdout + r.stderr
-        assert wait_for(lambda: host_git(wt, "log", "-1", "--format=%s").stdout.strip() == "inside")
+
+        # (each wait is for what the exec's end brings the host at once; the long limit
+        # is for a loaded machine, and every failure says what the host had instead)
+        def logged() -> subprocess.CompletedProcess[str]:
+            return host_git(wt, "log", "-1", "--format=%s")
+
+        assert wait_for(lambda: logged().stdout.strip() == "inside", 20), logged()
         # (without optional locks: a host status rewriting the index just before the
         # remove is a change on both sides, which the host wins)
-        assert host_git(wt, "--no-optional-locks", "status", "--porcelain").stdout == ""
+        status = host_git(wt, "--no-optional-locks", "status", "--porcelain")
+        assert status.stdout == "", status
         r = inside(layout, live, "git worktree remove --force wt && git worktree list --porcelain")
-        assert r.returncode == 0, r.stderr
-        assert f"worktree {wt}\n" not in r.stdout
-        assert wait_for(lambda: not wt.exists()), sorted(os.listdir(wt))
-        assert wait_for(lambda: not (repo / ".git" / "worktrees" / "wt").exists())
-        assert f"worktree {wt}\n" not in host_git(repo, "worktree", "list", "--porcelain").stdout
+        assert r.returncode == 0, r
+        assert f"worktree {wt}\n" not in r.stdout, r.stdout
+        assert wait_for(lambda: not wt.exists(), 20), sorted(os.listdir(wt))
+        entry = repo / ".git" / "worktrees" / "wt"
+        assert wait_for(lambda: not entry.exists(), 20), sorted(os.listdir(entry))
+        listed = host_git(repo, "worktree", "list", "--porcelain").stdout
+        assert f"worktree {wt}\n" not in listed, listed
         assert host_git(repo, "log", "-1", "--format=%s", "task").stdout.strip() == "inside"
         if live is not None:
             r = inside(
                 layout, live, "test ! -e wt && git worktree add -q wt2 task && git -C wt2 log -1 --format=%s"
             )
-            assert r.returncode == 0 and r.stdout.strip() == "inside", r.stderr
+            assert r.returncode == 0 and r.stdout.strip() == "inside", r
 
 
 def test_a_worktree_the_host_made_is_deleted_and_pruned_in_a_later_sandbox(
