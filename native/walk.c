@@ -21,7 +21,10 @@
  * descriptors, at any depth). Each thread keeps its records in memory; they are written
  * once all are done. Where openat2 is refused (an old kernel, a filter), one thread.
  *
- * argv[1]: "l" (links), "g" (git) or "lg" (both, one pass); argv[2]: the root's fd;
+ * argv[1]: "l" (links), "g" (git) or "lg" (both, one pass), with "b" for a walk in the
+ * background (niceness BACKGROUND_NICE, taken before any thread is made: every thread
+ * inherits it; set from outside after the start, a worker made first kept 0); argv[2]:
+ * the root's fd;
  * argv[3] (optional): how many threads, whatever the CPUs (1: the single walk; the
  * tests' way to run both).
  * Output on fd 1, little-endian, paths relative to the root, without a terminator:
@@ -67,6 +70,7 @@ struct open_how {
 #define GIT_DEPTH 64
 #define GITFILE_LIMIT 4096
 #define MAX_THREADS 4
+#define BACKGROUND_NICE 10 /* _core.treewalk.BACKGROUND_NICE */
 #define HAND_MAX 2048 /* the longest path handed to another thread (well below PATH_MAX) */
 #define DENTS_SIZE (1 << 16)
 
@@ -404,6 +408,12 @@ int main(int argc, char **argv) {
     close((int)root);
     links_on = strchr(argv[1], 'l') != NULL;
     git_on = strchr(argv[1], 'g') != NULL;
+    if (strchr(argv[1], 'b') != NULL) {
+        errno = 0;
+        int now = getpriority(PRIO_PROCESS, 0);
+        if (errno == 0 && now < BACKGROUND_NICE)
+            (void)setpriority(PRIO_PROCESS, 0, BACKGROUND_NICE); /* refused: walked as it is */
+    }
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
         rl.rlim_cur = rl.rlim_max;

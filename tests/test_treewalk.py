@@ -7,6 +7,7 @@ can name. And when it is missing or fails, the Python walk answers instead."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -346,3 +347,57 @@ def test_a_small_tree_is_walked_in_python(tmp_path: Path, monkeypatch: pytest.Mo
         assert calls == [True, True]
     finally:
         os.close(fd)
+
+
+def _workers_nice(pid: int) -> dict[int, int]:
+    """The niceness of each thread of ``pid`` but its first (which runs the loader at its
+    parent's niceness before the program's ``main``)."""
+    seen: dict[int, int] = {}
+    with contextlib.suppress(OSError):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            if int(task) == pid:
+                continue
+            try:
+                with open(f"/proc/{pid}/task/{task}/stat") as f:
+                    seen[int(task)] = int(f.read().rsplit(")", 1)[1].split()[16])  # field 19: nice
+            except (OSError, IndexError, ValueError):
+                continue  # ended meanwhile
+    return seen
+
+
+def test_a_background_walk_runs_its_workers_at_the_background_niceness(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A walk beside a sandbox's first commands (one that may be given up: ``Stop``)
+    yields the CPU to them: each of its threads at ``BACKGROUND_NICE``, whoever asks for
+    it. The niceness was set from outside once the program had started, by which time it
+    had often made a worker at 0 already (one walk in two, with three threads): only the
+    supervisor's link-walk thread, niced itself, had its walks at 10 (inherited)."""
+    monkeypatch.setattr(treewalk, "THREADS", 3)
+    for d in range(100):
+        (tmp_path / f"d{d}").mkdir()
+        for f in range(100):
+            (tmp_path / f"d{d}" / f"f{f}").touch()
+    expected = max(treewalk.BACKGROUND_NICE, os.getpriority(os.PRIO_PROCESS, 0))
+    seen: dict[int, int] = {}
+    for _ in range(10):
+        stop, done = treewalk.Stop(), threading.Event()
+
+        def sample(stop: treewalk.Stop = stop, done: threading.Event = done) -> None:
+            while not done.is_set():
+                proc = stop._proc
+                if proc is not None:
+                    seen.update(_workers_nice(proc.pid))
+                time.sleep(0.0002)
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        fd = safepath.open_dir(str(tmp_path))
+        try:
+            assert treewalk.walk(fd, links=True, git=True, stop=stop) is not None
+        finally:
+            done.set()
+            sampler.join()
+            os.close(fd)
+    assert seen, "no worker of a walk was seen (the premise: each walk takes milliseconds)"
+    assert set(seen.values()) == {expected}, sorted(seen.values())

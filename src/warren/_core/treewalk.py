@@ -35,7 +35,7 @@ _LINK = struct.Struct("<QQQI")
 _GIT = struct.Struct("<BI")
 _program: str | bool | None = False  # False: not looked for yet
 _spent = 0.0  # CPU seconds the walks' processes took, in all
-BACKGROUND_NICE = 10  # a walk that may be given up (``Stop``) runs at this niceness
+BACKGROUND_NICE = 10  # a walk that may be given up (``Stop``) runs at this niceness (walk.c's too)
 SMALL = 1000  # entries: a tree with at most these is walked in Python (see above)
 THREADS: int | None = None  # the program's threads; None: one per CPU (the tests set it)
 
@@ -103,9 +103,10 @@ def walk(root_fd: int, *, links: bool, git: bool, stop: Stop | None = None) -> T
         return None
     before = resource.getrusage(resource.RUSAGE_CHILDREN) if stop is None else None
     try:
+        # "b": in the background (a walk that may be given up; see below)
+        mode = ("l" if links else "") + ("g" if git else "") + ("b" if stop is not None else "")
         proc = subprocess.Popen(
-            [exe, ("l" if links else "") + ("g" if git else ""), str(root_fd)]
-            + ([str(THREADS)] if THREADS is not None else []),
+            [exe, mode, str(root_fd)] + ([str(THREADS)] if THREADS is not None else []),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -118,9 +119,10 @@ def walk(root_fd: int, *, links: bool, git: bool, stop: Stop | None = None) -> T
         if stop is not None:
             stop.started(proc)
             # A walk after launch runs beside the sandbox's own start and commands: it
-            # yields the CPU to them (the calls that wait for it are writes alone).
-            with contextlib.suppress(OSError):
-                os.setpriority(os.PRIO_PROCESS, proc.pid, BACKGROUND_NICE)
+            # yields the CPU to them (the calls that wait for it are writes alone). The
+            # program takes ``BACKGROUND_NICE`` itself ("b"), before it makes its threads:
+            # set from here once it had started, one walk in two had a worker at 0 unless
+            # the caller's thread was niced already (``server.linkwalk``'s is).
         out, _ = proc.communicate()
     finally:
         if stop is not None:
