@@ -298,15 +298,11 @@ class Supervisor:
         any exec ran, a long build's or a server's.)"""
         if not self.boots.to_boot or any(box.active for box in self.sandboxes.boxes.values()):
             return TICK
-        stopping: dict[object, float] = {}
-        for box in self.sandboxes.boxes.values():
-            if box.stop_asked is not None:
-                for c in box.stoppers:
-                    stopping[c] = max(stopping.get(c, 0.0), box.stop_asked + STOP_QUICK)
-        if any(c not in stopping for c in self.clients):
+        held = self._stops_held()
+        if any(c not in held for c in self.clients):
             return TICK
         due = self.clients.asked_at + min(ahead.quiet_for(r) for r in self.boots.to_boot.values())
-        due = max([due, *stopping.values()])
+        due = max([due, *(held[c] for c in self.clients)])
         return min(TICK, max(0.0, due - time.monotonic()))
 
     def _quiet(self) -> bool:
@@ -317,15 +313,20 @@ class Supervisor:
         after an exec: 30-50 ms instead of 8). One that takes longer (a command that
         ignores SIGTERM has seconds of grace) holds no boot back."""
         now = time.monotonic()
-        stopping = {
-            c
-            for box in self.sandboxes.boxes.values()
-            if box.stop_asked is not None and now - box.stop_asked > STOP_QUICK
-            for c in box.stoppers
-        }
-        return all(c in stopping for c in self.clients) and not any(
+        held = self._stops_held()
+        return all(c in held and now > held[c] for c in self.clients) and not any(
             box.active for box in self.sandboxes.boxes.values()
         )
+
+    def _stops_held(self) -> dict[Client, float]:
+        """Each client waiting for a stop, and until when its wait holds boots back:
+        ``STOP_QUICK`` after the first of its sandboxes was asked to stop (``_quiet``)."""
+        held: dict[Client, float] = {}
+        for box in self.sandboxes.boxes.values():
+            if box.stop_asked is not None:
+                for c in box.stoppers:
+                    held[c] = min(held.get(c, math.inf), box.stop_asked + STOP_QUICK)
+        return held
 
     # --- clients -------------------------------------------------------------------------
 
