@@ -229,11 +229,16 @@ def _processes() -> dict[int, list[int]]:
     return children
 
 
+def _supervisor(state_home: Path) -> int:
+    """This test's supervisor's pid (from its address file)."""
+    with open(state_home / "warren" / "supervisor.addr") as f:
+        return int(f.read().split()[1])
+
+
 def _spares(state_home: Path) -> dict[int, list[int]]:
     """Each sandbox's PID 1 (a child of this test's supervisor) and its children that
     wait as spares (a helper with one child: its command's process made ahead)."""
-    with open(state_home / "warren" / "supervisor.addr") as f:
-        supervisor = int(f.read().split()[1])
+    supervisor = _supervisor(state_home)
     children = _processes()
     return {
         pid1: [h for h in children.get(pid1, []) if len(children.get(h, [])) == 1]
@@ -471,8 +476,7 @@ def test_a_boot_waits_for_a_running_exec_s_end_without_the_supervisor_polling(
         running.start()
         _wait("the exec running", lambda: any(list(p.argv[:1]) == ["sleep"] for p in box.processes()))
         _twice(place)  # its next sandbox is due once nothing runs
-        with open(state_home / "warren" / "supervisor.addr") as f:
-            supervisor = int(f.read().split()[1])
+        supervisor = _supervisor(state_home)
         before = _wakeups(supervisor)
         time.sleep(1.5)
         woke = _wakeups(supervisor) - before
