@@ -145,6 +145,35 @@ def test_a_replaced_workspace_is_the_one_the_next_run_sees(place: Place) -> None
     assert not (place.base / "ws.old" / "g").exists()
 
 
+def test_a_booted_sandbox_whose_workspace_is_made_again_is_stopped_before_any_run(
+    place: Place, state_home: Path
+) -> None:
+    """A harness that copies its project anew into the same directory before each run:
+    the sandbox booted for the old directory is stopped once the supervisor hears the
+    directory went (its TMPDIR is removed, no run needed), and the next run, fresh, sees
+    the new copy."""
+    _twice(place, "true")
+    booted = place.booted()
+    # Ready, most likely: a change before PID 1 is ready is found by the check made then
+    # ("stopped once ready"), which the log may say instead on a slow machine.
+    time.sleep(1)
+    shutil.rmtree(place.ws)
+    place.ws.mkdir()
+    (place.ws / "f").write_text("new\n")
+    deadline = time.monotonic() + 10
+    while os.path.lexists(booted) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    log = (state_home / "warren" / "supervisor.log").read_text()
+    told = (f"stopped unused: {place.ws} was removed or moved away", f"stopped once ready: {place.ws} is")
+    assert any(t in log for t in told), log[-2000:]
+    assert not os.path.lexists(booted), "its TMPDIR is removed with it"
+    code, out, err = place.run('cat f; echo "$TMPDIR"; echo w > g')
+    assert code == 0, err
+    assert out.splitlines()[0] == "new"
+    assert out.splitlines()[1] != booted
+    assert (place.ws / "g").read_text() == "w\n"
+
+
 def test_a_network_allow_run_takes_a_booted_sandbox_and_its_client_hears_the_proxy(place: Place) -> None:
     """A ``--network allow`` run is booted ahead like a plain one: the run that takes it
     reaches an allowed server (a loopback one of this test's, by name) through the proxy, and the

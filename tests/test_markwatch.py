@@ -140,6 +140,56 @@ def test_a_replaced_workspace_is_a_change(base: Path) -> None:
     _agrees(watch, plan)
 
 
+def test_a_workspace_removed_or_moved_away_is_told_without_the_marks(base: Path) -> None:
+    """``replaced``: a name on the way to a path the plan names gone from its directory
+    (the workspace deleted and made again, as a harness copying a project anew does; or
+    moved away) says which, and the marks taken again agree that the sandbox is another."""
+    plan = _plan(base / "ws", base / "quiet" / "secret")
+    watch = _watched(plan)
+    assert watch.replaced() is None
+    shutil.rmtree(base / "ws")
+    (base / "ws").mkdir()
+    assert watch.replaced() == str(base / "ws")
+    _agrees(watch, plan)
+    assert watch.replaced() == str(base / "ws"), "closed, it still says so"
+    watch = _watched(plan)
+    os.rename(base, base.with_name(base.name + ".away"))
+    try:
+        assert watch.replaced() == str(base)
+        assert not watch.unchanged()
+    finally:
+        os.rename(base.with_name(base.name + ".away"), base)
+        watch.close()
+
+
+def test_changes_the_marks_must_judge_are_not_told_replaced(base: Path) -> None:
+    """A new entry of a listed directory, a file written or removed in the workspace,
+    and a name removed on the way to where a listed entry's link points (an entry's
+    read rule can be built again: ``marks.rules_only``) leave ``replaced`` silent; the
+    first and last still make the watch say "changed", for the marks to judge."""
+    (base / "a").mkdir()
+    (base / "a" / "f").write_text("1")
+    (base / "quiet" / "link").symlink_to(base / "a" / "f")
+    plan = _plan(base / "ws", base / "quiet" / "secret")
+    for _ in range(10):  # the host is shared: another process's change may come between
+        watch = _watched(plan)
+        (base / "ws" / "file").write_text("x")
+        os.unlink(base / "ws" / "file")
+        if watch.unchanged():
+            break
+        watch.close()
+    assert watch.replaced() is None
+    (base / "quiet" / "new").write_text("x")
+    assert not watch.unchanged()
+    assert watch.replaced() is None
+    watch.close()
+    watch = _watched(plan)
+    os.unlink(base / "a" / "f")
+    assert not watch.unchanged()
+    assert watch.replaced() is None, "reached only through a listed entry's link"
+    watch.close()
+
+
 def test_a_denied_directory_replaced_is_a_change(base: Path) -> None:
     plan = _plan(base / "ws", base / "quiet" / "secret")
     watch = _watched(plan)

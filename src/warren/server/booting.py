@@ -81,6 +81,18 @@ class Booter:
         if not shutdown:
             self._boot_ahead(request)
 
+    def drop_replaced(self) -> None:
+        """Stop the sandboxes booted ahead that a path of their plan no longer leads to
+        (``markwatch.MarkWatch.replaced``: a workspace deleted, moved away or made
+        again): no run could be given them, and each holds a PID 1 and its spare until
+        ``ahead.IDLE``. The supervisor calls this on its timers' round."""
+        for booted in self.pool.untaken():
+            why = _replaced(booted)
+            if why is not None:
+                self.pool.forget(booted.box)
+                self.notes.log("ahead", f"a sandbox booted ahead was stopped unused: {why}")
+                booted.box.terminate()
+
     def stop(self) -> None:
         """Nothing more is booted, and those booted are stopped."""
         self.to_boot.clear()
@@ -111,6 +123,11 @@ class Booter:
         if booted is None:
             return None
         box = booted.box
+        why = _replaced(booted)
+        if why is not None:  # no need to plan the request again to know
+            self.notes.log("ahead", f"a sandbox booted ahead was not used: {why}")
+            box.terminate()
+            return None
         # Made from what the booted one was made from, the plan is the booted one (the
         # policy and the host facts are resolved and gathered again to know it).
         known = (booted.basis, box.plan) if booted.basis is not None else None
@@ -238,6 +255,14 @@ class Booter:
             self.clients.reply(waiting, protocol.error_message(e))
             return
         fresh.request = again
+
+
+def _replaced(booted: ahead.Booted) -> str | None:
+    """Why ``booted`` can certainly not be used, told by its marks' watch alone (a path
+    on the way to one its plan names was removed or moved away), or None."""
+    watch = booted.box.launched.mark_watch
+    where = watch.replaced() if watch is not None else None
+    return None if where is None else f"{where} was removed or moved away since the boot"
 
 
 def _refresh(box: Box) -> None:

@@ -16,6 +16,15 @@ change in between may have come before a watch did, and then the watch is not us
 lost: a full queue) makes it False for good, and the caller takes the marks again, as
 before. No watch (the user's inotify instances or watches used up, a directory the
 user cannot read, too many links) is the same: the marks are taken again.
+
+``replaced`` is narrower and needs no marks: a name on the way to a path the plan
+itself names (not one reached only through a listed directory's entry) was removed
+or moved away, so that path is another file now, or none, and the sandbox is
+certainly not the one a fresh launch would make (a workspace deleted and made again,
+as a harness copying a project anew does). The supervisor stops such a sandbox without
+planning the request again. (A name moved away and back is the one case where the
+marks would have agreed: that sandbox is stopped for nothing, and the next run
+launches, as with no sandbox booted.)
 """
 
 from __future__ import annotations
@@ -45,16 +54,21 @@ IDLE_KEEP = 90.0
 
 # directory (resolved, no link in it) -> the names looked up in it
 Lookups = dict[str, set[str]]
+# A name of a watched directory gone from it: removed, or renamed to another.
+_AWAY = _sys.IN_DELETE | _sys.IN_MOVED_FROM
 
 
-def lookups(plan: Plan) -> tuple[Lookups, frozenset[str]] | None:
-    """The names ``plan``'s paths are looked up by, per directory, and the listed
-    directories (resolved) whose every new entry counts; None where a path cannot be
-    followed (a directory the caller cannot search, a loop of links)."""
+def lookups(plan: Plan) -> tuple[Lookups, frozenset[str], Lookups] | None:
+    """The names ``plan``'s paths are looked up by, per directory; the listed
+    directories (resolved) whose every new entry counts; and, of the names, those on
+    the way to a path the plan names itself (``marks.paths_of``; the rest lead to where
+    a listed directory's link points). None where a path cannot be followed (a directory
+    the caller cannot search, a loop of links)."""
     names: Lookups = {}
     for path in marks.paths_of(plan):
         if _chain(path, names) is False:
             return None
+    firm = {directory: set(found) for directory, found in names.items()}
     wild: set[str] = set()
     for path in sorted(_listed(plan)):
         real = _chain(path, names)
@@ -72,7 +86,7 @@ def lookups(plan: Plan) -> tuple[Lookups, frozenset[str]] | None:
         for link in links:
             if _chain(link, names) is False:
                 return None
-    return names, frozenset(wild)
+    return names, frozenset(wild), firm
 
 
 def _listed(plan: Plan) -> set[str]:
@@ -216,6 +230,8 @@ class _Shared:
                     names, wild = watch.wds.get(wd, (None, False))
                     if relevant(mask, name, names, wild):
                         watch.stale = True
+                    if mask & _AWAY and watch.replaced_by is None and name in watch.firm.get(wd, ()):
+                        watch.replaced_by = os.path.join(watch.paths.get(wd, "?"), name)
                 if mask & _sys.IN_IGNORED:
                     self.subscribers.pop(wd, None)  # the kernel removed it
                     self.idle.pop(wd, None)
@@ -238,10 +254,14 @@ def sweep(now: float) -> None:
 class MarkWatch:
     """The watch of one sandbox booted ahead."""
 
-    def __init__(self, mounts: int, found: tuple[Lookups, frozenset[str]]) -> None:
+    def __init__(self, mounts: int, found: tuple[Lookups, frozenset[str], Lookups]) -> None:
         self.mounts, self.found = mounts, found
         self.wds: dict[int, tuple[set[str] | None, bool]] = {}
+        self.firm: dict[int, set[str]] = {}  # watch descriptor -> names on a planned path's way
+        self.paths: dict[int, str] = {}  # watch descriptor -> its directory (for the log)
         self.stale = False
+        # the first name on a planned path's way removed or moved away (``replaced``)
+        self.replaced_by: str | None = None
 
     @classmethod
     def start(cls, plan: Plan) -> MarkWatch | None:
@@ -255,17 +275,19 @@ class MarkWatch:
             return None
         _SHARED.read()  # what is queued from before is not about this sandbox
         watch = cls(mounts, found)
-        names, wild = found
+        names, wild, firm = found
         for path in sorted(set(names) | wild):
-            if not watch._add(path, names.get(path), path in wild):
+            if not watch._add(path, names.get(path), path in wild, firm.get(path, set())):
                 watch.close()
                 return None
         return watch
 
-    def _add(self, path: str, names: set[str] | None, wild: bool) -> bool:
+    def _add(self, path: str, names: set[str] | None, wild: bool, firm: set[str]) -> bool:
         wd = _SHARED.add(path, self)
         if wd is None:
             return False
+        self.firm.setdefault(wd, set()).update(firm)
+        self.paths.setdefault(wd, path)
         # The same directory under two paths (a bind mount): one watch, both its names.
         had_names, had_wild = self.wds.get(wd, (None, False))
         merged = None if names is None and had_names is None else {*(names or ()), *(had_names or ())}
@@ -292,6 +314,15 @@ class MarkWatch:
             return False
         _SHARED.read()
         return not self.stale
+
+    def replaced(self) -> str | None:
+        """A path on the way to one the plan names whose name was removed or moved
+        away since ``start`` (the first such), or None: where it is not None, the
+        sandbox can be stopped unchecked (the marks could not agree). Reads what is
+        queued; a closed watch says nothing new."""
+        if self.mounts >= 0:
+            _SHARED.read()
+        return self.replaced_by
 
     def close(self) -> None:
         self.stale = True

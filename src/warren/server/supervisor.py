@@ -272,6 +272,7 @@ class Supervisor:
                 box.terminate()
         for box in self.boots.pool.expired(now):
             box.terminate()
+        self.boots.drop_replaced()
         if self.boots.to_boot and now - self.clients.asked_at >= ahead.QUIET and self._quiet():
             # One at a time, while nobody waits: a boot holds this loop for a few ms.
             self.boots.boot_next(self.shutdown, now - self.clients.asked_at)
