@@ -643,3 +643,61 @@ def test_a_link_out_of_git_data_never_reaches_a_masked_file_or_a_place_the_sandb
     assert not (ro / "x").exists() and not (layout.outside.parent / "y").exists()
     # Control: an object of the repository is linked (the same inode), as on the host.
     assert "kept=0" in r.stdout and (ws / "kept").stat().st_ino == obj.stat().st_ino, r.stdout
+
+
+def test_a_roots_size_is_counted_once_per_keep_time_and_per_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``LinkScanner.large``: whether a workspace is past ``treewalk.SMALL`` entries
+    (where its hard-link walk goes beside the first command) is counted once per
+    ``SIZE_KEEP`` seconds, not at every planning; a directory made anew at the same
+    path is counted afresh; and the memory is bounded."""
+    from warren.server import links
+
+    counted: list[int] = []
+    real = treewalk.large
+
+    def counting(fd: int) -> bool:
+        counted.append(fd)
+        return real(fd)
+
+    monkeypatch.setattr(treewalk, "large", counting)
+    monkeypatch.delenv("WARREN_NATIVE_WALK", raising=False)
+    clock = [1000.0]
+    monkeypatch.setattr(links.time, "monotonic", lambda: clock[0])
+    ws = tmp_path / "ws"
+    (ws / "d").mkdir(parents=True)
+    for i in range(treewalk.SMALL + 5):
+        (ws / "d" / str(i)).touch()
+    scanner = LinkScanner()
+
+    def large() -> bool:
+        fd = os.open(ws, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            return scanner.large(fd)
+        finally:
+            os.close(fd)
+
+    assert large() and large()
+    assert len(counted) == 1, "counted once"
+    shutil.rmtree(ws / "d")
+    clock[0] += links.SIZE_KEEP - 1
+    assert large(), "as counted, within the keep time"
+    assert len(counted) == 1
+    clock[0] += 2
+    assert not large(), "counted again once the keep time is over"
+    assert len(counted) == 2
+    os.rename(ws, tmp_path / "old")  # (kept meanwhile: its inode number is not reused)
+    ws.mkdir()
+    for i in range(treewalk.SMALL + 5):
+        (ws / str(i)).touch()
+    assert large(), "another directory at the same path: counted afresh"
+    assert len(counted) == 3
+    for i in range(links._SIZES_KEPT + 10):
+        fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            scanner.sizes[(-1, i)] = (False, clock[0])
+            scanner.large(fd)
+        finally:
+            os.close(fd)
+    assert len(scanner.sizes) <= links._SIZES_KEPT

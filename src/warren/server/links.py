@@ -69,12 +69,35 @@ class OutsideLink:
 _Found = tuple[int, int, int, str, str]
 
 
+# Seconds a root's size (``LinkScanner.large``) is taken as known without counting again.
+SIZE_KEEP = 30.0
+_SIZES_KEPT = 256  # roots remembered at most (the oldest forgotten first)
+
+
 @dataclass
 class LinkScanner:
     """Remembers, per directory of the shared roots and denied paths, which inodes it
-    names (one per supervisor)."""
+    names (one per supervisor); and, for ``SIZE_KEEP`` seconds, which roots are larger
+    than ``treewalk.SMALL`` entries (``large``)."""
 
     dirs: dict[str, _Dir] = field(default_factory=dict)
+    sizes: dict[_Key, tuple[bool, float]] = field(default_factory=dict)
+
+    def large(self, root_fd: int) -> bool:
+        """``treewalk.large`` of the directory ``root_fd``, counted at most once per
+        ``SIZE_KEEP`` seconds (about 2 ms for a tree past ``treewalk.SMALL``, at every
+        planning of a run in a real project). The answer only chooses between two walks
+        that protect alike (before launch, or beside the first command while its writes
+        wait: ``planning._later``): one outdated costs time, never a protection."""
+        st = os.fstat(root_fd)
+        key, now = (st.st_dev, st.st_ino), time.monotonic()
+        known = self.sizes.pop(key, None)
+        if known is None or now - known[1] >= SIZE_KEEP:
+            known = (treewalk.large(root_fd), now)
+        self.sizes[key] = known  # (last: the most recent)
+        while len(self.sizes) > _SIZES_KEPT:
+            del self.sizes[next(iter(self.sizes))]
+        return known[0]
 
     def scan(
         self,

@@ -83,7 +83,7 @@ def host_facts(
     link_roots = strip_nested([*roots, str(policy.workspace)] if policy.host_workspace else roots)
     shared = [str(r.path) for r in policy.writable if r.source != "workspace"]
     denied = [*(str(r.path) for r in policy.denied), state_dir, *held]
-    walk = None if dry else _later(policy, link_roots, shared, denied, roots)
+    walk = None if dry else _later(policy, link_roots, shared, denied, roots, scanner)
     if walk is not None:
         # The workspace's files linked from outside are found after launch, while PID 1
         # holds every call that could change a file (``server.linkwalk``); the
@@ -143,7 +143,12 @@ def host_facts(
 
 
 def _later(
-    policy: Policy, link_roots: list[str], shared: list[str], denied: list[str], roots: list[str]
+    policy: Policy,
+    link_roots: list[str],
+    shared: list[str],
+    denied: list[str],
+    roots: list[str],
+    scanner: links.LinkScanner,
 ) -> LinkWalk | None:
     """The hard-link walk to make after launch, or None: walk now, as before. Only a
     writable host workspace (not in review mode, whose layer copies a file up when it
@@ -162,7 +167,7 @@ def _later(
     except OSError:
         return None
     try:
-        if not treewalk.large(fd):
+        if not scanner.large(fd):
             return None
     finally:
         os.close(fd)
