@@ -201,6 +201,25 @@ def test_hard_links_within_the_workspace_behave_as_on_the_host(ws: Path) -> None
         box.remove()
 
 
+def test_a_denied_path_inside_another_is_counted_with_it(tmp_path: Path) -> None:
+    """``denied_linked_elsewhere`` with nested denied paths (as the default list has:
+    a directory and files beneath it, with and without a trailing slash): a file's names
+    under the outer one are all its names there, and a link out of either is found."""
+    outer = tmp_path / "outer"
+    inner = outer / "inner"
+    inner.mkdir(parents=True)
+    (inner / "key").write_text("k")
+    os.link(inner / "key", outer / "key-too")
+    denied = [str(inner), str(outer) + "/", str(inner / "key"), str(tmp_path / "missing")]
+    assert links.denied_linked_elsewhere(denied) is None, "both names are under the outer path"
+    os.link(inner / "key", tmp_path / "elsewhere")
+    assert links.denied_linked_elsewhere(denied) in {str(inner / "key"), str(outer / "key-too")}
+    os.unlink(tmp_path / "elsewhere")
+    assert links.denied_linked_elsewhere([str(inner), str(inner / "key")]) == str(inner / "key"), (
+        "the outer path not denied: its name is another name"
+    )
+
+
 def test_a_denied_file_with_two_links_takes_the_walk_before_launch(ws: Path, tmp_path: Path) -> None:
     denied = tmp_path / "private"
     denied.mkdir()
