@@ -88,12 +88,14 @@ class GitKeeper:
         dry: bool = False,
         readonly: tuple[str, ...] = (),
         walks: treewalk.Walks | None = None,
+        watch: frozenset[str] = frozenset(),
     ) -> Found:
         """The git directories and ``.git`` files of these writable roots, for the plan;
         nothing is made (``lease`` does that at launch). ``dry``: only to show (``warren
         plan``): no descriptor is kept, the walks' memory is neither used nor changed.
         Those under a ``readonly`` path (``--read`` inside a writable root) stay
-        read-only instead: the sandbox cannot write them at all."""
+        read-only instead: the sandbox cannot write them at all. ``watch``: roots whose
+        directories are watched whatever their number (``_walk``)."""
         found = Found(env=dict(env))
         gitdirs: list[GitDir] = []
         files: list[str] = []
@@ -110,7 +112,7 @@ class GitKeeper:
                         os.close(fd)
                 else:
                     found.roots[root] = fd
-                    walk = self._walk(root, fd, walks)
+                    walk = self._walk(root, fd, walks, watch=root in watch)
                     found.known[root] = set(walk.gitdirs)
                 files += [os.path.join(root, rel) for rel in walk.gitfiles]
                 for rel in walk.gitdirs:
@@ -166,14 +168,16 @@ class GitKeeper:
             self.unlinked.pop(root, None)
             watched.epoch += 1  # nor of a walk that began before and ends after this one
 
-    def _walk(self, root: str, fd: int, walks: treewalk.Walks | None) -> gitfind.Found:
+    def _walk(self, root: str, fd: int, walks: treewalk.Walks | None, watch: bool = False) -> gitfind.Found:
         """The repositories of ``root`` now: from its watches where it is watched (or
-        large enough to be: ``WATCH_FROM`` directories at the last walk), else walked
+        large enough to be: ``WATCH_FROM`` directories at the last walk; or ``watch``:
+        a root whose hard-link walk goes after launch, which only its watches can let
+        run beside the command instead of before it: ``link_walk_begins``), else walked
         (natively when ``walks`` has that walk, else with the per-directory memory)."""
         memory = self.memory.setdefault(root, {})
         # (The memory is left as it was while the watches answer: an entry is believed
         # only with the directory's change time, however old.)
-        watched = self.watched.find(root, fd, large=len(memory) >= WATCH_FROM)
+        watched = self.watched.find(root, fd, large=watch or len(memory) >= WATCH_FROM)
         if watched is not None:
             return watched
         tree = walks.tree(root, fd, links=False, git=True) if walks is not None else None

@@ -110,6 +110,10 @@ def host_facts(
             dry=dry,
             readonly=tuple(str(r.path) for r in policy.readable),
             walks=walks,
+            # A workspace walked for hard links after launch is watched, however few its
+            # directories: else that walk is never expected to find nothing, and every
+            # command waits for it (``gitkeeper.link_walk_begins``).
+            watch=frozenset({walk.workspace}) if walk is not None else frozenset(),
         )
     else:  # the degraded mode binds nothing: a repository's .git stays the host's own
         git = gitkeeper.Found(env=caller.env)
