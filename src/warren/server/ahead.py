@@ -212,10 +212,6 @@ class Pool:
     def boxes(self) -> list[Box]:
         return [b.box for b in self.booted.values()]
 
-    def untaken(self) -> list[Booted]:
-        """Those not given to a run or a creator yet."""
-        return list(self.booted.values())
-
 
 def mismatch(booted: Booted, plan: Plan, host: HostFacts) -> tuple[str | None, bool]:
     """Why the booted sandbox is not exactly what a run planned now as ``plan`` on

@@ -86,12 +86,12 @@ class Booter:
         (``markwatch.MarkWatch.replaced``: a workspace deleted, moved away or made
         again): no run could be given them, and each holds a PID 1 and its spare until
         ``ahead.IDLE``. The supervisor calls this on its timers' round."""
-        for booted in self.pool.untaken():
-            why = _replaced(booted)
+        for box in self.pool.boxes():
+            why = _replaced(box)
             if why is not None:
-                self.pool.forget(booted.box)
+                self.pool.forget(box)
                 self.notes.log("ahead", f"a sandbox booted ahead was stopped unused: {why}")
-                booted.box.terminate()
+                box.terminate()
 
     def stop(self) -> None:
         """Nothing more is booted, and those booted are stopped."""
@@ -123,7 +123,7 @@ class Booter:
         if booted is None:
             return None
         box = booted.box
-        why = _replaced(booted)
+        why = _replaced(box)
         if why is not None:  # no need to plan the request again to know
             self.notes.log("ahead", f"a sandbox booted ahead was not used: {why}")
             box.terminate()
@@ -257,10 +257,10 @@ class Booter:
         fresh.request = again
 
 
-def _replaced(booted: ahead.Booted) -> str | None:
-    """Why ``booted`` can certainly not be used, told by its marks' watch alone (a path
-    on the way to one its plan names was removed or moved away), or None."""
-    watch = booted.box.launched.mark_watch
+def _replaced(box: Box) -> str | None:
+    """Why ``box``, booted ahead, can certainly not be used, told by its marks' watch
+    alone (a path on the way to one its plan names was removed or moved away), or None."""
+    watch = box.launched.mark_watch
     where = watch.replaced() if watch is not None else None
     return None if where is None else f"{where} was removed or moved away since the boot"
 
