@@ -75,19 +75,11 @@ def _common_ancestor(paths: Iterable[str]) -> str:
 
 
 def strip_nested(roots: list[str]) -> list[str]:
-    """Drop roots inside other roots: the outer grant already covers them. Each root is
-    looked up by its prefixes that end before a "/" (``within``, against the roots kept
-    so far), not compared with every kept root: for the default deny list's 80 paths,
-    0.13 ms against 0.87 ms."""
+    """Drop roots inside other roots: the outer grant already covers them."""
     kept: list[str] = []
-    exact: set[str] = set()
-    stripped: set[str] = set()  # each kept root without its trailing slashes
     for root in sorted(roots, key=len):
-        if root in exact or any(root[:i] in stripped for i, c in enumerate(root) if c == "/"):
-            continue
-        kept.append(root)
-        exact.add(root)
-        stripped.add(root.rstrip("/"))
+        if not any(within(root, k) for k in kept):
+            kept.append(root)
     return kept
 
 
