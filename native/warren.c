@@ -52,6 +52,7 @@
 #error "WARREN_PROTOCOL (protocol.VERSION) must be defined by the build"
 #endif
 
+#define UNTAKEN "untaken" /* in place of a Started: the request was never read (attach.py) */
 #define MAX_PEEK 65536 /* a Started or Exited larger than this goes to the Python CLI */
 
 extern char **environ;
@@ -623,7 +624,8 @@ static int plain(const char *json, size_t n, int *exited, char *warned, size_t *
 }
 
 /* The next message if it is plain (consumed, its JSON in out, its warnings printed
-   as the Python CLI prints them, and taken out of it), else 0 (left unread). */
+   as the Python CLI prints them, and taken out of it), else 0 (left unread); -1 when
+   the connection was reset with nothing to read. */
 static int take_plain(int sock, char *out, size_t *out_len, int *exited)
 {
     static char warned[MAX_PEEK];
@@ -632,6 +634,8 @@ static int take_plain(int sock, char *out, size_t *out_len, int *exited)
     struct iovec iov = {.iov_base = prefix, .iov_len = sizeof prefix};
     struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
     ssize_t got = recvmsg(sock, &msg, MSG_PEEK | MSG_DONTWAIT);
+    if (got < 0 && errno == ECONNRESET)
+        return -1; /* reset (this read took the error: the socket says nothing more) */
     if (got != (ssize_t)sizeof prefix || (msg.msg_flags & MSG_CTRUNC))
         return 0; /* short, closed, or descriptors attached */
     uint32_t jlen, plen;
@@ -1024,7 +1028,12 @@ int main(int argc, char **argv)
             int exited = 0;
             if (run && net[0] >= 0 && drop_allowed(net[0]) != DROPPED)
                 resume(sock, net[0], started, started_len);
-            if (!take_plain(sock, json, &len, &exited))
+            int took = take_plain(sock, json, &len, &exited);
+            if (took < 0 && started_len == 0)
+                /* Reset before any word: the supervisor went away without reading the
+                   request (nothing ran). The Python CLI sends it again, to the next one. */
+                resume(sock, net[0], UNTAKEN, strlen(UNTAKEN));
+            if (took <= 0)
                 resume(sock, net[0], started, started_len);
             if (exited)
                 _exit(0);

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
+
+import pytest
 
 from conftest import Layout, run_cli
 from warren.client.aio import AsyncSandbox
@@ -116,3 +119,84 @@ def test_shutdown_says_which_sandboxes_keep_the_supervisor_and_starts_none(
     while statedir.read_address(root) is not None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert statedir.read_address(root) is None  # gone once its last sandbox went
+
+
+def test_a_request_an_exiting_supervisor_never_accepted_goes_to_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A supervisor that exits with a connection still waiting to be accepted (its idle
+    time out, `warren shutdown`, killed) resets it unread. The request goes once more,
+    to the next supervisor, rather than failing with "closed the connection" (a `kill
+    -9` of the supervisor followed at once by `Sandbox.list()` failed so 30 times of 30).
+    Here the exiting supervisor is a listener of the test's own that closes as soon as
+    the request waits on it."""
+    import secrets
+    import select
+    import threading
+
+    from warren import wire
+    from warren.client.sandbox import Sandbox
+    from warren.server import statedir as server_statedir
+    from warren.statedir import location, prepare, read_address
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    root = prepare(location(os.environ))
+    token = secrets.token_hex(16)
+    listener = wire.listen_abstract(wire.abstract_name(token))
+    server_statedir.write_address(root, token)  # as a supervisor publishes it (pid: this process)
+    waited = threading.Event()
+
+    def exit_unaccepted() -> None:
+        select.select([listener], [], [], 30)  # readable: a connection waits to be accepted
+        waited.set()
+        listener.close()
+
+    closer = threading.Thread(target=exit_unaccepted)
+    closer.start()
+    try:
+        assert Sandbox.list() == []
+    finally:
+        closer.join()
+        run_cli(["shutdown"], cwd=tmp_path, env={"XDG_STATE_HOME": str(tmp_path / "state")})
+    assert waited.is_set()  # the first connection did reach the listener that went away
+    found = read_address(root)
+    assert found is None or found[0] != token
+
+
+def test_a_request_or_run_right_after_the_supervisor_is_killed_is_served(
+    layout: Layout, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`kill -9` of the supervisor, then at once a request, a library run, a `warren
+    run`: each reached the killed one's socket while it was going and failed ("closed
+    the connection", "the connection to the sandbox was lost"); each is served."""
+    import signal
+
+    import warren
+    from warren.client.sandbox import Sandbox
+    from warren.statedir import location, read_address
+
+    state = tmp_path / "state"
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    root = location(os.environ)
+    policy = build(PolicySpec(workspace=str(layout.workspace)))
+
+    def kill() -> None:
+        assert Sandbox.list() == []  # starts one when none runs
+        found = read_address(root)
+        assert found is not None
+        os.kill(found[1], signal.SIGKILL)
+
+    try:
+        for _ in range(4):
+            kill()
+            assert Sandbox.list() == []
+            kill()
+            r = warren.run(["sh", "-c", "cat; echo ran"], policy=policy, stdin=b"fed\n")
+            assert (r.exit_code, r.stdout) == (0, b"fed\nran\n"), r.stderr
+            kill()
+            p = run_cli(
+                ["run", "--", "echo", "served"], cwd=layout.workspace, env={"XDG_STATE_HOME": str(state)}
+            )
+            assert (p.returncode, p.stdout) == (0, "served\n"), p.stderr
+    finally:
+        run_cli(["shutdown"], cwd=tmp_path, env={"XDG_STATE_HOME": str(state)})

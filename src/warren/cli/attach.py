@@ -42,8 +42,11 @@ _FORWARD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal
 RESUME_VAR = "WARREN_NATIVE_RESUME"
 
 # Set by ``take_over``: the connection the native front end sent the request on, its
-# network-event pipe (-1 for exec), and the Started it already read (None: nothing read).
-_handed: tuple[int, int, protocol.Started | None] | None = None
+# network-event pipe (-1 for exec), and the Started it already read (None: nothing read),
+# or UNTAKEN: the connection was reset before any word (its error is read: the socket
+# has nothing more to say), the request never read.
+UNTAKEN = "untaken"
+_handed: tuple[int, int, protocol.Started | str | None] | None = None
 
 
 def take_over(value: str) -> None:
@@ -63,14 +66,18 @@ def take_over(value: str) -> None:
         # the network events' channel: the native side's is a socket (it peeks at it)
         if net != -1 and not stat.S_ISSOCK(os.fstat(net).st_mode):
             raise ValueError(f"descriptor {net} is not a socket")
-        msg = protocol.decode(started.encode(), (protocol.Started,)) if started else None
+        msg: protocol.Message | str | None = None
+        if started == UNTAKEN:
+            msg = UNTAKEN
+        elif started:
+            msg = protocol.decode(started.encode(), (protocol.Started,))
     except (ValueError, OSError, WarrenError) as e:
         raise UsageError(
             f"{RESUME_VAR} is set but names no connection to carry on ({e})",
             operation="cli",
             hint=f"it is set by warren's native front end only: unset {RESUME_VAR}",
         ) from None
-    assert msg is None or isinstance(msg, protocol.Started)
+    assert msg is None or isinstance(msg, protocol.Started | str)
     for fd in (sock, net):
         if fd >= 0:
             os.set_inheritable(fd, False)
@@ -126,40 +133,78 @@ class Attached:
             rows, cols = _size(self.ttys[0])
             command.tty = protocol.Tty(rows=rows, cols=cols, fds=self.ttys)
         self.live = _live_notices(self.ttys)
+        for sig in (*_FORWARD, signal.SIGWINCH):
+            signal.signal(sig, self._on_signal)
+        signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+        try:
+            try:
+                if _handed is not None:
+                    signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARD)
+                    sock, net_r, said = _handed
+                    if isinstance(said, str):  # UNTAKEN
+                        for fd in (sock, net_r):
+                            if fd >= 0:
+                                os.close(fd)
+                        raise connect.NotTaken
+                    return self._follow(wire.Sock(fileno=sock), net_r, said)
+                return self._follow(*self._send(fds), None)
+            except connect.NotTaken:
+                # The supervisor reached went away without reading the request (sent
+                # here or by the native front end): nothing ran, nothing was read from
+                # our descriptors. Once more, to the next one.
+                connect.forget()
+            try:
+                return self._follow(*self._send(fds), None)
+            except connect.NotTaken:
+                raise self._lost() from None
+        finally:
+            signal.set_wakeup_fd(-1)
+            self._restore_terminal()
+            if self.master >= 0:
+                os.close(self.master)
+
+    def _send(self, fds: list[int]) -> tuple[wire.Sock, int]:
+        """Connect and send the request with ``fds`` (and, for a run, the write end of a
+        new pipe for its proxy's decisions): the connection and that pipe's read end."""
         net_r = -1
-        started: protocol.Started | None = None
-        if _handed is not None:
-            sock, net_r, started = wire.Sock(fileno=_handed[0]), _handed[1], _handed[2]
-        elif isinstance(self.message, protocol.RunRequest):
+        if isinstance(self.message, protocol.RunRequest):
             net_r, net_w = os.pipe2(os.O_CLOEXEC)
-            fds.append(net_w)
             self.message.net_events = True
-            sock = connect.for_run()
+            try:
+                sock = connect.for_run()
+            except BaseException:
+                os.close(net_r)
+                os.close(net_w)
+                raise
             if 0 in self.ttys and self.out_fd in self.ttys and os.environ.get("WARREN_ASK") != "0":
                 from .asking import Questions
 
                 self.message.net_ask = True
                 self.questions = Questions(sock, self.out_fd)
-        else:
-            sock = connect.supervisor()
-        for sig in (*_FORWARD, signal.SIGWINCH):
-            signal.signal(sig, self._on_signal)
-        signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
-        if _handed is not None:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARD)
+            try:
+                connect.send_request(sock, self.message, [*fds, net_w])
+            except BaseException:
+                sock.close()
+                os.close(net_r)
+                raise
+            finally:
+                os.close(net_w)
+            return sock, net_r
+        sock = connect.supervisor()
         try:
-            if _handed is None:
-                wire.send(sock, self.message, fds=fds)
-                if net_r >= 0:
-                    os.close(fds[-1])
-            return self._loop(sock, net_r, started)
-        finally:
-            signal.set_wakeup_fd(-1)
-            self._restore_terminal()
+            connect.send_request(sock, self.message, fds)
+        except BaseException:
             sock.close()
-            for fd in (net_r, self.master):
-                if fd >= 0:
-                    os.close(fd)
+            raise
+        return sock, net_r
+
+    def _follow(self, sock: wire.Sock, net_r: int, already: protocol.Started | None) -> int:
+        try:
+            return self._loop(sock, net_r, already)
+        finally:
+            sock.close()
+            if net_r >= 0:
+                os.close(net_r)
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         self.pending.append(signum)
@@ -216,6 +261,7 @@ class Attached:
         if net_r >= 0:
             relay.on_read(net_r, net)
         if already is not None:
+            relay.heard = True
             started(already, [])
         msg = relay.follow(started)
         assert msg is not None  # no deadline: only the command's exit ends it

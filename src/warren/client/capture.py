@@ -17,6 +17,7 @@ from ..models import Result
 from ..net.allowlist import NetEvent
 from ..net.log import parse as parse_events
 from ..output import Capture, feed
+from . import connect
 from .relay import Relay
 from .transport import Command
 
@@ -54,7 +55,7 @@ def run_captured(
     message.command.stdio = [stdin is not None, True, True]
     ours = [fd for fd in (out_r, err_r, in_w, net_r) if fd >= 0]
     try:
-        wire.send(sock, message, fds=theirs)
+        connect.send_request(sock, message, theirs)
     except BaseException:
         for fd in ours:
             os.close(fd)

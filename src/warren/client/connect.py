@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import select
+import socket
 import sys
 
 from .. import protocol, statedir, wire
@@ -293,8 +294,16 @@ def request(
     payload: bytes = b"",
 ) -> tuple[protocol.Message, bytes]:
     """One request to the supervisor (or, through it, to a sandbox's PID 1) and its
-    reply; an ``Error`` reply is raised as the error it carries."""
-    return exchange(supervisor(env), message, expect, payload)
+    reply; an ``Error`` reply is raised as the error it carries.
+
+    A supervisor that exits (its idle time out, a `warren shutdown`, or killed) with the
+    connection still waiting to be accepted resets it: the request was never read, so it
+    goes once more, to the next supervisor (`NotTaken`)."""
+    try:
+        return exchange(supervisor(env), message, expect, payload, retry=not payload)
+    except NotTaken:
+        forget(env)
+        return exchange(supervisor(env), message, expect, payload)
 
 
 def lost_command(op: str, sandbox: str | None, env: Mapping[str, str] | None = None) -> SandboxError:
@@ -324,21 +333,59 @@ def lost_command(op: str, sandbox: str | None, env: Mapping[str, str] | None = N
 CLOSED = "the warren supervisor closed the connection"
 
 
+class NotTaken(Exception):
+    """The supervisor reset a connection before any byte of its reply: it went away
+    with the connection unaccepted, or with the request not wholly read (a request
+    without payload is acted on only once it is), so nothing of it was done."""
+
+
+def forget(env: Mapping[str, str] | None = None) -> None:
+    """Look the supervisor up afresh next time (after `NotTaken`: the one known went away)."""
+    _verified.pop(statedir.location(os.environ if env is None else env), None)
+
+
+def send_request(sock: wire.Sock, message: protocol.Message, fds: Sequence[int] = ()) -> None:
+    """Send a request without payload (a run's, an exec's); `NotTaken` when the
+    connection was reset first: no supervisor reads it."""
+    try:
+        wire.send(sock, message, fds=fds)
+    except (ConnectionResetError, BrokenPipeError):
+        raise NotTaken from None
+
+
+def _await_reply(sock: wire.Sock) -> None:
+    """Wait for the first byte of the reply without taking it; `NotTaken` if the
+    connection is reset first. (The supervisor closes a connection it read a request
+    on without leaving unread bytes behind, which ends it rather than resets it.)"""
+    try:
+        sock.recv(1, socket.MSG_PEEK)
+    except ConnectionResetError:
+        raise NotTaken from None
+
+
 def exchange(
     sock: wire.Sock,
     message: protocol.Message,
     expect: tuple[type[protocol.Message], ...],
     payload: bytes = b"",
+    *,
+    retry: bool = False,
 ) -> tuple[protocol.Message, bytes]:
-    """Send ``message`` on ``sock``, read the one reply and close: see ``request``."""
+    """Send ``message`` on ``sock``, read the one reply and close: see ``request``.
+    ``retry`` (a request without payload): `NotTaken` when it was never read."""
     try:
         try:
             wire.send(sock, message, payload)
         except (ConnectionResetError, BrokenPipeError):
             # The supervisor refuses a request (no such sandbox, paused) without
             # reading its payload, and closes: its answer is still here to read.
+            # Without payload, the request never reached a supervisor that reads it.
+            if retry:
+                raise NotTaken from None
             if not payload:
                 raise
+        if retry:
+            _await_reply(sock)
         reply, data, fds = wire.recv(sock, (*expect, protocol.Error))
     except (wire.ConnectionClosed, ConnectionResetError, BrokenPipeError):
         raise SandboxError(
@@ -356,16 +403,20 @@ def exchange(
 
 
 def command_event(
-    sock: wire.Sock, lost: Callable[[], Exception]
+    sock: wire.Sock, lost: Callable[[], Exception], *, first: bool = False
 ) -> tuple[protocol.Started | protocol.Exited, list[int]]:
     """The next word on a running command's connection — it ``Started`` (with its
     pty's master when it has one), or it ``Exited`` — and any descriptors with it.
     An ``Error`` is raised as the error it carries; a connection that ends first
-    raises ``lost()``. The one receive step of every run and exec, captured
-    (``capture``) or attached to a terminal (``cli.attach``)."""
+    raises ``lost()``, or `NotTaken` when it is reset before the ``first`` word. The
+    one receive step of every run and exec, captured (``capture``) or attached to a
+    terminal (``cli.attach``)."""
     try:
         msg, _, fds = wire.recv(sock, (protocol.Started, protocol.Exited, protocol.Error))
-    except (wire.ConnectionClosed, ConnectionResetError):
+    except ConnectionResetError:
+        # Before the first word: the request was never read (`NotTaken`); it can go again.
+        raise (NotTaken() if first else lost()) from None
+    except wire.ConnectionClosed:
         raise lost() from None
     if isinstance(msg, protocol.Error):
         for fd in fds:
@@ -375,4 +426,4 @@ def command_event(
     return msg, fds
 
 
-__all__ = ["WarrenError", "command_event", "for_run", "inline", "request", "supervisor"]
+__all__ = ["NotTaken", "WarrenError", "command_event", "for_run", "forget", "inline", "request", "supervisor"]

@@ -89,11 +89,7 @@ class LocalTransport(Transport):
         message = protocol.RunRequest(
             spec=_spec(spec), caller=caller, command=_command(command), net_events=True
         )
-        sock = connect.for_run(self.env)
-        try:
-            return run_captured(sock, message, command, lost=_lost("run"))
-        finally:
-            sock.close()
+        return self._captured(message, command, _lost("run"))
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -123,9 +119,38 @@ class LocalTransport(Transport):
 
     def exec(self, name: str, command: Command) -> Result:
         message = protocol.ExecRequest(sandbox=name, command=_command(command), origin=origin.current())
-        sock = connect.supervisor(self.env)
+        return self._captured(message, command, _lost("exec", name, self._env))
+
+    def _captured(
+        self,
+        message: protocol.RunRequest | protocol.ExecRequest,
+        command: Command,
+        lost: Callable[[], Exception],
+    ) -> Result:
+        """A run or exec; once more, to the next supervisor, when the one reached went
+        away without reading it (``connect.NotTaken``: nothing ran, no byte of stdin
+        was read, so the second one is the first the command sees)."""
         try:
-            return run_captured(sock, message, command, lost=_lost("exec", name, self._env))
+            return self._captured_once(message, command, lost)
+        except connect.NotTaken:
+            connect.forget(self.env)
+        try:
+            return self._captured_once(message, command, lost)
+        except connect.NotTaken:
+            raise lost() from None
+
+    def _captured_once(
+        self,
+        message: protocol.RunRequest | protocol.ExecRequest,
+        command: Command,
+        lost: Callable[[], Exception],
+    ) -> Result:
+        if isinstance(message, protocol.RunRequest):
+            sock = connect.for_run(self.env)
+        else:
+            sock = connect.supervisor(self.env)
+        try:
+            return run_captured(sock, message, command, lost=lost)
         finally:
             sock.close()
 

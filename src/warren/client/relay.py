@@ -36,6 +36,7 @@ class Relay:
     def __init__(self, sock: wire.Sock, lost: Callable[[], Exception]) -> None:
         self.sock = sock
         self.lost = lost
+        self.heard = False  # a word of the command's came (``Started``): it was taken
         self.readers: dict[int, OnReady] = {}
         self.writers: dict[int, OnReady] = {}
 
@@ -47,7 +48,8 @@ class Relay:
 
     def follow(self, on_started: OnStarted, deadline: float | None = None) -> protocol.Exited | None:
         """Until the command exits (its ``Exited``), or ``deadline`` (monotonic time)
-        passes with nothing ready: then None."""
+        passes with nothing ready: then None. `connect.NotTaken` when the request was
+        never read: nothing ran, and nothing was read from the descriptors it carried."""
         while True:
             wait = None if deadline is None else max(0.0, deadline - time.monotonic())
             ready = self._poll(wait)
@@ -55,7 +57,8 @@ class Relay:
                 return None
             for fd in ready:
                 if fd == self.sock.fileno():
-                    msg, fds = connect.command_event(self.sock, self.lost)
+                    msg, fds = connect.command_event(self.sock, self.lost, first=not self.heard)
+                    self.heard = True
                     if isinstance(msg, protocol.Exited):
                         for extra in fds:
                             os.close(extra)
