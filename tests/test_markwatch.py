@@ -334,3 +334,60 @@ def test_only_entries_that_matter_to_the_read_rules_alone_can_be_refreshed(base:
     for other in (masked, guarded):
         assert quiet not in marks.rules_only(other)
         assert marks.difference(then, now, skip=marks.rules_only(other)) is not None
+
+
+def test_names_looked_up_once_per_call_resolve_each_path_as_looked_up_alone(tmp_path: Path) -> None:
+    """``lookups`` looks each name up once for all the plan's paths (they share most of
+    theirs): every path resolves, and records its lookups, as it does alone, through
+    absolute and relative links, ``..`` after a link, a link to a link, a dangling one,
+    a loop, a file where a directory is asked, and (as a user) a directory it cannot
+    search."""
+    t = tmp_path
+    (t / "a" / "b" / "c").mkdir(parents=True)
+    (t / "a" / "b" / "f").write_text("x")
+    (t / "abs").symlink_to(t / "a" / "b")
+    (t / "a" / "rel").symlink_to("b/c")
+    (t / "a" / "up").symlink_to("../a/b/../b")
+    (t / "twice").symlink_to("abs")
+    (t / "dangling").symlink_to(t / "nowhere")
+    (t / "loop1").symlink_to("loop2")
+    (t / "loop2").symlink_to("loop1")
+    (t / "shut").mkdir()
+    (t / "shut" / "in").mkdir()
+    (t / "shut").chmod(0)
+    paths = [
+        f"{t}/a/b/c",
+        f"{t}/abs/c",
+        f"{t}/abs/../b/c",
+        f"{t}/a/rel",
+        f"{t}/a/rel/../f",
+        f"{t}/a/up/c",
+        f"{t}/twice/f",
+        f"{t}/twice/f/deeper",
+        f"{t}/dangling/x",
+        f"{t}/loop1/x",
+        f"{t}/a/./b/c/",
+        f"{t}/shut/in",
+        f"{t}/a/missing/x",
+    ]
+    try:
+        alone = []
+        for path in paths:
+            out: markwatch.Lookups = {}
+            alone.append((markwatch._chain(path, out), out))
+        seen: dict[str, object] = {}
+        together: markwatch.Lookups = {}
+        results = [markwatch._chain(path, together, seen) for path in [*paths, *reversed(paths)]]  # type: ignore[arg-type]
+    finally:
+        (t / "shut").chmod(0o755)
+    assert results[: len(paths)] == [r for r, _ in alone] == list(reversed(results[len(paths) :]))
+    merged: markwatch.Lookups = {}
+    for _, out in alone:
+        for directory, names in out.items():
+            merged.setdefault(directory, set()).update(names)
+    assert together == merged
+    # the cases are what they are meant to be
+    assert [r for r, _ in alone][:4] == [f"{t}/a/b/c"] * 4
+    assert alone[8][0] is None and alone[9][0] is False and alone[7][0] is None
+    assert alone[11][0] == (f"{t}/shut/in" if os.getuid() == 0 else False)  # root searches it
+    assert len(seen) < sum(len(names) for _, out in alone for names in out.values())

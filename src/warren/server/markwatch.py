@@ -65,13 +65,14 @@ def lookups(plan: Plan) -> tuple[Lookups, frozenset[str], Lookups] | None:
     a listed directory's link points). None where a path cannot be followed (a directory
     the caller cannot search, a loop of links)."""
     names: Lookups = {}
+    seen: _Seen = {}  # one lookup per name for the whole call: the paths share most of theirs
     for path in marks.paths_of(plan):
-        if _chain(path, names) is False:
+        if _chain(path, names, seen) is False:
             return None
     firm = {directory: set(found) for directory, found in names.items()}
     wild: set[str] = set()
     for path in sorted(_listed(plan)):
-        real = _chain(path, names)
+        real = _chain(path, names, seen)
         if real is False:
             return None
         if not isinstance(real, str):
@@ -84,7 +85,7 @@ def lookups(plan: Plan) -> tuple[Lookups, frozenset[str], Lookups] | None:
         except OSError:
             continue
         for link in links:
-            if _chain(link, names) is False:
+            if _chain(link, names, seen) is False:
                 return None
     return names, frozenset(wild), firm
 
@@ -96,11 +97,34 @@ def _listed(plan: Plan) -> set[str]:
     return listed
 
 
-def _chain(path: str, out: Lookups) -> str | bool | None:
+# What one name (a path with no link before its last name) was found to be, in one
+# ``lookups`` call: "missing" (or a file where a directory was asked), "error" (cannot
+# be followed), "dir", "file", or a link's target (None where it could not be read).
+_Found = str | tuple[str | None]
+_Seen = dict[str, _Found]
+
+
+def _look(full: str) -> _Found:
+    try:
+        st = os.lstat(full)
+    except (FileNotFoundError, NotADirectoryError):
+        return "missing"
+    except OSError:
+        return "error"
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            return (os.readlink(full),)
+        except OSError:
+            return (None,)
+    return "dir" if stat.S_ISDIR(st.st_mode) else "file"
+
+
+def _chain(path: str, out: Lookups, seen: _Seen | None = None) -> str | bool | None:
     """Record in ``out`` each (directory, name) looked up to resolve ``path`` (its last
     link followed too, as ``marks`` does). The resolved path, None where the path ends
     before its end (a name missing, or a file where a directory should be: the lookups
-    up to there are recorded), False where it cannot be followed."""
+    up to there are recorded), False where it cannot be followed. ``seen``: what each
+    name was found to be, kept for the next paths of the same call."""
     todo = [part for part in reversed(path.split("/")) if part]
     cur = "/"
     links = 0
@@ -113,25 +137,25 @@ def _chain(path: str, out: Lookups) -> str | bool | None:
             continue
         out.setdefault(cur, set()).add(name)
         full = os.path.join(cur, name)
-        try:
-            st = os.lstat(full)
-        except (FileNotFoundError, NotADirectoryError):
+        found = seen.get(full) if seen is not None else None
+        if found is None:
+            found = _look(full)
+            if seen is not None:
+                seen[full] = found
+        if found == "missing":
             return None
-        except OSError:
+        if found == "error":
             return False
-        if stat.S_ISLNK(st.st_mode):
+        if isinstance(found, tuple):
             links += 1
-            if links > _MAX_LINKS:
-                return False
-            try:
-                target = os.readlink(full)
-            except OSError:
+            target = found[0]
+            if links > _MAX_LINKS or target is None:
                 return False
             if target.startswith("/"):
                 cur = "/"
             todo.extend(part for part in reversed(target.split("/")) if part)
             continue
-        if not stat.S_ISDIR(st.st_mode) and todo:
+        if found != "dir" and todo:
             return None
         cur = full
     return cur
