@@ -212,8 +212,11 @@ def test_no_secret_or_environment_value_reaches_the_trail(sb: Sandbox, state: Pa
     assert asked and not asked[-1]["allowed"]  # the request is in the trail, refused
     disk = _on_disk(state, "trail")
     assert SECRET.encode() not in disk and ENV_VALUE.encode() not in disk
-    # control: a value the trail does hold is found by the same look
+    # control: a value the trail does hold is found by the same look. The record is
+    # written once the request is handed, beside the command (whose answer can come
+    # first, under load): a read of the trail comes after it, as above.
     sb.exec(["echo", ENV_VALUE])
+    assert any(x.get("argv") == ["echo", ENV_VALUE] for x in sb.events())
     assert ENV_VALUE.encode() in _on_disk(state, "trail")
 
 
