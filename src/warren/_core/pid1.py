@@ -822,6 +822,12 @@ class Init:
                     wire.send(conn, protocol.error_message(e))
             code = 125
         except BaseException as e:
+            if isinstance(e, OSError) and e.errno == errno.ENOSYS and _pid1_ends(PID1_END_WAIT):
+                # A call of ours the broker held (the hard-link walk's window) let go as
+                # PID 1 went: the sandbox is ending (the walk found a file linked from
+                # outside, or a stop), and its client hears why from the supervisor, not a
+                # "bug" from here. The namespace's end kills this helper meanwhile.
+                os._exit(1)
             if conn is None and direct is None:
                 # Failed before its request came, which PID 1 alone gives it (a helper
                 # forked for a request, a one-shot's spare): take the request, so that its
@@ -888,6 +894,27 @@ def _said_taken(spare: socket.socket) -> bool:
         return spare.recv(1, socket.MSG_DONTWAIT) == b"t"
     except OSError:
         return False
+
+
+# Seconds a helper whose call failed with ENOSYS waits to know whether PID 1 is ending
+# (``_pid1_ends``); a helper whose PID 1 goes on reports the failure after it.
+PID1_END_WAIT = 1.0
+
+
+def _pid1_ends(within: float) -> bool:
+    """Whether this helper's parent, PID 1, exits within ``within`` seconds (gone
+    already included). A call the broker held fails with ENOSYS once the broker's
+    listener closes, which PID 1's exit does just before it ends the namespace."""
+    try:
+        fd = os.pidfd_open(os.getppid())
+    except OSError as e:
+        return e.errno == errno.ESRCH
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        return bool(poller.poll(int(within * 1000)))
+    finally:
+        os.close(fd)
 
 
 def _await_handoff(
