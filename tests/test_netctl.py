@@ -564,13 +564,16 @@ def test_a_full_screen_program_is_answered_from_another_terminal(
         "printf '\\033[?1049lLEFT\\n'; echo DONE"
     )
     answered: list[str] = []
+    lists: list[str] = []  # what `warren net RUN pending` said last (a failure says it)
 
     def answer_elsewhere(seen: bytes) -> None:
         found = re.search(rb"answer from another terminal: warren net (run-[0-9a-f]+) pending", seen)
         if answered or found is None or b"IN-ALT" not in seen:
             return
         name = found.group(1).decode()
-        listed = run_cli(["net", name, "pending"], cwd=ws, env=env).stdout
+        pending = run_cli(["net", name, "pending"], cwd=ws, env=env)
+        listed = pending.stdout
+        lists[:] = [listed + pending.stderr]  # the last, for the failure's message
         ids = re.findall(rf"^ +(\d+) .*GET 127\.0\.0\.2:{t.port}", listed, re.MULTILINE)
         if ids:
             r = run_cli(["net", name, "approve", ids[0]], cwd=ws, env=env)
@@ -578,7 +581,8 @@ def test_a_full_screen_program_is_answered_from_another_terminal(
 
     argv = [*_ask_flags(t.port), "--", "sh", "-c", script]
     shown = _on_a_terminal(ws, env, argv, [], meanwhile=answer_elsewhere)
-    assert answered and "Traceback" not in answered[0], answered
+    said = shown[-600:]
+    assert answered and "Traceback" not in answered[0], (answered, lists, said)
     before, rest = shown.split("IN-ALT", 1)
     inside = rest.split("LEFT", 1)[0]
     assert "warren net run-" in before  # said before the program started
