@@ -718,16 +718,6 @@ def inotify_rm_watch(fd: int, wd: int) -> None:
     _check(_inotify_rm_watch(fd, wd), "inotify_rm_watch", None)
 
 
-MADV_POPULATE_WRITE = 23  # Linux 5.14
-_madvise = _libc.madvise
-_madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-
-
-def madvise(address: int, length: int, advice: int) -> None:
-    """madvise(2) of this process's own memory, by address."""
-    _check(_madvise(address, length, advice), "madvise")
-
-
 def close_range(first: int, last: int, flags: int = 0) -> None:
     if first > last:
         return

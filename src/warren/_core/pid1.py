@@ -31,7 +31,7 @@ from ..errors import LimitReached, ProcessNotFound, SandboxError, SetupError, Wa
 from ..net.handshake import pid1_network
 from ..net.proxy import listen_inside
 from ..plan.model import Plan
-from . import _sys, continuer, credsend, execstub, fileops, harden, kernel, mounts, prefault, procs
+from . import _sys, continuer, credsend, execstub, fileops, harden, kernel, mounts, procs
 from .broker import Broker
 from .shim import Launcher, Shim, warm
 
@@ -148,8 +148,6 @@ def main(plan: Plan, control: socket.socket, *, oneshot: bool, ahead: bool = Fal
         os.close(fd)
     try:
         init = Init(plan, control, ruleset, oneshot, broker, helpers, ahead)
-        if not oneshot and prefault.enabled():
-            init.pages = prefault.Record()
         init.sender = sender.pid if sender is not None else 0
         return init.serve()
     except Exception as e:
@@ -262,9 +260,6 @@ class Init:
     # says there when every process of the sandbox is gone ("d", ``shim.end_sandbox``).
     last: socket.socket | None = field(default=None, init=False)
     generation: int = field(default=0, init=False)  # ``Refresh`` and ``Walked`` read (``Spare``)
-    # A long-lived sandbox's record of the pages its helpers write on a request's path,
-    # shared with every helper (``prefault``); a one-shot's single helper has no use of it.
-    pages: prefault.Record | None = field(default=None, init=False)
 
     @property
     def ready_run(self) -> bool:
@@ -699,9 +694,6 @@ class Init:
         # 1's handler: a helper must die of it, never run the stop sequence itself.
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
 
-        # The pages this spare copies before it waits, planned here (``prefault``).
-        prefaults = self.pages.ahead() if warm_up and self.pages is not None else None
-
         def child() -> NoReturn:
             ours.close()
             if direct is not None:
@@ -709,7 +701,7 @@ class Init:
             for fd in inherited or ():
                 with contextlib.suppress(OSError):
                     os.close(fd)
-            self._helper(theirs, warm_up, inside, pair, prefaults)
+            self._helper(theirs, warm_up, inside, pair)
 
         try:
             if window is not None and window.open:
@@ -746,7 +738,6 @@ class Init:
         warm_up: bool,
         direct: socket.socket | None,
         pair: tuple[socket.socket, socket.socket] | None = None,
-        prefaults: prefault.Ahead | None = None,
     ) -> NoReturn:
         """A spare helper: ready (its command's process forked too), then serves the one
         request PID 1 hands it, or (``direct``) the supervisor."""
@@ -792,10 +783,8 @@ class Init:
                 launcher = Launcher(self.plan, self.ruleset, warm_up, pair)
             except OSError as e:
                 cannot = e  # at a limit: said to the request that comes
-            written = None
             if warm_up:
                 warm(self.plan)
-                written = prefault.ready(prefaults)
             got = _await_handoff(from_pid1, direct)
             if got is None:
                 if launcher is not None:
@@ -827,9 +816,6 @@ class Init:
                 # reaping at the pids limit), then said.
                 launcher = _launcher_again(self.plan, self.ruleset)
             self._run(handoff, conn, fds[1:mine], extra, launcher, last)
-            if isinstance(request, protocol.ExecRequest):
-                # Answered (and yielded to its client): now and then, what this one wrote.
-                prefault.record(self.pages, written)
         except WarrenError as e:
             if conn is not None:
                 with contextlib.suppress(OSError):

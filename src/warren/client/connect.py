@@ -40,7 +40,6 @@ _SUPERVISOR_ENV = (
     "WARREN_CREDSEND",  # 0: a command's unix sends name PID 1, as without warren-credsend (_core.credsend)
     "WARREN_NATIVE_WALK",  # 0: the workspace walked in Python, not by warren-walk (_core.treewalk)
     "WARREN_NATIVE_CONTINUER",  # 0: a walk's window answered by the Python broker (_core.continuer)
-    "WARREN_PREFAULT",  # 0: a spare helper copies no page ahead of its request (_core.prefault)
     "WARREN_SPARE_IDLE",  # seconds before an unused spare helper is let go (pid1.SPARE_IDLE)
     "WARREN_LINK_WALK_DELAY",  # seconds the hard-link walk after launch waits first (tests: server.linkwalk)
     "WARREN_OVERLAY_BY_PATH",  # 1: image roots' layers by path, as before Linux 6.13 (mounts)
