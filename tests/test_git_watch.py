@@ -7,6 +7,10 @@ and the exec's helper only asks whether anything is queued. What must hold:
   a new file, a rename over, a removal, a mode change) and "unchanged" once drained;
 - the helper waits for the sync exactly when something is queued (unit, on socket
   pairs: the supervisor's end never answers in the first case);
+- the supervisor's sync twice a second leaves the watch of a repository whose sandbox
+  has an exec running as it is (it still syncs): a queue it drained while that
+  command ran read, once it ended, as "nothing changed" while that sync had not yet
+  written the host's index (a gate's failure of the live test below, as root);
 - fidelity, live and judged from the host, as root and uid 1001: after each exec that
   stages, commits or moves HEAD, host git sees it the moment the exec returns, round
   after round, with execs that change nothing between them.
@@ -162,6 +166,38 @@ def test_the_helper_still_waits_when_the_sync_drains_the_watches_on_its_report(t
     finally:
         os.close(watch)
         os.close(fd)
+
+
+def test_the_sync_twice_a_second_leaves_a_running_execs_watch_as_it_is(tmp_path: Path) -> None:
+    from warren import protocol
+    from warren.plan import CallerFacts
+    from warren.server import ahead, gitkeeper, links, planning
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    assert host_git(ws, "init", "-q").returncode == 0
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"HOME": str(home), "XDG_DATA_HOME": str(home / "data"), "PATH": os.environ.get("PATH", "/usr/bin")}
+    caller, msg_caller = CallerFacts.here(env=env, cwd=str(ws)), protocol.Caller(cwd=str(ws), env=env)
+    keeper = gitkeeper.GitKeeper()
+    planner = planning.Planner(str(tmp_path / "state"), links.LinkScanner(), keeper)
+    request = ahead.Request({"workspace": str(ws)}, caller, msg_caller, None, None, long_lived=True)
+    _plan, found, _host = planner.plan(request)
+    lease = keeper.lease(found)
+    try:
+        (shadow,) = lease.shadows
+        assert shadow.watch is not None
+        dirwatch.drain(shadow.watch)
+        for busy, queued in (([lease], True), ([], False)):
+            # The command's write in the sandbox's tree, then the round of syncs.
+            (Path(shadow.tree) / "description").write_text(f"written while busy={bool(busy)}\n")
+            keeper.tick(busy)
+            assert dirwatch.changed([shadow.watch]) is queued, busy
+            # Synced either way: the host has the write.
+            assert (ws / ".git" / "description").read_text() == f"written while busy={bool(busy)}\n"
+    finally:
+        keeper.release(lease)
 
 
 @pytest.fixture

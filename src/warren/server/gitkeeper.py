@@ -14,7 +14,7 @@ import contextlib
 import os
 import stat
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from .._core import dirwatch, safepath, treewalk
@@ -255,12 +255,17 @@ class GitKeeper:
             for shadow in lease.shadows:
                 self._sync(shadow)
 
-    def tick(self) -> None:
+    def tick(self, busy: Collection[Lease] = ()) -> None:
         """Every repository a live sandbox has (twice a second: a command in the
-        background commits too)."""
+        background commits too). The watch of one that a sandbox with an exec running
+        holds (``busy``) is left as it is: that exec's helper reads it once the command
+        has ended, to know whether its answer waits for the sync, and a queue this sync
+        drained read as "nothing changed" while this sync, run as the command ended, had
+        not written the host's index yet (the client then read the index without the
+        command's ``git add``). Its events stay for that exec's own sync, which drains."""
         for shadow in list(self.shadows.values()):
             if shadow.users > 0:
-                self._sync(shadow)
+                self._sync(shadow, drain=not any(shadow in lease.shadows for lease in busy))
 
     def release(self, lease: Lease | None) -> None:
         """A sandbox ended: a last sync, then the repositories it made are adopted where
@@ -308,7 +313,7 @@ class GitKeeper:
                 os.close(fd)
         lease.roots.clear()
 
-    def _sync(self, shadow: gitstore.Shadow) -> None:
+    def _sync(self, shadow: gitstore.Shadow, drain: bool = True) -> None:
         lease_roots = [(root, fd) for lse in self.leases for root, fd in lse.roots.items()]
         protected = set(self.shadows) | self.adopted
 
@@ -328,7 +333,7 @@ class GitKeeper:
                     return _remove_checkout(fd, root, os.path.relpath(gitfile, root), content)
             return []  # outside every writable root: no sandbox kept it read-only
 
-        if shadow.watch is not None:
+        if shadow.watch is not None and drain:
             dirwatch.drain(shadow.watch)  # before: what changes from now on is seen next time
         try:
             for line in gitstore.sync(shadow, gitlink_ok, checkout_gone):
