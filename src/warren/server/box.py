@@ -633,7 +633,10 @@ class Box:
             self.trail.ended(record, report, stopping)
         self.last_active = time.time()
         try:
-            self.keeper.sync(self.git)
+            # Another exec still running reads the watches once its command ends (see
+            # ``GitKeeper.tick``): an exec ended just as the next began (its report read
+            # as that one was handed) must not drain what the next one's command wrote.
+            self.keeper.sync(self.git, drain=not self.active)
         finally:
             if fd in self.answered:
                 self.answered.discard(fd)

@@ -249,11 +249,13 @@ class GitKeeper:
         watches = [s.watch for s in lease.shadows if s.watch is not None]
         return watches if len(watches) == len(lease.shadows) else []
 
-    def sync(self, lease: Lease | None) -> None:
-        """After a command of this sandbox ended: its repositories, now."""
+    def sync(self, lease: Lease | None, drain: bool = True) -> None:
+        """After a command of this sandbox ended: its repositories, now. Not ``drain``:
+        their watches left as they are, for an exec of the sandbox still running
+        (``tick``)."""
         if lease is not None:
             for shadow in lease.shadows:
-                self._sync(shadow)
+                self._sync(shadow, drain)
 
     def tick(self, busy: Collection[Lease] = ()) -> None:
         """Every repository a live sandbox has (twice a second: a command in the
