@@ -7,8 +7,9 @@ and the exec's helper only asks whether anything is queued. What must hold:
   a new file, a rename over, a removal, a mode change) and "unchanged" once drained;
 - the helper waits for the sync exactly when something is queued (unit, on socket
   pairs: the supervisor's end never answers in the first case);
-- a sync while an exec of the sandbox runs (the round twice a second, or the end of
-  another exec, read as the next one is handed) leaves the repository's watch as it is
+- a sync while an exec of the sandbox runs (the round twice a second, the end of the
+  exec before, read as the next one is handed, another sandbox's on the same
+  repository) leaves the repository's watch as it is
   (it still syncs): a queue drained while that command ran read, once it ended, as
   "nothing changed" while that sync had not yet written the host's index (the one way
   found for a gate's failure of the live test below, as root);
@@ -186,17 +187,21 @@ def test_a_sync_while_an_exec_runs_leaves_its_watch_as_it_is(tmp_path: Path) -> 
     request = ahead.Request({"workspace": str(ws)}, caller, msg_caller, None, None, long_lived=True)
     _plan, found, _host = planner.plan(request)
     lease = keeper.lease(found)
+    other = keeper.lease(planner.plan(request)[1])  # another sandbox on the same repository
     try:
         (shadow,) = lease.shadows
-        assert shadow.watch is not None
+        assert other.shadows == [shadow] and shadow.watch is not None
         dirwatch.drain(shadow.watch)
+        running = {7}  # an exec of the first sandbox runs (``Box.active``)
         rounds = [
-            ("the round, an exec running", lambda: keeper.tick([lease]), True),
-            ("the round, none", lambda: keeper.tick([]), False),
-            ("an exec's end, another running", lambda: keeper.sync(lease, drain=False), True),
-            ("an exec's end, none other", lambda: keeper.sync(lease), False),
+            ("the round, an exec running", running, keeper.tick, True),
+            ("the round, none", set(), keeper.tick, False),
+            ("the end of the exec before, another running", running, lambda: keeper.sync(lease), True),
+            ("the end of an exec, none other", set(), lambda: keeper.sync(lease), False),
+            ("another sandbox's exec ended, one running here", running, lambda: keeper.sync(other), True),
         ]
-        for what, sync, queued in rounds:
+        for what, execs, sync, queued in rounds:
+            lease.running = execs
             # The running command's write in the sandbox's tree, then the sync.
             (Path(shadow.tree) / "description").write_text(f"{what}\n")
             sync()
@@ -205,6 +210,7 @@ def test_a_sync_while_an_exec_runs_leaves_its_watch_as_it_is(tmp_path: Path) -> 
             # Synced either way: the host has the write.
             assert (ws / ".git" / "description").read_text() == f"{what}\n", what
     finally:
+        keeper.release(other)
         keeper.release(lease)
 
 

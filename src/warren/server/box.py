@@ -230,6 +230,8 @@ class Box:
         self.outbox = wire.Outbox(self.launched.control)
         self.roots = follow.identities(self.plan)
         self.sel.register(self.launched.control, _R, ("control", self))
+        if self.git is not None:
+            self.git.running = self.active  # no sync drains its watches while one runs
 
     @property
     def unused(self) -> bool:
@@ -633,10 +635,7 @@ class Box:
             self.trail.ended(record, report, stopping)
         self.last_active = time.time()
         try:
-            # Another exec still running reads the watches once its command ends (see
-            # ``GitKeeper.tick``): an exec ended just as the next began (its report read
-            # as that one was handed) must not drain what the next one's command wrote.
-            self.keeper.sync(self.git, drain=not self.active)
+            self.keeper.sync(self.git)
         finally:
             if fd in self.answered:
                 self.answered.discard(fd)

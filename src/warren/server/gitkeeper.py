@@ -14,7 +14,7 @@ import contextlib
 import os
 import stat
 import sys
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from .._core import dirwatch, safepath, treewalk
@@ -60,6 +60,9 @@ class Lease:
     # Its sandbox was booted ahead and nothing has run in it: it writes nothing, and
     # whoever takes it plans again (a repository adopted meanwhile is another plan).
     idle: bool = False
+    # Its sandbox's running execs (``Box.active``, the same set): while one runs, no sync
+    # drains the watches of its repositories (``GitKeeper._sync``).
+    running: set[int] = field(default_factory=set)
 
 
 class GitKeeper:
@@ -249,25 +252,18 @@ class GitKeeper:
         watches = [s.watch for s in lease.shadows if s.watch is not None]
         return watches if len(watches) == len(lease.shadows) else []
 
-    def sync(self, lease: Lease | None, drain: bool = True) -> None:
-        """After a command of this sandbox ended: its repositories, now. Not ``drain``:
-        their watches left as they are, for an exec of the sandbox still running
-        (``tick``)."""
+    def sync(self, lease: Lease | None) -> None:
+        """After a command of this sandbox ended: its repositories, now."""
         if lease is not None:
             for shadow in lease.shadows:
-                self._sync(shadow, drain)
+                self._sync(shadow)
 
-    def tick(self, busy: Collection[Lease] = ()) -> None:
+    def tick(self) -> None:
         """Every repository a live sandbox has (twice a second: a command in the
-        background commits too). The watch of one that a sandbox with an exec running
-        holds (``busy``) is left as it is: that exec's helper reads it once the command
-        has ended, to know whether its answer waits for the sync, and a queue this sync
-        drained read as "nothing changed" while this sync, run as the command ended, had
-        not written the host's index yet (the client then read the index without the
-        command's ``git add``). Its events stay for that exec's own sync, which drains."""
+        background commits too)."""
         for shadow in list(self.shadows.values()):
             if shadow.users > 0:
-                self._sync(shadow, drain=not any(shadow in lease.shadows for lease in busy))
+                self._sync(shadow)
 
     def release(self, lease: Lease | None) -> None:
         """A sandbox ended: a last sync, then the repositories it made are adopted where
@@ -315,7 +311,7 @@ class GitKeeper:
                 os.close(fd)
         lease.roots.clear()
 
-    def _sync(self, shadow: gitstore.Shadow, drain: bool = True) -> None:
+    def _sync(self, shadow: gitstore.Shadow) -> None:
         lease_roots = [(root, fd) for lse in self.leases for root, fd in lse.roots.items()]
         protected = set(self.shadows) | self.adopted
 
@@ -335,8 +331,15 @@ class GitKeeper:
                     return _remove_checkout(fd, root, os.path.relpath(gitfile, root), content)
             return []  # outside every writable root: no sandbox kept it read-only
 
-        if shadow.watch is not None and drain:
-            dirwatch.drain(shadow.watch)  # before: what changes from now on is seen next time
+        # Drained before: what changes from now on is seen next time. Not while an exec of
+        # a sandbox holding the repository runs (``Lease.running``): its helper reads the
+        # watch once the command has ended, to know whether its answer waits for a sync,
+        # and a queue drained here (the round twice a second, the end of the exec before
+        # it, another sandbox's on the same repository) read as "nothing changed" while
+        # this sync, still running, had not written the host's index: the client read the
+        # index without the command's ``git add``. Its events stay for its own sync.
+        if shadow.watch is not None and not any(lse.running for lse in self.leases if shadow in lse.shadows):
+            dirwatch.drain(shadow.watch)
         try:
             for line in gitstore.sync(shadow, gitlink_ok, checkout_gone):
                 _log(line)

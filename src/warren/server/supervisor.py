@@ -266,7 +266,7 @@ class Supervisor:
                 box.signal(signal.SIGKILL)
         if now >= self.git_sync_at:
             self.git_sync_at = now + GIT_SYNC_EVERY
-            self.git.tick([box.git for box in self.sandboxes.all() if box.active and box.git is not None])
+            self.git.tick()
         for box in list(self.sandboxes.boxes.values()):
             if box.idle_expired():
                 box.terminate()
