@@ -18,6 +18,7 @@ from typing import Any
 
 from ..errors import ConfigError, PolicyError
 from . import limits as _limits
+from . import lookups as _lookups
 from .resolve import absolute, env_and_home
 from .spec import PATH_KEYS, PolicySpec, from_mapping, type_error
 
@@ -34,25 +35,31 @@ def user_config_path(env: Mapping[str, str], home: Path) -> Path:
 
 
 def _load(path: Path) -> dict[str, Any]:
-    if not path.exists():
+    try:
+        data = _lookups.read_file(path)
+    except OSError as e:
+        raise ConfigError.from_os(
+            e, f"{path}: cannot read", "config", str(path), hint="check the file's permissions"
+        ) from None
+    if data is None:
         return {}
     import tomllib  # only when a file exists: keeps `warren run` start-up short
 
     try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
-    except FileNotFoundError:
-        return {}
+        return tomllib.loads(data.decode())
+    except UnicodeDecodeError as e:
+        raise ConfigError(
+            f"{path}: not valid TOML: not UTF-8 ({e.reason} at byte {e.start})",
+            operation="config",
+            path=str(path),
+            hint="save the file as UTF-8; see the policy file reference (docs/reference/config.md)",
+        ) from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(
             f"{path}: not valid TOML: {e}",
             operation="config",
             path=str(path),
             hint="fix the syntax; see the policy file reference (docs/reference/config.md)",
-        ) from None
-    except OSError as e:
-        raise ConfigError.from_os(
-            e, f"{path}: cannot read", "config", str(path), hint="check the file's permissions"
         ) from None
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from ..errors import PolicyError
 from ..net import allowlist as _allowlist
 from ..net import secrets as _secrets
+from . import lookups as _lookups
 from .limits import Limits
 from .presets import is_credential_name
 from .spec import PolicySpec
@@ -275,12 +276,12 @@ class Policy:
                     f"path must be absolute: {root.path}", "write it as an absolute path or start it with ~/"
                 )
         for root in (*self.writable, *self.readable):
-            if not root.create and not os.path.lexists(root.path):
+            if not root.create and not _lexists(root.path):
                 raise root.refused(
                     f"path does not exist: {root.path}", "create it first, or remove it from the policy"
                 )
         for root in self.denied:
-            if root.source != "default" and not os.path.lexists(root.path):
+            if root.source != "default" and not _lexists(root.path):
                 raise root.refused(
                     f"denied path does not exist: {root.path}",
                     "check the spelling; a deny rule that matches nothing protects nothing",
@@ -361,7 +362,14 @@ def _require_dir(path: Path, what: str) -> None:
 
     if not path.is_absolute():
         raise refused("must be an absolute path", "pass an absolute path")
+    _lookups.looked_up(path)
     if not path.exists():
         raise refused("does not exist", f"create it (mkdir -p {path}) or pass another --workspace")
     if not path.is_dir():
         raise refused("is not a directory", "the workspace must be a directory")
+
+
+def _lexists(path: Path) -> bool:
+    """``os.path.lexists``, recorded (``lookups``)."""
+    _lookups.looked_up(path)
+    return os.path.lexists(path)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..errors import PolicyError
 from . import hostrun as _hostrun
+from . import lookups as _lookups
 from . import presets as _presets
 from .limits import parse_size
 from .model import DEFAULT_DENIED, DEFAULT_ENV_PASS, SYSTEM_DENIED, Policy, Root, is_within
@@ -70,6 +71,7 @@ def absolute(
             hint="paths are at most 4095 bytes, each name at most 255",
         )
     # Resolve symlinks so the plan names what the kernel will see.
+    _lookups.looked_up(path)
     return as_path(os.path.realpath(path) if parents is None else realpath(str(path), parents))
 
 
@@ -103,6 +105,7 @@ def realpath(path: str, parents: dict[str, str]) -> str:
     list is dozens of paths under a few directories of home, resolved for every
     sandbox. Where the last name is a symlink (or is not a plain name), the full
     resolution."""
+    _lookups.looked_up(path)
     parent, _, name = path.rpartition("/")
     if not parent or name in ("", ".", ".."):
         return os.path.realpath(path)
@@ -137,7 +140,13 @@ def _disk(value: object) -> int | None:
 
 
 def _located(grant: _presets.PresetGrant) -> dict[str, str]:
-    return {var: os.path.realpath(path) for var, path in grant.locations}
+    return {var: _real(path) for var, path in grant.locations}
+
+
+def _real(path: str | Path) -> str:
+    """``os.path.realpath``, recorded (``lookups``)."""
+    _lookups.looked_up(path)
+    return os.path.realpath(path)
 
 
 def _plain_home(home: Path) -> str | None:
@@ -176,7 +185,7 @@ def build(
     workspace = (
         absolute(spec.workspace, "--workspace", base, home)
         if spec.workspace and not no_workspace
-        else cwd.resolve()
+        else Path(_real(cwd))
     )
     # A tool's cache is where the sandbox's environment names it: an explicit --env of
     # its variable moves the grant (a cache private to the project), and the caller's
@@ -200,7 +209,7 @@ def build(
     if spec.workspace_writable is not False and not no_workspace:
         writable.append(Root(workspace, "workspace"))
     writable += [Root(p, "--write") for p in write]
-    writable += [Root(Path(os.path.realpath(p)), src, create=True) for p, src in grant.writable]
+    writable += [Root(Path(_real(p)), src, create=True) for p, src in grant.writable]
     known: dict[str, tuple[str, bool]] = {}
     host_run = _host_run(env, home, known)
     for root in writable:
@@ -215,7 +224,7 @@ def build(
             )
     if not spec.allow_broad_workspace:
         for root in writable:
-            _refuse_broad(root, Path(os.path.realpath(home)))
+            _refuse_broad(root, Path(_real(home)))
     readable = [Root(p, "--read") for p in read]
     denied = [Root(p, "--deny") for p in deny]
     if spec.default_deny is not False:
@@ -302,6 +311,7 @@ def _resolved(path: str, known: dict[str, tuple[str, bool]]) -> tuple[str, bool]
     hit = known.get(path)
     if hit is not None:
         return hit
+    _lookups.looked_up(path)
     parent, _, name = path.rpartition("/")
     real_parent, exists = _resolved(parent, known)
     joined = posixpath.join(real_parent, name)
@@ -323,7 +333,10 @@ def system_denied(names: tuple[str, ...] = SYSTEM_DENIED) -> list[str]:
     out: list[str] = []
     for name in names:
         if any(c in name for c in "*?["):
-            out += sorted(glob.glob(glob.escape(os.path.dirname(name)) + "/" + os.path.basename(name)))
+            directory = os.path.dirname(name)
+            matched = sorted(glob.glob(glob.escape(directory) + "/" + os.path.basename(name)))
+            _lookups.listed(directory, matched)
+            out += matched
         else:
             out.append(name)
     return list(dict.fromkeys(out))

@@ -52,6 +52,7 @@ from .box import Box
 
 if TYPE_CHECKING:
     from .planning import Basis
+    from .policymemo import PolicyMemo
 
 # Seconds unused before a sandbox booted ahead is stopped (its spare with it), and within
 # which a request must come again to be booted ahead for: an agent waiting for its model
@@ -128,6 +129,9 @@ class Booted:
     waiting: Request | None = None  # the run given to it while it still boots
     since: float = field(default_factory=time.monotonic)
     checked: bool = False  # its marks were taken again once it was ready, and held
+    # its policy, kept while what it was resolved from is unchanged (its watch is the
+    # box's ``launched.policy_watch``, closed with the box)
+    policy: PolicyMemo | None = None
 
 
 def lingers_anyway(caller_cgroups: str | None, own_cgroups: str) -> bool:

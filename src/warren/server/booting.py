@@ -16,7 +16,7 @@ import time
 from .. import protocol
 from .._core import guard, treewalk
 from ..errors import WarrenError
-from . import ahead, boxnet, clients, gitkeeper, planning, sandboxes
+from . import ahead, boxnet, clients, gitkeeper, planning, policymemo, sandboxes
 from .box import Box, Run
 from .clients import Client
 from .connections import Connections
@@ -131,7 +131,16 @@ class Booter:
         # Made from what the booted one was made from, the plan is the booted one (the
         # policy and the host facts are resolved and gathered again to know it).
         known = (booted.basis, box.plan) if booted.basis is not None else None
-        plan, git, host, _basis = self.planner.planned(request, scratch_id=booted.scratch_id, known=known)
+        policy = None
+        if booted.policy is not None:
+            policy = booted.policy.policy_for(self.planner.memo_key(request))
+            booted.policy = None  # used once: its watch goes now
+            if box.launched.policy_watch is not None:
+                box.launched.policy_watch.close()
+                box.launched.policy_watch = None
+        plan, git, host, _basis = self.planner.planned(
+            request, scratch_id=booted.scratch_id, known=known, policy=policy
+        )
         git.close()  # the booted sandbox holds its repositories' lease
         why, refresh = ahead.mismatch(booted, plan, host)
         if why is not None:
@@ -183,12 +192,19 @@ class Booter:
         if self.pool.get(key) is not None:
             return
         scratch_id = secrets.token_hex(12)
+        memo = policymemo.make(self.planner.memo_key(request), lambda: self.planner.resolve(request))
         try:
-            plan, git, host, basis = self.planner.planned(request, scratch_id=scratch_id)
+            plan, git, host, basis = self.planner.planned(
+                request, scratch_id=scratch_id, policy=memo.policy if memo is not None else None
+            )
         except WarrenError:
+            if memo is not None:
+                memo.close()
             return
         if not ahead.eligible(plan, request.long_lived):
             git.close()
+            if memo is not None:
+                memo.close()
             return
         try:
             box = self.sandboxes.launch(
@@ -201,9 +217,12 @@ class Booter:
                 ahead=True,
             )
         except WarrenError:
+            if memo is not None:
+                memo.close()
             return
         assert box.launched.marks is not None
-        box.booted = ahead.Booted(box, host, box.launched.marks, scratch_id, basis=basis)
+        box.booted = ahead.Booted(box, host, box.launched.marks, scratch_id, basis=basis, policy=memo)
+        box.launched.policy_watch = memo.watch if memo is not None else None
         for old in self.pool.add(key, box.booted):
             old.terminate()
 

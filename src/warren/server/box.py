@@ -931,6 +931,9 @@ class Box:
         if self.launched.mark_watch is not None:
             self.launched.mark_watch.close()
             self.launched.mark_watch = None
+        if self.launched.policy_watch is not None:
+            self.launched.policy_watch.close()
+            self.launched.policy_watch = None
         self.drop_spare()
         if self.helper is not None:
             self.helper.close()

@@ -35,6 +35,7 @@ import select
 import stat
 import struct
 import time
+from collections.abc import Iterable
 
 from .._core import _sys
 from ..plan.landlock import covered_dirs
@@ -88,6 +89,25 @@ def lookups(plan: Plan) -> tuple[Lookups, frozenset[str], Lookups] | None:
             if _chain(link, names, seen) is False:
                 return None
     return names, frozenset(wild), firm
+
+
+def lookups_of(paths: Iterable[str], listed: Iterable[str]) -> tuple[Lookups, frozenset[str], Lookups] | None:
+    """As ``lookups``, for any absolute ``paths`` (each looked up, its last link
+    followed) and ``listed`` directories (every new entry counts), None where one cannot
+    be followed. No name is on a planned path's way (``replaced`` says nothing)."""
+    names: Lookups = {}
+    seen: _Seen = {}
+    for path in sorted(paths):
+        if _chain(path, names, seen) is False:
+            return None
+    wild: set[str] = set()
+    for path in sorted(listed):
+        real = _chain(path, names, seen)
+        if real is False:
+            return None
+        if isinstance(real, str):
+            wild.add(real)
+    return names, frozenset(wild), {}
 
 
 def _listed(plan: Plan) -> set[str]:
@@ -290,7 +310,12 @@ class MarkWatch:
     @classmethod
     def start(cls, plan: Plan) -> MarkWatch | None:
         """Watch what ``plan``'s marks rest on (call it before taking them)."""
-        found = lookups(plan)
+        return cls.over(lookups(plan))
+
+    @classmethod
+    def over(cls, found: tuple[Lookups, frozenset[str], Lookups] | None) -> MarkWatch | None:
+        """Watch the names and listed directories of ``found`` (``lookups``,
+        ``lookups_of``) and the mount table; None where that cannot be done."""
         if found is None:
             return None
         try:

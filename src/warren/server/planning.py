@@ -28,9 +28,9 @@ from ..plan import CallerFacts, Plan, make_plan, tmpdir
 from ..plan.facts import HostFacts, paths_of
 from ..plan.model import LinkWalk
 from ..plan.mounts import strip_nested, within
-from ..policy import Policy, build, config
+from ..policy import Policy, build, config, lookups
 from ..policy.spec import from_mapping
-from . import gitkeeper, links, snapshots, statedir
+from . import gitkeeper, links, policymemo, snapshots, statedir
 from .envroot import resolve_image, store_root
 from .hostfacts import free_loopback_port, gather, namespaces
 
@@ -45,7 +45,9 @@ def resolve(spec_map: dict[str, object], caller: CallerFacts, msg_caller: protoc
     home = Path(caller.home)
     here = Path(caller.cwd)
     if msg_caller.config:
-        workspace = Path(os.path.realpath(here / spec.workspace)) if spec.workspace else here.resolve()
+        asked = here / spec.workspace if spec.workspace else here
+        lookups.looked_up(asked)
+        workspace = Path(os.path.realpath(asked))
         if workspace.is_dir():  # else build() names the precise error
             spec = config.load_spec(workspace, msg_caller.profile, env=caller.env, home=home).merged(spec)
     elif msg_caller.profile:
@@ -187,6 +189,15 @@ class Planner:
     def __init__(self, root: str | None, scanner: links.LinkScanner, keeper: gitkeeper.GitKeeper) -> None:
         self.root, self.scanner, self.keeper = root, scanner, keeper
 
+    def resolve(self, request: Request) -> Policy:
+        """The request's policy, resolved now."""
+        return resolve(request.spec, request.caller, request.msg_caller)
+
+    def memo_key(self, request: Request) -> policymemo.Key:
+        """What of ``request`` a kept policy must have been resolved for (``policymemo``)."""
+        m = request.msg_caller
+        return policymemo.key(request.spec, request.caller, bool(m.config), m.profile)
+
     def plan(
         self, request: Request, *, dry: bool = False, scratch_id: str | None = None
     ) -> tuple[Plan, gitkeeper.Found, HostFacts]:
@@ -206,14 +217,17 @@ class Planner:
         dry: bool = False,
         scratch_id: str | None = None,
         known: tuple[Basis, Plan] | None = None,
+        policy: Policy | None = None,
     ) -> tuple[Plan, gitkeeper.Found, HostFacts, Basis | None]:
         """``plan``, and what ``make_plan`` made it from (``Basis``; None where it took
         fresh randomness). ``known``: a plan made before and its basis (the sandbox
         booted ahead's): when the basis now is equal, that plan is the one ``make_plan``
-        would make again, and is returned instead. The policy and the host facts are
-        resolved and gathered afresh either way: only the pure step is spared."""
+        would make again, and is returned instead. ``policy``: the request's policy as a
+        resolution now would make it (``policymemo``), else it is resolved. The host
+        facts are gathered afresh either way."""
         caller = request.caller
-        policy = resolve(request.spec, caller, request.msg_caller)
+        if policy is None:
+            policy = self.resolve(request)
         state_dir = self.root or statedir.location(caller.env)
         host, git = host_facts(
             policy, caller, state_dir=state_dir, scanner=self.scanner, keeper=self.keeper, dry=dry
