@@ -34,12 +34,13 @@ class Place:
         self.base, self.ws, self.cache = base, base / "ws", base / "cache"
         self.ws.mkdir(parents=True)
         self.cache.mkdir()
+        self.env = {"XDG_CACHE_HOME": str(self.cache)}
 
     def run(self, script: str, *flags: str) -> tuple[int, str, str]:
         r = run_cli(
             ["run", *flags, "--", "sh", "-c", script],
             cwd=self.ws,
-            env={"XDG_CACHE_HOME": str(self.cache)},
+            env=self.env,
             timeout=120,
         )
         return r.returncode, r.stdout, r.stderr
@@ -101,6 +102,27 @@ def test_an_edited_warren_toml_takes_effect_at_the_next_run(place: Place) -> Non
     assert out.splitlines()[0] != stale, "the sandbox booted before the edit was not used"
     code, out, _err = place.run(f"cat {secret}")
     assert code != 0 and "s3cret" not in out
+
+
+def test_a_user_config_edited_in_place_takes_effect_at_the_next_run(place: Place) -> None:
+    """The booted sandbox's policy is kept while nothing it was resolved from changed
+    (``policymemo``); an edit in place of the user's config changes no name the kernel
+    would tell of: its bytes are what say so."""
+    for name in ("secret.txt", "public.txt"):
+        (place.base / name).write_text(f"{name}-s3cret\n")
+    config = place.base / "config" / "warren" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text(f'deny = ["{place.base / "public.txt"}"]\n')
+    place.env["XDG_CONFIG_HOME"] = str(place.base / "config")
+    _twice(place, f"cat {place.base}/secret.txt")
+    stale = place.booted()
+    with open(config, "r+") as f:  # the same file, the same size
+        text = f.read()
+        f.seek(0)
+        f.write(text.replace("public.txt", "secret.txt"))
+    code, out, _err = place.run(f'echo "$TMPDIR"; cat {place.base}/public.txt {place.base}/secret.txt')
+    assert "public.txt-s3cret" in out and "secret.txt-s3cret" not in out, (code, out)
+    assert out.splitlines()[0] != stale, "the sandbox booted before the edit was not used"
 
 
 def test_a_denied_directory_replaced_on_the_host_stays_hidden(place: Place) -> None:
