@@ -9,6 +9,9 @@ all are measured after the same idle moments:
   Sandbox.exec(["true"])  (--exec)   vs  subprocess.run      target <= +1.0 ms
   Sandbox.create + first exec        vs  bwrap ... true      target <= 2.0x
                           (--create; the sandbox removed after, outside the time)
+  --burst N (with --exec): N execs back to back at each turn, as a framework's several
+  tool calls of one model turn come; the row is the mean of the N-1 that follow the
+  first, against as many subprocess.run calls back to back   target <= +1.0 ms
 
 ``--also CLI`` measures a second warren CLI in the same cycles (its own supervisor and
 state: another install, e.g. the code before a change), so before and after come from
@@ -21,7 +24,7 @@ Medians; each supervisor started before (two runs at the pace first, as an agent
 session would have).
 
 Run: python bench/bench_pace.py [--pace 1,10,30] [--runs 6] [--exec] [--create] [--busy 2] [--also PATH]
-       [--also-python PATH]
+       [--also-python PATH] [--burst 4]
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ def main() -> None:
     ap.add_argument("--exec", action="store_true", help="also Sandbox.exec vs subprocess.run")
     ap.add_argument("--create", action="store_true", help="also Sandbox.create + first exec vs bwrap")
     ap.add_argument("--busy", type=int, default=0, help="busy loops running meanwhile")
+    ap.add_argument("--burst", type=int, default=0, help="with --exec: also N execs back to back")
     ap.add_argument("--also", help="another warren CLI measured in the same cycles (its own state)")
     ap.add_argument("--also-python", help="another install's Python: its Sandbox.exec beside (with --exec)")
     args = ap.parse_args()
@@ -102,6 +106,9 @@ def main() -> None:
                 box = Sandbox.create(PolicySpec(workspace=str(places["lib"] / "ws")))
                 kinds["subprocess.run"] = _timer(["true"], places["lib"] / "ws")
                 kinds["Sandbox.exec"] = _lib_exec(box)
+                if args.burst > 1:
+                    kinds["subprocess.run burst"] = _followers(kinds["subprocess.run"], args.burst)
+                    kinds["Sandbox.exec burst"] = _followers(_lib_exec(box), args.burst)
                 if args.also_python:
                     other = _other_exec(args.also_python, places["also-lib"])
                     kinds["also Sandbox.exec"] = _asked(other)
@@ -142,6 +149,16 @@ def _misses(label: str, log: Path) -> None:
         f"  {label}: {len(lines)} booted sandboxes logged as not used",
         *[f"\n    {n} x {r}" for r, n in reasons.items()],
     )
+
+
+def _followers(fn: Callable[[], float], n: int) -> Callable[[], float]:
+    """``n`` calls of ``fn`` back to back: the mean time of those after the first."""
+
+    def go() -> float:
+        times = [fn() for _ in range(n)]
+        return statistics.mean(times[1:])
+
+    return go
 
 
 def _lib_exec(box: Sandbox) -> Callable[[], float]:
@@ -241,6 +258,13 @@ def _measure(
         else:
             verdict = "met" if e - s <= 1.0 else "NOT met"
             line.append(f"Sandbox.exec {e:5.2f} ms, +{e - s:4.2f} ms over subprocess.run ({verdict})")
+        if "Sandbox.exec burst" in med:
+            sb, eb = med["subprocess.run burst"], med["Sandbox.exec burst"]
+            verdict = "met" if eb - sb <= 1.0 else "NOT met"
+            line.append(
+                f"{args.burst} back to back: Sandbox.exec {eb:5.2f} ms after the first, "
+                f"+{eb - sb:4.2f} ms over subprocess.run ({verdict})"
+            )
         if "also Sandbox.exec" in med:
             a = med["also Sandbox.exec"]
             line.append(f"{args.also_python}'s Sandbox.exec {a:5.2f} ms, +{a - s:4.2f} ms")

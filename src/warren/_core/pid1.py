@@ -224,7 +224,7 @@ def _start_broker(plan: Plan, helpers: set[int], sender: credsend.Sender | None)
         ) from None
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class Init:
     plan: Plan
     control: socket.socket
