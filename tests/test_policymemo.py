@@ -61,6 +61,7 @@ SPECS: list[tuple[dict[str, object], str | None]] = [
     ({}, "tight"),
     ({"presets": ["uv", "npm", "cargo", "git"]}, None),
     ({"write": ["../data"], "read": ["../shown"], "deny": ["~/.ssh"]}, None),
+    ({"read": ["../none/../shown", "../data/../shown"]}, None),
 ]
 
 

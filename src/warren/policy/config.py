@@ -34,9 +34,28 @@ def user_config_path(env: Mapping[str, str], home: Path) -> Path:
     return Path(base) / "warren" / "config.toml"
 
 
+# A config file is a few lines; a workspace's is the sandbox's to write, and is read
+# whole by the supervisor.
+MAX_CONFIG = 1 << 20
+
+
 def _load(path: Path) -> dict[str, Any]:
     try:
-        data = _lookups.read_file(path)
+        data = _lookups.read_file(path, MAX_CONFIG)
+    except _lookups.NotRegular:
+        raise ConfigError(
+            f"{path}: not a regular file",
+            operation="config",
+            path=str(path),
+            hint="make it a file of TOML, or remove it (a FIFO or a device is never read)",
+        ) from None
+    except _lookups.TooLarge:
+        raise ConfigError(
+            f"{path}: larger than {MAX_CONFIG >> 20} MiB",
+            operation="config",
+            path=str(path),
+            hint="a config file is a few lines of TOML; was it written by something else?",
+        ) from None
     except OSError as e:
         raise ConfigError.from_os(
             e, f"{path}: cannot read", "config", str(path), hint="check the file's permissions"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -52,10 +53,14 @@ def looked_up(path: str | Path) -> None:
     if record is None:
         return
     text = os.fspath(path)
-    if text.startswith("/"):
-        record.paths.add(text)
-    else:
+    if not text.startswith("/"):
         record.loose = True
+        return
+    record.paths.add(text)
+    if "/.." in text:
+        # ``os.path.realpath`` goes on lexically past a name that is missing ("a/none/..
+        # /b" looks up "b" in "a"), where the kernel would stop: its way is watched too.
+        record.paths.add(os.path.normpath(text))
 
 
 def listed(directory: str, matched: list[str]) -> None:
@@ -73,17 +78,41 @@ def listed(directory: str, matched: list[str]) -> None:
 _ABSENT = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)
 
 
-def read_file(path: Path) -> bytes | None:
-    """The whole of the file at ``path``, or None where there is none; any other
-    failure raises (``OSError``). Recorded with what was read."""
+class NotRegular(OSError):
+    """The path names something other than a regular file (a FIFO, a device, a
+    directory): a config file in a workspace is the sandbox's to make, and a FIFO
+    there would hold whoever opened it, a device would never end."""
+
+
+class TooLarge(OSError):
+    """The file is larger than the reader takes."""
+
+
+def read_file(path: Path, limit: int) -> bytes | None:
+    """The whole of the regular file at ``path`` (at most ``limit`` bytes), or None
+    where there is none; ``NotRegular``, ``TooLarge`` or another ``OSError`` else. Its
+    open never waits (``O_NONBLOCK``: a FIFO). Recorded with what was read."""
     looked_up(path)
     try:
-        with open(path, "rb") as f:
-            data: bytes | None = f.read()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError as e:
         if e.errno not in _ABSENT:
             raise
-        data = None
+        data: bytes | None = None
+    else:
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise NotRegular(errno.EINVAL, "not a regular file", os.fspath(path))
+            chunks: list[bytes] = []
+            size = 0
+            while chunk := os.read(fd, min(1 << 16, limit + 1 - size)):
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > limit:
+                    raise TooLarge(errno.EFBIG, f"larger than {limit} bytes", os.fspath(path))
+            data = b"".join(chunks)
+        finally:
+            os.close(fd)
     record = _RECORD.get()
     if record is not None:
         record.read[os.fspath(path)] = data

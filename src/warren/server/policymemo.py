@@ -29,7 +29,7 @@ from pathlib import Path
 
 from ..errors import WarrenError
 from ..plan import CallerFacts
-from ..policy import Policy, lookups
+from ..policy import Policy, config, lookups
 from ..policy.limits import cpu_count, mem_total
 from .markwatch import MarkWatch, lookups_of
 
@@ -57,7 +57,7 @@ class PolicyMemo:
             return None
         for path, then in self.read.items():
             try:
-                now = lookups.read_file(Path(path))
+                now = lookups.read_file(Path(path), config.MAX_CONFIG)
             except OSError:
                 return None
             if now != then:
