@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -124,6 +125,33 @@ def test_read_file_refuses_links_and_bounds_size(tree) -> None:
         safepath.read_file(fd, "big", 100)
     assert e.value.errno == errno.EFBIG
     assert safepath.read_file(fd, "big", 200) == b"x" * 200
+
+
+def test_read_file_never_waits_on_a_fifo(tree) -> None:
+    """A FIFO where a file was (a sandbox swaps one in between a walk's look and its
+    read): refused at once, not waited on (a child reads, so a wait fails the test
+    instead of holding it)."""
+    box, _victim, fd = tree
+    os.mkfifo(box / ".git")
+    pid = os.fork()
+    if pid == 0:
+        try:
+            safepath.read_file(fd, ".git", 4096)
+            os._exit(1)
+        except OSError as e:
+            os._exit(0 if e.errno == errno.EINVAL else 2)
+        finally:
+            os._exit(3)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.01)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    raise AssertionError("the read waited on the FIFO")
 
 
 def _temp(tree: Path, name: str, age: float) -> Path:

@@ -124,8 +124,10 @@ def lstat_beneath(dirfd: int, rel: str) -> os.stat_result | None:
 
 
 def read_file(dirfd: int, rel: str, limit: int) -> bytes:
-    """The content of the regular file ``rel`` (at most ``limit`` bytes, else EFBIG)."""
-    fd = open_beneath(dirfd, rel, os.O_RDONLY)
+    """The content of the regular file ``rel`` (at most ``limit`` bytes, else EFBIG).
+    Its open never waits: a FIFO swapped in for the file after the caller looked
+    (a sandbox may, in its workspace) is refused, not waited on by the supervisor."""
+    fd = open_beneath(dirfd, rel, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(errno.EINVAL, "not a regular file", rel)
