@@ -11,10 +11,11 @@ run, never assumed:
 - the request is planned again, as every run is, with the sandbox's own TMPDIR name,
   and its plan and the host facts it was made from must equal the booted one's (a
   config file edited, a new deny, an env change that passes, a mount, a link scanned,
-  other cgroups of the caller: another plan). Its policy is resolved and the host's
-  facts gathered afresh; where they, the caller and the rest ``make_plan`` takes are
-  all equal to what the booted plan was made from (``planning.Basis``), that pure step
-  is not run again: it would make the same plan;
+  other cgroups of the caller: another plan). The host's facts are gathered afresh,
+  and its policy resolved afresh unless the boot's resolution still stands
+  (``policymemo``: nothing it read changed); where they, the caller and the rest
+  ``make_plan`` takes are all equal to what the booted plan was made from
+  (``planning.Basis``), that pure step is not run again: it would make the same plan;
 - the host paths the setup resolved must still be what they were (``marks``: a
   workspace, a denied directory or a bound file replaced since is another sandbox),
   which the kernel tells where it watched them (``markwatch``: nothing queued, nothing

@@ -129,7 +129,8 @@ class Booter:
             box.terminate()
             return None
         # Made from what the booted one was made from, the plan is the booted one (the
-        # policy and the host facts are resolved and gathered again to know it).
+        # host facts are gathered again to know it, and the policy is resolved again
+        # unless the boot's still stands: ``policymemo``).
         known = (booted.basis, box.plan) if booted.basis is not None else None
         policy = None
         if booted.policy is not None:
