@@ -516,8 +516,12 @@ def copy_file(src_fd: int, dst_fd: int, name: str) -> None:
         # A file with another name may be a secret's other name (git's own top-level
         # files never have one): its content does not travel.
         return
-    fd = safepath.open_beneath(src_fd, name, os.O_RDONLY)
+    # Never waiting in the open: the sandbox may have swapped a FIFO in since the look.
+    fd = safepath.open_beneath(src_fd, name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     try:
+        now = os.fstat(fd)
+        if not stat.S_ISREG(now.st_mode) or (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+            return
         safepath.write_atomic(dst_fd, name, _chunks(fd), mode=stat.S_IMODE(st.st_mode), fsync=False)
     finally:
         os.close(fd)

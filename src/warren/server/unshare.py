@@ -122,7 +122,8 @@ def _replace(root: int, rel: str, key: tuple[int, int], copy: int) -> tuple[int,
 def _copy(pfd: int, name: str, tmp: str, key: tuple[int, int]) -> int:
     """A fresh file ``tmp`` with the content, mode and times of ``name`` (checked to
     be the inode ``key`` through the descriptor it is read from); -1 if it is not."""
-    src = safepath.open_beneath(pfd, name, os.O_RDONLY)
+    # Never waiting in the open: a FIFO may have taken the name since the scan.
+    src = safepath.open_beneath(pfd, name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     try:
         st = os.fstat(src)
         if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != key:
