@@ -63,6 +63,18 @@ def looked_up(path: str | Path) -> None:
         record.paths.add(os.path.normpath(text))
 
 
+def realpath(path: str | Path) -> str:
+    """``os.path.realpath``, recorded."""
+    looked_up(path)
+    return os.path.realpath(path)
+
+
+def lexists(path: str | Path) -> bool:
+    """``os.path.lexists``, recorded."""
+    looked_up(path)
+    return os.path.lexists(path)
+
+
 def listed(directory: str, matched: list[str]) -> None:
     """``directory``'s entries were listed and ``matched`` taken of them."""
     record = _RECORD.get()

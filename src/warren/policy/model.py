@@ -7,7 +7,6 @@ namespace or Landlock call. ``resolve.build`` turns a ``PolicySpec`` into one.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -276,12 +275,12 @@ class Policy:
                     f"path must be absolute: {root.path}", "write it as an absolute path or start it with ~/"
                 )
         for root in (*self.writable, *self.readable):
-            if not root.create and not _lexists(root.path):
+            if not root.create and not _lookups.lexists(root.path):
                 raise root.refused(
                     f"path does not exist: {root.path}", "create it first, or remove it from the policy"
                 )
         for root in self.denied:
-            if root.source != "default" and not _lexists(root.path):
+            if root.source != "default" and not _lookups.lexists(root.path):
                 raise root.refused(
                     f"denied path does not exist: {root.path}",
                     "check the spelling; a deny rule that matches nothing protects nothing",
@@ -367,9 +366,3 @@ def _require_dir(path: Path, what: str) -> None:
         raise refused("does not exist", f"create it (mkdir -p {path}) or pass another --workspace")
     if not path.is_dir():
         raise refused("is not a directory", "the workspace must be a directory")
-
-
-def _lexists(path: Path) -> bool:
-    """``os.path.lexists``, recorded (``lookups``)."""
-    _lookups.looked_up(path)
-    return os.path.lexists(path)

@@ -71,8 +71,7 @@ def absolute(
             hint="paths are at most 4095 bytes, each name at most 255",
         )
     # Resolve symlinks so the plan names what the kernel will see.
-    _lookups.looked_up(path)
-    return as_path(os.path.realpath(path) if parents is None else realpath(str(path), parents))
+    return as_path(_lookups.realpath(path) if parents is None else realpath(str(path), parents))
 
 
 @lru_cache(maxsize=4096)
@@ -140,13 +139,7 @@ def _disk(value: object) -> int | None:
 
 
 def _located(grant: _presets.PresetGrant) -> dict[str, str]:
-    return {var: _real(path) for var, path in grant.locations}
-
-
-def _real(path: str | Path) -> str:
-    """``os.path.realpath``, recorded (``lookups``)."""
-    _lookups.looked_up(path)
-    return os.path.realpath(path)
+    return {var: _lookups.realpath(path) for var, path in grant.locations}
 
 
 def _plain_home(home: Path) -> str | None:
@@ -185,7 +178,7 @@ def build(
     workspace = (
         absolute(spec.workspace, "--workspace", base, home)
         if spec.workspace and not no_workspace
-        else Path(_real(cwd))
+        else Path(_lookups.realpath(cwd))
     )
     # A tool's cache is where the sandbox's environment names it: an explicit --env of
     # its variable moves the grant (a cache private to the project), and the caller's
@@ -209,7 +202,7 @@ def build(
     if spec.workspace_writable is not False and not no_workspace:
         writable.append(Root(workspace, "workspace"))
     writable += [Root(p, "--write") for p in write]
-    writable += [Root(Path(_real(p)), src, create=True) for p, src in grant.writable]
+    writable += [Root(Path(_lookups.realpath(p)), src, create=True) for p, src in grant.writable]
     known: dict[str, tuple[str, bool]] = {}
     host_run = _host_run(env, home, known)
     for root in writable:
@@ -224,7 +217,7 @@ def build(
             )
     if not spec.allow_broad_workspace:
         for root in writable:
-            _refuse_broad(root, Path(_real(home)))
+            _refuse_broad(root, Path(_lookups.realpath(home)))
     readable = [Root(p, "--read") for p in read]
     denied = [Root(p, "--deny") for p in deny]
     if spec.default_deny is not False:

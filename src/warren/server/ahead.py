@@ -130,8 +130,8 @@ class Booted:
     waiting: Request | None = None  # the run given to it while it still boots
     since: float = field(default_factory=time.monotonic)
     checked: bool = False  # its marks were taken again once it was ready, and held
-    # its policy, kept while what it was resolved from is unchanged (its watch is the
-    # box's ``launched.policy_watch``, closed with the box)
+    # its policy, kept while what it was resolved from is unchanged (closed when used,
+    # or with the box)
     policy: PolicyMemo | None = None
 
 

@@ -135,10 +135,8 @@ class Booter:
         policy = None
         if booted.policy is not None:
             policy = booted.policy.policy_for(self.planner.memo_key(request))
-            booted.policy = None  # used once: its watch goes now
-            if box.launched.policy_watch is not None:
-                box.launched.policy_watch.close()
-                box.launched.policy_watch = None
+            booted.policy.close()  # used once: its watch goes now
+            booted.policy = None
         plan, git, host, _basis = self.planner.planned(
             request, scratch_id=booted.scratch_id, known=known, policy=policy
         )
@@ -194,19 +192,28 @@ class Booter:
             return
         scratch_id = secrets.token_hex(12)
         memo = policymemo.make(self.planner.memo_key(request), lambda: self.planner.resolve(request))
+        booted = self._booted(request, scratch_id, memo)
+        if booted is None:
+            if memo is not None:
+                memo.close()
+            return
+        for old in self.pool.add(key, booted):
+            old.terminate()
+
+    def _booted(
+        self, request: ahead.Request, scratch_id: str, memo: policymemo.PolicyMemo | None
+    ) -> ahead.Booted | None:
+        """``request`` planned (with ``memo``'s policy where there is one) and launched
+        ahead, or None where it is not to be (its ``memo`` is then the caller's)."""
         try:
             plan, git, host, basis = self.planner.planned(
                 request, scratch_id=scratch_id, policy=memo.policy if memo is not None else None
             )
         except WarrenError:
-            if memo is not None:
-                memo.close()
-            return
+            return None
         if not ahead.eligible(plan, request.long_lived):
             git.close()
-            if memo is not None:
-                memo.close()
-            return
+            return None
         try:
             box = self.sandboxes.launch(
                 plan,
@@ -218,14 +225,10 @@ class Booter:
                 ahead=True,
             )
         except WarrenError:
-            if memo is not None:
-                memo.close()
-            return
+            return None
         assert box.launched.marks is not None
         box.booted = ahead.Booted(box, host, box.launched.marks, scratch_id, basis=basis, policy=memo)
-        box.launched.policy_watch = memo.watch if memo is not None else None
-        for old in self.pool.add(key, box.booted):
-            old.terminate()
+        return box.booted
 
     def _again(self, request: ahead.Request, began: float) -> ahead.Request | None:
         """``request`` if the next one like it is to be booted ahead (``ahead.Pool.again``,

@@ -931,9 +931,9 @@ class Box:
         if self.launched.mark_watch is not None:
             self.launched.mark_watch.close()
             self.launched.mark_watch = None
-        if self.launched.policy_watch is not None:
-            self.launched.policy_watch.close()
-            self.launched.policy_watch = None
+        if self.booted is not None and self.booted.policy is not None:
+            self.booted.policy.close()  # never used: its run or creator did not come
+            self.booted.policy = None
         self.drop_spare()
         if self.helper is not None:
             self.helper.close()

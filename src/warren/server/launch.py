@@ -54,8 +54,6 @@ class Launched:
     mark_watch: MarkWatch | None = None  # ... and whether it is still that, told by the kernel
     # a long-lived sandbox's directories whose entries its read rules name one by one
     host_watch: HostWatch | None = None
-    # booted ahead: what its policy was resolved from, watched (``policymemo``)
-    policy_watch: MarkWatch | None = None
 
 
 def launch(

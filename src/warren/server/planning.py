@@ -45,9 +45,7 @@ def resolve(spec_map: dict[str, object], caller: CallerFacts, msg_caller: protoc
     home = Path(caller.home)
     here = Path(caller.cwd)
     if msg_caller.config:
-        asked = here / spec.workspace if spec.workspace else here
-        lookups.looked_up(asked)
-        workspace = Path(os.path.realpath(asked))
+        workspace = Path(lookups.realpath(here / spec.workspace if spec.workspace else here))
         if workspace.is_dir():  # else build() names the precise error
             spec = config.load_spec(workspace, msg_caller.profile, env=caller.env, home=home).merged(spec)
     elif msg_caller.profile:
