@@ -39,9 +39,21 @@ def user_config_path(env: Mapping[str, str], home: Path) -> Path:
 MAX_CONFIG = 1 << 20
 
 
-def _load(path: Path) -> dict[str, Any]:
+def _load(path: Path, follow: bool = True) -> dict[str, Any]:
+    """The TOML table of the config file at ``path`` ({} where there is none).
+    ``follow`` False (a workspace's file, the sandbox's to write): a link there is an
+    error, never read through."""
     try:
-        data = _lookups.read_file(path, MAX_CONFIG)
+        data = _lookups.read_file(path, MAX_CONFIG, follow)
+    except _lookups.IsLink:
+        raise ConfigError(
+            f"{path}: a symbolic link: a workspace's {WORKSPACE_FILE} is never followed (a "
+            "sandbox of this workspace may have made it, to have warren read a file it names)",
+            operation="config",
+            path=str(path),
+            hint=f'put the file itself there (cp --remove-destination "$(readlink -f {path})" {path}), '
+            "or move shared settings into a profile of your user config",
+        ) from None
     except _lookups.NotRegular:
         raise ConfigError(
             f"{path}: not a regular file",
@@ -201,7 +213,7 @@ def load_spec(
     user_path = user_config or user_config_path(env, home)
     ws_path = workspace / WORKSPACE_FILE
     user = _load(user_path)
-    ws = _load(ws_path)
+    ws = _load(ws_path, follow=False)
 
     spec = _spec_from_table({k: v for k, v in user.items() if k not in USER_ONLY}, str(user_path), home)
     found = False
@@ -238,9 +250,11 @@ def profile_names(
     workspace's file, in name order."""
     env, home = env_and_home(env, home)
     names: set[str] = set()
-    files = [user_config_path(env, home)] + ([workspace / WORKSPACE_FILE] if workspace is not None else [])
-    for path in files:
-        profiles = _load(path).get("profile", {})
+    files = [(user_config_path(env, home), True)]
+    if workspace is not None:
+        files.append((workspace / WORKSPACE_FILE, False))
+    for path, follow in files:
+        profiles = _load(path, follow).get("profile", {})
         if isinstance(profiles, dict):
             names.update(str(n) for n, t in profiles.items() if isinstance(t, dict))
     return sorted(names)

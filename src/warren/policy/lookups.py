@@ -100,16 +100,27 @@ class TooLarge(OSError):
     """The file is larger than the reader takes."""
 
 
-def read_file(path: Path, limit: int) -> bytes | None:
+class IsLink(OSError):
+    """The path is a symbolic link, and the reader follows none (``read_file``'s
+    ``follow``): a workspace's config file is the sandbox's to make, and a link made
+    there would have the supervisor read a host file the sandbox names."""
+
+
+def read_file(path: Path, limit: int, follow: bool = True) -> bytes | None:
     """The whole of the regular file at ``path`` (at most ``limit`` bytes), or None
-    where there is none; ``NotRegular``, ``TooLarge`` or another ``OSError`` else. Its
-    open never waits (``O_NONBLOCK``: a FIFO). Recorded with what was read."""
+    where there is none; ``NotRegular``, ``TooLarge``, ``IsLink`` (not ``follow``: the
+    last name of ``path`` is a link) or another ``OSError`` else. Its open never waits
+    (``O_NONBLOCK``: a FIFO). Recorded with what was read."""
     looked_up(path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        fd = os.open(
+            path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+        )
     except OSError as e:
         if e.errno not in _ABSENT:
             raise
+        if not follow and e.errno == errno.ELOOP and os.path.islink(path):
+            raise IsLink(errno.ELOOP, "a symbolic link", os.fspath(path)) from None
         data: bytes | None = None
     else:
         try:
