@@ -19,7 +19,7 @@ from typing import Any
 from ..errors import ConfigError, PolicyError
 from . import limits as _limits
 from . import lookups as _lookups
-from .resolve import absolute, env_and_home
+from .resolve import absolute, as_path, env_and_home, stays_in_workspace
 from .spec import PATH_KEYS, PolicySpec, from_mapping, type_error
 
 WORKSPACE_FILE = "warren.toml"
@@ -95,13 +95,21 @@ def _load(path: Path, follow: bool = True) -> dict[str, Any]:
 
 
 def _spec_from_table(
-    table: Mapping[str, Any], where: str, home: Path, base: Path | None = None
+    table: Mapping[str, Any], where: str, home: Path, base: Path | None = None, workspace: Path | None = None
 ) -> PolicySpec:
     """``base``: where relative paths start (the workspace, for its own file); the
-    user's config has no directory of its own, so paths there are absolute or ~/."""
+    user's config has no directory of its own, so paths there are absolute or ~/.
+    ``workspace``: a ``write`` or ``read`` path led out of it by a link inside it is an
+    error (``resolve.stays_in_workspace``)."""
     spec = from_mapping(table, where)
     for key in PATH_KEYS:
-        setattr(spec, key, [str(absolute(v, f"{where}: {key}", base, home)) for v in getattr(spec, key)])
+        paths = []
+        for v in getattr(spec, key):
+            path = absolute(v, f"{where}: {key}", base, home)
+            if workspace is not None and key in ("write", "read"):
+                path = stays_in_workspace(path, v, f"{where}: {key}", base, home, workspace)
+            paths.append(str(path))
+        setattr(spec, key, paths)
     if spec.workspace is not None:
         spec.workspace = str(absolute(spec.workspace, f"{where}: workspace", None, home))
     return spec
@@ -215,11 +223,14 @@ def load_spec(
     user = _load(user_path)
     ws = _load(ws_path, follow=False)
 
-    spec = _spec_from_table({k: v for k, v in user.items() if k not in USER_ONLY}, str(user_path), home)
+    inside = as_path(_lookups.realpath(workspace))
+    spec = _spec_from_table(
+        {k: v for k, v in user.items() if k not in USER_ONLY}, str(user_path), home, workspace=inside
+    )
     found = False
     for data, path in ((user, user_path), (ws, ws_path)):
         if data is ws:
-            ws_spec = _spec_from_table(ws, str(ws_path), home, workspace)
+            ws_spec = _spec_from_table(ws, str(ws_path), home, workspace, inside)
             _check_narrowing(ws, ws_spec, workspace, str(ws_path))
             spec = spec.merged(_only_lower(ws_spec, spec, str(ws_path)))
         if profile is None:
@@ -229,7 +240,7 @@ def load_spec(
             continue
         found = True
         where = f"{path} [profile.{profile}]"
-        prof = _spec_from_table(table, where, home, workspace if data is ws else None)
+        prof = _spec_from_table(table, where, home, workspace if data is ws else None, inside)
         if data is ws:
             _check_narrowing(table, prof, workspace, where)
             prof = _only_lower(prof, spec, where)

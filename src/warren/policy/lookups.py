@@ -69,6 +69,41 @@ def realpath(path: str | Path) -> str:
     return os.path.realpath(path)
 
 
+def links_on_the_way(path: str | Path) -> list[tuple[str, str]]:
+    """Each symbolic link the resolution of the absolute ``path`` goes through, in
+    order: (the link's own path, its directory resolved; what it says). As
+    ``os.path.realpath`` resolves it (a missing name is taken as it is, ``..`` of it
+    lexically), at most 40 links; recorded."""
+    looked_up(path)
+    found: list[tuple[str, str]] = []
+    rest = os.fspath(path).split("/")
+    done = "/"
+    while rest:
+        name = rest.pop(0)
+        if name in ("", "."):
+            continue
+        if name == "..":
+            done = os.path.dirname(done)
+            continue
+        here = os.path.join(done, name)
+        looked_up(here)
+        try:
+            is_link = stat.S_ISLNK(os.lstat(here).st_mode)
+        except OSError:
+            is_link = False
+        if not is_link:
+            done = here
+            continue
+        target = os.readlink(here)
+        found.append((here, target))
+        if len(found) > 40:
+            raise OSError(errno.ELOOP, "too many levels of symbolic links", os.fspath(path))
+        if target.startswith("/"):
+            done = "/"
+        rest = target.split("/") + rest
+    return found
+
+
 def lexists(path: str | Path) -> bool:
     """``os.path.lexists``, recorded."""
     looked_up(path)

@@ -195,8 +195,14 @@ def build(
             hint='ask_timeout only applies to --network ask (network = "ask")',
         )
 
-    write = [absolute(p, "--write", base, home) for p in spec.write]
-    read = [absolute(p, "--read", base, home) for p in spec.read]
+    write = [
+        stays_in_workspace(absolute(p, "--write", base, home), p, "--write", base, home, workspace)
+        for p in spec.write
+    ]
+    read = [
+        stays_in_workspace(absolute(p, "--read", base, home), p, "--read", base, home, workspace)
+        for p in spec.read
+    ]
     deny = [absolute(p, "--deny", base, home) for p in spec.deny]
     writable: list[Root] = []
     if spec.workspace_writable is not False and not no_workspace:
@@ -285,6 +291,32 @@ def build(
             deny=[str(p) for p in deny],
         ),
     )
+
+
+def stays_in_workspace(
+    resolved: Path, raw: str, where: str, base: Path | None, home: Path, workspace: Path
+) -> Path:
+    """``resolved``, unless a link inside the workspace led it out: the workspace is
+    the sandbox's to write, and a link left there (``ln -s ~/.local/bin build``) would
+    have a later ``--write build`` or ``--read build`` grant whatever it names. A path
+    that ends in the workspace, or reaches outside it by no link of the workspace's
+    (named outright, or through the caller's own links), is taken as it is."""
+    if is_within(resolved, workspace):
+        return resolved
+    named = (
+        Path(str(home) + raw[1:]) if raw.startswith("~") else (base / raw if base is not None else Path(raw))
+    )
+    for link, target in _lookups.links_on_the_way(os.path.normpath(named)):
+        if is_within(Path(link), workspace):
+            raise PolicyError(
+                f"{where} {raw}: {link} is a symbolic link inside the workspace, to {target}: "
+                f"it leads out of the workspace, to {resolved}",
+                operation="policy",
+                path=str(link),
+                hint=f"name the directory itself ({where} {resolved}) if you mean the sandbox to have it; "
+                "a link in the workspace may have been made by a sandbox",
+            )
+    return resolved
 
 
 def _host_run(
