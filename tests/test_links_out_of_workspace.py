@@ -52,6 +52,10 @@ def test_a_link_deeper_down_or_to_a_link_outside_is_refused_too(place: Path) -> 
     for raw in ("inner/deep/sub", "via"):
         with pytest.raises(PolicyError, match="is a symbolic link inside the workspace"):
             _build(place, write=[raw])
+    (place / "target" / "x").symlink_to("y")
+    (place / "target" / "y").symlink_to("x")  # a loop out there: a clear error, not a traceback
+    with pytest.raises(PolicyError, match="cannot follow its links"):
+        _build(place, write=["out/x"])
 
 
 def test_paths_that_stay_in_or_are_named_outside_are_taken(place: Path) -> None:

@@ -306,7 +306,17 @@ def stays_in_workspace(
     named = (
         Path(str(home) + raw[1:]) if raw.startswith("~") else (base / raw if base is not None else Path(raw))
     )
-    for link, target in _lookups.links_on_the_way(os.path.normpath(named)):
+    try:
+        links = _lookups.links_on_the_way(os.path.normpath(named))
+    except OSError as e:  # a loop of links, or one changed while read
+        raise PolicyError.from_os(
+            e,
+            f"{where} {raw}: cannot follow its links to tell whether it leaves the workspace",
+            "policy",
+            str(named),
+            hint=f"name the directory itself ({where} {resolved})",
+        ) from None
+    for link, target in links:
         if is_within(Path(link), workspace):
             raise PolicyError(
                 f"{where} {raw}: {link} is a symbolic link inside the workspace, to {target}: "
