@@ -82,6 +82,26 @@ def test_the_users_config_is_held_to_it_too(place: Path) -> None:
     ]
 
 
+def test_a_presets_cache_kept_in_the_workspace_is_held_to_it_too(place: Path) -> None:
+    """``UV_CACHE_DIR=$PWD/.uv-cache``: a sandbox that swapped the cache for a link to
+    ``~/.ssh`` would have the next ``--preset uv`` make that writable (and, being
+    writable, no longer hidden)."""
+    ws = place / "ws"
+    (place / ".ssh").mkdir()
+    (ws / ".uv-cache").symlink_to(place / ".ssh")
+    env = {"HOME": str(place), "UV_CACHE_DIR": str(ws / ".uv-cache")}
+    with pytest.raises(PolicyError) as got:
+        build(PolicySpec(workspace=str(ws), presets=["uv"]), cwd=ws, env=env)
+    assert f"preset:uv {ws / '.uv-cache'}: {ws / '.uv-cache'} is a symbolic link inside the workspace" in str(
+        got.value
+    )
+    assert "point the tool's cache elsewhere" in got.value.hint
+    (ws / ".uv-cache").unlink()
+    (ws / ".uv-cache").mkdir()  # a real directory there is the project's cache, as before
+    policy = build(PolicySpec(workspace=str(ws), presets=["uv"]), cwd=ws, env=env)
+    assert not any(str(r.path) == str(place / ".ssh") for r in policy.writable)
+
+
 def test_a_link_a_sandbox_leaves_in_its_workspace_grants_nothing_later(
     tmp_path: Path, state_home: Path
 ) -> None:

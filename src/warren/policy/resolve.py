@@ -208,7 +208,14 @@ def build(
     if spec.workspace_writable is not False and not no_workspace:
         writable.append(Root(workspace, "workspace"))
     writable += [Root(p, "--write") for p in write]
-    writable += [Root(Path(_lookups.realpath(p)), src, create=True) for p, src in grant.writable]
+    writable += [
+        Root(
+            stays_in_workspace(as_path(_lookups.realpath(p)), str(p), src, None, home, workspace),
+            src,
+            create=True,
+        )
+        for p, src in grant.writable
+    ]
     known: dict[str, tuple[str, bool]] = {}
     host_run = _host_run(env, home, known)
     for root in writable:
@@ -298,11 +305,16 @@ def stays_in_workspace(
 ) -> Path:
     """``resolved``, unless a link inside the workspace led it out: the workspace is
     the sandbox's to write, and a link left there (``ln -s ~/.local/bin build``) would
-    have a later ``--write build`` or ``--read build`` grant whatever it names. A path
-    that ends in the workspace, or reaches outside it by no link of the workspace's
-    (named outright, or through the caller's own links), is taken as it is."""
+    have a later ``--write build`` or ``--read build`` grant whatever it names (or a
+    preset's cache kept in the project, ``UV_CACHE_DIR=$PWD/.uv-cache``). A path that
+    ends in the workspace, or reaches outside it by no link of the workspace's (named
+    outright, or through the caller's own links), is taken as it is."""
     if is_within(resolved, workspace):
         return resolved
+    flag = "--read" if where.rpartition(" ")[2].lstrip("-") == "read" else "--write"
+    instead = f"name the directory itself ({flag} {resolved})"
+    if where.startswith("preset:"):
+        instead = f"remove the link, or point the tool's cache elsewhere; {instead}"
     named = (
         Path(str(home) + raw[1:]) if raw.startswith("~") else (base / raw if base is not None else Path(raw))
     )
@@ -314,7 +326,7 @@ def stays_in_workspace(
             f"{where} {raw}: cannot follow its links to tell whether it leaves the workspace",
             "policy",
             str(named),
-            hint=f"name the directory itself ({where} {resolved})",
+            hint=instead,
         ) from None
     for link, target in links:
         if is_within(Path(link), workspace):
@@ -323,8 +335,8 @@ def stays_in_workspace(
                 f"it leads out of the workspace, to {resolved}",
                 operation="policy",
                 path=str(link),
-                hint=f"name the directory itself ({where} {resolved}) if you mean the sandbox to have it; "
-                "a link in the workspace may have been made by a sandbox",
+                hint=f"{instead} if you mean the sandbox to have it; a link in the workspace may "
+                "have been made by a sandbox",
             )
     return resolved
 
