@@ -19,7 +19,7 @@ from typing import Any
 from ..errors import ConfigError, PolicyError
 from . import limits as _limits
 from . import lookups as _lookups
-from .resolve import absolute, as_path, env_and_home, stays_in_workspace
+from .resolve import absolute, as_path, env_and_home, granted
 from .spec import PATH_KEYS, PolicySpec, from_mapping, type_error
 
 WORKSPACE_FILE = "warren.toml"
@@ -100,16 +100,17 @@ def _spec_from_table(
     """``base``: where relative paths start (the workspace, for its own file); the
     user's config has no directory of its own, so paths there are absolute or ~/.
     ``workspace``: a ``write`` or ``read`` path led out of it by a link inside it is an
-    error (``resolve.stays_in_workspace``)."""
+    error (``resolve.granted``)."""
     spec = from_mapping(table, where)
     for key in PATH_KEYS:
-        paths = []
-        for v in getattr(spec, key):
-            path = absolute(v, f"{where}: {key}", base, home)
-            if workspace is not None and key in ("write", "read"):
-                path = stays_in_workspace(path, v, f"{where}: {key}", base, home, workspace)
-            paths.append(str(path))
-        setattr(spec, key, paths)
+        at = f"{where}: {key}"
+        paths = [
+            granted(v, at, base, home, workspace, key)
+            if workspace is not None and key in ("write", "read")
+            else absolute(v, at, base, home)
+            for v in getattr(spec, key)
+        ]
+        setattr(spec, key, [str(p) for p in paths])
     if spec.workspace is not None:
         spec.workspace = str(absolute(spec.workspace, f"{where}: workspace", None, home))
     return spec

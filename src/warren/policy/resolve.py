@@ -29,12 +29,26 @@ from .spec import DEFAULT_ASK_TIMEOUT, PolicySpec, ask_timeout, check_text
 def absolute(
     raw: str, where: str, base: Path | None, home: Path, parents: dict[str, str] | None = None
 ) -> Path:
-    """Turn a user-written path into a normalized absolute one.
+    """Turn a user-written path into a normalized absolute one, its links resolved.
 
     ``base`` is where relative paths are anchored (the caller's cwd for flags and
     requests); ``None`` means relative paths are an error (config files).
     ``parents``: resolved parent directories to reuse (``realpath``).
     """
+    path = named(raw, where, base, home)
+    # Resolve symlinks so the plan names what the kernel will see.
+    return as_path(_lookups.realpath(path) if parents is None else realpath(str(path), parents))
+
+
+def granted(raw: str, where: str, base: Path | None, home: Path, workspace: Path, kind: str) -> Path:
+    """``absolute`` of a path the sandbox is to be given (``kind``: "write" or "read"),
+    unless a link inside the workspace leads it out (``stays_in_workspace``)."""
+    return stays_in_workspace(named(raw, where, base, home), raw, where, workspace, kind)
+
+
+def named(raw: str, where: str, base: Path | None, home: Path) -> Path:
+    """``raw`` as the absolute path it names, links not resolved (``absolute``'s
+    checks: text, ``~/``, anchored at ``base``, length)."""
     check_text(raw, where)
     if not raw.strip():
         raise PolicyError(
@@ -70,8 +84,7 @@ def absolute(
             errno=36,
             hint="paths are at most 4095 bytes, each name at most 255",
         )
-    # Resolve symlinks so the plan names what the kernel will see.
-    return as_path(_lookups.realpath(path) if parents is None else realpath(str(path), parents))
+    return path
 
 
 @lru_cache(maxsize=4096)
@@ -195,25 +208,15 @@ def build(
             hint='ask_timeout only applies to --network ask (network = "ask")',
         )
 
-    write = [
-        stays_in_workspace(absolute(p, "--write", base, home), p, "--write", base, home, workspace)
-        for p in spec.write
-    ]
-    read = [
-        stays_in_workspace(absolute(p, "--read", base, home), p, "--read", base, home, workspace)
-        for p in spec.read
-    ]
+    write = [granted(p, "--write", base, home, workspace, "write") for p in spec.write]
+    read = [granted(p, "--read", base, home, workspace, "read") for p in spec.read]
     deny = [absolute(p, "--deny", base, home) for p in spec.deny]
     writable: list[Root] = []
     if spec.workspace_writable is not False and not no_workspace:
         writable.append(Root(workspace, "workspace"))
     writable += [Root(p, "--write") for p in write]
     writable += [
-        Root(
-            stays_in_workspace(as_path(_lookups.realpath(p)), str(p), src, None, home, workspace),
-            src,
-            create=True,
-        )
+        Root(stays_in_workspace(p, str(p), src, workspace, "preset"), src, create=True)
         for p, src in grant.writable
     ]
     known: dict[str, tuple[str, bool]] = {}
@@ -300,32 +303,28 @@ def build(
     )
 
 
-def stays_in_workspace(
-    resolved: Path, raw: str, where: str, base: Path | None, home: Path, workspace: Path
-) -> Path:
-    """``resolved``, unless a link inside the workspace led it out: the workspace is
-    the sandbox's to write, and a link left there (``ln -s ~/.local/bin build``) would
-    have a later ``--write build`` or ``--read build`` grant whatever it names (or a
-    preset's cache kept in the project, ``UV_CACHE_DIR=$PWD/.uv-cache``). A path that
-    ends in the workspace, or reaches outside it by no link of the workspace's (named
-    outright, or through the caller's own links), is taken as it is."""
+def stays_in_workspace(path: Path, raw: str, where: str, workspace: Path, kind: str) -> Path:
+    """``path`` (absolute, as named: ``named``) resolved, unless a link inside the
+    workspace led it out: the workspace is the sandbox's to write, and a link left there
+    (``ln -s ~/.local/bin build``) would have a later ``--write build`` or ``--read
+    build`` grant whatever it names (or a preset's cache kept in the project,
+    ``UV_CACHE_DIR=$PWD/.uv-cache``: ``kind`` "preset"; else "write" or "read"). A path
+    that ends in the workspace, or reaches outside it by no link of the workspace's
+    (named outright, or through the caller's own links), is taken as it is."""
+    resolved = as_path(_lookups.realpath(path))
     if is_within(resolved, workspace):
         return resolved
-    flag = "--read" if where.rpartition(" ")[2].lstrip("-") == "read" else "--write"
-    instead = f"name the directory itself ({flag} {resolved})"
-    if where.startswith("preset:"):
+    instead = f"name the directory itself (--{'read' if kind == 'read' else 'write'} {resolved})"
+    if kind == "preset":
         instead = f"remove the link, or point the tool's cache elsewhere; {instead}"
-    named = (
-        Path(str(home) + raw[1:]) if raw.startswith("~") else (base / raw if base is not None else Path(raw))
-    )
     try:
-        links = _lookups.links_on_the_way(os.path.normpath(named))
+        links = _lookups.links_on_the_way(os.path.normpath(path))
     except OSError as e:  # a loop of links, or one changed while read
         raise PolicyError.from_os(
             e,
             f"{where} {raw}: cannot follow its links to tell whether it leaves the workspace",
             "policy",
-            str(named),
+            str(path),
             hint=instead,
         ) from None
     for link, target in links:
