@@ -14,7 +14,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -69,38 +69,80 @@ def realpath(path: str | Path) -> str:
     return os.path.realpath(path)
 
 
+# What one name (a path with no link before its last name) is: "missing" (or not
+# searchable as a directory), "error" (cannot be looked at), "dir", "file", or a link's
+# target (None where it cannot be read).
+Kind = str | tuple[str | None]
+MAX_LINKS = 40  # as the kernel's own limit on links followed in one lookup
+
+
+def kind_of(full: str) -> Kind:
+    """What the name ``full`` is (``Kind``), its last link not followed."""
+    try:
+        st = os.lstat(full)
+    except (FileNotFoundError, NotADirectoryError):
+        return "missing"
+    except OSError:
+        return "error"
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            return (os.readlink(full),)
+        except OSError:
+            return (None,)
+    return "dir" if stat.S_ISDIR(st.st_mode) else "file"
+
+
+class Steps:
+    """Each name the resolution of the absolute ``path`` looks up, in order, as
+    (its directory, with no link in it; the name; what it is, by ``look``; whether it is
+    the last name). A link is followed where it stands (at most ``MAX_LINKS``, else
+    ELOOP; one whose target cannot be read, an ``OSError``), ``..`` taken lexically, and
+    a name that is no link taken as a directory whatever it is: the caller stops where
+    that is not what it wants (at a missing name ``os.path.realpath`` goes on
+    lexically). ``end``: where the resolution stands, the resolved path once all is
+    taken."""
+
+    def __init__(self, path: str, look: Callable[[str], Kind] = kind_of) -> None:
+        self.path, self.look, self.end = path, look, "/"
+
+    def __iter__(self) -> Iterator[tuple[str, str, Kind, bool]]:
+        todo = [part for part in reversed(self.path.split("/")) if part]
+        links = 0
+        while todo:
+            name = todo.pop()
+            if name == ".":
+                continue
+            if name == "..":
+                self.end = os.path.dirname(self.end)  # no link in it: its parent is lexical
+                continue
+            full = os.path.join(self.end, name)
+            found = self.look(full)
+            yield self.end, name, found, not todo
+            if isinstance(found, tuple):
+                links += 1
+                target = found[0]
+                if target is None:
+                    raise OSError(errno.EIO, "a symbolic link that cannot be read", full)
+                if links > MAX_LINKS:
+                    raise OSError(errno.ELOOP, "too many levels of symbolic links", self.path)
+                if target.startswith("/"):
+                    self.end = "/"
+                todo.extend(part for part in reversed(target.split("/")) if part)
+                continue
+            self.end = full
+
+
 def links_on_the_way(path: str | Path) -> list[tuple[str, str]]:
     """Each symbolic link the resolution of the absolute ``path`` goes through, in
-    order: (the link's own path, its directory resolved; what it says). As
-    ``os.path.realpath`` resolves it (a missing name is taken as it is, ``..`` of it
-    lexically), at most 40 links; recorded."""
+    order: (the link's own path, its directory resolved; what it says), as
+    ``os.path.realpath`` resolves it (``Steps``); recorded."""
     looked_up(path)
     found: list[tuple[str, str]] = []
-    rest = os.fspath(path).split("/")
-    done = "/"
-    while rest:
-        name = rest.pop(0)
-        if name in ("", "."):
-            continue
-        if name == "..":
-            done = os.path.dirname(done)
-            continue
-        here = os.path.join(done, name)
+    for directory, name, kind, _last in Steps(os.fspath(path)):
+        here = os.path.join(directory, name)
         looked_up(here)
-        try:
-            is_link = stat.S_ISLNK(os.lstat(here).st_mode)
-        except OSError:
-            is_link = False
-        if not is_link:
-            done = here
-            continue
-        target = os.readlink(here)
-        found.append((here, target))
-        if len(found) > 40:
-            raise OSError(errno.ELOOP, "too many levels of symbolic links", os.fspath(path))
-        if target.startswith("/"):
-            done = "/"
-        rest = target.split("/") + rest
+        if isinstance(kind, tuple) and kind[0] is not None:
+            found.append((here, kind[0]))
     return found
 
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import os
 import select
-import stat
 import struct
 import time
 from collections.abc import Iterable
@@ -40,6 +39,7 @@ from collections.abc import Iterable
 from .._core import _sys
 from ..plan.landlock import covered_dirs
 from ..plan.model import MountKind, Plan
+from ..policy import lookups as _lookups
 from . import marks
 
 # A name made, removed or renamed in a watched directory; the directory itself gone.
@@ -48,7 +48,6 @@ _SELF = _sys.IN_DELETE_SELF | _sys.IN_MOVE_SELF
 _NEW = _sys.IN_CREATE | _sys.IN_MOVED_TO
 _UNMOUNT = 0x2000  # IN_UNMOUNT: the filesystem under a watch went
 _EVENT = struct.Struct("=iIII")  # struct inotify_event: wd, mask, cookie, len (then the name)
-_MAX_LINKS = 40  # as the kernel's own limit on links followed in one lookup
 # seconds a watch nobody wants is kept (``_Shared.sweep``): past a sandbox booted ahead's
 # life (``ahead.IDLE``), so the next one booted for the same request finds it
 IDLE_KEEP = 90.0
@@ -117,26 +116,8 @@ def _listed(plan: Plan) -> set[str]:
     return listed
 
 
-# What one name (a path with no link before its last name) was found to be, in one
-# ``lookups`` call: "missing" (or a file where a directory was asked), "error" (cannot
-# be followed), "dir", "file", or a link's target (None where it could not be read).
-_Found = str | tuple[str | None]
-_Seen = dict[str, _Found]
-
-
-def _look(full: str) -> _Found:
-    try:
-        st = os.lstat(full)
-    except (FileNotFoundError, NotADirectoryError):
-        return "missing"
-    except OSError:
-        return "error"
-    if stat.S_ISLNK(st.st_mode):
-        try:
-            return (os.readlink(full),)
-        except OSError:
-            return (None,)
-    return "dir" if stat.S_ISDIR(st.st_mode) else "file"
+# What each name was found to be (``lookups.Kind``), in one ``lookups`` call.
+_Seen = dict[str, _lookups.Kind]
 
 
 def _chain(path: str, out: Lookups, seen: _Seen | None = None) -> str | bool | None:
@@ -145,40 +126,28 @@ def _chain(path: str, out: Lookups, seen: _Seen | None = None) -> str | bool | N
     before its end (a name missing, or a file where a directory should be: the lookups
     up to there are recorded), False where it cannot be followed. ``seen``: what each
     name was found to be, kept for the next paths of the same call."""
-    todo = [part for part in reversed(path.split("/")) if part]
-    cur = "/"
-    links = 0
-    while todo:
-        name = todo.pop()
-        if name == ".":
-            continue
-        if name == "..":
-            cur = os.path.dirname(cur)  # ``cur`` has no link in it: its parent is lexical
-            continue
-        out.setdefault(cur, set()).add(name)
-        full = os.path.join(cur, name)
-        found = seen.get(full) if seen is not None else None
+
+    def look(full: str) -> _lookups.Kind:
+        if seen is None:
+            return _lookups.kind_of(full)
+        found = seen.get(full)
         if found is None:
-            found = _look(full)
-            if seen is not None:
-                seen[full] = found
-        if found == "missing":
-            return None
-        if found == "error":
-            return False
-        if isinstance(found, tuple):
-            links += 1
-            target = found[0]
-            if links > _MAX_LINKS or target is None:
+            found = seen[full] = _lookups.kind_of(full)
+        return found
+
+    walk = _lookups.Steps(path, look)
+    try:
+        for directory, name, found, last in walk:
+            out.setdefault(directory, set()).add(name)
+            if found == "missing":
+                return None
+            if found == "error":
                 return False
-            if target.startswith("/"):
-                cur = "/"
-            todo.extend(part for part in reversed(target.split("/")) if part)
-            continue
-        if found != "dir" and todo:
-            return None
-        cur = full
-    return cur
+            if found == "file" and not last:
+                return None
+    except OSError:
+        return False  # a loop of links, or one that cannot be read
+    return walk.end
 
 
 def relevant(mask: int, name: str, names: set[str] | None, wild: bool) -> bool:
