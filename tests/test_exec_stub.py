@@ -214,7 +214,12 @@ def test_a_command_reads_no_other_commands_environment_nor_the_waiting_stubs(
                 "child = os.fork()\n"
                 "if child == 0:\n"
                 "    os.execve('/bin/sleep', ['sleep', '5'], {'TOKEN': 'child-' + sys.argv[1]})\n"
-                "time.sleep(0.2)\n"
+                # Peeked once it runs sleep (its exec done), not after a fixed pause:
+                # under load the exec came after 0.2 s, and its environment was still ours.
+                "until = time.monotonic() + 30\n"
+                "ran = lambda: open(f'/proc/{child}/cmdline', 'rb').read() == b'sleep\\x005\\x00'\n"
+                "while not ran() and time.monotonic() < until:\n"
+                "    time.sleep(0.01)\n"
                 "print('child', peek(child))\n"
                 "os.kill(child, 9)\n"
             )
