@@ -590,6 +590,47 @@ def test_a_full_screen_program_is_answered_from_another_terminal(
     assert t.hits == ["/elsewhere"]
 
 
+def test_an_asking_run_is_named_in_started_before_any_output(ws: Path, servers: dict[str, Server]) -> None:
+    """The name a full-screen program's user answers by (`warren net RUN pending`) comes
+    in the run's Started, which the client reads before the command's output: not only
+    in the network helper's first event, whose pipe may be read after the program already
+    switched to the alternate screen (then the line was never said). Here that pipe is
+    never read at all; the control: a run that does not ask here is given no name."""
+    from warren import protocol, wire
+    from warren.client import connect
+
+    t = servers["target"]
+
+    def started(network: str, net_ask: bool) -> protocol.Started:
+        sock = connect.supervisor()
+        net_r, net_w = os.pipe2(os.O_CLOEXEC)
+        null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            message = protocol.RunRequest(
+                spec=protocol.Spec(workspace=str(ws), network=network, allow_host=[f"listed.test:{t.port}"]),
+                caller=protocol.Caller(cwd=str(ws), env=dict(os.environ)),
+                command=protocol.Command(argv=["true"], stdio=[True, True, True]),
+                net_events=True,
+                net_ask=net_ask,
+            )
+            connect.send_request(sock, message, [null, null, null, net_w])
+            msg, _payload, fds = wire.recv(sock, (protocol.Started, protocol.Exited, protocol.Error))
+            for fd in fds:
+                os.close(fd)
+            assert isinstance(msg, protocol.Started), msg
+            wire.recv(sock, (protocol.Exited,))
+            return msg
+        finally:
+            sock.close()
+            for fd in (net_r, net_w, null):
+                os.close(fd)
+
+    name = started("ask", True).ask_name
+    assert name is not None and name.startswith("run-"), name
+    assert started("ask", False).ask_name is None  # not asked on a terminal: `warren net` alone
+    assert started("allow", True).ask_name is None  # nothing is asked in this mode
+
+
 def test_an_mcp_agent_sees_its_waiting_request_and_cannot_answer_it(
     state: Path, ws: Path, servers: dict[str, Server]
 ) -> None:

@@ -35,6 +35,16 @@ class Questions:
         self.tail = b""
         self.name = ""  # the run's name for `warren net`, once the helper said it
 
+    def introduce(self, name: str) -> None:
+        """The run asks here, by this name for ``warren net``: said once, before the
+        command's output (which may switch to the alternate screen) is read."""
+        self.name = printable(name)
+        if not self.alternate:
+            self._say(
+                "warren: connections to hosts not on the list are asked here; in a full-screen "
+                f"program, answer from another terminal: warren net {self.name} pending\r\n"
+            )
+
     def watch(self, output: bytes) -> None:
         """The command's output, as it goes to the terminal."""
         seen = self.tail + output
@@ -47,12 +57,8 @@ class Questions:
     def event(self, event: dict[str, object]) -> bool:
         """A network event; True when it was about a question (nothing else to say)."""
         if event.get("kind") == "ask":
-            self.name = printable(str(event.get("sandbox", "")))
-            if not self.alternate:
-                self._say(
-                    "warren: connections to hosts not on the list are asked here; in a full-screen "
-                    f"program, answer from another terminal: warren net {self.name} pending\r\n"
-                )
+            if not self.name:  # a supervisor that did not say it in Started
+                self.introduce(str(event.get("sandbox", "")))
             return True
         request = event.get("request")
         if not isinstance(request, int) or not request:

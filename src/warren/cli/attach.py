@@ -250,6 +250,8 @@ class Attached:
             self.repository = msg.repository
             for w in msg.warnings:
                 _say(f"warren: WARNING: {w}")
+            if msg.ask_name and self.questions is not None:
+                self.questions.introduce(msg.ask_name)
             if fds:
                 self.master = fds[0]
                 relay.on_read(self.master, self._from_command)

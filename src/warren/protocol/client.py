@@ -444,6 +444,9 @@ class Started(Message):
     spawn_id: str | None = None
     network: str = ""  # the sandbox's network mode (for hints)
     repository: str | None = None  # a git repository above the workspace, read-only (for hints)
+    # --network ask asked on the client's terminal: the name ``warren net`` reaches the
+    # run by, said before any of the command's output is read (``cli.asking``)
+    ask_name: str | None = None
 
 
 class Exited(Message):

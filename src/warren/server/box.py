@@ -660,11 +660,18 @@ class Box:
             cgroup_dirs=self.helper_cgroups(),
             attended=not self.oneshot or (self.run is not None and self.run.ask),
             pid1=self.pid,
-            ask_name=f"run-{self.id}" if self.oneshot and self.run is not None and self.run.ask else None,
+            ask_name=self.ask_name(),
         )
         if connector is not None:
             self.send(protocol.Handoff(request=protocol.ConnectorRequest()), [connector.fileno()])
             connector.close()
+
+    def ask_name(self) -> str | None:
+        """A one-shot run whose ``--network ask`` connections are asked on its client's
+        terminal: the name ``warren net`` reaches it by (None: nothing is asked there)."""
+        if not self.oneshot or self.run is None or not self.run.ask or self.plan.net.ask_timeout is None:
+            return None
+        return f"run-{self.id}"
 
     def expose(self, msg: protocol.ExposeRequest) -> protocol.Message:
         boxnet.check_ports(msg)

@@ -593,6 +593,7 @@ class Supervisor:
             return
         if isinstance(msg, protocol.Started):
             msg.warnings = [*box.plan.warnings, *msg.warnings]
+            msg.ask_name = box.ask_name()
             client.outbox.put(msg, fds=fds)
             self.clients.flush(client)
         else:
