@@ -600,7 +600,7 @@ static int plain(const char *json, size_t n, int *exited, char *warned, size_t *
         else if (KEY("timed_out")) {
             if (!is(v, vend, "false"))
                 return 0;
-        } else if (KEY("limit")) {
+        } else if (KEY("limit") || KEY("ask_name")) { /* asked on a terminal: the Python CLI's */
             if (!is(v, vend, "null"))
                 return 0;
         } else if (!(KEY("pid") || KEY("cwd") || KEY("spawn_id") || KEY("network") || KEY("repository")))
