@@ -108,3 +108,41 @@ def test_the_listing_imports_none_of_the_client_library(
         assert "LOADED []" in done.stderr, done.stderr
     finally:
         box.remove()
+
+
+# What the commands that only name a sandbox (stats, pause, stop, rm) need not import:
+# the policy (with the presets and the secret patterns) and the planner are for creating
+# one; they were a third of each such command's time.
+POLICY = ("warren.policy", "warren.plan", "warren.client.capture")
+
+
+def test_commands_naming_a_sandbox_import_no_policy(
+    layout: Layout, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    box = Sandbox.create(PolicySpec(workspace=str(layout.workspace)), name="named")
+    try:
+        for argv in (["stats", "named"], ["pause", "named"], ["resume", "named"], ["rm", "-f", "named"]):
+            probe = (
+                "import sys\n"
+                "from warren.cli import console_main\n"
+                f"sys.argv = ['warren', *{argv!r}]\n"
+                "try:\n"
+                "    console_main()\n"
+                "except SystemExit as e:\n"
+                "    assert not e.code, e.code\n"
+                f"print('LOADED', [m for m in {POLICY!r} if m in sys.modules], file=sys.stderr)\n"
+            )
+            done = subprocess.run(
+                [sys.executable, "-c", probe],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                cwd=layout.workspace,
+            )
+            assert done.returncode == 0, (argv, done.stderr)
+            assert "LOADED []" in done.stderr, (argv, done.stderr)
+        assert all(s.name != "named" for s in Sandbox.list())  # the rm did remove it
+    finally:
+        if any(s.name == "named" for s in Sandbox.list()):
+            box.remove()

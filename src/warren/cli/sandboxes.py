@@ -17,15 +17,26 @@ from collections.abc import Callable
 from .. import protocol, statedir
 from ..client import connect
 from ..client.local import LocalTransport
-from ..client.sandbox import Sandbox
 from ..errors import ProcessNotFound, SandboxError, SandboxTimeout, WarrenError
 from ..models import SandboxInfo
 from ..names import check_name
 from . import flags, listing
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ..client.sandbox import Sandbox
+
 
 def _transport() -> LocalTransport:
     return LocalTransport()
+
+
+def _sandbox(name: str) -> Sandbox:
+    """The live sandbox ``name`` (``Sandbox.get``); its module only for the commands that
+    act through it, not ``rm`` or ``stop``."""
+    from ..client.sandbox import Sandbox
+
+    return Sandbox.get(name, transport=_transport())
 
 
 def create(args: list[str]) -> int:
@@ -70,7 +81,7 @@ def ps(args: list[str]) -> int:
     )
     p.add_argument("name")
     ns = p.parse_args(args)
-    sandbox = Sandbox.get(check_name(ns.name), transport=_transport())
+    sandbox = _sandbox(check_name(ns.name))
     procs = sandbox.processes()
     rows: list[dict[str, object]] = [
         {
@@ -145,7 +156,7 @@ def wait(args: list[str]) -> int:
             info = _transport().get(name)
         print(info.state + (f": {info.reason}" if info.state == "dead" and info.reason else ""))
         return 0
-    sandbox = Sandbox.get(name, transport=_transport())
+    sandbox = _sandbox(name)
     code = sandbox.process(_spawn_id(sandbox, ns.id)).wait(timeout)
     print(code)
     return code
@@ -194,10 +205,10 @@ def cp(args: list[str]) -> int:
             hint="warren cp ./file NAME:dir/  or  warren cp NAME:file ./file",
         )
     if d_name is not None:
-        copy.to_sandbox(Sandbox.get(d_name, transport=_transport()), s_path, d_path, ns.recursive)
+        copy.to_sandbox(_sandbox(d_name), s_path, d_path, ns.recursive)
     else:
         assert s_name is not None
-        copy.from_sandbox(Sandbox.get(s_name, transport=_transport()), s_path, d_path, ns.recursive)
+        copy.from_sandbox(_sandbox(s_name), s_path, d_path, ns.recursive)
     return 0
 
 
@@ -215,7 +226,7 @@ def port(args: list[str]) -> int:
     p.add_argument("name")
     p.add_argument("port", type=int, nargs="?")
     ns = p.parse_args(args)
-    sandbox = Sandbox.get(check_name(ns.name), transport=_transport())
+    sandbox = _sandbox(check_name(ns.name))
     if ns.port is None:
         if ns.close or ns.host_port:
             raise flags.UsageError(
@@ -367,16 +378,14 @@ def pause(args: list[str]) -> int:
     )
     _names(p, "pause")
     ns = p.parse_args(args)
-    return _each(ns, "pause", lambda name: Sandbox.get(name, transport=_transport()).pause(), alive_only=True)
+    return _each(ns, "pause", lambda name: _sandbox(name).pause(), alive_only=True)
 
 
 def resume(args: list[str]) -> int:
     p = flags.parser("warren resume", "Let paused sandboxes run again where they stopped.")
     _names(p, "resume")
     ns = p.parse_args(args)
-    return _each(
-        ns, "resume", lambda name: Sandbox.get(name, transport=_transport()).resume(), alive_only=True
-    )
+    return _each(ns, "resume", lambda name: _sandbox(name).resume(), alive_only=True)
 
 
 def _of(limit: object) -> str:
@@ -384,13 +393,13 @@ def _of(limit: object) -> str:
 
 
 def stats(args: list[str]) -> int:
-    from ..policy.limits import show_size
+    from ..sizes import show as show_size
 
     p = flags.parser("warren stats", "Memory, processes and CPU time of sandbox NAME against its limits.")
     p.add_argument("--json", action="store_true", help="one JSON object")
     p.add_argument("name")
     ns = p.parse_args(args)
-    s = Sandbox.get(check_name(ns.name), transport=_transport()).stats()
+    s = _sandbox(check_name(ns.name)).stats()
     if ns.json:
         print(json.dumps(dataclasses.asdict(s), indent=2))
         return 0

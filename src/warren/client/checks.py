@@ -13,7 +13,10 @@ import os
 from collections.abc import Mapping, Sequence
 
 from ..errors import CwdNotFound, ExecError, PolicyError, ProcessNotFound, SandboxError, SandboxFileError
-from ..policy import Policy, PolicySpec
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ..policy import PolicySpec
 
 MAX_TIMEOUT = 7 * 24 * 3600.0  # seconds: a week (well inside every clock's range)
 MAX_OUTPUT_LIMIT = 1 << 40  # bytes per stream
@@ -217,6 +220,8 @@ def mode(value: object, op: str) -> int:
 
 
 def spec_of(policy: object) -> PolicySpec:
+    from ..policy import Policy, PolicySpec  # only creating a sandbox needs the policy
+
     if policy is None:
         return PolicySpec()
     if isinstance(policy, Policy):

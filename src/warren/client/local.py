@@ -33,10 +33,12 @@ from ..models import (
     Stats,
 )
 from ..net.allowlist import NetEvent
-from ..policy.spec import PolicySpec, from_mapping
 from . import checks, connect, origin
-from .capture import run_captured
 from .transport import Command, EventPage, Transport
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ..policy.spec import PolicySpec
 
 
 def info(msg: protocol.SandboxInfo) -> SandboxInfo:
@@ -46,6 +48,8 @@ def info(msg: protocol.SandboxInfo) -> SandboxInfo:
 def _spec(spec: PolicySpec) -> protocol.Spec:
     """The spec as sent; checked here first with the supervisor's own check, so a bad
     value is the same ``PolicyError`` naming its key, not a malformed message."""
+    from ..policy.spec import from_mapping  # only a run or a create: not rm, stop, ls
+
     mapping = spec.to_mapping()
     from_mapping(mapping, "the request's policy", skip=())
     return protocol.Spec.of(mapping)
@@ -149,6 +153,8 @@ class LocalTransport(Transport):
             sock = connect.for_run(self.env)
         else:
             sock = connect.supervisor(self.env)
+        from .capture import run_captured
+
         try:
             return run_captured(sock, message, command, lost=lost)
         finally:

@@ -13,7 +13,6 @@ import dataclasses
 import os
 import signal as _signal
 import time
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -46,9 +45,12 @@ from ..models import (
 )
 from ..net.allowlist import NetEvent
 from ..output import DEFAULT_OUTPUT_LIMIT
-from ..policy import Policy, PolicySpec
 from . import checks
 from .transport import Command, Transport, trail_of
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ..policy import Policy, PolicySpec
 
 PathArg = str | os.PathLike[str]
 DEFAULT_READ_LIMIT = 64 * 1024 * 1024
@@ -260,7 +262,7 @@ class Sandbox:
         """Create a sandbox; the supervisor resolves and plans ``policy`` for you.
         ``remote="http://host:7420"`` (or ``WARREN_URL``) creates it behind a ``warren serve``."""
         transport = transport or _local(remote, token)
-        name = f"sb-{uuid.uuid4().hex[:10]}" if name is None else name
+        name = f"sb-{os.urandom(5).hex()}" if name is None else name
         info = transport.create(checks.spec_of(policy), name, config=False, profile=None)
         return cls(info, transport, output_limit)
 
@@ -423,6 +425,8 @@ class Sandbox:
         """A new sandbox from a snapshot of this one taken now: the same image and files
         (and the same host workspace, if any). ``policy`` sets the rest (network,
         limits); its ``from_snapshot`` is filled in."""
+        from ..policy import PolicySpec
+
         snap = self.snapshot()
         spec = dataclasses.replace(policy or PolicySpec(), from_snapshot=snap.id)
         if spec.workspace is None:

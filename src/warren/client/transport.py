@@ -33,8 +33,11 @@ from ..models import (
 )
 from ..net.allowlist import NetEvent
 from ..output import DEFAULT_OUTPUT_LIMIT
-from ..policy.spec import PolicySpec
 from . import checks
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ..policy.spec import PolicySpec
 
 OutputCallback = Callable[[bytes], None] | None
 

@@ -15,10 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from .. import durations
+from .. import durations, sizes
 from ..errors import PolicyError
 
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_UNITS = sizes.UNITS
+show_size = sizes.show
 MIN_IDLE = 1.0
 
 # Below these a sandbox cannot start a shell: a typo (``--memory 512``), not a choice.
@@ -230,15 +231,6 @@ def lowered(current: Limits, ceiling: Limits) -> Limits:
 
 def _int(value: float | None) -> int | None:
     return None if value is None else int(value)
-
-
-def show_size(n: int) -> str:
-    """Exact when a whole number of a unit, else one decimal of the largest unit."""
-    for unit in ("T", "G", "M", "K"):
-        scale = _UNITS[unit]
-        if n >= scale:
-            return f"{n // scale}{unit}" if n % scale == 0 else f"{n / scale:.1f}{unit}"
-    return str(n)
 
 
 def _bad(where: str, value: object, expected: str) -> PolicyError:
