@@ -756,6 +756,25 @@ static const char *flag_value(char **argv, int *i, const char *flag)
     return argv[*i - 1];
 }
 
+/* A path given to --workspace, --write, --read or --deny: sent as written (the
+   supervisor resolves it against the caller's directory, as for the Python CLI); one
+   argparse would not take as a value (empty, or like a flag) is the Python CLI's. */
+static const char *path_value(const char *v)
+{
+    if (v == NULL || v[0] == 0 || v[0] == '-')
+        fallback();
+    return v;
+}
+
+/* A spec's next key: its name, after a comma unless it is the first. */
+static void spec_key(struct buf *b, int *keys, const char *name)
+{
+    if ((*keys)++)
+        put(b, ",", 1);
+    put_string(b, name, strlen(name));
+    put(b, ":", 1);
+}
+
 /* A --env NAME=VALUE, as the Python CLI takes it (flags.pairs): a NAME before the first
    `=`, not empty (else the Python CLI's usage error); a NAME given again keeps its first
    place and takes the later value, as a dict does. */
@@ -829,24 +848,28 @@ static int drop_allowed(int fd)
 int main(int argc, char **argv)
 {
     g_argv = argv;
-    /* Only `run [--network MODE] [--allow-host HOST]... [--preset NAME]... [--env K=V]...
-       [--] CMD...` and `exec NAME [--] CMD...`, with stdio that is no terminal. */
+    /* Only `run [-w|--workspace DIR] [--write PATH]... [--read PATH]... [--deny PATH]...
+       [--network MODE] [--allow-host HOST]... [--preset NAME]... [--env K=V]... [--] CMD...`
+       and `exec NAME [--] CMD...`, with stdio that is no terminal. */
     if (argc < 3 || getenv("WARREN_NATIVE_RESUME") != NULL)
         fallback();
     int run = strcmp(argv[1], "run") == 0;
     char **command, *name = NULL;
-    const char *network = NULL;
-    const char **hosts = NULL, **presets = NULL, **envs = NULL;
-    int nhosts = 0, npresets = 0, nenvs = 0;
+    const char *network = NULL, *workspace = NULL;
+    const char **hosts = NULL, **presets = NULL, **envs = NULL, **writes = NULL, **reads = NULL, **denies = NULL;
+    int nhosts = 0, npresets = 0, nenvs = 0, nwrites = 0, nreads = 0, ndenies = 0;
     if (run) {
         int i = 2;
         hosts = calloc((size_t)argc, sizeof *hosts);
         presets = calloc((size_t)argc, sizeof *presets);
         envs = calloc((size_t)argc, sizeof *envs);
-        if (hosts == NULL || presets == NULL || envs == NULL)
+        writes = calloc((size_t)argc, sizeof *writes);
+        reads = calloc((size_t)argc, sizeof *reads);
+        denies = calloc((size_t)argc, sizeof *denies);
+        if (hosts == NULL || presets == NULL || envs == NULL || writes == NULL || reads == NULL || denies == NULL)
             fallback();
         while (argv[i] != NULL && argv[i][0] == '-' && strcmp(argv[i], "--") != 0) {
-            const char *v;
+            const char *v = NULL;
             if ((v = flag_value(argv, &i, "--network")) != NULL) {
                 /* ask asks on the terminal: the Python CLI's; a second --network too */
                 if (network != NULL || !(strcmp(v, "none") == 0 || strcmp(v, "allow") == 0 || strcmp(v, "open") == 0))
@@ -862,6 +885,20 @@ int main(int argc, char **argv)
                 presets[npresets++] = v;
             } else if ((v = flag_value(argv, &i, "--env")) != NULL) {
                 add_env(envs, &nenvs, v);
+            } else if ((v = flag_value(argv, &i, "--write")) != NULL) {
+                writes[nwrites++] = path_value(v);
+            } else if ((v = flag_value(argv, &i, "--read")) != NULL) {
+                reads[nreads++] = path_value(v);
+            } else if ((v = flag_value(argv, &i, "--deny")) != NULL) {
+                denies[ndenies++] = path_value(v);
+            } else if (strcmp(argv[i], "-w") == 0 || (v = flag_value(argv, &i, "--workspace")) != NULL) {
+                if (v == NULL) { /* -w DIR only: argparse's -wDIR and -w=DIR are the Python CLI's */
+                    v = argv[i + 1];
+                    i += 2;
+                }
+                if (workspace != NULL) /* given twice: argparse keeps the last; the Python CLI's */
+                    fallback();
+                workspace = path_value(v);
             } else {
                 fallback();
             }
@@ -904,24 +941,28 @@ int main(int argc, char **argv)
         if (getcwd(cwd, sizeof cwd) == NULL)
             fallback();
         puts_(&req, "\"spec\":{");
-        int keys = 0;
-        if (npresets > 0) {
-            puts_(&req, "\"preset\":");
-            put_list(&req, presets, npresets);
-            keys++;
+        int keys = 0; /* in the order of flags.spec_of */
+        if (workspace != NULL) {
+            spec_key(&req, &keys, "workspace");
+            put_string(&req, workspace, strlen(workspace));
         }
-        if (nhosts > 0) {
-            puts_(&req, keys ? ",\"allow_host\":" : "\"allow_host\":");
-            put_list(&req, hosts, nhosts);
-            keys++;
-        }
+        const struct {
+            const char *key;
+            const char **items;
+            int n;
+        } lists[] = {{"write", writes, nwrites}, {"read", reads, nreads}, {"deny", denies, ndenies},
+                     {"preset", presets, npresets}, {"allow_host", hosts, nhosts}};
+        for (size_t k = 0; k < sizeof lists / sizeof *lists; k++)
+            if (lists[k].n > 0) {
+                spec_key(&req, &keys, lists[k].key);
+                put_list(&req, lists[k].items, lists[k].n);
+            }
         if (nenvs > 0) {
-            puts_(&req, keys ? ",\"env\":" : "\"env\":");
+            spec_key(&req, &keys, "env");
             put_pairs(&req, envs, nenvs);
-            keys++;
         }
         if (network != NULL) {
-            puts_(&req, keys ? ",\"network\":" : "\"network\":");
+            spec_key(&req, &keys, "network");
             put_string(&req, network, strlen(network));
         }
         puts_(&req, "},\"caller\":{\"cwd\":");

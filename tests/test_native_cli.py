@@ -155,7 +155,25 @@ def _exited(code: int) -> protocol.Exited:
         ["run", "--env", "EMPTY=", "--env", 'ODD=quote" back\\slash\ttab\x01 ünï', "--", "env"],
         ["run", "--env", "NO_EQUALS", "--", "true"],  # a usage error: the Python CLI's
         ["run", "--env", "=value", "--", "true"],  # the same
-        ["run", "--network", "allow", "--write", "/tmp", "--", "true"],  # another flag
+        ["run", "--network", "allow", "--write", "/tmp", "--", "true"],
+        [
+            "run",
+            "-w",
+            "ws",
+            "--write",
+            "/tmp",
+            "--write=rel/dir",
+            "--read=/etc",
+            "--deny",
+            "ünï",
+            "--",
+            "true",
+        ],
+        ["run", "--workspace=/tmp", "--deny=.env", "--preset", "python", "true"],
+        ["run", "-w", "a", "--workspace", "b", "--", "true"],  # twice: the Python CLI's (the last)
+        ["run", "-wdir", "--", "true"],  # attached: the Python CLI's
+        ["run", "--write=", "--", "true"],  # empty: the Python CLI's
+        ["run", "--write", "/tmp", "--memory", "512M", "--", "true"],  # another flag
         ["run", "--network"],
         ["exec", "box", "true"],
         ["exec", "box", "--", "ls", "-la", "ünï"],
@@ -365,5 +383,14 @@ def test_the_plain_case_needs_no_python_and_the_rest_says_what_is_missing(
     assert isinstance(spec, dict)
     assert spec["preset"] == ["python", "node"]
     assert spec["env"] == {"UV_PYTHON": "/usr/bin/python3", "A": "b=c"}
+    # And one with the paths it may write, read, not see (a test suite's `warren run --write`).
+    flags = ["-w", "/w", "--write", "/tmp", "--write=cache", "--read", "/etc", "--deny=.env"]
+    plain, _ = both(["run", *flags, "--", "true"], _answer(STARTED, _exited(0)), program=alone)
+    assert plain[1:] == ("", "", 0)
+    [(request, _fds)] = plain[0]
+    spec = request["spec"]
+    assert isinstance(spec, dict)
+    given = {k: spec[k] for k in ("workspace", "write", "read", "deny")}
+    assert given == {"workspace": "/w", "write": ["/tmp", "cache"], "read": ["/etc"], "deny": [".env"]}
     failed, _ = both(["exec", "box", "false"], _answer(STARTED, _exited(1)), program=alone)
     assert failed[3] == 125 and "cannot start the Python CLI" in str(failed[2])
