@@ -116,13 +116,21 @@ def test_the_listing_imports_none_of_the_client_library(
 POLICY = ("warren.policy", "warren.plan", "warren.client.capture")
 
 
-def test_commands_naming_a_sandbox_import_no_policy(
+def test_commands_naming_a_sandbox_import_no_policy_and_stop_and_rm_no_client_library(
     layout: Layout, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     box = Sandbox.create(PolicySpec(workspace=str(layout.workspace)), name="named")
     try:
-        for argv in (["stats", "named"], ["pause", "named"], ["resume", "named"], ["rm", "-f", "named"]):
+        # stop and rm on the protocol alone, as ls: not even the client library (cli.lifecycle)
+        light = (*POLICY, *HEAVY)
+        for argv, unloaded in (
+            (["stats", "named"], POLICY),
+            (["pause", "named"], POLICY),
+            (["resume", "named"], POLICY),
+            (["stop", "named"], light),
+            (["rm", "-f", "named"], light),
+        ):
             probe = (
                 "import sys\n"
                 "from warren.cli import console_main\n"
@@ -131,7 +139,7 @@ def test_commands_naming_a_sandbox_import_no_policy(
                 "    console_main()\n"
                 "except SystemExit as e:\n"
                 "    assert not e.code, e.code\n"
-                f"print('LOADED', [m for m in {POLICY!r} if m in sys.modules], file=sys.stderr)\n"
+                f"print('LOADED', [m for m in {unloaded!r} if m in sys.modules], file=sys.stderr)\n"
             )
             done = subprocess.run(
                 [sys.executable, "-c", probe],

@@ -119,10 +119,11 @@ def _dispatch(argv: list[str]) -> int:
 WHERE = {
     "net": "net",
     **dict.fromkeys(
-        ("stats", "pause", "resume", "create", "ps", "cp", "port", "logs", "stop", "wait", "rm"),
+        ("stats", "pause", "resume", "create", "ps", "cp", "port", "logs", "wait"),
         "sandboxes",
     ),
-    "shutdown": "sandboxes",
+    # stop, rm, shutdown: on the protocol alone (a cleanup runs them once per sandbox)
+    **dict.fromkeys(("stop", "rm", "shutdown"), "lifecycle"),
     "ls": "ls",  # a module of its own: its imports are what a listing of 1,000 costs most
     **dict.fromkeys(("plan", "presets", "doctor"), "info"),
     **dict.fromkeys(("serve", "mcp"), "service"),
@@ -147,11 +148,25 @@ def _handler(cmd: str) -> Callable[[list[str]], int] | None:
 
 def commands() -> dict[str, Callable[[list[str]], int]]:
     """Every sub-command but the fast two (``run``, ``exec``), by name."""
-    from . import catalog, events, images, info, ls, net, review, sandboxd, sandboxes, service, snapshots
+    from . import (
+        catalog,
+        events,
+        images,
+        info,
+        lifecycle,
+        ls,
+        net,
+        review,
+        sandboxd,
+        sandboxes,
+        service,
+        snapshots,
+    )
 
     return {
         **net.COMMANDS,
         **sandboxes.COMMANDS,
+        **lifecycle.COMMANDS,
         **ls.COMMANDS,
         **info.COMMANDS,
         **service.COMMANDS,

@@ -4,23 +4,19 @@ transport); errors reach the entrypoint as ``WarrenError`` (one line + hint)."""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
-import os
 import shlex
 import signal
 import sys
 import time
 from collections.abc import Callable
 
-from .. import protocol, statedir
 from ..client import connect
 from ..client.local import LocalTransport
-from ..errors import ProcessNotFound, SandboxError, SandboxTimeout, WarrenError
-from ..models import SandboxInfo
+from ..errors import ProcessNotFound, SandboxTimeout, WarrenError
 from ..names import check_name
-from . import flags, listing
+from . import flags, lifecycle, listing
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -283,109 +279,22 @@ def logs(args: list[str]) -> int:
     return background.show(name, ns.id, ns.follow)
 
 
-def _names(p: argparse.ArgumentParser, what: str) -> None:
-    p.add_argument("names", nargs="*", metavar="NAME", help=f"the sandboxes to {what}")
-    p.add_argument("-a", "--all", action="store_true", help=f"{what} every sandbox of yours")
-
-
-def _each(ns: argparse.Namespace, op: str, act: Callable[[str], None], alive_only: bool = False) -> int:
-    """``act`` on every sandbox named (or, with --all, every one listed), as docker does:
-    each done is printed, each failure said on its own line, and the rest still done;
-    exit 125 if any failed."""
-    if ns.all and ns.names:
-        raise flags.UsageError(f"warren {op}: give names or --all, not both", operation="cli")
-    if ns.all:
-        names = [i.name for i in _transport().list() if i.alive or not alive_only]
-    elif ns.names:
-        names = [check_name(n) for n in ns.names]
-    else:
-        raise flags.UsageError(
-            f"warren {op}: which sandbox?", operation="cli", hint=f"warren {op} NAME [NAME...], or --all"
-        )
-    failed = 0
-    for name in names:
-        try:
-            act(name)
-        except WarrenError as e:
-            failed += 1
-            print(f"warren: {name}: {e.message}" + (f"\n  hint: {e.hint}" if e.hint else ""), file=sys.stderr)
-            continue
-        if len(names) > 1 or ns.all:
-            print(name)
-    return 125 if failed else 0
-
-
-def stop(args: list[str]) -> int:
-    p = flags.parser(
-        "warren stop", "Stop sandboxes: SIGTERM to their processes, SIGKILL after a grace period."
-    )
-    _names(p, "stop")
-    ns = p.parse_args(args)
-    return _each(ns, "stop", lambda name: _warn(_transport().stop(name, remove=False)), alive_only=True)
-
-
-def rm(args: list[str]) -> int:
-    p = flags.parser("warren rm", "Forget sandboxes (their workspaces are kept); -f also stops running ones.")
-    p.add_argument("-f", "--force", action="store_true", help="stop it first if it is running")
-    _names(p, "remove")
-    ns = p.parse_args(args)
-    transport = _transport()
-
-    def remove(name: str) -> None:
-        info = transport.get(name)
-        if (info.alive or info.state == "stopping") and not ns.force:
-            raise SandboxError(
-                f"sandbox {name} is {info.state}",
-                operation="rm",
-                path=name,
-                hint=f"stop it first (warren stop {name}), or remove it at once with warren rm -f {name}",
-            )
-        _warn(transport.stop(name, remove=True))
-
-    return _each(ns, "rm", remove)
-
-
-def _warn(info: SandboxInfo) -> None:
-    for w in info.warnings:
-        print(f"warren: WARNING: {w}", file=sys.stderr)
-
-
-def shutdown(args: list[str]) -> int:
-    flags.parser("warren shutdown", "Let this user's supervisor exit once it holds no sandbox.").parse_args(
-        args
-    )
-    env = os.environ
-    if statedir.read_address(statedir.location(env)) is None:
-        print("warren: no supervisor is running", file=sys.stderr)
-        return 0
-    reply, _ = connect.request(protocol.ShutdownRequest(), (protocol.SandboxList,))
-    assert isinstance(reply, protocol.SandboxList)
-    live = [i.name for i in reply.items]
-    if live:
-        print(
-            f"warren: the supervisor exits once these {len(live)} sandbox(es) are gone: {', '.join(live)}\n"
-            "  hint: stop them (warren stop NAME, or warren rm -f NAME) and it exits at once",
-            file=sys.stderr,
-        )
-    return 0
-
-
 def pause(args: list[str]) -> int:
     p = flags.parser(
         "warren pause",
         "Freeze every process of sandbox NAME: no CPU used, processes and memory kept, "
         "until `warren resume NAME`.",
     )
-    _names(p, "pause")
+    lifecycle.names_flags(p, "pause")
     ns = p.parse_args(args)
-    return _each(ns, "pause", lambda name: _sandbox(name).pause(), alive_only=True)
+    return lifecycle.each(ns, "pause", lambda name: _sandbox(name).pause(), alive_only=True)
 
 
 def resume(args: list[str]) -> int:
     p = flags.parser("warren resume", "Let paused sandboxes run again where they stopped.")
-    _names(p, "resume")
+    lifecycle.names_flags(p, "resume")
     ns = p.parse_args(args)
-    return _each(ns, "resume", lambda name: _sandbox(name).resume(), alive_only=True)
+    return lifecycle.each(ns, "resume", lambda name: _sandbox(name).resume(), alive_only=True)
 
 
 def _of(limit: object) -> str:
@@ -419,8 +328,5 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "cp": cp,
     "port": port,
     "logs": logs,
-    "stop": stop,
     "wait": wait,
-    "rm": rm,
-    "shutdown": shutdown,
 }
