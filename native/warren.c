@@ -850,12 +850,12 @@ int main(int argc, char **argv)
     g_argv = argv;
     /* Only `run [-w|--workspace DIR] [--write PATH]... [--read PATH]... [--deny PATH]...
        [--network MODE] [--allow-host HOST]... [--preset NAME]... [--env K=V]... [--] CMD...`
-       and `exec NAME [--] CMD...`, with stdio that is no terminal. */
+       and `exec [--cwd DIR] NAME [--] CMD...`, with stdio that is no terminal. */
     if (argc < 3 || getenv("WARREN_NATIVE_RESUME") != NULL)
         fallback();
     int run = strcmp(argv[1], "run") == 0;
     char **command, *name = NULL;
-    const char *network = NULL, *workspace = NULL;
+    const char *network = NULL, *workspace = NULL, *exec_cwd = NULL;
     const char **hosts = NULL, **presets = NULL, **envs = NULL, **writes = NULL, **reads = NULL, **denies = NULL;
     int nhosts = 0, npresets = 0, nenvs = 0, nwrites = 0, nreads = 0, ndenies = 0;
     if (run) {
@@ -910,10 +910,17 @@ int main(int argc, char **argv)
         else
             command = argv + i;
     } else if (strcmp(argv[1], "exec") == 0) {
-        name = argv[2];
-        if (!plain_name(name) || argc < 4)
+        int i = 2;
+        while (argv[i] != NULL && argv[i][0] == '-') { /* --cwd DIR before NAME; any other flag is Python's */
+            const char *v = flag_value(argv, &i, "--cwd");
+            if (v == NULL || exec_cwd != NULL)
+                fallback();
+            exec_cwd = path_value(v);
+        }
+        name = argv[i];
+        if (name == NULL || !plain_name(name) || argv[i + 1] == NULL)
             fallback();
-        command = argv + 3;
+        command = argv + i + 1;
         if (strcmp(command[0], "--") == 0) {
             command++;
             if (command[0] != NULL && strcmp(command[0], "--") == 0)
@@ -977,6 +984,10 @@ int main(int argc, char **argv)
         put_string(&req, name, strlen(name));
         puts_(&req, ",\"command\":{\"argv\":");
         put_argv(&req, command);
+        if (exec_cwd != NULL) {
+            puts_(&req, ",\"cwd\":");
+            put_string(&req, exec_cwd, strlen(exec_cwd));
+        }
         puts_(&req, ",\"stdio\":[true,true,true]},\"origin\":\"cli\"}");
     }
     size_t jlen = req.len;

@@ -179,6 +179,11 @@ def _exited(code: int) -> protocol.Exited:
         ["exec", "box", "--", "ls", "-la", "ünï"],
         ["exec", "box", "--", "--", "x"],
         ["exec", "box", "--cwd", "/tmp", "pwd"],  # flags after NAME: the Python CLI's
+        ["exec", "--cwd", "/tmp", "box", "pwd"],
+        ["exec", "--cwd=sub dir/ünï", "box", "--", "ls"],
+        ["exec", "--cwd", "/a", "--cwd", "/b", "box", "true"],  # twice: the Python CLI's (the last)
+        ["exec", "--cwd", "/tmp", "--env", "A=1", "box", "true"],  # another flag: the Python CLI's
+        ["exec", "--cwd", "/tmp", "--", "box", "true"],  # `--` before NAME: the Python CLI's
         ["exec", "-d", "box", "sleep", "1"],
     ],
 )
@@ -392,5 +397,11 @@ def test_the_plain_case_needs_no_python_and_the_rest_says_what_is_missing(
     assert isinstance(spec, dict)
     given = {k: spec[k] for k in ("workspace", "write", "read", "deny")}
     assert given == {"workspace": "/w", "write": ["/tmp", "cache"], "read": ["/etc"], "deny": [".env"]}
+    # An exec in a directory of the sandbox (the tests' create, exec --cwd, rm -f).
+    plain, _ = both(["exec", "--cwd", "/w/sub", "box", "pwd"], _answer(STARTED, _exited(0)), program=alone)
+    assert plain[1:] == ("", "", 0)
+    [(request, _fds)] = plain[0]
+    command = request["command"]
+    assert isinstance(command, dict) and (command["cwd"], command["argv"]) == ("/w/sub", ["pwd"])
     failed, _ = both(["exec", "box", "false"], _answer(STARTED, _exited(1)), program=alone)
     assert failed[3] == 125 and "cannot start the Python CLI" in str(failed[2])
