@@ -19,11 +19,7 @@ from .. import protocol, statedir
 from ..client import connect
 from ..errors import SandboxError, WarrenError
 from ..names import check_name
-from . import flags
-
-
-def _alive(item: protocol.SandboxInfo) -> bool:
-    return item.state in ("running", "paused")  # as SandboxInfo.alive
+from . import flags, ls
 
 
 def _ask(message: protocol.Message) -> protocol.SandboxInfo:
@@ -44,9 +40,7 @@ def each(ns: argparse.Namespace, op: str, act: Callable[[str], None], alive_only
     if ns.all and ns.names:
         raise flags.UsageError(f"warren {op}: give names or --all, not both", operation="cli")
     if ns.all:
-        reply, _ = connect.request(protocol.ListRequest(), (protocol.SandboxList,))
-        assert isinstance(reply, protocol.SandboxList)
-        names = [i.name for i in reply.items if _alive(i) or not alive_only]
+        names = [str(r["name"]) for r in ls.rows() if ls.alive(r) or not alive_only]
     elif ns.names:
         names = [check_name(n) for n in ns.names]
     else:
@@ -88,7 +82,7 @@ def rm(args: list[str]) -> int:
 
     def remove(name: str) -> None:
         item = _ask(protocol.GetRequest(name=name))
-        if (_alive(item) or item.state == "stopping") and not ns.force:
+        if (ls.alive(ls.row(item)) or item.state == "stopping") and not ns.force:
             raise SandboxError(
                 f"sandbox {name} is {item.state}",
                 operation="rm",
