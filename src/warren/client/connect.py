@@ -310,11 +310,19 @@ def lost_command(op: str, sandbox: str | None, env: Mapping[str, str] | None = N
     """The error for a command whose connection ended before it said how it ended. Of a
     long-lived ``sandbox``, the supervisor is asked whether it still runs: then what
     ended was warren's helper for the command (killed from outside, or a bug of
-    warren's), which the user should hear rather than a sandbox that stopped."""
+    warren's), which the user should hear rather than a sandbox that stopped; one that
+    warren stopped on its own (a failure that ends it, its idle timeout) says why."""
     lost = "the connection to the sandbox was lost before the command finished"
     if sandbox is not None:
         with contextlib.suppress(WarrenError, OSError):
             reply, _ = request(protocol.GetRequest(name=sandbox), (protocol.SandboxInfo,), env)
+            if isinstance(reply, protocol.SandboxInfo) and reply.state != "running" and reply.reason:
+                return SandboxError(
+                    f"{lost}: sandbox {sandbox} is {reply.state}: {reply.reason}",
+                    operation=op,
+                    path=sandbox,
+                    hint=f"it takes no more commands: `warren rm {sandbox}`, then create it again",
+                )
             if isinstance(reply, protocol.SandboxInfo) and reply.state == "running":
                 state = statedir.location(env if env is not None else os.environ)
                 where = os.path.join(state, statedir.LOG_FILE)

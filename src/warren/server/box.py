@@ -767,6 +767,14 @@ class Box:
         with contextlib.suppress(OSError):
             signal.pidfd_send_signal(self.launched.pidfd, sig)
 
+    @property
+    def ending_why(self) -> str:
+        """Why the supervisor ends it on its own, once it does: a failure (its message,
+        then its hint) or an idle timeout; else ""."""
+        if self.failure is not None:
+            return self.failure.message + (f"; {self.failure.hint}" if self.failure.hint else "")
+        return self.stopped_why
+
     def fail(self, error: WarrenError) -> None:
         """Setup went wrong: remember why (the waiting client hears it when PID 1 is
         gone) and end the sandbox."""

@@ -505,7 +505,7 @@ class Sandboxes:
     def live(self, name: str, paused_ok: bool = False) -> Box:
         """The running sandbox ``name``, or a typed error saying why it cannot be used."""
         box = self.boxes.get(name)
-        if box is not None and box.ready and box.kill_at is None:
+        if box is not None and box.ready and box.kill_at is None and box.failure is None:
             if box.paused is not None and not paused_ok:
                 raise SandboxPaused(
                     f"sandbox {name} is paused: nothing runs in it until it is resumed",
@@ -517,7 +517,7 @@ class Sandboxes:
         entry = self.entry(name)
         raise SandboxDead(
             f"sandbox {name} is {entry.state if box is None else 'stopping'}"
-            + (f": {entry.reason}" if entry.reason and box is None else ""),
+            + (f": {why}" if (why := entry.reason if box is None else box.ending_why) else ""),
             operation="lookup",
             path=name,
             hint=f"remove it with `warren rm {name}` and create it again",
@@ -529,7 +529,7 @@ class Sandboxes:
         box = self.boxes.get(name)
         entry = entry or self.entry(name)
         state = entry.state
-        if box is not None and box.kill_at is not None:
+        if box is not None and (box.kill_at is not None or box.failure is not None):
             state = "stopping"
         elif box is not None and box.paused is not None:
             state = "paused"
@@ -540,8 +540,8 @@ class Sandboxes:
             name=entry.name,
             id=entry.id,
             state=state,
-            # Stopping on its own (idle timeout): why, already while it stops.
-            reason=entry.reason or (box.stopped_why if box is not None else ""),
+            # Stopping on its own (idle timeout, a failure): why, already while it stops.
+            reason=entry.reason or (box.ending_why if box is not None else ""),
             workspace=entry.workspace,
             created=entry.created,
             pid1=entry.pid1,
@@ -582,15 +582,17 @@ class Sandboxes:
 
     def record_end(self, box: Box, status: int, warnings: list[str], shutdown: bool) -> str | None:
         """A long-lived sandbox ended: removed, or marked stopped or dead with why; the
-        why of a death (nobody stopped it), else None."""
+        why of an end nobody asked for (a death, or a failure that ended it), else None."""
         assert self.registry is not None
         if box.stoppers:
             if box.remove:
                 self.forget(box.name)
             else:
                 self.registry.set_state(box.name, box.id, registry.STOPPED, "stopped on request", warnings)
-        elif box.stopped_why:
-            self.registry.set_state(box.name, box.id, registry.STOPPED, box.stopped_why, warnings)
+        elif box.ending_why:  # the supervisor stopped it: a failure, or its idle timeout
+            self.registry.set_state(box.name, box.id, registry.STOPPED, box.ending_why, warnings)
+            if box.failure is not None:
+                return box.ending_why
         elif shutdown:
             self.registry.set_state(
                 box.name, box.id, registry.STOPPED, "the supervisor was stopped", warnings

@@ -629,10 +629,10 @@ class Supervisor:
         try:
             died = self.sandboxes.record_end(box, status, [*box.plan.warnings, *repairs], self.shutdown)
             if died is not None:
-                # Nobody stopped it (a bug, or killed from outside): its clients heard
-                # "lost"; the log says what is known (PID 1's own report, if it sent one).
-                why = f": {box.failure}" if box.failure is not None else ""
-                self.notes.log("ended", f"sandbox {box.name}: {died}{why}")
+                # Nobody asked for its end (a failure, a bug, or killed from outside): its
+                # clients heard "lost" (and why, asking: ``connect.lost_command``); the log
+                # says what is known.
+                self.notes.log("ended", f"sandbox {box.name}: {died}")
         except WarrenError as e:
             # The record keeps its old state (a full state disk): the supervisor goes on.
             print(f"warren supervisor: {box.name} ended: {e.message}", file=sys.stderr, flush=True)
