@@ -8,8 +8,9 @@ For each, the median CPU time (user + system, of the command's own processes: th
 front end and the Python CLI it may hand over to, not the supervisor's) and wall time of
 N runs, beside the same figures for `python3 -c pass` (what any Python command pays
 first) and a bubblewrap sandbox running `true`. The native front end takes `run` with
-`-w/--write/--read/--deny` and `exec --cwd` without Python; `stop` and `rm` speak the
-protocol alone (docs/development.md, "The Python CLI in the suite").
+`-w/--write/--read/--deny`, `exec --cwd`, `create`, `stop NAME` and `rm -f NAME` without
+Python; `ls` is the Python CLI on the protocol alone (docs/development.md, "The Python
+CLI in the suite").
 
 Read the ratios: a command at about 1x `python3 -c pass` is all start-up; `run` and
 `exec` on the native path should be far below it.

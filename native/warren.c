@@ -845,20 +845,123 @@ static int drop_allowed(int fd)
     }
 }
 
+/* Whether the reply to a create, stop or rm -f is the plain case: the sandbox NAME (as
+   asked), whatever else it says of it; its warnings (what the Python CLI prints of
+   them) in warned. */
+static int plain_info(const char *json, size_t n, const char *name, char *warned, size_t *warned_len)
+{
+    const char *p = json, *end = json + n;
+    int version = 0, kind = 0, named = 0;
+    char want[16], quoted[80];
+    snprintf(want, sizeof want, "%d", WARREN_PROTOCOL);
+    snprintf(quoted, sizeof quoted, "\"%s\"", name); /* a plain name needs no escape */
+    *warned_len = 0;
+    if (p >= end || *p++ != '{')
+        return 0;
+    while (p < end && *p != '}') {
+        const char *key = p;
+        const char *kend = skip_value(p, end, 0);
+        if (kend == NULL || *key != '"' || kend >= end || *kend != ':')
+            return 0;
+        const char *v = kend + 1, *vend = skip_value(v, end, 0);
+        if (vend == NULL)
+            return 0;
+        size_t klen = (size_t)(kend - key);
+#define KEY(k) (klen == sizeof(k) + 1 && memcmp(key + 1, k, sizeof(k) - 1) == 0)
+        if (KEY("v"))
+            version = is(v, vend, want);
+        else if (KEY("t"))
+            kind = is(v, vend, "\"sandbox\"");
+        else if (KEY("name"))
+            named = is(v, vend, quoted);
+        else if (KEY("warnings")) {
+            long got = warning_lines(v, vend, warned, MAX_PEEK);
+            if (got < 0)
+                return 0;
+            *warned_len = (size_t)got;
+        } /* the rest (its id, state, workspace...): the Python CLI prints none of it */
+#undef KEY
+        p = vend;
+        if (p < end && *p == ',')
+            p++;
+    }
+    return p + 1 == end && version && kind && named;
+}
+
+static void write_all(int fd, const char *data, size_t len)
+{
+    for (size_t at = 0; at < len;) {
+        ssize_t w = write(fd, data + at, len - at);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return; /* as the Python CLI: a write error to stdout or stderr is passed over */
+        at += (size_t)w;
+    }
+}
+
+/* The one reply of a create, stop or rm -f: when plain, its warnings printed as the
+   Python CLI prints them, and a create's name; anything else (an error, a signal
+   meanwhile, a reply not all there) is the Python CLI's to read on the same connection
+   (attach.handed_reply). */
+static void __attribute__((noreturn)) answered(int sock, int sigfd, const char *name, int print_name)
+{
+    struct pollfd pfd[2] = {{.fd = sock, .events = POLLIN}, {.fd = sigfd, .events = POLLIN}};
+    for (;;) {
+        int ready = poll(pfd, 2, -1);
+        if (ready < 0 && errno == EINTR)
+            continue;
+        if (ready < 0 || (pfd[1].revents & POLLIN))
+            resume(sock, -1, "", 0);
+        if (pfd[0].revents)
+            break;
+    }
+    static char frame[MAX_PEEK], warned[MAX_PEEK];
+    unsigned char prefix[8];
+    ssize_t got = recv(sock, prefix, sizeof prefix, MSG_PEEK | MSG_DONTWAIT);
+    if (got < 0 && errno == ECONNRESET) /* never read: sent again, to the next supervisor */
+        resume(sock, -1, UNTAKEN, strlen(UNTAKEN));
+    if (got != (ssize_t)sizeof prefix)
+        resume(sock, -1, "", 0);
+    uint32_t jlen, plen;
+    memcpy(&jlen, prefix, 4);
+    memcpy(&plen, prefix + 4, 4);
+    jlen = ntohl(jlen);
+    plen = ntohl(plen);
+    size_t warned_len = 0;
+    if (jlen == 0 || jlen > MAX_PEEK - 8 || plen != 0 ||
+        recv(sock, frame, 8 + jlen, MSG_PEEK | MSG_DONTWAIT) != (ssize_t)(8 + jlen) ||
+        !plain_info(frame + 8, jlen, name, warned, &warned_len))
+        resume(sock, -1, "", 0);
+    write_all(2, warned, warned_len);
+    if (print_name) {
+        write_all(1, name, strlen(name));
+        write_all(1, "\n", 1);
+    }
+    _exit(0);
+}
+
 int main(int argc, char **argv)
 {
     g_argv = argv;
     /* Only `run [-w|--workspace DIR] [--write PATH]... [--read PATH]... [--deny PATH]...
        [--network MODE] [--allow-host HOST]... [--preset NAME]... [--env K=V]... [--] CMD...`
-       and `exec [--cwd DIR] NAME [--] CMD...`, with stdio that is no terminal. */
+       and `exec [--cwd DIR] NAME [--] CMD...`, with stdio that is no terminal, and
+       `create [the same flags as run] NAME`, `stop NAME` and `rm -f NAME`. */
     if (argc < 3 || getenv("WARREN_NATIVE_RESUME") != NULL)
         fallback();
-    int run = strcmp(argv[1], "run") == 0;
-    char **command, *name = NULL;
+    int run = strcmp(argv[1], "run") == 0, create = strcmp(argv[1], "create") == 0;
+    int stop = strcmp(argv[1], "stop") == 0 && argc == 3;
+    int rm = strcmp(argv[1], "rm") == 0 && argc == 4 && (strcmp(argv[2], "-f") == 0 || strcmp(argv[2], "--force") == 0);
+    char **command = NULL, *name = NULL;
     const char *network = NULL, *workspace = NULL, *exec_cwd = NULL;
     const char **hosts = NULL, **presets = NULL, **envs = NULL, **writes = NULL, **reads = NULL, **denies = NULL;
     int nhosts = 0, npresets = 0, nenvs = 0, nwrites = 0, nreads = 0, ndenies = 0;
-    if (run) {
+    if (stop || rm) {
+        name = argv[argc - 1];
+        if (!plain_name(name))
+            fallback();
+    } else if (run || create) {
         int i = 2;
         hosts = calloc((size_t)argc, sizeof *hosts);
         presets = calloc((size_t)argc, sizeof *presets);
@@ -905,7 +1008,12 @@ int main(int argc, char **argv)
         }
         if (argv[i] == NULL)
             fallback();
-        if (strcmp(argv[i], "--") == 0)
+        if (create) {
+            /* NAME alone after the flags (`--`, a flag after it: the Python CLI's) */
+            name = argv[i];
+            if (!plain_name(name) || argv[i + 1] != NULL)
+                fallback();
+        } else if (strcmp(argv[i], "--") == 0)
             command = argv + i + 1;
         else
             command = argv + i;
@@ -931,22 +1039,36 @@ int main(int argc, char **argv)
     } else {
         fallback();
     }
-    if (command[0] == NULL)
-        fallback();
-    for (int fd = 0; fd < 3; fd++)
-        if (!open_fd(fd) || isatty(fd))
+    if (create || stop || rm) {
+        if (!open_fd(1) || !open_fd(2)) /* it prints: the Python CLI's, where it cannot */
             fallback();
+    } else {
+        if (command[0] == NULL)
+            fallback();
+        for (int fd = 0; fd < 3; fd++)
+            if (!open_fd(fd) || isatty(fd))
+                fallback();
+    }
 
     struct buf req = {0};
     char head[64];
-    snprintf(head, sizeof head, "{\"v\":%d,\"t\":\"%s\",", WARREN_PROTOCOL, run ? "run" : "exec");
+    snprintf(head, sizeof head, "{\"v\":%d,\"t\":\"%s\",", WARREN_PROTOCOL, rm ? "stop" : argv[1]);
     puts_(&req, head);
-    if (run) {
+    if (stop || rm) {
+        puts_(&req, "\"name\":");
+        put_string(&req, name, strlen(name));
+        puts_(&req, rm ? ",\"remove\":true}" : ",\"remove\":false}");
+    } else if (run || create) {
         if (!coerce_c_locale())
             fallback();
         char cwd[PATH_MAX];
         if (getcwd(cwd, sizeof cwd) == NULL)
             fallback();
+        if (create) {
+            puts_(&req, "\"name\":");
+            put_string(&req, name, strlen(name));
+            puts_(&req, ",");
+        }
         puts_(&req, "\"spec\":{");
         int keys = 0; /* in the order of flags.spec_of */
         if (workspace != NULL) {
@@ -976,9 +1098,14 @@ int main(int argc, char **argv)
         put_string(&req, cwd, strlen(cwd));
         puts_(&req, ",\"env\":");
         put_environ(&req);
-        puts_(&req, ",\"config\":true},\"command\":{\"argv\":");
-        put_argv(&req, command);
-        puts_(&req, ",\"stdio\":[true,true,true]},\"net_events\":true}");
+        puts_(&req, ",\"config\":true}");
+        if (run) {
+            puts_(&req, ",\"command\":{\"argv\":");
+            put_argv(&req, command);
+            puts_(&req, ",\"stdio\":[true,true,true]},\"net_events\":true}");
+        } else {
+            puts_(&req, "}");
+        }
     } else {
         puts_(&req, "\"sandbox\":");
         put_string(&req, name, strlen(name));
@@ -1013,7 +1140,7 @@ int main(int argc, char **argv)
     uint32_t lens[2] = {htonl((uint32_t)jlen), 0};
     struct iovec iov[2] = {{.iov_base = lens, .iov_len = 8}, {.iov_base = req.data, .iov_len = jlen}};
     int fds[4] = {0, 1, 2, net[1]};
-    int nfds = run ? 4 : 3;
+    int nfds = run ? 4 : (create || stop || rm) ? 0 : 3;
     union {
         struct cmsghdr h;
         char space[CMSG_SPACE(sizeof fds)];
@@ -1026,6 +1153,10 @@ int main(int argc, char **argv)
     cm->cmsg_type = SCM_RIGHTS;
     cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
     memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
+    if (nfds == 0) { /* a create's, stop's or rm's request carries no descriptors */
+        msg.msg_control = NULL;
+        msg.msg_controllen = 0;
+    }
     size_t total = 8 + jlen, sent = 0;
     ssize_t n = sendmsg(sock, &msg, MSG_NOSIGNAL);
     while (n < 0 && errno == EINTR)
@@ -1044,6 +1175,8 @@ int main(int argc, char **argv)
         resume(sock, net[0], "", 0);
     if (run)
         close(net[1]);
+    if (create || stop || rm)
+        answered(sock, sigfd, name, create);
 
     static char started[MAX_PEEK];
     size_t started_len = 0;

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import select
 import shutil
 import signal
 import subprocess
@@ -54,6 +55,7 @@ class FakeSupervisor:
         self.listener = wire.listen_abstract(wire.abstract_name(token))
         self.script: Script = lambda conn, msg, fds: None
         self.got: list[tuple[dict[str, object], int]] = []
+        self.resets = 0  # connections to close with their request unread (a reset, for the client)
         threading.Thread(target=self._serve, daemon=True).start()
 
     def _serve(self) -> None:
@@ -63,6 +65,10 @@ class FakeSupervisor:
             except OSError:
                 return
             with conn:
+                if self.resets > 0:  # as a supervisor that exits with the request unread
+                    self.resets -= 1
+                    select.select([conn], [], [], 10)
+                    continue
                 msg, _, fds = wire.recv(conn)
                 self.got.append((msg.to_dict(), len(fds)))
                 try:
@@ -405,3 +411,162 @@ def test_the_plain_case_needs_no_python_and_the_rest_says_what_is_missing(
     assert isinstance(command, dict) and (command["cwd"], command["argv"]) == ("/w/sub", ["pwd"])
     failed, _ = both(["exec", "box", "false"], _answer(STARTED, _exited(1)), program=alone)
     assert failed[3] == 125 and "cannot start the Python CLI" in str(failed[2])
+
+
+def _made(name: str = "box", warnings: list[str] | None = None) -> protocol.SandboxInfo:
+    return protocol.SandboxInfo(
+        name=name, id="0123abcd", state="running", workspace="/w", created=1.0, warnings=warnings or []
+    )
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["create", "box"],
+        ["create", "Box.1_a-b"],
+        [
+            "create",
+            "-w",
+            "ws",
+            "--write",
+            "/tmp",
+            "--read=/etc",
+            "--deny",
+            "ünï",
+            "--preset",
+            "python",
+            "--network",
+            "allow",
+            "--allow-host",
+            "pypi.org",
+            "--env",
+            'ODD=quote" back\\slash',
+            "box",
+        ],
+        ["create", "box", "--write", "/tmp"],  # a flag after NAME: the Python CLI's
+        ["create", "--", "box"],  # the same
+        ["create", "--memory", "512M", "box"],  # another flag
+        ["create", "--profile", "ci", "box"],
+        ["create", "bad name!"],  # a usage error: the Python CLI's
+        ["create", "-box"],
+        ["create", "a", "b"],
+    ],
+)
+def test_a_create_sends_the_request_the_python_cli_sends_and_prints_the_same(
+    both: Callable[..., list[tuple[object, ...]]], argv: list[str]
+) -> None:
+    def script(conn: wire.Sock, msg: protocol.Message, _fds: list[int]) -> None:
+        assert isinstance(msg, protocol.CreateRequest)
+        wire.send(conn, _made(msg.name))
+
+    native, python = both(argv, script)
+    assert native == python
+    refused = argv[1:] in (["bad name!"], ["-box"], ["a", "b"])  # usage errors
+    assert native[3] == (125 if refused else 0), native
+    if not refused:
+        [(request, fds)] = native[0]
+        assert (request["t"], fds) == ("create", 0)
+        assert native[1:3] == (f"{request['name']}\n", "")
+
+
+@pytest.mark.parametrize(
+    "replies",
+    [
+        [_made(warnings=WARNED)],  # printed by the native side
+        [_made("other")],  # not the name asked for: the Python CLI says what it got
+        [protocol.error_message(SandboxNotFound("no room for box", operation="create", hint="see `ls`"))],
+        [],  # the connection closed with no reply
+    ],
+)
+def test_a_create_s_reply_is_shown_as_the_python_cli_shows_it(
+    both: Callable[..., list[tuple[object, ...]]], tmp_path: Path, replies: list[protocol.Message]
+) -> None:
+    native, python = both(["create", "box"], _answer(*replies))
+    assert native == python
+    alone = tmp_path / "alone" / "warren"
+    alone.parent.mkdir()
+    shutil.copy(NATIVE, alone)
+    by_itself, _ = both(["create", "box"], _answer(*replies), program=alone)
+    if replies and isinstance(replies[0], protocol.SandboxInfo) and replies[0].name == "box":
+        assert by_itself[1:] == python[1:] and "warren: WARNING: a warning\n" in str(by_itself[2])
+    else:  # handed over: without the Python CLI, it says what is missing
+        assert by_itself[3] == 125 and "cannot start the Python CLI" in str(by_itself[2]), by_itself
+
+
+def test_a_create_the_supervisor_never_read_goes_again_to_the_next(
+    fake: FakeSupervisor, both: Callable[..., list[tuple[object, ...]]]
+) -> None:
+    """A connection reset before any reply (a supervisor that exited with the request
+    unread): the request goes once more, as the Python CLI's own does."""
+    seen = []
+    for program in (NATIVE, PYTHON_CLI):
+        fake.resets = 1
+        [side, _] = both(["create", "box"], _answer(_made()), program=program)
+        assert fake.resets == 0, "the request did not come"
+        seen.append(side)
+    native, python = seen
+    assert native == python
+    assert native[1:] == ("box\n", "", 0) and len(native[0]) == 1, native
+
+
+def _ended(warnings: list[str] | None = None) -> Script:
+    """A supervisor's answer to a get or stop: the sandbox named, stopped (or removed)."""
+
+    def script(conn: wire.Sock, msg: protocol.Message, _fds: list[int]) -> None:
+        assert isinstance(msg, protocol.GetRequest | protocol.StopRequest)
+        state = "removed" if isinstance(msg, protocol.StopRequest) and msg.remove else "stopped"
+        info = protocol.SandboxInfo(name=msg.name, id="0123abcd", state=state, warnings=warnings or [])
+        wire.send(conn, info)
+
+    return script
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["stop", "box"],
+        ["rm", "-f", "box"],
+        ["rm", "--force", "Box.1_a-b"],
+        ["rm", "box"],  # asks first whether it runs: the Python CLI's
+        ["stop", "a", "b"],  # several: the Python CLI's (it prints each name)
+        ["rm", "-f", "a", "b"],
+        ["rm", "-f", "bad name!"],  # a usage error
+        ["stop", "-box"],
+    ],
+)
+def test_stop_and_rm_f_send_the_request_the_python_cli_sends_and_print_the_same(
+    both: Callable[..., list[tuple[object, ...]]], argv: list[str]
+) -> None:
+    native, python = both(argv, _ended())
+    assert native == python
+    refused = argv[-1] in ("bad name!", "-box")
+    assert native[3] == (125 if refused else 0), native
+    if argv in (["stop", "box"], ["rm", "-f", "box"], ["rm", "--force", "Box.1_a-b"]):
+        [(request, fds)] = native[0]
+        asked = (request["t"], request["name"], request["remove"], fds)
+        assert asked == ("stop", argv[-1], argv[0] == "rm", 0)
+        assert native[1:3] == ("", "")
+
+
+@pytest.mark.parametrize("argv", [["stop", "box"], ["rm", "-f", "box"]])
+@pytest.mark.parametrize(
+    "script",
+    [
+        _ended(WARNED),  # printed by the native side
+        _answer(protocol.error_message(GHOST)),
+        _answer(),  # closed with no reply
+    ],
+)
+def test_the_reply_to_stop_and_rm_f_is_shown_as_the_python_cli_shows_it(
+    both: Callable[..., list[tuple[object, ...]]], tmp_path: Path, argv: list[str], script: Script
+) -> None:
+    native, python = both(argv, script)
+    assert native == python
+    alone = tmp_path / "alone" / "warren"
+    alone.parent.mkdir()
+    shutil.copy(NATIVE, alone)
+    by_itself, _ = both(argv, script, program=alone)
+    if python[3] == 0:
+        assert by_itself[1:] == python[1:] and "warren: WARNING: a warning\n" in str(by_itself[2])
+    else:  # handed over: without the Python CLI, it says what is missing
+        assert by_itself[3] == 125 and "cannot start the Python CLI" in str(by_itself[2]), by_itself

@@ -84,6 +84,28 @@ def take_over(value: str) -> None:
     _handed = (sock, net, msg)
 
 
+def handed_reply(op: str, expect: tuple[type[protocol.Message], ...]) -> protocol.Message | None:
+    """The reply to a request of one answer (a create) the native front end sent, read
+    here on its connection; None when none was handed over, or when the supervisor it
+    reached went away without reading it (``connect.request`` then sends it again, to
+    the next one, as it does its own). The forwarded signals it blocked are let through
+    first: one that came meanwhile acts as it would have on this process."""
+    global _handed
+    if _handed is None:
+        return None
+    sock, net, said = _handed
+    _handed = None
+    if net >= 0:
+        os.close(net)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARD)
+    if isinstance(said, str):  # UNTAKEN
+        os.close(sock)
+        connect.forget()
+        return None
+    msg, _ = connect.reply(wire.Sock(fileno=sock), op, expect)
+    return msg
+
+
 def _terminal_fds() -> list[int]:
     return [fd for fd in (0, 1, 2) if _isatty(fd)]
 

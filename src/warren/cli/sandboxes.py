@@ -12,7 +12,8 @@ import sys
 import time
 from collections.abc import Callable
 
-from ..client import connect
+from .. import protocol
+from ..client import connect, local
 from ..client.local import LocalTransport
 from ..errors import ProcessNotFound, SandboxTimeout, WarrenError
 from ..names import check_name
@@ -37,13 +38,20 @@ def _sandbox(name: str) -> Sandbox:
 
 def create(args: list[str]) -> int:
     from ..policy.spec import from_mapping
+    from . import attach
 
     p = flags.parser("warren create", "Create a long-lived sandbox NAME (policy flags as for `warren run`).")
     flags.add_policy_flags(p)
     p.add_argument("name")
     ns = p.parse_args(args)
-    spec = from_mapping(flags.spec_of(ns), "flags")
-    info = _transport().create(spec, check_name(ns.name), config=True, profile=ns.profile)
+    # Sent already by the native front end (native/warren.c), with a reply to show here
+    # (a warning it could not print, an error): read, as the transport reads its own.
+    handed = attach.handed_reply("create", (protocol.SandboxInfo,))
+    if isinstance(handed, protocol.SandboxInfo):
+        info = local.info(handed)
+    else:
+        spec = from_mapping(flags.spec_of(ns), "flags")
+        info = _transport().create(spec, check_name(ns.name), config=True, profile=ns.profile)
     for w in info.warnings:
         print(f"warren: WARNING: {w}", file=sys.stderr)
     print(info.name)

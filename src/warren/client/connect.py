@@ -394,20 +394,35 @@ def exchange(
                 raise
         if retry:
             _await_reply(sock)
-        reply, data, fds = wire.recv(sock, (*expect, protocol.Error))
     except (wire.ConnectionClosed, ConnectionResetError, BrokenPipeError):
-        raise SandboxError(
-            CLOSED,
-            operation=message.TAG,
-            hint="see supervisor.log in warren's state directory",
-        ) from None
+        sock.close()
+        raise _closed(message.TAG) from None
+    except BaseException:
+        sock.close()
+        raise
+    return reply(sock, message.TAG, expect)
+
+
+def reply(
+    sock: wire.Sock, op: str, expect: tuple[type[protocol.Message], ...]
+) -> tuple[protocol.Message, bytes]:
+    """The one reply to a request sent on ``sock`` (``op`` its tag), which is closed
+    then; an ``Error`` reply is raised as the error it carries."""
+    try:
+        msg, data, fds = wire.recv(sock, (*expect, protocol.Error))
+    except (wire.ConnectionClosed, ConnectionResetError, BrokenPipeError):
+        raise _closed(op) from None
     finally:
         sock.close()
     for fd in fds:
         os.close(fd)
-    if isinstance(reply, protocol.Error):
-        protocol.raise_error(reply.error)
-    return reply, data
+    if isinstance(msg, protocol.Error):
+        protocol.raise_error(msg.error)
+    return msg, data
+
+
+def _closed(op: str) -> SandboxError:
+    return SandboxError(CLOSED, operation=op, hint="see supervisor.log in warren's state directory")
 
 
 def command_event(
