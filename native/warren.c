@@ -559,6 +559,33 @@ static long warning_lines(const char *v, const char *vend, char *out, size_t cap
     return p + 1 == vend ? (long)n : -1;
 }
 
+/* The next member of the JSON object at *p (past its `{` already): its key (quoted,
+   klen long) and value [v, vend); *p moves past it and its comma. 1: a member; 0: the
+   object's `}` is at *p; -1: not an object this can read. */
+static int next_member(const char **p, const char *end, const char **key, size_t *klen, const char **v,
+                       const char **vend)
+{
+    if (*p >= end)
+        return -1;
+    if (**p == '}')
+        return 0;
+    const char *kend = skip_value(*p, end, 0);
+    if (kend == NULL || **p != '"' || kend >= end || *kend != ':')
+        return -1;
+    *key = *p;
+    *klen = (size_t)(kend - *p);
+    *v = kend + 1;
+    *vend = skip_value(*v, end, 0);
+    if (*vend == NULL)
+        return -1;
+    *p = *vend;
+    if (*p < end && **p == ',')
+        (*p)++;
+    return 1;
+}
+
+#define KEY(name) (klen == sizeof(name) + 1 && memcmp(key + 1, name, sizeof(name) - 1) == 0)
+
 /* Whether a message is the plain case the native side may take: a Started or an
    Exited of status 0, with no limit, no timeout, no field it does not know; its
    warnings (what the Python CLI would print of them) in warned, *warned_len long, and
@@ -566,24 +593,16 @@ static long warning_lines(const char *v, const char *vend, char *out, size_t cap
 static int plain(const char *json, size_t n, int *exited, char *warned, size_t *warned_len,
                  size_t *w_at, size_t *w_end)
 {
-    const char *p = json, *end = json + n;
-    int version = 0, kind = 0, status_zero = 0;
+    const char *p = json, *end = json + n, *key, *v, *vend;
+    size_t klen;
+    int version = 0, kind = 0, status_zero = 0, more;
+    char want[16];
+    snprintf(want, sizeof want, "%d", WARREN_PROTOCOL);
     *warned_len = 0;
     *w_at = *w_end = 0;
     if (p >= end || *p++ != '{')
         return 0;
-    while (p < end && *p != '}') {
-        const char *key = p;
-        const char *kend = skip_value(p, end, 0);
-        if (kend == NULL || *key != '"' || kend >= end || *kend != ':')
-            return 0;
-        const char *v = kend + 1, *vend = skip_value(v, end, 0);
-        if (vend == NULL)
-            return 0;
-        size_t klen = (size_t)(kend - key);
-#define KEY(name) (klen == sizeof(name) + 1 && memcmp(key + 1, name, sizeof(name) - 1) == 0)
-        char want[16];
-        snprintf(want, sizeof want, "%d", WARREN_PROTOCOL);
+    while ((more = next_member(&p, end, &key, &klen, &v, &vend)) == 1) {
         if (KEY("v"))
             version = is(v, vend, want);
         else if (KEY("t"))
@@ -605,12 +624,8 @@ static int plain(const char *json, size_t n, int *exited, char *warned, size_t *
                 return 0;
         } else if (!(KEY("pid") || KEY("cwd") || KEY("spawn_id") || KEY("network") || KEY("repository")))
             return 0;
-#undef KEY
-        p = vend;
-        if (p < end && *p == ',')
-            p++;
     }
-    if (p + 1 != end || !version)
+    if (more < 0 || p + 1 != end || !version)
         return 0;
     if (kind == 1) {
         *exited = 0;
@@ -623,13 +638,23 @@ static int plain(const char *json, size_t n, int *exited, char *warned, size_t *
     return 0;
 }
 
-/* The next message if it is plain (consumed, its JSON in out, its warnings printed
-   as the Python CLI prints them, and taken out of it), else 0 (left unread); -1 when
-   the connection was reset with nothing to read. */
-static int take_plain(int sock, char *out, size_t *out_len, int *exited)
+static void write_all(int fd, const char *data, size_t len)
 {
-    static char warned[MAX_PEEK];
-    size_t warned_len = 0, w_at = 0, w_end = 0;
+    for (size_t at = 0; at < len;) {
+        ssize_t w = write(fd, data + at, len - at);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return; /* as the Python CLI: a write error to stdout or stderr is passed over */
+        at += (size_t)w;
+    }
+}
+
+/* The next message's frame, peeked (left unread) into frame, its JSON *jlen long at
+   frame + 8: 1 when it is all there, with no payload and no descriptors; else 0; -1
+   when the connection was reset with nothing to read. */
+static int peek_frame(int sock, char *frame, uint32_t *jlen)
+{
     unsigned char prefix[8];
     struct iovec iov = {.iov_base = prefix, .iov_len = sizeof prefix};
     struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
@@ -638,30 +663,35 @@ static int take_plain(int sock, char *out, size_t *out_len, int *exited)
         return -1; /* reset (this read took the error: the socket says nothing more) */
     if (got != (ssize_t)sizeof prefix || (msg.msg_flags & MSG_CTRUNC))
         return 0; /* short, closed, or descriptors attached */
-    uint32_t jlen, plen;
-    memcpy(&jlen, prefix, 4);
+    uint32_t plen;
+    memcpy(jlen, prefix, 4);
     memcpy(&plen, prefix + 4, 4);
-    jlen = ntohl(jlen);
+    *jlen = ntohl(*jlen);
     plen = ntohl(plen);
-    if (jlen == 0 || jlen > MAX_PEEK - 8 || plen != 0)
+    if (*jlen == 0 || *jlen > MAX_PEEK - 8 || plen != 0)
         return 0;
-    static char frame[MAX_PEEK];
-    iov = (struct iovec){.iov_base = frame, .iov_len = 8 + jlen};
+    iov = (struct iovec){.iov_base = frame, .iov_len = 8 + *jlen};
     msg = (struct msghdr){.msg_iov = &iov, .msg_iovlen = 1};
     got = recvmsg(sock, &msg, MSG_PEEK | MSG_DONTWAIT);
-    if (got != (ssize_t)(8 + jlen) || (msg.msg_flags & MSG_CTRUNC) ||
-        !plain(frame + 8, jlen, exited, warned, &warned_len, &w_at, &w_end))
+    return got == (ssize_t)(8 + *jlen) && !(msg.msg_flags & MSG_CTRUNC);
+}
+
+/* The next message if it is plain (consumed, its JSON in out, its warnings printed
+   as the Python CLI prints them, and taken out of it), else 0 (left unread); -1 when
+   the connection was reset with nothing to read. */
+static int take_plain(int sock, char *out, size_t *out_len, int *exited)
+{
+    static char frame[MAX_PEEK], warned[MAX_PEEK];
+    size_t warned_len = 0, w_at = 0, w_end = 0;
+    uint32_t jlen;
+    int peeked = peek_frame(sock, frame, &jlen);
+    if (peeked <= 0)
+        return peeked;
+    if (!plain(frame + 8, jlen, exited, warned, &warned_len, &w_at, &w_end))
         return 0;
     if (recv(sock, frame, 8 + jlen, MSG_DONTWAIT) != (ssize_t)(8 + jlen))
         return 0; /* cannot happen: it was all there */
-    for (size_t at = 0; at < warned_len;) {
-        ssize_t w = write(2, warned + at, warned_len - at);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            break; /* as the Python CLI: a write error to stderr is passed over */
-        at += (size_t)w;
-    }
+    write_all(2, warned, warned_len);
     const char *json = frame + 8;
     if (w_end > w_at) {
         /* printed: a Started handed on to the Python CLI later holds none */
@@ -850,24 +880,16 @@ static int drop_allowed(int fd)
    them) in warned. */
 static int plain_info(const char *json, size_t n, const char *name, char *warned, size_t *warned_len)
 {
-    const char *p = json, *end = json + n;
-    int version = 0, kind = 0, named = 0;
+    const char *p = json, *end = json + n, *key, *v, *vend;
+    size_t klen;
+    int version = 0, kind = 0, named = 0, more;
     char want[16], quoted[80];
     snprintf(want, sizeof want, "%d", WARREN_PROTOCOL);
     snprintf(quoted, sizeof quoted, "\"%s\"", name); /* a plain name needs no escape */
     *warned_len = 0;
     if (p >= end || *p++ != '{')
         return 0;
-    while (p < end && *p != '}') {
-        const char *key = p;
-        const char *kend = skip_value(p, end, 0);
-        if (kend == NULL || *key != '"' || kend >= end || *kend != ':')
-            return 0;
-        const char *v = kend + 1, *vend = skip_value(v, end, 0);
-        if (vend == NULL)
-            return 0;
-        size_t klen = (size_t)(kend - key);
-#define KEY(k) (klen == sizeof(k) + 1 && memcmp(key + 1, k, sizeof(k) - 1) == 0)
+    while ((more = next_member(&p, end, &key, &klen, &v, &vend)) == 1) {
         if (KEY("v"))
             version = is(v, vend, want);
         else if (KEY("t"))
@@ -880,25 +902,10 @@ static int plain_info(const char *json, size_t n, const char *name, char *warned
                 return 0;
             *warned_len = (size_t)got;
         } /* the rest (its id, state, workspace...): the Python CLI prints none of it */
+    }
+    return more == 0 && p + 1 == end && version && kind && named;
+}
 #undef KEY
-        p = vend;
-        if (p < end && *p == ',')
-            p++;
-    }
-    return p + 1 == end && version && kind && named;
-}
-
-static void write_all(int fd, const char *data, size_t len)
-{
-    for (size_t at = 0; at < len;) {
-        ssize_t w = write(fd, data + at, len - at);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return; /* as the Python CLI: a write error to stdout or stderr is passed over */
-        at += (size_t)w;
-    }
-}
 
 /* The one reply of a create, stop or rm -f: when plain, its warnings printed as the
    Python CLI prints them, and a create's name; anything else (an error, a signal
@@ -917,21 +924,12 @@ static void __attribute__((noreturn)) answered(int sock, int sigfd, const char *
             break;
     }
     static char frame[MAX_PEEK], warned[MAX_PEEK];
-    unsigned char prefix[8];
-    ssize_t got = recv(sock, prefix, sizeof prefix, MSG_PEEK | MSG_DONTWAIT);
-    if (got < 0 && errno == ECONNRESET) /* never read: sent again, to the next supervisor */
-        resume(sock, -1, UNTAKEN, strlen(UNTAKEN));
-    if (got != (ssize_t)sizeof prefix)
-        resume(sock, -1, "", 0);
-    uint32_t jlen, plen;
-    memcpy(&jlen, prefix, 4);
-    memcpy(&plen, prefix + 4, 4);
-    jlen = ntohl(jlen);
-    plen = ntohl(plen);
+    uint32_t jlen;
     size_t warned_len = 0;
-    if (jlen == 0 || jlen > MAX_PEEK - 8 || plen != 0 ||
-        recv(sock, frame, 8 + jlen, MSG_PEEK | MSG_DONTWAIT) != (ssize_t)(8 + jlen) ||
-        !plain_info(frame + 8, jlen, name, warned, &warned_len))
+    int peeked = peek_frame(sock, frame, &jlen);
+    if (peeked < 0) /* never read: sent again, to the next supervisor */
+        resume(sock, -1, UNTAKEN, strlen(UNTAKEN));
+    if (peeked == 0 || !plain_info(frame + 8, jlen, name, warned, &warned_len))
         resume(sock, -1, "", 0);
     write_all(2, warned, warned_len);
     if (print_name) {
