@@ -17,7 +17,8 @@ the host, as root and as uid 1001:
   was removed meanwhile is said to have lost its sandbox;
 - the next spare comes once the last request is answered, and beside a command that
   runs long (``pid1.SPARE_BESIDE_MS``), not only after it: an exec made meanwhile
-  finds one; in a burst of requests, a moment into each (``pid1.BURST_BESIDE_MS``);
+  finds one; in a burst of requests, a moment into each (``pid1.BURST_BESIDE_MS``)
+  unless the helper may serve again (``test_serve_again``);
 - the spare waits as SCHED_BATCH (its wake-up does not preempt the supervisor before
   the command is given to the stub), and the commands run with the host's policy,
   whichever way they were started.
@@ -276,3 +277,6 @@ def test_back_to_back_requests_have_the_next_spare_forked_beside_them() -> None:
     assert pid1.BURST_BESIDE_MS < pid1.SPARE_BESIDE_MS
     assert pid1.spare_wait_ms(burst=True, serving=False) == 0
     assert pid1.spare_wait_ms(burst=False, serving=False) == 0
+    # A helper that may serve again (``again``) is the next spare: none is forked a
+    # moment into its request, only beside one that runs long.
+    assert pid1.spare_wait_ms(burst=True, serving=True, again=True) == pid1.SPARE_BESIDE_MS

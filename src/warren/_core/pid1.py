@@ -31,7 +31,7 @@ from ..errors import LimitReached, ProcessNotFound, SandboxError, SetupError, Wa
 from ..net.handshake import pid1_network
 from ..net.proxy import listen_inside
 from ..plan.model import Plan
-from . import _sys, continuer, credsend, execstub, fileops, harden, kernel, mounts, procs
+from . import _sys, again, continuer, credsend, execstub, fileops, harden, kernel, mounts, procs
 from .broker import Broker
 from .shim import Launcher, Shim, warm
 
@@ -58,13 +58,15 @@ BURST_GAP = 0.5
 BURST_BESIDE_MS = 1
 
 
-def spare_wait_ms(burst: bool, serving: bool) -> int:
+def spare_wait_ms(burst: bool, serving: bool, again: bool = False) -> int:
     """How long PID 1 waits, with nothing happening, before it forks the next spare:
     none once the helper given the last request has ended (``serving`` False); beside a
-    request still served, ``BURST_BESIDE_MS`` in a burst, else ``SPARE_BESIDE_MS``."""
+    request still served, ``BURST_BESIDE_MS`` in a burst, else ``SPARE_BESIDE_MS``,
+    which is also the wait where that helper may serve again (``again``: it is the next
+    spare, unless its command runs long)."""
     if not serving:
         return 0
-    return BURST_BESIDE_MS if burst else SPARE_BESIDE_MS
+    return BURST_BESIDE_MS if burst and not again else SPARE_BESIDE_MS
 
 
 def in_burst(last: float, now: float) -> bool:
@@ -84,6 +86,10 @@ def _spare_idle() -> float:
 
 
 SPARE_IDLE = _spare_idle()
+# A helper that answered an exec in a burst serves the next request (``again``);
+# ``WARREN_SERVE_AGAIN=0`` in the supervisor's environment turns it off (each helper
+# serves one request, as before; ``bench/bench_burst.py`` compares the two).
+SERVE_AGAIN = os.environ.get("WARREN_SERVE_AGAIN", "1") != "0"
 BUSY_GRACE = 0.015  # how long a process found running in ``_quiesce`` may take to go (default)
 INLINE_REPLY_MAX = 64 * 1024  # what PID 1 writes to a client itself: its buffer takes it at once
 # How long a one-shot's PID 1 waits for the broker to finish a call it is making when
@@ -260,6 +266,12 @@ class Init:
     # says there when every process of the sandbox is gone ("d", ``shim.end_sandbox``).
     last: socket.socket | None = field(default=None, init=False)
     generation: int = field(default=0, init=False)  # ``Refresh`` and ``Walked`` read (``Spare``)
+    spare_gen: int = field(default=0, init=False)  # ... when the spare was forked
+    # The helper given the last request in a burst, which may serve again (``again``),
+    # and a request that waits for it meanwhile (with its descriptors, and until when).
+    serving_again: again.Serving | None = field(default=None, init=False)
+    pending: tuple[protocol.Handoff, list[int], float] | None = field(default=None, init=False)
+    held_back: bool = field(default=False, init=False)  # quiesced: no helper serves again until ``Refresh``
 
     @property
     def ready_run(self) -> bool:
@@ -296,11 +308,22 @@ class Init:
             timeout: float | None = None
             if self.stopping is not None:
                 timeout = 50
+                # Each exits when its channel closes, signal or not.
+                self._drop_spare()
+                self._end_serving()
+                self._dispatch_pending()
             elif self.want_spare:
-                timeout = spare_wait_ms(self.burst, self.serving in self.helpers)
+                again_soon = self.serving_again is not None
+                timeout = spare_wait_ms(self.burst, self.serving in self.helpers, again_soon)
             elif self.spare is not None and not self.keeps_spare:
                 timeout = max(0.0, (self.last_request + SPARE_IDLE - time.monotonic()) * 1000)
+            due = self._again_due()
+            if due is not None:
+                left = max(0.0, (due - time.monotonic()) * 1000)
+                timeout = left if timeout is None else min(timeout, left)
             events = poller.poll(timeout)
+            if due is not None and time.monotonic() >= due:
+                self._again_timed_out()
             if not events and self.want_spare and self.stopping is None:
                 # The last request answered (its helper ended), or running long: the
                 # next spare now, not while that request's helper still needs the CPU.
@@ -325,13 +348,20 @@ class Init:
                     if self.spare is not None and self.spare.fileno() == given:
                         # A one-shot's run taken by its spare ("t"): served, and over
                         # once that helper is gone (it may be gone already).
-                        run_taken = self.oneshot and _said_taken(self.spare)
+                        taken = _said_taken(self.spare)
+                        run_taken = self.oneshot and taken
                         if run_taken and self.plan.namespaces:
                             self._keep_last(self.spare)
                             self.spare, self.advertised = None, False
+                        self._requested()
+                        chan = self.spare
+                        keep = taken and self._burst_exec() and self.stopping is None
+                        if keep and chan is not None:
+                            # Kept: it may serve the next request too (``again``).
+                            self.spare, self.advertised = None, False
+                            self._keep_serving(chan, self.spare_pid, self.spare_gen, self.window_spare)
                         self._drop_spare(taken=True)
                         self.serving = self.spare_pid
-                        self._requested()
                         self.want_spare = not self.oneshot and self.stopping is None
                         if run_taken:
                             self.served = True
@@ -346,6 +376,9 @@ class Init:
                     continue
                 if self.last is not None and fd == self.last.fileno():
                     self._last_said()
+                    continue
+                if self.serving_again is not None and fd == self.serving_again.chan.fileno():
+                    self._heard_again()
                     continue
                 try:
                     while (
@@ -453,6 +486,7 @@ class Init:
             if old is not None:
                 os.close(old)
         self._drop_spare()
+        self.held_back = False
         # A run's sandbox booted ahead still waiting for its run gets one too.
         self.want_spare = not self.oneshot or self.ready_run
 
@@ -468,6 +502,11 @@ class Init:
         stop, grace = asked.stop, asked.grace
         spare = self.spare_pid if self.spare is not None and self.advertised else 0
         self._drop_spare()
+        # No helper serves again until the ``Refresh`` (it would hold the old rules), and
+        # a request that waited for one has its own now.
+        self.held_back = True
+        self._end_serving()
+        self._dispatch_pending()
         unused = spare and (asked.untaken == spare or asked.seen != spare)
         doomed = _kill_spare(spare) if unused else set()
         # Spares let go end, and their command's processes with them; a connector's only
@@ -530,7 +569,9 @@ class Init:
         if self.stopping is None:
             self.stopping = time.monotonic() + STOP_GRACE
             self.members.kill(signal.SIGTERM)
-            self._drop_spare()  # it exits when its channel closes, signal or not
+            # The spare, and a helper that might serve again, go at the top of the
+            # loop (``serve``), not here: this handler runs between any two steps of
+            # PID 1's, a spare's fork and its registration included.
 
     def _reap(self) -> bool:
         reaped = False
@@ -575,22 +616,41 @@ class Init:
 
     def _dispatch(self, msg: protocol.Message, _payload: int, fds: list[int]) -> None:
         """Hand a request to the spare helper (forked ahead of time), then fork the
-        next spare while this one works: no fork on a request's path."""
+        next spare while this one works: no fork on a request's path. With none, in a
+        burst whose last helper is readying itself again (``again``), the request
+        waits for it (``again.PENDING_WAIT`` at most)."""
         assert isinstance(msg, protocol.Handoff)
         self._requested()
+        serving = self.serving_again
+        if (
+            fds
+            and self.pending is None
+            and (self.spare is None or self.advertised)
+            and serving is not None
+            and serving.going
+            and self.stopping is None
+        ):
+            if serving.offer:
+                self._hand_offer(serving, msg, fds)
+            else:
+                self.pending = (msg, fds, time.monotonic() + again.PENDING_WAIT)
+            return
+        self._give(msg, fds)
+
+    def _give(self, msg: protocol.Handoff, fds: list[int]) -> None:
         try:
             if not fds or len(self.helpers) >= MAX_HELPERS or (self.oneshot and self.served):
                 return
             if self.spare is not None and not self.advertised:
                 spare, self.spare = self.spare, None
-                pid = self.spare_pid
+                pid, gen, window = self.spare_pid, self.spare_gen, self.window_spare
             else:  # none, or the supervisor's (it had not heard of it yet)
                 try:
                     # The request waits. Forked while PID 1 holds the request's descriptors:
                     # the child closes its copies (a stdin pipe's reader kept open there
                     # would never let the writer see the process close it).
                     spare, _, _ = self._fork_helper(warm_up=False, given=False, inherited=fds)
-                    pid = self.forked
+                    pid, gen, window = self.forked, self.generation, self.window_spare
                 except OSError as e:
                     self._without_helper(msg, fds[0], e)
                     self.served = True
@@ -602,6 +662,8 @@ class Init:
                 wire.send(spare, msg, fds=fds)
             if self.oneshot and self.plan.namespaces and isinstance(msg.request, protocol.ExecRequest):
                 self._keep_last(spare)
+            elif self._burst_exec() and isinstance(msg.request, protocol.ExecRequest):
+                self._keep_serving(spare, pid, gen, window)
             else:
                 spare.close()
             self.served = True
@@ -613,6 +675,161 @@ class Init:
             for fd in fds:
                 os.close(fd)
         self.want_spare = not self.oneshot
+
+    def _burst_exec(self) -> bool:
+        """Whether the helper given the request just taken may serve again: it came in
+        a burst, in a long-lived sandbox (an exec, as the helper alone knows on the
+        supervisor's path: it serves again only after one)."""
+        return SERVE_AGAIN and self.burst and not self.oneshot
+
+    def _dispatch_pending(self) -> None:
+        """The request that waited for a helper to serve again, handed now as any."""
+        if self.pending is not None:
+            msg, fds, _until = self.pending
+            self.pending = None
+            self._give(msg, fds)
+
+    def _again_due(self) -> float | None:
+        """When the loop must act for a helper serving again: a request waiting for it
+        gives up, or its offer, held back, goes to the supervisor."""
+        dues = [self.pending[2]] if self.pending is not None else []
+        if self.serving_again is not None and self.serving_again.offer:
+            dues.append(self.serving_again.until)
+        return min(dues, default=None)
+
+    def _again_timed_out(self) -> None:
+        now = time.monotonic()
+        if self.pending is not None and now >= self.pending[2]:
+            # The helper before it did not come back in time: one of its own.
+            self._dispatch_pending()
+        serving = self.serving_again
+        if serving is not None and serving.offer and now >= serving.until:
+            self._advertise_offer(serving)
+
+    def _keep_serving(self, chan: socket.socket, pid: int, generation: int, window: bool) -> None:
+        """Keep PID 1's end of the channel to the helper just given a request in a
+        burst, and tell it so ("b"): once answered, it may serve again. The helper kept
+        before is let be (it ends once answered, as ever)."""
+        self._end_serving()
+        serving = self.serving_again = again.Serving(chan, pid, generation, window)
+        if self.poller is not None:
+            with contextlib.suppress(KeyError):
+                self.poller.unregister(chan)
+            self.poller.register(chan, select.POLLIN)
+        if not serving.tell(again.BURST):
+            self._end_serving()
+
+    def _end_serving(self) -> None:
+        """Close the channel to the helper that might have served again: it ends. One
+        told to go on holds only its fresh command's process (the stub), which ends
+        with it: both count as ending (``_quiesce``)."""
+        serving, self.serving_again = self.serving_again, None
+        if serving is None:
+            return
+        if serving.going:
+            self.let_go.add(serving.pid)
+        for fd in serving.offer:
+            os.close(fd)
+        serving.offer = []
+        if self.poller is not None:
+            with contextlib.suppress(KeyError):
+                self.poller.unregister(serving.chan)
+        serving.chan.close()
+
+    def _heard_again(self) -> None:
+        """A word of the helper that may serve again (see ``again``)."""
+        serving = self.serving_again
+        assert serving is not None
+        while True:
+            word, fds = serving.heard()
+            if word == b"?":
+                return
+            if word == again.TAKEN:
+                continue  # it took the request that waited for it (``_offered``)
+            if word == again.ASK and not serving.going and self._may_serve_again(serving):
+                serving.going = serving.tell(again.GO)
+                if serving.going:
+                    # It is the next spare: none forked beside it.
+                    self.want_spare = False
+                    continue
+            elif (
+                word == again.AGAIN
+                and serving.going
+                and not serving.offer
+                and fds
+                and self._may_serve_again(serving)
+            ):
+                self._offered(serving, fds)
+                return
+            # Refused, or it ended: the next spare, and a request that waited, as ever.
+            for fd in fds:
+                os.close(fd)
+            self._end_serving()
+            self._dispatch_pending()
+            self.want_spare = not self.oneshot and self.stopping is None
+            return
+
+    def _may_serve_again(self, serving: again.Serving) -> bool:
+        return (
+            serving.generation == self.generation
+            and self.stopping is None
+            and not self.held_back
+            and (self.spare is None or self.pending is not None)
+        )
+
+    def _offered(self, serving: again.Serving, fds: list[int]) -> None:
+        """The helper is ready again (``fds``: the supervisor's end of its new direct
+        channel, and a copy of its new stub's): the request that waited is written to
+        it; else the offer is held a moment (``again.HOLD``) for a request the
+        supervisor sent before it could hear of it, then given to the supervisor."""
+        serving.offer = fds
+        serving.until = time.monotonic() + again.HOLD
+        if self.pending is not None:
+            msg, given, _until = self.pending
+            self.pending = None
+            self._hand_offer(serving, msg, given)
+
+    def _hand_offer(self, serving: again.Serving, msg: protocol.Handoff, given: list[int]) -> None:
+        """A request to the helper that offered itself again, written to its direct
+        channel (it reads it as from the supervisor: "t"); told "b" again in a burst."""
+        direct, *stub = serving.offer
+        serving.offer = []
+        serving.going = False
+        for fd in stub:
+            os.close(fd)
+        self.serving = serving.pid
+        if isinstance(msg.request, protocol.ConnectorRequest):
+            self.connectors.add(serving.pid)
+        try:
+            with socket.socket(fileno=direct) as sock:
+                wire.send(sock, msg, fds=given)
+        except OSError:
+            pass
+        finally:
+            for fd in given:
+                os.close(fd)
+        exec_ = isinstance(msg.request, protocol.ExecRequest)
+        if not (self.burst and exec_ and serving.tell(again.BURST)):
+            self._end_serving()
+        self.want_spare = not self.oneshot and self.stopping is None
+
+    def _advertise_offer(self, serving: again.Serving) -> None:
+        """No request came for the offer held back: the helper is the spare, given to
+        the supervisor as any (``protocol.Spare``)."""
+        fds, serving.offer = serving.offer, []
+        self.serving_again = None
+        self.spare, self.spare_pid, self.spare_gen = serving.chan, serving.pid, serving.generation
+        self.window_spare = serving.window
+        spare = protocol.Spare(pid=serving.pid, generation=serving.generation)
+        try:
+            wire.send(self.control, spare, fds=fds)
+        except OSError:
+            self._drop_spare()
+            return
+        finally:
+            for fd in fds:
+                os.close(fd)
+        self.advertised = True
 
     def _without_helper(self, handoff: protocol.Handoff, conn: int, cannot: OSError) -> None:
         """No helper can be forked (the sandbox is at its pids limit). Listing and
@@ -643,7 +860,7 @@ class Init:
         command straight to its process): a long-lived sandbox's, and a one-shot's booted
         ahead for its run (a fresh one-shot forks none: its run comes with its launch)."""
         self.spare, direct, stub = self._fork_helper(warm_up, given=not self.oneshot or self.ahead)
-        self.spare_pid = self.forked
+        self.spare_pid, self.spare_gen = self.forked, self.generation
         self.advertised = False
         if self.stopping is not None:
             # Asked to stop while it was forked (SIGTERM's handler runs between two steps
@@ -785,37 +1002,57 @@ class Init:
                 cannot = e  # at a limit: said to the request that comes
             if warm_up:
                 warm(self.plan)
-            got = _await_handoff(from_pid1, direct)
-            if got is None:
-                if launcher is not None:
-                    launcher.discard()
-                os._exit(0)
-            handoff, fds = got
-            request = handoff.request
-            # A one-shot's run: the sandbox ends with its command, and PID 1 hears here
-            # when all of it is gone (``shim.end_sandbox``).
-            last = None
-            if self.oneshot and self.plan.namespaces and isinstance(request, protocol.ExecRequest):
-                last = from_pid1
-            else:
-                from_pid1.close()
-            conn = socket.socket(fileno=fds[0])
-            conn.setblocking(True)
-            mine = len(fds) - len(handoff.extra)
-            extra = dict(zip(handoff.extra, fds[mine:], strict=True))
-            if not isinstance(request, (protocol.ExecRequest, protocol.SpawnRequest)):
-                if launcher is not None:
-                    launcher.discard()
-            elif launcher is None:
-                assert cannot is not None
-                if handoff.launched:
-                    raise fork_failed(cannot, self.plan, "start the command")
-                # This helper was forked ahead while the sandbox was at a limit (a
-                # command before still ending, or its processes not yet reaped by PID
-                # 1): there may be room now. Asked again (a moment more for PID 1's
-                # reaping at the pids limit), then said.
-                launcher = _launcher_again(self.plan, self.ruleset)
-            self._run(handoff, conn, fds[1:mine], extra, launcher, last)
+            while True:
+                # What this helper holds of its own: whatever a request brings or leaves
+                # open beyond it is closed before it serves again.
+                kept = again.open_fds() - {
+                    s.fileno() for s in (direct, launcher.sock if launcher else None) if s is not None
+                }
+                got = _await_handoff(from_pid1, direct)
+                if got is None:
+                    if launcher is not None:
+                        launcher.discard()
+                    os._exit(0)
+                handoff, fds = got
+                request = handoff.request
+                # A one-shot's run: the sandbox ends with its command, and PID 1 hears
+                # here when all of it is gone (``shim.end_sandbox``). A long-lived
+                # sandbox's helper keeps the channel: PID 1 may say "serve again".
+                last = None
+                if self.oneshot and self.plan.namespaces and isinstance(request, protocol.ExecRequest):
+                    last = from_pid1
+                elif self.oneshot:
+                    from_pid1.close()
+                conn = socket.socket(fileno=fds[0])
+                conn.setblocking(True)
+                mine = len(fds) - len(handoff.extra)
+                extra = dict(zip(handoff.extra, fds[mine:], strict=True))
+                if not isinstance(request, (protocol.ExecRequest, protocol.SpawnRequest)):
+                    if launcher is not None:
+                        launcher.discard()
+                elif launcher is None:
+                    assert cannot is not None
+                    if handoff.launched:
+                        raise fork_failed(cannot, self.plan, "start the command")
+                    # This helper was forked ahead while the sandbox was at a limit (a
+                    # command before still ending, or its processes not yet reaped by
+                    # PID 1): there may be room now. Asked again (a moment more for PID
+                    # 1's reaping at the pids limit), then said.
+                    launcher = _launcher_again(self.plan, self.ruleset)
+                goes_on = None
+                if not self.oneshot and isinstance(request, protocol.ExecRequest) and kept:
+                    goes_on = _GoesOn(from_pid1)
+                self._run(handoff, conn, fds[1:mine], extra, launcher, last, goes_on)
+                if goes_on is None or not goes_on.asked:
+                    break
+                conn.close()
+                if direct is not None:
+                    direct.close()
+                ready = self._serve_again(from_pid1, kept)
+                if ready is None:
+                    break
+                launcher, direct = ready
+                conn = request = None
         except WarrenError as e:
             if conn is not None:
                 with contextlib.suppress(OSError):
@@ -856,6 +1093,33 @@ class Init:
             code = 1
         os._exit(code)
 
+    def _serve_again(self, from_pid1: socket.socket, kept: set[int]) -> tuple[Launcher, socket.socket] | None:
+        """Once an exec in a burst is answered (``_GoesOn``): everything the request
+        brought closed, PID 1 asked, the command's process forked again and offered
+        (``again``). The new launcher and the helper's end of the new direct channel;
+        None when PID 1 said no or a step failed (the helper then ends, as ever)."""
+        again.close_others(kept)
+        if not again.went(from_pid1):
+            return None
+        direct, inside = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        window = self.broker.window if self.broker is not None else None
+        pair = None
+        if execstub.loaded() is not None and (window is None or not window.open):
+            pair = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        try:
+            launcher = Launcher(self.plan, self.ruleset, False, pair)
+        except OSError:
+            for sock in (direct, inside, *(pair or ())):
+                sock.close()
+            return None
+        with direct:
+            offered = again.offer(from_pid1, [direct.fileno(), *([launcher.sock.fileno()] if pair else [])])
+        if not offered:
+            launcher.discard()
+            inside.close()
+            return None
+        return launcher, inside
+
     def _run(
         self,
         handoff: protocol.Handoff,
@@ -864,6 +1128,7 @@ class Init:
         extra: dict[str, int],
         launcher: Launcher | None,
         last: socket.socket | None = None,
+        goes_on: _GoesOn | None = None,
     ) -> None:
         req = handoff.request  # of the kinds PID 1 serves: the Handoff's decoding checked that
         if isinstance(req, (protocol.ExecRequest, protocol.SpawnRequest)):
@@ -871,7 +1136,9 @@ class Init:
             spawn_id = handoff.spawn_id if isinstance(req, protocol.SpawnRequest) else None
             stdin = isinstance(req, protocol.SpawnRequest) and req.stdin
             launched = handoff.before if handoff.launched and isinstance(req, protocol.ExecRequest) else None
-            Shim(self.plan, launcher, conn, req.command, fds, spawn_id, extra, stdin, launched, last).run()
+            shim = Shim(self.plan, launcher, conn, req.command, fds, spawn_id, extra, stdin, launched, last)
+            shim.goes_on = goes_on
+            shim.run()
         elif isinstance(req, protocol.FileRequest):
             payload = wire.recv_payload(conn, handoff.payload)
             harden.harden(self.plan, self.ruleset)
@@ -885,6 +1152,26 @@ class Init:
             _connector(conn)
         else:
             assert_never(req)
+
+
+class _GoesOn:
+    """Asked by the shim just before its exec's answer is sent: whether this helper
+    serves again (PID 1 said the request came in a burst, and nothing of the command
+    is left), so that it does not yield its core as a helper that exits does; then,
+    the answer sent, it asks PID 1 at once ("r": the next request may be on its way
+    to PID 1 already, and waits for this helper only if PID 1 has heard this first)."""
+
+    def __init__(self, from_pid1: socket.socket) -> None:
+        self.from_pid1 = from_pid1
+        self.said = False
+        self.asked = False
+
+    def __call__(self, answered: bool) -> bool:
+        if answered:
+            self.asked = self.said and again.ask(self.from_pid1)
+            return self.asked
+        self.said = again.told_burst(self.from_pid1) and again.alone()
+        return self.said
 
 
 def _said_taken(spare: socket.socket) -> bool:

@@ -31,6 +31,7 @@ import socket
 import struct
 import termios
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NoReturn, cast
 
@@ -465,6 +466,10 @@ class Shim:
     # PID 1 is told on this channel once nothing of it is left (``end_sandbox``).
     last: socket.socket | None = None
     before: dict[str, int] = field(default_factory=dict, init=False)
+    # Asked just before an exec's answer is sent: True when its helper serves again
+    # (``pid1._GoesOn``), which then keeps its core rather than yield it as it exits;
+    # and, that answer sent, told so (True), to say so to PID 1 at once.
+    goes_on: Callable[[bool], bool] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.counters = {k: fd for k, fd in (self.extra or {}).items() if ":" in k}
@@ -636,9 +641,13 @@ class Shim:
         wait = self._changed()
         self._report(exited)
         self._in_step(wait)
+        goes_on = self.goes_on is not None and self.goes_on(False)
         with contextlib.suppress(OSError):
             wire.send(self.conn, exited)
-        _yield_to_client()
+        if not goes_on:
+            _yield_to_client()
+        elif self.goes_on is not None:
+            self.goes_on(True)
 
     def _report(self, exited: protocol.Exited) -> None:
         """How the command ended, on the supervisor's end-of-exec channel (one write,

@@ -1,0 +1,118 @@
+"""In a burst of execs (a framework's several tool calls in one turn) the helper that
+answered one serves the next (``warren._core.again``): it forks its command's process
+again instead of exiting, and PID 1 gives the next request to it. What must hold,
+judged from the host and from the commands themselves, as root and as uid 1001:
+
+- it happens: in bursts of execs back to back, some command's parent (its helper) is
+  the one of the command before;
+- a command served that way is started as any: its own environment, directory, exit
+  code and output; the same descriptors open as a command of a fresh helper (nothing
+  of the request before leaks into it), the same confinement (seccomp, no new
+  privileges, no capabilities) and the host's scheduling policy (a helper that exits
+  yields its core as SCHED_IDLE; one that serves again must not pass that on);
+- a command that leaves a process running ends its helper's service: that process
+  keeps running, and no later command is served by that helper;
+- removing the sandbox in the middle of a burst answers the burst's exec with an
+  error and leaves no process of the sandbox behind.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import Layout
+from warren import PolicySpec, Sandbox
+from warren.errors import WarrenError
+
+# One exec's view of itself: its helper, environment, directory, open descriptors,
+# scheduling policy (field 41 of stat) and confinement, then the exit code asked.
+PROBE = (
+    'echo "ppid=$PPID"; echo "a=$A"; echo "cwd=$(pwd)"; '
+    'echo "fds=$(ls /proc/$$/fd | sort -n | tr "\\n" " ")"; '
+    "echo \"policy=$(cut -d' ' -f41 /proc/$$/stat)\"; "
+    "grep -E '^(Seccomp|NoNewPrivs|CapEff):' /proc/$$/status; "
+    'echo "to stderr $A" >&2; exit "$B"'
+)
+
+
+@pytest.fixture
+def sb(layout: Layout, state_home: Path) -> Sandbox:
+    (layout.workspace / "sub").mkdir()
+    return Sandbox.create(PolicySpec(workspace=str(layout.workspace)))
+
+
+def _probe(sb: Sandbox, i: int) -> dict[str, str]:
+    cwd = "sub" if i % 2 else None
+    r = sb.exec(["sh", "-c", PROBE], env={"A": f"v{i}", "B": str(i % 4)}, cwd=cwd)
+    assert r.exit_code == i % 4, (i, r)
+    assert r.stderr == f"to stderr v{i}\n".encode(), (i, r)
+    seen = dict(
+        line.split("=", 1) if "=" in line else line.split(":", 1) for line in r.stdout.decode().splitlines()
+    )
+    assert seen["a"] == f"v{i}", seen
+    assert seen["cwd"].endswith("/sub") == bool(i % 2), seen
+    return {k: v.strip() for k, v in seen.items()}
+
+
+def test_a_burst_is_served_by_helpers_that_serve_again_as_any_helper_would(sb: Sandbox) -> None:
+    first = _probe(sb, 0)  # a fresh helper's command: the reference
+    assert first["policy"] == "0" and first["NoNewPrivs"] == "1" and first["Seccomp"] == "2", first
+    assert int(first["CapEff"], 16) == 0, first
+    served_again = 0
+    for _burst in range(8):
+        time.sleep(0.6)  # a pause: the burst's first request is not one (``pid1.BURST_GAP``)
+        seen = [_probe(sb, i) for i in range(1, 9)]
+        for before, now in itertools.pairwise(seen):
+            served_again += before["ppid"] == now["ppid"]
+        for each in seen:
+            # Nothing of an earlier request open, the same confinement and policy.
+            assert {k: each[k] for k in ("fds", "policy", "Seccomp", "NoNewPrivs", "CapEff")} == {
+                k: first[k] for k in ("fds", "policy", "Seccomp", "NoNewPrivs", "CapEff")
+            }, (each, first)
+        if served_again >= 3:
+            break
+    assert served_again >= 3, "no helper served a second request of a burst"
+
+
+def test_a_command_that_leaves_a_process_ends_its_helpers_service(sb: Sandbox) -> None:
+    for _ in range(3):
+        sb.exec(["true"])
+    r = sb.exec(["sh", "-c", "sleep 300 >/dev/null 2>&1 </dev/null & echo $!; echo $PPID"])
+    left, helper = (int(x) for x in r.stdout.split())
+    later = [int(sb.exec(["sh", "-c", "echo $PPID"]).stdout) for _ in range(6)]
+    assert helper not in later, (helper, later)
+    # The process left behind runs on, whatever served the commands after it.
+    alive = sb.exec(["cat", f"/proc/{left}/comm"])
+    assert alive.stdout == b"sleep\n", alive
+
+
+def test_removing_the_sandbox_in_a_burst_answers_and_leaves_nothing(sb: Sandbox) -> None:
+    pid1 = sb.pid1
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def burst() -> None:
+        try:
+            while not done.is_set():
+                sb.exec(["true"])
+        except WarrenError as e:
+            errors.append(e)
+
+    t = threading.Thread(target=burst)
+    t.start()
+    time.sleep(0.5)
+    sb.remove()
+    t.join(30)
+    done.set()
+    assert not t.is_alive(), "an exec of the burst was never answered"
+    assert errors, "the burst went on after the sandbox was removed"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and os.path.exists(f"/proc/{pid1}"):
+        time.sleep(0.05)
+    assert not os.path.exists(f"/proc/{pid1}"), "PID 1 outlived the removal"
