@@ -14,6 +14,10 @@ judged from the host and from the commands themselves, as root and as uid 1001:
   keeps running, and no later command is served by that helper;
 - removing the sandbox in the middle of a burst answers the burst's exec with an
   error and leaves no process of the sandbox behind.
+
+A helper confined by rules that have changed since (a host file made beside a denied
+one, a root moved) never serves again: ``test_host_changes`` reads such a file in a
+burst (it read "Permission denied" when a helper of the old rules served it).
 """
 
 from __future__ import annotations

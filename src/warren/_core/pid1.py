@@ -397,11 +397,13 @@ class Init:
                             self.served = True
                             self.last_request = time.monotonic()
                         elif isinstance(got[0], protocol.Refresh):
-                            self.generation += 1
+                            self._new_rules()
                             self._refresh()
+                            self._dispatch_pending()
                         elif isinstance(got[0], protocol.Walked):
-                            self.generation += 1
+                            self._new_rules()
                             self._walked(got[0].ok)
+                            self._dispatch_pending()
                         elif isinstance(got[0], protocol.Quiesce):
                             self._quiesce(got[0])
                         else:
@@ -460,6 +462,15 @@ class Init:
         if said.startswith(b"d") and (self.broker is None or self.broker.quiet(EMPTIED_WAIT)):
             with contextlib.suppress(OSError):
                 wire.send(self.control, protocol.Emptied())
+
+    def _new_rules(self) -> None:
+        """A ``Refresh`` or ``Walked``: what comes next runs under other rules (a host
+        file replaced, a root moved, the hard-link walk over). A helper that might serve
+        again holds the old ones, and its command's process was confined by them: it
+        goes (a request that waited for it gets a helper of the new rules, forked once
+        they are made)."""
+        self.generation += 1
+        self._end_serving()
 
     def _walked(self, ok: bool) -> None:
         """The supervisor's hard-link walk ended: the held calls go on (or fail), and a
@@ -628,6 +639,7 @@ class Init:
             and (self.spare is None or self.advertised)
             and serving is not None
             and serving.going
+            and serving.generation == self.generation
             and self.stopping is None
         ):
             if serving.offer:
@@ -816,6 +828,9 @@ class Init:
     def _advertise_offer(self, serving: again.Serving) -> None:
         """No request came for the offer held back: the helper is the spare, given to
         the supervisor as any (``protocol.Spare``)."""
+        if self.spare is not None:
+            self._end_serving()  # one was forked meanwhile: a single spare at a time
+            return
         fds, serving.offer = serving.offer, []
         self.serving_again = None
         self.spare, self.spare_pid, self.spare_gen = serving.chan, serving.pid, serving.generation
