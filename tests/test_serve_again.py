@@ -35,10 +35,13 @@ from warren import PolicySpec, Sandbox
 from warren.errors import WarrenError
 
 # One exec's view of itself: its helper, environment, directory, open descriptors,
-# scheduling policy (field 41 of stat) and confinement, then the exit code asked.
+# scheduling policy (field 41 of stat) and confinement, then the exit code asked. The
+# descriptors are those `ls` inherits in the command substitution, from the command
+# (not `/proc/$$/fd`: the shell's own list raced its closing of the pipe's write end,
+# so a loaded machine showed one descriptor more now and then).
 PROBE = (
     'echo "ppid=$PPID"; echo "a=$A"; echo "cwd=$(pwd)"; '
-    'echo "fds=$(ls /proc/$$/fd | sort -n | tr "\\n" " ")"; '
+    'echo "fds=$(ls /proc/self/fd | sort -n | tr "\\n" " ")"; '
     "echo \"policy=$(cut -d' ' -f41 /proc/$$/stat)\"; "
     "grep -E '^(Seccomp|NoNewPrivs|CapEff):' /proc/$$/status; "
     'echo "to stderr $A" >&2; exit "$B"'
