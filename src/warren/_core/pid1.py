@@ -902,6 +902,18 @@ class Init:
         if self.poller is not None:
             self.poller.register(self.spare, select.POLLIN)  # "taken", or its end
 
+    def _stub_pair(self) -> tuple[socket.socket, socket.socket] | None:
+        """The channel to a given spare's command process, through which the supervisor
+        may hand the exec stub a command itself; None where there is no stub, or while
+        the hard-link walk's window is open: the stub, handed a command directly, opens
+        /dev/null for the stdio it lacks, a writing open that would wait for the walk;
+        the helper opens it instead (its calls go on). (In a helper serving again, the
+        window as it was at its fork: a walk's end since then refuses its offer.)"""
+        window = self.broker.window if self.broker is not None else None
+        if execstub.loaded() is None or (window is not None and window.open):
+            return None
+        return socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+
     def _fork_helper(
         self, warm_up: bool, given: bool, inherited: list[int] | None = None
     ) -> tuple[socket.socket, socket.socket | None, socket.socket | None]:
@@ -917,11 +929,7 @@ class Init:
         window = self.broker.window if self.broker is not None else None
         if given:
             direct, inside = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-            # Not while the hard-link walk's window is open: the stub, handed a command
-            # directly, opens /dev/null for the stdio it lacks, a writing open that would
-            # wait for the walk; the helper opens it instead (its calls go on).
-            if execstub.loaded() is not None and (window is None or not window.open):
-                pair = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+            pair = self._stub_pair()
         # SIGTERM (stop) stays blocked across the fork until the child has dropped PID
         # 1's handler: a helper must die of it, never run the stop sequence itself.
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
@@ -1019,10 +1027,12 @@ class Init:
                 warm(self.plan)
             while True:
                 # What this helper holds of its own: whatever a request brings or leaves
-                # open beyond it is closed before it serves again.
-                kept = again.open_fds() - {
-                    s.fileno() for s in (direct, launcher.sock if launcher else None) if s is not None
-                }
+                # open beyond it is closed before it serves again (never, in a one-shot
+                # sandbox: no listing on a run's path).
+                kept: set[int] = set()
+                if not self.oneshot:
+                    own = (direct, launcher.sock if launcher else None)
+                    kept = again.open_fds() - {s.fileno() for s in own if s is not None}
                 got = _await_handoff(from_pid1, direct)
                 if got is None:
                     if launcher is not None:
@@ -1117,10 +1127,7 @@ class Init:
         if not again.went(from_pid1):
             return None
         direct, inside = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-        window = self.broker.window if self.broker is not None else None
-        pair = None
-        if execstub.loaded() is not None and (window is None or not window.open):
-            pair = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        pair = self._stub_pair()
         try:
             launcher = Launcher(self.plan, self.ruleset, False, pair)
         except OSError:
