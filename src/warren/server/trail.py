@@ -157,6 +157,10 @@ class Trail:
         record is written after the handoff, and the command may have ended by then: its
         duration counts from the handoff."""
         who = {"origin": getattr(msg, "origin", "") or "unknown", **peer}
+        # Stamped with the handoff's time, not this write's: the command may have run
+        # meanwhile, and its network decisions (the proxy's log, merged by time) came
+        # after the handoff, not before its record.
+        wall = time.time() - (time.monotonic() - at) if at else time.time()
         if isinstance(msg, (protocol.ExecRequest, protocol.SpawnRequest)):
             cmd = msg.command
             started = Started(f"c{os.getpid()}-{next(_ids)}", at or time.monotonic())
@@ -169,9 +173,9 @@ class Trail:
                 "tty": cmd.tty is not None,
             }
             if isinstance(msg, protocol.ExecRequest):
-                self.record("exec", **fields, **who)
+                self.record_at(wall, "exec", **fields, **who)
                 return started
-            self.record("spawn", **fields, **who)
+            self.record_at(wall, "spawn", **fields, **who)
         elif isinstance(msg, protocol.FileRequest):
             extra = {"dst": _cut(msg.dst)} if msg.dst is not None else {}
             self.record("file", op=msg.op, path=_cut(msg.path), **extra, **who)
