@@ -99,6 +99,27 @@ def test_a_command_that_leaves_a_process_ends_its_helpers_service(sb: Sandbox) -
     assert alive.stdout == b"sleep\n", alive
 
 
+def test_a_helper_refused_its_second_turn_ends_at_once(sb: Sandbox) -> None:
+    """A command of a burst that runs past ``pid1.SPARE_BESIDE_MS`` has the next spare
+    forked beside it, so its helper, asking to serve again, is refused (one spare at a
+    time) and must end then: PID 1 closes its end of their channel. That spare was forked
+    while PID 1 held the channel: a copy of PID 1's end in it kept the channel open, and
+    the refused helper waited out ``again.GO_WAIT_MS`` (200 ms) every time (and one let
+    go as a spare would not have ended at all while that copy lived). Judged from the
+    next command, which the spare serves: 50 ms after it starts the refused helper is
+    gone (a zombie not yet reaped counts as gone)."""
+    states = []
+    for _ in range(4):
+        time.sleep(0.6)  # the burst's first request is not one (``pid1.BURST_GAP``)
+        sb.exec(["true"])
+        refused = int(sb.exec(["sh", "-c", "echo $PPID; sleep 0.1"]).stdout)
+        r = sb.exec(["sh", "-c", f"echo $PPID; sleep 0.05; sed -n 's/^State:.//p' /proc/{refused}/status"])
+        served_by, *state = r.stdout.decode().split("\n", 1)
+        assert int(served_by) != refused, "a helper whose command ran long served the next request"
+        states.append("".join(state).strip())
+    assert all(s in ("", "Z (zombie)") for s in states), states
+
+
 def test_removing_the_sandbox_in_a_burst_answers_and_leaves_nothing(sb: Sandbox) -> None:
     pid1 = sb.pid1
     errors: list[BaseException] = []

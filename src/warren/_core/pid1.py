@@ -938,7 +938,7 @@ class Init:
             ours.close()
             if direct is not None:
                 direct.close()
-            for fd in inherited or ():
+            for fd in [*(inherited or ()), *self._held_for_others()]:
                 with contextlib.suppress(OSError):
                     os.close(fd)
             self._helper(theirs, warm_up, inside, pair)
@@ -971,6 +971,25 @@ class Init:
         self.helpers.add(pid)
         self.forked = pid
         return ours, direct, stub
+
+    def _held_for_others(self) -> list[int]:
+        """What PID 1 holds for another helper or request when it forks one: its end of
+        the channel to a helper that may serve again and that helper's offer, the request
+        waiting for it, a one-shot's channel to its run's helper. A copy in the new helper
+        would outlive PID 1's: a helper refused ("r" without "g") would not see its
+        channel end and wait out ``again.GO_WAIT_MS``, one let go as a spare would not end
+        at all while the copy lives, and a waiting request's descriptors (its client's
+        connection, its "active" pipe, its stdio) would stay open in a helper that does
+        not serve it."""
+        held: list[int] = []
+        serving = self.serving_again
+        if serving is not None:
+            held += [serving.chan.fileno(), *serving.offer]
+        if self.pending is not None:
+            held += self.pending[1]
+        if self.last is not None:
+            held.append(self.last.fileno())
+        return held
 
     def _helper(
         self,
