@@ -9,6 +9,10 @@ all are measured after the same idle moments:
   Sandbox.exec(["true"])  (--exec)   vs  subprocess.run      target <= +1.0 ms
   Sandbox.create + first exec        vs  bwrap ... true      target <= 2.0x
                           (--create; the sandbox removed after, outside the time)
+  warren run -- true, cold (--cold)  vs  bwrap ... true      (no target)
+                          its supervisor gone, as after its idle exit (an agent
+                          slower than a minute): `warren shutdown` before, outside
+                          the time, in a state directory of its own
   --burst N (with --exec): N execs back to back at each turn, as a framework's several
   tool calls of one model turn come; the row is the mean of the N-1 that follow the
   first, against as many subprocess.run calls back to back   target <= +1.0 ms
@@ -23,8 +27,8 @@ of bwrap under the same load; the exec row then reads as a ratio to bwrap too).
 Medians; each supervisor started before (two runs at the pace first, as an agent's
 session would have).
 
-Run: python bench/bench_pace.py [--pace 1,10,30] [--runs 6] [--exec] [--create] [--busy 2] [--also PATH]
-       [--also-python PATH] [--burst 4]
+Run: python bench/bench_pace.py [--pace 1,10,30] [--runs 6] [--exec] [--create] [--cold] [--busy 2]
+       [--also PATH] [--also-python PATH] [--burst 4]
 """
 
 from __future__ import annotations
@@ -60,6 +64,29 @@ def _timer(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> Cal
     return go
 
 
+def _cold(cli: str, cwd: Path, env: dict[str, str]) -> Callable[[], float]:
+    """``warren run -- true`` with no supervisor running: one is started for it."""
+    run = _timer([cli, "run", "--", "true"], cwd, env)
+
+    def go() -> float:
+        pid = _supervisor_pid(Path(env["XDG_STATE_HOME"]) / "warren")
+        subprocess.run([cli, "shutdown"], env=env, check=False, capture_output=True)
+        deadline = time.monotonic() + 30
+        while pid and os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return run()
+
+    return go
+
+
+def _supervisor_pid(state: Path) -> int:
+    """The pid the supervisor published (``statedir``: "TOKEN PID"), 0 if none."""
+    try:
+        return int((state / "supervisor.addr").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
 def _busy(n: int) -> list[subprocess.Popen[bytes]]:
     loop = "while True: pass"
     return [subprocess.Popen([sys.executable, "-c", loop]) for _ in range(n)]
@@ -71,6 +98,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=6)
     ap.add_argument("--exec", action="store_true", help="also Sandbox.exec vs subprocess.run")
     ap.add_argument("--create", action="store_true", help="also Sandbox.create + first exec vs bwrap")
+    ap.add_argument("--cold", action="store_true", help="also warren run with its supervisor gone")
     ap.add_argument("--busy", type=int, default=0, help="busy loops running meanwhile")
     ap.add_argument("--burst", type=int, default=0, help="with --exec: also N execs back to back")
     ap.add_argument("--also", help="another warren CLI measured in the same cycles (its own state)")
@@ -88,16 +116,21 @@ def main() -> None:
         # launch makes the sandbox's TMPDIR beside the workspace, and a new entry in a
         # directory above a denied path (the state directory is one) is another sandbox
         # for every sandbox booted before it (its read rules name each entry there).
-        places = {k: Path(tmp) / str(i) for i, k in enumerate([*clis, "lib", "also-lib"])}
+        colds = [f"{k} cold" for k in clis] if args.cold else []
+        places = {k: Path(tmp) / str(i) for i, k in enumerate([*clis, *colds, "lib", "also-lib"])}
         for place in places.values():
             (place / "ws").mkdir(parents=True)
-        envs = {k: {**os.environ, "XDG_STATE_HOME": str(places[k] / "state")} for k in clis}
+        envs = {k: {**os.environ, "XDG_STATE_HOME": str(places[k] / "state")} for k in [*clis, *colds]}
         box = None
         other: subprocess.Popen[str] | None = None
         try:
             kinds: dict[str, Callable[[], float]] = {"bwrap": _timer(BWRAP, places["lib"] / "ws")}
             for label, cli in clis.items():
                 kinds[label] = _timer([cli, "run", "--", "true"], places[label] / "ws", envs[label])
+            for label, cli in clis.items():
+                if args.cold:
+                    cold = f"{label} cold"
+                    kinds[cold] = _cold(cli, places[cold] / "ws", envs[cold])
             if args.exec or args.create:
                 os.environ["XDG_STATE_HOME"] = str(places["lib"] / "state")
             if args.exec:
@@ -132,7 +165,9 @@ def main() -> None:
                 p.kill()
                 p.wait()
             for label, cli in clis.items():
-                subprocess.run([cli, "shutdown"], env=envs[label], check=False, capture_output=True)
+                for state in (label, f"{label} cold"):
+                    if state in envs:
+                        subprocess.run([cli, "shutdown"], env=envs[state], check=False, capture_output=True)
 
 
 def _misses(label: str, log: Path) -> None:
@@ -250,6 +285,9 @@ def _measure(
         w = med[label]
         verdict = "met" if w / b <= limit else "NOT met"
         line.append(f"{label} {w:6.1f} ms {w / b:5.2f}x ({verdict}, <= {limit}x)")
+        if f"{label} cold" in med:
+            c = med[f"{label} cold"]
+            line.append(f"{label} cold {c:6.1f} ms {c / b:5.2f}x")
     if args.exec:
         s, e = med["subprocess.run"], med["Sandbox.exec"]
         if args.busy:

@@ -119,15 +119,16 @@ def systemd_scope(env: Mapping[str, str]) -> list[str]:
     (a login session's scope is not delegated, and only a delegated group lets warren
     give each sandbox a group of its own: limits, pause, kill). Empty otherwise, or when
     WARREN_SYSTEMD_SCOPE=0."""
-    import shutil
-
-    from .._core import cgroups
-
     runtime = env.get("XDG_RUNTIME_DIR", "")
     if env.get("WARREN_SYSTEMD_SCOPE") == "0" or not runtime:
         return []
     if not os.path.exists(os.path.join(runtime, "systemd", "private")):
         return []  # no user manager
+    # Only now: this runs before the supervisor is spawned, on a cold start's path.
+    import shutil
+
+    from .._core import cgroups
+
     if cgroups.probe(os.getuid()).v2_writable:
         return []  # already in a delegated group
     tool = shutil.which("systemd-run", path=env.get("PATH"))
