@@ -186,6 +186,32 @@ def _attack(ws: Path, where: Path, via: str) -> tuple[Path, Path, float, str, st
     return host, victim, began, b"".join(streamed).decode(), err, code
 
 
+@pytest.mark.parametrize("via", ["run", "exec"])
+def test_a_command_that_fails_during_the_walk_is_answered_with_its_own_failure(
+    native_only: None, few: Path, via: str
+) -> None:
+    """A command started in the walk's window that fails on its own (nothing linked from
+    outside: its sandbox goes on) is answered with its exit code and output. (Its helper
+    first waits a moment to know whether PID 1 is ending, ``pid1.COMMAND_END_WAIT``: a
+    write the window held fails with ENOSYS when the walk finds a link and PID 1 goes,
+    and then the client hears the supervisor's reason, not the command's failure.)"""
+    script = "date +%s.%N; echo out; echo err >&2; exit 3"
+    began = time.time()
+    if via == "run":
+        r = run_cli(["run", "--", "sh", "-c", script], cwd=few, timeout=120)
+        out, err, code = r.stdout, r.stderr, r.returncode
+    else:
+        box = Sandbox.create(PolicySpec(workspace=str(few)))
+        try:
+            got = box.exec(["sh", "-c", script], timeout=60)
+            out, err, code = got.stdout.decode(), got.stderr.decode(), got.exit_code
+            assert box.exec(["true"]).exit_code == 0  # the sandbox goes on
+        finally:
+            box.remove()
+    assert (code, out.split("\n", 1)[1], err) == (3, "out\n", "err\n"), (code, out, err)
+    assert _during(began, _started(out)), "the command started after the walk: the case was not made"
+
+
 def test_a_name_linked_in_from_outside_makes_the_walk_come_first(
     native_only: None, ws: Path, tmp_path: Path
 ) -> None:

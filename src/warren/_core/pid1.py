@@ -256,6 +256,7 @@ class Init:
     kill_now: bool = field(default=False, init=False)
     forked: int = field(default=0, init=False)  # the pid of the helper forked last
     window_spare: bool = field(default=False, init=False)  # ... forked with the walk's window filter
+    in_window: bool = field(default=False, init=False)  # in a helper: forked with that filter
     spare_pid: int = field(default=0, init=False)
     # Helpers serving the network helper's connections (``_connector``): long-lived, they
     # hold no file of the sandbox's root (sockets only), so a snapshot need not wait
@@ -1036,6 +1037,8 @@ class Init:
                         with contextlib.suppress(OSError):
                             os.close(fd)
             _sys.prctl(PR_SET_CHILD_SUBREAPER, 1)
+            window = self.broker.window if self.broker is not None else None
+            self.in_window = window is not None and window.open  # as it was at the fork
             launcher: Launcher | None = None
             cannot: OSError | None = None
             try:
@@ -1179,6 +1182,8 @@ class Init:
             launched = handoff.before if handoff.launched and isinstance(req, protocol.ExecRequest) else None
             shim = Shim(self.plan, launcher, conn, req.command, fds, spawn_id, extra, stdin, launched, last)
             shim.goes_on = goes_on
+            if self.in_window:
+                shim.ends = _ends_with_pid1
             shim.run()
         elif isinstance(req, protocol.FileRequest):
             payload = wire.recv_payload(conn, handoff.payload)
@@ -1227,6 +1232,15 @@ def _said_taken(spare: socket.socket) -> bool:
 # Seconds a helper whose call failed with ENOSYS waits to know whether PID 1 is ending
 # (``_pid1_ends``); a helper whose PID 1 goes on reports the failure after it.
 PID1_END_WAIT = 1.0
+# ... and one whose command failed, started in the hard-link walk's window: PID 1 closes
+# its broker (the failed call's ENOSYS) just before it exits. Short, since a command
+# that failed on its own, early in a large workspace's life, has its answer this late.
+COMMAND_END_WAIT = 0.05
+
+
+def _ends_with_pid1() -> bool:
+    """Whether this helper's PID 1 is ending (``Shim.ends``)."""
+    return _pid1_ends(COMMAND_END_WAIT)
 
 
 def _pid1_ends(within: float) -> bool:

@@ -470,6 +470,13 @@ class Shim:
     # (``pid1._GoesOn``), which then keeps its core rather than yield it as it exits;
     # and, that answer sent, told so (True), to say so to PID 1 at once.
     goes_on: Callable[[bool], bool] | None = field(default=None, init=False)
+    # Asked when a command failed (``pid1._ends_with_pid1``, set only for a command started
+    # while the hard-link walk's window was open): whether its sandbox is ending, PID 1
+    # going. A writing call the window held then failed with ENOSYS as PID 1 closed its
+    # broker (the walk found a file linked from outside): that failure is not the
+    # command's, and the helper says nothing of it (the client hears why from the
+    # supervisor: "linked from outside ... run the command again").
+    ends: Callable[[], bool] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.counters = {k: fd for k, fd in (self.extra or {}).items() if ":" in k}
@@ -630,6 +637,8 @@ class Shim:
                 # The client went away (or was killed): nobody will read the result.
                 procs.kill_tree(pid)
                 return
+        if status != 0 and self.ends is not None and self.ends():
+            os._exit(1)  # the namespace's end kills this helper meanwhile
         if self.last is not None:
             end_sandbox(self.last)
             self.last = None
