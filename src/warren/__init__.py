@@ -138,11 +138,6 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'warren' has no attribute {name!r}")
-    import importlib
+    from ._lazy import named
 
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
+    return named(__name__, _EXPORTS, globals(), name)

@@ -28,14 +28,9 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'warren.plan' has no attribute {name!r}")
-    import importlib
+    from .._lazy import named
 
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+    return named(__name__, _LAZY, globals(), name)
 
 
 __all__ = ["CallerFacts", "HostFacts", "MountKind", "MountOp", "NetPlan", "Plan", "make_plan"]

@@ -18,14 +18,9 @@ _LAZY = {"Policy": "model", "Root": "model", "build": "resolve", "PolicySpec": "
 
 
 def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'warren.policy' has no attribute {name!r}")
-    import importlib
+    from .._lazy import named
 
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+    return named(__name__, _LAZY, globals(), name)
 
 
 __all__ = ["Policy", "PolicySpec", "Root", "build"]
