@@ -33,6 +33,7 @@ from ..net.proxy import listen_inside
 from ..plan.model import Plan
 from . import _sys, again, continuer, credsend, execstub, fileops, harden, kernel, mounts, procs
 from .broker import Broker
+from .broker.window import Window
 from .shim import Launcher, Shim, warm
 
 STOP_GRACE = 2.0
@@ -476,7 +477,7 @@ class Init:
     def _walked(self, ok: bool) -> None:
         """The supervisor's hard-link walk ended: the held calls go on (or fail), and a
         spare forked with the window's filter makes way for one with today's."""
-        window = self.broker.window if self.broker is not None else None
+        window = self._window()
         if window is None:
             return
         window.finish(ok)
@@ -903,6 +904,15 @@ class Init:
         if self.poller is not None:
             self.poller.register(self.spare, select.POLLIN)  # "taken", or its end
 
+    def _window(self) -> Window | None:
+        """The hard-link walk's window, where PID 1's broker keeps one (``broker.window``)."""
+        return self.broker.window if self.broker is not None else None
+
+    def _in_window(self) -> bool:
+        """Whether that window is open: the walk not done (or failed)."""
+        window = self._window()
+        return window is not None and window.open
+
     def _stub_pair(self) -> tuple[socket.socket, socket.socket] | None:
         """The channel to a given spare's command process, through which the supervisor
         may hand the exec stub a command itself; None where there is no stub, or while
@@ -910,8 +920,7 @@ class Init:
         /dev/null for the stdio it lacks, a writing open that would wait for the walk;
         the helper opens it instead (its calls go on). (In a helper serving again, the
         window as it was at its fork: a walk's end since then refuses its offer.)"""
-        window = self.broker.window if self.broker is not None else None
-        if execstub.loaded() is None or (window is not None and window.open):
+        if execstub.loaded() is None or self._in_window():
             return None
         return socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
 
@@ -927,7 +936,7 @@ class Init:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         direct = inside = None
         pair: tuple[socket.socket, socket.socket] | None = None
-        window = self.broker.window if self.broker is not None else None
+        window = self._window()
         if given:
             direct, inside = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
             pair = self._stub_pair()
@@ -1037,8 +1046,7 @@ class Init:
                         with contextlib.suppress(OSError):
                             os.close(fd)
             _sys.prctl(PR_SET_CHILD_SUBREAPER, 1)
-            window = self.broker.window if self.broker is not None else None
-            self.in_window = window is not None and window.open  # as it was at the fork
+            self.in_window = self._in_window()  # as it was at the fork
             launcher: Launcher | None = None
             cannot: OSError | None = None
             try:
