@@ -725,6 +725,18 @@ def close_range(first: int, last: int, flags: int = 0) -> None:
     _check(r, "close_range")
 
 
+def close_all_but(*keep: int) -> None:
+    """Close every descriptor but ``keep`` and stdio: a child forked or cloned inherits
+    all its parent's (other sandboxes' channels, what another thread holds for a
+    moment), and holds only what it is given."""
+    low = 3
+    for fd in sorted(set(keep)):
+        if fd > low:
+            close_range(low, fd - 1)
+        low = max(low, fd + 1)
+    close_range(low, 0xFFFFFFFF)
+
+
 # syscall() through PyDLL keeps the GIL held across the call, so the child of a raw
 # clone() resumes holding it (ctypes.CDLL would release it, and another thread could
 # own it at the moment of the clone: the child would then deadlock).

@@ -32,17 +32,6 @@ NS_FLAGS = (
 )
 
 
-def close_all_but(*keep: int) -> None:
-    """A cloned child inherits every descriptor of its parent (other sandboxes'
-    channels among them): keep only ``keep`` and stdio."""
-    low = 3
-    for fd in sorted(set(keep)):
-        if fd > low:
-            _sys.close_range(low, fd - 1)
-        low = max(low, fd + 1)
-    _sys.close_range(low, 0xFFFFFFFF)
-
-
 # The descriptor limit (soft) sandboxes start with when the caller raised its own (the
 # supervisor does, to hold thousands of connections): they keep the limit it was
 # started with, as the host's tools would have.
@@ -168,7 +157,7 @@ def _clone(
                 os.dup2(devnull, target)
             programs = [fd for fd in (execstub.loaded(), credsend.loaded()) if fd is not None]
             layer_fds = [fd for f in (given or {}).values() for fd in f]
-            close_all_but(control.fileno(), *programs, *layer_fds)
+            _sys.close_all_but(control.fileno(), *programs, *layer_fds)
             mounts.given_layers.update(given or {})
             if sandbox_nofile is not None:
                 import resource

@@ -31,7 +31,7 @@ from ..errors import LimitReached, ProcessNotFound, SandboxError, SetupError, Wa
 from ..net.handshake import pid1_network
 from ..net.proxy import listen_inside
 from ..plan.model import Plan
-from . import _sys, again, continuer, credsend, execstub, fileops, harden, kernel, mounts, procs
+from . import _sys, again, credsend, execstub, fileops, harden, kernel, mounts, procs
 from .broker import Broker
 from .broker.window import Window
 from .shim import Launcher, Shim, warm
@@ -661,9 +661,9 @@ class Init:
             else:  # none, or the supervisor's (it had not heard of it yet)
                 try:
                     # The request waits. Forked while PID 1 holds the request's descriptors:
-                    # the child closes its copies (a stdin pipe's reader kept open there
-                    # would never let the writer see the process close it).
-                    spare, _, _ = self._fork_helper(warm_up=False, given=False, inherited=fds)
+                    # the child keeps no copy (``_keep_own``; a stdin pipe's reader kept
+                    # open there would never let the writer see the process close it).
+                    spare, _, _ = self._fork_helper(warm_up=False, given=False)
                     pid, gen, window = self.forked, self.generation, self.window_spare
                 except OSError as e:
                     self._without_helper(msg, fds[0], e)
@@ -925,14 +925,14 @@ class Init:
         return socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
 
     def _fork_helper(
-        self, warm_up: bool, given: bool, inherited: list[int] | None = None
+        self, warm_up: bool, given: bool
     ) -> tuple[socket.socket, socket.socket | None, socket.socket | None]:
         """A helper: PID 1's end of its channel and, ``given``, the supervisor's end of
         the one it takes a request on directly, and (where the exec stub is loaded) a
         copy of the helper's end of its channel to its command's process, through which
         the supervisor may hand that process a command itself (``Launcher.launched``).
-        ``inherited``: descriptors PID 1 holds for the request, which the helper gets
-        through its channel, never by the fork."""
+        What PID 1 holds for a request comes to the helper through its channel, never by
+        the fork (``_keep_own``)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         direct = inside = None
         pair: tuple[socket.socket, socket.socket] | None = None
@@ -948,9 +948,6 @@ class Init:
             ours.close()
             if direct is not None:
                 direct.close()
-            for fd in [*(inherited or ()), *self._held_for_others()]:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
             self._helper(theirs, warm_up, inside, pair)
 
         try:
@@ -982,25 +979,6 @@ class Init:
         self.forked = pid
         return ours, direct, stub
 
-    def _held_for_others(self) -> list[int]:
-        """What PID 1 holds for another helper or request when it forks one: its end of
-        the channel to a helper that may serve again and that helper's offer, the request
-        waiting for it, a one-shot's channel to its run's helper. A copy in the new helper
-        would outlive PID 1's: a helper refused ("r" without "g") would not see its
-        channel end and wait out ``again.GO_WAIT_MS``, one let go as a spare would not end
-        at all while the copy lives, and a waiting request's descriptors (its client's
-        connection, its "active" pipe, its stdio) would stay open in a helper that does
-        not serve it."""
-        held: list[int] = []
-        serving = self.serving_again
-        if serving is not None:
-            held += [serving.chan.fileno(), *serving.offer]
-        if self.pending is not None:
-            held += self.pending[1]
-        if self.last is not None:
-            held.append(self.last.fileno())
-        return held
-
     def _helper(
         self,
         from_pid1: socket.socket,
@@ -1025,26 +1003,7 @@ class Init:
             ):
                 signal.signal(sig, signal.SIG_DFL)
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
-            for sock in (self.control, *([self.spare] if self.spare is not None else [])):
-                os.close(sock.detach())
-            os.close(self.wake_r)
-            os.close(self.wake_w)
-            if self.broker is not None:
-                os.close(self.broker.listener)
-                for fd in [
-                    *continuer.kept(),
-                    *([self.broker.forwarded] if self.broker.forwarded >= 0 else []),
-                ]:
-                    with contextlib.suppress(OSError):
-                        os.close(fd)
-                if self.broker.window is not None:
-                    for fd in (
-                        self.broker.window.listener,
-                        self.broker.window.wake_r,
-                        self.broker.window.wake_w,
-                    ):
-                        with contextlib.suppress(OSError):
-                            os.close(fd)
+            self._keep_own(from_pid1, direct, pair)
             _sys.prctl(PR_SET_CHILD_SUBREAPER, 1)
             self.in_window = self._in_window()  # as it was at the fork
             launcher: Launcher | None = None
@@ -1147,6 +1106,35 @@ class Init:
                     )
             code = 1
         os._exit(code)
+
+    def _keep_own(
+        self,
+        from_pid1: socket.socket,
+        direct: socket.socket | None,
+        pair: tuple[socket.socket, socket.socket] | None,
+    ) -> None:
+        """In a new helper: every descriptor closed but its own (its channels, the
+        Landlock ruleset, the exec stub's program) and stdio. The fork copied all PID 1
+        held at that moment, which is more than PID 1 itself keeps: its control channel
+        and broker, what it holds for other helpers and requests (a helper that may serve
+        again, a request waiting for one, a one-shot's run), and what its broker's thread
+        holds for a moment on a command's behalf (a copy of a command's socket while it
+        connects it, ``pidfd_getfd``). A copy kept here would keep a channel open that
+        its other end waits on to close, or a command's connection in a process that is
+        not the command (``warren net`` would name this helper as its process). Closed by
+        what is kept, not by a list of what PID 1 may hold: nothing it adds later stays
+        open here by being forgotten."""
+        # Its Python objects let go of their numbers first: closed below, and a number
+        # reused here must never be closed again by their finalizers.
+        for sock in (self.control, *([self.spare] if self.spare is not None else [])):
+            sock.detach()
+        keep = [from_pid1.fileno(), *(s.fileno() for s in (direct, *(pair or ())) if s is not None)]
+        if self.ruleset is not None:
+            keep.append(self.ruleset)
+        stub = execstub.loaded()
+        if stub is not None:
+            keep.append(stub)
+        _sys.close_all_but(*keep)
 
     def _serve_again(self, from_pid1: socket.socket, kept: set[int]) -> tuple[Launcher, socket.socket] | None:
         """Once an exec in a burst is answered (``_GoesOn``): everything the request

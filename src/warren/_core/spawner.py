@@ -103,9 +103,9 @@ def _serve(sock: socket.socket, clone: Clone) -> NoReturn:
             signal.set_wakeup_fd(-1)
         for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)
-        from .clone import close_all_but, preload
+        from .clone import preload
 
-        close_all_but(sock.fileno())
+        _sys.close_all_but(sock.fileno())
         preload()  # shared by every PID 1, and nothing left to import inside
         gc.collect()
         gc.freeze()

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import protocol, wire
-from .._core import cgroups, clone
+from .._core import _sys, cgroups
 from ..errors import SandboxError, WarrenError
 from ..net import log as netlog
 from ..net.pasta import Pasta
@@ -75,7 +75,7 @@ def start_netd(
             keep = [theirs.fileno(), pid1_pidfd]
             keep += [s.fileno() for s in (proxy_listener, conn_ours) if s is not None]
             keep += [events] if events is not None else []
-            clone.close_all_but(*keep)
+            _sys.close_all_but(*keep)
             code = netd.serve(
                 theirs,
                 plan.net,

@@ -16,7 +16,7 @@ import os
 import signal
 import time
 
-from .._core import cgroups, clone, procs
+from .._core import _sys, cgroups, procs
 from ..errors import SandboxError, WarrenError
 
 
@@ -79,7 +79,7 @@ def _thaw_guard(freezer: str) -> int:
     if pid == 0:
         try:
             signal.set_wakeup_fd(-1)
-            clone.close_all_but(r)
+            _sys.close_all_but(r)
             word = b""
             with contextlib.suppress(OSError):
                 word = os.read(r, 1)
