@@ -27,6 +27,7 @@ from warren.errors import (
     PortNotForwarded,
     PortUnavailable,
     SandboxDead,
+    SandboxError,
     SandboxExists,
     SandboxFileNotFound,
     SandboxNotFound,
@@ -370,6 +371,15 @@ def test_reattach_by_name_and_errors_for_missing_or_stopped(layout: Layout) -> N
         sb.remove()
     with pytest.raises(SandboxNotFound):
         Sandbox.get("reattach")
+
+
+def test_a_sandbox_made_from_a_path_is_a_typed_error_with_the_way_to_make_one(layout: Layout) -> None:
+    """``Sandbox("/path")`` (a newcomer's first guess) failed later, in ``__exit__``,
+    with an AttributeError traceback; it says at once how a sandbox is made."""
+    with pytest.raises(SandboxError) as info:
+        Sandbox(str(layout.workspace))  # type: ignore[arg-type]
+    assert "Sandbox() takes the SandboxInfo of a sandbox, not str" in str(info.value)
+    assert "Sandbox.create(PolicySpec(workspace=" in str(info.value)
 
 
 def test_supervisor_sigkill_leaves_no_process_or_mount_and_is_recorded(

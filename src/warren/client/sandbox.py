@@ -21,6 +21,7 @@ from ..errors import (
     ExecError,
     ProcessNotFound,
     SandboxDead,
+    SandboxError,
     SandboxFileError,
     SandboxTimeout,
     StdinFull,
@@ -211,6 +212,13 @@ class Sandbox:
     def __init__(
         self, info: SandboxInfo, transport: Transport | None = None, output_limit: int = DEFAULT_OUTPUT_LIMIT
     ) -> None:
+        if not isinstance(info, SandboxInfo):
+            raise SandboxError(
+                f"Sandbox() takes the SandboxInfo of a sandbox, not {type(info).__name__}",
+                operation="sandbox",
+                hint="create one with Sandbox.create(PolicySpec(workspace=...)), "
+                "or attach to a running one with Sandbox.get(name)",
+            )
         self._info = info
         self._transport = transport or _local()
         self.output_limit = checks.limit(output_limit, "sandbox")
