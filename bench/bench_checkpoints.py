@@ -14,6 +14,12 @@ workspace first (1 GiB by default; frozen by the first checkpoint; a checkpoint 
 the blocks of what changed since the last one, a stat per entry, and reads no data).
 The load is printed before and after: the figures are the ratios to the plain exec.
 
+--pace S (after the table, per size): --runs commands that each change a file, one
+every S seconds as an agent's come, beside the same command in a plain (not review)
+sandbox on a workspace of the same size, in the same cycles: once a command ended and
+nobody waits, its changes are frozen ahead (``checkpoints.freeze_ahead``), so the next
+command's checkpoint is only recorded and it finds a spare ready.
+
 --deep N (after the table): a review sandbox that takes N checkpoints, one before
 each of N commands that change a small file (its frozen layers merged into bases every
 32), then rolls back to the last checkpoint (the workspace stands on a base and a few
@@ -25,7 +31,7 @@ command that changes a file of its root, a checkpoint of the root and a rollback
 it, beside a plain exec.
 
 Run: python bench/bench_checkpoints.py [--sizes 1000,10000,100000] [--runs 15] [--changed 1024]
-     [--deep 1000] [--deep-runs 3] [--image NAME_OR_DIR]
+     [--pace 1] [--deep 1000] [--deep-runs 3] [--image NAME_OR_DIR]
 """
 
 from __future__ import annotations
@@ -106,11 +112,32 @@ def _image(sandbox: Any, spec: Any, image: str, runs: int) -> None:
     print(f"image {image}: exec sh -c : {_ms(plain)}  checkpoint {_ms(taking)}  rollback {_ms(back)}")
 
 
+def _paced(
+    sb: Any, sandbox: Any, plain_policy: Any, args: argparse.Namespace
+) -> tuple[list[float], list[float]]:
+    """--runs commands that change a file, each every --pace seconds, in ``sb`` (a review
+    sandbox) and in a plain sandbox on the same workspace, in turn."""
+    other = sandbox.create(plain_policy)
+    reviewed: list[float] = []
+    plain: list[float] = []
+    try:
+        for i in range(args.runs):
+            for box, into in ((sb, reviewed), (other, plain)):
+                time.sleep(args.pace)
+                t = time.perf_counter()
+                box.exec(["sh", "-c", f"echo {i} > d0000/f0002.txt"])
+                into.append(time.perf_counter() - t)
+    finally:
+        other.remove()
+    return reviewed, plain
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default="1000,10000,100000")
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--changed", type=int, default=1024, help="MiB written in the workspace first")
+    ap.add_argument("--pace", type=float, default=0, help="seconds between the paced commands (0: none)")
     ap.add_argument("--deep", type=int, default=0, help="checkpoints taken before the deep rollbacks")
     ap.add_argument("--deep-runs", type=int, default=3)
     ap.add_argument("--image", default="", help="an image (a store name or a root directory)")
@@ -123,6 +150,7 @@ def main() -> None:
 
         print(f"uid {os.getuid()}, {args.runs} runs, load {os.getloadavg()[0]:.1f}, medians in ms")
         print("   files  exec true  checkpoint  rollback  exec after cp  exec(write)+cp")
+        paced: list[tuple[int, list[float], list[float]]] = []
         for size in (int(s) for s in args.sizes.split(",") if s):
             ws = Path(tmp) / f"ws{size}"
             ws.mkdir()
@@ -158,8 +186,16 @@ def main() -> None:
                     f"{size:8d}  {_ms(plain)}     {_ms(taking)}     {_ms(back)}    {_ms(after)}"
                     f"         {_ms(per_command)}"
                 )
+                if args.pace:
+                    paced.append((size, *_paced(sb, Sandbox, build(PolicySpec(workspace=str(ws))), args)))
             finally:
                 sb.remove()
+        for size, reviewed, plain_box in paced:
+            print(
+                f"{size:8d} files, a command every {args.pace:g} s: review sandbox {_ms(reviewed)} ms, "
+                f"plain sandbox {_ms(plain_box)} ms "
+                f"({statistics.median(reviewed) / statistics.median(plain_box):.2f}x)"
+            )
         if args.image:
             _image(Sandbox, PolicySpec, args.image, args.runs)
         if args.deep:

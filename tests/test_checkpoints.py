@@ -176,6 +176,78 @@ def test_rollback_to_an_older_checkpoint_then_diff_shows_exactly_the_changes_up_
         sb.remove()
 
 
+def _until_frozen_ahead(name: str, timeout: float = 15) -> layer.LayerStack:
+    """The record once the last command's changes are frozen ahead (``freeze_ahead``):
+    its newest frozen directory named by no checkpoint."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        record = layer.read_stack(_layer_dir(name))
+        if len(record.layers) >= 2 and all(c.layer != record.layers[-2] for c in record.checkpoints):
+            return record
+        time.sleep(0.02)
+    raise AssertionError(f"{name}'s changes were not frozen ahead: {layer.read_stack(_layer_dir(name))}")
+
+
+def test_a_commands_changes_frozen_ahead_are_undone_and_checkpointed_as_before(tmp_path: Path) -> None:
+    """After a command, while nobody waits, the supervisor freezes what it changed
+    (the workspace stacked again on it), so that the next command's checkpoint is only
+    recorded and that command finds a spare ready (a review sandbox's exec at an
+    agent's pace: 32 against 3.4 ms before; ``bench_checkpoints.py``). What must not
+    change: the listing, a rollback to the last checkpoint undoing the last command, a
+    rollback past it, the diff, a write between two commands kept by the next one's
+    checkpoint, a checkpoint taken by hand, and its bytes charged."""
+    ws = _workspace(tmp_path)
+    name = "cp-ahead"
+    sb = _review(ws, name)
+    try:
+        start = _view(sb, ws)
+        _sh(sb, "echo one > one.txt && echo changed > a.txt")
+        frozen = _until_frozen_ahead(name)
+        assert len(frozen.checkpoints) == 1  # frozen ahead is no checkpoint yet
+        assert "; sh -c 'echo one" in sb.checkpoints()[-1].command  # the one before it, as ever
+        assert {("added", "one.txt"), ("modified", "a.txt")} <= _changes(sb)
+        # Undo with nothing run since: back to before the command, the frozen layer gone.
+        sb.rollback()
+        assert not _sh(sb, "ls one.txt 2>/dev/null; true") and _view(sb, ws) == start
+        assert _changes(sb) == set()
+
+        _sh(sb, "echo two > two.txt")
+        _until_frozen_ahead(name)
+        after_two = _view(sb, ws)  # a command: its checkpoint is the frozen layer, recorded
+        record = layer.read_stack(_layer_dir(name))
+        assert record.checkpoints[-1].layer == frozen_layer(record) and record.checkpoints[-1].bytes > 0
+        assert record.checkpoints[-1].commands[0].startswith("python3 -I -c")
+        sb.files.write("api.txt", b"written between two commands\n")
+        _sh(sb, "echo three > three.txt")  # its checkpoint: the view's state and api.txt
+        back = sb.rollback()
+        assert back.command.startswith("sh -c 'echo three")
+        assert _sh(sb, "cat two.txt api.txt; ls three.txt 2>/dev/null; true") == (
+            "two\nwritten between two commands\n"
+        )
+        view = _view(sb, ws)
+        assert {k: v for k, v in view["entries"].items() if k != "api.txt"} == after_two["entries"]  # type: ignore[attr-defined]
+
+        _sh(sb, "echo four > four.txt")
+        _until_frozen_ahead(name)
+        taken = sb.checkpoint()  # by hand: the frozen layer, recorded as it is
+        record = layer.read_stack(_layer_dir(name))
+        assert taken.command == "" and record.checkpoints[-1].layer == frozen_layer(record)
+        _sh(sb, "rm four.txt two.txt")
+        sb.rollback(taken.id)
+        assert _sh(sb, "cat four.txt two.txt") == "four\ntwo\n"
+        first = sb.checkpoints()[0]
+        sb.rollback(first.id)  # past every frozen layer: the workspace as it began
+        assert _view(sb, ws) == start and _changes(sb) == set()
+        assert not (ws / "one.txt").exists() and (ws / "a.txt").read_text() == "a\n"  # the host untouched
+    finally:
+        sb.remove()
+
+
+def frozen_layer(record: layer.LayerStack) -> str:
+    """The newest frozen directory of a record (below the live upper)."""
+    return record.layers[-2]
+
+
 def _host_pids_with(marker: str) -> list[int]:
     found = []
     for entry in os.listdir("/proc"):

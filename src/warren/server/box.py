@@ -43,6 +43,10 @@ if TYPE_CHECKING:
 
 STOP_KILL_AFTER = 3.0  # after SIGTERM, PID 1's grace (2 s) and a margin
 DEGRADED_KILL_AFTER = 0.5
+# After an exec of a review sandbox ends, its changes are frozen ahead this much later:
+# its helper, which answers the client after reporting the end, is gone by then (PID 1
+# must be alone: ``checkpoints.quiesce``), and the next command of a burst comes before.
+FREEZE_AFTER = 0.05
 _R, _W = selectors.EVENT_READ, selectors.EVENT_WRITE
 DIRECT_MAX = 64 << 10  # a larger request (a long argv or environment) goes through PID 1
 # Requests held while a sandbox's hard-link walk runs (``Box._to_pid1``), each with copies
@@ -208,6 +212,9 @@ class Box:
     started_in_walk: bool = False
     walk_token: tuple[repowatch.Token, int] | None = None
     last_active: float = field(default_factory=time.time)  # a request reached it, or an exec ended
+    # A review sandbox's exec ended: its changes are frozen ahead from then (monotonic)
+    # while nobody waits (``checkpoints.freeze_ahead``, ``Supervisor._timers``).
+    freeze_due: float | None = None
     active: set[int] = field(default_factory=set)  # our ends of running execs' "active" pipes
     execs: dict[int, Started] = field(default_factory=dict)  # ... their records in the trail
     trail: Trail | None = None  # its audit trail (long-lived sandboxes: ``home``)
@@ -634,6 +641,8 @@ class Box:
             stopping = "the sandbox was stopped while it ran" if self.kill_at is not None else ""
             self.trail.ended(record, report, stopping)
         self.last_active = time.time()
+        if self.review_layer is not None and self.home is not None:
+            self.freeze_due = time.monotonic() + FREEZE_AFTER
         try:
             self.keeper.sync(self.git)
         finally:

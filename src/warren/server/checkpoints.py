@@ -52,7 +52,7 @@ from typing import Any
 from .. import protocol
 from .._core import restack as core
 from .._core import safepath
-from ..errors import CheckpointError, SandboxError
+from ..errors import CheckpointError, SandboxError, WarrenError
 from ..plan.facts import MountEntry, parse_mountinfo
 from ..plan.model import MountKind
 from ..policy import config
@@ -94,12 +94,17 @@ def take(box: Box, layer: str, root: str, command: str = "") -> review.Checkpoin
     """Freeze ``box``'s upper directory as a checkpoint. ``command``: the one about to
     run (a checkpoint taken before each command); then nothing is raised: None when it
     cannot be taken now, and an upper directory with nothing in it is no new checkpoint
-    (the command is added to the last one's)."""
+    (the command is added to the last one's). Where the last command's changes were
+    frozen ahead (``freeze_ahead``) and nothing was written since, they are the
+    checkpoint: it is only recorded."""
     auto = bool(command)
     target = target_of(box)
     stack = review.read_stack(layer)
     live = stack.layers[-1]
-    if auto and stack.checkpoints and _empty(layer, live):
+    ahead = _frozen_ahead(stack)
+    if (ahead is not None or (auto and stack.checkpoints)) and _empty(layer, live):
+        if ahead is not None:
+            return _record_frozen(box, layer, root, stack, ahead, command)
         last = stack.checkpoints[-1]
         if len(last.commands) < _COMMANDS_KEPT:
             last.commands.append(command)
@@ -124,7 +129,8 @@ def take(box: Box, layer: str, root: str, command: str = "") -> review.Checkpoin
             if len(stack.layers) > MAX_LAYERS
             else "try again in a moment",
         )
-    size = layer_bytes(layer, live)
+    # What was frozen ahead and what was written since are this one checkpoint's.
+    size = layer_bytes(layer, live) + (layer_bytes(layer, ahead) if ahead is not None else 0)
     _check_budget(root, box.name, size)
     point = review.Checkpoint(
         id=n, layer=live, time=time.time(), bytes=size, commands=[command] if auto else []
@@ -132,28 +138,108 @@ def take(box: Box, layer: str, root: str, command: str = "") -> review.Checkpoin
     after = review.LayerStack(
         next=n + 1, layers=layers, checkpoints=[*stack.checkpoints, point], bases=list(stack.bases)
     )
-    _fresh(layer, new, live, box.name)
+    if not _stack_again(box, layer, target, stack, after, unused, refuse=not auto):
+        print(
+            f"warren supervisor: no checkpoint of {box.name} before {command}: a process of the "
+            "sandbox still ran (the next command's checkpoint holds these changes too)",
+            file=sys.stderr,
+            flush=True,
+        )
+        return None
+    return point
+
+
+def freeze_ahead(box: Box, root: str) -> None:
+    """After a command of a review sandbox, while nobody waits (``Supervisor._timers``):
+    what it changed frozen where it is, the workspace stacked again on it with a fresh
+    upper directory, so that the checkpoint before the next command is only recorded
+    (``take``) and that command finds a spare ready instead of waiting for the stacking
+    and a helper forked after it. No checkpoint is made here: until the next command (or
+    ``warren checkpoint``) names it, the frozen directory is one more layer of the
+    workspace, dropped by a rollback to any checkpoint as the live one is. Nothing
+    happens when the command changed nothing or a process still runs, and a failure is
+    only logged: the next command's checkpoint is then taken as before."""
+    if box.home is None or box.ns is None or box.failure is not None or box.kill_at is not None:
+        return
+    try:
+        layer = review.layer_of(box.home, root, box.name)
+        target = target_of(box)
+        stack = review.read_stack(layer)
+        if _empty(layer, stack.layers[-1]):
+            return
+        unused = _adopt(box, layer, stack)
+        layers = [*stack.layers, f"{review.UPPER}.{stack.next}"]
+        if len(stack.layers) > MAX_LAYERS or bases.mount_plan(stack, layers) is None:
+            return
+        after = review.LayerStack(
+            next=stack.next + 1, layers=layers, checkpoints=list(stack.checkpoints), bases=list(stack.bases)
+        )
+        _stack_again(box, layer, target, stack, after, unused, refuse=False)
+    except (OSError, WarrenError) as e:
+        print(f"warren supervisor: {box.name}'s changes not frozen ahead: {e}", file=sys.stderr, flush=True)
+
+
+def _frozen_ahead(stack: review.LayerStack) -> str | None:
+    """The upper directory ``freeze_ahead`` froze that no checkpoint names yet (the
+    newest frozen one, when none is of it)."""
+    if len(stack.layers) < 2:
+        return None
+    top = stack.layers[-2]
+    return None if any(c.layer == top for c in stack.checkpoints) else top
+
+
+def _record_frozen(
+    box: Box, layer: str, root: str, stack: review.LayerStack, frozen: str, command: str
+) -> review.Checkpoint:
+    """The checkpoint of a directory frozen ahead, nothing written since: recorded, and
+    charged to the snapshot budget as any checkpoint (refused past it, typed: it then
+    stays the workspace's changes)."""
+    size = layer_bytes(layer, frozen)
+    _check_budget(root, box.name, size)
+    point = review.Checkpoint(
+        id=stack.next, layer=frozen, time=time.time(), bytes=size, commands=[command] if command else []
+    )
+    after = review.LayerStack(
+        next=stack.next + 1,
+        layers=list(stack.layers),
+        checkpoints=[*stack.checkpoints, point],
+        bases=list(stack.bases),
+    )
+    _record(layer, after, box.name)
+    return point
+
+
+def _stack_again(
+    box: Box,
+    layer: str,
+    target: str,
+    stack: review.LayerStack,
+    after: review.LayerStack,
+    unused: list[str],
+    *,
+    refuse: bool,
+) -> bool:
+    """The workspace stacked as ``after`` says (its last layer the fresh upper made
+    here), the record written first and put back as ``stack`` on any failure. False
+    (nothing changed) when a process of the sandbox runs and not ``refuse``; with it,
+    the typed error ``quiesce`` raises."""
+    new = after.layers[-1]
+    _fresh(layer, new, stack.layers[-1], box.name)
     try:
         _record(layer, after, box.name)
         with _restored_on_failure(layer, stack):
-            stopped = quiesce(box, stop=False, refuse=not auto, action="checkpoint")
+            stopped = quiesce(box, stop=False, refuse=refuse, action="checkpoint")
             if stopped is None:
                 review.write_stack(layer, stack)
                 _drop(layer, [new])
-                print(
-                    f"warren supervisor: no checkpoint of {box.name} before {command}: a process of the "
-                    "sandbox still ran (the next command's checkpoint holds these changes too)",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                return None
+                return False
             _restack(box, target, after)
     except BaseException:
         _drop(layer, [new])
         raise
     _set_aside(layer, unused)
     box.base_due = bases.wanted(after)  # built ahead (``build_due``) when nobody waits
-    return point
+    return True
 
 
 def _adopt(box: Box, layer: str, stack: review.LayerStack) -> list[str]:

@@ -44,6 +44,7 @@ def hand_over(
     box.can_hold()  # before anything is made for it
     box.follow_roots()
     if box.plan.review is not None and isinstance(msg, (protocol.ExecRequest, protocol.SpawnRequest)):
+        box.freeze_due = None  # came first: its checkpoint is taken now, whole
         checkpoints.before_command(box, root, msg.command.argv)
     elif box.root_points and isinstance(msg, (protocol.ExecRequest, protocol.SpawnRequest)):
         rootpoints.noted(box, msg.command.argv)

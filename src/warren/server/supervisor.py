@@ -276,6 +276,14 @@ class Supervisor:
         if self.boots.to_boot and now - self.clients.asked_at >= ahead.QUIET and self._quiet():
             # One at a time, while nobody waits: a boot holds this loop for a few ms.
             self.boots.boot_next(self.shutdown, now - self.clients.asked_at)
+        boxes = self.sandboxes.boxes.values()
+        frozen = [b for b in boxes if b.freeze_due is not None and now >= b.freeze_due]
+        if frozen and self.root is not None and self._quiet():
+            # A review sandbox's last command's changes, frozen while nobody waits: the
+            # next command's checkpoint is then only recorded (a few ms of this loop).
+            box = frozen[0]
+            box.freeze_due = None
+            checkpoints.freeze_ahead(box, self.root)
         wanting = [box for box in self.sandboxes.boxes.values() if box.wants_helper or box.base_due]
         if wanting and self._quiet():
             # A review sandbox's helper for its checkpoints (a fork: a few ms), or the
@@ -293,18 +301,22 @@ class Supervisor:
 
     def _wait(self) -> float:
         """How long the loop sleeps when nothing comes: ``TICK`` (the timers' rounds), or
-        until a boot ahead is due. While an exec runs or a client waits for anything but a
-        stop, none is: their end is an event, and the turn after it looks again. (It woke
+        until a boot ahead or a review sandbox's freeze ahead (``Box.freeze_due``) is due.
+        While an exec runs or a client waits for anything but a stop, no boot is: their
+        end is an event, and the turn after it looks again. (It woke
         every ``ahead.QUIET`` while a boot was pending: 200 times a second for as long as
         any exec ran, a long build's or a server's.)"""
+        now = time.monotonic()
+        frozen = [b.freeze_due for b in self.sandboxes.boxes.values() if b.freeze_due is not None]
+        tick = min([TICK, *(due - now for due in frozen if due > now)])  # a freeze ahead's moment
         if not self.boots.to_boot or any(box.active for box in self.sandboxes.boxes.values()):
-            return TICK
+            return tick
         held = self._stops_held()
         if any(c not in held for c in self.clients):
-            return TICK
+            return tick
         due = self.clients.asked_at + min(ahead.quiet_for(r) for r in self.boots.to_boot.values())
         due = max([due, *(held[c] for c in self.clients)])
-        return min(TICK, max(0.0, due - time.monotonic()))
+        return min(tick, max(0.0, due - now))
 
     def _quiet(self) -> bool:
         """No exec runs and no client waits, but for a sandbox slow to stop: booting one
