@@ -14,6 +14,7 @@ import json
 import os
 import secrets
 import shutil
+import socket
 import stat
 import subprocess
 import sys
@@ -761,10 +762,36 @@ def test_a_killed_sandbox_ends_a_running_stream_as_e2b_does(world: World) -> Non
         with pytest.raises(CommandExitException):
             alive.wait()
         running = sandbox.commands.run("sleep 60", background=True)
+        raw = _raw_stream(world, sandbox, "sleep 60")
     finally:
         Sandbox.kill(sandbox.sandbox_id)
     with pytest.raises(TimeoutException, match="killed or reached its end of life"):
         running.wait()
+    # On the wire: the stream ends with a reset, as E2B's HTTP/2 stream reset reads to the
+    # SDK (a connection failure, which it checks the sandbox's health for). A plain close
+    # read as "unexpected EOF during chunk size line", a protocol error that e2b 2.45
+    # (pyqwest 0.10) took for no connection failure: it never said the sandbox was killed.
+    with raw, pytest.raises(ConnectionResetError):
+        raw.settimeout(30)
+        while raw.recv(65536):
+            pass
+
+
+def _raw_stream(world: World, sandbox: Sandbox, command: str) -> socket.socket:
+    """A ``Process/Start`` stream of ``command`` over a socket of its own (HTTP/1.1, the
+    Connect protocol's JSON framing), its response head read."""
+    host, port = world.url.removeprefix("http://").rsplit(":", 1)
+    frame = json.dumps({"process": {"cmd": "/bin/sh", "args": ["-c", command]}}).encode()
+    body = b"\0" + len(frame).to_bytes(4, "big") + frame
+    head = (
+        f"POST /process.Process/Start HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/connect+json\r\n"
+        f"E2b-Sandbox-Id: {sandbox.sandbox_id}\r\nX-Access-Token: {sandbox._envd_access_token or ''}\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
+    raw = socket.create_connection((host, int(port)), timeout=30)
+    raw.sendall(head.encode() + body)
+    assert raw.recv(65536).startswith(b"HTTP/1.1 200"), "the stream did not start"
+    return raw
 
 
 def test_a_commands_timeout_ends_its_stream_in_the_async_sdk_too(world: World, sb: Sandbox) -> None:

@@ -21,6 +21,7 @@ import json
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..service import conn
 from .envd_base import CUT, Cut
 from .records import Records
 
@@ -167,8 +168,8 @@ class _Dropped(Exception):
 
 async def _cuttable(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
     """``app``, except that once it marked its stream cut (``envd_base.sandbox_gone``) the
-    response is never completed: the server closes the connection, as a sandbox's end
-    closes it on E2B."""
+    response is never completed: the server resets the connection (``conn.Guarded.reset``),
+    as a sandbox's end resets its stream on E2B."""
     cut = Cut()
     token = CUT.set(cut)
 
@@ -177,6 +178,10 @@ async def _cuttable(app: ASGIApp, scope: Scope, receive: Receive, send: Send) ->
             message["type"] == "http.response.body" and not message.get("more_body", False)
         )
         if cut.cut and last:
+            # (the app may catch this and return: the connection is reset either way)
+            reset = scope.get("extensions", {}).get(conn.RESET)
+            if reset is not None:
+                reset["call"]()  # read as a connection failure, never as a broken protocol
             raise _Dropped
         await send(message)
 

@@ -24,7 +24,10 @@ an SSE stream) is never timed out or evicted here.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import socket
+import struct
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -34,6 +37,9 @@ from typing import Any
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+# The scope extension through which an app asks that its connection end with a reset:
+# ``scope["extensions"][RESET]["call"]()``.
+RESET = "warren.reset"
 HEAD_TIMEOUT = 10.0
 BODY_IDLE = 30.0
 MAX_TOTAL = 1024
@@ -194,7 +200,23 @@ class Guarded(H11Protocol):
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
+        cycle = self.cycle
+        if cycle is not None:
+            # The request's app may cut its response (``reset``); its task, made by
+            # the line above, has not run yet: it finds this in its scope.
+            cycle.scope.setdefault("extensions", {})[RESET] = {"call": self.reset}
         self._arm(received=True)
+
+    def reset(self) -> None:
+        """The connection ends with a reset (TCP RST) when it closes, not an orderly end:
+        a response cut short (a stream whose sandbox ended under it) reads to the client
+        as the connection failing, as an HTTP/2 stream reset does on E2B, never as a
+        peer that broke the protocol (an HTTP/1.1 chunked body ended early). A unix
+        socket has no reset: it just ends."""
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
