@@ -235,6 +235,19 @@ def test_a_commands_changes_frozen_ahead_are_undone_and_checkpointed_as_before(t
         _sh(sb, "rm four.txt two.txt")
         sb.rollback(taken.id)
         assert _sh(sb, "cat four.txt two.txt") == "four\ntwo\n"
+        # A process left running: nothing is frozen ahead (PID 1 is not alone) and the
+        # commands run; once it is gone, the next command's checkpoint is taken whole and
+        # freezing ahead resumes.
+        server = sb.spawn(["sleep", "60"])
+        _sh(sb, "echo five > five.txt")
+        time.sleep(0.5)
+        record = layer.read_stack(_layer_dir(name))
+        assert record.checkpoints[-1].layer == frozen_layer(record), record  # none frozen ahead
+        server.kill()
+        server.wait(timeout=10)
+        _sh(sb, "echo six > six.txt")
+        _until_frozen_ahead(name)
+        assert "sh -c 'echo six" in sb.checkpoints()[-1].command
         first = sb.checkpoints()[0]
         sb.rollback(first.id)  # past every frozen layer: the workspace as it began
         assert _view(sb, ws) == start and _changes(sb) == set()

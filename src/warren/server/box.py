@@ -215,6 +215,10 @@ class Box:
     # A review sandbox's exec ended: its changes are frozen ahead from then (monotonic)
     # while nobody waits (``checkpoints.freeze_ahead``, ``Supervisor._timers``).
     freeze_due: float | None = None
+    # ... none is tried while a process of it was found running (a server started in
+    # the background): each try would let its spare go and wait for PID 1 in vain. A
+    # checkpoint stacked again (PID 1 found alone) lets them be tried again.
+    freeze_held: bool = False
     active: set[int] = field(default_factory=set)  # our ends of running execs' "active" pipes
     execs: dict[int, Started] = field(default_factory=dict)  # ... their records in the trail
     trail: Trail | None = None  # its audit trail (long-lived sandboxes: ``home``)
@@ -641,7 +645,7 @@ class Box:
             stopping = "the sandbox was stopped while it ran" if self.kill_at is not None else ""
             self.trail.ended(record, report, stopping)
         self.last_active = time.time()
-        if self.review_layer is not None and self.home is not None:
+        if self.review_layer is not None and self.home is not None and not self.freeze_held:
             self.freeze_due = time.monotonic() + FREEZE_AFTER
         try:
             self.keeper.sync(self.git)

@@ -158,7 +158,9 @@ def freeze_ahead(box: Box, root: str) -> None:
     ``warren checkpoint``) names it, the frozen directory is one more layer of the
     workspace, dropped by a rollback to any checkpoint as the live one is. Nothing
     happens when the command changed nothing or a process still runs, and a failure is
-    only logged: the next command's checkpoint is then taken as before."""
+    only logged: the next command's checkpoint is then taken as before. Found a process
+    running, no freeze is tried again (``Box.freeze_held``) until a checkpoint or a
+    rollback stacks the workspace again."""
     if box.home is None or box.ns is None or box.failure is not None or box.kill_at is not None:
         return
     try:
@@ -174,7 +176,7 @@ def freeze_ahead(box: Box, root: str) -> None:
         after = review.LayerStack(
             next=stack.next + 1, layers=layers, checkpoints=list(stack.checkpoints), bases=list(stack.bases)
         )
-        _stack_again(box, layer, target, stack, after, unused, refuse=False)
+        box.freeze_held = not _stack_again(box, layer, target, stack, after, unused, refuse=False)
     except (OSError, WarrenError) as e:
         print(f"warren supervisor: {box.name}'s changes not frozen ahead: {e}", file=sys.stderr, flush=True)
 
@@ -237,6 +239,7 @@ def _stack_again(
     except BaseException:
         _drop(layer, [new])
         raise
+    box.freeze_held = False
     _set_aside(layer, unused)
     box.base_due = bases.wanted(after)  # built ahead (``build_due``) when nobody waits
     return True
@@ -366,6 +369,7 @@ def rollback(box: Box, layer: str, ident: int, keep_running: bool) -> tuple[revi
     except BaseException:
         _drop(layer, [new])
         raise
+    box.freeze_held = False
     # The dropped layers go once the workspace no longer stands on them.
     _set_aside(layer, gone)
     return chosen, stopped
