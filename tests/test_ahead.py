@@ -91,6 +91,54 @@ def test_a_run_that_takes_a_booted_sandbox_finds_nothing_an_earlier_run_left(pla
     assert not os.path.lexists(booted), "its TMPDIR is removed after the run, as a fresh one's"
 
 
+def test_runs_in_two_sibling_workspaces_in_turn_each_take_the_sandbox_booted_for_it(
+    state_home: Path,
+) -> None:
+    """Two workspaces side by side whose sandboxes' TMPDIRs are made beside them (no
+    cache of the caller's on their filesystem): each launch makes one in their common
+    parent, a new entry there, which made the sandbox booted ahead for the other
+    workspace stale: runs in turn launched afresh every time (an agent working in two
+    repositories; a bench's interleaved runs: 45 ms against 10)."""
+    base = Path("/var/tmp") / f"warren-ahead-sib-{os.getpid()}-{time.monotonic_ns()}"
+    spaces = {name: base / name for name in ("a", "b")}
+    env = {"XDG_CACHE_HOME": "/tmp/warren-ahead-nocache"}  # under /tmp: never the TMPDIR's place
+
+    def run(name: str) -> str:
+        r = run_cli(["run", "--", "sh", "-c", 'echo "$TMPDIR"'], cwd=spaces[name], env=env, timeout=120)
+        assert r.returncode == 0, r.stderr
+        return r.stdout.strip()
+
+    def scratch() -> set[str]:
+        return {str(base / n) for n in os.listdir(base) if n.startswith(".warren-tmp-")}
+
+    def booted(others: set[str]) -> str:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            new = scratch() - others
+            if len(new) == 1:
+                return new.pop()
+            time.sleep(0.02)
+        raise AssertionError(f"no sandbox was booted ahead: {scratch()}")
+
+    with host_files(exclusive=False):
+        try:
+            for path in spaces.values():
+                path.mkdir(parents=True)
+            assert run("a").startswith(str(base / ".warren-tmp-")), "the TMPDIR is beside the workspace"
+            run("a")
+            for_a = booted(set())
+            run("b")
+            run("b")
+            for_b = booted({for_a})
+            for _ in range(2):
+                assert run("a") == for_a, "a's run took the sandbox booted for it"
+                for_a = booted({for_b})
+                assert run("b") == for_b, "b's run took the sandbox booted for it"
+                for_b = booted({for_a})
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
+
+
 def test_an_edited_warren_toml_takes_effect_at_the_next_run(place: Place) -> None:
     secret = place.base / "secret.txt"
     secret.write_text("s3cret\n")

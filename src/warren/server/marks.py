@@ -22,6 +22,7 @@ import stat
 from .._core import kernel
 from ..plan.landlock import covered_dirs
 from ..plan.model import MountKind, Plan
+from ..plan.mounts import SCRATCH_PREFIX
 
 Marks = tuple[tuple[str, object], ...]
 ENTRIES = "entries of "
@@ -87,15 +88,34 @@ def difference(then: Marks, now: Marks, skip: frozenset[str] = frozenset()) -> s
         if key.startswith(ENTRIES) and key[len(ENTRIES) :] in skip:
             continue
         if key.startswith(ENTRIES) and isinstance(was, tuple) and isinstance(is_, tuple):
-            new = sorted({name for name, _ in is_} - {name for name, _ in was})
+            had = {name for name, _ in was}
+            entries = {(name, ident) for name, ident in is_ if name in had or not _scratch(ident, name)}
+            new = sorted({name for name, _ in entries} - had)
             if new:
                 return f"{key[len(ENTRIES) :]} has a new entry ({new[0]})"
-            if not set(is_) <= set(was):
-                changed = sorted(name for name, ident in is_ if (name, ident) not in set(was))
+            if not entries <= set(was):
+                changed = sorted(name for name, ident in entries if (name, ident) not in set(was))
                 return f"{os.path.join(key[len(ENTRIES) :], changed[0])} is another file"
         elif was != is_:
             return f"{key} is another file" if is_ is not None and was is not None else f"{key} came or went"
     return None
+
+
+def _scratch(ident: object, name: str) -> bool:
+    """A directory named as warren names another sandbox's TMPDIR beside a workspace
+    (``plan.tmpdir``: ``.warren-tmp-<random>``, made for each sandbox and removed after
+    it): one made since a boot is no difference. Sibling workspaces' sandboxes make them
+    in their common parent at every launch, which made every sandbox booted ahead for
+    the other workspace stale. A sandbox sees such a directory read-only either way: a
+    fresh one's mask binds it read-only, and in one booted before it came the mount of
+    the parent shows it under the same Landlock rules that cover whatever appears there
+    after any sandbox's launch (read and execute, no write)."""
+    return (
+        name.startswith(SCRATCH_PREFIX)
+        and isinstance(ident, tuple)
+        and len(ident) > 2
+        and ident[2] == stat.S_IFDIR
+    )
 
 
 def _identity(path: str) -> tuple[object, ...] | None:
