@@ -217,6 +217,12 @@ class Guarded(H11Protocol):
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        # Closed here, on purpose: uvicorn then counts the response as one whose client
+        # went away, not as an app that failed to complete it ("ASGI callable returned
+        # without completing response", logged as an error for every such stream).
+        if self.cycle is not None:
+            self.cycle.disconnected = True
+        self.transport.close()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
