@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import gc
 import os
 import select
 import signal
@@ -1125,7 +1126,11 @@ class Init:
         what is kept, not by a list of what PID 1 may hold: nothing it adds later stays
         open here by being forgotten."""
         # Its Python objects let go of their numbers first: closed below, and a number
-        # reused here must never be closed again by their finalizers.
+        # reused here must never be closed again by their finalizers. Whatever else holds
+        # a descriptor of PID 1's is never finalized here either: every object there is
+        # at the fork (garbage PID 1 had not collected yet included: a socket in a cycle
+        # an exception made) is frozen, out of this process's collections.
+        gc.freeze()
         for sock in (self.control, *([self.spare] if self.spare is not None else [])):
             sock.detach()
         keep = [from_pid1.fileno(), *(s.fileno() for s in (direct, *(pair or ())) if s is not None)]
