@@ -207,6 +207,34 @@ def test_a_nested_repository_made_inside_never_runs_on_the_host(
     assert later.stdout.split() == [f"{repo}/evil.sh", "s"]
 
 
+def test_a_repository_made_inside_stays_unnamed_while_another_sandbox_of_the_workspace_starts(
+    layout: Layout, repo: Path, live: str | None
+) -> None:
+    """A second sandbox launched on the workspace while the one that made a repository
+    lives finds that repository and gets warren's store of it; the maker still writes
+    the host's copy directly. The host's index must go on leaving it out: it named it
+    once the second launch had made its store (a sandbox booted ahead did so within a
+    second in the gate, one run in seven), and host git then ran the fsmonitor the
+    sandbox had set."""
+    if live is None:
+        pytest.skip("needs the maker alive while the other sandbox starts: a long-lived one (exec)")
+    marker = marker_path()
+    r = inside(layout, live, NESTED.format(evil=evil_script(marker)))
+    assert r.returncode == 0, r.stderr
+    other = f"other{os.getpid()}{uuid.uuid4().hex[:6]}"
+    made = run_cli(["create", "--write", str(layout.cache), other], cwd=repo)
+    assert made.returncode == 0, made.stderr
+    try:
+        assert run_cli(["exec", other, "true"], cwd=repo).returncode == 0
+        assert run_cli(["exec", live, "true"], cwd=repo).returncode == 0  # a sync after it
+        time.sleep(1.2)  # the supervisor's rounds
+        host_git(repo, "status")
+        assert not marker.exists(), "host git status recursed into a repository the sandbox made"
+        assert "sub" not in host_git(repo, "ls-files", "-s").stdout.split()
+    finally:
+        run_cli(["rm", "-f", other], cwd=repo)
+
+
 def test_a_repository_a_removed_sandbox_made_is_adopted_though_one_booted_ahead_holds_the_workspace(
     layout: Layout, repo: Path, via: str
 ) -> None:

@@ -60,6 +60,7 @@ class Lease:
     # Its sandbox was booted ahead and nothing has run in it: it writes nothing, and
     # whoever takes it plans again (a repository adopted meanwhile is another plan).
     idle: bool = False
+    ended: bool = False  # its sandbox ended: released now (``GitKeeper.release``)
     # Its sandbox's running execs (``Box.active``, the same set): while one runs, no sync
     # drains the watches of its repositories (``GitKeeper._sync``).
     running: set[int] = field(default_factory=set)
@@ -83,6 +84,10 @@ class GitKeeper:
         # Made inside and adopted since: safe for host git until a sandbox has them again
         # (then they are shadows).
         self.adopted: set[str] = set()
+        # Git directories a live sandbox wrote on the host directly (made inside, not yet
+        # adopted), seen named by an index: a shadow another sandbox's launch made of one
+        # since does not make what the host holds there safe (``_sync``).
+        self.made_inside: set[str] = set()
 
     def find(
         self,
@@ -271,6 +276,7 @@ class GitKeeper:
         submodule made inside can go once that repository is adopted)."""
         if lease is None or lease not in self.leases:
             return
+        lease.ended = True  # its sandbox writes nothing more (``_written_directly``)
         for shadow in lease.shadows:
             self._sync(shadow)
         # Sandboxes that can write these roots (a sandbox booted ahead and unused cannot:
@@ -292,6 +298,7 @@ class GitKeeper:
                     for line in gitadopt.adopt(fd, root, rel, lease.env):
                         _log(line)
                     self.adopted.add(os.path.normpath(os.path.join(root, rel)))
+                    self.made_inside.discard(os.path.normpath(os.path.join(root, rel)))
                 except OSError as e:
                     _log(f"adopting {os.path.join(root, rel)}: {e}")
         for shadow in lease.shadows:
@@ -313,13 +320,16 @@ class GitKeeper:
 
     def _sync(self, shadow: gitstore.Shadow) -> None:
         lease_roots = [(root, fd) for lse in self.leases for root, fd in lse.roots.items()]
-        protected = set(self.shadows) | self.adopted
+        protected = (set(self.shadows) | self.adopted) - self.made_inside
 
         def gitlink_ok(rel_path: str) -> bool:
             # A submodule path in this repository's index: its .git must be missing, or
-            # a git directory warren protects.
+            # a git directory warren protects, which no live sandbox writes directly.
             worktree = os.path.dirname(shadow.path)
             target = os.path.join(worktree, rel_path, ".git")
+            if os.path.normpath(target) in protected and self._written_directly(os.path.normpath(target)):
+                self.made_inside.add(os.path.normpath(target))
+                return False
             for root, fd in lease_roots:
                 if target.startswith(root.rstrip("/") + "/"):
                     return _protected_or_absent(fd, root, os.path.relpath(target, root), protected)
@@ -346,6 +356,21 @@ class GitKeeper:
         except OSError as e:
             _log(f"git directory {shadow.path}: {e}")
         _watch_worktrees(shadow)
+
+    def _written_directly(self, path: str) -> bool:
+        """Whether a live sandbox can write the git directory ``path`` on the host as it
+        is: it lies in one of its writable roots and is none of its shadows (made inside
+        since it started). Another sandbox launched on the same workspace meanwhile
+        finds it as a repository and makes a shadow of it; that shadow protects the
+        host from the new sandbox only, not from the one that made it (a sandbox booted
+        ahead beside a live one did so: the host's index then named a repository whose
+        ``core.fsmonitor`` the sandbox had set, and host git ran it)."""
+        for lse in self.leases:
+            if lse.idle or lse.ended or path in {s.path for s in lse.shadows}:
+                continue
+            if any(path.startswith(root.rstrip("/") + "/") for root in lse.roots):
+                return True
+        return False
 
 
 def _watch_worktrees(shadow: gitstore.Shadow) -> None:
