@@ -297,8 +297,9 @@ class GitKeeper:
                 try:
                     for line in gitadopt.adopt(fd, root, rel, lease.env):
                         _log(line)
-                    self.adopted.add(os.path.normpath(os.path.join(root, rel)))
-                    self.made_inside.discard(os.path.normpath(os.path.join(root, rel)))
+                    path = os.path.normpath(os.path.join(root, rel))
+                    self.adopted.add(path)
+                    self.made_inside.discard(path)
                 except OSError as e:
                     _log(f"adopting {os.path.join(root, rel)}: {e}")
         for shadow in lease.shadows:
@@ -327,8 +328,9 @@ class GitKeeper:
             # a git directory warren protects, which no live sandbox writes directly.
             worktree = os.path.dirname(shadow.path)
             target = os.path.join(worktree, rel_path, ".git")
-            if os.path.normpath(target) in protected and self._written_directly(os.path.normpath(target)):
-                self.made_inside.add(os.path.normpath(target))
+            path = os.path.normpath(target)
+            if path in protected and self._written_directly(path):
+                self.made_inside.add(path)
                 return False
             for root, fd in lease_roots:
                 if target.startswith(root.rstrip("/") + "/"):

@@ -284,7 +284,7 @@ class Supervisor:
             box = frozen[0]
             box.freeze_due = None
             checkpoints.freeze_ahead(box, self.root)
-        wanting = [box for box in self.sandboxes.boxes.values() if box.wants_helper or box.base_due]
+        wanting = [box for box in boxes if box.wants_helper or box.base_due]
         if wanting and self._quiet():
             # A review sandbox's helper for its checkpoints (a fork: a few ms), or the
             # start of a merged base's build, one at a time while nobody waits.

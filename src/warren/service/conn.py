@@ -203,8 +203,11 @@ class Guarded(H11Protocol):
         cycle = self.cycle
         if cycle is not None:
             # The request's app may cut its response (``reset``); its task, made by
-            # the line above, has not run yet: it finds this in its scope.
-            cycle.scope.setdefault("extensions", {})[RESET] = {"call": self.reset}
+            # the line above, has not run yet: it finds this in its scope. (Once per
+            # request: a body comes in many chunks.)
+            extensions = cycle.scope.setdefault("extensions", {})
+            if RESET not in extensions:
+                extensions[RESET] = {"call": self.reset}
         self._arm(received=True)
 
     def reset(self) -> None:
