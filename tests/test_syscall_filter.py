@@ -327,16 +327,25 @@ def test_a_command_cannot_lower_the_next_commands_limits_or_priority(layout: Lay
         first = sb.exec(["python3", "-c", START]).stdout.decode().split(" ", 1)[1]
         # The attack looks for the stub PID 1 forks for the next command while it runs.
         find = FIND_STUB + (
-            "helper = next(int(l.split()[1]) for l in open(f'/proc/{pid}/status') if l.startswith('PPid:'))\n"
             "import sys\n"
+            "if pid is None:\n"
+            "    seen = [open(f'/proc/{p}/cmdline', 'rb').read().split(b'\\0')[0].decode()\n"
+            "            for p in os.listdir('/proc') if p.isdigit()]\n"
+            "    print('no exec stub within 5 s; processes:', sorted(seen))\n"
+            "    sys.exit(3)\n"
+            "helper = next(int(l.split()[1]) for l in open(f'/proc/{pid}/status') if l.startswith('PPid:'))\n"
             "sys.argv[1:] = [str(pid), '1', str(helper), str(os.getpid())]\n"
         )
         # The stub found is the one the next command runs in, unless PID 1 replaced it in
-        # between (rarely): then the attack is made again, until the next command is the
-        # process attacked, the only case where its limits show anything.
-        shown = False
+        # between (rarely), or none was there to attack in time (once, under the gate's
+        # load: not reproduced since): then the attack is made again, until the next
+        # command is the process attacked, the only case where its limits show anything.
+        shown, missed = False, []
         for _ in range(3):
             r = sb.exec(["python3", "-c", find + OTHERS])
+            if r.exit_code == 3:
+                missed.append(r.stdout.decode().strip())
+                continue
             assert r.exit_code == 0, r.stderr
             stub, pid1, helper, own = json.loads(r.stdout).items()
             assert pid1[0] == "1" and stub[1] == pid1[1] == helper[1] == REFUSED, r.stdout
@@ -347,7 +356,7 @@ def test_a_command_cannot_lower_the_next_commands_limits_or_priority(layout: Lay
                 assert start == first
                 shown = True
                 break
-        assert shown, "the next command was never the process attacked: nothing was shown"
+        assert shown, ("the next command was never the process attacked: nothing was shown", missed)
     finally:
         sb.remove()
     # Control on the host: the same calls reach a process of the same uid.
