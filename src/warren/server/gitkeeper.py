@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from .._core import dirwatch, safepath, treewalk
 from ..errors import SetupError
 from ..plan.model import GitDir
-from . import gitadopt, gitfind, gitstore, repowatch
+from . import gitadopt, gitfind, gitleases, gitstore, repowatch
 
 # A root whose last walk listed this many directories is watched from then on
 # (``repowatch``): below it, the walk with the memory costs about a millisecond.
@@ -64,10 +64,13 @@ class Lease:
     # Its sandbox's running execs (``Box.active``, the same set): while one runs, no sync
     # drains the watches of its repositories (``GitKeeper._sync``).
     running: set[int] = field(default_factory=set)
+    record: str | None = None  # its record in the state directory (``gitleases``)
 
 
 class GitKeeper:
-    def __init__(self) -> None:
+    def __init__(self, state: str | None = None) -> None:
+        """``state``: the state directory, where each lease is recorded until released
+        (``gitleases``; None: a supervisor without one records nothing)."""
         self.shadows: dict[str, gitstore.Shadow] = {}  # by git directory path
         self.leases: list[Lease] = []
         self.memory: dict[str, gitfind.Memory] = {}  # per root: what the last walks saw
@@ -88,6 +91,36 @@ class GitKeeper:
         # adopted), seen named by an index: a shadow another sandbox's launch made of one
         # since does not make what the host holds there safe (``_sync``).
         self.made_inside: set[str] = set()
+        self.records: int | None = None
+        if state is not None:
+            try:
+                self.records = gitleases.open_directory(state)
+            except OSError as e:
+                _log(f"cannot keep records of leases in {state}: {e}")
+
+    def recover(self) -> None:
+        """Before anything is served: what the sandboxes of a supervisor that ended
+        without releasing them (killed, crashed: they died with it) made in their roots
+        is adopted, as their release would have (``gitleases``)."""
+        if self.records is None:
+            return
+        for record in list(gitleases.read_all(self.records)):
+            if isinstance(record, str):
+                _log(f"a lease's record that cannot be read ({record}): removed")
+                gitleases.remove(self.records, record)
+                continue
+            for root, known in record.known.items():
+                try:
+                    fd = safepath.open_dir(root)
+                except OSError:
+                    continue  # gone, or not a directory now: nothing of it to adopt
+                try:
+                    self._adopt_made(fd, root, known, self._walk(root, fd, None), record.env)
+                except OSError as e:
+                    _log(f"adopting what was made in {root}: {e}")
+                finally:
+                    os.close(fd)
+            gitleases.remove(self.records, record.name)
 
     def find(
         self,
@@ -220,6 +253,15 @@ class GitKeeper:
                         path=shadow.path,
                         hint="start the sandbox again",
                     )
+            if self.records is not None:
+                lease.record = gitleases.write(self.records, lease.known, lease.env)
+        except OSError as e:
+            self._drop(lease)
+            raise SetupError(
+                f"cannot record the sandbox's repositories in warren's state directory: {e}",
+                operation="git store",
+                hint="check that the state directory ($XDG_STATE_HOME/warren) is writable and not full",
+            ) from None
         except BaseException:
             self._drop(lease)
             raise
@@ -291,23 +333,33 @@ class GitKeeper:
                 found = self._walk(root, fd, None)
             except OSError:
                 continue
-            for rel in found.gitdirs:
-                if rel in lease.known.get(root, set()):
-                    continue
-                try:
-                    for line in gitadopt.adopt(fd, root, rel, lease.env):
-                        _log(line)
-                    path = os.path.normpath(os.path.join(root, rel))
-                    self.adopted.add(path)
-                    self.made_inside.discard(path)
-                except OSError as e:
-                    _log(f"adopting {os.path.join(root, rel)}: {e}")
+            self._adopt_made(fd, root, lease.known.get(root, set()), found, lease.env)
         for shadow in lease.shadows:
             self._sync(shadow)
         self.leases.remove(lease)
         self._drop(lease)
 
+    def _adopt_made(
+        self, fd: int, root: str, known: set[str], found: gitfind.Found, env: Mapping[str, str]
+    ) -> None:
+        """Adopt the git directories ``found`` in ``root`` that were not ``known`` when
+        the sandbox started: it made them."""
+        for rel in found.gitdirs:
+            if rel in known:
+                continue
+            try:
+                for line in gitadopt.adopt(fd, root, rel, env):
+                    _log(line)
+                path = os.path.normpath(os.path.join(root, rel))
+                self.adopted.add(path)
+                self.made_inside.discard(path)
+            except OSError as e:
+                _log(f"adopting {os.path.join(root, rel)}: {e}")
+
     def _drop(self, lease: Lease) -> None:
+        if lease.record is not None and self.records is not None:
+            gitleases.remove(self.records, lease.record)
+            lease.record = None
         for shadow in lease.shadows:
             shadow.users -= 1
             if shadow.users <= 0 and self.shadows.get(shadow.path) is shadow:

@@ -115,7 +115,8 @@ class Supervisor:
         self.listener = listener
         self.idle = idle
         self.sel = selectors.DefaultSelector()
-        self.git = gitkeeper.GitKeeper()
+        self.git = gitkeeper.GitKeeper(root)
+        self.git.recover()  # what sandboxes of a supervisor that died made: adopted first
         self.sandboxes = sandboxes.Sandboxes(root, self.sel, self.git, self)
         self.registry = self.sandboxes.registry
         self.idle_since = time.monotonic()
