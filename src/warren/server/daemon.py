@@ -8,17 +8,15 @@ Start-up only (the lock, the descriptor limit, publishing the address); the serv
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import secrets
 import socket
 import sys
-import threading
 
 from .. import wire
 from .._core import clone
 from ..errors import WarrenError
-from . import statedir
+from . import logfile, statedir
 from .supervisor import LINKS_FILE, Supervisor
 
 DEFAULT_IDLE = 60.0
@@ -44,62 +42,13 @@ def _raise_nofile() -> None:
             clone.sandbox_nofile = soft
 
 
-class _Log(io.TextIOBase):
-    """The supervisor's standard output and error: its log in the state directory,
-    written a whole line at a time. A line the disk cannot take (the state disk full,
-    which a sandbox can do by filling a layer or a snapshot) is dropped and counted,
-    never raised: a print there, in a handler or in the handler of a bug, ended the
-    supervisor and every sandbox with it."""
-
-    def __init__(self, fd: int) -> None:
-        super().__init__()
-        self.fd = fd
-        self.lock = threading.Lock()
-        self.pending = ""
-        self.dropped = 0
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, s: str) -> int:
-        with self.lock:
-            self.pending += s
-            if "\n" in self.pending:
-                whole, _, self.pending = self.pending.rpartition("\n")
-                self._out(whole + "\n")
-        return len(s)
-
-    def flush(self) -> None:
-        with self.lock:
-            if self.pending:
-                self._out(self.pending)
-                self.pending = ""
-
-    def _out(self, text: str) -> None:
-        lines = text.count("\n") or 1
-        if self.dropped:
-            text = f"warren supervisor: {self.dropped} lines of this log were lost (disk full)\n{text}"
-        data = memoryview(text.encode(errors="replace"))
-        try:
-            while data:
-                data = data[os.write(self.fd, data) :]
-            self.dropped = 0
-        except OSError:
-            self.dropped += lines  # (of a line cut short, the rest goes with it)
-
-
-def _safe_log() -> None:
-    sys.stdout = _Log(1)
-    sys.stderr = _Log(2)
-
-
 def daemon(root: str, ready_fd: int) -> int:
     """The per-user supervisor: one per state directory (a lock decides), reachable at
     the abstract address it publishes there."""
     import fcntl
 
     os.chdir("/")
-    _safe_log()
+    logfile.install(os.path.join(root, statedir.LOG_FILE))
     try:
         statedir.prepare(root)
     except WarrenError as e:
