@@ -37,6 +37,7 @@ import signal
 import socket
 import sys
 import time
+import traceback
 from collections.abc import Callable
 
 from .. import protocol, wire
@@ -160,7 +161,7 @@ class Supervisor:
                     self._event(kind, obj, mask)
                 except Exception as e:  # a bug must not take every sandbox down
                     self._bug(kind, obj, e)
-            self._reap()
+            self._guarded("reaping", self._reap)
             self._timers()
             if self._done() and not self._last_look(unpublish, publish):
                 return
@@ -177,6 +178,19 @@ class Supervisor:
         print(f"warren supervisor: {kind}: {e!r}", file=sys.stderr, flush=True)
         if isinstance(obj, Client):
             self.clients.drop(obj)
+
+    def _guarded(self, name: str, step: Callable[[], object]) -> None:
+        """One of the loop's own steps (reaping, a timer's): a bug there (warren's) is
+        said in the log, at most once every few seconds per step, and the loop and the
+        other steps go on. Raised out of the loop, it ended the supervisor with every
+        sandbox, as an event's handler must not (``_bug``)."""
+        try:
+            step()
+        except Exception as e:
+            where = traceback.extract_tb(e.__traceback__)[-1]
+            self.notes.log(
+                f"bug {name}", f"{name}: {e!r} ({os.path.basename(where.filename)}:{where.lineno})"
+            )
 
     def _event(self, kind: str, obj: object, mask: int) -> None:
         if kind == "accept":
@@ -256,6 +270,23 @@ class Supervisor:
 
     def _timers(self) -> None:
         now = time.monotonic()
+        self._guarded("expiry", lambda: self._expire(now))
+        if now >= self.git_sync_at:
+            self.git_sync_at = now + GIT_SYNC_EVERY
+            self._guarded("git sync", self.git.tick)
+        self._guarded("idle ends", lambda: self._idle_ends(now))
+        if self.boots.to_boot and now - self.clients.asked_at >= ahead.QUIET and self._quiet():
+            # One at a time, while nobody waits: a boot holds this loop for a few ms.
+            self._guarded(
+                "boot ahead", lambda: self.boots.boot_next(self.shutdown, now - self.clients.asked_at)
+            )
+        self._guarded("review", lambda: self._review_rounds(now))
+        if self.stdin_pipes is not None:
+            self._guarded("stdin sweep", self.stdin_pipes.sweep)
+        if markwatch.due(now) and self._quiet():
+            self._guarded("mark sweep", lambda: markwatch.sweep(now))
+
+    def _expire(self, now: float) -> None:
         self.clients.expire(now)
         launch.retry_busy()
         for box in self.sandboxes.all():
@@ -265,18 +296,16 @@ class Supervisor:
                 # the degraded mode's own SIGKILL, timed by ``signal``, never came).
                 box.kill_at = math.inf
                 box.signal(signal.SIGKILL)
-        if now >= self.git_sync_at:
-            self.git_sync_at = now + GIT_SYNC_EVERY
-            self.git.tick()
+
+    def _idle_ends(self, now: float) -> None:
         for box in list(self.sandboxes.boxes.values()):
             if box.idle_expired():
                 box.terminate()
         for box in self.boots.pool.expired(now):
             box.terminate()
         self.boots.drop_replaced()
-        if self.boots.to_boot and now - self.clients.asked_at >= ahead.QUIET and self._quiet():
-            # One at a time, while nobody waits: a boot holds this loop for a few ms.
-            self.boots.boot_next(self.shutdown, now - self.clients.asked_at)
+
+    def _review_rounds(self, now: float) -> None:
         boxes = self.sandboxes.boxes.values()
         frozen = [b for b in boxes if b.freeze_due is not None and now >= b.freeze_due]
         if frozen and self.root is not None and self._quiet():
@@ -295,10 +324,6 @@ class Supervisor:
             else:
                 with contextlib.suppress(OSError):
                     box.helper_ready()
-        if self.stdin_pipes is not None:
-            self.stdin_pipes.sweep()
-        if markwatch.due(now) and self._quiet():
-            markwatch.sweep(now)
 
     def _wait(self) -> float:
         """How long the loop sleeps when nothing comes: ``TICK`` (the timers' rounds), or
