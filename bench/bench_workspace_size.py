@@ -187,6 +187,13 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--parts", action="store_true", help="also time the launch's walks of the workspace")
     ap.add_argument(
+        "--pace",
+        type=float,
+        default=0.0,
+        help="seconds between two timed launches (an agent's pace: the sandbox booted ahead is ready); "
+        "0, the default: back to back",
+    )
+    ap.add_argument(
         "--python-walk",
         action="store_true",
         help="also launch in the big workspace walked in Python (WARREN_NATIVE_WALK=0, its own supervisor)",
@@ -213,7 +220,8 @@ def main() -> None:
         subprocess.run(["git", "init", "-q", str(empty)], check=True)
         files = _tree(big, args.packages)
         print(
-            f"{files} files in {big}, {args.runs} interleaved runs, uid {os.getuid()}, "
+            f"{files} files in {big}, {args.runs} interleaved runs "
+            f"({f'{args.pace:g} s apart' if args.pace else 'back to back'}), uid {os.getuid()}, "
             f"load {os.getloadavg()[0]:.1f}"
         )
         cases: dict[str, Callable[[], None]] = {}
@@ -239,6 +247,7 @@ def main() -> None:
             for label, fn in cases.items():
                 if label in before:
                     before[label]()
+                time.sleep(args.pace)
                 samples[label].append(_time(fn))
         print(f"load after the runs {os.getloadavg()[0]:.1f}")
         for label, xs in samples.items():
