@@ -116,3 +116,22 @@ def test_records_that_cannot_be_read_or_name_what_is_gone_are_dropped_and_the_su
     assert not {"0123456789abcdef.json", "fedcba9876543210.json"} & set(_records())
     log = (Path(statedir.location(os.environ)) / statedir.LOG_FILE).read_text()
     assert "a lease's record that cannot be read (0123456789abcdef.json): removed" in log
+
+
+def test_a_lease_that_cannot_be_recorded_is_a_typed_error_and_the_supervisor_serves_on(
+    layout: Layout, repo: Path
+) -> None:
+    """Without its record a lease would leave what its sandbox makes unadopted after a
+    crash: the launch is refused, typed, with a hint; once the records can be kept
+    again, the next launch works."""
+    shut_down_supervisor()
+    where = Path(statedir.location(os.environ)) / gitleases.DIRECTORY
+    where.parent.mkdir(parents=True, exist_ok=True)
+    where.write_text("not a directory")
+    r = layout.run(["true"])
+    assert r.returncode == 125 and "Traceback" not in r.stderr, r.stderr
+    assert "cannot record the sandbox's repositories in warren's state directory" in r.stderr, r.stderr
+    assert "hint:" in r.stderr, r.stderr
+    where.unlink()
+    again = layout.run(["sh", "-c", "echo ran"])
+    assert (again.returncode, again.stdout) == (0, "ran\n"), again.stderr

@@ -91,23 +91,24 @@ class GitKeeper:
         # adopted), seen named by an index: a shadow another sandbox's launch made of one
         # since does not make what the host holds there safe (``_sync``).
         self.made_inside: set[str] = set()
-        self.records: int | None = None
-        if state is not None:
-            try:
-                self.records = gitleases.open_directory(state)
-            except OSError as e:
-                _log(f"cannot keep records of leases in {state}: {e}")
+        self.state = state
+        self.records: int | None = None  # the records' directory, once opened (``_records``)
 
     def recover(self) -> None:
         """Before anything is served: what the sandboxes of a supervisor that ended
         without releasing them (killed, crashed: they died with it) made in their roots
         is adopted, as their release would have (``gitleases``)."""
-        if self.records is None:
+        try:
+            records = self._records()
+        except OSError as e:
+            _log(f"the records of leases in {self.state} cannot be read now: {e}")
             return
-        for record in list(gitleases.read_all(self.records)):
+        if records is None:
+            return
+        for record in list(gitleases.read_all(records)):
             if isinstance(record, str):
                 _log(f"a lease's record that cannot be read ({record}): removed")
-                gitleases.remove(self.records, record)
+                gitleases.remove(records, record)
                 continue
             for root, known in record.known.items():
                 try:
@@ -120,7 +121,14 @@ class GitKeeper:
                     _log(f"adopting what was made in {root}: {e}")
                 finally:
                     os.close(fd)
-            gitleases.remove(self.records, record.name)
+            gitleases.remove(records, record.name)
+
+    def _records(self) -> int | None:
+        """The records' directory (opened, and made, on first use; None without a state
+        directory). OSError when it cannot be: a launch then fails, typed (``lease``)."""
+        if self.records is None and self.state is not None:
+            self.records = gitleases.open_directory(self.state)
+        return self.records
 
     def find(
         self,
@@ -253,8 +261,9 @@ class GitKeeper:
                         path=shadow.path,
                         hint="start the sandbox again",
                     )
-            if self.records is not None:
-                lease.record = gitleases.write(self.records, lease.known, lease.env)
+            records = self._records()
+            if records is not None:
+                lease.record = gitleases.write(records, lease.known, lease.env)
         except OSError as e:
             self._drop(lease)
             raise SetupError(
