@@ -261,16 +261,16 @@ class GitKeeper:
                         path=shadow.path,
                         hint="start the sandbox again",
                     )
-            records = self._records()
-            if records is not None:
-                lease.record = gitleases.write(records, lease.known, lease.env)
-        except OSError as e:
-            self._drop(lease)
-            raise SetupError(
-                f"cannot record the sandbox's repositories in warren's state directory: {e}",
-                operation="git store",
-                hint="check that the state directory ($XDG_STATE_HOME/warren) is writable and not full",
-            ) from None
+            try:
+                records = self._records()
+                if records is not None:
+                    lease.record = gitleases.write(records, lease.known, lease.env)
+            except OSError as e:
+                raise SetupError(
+                    f"cannot record the sandbox's repositories in warren's state directory: {e}",
+                    operation="git store",
+                    hint="check that the state directory ($XDG_STATE_HOME/warren) is writable and not full",
+                ) from None
         except BaseException:
             self._drop(lease)
             raise

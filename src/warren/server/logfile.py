@@ -71,11 +71,23 @@ class Log(io.TextIOBase):
             self._rotate(self.path)
 
     def _rotate(self, path: str) -> None:
-        self.size = 0  # failed, it is tried again after as many bytes
+        """The next log made first (a failure leaves everything as it was, tried again
+        after as many bytes), then put in place of the old, which becomes ``.1``."""
+        self.size = 0
+        fresh = f"{path}.new"
         try:
-            os.replace(path, path + ".1")
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(fresh)  # a rotation's left by a supervisor killed during it
+            fd = os.open(fresh, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         except OSError:
+            return
+        try:
+            os.replace(path, f"{path}.1")
+            os.replace(fresh, path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(fresh)
+            os.close(fd)
             return
         for target in (self.fd, *self.also):
             os.dup2(fd, target)
@@ -83,8 +95,14 @@ class Log(io.TextIOBase):
 
 
 def install(path: str) -> Log:
-    """The supervisor's ``sys.stdout`` and ``sys.stderr`` (descriptors 1 and 2, the log at
-    ``path``)."""
-    log = Log(2, path, also=(1,))
+    """The supervisor's ``sys.stdout`` and ``sys.stderr``: descriptor 2 (1 goes with it),
+    rotated when it is the log at ``path`` (else, started by hand with its output
+    elsewhere, never)."""
+    rotated: str | None = None
+    with contextlib.suppress(OSError):
+        ours, there = os.fstat(2), os.stat(path)
+        if (ours.st_dev, ours.st_ino) == (there.st_dev, there.st_ino):
+            rotated = path
+    log = Log(2, rotated, also=(1,))
     sys.stdout = sys.stderr = log
     return log
