@@ -15,22 +15,13 @@ from pathlib import Path
 import pytest
 
 from conftest import Layout, host_git, host_marker, run_cli, shut_down_supervisor
+from test_git_protection import IDENTITY, NESTED, evil_script
 from warren.server import gitleases, statedir
 
-IDENTITY = "export GIT_AUTHOR_NAME=t GIT_AUTHOR_EMAIL=t@x GIT_COMMITTER_NAME=t GIT_COMMITTER_EMAIL=t@x\n"
 # A repository made inside, with a program host git would run (its fsmonitor, a hook),
-# named by the outer repository's index in the sandbox; and a process left running,
-# by which the test knows when the sandbox has died.
-NESTED = """
-set -e
-printf '#!/bin/sh\\ntouch {marker}\\nexit 0\\n' > evil.sh && chmod +x evil.sh
-git init -q -b main sub
-git -C sub commit -q --allow-empty -m s
-git -C sub config core.fsmonitor "$PWD/evil.sh"
-cp evil.sh sub/.git/hooks/post-checkout
-git add sub evil.sh && git commit -q -m 'add sub'
-nohup sleep {token} >/dev/null 2>&1 &
-"""
+# named by the outer repository's index in the sandbox (test_git_protection's); and a
+# process left running, by which the test knows when the sandbox has died.
+LEFT_RUNNING = "nohup sleep {token} >/dev/null 2>&1 &\n"
 
 
 @pytest.fixture
@@ -66,7 +57,8 @@ def test_a_repository_made_by_a_sandbox_of_a_killed_supervisor_is_adopted_by_the
     name = f"git{os.getpid()}{uuid.uuid4().hex[:6]}"
     made = run_cli(["create", "--write", str(layout.cache), name], cwd=repo)
     assert made.returncode == 0, made.stderr
-    r = run_cli(["exec", name, "sh", "-c", IDENTITY + NESTED.format(marker=marker, token=token)], cwd=repo)
+    script = IDENTITY + NESTED.format(evil=evil_script(marker)) + LEFT_RUNNING.format(token=token)
+    r = run_cli(["exec", name, "sh", "-c", script], cwd=repo)
     assert r.returncode == 0, r.stderr
     deadline = time.monotonic() + 30
     while not _running(token):  # nohup's exec of sleep may come after the exec's answer
