@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from .._core import dirwatch, safepath, treewalk
 from ..errors import SetupError
 from ..plan.model import GitDir
+from ..plan.mounts import within
 from . import gitadopt, gitfind, gitleases, gitstore, repowatch
 
 # A root whose last walk listed this many directories is watched from then on
@@ -166,7 +167,7 @@ class GitKeeper:
                 files += [os.path.join(root, rel) for rel in walk.gitfiles]
                 for rel in walk.gitdirs:
                     path = os.path.normpath(os.path.join(root, rel))
-                    if any(path == r or path.startswith(r.rstrip("/") + "/") for r in readonly):
+                    if any(within(path, r) for r in readonly):
                         continue
                     gitdirs.append(self._as_planned(path, env, dry))
                     if not dry:
@@ -394,13 +395,13 @@ class GitKeeper:
                 self.made_inside.add(path)
                 return False
             for root, fd in lease_roots:
-                if target.startswith(root.rstrip("/") + "/"):
+                if _beneath(target, root):
                     return _protected_or_absent(fd, root, os.path.relpath(target, root), protected)
             return True  # outside every writable root: no sandbox made it
 
         def checkout_gone(gitfile: str, content: bytes) -> list[str]:
             for root, fd in lease_roots:
-                if gitfile.startswith(root.rstrip("/") + "/"):
+                if _beneath(gitfile, root):
                     return _remove_checkout(fd, root, os.path.relpath(gitfile, root), content)
             return []  # outside every writable root: no sandbox kept it read-only
 
@@ -431,7 +432,7 @@ class GitKeeper:
         for lse in self.leases:
             if lse.idle or lse.ended or path in {s.path for s in lse.shadows}:
                 continue
-            if any(path.startswith(root.rstrip("/") + "/") for root in lse.roots):
+            if any(_beneath(path, root) for root in lse.roots):
                 return True
         return False
 
@@ -465,6 +466,11 @@ def _watch_worktrees(shadow: gitstore.Shadow) -> None:
         os.close(wfd)
 
 
+def _beneath(path: str, root: str) -> bool:
+    """``path`` lies strictly below ``root`` (``within`` counts ``root`` itself too)."""
+    return path.startswith(root.rstrip("/") + "/")
+
+
 def _overlap(a: str, b: str) -> bool:
     a, b = a.rstrip("/") or "/", b.rstrip("/") or "/"
     return a == b or a.startswith(b + "/") or b.startswith(a + "/") or "/" in (a, b)
@@ -487,7 +493,7 @@ def _protected_or_absent(root_fd: int, root: str, rel: str, protected: set[str])
         if not text.startswith("gitdir: "):
             return True  # git refuses it: nothing runs
         target = os.path.normpath(os.path.join(os.path.dirname(os.path.join(root, rel)), text[8:]))
-        if not (target == root or target.startswith(root.rstrip("/") + "/")):
+        if not within(target, root):
             return True  # outside the root: not the sandbox's
         return target in protected or safepath.lstat_beneath(root_fd, os.path.relpath(target, root)) is None
     return False
