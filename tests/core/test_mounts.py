@@ -6,6 +6,7 @@ writes through to the host directory."""
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -150,6 +151,73 @@ def test_a_denied_path_removed_after_planning_is_skipped_and_one_still_there_is_
 
     assert in_child(inside, namespaces=True) == {"kept": "", "gone": "False"}
     assert kept.read_text() == "secret"
+
+
+@pytest.mark.parametrize("host", ["removed", "replaced", "replaced-after-lookup"])
+def test_a_denied_file_the_host_removes_or_replaces_while_it_is_hidden(tmp_path: Path, host: str) -> None:
+    """The host removes a denied file, or renames a new one over it, while the sandbox
+    is putting its stand-in there (the uid-1001 CI run once failed its start with ENOENT
+    at "deny_file /etc/ssh/ssh_host_..._key": the root run's test removed its host key
+    between the bind and the remount, which the kernel answers by detaching the bind).
+    Removed: nothing is left to hide and the start goes on. Replaced: the stand-in is
+    over the new file, nosuid and nodev. "replaced-after-lookup" is the kernel's answer
+    when the rename lands between the attach's lookup and the attach itself (ENOENT,
+    made here by the test since the window is the kernel's own): tried again."""
+    stage = tmp_path / "stage"
+    (stage / "dev").mkdir(parents=True)
+    key = tmp_path / "key"
+    key.write_text("OLD-SECRET")
+    asked_r, asked_w = os.pipe()
+    done_r, done_w = os.pipe()
+
+    def on_the_host() -> None:  # in the runner's namespace, not the child's
+        if os.read(asked_r, 1):
+            if host == "removed":
+                key.unlink()
+            else:
+                (tmp_path / "key.new").write_text("NEW-SECRET")
+                os.rename(tmp_path / "key.new", key)
+        os.write(done_w, b"x")
+
+    helper = threading.Thread(target=on_the_host)
+    helper.start()
+
+    def inside() -> dict[str, object]:
+        mounts.STAGE = str(stage)
+        real, calls = _sys.move_mount, []
+
+        def move_mount(fd: int, to_path: str) -> None:
+            calls.append(to_path)
+            if len(calls) == 1:
+                os.write(asked_w, b"x")  # the host acts, then the attach runs
+                os.read(done_r, 1)
+                if host == "replaced-after-lookup":
+                    raise FileNotFoundError(2, "move_mount: No such file or directory", to_path)
+            real(fd, to_path)
+
+        _sys.move_mount = move_mount
+        mounts._apply(MountOp(MountKind.DENY_FILE, str(key)), str(key), None)
+        mountinfo = [line.split() for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+        options = [fields[5] for fields in mountinfo if fields[4] == str(key)]
+        read = key.read_text() if key.exists() else "gone"
+        return {"attaches": len(calls), "read": read, "options": options}
+
+    try:
+        got = in_child(inside, namespaces=True)
+    finally:
+        os.close(asked_w)  # the host's side stops waiting if the child never asked
+        helper.join(5)
+        for fd in (asked_r, done_r, done_w):
+            os.close(fd)
+    assert isinstance(got, dict)
+    if host == "removed":
+        assert got == {"attaches": 1, "read": "gone", "options": []}
+        assert not key.exists()
+    else:
+        assert got["attaches"] == (2 if host == "replaced-after-lookup" else 1)
+        assert got["read"] == ""  # the stand-in (the child may open mode 000: it has every capability)
+        assert len(got["options"]) == 1 and {"rw", "nosuid", "nodev"} <= set(got["options"][0].split(","))
+        assert key.read_text() == "NEW-SECRET"
 
 
 def test_any_other_step_whose_target_is_missing_still_fails(tmp_path: Path) -> None:

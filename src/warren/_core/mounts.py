@@ -394,6 +394,31 @@ def _removed_since_planning(op: MountOp, target: str) -> bool:
     return denied and not op.mkdir and not os.path.lexists(target)
 
 
+def _deny_file(op: MountOp, source: str, target: str, tries: int = 3) -> None:
+    """The stand-in put over a denied file in one step: a detached copy of it, made
+    nosuid, nodev before it is attached (a bind and then a remount would leave a moment
+    between them in which the host's removal of the file detaches the bind and the
+    remount finds nothing). The host may remove the file at any moment: nothing is left
+    to hide and the step is done. The kernel refuses the attach also when the name was
+    replaced after it was looked up (a new file renamed over it); the stand-in is then
+    put over the new one."""
+    for tried in range(1, tries + 1):
+        clone = _clone(source, recursive=False)
+        try:
+            _sys.mount_setattr(clone, _sys.MOUNT_ATTR_NOSUID | _sys.MOUNT_ATTR_NODEV)
+        except BaseException:
+            os.close(clone)
+            raise
+        try:
+            _attach(clone, target)
+            return
+        except FileNotFoundError:
+            if _removed_since_planning(op, target):
+                return
+            if tried == tries:
+                raise
+
+
 def _apply(op: MountOp, target: str, fd: int | None) -> None:
     kind = op.kind
     if fd is not None:
@@ -435,13 +460,7 @@ def _apply(op: MountOp, target: str, fd: int | None) -> None:
         # Writable mount, so writes meet the mode (EACCES), not the mount (EROFS); PID 1's
         # broker refuses chmod and the like on it.
         if op.ident is None:
-            try:
-                _sys.mount(source, target, None, _sys.MS_BIND)
-            except FileNotFoundError:
-                if _removed_since_planning(op, target):
-                    return
-                raise
-            _sys.mount(None, target, None, _sys.MS_REMOUNT | _sys.MS_BIND | _sys.MS_NOSUID | _sys.MS_NODEV)
+            _deny_file(op, source, target)
         else:
             _mask_file(source, target, op.ident)
     elif kind is MountKind.DEVPTS:
