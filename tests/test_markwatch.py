@@ -23,6 +23,7 @@ from warren._core import _sys
 from warren.plan import CallerFacts, HostFacts, Plan, make_plan
 from warren.plan.facts import MountEntry
 from warren.plan.model import MountKind, MountOp
+from warren.plan.mounts import SCRATCH_PREFIX
 from warren.policy import PolicySpec, build
 from warren.server import ahead, marks, markwatch
 from warren.server.hostfacts import gather
@@ -207,6 +208,57 @@ def test_a_new_entry_beside_a_denied_path_is_a_change(base: Path) -> None:
     _agrees(watch, plan)
 
 
+def test_a_sandbox_s_tmpdir_made_beside_is_no_change_as_for_the_marks(base: Path) -> None:
+    """A sibling workspace's sandbox makes its TMPDIR (``.warren-tmp-<random>``) in the
+    directory both share at every launch: a directory so named made since the boot is
+    no difference to the marks, so the watch stays quiet too (before, every sandbox
+    booted ahead for one of two sibling workspaces went stale, and its run took the
+    marks again)."""
+    plan = _plan(base / "ws", base / "quiet" / "secret")
+    quiet = 0
+    for _ in range(10):  # the host is shared: a change of someone else's may come between
+        watch = _watched(plan)
+        scratch = base / "quiet" / f"{SCRATCH_PREFIX}{os.urandom(12).hex()}"
+        scratch.mkdir()
+        if watch.unchanged():
+            quiet += 1
+            assert marks.still(watch.taken, marks.take(plan))  # type: ignore[attr-defined]
+        scratch.rmdir()  # a sandbox's end: one gone is gone inside too
+        if watch.unchanged():
+            quiet += 1
+        watch.close()
+        if quiet == 2:
+            break
+    assert quiet == 2, "the watch spoke where the marks see no difference"
+
+
+@pytest.mark.parametrize("how", ["made-again", "a-file", "moved-in"])
+def test_a_tmpdir_name_there_at_the_boot_made_again_or_not_warrens_is_a_change(base: Path, how: str) -> None:
+    """What the marks do count stays a change: a directory of that name that was there
+    at the boot, removed and made again (another directory); a file of that name; one
+    moved in (which may have replaced one that was there)."""
+    scratch = base / "quiet" / f"{SCRATCH_PREFIX}{os.urandom(12).hex()}"
+    if how == "made-again":
+        scratch.mkdir()
+    plan = _plan(base / "ws", base / "quiet" / "secret")
+    watch = _watched(plan)
+    if how == "made-again":
+        scratch.rmdir()
+        scratch.mkdir()
+    elif how == "a-file":
+        scratch.write_text("x")
+    else:
+        (base / "moved").mkdir()
+        (base / "moved").rename(scratch)
+    if how == "moved-in":
+        # the marks see a new directory of warren's name (no difference to them); the
+        # watch cannot tell a move in from a replacement, and says changed
+        assert not watch.unchanged()
+        watch.close()
+    else:
+        _agrees(watch, plan)
+
+
 def test_where_a_listed_entry_s_link_leads_counts(base: Path) -> None:
     """An entry of a listed directory (beside the denied one) is a link: its read rule
     is for the file it leads to. That file replaced, or the link pointed elsewhere, is a
@@ -265,6 +317,14 @@ def test_events_count_only_for_the_names_looked_up_and_new_entries_of_listed_one
     assert markwatch.relevant(IN.IN_CREATE, "other", None, wild=True), "a new entry of a listed one"
     assert markwatch.relevant(IN.IN_MOVED_TO, "other", {"ws"}, wild=True)
     assert not markwatch.relevant(IN.IN_DELETE, "other", None, wild=True), "one gone is gone inside too"
+    tmpdir = SCRATCH_PREFIX + "0" * 24
+    made_dir = IN.IN_CREATE | IN.IN_ISDIR
+    assert not markwatch.relevant(made_dir, tmpdir, None, wild=True), "a sandbox's TMPDIR made beside"
+    assert markwatch.relevant(made_dir, tmpdir, None, wild=True, gone_before=True), "there at the boot"
+    assert markwatch.relevant(IN.IN_CREATE, tmpdir, None, wild=True), "a file"
+    assert markwatch.relevant(IN.IN_MOVED_TO | IN.IN_ISDIR, tmpdir, None, wild=True), "moved in"
+    assert markwatch.relevant(made_dir, tmpdir, {tmpdir}, wild=True), "a name a planned path takes"
+    assert markwatch.relevant(made_dir, "other", None, wild=True)
     for whole in (IN.IN_Q_OVERFLOW, IN.IN_IGNORED, IN.IN_DELETE_SELF, IN.IN_MOVE_SELF):
         assert markwatch.relevant(whole, "", None, wild=False)
 

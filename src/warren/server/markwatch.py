@@ -39,6 +39,7 @@ from collections.abc import Iterable
 from .._core import _sys
 from ..plan.landlock import covered_dirs
 from ..plan.model import MountKind, Plan
+from ..plan.mounts import SCRATCH_PREFIX
 from ..policy import lookups as _lookups
 from . import marks
 
@@ -150,15 +151,31 @@ def _chain(path: str, out: Lookups, seen: _Seen | None = None) -> str | bool | N
     return walk.end
 
 
-def relevant(mask: int, name: str, names: set[str] | None, wild: bool) -> bool:
+def relevant(mask: int, name: str, names: set[str] | None, wild: bool, gone_before: bool = False) -> bool:
     """Whether an event (``mask``, ``name``) in a directory whose looked-up ``names``
     (None: the directory is not on any path) and listing (``wild``) count changes
-    what the marks would say."""
+    what the marks would say. ``gone_before``: ``name`` was removed from the directory
+    since the watch began."""
     if mask & (_sys.IN_Q_OVERFLOW | _sys.IN_IGNORED | _UNMOUNT | _SELF):
         return True
-    if wild and mask & _NEW:
+    if wild and mask & _NEW and not _scratch_made(mask, name, gone_before):
         return True
     return bool(mask & _NAMES) and names is not None and name in names
+
+
+def _scratch_made(mask: int, name: str, gone_before: bool) -> bool:
+    """A directory made (not moved in) with the name warren gives another sandbox's
+    TMPDIR beside a workspace: the marks count no such directory made since a boot as a
+    difference (``marks._scratch``), so neither does the watch, or every sandbox booted
+    ahead for one of two sibling workspaces went stale at each launch in the other, and
+    its run took the marks again on its path (about 3 ms for a plain run). Not where
+    the name was removed since the watch began: then it was there at the boot, and is
+    another directory now, which the marks do count."""
+    return (
+        bool(mask & _sys.IN_CREATE and mask & _sys.IN_ISDIR)
+        and name.startswith(SCRATCH_PREFIX)
+        and not gone_before
+    )
 
 
 class _Shared:
@@ -241,7 +258,9 @@ class _Shared:
                     concerned = list(self.subscribers.get(wd, ()))
                 for watch in concerned:
                     names, wild = watch.wds.get(wd, (None, False))
-                    if relevant(mask, name, names, wild):
+                    if mask & _AWAY and name.startswith(SCRATCH_PREFIX):
+                        watch.scratch_gone.add((wd, name))
+                    if relevant(mask, name, names, wild, (wd, name) in watch.scratch_gone):
                         watch.stale = True
                     if mask & _AWAY and watch.replaced_by is None and name in watch.firm.get(wd, ()):
                         watch.replaced_by = os.path.join(watch.paths.get(wd, "?"), name)
@@ -273,6 +292,8 @@ class MarkWatch:
         self.firm: dict[int, set[str]] = {}  # watch descriptor -> names on a planned path's way
         self.paths: dict[int, str] = {}  # watch descriptor -> its directory (for the log)
         self.stale = False
+        # names like a sandbox's TMPDIR's removed since the start (``_scratch_made``)
+        self.scratch_gone: set[tuple[int, str]] = set()
         # the first name on a planned path's way removed or moved away (``replaced``)
         self.replaced_by: str | None = None
 
