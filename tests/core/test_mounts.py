@@ -126,6 +126,43 @@ def test_a_denied_file_shows_empty_and_only_where_the_planned_file_still_is(tmp_
     assert target.read_text() == "SECRET" and moved.read_text() == "not planned"
 
 
+@pytest.mark.parametrize("when", ["before-the-step", "after-the-open"])
+def test_a_masked_link_removed_before_its_step_is_skipped(tmp_path: Path, when: str) -> None:
+    """A workspace file linked to a denied one (masked by descriptor, ``op.ident``)
+    removed between the plan and its step, or between the step's open and its bind
+    (the kernel refuses a mount on an unlinked file with ENOENT): nothing is left at the
+    name to hide, and the start goes on; the file's other name is untouched."""
+    stage = tmp_path / "stage"
+    (stage / "dev").mkdir(parents=True)
+    secret, link = tmp_path / "secret", tmp_path / "ws-link"
+    secret.write_text("SECRET")
+    os.link(secret, link)
+    planned = link.stat()
+    op = MountOp(MountKind.DENY_FILE, str(link), ident=(planned.st_dev, planned.st_ino))
+
+    def inside() -> dict[str, object]:
+        mounts.STAGE = str(stage)
+        real, binds = _sys.mount, []
+
+        def mount(
+            source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None
+        ) -> None:
+            binds.append(target)
+            if when == "after-the-open":
+                os.unlink(link)  # not a mount point: the child may remove it itself
+            real(source, target, fstype, flags, data)
+
+        _sys.mount = mount
+        if when == "before-the-step":
+            os.unlink(link)
+        mounts._apply(op, str(link), None)
+        return {"binds": len(binds), "link": link.exists()}
+
+    expected = {"binds": 1 if when == "after-the-open" else 0, "link": False}
+    assert in_child(inside, namespaces=True) == expected
+    assert secret.read_text() == "SECRET" and not link.exists()
+
+
 def test_a_denied_path_removed_after_planning_is_skipped_and_one_still_there_is_hidden(
     tmp_path: Path,
 ) -> None:

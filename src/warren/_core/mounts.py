@@ -462,7 +462,13 @@ def _apply(op: MountOp, target: str, fd: int | None) -> None:
         if op.ident is None:
             _deny_file(op, source, target)
         else:
-            _mask_file(source, target, op.ident)
+            try:
+                _mask_file(source, target, op.ident)
+            except FileNotFoundError:
+                # The link removed before its step, or between the open and the bind (the
+                # kernel mounts on no unlinked file): nothing is left at that name to hide.
+                if not _removed_since_planning(op, target):
+                    raise
     elif kind is MountKind.DEVPTS:
         os.mkdir(target, 0o755)
         flags = _sys.MS_NOSUID | _sys.MS_NOEXEC
