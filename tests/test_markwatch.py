@@ -232,6 +232,35 @@ def test_a_sandbox_s_tmpdir_made_beside_is_no_change_as_for_the_marks(base: Path
     assert quiet == 2, "the watch spoke where the marks see no difference"
 
 
+def test_the_tmpdir_names_a_watch_remembers_have_a_budget(
+    base: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each such name removed is remembered (made again, it would be a change): a
+    sandbox whose workspace is a listed directory of another's could make and remove
+    them without end, growing the supervisor. Past ``SCRATCH_GONE_MAX`` the watch says
+    changed, and the marks, taken again, judge (here: nothing differs)."""
+    monkeypatch.setattr(markwatch, "SCRATCH_GONE_MAX", 8)
+    plan = _plan(base / "ws", base / "quiet" / "secret")
+    for _ in range(10):  # the host is shared: a change of someone else's may come between
+        watch = _watched(plan)
+        for _ in range(8):
+            scratch = base / "quiet" / f"{SCRATCH_PREFIX}{os.urandom(12).hex()}"
+            scratch.mkdir()
+            scratch.rmdir()
+        if watch.unchanged():
+            break
+        watch.close()
+    else:
+        raise AssertionError("the watch spoke within the budget")
+    assert len(watch.scratch_gone) == 8
+    scratch.mkdir()
+    scratch.rmdir()
+    assert not watch.unchanged(), "past the budget: changed"
+    assert len(watch.scratch_gone) <= 9
+    assert marks.still(watch.taken, marks.take(plan))  # type: ignore[attr-defined]
+    watch.close()
+
+
 @pytest.mark.parametrize("how", ["made-again", "a-file", "moved-in"])
 def test_a_tmpdir_name_there_at_the_boot_made_again_or_not_warrens_is_a_change(base: Path, how: str) -> None:
     """What the marks do count stays a change: a directory of that name that was there

@@ -49,6 +49,10 @@ _SELF = _sys.IN_DELETE_SELF | _sys.IN_MOVE_SELF
 _NEW = _sys.IN_CREATE | _sys.IN_MOVED_TO
 _UNMOUNT = 0x2000  # IN_UNMOUNT: the filesystem under a watch went
 _EVENT = struct.Struct("=iIII")  # struct inotify_event: wd, mask, cookie, len (then the name)
+# Names like a sandbox's TMPDIR's removed from a listed directory, remembered per watch
+# (``_scratch_made``): a sandbox whose workspace another's watch lists can make and remove
+# such names without end; past this many the watch says changed, and the marks judge.
+SCRATCH_GONE_MAX = 1024
 # seconds a watch nobody wants is kept (``_Shared.sweep``): past a sandbox booted ahead's
 # life (``ahead.IDLE``), so the next one booted for the same request finds it
 IDLE_KEEP = 90.0
@@ -258,7 +262,9 @@ class _Shared:
                     concerned = list(self.subscribers.get(wd, ()))
                 for watch in concerned:
                     names, wild = watch.wds.get(wd, (None, False))
-                    if mask & _AWAY and name.startswith(SCRATCH_PREFIX):
+                    if wild and mask & _AWAY and name.startswith(SCRATCH_PREFIX) and not watch.stale:
+                        if len(watch.scratch_gone) >= SCRATCH_GONE_MAX:
+                            watch.stale = True  # the memory's budget: the marks judge instead
                         watch.scratch_gone.add((wd, name))
                     if relevant(mask, name, names, wild, (wd, name) in watch.scratch_gone):
                         watch.stale = True
