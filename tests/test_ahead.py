@@ -604,3 +604,24 @@ def test_a_boot_waits_for_a_running_exec_s_end_without_the_supervisor_polling(
         place.booted()  # booted after the exec's end, with no request meanwhile
     finally:
         box.remove()
+
+
+def test_a_request_too_slow_to_plan_is_not_booted_ahead_and_the_log_says_why(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A run whose planning and launch took more of the supervisor's CPU than
+    ``ahead.SLOW`` gets no sandbox booted for its next one; the supervisor's log says
+    so (a run that expected one can tell why it launched afresh)."""
+    from warren import protocol
+    from warren._core import treewalk
+    from warren.plan import CallerFacts
+    from warren.server.booting import Booter
+    from warren.server.clients import Notes
+
+    booter = Booter(None, None, None, Notes(), None, inline=False)  # type: ignore[arg-type]
+    caller = CallerFacts.here(cwd="/")
+    request = ahead.Request({}, caller, protocol.Caller(cwd="/", env={}), None, None)
+    assert booter._again(request, treewalk.cpu()) is None  # its first run: none booted yet
+    assert booter._again(request, treewalk.cpu() - 2 * ahead.SLOW) is None
+    err = capsys.readouterr().err
+    assert "the next run of a request is not booted ahead" in err and "of the supervisor's CPU" in err, err

@@ -236,7 +236,14 @@ class Booter:
         process's CPU time since ``began``), else None."""
         if self.inline or not self.pool.again(request.key(), time.monotonic()):
             return None
-        if treewalk.cpu() - began > ahead.SLOW:
+        spent = treewalk.cpu() - began
+        if spent > ahead.SLOW:
+            # Said, so that a run that was expected to find a sandbox booted says why not.
+            self.notes.log(
+                "ahead-slow",
+                f"the next run of a request is not booted ahead: this one took {spent * 1e3:.0f} ms "
+                f"of the supervisor's CPU to plan and launch (more than {ahead.SLOW * 1e3:.0f})",
+            )
             return None
         with open("/proc/self/cgroup") as f:
             return request if ahead.lingers_anyway(request.caller.cgroups, f.read()) else None
