@@ -19,6 +19,7 @@ wake-up and work are off the command's path. What must hold:
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import selectors
 import socket
@@ -31,7 +32,7 @@ import pytest
 from conftest import Layout
 from test_direct_handoff import _wait_spare
 from warren import PolicySpec, Sandbox, protocol, wire
-from warren._core import execstub
+from warren._core import execstub, shim
 from warren._core.procs import table
 from warren.errors import CommandNotFound, ExecError
 from warren.server.box import Box
@@ -85,11 +86,20 @@ def _received(sock: socket.socket) -> tuple[bytes, list[int]]:
     return data, fds
 
 
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
 def test_a_waiting_stub_gets_the_command_and_the_helper_the_rest() -> None:
+    """The stub gets all three stdio descriptors, /dev/null where the client attached
+    none (stdin here), opened by the supervisor and closed once sent: the stub opens
+    nothing itself (a writing open that would wait in the hard-link walk's window)."""
     box, helper, helper_stub, stub, sent = _box(execstub.READY)
     conn, out, err, active = _fds(4)
-    request = execstub.request("/w", "echo", -1, ["echo", "hi"], {}, search=True, nulls="100")
+    request = execstub.request("/w", "echo", -1, ["echo", "hi"], {}, search=True)
+    before = _open_fds()
     box.hand(_handoff(), conn, [out, err], [active], request)
+    assert _open_fds() == before - 2  # both channels of the spare let go, no /dev/null kept
     assert box.spare is None and box.spare_stub is None and not box.sel.get_map()
     assert sent.calls == []  # not through PID 1
     data, fds = _received(helper)
@@ -98,7 +108,45 @@ def test_a_waiting_stub_gets_the_command_and_the_helper_the_rest() -> None:
     assert [_inode(fd) for fd in fds] == [_inode(conn), _inode(active)]  # no stdio
     assert helper_stub.recv(1) == execstub.READY  # the byte was left for the helper
     data, fds = _received(stub)
-    assert data == request and [_inode(fd) for fd in fds] == [_inode(out), _inode(err)]
+    null = os.stat(os.devnull)
+    assert data == request
+    assert [_inode(fd) for fd in fds] == [(null.st_dev, null.st_ino), _inode(out), _inode(err)]
+    assert os.fstat(fds[0]).st_rdev == null.st_rdev
+    assert fcntl.fcntl(fds[0], fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDWR
+
+
+def test_the_stubs_request_gives_every_stdio_descriptor() -> None:
+    """What the supervisor builds for the stub: no /dev/null for the stub to open, with
+    stdin attached or not (``Box.hand`` fills in the ones not attached)."""
+    plan = SimpleNamespace(cwd="/w", workspace="/w", scratch="", env={"PATH": "/usr/bin"}, unset_env=())
+    for stdio in ([False, True, True], [True, True, True], [False, False, False]):
+        command = protocol.Command(argv=["true"], env={}, stdio=stdio)
+        request = shim.stub_request(plan, command)  # type: ignore[arg-type]
+        assert request is not None
+        fields = request[4:].split(b"\0")
+        assert fields[5] == b"000", fields
+
+
+def test_without_dev_null_the_helper_gets_the_stdio(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where /dev/null cannot be opened (a host without it): the helper gets the
+    request with the stdio, as for a Python launcher, and the stub gets nothing."""
+    import warren.server.box as box_module
+
+    box, helper, _helper_stub, stub, _sent = _box(execstub.READY)
+    conn, out, err, active = _fds(4)
+
+    def refused(path: str, *args: object) -> int:
+        raise FileNotFoundError(2, "No such file or directory", path)
+
+    monkeypatch.setattr(box_module.os, "open", refused)
+    box.hand(_handoff(), conn, [out, err], [active], execstub.request("/w", "echo", -1, ["echo"], {}))
+    monkeypatch.undo()
+    data, fds = _received(helper)
+    msg = protocol.decode(data[wire.PREFIX.size :])
+    assert isinstance(msg, protocol.Handoff) and not msg.launched
+    assert [_inode(fd) for fd in fds] == [_inode(conn), _inode(out), _inode(err), _inode(active)]
+    with pytest.raises(BlockingIOError):
+        stub.recv(1, socket.MSG_DONTWAIT)
 
 
 @pytest.mark.parametrize("first", [execstub.PYTHON, execstub.HARDENED, b"R", None])

@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from conftest import held_walk_state, large_tree, run_cli
+from test_direct_handoff import _wait_spare
 from warren import PolicySpec, Sandbox
 from warren._core import continuer
 from warren.errors import WarrenError
@@ -287,5 +288,47 @@ def test_a_command_starts_during_the_walk_and_its_calls_after_it_behave_as_anyon
         # A command started after the walk: the same answers.
         again = box.exec(["sh", "-c", "echo later > calls-d.txt && cat calls-d.txt"])
         assert again.exit_code == 0 and again.stdout == b"later\n", again
+    finally:
+        box.remove()
+
+
+# Where the command's stdin comes from: the mount of the open file, looked up in the
+# sandbox's own mount table (0: a mount the sandbox does not have, the host's /dev: the
+# supervisor opened it), then whether it reads its end at once.
+STDIN = (
+    "date +%s.%N; m=$(sed -n 's/^mnt_id:[[:space:]]*//p' /proc/self/fdinfo/0); "
+    'grep -c "^$m " /proc/self/mountinfo; cat; echo end'
+)
+
+
+@pytest.fixture
+def clean(state_home: Path, tmp_path: Path) -> Path:
+    """A workspace of its own, walked clean once (the others' tests leave names with two
+    links in theirs, after which a walk comes first again)."""
+    path = tmp_path / "ws"
+    (path / "a" / "b").mkdir(parents=True)
+    (path / "a" / "f").write_text("x")
+    _walked_first(path)
+    return path
+
+
+def test_a_command_given_to_the_stub_during_the_walk_has_dev_null_from_the_supervisor(
+    native_only: None, clean: Path
+) -> None:
+    """The exec stub of a spare forked in the walk's window takes the command from the
+    supervisor itself, as after the walk: its stdin, which the client left unattached, is
+    the host's /dev/null opened by the supervisor (not a mount of the sandbox), so the
+    stub opens nothing for writing, which would wait for the walk; it reads its end at
+    once, and the command starts during the walk."""
+    began = time.time()
+    box = Sandbox.create(PolicySpec(workspace=str(clean)))
+    try:
+        _wait_spare(box.pid1)
+        time.sleep(0.05)  # its stub said it waits
+        got = box.exec(["sh", "-c", STDIN], timeout=60)
+        lines = got.stdout.decode().splitlines()
+        assert got.exit_code == 0, got
+        assert _during(began, float(lines[0])), "it did not start during the walk"
+        assert lines[1:] == ["0", "end"], got
     finally:
         box.remove()

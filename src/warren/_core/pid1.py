@@ -916,12 +916,12 @@ class Init:
 
     def _stub_pair(self) -> tuple[socket.socket, socket.socket] | None:
         """The channel to a given spare's command process, through which the supervisor
-        may hand the exec stub a command itself; None where there is no stub, or while
-        the hard-link walk's window is open: the stub, handed a command directly, opens
-        /dev/null for the stdio it lacks, a writing open that would wait for the walk;
-        the helper opens it instead (its calls go on). (In a helper serving again, the
-        window as it was at its fork: a walk's end since then refuses its offer.)"""
-        if execstub.loaded() is None or self._in_window():
+        may hand the exec stub a command itself; None where there is no stub. Also while
+        the hard-link walk's window is open (the stub then has the window's filter): the
+        supervisor gives it every stdio descriptor, ``/dev/null`` included, so it opens
+        nothing for writing, the one call of its that would wait for the walk
+        (``shim.stub_request``)."""
+        if execstub.loaded() is None:
             return None
         return socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
 

@@ -822,7 +822,10 @@ def stub_request(plan: Plan, cmd: protocol.Command) -> bytes | None:
     give the spare helper's command process itself: the same directory, environment,
     PATH search and stdio the helper would give it (``Shim.run``). None for what
     only the helper does (a terminal) or refuses with its own error (no command, a
-    string execve cannot take)."""
+    string execve cannot take). The supervisor gives the stub all three stdio
+    descriptors, ``/dev/null`` where the client attached none (``server.box``): the
+    stub opens nothing itself, so that it can take a command while the hard-link walk's
+    window is open, where its writing open of ``/dev/null`` would wait for the walk."""
     if cmd.tty is not None or not cmd.argv or not cmd.argv[0]:
         return None
     env = command_env(plan, cmd)
@@ -833,7 +836,6 @@ def stub_request(plan: Plan, cmd: protocol.Command) -> bytes | None:
     scratch = plan.scratch or ""
     if not execstub.sendable(cmd.argv, env, cwd, scratch):
         return None
-    nulls = "".join("0" if attached else "1" for attached in (cmd.stdio + [False] * 3)[:3])
     return execstub.request(
-        cwd, cmd.argv[0], -1, cmd.argv, env, walk=walk, scratch=scratch, search=True, nulls=nulls
+        cwd, cmd.argv[0], -1, cmd.argv, env, walk=walk, scratch=scratch, search=True, nulls="000"
     )

@@ -92,6 +92,30 @@ def _give(spare: socket.socket, data: bytes, fds: list[int]) -> bool:
     return sent == len(data)
 
 
+def _stub_stdio(attached: list[bool], given: list[int]) -> tuple[list[int], list[int]] | None:
+    """The command's three stdio descriptors for the exec stub (``shim.stub_request``):
+    the client's, in order, where it attached one, else ``/dev/null`` opened here (the
+    host's device, which the sandbox's ``/dev/null`` is bound from). With the ones
+    opened here, for the caller to close once sent; None when ``/dev/null`` cannot be
+    opened (the helper then gives the command its stdio)."""
+    client = iter(given)
+    stdio: list[int] = []
+    opened: list[int] = []
+    try:
+        for i in range(3):
+            if i < len(attached) and attached[i]:
+                stdio.append(next(client))
+            else:
+                fd = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
+                opened.append(fd)
+                stdio.append(fd)
+    except (OSError, StopIteration):
+        for fd in opened:
+            os.close(fd)
+        return None
+    return stdio, opened
+
+
 def _send_all(sock: socket.socket, data: bytes, fds: list[int]) -> None:
     """``data`` with ``fds`` on a stream socket whose buffer is empty: at once, or
     (never seen: the buffer holds far more) within a second. Never by making it
@@ -362,12 +386,40 @@ class Box:
         spare, stub_sock = self.spare, self.spare_stub
         held = self.link_walk is not None and not self.optimistic
         data = b""
+        stdio: tuple[list[int], list[int]] | None = None
         if not held and spare is not None:
-            if stub is not None and stub_sock is not None and len(stub) <= DIRECT_MAX and _ready(stub_sock):
+            if (
+                stub is not None
+                and stub_sock is not None
+                and isinstance(handoff.request, protocol.ExecRequest)
+                and len(stub) <= DIRECT_MAX
+                and _ready(stub_sock)
+            ):
+                stdio = _stub_stdio(handoff.request.command.stdio, given)
+            if stdio is not None:
                 handoff.launched = True
                 counters = self.launched.counters
                 handoff.before = {n: cgroups.read_counter(fd, n.partition(":")[2]) for n, fd in counters}
             data = wire.frame(handoff)  # once: an exec's path
+        try:
+            self._hand(handoff, data, spare, stub_sock, held, conn, given, tail, stub, stdio)
+        finally:
+            for fd in stdio[1] if stdio is not None else []:
+                os.close(fd)
+
+    def _hand(
+        self,
+        handoff: protocol.Handoff,
+        data: bytes,
+        spare: socket.socket | None,
+        stub_sock: socket.socket | None,
+        held: bool,
+        conn: int,
+        given: list[int],
+        tail: list[int],
+        stub: bytes | None,
+        stdio: tuple[list[int], list[int]] | None,
+    ) -> None:
         if held or spare is None or len(data) > DIRECT_MAX:
             # Through PID 1 once the walk is done; a long argv or environment: the spare stays
             handoff.launched, handoff.before = False, {}
@@ -381,12 +433,12 @@ class Box:
         try:
             if _give(spare, data, [conn, *tail] if handoff.launched else [conn, *given, *tail]):
                 if handoff.launched:
-                    assert stub is not None and stub_sock is not None
+                    assert stub is not None and stub_sock is not None and stdio is not None
                     # Into an empty buffer far larger than it: taken whole. Refused only
                     # if the process died (killed from inside): the helper then finds
                     # its end closed and reports the command killed.
                     with contextlib.suppress(OSError):
-                        _send_all(stub_sock, stub, given)
+                        _send_all(stub_sock, stub, stdio[0])
                 return
         finally:
             spare.close()
