@@ -19,7 +19,7 @@ import pytest
 from conftest import Layout, _make_layout, make_wheel, module_state, run_cli
 from warren._core import treewalk
 from warren.errors import SetupError
-from warren.server import unshare
+from warren.server import links, unshare
 from warren.server.links import LinkScanner
 
 GIT_ENV = {
@@ -712,3 +712,28 @@ def test_a_roots_size_is_counted_once_per_keep_time_and_per_directory(
         finally:
             os.close(fd)
     assert len(scanner.sizes) <= links._SIZES_KEPT
+
+
+def test_a_denied_path_beneath_another_is_found_by_its_ancestors() -> None:
+    """``_beneath_any`` (which denied paths are walked with one that holds them) gives
+    what looking up each ancestor with ``os.path.dirname`` gives, "/" included, on
+    random absolute paths of the form it is given (``_norm``)."""
+    import random
+
+    def by_dirname(path: str, tops: set[str]) -> bool:
+        while path != "/":
+            path = os.path.dirname(path)
+            if path in tops:
+                return True
+        return False
+
+    rng = random.Random(36)
+    names = ["a", "b", ".ssh", "x y", "ab"]
+
+    def some() -> str:
+        return "/" + "/".join(rng.choice(names) for _ in range(rng.randint(0, 4)))
+
+    for _ in range(20000):
+        tops = {some() for _ in range(rng.randint(1, 6))}
+        path = some()
+        assert links._beneath_any(path, tops) == by_dirname(path, tops), (path, tops)

@@ -319,16 +319,23 @@ def test_a_command_given_to_the_stub_during_the_walk_has_dev_null_from_the_super
     supervisor itself, as after the walk: its stdin, which the client left unattached, is
     the host's /dev/null opened by the supervisor (not a mount of the sandbox), so the
     stub opens nothing for writing, which would wait for the walk; it reads its end at
-    once, and the command starts during the walk."""
+    once, and the command starts during the walk. (A few tries while the walk is held:
+    an exec that comes before the supervisor has heard of the spare goes through PID 1
+    and the helper, which opens /dev/null itself; each command reads its end either way.)"""
     began = time.time()
     box = Sandbox.create(PolicySpec(workspace=str(clean)))
+    seen: list[list[str]] = []
     try:
-        _wait_spare(box.pid1)
-        time.sleep(0.05)  # its stub said it waits
-        got = box.exec(["sh", "-c", STDIN], timeout=60)
-        lines = got.stdout.decode().splitlines()
-        assert got.exit_code == 0, got
-        assert _during(began, float(lines[0])), "it did not start during the walk"
-        assert lines[1:] == ["0", "end"], got
+        while time.time() < began + DELAY - 0.5 and ["0", "end"] not in (s[1:] for s in seen):
+            _wait_spare(box.pid1)
+            time.sleep(0.2)  # its stub said it waits, and the supervisor heard of the spare
+            got = box.exec(["sh", "-c", STDIN], timeout=60)
+            assert got.exit_code == 0, got
+            lines = got.stdout.decode().splitlines()
+            assert lines[1:] in (["0", "end"], ["1", "end"]), got
+            seen.append(lines)
+        direct = [lines for lines in seen if lines[1] == "0"]
+        assert direct, f"no command went to the stub while the walk was held: {seen}"
+        assert _during(began, float(direct[0][0])), "it did not start during the walk"
     finally:
         box.remove()

@@ -400,3 +400,55 @@ def test_a_background_walk_runs_its_workers_at_the_background_niceness(tmp_path:
             os.close(fd)
     assert seen, "no worker of a walk was seen (the premise: each walk takes milliseconds)"
     assert set(seen.values()) == {expected}, sorted(seen.values())
+
+
+def test_a_tree_that_may_be_small_is_listed_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hard-link scan of a root (``links._walk``) walks it in Python first and
+    counts as it goes: a small tree (a denied directory, most workspaces) is listed
+    once, not counted first and then walked; past the size it gives up, with no
+    descriptor left open, and the native walk answers the same. A root the repository
+    walk shares, and every tree under ``WARREN_NATIVE_WALK=1``, go as before."""
+    ws = tmp_path / "ws"
+    (ws / "a").mkdir(parents=True)
+    (ws / "a" / "f").write_text("x")
+    os.link(ws / "a" / "f", tmp_path / "outside")  # a name outside: the scan notes it
+    (ws / "g").write_text("y")  # 3 entries
+    counted: list[int] = []
+    walked: list[bool] = []
+    real_count, real_walk = treewalk._at_most, treewalk.walk
+
+    def counting(root_fd: int, limit: int) -> bool:
+        counted.append(limit)
+        return real_count(root_fd, limit)
+
+    def walking(
+        fd: int, *, links: bool, git: bool, stop: treewalk.Stop | None = None
+    ) -> treewalk.Tree | None:
+        walked.append(links)
+        return real_walk(fd, links=links, git=git, stop=stop)
+
+    monkeypatch.setattr(treewalk, "_at_most", counting)
+    monkeypatch.setattr(treewalk, "walk", walking)
+    expected = _linked_python(ws, monkeypatch)
+    counted.clear()
+    assert [name for *_rest, name in expected] == ["f"]
+
+    def scan(walks: treewalk.Walks) -> list[tuple[int, int, int, str, str]]:
+        found: list[tuple[int, int, int, str, str]] = []
+        links._walk(str(ws), found, walks)
+        return sorted(found)
+
+    assert scan(treewalk.Walks(small=5)) == expected
+    assert (counted, walked) == ([], [])  # listed once, in Python
+    for n in range(4):
+        (ws / "a" / str(n)).write_text("x")  # 7 entries: past the size
+    before = len(os.listdir("/proc/self/fd"))
+    assert scan(treewalk.Walks(small=5)) == expected
+    assert (counted, walked) == ([], [True])  # given up, then natively, not counted again
+    assert len(os.listdir("/proc/self/fd")) == before
+    assert scan(treewalk.Walks({str(ws)}, small=5)) == expected  # shared: counted, as before
+    assert counted == [5]
+    monkeypatch.setenv("WARREN_NATIVE_WALK", "1")
+    counted.clear()
+    assert scan(treewalk.Walks()) == expected
+    assert walked[-1] is True and counted == [0]

@@ -191,9 +191,19 @@ class Walks:
         self.stop = stop
         self._kept: dict[tuple[str, int, int], Tree] = {}
 
-    def tree(self, root: str, root_fd: int, *, links: bool, git: bool) -> Tree | None:
+    def python_first(self, root: str) -> int | None:
+        """For a walk that can be made in Python: how many entries it may list before it
+        gives up for the native walk (``tree`` with ``counted``), so that a small tree
+        is listed once rather than counted (``_at_most``) and then walked. None: ``tree``
+        decides as ever (no native walk, every tree native, or a root both walks share)."""
+        if not self.native or self.small <= 0 or root in self.both or program() is None:
+            return None
+        return self.small
+
+    def tree(self, root: str, root_fd: int, *, links: bool, git: bool, counted: bool = False) -> Tree | None:
         """The native walk of ``root`` (its descriptor ``root_fd``), or None: walk it in
-        Python (a small tree, or no native walk)."""
+        Python (a small tree, or no native walk). ``counted``: the caller's Python walk
+        found it past ``python_first``'s count already."""
         try:
             st = os.fstat(root_fd)
         except OSError:
@@ -202,7 +212,7 @@ class Walks:
         kept = self._kept.pop(key, None)
         if kept is not None:
             return kept
-        if not self.native or program() is None or _at_most(root_fd, self.small):
+        if not self.native or program() is None or (not counted and _at_most(root_fd, self.small)):
             return None
         shared = root in self.both
         tree = walk(root_fd, links=links or shared, git=git or shared, stop=self.stop)

@@ -305,13 +305,26 @@ def _read(path: str, ident: _Ident | None, exact: bool) -> _Dir:
 def _walk(root: str, found: list[_Found], walks: treewalk.Walks) -> None:
     """Stat every regular file under ``root`` (each directory opened beneath its
     parent, never through a link; at most one open descriptor per level) and note the
-    multiply-linked ones: natively (``_core.treewalk``) when it can, else here."""
+    multiply-linked ones: natively (``_core.treewalk``) for a large tree, else here. A
+    tree that may be either is walked here first, until it is past the size a Python
+    walk takes (``Walks.python_first``): a small one (a denied directory, most
+    workspaces) is then listed once, not counted and then walked."""
     try:
         top = safepath.open_dir(root)
     except OSError:
         return
+    budget = walks.python_first(root)
+    if budget is not None:
+        mine: list[_Found] = []
+        if _walk_here(top, root, mine, walks, budget):
+            found.extend(mine)
+            return
+        try:  # past the budget: the native walk, from the top again
+            top = safepath.open_dir(root)
+        except OSError:
+            return
     try:
-        tree = walks.tree(root, top, links=True, git=False)
+        tree = walks.tree(root, top, links=True, git=False, counted=budget is not None)
     except BaseException:
         os.close(top)
         raise
@@ -321,10 +334,19 @@ def _walk(root: str, found: list[_Found], walks: treewalk.Walks) -> None:
             directory, _, name = rel.rpartition("/")
             found.append((dev, ino, nlink, f"{root}/{directory}" if directory else root, name))
         return
+    _walk_here(top, root, found, walks, None)
+
+
+def _walk_here(top: int, root: str, found: list[_Found], walks: treewalk.Walks, budget: int | None) -> bool:
+    """The Python walk of ``root`` from its descriptor ``top`` (closed here); False,
+    with ``found`` partial, once it has listed more than ``budget`` entries."""
+    subdirs, listed = _files(top, root, found)
     # (descriptor, path, subdirectories not yet visited)
-    stack: list[tuple[int, str, list[str]]] = [(top, root, _files(top, root, found))]
+    stack: list[tuple[int, str, list[str]]] = [(top, root, subdirs)]
     try:
         while stack:
+            if budget is not None and listed > budget:
+                return False
             if walks.stop is not None:
                 walks.stop.check()
             fd, path, pending = stack[-1]
@@ -338,21 +360,26 @@ def _walk(root: str, found: list[_Found], walks: treewalk.Walks) -> None:
             except OSError:
                 continue
             sub = f"{path}/{name}"
-            stack.append((child, sub, _files(child, sub, found)))
+            subdirs, n = _files(child, sub, found)
+            listed += n
+            stack.append((child, sub, subdirs))
     finally:
         for fd, _path, _pending in stack:
             os.close(fd)
+    return True
 
 
-def _files(fd: int, path: str, found: list[_Found]) -> list[str]:
-    """Note the directory's multiply-linked files; its subdirectories. What ``_entries``
-    does, written out: this loop runs once per workspace file at every launch, and the
-    generator and a context manager per file were a third of its time."""
+def _files(fd: int, path: str, found: list[_Found]) -> tuple[list[str], int]:
+    """Note the directory's multiply-linked files; its subdirectories, and how many
+    entries it listed. What ``_entries`` does, written out: this loop runs once per
+    workspace file at every launch, and the generator and a context manager per file
+    were a third of its time."""
     subdirs: list[str] = []
+    listed = 0
     try:
         it = os.scandir(fd)
     except OSError:
-        return subdirs
+        return subdirs, listed
     with it:
         while True:
             try:
@@ -361,6 +388,7 @@ def _files(fd: int, path: str, found: list[_Found]) -> list[str]:
                 break
             except OSError:  # the rest of the directory cannot be read
                 break
+            listed += 1
             try:
                 if e.is_dir(follow_symlinks=False):
                     subdirs.append(e.name)
@@ -372,7 +400,7 @@ def _files(fd: int, path: str, found: list[_Found]) -> list[str]:
                 continue
             if st.st_nlink > 1:
                 found.append((st.st_dev, st.st_ino, st.st_nlink, path, e.name))
-    return subdirs
+    return subdirs, listed
 
 
 def _within(path: str, parent: str) -> bool:
@@ -386,9 +414,13 @@ def _norm(path: str) -> str:
 def _beneath_any(path: str, tops: set[str]) -> bool:
     """Whether a directory above ``path`` (itself not) is one of ``tops``: its
     ancestors looked up, not every top compared (the default deny list has about 80
-    paths: comparing each with each took 3.5 ms of every planning)."""
-    while path != "/":
-        path = os.path.dirname(path)
+    paths: comparing each with each took 3.5 ms of every planning; ``os.path.dirname``
+    at each step was then most of what was left). ``path`` is absolute, without a
+    trailing or a doubled slash (``_norm``)."""
+    while True:
+        cut = path.rfind("/")
+        if cut <= 0:
+            return path != "/" and "/" in tops
+        path = path[:cut]
         if path in tops:
             return True
-    return False
