@@ -315,6 +315,21 @@ def test_a_walk_s_cpu_counts_as_the_supervisor_s(tmp_path: Path) -> None:
     assert treewalk.cpu() - time.process_time() == pytest.approx(treewalk._spent, abs=0.01)
 
 
+def _native_walks(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """The native walks made from now on, each noted by its ``links`` argument."""
+    calls: list[bool] = []
+    real = treewalk.walk
+
+    def recording(
+        fd: int, *, links: bool, git: bool, stop: treewalk.Stop | None = None
+    ) -> treewalk.Tree | None:
+        calls.append(links)
+        return real(fd, links=links, git=git, stop=stop)
+
+    monkeypatch.setattr(treewalk, "walk", recording)
+    return calls
+
+
 def test_a_small_tree_is_walked_in_python(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Starting the program costs about what Python takes for a thousand entries: a
     launch walks natively only a tree with more (counted without following a link)."""
@@ -323,16 +338,7 @@ def test_a_small_tree_is_walked_in_python(tmp_path: Path, monkeypatch: pytest.Mo
     for n in range(3):
         (ws / "a" / str(n)).write_text("x")
     os.symlink(tmp_path, ws / "up")  # a link to a larger tree: not counted through
-    calls: list[bool] = []
-    real = treewalk.walk
-
-    def counting(
-        fd: int, *, links: bool, git: bool, stop: treewalk.Stop | None = None
-    ) -> treewalk.Tree | None:
-        calls.append(links)
-        return real(fd, links=links, git=git, stop=stop)
-
-    monkeypatch.setattr(treewalk, "walk", counting)
+    calls = _native_walks(monkeypatch)
     fd = safepath.open_dir(str(ws))
     try:
         assert treewalk.Walks(small=5).tree(str(ws), fd, links=True, git=False) is None
@@ -414,21 +420,14 @@ def test_a_tree_that_may_be_small_is_listed_once(tmp_path: Path, monkeypatch: py
     os.link(ws / "a" / "f", tmp_path / "outside")  # a name outside: the scan notes it
     (ws / "g").write_text("y")  # 3 entries
     counted: list[int] = []
-    walked: list[bool] = []
-    real_count, real_walk = treewalk._at_most, treewalk.walk
+    real_count = treewalk._at_most
 
     def counting(root_fd: int, limit: int) -> bool:
         counted.append(limit)
         return real_count(root_fd, limit)
 
-    def walking(
-        fd: int, *, links: bool, git: bool, stop: treewalk.Stop | None = None
-    ) -> treewalk.Tree | None:
-        walked.append(links)
-        return real_walk(fd, links=links, git=git, stop=stop)
-
     monkeypatch.setattr(treewalk, "_at_most", counting)
-    monkeypatch.setattr(treewalk, "walk", walking)
+    walked = _native_walks(monkeypatch)
     expected = _linked_python(ws, monkeypatch)
     counted.clear()
     assert [name for *_rest, name in expected] == ["f"]

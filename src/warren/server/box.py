@@ -380,9 +380,10 @@ class Box:
 
         Descriptors: the client's connection, the request's own (``given``), then
         ``tail`` (named by ``handoff.extra``). ``stub``: the exec as the exec stub reads
-        it (``execstub.request``), with ``given`` as the command's stdio: when the
-        spare's command process is a stub and ready, the helper gets the request
-        without the stdio and that process gets the command, both from here."""
+        it (``execstub.request``), with ``given`` as the command's stdio and /dev/null
+        for each stream the client attached none (``_stub_stdio``): when the spare's
+        command process is a stub and ready, the helper gets the request without the
+        stdio and that process gets the command, both from here."""
         spare, stub_sock = self.spare, self.spare_stub
         held = self.link_walk is not None and not self.optimistic
         data = b""
@@ -402,50 +403,35 @@ class Box:
                 handoff.before = {n: cgroups.read_counter(fd, n.partition(":")[2]) for n, fd in counters}
             data = wire.frame(handoff)  # once: an exec's path
         try:
-            self._hand(handoff, data, spare, stub_sock, held, conn, given, tail, stub, stdio)
+            if held or spare is None or len(data) > DIRECT_MAX:
+                # Through PID 1 once the walk is done; a long argv or environment: the spare stays
+                handoff.launched, handoff.before = False, {}
+                self._to_pid1(handoff, [conn, *given, *tail])
+                return
+            if self.link_walk is not None:
+                # An optimistic walk: its spare was forked with the walk's window (PID 1 has
+                # heard of no walk's end), so is what it starts.
+                self.started_in_walk = True
+            self._forget_spare()
+            try:
+                if _give(spare, data, [conn, *tail] if handoff.launched else [conn, *given, *tail]):
+                    if handoff.launched:
+                        assert stub is not None and stub_sock is not None and stdio is not None
+                        # Into an empty buffer far larger than it: taken whole. Refused only
+                        # if the process died (killed from inside): the helper then finds
+                        # its end closed and reports the command killed.
+                        with contextlib.suppress(OSError):
+                            _send_all(stub_sock, stub, stdio[0])
+                    return
+            finally:
+                spare.close()
+                if stub_sock is not None:
+                    stub_sock.close()
+            handoff.launched, handoff.before = False, {}
+            self.send(handoff, [conn, *given, *tail])
         finally:
             for fd in stdio[1] if stdio is not None else []:
                 os.close(fd)
-
-    def _hand(
-        self,
-        handoff: protocol.Handoff,
-        data: bytes,
-        spare: socket.socket | None,
-        stub_sock: socket.socket | None,
-        held: bool,
-        conn: int,
-        given: list[int],
-        tail: list[int],
-        stub: bytes | None,
-        stdio: tuple[list[int], list[int]] | None,
-    ) -> None:
-        if held or spare is None or len(data) > DIRECT_MAX:
-            # Through PID 1 once the walk is done; a long argv or environment: the spare stays
-            handoff.launched, handoff.before = False, {}
-            self._to_pid1(handoff, [conn, *given, *tail])
-            return
-        if self.link_walk is not None:
-            # An optimistic walk: its spare was forked with the walk's window (PID 1 has
-            # heard of no walk's end), so is what it starts.
-            self.started_in_walk = True
-        self._forget_spare()
-        try:
-            if _give(spare, data, [conn, *tail] if handoff.launched else [conn, *given, *tail]):
-                if handoff.launched:
-                    assert stub is not None and stub_sock is not None and stdio is not None
-                    # Into an empty buffer far larger than it: taken whole. Refused only
-                    # if the process died (killed from inside): the helper then finds
-                    # its end closed and reports the command killed.
-                    with contextlib.suppress(OSError):
-                        _send_all(stub_sock, stub, stdio[0])
-                return
-        finally:
-            spare.close()
-            if stub_sock is not None:
-                stub_sock.close()
-        handoff.launched, handoff.before = False, {}
-        self.send(handoff, [conn, *given, *tail])
 
     def _forget_spare(self) -> None:
         if self.spare is not None:
