@@ -1,12 +1,12 @@
 """Every PID 1 is cloned by the spawner, and is still the supervisor's child.
 
-The spawner exists for memory (PID 1s share its unchanging pages instead of each
-keeping a private copy of the supervisor's churning heap: ``bench/bench_sandbox.py``
-prints the figure). What must hold, tested here from the host: PID 1's parent is the
-supervisor (it reaps it, and PID 1's parent-death signal follows it); the spawner holds
-no descriptor but its channel (no client's connection, not the supervisor's listener);
-a spawner that dies is replaced, and sandboxes keep starting; it goes with the
-supervisor.
+The spawner exists for memory (PID 1s share its unchanging pages instead of each keeping
+a private copy of the supervisor's churning heap: ``bench/bench_sandbox.py`` prints the
+figure). What must hold, tested here from the host: PID 1's parent is the supervisor (it
+reaps it, and PID 1's parent-death signal follows it); the spawner holds no descriptor
+but its channel (no client's connection, not the supervisor's listener); it is forked
+when the supervisor starts, before any sandbox; a spawner that dies is replaced, and
+sandboxes keep starting; it goes with the supervisor.
 """
 
 from __future__ import annotations
@@ -91,6 +91,28 @@ def test_pid1_is_the_supervisors_child_and_the_spawner_holds_only_its_channel(bo
     assert len(sender) == (1 if credsend.program() else 0), held
     others = [h for h in held if h not in stub + sender]
     assert len(others) == 1 and others[0].startswith("socket:"), held
+
+
+def test_a_new_supervisor_forks_its_spawner_before_its_first_sandbox(
+    layout: Layout, state_home: Path
+) -> None:
+    # Started by a request that makes no sandbox: its spawner comes all the same, at its
+    # start (``clone.start_spawner``), so that a cold start's first run does not wait for
+    # it; that spawner then clones the first PID 1.
+    assert Sandbox.list() == []
+    sup = _supervisor()
+    deadline = time.monotonic() + 10
+    while not _spawners(sup) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    early = _spawners(sup)
+    assert len(early) == 1 and _pid1(sup) == [], (early, _children(sup))
+    sb = Sandbox.create(PolicySpec(workspace=str(layout.workspace)))
+    try:
+        assert sb.exec(["true"]).exit_code == 0
+        assert _spawners(sup) == early  # the same one: no second fork at the first clone
+        assert sb.pid1 in _pid1(sup)
+    finally:
+        sb.remove()
 
 
 def test_a_killed_spawner_is_replaced_and_sandboxes_keep_starting(box: Sandbox, layout: Layout) -> None:

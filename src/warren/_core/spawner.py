@@ -4,11 +4,11 @@ A PID 1 is a copy-on-write image of the process that clones it, and a page stays
 shared only while neither side writes it. Cloned from the supervisor, whose heap
 changes with every client it serves, each PID 1 soon held a private copy of most of
 the supervisor's pages: 5-6 MiB of memory per idle sandbox, measured after 20 s. The
-spawner is forked from the supervisor once (at the first sandbox), drops everything
-but its channel, takes its objects out of the garbage collector's reach
-(``gc.freeze``: a collection writes to every object it visits), and then only
-clones: its pages stay as they were, so every PID 1 shares them with every other.
-It also holds no client's request beyond the one it is cloning for.
+spawner is forked from the supervisor once (as it starts: ``clone.start_spawner``),
+drops everything but its channel, takes its objects out of the garbage collector's
+reach (``gc.freeze``: a collection writes to every object it visits), and then only
+clones: its pages stay as they were, so every PID 1 shares them with every other. It
+also holds no client's request beyond the one it is cloning for.
 
 Each PID 1 is cloned with CLONE_PARENT: its parent is the supervisor, as if the
 supervisor had cloned it — the supervisor reaps it, and PID 1's parent-death signal

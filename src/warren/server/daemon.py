@@ -71,6 +71,7 @@ def daemon(root: str, ready_fd: int) -> int:
     statedir.write_address(root, token)
     os.write(ready_fd, b"ready\n")
     os.close(ready_fd)
+    clone.start_spawner()  # beside the first request, which is being sent now
     try:
         sup.serve(lambda: statedir.clear_address(root, token), lambda: statedir.write_address(root, token))
     finally:
