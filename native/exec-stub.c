@@ -1,17 +1,30 @@
 /* warren-exec-stub: the last step of starting a command in a sandbox.
  *
- * The exec helper forks the command's process ahead of time; that process confines
- * itself for good (its own Landlock domain, no capabilities, no_new_privs, the seccomp
- * filter, rlimits) and then execs this program from a sealed memfd. So when a command
- * comes, it starts from a process of a few pages instead of a copy of the helper's
- * Python (tearing that down in execve cost about a millisecond). Everything here runs
- * already confined: it can do nothing the command could not.
+ * The exec helper forks the command's process ahead of time, and that process execs
+ * this program from a sealed memfd at once; this program then confines itself for good
+ * (``confine`` below: rlimits, no_new_privs, its own Landlock domain, no capabilities,
+ * the seccomp filter) and waits. So when a command comes, it starts from a process of
+ * a few pages instead of a copy of the helper's Python (tearing that down in execve
+ * cost about a millisecond), and the process made ahead costs no Python either
+ * (confining itself in Python, in a fresh copy of the helper, cost 1.3 ms of page
+ * faults and calls). Without WARREN_CONFINE in its environment the process confined
+ * itself before the exec (the helper's Python path, ``shim._await_launch``).
+ *
+ * WARREN_CONFINE, what to confine to (fields separated by ';'): the descriptor of its
+ *   channel (put at fd 3) and of the Landlock ruleset ("-1": none), as the process that
+ *   exec'd it left them; the signals whose disposition a command starts with as default
+ *   (numbers separated by ','), oom ("1": write 500 to /proc/self/oom_score_adj, "0"
+ *   not), rlimits ("RES:VALUE" pairs separated by ','; soft and hard set to VALUE), the
+ *   seccomp filter (its struct sock_filter array, hex). First a session of its own and an
+ *   empty signal mask. Nothing is said before every step is done.
  *
  * On fd 3, a stream socket to the helper (or, for an exec the supervisor hands the
  * sandbox itself, the helper's end of it held by the supervisor: it writes the request,
  * the helper reads the outcome):
- *   -> "S"                            ready (written at start); also the format's
- *                                     version: a change of the format below changes it
+ *   -> "C"                            confined and ready; also the format's version: a
+ *                                     change of the format (or of what "ready" means)
+ *                                     changes it
+ *   -> "F", u32 step, u32 errno       (big-endian) a step of confining failed; exit 127
  *   <- u32 length (big-endian), then that many bytes of NUL-terminated strings:
  *      cwd, walk ("1": if cwd cannot be entered, the nearest ancestor that can),
  *      scratch (a directory to make, mode 0700, if missing; "" none), path,
@@ -37,6 +50,14 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include <linux/capability.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+
 #define SOCK 3
 #define MAX_REQUEST (64u << 20) /* far above what execve takes (ARG_MAX with a big stack) */
 #define MAX_FDS 3
@@ -44,10 +65,20 @@
 enum step { STEP_PROTOCOL = 1, STEP_CHDIR = 2, STEP_CTTY = 3, STEP_STDIO = 4, STEP_EXECVE = 5, STEP_SEARCH = 6 };
 #define FIELDS 8 /* strings before argv */
 
-static void fail(enum step step, int err) {
+/* The steps of confining, as a failed one is reported ("F"). */
+enum confine_step {
+    CONFINE_SPEC = 1,
+    CONFINE_RLIMIT = 2,
+    CONFINE_NO_NEW_PRIVS = 3,
+    CONFINE_LANDLOCK = 4,
+    CONFINE_CAPABILITIES = 5,
+    CONFINE_SECCOMP = 6
+};
+
+static void report(char kind, uint32_t step, int err) {
     unsigned char out[9];
-    uint32_t s = htonl((uint32_t)step), e = htonl((uint32_t)err);
-    out[0] = 'E';
+    uint32_t s = htonl(step), e = htonl((uint32_t)err);
+    out[0] = (unsigned char)kind;
     memcpy(out + 1, &s, 4);
     memcpy(out + 5, &e, 4);
     ssize_t n;
@@ -56,6 +87,8 @@ static void fail(enum step step, int err) {
     } while (n < 0 && errno == EINTR);
     _exit(127);
 }
+
+static void fail(enum step step, int err) { report('E', (uint32_t)step, err); }
 
 static int read_exactly(char *buf, size_t len) {
     size_t got = 0;
@@ -165,13 +198,146 @@ static void search_and_exec(const char *name, char **argv, char **envp) {
     fail(STEP_SEARCH, ENOENT);
 }
 
+static int hexval(char c) {
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return -1;
+}
+
+/* Confine this process for good, as ``harden.harden`` and ``shim.limit_resources`` do
+ * in Python, in the same order; ``spec`` is WARREN_CONFINE (see the top). */
+/* WARREN_CONFINE's descriptors put in place: its channel as fd 3 (SOCK), and the
+ * Landlock ruleset (-1: none) returned where it is now, out of the way; both must be
+ * open, the first fields are numbers. Before anything can be reported on SOCK. */
+static int place_fds(char **spec) {
+    char *end;
+    long sock = strtol(*spec, &end, 10);
+    if (*end != ';' || sock < 0 || fcntl((int)sock, F_GETFD) < 0)
+        _exit(127); /* no channel to say it on: the helper sees it gone */
+    long ruleset = strtol(end + 1, &end, 10);
+    if (*end != ';' || ruleset < -1 || (ruleset >= 0 && fcntl((int)ruleset, F_GETFD) < 0))
+        _exit(127);
+    *spec = end + 1;
+    if (ruleset == SOCK) {
+        ruleset = fcntl((int)ruleset, F_DUPFD_CLOEXEC, SOCK + 1);
+        if (ruleset < 0)
+            _exit(127);
+    }
+    if (sock != SOCK) {
+        if (dup2((int)sock, SOCK) < 0)
+            _exit(127);
+        close((int)sock);
+    }
+    if (ruleset >= 0 && ruleset != SOCK + 1) {
+        if (dup2((int)ruleset, SOCK + 1) < 0)
+            _exit(127);
+        close((int)ruleset);
+        ruleset = SOCK + 1;
+    }
+    /* Nothing else of the process that started it (posix_spawn keeps what is not
+     * close-on-exec). */
+    syscall(SYS_close_range, ruleset >= 0 ? SOCK + 2 : SOCK + 1, ~0U, 0U);
+    if (ruleset >= 0)
+        fcntl((int)ruleset, F_SETFD, FD_CLOEXEC);
+    return (int)ruleset;
+}
+
+static void confine(char *spec) {
+    int ruleset = place_fds(&spec);
+    char *fields[4];
+    for (int i = 0; i < 4; i++) {
+        fields[i] = spec;
+        if (i < 3) {
+            char *sep = strchr(spec, ';');
+            if (sep == NULL)
+                report('F', CONFINE_SPEC, EINVAL);
+            *sep = '\0';
+            spec = sep + 1;
+        }
+    }
+    char *signals = fields[0], *oom = fields[1], *limits = fields[2], *hex = fields[3];
+    char *end;
+    if (setsid() < 0 && getsid(0) != getpid())
+        _exit(0); /* as the Python path: not usable, so not needed after all */
+    for (char *sig = signals; *sig != '\0';) {
+        long number = strtol(sig, &end, 10);
+        if ((*end != ',' && *end != '\0') || number <= 0 || number >= NSIG)
+            report('F', CONFINE_SPEC, EINVAL);
+        signal((int)number, SIG_DFL);
+        sig = *end == ',' ? end + 1 : end;
+    }
+    /* glibc's own two (SIGCANCEL, SIGSETXID), which its sigaction refuses and which a
+     * process started by posix_spawn has ignored: at their default, as a command the
+     * host's shell starts has them (all zero: SIG_DFL, whatever the struct's layout). */
+    for (int sig = 32; sig <= 33; sig++) {
+        unsigned long zero[8] = {0};
+        syscall(SYS_rt_sigaction, sig, zero, NULL, sizeof(unsigned long));
+    }
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    if (strcmp(oom, "1") == 0) {
+        int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+        if (fd >= 0) { /* as the Python path: a failure here is not one */
+            (void)!write(fd, "500", 3);
+            close(fd);
+        }
+    }
+    for (char *pair = limits; *pair != '\0';) {
+        long res = strtol(pair, &end, 10);
+        if (*end != ':' || res < 0)
+            report('F', CONFINE_SPEC, EINVAL);
+        unsigned long long value = strtoull(end + 1, &end, 10);
+        if (*end != ',' && *end != '\0')
+            report('F', CONFINE_SPEC, EINVAL);
+        struct rlimit limit = {.rlim_cur = (rlim_t)value, .rlim_max = (rlim_t)value};
+        if (setrlimit((int)res, &limit) < 0)
+            report('F', CONFINE_RLIMIT, errno);
+        pair = *end == ',' ? end + 1 : end;
+    }
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+        report('F', CONFINE_NO_NEW_PRIVS, errno);
+    if (ruleset >= 0) {
+        if (syscall(SYS_landlock_restrict_self, ruleset, 0U) < 0)
+            report('F', CONFINE_LANDLOCK, errno);
+        close(ruleset);
+    }
+    struct __user_cap_header_struct header = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+    struct __user_cap_data_struct caps[2];
+    memset(caps, 0, sizeof caps);
+    if (syscall(SYS_capset, &header, caps) < 0)
+        report('F', CONFINE_CAPABILITIES, errno);
+    size_t hexlen = strlen(hex);
+    size_t count = hexlen / (2 * sizeof(struct sock_filter));
+    if (count == 0 || count > BPF_MAXINSNS || hexlen != count * 2 * sizeof(struct sock_filter))
+        report('F', CONFINE_SPEC, EINVAL);
+    unsigned char *program = malloc(hexlen / 2);
+    if (program == NULL)
+        report('F', CONFINE_SPEC, ENOMEM);
+    for (size_t i = 0; i < hexlen / 2; i++) {
+        int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            report('F', CONFINE_SPEC, EINVAL);
+        program[i] = (unsigned char)(hi << 4 | lo);
+    }
+    struct sock_fprog prog = {.len = (unsigned short)count, .filter = (struct sock_filter *)program};
+    if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) < 0)
+        report('F', CONFINE_SECCOMP, errno);
+    free(program);
+}
+
 int main(void) {
+    char *spec = getenv("WARREN_CONFINE");
+    if (spec != NULL)
+        confine(spec); /* its channel is put at SOCK first */
     /* Closed by the command's execve: the helper's sign that it runs. */
     if (fcntl(SOCK, F_SETFD, FD_CLOEXEC) < 0)
         return 127;
     ssize_t n;
     do {
-        n = write(SOCK, "S", 1);
+        n = write(SOCK, "C", 1);
     } while (n < 0 && errno == EINTR);
     if (n != 1)
         return 127;

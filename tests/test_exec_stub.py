@@ -1,6 +1,9 @@
 """A command's process waits for its command as the exec stub (``native/exec-stub.c``,
-from a sealed memfd), confined already; without it (``WARREN_EXEC_STUB=0``, or no C
-compiler at install) it waits in Python. Tested both ways, as root and as uid 1001:
+from a sealed memfd), confined already: the stub is started by ``posix_spawn`` and
+confines itself (``WARREN_CONFINE``), or (``WARREN_STUB_CONFINES=0``) a copy of the
+helper confines itself in Python and then execs it; without it (``WARREN_EXEC_STUB=0``,
+or no C compiler at install) it waits in Python. Tested the three ways, as root and as
+uid 1001:
 
 - the same results and the same typed errors (a file without its execute bit, a file
   that is no program, a missing command, a missing working directory);
@@ -33,16 +36,18 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(params=["stub", "python"])
+@pytest.fixture(params=["stub", "stub-python-confined", "python"])
 def box(
     request: pytest.FixtureRequest, layout: Layout, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[str, Sandbox]]:
     """A sandbox whose private supervisor loads the stub, or is told not to."""
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.delenv("WARREN_EXEC_STUB", raising=False)
+    monkeypatch.delenv("WARREN_STUB_CONFINES", raising=False)
     if request.param == "python":
         monkeypatch.setenv("WARREN_EXEC_STUB", "0")
-    else:
-        monkeypatch.delenv("WARREN_EXEC_STUB", raising=False)
+    elif request.param == "stub-python-confined":
+        monkeypatch.setenv("WARREN_STUB_CONFINES", "0")
     sb = Sandbox.create(PolicySpec(workspace=str(layout.workspace)))
     try:
         yield request.param, sb
@@ -89,6 +94,15 @@ def test_results_and_confinement_are_the_same_both_ways(box: tuple[str, Sandbox]
     assert status["Seccomp"] == "2", status
     # one filter of the sandbox's PID 1 (its broker's) and the command's own
     assert status["Seccomp_filters"] == "2", status
+    assert status["SigBlk"] == "0000000000000000", status
+    if kind == "stub":
+        # no signal ignored, as a command the host's shell starts (the other ways leave
+        # glibc's SIGCANCEL ignored, as they always did)
+        assert status["SigIgn"] == "0000000000000000", status
+    limits = sb.exec(["cat", "/proc/self/limits"]).stdout.decode()
+    assert limits == sb.exec(["cat", "/proc/self/limits"]).stdout.decode()
+    fds = sb.exec(["ls", "/proc/self/fd"]).stdout.decode().split()
+    assert fds == ["0", "1", "2", "3"], fds  # stdio and ls's own directory: nothing of warren's
     target = outside / "written-by-sandbox"
     w = sb.exec(["sh", "-c", f"echo owned > {target}"])
     assert w.exit_code != 0 and not target.exists(), (kind, w)
@@ -252,7 +266,11 @@ def test_the_memfd_is_sealed_and_executable() -> None:
         os.ftruncate(fd, 0)
 
 
-@pytest.mark.parametrize(("first", "said"), [(b"R", "speaks another version"), (b"", "is gone")])
+@pytest.mark.parametrize(
+    ("first", "said"),
+    # "S": a stub built before it confined itself, which says ready unconfined
+    [(b"R", "speaks another version"), (b"S", "speaks another version"), (b"", "is gone")],
+)
 def test_a_stub_of_another_version_or_none_is_a_typed_error(first: bytes, said: str) -> None:
     """What the helper makes of the first byte of a command's process made ahead: a
     stub built from other sources (another wire format), or a process that died."""
@@ -276,3 +294,69 @@ def test_a_stub_of_another_version_or_none_is_a_typed_error(first: bytes, said: 
         assert said in e.value.message and e.value.hint
     finally:
         os.waitpid(pid, 0)
+
+
+def test_a_stub_that_could_not_confine_itself_is_the_setup_error_of_its_step() -> None:
+    """The stub's report of a step of confining that failed ("F", step, errno): the
+    command gets the error the Python path raises for that step, typed."""
+    import socket
+    import struct
+
+    from warren._core.shim import Launcher
+    from warren.errors import SetupError
+
+    ours, theirs = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:
+        ours.close()
+        theirs.sendall(execstub.FAILED + struct.pack("!II", 6, 22))
+        os._exit(127)
+    theirs.close()
+    launcher = Launcher.__new__(Launcher)
+    launcher.pid, launcher.sock = pid, ours
+    with pytest.raises(SetupError) as e:
+        launcher.launch("/bin/true", ["true"], {}, "/", [], -1)
+    assert "install seccomp filter" in e.value.message and e.value.hint
+
+
+def _stub_says(confine: str, *, inherit: int | None = None) -> bytes:
+    """Run the stub itself on the host with WARREN_CONFINE (its channel's descriptor
+    first) and return what it says first."""
+    import socket
+
+    program = execstub.program()
+    assert program is not None
+    ours, theirs = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:
+        ours.close()
+        os.set_inheritable(theirs.fileno(), True)
+        ruleset = -1 if inherit is None else inherit
+        os.execve(program, [execstub.NAME], {"WARREN_CONFINE": f"{theirs.fileno()};{ruleset};{confine}"})
+    theirs.close()
+    try:
+        ours.settimeout(10)
+        said = ours.recv(9)
+    finally:
+        ours.close()
+        os.waitpid(pid, 0)
+    return said
+
+
+def test_the_stub_reports_the_step_of_confining_that_failed() -> None:
+    import resource
+    import struct
+
+    from warren._core import _sys
+
+    allow = _sys.SeccompProgram(((0x06, 0, 0, 0x7FFF0000),)).hex  # BPF_RET|BPF_K ALLOW
+    assert _stub_says(execstub.confinement((), False, [], allow)) == execstub.READY
+    # a filter that is no whole program, a field missing: refused before any step
+    for spec in (execstub.confinement((), False, [], allow[:-2]), "13;0;"):
+        said = _stub_says(spec)
+        assert said[:1] == execstub.FAILED and struct.unpack("!II", said[1:]) == (1, 22), (spec, said)
+    # more descriptors than the kernel allows any process (fs.nr_open): refused, root too
+    with open("/proc/sys/fs/nr_open") as f:
+        nr_open = int(f.read())
+    said = _stub_says(execstub.confinement((), False, [(resource.RLIMIT_NOFILE, nr_open + 1)], allow))
+    assert said[:1] == execstub.FAILED and struct.unpack("!II", said[1:])[0] == 2, said

@@ -366,6 +366,7 @@ class SeccompProgram:
         self._filters = (_SockFilter * len(program))(*[_SockFilter(*ins) for ins in program])
         self._prog = _SockFprog(len(program), self._filters)
         self.address = ctypes.addressof(self._prog)
+        self.hex = bytes(self._filters).hex()  # as the exec stub installs it (``execstub.confinement``)
 
     def install(self) -> None:
         r = _prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, self.address, 0, 0)

@@ -10,6 +10,11 @@ that descriptor (close-on-exec: no command ever holds it), and a launcher execs 
 where the install's own files are not there. Without the program (no C compiler at
 install, or ``WARREN_EXEC_STUB=0``) the launcher stays Python, as before.
 
+The stub confines itself (``confinement``: what the Python path's ``harden.harden``
+and ``shim.limit_resources`` do, in the same order) when its environment says to, so
+that the process forked ahead runs no Python but the execve; ``WARREN_STUB_CONFINES=0``
+keeps confining in Python before the exec.
+
 Owns: finding and loading the program, and its wire format (``request``, ``reply``).
 """
 
@@ -25,9 +30,19 @@ NAME = "warren-exec-stub"
 MEMFD_NAME = f"/memfd:{NAME} (deleted)"  # its /proc/PID/exe while it waits
 SOCK = 3  # the helper's socket, where the stub expects it
 # A launcher's first byte: what it is. READY is also the version of the stub's wire
-# format (``request``): a stub built from other sources says another byte, and is not
-# spoken to (the command fails with a typed error: install again).
-READY, HARDENED, PYTHON = b"S", b"H", b"P"
+# format (``request``) and says the stub is confined: a stub built from other sources
+# (one that would not confine itself) says another byte, and is not spoken to (the
+# command fails with a typed error: install again). FAILED: confining failed at a step
+# (``CONFINE_STEPS``), its errno beside.
+READY, HARDENED, PYTHON, FAILED = b"C", b"H", b"P", b"F"
+CONFINE_STEPS = {
+    1: "the confinement asked for",
+    2: "rlimit",
+    3: "no_new_privs",
+    4: "landlock_restrict_self",
+    5: "drop capabilities",
+    6: "install seccomp filter",
+}
 
 # The stub's steps, as it reports a failed one.
 PROTOCOL, CHDIR, CTTY, STDIO, EXECVE, SEARCH = 1, 2, 3, 4, 5, 6
@@ -85,6 +100,16 @@ def request(
     # every exec's path, in the supervisor, and the environment is most of it.
     body = ("\0".join(strings) + "\0").encode(_FS_ENCODING, _FS_ERRORS)
     return struct.pack("!I", len(body)) + body
+
+
+def confinement(signals: tuple[int, ...], oom: bool, rlimits: list[tuple[int, int]], seccomp: str) -> str:
+    """What the stub confines itself to (``native/exec-stub.c``), but for the two
+    descriptors WARREN_CONFINE names first (its channel, the Landlock ruleset: where
+    they are in the process that execs it): the signals a command starts with at their
+    default, whether to make it the OOM killer's first pick, the rlimits (resource,
+    value: soft and hard) and the seccomp filter (``_sys.SeccompProgram.hex``)."""
+    limits = ",".join(f"{res}:{value}" for res, value in rlimits)
+    return ";".join([",".join(map(str, signals)), "1" if oom else "0", limits, seccomp])
 
 
 def sendable(argv: list[str], env: dict[str, str], *paths: str) -> bool:

@@ -36,14 +36,14 @@ from . import _sys
 PR_SET_DUMPABLE = 4
 LL_DIR_ONLY = READ_DIR  # listing a directory on the way to something denied, not reading its files
 LL_FILE_RIGHTS = EXECUTE | READ_FILE | WRITE_FILE | TRUNCATE
-_HINT = "process hardening failed; run `warren doctor` to see what this kernel supports"
+HINT = "process hardening failed; run `warren doctor` to see what this kernel supports"
 
 
 def _step(what: str, fn, *args) -> None:  # type: ignore[no-untyped-def]
     try:
         fn(*args)
     except OSError as e:
-        raise SetupError.from_os(e, f"sandbox setup failed: {what}", what, hint=_HINT) from None
+        raise SetupError.from_os(e, f"sandbox setup failed: {what}", what, hint=HINT) from None
 
 
 def landlock_ruleset(ll: LandlockPlan) -> int:
@@ -54,7 +54,7 @@ def landlock_ruleset(ll: LandlockPlan) -> int:
         ruleset = _sys.landlock_create_ruleset(ll.handled, ll.handled_net, ll.scoped)
     except OSError as e:
         raise SetupError.from_os(
-            e, "sandbox setup failed: landlock_create_ruleset", "landlock", hint=_HINT
+            e, "sandbox setup failed: landlock_create_ruleset", "landlock", hint=HINT
         ) from None
     try:
         for rule in _expanded(ll.rules):
@@ -80,7 +80,7 @@ def landlock_ruleset(ll: LandlockPlan) -> int:
                     f"sandbox setup failed: landlock_add_rule {rule.path}",
                     "landlock_add_rule",
                     rule.path,
-                    hint=_HINT,
+                    hint=HINT,
                 ) from None
             finally:
                 os.close(fd)

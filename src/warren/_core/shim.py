@@ -41,6 +41,7 @@ from ..errors import (
     CwdNotFound,
     ExecError,
     ProtocolError,
+    SetupError,
     WarrenError,
     from_record,
 )
@@ -51,6 +52,11 @@ from . import _sys, cgroups, dirwatch, execstub, harden, procs
 # How long an exec's end waits for the supervisor to bring the sandbox's repositories
 # in step with the host (a sync copies at most a few index-sized files).
 SYNC_WAIT = 10.0
+# The command's process made ahead is the exec stub, spawned, which confines itself
+# (``_spawn_stub``); WARREN_STUB_CONFINES=0 in the supervisor's environment: a copy of
+# the helper confines itself in Python and then execs it (the way before, and the one
+# taken where the stub cannot be spawned).
+STUB_CONFINES = os.environ.get("WARREN_STUB_CONFINES", "1") != "0"
 # Dispositions a command must start with; Python ignores SIGPIPE and SIGXFSZ, and
 # ignored signals stay ignored across execve.
 _DEFAULT_SIGNALS = (
@@ -235,14 +241,16 @@ def warm(plan: Plan) -> None:
 
 
 class Launcher:
-    """The command's process, forked ahead of time (while the sandbox waits for work),
+    """The command's process, made ahead of time (while the sandbox waits for work),
     so that starting a command costs no fork. Where the exec stub is loaded
-    (``execstub``) it confines itself for good at once (``harden``) and becomes the
-    stub, a process of a few pages that on ``launch`` takes its stdio, enters the
-    directory and execs; else it stays Python, warren's (no seccomp filter:
-    ``procs.is_warren``) until ``launch``, and confines itself then. Its first byte
-    says which (``execstub.READY``, ``PYTHON``, or ``HARDENED``: the stub could not be
-    exec'd, so a Python launcher waits confined)."""
+    (``execstub``) it is the stub, a process of a few pages that on ``launch`` takes its
+    stdio, enters the directory and execs: spawned (``_spawn_stub``: no copy of this
+    process) and confining itself (``confinement``), or, where it cannot be spawned or
+    with ``STUB_CONFINES`` off, forked, confined here in Python (``harden``) and exec'd.
+    Else it stays Python, warren's (no seccomp filter: ``procs.is_warren``) until
+    ``launch``, and confines itself then. Its first byte says which
+    (``execstub.READY``, ``FAILED``: a step of confining failed, ``PYTHON``, or
+    ``HARDENED``: the stub could not be exec'd, so a Python launcher waits confined)."""
 
     def __init__(
         self,
@@ -255,6 +263,13 @@ class Launcher:
         supervisor a copy of our end (``protocol.Spare``): the supervisor may hand the
         stub a command itself (``launched``)."""
         ours, theirs = pair or socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        spawned = None
+        if STUB_CONFINES and execstub.loaded() is not None:
+            spawned = _spawn_stub(theirs.fileno(), ruleset, confinement(plan, ruleset))
+        if spawned is not None:
+            theirs.close()
+            self.pid, self.sock = spawned, ours
+            return
         try:
             pid = os.fork()
         except OSError:
@@ -275,6 +290,8 @@ class Launcher:
             kind = self.sock.recv(1)
             if kind == execstub.READY:
                 return self._stub(path, argv, env, cwd, stdio, ctty)
+            if kind == execstub.FAILED:
+                raise self._unconfined()
             if kind and kind not in (execstub.PYTHON, execstub.HARDENED):
                 raise ExecError(
                     f"cannot start {argv[0]}: warren's exec stub speaks another version",
@@ -301,6 +318,21 @@ class Launcher:
         os.waitpid(self.pid, 0)
         assert isinstance(msg, protocol.Error)
         raise from_record(msg.error.to_fields())
+
+    def _unconfined(self) -> WarrenError:
+        """The stub's report of the step of confining that failed (it has exited), as
+        the error the Python path's ``harden`` raises for it."""
+        data = b""
+        with contextlib.suppress(OSError):
+            while len(data) < 8 and (chunk := self.sock.recv(8 - len(data))):
+                data += chunk
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.pid, 0)
+        step, err = struct.unpack("!II", data) if len(data) == 8 else (1, errno.EPROTO)
+        what = execstub.CONFINE_STEPS.get(step, f"step {step}")
+        return SetupError.from_os(
+            OSError(err, os.strerror(err)), f"sandbox setup failed: {what}", what, hint=harden.HINT
+        )
 
     def launched(self, argv: list[str], cwd: str, path_var: str) -> int:
         """The command the supervisor handed the stub itself (``Handoff.launched``; it
@@ -387,8 +419,26 @@ def limit_resources(plan: Plan) -> None:
         resource_mod.setrlimit(resource, (value, value))
 
 
+def confinement(plan: Plan, ruleset: int | None) -> str:
+    """What the stub confines itself to (``execstub.confinement``): what
+    ``limit_resources`` and ``harden.harden`` do here, the rlimits' values taken now
+    (the stub has this process's hard limits). The descriptors (its channel, the
+    Landlock ruleset) are named beside it (``_spawn_stub``)."""
+    rlimits: list[tuple[int, int]] = []
+    oom = False
+    if plan.limits is not None:
+        oom = bool(plan.limits.cgroups)
+        for name, value in plan.limits.rlimits:
+            resource = getattr(resource_mod, name)
+            _soft, hard = resource_mod.getrlimit(resource)
+            rlimits.append((resource, value if hard == resource_mod.RLIM_INFINITY else min(value, hard)))
+    signals = tuple(int(sig) for sig in _DEFAULT_SIGNALS)
+    return execstub.confinement(signals, oom, rlimits, harden.seccomp_program(plan).hex)
+
+
 def _become_stub(stub: int, sock: int) -> None:
-    """Exec the stub with ``sock`` as its fd 3 (the only descriptor it keeps)."""
+    """Exec the stub (confined already) with ``sock`` as its fd 3 (the only descriptor
+    it keeps)."""
     if stub == execstub.SOCK:
         stub = os.dup(stub)
     if sock == execstub.SOCK:
@@ -397,6 +447,32 @@ def _become_stub(stub: int, sock: int) -> None:
         os.dup2(sock, execstub.SOCK)  # the copy is not close-on-exec
     _sys.close_range(execstub.SOCK + 1, 0xFFFFFFFF, _sys.CLOSE_RANGE_CLOEXEC)
     os.execve(stub, [execstub.NAME], {})
+
+
+def _spawn_stub(sock: int, ruleset: int | None, spec: str) -> int | None:
+    """The stub started as its own process (``posix_spawn``: no copy of this one is
+    made), confining itself (``confinement``); None where it cannot be (no /proc to
+    name its memfd by): the caller forks as before."""
+    stub = execstub.loaded()
+    if stub is None:
+        return None
+    env = {"WARREN_CONFINE": f"{sock};{-1 if ruleset is None else ruleset};{spec}"}
+    given = {fd: os.get_inheritable(fd) for fd in (sock, ruleset) if fd is not None}
+    for fd in given:
+        os.set_inheritable(fd, True)  # the stub closes every other descriptor it got
+    try:
+        return os.posix_spawn(
+            f"/proc/self/fd/{stub}",
+            [execstub.NAME],
+            env,
+            setsigmask=(),
+            setsigdef=_DEFAULT_SIGNALS,
+        )
+    except OSError:
+        return None
+    finally:
+        for fd, was in given.items():
+            os.set_inheritable(fd, was)
 
 
 def _await_launch(plan: Plan, ruleset: int | None, sock: socket.socket, warm_up: bool) -> NoReturn:

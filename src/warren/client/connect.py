@@ -37,6 +37,7 @@ _SUPERVISOR_ENV = (
     "XDG_CONFIG_HOME",  # the user's config: the snapshot budget is read there (server.snapshots)
     "WARREN_SUPERVISOR_IDLE",
     "WARREN_EXEC_STUB",  # 0: commands' processes wait in Python, not as the exec stub
+    "WARREN_STUB_CONFINES",  # 0: a command's process confines itself in Python, not in the exec stub
     "WARREN_CREDSEND",  # 0: a command's unix sends name PID 1, as without warren-credsend (_core.credsend)
     "WARREN_NATIVE_WALK",  # 0: the workspace walked in Python, not by warren-walk (_core.treewalk)
     "WARREN_NATIVE_CONTINUER",  # 0: a walk's window answered by the Python broker (_core.continuer)
