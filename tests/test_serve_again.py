@@ -13,7 +13,10 @@ judged from the host and from the commands themselves, as root and as uid 1001:
 - a command that leaves a process running ends its helper's service: that process
   keeps running, and no later command is served by that helper;
 - removing the sandbox in the middle of a burst answers the burst's exec with an
-  error and leaves no process of the sandbox behind.
+  error and leaves no process of the sandbox behind;
+- while a command a helper took as it served again runs, PID 1 goes on: another exec
+  starts and ends before that command does (PID 1 read the helper's words with a
+  ``recv_fds`` whose "don't wait" Python 3.11 drops, and waited for that command's end).
 
 A helper confined by rules that have changed since (a host file made beside a denied
 one, a root moved) never serves again: ``test_host_changes`` reads such a file in a
@@ -85,6 +88,20 @@ def test_a_burst_is_served_by_helpers_that_serve_again_as_any_helper_would(sb: S
         if served_again >= 3:
             break
     assert served_again >= 3, "no helper served a second request of a burst"
+
+
+def test_pid1_goes_on_while_a_command_served_again_runs(sb: Sandbox) -> None:
+    for _ in range(4):
+        time.sleep(0.7)
+        for _ in range(3):
+            sb.exec(["true"])  # a burst: its helpers serve again, one taking a request that waited
+        long = threading.Thread(target=sb.exec, args=(["sleep", "3"],))
+        long.start()
+        time.sleep(0.2)
+        r = sb.exec(["echo", "beside"])
+        beside_first = long.is_alive()  # the long command has not ended yet
+        long.join()
+        assert r.stdout == b"beside\n" and beside_first, "an exec waited for another's command to end"
 
 
 def test_a_command_that_leaves_a_process_ends_its_helpers_service(sb: Sandbox) -> None:

@@ -25,12 +25,14 @@ generation), while it quiesces or stops, or when it has a spare already.
 
 from __future__ import annotations
 
+import array
 import contextlib
 import os
 import select
 import socket
 from dataclasses import dataclass, field
 
+_INT = array.array("i")
 BURST = b"b"
 ASK = b"r"
 GO = b"g"
@@ -68,14 +70,22 @@ class Serving:
             return False
 
     def heard(self) -> tuple[bytes, list[int]]:
-        """The helper's next word, and the descriptors with it; b"" when it ended (or
-        nothing is there yet: the caller polls again)."""
+        """The helper's next word, and the descriptors with it; b"" when it ended, b"?"
+        when nothing is there yet (the caller polls again). Never waits: PID 1 reads on
+        here after each word, while the helper's command may run for hours.
+        (``socket.recv_fds`` of Python 3.11 drops its flags: it waited for the next word,
+        the end of the command that helper served, and PID 1 with it.)"""
         try:
-            data, fds, _flags, _addr = socket.recv_fds(self.chan, 1, 2, socket.MSG_DONTWAIT)
+            room = socket.CMSG_LEN(2 * _INT.itemsize)
+            data, ancdata, _flags, _addr = self.chan.recvmsg(1, room, socket.MSG_DONTWAIT)
         except BlockingIOError:
             return b"?", []
         except OSError:
             return b"", []
+        fds = array.array("i")
+        for level, kind, payload in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
         return data, list(fds)
 
 
