@@ -329,6 +329,10 @@ static void confine(char *spec) {
 }
 
 int main(void) {
+    /* Its name while it waits, whichever way it was started (spawned by a /proc/self/fd
+     * path its name would be a number): PID 1 tells it from a command by it when a
+     * quiesce finds one still there, on its way out (``pid1.Init._quiesce``). */
+    prctl(PR_SET_NAME, "warren-stub", 0, 0, 0);
     char *spec = getenv("WARREN_CONFINE");
     if (spec != NULL)
         confine(spec); /* its channel is put at SOCK first */

@@ -255,6 +255,18 @@ def test_a_command_reads_no_other_commands_environment_nor_the_waiting_stubs(
     assert sb.exec(["echo", "ok"]).stdout == b"ok\n"  # the stub still runs what is asked
 
 
+def test_a_waiting_stub_has_its_own_name(box: tuple[str, Sandbox]) -> None:
+    """Its comm, which a quiesce (a rollback, a checkpoint) tells it from a command by
+    when it finds one on its way out, whose exe link is gone then: spawned from a
+    /proc/self/fd path its name would otherwise be a number, reported as a process the
+    rollback stopped."""
+    kind, sb = box
+    # read by the command that found it: the next command would be started by it
+    show = "print(open(f'/proc/{pid}/comm').read().strip() if pid else None)"
+    comm = sb.exec(["python3", "-c", FIND_STUB + show]).stdout.decode().strip()
+    assert comm == ("None" if kind == "python" else execstub.COMM), (kind, comm)
+
+
 def test_the_memfd_is_sealed_and_executable() -> None:
     fd = execstub.load()
     assert fd is not None

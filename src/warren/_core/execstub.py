@@ -28,6 +28,7 @@ from . import programs
 
 NAME = "warren-exec-stub"
 MEMFD_NAME = f"/memfd:{NAME} (deleted)"  # its /proc/PID/exe while it waits
+COMM = "warren-stub"  # its name (/proc/PID/comm) while it waits, set by itself
 SOCK = 3  # the helper's socket, where the stub expects it
 # A launcher's first byte: what it is. READY is also the version of the stub's wire
 # format (``request``) and says the stub is confined: a stub built from other sources

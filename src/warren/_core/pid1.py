@@ -554,7 +554,10 @@ class Init:
             if stop and busy and now <= deadline:
                 for pid in busy:
                     comm = _comm(pid)
-                    if pid not in stopped and comm != "gone":
+                    # A command's process made ahead, still there (its helper ended, on
+                    # its way out): warren's, killed unsaid. Told by its name: its
+                    # /proc/PID/exe is gone while it exits (``procs.is_warren``).
+                    if pid not in stopped and comm not in ("gone", execstub.COMM):
                         stopped[pid] = comm
                     with contextlib.suppress(OSError):
                         os.kill(pid, signal.SIGKILL)
