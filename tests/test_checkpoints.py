@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import module_state, run_cli
+from warren._core import execstub
 from warren.client.sandbox import Sandbox
 from warren.errors import CheckpointError, WarrenError
 from warren.policy import PolicySpec, build
@@ -303,6 +304,39 @@ def test_a_running_process_is_named_and_stopped_or_the_rollback_refused(tmp_path
         assert _sh(sb, "ls").split() == sorted(
             ["a-link.txt", "a.txt", "main-link", "src", "tool.sh", "x.txt"]
         )
+    finally:
+        sb.remove()
+
+
+def test_a_process_passing_for_warrens_stub_is_stopped_by_a_rollback_all_the_same(tmp_path: Path) -> None:
+    # A quiesce does not name warren's own waiting stub among what it stopped (one whose
+    # helper ended before it named itself is PID 1's for a moment, told by its exe). A
+    # command run from a memfd of the stub's name is taken for it: not named, but
+    # stopped all the same, judged on the host.
+    ws = _workspace(tmp_path)
+    sb = _review(ws, "cp-disguise")
+    try:
+        _sh(sb, "echo x > x.txt")
+        sb.checkpoint()
+        marker = f"{os.getpid()}.{time.monotonic_ns() % 100000}"
+        disguise = (
+            f"import os; fd = os.memfd_create({execstub.NAME!r}); "
+            "os.write(fd, open('/bin/sleep', 'rb').read()); "
+            f"os.execv(f'/proc/self/fd/{{fd}}', ['sleep', {marker!r}])"
+        )
+        sb.spawn(["python3", "-I", "-c", disguise])
+        deadline = time.monotonic() + 10
+        while not (pids := _host_pids_with(marker)):  # control: the host sees it running
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert os.readlink(f"/proc/{pids[0]}/exe") == execstub.MEMFD_NAME  # it passes for the stub
+        back = sb.rollback()
+        assert back.stopped == ""
+        deadline = time.monotonic() + 5
+        while _host_pids_with(marker):
+            assert time.monotonic() < deadline, "the process still runs after the rollback"
+            time.sleep(0.01)
+        assert _changes(sb) == {("added", "x.txt")}
     finally:
         sb.remove()
 

@@ -1,10 +1,12 @@
-"""In a burst of execs (a framework's several tool calls in one turn) the helper that
-answered one serves the next (``warren._core.again``): it forks its command's process
-again instead of exiting, and PID 1 gives the next request to it. What must hold,
-judged from the host and from the commands themselves, as root and as uid 1001:
+"""The helper that answered an exec serves the next (``warren._core.again``): it makes
+its command's process again instead of exiting, and PID 1 gives the next request to it
+(in a burst of execs, a framework's several tool calls in one turn, the next comes at
+once). What must hold, judged from the host and from the commands themselves, as root
+and as uid 1001:
 
 - it happens: in bursts of execs back to back, some command's parent (its helper) is
-  the one of the command before;
+  the one of the command before; so for the burst's second exec, which follows the
+  first (itself after a pause) at once;
 - a command served that way is started as any: its own environment, directory, exit
   code and output; the same descriptors open as a command of a fresh helper (nothing
   of the request before leaks into it), the same confinement (seccomp, no new
@@ -102,6 +104,18 @@ def test_pid1_goes_on_while_a_command_served_again_runs(sb: Sandbox) -> None:
         beside_first = long.is_alive()  # the long command has not ended yet
         long.join()
         assert r.stdout == b"beside\n" and beside_first, "an exec waited for another's command to end"
+
+
+def test_the_exec_right_after_one_that_followed_a_pause_is_served_again(sb: Sandbox) -> None:
+    # The first of a burst comes after a pause (``pid1.BURST_GAP``), the second at once:
+    # served by the same helper, not by one forked for it (its parent, the helper).
+    same = 0
+    for _ in range(4):
+        time.sleep(0.7)
+        first = sb.exec(["sh", "-c", "echo $PPID"]).stdout
+        second = sb.exec(["sh", "-c", "echo $PPID"]).stdout
+        same += first == second
+    assert same >= 2, same
 
 
 def test_a_command_that_leaves_a_process_ends_its_helpers_service(sb: Sandbox) -> None:
