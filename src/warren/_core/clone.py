@@ -46,10 +46,16 @@ def start_spawner() -> None:
     publishes its address, so that the spawner's own start (importing what PID 1 needs,
     ~30 ms) runs beside the first request's planning instead of after it. A spawner
     that cannot be had now is tried again at the first clone."""
+    with contextlib.suppress(OSError):
+        _the_spawner()
+
+
+def _the_spawner() -> spawner.Spawner:
+    """The spawner, forked now if none runs (``OSError`` when it cannot be)."""
     global _spawner
     if _spawner is None:
-        with contextlib.suppress(OSError):
-            _spawner = spawner.Spawner.start(_clone_in_spawner)
+        _spawner = spawner.Spawner.start(_clone_in_spawner)
+    return _spawner
 
 
 def start_pid1(
@@ -80,9 +86,7 @@ def start_pid1(
     fds = [control.fileno(), *(fd for _path, fd in tasks), *(fd for f in given.values() for fd in f)]
     for _attempt in range(2):
         try:
-            if _spawner is None:
-                _spawner = spawner.Spawner.start(_clone_in_spawner)
-            return _spawner.clone(request, fds)
+            return _the_spawner().clone(request, fds)
         except OSError as e:
             if not isinstance(e, ConnectionError):
                 raise _cannot_clone(e) from None

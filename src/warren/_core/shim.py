@@ -264,8 +264,9 @@ class Launcher:
         stub a command itself (``launched``)."""
         ours, theirs = pair or socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         spawned = None
-        if STUB_CONFINES and execstub.loaded() is not None:
-            spawned = _spawn_stub(theirs.fileno(), ruleset, confinement(plan, ruleset))
+        stub = execstub.loaded() if STUB_CONFINES else None
+        if stub is not None:
+            spawned = _spawn_stub(stub, theirs.fileno(), ruleset, confinement(plan, ruleset))
         if spawned is not None:
             theirs.close()
             self.pid, self.sock = spawned, ours
@@ -449,13 +450,10 @@ def _become_stub(stub: int, sock: int) -> None:
     os.execve(stub, [execstub.NAME], {})
 
 
-def _spawn_stub(sock: int, ruleset: int | None, spec: str) -> int | None:
-    """The stub started as its own process (``posix_spawn``: no copy of this one is
-    made), confining itself (``confinement``); None where it cannot be (no /proc to
-    name its memfd by): the caller forks as before."""
-    stub = execstub.loaded()
-    if stub is None:
-        return None
+def _spawn_stub(stub: int, sock: int, ruleset: int | None, spec: str) -> int | None:
+    """The stub (``stub``: its memfd, ``execstub.loaded``) started as its own process
+    (``posix_spawn``: no copy of this one is made), confining itself (``confinement``);
+    None where it cannot be (no /proc to name its memfd by): the caller forks as before."""
     env = {"WARREN_CONFINE": f"{sock};{-1 if ruleset is None else ruleset};{spec}"}
     given = {fd: os.get_inheritable(fd) for fd in (sock, ruleset) if fd is not None}
     for fd in given:
