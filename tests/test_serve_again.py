@@ -93,11 +93,11 @@ def test_a_burst_is_served_by_helpers_that_serve_again_as_any_helper_would(sb: S
 
 
 def test_pid1_goes_on_while_a_command_served_again_runs(sb: Sandbox) -> None:
-    for _ in range(4):
+    for _ in range(3):
         time.sleep(0.7)
         for _ in range(3):
             sb.exec(["true"])  # a burst: its helpers serve again, one taking a request that waited
-        long = threading.Thread(target=sb.exec, args=(["sleep", "3"],))
+        long = threading.Thread(target=sb.exec, args=(["sleep", "2"],))
         long.start()
         time.sleep(0.2)
         r = sb.exec(["echo", "beside"])
