@@ -276,6 +276,22 @@ def _host_pids_with(marker: str) -> list[int]:
     return found
 
 
+def _seen_running(marker: str) -> list[int]:
+    """The host's pids of the process with ``marker`` in its command line, once there."""
+    deadline = time.monotonic() + 10
+    while not (pids := _host_pids_with(marker)):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    return pids
+
+
+def _seen_gone(marker: str) -> None:
+    deadline = time.monotonic() + 5
+    while _host_pids_with(marker):
+        assert time.monotonic() < deadline, "the process still runs after the rollback"
+        time.sleep(0.01)
+
+
 def test_a_running_process_is_named_and_stopped_or_the_rollback_refused(tmp_path: Path) -> None:
     ws = _workspace(tmp_path)
     sb = _review(ws, "cp-running")
@@ -284,10 +300,7 @@ def test_a_running_process_is_named_and_stopped_or_the_rollback_refused(tmp_path
         sb.checkpoint()
         marker = f"{os.getpid()}.{time.monotonic_ns() % 100000}"
         sb.spawn(["sh", "-c", f"echo y > y.txt; exec sleep {marker}"])
-        deadline = time.monotonic() + 10
-        while not _host_pids_with(marker):  # control: the host sees it running
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        _seen_running(marker)  # control: the host sees it running
         with pytest.raises(CheckpointError, match=r"while processes run in it: \d+ \(sleep\)"):
             sb.checkpoint()
         with pytest.raises(CheckpointError, match=r"while processes run in it: \d+ \(sleep\)"):
@@ -296,10 +309,7 @@ def test_a_running_process_is_named_and_stopped_or_the_rollback_refused(tmp_path
         assert ("added", "y.txt") in _changes(sb)
         back = sb.rollback()
         assert "(sleep)" in back.stopped
-        deadline = time.monotonic() + 5
-        while _host_pids_with(marker):
-            assert time.monotonic() < deadline, "the process still runs after the rollback"
-            time.sleep(0.01)
+        _seen_gone(marker)
         assert _changes(sb) == {("added", "x.txt")}
         assert _sh(sb, "ls").split() == sorted(
             ["a-link.txt", "a.txt", "main-link", "src", "tool.sh", "x.txt"]
@@ -325,17 +335,11 @@ def test_a_process_passing_for_warrens_stub_is_stopped_by_a_rollback_all_the_sam
             f"os.execv(f'/proc/self/fd/{{fd}}', ['sleep', {marker!r}])"
         )
         sb.spawn(["python3", "-I", "-c", disguise])
-        deadline = time.monotonic() + 10
-        while not (pids := _host_pids_with(marker)):  # control: the host sees it running
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        pids = _seen_running(marker)  # control: the host sees it running
         assert os.readlink(f"/proc/{pids[0]}/exe") == execstub.MEMFD_NAME  # it passes for the stub
         back = sb.rollback()
         assert back.stopped == ""
-        deadline = time.monotonic() + 5
-        while _host_pids_with(marker):
-            assert time.monotonic() < deadline, "the process still runs after the rollback"
-            time.sleep(0.01)
+        _seen_gone(marker)
         assert _changes(sb) == {("added", "x.txt")}
     finally:
         sb.remove()
