@@ -261,8 +261,15 @@ def test_a_waiting_stub_has_its_own_name(box: tuple[str, Sandbox]) -> None:
     /proc/self/fd path its name would otherwise be a number, reported as a process the
     rollback stopped."""
     kind, sb = box
-    # read by the command that found it: the next command would be started by it
-    show = "print(open(f'/proc/{pid}/comm').read().strip() if pid else None)"
+    # Read by the command that found it (the next command would be started by it), once
+    # it waits: spawned a moment ago it may still be in the loader, its name a number.
+    show = (
+        "import time\n"
+        "comm = lambda: open(f'/proc/{pid}/comm').read().strip() if pid else None\n"
+        "until = time.monotonic() + 5\n"
+        "while pid and comm().isdigit() and time.monotonic() < until: time.sleep(0.01)\n"
+        "print(comm())"
+    )
     comm = sb.exec(["python3", "-c", FIND_STUB + show]).stdout.decode().strip()
     assert comm == ("None" if kind == "python" else execstub.COMM), (kind, comm)
 
