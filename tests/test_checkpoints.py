@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -341,6 +342,74 @@ def test_a_process_passing_for_warrens_stub_is_stopped_by_a_rollback_all_the_sam
         assert back.stopped == ""
         _seen_gone(marker)
         assert _changes(sb) == {("added", "x.txt")}
+    finally:
+        sb.remove()
+
+
+# A process of the command before that takes a while to go: it touches 2 GiB, waits for
+# "go", then exits (freeing that memory takes the kernel about 0.2 s).
+_BIG = r"""
+import mmap, os, time
+m = mmap.mmap(-1, 2 << 30, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+for off in range(0, len(m), 4096):
+    m[off] = 1
+open("ready", "w").close()
+while not os.path.exists("go"):
+    time.sleep(0.001)
+os._exit(0)
+"""
+# Says "go", then waits until that process is in the kernel's exit (every thread
+# PF_EXITING, or a zombie) and says whether it saw it there or already gone.
+_UNTIL_EXITING = r"""
+import os, sys
+pid = sys.argv[1]
+open("go", "w").close()
+seen = "gone"
+while True:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        break
+    fields = stat[stat.rindex(")") + 2 :].split()
+    if fields[0] in ("Z", "X") or int(fields[6]) & 0x4:
+        seen = "exiting"
+        break
+print(seen)
+"""
+
+
+def test_the_checkpoint_before_a_command_waits_for_a_process_in_its_exit(tmp_path: Path) -> None:
+    # The checkpoint before each command is skipped while a process of the sandbox still
+    # runs (said in the supervisor's log, naming it). One in the kernel's exit runs
+    # nothing more: it is waited for, however long the kernel takes to free its memory,
+    # and the next command gets its checkpoint (skipped before, after a 15 ms grace).
+    ws = _workspace(tmp_path)
+    (ws / "big.py").write_text(_BIG)
+    (ws / "until_exiting.py").write_text(_UNTIL_EXITING)
+    sb = _review(ws, "cp-exit")
+    try:
+        for round_ in range(2):
+            pid = _sh(
+                sb,
+                "rm -f ready go; python3 -I big.py >/dev/null 2>&1 & echo $!; "
+                "until [ -e ready ]; do sleep 0.01; done",
+            )
+            # its checkpoint skipped: the big process runs
+            assert _sh(sb, f"python3 -I until_exiting.py {pid.strip()}").strip() == "exiting"  # control
+            _sh(sb, f"echo {round_} > three.txt")
+            listed = sb.checkpoints()
+            assert listed[-1].command == f"sh -c 'echo {round_} > three.txt'", [c.command for c in listed]
+        log = (Path(statedir.location(os.environ)) / statedir.LOG_FILE).read_text()
+        assert re.search(
+            r"no checkpoint of cp-exit before sh -c 'python3 -I until_exiting\.py \d+': a process of "
+            r"the sandbox still ran, \d+ \(python3\)",
+            log,
+        ), log[-2000:]
+        # judged on the host: back to it, the change of the command after it is undone
+        sb.rollback(listed[-1].id)
+        assert (ws / "three.txt").exists() is False
+        assert _sh(sb, "cat three.txt") == "0\n"
     finally:
         sb.remove()
 

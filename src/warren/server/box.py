@@ -218,6 +218,7 @@ class Box:
     # PID 1 was asked to let its spare go (``restack.freeze``): one it gave meanwhile is
     # let go at once, or its helper would wait on our end and PID 1 for it
     quiescing: bool = False
+    busy: str = ""  # ... what it found running when it was not alone: pids and names
     image_lease: Lease | None = None  # the store's image held while it runs (envroot.lease)
     paused: pause.Paused | None = None  # how it was paused, while it is
     # the hard-link walk made after launch (``server.linkwalk``), until it ends

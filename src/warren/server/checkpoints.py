@@ -141,7 +141,7 @@ def take(box: Box, layer: str, root: str, command: str = "") -> review.Checkpoin
     if not _stack_again(box, layer, target, stack, after, unused, refuse=not auto):
         print(
             f"warren supervisor: no checkpoint of {box.name} before {command}: a process of the "
-            "sandbox still ran (the next command's checkpoint holds these changes too)",
+            f"sandbox still ran, {box.busy} (the next command's checkpoint holds these changes too)",
             file=sys.stderr,
             flush=True,
         )
@@ -543,12 +543,12 @@ def quiesce(box: Box, *, stop: bool, refuse: bool, action: str) -> str | None:
         box.quiescing = False
     if isinstance(quiet, protocol.Quiet) and quiet.alone:
         return quiet.why
+    box.busy = quiet.why if isinstance(quiet, protocol.Quiet) else "PID 1 did not answer"
     box.send(protocol.Refresh())
     if not refuse:
         return None
-    why = quiet.why if isinstance(quiet, protocol.Quiet) else "PID 1 did not answer"
     raise CheckpointError(
-        f"cannot {action} sandbox {box.name} while processes run in it: {why}",
+        f"cannot {action} sandbox {box.name} while processes run in it: {box.busy}",
         operation=action,
         path=box.name,
         hint=f"`warren rollback {box.name}` stops them first; or end them (`warren ps {box.name}`, "
