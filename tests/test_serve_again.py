@@ -106,6 +106,18 @@ def test_pid1_goes_on_while_a_command_served_again_runs(sb: Sandbox) -> None:
         assert r.stdout == b"beside\n" and beside_first, "an exec waited for another's command to end"
 
 
+def test_the_exec_right_after_one_that_followed_a_pause_is_served_again(sb: Sandbox) -> None:
+    # The first of a burst comes after a pause (``pid1.BURST_GAP``), the second at once:
+    # served by the same helper, not by one forked for it (its parent, the helper).
+    same = 0
+    for _ in range(4):
+        time.sleep(0.7)
+        first = sb.exec(["sh", "-c", "echo $PPID"]).stdout
+        second = sb.exec(["sh", "-c", "echo $PPID"]).stdout
+        same += first == second
+    assert same >= 2, same
+
+
 def test_a_command_that_leaves_a_process_ends_its_helpers_service(sb: Sandbox) -> None:
     for _ in range(3):
         sb.exec(["true"])

@@ -88,7 +88,7 @@ def _spare_idle() -> float:
 
 
 SPARE_IDLE = _spare_idle()
-# A helper that answered an exec in a burst serves the next request (``again``);
+# A helper that answered an exec serves the next request (``again``), in a burst or not;
 # ``WARREN_SERVE_AGAIN=0`` in the supervisor's environment turns it off (each helper
 # serves one request, as before; ``bench/bench_burst.py`` compares the two).
 SERVE_AGAIN = os.environ.get("WARREN_SERVE_AGAIN", "1") != "0"
@@ -270,7 +270,7 @@ class Init:
     last: socket.socket | None = field(default=None, init=False)
     generation: int = field(default=0, init=False)  # ``Refresh`` and ``Walked`` read (``Spare``)
     spare_gen: int = field(default=0, init=False)  # ... when the spare was forked
-    # The helper given the last request in a burst, which may serve again (``again``),
+    # The helper given the last exec, which may serve again (``again``),
     # and a request that waits for it meanwhile (with its descriptors, and until when).
     serving_again: again.Serving | None = field(default=None, init=False)
     pending: tuple[protocol.Handoff, list[int], float] | None = field(default=None, init=False)
@@ -358,7 +358,7 @@ class Init:
                             self.spare, self.advertised = None, False
                         self._requested()
                         chan = self.spare
-                        keep = taken and self._burst_exec() and self.stopping is None
+                        keep = taken and self._serves_again() and self.stopping is None
                         if keep and chan is not None:
                             # Kept: it may serve the next request too (``again``).
                             self.spare, self.advertised = None, False
@@ -692,7 +692,7 @@ class Init:
                 wire.send(spare, msg, fds=fds)
             if self.oneshot and self.plan.namespaces and isinstance(msg.request, protocol.ExecRequest):
                 self._keep_last(spare)
-            elif self._burst_exec() and isinstance(msg.request, protocol.ExecRequest):
+            elif self._serves_again() and isinstance(msg.request, protocol.ExecRequest):
                 self._keep_serving(spare, pid, gen, window)
             else:
                 spare.close()
@@ -706,11 +706,13 @@ class Init:
                 os.close(fd)
         self.want_spare = not self.oneshot
 
-    def _burst_exec(self) -> bool:
-        """Whether the helper given the request just taken may serve again: it came in
-        a burst, in a long-lived sandbox (an exec, as the helper alone knows on the
-        supervisor's path: it serves again only after one)."""
-        return SERVE_AGAIN and self.burst and not self.oneshot
+    def _serves_again(self) -> bool:
+        """Whether the helper given the request just taken may serve again: in a
+        long-lived sandbox (an exec, as the helper alone knows on the supervisor's path:
+        it serves again only after one), whether or not the request came in a burst: the
+        next may follow its answer at once (the first of a burst follows a pause), and
+        a helper that serves again is the next spare sooner than a fork of PID 1."""
+        return SERVE_AGAIN and not self.oneshot
 
     def _dispatch_pending(self) -> None:
         """The request that waited for a helper to serve again, handed now as any."""
@@ -821,7 +823,7 @@ class Init:
 
     def _hand_offer(self, serving: again.Serving, msg: protocol.Handoff, given: list[int]) -> None:
         """A request to the helper that offered itself again, written to its direct
-        channel (it reads it as from the supervisor: "t"); told "b" again in a burst."""
+        channel (it reads it as from the supervisor: "t"); told "b" again."""
         direct, *stub = serving.offer
         serving.offer = []
         serving.going = False
@@ -839,7 +841,7 @@ class Init:
             for fd in given:
                 os.close(fd)
         exec_ = isinstance(msg.request, protocol.ExecRequest)
-        if not (self.burst and exec_ and serving.tell(again.BURST)):
+        if not (self._serves_again() and exec_ and serving.tell(again.BURST)):
             self._end_serving()
         self.want_spare = not self.oneshot and self.stopping is None
 
@@ -1157,7 +1159,7 @@ class Init:
         _sys.close_all_but(*keep)
 
     def _serve_again(self, from_pid1: socket.socket, kept: set[int]) -> tuple[Launcher, socket.socket] | None:
-        """Once an exec in a burst is answered (``_GoesOn``): everything the request
+        """Once an exec is answered (``_GoesOn``): everything the request
         brought closed, PID 1 asked, the command's process forked again and offered
         (``again``). The new launcher and the helper's end of the new direct channel;
         None when PID 1 said no or a step failed (the helper then ends, as ever)."""
@@ -1217,11 +1219,11 @@ class Init:
 
 
 class _GoesOn:
-    """Asked by the shim just before its exec's answer is sent: whether this helper
-    serves again (PID 1 said the request came in a burst, and nothing of the command
-    is left), so that it does not yield its core as a helper that exits does; then,
-    the answer sent, it asks PID 1 at once ("r": the next request may be on its way
-    to PID 1 already, and waits for this helper only if PID 1 has heard this first)."""
+    """Asked by the shim just before its exec's answer is sent: whether this helper serves
+    again (PID 1 said it may, "b", and nothing of the command is left), so that it
+    does not yield its core as a helper that exits does; then, the answer sent, it
+    asks PID 1 at once ("r": the next request may be on its way to PID 1 already,
+    and waits for this helper only if PID 1 has heard this first)."""
 
     def __init__(self, from_pid1: socket.socket) -> None:
         self.from_pid1 = from_pid1
