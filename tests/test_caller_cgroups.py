@@ -11,6 +11,7 @@ shown there (beneath the client's child group of its delegated group), not a cap
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import pwd
 import shutil
@@ -90,10 +91,16 @@ def _remove(group: str) -> None:
         except OSError:
             if time.monotonic() > deadline:
                 raise
-            with contextlib.suppress(FileNotFoundError):
-                for pid in Path(group, "cgroup.procs").read_text().split():
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(int(pid), signal.SIGKILL)
+            try:
+                pids = Path(group, "cgroup.procs").read_text().split()
+            except OSError as e:
+                # Gone, or going: the supervisor's rmdir of it has begun (ENODEV).
+                if e.errno not in (errno.ENOENT, errno.ENODEV):
+                    raise
+                pids = []
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
             time.sleep(0.05)
 
 
