@@ -27,8 +27,10 @@ of bwrap under the same load; the exec row then reads as a ratio to bwrap too).
 Medians; each supervisor started before (two runs at the pace first, as an agent's
 session would have).
 
+``--repo`` makes each workspace a git repository with a commit, as most agents' are.
+
 Run: python bench/bench_pace.py [--pace 1,10,30] [--runs 6] [--exec] [--create] [--cold] [--busy 2]
-       [--also PATH] [--also-python PATH] [--burst 4]
+       [--also PATH] [--also-python PATH] [--burst 4] [--repo]
 """
 
 from __future__ import annotations
@@ -87,6 +89,16 @@ def _supervisor_pid(state: Path) -> int:
         return 0
 
 
+def _repository(ws: Path) -> None:
+    """``ws`` made a git repository with one commit (a README, a source file), as most
+    agents' workspaces are."""
+    (ws / "README.md").write_text("# project\n")
+    (ws / "main.py").write_text("print('hello')\n")
+    git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.invalid"]
+    for argv in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "start"]):
+        subprocess.run([*git, *argv], cwd=ws, check=True, capture_output=True)
+
+
 def _busy(n: int) -> list[subprocess.Popen[bytes]]:
     loop = "while True: pass"
     return [subprocess.Popen([sys.executable, "-c", loop]) for _ in range(n)]
@@ -103,6 +115,7 @@ def main() -> None:
     ap.add_argument("--burst", type=int, default=0, help="with --exec: also N execs back to back")
     ap.add_argument("--also", help="another warren CLI measured in the same cycles (its own state)")
     ap.add_argument("--also-python", help="another install's Python: its Sandbox.exec beside (with --exec)")
+    ap.add_argument("--repo", action="store_true", help="each workspace a git repository with a commit")
     args = ap.parse_args()
     warren_cli = shutil.which("warren")
     if warren_cli is None:
@@ -120,6 +133,8 @@ def main() -> None:
         places = {k: Path(tmp) / str(i) for i, k in enumerate([*clis, *colds, "lib", "also-lib"])}
         for place in places.values():
             (place / "ws").mkdir(parents=True)
+            if args.repo:
+                _repository(place / "ws")
         envs = {k: {**os.environ, "XDG_STATE_HOME": str(places[k] / "state")} for k in [*clis, *colds]}
         box = None
         other: subprocess.Popen[str] | None = None
