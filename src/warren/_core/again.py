@@ -126,6 +126,17 @@ def alone() -> bool:
             return False
 
 
+def answered(pid: int) -> bool:
+    """In PID 1: whether the helper ``pid`` has no child left (its command over: it
+    asks to serve again in a moment, or ends); False where the kernel does not list
+    children (``/proc/PID/task/PID/children``)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", "rb") as f:
+            return not f.read().strip()
+    except OSError:
+        return False
+
+
 def told_burst(chan: socket.socket) -> bool:
     """Whether PID 1 said this helper may serve again, "b" (and nothing else)."""
     try:

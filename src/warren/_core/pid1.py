@@ -647,7 +647,11 @@ class Init:
         """Hand a request to the spare helper (forked ahead of time), then fork the
         next spare while this one works: no fork on a request's path. With none, in a
         burst whose last helper is readying itself again (``again``), the request
-        waits for it (``again.PENDING_WAIT`` at most)."""
+        waits for it (``again.PENDING_WAIT`` at most). So does one that came before
+        that helper's "r" was heard, once its command is over (no child left): the
+        client's next request can overtake the word the helper says right after the
+        answer (it loses its core to the client, or to the supervisor syncing a
+        repository), and a helper forked for it takes twice as long."""
         assert isinstance(msg, protocol.Handoff)
         self._requested()
         serving = self.serving_again
@@ -656,10 +660,18 @@ class Init:
             and self.pending is None
             and (self.spare is None or self.advertised)
             and serving is not None
-            and serving.going
             and serving.generation == self.generation
             and self.stopping is None
         ):
+            if not serving.going:
+                self._heard_again()  # its "r", when it is there already
+                serving = self.serving_again
+                if serving is not None and not serving.going and again.answered(serving.pid):
+                    self.pending = (msg, fds, time.monotonic() + again.PENDING_WAIT)
+                    return
+            if serving is None or not serving.going:
+                self._give(msg, fds)
+                return
             if serving.offer:
                 self._hand_offer(serving, msg, fds)
             else:
