@@ -666,16 +666,12 @@ class Init:
             if not serving.going:
                 self._heard_again()  # its "r", when it is there already
                 serving = self.serving_again
-                if serving is not None and not serving.going and again.answered(serving.pid):
-                    self.pending = (msg, fds, time.monotonic() + again.PENDING_WAIT)
-                    return
-            if serving is None or not serving.going:
-                self._give(msg, fds)
-                return
-            if serving.offer:
+            if serving is not None and serving.offer:  # (an offer: it was told to go)
                 self._hand_offer(serving, msg, fds)
-            else:
+            elif serving is not None and (serving.going or again.answered(serving.pid)):
                 self.pending = (msg, fds, time.monotonic() + again.PENDING_WAIT)
+            else:
+                self._give(msg, fds)
             return
         self._give(msg, fds)
 
