@@ -107,15 +107,22 @@ def test_pid1_goes_on_while_a_command_served_again_runs(sb: Sandbox) -> None:
         assert r.stdout == b"beside\n" and beside_first, "an exec waited for another's command to end"
 
 
-def test_the_exec_right_after_one_that_followed_a_pause_is_served_again(sb: Sandbox) -> None:
-    # The first of a burst comes after a pause (``pid1.BURST_GAP``), the second at once:
-    # served by the same helper, not by one forked for it (its parent, the helper).
+def _second_served_again(sb: Sandbox, rounds: int) -> int:
+    """Of ``rounds`` pairs of execs, each pair after a pause (``pid1.BURST_GAP``), how
+    many had their second served by the first's helper (the commands' parent)."""
     same = 0
-    for _ in range(4):
+    for _ in range(rounds):
         time.sleep(0.7)
         first = sb.exec(["sh", "-c", "echo $PPID"]).stdout
         second = sb.exec(["sh", "-c", "echo $PPID"]).stdout
         same += first == second
+    return same
+
+
+def test_the_exec_right_after_one_that_followed_a_pause_is_served_again(sb: Sandbox) -> None:
+    # The first of a burst comes after a pause, the second at once: served by the same
+    # helper, not by one forked for it.
+    same = _second_served_again(sb, 4)
     assert same >= 2, same
 
 
@@ -134,12 +141,7 @@ def test_in_a_repository_the_next_request_waits_for_the_helper_that_answered(
     sb = Sandbox.create(PolicySpec(workspace=str(ws)))
     try:
         assert sb.exec(["git", "log", "--format=%s"]).stdout == b"start\n"  # control: a repository
-        same = 0
-        for _ in range(10):
-            time.sleep(0.7)
-            first = sb.exec(["sh", "-c", "echo $PPID"]).stdout
-            second = sb.exec(["sh", "-c", "echo $PPID"]).stdout
-            same += first == second
+        same = _second_served_again(sb, 10)
         assert same >= 8, same
     finally:
         sb.remove()
