@@ -425,9 +425,13 @@ def _check_gone(sb: Sandbox, layout: Layout, token: str, pid_ns: str, mnt_ns: st
     found = statedir.read_address(statedir.location(os.environ))
     assert found is not None
     os.kill(found[1], signal.SIGKILL)
+    # Everything goes, but not at once: PID 1 and the supervisor's helpers joined to the
+    # sandbox's mount namespace die of their parent's death, each when next scheduled.
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and (
-        _host_pids_in_ns("pid", pid_ns) or process_start_time(sb.pid1) == pid1_start
+        _host_pids_in_ns("pid", pid_ns)
+        or _host_pids_in_ns("mnt", mnt_ns)
+        or process_start_time(sb.pid1) == pid1_start
     ):
         time.sleep(0.05)
     assert _host_pids_in_ns("pid", pid_ns) == []

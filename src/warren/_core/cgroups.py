@@ -32,10 +32,15 @@ import time
 
 from ..errors import SandboxError, SetupError
 from ..plan.limits import V2, CgroupFacts, CgroupPlan, Counter, Hierarchy, Placement
+from . import procs
 
 ROOT = "/sys/fs/cgroup"
 V1_CONTROLLERS = ("pids", "memory", "cpu", "freezer")
 FREEZE_WAIT = 2.0  # seconds a freeze may take before it is undone and reported
+# A task in the kernel's exit cannot be frozen and runs nothing of its own again; freeing
+# a large memory takes the kernel long (2 GiB: about 0.2 s on a quiet host, seconds on a
+# loaded one): while one is there a freeze waits on, this long in all.
+FREEZE_EXIT_WAIT = 10.0
 
 
 def supervisor_leaf(uid: int) -> str:
@@ -508,7 +513,7 @@ def freeze(path: str, frozen: bool) -> None:
     else:
         _write(path, "freezer.state", "FROZEN" if frozen else "THAWED")
     want = "1" if frozen else "0"
-    deadline = time.monotonic() + FREEZE_WAIT
+    start = time.monotonic()
     delay = 0.0005
     while True:
         if v2:
@@ -517,17 +522,32 @@ def freeze(path: str, frozen: bool) -> None:
             done = read(path, "freezer.state").strip() == ("FROZEN" if frozen else "THAWED")
         if done:
             return
-        if time.monotonic() > deadline:
+        waited = time.monotonic() - start
+        if waited > FREEZE_WAIT:
+            tasks = [d for d in map(procs.describe_task, _tasks(path, v2)) if d is not None]
+            if frozen and waited < FREEZE_EXIT_WAIT and any(in_exit for _d, in_exit in tasks):
+                time.sleep(delay)
+                continue
             if frozen:
                 freeze(path, False)
+            seen = "; ".join(d for d, _in_exit in tasks[:8]) + ("; ..." if len(tasks) > 8 else "")
             raise SandboxError(
-                f"the sandbox's tasks did not {'freeze' if frozen else 'thaw'} within {FREEZE_WAIT:g} s",
+                f"the sandbox's tasks did not {'freeze' if frozen else 'thaw'} within {waited:.1f} s"
+                + (f" (its tasks then: {seen})" if seen else ""),
                 operation="pause" if frozen else "resume",
                 path=path,
                 hint="a task may be stuck in the kernel (D state, e.g. on a hung NFS mount); try again",
             )
         time.sleep(delay)
         delay = min(delay * 2, 0.02)
+
+
+def _tasks(path: str, v2: bool) -> list[int]:
+    """Every task (thread) of the group and the groups beneath it, by id."""
+    out: list[int] = []
+    for top, _dirs, _files in os.walk(path):
+        out += [int(t) for t in read(top, "cgroup.threads" if v2 else "tasks").split() if t.isdigit()]
+    return out
 
 
 def kill_all(path: str) -> None:

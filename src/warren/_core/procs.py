@@ -83,6 +83,26 @@ def exiting(pid: int) -> bool:
     return True
 
 
+def describe_task(tid: int) -> tuple[str, bool] | None:
+    """How a task (a thread, by its id in this /proc) reads for a message: ``"12 (sh)
+    S do_wait"`` (its state letter; where it sleeps in the kernel, when this process
+    may read that), and whether it is in the kernel's exit. None when it is gone."""
+    try:
+        with open(f"/proc/{tid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+    fields = stat[stat.rindex(")") + 2 :].split(maxsplit=7)
+    wchan = ""
+    with contextlib.suppress(OSError, UnicodeDecodeError), open(f"/proc/{tid}/wchan") as f:
+        wchan = f.read().strip()
+    in_exit = fields[0] not in ("Z", "X") and bool(int(fields[6]) & PF_EXITING)
+    where = "in its exit" if in_exit else wchan if wchan not in ("", "0") else ""
+    words = [f"{tid} ({comm})", fields[0], where]
+    return " ".join(w for w in words if w), in_exit
+
+
 _own_filters: int | None = None
 
 
