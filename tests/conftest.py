@@ -403,7 +403,8 @@ HOST_FILES_LOCK = "/var/tmp/warren-tests-host-files.lock"
 @contextlib.contextmanager
 def host_files(exclusive: bool) -> Iterator[None]:
     """``exclusive``: this test changes a file the planning of every sandbox reads (a
-    host key in /etc/ssh, which the default deny list's glob matches), which makes any
+    host key in /etc/ssh, which the default deny list's glob matches; a denied place of
+    HOME made or removed: ``denied_home_dir``), which makes any
     sandbox booted ahead at that moment, of any caller, another plan. Shared: this test
     needs a sandbox booted ahead to be taken by its next run (tests/test_ahead.py)."""
     import fcntl
@@ -514,12 +515,25 @@ def planted_secret() -> Iterator[Path]:
     made = not aws.exists()
     secret = aws / f"credentials-warren-test-{os.getpid()}"
     for _ in range(5):  # another test process (xdist, the other uid's run) may remove ~/.aws
-        aws.mkdir(exist_ok=True)
+        denied_home_dir(aws, True)
         with contextlib.suppress(FileNotFoundError):
             secret.write_text("aws_secret_access_key = PLANTED-SECRET-77ab\n")
             break
     yield secret
     secret.unlink(missing_ok=True)
     if made:
-        with contextlib.suppress(OSError):  # not empty: another test process's plant is in it
-            aws.rmdir()
+        denied_home_dir(aws, False)
+
+
+def denied_home_dir(path: Path, made: bool) -> None:
+    """Make (or remove, if empty: another test process's plant may be in it) a denied
+    place of HOME, such as ~/.aws. Its coming or going makes any sandbox booted ahead
+    for the caller another plan: done while no test needs one taken (``host_files``)."""
+    if path.exists() is made:
+        return
+    with host_files(exclusive=True):
+        if made:
+            path.mkdir(exist_ok=True)
+        else:
+            with contextlib.suppress(OSError):
+                path.rmdir()

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import _make_layout, module_state, need_tool
+from conftest import _make_layout, denied_home_dir, module_state, need_tool
 from warren import PolicySpec, Sandbox
 from warren.plan import CallerFacts, HostFacts, degraded, make_plan
 from warren.plan.facts import parse_mountinfo
@@ -61,11 +61,14 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def secret(base: Path) -> Iterator[Path]:
     """A credential in a default-denied place of HOME, under a name of this module."""
     aws = Path.home() / ".aws"
-    aws.mkdir(exist_ok=True)
+    made = not aws.exists()
+    denied_home_dir(aws, True)
     path = aws / f"credentials-warren-nested-{os.getpid()}"
     path.write_text("aws_secret_access_key = NESTED-SECRET-5c1d\n")
     yield path
     path.unlink(missing_ok=True)
+    if made:
+        denied_home_dir(aws, False)  # as it was
 
 
 @pytest.fixture(scope="module")
