@@ -41,6 +41,7 @@ FREEZE_WAIT = 2.0  # seconds a freeze may take before it is undone and reported
 # a large memory takes the kernel long (2 GiB: about 0.2 s on a quiet host, seconds on a
 # loaded one): while one is there a freeze waits on, this long in all.
 FREEZE_EXIT_WAIT = 10.0
+EXIT_GONE_WAIT = 0.5
 
 
 def supervisor_leaf(uid: int) -> str:
@@ -512,20 +513,21 @@ def freeze(path: str, frozen: bool) -> None:
         _write(path, "cgroup.freeze", "1" if frozen else "0")
     else:
         _write(path, "freezer.state", "FROZEN" if frozen else "THAWED")
-    want = "1" if frozen else "0"
     start = time.monotonic()
     delay = 0.0005
+    exiting_at = -1.0  # when a task was last seen in its exit
     while True:
-        if v2:
-            done = flat_value(read(path, "cgroup.events"), "frozen") == want
-        else:
-            done = read(path, "freezer.state").strip() == ("FROZEN" if frozen else "THAWED")
-        if done:
+        if _done(path, v2, frozen):
             return
-        waited = time.monotonic() - start
+        now = time.monotonic()
+        waited = now - start
         if waited > FREEZE_WAIT:
             tasks = [d for d in map(procs.describe_task, _tasks(path, v2)) if d is not None]
-            if frozen and waited < FREEZE_EXIT_WAIT and any(in_exit for _d, in_exit in tasks):
+            if any(in_exit for _d, in_exit in tasks):
+                exiting_at = now
+            # A task at its exit's very end is listed no more a moment before the kernel
+            # counts it gone (cgroup2 says "frozen" then): that moment is waited for too.
+            if frozen and waited < FREEZE_EXIT_WAIT and now - exiting_at < EXIT_GONE_WAIT:
                 time.sleep(delay)
                 continue
             if frozen:
@@ -540,6 +542,13 @@ def freeze(path: str, frozen: bool) -> None:
             )
         time.sleep(delay)
         delay = min(delay * 2, 0.02)
+
+
+def _done(path: str, v2: bool, frozen: bool) -> bool:
+    """Whether the kernel says the group is frozen (``frozen``), or thawed."""
+    if v2:
+        return flat_value(read(path, "cgroup.events"), "frozen") == ("1" if frozen else "0")
+    return read(path, "freezer.state").strip() == ("FROZEN" if frozen else "THAWED")
 
 
 def _tasks(path: str, v2: bool) -> list[int]:
