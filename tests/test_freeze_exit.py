@@ -66,15 +66,8 @@ def group() -> Iterator[str]:
     finally:
         with contextlib.suppress(OSError):
             cgroups.freeze(path, False)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                os.rmdir(path)
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+        cgroups.remove([path], None, wait=10)  # retried while its killed process leaves
+        assert not os.path.exists(path), f"{path} is left"
 
 
 def _in_its_exit(group: str) -> subprocess.Popen[bytes]:
@@ -93,8 +86,7 @@ def _in_its_exit(group: str) -> subprocess.Popen[bytes]:
 
 
 def _tasks(group: str) -> list[int]:
-    listing = "cgroup.threads" if cgroups.is_v2(group) else "tasks"
-    return [int(t) for t in cgroups.read(group, listing).split()]
+    return cgroups._tasks(group, cgroups.is_v2(group))
 
 
 def test_a_freeze_waits_for_a_task_in_its_exit(group: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -120,12 +112,7 @@ def test_a_freeze_that_fails_names_the_tasks_it_found(group: str, monkeypatch: p
             cgroups.freeze(group, True)
         except SandboxError as e:
             raised = str(e)
-            # undone by the failed freeze itself (before the thaw below)
-            thawed = (
-                cgroups.read(group, "cgroup.freeze").strip() == "0"
-                if cgroups.is_v2(group)
-                else (cgroups.read(group, "freezer.state").strip() == "THAWED")
-            )
+            thawed = cgroups._done(group, cgroups.is_v2(group), False)  # undone by the failed freeze itself
             break
         finally:
             cgroups.freeze(group, False)
