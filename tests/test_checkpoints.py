@@ -286,6 +286,14 @@ def _seen_running(marker: str) -> list[int]:
     return pids
 
 
+def _rss_mib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) // 1024
+    return 0
+
+
 def _seen_gone(marker: str) -> None:
     deadline = time.monotonic() + 5
     while _host_pids_with(marker):
@@ -323,21 +331,28 @@ def test_a_process_passing_for_warrens_stub_is_stopped_by_a_rollback_all_the_sam
     # A quiesce does not name warren's own waiting stub among what it stopped (one whose
     # helper ended before it named itself is PID 1's for a moment, told by its exe). A
     # command run from a memfd of the stub's name is taken for it: not named, but
-    # stopped all the same, judged on the host.
+    # stopped all the same, judged on the host. It holds 512 MiB, so that after its kill
+    # it stays a while in its exit with its exe gone (the kernel frees its memory): it
+    # was judged when first seen, and is not named on a second look either.
     ws = _workspace(tmp_path)
     sb = _review(ws, "cp-disguise")
     try:
         _sh(sb, "echo x > x.txt")
         sb.checkpoint()
         marker = f"{os.getpid()}.{time.monotonic_ns() % 100000}"
+        held = "import time; m = b'x' * (512 << 20); time.sleep(1000)"
         disguise = (
-            f"import os; fd = os.memfd_create({execstub.NAME!r}); "
-            "os.write(fd, open('/bin/sleep', 'rb').read()); "
-            f"os.execv(f'/proc/self/fd/{{fd}}', ['sleep', {marker!r}])"
+            f"import os, sys; fd = os.memfd_create({execstub.NAME!r}); "
+            "os.write(fd, open(sys.executable, 'rb').read()); "
+            f"os.execv(f'/proc/self/fd/{{fd}}', ['python3', '-I', '-c', {held!r}, {marker!r}])"
         )
         sb.spawn(["python3", "-I", "-c", disguise])
         pids = _seen_running(marker)  # control: the host sees it running
         assert os.readlink(f"/proc/{pids[0]}/exe") == execstub.MEMFD_NAME  # it passes for the stub
+        deadline = time.monotonic() + 10
+        while _rss_mib(pids[0]) < 500:  # control: its memory is held
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
         back = sb.rollback()
         assert back.stopped == ""
         _seen_gone(marker)

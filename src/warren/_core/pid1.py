@@ -531,6 +531,7 @@ class Init:
         alone = False
         busy: list[int] = []
         stopped: dict[int, str] = {}
+        judged: set[int] = set()  # named or not when first seen, killed
         seen_busy = 0.0
         while True:
             self._reap()
@@ -559,13 +560,14 @@ class Init:
                     # as naming itself (its name a number: it was spawned by a
                     # /proc/self/fd path; its exe tells), or it is on its way out (its
                     # exe gone: its name tells). A command run from a memfd of the
-                    # stub's name is killed all the same, its name not said.
-                    if (
-                        pid not in stopped
-                        and comm not in ("gone", execstub.COMM)
-                        and not procs.is_warren(pid)
-                    ):
-                        stopped[pid] = comm
+                    # stub's name is killed all the same, its name not said. Each is
+                    # judged once, before its kill: in its exit after it, its exe is
+                    # gone while its name stays (a process freeing much memory is seen
+                    # again then), and it would pass for a command.
+                    if pid not in judged:
+                        judged.add(pid)
+                        if comm not in ("gone", execstub.COMM) and not procs.is_warren(pid):
+                            stopped[pid] = comm
                     with contextlib.suppress(OSError):
                         os.kill(pid, signal.SIGKILL)
             elif busy and now <= deadline and all(procs.exiting(pid) for pid in busy):
