@@ -359,11 +359,28 @@ class Attached:
         back exactly while one is open."""
         if self.questions is None or self.relay is None or self.master < 0:
             return
+        if self.questions.waiting and not self.questions.asked and self.master in self.relay.readers:
+            self._catch_up()
         asking = self.saved_mode is not None and self.questions.next()
         if asking:
             self.relay.readers.pop(self.master, None)
         elif self.master not in self.relay.readers:
             self.relay.on_read(self.master, self._from_command)
+
+    def _catch_up(self) -> None:
+        """Relay what the command has written so far before a question is asked: its
+        output and the connection's event come by different descriptors, in no set
+        order, so a switch to the alternate screen made before the connection could be
+        unread yet (a read of the pty that finds nothing first flushes what the kernel
+        still holds for it)."""
+        os.set_blocking(self.master, False)
+        try:
+            while self._copy(self.master, self.out_fd):
+                pass
+        except BlockingIOError:
+            pass
+        finally:
+            os.set_blocking(self.master, True)
 
     def _copy(self, src: int, dst: int) -> bool:
         try:
