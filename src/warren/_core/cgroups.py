@@ -519,6 +519,14 @@ def freeze(path: str, frozen: bool) -> None:
     while True:
         if _done(path, v2, frozen):
             return
+        if frozen and not v2:
+            # The v1 freezer asks each task to freeze once, when "FROZEN" is written: a
+            # task that was running then and went to sleep after it where no signal
+            # wakes it (a vfork's parent waiting for its child, frozen before its exec)
+            # is asked no more, and the group stays FREEZING. Written again, the kernel
+            # asks again, and that sleep is frozen as it is. (cgroup2 freezes such a
+            # sleep itself.)
+            _write(path, "freezer.state", "FROZEN")
         now = time.monotonic()
         waited = now - start
         if waited > FREEZE_WAIT:
@@ -542,14 +550,6 @@ def freeze(path: str, frozen: bool) -> None:
             )
         time.sleep(delay)
         delay = min(delay * 2, 0.02)
-        if frozen and not v2:
-            # The v1 freezer asks each task to freeze once, when "FROZEN" is written: a
-            # task that was running then and went to sleep after it where no signal
-            # wakes it (a vfork's parent waiting for its child, frozen before its exec)
-            # is asked no more, and the group stays FREEZING. Written again, the kernel
-            # asks again, and that sleep is frozen as it is. (cgroup2 freezes such a
-            # sleep itself.)
-            _write(path, "freezer.state", "FROZEN")
 
 
 def _done(path: str, v2: bool, frozen: bool) -> bool:

@@ -252,7 +252,6 @@ class Attached:
             self.saved_mode = None
 
     def _loop(self, sock: wire.Sock, net_r: int, already: protocol.Started | None) -> int:
-        out_fd = self.out_fd
         partial = b""
         relay = self.relay = Relay(sock, self._lost)
 
@@ -290,7 +289,7 @@ class Attached:
         msg = relay.follow(started)
         assert msg is not None  # no deadline: only the command's exit ends it
         if self.master >= 0:
-            self._drain(out_fd)
+            _ignoring(OSError, self._catch_up)  # what is left once the command exited
         self._restore_terminal()
         if net_r >= 0:
             os.set_blocking(net_r, False)
@@ -368,11 +367,11 @@ class Attached:
             self.relay.on_read(self.master, self._from_command)
 
     def _catch_up(self) -> None:
-        """Relay what the command has written so far before a question is asked: its
-        output and the connection's event come by different descriptors, in no set
-        order, so a switch to the alternate screen made before the connection could be
-        unread yet (a read of the pty that finds nothing first flushes what the kernel
-        still holds for it)."""
+        """Relay what the command has written so far, without waiting for more: before
+        a question is asked (its output and the connection's event come by different
+        descriptors, in no set order, so a switch to the alternate screen made before
+        the connection could be unread yet; a read of the pty that finds nothing first
+        flushes what the kernel still holds for it), and once the command exited."""
         os.set_blocking(self.master, False)
         try:
             while self._copy(self.master, self.out_fd):
@@ -400,14 +399,6 @@ class Attached:
             except BlockingIOError:
                 select.select([], [dst], [])
         return True
-
-    def _drain(self, out_fd: int) -> None:
-        os.set_blocking(self.master, False)
-        try:
-            while self._copy(self.master, out_fd):
-                pass
-        except OSError:
-            pass
 
     def _print_refusals(self, data: bytes) -> bytes:
         """Decisions arrive as JSON lines (``net.log``); refusals are counted by kind, the
