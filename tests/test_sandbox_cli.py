@@ -94,6 +94,58 @@ def test_a_run_right_after_shutdown_is_served(layout: Layout, tmp_path: Path) ->
     run_cli(["shutdown"], cwd=ws, env=env)
 
 
+def test_shutdown_returns_once_the_supervisor_has_exited(layout: Layout, tmp_path: Path) -> None:
+    """With no sandbox of its own left, `warren shutdown` returns once the supervisor is
+    gone, the sandboxes it booted ahead ended and their cgroups removed: a caller that
+    then removes the cgroup it ran warren in, or the state directory, found it still
+    going (the test suite's safety net killed it then, leaving those cgroups behind).
+    Judged by a pidfd of the supervisor taken before, at once after the command, in
+    rounds whose runs leave a sandbox booting ahead (0 s) or booted (1 s)."""
+    import select
+    import time
+
+    from warren import statedir
+
+    env = {"XDG_STATE_HOME": str(tmp_path / "state")}
+    ws = layout.workspace
+    for pause in (0, 1, 0, 1, 0):
+        for _ in range(2):
+            assert run_cli(["run", "--", "true"], cwd=ws, env=env).returncode == 0
+        time.sleep(pause)
+        found = statedir.read_address(statedir.location(env))
+        assert found is not None
+        pidfd = os.pidfd_open(found[1])
+        try:
+            r = run_cli(["shutdown"], cwd=ws, env=env)
+            assert (r.returncode, r.stderr) == (0, "")
+            gone = select.select([pidfd], [], [], 0)[0]
+            assert gone, f"pause {pause}: the supervisor (pid {found[1]}) still runs after `warren shutdown`"
+        finally:
+            os.close(pidfd)
+        assert statedir.read_address(statedir.location(env)) is None
+
+
+def test_shutdown_says_when_the_supervisor_does_not_go_in_time(
+    layout: Layout, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A supervisor still serving another client's connection goes only once it is done:
+    `warren shutdown` waits its time, then says so and where to look, and returns."""
+    from warren.cli import lifecycle
+    from warren.client import connect
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setattr(lifecycle, "EXIT_WAIT", 0.3)
+    assert run_cli(["run", "--", "true"], cwd=layout.workspace, env={}).returncode == 0
+    held = connect.supervisor()  # connected, its request not sent yet
+    try:
+        assert lifecycle.shutdown([]) == 0
+        err = capsys.readouterr().err
+        assert "is still running 0.3 s after agreeing to exit" in err, err
+        assert "hint: see " in err and "supervisor.log" in err
+    finally:
+        held.close()
+
+
 def test_shutdown_says_which_sandboxes_keep_the_supervisor_and_starts_none(
     layout: Layout, tmp_path: Path
 ) -> None:

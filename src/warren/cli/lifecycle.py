@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import select
 import sys
 from collections.abc import Callable
 
@@ -103,24 +104,56 @@ def rm(args: list[str]) -> int:
     return each(ns, "rm", remove)
 
 
+EXIT_WAIT = 10.0  # seconds `warren shutdown` waits for a supervisor that holds no sandbox
+
+
 def shutdown(args: list[str]) -> int:
-    flags.parser("warren shutdown", "Let this user's supervisor exit once it holds no sandbox.").parse_args(
-        args
-    )
+    flags.parser(
+        "warren shutdown",
+        "Let this user's supervisor exit once it holds no sandbox; without one, return once it has exited.",
+    ).parse_args(args)
     env = os.environ
-    if statedir.read_address(statedir.location(env)) is None:
+    found = statedir.read_address(statedir.location(env))
+    if found is None:
         print("warren: no supervisor is running", file=sys.stderr)
         return 0
-    reply, _ = connect.request(protocol.ShutdownRequest(), (protocol.SandboxList,))
-    assert isinstance(reply, protocol.SandboxList)
-    live = [i.name for i in reply.items]
-    if live:
-        print(
-            f"warren: the supervisor exits once these {len(live)} sandbox(es) are gone: {', '.join(live)}\n"
-            "  hint: stop them (warren stop NAME, or warren rm -f NAME) and it exits at once",
-            file=sys.stderr,
-        )
+    # Its pidfd, taken before it is asked: without a sandbox it goes at once, ending the
+    # sandboxes it booted ahead and removing their groups, and a caller that goes on
+    # (removes the state directory, the cgroup it ran in, upgrades warren) must find it
+    # gone, not going.
+    exited = _pidfd(found[1])
+    try:
+        reply, _ = connect.request(protocol.ShutdownRequest(), (protocol.SandboxList,))
+        assert isinstance(reply, protocol.SandboxList)
+        live = [i.name for i in reply.items]
+        if live:
+            print(
+                f"warren: the supervisor exits once these {len(live)} sandbox(es) are gone: "
+                f"{', '.join(live)}\n"
+                "  hint: stop them (warren stop NAME, or warren rm -f NAME) and it exits at once",
+                file=sys.stderr,
+            )
+        elif exited is not None and not select.select([exited], [], [], EXIT_WAIT)[0]:
+            print(
+                f"warren: the supervisor (pid {found[1]}) is still running {EXIT_WAIT:g} s after agreeing "
+                "to exit: it goes once the requests it is serving are done (another client's, a "
+                "snapshot being saved)\n"
+                f"  hint: see {os.path.join(statedir.location(env), statedir.LOG_FILE)}",
+                file=sys.stderr,
+            )
+    finally:
+        if exited is not None:
+            os.close(exited)
     return 0
+
+
+def _pidfd(pid: int) -> int | None:
+    """A descriptor readable once ``pid`` has exited; None if it has already (or cannot
+    be watched here: then the shutdown is only asked for, as before pidfds)."""
+    try:
+        return os.pidfd_open(pid)
+    except OSError:
+        return None
 
 
 COMMANDS = {"stop": stop, "rm": rm, "shutdown": shutdown}
