@@ -133,7 +133,7 @@ def shutdown(args: list[str]) -> int:
                 "  hint: stop them (warren stop NAME, or warren rm -f NAME) and it exits at once",
                 file=sys.stderr,
             )
-        elif exited is not None and not select.select([exited], [], [], EXIT_WAIT)[0]:
+        elif exited is not None and not _exits(exited, EXIT_WAIT):
             print(
                 f"warren: the supervisor (pid {found[1]}) is still running {EXIT_WAIT:g} s after agreeing "
                 "to exit: it goes once the requests it is serving are done (another client's, a "
@@ -145,6 +145,13 @@ def shutdown(args: list[str]) -> int:
         if exited is not None:
             os.close(exited)
     return 0
+
+
+def _exits(pidfd: int, within: float) -> bool:
+    """Whether the process of ``pidfd`` has exited within ``within`` seconds."""
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    return bool(poller.poll(int(within * 1000)))
 
 
 def _pidfd(pid: int) -> int | None:
