@@ -739,8 +739,17 @@ def test_a_sparse_checkout_made_inside_holds_on_the_host(
         (repo / d / "f").write_text(d)
     assert host_git(repo, "add", "a", "b").returncode == 0
     assert host_git(repo, "commit", "-qm", "ab").returncode == 0
-    if live is not None:  # the host's commit reaches the live sandbox's tree within a tick
-        assert wait_for(lambda: inside(layout, live, "git log -1 --format=%s").stdout.strip() == "ab")
+    if live is not None:
+        # The host's commit reaches the live sandbox's tree within a tick: its ref at
+        # once (shared), its index with the sync's next round (copied), so both are
+        # waited for. Under load the index came later than the ref, and a sparse
+        # checkout made with the index before knew no b/f to take away.
+        assert wait_for(
+            lambda: (
+                inside(layout, live, "git log -1 --format=%s; git ls-files").stdout.split()
+                == ["ab", "a/f", "b/f"]
+            )
+        )
     r = inside(layout, live, "git sparse-checkout set a && ls")
     assert r.returncode == 0 and r.stdout.split() == ["a"], r.stdout + r.stderr
     assert not (repo / "b").exists() and (repo / "a" / "f").exists()
