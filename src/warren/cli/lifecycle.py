@@ -112,8 +112,8 @@ def shutdown(args: list[str]) -> int:
         "warren shutdown",
         "Let this user's supervisor exit once it holds no sandbox; without one, return once it has exited.",
     ).parse_args(args)
-    env = os.environ
-    found = statedir.read_address(statedir.location(env))
+    root = statedir.location(os.environ)
+    found = statedir.read_address(root)
     if found is None:
         print("warren: no supervisor is running", file=sys.stderr)
         return 0
@@ -138,7 +138,7 @@ def shutdown(args: list[str]) -> int:
                 f"warren: the supervisor (pid {found[1]}) is still running {EXIT_WAIT:g} s after agreeing "
                 "to exit: it goes once the requests it is serving are done (another client's, a "
                 "snapshot being saved)\n"
-                f"  hint: see {os.path.join(statedir.location(env), statedir.LOG_FILE)}",
+                f"  hint: see {os.path.join(root, statedir.LOG_FILE)}",
                 file=sys.stderr,
             )
     finally:
