@@ -8,6 +8,9 @@ command has ended: nothing queued means the command changed nothing the sync wou
 carry, so the client hears the exit without waiting for the sync (which still runs).
 A change made through another name of a file (a hard link elsewhere) raises no event
 here: it reaches the host with the next sync, at most half a second later.
+
+The other way, one instance watches every such repository's git directory on the host
+(``Changed``): a command starts after a sync when the host's changed since the last.
 """
 
 from __future__ import annotations
@@ -275,6 +278,53 @@ def _closer(fds: queue.SimpleQueue[int]) -> None:
         fd = fds.get()
         with contextlib.suppress(OSError):
             os.close(fd)
+
+
+class Changed:
+    """One inotify instance on many directories' entries (``CHANGES``), each under a
+    key: whether a key's directory changed since it was last asked (``take``), for one
+    read when none did. A key that cannot be watched (no instance or watch left for the
+    user, its directory gone) reads as changed every time."""
+
+    def __init__(self) -> None:
+        self.fd = -1
+        self.keys: dict[int, str] = {}  # watch descriptor -> key
+        self.wds: dict[str, int] = {}
+        self.pending: set[str] = set()
+
+    def add(self, key: str, directory: int) -> None:
+        """Watch ``directory`` (a descriptor) under ``key``."""
+        self.remove(key)
+        with contextlib.suppress(OSError):
+            if self.fd < 0:
+                self.fd = _sys.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+            wd = _sys.inotify_add_watch(self.fd, f"/proc/self/fd/{directory}", CHANGES)
+            self.keys[wd], self.wds[key] = key, wd
+
+    def remove(self, key: str) -> None:
+        self.pending.discard(key)
+        wd = self.wds.pop(key, None)
+        if wd is not None:
+            self.keys.pop(wd, None)
+            with contextlib.suppress(OSError):
+                _sys.inotify_rm_watch(self.fd, wd)
+
+    def take(self, key: str) -> bool:
+        """Whether ``key``'s directory changed since the last ``take`` of it."""
+        for wd, mask, _name in events(self.fd):
+            if mask & _sys.IN_Q_OVERFLOW:
+                self.pending.update(self.wds)
+            got = self.keys.get(wd)
+            if got is not None:
+                self.pending.add(got)
+                if mask & _sys.IN_IGNORED:  # the directory is gone: changed from now on
+                    del self.keys[wd], self.wds[got]
+        if key not in self.wds:
+            return True
+        if key in self.pending:
+            self.pending.discard(key)
+            return True
+        return False
 
 
 def changed(watches: list[int]) -> bool:

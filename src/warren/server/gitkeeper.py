@@ -94,6 +94,9 @@ class GitKeeper:
         self.made_inside: set[str] = set()
         self.state = state
         self.records: int | None = None  # the records' directory, once opened (``_records``)
+        # The top level of each shadow's git directory on the host (by its path): a host
+        # commit there is synced before the sandbox's next command starts (``caught_up``).
+        self.host = dirwatch.Changed()
 
     def recover(self) -> None:
         """Before anything is served: what the sandboxes of a supervisor that ended
@@ -285,7 +288,7 @@ class GitKeeper:
             self._sync(shadow)
         else:
             if shadow is not None:
-                shadow.close()
+                self._close(shadow)
             try:
                 shadow = gitstore.prepare(root_fd, root, rel, env)
             except OSError as e:
@@ -297,6 +300,7 @@ class GitKeeper:
                     "installed, and that the repository is not a link",
                 ) from None
             shadow.watch = dirwatch.watch(shadow.tfd)
+            self.host.add(shadow.path, shadow.gfd)
             _watch_worktrees(shadow)
             self.shadows[path] = shadow
         self.adopted.discard(path)
@@ -314,6 +318,22 @@ class GitKeeper:
         if lease is not None:
             for shadow in lease.shadows:
                 self._sync(shadow)
+
+    def caught_up(self, lease: Lease | None) -> None:
+        """Before a command of this sandbox starts: each of its repositories whose git
+        directory changed on the host since its last sync is synced now. A host commit
+        moves the branch at once inside (``refs`` is shared) while the index is a copy:
+        without this, a command in the next half second saw the new commit with the
+        index before it (``git status``: its files deleted, or untracked). One read when
+        nothing changed."""
+        if lease is not None:
+            for shadow in lease.shadows:
+                if self.host.take(shadow.path):
+                    self._sync(shadow)
+
+    def _close(self, shadow: gitstore.Shadow) -> None:
+        self.host.remove(shadow.path)
+        shadow.close()
 
     def tick(self) -> None:
         """Every repository a live sandbox has (twice a second: a command in the
@@ -373,7 +393,7 @@ class GitKeeper:
         for shadow in lease.shadows:
             shadow.users -= 1
             if shadow.users <= 0 and self.shadows.get(shadow.path) is shadow:
-                shadow.close()
+                self._close(shadow)
                 del self.shadows[shadow.path]
         lease.shadows.clear()
         for fd in lease.roots.values():
@@ -414,6 +434,7 @@ class GitKeeper:
         # index without the command's ``git add``. Its events stay for its own sync.
         if shadow.watch is not None and not any(lse.running for lse in self.leases if shadow in lse.shadows):
             dirwatch.drain(shadow.watch)
+        self.host.take(shadow.path)  # and the host's side: this sync carries what changed there
         try:
             for line in gitstore.sync(shadow, gitlink_ok, checkout_gone):
                 _log(line)

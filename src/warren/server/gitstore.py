@@ -15,7 +15,8 @@ git directory, because the sandbox cannot name it: a planted ``commondir`` or
 A repository's submodule git directories (``modules/NAME``) get trees of their own.
 
 The supervisor keeps both sides in step (``sync``: when a sandbox starts, after
-each command, twice a second while one lives, and when it ends), never through a
+each command, twice a second while one lives, before a command when the host's git
+directory changed since the last sync, and when it ends), never through a
 path the sandbox could have changed — the host's git directory and the tree are
 reached only from directory descriptors opened before the sandbox existed
 (``_core.safepath``):

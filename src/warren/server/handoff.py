@@ -43,6 +43,8 @@ def hand_over(
     assert isinstance(msg, HANDED)
     box.can_hold()  # before anything is made for it
     box.follow_roots()
+    if isinstance(msg, (protocol.ExecRequest, protocol.SpawnRequest)):
+        box.keeper.caught_up(box.git)  # a host commit's index, before the command looks
     if box.plan.review is not None and isinstance(msg, (protocol.ExecRequest, protocol.SpawnRequest)):
         box.freeze_due = None  # came first: its checkpoint is taken now, whole
         checkpoints.before_command(box, root, msg.command.argv)
