@@ -208,18 +208,24 @@ def test_a_command_whose_sandbox_is_removed_says_the_sandbox_is_gone(sb: Sandbox
     assert "still runs" not in str(e) and e.hint is not None and "was stopped" in e.hint, e
 
 
-def test_the_next_spare_comes_beside_a_long_command_and_after_a_short_one(sb: Sandbox) -> None:
+def test_the_next_spare_comes_beside_a_long_command_and_after_a_short_one(
+    sb: Sandbox, layout: Layout
+) -> None:
     assert sb.exec(["true"]).exit_code == 0
     (first,) = _wait_spare(sb.pid1)
     done = threading.Event()
     outcome: list[int] = []
+    go = layout.workspace / "go"
 
     def long_command() -> None:
-        outcome.append(sb.exec(["sleep", "4"]).exit_code)
+        # Runs until the test says: a loaded machine (a gate's two halves side by side)
+        # once took 2.5 s for the spare, and the command then might have ended first.
+        wait = "while [ ! -e go ]; do sleep 0.02; done"
+        outcome.append(sb.exec(["sh", "-c", wait], timeout=120).exit_code)
         done.set()
 
     threading.Thread(target=long_command, daemon=True).start()
-    deadline = time.monotonic() + 2.5
+    deadline = time.monotonic() + 30
     while not [s for s in _spare_helpers(sb.pid1) if s != first]:
         assert time.monotonic() < deadline, "no spare was forked beside the long command"
         time.sleep(0.02)
@@ -227,7 +233,8 @@ def test_the_next_spare_comes_beside_a_long_command_and_after_a_short_one(sb: Sa
     assert first not in _spare_helpers(sb.pid1), "the long command took the spare"
     r = sb.exec(["echo", "beside"])  # served by that spare while the long command runs
     assert (r.exit_code, r.stdout, done.is_set()) == (0, b"beside\n", False)
-    assert done.wait(15) and outcome == [0]
+    go.touch()
+    assert done.wait(30) and outcome == [0]
     for _ in range(3):  # after a short one: one again, each time
         assert sb.exec(["true"]).exit_code == 0
         _wait_spare(sb.pid1)
