@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -49,9 +51,25 @@ def _records() -> list[str]:
     return sorted(p.name for p in where.iterdir() if not p.name.startswith("."))
 
 
+# A process holding the state directory's lock a moment (argv[1]), as a killed
+# supervisor does until its last thread has exited: it says when it holds it.
+HOLD_LOCK = (
+    "import fcntl, os, sys, time\n"
+    "fd = os.open(sys.argv[1], os.O_RDWR)\n"
+    "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+    "print('held', flush=True)\n"
+    "time.sleep(float(sys.argv[2]))\n"
+)
+
+
+@pytest.mark.parametrize("lock", ["released", "held a moment"])
 def test_a_repository_made_by_a_sandbox_of_a_killed_supervisor_is_adopted_by_the_next(
-    layout: Layout, repo: Path
+    layout: Layout, repo: Path, lock: str
 ) -> None:
+    """``held a moment``: the dead supervisor's lock outlives its sandbox (its last
+    thread exits a moment after them; a gate's loaded run found it): the next command
+    waits for the next supervisor, which adopts first, rather than running inline,
+    where nothing is adopted and host git then ran what the sandbox wrote."""
     marker = host_marker()
     token = f"{9000 + os.getpid() % 900}.{uuid.uuid4().int % 10**6}"
     name = f"git{os.getpid()}{uuid.uuid4().hex[:6]}"
@@ -77,8 +95,16 @@ def test_a_repository_made_by_a_sandbox_of_a_killed_supervisor_is_adopted_by_the
     # there: host git in it would run the fsmonitor now).
     config = (repo / "sub" / ".git" / "config").read_text()
     assert "fsmonitor" in config and (repo / "sub" / ".git" / "hooks" / "post-checkout").exists()
+    holder = None
+    if lock == "held a moment":
+        path = Path(statedir.location(os.environ)) / statedir.LOCK_FILE
+        argv = [sys.executable, "-c", HOLD_LOCK, str(path), "0.7"]
+        holder = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
     # The next command starts the next supervisor, which adopts it before the launch.
     again = layout.run(["sh", "-c", "git -C sub config core.fsmonitor; git -C sub log -1 --format=%s"])
+    if holder is not None:
+        assert holder.wait(10) == 0
     assert again.returncode == 0, again.stderr
     # Inside, the repository keeps what the sandbox set.
     assert again.stdout.split() == [f"{repo}/evil.sh", "s"]

@@ -17,6 +17,7 @@ import os
 import select
 import socket
 import sys
+import time
 
 from .. import protocol, statedir, wire
 from ..errors import SandboxError, SetupError, WarrenError
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
 START_TIMEOUT = 30.0
+OTHER_PAUSE = 0.05  # seconds, times the attempt, before starting one again when another holds the lock
 # What the supervisor process itself may see of the environment it is started from.
 _SUPERVISOR_ENV = (
     "PATH",
@@ -231,7 +233,7 @@ def supervisor(env: Mapping[str, str] | None = None) -> wire.Sock:
             return sock
     root = statedir.prepare(location)
     why = "it did not start"
-    for _attempt in range(6):
+    for attempt in range(6):
         found = statedir.read_address(root)
         if found is not None:
             token, pid = found
@@ -255,9 +257,18 @@ def supervisor(env: Mapping[str, str] | None = None) -> wire.Sock:
                 path=root,
                 hint=f"see {os.path.join(root, statedir.LOG_FILE)}",
             )
-        if answer == "other" and found is not None and _elsewhere(found[1]) is not None:
-            # Alive (it holds the lock) but not reachable from here.
-            raise _unreachable(root, found[1], _elsewhere(found[1]) or "gone")
+        if answer == "other":
+            # Another holds the lock. Alive in other namespaces: not reachable from here.
+            # Else it is starting (not published yet), or it is the one published, gone:
+            # a supervisor killed holds its lock until its last thread has exited, a
+            # moment after its sandboxes died. The next is started again after a pause
+            # (a run sent inline meanwhile would skip what the next supervisor does
+            # first: adopting the repositories the dead one's sandboxes made).
+            ns = _elsewhere(found[1]) if found is not None else None
+            if found is not None and ns not in (None, "gone"):
+                raise _unreachable(root, found[1], ns or "gone")
+            why = "another supervisor of this state directory holds its lock and does not answer"
+            time.sleep(OTHER_PAUSE * (attempt + 1))
     raise SandboxError(
         f"cannot reach the warren supervisor: {why}",
         operation="connect",
