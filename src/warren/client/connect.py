@@ -243,12 +243,14 @@ def supervisor(env: Mapping[str, str] | None = None) -> wire.Sock:
                 why = f"it did not answer ({e.strerror})"
             else:
                 ns = _elsewhere(pid)
-                if ns is not None:
-                    sock.close()
+                if ns is None:
+                    _verify_server(sock)
+                    _verified[location] = wire.abstract_name(token)
+                    return sock
+                sock.close()
+                if ns != "gone":
                     raise _unreachable(root, pid, ns)
-                _verify_server(sock)
-                _verified[location] = wire.abstract_name(token)
-                return sock
+                why = "it exited as it was reached"  # the next one, as below
         answer = _start_daemon(root, env)
         if answer.startswith("error"):
             raise SetupError(
