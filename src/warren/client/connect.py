@@ -188,20 +188,24 @@ def _verify_server(sock: wire.Sock) -> None:
 
 
 def _elsewhere(pid: int) -> str | None:
-    """Which namespace of ours the supervisor does not share ("gone" when it cannot be
-    seen from here): it serves only callers that see the files, processes and network
-    it does."""
+    """Which namespace of ours the supervisor does not share: it serves only callers
+    that see the files, processes and network it does. "hidden" when its namespaces
+    cannot be read from here (another user namespace), "gone" when there are none to
+    read: it has exited (or the pid names nothing in this pid namespace)."""
     for ns in ("net", "mnt", "user", "pid"):
         try:
             if os.readlink(f"/proc/{pid}/ns/{ns}") != os.readlink(f"/proc/self/ns/{ns}"):
                 return ns
-        except OSError:
+        except (FileNotFoundError, ProcessLookupError):
             return "gone"
+        except OSError:
+            return "hidden"
     return None
 
 
 def _unreachable(root: str, pid: int, ns: str) -> SetupError:
-    where = f"another {ns} namespace" if ns != "gone" else "namespaces this process cannot see"
+    hidden = ns in ("gone", "hidden")
+    where = "namespaces this process cannot see" if hidden else f"another {ns} namespace"
     return SetupError(
         f"warren's supervisor for {root} (pid {pid}) runs in {where}",
         operation="connect",
@@ -269,14 +273,21 @@ def supervisor(env: Mapping[str, str] | None = None) -> wire.Sock:
             ns = _elsewhere(found[1]) if found is not None else None
             if found is not None and ns not in (None, "gone"):
                 raise _unreachable(root, found[1], ns or "gone")
-            why = "another supervisor of this state directory holds its lock and does not answer"
+            why = HELD
             time.sleep(OTHER_PAUSE * (attempt + 1))
+    log = os.path.join(root, statedir.LOG_FILE)
     raise SandboxError(
         f"cannot reach the warren supervisor: {why}",
         operation="connect",
         path=root,
-        hint=f"see {os.path.join(root, statedir.LOG_FILE)}; check that {root} is writable",
+        hint=f"a supervisor in other namespaces (a container sharing this home?) holds it: set "
+        f"XDG_STATE_HOME to a state directory of its own; else see {log}"
+        if why == HELD
+        else f"see {log}; check that {root} is writable",
     )
+
+
+HELD = "another supervisor of this state directory holds its lock and does not answer"
 
 
 def inline() -> wire.Sock:
