@@ -130,6 +130,31 @@ def test_a_process_in_another_user_namespace_is_refused(tmp_path: Path) -> None:
     assert _alive(pid)
 
 
+@pytest.mark.skipif(
+    os.geteuid() != 0,
+    reason="an unprivileged user makes a pid namespace only inside a user namespace of its own, "
+    "where the supervisor's namespaces cannot be read at all (the degraded mode's case, test_degraded)",
+)
+def test_a_client_in_another_pid_namespace_is_told_to_use_a_state_directory_of_its_own() -> None:
+    """A client in another pid namespace (a container sharing this home and the host's
+    network) finds no process at the supervisor's pid and the lock held: it tries
+    again a moment (a supervisor killed holds its lock that long), then fails with a
+    hint, rather than running inline (which would skip what a next supervisor adopts
+    first, were the holder dead). The supervisor serves on, unharmed."""
+    Sandbox.list()  # start the supervisor
+    _token, pid = _supervisor()
+    r = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount-proc", *WARREN, "run", "--", "true"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode != 0
+    assert "holds its lock" in r.stderr and "XDG_STATE_HOME" in r.stderr, r.stderr
+    assert _alive(pid) and _supervisor()[1] == pid
+    assert Sandbox.list() == []
+
+
 def test_a_policy_that_would_make_the_state_dir_writable_is_refused(layout: Layout, tmp_path: Path) -> None:
     state = layout.workspace / "state"
     for via in (["run"], ["create"]):
