@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 START_TIMEOUT = 30.0
 OTHER_PAUSE = 0.05  # seconds, times the attempt, before starting one again when another holds the lock
+HELD = "another supervisor of this state directory holds its lock and does not answer"
 # What the supervisor process itself may see of the environment it is started from.
 _SUPERVISOR_ENV = (
     "PATH",
@@ -204,8 +205,7 @@ def _elsewhere(pid: int) -> str | None:
 
 
 def _unreachable(root: str, pid: int, ns: str) -> SetupError:
-    hidden = ns in ("gone", "hidden")
-    where = "namespaces this process cannot see" if hidden else f"another {ns} namespace"
+    where = "namespaces this process cannot see" if ns == "hidden" else f"another {ns} namespace"
     return SetupError(
         f"warren's supervisor for {root} (pid {pid}) runs in {where}",
         operation="connect",
@@ -271,8 +271,8 @@ def supervisor(env: Mapping[str, str] | None = None) -> wire.Sock:
             # (a run sent inline meanwhile would skip what the next supervisor does
             # first: adopting the repositories the dead one's sandboxes made).
             ns = _elsewhere(found[1]) if found is not None else None
-            if found is not None and ns not in (None, "gone"):
-                raise _unreachable(root, found[1], ns or "gone")
+            if found is not None and ns is not None and ns != "gone":
+                raise _unreachable(root, found[1], ns)
             why = HELD
             time.sleep(OTHER_PAUSE * (attempt + 1))
     log = os.path.join(root, statedir.LOG_FILE)
@@ -285,9 +285,6 @@ def supervisor(env: Mapping[str, str] | None = None) -> wire.Sock:
         if why == HELD
         else f"see {log}; check that {root} is writable",
     )
-
-
-HELD = "another supervisor of this state directory holds its lock and does not answer"
 
 
 def inline() -> wire.Sock:

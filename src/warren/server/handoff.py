@@ -45,11 +45,11 @@ def hand_over(
     box.follow_roots()
     if isinstance(msg, (protocol.ExecRequest, protocol.SpawnRequest)):
         box.keeper.caught_up(box.git)  # a host commit's index, before the command looks
-    if box.plan.review is not None and isinstance(msg, (protocol.ExecRequest, protocol.SpawnRequest)):
-        box.freeze_due = None  # came first: its checkpoint is taken now, whole
-        checkpoints.before_command(box, root, msg.command.argv)
-    elif box.root_points and isinstance(msg, (protocol.ExecRequest, protocol.SpawnRequest)):
-        rootpoints.noted(box, msg.command.argv)
+        if box.plan.review is not None:
+            box.freeze_due = None  # came first: its checkpoint is taken now, whole
+            checkpoints.before_command(box, root, msg.command.argv)
+        elif box.root_points:
+            rootpoints.noted(box, msg.command.argv)
     declared = sum(1 for a in msg.command.stdio[:3] if a) if isinstance(msg, protocol.ExecRequest) else 0
     if len(fds) != declared:
         raise ProtocolError(
