@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import _socket as socket  # the C module: ``socket`` would load enum (start-up time)
 import os
+import select
 import struct
 
 from . import protocol
@@ -274,6 +275,16 @@ class Outbox:
 
 
 # --- addresses and peers ---------------------------------------------------------------------
+
+
+def readable(fd: int, timeout: float | None) -> bool:
+    """Whether ``fd`` can be read (or has hung up) within ``timeout`` seconds (None:
+    however long it takes). poll, not select: select refuses a descriptor numbered 1024
+    or more, which a supervisor with a hundred or so sandboxes holds, and so may a client
+    process with many connections open."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(None if timeout is None else max(0.0, timeout) * 1000))
 
 
 def abstract_name(token: str) -> str:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import socket
 import sys
 import time
@@ -164,7 +163,7 @@ def _start_daemon(root: str, env: Mapping[str, str]) -> str:
         os.close(log)
     try:
         answer = b""
-        while select.select([r], [], [], START_TIMEOUT)[0]:
+        while wire.readable(r, START_TIMEOUT):
             chunk = os.read(r, 512)
             if not chunk:
                 break

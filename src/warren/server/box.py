@@ -496,7 +496,7 @@ class Box:
                     return None
                 continue
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([sock], [], [], left)[0]:
+            if left <= 0 or not wire.readable(sock.fileno(), left):
                 return None
 
     def send(self, msg: protocol.Message, fds: list[int] | None = None) -> None:

@@ -15,7 +15,6 @@ import errno
 import gc
 import json
 import os
-import select
 import signal
 import socket
 import struct
@@ -24,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .. import wire
 from .._core import _sys, kernel
 
 TIMEOUT = 10.0
@@ -214,7 +214,7 @@ def _warm() -> None:
 def _receive(sock: socket.socket, timeout: float = TIMEOUT) -> tuple[int, list[int], str]:
     """The answer: 0 and the descriptors, or an errno and its text; -1 when the other
     end is gone (the answer is short: it died)."""
-    if not select.select([sock], [], [], timeout)[0]:
+    if not wire.readable(sock.fileno(), timeout):
         return errno.ETIMEDOUT, [], "no answer from the sandbox's namespaces"
     data, fds, _flags, _addr = socket.recv_fds(sock, 1024, 64)
     if len(data) < _HEAD.size:
