@@ -327,6 +327,36 @@ def test_exec_says_which_limit_it_hit(net: Net, layout: Layout) -> None:
     assert after.returncode == 0 and after.stdout == "fine\n"  # the sandbox is still usable
 
 
+def test_a_command_that_ran_past_its_timeout_says_the_limit_it_hit(net: Net, layout: Layout) -> None:
+    """A command held up at a limit (a fork failing, retried: here it waits for ever)
+    until its timeout: the timeout killed it, and the limit it ran into is said too,
+    by the CLI and in the library's result (the CLI said only the timeout)."""
+    ws = str(layout.workspace)
+    made = net.run(["create", "-w", ws, "--pids", "24", "held"], layout.workspace)
+    assert made.returncode == 0, made.stderr
+    # Python forks its sleepers (at most the limit; they outlive the timeout), then the
+    # shell becomes `sleep`: no fork is left to fail there, and it runs until its timeout.
+    held = ["sh", "-c", '"$@"; exec sleep 60', "sh", *_forker(40, sleep=3)]
+    try:
+        cli = net.run(["exec", "--timeout", "2", "held", *held], layout.workspace)
+        time.sleep(3)  # the sleepers have ended: room again
+        env = {**os.environ, "XDG_STATE_HOME": str(net.state)}
+        lib = Sandbox.get("held", transport=LocalTransport(env)).exec(held, timeout=2)
+    finally:
+        net.run(["rm", "-f", "held"], layout.workspace)
+    timeout = "warren: the command ran past its timeout of 2.0 s and was killed"
+    assert cli.returncode == 124 and lib.timed_out, (cli.stderr, lib)
+    if ROOT_CGROUPS:
+        assert cli.stderr.strip().splitlines()[-2:] == [
+            "warren: pids limit 24 reached (a fork or an allocation failed)",
+            timeout,
+        ], cli.stderr
+        assert lib.limit == "pids limit 24 reached"
+    else:  # rlimits: no counter says which limit a fork failed at
+        assert cli.stderr.strip().splitlines()[-1] == timeout and "limit" not in cli.stderr
+        assert lib.limit is None
+
+
 # Keeps the sandbox at its pids limit: forks sleepers, and takes again any slot freed.
 FILLER = (
     "import os, time\n"

@@ -308,6 +308,12 @@ class Attached:
     def _status(self, msg: protocol.Exited) -> int:
         code = protocol.exit_code(msg.status)
         if msg.timed_out:
+            if msg.limit is not None:
+                # What may have held it up: a fork or an allocation failing at the limit
+                # (a build retrying forks until the timeout). The kill was the timeout's.
+                from .hints import limit_reached
+
+                _say(f"warren: {limit_reached(msg.limit, 0)}")
             _say(
                 f"warren: the command ran past its timeout of {self.message.command.timeout} s and was killed"
             )
