@@ -1280,9 +1280,7 @@ def _pid1_ends(within: float) -> bool:
     except OSError as e:
         return e.errno == errno.ESRCH
     try:
-        poller = select.poll()
-        poller.register(fd, select.POLLIN)
-        return bool(poller.poll(int(within * 1000)))
+        return wire.readable(fd, within)
     finally:
         os.close(fd)
 

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import select
 import sys
 from collections.abc import Callable
 
-from .. import protocol, statedir
+from .. import protocol, statedir, wire
 from ..client import connect
 from ..errors import SandboxError, WarrenError
 from ..names import check_name
@@ -133,7 +132,7 @@ def shutdown(args: list[str]) -> int:
                 "  hint: stop them (warren stop NAME, or warren rm -f NAME) and it exits at once",
                 file=sys.stderr,
             )
-        elif exited is not None and not _exits(exited, EXIT_WAIT):
+        elif exited is not None and not wire.readable(exited, EXIT_WAIT):  # it has not exited
             print(
                 f"warren: the supervisor (pid {found[1]}) is still running {EXIT_WAIT:g} s after agreeing "
                 "to exit: it goes once the requests it is serving are done (another client's, a "
@@ -145,13 +144,6 @@ def shutdown(args: list[str]) -> int:
         if exited is not None:
             os.close(exited)
     return 0
-
-
-def _exits(pidfd: int, within: float) -> bool:
-    """Whether the process of ``pidfd`` has exited within ``within`` seconds."""
-    poller = select.poll()
-    poller.register(pidfd, select.POLLIN)
-    return bool(poller.poll(int(within * 1000)))
 
 
 def _pidfd(pid: int) -> int | None:
