@@ -193,6 +193,37 @@ def test_policy_rejects_missing_and_relative_paths(tmp_path: Path) -> None:
         Policy(workspace=tmp_path, writable=(Root(Path("rel"), "--write"),))
 
 
+def test_a_policy_made_by_hand_is_refused_by_name_not_ignored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Policy made by hand, not by ``build``, has no spec for the supervisor to resolve:
+    a sandbox made from it used to start on the caller's directory, its workspace dropped.
+    It is refused before any supervisor is asked (none runs here: a state directory of
+    its own, empty), and a workspace given as a string is taken as a path."""
+    from warren import Sandbox, run
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    ws = tmp_path / "proj"
+    ws.mkdir()
+    made = Policy(workspace=str(ws))  # type: ignore[arg-type]
+    assert made.workspace == ws
+    for start in (lambda: Sandbox.create(made), lambda: run(["true"], made)):
+        with pytest.raises(PolicyError, match="made by hand") as e:
+            start()
+        assert e.value.path == str(ws) and "PolicySpec(workspace=" in (e.value.hint or "")
+    assert not (tmp_path / "state").exists()
+    # One built from a spec carries the spec it came from.
+    built = build(PolicySpec(workspace=str(ws)))
+    from warren.client.checks import spec_of
+
+    assert spec_of(built).workspace == str(ws)
+    with pytest.raises(PolicyError, match="workspace must be a path, not int"):
+        Policy(workspace=3)  # type: ignore[arg-type]
+    with pytest.raises(PolicyError, match=r"writable entries must be Root\(path, source\), not str") as e:
+        Policy(workspace=ws, writable=("/tmp",))  # type: ignore[arg-type]
+    assert "PolicySpec(write=" in (e.value.hint or "")
+
+
 def test_writable_inside_denied_is_rejected(tmp_path: Path) -> None:
     (tmp_path / "d" / "inner").mkdir(parents=True)
     with pytest.raises(PolicyError, match="inside denied path"):

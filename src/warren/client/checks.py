@@ -225,6 +225,18 @@ def spec_of(policy: object) -> PolicySpec:
     if policy is None:
         return PolicySpec()
     if isinstance(policy, Policy):
+        if policy.spec.workspace is None:
+            # Made by hand, not by ``build``: the supervisor resolves a sandbox's policy
+            # from the spec, and this one's is empty, so its fields would be dropped
+            # (a sandbox on the caller's directory, not on the workspace it names).
+            raise PolicyError(
+                f"a Policy made by hand cannot start a sandbox (workspace {policy.workspace}): "
+                "the supervisor resolves the policy from the spec it was built from, and this one has none",
+                operation="policy",
+                path=str(policy.workspace),
+                hint=f'pass PolicySpec(workspace="{policy.workspace}", ...), or a Policy from '
+                "warren.build(PolicySpec(...))",
+            )
         return policy.spec
     if isinstance(policy, PolicySpec):
         return policy

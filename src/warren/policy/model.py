@@ -7,6 +7,7 @@ namespace or Landlock call. ``resolve.build`` turns a ``PolicySpec`` into one.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -183,6 +184,9 @@ SYSTEM_DENIED = (
     "/var/lib/systemd/credential.secret",
 )
 
+# The spec's key for a Policy's list of roots (named in an error).
+_SPEC_KEY = {"writable": "write", "readable": "read", "denied": "deny"}
+
 # Writable roots here would hand the sandbox the kernel or the device tree.
 _FORBIDDEN_WRITABLE = ("/proc", "/sys", "/dev")
 
@@ -253,6 +257,25 @@ class Policy:
     private_homes: tuple[tuple[str, Path, str], ...] = ()
 
     def __post_init__(self) -> None:
+        # A Policy made by hand (``build`` makes one from a spec) may name its workspace
+        # as a string; anything else is refused by name, not with a traceback.
+        if isinstance(self.workspace, str | os.PathLike):
+            object.__setattr__(self, "workspace", Path(self.workspace))
+        else:
+            raise PolicyError(
+                f"workspace must be a path, not {type(self.workspace).__name__}",
+                operation="policy",
+                hint='pass e.g. Policy(workspace=Path("/path")), or PolicySpec(workspace="/path")',
+            )
+        lists = {"writable": self.writable, "readable": self.readable, "denied": self.denied}
+        for what, roots in lists.items():
+            for root in roots:
+                if not isinstance(root, Root):
+                    raise PolicyError(
+                        f"{what} entries must be Root(path, source), not {type(root).__name__}: {root!r}",
+                        operation="policy",
+                        hint=f'pass paths in a spec instead: PolicySpec({_SPEC_KEY[what]}=["/path"])',
+                    )
         self._validate()
 
     # -- validation ------------------------------------------------------------
