@@ -469,6 +469,59 @@ def test_bad_arguments_are_typed_errors(layout: Layout) -> None:
         assert r.returncode == 125 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
+def test_ids_names_and_rules_of_the_wrong_type_are_typed_errors_naming_the_argument(layout: Layout) -> None:
+    """What a caller passes by id or by name (a checkpoint, a background process, a
+    snapshot, a waiting request, a network rule, a sandbox's name) was judged only by
+    the protocol's decoder: a ``ProtocolError`` "malformed message" naming a field the
+    caller never wrote (``id``). Each is now refused before anything is sent, with the
+    error of its kind naming the argument; a trail followed with a poll of 0 or less
+    was a busy loop (async) or a traceback (sync)."""
+    import asyncio
+
+    from warren import AsyncSandbox
+    from warren.errors import (
+        CheckpointError,
+        PolicyError,
+        ProcessNotFound,
+        ProtocolError,
+        SandboxError,
+        SnapshotNotFound,
+    )
+
+    spec = PolicySpec(workspace=str(layout.workspace))
+    with Sandbox.create(spec) as sb:
+        cases = [
+            (lambda: sb.rollback("x"), CheckpointError, "checkpoint must be a whole number"),  # type: ignore[arg-type]
+            (lambda: sb.rollback(-1), CheckpointError, "checkpoint must be a whole number"),
+            (lambda: sb.process(3), ProcessNotFound, "spawn_id must be a non-empty string"),  # type: ignore[arg-type]
+            (lambda: sb.net_allow(3), SandboxError, "rule must be a non-empty string"),  # type: ignore[arg-type]
+            (lambda: sb.net_deny(""), SandboxError, "rule must be a non-empty string"),
+            (lambda: sb.net_approve("1"), SandboxError, "request_id must be a whole number"),  # type: ignore[arg-type]
+            (lambda: sb.net_reject(True), SandboxError, "request_id must be a whole number"),
+            (lambda: Sandbox.remove_snapshot(3), SnapshotNotFound, "snapshot id must be"),  # type: ignore[arg-type]
+            (lambda: Sandbox.create(spec, name=3), PolicyError, "invalid sandbox name 3"),  # type: ignore[arg-type]
+            (lambda: Sandbox.get(None), PolicyError, "invalid sandbox name None"),  # type: ignore[arg-type]
+            (lambda: sb.files.read("x", max_bytes=-1), ExecError, "max_bytes must be a byte count"),
+            (lambda: sb.exec([]), ExecError, "not an empty list"),
+            (lambda: list(sb.events(follow=True, poll=0)), SandboxError, "poll must be a number of seconds"),
+            (lambda: list(sb.events(poll=float("nan"))), SandboxError, "poll must be a number of seconds"),
+        ]
+        for call, error, said in cases:
+            with pytest.raises(error) as e:
+                call()
+            assert not isinstance(e.value, ProtocolError) and said in str(e.value), str(e.value)
+            assert e.value.hint, said
+
+        async def follow_with_no_pause() -> None:
+            asb = await AsyncSandbox.get(sb.name)
+            async for _ in asb.events(follow=True, poll=-1):
+                pass
+
+        with pytest.raises(SandboxError, match="poll must be"):
+            asyncio.run(follow_with_no_pause())
+        assert sb.exec(["echo", "still here"]).stdout == b"still here\n"
+
+
 def test_the_protocol_round_trips_every_message_kind() -> None:
     protocol.base._load_channels()
     for kind, cls in protocol.base._KINDS.items():

@@ -17,6 +17,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ..models import SandboxInfo
 from ..output import DEFAULT_OUTPUT_LIMIT
+from . import checks
 from .sandbox import Files, Process, Sandbox
 from .transport import Transport
 
@@ -168,6 +169,7 @@ class AsyncSandbox:
 
     async def events(self, *, follow: bool = False, poll: float = 0.25) -> AsyncIterator[dict[str, object]]:
         """``Sandbox.events``: each page asked for in a worker thread, the waits awaited."""
+        poll = checks.poll(poll, "events")
         transport, after, skip = self.sync._transport, "", 0
         while True:
             page = await asyncio.to_thread(transport.events, self.name, after, skip)

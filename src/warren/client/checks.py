@@ -27,8 +27,12 @@ MAX_ARG_STRLEN = 32 * 4096  # the kernel's limit on one argument or environment 
 
 def argv(cmd: object, op: str) -> list[str]:
     if isinstance(cmd, (str, bytes)) or not isinstance(cmd, Sequence) or not cmd:
+        if isinstance(cmd, (str, bytes)):
+            got = "one string"
+        else:
+            got = type(cmd).__name__ if not isinstance(cmd, Sequence) else "an empty list"
         raise ExecError(
-            "argv must be a non-empty list of strings, not one string",
+            f"argv must be a non-empty list of strings, not {got}",
             operation=op,
             hint='use ["sh", "-c", "..."] to run a shell command line',
         )
@@ -116,10 +120,10 @@ def env(value: object, op: str) -> dict[str, str]:
     return dict(value)
 
 
-def limit(value: object, op: str) -> int:
+def limit(value: object, op: str, what: str = "output_limit") -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_OUTPUT_LIMIT:
         raise ExecError(
-            f"output_limit must be a byte count from 0 to {MAX_OUTPUT_LIMIT}, not {value!r}",
+            f"{what} must be a byte count from 0 to {MAX_OUTPUT_LIMIT}, not {value!r}",
             operation=op,
             hint="pass e.g. 1 << 20",
         )
@@ -146,6 +150,50 @@ def pid(value: object, op: str) -> int:
             operation=op,
             hint=f"a pid of one of the sandbox's processes (2 to {PID_MAX}); list them with "
             "`warren ps NAME` / Sandbox.processes()",
+        )
+    return value
+
+
+def ident(value: object, what: str, op: str, error: type[SandboxError], hint: str) -> str:
+    """An id warren gave (a background process's, a snapshot's): a non-empty string."""
+    if not isinstance(value, str) or not value or "\x00" in value:
+        raise error(f"{what} must be a non-empty string, not {value!r}", operation=op, hint=hint)
+    return value
+
+
+def number(value: object, what: str, op: str, error: type[SandboxError], hint: str) -> int:
+    """A number warren gave (a checkpoint's, a waiting request's): a whole number >= 0."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_OFFSET:
+        raise error(f"{what} must be a whole number from 0, not {value!r}", operation=op, hint=hint)
+    return value
+
+
+MAX_POLL = 3600.0  # seconds between two looks at a trail being followed
+
+
+def poll(value: object, op: str) -> float:
+    """Seconds between two looks (``events(follow=True)``): above 0, at most an hour."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or not 0 < value <= MAX_POLL
+    ):
+        raise SandboxError(
+            f"poll must be a number of seconds above 0 and at most {MAX_POLL:g}, not {value!r}",
+            operation=op,
+            hint="pass e.g. poll=0.25",
+        )
+    return float(value)
+
+
+def rule(value: object, op: str) -> str:
+    """A network rule as written (``HOST[:PORT]``); the supervisor parses it."""
+    if not isinstance(value, str) or not value.strip() or "\x00" in value:
+        raise SandboxError(
+            f"rule must be a non-empty string such as 'pypi.org' or '*.github.com:443', not {value!r}",
+            operation=op,
+            hint="write a rule as allow_hosts takes it: HOST[:PORT]",
         )
     return value
 

@@ -16,14 +16,16 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from .. import protocol, wire
+from .. import names, protocol, wire
 from ..errors import (
+    CheckpointError,
     ExecError,
     ProcessNotFound,
     SandboxDead,
     SandboxError,
     SandboxFileError,
     SandboxTimeout,
+    SnapshotNotFound,
     StdinFull,
     WarrenError,
 )
@@ -270,7 +272,7 @@ class Sandbox:
         """Create a sandbox; the supervisor resolves and plans ``policy`` for you.
         ``remote="http://host:7420"`` (or ``WARREN_URL``) creates it behind a ``warren serve``."""
         transport = transport or _local(remote, token)
-        name = f"sb-{os.urandom(5).hex()}" if name is None else name
+        name = f"sb-{os.urandom(5).hex()}" if name is None else names.check_name(name)
         info = transport.create(checks.spec_of(policy), name, config=False, profile=None)
         return cls(info, transport, output_limit)
 
@@ -285,7 +287,7 @@ class Sandbox:
     ) -> Sandbox:
         """Reattach to a running sandbox; SandboxNotFound or SandboxDead otherwise."""
         transport = transport or _local(remote, token)
-        info = transport.get(name)
+        info = transport.get(names.check_name(name))
         if not info.alive:
             raise SandboxDead(
                 f"sandbox {name} is {info.state}" + (f": {info.reason}" if info.reason else ""),
@@ -370,6 +372,9 @@ class Sandbox:
 
     def process(self, spawn_id: str) -> Process:
         """Reattach to a background process started by ``spawn`` (any client)."""
+        checks.ident(
+            spawn_id, "spawn_id", "process", ProcessNotFound, "pass the id spawn() gave (Process.spawn_id)"
+        )
         state, _, _ = self._transport.process(self.name, spawn_id, 1 << 62, 1 << 62)
         return Process(self, spawn_id, state.pid, state.argv)
 
@@ -458,6 +463,9 @@ class Sandbox:
         token: str | None = None,
     ) -> SnapshotInfo:
         """Remove a snapshot no sandbox or other snapshot stands on."""
+        checks.ident(
+            snap_id, "snapshot id", "remove snapshot", SnapshotNotFound, "list them: Sandbox.snapshots()"
+        )
         return (transport or _local(remote, token)).remove_snapshot(snap_id)
 
     def diff(self, patch: bool = False) -> Review:
@@ -481,7 +489,7 @@ class Sandbox:
         argv, cwd and environment's names, how it ended), file operation, signal and
         network decision, one dict per record (``docs/events.md`` lists the kinds).
         With ``follow``, new records as they come, until the sandbox ends."""
-        return trail_of(self._transport, self.name, follow=follow, poll=poll)
+        return trail_of(self._transport, self.name, follow=follow, poll=checks.poll(poll, "events"))
 
     def net_policy(self) -> NetPolicy:
         """This running sandbox's network policy: the allowlist it started with, the
@@ -491,12 +499,12 @@ class Sandbox:
     def net_allow(self, rule: str) -> NetPolicy:
         """Allow ``rule`` (``HOST[:PORT]``, as ``allow_host`` at create writes it, checked
         the same way) from the next connection on; connections already open stay."""
-        return self._net("allow", rule=rule)
+        return self._net("allow", rule=checks.rule(rule, "net allow"))
 
     def net_deny(self, rule: str) -> NetPolicy:
         """Refuse ``rule`` from the next connection on, whatever allows it (an added
         rule of the same text is dropped); connections already open stay."""
-        return self._net("deny", rule=rule)
+        return self._net("deny", rule=checks.rule(rule, "net deny"))
 
     def net_pending(self) -> builtins.list[NetPending]:
         """The connections of ``network="ask"`` waiting for an answer, oldest first."""
@@ -505,11 +513,11 @@ class Sandbox:
     def net_approve(self, request_id: int, always: bool = False) -> NetPolicy:
         """Let the connections waiting on request ``request_id`` through; with
         ``always`` its host and port are allowed for the sandbox's life."""
-        return self._net("approve", request_id=request_id, always=always)
+        return self._net("approve", request_id=_request_id(request_id, "net approve"), always=bool(always))
 
     def net_reject(self, request_id: int) -> NetPolicy:
         """Refuse the connections waiting on request ``request_id`` (the proxy's 403)."""
-        return self._net("reject", request_id=request_id)
+        return self._net("reject", request_id=_request_id(request_id, "net reject"))
 
     def _net(self, action: str, **given: Any) -> NetPolicy:
         return self._transport.net_policy(self.name, action, via="library", **given)
@@ -531,6 +539,14 @@ class Sandbox:
         with it. Processes still
         running are stopped first (named in ``Checkpoint.stopped``), or with
         ``keep_running`` the rollback is refused (``CheckpointError``)."""
+        if checkpoint is not None:
+            checks.number(
+                checkpoint,
+                "checkpoint",
+                "rollback",
+                CheckpointError,
+                "pass a checkpoint's id (Sandbox.checkpoints()), or None for the last",
+            )
         return self._transport.checkpoint(self.name, "rollback", checkpoint or 0, keep_running)[0]
 
     def net_log(self) -> builtins.list[NetEvent]:
@@ -555,7 +571,7 @@ class Files:
     def read(self, path: PathArg, *, max_bytes: int = DEFAULT_READ_LIMIT) -> bytes:
         """The file's bytes; FileTooLarge when it is bigger than ``max_bytes`` (at most
         256 MiB: what one message may carry)."""
-        if checks.limit(max_bytes, "read") > wire.MAX_PAYLOAD:
+        if checks.limit(max_bytes, "read", "max_bytes") > wire.MAX_PAYLOAD:
             raise SandboxFileError(
                 f"max_bytes {max_bytes} is above what one read carries ({wire.MAX_PAYLOAD} bytes)",
                 operation="read",
@@ -615,3 +631,9 @@ class Files:
 
     def rename(self, src: PathArg, dst: PathArg) -> None:
         self._op("rename", src, dst=checks.path(dst, "rename"))
+
+
+def _request_id(value: object, op: str) -> int:
+    return checks.number(
+        value, "request_id", op, SandboxError, "pass the id of a waiting request (Sandbox.net_pending())"
+    )
