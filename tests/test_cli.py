@@ -57,6 +57,14 @@ def test_bad_flag_is_125_with_hint(layout: Layout) -> None:
     assert "Traceback" not in r.stderr
 
 
+def test_a_bad_timeout_is_125_with_hint(layout: Layout) -> None:
+    for argv in (["run", "--timeout", "-5", "--", "true"], ["wait", "nosuch", "--timeout", "inf"]):
+        r = run_cli(argv, cwd=layout.workspace)
+        assert r.returncode == 125, r.stderr
+        assert "--timeout must be a positive number of seconds" in r.stderr
+        assert "hint: e.g. --timeout 30" in r.stderr and "Traceback" not in r.stderr
+
+
 def test_nonexistent_workspace_is_125_naming_it(layout: Layout) -> None:
     missing = layout.root / "nope"
     r = run_cli(["run", "--workspace", str(missing), "--", "true"], cwd=layout.workspace)

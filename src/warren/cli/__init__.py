@@ -262,7 +262,11 @@ def _timeout(value: float | None) -> float | None:
     if value is not None and not 0 < value < float("inf"):
         from .flags import UsageError
 
-        raise UsageError(f"--timeout must be a positive number of seconds, not {value}", operation="cli")
+        raise UsageError(
+            f"--timeout must be a positive number of seconds, not {value}",
+            operation="cli",
+            hint="e.g. --timeout 30 or --timeout 0.5 (seconds; leave it out for no timeout)",
+        )
     return value
 
 

@@ -143,7 +143,9 @@ def wait(args: list[str]) -> int:
     timeout = ns.timeout
     if timeout is not None and not 0 < timeout < float("inf"):
         raise flags.UsageError(
-            f"--timeout must be a positive number of seconds, not {timeout}", operation="wait"
+            f"--timeout must be a positive number of seconds, not {timeout}",
+            operation="wait",
+            hint="e.g. --timeout 30 (seconds; leave it out to wait as long as it takes)",
         )
     if ns.id is None:
         deadline = None if timeout is None else time.monotonic() + timeout
