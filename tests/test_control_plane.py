@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -475,7 +476,8 @@ def test_ids_names_and_rules_of_the_wrong_type_are_typed_errors_naming_the_argum
     the protocol's decoder: a ``ProtocolError`` "malformed message" naming a field the
     caller never wrote (``id``). Each is now refused before anything is sent, with the
     error of its kind naming the argument; a trail followed with a poll of 0 or less
-    was a busy loop (async) or a traceback (sync)."""
+    was a busy loop (async) or a traceback (sync); a callback that is not a function, or
+    a wait's timeout that is not a number, was a TypeError from deep inside."""
     import asyncio
 
     from warren import AsyncSandbox
@@ -490,21 +492,27 @@ def test_ids_names_and_rules_of_the_wrong_type_are_typed_errors_naming_the_argum
 
     spec = PolicySpec(workspace=str(layout.workspace))
     with Sandbox.create(spec) as sb:
+        # Typed as Any: these are what a caller without a type checker passes.
+        three: Any = 3
+        text: Any = "x"
         cases = [
-            (lambda: sb.rollback("x"), CheckpointError, "checkpoint must be a whole number"),  # type: ignore[arg-type]
+            (lambda: sb.rollback(text), CheckpointError, "checkpoint must be a whole number"),
             (lambda: sb.rollback(-1), CheckpointError, "checkpoint must be a whole number"),
-            (lambda: sb.process(3), ProcessNotFound, "spawn_id must be a non-empty string"),  # type: ignore[arg-type]
-            (lambda: sb.net_allow(3), SandboxError, "rule must be a non-empty string"),  # type: ignore[arg-type]
+            (lambda: sb.process(three), ProcessNotFound, "spawn_id must be a non-empty string"),
+            (lambda: sb.net_allow(three), SandboxError, "rule must be a non-empty string"),
             (lambda: sb.net_deny(""), SandboxError, "rule must be a non-empty string"),
-            (lambda: sb.net_approve("1"), SandboxError, "request_id must be a whole number"),  # type: ignore[arg-type]
+            (lambda: sb.net_approve(text), SandboxError, "request_id must be a whole number"),
             (lambda: sb.net_reject(True), SandboxError, "request_id must be a whole number"),
-            (lambda: Sandbox.remove_snapshot(3), SnapshotNotFound, "snapshot id must be"),  # type: ignore[arg-type]
-            (lambda: Sandbox.create(spec, name=3), PolicyError, "invalid sandbox name 3"),  # type: ignore[arg-type]
+            (lambda: Sandbox.remove_snapshot(three), SnapshotNotFound, "snapshot id must be"),
+            (lambda: Sandbox.create(spec, name=three), PolicyError, "invalid sandbox name 3"),
             (lambda: Sandbox.get(None), PolicyError, "invalid sandbox name None"),  # type: ignore[arg-type]
             (lambda: sb.files.read("x", max_bytes=-1), ExecError, "max_bytes must be a byte count"),
             (lambda: sb.exec([]), ExecError, "not an empty list"),
             (lambda: list(sb.events(follow=True, poll=0)), SandboxError, "poll must be a number of seconds"),
             (lambda: list(sb.events(poll=float("nan"))), SandboxError, "poll must be a number of seconds"),
+            (lambda: sb.exec(["true"], on_stdout=three), ExecError, "on_stdout must be a function"),
+            (lambda: warren.run(["true"], spec, on_stderr=text), ExecError, "on_stderr must be a function"),
+            (lambda: sb.spawn(["true"]).wait(timeout=text), ExecError, "must be a number of seconds or None"),
         ]
         for call, error, said in cases:
             with pytest.raises(error) as e:

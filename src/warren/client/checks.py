@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping, Sequence
+from typing import TypeVar
 
 from ..errors import CwdNotFound, ExecError, PolicyError, ProcessNotFound, SandboxError, SandboxFileError
 
@@ -91,6 +92,34 @@ def timeout(value: object, op: str) -> float | None:
             hint="pass e.g. timeout=30, or None (null) for no limit; 0 is not 'no limit'",
         )
     return float(value)
+
+
+C = TypeVar("C")
+
+
+def callback(value: C, what: str, op: str) -> C:
+    """A function called with output (or a network event) as it comes, or None."""
+    if value is not None and not callable(value):
+        raise ExecError(
+            f"{what} must be a function (or None), not {type(value).__name__}",
+            operation=op,
+            hint=f"pass e.g. {what}=lambda data: print(data)",
+        )
+    return value
+
+
+def wait_timeout(value: object, op: str) -> float | None:
+    """How long ``Process.wait`` waits: None (as long as it takes) or seconds, as
+    ``subprocess``'s ``wait`` takes them (0 or less: look once)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise ExecError(
+            f"timeout must be a number of seconds or None, not {value!r}",
+            operation=op,
+            hint="pass e.g. timeout=30, or None to wait as long as it takes",
+        )
+    return min(float(value), MAX_TIMEOUT)
 
 
 def cwd(value: object, op: str) -> str | None:

@@ -150,6 +150,7 @@ class Process:
 
     def wait(self, timeout: float | None = None) -> int:
         """The exit status (128+N for signal N); raises SandboxTimeout if ``timeout`` passes."""
+        timeout = checks.wait_timeout(timeout, "wait")
         deadline = None if timeout is None else time.monotonic() + timeout
         pause = 0.02
         while self._status is None:

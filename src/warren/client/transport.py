@@ -84,9 +84,9 @@ class Command:
             timeout=checks.timeout(timeout, op),
             output_limit=checks.limit(output_limit, op),
             stdin_pipe=stdin_pipe,
-            on_stdout=on_stdout,
-            on_stderr=on_stderr,
-            on_net_event=on_net_event,
+            on_stdout=checks.callback(on_stdout, "on_stdout", op),
+            on_stderr=checks.callback(on_stderr, "on_stderr", op),
+            on_net_event=checks.callback(on_net_event, "on_net_event", op),
         )
 
 
