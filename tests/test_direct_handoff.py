@@ -318,9 +318,13 @@ def test_a_request_read_before_the_word_of_a_spare_goes_to_that_spare(sb: Sandbo
     (the helper that served, ready again) while it is stopped. Let go, it reads the
     request first, and the spare's word before it hands the request on: the spare
     runs the command (before, PID 1 forked a helper for it on its path while the
-    spare waited)."""
+    spare waited: every attempt, 5 of 5 as root, 3 of 3 as uid 1001). On a loaded
+    machine PID 1 may not have said its word before the supervisor goes on (the test
+    cannot see that word from the host): that attempt proves nothing, so up to five are
+    made, and one that runs in the spare is what the fix gives."""
     sup = _supervisor_pid()
-    for attempt in range(3):
+    ran_in: list[tuple[int, int]] = []
+    for attempt in range(5):
         assert sb.exec(["true"]).exit_code == 0
         os.kill(sup, signal.SIGSTOP)
         try:
@@ -328,10 +332,13 @@ def test_a_request_read_before_the_word_of_a_spare_goes_to_that_spare(sb: Sandbo
             t, outcome = _exec_in_background(sb, ["sh", "-c", f": {marker}; sleep 0.5"])
             time.sleep(0.05)  # the request sent (connected and written while it is stopped)
             (spare,) = _wait_spare(sb.pid1)
-            time.sleep(0.1)  # and its word written to the supervisor
+            time.sleep(0.3)  # and its word written to the supervisor (most often)
         finally:
             os.kill(sup, signal.SIGCONT)
-        assert _helper_of(sb.pid1, marker.encode()) == spare, "the spare did not run the command"
+        ran_in.append((_helper_of(sb.pid1, marker.encode()), spare))
         t.join(30)
         [r] = outcome
         assert isinstance(r, Result) and r.exit_code == 0, r
+        if ran_in[-1][0] == spare:
+            break
+    assert any(helper == spare for helper, spare in ran_in), f"the spare never ran the command: {ran_in}"
