@@ -346,12 +346,16 @@ def test_fork_bomb_is_contained(net: Net, layout: Layout, flags: list[str]) -> N
     """Stopped at the limit (with no flags: the default, under the bound that keeps a
     2-CPU host answering), counted from the host in the sandbox's pid namespace, while
     /bin/true started on the host stays fast (``Probe``)."""
-    for _attempt in range(3):
+    for attempt in range(3):
         (layout.workspace / "ns.txt").unlink(missing_ok=True)
         peak = 0
+        # Each attempt its own request: the same run twice would have the supervisor boot
+        # a sandbox ahead for a third, whose groups stay 60 s unused (no leftover of the
+        # bomb's, but counted as one).
+        again = ["--env", f"ATTEMPT={attempt}"]
         with Probe():
             bomb = subprocess.Popen(
-                net.argv(["run", "-w", str(layout.workspace), *flags, "--timeout", "4", "--", *BOMB]),
+                net.argv(["run", "-w", str(layout.workspace), *flags, *again, "--timeout", "4", "--", *BOMB]),
                 cwd=layout.workspace,
                 env={**os.environ, "XDG_STATE_HOME": str(net.state)},
                 stdout=subprocess.PIPE,
@@ -537,7 +541,9 @@ def test_limits_of_a_sandbox_hold_across_execs_and_background(state_home: Path, 
         assert 24 <= count <= 24 + 8, more.stdout
     finally:
         sb.remove()
-    assert _leftovers(state_home) == []
+    # Soon, not at once: a group whose tasks are still leaving on a loaded host is
+    # removed by the supervisor's next tries (``launch.retry_busy``), after the answer.
+    assert _leftovers_soon(state_home) == []
 
 
 def test_pid1_and_everything_it_starts_are_in_the_sandboxs_cgroups(state_home: Path, layout: Layout) -> None:
@@ -565,7 +571,9 @@ def test_pid1_and_everything_it_starts_are_in_the_sandboxs_cgroups(state_home: P
             assert sb.pid1 in inside
     finally:
         sb.remove()
-    assert _leftovers(state_home) == []
+    # Soon, not at once: a group whose tasks are still leaving on a loaded host is
+    # removed by the supervisor's next tries (``launch.retry_busy``), after the answer.
+    assert _leftovers_soon(state_home) == []
 
 
 def _alive(pid: int) -> bool:
