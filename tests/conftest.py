@@ -264,6 +264,19 @@ def _worker_cgroup() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
+def _origin_as_it_was() -> Iterator[None]:
+    """A test that runs the CLI in this process (``entrypoint(["doctor", ...])``) names
+    the whole process's requests "cli" (``origin.set_default``): put back what it was,
+    or the library's requests of later tests on this worker are recorded as the CLI's
+    (``test_trail`` failed so whenever a doctor test ran before it on its worker)."""
+    from warren.client import origin
+
+    before = origin._process[0]
+    yield
+    origin.set_default(before)
+
+
+@pytest.fixture(autouse=True)
 def _remove_host_markers() -> Iterator[None]:
     """The markers of this run (the positive controls make theirs on purpose) go afterwards."""
     yield
