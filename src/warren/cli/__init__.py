@@ -259,15 +259,9 @@ def exec_(rest: list[str]) -> int:
 
 
 def _timeout(value: float | None) -> float | None:
-    if value is not None and not 0 < value < float("inf"):
-        from .flags import UsageError
+    from . import flags
 
-        raise UsageError(
-            f"--timeout must be a positive number of seconds, not {value}",
-            operation="cli",
-            hint="e.g. --timeout 30 or --timeout 0.5 (seconds; leave it out for no timeout)",
-        )
-    return value
+    return flags.timeout(value, "cli", "for no timeout")
 
 
 def entrypoint(argv: list[str] | None = None) -> int:

@@ -191,6 +191,17 @@ class UsageError(WarrenError):
     """Bad command-line usage."""
 
 
+def timeout(value: float | None, op: str, without: str) -> float | None:
+    """``--timeout``'s seconds, or None when not given; ``without``: what leaving it out does."""
+    if value is not None and not 0 < value < float("inf"):
+        raise UsageError(
+            f"--timeout must be a positive number of seconds, not {value}",
+            operation=op,
+            hint=f"e.g. --timeout 30 or --timeout 0.5 (seconds; leave it out {without})",
+        )
+    return value
+
+
 class Namespace:
     """Parsed flags as attributes (argparse's or ``quick``'s)."""
 

@@ -140,13 +140,7 @@ def wait(args: list[str]) -> int:
     p.add_argument("id", nargs="?", metavar="ID|PID", help="a background process (the id exec -d printed)")
     ns = p.parse_args(args)
     name = check_name(ns.name)
-    timeout = ns.timeout
-    if timeout is not None and not 0 < timeout < float("inf"):
-        raise flags.UsageError(
-            f"--timeout must be a positive number of seconds, not {timeout}",
-            operation="wait",
-            hint="e.g. --timeout 30 (seconds; leave it out to wait as long as it takes)",
-        )
+    timeout = flags.timeout(ns.timeout, "wait", "to wait as long as it takes")
     if ns.id is None:
         deadline = None if timeout is None else time.monotonic() + timeout
         info = _transport().get(name)

@@ -13,7 +13,15 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
-from ..errors import CwdNotFound, ExecError, PolicyError, ProcessNotFound, SandboxError, SandboxFileError
+from ..errors import (
+    CwdNotFound,
+    ExecError,
+    PolicyError,
+    ProcessNotFound,
+    SandboxError,
+    SandboxFileError,
+    WarrenError,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -77,21 +85,27 @@ def stdin(data: object, op: str) -> bytes | None:
     )
 
 
-def timeout(value: object, op: str) -> float | None:
-    if value is None:
-        return None
+def seconds(value: object, what: str, op: str, most: float, error: type[WarrenError], hint: str) -> float:
+    """A number of seconds above 0 and at most ``most``; else ``error`` naming ``what``."""
     if (
         isinstance(value, bool)
         or not isinstance(value, (int, float))
         or not math.isfinite(value)
-        or not 0 < value <= MAX_TIMEOUT
+        or not 0 < value <= most
     ):
-        raise ExecError(
-            f"timeout must be a number of seconds above 0 and at most {MAX_TIMEOUT:.0f}, not {value!r}",
+        raise error(
+            f"{what} must be a number of seconds above 0 and at most {most:.0f}, not {value!r}",
             operation=op,
-            hint="pass e.g. timeout=30, or None (null) for no limit; 0 is not 'no limit'",
+            hint=hint,
         )
     return float(value)
+
+
+def timeout(value: object, op: str) -> float | None:
+    if value is None:
+        return None
+    hint = "pass e.g. timeout=30, or None (null) for no limit; 0 is not 'no limit'"
+    return seconds(value, "timeout", op, MAX_TIMEOUT, ExecError, hint)
 
 
 C = TypeVar("C")
@@ -202,18 +216,7 @@ MAX_POLL = 3600.0  # seconds between two looks at a trail being followed
 
 def poll(value: object, op: str) -> float:
     """Seconds between two looks (``events(follow=True)``): above 0, at most an hour."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or not 0 < value <= MAX_POLL
-    ):
-        raise SandboxError(
-            f"poll must be a number of seconds above 0 and at most {MAX_POLL:g}, not {value!r}",
-            operation=op,
-            hint="pass e.g. poll=0.25",
-        )
-    return float(value)
+    return seconds(value, "poll", op, MAX_POLL, SandboxError, "pass e.g. poll=0.25")
 
 
 def rule(value: object, op: str) -> str:

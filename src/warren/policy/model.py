@@ -259,14 +259,14 @@ class Policy:
     def __post_init__(self) -> None:
         # A Policy made by hand (``build`` makes one from a spec) may name its workspace
         # as a string; anything else is refused by name, not with a traceback.
-        if isinstance(self.workspace, str | os.PathLike):
+        if not isinstance(self.workspace, Path):
+            if not isinstance(self.workspace, str | os.PathLike):
+                raise PolicyError(
+                    f"workspace must be a path, not {type(self.workspace).__name__}",
+                    operation="policy",
+                    hint='pass e.g. Policy(workspace=Path("/path")), or PolicySpec(workspace="/path")',
+                )
             object.__setattr__(self, "workspace", Path(self.workspace))
-        else:
-            raise PolicyError(
-                f"workspace must be a path, not {type(self.workspace).__name__}",
-                operation="policy",
-                hint='pass e.g. Policy(workspace=Path("/path")), or PolicySpec(workspace="/path")',
-            )
         lists = {"writable": self.writable, "readable": self.readable, "denied": self.denied}
         for what, roots in lists.items():
             for root in roots:
