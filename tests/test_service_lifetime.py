@@ -56,13 +56,14 @@ def test_a_streaming_exec_when_serve_ends(tmp_path: Path, sig: signal.Signals) -
         while not any("stdout" in line for line in out):
             assert time.monotonic() < deadline, out
             time.sleep(0.05)
+        started = time.monotonic()
         server.stop(sig)
         reader.join(15)
-        time.sleep(4)  # past the command's own end
-        if sig == signal.SIGTERM:
+        if sig == signal.SIGTERM:  # the stream ended with the command's end
             assert any(line == "event: exit" for line in out), out
             assert marker.read_text() == "done\n"
         else:
+            time.sleep(max(0.0, started + 4 - time.monotonic()))  # past the command's own end (3 s)
             assert not any(line == "event: exit" for line in out), out
             assert not marker.exists(), "the command outlived its killed client"
     finally:
