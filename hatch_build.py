@@ -41,6 +41,12 @@ HELPERS = (
         "bench/bench_workspace_size.py)",
     ),
     (
+        "warren-init",  # a sandbox's PID 1 once set up (``_core.nativeinit``)
+        "native/init.c",
+        True,
+        "a sandbox's PID 1 stays a Python process (about 4 MB of memory of its own per sandbox)",
+    ),
+    (
         "warren-credsend",  # names a command as its unix sends' sender (``_core.credsend``)
         "native/credsend.c",
         True,

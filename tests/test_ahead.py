@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import WARREN, host_files, loopback_http, run_cli
+from conftest import WARREN, host_files, loopback_http, run_cli, server_of
 from warren import PolicySpec, Sandbox
 from warren._core import procs
 from warren.server import ahead
@@ -340,7 +340,7 @@ def _spares(state_home: Path) -> dict[int, list[int]]:
     supervisor = _supervisor(state_home)
     children = _processes()
     return {
-        pid1: [h for h in children.get(pid1, []) if len(children.get(h, [])) == 1]
+        pid1: [h for h in children.get(server_of(pid1), []) if len(children.get(h, [])) == 1]
         for pid1 in children.get(supervisor, [])
         if children.get(pid1)
     }

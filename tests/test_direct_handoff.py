@@ -38,7 +38,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Layout
+from conftest import Layout, server_of
 from warren import PolicySpec, Result, Sandbox, protocol, wire
 from warren._core import execstub, pid1
 from warren._core.procs import table
@@ -63,7 +63,7 @@ def _spare_helpers(pid1: int) -> list[int]:
     for pid, ppid, _state in rows:
         children.setdefault(ppid, []).append(pid)
     found = []
-    for helper in children.get(pid1, []):
+    for helper in children.get(server_of(pid1), []):
         kids = children.get(helper, [])
         if len(kids) == 1 and (execstub.program() is None or _cmdline(kids[0]) == STUB):
             found.append(helper)
@@ -165,12 +165,13 @@ def test_a_spare_let_go_just_after_it_was_handed_a_request_serves_it() -> None:
 def _helper_of(pid1: int, marker: bytes) -> int:
     """The helper (PID 1's child) whose command's cmdline holds ``marker``, once it runs."""
     deadline = time.monotonic() + 10
+    server = server_of(pid1)
     while time.monotonic() < deadline:
         rows = table()
         for pid, ppid, _state in rows:
             if marker in _cmdline(pid):
                 parent = next((pp for p, pp, _st in rows if p == ppid), None)
-                if parent == pid1:
+                if parent == server:
                     return ppid
         time.sleep(0.02)
     raise AssertionError("the command did not start")

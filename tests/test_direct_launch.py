@@ -29,7 +29,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import Layout
+from conftest import Layout, server_of
 from test_direct_handoff import _wait_spare
 from warren import PolicySpec, Sandbox, protocol, wire
 from warren._core import execstub, shim
@@ -323,7 +323,8 @@ def test_an_unused_spare_goes_with_its_stub(
     assert box.exec(["true"]).exit_code == 0
     _wait_spare(box.pid1)
     deadline = time.monotonic() + 15
-    while left := [pid for pid, ppid, _ in table() if ppid == box.pid1 and not _credentials_sender(pid)]:
+    server = server_of(box.pid1)
+    while left := [pid for pid, ppid, _ in table() if ppid == server and not _credentials_sender(pid)]:
         assert time.monotonic() < deadline, f"PID 1 still has {left} after the spare's idle time"
         time.sleep(0.1)
     assert box.exec(["echo", "after"]).stdout == b"after\n"

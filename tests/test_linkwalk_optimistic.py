@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import held_walk_state, large_tree, run_cli
+from conftest import held_walk_state, large_tree, run_cli, server_of
 from test_direct_handoff import _wait_spare
 from warren import PolicySpec, Sandbox
 from warren._core import continuer
@@ -279,10 +279,9 @@ def test_a_command_starts_during_the_walk_and_its_calls_after_it_behave_as_anyon
         assert lines[4] == "600 2 2"
         assert not outside.exists()
         assert (ws / "calls-b.txt").read_text() == "tw"
-        threads = {
-            Path(f"/proc/{box.pid1}/task/{t}/comm").read_text().strip()
-            for t in os.listdir(f"/proc/{box.pid1}/task")
-        }
+        server = server_of(box.pid1)
+        tasks = f"/proc/{server}/task"
+        threads = {Path(f"{tasks}/{t}/comm").read_text().strip() for t in os.listdir(tasks)}
         native = os.environ.get("WARREN_NATIVE_CONTINUER") != "0"
         assert (continuer.THREAD in threads) == native, threads
         # A command started after the walk: the same answers.

@@ -21,7 +21,7 @@ import pytest
 
 from conftest import Layout
 from warren import PolicySpec, Sandbox
-from warren._core import credsend, execstub
+from warren._core import credsend, execstub, nativeinit
 from warren._core.procs import descendants
 from warren.server import statedir
 
@@ -83,13 +83,16 @@ def test_pid1_is_the_supervisors_child_and_the_spawner_holds_only_its_channel(bo
     fds = sorted(int(fd) for fd in os.listdir(f"/proc/{spawners[0]}/fd"))
     held = [os.readlink(f"/proc/{spawners[0]}/fd/{fd}") for fd in fds if fd > 2]
     # stdio, its channel to the supervisor and the sealed programs every PID 1 inherits
-    # (the exec stub, the credentials sender; where they were built): nothing a client
+    # (the exec stub, the credentials sender, the native init; where they were built):
+    # nothing a client
     # or another sandbox gave
     stub = [h for h in held if h == "/memfd:warren-exec-stub (deleted)"]
     assert len(stub) == (1 if execstub.program() else 0), held
     sender = [h for h in held if h == "/memfd:warren-credsend (deleted)"]
     assert len(sender) == (1 if credsend.program() else 0), held
-    others = [h for h in held if h not in stub + sender]
+    init = [h for h in held if h == "/memfd:warren-init (deleted)"]
+    assert len(init) == (1 if nativeinit.program() else 0), held
+    others = [h for h in held if h not in stub + sender + init]
     assert len(others) == 1 and others[0].startswith("socket:"), held
 
 

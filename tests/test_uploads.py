@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from conftest import Layout
+from conftest import Layout, server_of
 from service_util import Serve
 from warren import protocol, wire
 from warren._core import safepath
@@ -164,7 +164,7 @@ def test_a_helper_killed_during_an_upload_leaves_the_old_file_and_a_working_sand
             t, result = _in_background(lambda: sb.files.write("big.bin", new))
             assert _wait_for(lambda before=before: bool(set(_temps(ws)) - before))  # type: ignore[misc]
             # The helper serving the write holds the payload (its spare sibling does not).
-            writers = _children_holding(sb.pid1, SIZE - SIZE // 4)
+            writers = _children_holding(server_of(sb.pid1), SIZE - SIZE // 4)
             assert len(writers) == 1, writers
             with contextlib.suppress(ProcessLookupError):
                 os.kill(writers[0], signal.SIGKILL)

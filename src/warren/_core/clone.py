@@ -126,12 +126,13 @@ def preload() -> None:
     sandbox warren's own files may not be visible (an install under /tmp, whose /tmp is
     the sandbox's own), so nothing may be imported there for the first time."""
     from .. import protocol
-    from . import continuer, credsend, execstub, pid1  # noqa: F401
+    from . import continuer, credsend, execstub, nativeinit, pid1  # noqa: F401
 
     for name in protocol.__all__:
         getattr(protocol, name)  # the channels the package loads only when named
     execstub.load()  # the program a command's process becomes, from a sealed memfd
     credsend.load()  # the program that names a command as its unix sends' sender
+    nativeinit.load()  # the program PID 1 becomes once set up
     continuer.load()  # the thread that answers a walk's window once it is done
 
 
@@ -145,7 +146,7 @@ def _clone(
     given: dict[int, list[int]] | None = None,
 ) -> int:
     """The clone itself; ``flags`` adds CLONE_PARENT in the spawner."""
-    from . import credsend, execstub, pid1
+    from . import credsend, execstub, nativeinit, pid1
 
     preload()
 
@@ -170,7 +171,9 @@ def _clone(
             devnull = os.open("/dev/null", os.O_RDWR)
             for target in (0, 1, 2):
                 os.dup2(devnull, target)
-            programs = [fd for fd in (execstub.loaded(), credsend.loaded()) if fd is not None]
+            programs = [
+                fd for fd in (execstub.loaded(), credsend.loaded(), nativeinit.loaded()) if fd is not None
+            ]
             layer_fds = [fd for f in (given or {}).values() for fd in f]
             _sys.close_all_but(control.fileno(), *programs, *layer_fds)
             mounts.given_layers.update(given or {})

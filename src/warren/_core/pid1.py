@@ -32,7 +32,7 @@ from ..errors import LimitReached, ProcessNotFound, SandboxError, SetupError, Wa
 from ..net.handshake import pid1_network
 from ..net.proxy import listen_inside
 from ..plan.model import Plan
-from . import _sys, again, credsend, execstub, fileops, harden, kernel, mounts, procs
+from . import _sys, again, credsend, execstub, fileops, harden, kernel, mounts, nativeinit, procs
 from .broker import Broker
 from .broker.window import Window
 from .shim import Launcher, Shim, warm
@@ -130,6 +130,9 @@ def main(plan: Plan, control: socket.socket, *, oneshot: bool, ahead: bool = Fal
         sender = credsend.start() if plan.namespaces else None
         harden.settle_pid1(plan)
         helpers: set[int] = set()
+        native = nativeinit.loaded() if plan.namespaces else None
+        if native is not None:
+            _keep_as_keeper(native)
         broker = _start_broker(plan, helpers, sender)
     except WarrenError as e:
         with contextlib.suppress(OSError):
@@ -165,6 +168,22 @@ def main(plan: Plan, control: socket.socket, *, oneshot: bool, ahead: bool = Fal
             control.setblocking(True)
             wire.send(control, protocol.Failed(error=protocol.error_message(_crashed(e)).error))
         return 125
+
+
+def _keep_as_keeper(init: int) -> None:
+    """Fork the keeper, which goes on serving the sandbox (it returns here); this
+    process, PID 1, becomes the native init (``nativeinit``). The keeper is the child
+    subreaper of everything it starts, as PID 1 was their reaper: a command's orphans
+    still come back to it. A failed fork leaves PID 1 the Python one, as without the
+    program."""
+    try:
+        keeper = os.fork()
+    except OSError:
+        return
+    if keeper != 0:
+        nativeinit.become(init, keeper)
+    _sys.prctl(PR_SET_CHILD_SUBREAPER, 1)
+    nativeinit.forget()  # the keeper's helpers hold no copy of it
 
 
 def _crashed(e: Exception) -> SandboxError:
@@ -536,7 +555,8 @@ class Init:
         while True:
             self._reap()
             gone = self.connectors | doomed | {self.sender}
-            others = [p for p in procs.table() if p[0] != 1 and p[0] not in gone]
+            # PID 1, and the keeper where PID 1 is the native init (this process)
+            others = [p for p in procs.table() if p[0] not in (1, os.getpid()) and p[0] not in gone]
             if not others:
                 alone = True
                 break

@@ -213,6 +213,23 @@ def kill_tree(main: int) -> int:
         time.sleep(0.002)
 
 
+def kill_all_but(spared: set[int]) -> None:
+    """SIGKILL every process of this pid namespace but ``spared``, again until none is
+    left (a process forked meanwhile is caught by the next round; each round leaves
+    fewer, the pids limit bounding the forks). The caller reaps what comes to it."""
+    for _round in range(1000):
+        left = [pid for pid, _ppid, state in table() if pid not in spared and state not in ("Z", "X")]
+        if not left:
+            return
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                pass
+        time.sleep(0.001)
+
+
 class Members:
     """The processes of one sandbox, as its PID 1 sees them. In its own pid namespace:
     every process there. Without one (the degraded mode): PID 1's descendants, and

@@ -55,6 +55,11 @@ def loaded(name: str) -> int | None:
     return _loaded.get(name)
 
 
+def forget(name: str) -> None:
+    """This process no longer holds ``name`` (its descriptor was closed)."""
+    _loaded[name] = None
+
+
 def _sealed(name: str, path: str) -> int | None:
     try:
         with open(path, "rb") as f:

@@ -852,8 +852,12 @@ def end_sandbox(last: socket.socket, wait: float = END_WAIT) -> bool:
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
     deadline = time.monotonic() + wait
     try:
-        with contextlib.suppress(OSError):  # none left (ESRCH), or none it may kill (EPERM)
-            os.kill(-1, signal.SIGKILL)
+        keeper = os.getppid()
+        if keeper == 1:  # PID 1 serves the sandbox itself: kill(-1) spares it (and this helper)
+            with contextlib.suppress(OSError):  # none left (ESRCH), or none it may kill (EPERM)
+                os.kill(-1, signal.SIGKILL)
+        else:  # the keeper (``pid1._keep_as_keeper``), which kill(-1) would not spare
+            procs.kill_all_but({1, os.getpid(), keeper})
         while True:
             try:
                 reaped = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG)

@@ -90,7 +90,7 @@ def ps(args: list[str]) -> int:
     rows: list[dict[str, object]] = [
         {
             **dataclasses.asdict(q),
-            "warren": connect.is_supervisor(q.argv),
+            "warren": connect.is_supervisor(q.argv) or tuple(q.argv[:1]) == ("warren-init",),
             "exit_code": None,
             "timed_out": False,
         }
