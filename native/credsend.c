@@ -35,6 +35,7 @@
 #include <linux/seccomp.h>
 #include <signal.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -189,9 +190,11 @@ static int64_t send_one(unsigned char *shared, const struct request *req, int *f
     return n < 0 ? -(int64_t)errno : (int64_t)n;
 }
 
-int main(void) {
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || getppid() != 1)
-        return 1; /* PID 1 of the sandbox spawned it; gone already: nothing to serve */
+int main(int argc, char **argv) {
+    /* its parent: PID 1 of the sandbox, or a keeper joined later (its pid, argv[1]) */
+    long parent = argc > 1 ? strtol(argv[1], NULL, 10) : 1;
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || getppid() != (pid_t)parent)
+        return 1; /* spawned by that process; gone already: nothing to serve */
     /* PID 1 runs with signals blocked at times (and SIGPIPE ignored, which an execve
      * keeps): a stop's SIGTERM must end it at once, whatever it inherited */
     sigset_t none;

@@ -346,6 +346,16 @@ def _spares(state_home: Path) -> dict[int, list[int]]:
     }
 
 
+def _one_spare(state_home: Path, seen: dict[int, list[int]]) -> bool:
+    """One sandbox with one spare, its command's process there: one look at the host,
+    kept in ``seen`` (a booted sandbox found stale may be replaced by another between
+    two looks, its spare then another's)."""
+    seen.clear()
+    seen.update({p: s for p, s in _spares(state_home).items() if s})
+    spares = [s for s in seen.values()]
+    return [len(s) for s in spares] == [1] and len(_processes().get(spares[0][0], [])) == 1
+
+
 def _wait(what: str, condition: Callable[[], bool], seconds: float = 20) -> None:
     deadline = time.monotonic() + seconds
     while not condition():
@@ -423,8 +433,9 @@ def test_a_run_takes_its_booted_sandbox_s_spare_and_the_sandbox_ends_with_it(
     argv = ["sh", "-c", script]
     for attempt in (1, 2):
         _twice(place)
-        _wait("the booted sandbox's spare", lambda: any(_spares(state_home).values()))
-        ((pid1, [helper]),) = [(p, s) for p, s in _spares(state_home).items() if s]
+        seen: dict[int, list[int]] = {}
+        _wait("the booted sandbox's spare", lambda seen=seen: _one_spare(state_home, seen))
+        ((pid1, [helper]),) = seen.items()
         (waiting,) = _processes()[helper]
         proc = subprocess.Popen(
             [*WARREN, "run", "--", "sh", "-c", script],

@@ -99,6 +99,21 @@ def start_pid1(
         raise _cannot_clone(e) from None
 
 
+def join_keeper(
+    plan: Plan, control: socket.socket, cgroup_tasks: list[tuple[str, int]], pidfd: int, ruleset: int | None
+) -> int:
+    """A new keeper for a live sandbox whose keeper left (``rejoin``), made by the
+    spawner; its pid as the host sees it. ``control``: its end of the new channel."""
+    request = spawner.Request(plan, False, [path for path, _fd in cgroup_tasks], join=True)
+    fds = [
+        control.fileno(),
+        *(fd for _path, fd in cgroup_tasks),
+        pidfd,
+        *([ruleset] if ruleset is not None else []),
+    ]
+    return _the_spawner().clone(request, fds)
+
+
 def _cannot_clone(e: OSError) -> SetupError:
     return SetupError.from_os(
         e,
@@ -166,6 +181,7 @@ def _clone(
         code = 125
         try:
             gc.freeze()  # its own collections never visit (so never copy) the pages it shares
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the spawner's (``rejoin.reap_keepers``)
             if not _enter_cgroups(tasks, control):
                 os._exit(125)
             devnull = os.open("/dev/null", os.O_RDWR)
@@ -177,16 +193,22 @@ def _clone(
             layer_fds = [fd for f in (given or {}).values() for fd in f]
             _sys.close_all_but(control.fileno(), *programs, *layer_fds)
             mounts.given_layers.update(given or {})
-            if sandbox_nofile is not None:
-                import resource
-
-                _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-                resource.setrlimit(resource.RLIMIT_NOFILE, (min(sandbox_nofile, hard), hard))
+            limit_nofile()
             code = pid1.main(plan, control, oneshot=oneshot, ahead=ahead)
         finally:
             os._exit(code)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGUSR1})
     return pid
+
+
+def limit_nofile() -> None:
+    """In a new PID 1 or keeper: the descriptor limit the supervisor was started with
+    (``sandbox_nofile``), not the one it raised for itself."""
+    if sandbox_nofile is not None:
+        import resource
+
+        _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(sandbox_nofile, hard), hard))
 
 
 def _enter_cgroups(tasks: list[tuple[str, int]], control: socket.socket) -> bool:

@@ -132,7 +132,7 @@ def start() -> Sender | None:
         _sys.ambient_caps((CAP_SYS_ADMIN, CAP_SETPCAP))
         pid = os.posix_spawn(
             f"/proc/self/fd/{exe}",
-            [NAME],
+            [NAME, str(os.getpid())],
             {},
             file_actions=[(os.POSIX_SPAWN_DUP2, sock, 3), (os.POSIX_SPAWN_DUP2, buffer, 4)],
             setsigmask=(),

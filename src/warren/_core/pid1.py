@@ -43,6 +43,9 @@ STOP_GRACE = 2.0
 # (``server.box.Box.signal``), and kills it only if it has not done so soon after.
 KILL_NOW = signal.SIGUSR1
 PR_SET_CHILD_SUBREAPER = 36
+# A keeper's exit status when it leaves an idle sandbox (native/init.c: the sandbox goes on)
+LEAVING = 86
+LOOK_AGAIN = 5.0  # seconds between looks for an idle sandbox while a process of it runs
 MAX_HELPERS = 4096
 # PID 1 forks the next spare once the helper that took the last request has ended (its
 # client has its answer), or when that request has run this long (a long command: the
@@ -186,6 +189,49 @@ def _keep_as_keeper(init: int) -> None:
     nativeinit.forget()  # the keeper's helpers hold no copy of it
 
 
+def keeper_main(plan: Plan, control: socket.socket, kept: int = -1) -> int:
+    """A keeper joined from outside (``rejoin``), in the sandbox's namespaces and
+    cgroups, a child of the joiner in its pid namespace: set up as PID 1 did once its
+    mounts and network were made, tell the init it serves now, and serve."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the spawner's (``rejoin.reap_keepers``)
+    try:
+        programs = [fd for fd in (execstub.loaded(), credsend.loaded()) if fd is not None]
+        nativeinit.forget()
+        devnull = os.open("/dev/null", os.O_RDWR)
+        for target in (0, 1, 2):
+            os.dup2(devnull, target)
+        _sys.close_all_but(control.fileno(), *programs, *([kept] if kept >= 0 else []))
+        from .clone import limit_nofile
+
+        limit_nofile()
+        os.chdir("/")
+        os.kill(1, signal.SIGUSR2)  # the init's next keeper: this process
+        _sys.prctl(PR_SET_CHILD_SUBREAPER, 1)
+        # The last keeper's, given back by the supervisor, else built anew as PID 1 did
+        ruleset: int | None = kept if kept >= 0 else None
+        if ruleset is None and plan.landlock is not None:
+            ruleset = harden.landlock_ruleset(plan.landlock)
+        harden.seccomp_program(plan)
+        sender = credsend.start()
+        harden.settle_pid1(plan)
+        helpers: set[int] = set()
+        broker = _start_broker(plan, helpers, sender)
+    except WarrenError as e:
+        with contextlib.suppress(OSError):
+            wire.send(control, protocol.Failed(error=protocol.error_message(e).error))
+        return 125
+    try:
+        init = Init(plan, control, ruleset, False, broker, helpers, False)
+        init.sender = sender.pid if sender is not None else 0
+        init.served = True
+        return init.serve()
+    except Exception as e:
+        with contextlib.suppress(OSError, WarrenError):
+            control.setblocking(True)
+            wire.send(control, protocol.Failed(error=protocol.error_message(_crashed(e)).error))
+        return 125
+
+
 def _crashed(e: Exception) -> SandboxError:
     import traceback
 
@@ -294,6 +340,9 @@ class Init:
     serving_again: again.Serving | None = field(default=None, init=False)
     pending: tuple[protocol.Handoff, list[int], float] | None = field(default=None, init=False)
     held_back: bool = field(default=False, init=False)  # quiesced: no helper serves again until ``Refresh``
+    received: int = field(default=0, init=False)  # messages read from the supervisor (``Leaving``)
+    leaving: bool = field(default=False, init=False)  # ``Leaving`` said, ``LeaveOk`` awaited
+    looked: float = field(default=0.0, init=False)  # when ``_alone`` last looked (monotonic)
 
     @property
     def ready_run(self) -> bool:
@@ -339,6 +388,8 @@ class Init:
                 timeout = spare_wait_ms(self.burst, self.serving in self.helpers, again_soon)
             elif self.spare is not None and not self.keeps_spare:
                 timeout = max(0.0, (self.last_request + SPARE_IDLE - time.monotonic()) * 1000)
+            elif self._may_leave():
+                timeout = max(0.0, (self._leave_at() - time.monotonic()) * 1000)
             due = self._again_due()
             if due is not None:
                 left = max(0.0, (due - time.monotonic()) * 1000)
@@ -362,6 +413,12 @@ class Init:
                 # creator's first exec) at once, with its spare, and the supervisor
                 # stops it whole when unused (``ahead.IDLE``).
                 self._drop_spare()
+            elif self._may_leave() and time.monotonic() >= self._leave_at() and self._alone():
+                self.leaving = True
+                with contextlib.suppress(OSError):
+                    # its ruleset with it: the next keeper's, unless a host change rebuilds it
+                    kept = [self.ruleset] if self.ruleset is not None else []
+                    wire.send(self.control, protocol.Leaving(received=self.received), fds=kept)
             given = self.spare.fileno() if self.spare is not None and self.advertised else -1
             for fd, _ev in events:
                 if fd == given:
@@ -411,9 +468,20 @@ class Init:
                                 protocol.Quiesce,
                                 protocol.Walked,
                                 protocol.Adopted,
+                                protocol.LeaveOk,
                             )
                         )
                     ) is not None:
+                        self.received += 1
+                        if isinstance(got[0], protocol.LeaveOk):
+                            if self.leaving:
+                                # Nothing came after our word: the sandbox is idle. The
+                                # init hears it first (a joined keeper is not its child).
+                                with contextlib.suppress(OSError):
+                                    os.kill(1, signal.SIGUSR1)
+                                return LEAVING
+                            continue
+                        self.leaving = False  # a request, or word of a change: staying
                         if isinstance(got[0], protocol.Adopted):
                             # Its creator's now: idle from here on, as if asked now.
                             self.served = True
@@ -447,6 +515,37 @@ class Init:
                     # No pid namespace dies with PID 1 here: what is left goes now.
                     self.members.kill(signal.SIGKILL)
                 return 0
+
+    def _may_leave(self) -> bool:
+        """A long-lived sandbox under the native init (this process is its keeper, not
+        PID 1), with nothing forked or waiting: it may leave once idle (``Leaving``)."""
+        return (
+            os.getpid() != 1
+            and self.plan.namespaces
+            and not self.oneshot
+            and not self.keeps_spare
+            and not self.leaving
+            and self.stopping is None
+            and self.spare is None
+            and not self.helpers
+            and not self.connectors
+            and self.serving_again is None
+            and self.pending is None
+            and self.plan.review is None
+            and self.plan.image is None
+        )
+
+    def _leave_at(self) -> float:
+        """When to look whether the sandbox is idle (``SPARE_IDLE`` after the last
+        request), or again (``LOOK_AGAIN`` after a look found a process running)."""
+        return max(self.last_request + SPARE_IDLE, self.looked + LOOK_AGAIN)
+
+    def _alone(self) -> bool:
+        """No process in the sandbox but the init, this keeper and the sender."""
+        self._reap()
+        self.looked = time.monotonic()
+        mine = {1, os.getpid(), self.sender}
+        return not any(p[0] not in mine for p in procs.table())
 
     def _requested(self) -> None:
         """A request came (taken by the spare, or handed here): noted, and whether it

@@ -44,9 +44,12 @@ class Request:
         cgroups: list[str],
         ahead: bool = False,
         layers: list[tuple[int, int]] | None = None,
+        join: bool = False,
     ) -> None:
         self.plan, self.oneshot, self.cgroups, self.ahead = plan, oneshot, cgroups, ahead
         self.layers = layers or []  # (index of an overlay layer, how many descriptors give it)
+        # A keeper that joins a live sandbox (``rejoin``): PID 1's pidfd comes last.
+        self.join = join
 
 
 Clone = Callable[[object, socket.socket, bool, list[tuple[str, int]], bool, dict[int, list[int]]], int]
@@ -104,6 +107,9 @@ def _serve(sock: socket.socket, clone: Clone) -> NoReturn:
         for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)
         from .clone import preload
+        from .rejoin import reap_keepers
+
+        signal.signal(signal.SIGCHLD, reap_keepers)
 
         _sys.close_all_but(sock.fileno())
         preload()  # shared by every PID 1, and nothing left to import inside
@@ -129,7 +135,13 @@ def _serve(sock: socket.socket, clone: Clone) -> NoReturn:
                 for index, count in request.layers:
                     given[index], rest = rest[:count], rest[count:]
                 try:
-                    value = clone(request.plan, control, request.oneshot, tasks, request.ahead, given)
+                    if request.join:
+                        from . import rejoin
+
+                        ruleset = rest[1] if len(rest) > 1 else -1
+                        value = rejoin.join(request.plan, control, tasks, rest[0], ruleset)  # type: ignore[arg-type]
+                    else:
+                        value = clone(request.plan, control, request.oneshot, tasks, request.ahead, given)
                 except OSError as e:
                     value = -(e.errno or 5)
                 finally:

@@ -108,6 +108,23 @@ class Emptied(Message):
     TAG = "emptied"
 
 
+class Leaving(Message):
+    """From a long-lived sandbox's keeper (``pid1``, under the native init): the
+    sandbox is idle (no process but the init's own, no request for ``SPARE_IDLE``), and
+    it leaves once the supervisor agrees (``LeaveOk``). ``received``: how many messages
+    it has read from the supervisor; one sent since means a request is on its way."""
+
+    TAG = "leaving"
+    received: int = 0
+
+
+class LeaveOk(Message):
+    """From the supervisor: nothing was sent since the keeper's ``Leaving``; it may go.
+    The next request has the spawner make a keeper that joins the sandbox."""
+
+    TAG = "leave-ok"
+
+
 class Failed(Message):
     TAG = "failed"
     error: ErrorRecord

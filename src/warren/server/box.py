@@ -62,6 +62,7 @@ _FROM_PID1 = (
     protocol.Layers,
     protocol.Quiet,  # late (``await_pid1`` gave up waiting): nothing to do
     protocol.Emptied,
+    protocol.Leaving,
 )
 
 
@@ -261,6 +262,11 @@ class Box:
     emptied: bool = False  # a one-shot's PID 1 said nothing of the sandbox is left (``protocol.Emptied``)
     over: bool = False  # ... and its run was answered then (``run_over``), before PID 1's exit
     reading: bool = field(default=False, init=False)  # PID 1's word being read (``on_control``)
+    # Messages sent on the control channel to its keeper (``protocol.Leaving.received``),
+    # and whether that keeper left the idle sandbox (the next message brings a new one).
+    sent: int = field(default=0, init=False)
+    keeper_gone: bool = field(default=False, init=False)
+    kept_ruleset: int | None = field(default=None, init=False)  # ... its Landlock ruleset, for the next
 
     def __post_init__(self) -> None:
         self.inbox = wire.Inbox(self.launched.control)
@@ -370,6 +376,20 @@ class Box:
         elif isinstance(msg, protocol.Emptied):
             self.emptied = True
             self.run_over()
+        elif (
+            isinstance(msg, protocol.Leaving)
+            and msg.received == self.sent
+            and not self.held
+            and self.spare is None
+            and not self.keeper_gone
+        ):
+            # The keeper leaves the idle sandbox: nothing sent since it last read,
+            # nothing held back. Else it stays (what we sent since reaches it).
+            self.outbox.put(protocol.LeaveOk())
+            with contextlib.suppress(OSError):
+                self.outbox.flush()
+            self.keeper_gone = True
+            self.kept_ruleset = fds.pop(0) if fds else None
         for fd in fds:
             os.close(fd)
 
@@ -520,7 +540,11 @@ class Box:
                 return None
 
     def send(self, msg: protocol.Message, fds: list[int] | None = None) -> None:
-        """Queue a message for PID 1; never waits."""
+        """Queue a message for PID 1; never waits (but for a keeper to be made first, when
+        the last one left the idle sandbox: ``rejoin``)."""
+        if self.keeper_gone:
+            self.rejoin()
+        self.sent += 1
         if isinstance(msg, (protocol.Refresh, protocol.Walked)):
             self.generation += 1
             # Let go of the spare we hold too: PID 1 may let it go as it reads this.
@@ -531,6 +555,45 @@ class Box:
                 self.sel.modify(self.launched.control, _R | _W, ("control", self))
         except OSError:
             pass  # PID 1 is gone; its exit is handled by the reaper
+
+    def rejoin(self) -> None:
+        """A new keeper for the sandbox, joined from outside by the spawner
+        (``_core.rejoin``), on a new control channel; the old one's end is let go."""
+        from .._core import clone
+
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        joins = self.plan.limits.joins if self.plan.limits is not None else []
+        try:
+            tasks = cgroups.open_tasks([*self.launched.cgroups, *joins])
+        except OSError as e:
+            ours.close()
+            theirs.close()
+            raise cgroups.cannot_enter(e) from None
+        try:
+            clone.join_keeper(self.plan, theirs, tasks, self.launched.pidfd, self.kept_ruleset)
+        except OSError as e:
+            ours.close()
+            raise SandboxError(
+                f"sandbox {self.name}: cannot start the process that serves it again: {e.strerror or e}",
+                operation="rejoin",
+                hint="the sandbox may have ended meanwhile: see `warren ls`; if it still runs, "
+                "remove it with `warren rm` and create it again",
+            ) from None
+        finally:
+            theirs.close()
+            if self.kept_ruleset is not None:
+                os.close(self.kept_ruleset)
+                self.kept_ruleset = None
+            for _path, fd in tasks:
+                os.close(fd)
+        with contextlib.suppress(KeyError, ValueError):
+            self.sel.unregister(self.launched.control)
+        self.launched.control.close()
+        self.launched.control = ours
+        self.inbox, self.outbox = wire.Inbox(ours), wire.Outbox(ours)
+        self.sel.register(ours, _R, ("control", self))
+        self.generation = self.sent = 0
+        self.keeper_gone = False
 
     def on_pasta(self) -> None:
         """pasta exited: before the sandbox was ready, that is a failed setup."""

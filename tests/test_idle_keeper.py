@@ -1,0 +1,196 @@
+"""A long-lived sandbox idle for ``WARREN_SPARE_IDLE`` holds no Python (issue 36): its
+keeper (``pid1.Init`` under the native init) leaves once nothing of the sandbox runs,
+and the native init alone stays; the next request has the spawner join a new keeper
+from outside (``_core.rejoin``), which confines commands as the first one did. Judged
+from the host: the processes in the sandbox's pid namespace, the files a command could
+and could not write."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from conftest import Layout
+from warren import PolicySpec, Sandbox
+from warren._core import nativeinit
+from warren._core.procs import descendants
+from warren.server import statedir
+
+pytestmark = [
+    pytest.mark.usefixtures("state_home"),
+    pytest.mark.skipif(nativeinit.program() is None, reason="warren-init is not built here (no C compiler)"),
+]
+
+PROBE = (
+    "grep -E '^(CapEff|NoNewPrivs|Seccomp):' /proc/self/status; "
+    "echo x > {outside} 2>/dev/null && echo wrote-outside; "
+    "echo {n} > made.{n} && echo wrote-workspace"
+)
+
+
+def _members() -> list[str]:
+    """The names of the processes in the sandbox's pid namespace (the test's supervisor
+    runs one sandbox): those of its descendants with a pid of their own inside."""
+    sup = statedir.read_address(statedir.location(os.environ))[1]
+    names = []
+    for pid in descendants(sup):
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                status = f.read()
+            with open(f"/proc/{pid}/comm") as f:
+                comm = f.read().strip()
+        except OSError:
+            continue
+        nspid = status.split("NSpid:", 1)[1].split("\n", 1)[0].split()
+        if len(nspid) > 1:
+            names.append(comm)
+    return sorted(names)
+
+
+def _until(what: str, check: Callable[[], bool], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"{what}: {_members()}"
+        time.sleep(0.1)
+
+
+def _idle() -> bool:
+    return _members() == ["warren-init"]
+
+
+def _python() -> bool:
+    """A Python process (a keeper, a helper) in the sandbox."""
+    return any(name.startswith("python") for name in _members())
+
+
+def test_an_idle_sandbox_holds_only_the_init_and_its_next_command_is_confined_as_before(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("WARREN_SPARE_IDLE", "1")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    box = Sandbox.create(PolicySpec(workspace=str(layout.workspace)))
+    first = box.exec(["sh", "-c", PROBE.format(outside=outside / "a", n=1)], cwd=str(layout.workspace))
+    assert _python()  # the keeper, serving
+    _until("the keeper left the idle sandbox", _idle)
+    again = box.exec(["sh", "-c", PROBE.format(outside=outside / "b", n=2)], cwd=str(layout.workspace))
+    assert first.exit_code == again.exit_code == 0, (first, again)
+    # the same confinement from the joined keeper as from the first (judged on the host)
+    assert first.stdout == again.stdout, (first.stdout, again.stdout)
+    assert b"NoNewPrivs:\t1" in again.stdout and b"Seccomp:\t2" in again.stdout, again.stdout
+    assert b"CapEff:\t0000000000000000" in again.stdout and b"wrote-outside" not in again.stdout
+    assert list(outside.iterdir()) == []
+    assert (layout.workspace / "made.2").read_text() == "2\n"
+    assert (layout.workspace / "made.2").stat().st_uid == os.getuid()
+    # and it leaves again, and serves again: any number of times
+    for n in range(3, 5):
+        _until("the joined keeper left too", _idle)
+        assert box.exec(["echo", str(n)]).stdout == f"{n}\n".encode()
+
+
+def test_a_process_running_in_the_background_keeps_the_keeper(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WARREN_SPARE_IDLE", "0.5")
+    box = Sandbox.create(PolicySpec(workspace=str(layout.workspace)))
+    proc = box.spawn(["sh", "-c", "sleep 3; echo done > bg.txt"])
+    time.sleep(2)  # past the idle time: the process runs, the keeper stays
+    assert _python() and "sleep" in _members()
+    assert proc.wait(timeout=30) == 0
+    assert (layout.workspace / "bg.txt").read_text() == "done\n"
+    _until("the keeper left once the process ended", _idle)
+    assert box.exec(["cat", "bg.txt"]).stdout == b"done\n"
+
+
+def test_requests_that_race_the_keeper_s_leaving_are_all_served(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The keeper says it leaves (``Leaving``) and goes only if nothing was sent to it
+    since (``LeaveOk``): requests that come around that moment are served by it or by
+    the next keeper, never lost."""
+    monkeypatch.setenv("WARREN_SPARE_IDLE", "0.5")
+    box = Sandbox.create(PolicySpec(workspace=str(layout.workspace)))
+    rng = random.Random(36)
+    for n in range(25):
+        time.sleep(rng.uniform(0.45, 0.75))
+        r = box.exec(["echo", str(n)])
+        assert (r.exit_code, r.stdout) == (0, f"{n}\n".encode()), (n, r)
+
+
+def test_signals_from_a_command_to_the_init_change_nothing(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the supervisor (outside the sandbox's pid namespace) stops the sandbox
+    through its init, and only a keeper says it serves or leaves: a command's signals
+    to PID 1 are refused (Landlock's signal scoping, ABI 6) or ignored."""
+    monkeypatch.setenv("WARREN_SPARE_IDLE", "1")
+    box = Sandbox.create(PolicySpec(workspace=str(layout.workspace)))
+    for sig in ("USR2", "USR1", "TERM", "HUP", "INT"):
+        box.exec(["sh", "-c", f"kill -{sig} 1"])
+    assert box.exec(["echo", "still"]).stdout == b"still\n"
+    # nor can a command read the init (not dumpable)
+    peek = box.exec(["sh", "-c", "head -c1 /proc/1/maps >/dev/null 2>&1 && echo read || echo refused"])
+    assert peek.stdout == b"refused\n"
+    _until("the keeper left the idle sandbox", _idle)
+    assert box.exec(["echo", "served"]).stdout == b"served\n"
+
+
+def test_an_idle_sandbox_is_removed_at_once(layout: Layout, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WARREN_SPARE_IDLE", "0.5")
+    box = Sandbox.create(PolicySpec(workspace=str(layout.workspace)), name="idle-rm")
+    box.exec(["true"])
+    _until("the keeper left the idle sandbox", _idle)
+    box.remove()
+    assert [s.name for s in Sandbox.list()] == []
+    _until("nothing of the sandbox left", lambda: _members() == [], timeout=10)
+
+
+def test_without_the_native_init_pid1_stays_and_serves(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fallback (``WARREN_NATIVE_INIT=0``, or no C compiler at install): PID 1 is
+    the Python process it was, serves every request and never leaves."""
+    monkeypatch.setenv("WARREN_SPARE_IDLE", "0.5")
+    monkeypatch.setenv("WARREN_NATIVE_INIT", "0")
+    box = Sandbox.create(PolicySpec(workspace=str(layout.workspace)))
+    box.exec(["true"])
+    time.sleep(2)
+    assert "warren-init" not in _members() and _python()
+    assert box.exec(["echo", "ok"]).stdout == b"ok\n"
+
+
+def test_a_host_file_replaced_while_the_sandbox_had_no_keeper_is_read_as_it_is_now(
+    state_home: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    """The next keeper takes the last one's Landlock ruleset back, and the supervisor's
+    word of a host change (``Refresh``, before the request) has it build a new one: a
+    file the host replaced by rename while no keeper ran is read as it is now, and a
+    denied one stays denied."""
+    from test_host_changes import read, replace
+
+    monkeypatch.setenv("WARREN_SPARE_IDLE", "1")
+    base = Path.home() / f".warren-test-{os.getpid()}-{request.node.name[-30:]}"
+    try:
+        ws, etc = base / "W", base / "etc"
+        for d in (ws, etc):
+            d.mkdir(parents=True)
+        (etc / "passwd").write_text("passwd 1\n")
+        (etc / "shadow").write_text("shadow 1\n")
+        box = Sandbox.create(PolicySpec(workspace=str(ws), deny=[str(etc / "shadow")]))
+        assert read(box, etc / "passwd") == (0, "passwd 1\n")
+        _until("the keeper left the idle sandbox", _idle)
+        replace(etc / "passwd", "passwd 2\n")
+        replace(etc / "shadow", "shadow 2\n")
+        assert read(box, etc / "passwd") == (0, "passwd 2\n")
+        assert read(box, etc / "shadow")[0] != 0
+        _until("the keeper left again", _idle)
+        assert read(box, etc / "passwd") == (0, "passwd 2\n")  # the ruleset taken back
+    finally:
+        import shutil
+
+        shutil.rmtree(base, ignore_errors=True)
