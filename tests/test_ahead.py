@@ -371,9 +371,9 @@ def test_a_run_s_booted_sandbox_keeps_its_spare_past_the_spare_idle_time(
     where a long-lived sandbox's spare goes after ``WARREN_SPARE_IDLE`` (the control)."""
     monkeypatch.setenv("WARREN_SPARE_IDLE", "0.5")
     _twice(place)
-    _wait("the booted sandbox's spare", lambda: any(_spares(state_home).values()))
-    (pid1, spares), *others = [(p, s) for p, s in _spares(state_home).items() if s]
-    assert not others
+    seen: dict[int, list[int]] = {}
+    _wait("the booted sandbox's spare", lambda: _one_spare(state_home, seen))
+    ((pid1, spares),) = seen.items()
     time.sleep(2.0)  # four times the spare idle time: nothing is to happen
     assert _spares(state_home).get(pid1) == spares
     # Control: a long-lived sandbox's spare goes after the same idle time.
@@ -401,8 +401,9 @@ def test_a_creates_booted_sandbox_keeps_its_spare_until_it_is_created_then_lets_
             assert run_cli(["create", name], cwd=place.ws, env=env).returncode == 0
             assert run_cli(["rm", "-f", name], cwd=place.ws, env=env).returncode == 0
         booted = place.booted()
-        _wait("the booted sandbox's spare", lambda: any(_spares(state_home).values()))
-        ((pid1, spares),) = [(p, s) for p, s in _spares(state_home).items() if s]
+        seen: dict[int, list[int]] = {}
+        _wait("the booted sandbox's spare", lambda: _one_spare(state_home, seen))
+        ((pid1, spares),) = seen.items()
         time.sleep(2.0)  # four times the spare idle time
         assert _spares(state_home).get(pid1) == spares, "the booted sandbox kept its spare"
         assert run_cli(["create", names[2]], cwd=place.ws, env=env).returncode == 0
