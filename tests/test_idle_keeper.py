@@ -87,7 +87,16 @@ def test_an_idle_sandbox_holds_only_the_init_and_its_next_command_is_confined_as
     assert list(outside.iterdir()) == []
     assert (layout.workspace / "made.2").read_text() == "2\n"
     assert (layout.workspace / "made.2").stat().st_uid == os.getuid()
-    # and it leaves again, and serves again: any number of times
+    # and it leaves again, and serves again: any number of times, any kind of request
+    _until("the joined keeper left too", _idle)
+    box.files.write(str(layout.workspace / "put.txt"), b"put\n")
+    assert (layout.workspace / "put.txt").read_bytes() == b"put\n"
+    _until("the joined keeper left too", _idle)
+    assert box.files.read(str(layout.workspace / "made.2")) == b"2\n"
+    _until("the joined keeper left too", _idle)
+    proc = box.spawn(["sh", "-c", "echo spawned > spawned.txt"], cwd=str(layout.workspace))
+    assert proc.wait(timeout=30) == 0
+    assert (layout.workspace / "spawned.txt").read_text() == "spawned\n"
     for n in range(3, 5):
         _until("the joined keeper left too", _idle)
         assert box.exec(["echo", str(n)]).stdout == f"{n}\n".encode()
