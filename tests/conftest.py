@@ -310,28 +310,26 @@ def host_git(where: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["git", *args], cwd=where, capture_output=True, text=True, env=env, timeout=60)
 
 
+def comm(pid: int) -> str:
+    """A process's name as the host sees it; "" once it is gone."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
 def server_of(pid1: int) -> int:
     """The process that serves a sandbox, seen from the host: its PID 1, or where PID 1
     became the native init (``_core.nativeinit``), the keeper it forked (its child
     that is not the credentials sender). The helpers and spares are its children."""
-    try:
-        with open(f"/proc/{pid1}/comm") as f:
-            if f.read().strip() != "warren-init":
-                return pid1
-    except OSError:
+    from warren._core.procs import table
+
+    if comm(pid1) != "warren-init":
         return pid1
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                stat = f.read()
-            with open(f"/proc/{name}/comm") as f:
-                comm = f.read().strip()
-        except OSError:
-            continue
-        if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid1 and comm != "warren-credsend":
-            return int(name)
+    for pid, ppid, _state in table():
+        if ppid == pid1 and comm(pid) not in ("warren-credsend", ""):
+            return pid
     return pid1
 
 

@@ -29,7 +29,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import Layout, server_of
+from conftest import Layout, comm, server_of
 from test_direct_handoff import _wait_spare
 from warren import PolicySpec, Sandbox, protocol, wire
 from warren._core import execstub, shim
@@ -304,11 +304,7 @@ def test_a_launcher_not_needed_goes_though_the_supervisor_holds_its_channel() ->
 
 def _credentials_sender(pid: int) -> bool:
     """PID 1's child for the sandbox's whole life (``_core.credsend``), not a helper."""
-    try:
-        with open(f"/proc/{pid}/comm") as f:
-            return f.read().strip() == "warren-credsend"
-    except OSError:
-        return False
+    return comm(pid) == "warren-credsend"
 
 
 def test_an_unused_spare_goes_with_its_stub(

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Layout
+from conftest import Layout, comm
 from warren import PolicySpec, Sandbox
 from warren._core import nativeinit
 from warren._core.procs import descendants
@@ -42,14 +42,11 @@ def _members() -> list[str]:
         try:
             with open(f"/proc/{pid}/status") as f:
                 status = f.read()
-            with open(f"/proc/{pid}/comm") as f:
-                comm = f.read().strip()
         except OSError:
             continue
-        nspid = status.split("NSpid:", 1)[1].split("\n", 1)[0].split()
-        if len(nspid) > 1:
-            names.append(comm)
-    return sorted(names)
+        if len(status.split("NSpid:", 1)[1].split("\n", 1)[0].split()) > 1:
+            names.append(comm(pid))
+    return sorted(name for name in names if name)
 
 
 def _until(what: str, check: Callable[[], bool], timeout: float = 30) -> None:

@@ -161,7 +161,7 @@ def _clone(
     given: dict[int, list[int]] | None = None,
 ) -> int:
     """The clone itself; ``flags`` adds CLONE_PARENT in the spawner."""
-    from . import credsend, execstub, nativeinit, pid1
+    from . import pid1
 
     preload()
 
@@ -184,16 +184,8 @@ def _clone(
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the spawner's (``rejoin.reap_keepers``)
             if not _enter_cgroups(tasks, control):
                 os._exit(125)
-            devnull = os.open("/dev/null", os.O_RDWR)
-            for target in (0, 1, 2):
-                os.dup2(devnull, target)
-            programs = [
-                fd for fd in (execstub.loaded(), credsend.loaded(), nativeinit.loaded()) if fd is not None
-            ]
-            layer_fds = [fd for f in (given or {}).values() for fd in f]
-            _sys.close_all_but(control.fileno(), *programs, *layer_fds)
+            keep_only(control.fileno(), *(fd for f in (given or {}).values() for fd in f))
             mounts.given_layers.update(given or {})
-            limit_nofile()
             code = pid1.main(plan, control, oneshot=oneshot, ahead=ahead)
         finally:
             os._exit(code)
@@ -201,9 +193,18 @@ def _clone(
     return pid
 
 
-def limit_nofile() -> None:
-    """In a new PID 1 or keeper: the descriptor limit the supervisor was started with
-    (``sandbox_nofile``), not the one it raised for itself."""
+def keep_only(control: int, *extra: int) -> None:
+    """In a new PID 1 or a joined keeper: its stdio on /dev/null, every descriptor
+    closed but its channel, warren's programs still loaded and ``extra``, and the
+    descriptor limit the supervisor was started with (``sandbox_nofile``), not the one
+    it raised for itself."""
+    from . import credsend, execstub, nativeinit
+
+    devnull = os.open("/dev/null", os.O_RDWR)
+    for target in (0, 1, 2):
+        os.dup2(devnull, target)
+    programs = [fd for fd in (execstub.loaded(), credsend.loaded(), nativeinit.loaded()) if fd is not None]
+    _sys.close_all_but(control, *programs, *extra)
     if sandbox_nofile is not None:
         import resource
 

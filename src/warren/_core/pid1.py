@@ -160,6 +160,21 @@ def main(plan: Plan, control: socket.socket, *, oneshot: bool, ahead: bool = Fal
     wire.send(control, protocol.Ready(), fds=ns + layer)
     for fd in ns + layer + held:
         os.close(fd)
+    return _serve(plan, control, ruleset, broker, helpers, sender, oneshot=oneshot, ahead=ahead)
+
+
+def _serve(
+    plan: Plan,
+    control: socket.socket,
+    ruleset: int | None,
+    broker: Broker | None,
+    helpers: set[int],
+    sender: credsend.Sender | None,
+    *,
+    oneshot: bool = False,
+    ahead: bool = False,
+) -> int:
+    """PID 1's service, or a joined keeper's, until it ends; its exit code."""
     try:
         init = Init(plan, control, ruleset, oneshot, broker, helpers, ahead)
         init.sender = sender.pid if sender is not None else 0
@@ -191,19 +206,14 @@ def _keep_as_keeper(init: int) -> None:
 
 def keeper_main(plan: Plan, control: socket.socket, kept: int = -1) -> int:
     """A keeper joined from outside (``rejoin``), in the sandbox's namespaces and
-    cgroups, a child of the joiner in its pid namespace: set up as PID 1 did once its
+    cgroups, the spawner's child in its pid namespace: set up as PID 1 did once its
     mounts and network were made, tell the init it serves now, and serve."""
+    from .clone import keep_only
+
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the spawner's (``rejoin.reap_keepers``)
     try:
-        programs = [fd for fd in (execstub.loaded(), credsend.loaded()) if fd is not None]
-        nativeinit.forget()
-        devnull = os.open("/dev/null", os.O_RDWR)
-        for target in (0, 1, 2):
-            os.dup2(devnull, target)
-        _sys.close_all_but(control.fileno(), *programs, *([kept] if kept >= 0 else []))
-        from .clone import limit_nofile
-
-        limit_nofile()
+        nativeinit.forget()  # the init's program: not the keeper's to hold
+        keep_only(control.fileno(), *([kept] if kept >= 0 else []))
         os.chdir("/")
         os.kill(1, signal.SIGUSR2)  # the init's next keeper: this process
         _sys.prctl(PR_SET_CHILD_SUBREAPER, 1)
@@ -220,16 +230,7 @@ def keeper_main(plan: Plan, control: socket.socket, kept: int = -1) -> int:
         with contextlib.suppress(OSError):
             wire.send(control, protocol.Failed(error=protocol.error_message(e).error))
         return 125
-    try:
-        init = Init(plan, control, ruleset, False, broker, helpers, False)
-        init.sender = sender.pid if sender is not None else 0
-        init.served = True
-        return init.serve()
-    except Exception as e:
-        with contextlib.suppress(OSError, WarrenError):
-            control.setblocking(True)
-            wire.send(control, protocol.Failed(error=protocol.error_message(_crashed(e)).error))
-        return 125
+    return _serve(plan, control, ruleset, broker, helpers, sender)
 
 
 def _crashed(e: Exception) -> SandboxError:

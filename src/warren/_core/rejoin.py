@@ -22,18 +22,8 @@ import struct
 
 from ..plan.model import Plan
 from . import _sys, cgroups
-
-JOIN_FLAGS = (
-    _sys.CLONE_NEWUSER
-    | _sys.CLONE_NEWNS
-    | _sys.CLONE_NEWPID
-    | _sys.CLONE_NEWIPC
-    | _sys.CLONE_NEWUTS
-    | _sys.CLONE_NEWNET
-    | _sys.CLONE_NEWCGROUP
-)
-PR_SET_DUMPABLE = 4
-
+from .clone import NS_FLAGS  # the namespaces PID 1 was cloned into: all of them joined
+from .harden import PR_SET_DUMPABLE
 
 keepers: set[int] = set()  # joined keepers, the spawner's children
 
@@ -89,7 +79,7 @@ def _joiner(
     try:
         _sys.prctl(PR_SET_DUMPABLE, 0)
         cgroups.enter_self(tasks)
-        _sys.setns(pidfd, JOIN_FLAGS)
+        _sys.setns(pidfd, NS_FLAGS)
         # CLONE_PARENT: the spawner's child (it reaps it, ``reap_keepers``), not one
         # the host's init inherits when the joiner ends.
         keeper = _sys.clone_process(_sys.CLONE_PARENT)
