@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Layout, comm
+from conftest import Layout, comm, loopback_http
 from warren import PolicySpec, Sandbox
 from warren._core import nativeinit
 from warren._core.procs import descendants
@@ -97,6 +97,58 @@ def test_an_idle_sandbox_holds_only_the_init_and_its_next_command_is_confined_as
     for n in range(3, 5):
         _until("the joined keeper left too", _idle)
         assert box.exec(["echo", str(n)]).stdout == f"{n}\n".encode()
+
+
+def test_a_sandbox_with_network_sheds_its_keeper_unless_a_port_is_forwarded(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Network through warren's proxy needs nothing of the keeper's (the proxy's socket
+    is the network helper's, outside): such a sandbox sheds its keeper too, and after a
+    join an allowed host is reached and a denied one is not (judged by the servers). A
+    forwarded port does need one (its connector, a helper of the keeper's, connects
+    inside): kept while a port is forwarded, let go with the last, made again with the
+    next."""
+    monkeypatch.setenv("WARREN_SPARE_IDLE", "1")
+    ws = layout.workspace
+    with loopback_http("127.0.0.2") as (port, asked), loopback_http("127.0.0.3") as (other, refused):
+        box = Sandbox.create(
+            PolicySpec(workspace=str(ws), network="allow", allow_hosts=[f"127.0.0.2:{port}"])
+        )
+
+        def fetch(url: str) -> int:
+            return box.exec(["curl", "-fsS", "-o", "/dev/null", "--max-time", "10", url]).exit_code
+
+        assert fetch(f"http://127.0.0.2:{port}/first") == 0
+        _until("the keeper left the idle sandbox with network", _idle)
+        assert fetch(f"http://127.0.0.2:{port}/after-join") == 0
+        assert fetch(f"http://127.0.0.3:{other}/denied") != 0
+        assert asked == ["/first", "/after-join"] and refused == []
+        _until("the joined keeper left too", _idle)
+
+        address = box.expose(8000)  # nothing listens yet: the connector alone
+        time.sleep(2.5)  # past the idle time
+        assert _python(), _members()
+        for n in range(2):
+            (ws / "index.html").write_text(f"inside {n}\n")
+            server = box.spawn(["python3", "-m", "http.server", "--bind", "127.0.0.1", "8000"], cwd=str(ws))
+            _until("the server inside listens", lambda a=address: _served(a) is not None)
+            assert _served(address) == f"inside {n}\n"
+            server.kill()
+            server.wait(timeout=30)
+            box.unexpose(8000)
+            _until("the keeper left once no port was forwarded", _idle)
+            address = box.expose(8000)  # a new connector, from a joined keeper
+        box.unexpose(8000)
+
+
+def _served(address: str) -> str | None:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://{address}/index.html", timeout=5) as resp:
+            return str(resp.read().decode())
+    except OSError:
+        return None
 
 
 def test_a_process_running_in_the_background_keeps_the_keeper(

@@ -781,25 +781,21 @@ class Box:
     # --- network -----------------------------------------------------------------------------
 
     def start_netd(self, proxy_listener: socket.socket | None) -> None:
-        """The sandbox's network helper; a long-lived sandbox's PID 1 gets a connector
-        to it (for ``expose``)."""
-        self.netd, connector = boxnet.start_netd(
+        """The sandbox's network helper (its connector into the sandbox comes with the
+        first exposed port: ``expose``)."""
+        self.netd = boxnet.start_netd(
             self.plan,
             self.launched.pidfd,
             name=self.name if not self.oneshot else f"run-{self.id}",
             log_path=None if self.home is None else os.path.join(self.home, boxnet.NETLOG_FILE),
             events=self.run.events if self.run is not None else None,
             proxy_listener=proxy_listener,
-            connector=not self.oneshot,
             intercept=self.intercept,
             cgroup_dirs=self.helper_cgroups(),
             attended=not self.oneshot or (self.run is not None and self.run.ask),
             pid1=self.pid,
             ask_name=self.ask_name(),
         )
-        if connector is not None:
-            self.send(protocol.Handoff(request=protocol.ConnectorRequest()), [connector.fileno()])
-            connector.close()
 
     def ask_name(self) -> str | None:
         """A one-shot run whose ``--network ask`` connections are asked on its client's
@@ -809,11 +805,24 @@ class Box:
         return f"run-{self.id}"
 
     def expose(self, msg: protocol.ExposeRequest) -> protocol.Message:
+        """Forward a host port to ``msg.port`` inside. The network helper holds a
+        connector (a helper of the keeper's, connecting inside) while it holds a port:
+        given with the first, let go with the last (``unexpose``), so that a sandbox
+        with no port forwarded can shed its keeper when idle."""
         boxnet.check_ports(msg)
         if self.netd is None:
             self.start_netd(None)
         assert self.netd is not None
-        reply = boxnet.expose(self.netd, self.name, msg)
+        ours: socket.socket | None = None
+        if not self.exposed and not self.oneshot:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+            with theirs:
+                self.send(protocol.Handoff(request=protocol.ConnectorRequest()), [theirs.fileno()])
+        try:
+            reply = boxnet.expose(self.netd, self.name, msg, ours)
+        finally:
+            if ours is not None:
+                ours.close()
         if isinstance(reply, protocol.Exposed):
             self.exposed[msg.port] = reply.address
         return reply

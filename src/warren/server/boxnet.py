@@ -45,26 +45,22 @@ def start_netd(
     log_path: str | None,
     events: int | None,
     proxy_listener: socket.socket | None,
-    connector: bool,
     intercept: Interception | None = None,
     cgroup_dirs: list[str] | None = None,
     attended: bool = True,
     pid1: int = 0,
     ask_name: str | None = None,
-) -> tuple[Netd, socket.socket | None]:
+) -> Netd:
     """Fork the sandbox's network helper: a fork of the small, single-threaded
-    supervisor costs about a millisecond, an interpreter 30+. With ``connector``, the
-    other end of a connection to it is returned too, for PID 1.
+    supervisor costs about a millisecond, an interpreter 30+. It gets its connector
+    into the sandbox with the first port exposed (``expose``), not here: a connector
+    is a helper of the sandbox's keeper, which stays while one lives.
 
     The helper starts in the sandbox's cgroups (``cgroup_dirs``, when it has any): its
     memory and threads grow with what the sandbox asks of it, so they count against the
     sandbox's limits, not the supervisor's (which a sandbox's flood would otherwise
     fill). It is a new process entering them, not one moved out of where it started."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-    conn_ours: socket.socket | None = None
-    conn_theirs: socket.socket | None = None
-    if connector:
-        conn_ours, conn_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     pid = os.fork()
     if pid == 0:
         code = 1
@@ -73,7 +69,7 @@ def start_netd(
             if cgroup_dirs:
                 _enter(cgroup_dirs)
             keep = [theirs.fileno(), pid1_pidfd]
-            keep += [s.fileno() for s in (proxy_listener, conn_ours) if s is not None]
+            keep += [proxy_listener.fileno()] if proxy_listener is not None else []
             keep += [events] if events is not None else []
             _sys.close_all_but(*keep)
             code = netd.serve(
@@ -83,7 +79,6 @@ def start_netd(
                 pid1_pidfd=pid1_pidfd,
                 log=netlog.Writer(Path(log_path) if log_path is not None else None, events),
                 proxy_listener=proxy_listener,
-                connector=conn_ours,
                 intercept=intercept,
                 attended=attended,
                 pid1=pid1,
@@ -94,10 +89,8 @@ def start_netd(
     theirs.close()
     if proxy_listener is not None:
         proxy_listener.close()
-    if conn_ours is not None:
-        conn_ours.close()
     ours.settimeout(5)
-    return Netd(pid, os.pidfd_open(pid), ours), conn_theirs
+    return Netd(pid, os.pidfd_open(pid), ours)
 
 
 def _enter(dirs: list[str]) -> None:
@@ -166,14 +159,18 @@ def expose(
     helper: Netd,
     name: str,
     msg: protocol.ExposeRequest | protocol.UnexposeRequest | protocol.NetPolicyRequest,
+    connector: socket.socket | None = None,
 ) -> protocol.Message:
     """Ask sandbox ``name``'s network helper to expose a port, to close one, or about its
-    live policy (``net.live``); its answer."""
+    live policy (``net.live``); its answer. ``connector``: with an ``ExposeRequest``
+    when it holds no port yet, its way into the sandbox (it drops it again once it
+    holds none)."""
     return _ask(
         helper,
         name,
         msg,
         (protocol.Exposed, protocol.Ok, protocol.NetPolicy, protocol.Error),
+        fds=[connector.fileno()] if connector is not None else None,
         failed="did not answer",
         operation="net" if isinstance(msg, protocol.NetPolicyRequest) else "expose",
         hint="the sandbox may be ending; check `warren ls`",

@@ -9,8 +9,9 @@ signal is per thread) when a sandbox in ``--network allow`` starts, or on its fi
                    │   (``net.proxy``); each decision goes to the sandbox's net log
                    │   and, for a one-shot run, to the client's event pipe
                    └─ exposes: a listening socket on the host's 127.0.0.1 per port; each
-                       connection is joined to a socket PID 1's connector opens to
-                       127.0.0.1:PORT *inside* the sandbox
+                       connection is joined to a socket a connector (a helper of the
+                       sandbox's keeper, given with the first port and let go with the
+                       last) opens to 127.0.0.1:PORT *inside* the sandbox
 
 It ends when the sandbox's PID 1 does (a pidfd), or when the supervisor does (its
 control socket closes; also the parent-death signal), closing every port with it.
@@ -44,16 +45,26 @@ if TYPE_CHECKING:
 
 
 class _Connector:
-    """Sockets connected inside the sandbox, one request at a time."""
+    """Sockets connected inside the sandbox, one request at a time, through a helper of
+    the sandbox's keeper: held while a port is exposed (``attach``), none otherwise (a
+    connector keeps the keeper, so an idle sandbox could not shed it)."""
 
-    def __init__(self, sock: socket.socket | None) -> None:
-        self.sock = sock
+    def __init__(self) -> None:
+        self.sock: socket.socket | None = None
         self.lock = threading.Lock()
 
-    def connect(self, port: int) -> socket.socket | None:
-        if self.sock is None:
-            return None
+    def attach(self, sock: socket.socket | None) -> None:
+        """Connect through ``sock`` from now on; None: through nothing (the helper at the
+        other end sees its connection close and ends)."""
         with self.lock:
+            old, self.sock = self.sock, sock
+        if old is not None:
+            old.close()
+
+    def connect(self, port: int) -> socket.socket | None:
+        with self.lock:
+            if self.sock is None:
+                return None
             wire.send(self.sock, protocol.ConnectRequest(port=port))
             reply, _, fds = wire.recv(self.sock, (protocol.Connected,), max_payload=0)
         for extra in fds[1:]:
@@ -140,7 +151,6 @@ def serve(
     pid1_pidfd: int,
     log: netlog.Writer,
     proxy_listener: socket.socket | None,
-    connector: socket.socket | None,
     intercept: Interception | None = None,
     attended: bool = True,
     pid1: int = 0,
@@ -172,7 +182,7 @@ def serve(
             else None,
         ).start()
     exposes: dict[int, _Expose] = {}
-    conn = _Connector(connector)
+    conn = _Connector()
     ctl.setblocking(True)
     # selectors (epoll), not select(): the supervisor may hold thousands of descriptors,
     # and this helper's copies of them can be numbered past select()'s limit of 1024.
@@ -201,6 +211,8 @@ def serve(
         if isinstance(msg, protocol.NetEvents) and fds:
             log.attach(fds.pop(0))
             wire.send(ctl, protocol.Ok())
+        if isinstance(msg, protocol.ExposeRequest) and fds:
+            conn.attach(socket.socket(fileno=fds.pop(0)))
         for fd in fds:
             os.close(fd)
         if isinstance(msg, protocol.NetEvents):
@@ -209,6 +221,8 @@ def serve(
             closed = exposes.pop(msg.port, None)
             if closed is not None:
                 closed.close()
+            if not exposes:
+                conn.attach(None)
             wire.send(ctl, protocol.Ok())
             continue
         if isinstance(msg, protocol.NetPolicyRequest):
@@ -219,7 +233,10 @@ def serve(
             wire.send(ctl, reply)
             continue
         assert isinstance(msg, protocol.ExposeRequest)
-        wire.send(ctl, _expose(msg, exposes, conn))
+        reply = _expose(msg, exposes, conn)
+        if not exposes:
+            conn.attach(None)  # the first port refused: no connector held for none
+        wire.send(ctl, reply)
 
 
 def _policy(
