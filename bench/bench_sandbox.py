@@ -5,7 +5,10 @@
   memory: PSS of the supervisor and every process of the sandboxes (PID 1, the keeper
   serving it, its spare), per sandbox, 50 alive: just used, then idle
 
-Run: python bench/bench_sandbox.py [--runs 1000] [--idle 50]
+Run: python bench/bench_sandbox.py [--runs 1000] [--idle 50] [--network]
+``--network``: every sandbox with network allowed through warren's proxy (to one host,
+never reached): its network helper, a process of the supervisor's while it runs, counts
+in its memory.
 PSS of another user's non-dumpable PID 1 is unreadable without privileges: run it as
 root for the memory figure (it says so otherwise).
 """
@@ -47,6 +50,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=1000)
     ap.add_argument("--idle", type=int, default=50)
+    ap.add_argument("--network", action="store_true", help="network allowed through the proxy")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="warren-bench-") as tmp:
         os.environ["XDG_STATE_HOME"] = str(Path(tmp) / "state")
@@ -55,7 +59,11 @@ def main() -> None:
         os.environ.setdefault("WARREN_SPARE_IDLE", str(SPARE_IDLE))
         ws = Path(tmp) / "ws"
         ws.mkdir()
-        policy = PolicySpec(workspace=str(ws))
+        policy = (
+            PolicySpec(workspace=str(ws), network="allow", allow_hosts=["pypi.org:443"])
+            if args.network
+            else PolicySpec(workspace=str(ws))
+        )
 
         t = time.perf_counter()
         first = Sandbox.create(policy, name="bench")

@@ -319,6 +319,15 @@ def comm(pid: int) -> str:
         return ""
 
 
+def network_helper_runs() -> bool:
+    """A network helper (``server.netd``) of this test's supervisor runs."""
+    from warren._core.procs import descendants
+    from warren.server import netd, statedir
+
+    found = statedir.read_address(statedir.location(os.environ))
+    return found is not None and any(comm(pid) == netd.NAME for pid in descendants(found[1]))
+
+
 def server_of(pid1: int) -> int:
     """The process that serves a sandbox, seen from the host: its PID 1, or where PID 1
     became the native init (``_core.nativeinit``), the keeper it forked (its child

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import Layout, comm, loopback_http
+from conftest import network_helper_runs as _netd
 from warren import PolicySpec, Sandbox
 from warren._core import nativeinit
 from warren._core.procs import descendants
@@ -99,13 +100,16 @@ def test_an_idle_sandbox_holds_only_the_init_and_its_next_command_is_confined_as
         assert box.exec(["echo", str(n)]).stdout == f"{n}\n".encode()
 
 
-def test_a_sandbox_with_network_sheds_its_keeper_unless_a_port_is_forwarded(
+def test_a_sandbox_with_network_sheds_its_keeper_and_network_helper_unless_a_port_is_forwarded(
     layout: Layout, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Network through warren's proxy needs nothing of the keeper's (the proxy's socket
-    is the network helper's, outside): such a sandbox sheds its keeper too, and after a
-    join an allowed host is reached and a denied one is not (judged by the servers). A
-    forwarded port does need one (its connector, a helper of the keeper's, connects
+    is the network helper's, outside): such a sandbox sheds its keeper too, and its
+    network helper (a fork of the supervisor, about 6 MB of its own) once idle; the next
+    connection to the proxy starts another, and an allowed host is reached and a denied
+    one is not (judged by the servers). What a new helper could not start from keeps
+    it: a rule added to the live policy (still in force after the idle time). A
+    forwarded port keeps the keeper (its connector, a helper of the keeper's, connects
     inside): kept while a port is forwarded, let go with the last, made again with the
     next."""
     monkeypatch.setenv("WARREN_SPARE_IDLE", "1")
@@ -119,11 +123,22 @@ def test_a_sandbox_with_network_sheds_its_keeper_unless_a_port_is_forwarded(
             return box.exec(["curl", "-fsS", "-o", "/dev/null", "--max-time", "10", url]).exit_code
 
         assert fetch(f"http://127.0.0.2:{port}/first") == 0
-        _until("the keeper left the idle sandbox with network", _idle)
+        _until("the keeper left the idle sandbox with network", lambda: _idle() and not _netd())
         assert fetch(f"http://127.0.0.2:{port}/after-join") == 0
         assert fetch(f"http://127.0.0.3:{other}/denied") != 0
         assert asked == ["/first", "/after-join"] and refused == []
-        _until("the joined keeper left too", _idle)
+        _until("the joined keeper and the network helper left too", lambda: _idle() and not _netd())
+        # a connection made by a process started before the helper left, after it left
+        waiter = box.spawn(["sh", "-c", f"sleep 3; curl -fsS --max-time 10 http://127.0.0.2:{port}/late"])
+        _until("the network helper left with a process running", lambda: not _netd())
+        assert waiter.wait(timeout=30) == 0 and asked[-1] == "/late"
+        # a rule added while it runs: kept past the idle time
+        box.net_allow(f"127.0.0.3:{other}")
+        time.sleep(2.5)
+        assert _netd()
+        assert fetch(f"http://127.0.0.3:{other}/allowed-now") == 0 and refused == ["/allowed-now"]
+        box.net_deny(f"127.0.0.3:{other}")
+        assert fetch(f"http://127.0.0.3:{other}/denied-again") != 0 and refused == ["/allowed-now"]
 
         address = box.expose(8000)  # nothing listens yet: the connector alone
         time.sleep(2.5)  # past the idle time

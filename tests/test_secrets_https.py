@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 import warren
-from conftest import module_state
+from conftest import module_state, network_helper_runs
 from warren.models import Result
 from warren.policy import PolicySpec, build
 
@@ -548,3 +548,31 @@ def test_a_secrets_host_that_fails_verification_gets_nothing(
     assert not [p for *_, p, _ in echo[0].seen if p == "/untrusted"]
     refused = [ev for ev in r.net_log if ev.host == UNTRUSTED and ev.method == "TLS"]
     assert refused and not refused[0].allowed and f"TLS to {UNTRUSTED}:" in refused[0].reason
+
+
+def test_a_long_lived_sandbox_s_network_helper_starts_again_with_the_same_ca(
+    echo: tuple[Echo, int, int, Path], state_home: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """An idle long-lived sandbox's network helper ends, and the next connection to the
+    proxy starts another (``server.box``) with the same certificate authority (the
+    one the sandbox's trust bundle holds): the secret still goes to its host."""
+    import time
+
+    e, https, plain, ca = echo
+    monkeypatch.setenv("WARREN_TEST_TOKEN", TOKEN)
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca))
+    monkeypatch.setenv("WARREN_SPARE_IDLE", "1")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    box = warren.Sandbox.create(build(_spec(ws, https, plain, secrets=["TOKEN=WARREN_TEST_TOKEN@api.test"])))
+    get = 'curl -fsS --max-time 10 -o /dev/null -H "Authorization: Bearer $TOKEN" https://api.test:{}/{}'
+    assert box.exec(["sh", "-c", get.format(https, "before-restart")]).exit_code == 0
+    deadline = time.monotonic() + 30
+    while network_helper_runs():
+        assert time.monotonic() < deadline, "the idle sandbox's network helper did not end"
+        time.sleep(0.1)
+    r = box.exec(["sh", "-c", get.format(https, "after-restart")])
+    assert r.exit_code == 0, r
+    assert network_helper_runs()
+    seen = {p: h.get("Authorization") for _s, _h, _m, p, h in e.seen}
+    assert seen["/before-restart"] == seen["/after-restart"] == f"Bearer {TOKEN}"

@@ -32,7 +32,7 @@ from ..errors import LimitReached, ProcessNotFound, SandboxError, SetupError, Wa
 from ..net.handshake import pid1_network
 from ..net.proxy import listen_inside
 from ..plan.model import Plan
-from . import _sys, again, credsend, execstub, fileops, harden, kernel, mounts, nativeinit, procs
+from . import _sys, again, credsend, execstub, fileops, harden, idletime, kernel, mounts, nativeinit, procs
 from .broker import Broker
 from .broker.window import Window
 from .shim import Launcher, Shim, warm
@@ -79,18 +79,7 @@ def in_burst(last: float, now: float) -> bool:
     return now - last < BURST_GAP
 
 
-def _spare_idle() -> float:
-    """Seconds without a request before the spare helper (and its command's process) is
-    let go: ``WARREN_SPARE_IDLE`` in the supervisor's environment, 60 by default (an
-    agent's next command after half a minute with its model finds one waiting; a sandbox
-    booted ahead is kept as long, ``server.ahead.IDLE``)."""
-    try:
-        return max(0.5, float(os.environ.get("WARREN_SPARE_IDLE", "60")))
-    except ValueError:
-        return 60.0
-
-
-SPARE_IDLE = _spare_idle()
+SPARE_IDLE = idletime.spare_idle()
 # A helper that answered an exec serves the next request (``again``), in a burst or not;
 # ``WARREN_SERVE_AGAIN=0`` in the supervisor's environment turns it off (each helper
 # serves one request, as before; ``bench/bench_burst.py`` compares the two).

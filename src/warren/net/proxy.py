@@ -33,6 +33,7 @@ import fcntl
 import ipaddress
 import os
 import re
+import select
 import socket
 import threading
 import time
@@ -69,6 +70,10 @@ def now() -> str:
 
 class _BadRequest(Exception):
     pass
+
+
+class _Stopped(Exception):
+    """The proxy stopped accepting (``stop``, ``leave_if_idle``)."""
 
 
 def _resolve(host: str, port: int, overrides: Mapping[str, str]) -> list[str]:
@@ -110,11 +115,14 @@ class Proxy:
         self._stopped = False
         self._thread: threading.Thread | None = None
         self._slots = threading.BoundedSemaphore(MAX_CLIENTS)
+        self._last = time.monotonic()  # a connection's start or end, the latest
 
     # --- lifecycle ----------------------------------------------------------------
 
     def start(self) -> Proxy:
-        self.listener.settimeout(None)
+        # Accepted under the lock, never blocking (``_accept``): a connection is either
+        # taken and tracked or left in the backlog, never taken by a helper that leaves.
+        self.listener.setblocking(False)
         self._thread = threading.Thread(target=self._accept_loop, name="warren-proxy", daemon=True)
         self._thread.start()
         return self
@@ -133,26 +141,52 @@ class Proxy:
             self._thread.join(timeout=5)
         self.listener.close()
 
-    def _accept_loop(self) -> None:
-        while True:
+    def leave_if_idle(self, after: float) -> bool:
+        """Stop accepting if no connection is open and none started or ended in the last
+        ``after`` seconds: True if so. Connections that come later wait in the listener's
+        backlog for whoever holds it next (the supervisor, ``server.box``)."""
+        with self._lock:
+            if self._stopped or self._conns or time.monotonic() - self._last < after:
+                return False
+            self._stopped = True
+            return True
+
+    def _accept(self) -> socket.socket | None:
+        """A connection waiting, taken and tracked; None if none (``_Stopped`` once stopped)."""
+        with self._lock:
+            if self._stopped:
+                raise _Stopped
             try:
                 client, _ = self.listener.accept()
+            except BlockingIOError:
+                return None
+            self._conns.add(client)
+            self._last = time.monotonic()
+            return client
+
+    def _accept_loop(self) -> None:
+        poll = select.poll()
+        poll.register(self.listener.fileno(), select.POLLIN)
+        while True:
+            try:
+                poll.poll()
+                client = self._accept()
+            except _Stopped:
+                return
             except OSError as e:
                 if self._stopped or e.errno in (errno.EINVAL, errno.EBADF):
                     return
                 if e.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
                     time.sleep(0.05)
                 continue
+            if client is None:
+                continue
             if not self._slots.acquire(blocking=False):
                 _reply(
                     client, 503, "Service Unavailable", f"warren proxy: more than {MAX_CLIENTS} connections\n"
                 )
-                client.close()
+                self._untrack(client)
                 continue
-            if not self._track(client):
-                self._slots.release()
-                client.close()
-                return
             try:
                 threading.Thread(target=self._serve, args=(client,), daemon=True).start()
             except RuntimeError:
@@ -172,6 +206,7 @@ class Proxy:
         with self._lock:
             for s in socks:
                 self._conns.discard(s)
+            self._last = time.monotonic()
         for s in socks:
             s.close()
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from .. import durations, protocol, wire
-from .._core import cgroups, execstub, shim
+from .._core import cgroups, execstub, idletime, shim
 from ..errors import PolicyError, PortNotForwarded, SandboxError, SetupError, WarrenError, from_record
 from ..images.store import Lease
 from ..plan import Plan
@@ -64,6 +64,13 @@ _FROM_PID1 = (
     protocol.Emptied,
     protocol.Leaving,
 )
+
+
+def _ended(pidfd: int) -> bool:
+    """Whether the process of ``pidfd`` has ended (its pidfd readable)."""
+    waiting = select.poll()
+    waiting.register(pidfd, select.POLLIN)
+    return bool(waiting.poll(0))
 
 
 def _ready(stub: socket.socket) -> bool:
@@ -194,6 +201,10 @@ class Box:
     run: Run | None = None
     failure: WarrenError | None = None
     netd: boxnet.Netd | None = None
+    # A long-lived sandbox's proxy listener, the supervisor's copy: its network helper
+    # ends when idle, and a connection waiting here starts the next (``on_proxy``).
+    proxy: socket.socket | None = None
+    proxy_waits: bool = False  # registered: no helper runs
     exposed: dict[int, str] = field(default_factory=dict)  # its port -> the host address forwarding to it
     pasta: Pasta | None = None
     stoppers: list[Client] = field(default_factory=list)
@@ -324,7 +335,10 @@ class Box:
         if isinstance(msg, protocol.NetProxy):
             if not fds:
                 raise SetupError("PID 1 sent no proxy socket", operation="network")
-            self.start_netd(socket.socket(fileno=fds.pop(0)))
+            listener = socket.socket(fileno=fds.pop(0))
+            if not self.oneshot:
+                self.proxy = listener.dup()
+            self.start_netd(listener)
         elif isinstance(msg, protocol.NetReady):
             try:
                 self.pasta = boxnet.start_pasta(self.pid, self.search_path)
@@ -782,7 +796,9 @@ class Box:
 
     def start_netd(self, proxy_listener: socket.socket | None) -> None:
         """The sandbox's network helper (its connector into the sandbox comes with the
-        first exposed port: ``expose``)."""
+        first exposed port: ``expose``). A long-lived sandbox's ends once idle for
+        ``WARREN_SPARE_IDLE`` (``on_netd``): it is a fork of the supervisor, about 6 MB
+        of its own after a while."""
         self.netd = boxnet.start_netd(
             self.plan,
             self.launched.pidfd,
@@ -795,7 +811,58 @@ class Box:
             attended=not self.oneshot or (self.run is not None and self.run.ask),
             pid1=self.pid,
             ask_name=self.ask_name(),
+            leave_after=None if self.oneshot else idletime.spare_idle(),
         )
+        if not self.oneshot:
+            self.sel.register(self.netd.pidfd, _R, ("netd", self))
+
+    def on_netd(self) -> None:
+        """The network helper ended (idle, or failed): the next connection to the proxy
+        starts another (``on_proxy``), as does the next request for it (``_netd``).
+        What it held ends with it: the ports it forwarded."""
+        netd, self.netd = self.netd, None
+        if netd is None:
+            return
+        with contextlib.suppress(KeyError, ValueError):
+            self.sel.unregister(netd.pidfd)
+        boxnet.stop_netd(netd)
+        self.exposed.clear()
+        if self.proxy is not None and not self.proxy_waits:
+            self.sel.register(self.proxy, _R, ("proxy", self))
+            self.proxy_waits = True
+
+    def on_proxy(self) -> None:
+        """A connection waits for the proxy and no network helper runs: start one."""
+        self._netd()
+
+    def _netd(self) -> boxnet.Netd:
+        """The running network helper, started if none runs."""
+        if self.netd is None:
+            if self.proxy_waits:
+                assert self.proxy is not None
+                with contextlib.suppress(KeyError, ValueError):
+                    self.sel.unregister(self.proxy)
+                self.proxy_waits = False
+            self.start_netd(self.proxy.dup() if self.proxy is not None else None)
+        assert self.netd is not None
+        return self.netd
+
+    def _ask_netd(
+        self,
+        msg: protocol.ExposeRequest | protocol.UnexposeRequest | protocol.NetPolicyRequest,
+        connector: socket.socket | None = None,
+    ) -> protocol.Message:
+        """One request to the network helper. One that ended idle as the request came
+        (it looks for none waiting, then ends: the request unread) is started again and
+        asked again."""
+        netd = self._netd()
+        try:
+            return boxnet.expose(netd, self.name, msg, connector)
+        except SandboxError:
+            if not _ended(netd.pidfd):
+                raise
+        self.on_netd()
+        return boxnet.expose(self._netd(), self.name, msg, connector)
 
     def ask_name(self) -> str | None:
         """A one-shot run whose ``--network ask`` connections are asked on its client's
@@ -810,16 +877,14 @@ class Box:
         given with the first, let go with the last (``unexpose``), so that a sandbox
         with no port forwarded can shed its keeper when idle."""
         boxnet.check_ports(msg)
-        if self.netd is None:
-            self.start_netd(None)
-        assert self.netd is not None
+        self._netd()  # (one that ended took its ports with it: ``on_netd``)
         ours: socket.socket | None = None
         if not self.exposed and not self.oneshot:
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
             with theirs:
                 self.send(protocol.Handoff(request=protocol.ConnectorRequest()), [theirs.fileno()])
         try:
-            reply = boxnet.expose(self.netd, self.name, msg, ours)
+            reply = self._ask_netd(msg, ours)
         finally:
             if ours is not None:
                 ours.close()
@@ -830,7 +895,7 @@ class Box:
     def net_policy(self, msg: protocol.NetPolicyRequest) -> protocol.Message:
         """Show or change the running sandbox's network policy (``warren net``): only a
         sandbox whose proxy runs has one to change."""
-        if self.plan.net.mode != "allow" or self.netd is None:
+        if self.plan.net.mode != "allow" or (self.netd is None and self.proxy is None):
             raise PolicyError(
                 f"sandbox {self.name} has network {self.plan.net.mode!r}: "
                 "there is no proxy whose allowlist could change",
@@ -839,7 +904,7 @@ class Box:
                 hint=f"recreate it with --network allow (or ask) and the hosts it needs: "
                 f"warren rm -f {self.name} && warren create {self.name} --network allow --allow-host HOST",
             )
-        return boxnet.expose(self.netd, self.name, msg)
+        return self._ask_netd(msg)
 
     def unexpose(self, port: int) -> protocol.Message:
         if port not in self.exposed:
@@ -849,8 +914,7 @@ class Box:
                 path=self.name,
                 hint=f"`warren port {self.name}` lists its forwarded ports",
             )
-        assert self.netd is not None
-        reply = boxnet.expose(self.netd, self.name, protocol.UnexposeRequest(sandbox=self.name, port=port))
+        reply = self._ask_netd(protocol.UnexposeRequest(sandbox=self.name, port=port))
         if isinstance(reply, protocol.Ok):
             del self.exposed[port]
         return reply
@@ -1078,7 +1142,17 @@ class Box:
         # Network helpers end before anyone hears the sandbox ended, so an exposed port
         # is closed by the time stop/rm returns.
         if self.netd is not None:
+            with contextlib.suppress(KeyError, ValueError):
+                self.sel.unregister(self.netd.pidfd)
             boxnet.stop_netd(self.netd)
+            self.netd = None
+        if self.proxy is not None:
+            if self.proxy_waits:
+                with contextlib.suppress(KeyError, ValueError):
+                    self.sel.unregister(self.proxy)
+                self.proxy_waits = False
+            self.proxy.close()
+            self.proxy = None
         if self.pasta is not None:
             if self.pasta.pidfd is not None:
                 with contextlib.suppress(KeyError, ValueError):

@@ -50,11 +50,13 @@ def start_netd(
     attended: bool = True,
     pid1: int = 0,
     ask_name: str | None = None,
+    leave_after: float | None = None,
 ) -> Netd:
     """Fork the sandbox's network helper: a fork of the small, single-threaded
     supervisor costs about a millisecond, an interpreter 30+. It gets its connector
     into the sandbox with the first port exposed (``expose``), not here: a connector
-    is a helper of the sandbox's keeper, which stays while one lives.
+    is a helper of the sandbox's keeper, which stays while one lives. With
+    ``leave_after`` it ends once idle that long (``netd.serve``).
 
     The helper starts in the sandbox's cgroups (``cgroup_dirs``, when it has any): its
     memory and threads grow with what the sandbox asks of it, so they count against the
@@ -83,6 +85,7 @@ def start_netd(
                 attended=attended,
                 pid1=pid1,
                 ask_name=ask_name,
+                leave_after=leave_after,
             )
         finally:
             os._exit(code)

@@ -23,6 +23,7 @@ import contextlib
 import errno
 import functools
 import os
+import select
 import selectors
 import signal
 import socket
@@ -73,6 +74,7 @@ class _Connector:
         return socket.socket(fileno=fds[0]) if reply.ok and fds else None
 
 
+NAME = "warren-netd"
 MAX_EXPOSED_CONNECTIONS = 512  # open at once per exposed port: each is a thread here
 
 
@@ -155,21 +157,28 @@ def serve(
     attended: bool = True,
     pid1: int = 0,
     ask_name: str | None = None,
+    leave_after: float | None = None,
 ) -> int:
     """The helper's main loop; returns its exit code. ``attended``: a sandbox a request
     can name (``warren net NAME``), so an ``--network ask`` connection may wait;
     ``pid1``: its PID 1 as this host numbers it (who asked, ``net.asker``); ``ask_name``:
     a one-shot run that asks on its client's terminal, the name ``warren net`` reaches it
-    by (said to the client first, a record of kind "ask")."""
+    by (said to the client first, a record of kind "ask"). ``leave_after``: end once
+    that long without a connection (none open), a port exposed, a change to the live
+    policy or a message waiting (``_may_leave``); the supervisor starts the next helper
+    when the proxy's listener has a connection for it (``server.box``)."""
     kernel.die_with_parent()
+    with contextlib.suppress(OSError), open("/proc/thread-self/comm", "w") as comm:
+        comm.write(NAME)  # how `ps` and the tests tell it from the supervisor
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     live = LivePolicy(net.rules, ask_timeout=net.ask_timeout, attended=attended)
     if ask_name is not None and live.asks:
         log(NetEvent(now(), ask_name, "ASK", ask_name, 0, True, "answered on the terminal", kind="ask"))
+    proxy: Proxy | None = None
     if proxy_listener is not None:
-        Proxy(
+        proxy = Proxy(
             proxy_listener,
             Allowlist(net.rules),
             sandbox=name,
@@ -190,10 +199,15 @@ def serve(
     sel.register(pid1_pidfd, selectors.EVENT_READ, "pid1")
     sel.register(ctl, selectors.EVENT_READ, "ctl")
     while True:
-        ready = {key.data for key, _ in sel.select()}
+        ready = {key.data for key, _ in sel.select(None if leave_after is None else leave_after / 2)}
         if "pid1" in ready:
             log.close()
             return 0
+        if not ready:
+            if leave_after is not None and _may_leave(ctl, exposes, live, proxy, leave_after):
+                log.close()
+                return 0
+            continue
         try:
             msg, _, fds = wire.recv(
                 ctl,
@@ -237,6 +251,22 @@ def serve(
         if not exposes:
             conn.attach(None)  # the first port refused: no connector held for none
         wire.send(ctl, reply)
+
+
+def _may_leave(
+    ctl: socket.socket, exposes: dict[int, _Expose], live: LivePolicy, proxy: Proxy | None, after: float
+) -> bool:
+    """Nothing here a new helper could not start from: no port exposed, the live policy
+    as it started (nothing added, denied or waiting), no message from the supervisor
+    waiting, and the proxy idle (then it accepts no more: a connection waits in the
+    backlog for the next helper)."""
+    if exposes or live.added or live.denied or live.waiting():
+        return False
+    waiting = select.poll()
+    waiting.register(ctl, select.POLLIN)
+    if waiting.poll(0):
+        return False
+    return proxy is None or proxy.leave_if_idle(after)
 
 
 def _policy(

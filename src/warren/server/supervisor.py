@@ -236,6 +236,12 @@ class Supervisor:
         elif kind == "pasta":
             assert isinstance(obj, Box)
             obj.on_pasta()
+        elif kind == "netd":
+            assert isinstance(obj, Box)
+            obj.on_netd()
+        elif kind == "proxy":
+            assert isinstance(obj, Box)
+            obj.on_proxy()
 
     def _done(self) -> bool:
         now = time.monotonic()
