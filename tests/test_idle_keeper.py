@@ -166,6 +166,32 @@ def _served(address: str) -> str | None:
         return None
 
 
+def test_a_joined_keeper_hardlinks_into_the_repository_s_git_data_as_the_first_did(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A repository's shared git data is bound into the sandbox, a mount of its own; the
+    broker makes a link into it through a descriptor PID 1 opened before the bind
+    covered it (``broker.links``), which no later process can open. A leaving keeper
+    hands those to the supervisor with its ruleset and the next keeper takes them back:
+    a local clone after a join hardlinks its objects, as the one before did."""
+    from test_links import _git, _objects
+
+    monkeypatch.setenv("WARREN_SPARE_IDLE", "1")
+    ws = layout.workspace
+    _git(ws, "init", "-q")
+    (ws / "f").write_text("x\n")
+    _git(ws, "add", "f")
+    _git(ws, "commit", "-qm", "c")
+    here = {ino for ino, _sha in _objects(ws).values()}
+    box = Sandbox.create(PolicySpec(workspace=str(ws)))
+    for n in range(2):
+        r = box.exec(["git", "clone", "-q", "--bare", ".", f"bare{n}.git"], cwd=str(ws))
+        assert r.exit_code == 0, r
+        linked = [ino for ino, _sha in _objects(ws / f"bare{n}.git").values() if ino in here]
+        assert linked, f"clone {n}: its objects were copied, not hardlinked"
+        _until("the keeper left the idle sandbox", _idle)
+
+
 def test_a_process_running_in_the_background_keeps_the_keeper(
     layout: Layout, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -100,16 +100,30 @@ def start_pid1(
 
 
 def join_keeper(
-    plan: Plan, control: socket.socket, cgroup_tasks: list[tuple[str, int]], pidfd: int, ruleset: int | None
+    plan: Plan,
+    control: socket.socket,
+    cgroup_tasks: list[tuple[str, int]],
+    pidfd: int,
+    ruleset: int | None,
+    git: list[tuple[str, int]],
 ) -> int:
     """A new keeper for a live sandbox whose keeper left (``rejoin``), made by the
-    spawner; its pid as the host sees it. ``control``: its end of the new channel."""
-    request = spawner.Request(plan, False, [path for path, _fd in cgroup_tasks], join=True)
+    spawner; its pid as the host sees it. ``control``: its end of the new channel;
+    ``ruleset`` and ``git``: what the last keeper left with (``protocol.Leaving``)."""
+    request = spawner.Request(
+        plan,
+        False,
+        [path for path, _fd in cgroup_tasks],
+        join=True,
+        ruleset=ruleset is not None,
+        git=[path for path, _fd in git],
+    )
     fds = [
         control.fileno(),
         *(fd for _path, fd in cgroup_tasks),
         pidfd,
         *([ruleset] if ruleset is not None else []),
+        *(fd for _path, fd in git),
     ]
     return _the_spawner().clone(request, fds)
 

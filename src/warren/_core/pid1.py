@@ -193,16 +193,19 @@ def _keep_as_keeper(init: int) -> None:
     nativeinit.forget()  # the keeper's helpers hold no copy of it
 
 
-def keeper_main(plan: Plan, control: socket.socket, kept: int = -1) -> int:
+def keeper_main(plan: Plan, control: socket.socket, kept: int = -1, git: dict[str, int] | None = None) -> int:
     """A keeper joined from outside (``rejoin``), in the sandbox's namespaces and
     cgroups, the spawner's child in its pid namespace: set up as PID 1 did once its
-    mounts and network were made, tell the init it serves now, and serve."""
+    mounts and network were made, tell the init it serves now, and serve. ``kept``:
+    the last keeper's ruleset; ``git``: its ``mounts.git_under``, for the broker."""
     from .clone import keep_only
 
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the spawner's (``rejoin.reap_keepers``)
     try:
         nativeinit.forget()  # the init's program: not the keeper's to hold
-        keep_only(control.fileno(), *([kept] if kept >= 0 else []))
+        mounts.git_under.clear()
+        mounts.git_under.update(git or {})
+        keep_only(control.fileno(), *([kept] if kept >= 0 else []), *mounts.git_under.values())
         os.chdir("/")
         os.kill(1, signal.SIGUSR2)  # the init's next keeper: this process
         _sys.prctl(PR_SET_CHILD_SUBREAPER, 1)
@@ -406,9 +409,15 @@ class Init:
             elif self._may_leave() and time.monotonic() >= self._leave_at() and self._alone():
                 self.leaving = True
                 with contextlib.suppress(OSError):
-                    # its ruleset with it: the next keeper's, unless a host change rebuilds it
+                    # its ruleset with it: the next keeper's, unless a host change rebuilds it;
+                    # and what no later process can open (``mounts.git_under``)
                     kept = [self.ruleset] if self.ruleset is not None else []
-                    wire.send(self.control, protocol.Leaving(received=self.received), fds=kept)
+                    git = sorted(mounts.git_under)
+                    wire.send(
+                        self.control,
+                        protocol.Leaving(received=self.received, ruleset=bool(kept), git=git),
+                        fds=kept + [mounts.git_under[path] for path in git],
+                    )
             given = self.spare.fileno() if self.spare is not None and self.advertised else -1
             for fd, _ev in events:
                 if fd == given:

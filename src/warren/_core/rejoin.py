@@ -40,16 +40,22 @@ def reap_keepers(*_args: object) -> None:
 
 
 def join(
-    plan: Plan, control: socket.socket, tasks: list[tuple[str, int]], pidfd: int, ruleset: int = -1
+    plan: Plan,
+    control: socket.socket,
+    tasks: list[tuple[str, int]],
+    pidfd: int,
+    ruleset: int = -1,
+    git: dict[str, int] | None = None,
 ) -> int:
-    """In the spawner: the new keeper's pid as the host sees it (``OSError`` if none)."""
+    """In the spawner: the new keeper's pid as the host sees it (``OSError`` if none).
+    ``ruleset`` and ``git``: the last keeper's (``pid1.keeper_main``)."""
     r, w = os.pipe2(os.O_CLOEXEC)
     joiner = os.fork()
     if joiner == 0:
         os.close(r)
         code = 125
         try:
-            code = _joiner(plan, control, tasks, pidfd, w, ruleset)
+            code = _joiner(plan, control, tasks, pidfd, w, ruleset, git or {})
         finally:
             os._exit(code)
     os.close(w)
@@ -74,7 +80,13 @@ def join(
 
 
 def _joiner(
-    plan: Plan, control: socket.socket, tasks: list[tuple[str, int]], pidfd: int, w: int, ruleset: int
+    plan: Plan,
+    control: socket.socket,
+    tasks: list[tuple[str, int]],
+    pidfd: int,
+    w: int,
+    ruleset: int,
+    git: dict[str, int],
 ) -> int:
     try:
         _sys.prctl(PR_SET_DUMPABLE, 0)
@@ -92,7 +104,7 @@ def _joiner(
         code = 125
         try:
             os.close(w)
-            code = pid1.keeper_main(plan, control, ruleset)
+            code = pid1.keeper_main(plan, control, ruleset, git)
         finally:
             os._exit(code)
     os.write(w, struct.pack("!q", keeper))

@@ -45,11 +45,17 @@ class Request:
         ahead: bool = False,
         layers: list[tuple[int, int]] | None = None,
         join: bool = False,
+        ruleset: bool = False,
+        git: list[str] | None = None,
     ) -> None:
         self.plan, self.oneshot, self.cgroups, self.ahead = plan, oneshot, cgroups, ahead
         self.layers = layers or []  # (index of an overlay layer, how many descriptors give it)
-        # A keeper that joins a live sandbox (``rejoin``): PID 1's pidfd comes last.
+        # A keeper that joins a live sandbox (``rejoin``): PID 1's pidfd comes after the
+        # cgroups, then the last keeper's ruleset (if ``ruleset``) and its git
+        # directories' descriptors (``git``: their paths, in order).
         self.join = join
+        self.ruleset = ruleset
+        self.git = git or []
 
 
 Clone = Callable[[object, socket.socket, bool, list[tuple[str, int]], bool, dict[int, list[int]]], int]
@@ -138,8 +144,10 @@ def _serve(sock: socket.socket, clone: Clone) -> NoReturn:
                     if request.join:
                         from . import rejoin
 
-                        ruleset = rest[1] if len(rest) > 1 else -1
-                        value = rejoin.join(request.plan, control, tasks, rest[0], ruleset)  # type: ignore[arg-type]
+                        pidfd, kept = rest[0], rest[1:]
+                        ruleset = kept.pop(0) if request.ruleset else -1
+                        git = dict(zip(request.git, kept, strict=True))
+                        value = rejoin.join(request.plan, control, tasks, pidfd, ruleset, git)  # type: ignore[arg-type]
                     else:
                         value = clone(request.plan, control, request.oneshot, tasks, request.ahead, given)
                 except OSError as e:

@@ -112,10 +112,15 @@ class Leaving(Message):
     """From a long-lived sandbox's keeper (``pid1``, under the native init): the
     sandbox is idle (no process but the init's own, no request for ``SPARE_IDLE``), and
     it leaves once the supervisor agrees (``LeaveOk``). ``received``: how many messages
-    it has read from the supervisor; one sent since means a request is on its way."""
+    it has read from the supervisor; one sent since means a request is on its way. With
+    it, for the next keeper: its Landlock ruleset (the first descriptor, if
+    ``ruleset``) and the descriptors of the repositories' git directories opened before
+    warren's tree covered them (``mounts.git_under``; their paths, ``git``, in order)."""
 
     TAG = "leaving"
     received: int = 0
+    ruleset: bool = False
+    git: list[str] = []
 
 
 class LeaveOk(Message):

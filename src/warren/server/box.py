@@ -278,6 +278,7 @@ class Box:
     sent: int = field(default=0, init=False)
     keeper_gone: bool = field(default=False, init=False)
     kept_ruleset: int | None = field(default=None, init=False)  # ... its Landlock ruleset, for the next
+    kept_git: list[tuple[str, int]] = field(default_factory=list, init=False)  # ... and its git directories
 
     def __post_init__(self) -> None:
         self.inbox = wire.Inbox(self.launched.control)
@@ -403,7 +404,9 @@ class Box:
             with contextlib.suppress(OSError):
                 self.outbox.flush()
             self.keeper_gone = True
-            self.kept_ruleset = fds.pop(0) if fds else None
+            self.kept_ruleset = fds.pop(0) if msg.ruleset and fds else None
+            self.kept_git = list(zip(msg.git, fds, strict=False))
+            del fds[: len(self.kept_git)]
         for fd in fds:
             os.close(fd)
 
@@ -584,7 +587,7 @@ class Box:
             theirs.close()
             raise cgroups.cannot_enter(e) from None
         try:
-            clone.join_keeper(self.plan, theirs, tasks, self.launched.pidfd, self.kept_ruleset)
+            clone.join_keeper(self.plan, theirs, tasks, self.launched.pidfd, self.kept_ruleset, self.kept_git)
         except OSError as e:
             ours.close()
             raise SandboxError(
@@ -598,6 +601,9 @@ class Box:
             if self.kept_ruleset is not None:
                 os.close(self.kept_ruleset)
                 self.kept_ruleset = None
+            for _path, fd in self.kept_git:
+                os.close(fd)
+            self.kept_git = []
             for _path, fd in tasks:
                 os.close(fd)
         with contextlib.suppress(KeyError, ValueError):
@@ -1159,6 +1165,12 @@ class Box:
                     self.sel.unregister(self.pasta.pidfd)
             self.pasta.stop()
         os.close(self.launched.pidfd)
+        # What an idle sandbox's last keeper left with, for a next one that never came
+        if self.kept_ruleset is not None:
+            os.close(self.kept_ruleset)
+        for _path, fd in self.kept_git:
+            os.close(fd)
+        self.kept_ruleset, self.kept_git = None, []
         if self.launched.host_watch is not None:
             self.launched.host_watch.close()
         if self.launched.mark_watch is not None:
