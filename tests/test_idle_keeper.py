@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Layout, comm, loopback_http
+from conftest import Layout, comm, large_tree, loopback_http
 from conftest import network_helper_runs as _netd
 from warren import PolicySpec, Sandbox
 from warren._core import nativeinit
@@ -190,6 +190,54 @@ def test_a_joined_keeper_hardlinks_into_the_repository_s_git_data_as_the_first_d
         linked = [ino for ino, _sha in _objects(ws / f"bare{n}.git").values() if ino in here]
         assert linked, f"clone {n}: its objects were copied, not hardlinked"
         _until("the keeper left the idle sandbox", _idle)
+
+
+def test_a_large_workspace_s_keeper_leaves_after_its_walk_and_the_next_one_holds_no_call(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A large workspace is walked for hard links after the launch, PID 1 holding every
+    call that changes a file until the walk is done (``broker.window``). A keeper leaves
+    only once its window is done, and the next one has none: a command's writes after
+    a join go through (they waited for a walk's end that no one would announce)."""
+    monkeypatch.setenv("WARREN_SPARE_IDLE", "0.5")
+    ws = layout.workspace
+    large_tree(ws, dirs=1100)  # past ``treewalk.SMALL``: walked after the launch
+    box = Sandbox.create(PolicySpec(workspace=str(ws)))
+    for n in range(3):
+        r = box.exec(["sh", "-c", f"echo {n} > written.txt && cat written.txt"], timeout=30)
+        assert (r.exit_code, r.stdout) == (0, f"{n}\n".encode()), (n, r)
+        _until("the keeper left the idle sandbox", _idle)
+
+
+def test_a_joined_keeper_s_commands_are_counted_and_paused_as_the_sandbox_s(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A joined keeper is the spawner's child, not PID 1's descendant: what counts a
+    sandbox's processes from the host counts its tree too. Its CPU time (its commands'
+    included) stays in the sandbox's once it left, and a pause stops a command it
+    started (with no freezer: by a signal to each process)."""
+    monkeypatch.setenv("WARREN_SPARE_IDLE", "0.5")
+    box = Sandbox.create(PolicySpec(workspace=str(layout.workspace)))
+    box.exec(["true"])
+    _until("the keeper left the idle sandbox", _idle)
+    before = box.stats().cpu_time
+    box.exec(["timeout", "1", "sh", "-c", "while :; do :; done"])
+    busy = box.stats().cpu_time
+    assert busy - before >= 0.5, (before, busy)
+    _until("the joined keeper left too", _idle)
+    assert box.stats().cpu_time >= busy  # counted still
+    counter = box.spawn(["sh", "-c", "i=0; while :; do i=$((i+1)); echo $i > count; sleep 0.02; done"])
+    _until("the counter counts", lambda: (layout.workspace / "count").exists())
+    box.pause()
+    try:
+        time.sleep(0.2)
+        paused = (layout.workspace / "count").read_text()
+        time.sleep(0.5)
+        assert (layout.workspace / "count").read_text() == paused
+    finally:
+        box.resume()
+    _until("the counter counts again", lambda: (layout.workspace / "count").read_text() != paused)
+    counter.kill()
 
 
 def test_a_process_running_in_the_background_keeps_the_keeper(

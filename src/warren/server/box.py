@@ -12,6 +12,7 @@ supervisor. Networking (netd, pasta, expose) is ``boxnet``'s.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import os
 import select
@@ -29,7 +30,7 @@ from ..errors import PolicyError, PortNotForwarded, SandboxError, SetupError, Wa
 from ..images.store import Lease
 from ..plan import Plan
 from ..plan.limits import V2
-from . import boxnet, follow, gitkeeper, joined, launch, linkwalk, pause, repowatch, trail
+from . import boxnet, follow, gitkeeper, joined, launch, linkwalk, pause, repowatch, trail, usage
 from .trail import Started, Trail
 
 if TYPE_CHECKING:
@@ -279,6 +280,9 @@ class Box:
     keeper_gone: bool = field(default=False, init=False)
     kept_ruleset: int | None = field(default=None, init=False)  # ... its Landlock ruleset, for the next
     kept_git: list[tuple[str, int]] = field(default_factory=list, init=False)  # ... and its git directories
+    keeper_pid: int = field(default=0, init=False)  # a joined keeper's (not PID 1's descendant)
+    keeper_pidfd: int = field(default=-1, init=False)  # ... pinning it (``joined_keeper``)
+    keepers_cpu: float = field(default=0.0, init=False)  # the CPU time of joined keepers that left
 
     def __post_init__(self) -> None:
         self.inbox = wire.Inbox(self.launched.control)
@@ -399,7 +403,12 @@ class Box:
             and not self.keeper_gone
         ):
             # The keeper leaves the idle sandbox: nothing sent since it last read,
-            # nothing held back. Else it stays (what we sent since reaches it).
+            # nothing held back. Else it stays (what we sent since reaches it). A joined
+            # one's CPU time, its helpers' and commands' included, is counted now: the
+            # spawner reaps it, out of the sandbox's tree (``usage.measure``).
+            if keeper := self.joined_keeper():
+                self.keepers_cpu += usage.cpu_of(keeper)
+            self._forget_keeper()
             self.outbox.put(protocol.LeaveOk())
             with contextlib.suppress(OSError):
                 self.outbox.flush()
@@ -587,7 +596,15 @@ class Box:
             theirs.close()
             raise cgroups.cannot_enter(e) from None
         try:
-            clone.join_keeper(self.plan, theirs, tasks, self.launched.pidfd, self.kept_ruleset, self.kept_git)
+            # The last keeper left with its walk's window done (``pid1.Init._may_leave``):
+            # the next has none, as a PID 1 whose walk is done forks under today's filter.
+            plan = dataclasses.replace(self.plan, link_walk=None)
+            self._forget_keeper()
+            self.keeper_pid = clone.join_keeper(
+                plan, theirs, tasks, self.launched.pidfd, self.kept_ruleset, self.kept_git
+            )
+            with contextlib.suppress(OSError):
+                self.keeper_pidfd = os.pidfd_open(self.keeper_pid)
         except OSError as e:
             ours.close()
             raise SandboxError(
@@ -614,6 +631,20 @@ class Box:
         self.sel.register(ours, _R, ("control", self))
         self.generation = self.sent = 0
         self.keeper_gone = False
+
+    def joined_keeper(self) -> int:
+        """The pid of the keeper serving the sandbox when it was joined from outside (the
+        spawner's child, not PID 1's descendant: ``usage``, ``pause`` count its tree
+        too) and still runs; 0 otherwise. Pinned by a pidfd taken at the join: a pid
+        that ended is never named (the spawner reaps it at once, and the pid is free)."""
+        if self.keeper_pidfd < 0 or _ended(self.keeper_pidfd):
+            return 0
+        return self.keeper_pid
+
+    def _forget_keeper(self) -> None:
+        if self.keeper_pidfd >= 0:
+            os.close(self.keeper_pidfd)
+        self.keeper_pid, self.keeper_pidfd = 0, -1
 
     def on_pasta(self) -> None:
         """pasta exited: before the sandbox was ready, that is a failed setup."""
@@ -946,9 +977,9 @@ class Box:
     def set_paused(self, paused: bool) -> None:
         """Freeze every process of the sandbox, or thaw them (``pause``)."""
         if paused and self.paused is None:
-            self.paused = pause.pause(self.name, self.pid, self.launched.cgroups)
+            self.paused = pause.pause(self.name, self.pid, self.launched.cgroups, self.joined_keeper())
         elif not paused and self.paused is not None:
-            pause.resume(self.name, self.pid, self.paused)
+            pause.resume(self.name, self.pid, self.paused, self.joined_keeper())
             self.paused = None
 
     def terminate(self) -> None:
@@ -967,7 +998,7 @@ class Box:
     def _thaw(self) -> None:
         if self.paused is not None:
             with contextlib.suppress(WarrenError):
-                pause.resume(self.name, self.pid, self.paused)
+                pause.resume(self.name, self.pid, self.paused, self.joined_keeper())
             pause.release(self.paused)
             self.paused = None
 
@@ -1171,6 +1202,7 @@ class Box:
         for _path, fd in self.kept_git:
             os.close(fd)
         self.kept_ruleset, self.kept_git = None, []
+        self._forget_keeper()
         if self.launched.host_watch is not None:
             self.launched.host_watch.close()
         if self.launched.mark_watch is not None:

@@ -28,20 +28,22 @@ class Paused:
         self.guard = guard  # write end of the pipe the guard waits on
 
 
-def pause(name: str, pid1: int, groups: list[str]) -> Paused:
+def pause(name: str, pid1: int, groups: list[str], keeper: int = 0) -> Paused:
+    """``keeper``: the process serving the sandbox where it is not PID 1's descendant
+    (joined from outside: ``_core.rejoin``), stopped with its tree too."""
     freezer = cgroups.freezer_of(groups)
     with _as_sandbox_error(name, "pause"):
         if freezer is None:
-            _stop_signals(pid1, True)
+            _stop_signals(_roots(pid1, keeper), True)
             return Paused(None, None)
         cgroups.freeze(freezer, True)
         return Paused(freezer, _thaw_guard(freezer))
 
 
-def resume(name: str, pid1: int, paused: Paused) -> None:
+def resume(name: str, pid1: int, paused: Paused, keeper: int = 0) -> None:
     with _as_sandbox_error(name, "resume"):
         if paused.freezer is None:
-            _stop_signals(pid1, False)
+            _stop_signals(_roots(pid1, keeper), False)
         else:
             cgroups.freeze(paused.freezer, False)
     release(paused)
@@ -95,7 +97,11 @@ def _thaw_guard(freezer: str) -> int:
 STOP_WITHIN = 2.0  # seconds: every process of the sandbox stopped by then, or the pause fails
 
 
-def _stop_signals(pid1: int, stopped: bool) -> None:
+def _roots(pid1: int, keeper: int) -> list[int]:
+    return [pid1, keeper] if keeper else [pid1]
+
+
+def _stop_signals(roots: list[int], stopped: bool) -> None:
     """Pause without a freezer: SIGSTOP every process of the sandbox, again until none
     has a thread left running (one forking at the moment of the first pass has a child
     the next pass stops); resume sends SIGCONT to all. A process is judged by each of
@@ -103,26 +109,28 @@ def _stop_signals(pid1: int, stopped: bool) -> None:
     while its other threads run, and the signal to its pid stops them all (a group
     stop)."""
     sig = signal.SIGSTOP if stopped else signal.SIGCONT
-    # Signalled by pidfd, and only while still a descendant of PID 1: a pid read from
-    # the process table may be freed and reused by a host process before the kill.
+    # Signalled by pidfd, and only while still a descendant of PID 1 (or of the joined
+    # keeper): a pid read from the process table may be freed and reused by a host
+    # process before the kill.
     # A stop takes effect when the process is next scheduled: on a loaded host that is
     # tens of milliseconds, so the passes go on for a while of time, not a count.
     deadline = time.monotonic() + (STOP_WITHIN if stopped else 0)
     pause = 0.001
     while True:
         running = 0
-        for pid in [pid1, *procs.descendants(pid1)]:
-            if stopped and not procs.running(pid):
-                continue
-            running += 1
-            procs.signal_member(pid, sig, pid1)
+        for root in roots:
+            for pid in [root, *procs.descendants(root)]:
+                if stopped and not procs.running(pid):
+                    continue
+                running += 1
+                procs.signal_member(pid, sig, root)
         if not running or time.monotonic() > deadline:
             break
         time.sleep(pause)
         pause = min(pause * 2, 0.02)
     if not running or not stopped:
         return
-    _stop_signals(pid1, False)  # not half paused
+    _stop_signals(roots, False)  # not half paused
     raise SandboxError(
         "the sandbox's processes kept starting new ones while being stopped",
         operation="pause",

@@ -44,8 +44,22 @@ def _counter(by_kind: dict[str, str], controller: str, v1_file: str, v2_file: st
     return None
 
 
-def measure(pid1: int, groups: list[str], limits: LimitsPlan | None) -> protocol.Stats:
+def cpu_of(pid: int) -> float:
+    """A process's CPU seconds, its reaped children's included (0.0 once it is gone)."""
+    got = _proc_stat(pid)
+    return got[0] if got is not None else 0.0
+
+
+def measure(
+    pid1: int, groups: list[str], limits: LimitsPlan | None, keeper: int = 0, cpu_before: float = 0.0
+) -> protocol.Stats:
+    """``keeper``: the process serving the sandbox where it is not PID 1's descendant
+    (a keeper joined from outside, ``_core.rejoin``: the spawner's child), its tree
+    counted too; ``cpu_before``: the CPU time of such keepers that left, which their
+    parent's reaping took out of the sandbox's tree."""
     tasks = [pid1, *procs.descendants(pid1)]
+    if keeper:
+        tasks += [keeper, *procs.descendants(keeper)]
     per = [s for s in (_proc_stat(p) for p in tasks) if s is not None]
     memory = sum(s[2] for s in per)
     pids = sum(s[1] for s in per)
@@ -64,7 +78,7 @@ def measure(pid1: int, groups: list[str], limits: LimitsPlan | None) -> protocol
     return protocol.Stats(
         memory=memory,
         pids=pids,
-        cpu_time=round(sum(s[0] for s in per), 3),
+        cpu_time=round(sum(s[0] for s in per) + cpu_before, 3),
         source=source,
         memory_limit=(eff.memory or None) if eff else None,
         pids_limit=(eff.pids or None) if eff else None,
