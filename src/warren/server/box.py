@@ -67,11 +67,12 @@ _FROM_PID1 = (
 )
 
 
-def _ended(pidfd: int) -> bool:
-    """Whether the process of ``pidfd`` has ended (its pidfd readable)."""
+def _ended(pidfd: int, wait: float = 0.0) -> bool:
+    """Whether the process of ``pidfd`` has ended (its pidfd readable), waiting up to
+    ``wait`` seconds for it."""
     waiting = select.poll()
     waiting.register(pidfd, select.POLLIN)
-    return bool(waiting.poll(0))
+    return bool(waiting.poll(int(wait * 1000)))
 
 
 def _ready(stub: socket.socket) -> bool:
@@ -896,7 +897,8 @@ class Box:
         try:
             return boxnet.expose(netd, self.name, msg, connector)
         except SandboxError:
-            if not _ended(netd.pidfd):
+            # (an exiting process closes its descriptors before its pidfd says it ended)
+            if not _ended(netd.pidfd, wait=1.0):
                 raise
         self.on_netd()
         return boxnet.expose(self._netd(), self.name, msg, connector)

@@ -14,7 +14,9 @@ signal is per thread) when a sandbox in ``--network allow`` starts, or on its fi
                        last) opens to 127.0.0.1:PORT *inside* the sandbox
 
 It ends when the sandbox's PID 1 does (a pidfd), or when the supervisor does (its
-control socket closes; also the parent-death signal), closing every port with it.
+control socket closes; also the parent-death signal), closing every port with it; a
+long-lived sandbox's also once idle (``leave_after``), the next started by the
+supervisor when a connection waits for the proxy.
 """
 
 from __future__ import annotations
