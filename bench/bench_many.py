@@ -10,7 +10,9 @@ Issue 36's targets: 1,000 idle sandboxes without touching swap or limits, and `w
 under 100 ms with them. The figures are medians of --runs; CPU time (user + sys of the
 `warren ls` process) is printed beside wall time, which a loaded machine inflates.
 
-Run: python bench/bench_many.py [--sandboxes 1000] [--runs 9]
+Run: python bench/bench_many.py [--sandboxes 1000] [--runs 9] [--network]
+``--network``: each sandbox with network allowed through warren's proxy (to one host,
+never reached); its network helper ends with the spares, after the same idle time.
 As root for the memory figure (PID 1 of a sandbox is not dumpable: its PSS is unreadable
 to other users without privileges).
 """
@@ -77,13 +79,18 @@ def main() -> None:
     ap.add_argument("--sandboxes", type=int, default=1000)
     ap.add_argument("--runs", type=int, default=9)
     ap.add_argument("--idle-wait", type=float, default=65.0, help="seconds for the spares to be let go")
+    ap.add_argument("--network", action="store_true", help="network allowed through the proxy")
     args = ap.parse_args()
     print(f"load average at start: {os.getloadavg()[0]:.1f}")
     with tempfile.TemporaryDirectory(prefix="warren-bench-many-", dir="/var/tmp") as tmp:
         os.environ["XDG_STATE_HOME"] = str(Path(tmp) / "state")
         ws = Path(tmp) / "ws"
         ws.mkdir()
-        policy = PolicySpec(workspace=str(ws))
+        policy = (
+            PolicySpec(workspace=str(ws), network="allow", allow_hosts=["pypi.org:443"])
+            if args.network
+            else PolicySpec(workspace=str(ws))
+        )
         first = Sandbox.create(policy, name="bench-0")  # starts the supervisor
         first.remove()
         wall0, cpu0, _ = _ls(args.runs)
