@@ -336,10 +336,34 @@ def server_of(pid1: int) -> int:
 
     if comm(pid1) != "warren-init":
         return pid1
-    for pid, ppid, _state in table():
+    rows = table()
+    for pid, ppid, _state in rows:
         if ppid == pid1 and comm(pid) not in ("warren-credsend", ""):
             return pid
+    # A keeper joined from outside once the first left (``_core.rejoin``): the spawner's
+    # child (the supervisor's other child), in the sandbox's pid namespace and cgroups.
+    supervisor = next((pp for p, pp, _st in rows if p == pid1), 0)
+    spawners = {p for p, pp, _st in rows if pp == supervisor and comm(p) not in ("warren-init", "")}
+    for pid, ppid, _state in rows:
+        if ppid in spawners and _nspid_depth(pid) > 1 and _cgroups(pid) == _cgroups(pid1):
+            return pid
     return pid1
+
+
+def _nspid_depth(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return len(f.read().split("NSpid:", 1)[1].split("\n", 1)[0].split())
+    except (OSError, IndexError):
+        return 0
+
+
+def _cgroups(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cgroup") as f:
+            return f.read()
+    except OSError:
+        return ""
 
 
 def run_cli(

@@ -165,8 +165,8 @@ def test_a_spare_let_go_just_after_it_was_handed_a_request_serves_it() -> None:
 def _helper_of(pid1: int, marker: bytes) -> int:
     """The helper (PID 1's child) whose command's cmdline holds ``marker``, once it runs."""
     deadline = time.monotonic() + 10
-    server = server_of(pid1)
     while time.monotonic() < deadline:
+        server = server_of(pid1)  # (a keeper joined for this command, if the last left)
         rows = table()
         for pid, ppid, _state in rows:
             if marker in _cmdline(pid):

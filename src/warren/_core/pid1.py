@@ -523,7 +523,9 @@ class Init:
             and self.plan.namespaces
             and not self.oneshot
             and not self.keeps_spare
-            and not self.leaving
+            # (said already: said again every LOOK_AGAIN until an answer comes. The
+            # supervisor answers only when it agrees, and may not have yet: its copy of
+            # the spare let go, its end not seen closed when our word came)
             and self.stopping is None
             and self.spare is None
             and not self.helpers
