@@ -319,6 +319,19 @@ def comm(pid: int) -> str:
         return ""
 
 
+def sandbox_members() -> list[str]:
+    """The names of the processes in the pid namespaces of this test's supervisor's
+    sandboxes: its descendants with a pid of their own inside, sorted."""
+    from warren._core.procs import descendants
+    from warren.server import statedir
+
+    found = statedir.read_address(statedir.location(os.environ))
+    if found is None:
+        return []
+    names = [comm(pid) for pid in descendants(found[1]) if _nspid_depth(pid) > 1]
+    return sorted(name for name in names if name)
+
+
 def network_helper_runs() -> bool:
     """A network helper (``server.netd``) of this test's supervisor runs."""
     from warren._core.procs import descendants

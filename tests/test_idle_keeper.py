@@ -15,12 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Layout, comm, large_tree, loopback_http
+from conftest import Layout, large_tree, loopback_http, sandbox_members
 from conftest import network_helper_runs as _netd
 from warren import PolicySpec, Sandbox
 from warren._core import nativeinit
-from warren._core.procs import descendants
-from warren.server import statedir
 
 pytestmark = [
     pytest.mark.usefixtures("state_home"),
@@ -36,18 +34,8 @@ PROBE = (
 
 def _members() -> list[str]:
     """The names of the processes in the sandbox's pid namespace (the test's supervisor
-    runs one sandbox): those of its descendants with a pid of their own inside."""
-    sup = statedir.read_address(statedir.location(os.environ))[1]
-    names = []
-    for pid in descendants(sup):
-        try:
-            with open(f"/proc/{pid}/status") as f:
-                status = f.read()
-        except OSError:
-            continue
-        if len(status.split("NSpid:", 1)[1].split("\n", 1)[0].split()) > 1:
-            names.append(comm(pid))
-    return sorted(name for name in names if name)
+    runs one sandbox)."""
+    return sandbox_members()
 
 
 def _until(what: str, check: Callable[[], bool], timeout: float = 30) -> None:

@@ -94,11 +94,11 @@ def test_pause_by_signals_stops_the_threads_of_a_process_whose_leader_exited(tmp
         assert procs.state(proc.pid) == "Z"
         assert procs.running(proc.pid)
         assert advances(count)
-        paused = pause.pause("leaderless", proc.pid, [])  # no freezer: signals
+        paused = pause.pause("leaderless", [proc.pid], [])  # no freezer: signals
         assert paused.freezer is None
         assert not procs.running(proc.pid)
         assert not advances(count, 0.4), "a thread of the paused process kept counting"
-        pause.resume("leaderless", proc.pid, paused)
+        pause.resume("leaderless", [proc.pid], paused)
         assert advances(count)
     finally:
         proc.kill()

@@ -7,18 +7,15 @@ pause; removal), judged from the host."""
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
 import pytest
 
 import warren
-from conftest import Layout, comm
+from conftest import Layout, sandbox_members
 from warren import PolicySpec, Sandbox
-from warren._core.procs import descendants
 from warren.policy import build
-from warren.server import statedir
 
 pytestmark = pytest.mark.usefixtures("state_home")
 
@@ -27,24 +24,6 @@ pytestmark = pytest.mark.usefixtures("state_home")
 def _python_pid1(monkeypatch: pytest.MonkeyPatch) -> None:
     # In the environment of the test's own supervisor (``state_home``), which reads it.
     monkeypatch.setenv("WARREN_NATIVE_INIT", "0")
-
-
-def _sandbox_processes() -> list[str]:
-    """The names of the processes in sandboxes' pid namespaces under this test's
-    supervisor."""
-    found = statedir.read_address(statedir.location(os.environ))
-    if found is None:
-        return []
-    names = []
-    for pid in descendants(found[1]):
-        try:
-            with open(f"/proc/{pid}/status") as f:
-                nspid = f.read().split("NSpid:", 1)[1].split("\n", 1)[0].split()
-        except (OSError, IndexError):
-            continue
-        if len(nspid) > 1:
-            names.append(comm(pid))
-    return sorted(n for n in names if n)
 
 
 def test_a_one_shot_run_ends_every_process_it_left_and_confines_its_command(
@@ -69,7 +48,7 @@ def test_a_one_shot_run_ends_every_process_it_left_and_confines_its_command(
 def test_a_long_lived_sandbox_serves_exec_spawn_files_pause_and_ps(layout: Layout) -> None:
     ws = layout.workspace
     box = Sandbox.create(PolicySpec(workspace=str(ws)))
-    names = _sandbox_processes()
+    names = sandbox_members()
     assert "warren-init" not in names and any(n.startswith("python") for n in names), names
     assert box.exec(["echo", "ok"]).stdout == b"ok\n"
     box.files.write(str(ws / "put.txt"), b"put\n")
@@ -92,8 +71,8 @@ def test_a_long_lived_sandbox_serves_exec_spawn_files_pause_and_ps(layout: Layou
     assert box.exec(["echo", "still"]).stdout == b"still\n"
     box.remove()
     deadline = time.monotonic() + 10
-    while _sandbox_processes():
-        assert time.monotonic() < deadline, _sandbox_processes()
+    while sandbox_members():
+        assert time.monotonic() < deadline, sandbox_members()
         time.sleep(0.1)
 
 

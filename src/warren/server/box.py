@@ -406,7 +406,7 @@ class Box:
             # The keeper leaves the idle sandbox: nothing sent since it last read,
             # nothing held back. Else it stays (what we sent since reaches it). A joined
             # one's CPU time, its helpers' and commands' included, is counted now: the
-            # spawner reaps it, out of the sandbox's tree (``usage.measure``).
+            # spawner reaps it, out of the sandbox's trees (``usage.measure``).
             if keeper := self.joined_keeper():
                 self.keepers_cpu += usage.cpu_of(keeper)
             self._forget_keeper()
@@ -641,6 +641,12 @@ class Box:
         if self.keeper_pidfd < 0 or _ended(self.keeper_pidfd):
             return 0
         return self.keeper_pid
+
+    def process_roots(self) -> list[int]:
+        """The sandbox's processes whose trees are all of its processes, as the host sees
+        them: PID 1, and a keeper joined from outside (``joined_keeper``)."""
+        keeper = self.joined_keeper()
+        return [self.pid, keeper] if keeper else [self.pid]
 
     def _forget_keeper(self) -> None:
         if self.keeper_pidfd >= 0:
@@ -979,9 +985,9 @@ class Box:
     def set_paused(self, paused: bool) -> None:
         """Freeze every process of the sandbox, or thaw them (``pause``)."""
         if paused and self.paused is None:
-            self.paused = pause.pause(self.name, self.pid, self.launched.cgroups, self.joined_keeper())
+            self.paused = pause.pause(self.name, self.process_roots(), self.launched.cgroups)
         elif not paused and self.paused is not None:
-            pause.resume(self.name, self.pid, self.paused, self.joined_keeper())
+            pause.resume(self.name, self.process_roots(), self.paused)
             self.paused = None
 
     def terminate(self) -> None:
@@ -1000,7 +1006,7 @@ class Box:
     def _thaw(self) -> None:
         if self.paused is not None:
             with contextlib.suppress(WarrenError):
-                pause.resume(self.name, self.pid, self.paused, self.joined_keeper())
+                pause.resume(self.name, self.process_roots(), self.paused)
             pause.release(self.paused)
             self.paused = None
 

@@ -28,22 +28,22 @@ class Paused:
         self.guard = guard  # write end of the pipe the guard waits on
 
 
-def pause(name: str, pid1: int, groups: list[str], keeper: int = 0) -> Paused:
-    """``keeper``: the process serving the sandbox where it is not PID 1's descendant
-    (joined from outside: ``_core.rejoin``), stopped with its tree too."""
+def pause(name: str, roots: list[int], groups: list[str]) -> Paused:
+    """``roots``: the sandbox's processes whose trees are all of it (``Box.process_roots``),
+    stopped by signals where there is no freezer."""
     freezer = cgroups.freezer_of(groups)
     with _as_sandbox_error(name, "pause"):
         if freezer is None:
-            _stop_signals(_roots(pid1, keeper), True)
+            _stop_signals(roots, True)
             return Paused(None, None)
         cgroups.freeze(freezer, True)
         return Paused(freezer, _thaw_guard(freezer))
 
 
-def resume(name: str, pid1: int, paused: Paused, keeper: int = 0) -> None:
+def resume(name: str, roots: list[int], paused: Paused) -> None:
     with _as_sandbox_error(name, "resume"):
         if paused.freezer is None:
-            _stop_signals(_roots(pid1, keeper), False)
+            _stop_signals(roots, False)
         else:
             cgroups.freeze(paused.freezer, False)
     release(paused)
@@ -97,10 +97,6 @@ def _thaw_guard(freezer: str) -> int:
 STOP_WITHIN = 2.0  # seconds: every process of the sandbox stopped by then, or the pause fails
 
 
-def _roots(pid1: int, keeper: int) -> list[int]:
-    return [pid1, keeper] if keeper else [pid1]
-
-
 def _stop_signals(roots: list[int], stopped: bool) -> None:
     """Pause without a freezer: SIGSTOP every process of the sandbox, again until none
     has a thread left running (one forking at the moment of the first pass has a child
@@ -109,9 +105,8 @@ def _stop_signals(roots: list[int], stopped: bool) -> None:
     while its other threads run, and the signal to its pid stops them all (a group
     stop)."""
     sig = signal.SIGSTOP if stopped else signal.SIGCONT
-    # Signalled by pidfd, and only while still a descendant of PID 1 (or of the joined
-    # keeper): a pid read from the process table may be freed and reused by a host
-    # process before the kill.
+    # Signalled by pidfd, and only while still a descendant of its root: a pid read
+    # from the process table may be freed and reused by a host process before the kill.
     # A stop takes effect when the process is next scheduled: on a loaded host that is
     # tens of milliseconds, so the passes go on for a while of time, not a count.
     deadline = time.monotonic() + (STOP_WITHIN if stopped else 0)

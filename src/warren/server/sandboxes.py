@@ -341,12 +341,8 @@ class Sandboxes:
             return protocol.Events(records=lines, after=after, skip=skip, running=box is not None), b""
         if isinstance(msg, protocol.StatsRequest):
             live = self.live(msg.sandbox, paused_ok=True)
-            return (
-                usage.measure(
-                    live.pid, live.launched.cgroups, live.plan.limits, live.joined_keeper(), live.keepers_cpu
-                ),
-                b"",
-            )
+            roots, groups = live.process_roots(), live.launched.cgroups
+            return usage.measure(roots, groups, live.plan.limits, live.keepers_cpu), b""
         if isinstance(msg, protocol.ProcessRequest):
             box = self.known(msg.sandbox)
             return spawns.state(self.root, msg.sandbox, msg, alive=box is not None and box.ready)

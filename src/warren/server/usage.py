@@ -51,15 +51,12 @@ def cpu_of(pid: int) -> float:
 
 
 def measure(
-    pid1: int, groups: list[str], limits: LimitsPlan | None, keeper: int = 0, cpu_before: float = 0.0
+    roots: list[int], groups: list[str], limits: LimitsPlan | None, cpu_before: float = 0.0
 ) -> protocol.Stats:
-    """``keeper``: the process serving the sandbox where it is not PID 1's descendant
-    (a keeper joined from outside, ``_core.rejoin``: the spawner's child), its tree
-    counted too; ``cpu_before``: the CPU time of such keepers that left, which their
-    parent's reaping took out of the sandbox's tree."""
-    tasks = [pid1, *procs.descendants(pid1)]
-    if keeper:
-        tasks += [keeper, *procs.descendants(keeper)]
+    """``roots``: the sandbox's processes whose trees are all of it (``Box.process_roots``);
+    ``cpu_before``: the CPU time of keepers joined from outside that left, which their
+    parent's reaping (the spawner's) took out of the sandbox's trees."""
+    tasks = [p for root in roots for p in (root, *procs.descendants(root))]
     per = [s for s in (_proc_stat(p) for p in tasks) if s is not None]
     memory = sum(s[2] for s in per)
     pids = sum(s[1] for s in per)
