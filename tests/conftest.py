@@ -332,6 +332,64 @@ def sandbox_members() -> list[str]:
     return sorted(name for name in names if name)
 
 
+def memory_holds(pid: int, needle: bytes) -> bool:
+    """Whether ``needle`` is anywhere in the writable memory of process ``pid``, read on
+    the host through /proc/PID/mem (the caller's own processes, or any as root)."""
+    found = False
+    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", buffering=0) as mem:
+        for line in maps:
+            span, perms = line.split()[:2]
+            if not perms.startswith("rw"):
+                continue
+            start, end = (int(x, 16) for x in span.split("-"))
+            try:
+                mem.seek(start)
+                data = mem.read(end - start)
+            except OSError:
+                continue  # a mapping that went meanwhile, or [vvar]
+            found = found or needle in data
+    return found
+
+
+def network_helpers() -> list[int]:
+    """The network helpers (``server.netd``) of this test's supervisor."""
+    from warren._core.procs import descendants
+    from warren.server import netd, statedir
+
+    found = statedir.read_address(statedir.location(os.environ))
+    return [] if found is None else [pid for pid in descendants(found[1]) if comm(pid) == netd.NAME]
+
+
+def spawners() -> list[int]:
+    """The spawner (``_core.spawner``) of this test's supervisor, in a list (empty while
+    none runs): the supervisor's child with a pid in the host's namespace only that is
+    neither a network helper nor pasta."""
+    from warren._core.procs import descendants
+    from warren.server import netd, statedir
+
+    found = statedir.read_address(statedir.location(os.environ))
+    if found is None:
+        return []
+    sup = found[1]
+    picked = []
+    for pid in descendants(sup):
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                status = dict(line.split(":", 1) for line in f if ":" in line)
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        if (
+            int(status["PPid"]) == sup
+            and len(status["NSpid"].split()) == 1
+            and comm(pid) != netd.NAME
+            and b"pasta" not in cmdline
+        ):
+            picked.append(pid)
+    return picked
+
+
 def network_helper_runs() -> bool:
     """A network helper (``server.netd``) of this test's supervisor runs."""
     from warren._core.procs import descendants

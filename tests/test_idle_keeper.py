@@ -93,7 +93,7 @@ def test_a_sandbox_with_network_sheds_its_keeper_and_network_helper_unless_a_por
 ) -> None:
     """Network through warren's proxy needs nothing of the keeper's (the proxy's socket
     is the network helper's, outside): such a sandbox sheds its keeper too, and its
-    network helper (a fork of the supervisor, about 6 MB of its own) once idle; the next
+    network helper (about 3 MB of its own while it runs) once idle; the next
     connection to the proxy starts another, and an allowed host is reached and a denied
     one is not (judged by the servers). What a new helper could not start from keeps
     it: a rule added to the live policy (still in force after the idle time). A

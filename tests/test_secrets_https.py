@@ -576,3 +576,37 @@ def test_a_long_lived_sandbox_s_network_helper_starts_again_with_the_same_ca(
     assert network_helper_runs()
     seen = {p: h.get("Authorization") for _s, _h, _m, p, h in e.seen}
     assert seen["/before-restart"] == seen["/after-restart"] == f"Bearer {TOKEN}"
+
+
+def test_the_network_helper_holds_a_secret_and_the_spawner_never_does(
+    echo: tuple[Echo, int, int, Path], state_home: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The network helper is started by the spawner (``spawner.HELPERS``: it shares the
+    spawner's quiet pages instead of a copy of the supervisor's), and the secret's value
+    goes to it in a descriptor only it reads: the spawner, whose memory every joined
+    keeper copies, never holds it. Judged on the host from both processes' memory; the
+    helper's holds the value (the control: the scan finds it there)."""
+    import secrets
+
+    from conftest import memory_holds, network_helpers, spawners
+
+    e, https, plain, ca = echo
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    warren.Sandbox.create(PolicySpec(workspace=str(ws))).remove()  # the supervisor, before the token exists
+    token = "ghp_" + secrets.token_hex(16)
+    monkeypatch.setenv("WARREN_TEST_TOKEN", token)
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca))
+    box = warren.Sandbox.create(build(_spec(ws, https, plain, secrets=["TOKEN=WARREN_TEST_TOKEN@api.test"])))
+    try:
+        get = (
+            'curl -fsS --max-time 10 -o /dev/null -H "Authorization: Bearer $TOKEN" https://api.test:{}/held'
+        )
+        assert box.exec(["sh", "-c", get.format(https)]).exit_code == 0
+        assert [h.get("Authorization") for *_, p, h in e.seen if p == "/held"] == [f"Bearer {token}"]
+        (helper,) = network_helpers()
+        (spawner,) = spawners()
+        assert memory_holds(helper, token.encode())
+        assert not memory_holds(spawner, token.encode())
+    finally:
+        box.remove()

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Layout
+from conftest import Layout, loopback_http, memory_holds, network_helpers, spawners
 from warren import PolicySpec, Sandbox
 from warren._core import credsend, execstub, nativeinit
 from warren._core.procs import descendants
@@ -49,17 +49,8 @@ def _children(pid: int) -> list[int]:
 
 
 def _spawners(sup: int) -> list[int]:
-    """The supervisor's children in its own pid namespace that are not a network helper:
-    PID 1s show two pids in NSpid (the host's and 1), the spawner one."""
-    found = []
-    for pid in _children(sup):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        if len(_status(pid, "NSpid")) == 1 and b"netd" not in cmdline and b"pasta" not in cmdline:
-            found.append(pid)
-    return found
+    assert sup == _supervisor()
+    return spawners()
 
 
 def _pid1(sup: int) -> list[int]:
@@ -152,3 +143,57 @@ def test_the_spawner_goes_with_the_supervisor(layout: Layout, state_home: Path) 
         alive = [p for p in alive if _status(p, "State")[:1] not in ([], ["Z"])]
         time.sleep(0.02)
     assert not alive, f"left behind after the supervisor died: {alive}"
+
+
+def test_a_network_helper_comes_from_the_spawner_or_where_none_runs_from_the_supervisor(
+    layout: Layout, state_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A network helper is cloned by the spawner (``spawner.HELPERS``), so it shares the
+    spawner's quiet pages instead of holding a copy of the supervisor's (about 6 MB of
+    its own: ``bench/bench_sandbox.py --network``). Judged on the host by what its memory
+    holds: another sandbox's name, made after the spawner started, is in the
+    supervisor's memory and not in the helper's. Where no spawner runs as the helper
+    starts again (killed, none cloned since), the supervisor forks it, as before: it has
+    that name then, and the sandbox's network works the same."""
+    import secrets
+
+    monkeypatch.setenv("WARREN_SPARE_IDLE", "1")
+    ws = layout.workspace
+    assert Sandbox.list() == []  # the supervisor and its spawner, before the name exists
+    marker = "marker-" + secrets.token_hex(8)
+    other = Sandbox.create(PolicySpec(workspace=str(ws)), name=marker)
+    with loopback_http("127.0.0.2") as (port, asked):
+        spec = PolicySpec(workspace=str(ws), network="allow", allow_hosts=[f"127.0.0.2:{port}"])
+        box = Sandbox.create(spec)
+        try:
+            sup = _supervisor()
+            first = box.exec(["curl", "-fsS", "-o", "/dev/null", f"http://127.0.0.2:{port}/first"])
+            assert first.exit_code == 0, first
+            (helper,) = network_helpers()
+            assert _status(helper, "PPid") == [str(sup)]  # the supervisor's child: it reaps it
+            assert memory_holds(sup, marker.encode())  # the control
+            assert not memory_holds(helper, marker.encode())
+            waiter = box.spawn(
+                [
+                    "sh",
+                    "-c",
+                    f"while ! test -e go; do sleep 0.05; done; curl -fsS http://127.0.0.2:{port}/late",
+                ],
+                cwd=str(ws),
+            )
+            deadline = time.monotonic() + 30
+            while network_helpers():
+                assert time.monotonic() < deadline, "the idle network helper did not end"
+                time.sleep(0.1)
+            (spawner,) = _spawners(sup)
+            os.kill(spawner, signal.SIGKILL)
+            while spawner in _children(sup) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            (ws / "go").touch()  # the connection starts the next helper
+            assert waiter.wait(timeout=30) == 0 and asked == ["/first", "/late"]
+            (forked,) = network_helpers()
+            assert _spawners(sup) == []  # none was had: the supervisor forked it
+            assert _status(forked, "PPid") == [str(sup)] and memory_holds(forked, marker.encode())
+        finally:
+            box.remove()
+            other.remove()

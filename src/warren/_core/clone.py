@@ -128,6 +128,26 @@ def join_keeper(
     return _the_spawner().clone(request, fds)
 
 
+def start_helper(
+    name: str, control: socket.socket, cgroup_tasks: list[tuple[str, int]], fds: list[int]
+) -> int:
+    """A helper of the supervisor's (``spawner.HELPERS[name]``) started by the spawner,
+    so that it shares the spawner's quiet pages rather than the supervisor's busy ones;
+    its pid (the caller's child, as a PID 1 is). ``control``: its end of its channel;
+    ``cgroup_tasks``: what it enters first; ``fds``: the rest it is given. ``OSError``
+    when no spawner can be had or it cannot: the caller forks the helper itself."""
+    global _spawner
+    request = spawner.Request(None, False, [path for path, _fd in cgroup_tasks])
+    request.helper = name
+    try:
+        return _the_spawner().clone(request, [control.fileno(), *(fd for _path, fd in cgroup_tasks), *fds])
+    except ConnectionError:
+        if _spawner is not None:
+            _spawner.close()
+        _spawner = None  # it died: the next clone forks another
+        raise
+
+
 def _cannot_clone(e: OSError) -> SetupError:
     return SetupError.from_os(
         e,

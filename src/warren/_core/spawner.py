@@ -14,6 +14,15 @@ Each PID 1 is cloned with CLONE_PARENT: its parent is the supervisor, as if the
 supervisor had cloned it — the supervisor reaps it, and PID 1's parent-death signal
 follows the supervisor. The channel carries the plan as a pickle: both ends are
 warren's own processes, one forked from the other, and nothing else holds it.
+
+The supervisor's other long-running helpers that run Python (the network helper) come
+from here too, for the same reason (``Request.helper``): a fork of the supervisor soon
+owns every page the supervisor writes after it (6 MB for a network helper), a child of
+the spawner shares them. Such a helper is registered by name before the spawner starts
+(``HELPERS``: the spawner is a fork of the supervisor, so it knows every one the
+supervisor registered at import), and what it needs beyond descriptors travels in a
+descriptor of its own that only the helper reads (secrets among it: the spawner, whose
+memory every later keeper copies, never holds them).
 """
 
 from __future__ import annotations
@@ -56,6 +65,15 @@ class Request:
         self.join = join
         self.ruleset = ruleset
         self.git = git or []
+        # A helper of the supervisor's (``HELPERS``) rather than a PID 1: its channel
+        # first, its cgroups' tasks after it, then the descriptors it takes.
+        self.helper: str | None = None
+
+
+# A helper's body, in its child of the spawner: (its channel, its cgroups' tasks
+# descriptors, the other descriptors it was given) -> its exit code.
+Helper = Callable[[socket.socket, list[tuple[str, int]], list[int]], int]
+HELPERS: dict[str, Helper] = {}
 
 
 Clone = Callable[[object, socket.socket, bool, list[tuple[str, int]], bool, dict[int, list[int]]], int]
@@ -90,6 +108,26 @@ class Spawner:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def _start_helper(name: str, control: socket.socket, tasks: list[tuple[str, int]], fds: list[int]) -> int:
+    """In the spawner: the helper ``name`` cloned with CLONE_PARENT (the supervisor's
+    child, as PID 1 is: it reaps it, and names it by a pidfd it opens before reaping
+    anything, so the pid cannot be another's by then); its pid."""
+    body = HELPERS.get(name)
+    if body is None:
+        raise OSError(38, f"no helper named {name!r} in the spawner")
+    pid = _sys.clone_process(_sys.CLONE_PARENT)
+    if pid == 0:
+        code = 125
+        try:
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the spawner's (``rejoin.reap_keepers``)
+            # All but what it was given: the spawner's channel too.
+            _sys.close_all_but(control.fileno(), *(fd for _path, fd in tasks), *fds)
+            code = body(control, tasks, fds)
+        finally:
+            os._exit(code)
+    return pid
 
 
 def _recv_exactly(sock: socket.socket, n: int) -> bytes:
@@ -141,7 +179,9 @@ def _serve(sock: socket.socket, clone: Clone) -> NoReturn:
                 for index, count in request.layers:
                     given[index], rest = rest[:count], rest[count:]
                 try:
-                    if request.join:
+                    if request.helper is not None:
+                        value = _start_helper(request.helper, control, tasks, rest)
+                    elif request.join:
                         from . import rejoin
 
                         pidfd, kept = rest[0], rest[1:]

@@ -841,8 +841,7 @@ class Box:
     def start_netd(self, proxy_listener: socket.socket | None) -> None:
         """The sandbox's network helper (its connector into the sandbox comes with the
         first exposed port: ``expose``). A long-lived sandbox's ends once idle for
-        ``WARREN_SPARE_IDLE`` (``on_netd``): it is a fork of the supervisor, about 6 MB
-        of its own after a while."""
+        ``WARREN_SPARE_IDLE`` (``on_netd``): about 3 MB of its own while it runs."""
         self.netd = boxnet.start_netd(
             self.plan,
             self.launched.pidfd,

@@ -9,17 +9,21 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pickle
 import signal
 import socket
 from dataclasses import dataclass
 from pathlib import Path
 
 from .. import protocol, wire
-from .._core import _sys, cgroups
+from .._core import _sys, cgroups, clone, spawner
 from ..errors import SandboxError, WarrenError
 from ..net import log as netlog
 from ..net.pasta import Pasta
+from ..net.secrets import HttpRule, PlacedSecret
+from ..net.tlsca import CA
 from ..plan import Plan
+from ..plan.model import NetPlan
 from . import netd
 
 TYPE_CHECKING = False
@@ -28,6 +32,7 @@ if TYPE_CHECKING:
 
 NETLOG_FILE = "net.jsonl"  # in a long-lived sandbox's state directory
 NETLOG_MAX = 5000  # events in one reply (the newest)
+NETD_HELPER = "netd"  # its name among the spawner's helpers
 
 
 @dataclass
@@ -52,17 +57,126 @@ def start_netd(
     ask_name: str | None = None,
     leave_after: float | None = None,
 ) -> Netd:
-    """Fork the sandbox's network helper: a fork of the small, single-threaded
-    supervisor costs about a millisecond, an interpreter 30+. It gets its connector
-    into the sandbox with the first port exposed (``expose``), not here: a connector
-    is a helper of the sandbox's keeper, which stays while one lives. With
-    ``leave_after`` it ends once idle that long (``netd.serve``).
+    """Start the sandbox's network helper: a child of the spawner (``spawner.HELPERS``),
+    whose pages it shares, unlike a fork of the supervisor, which soon owned about 6 MB
+    of its own (every page the supervisor wrote after the fork); a fork of the
+    supervisor where no spawner can be had. Either costs about a millisecond, an
+    interpreter 30+. It gets its connector into the sandbox with the first port exposed
+    (``expose``), not here: a connector is a helper of the sandbox's keeper, which
+    stays while one lives. With ``leave_after`` it ends once idle that long
+    (``netd.serve``).
 
     The helper starts in the sandbox's cgroups (``cgroup_dirs``, when it has any): its
     memory and threads grow with what the sandbox asks of it, so they count against the
     sandbox's limits, not the supervisor's (which a sandbox's flood would otherwise
     fill). It is a new process entering them, not one moved out of where it started."""
+    start = _Start(
+        net=plan.net,
+        name=name,
+        log_path=log_path,
+        attended=attended,
+        pid1=pid1,
+        ask_name=ask_name,
+        leave_after=leave_after,
+        intercept=None if intercept is None else _Intercept.of(intercept),
+        proxy=proxy_listener is not None,
+        events=events is not None,
+    )
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    given = [pid1_pidfd, *([proxy_listener.fileno()] if proxy_listener is not None else [])]
+    given += [events] if events is not None else []
+    try:
+        pid = _in_spawner(start, theirs, given, cgroup_dirs or [])
+        if pid is None:
+            pid = _forked(start, theirs, given, cgroup_dirs or [])
+    finally:
+        theirs.close()
+        if proxy_listener is not None:
+            proxy_listener.close()
+    ours.settimeout(5)
+    return Netd(pid, os.pidfd_open(pid), ours)
+
+
+@dataclass(frozen=True)
+class _Intercept:
+    """An ``Interception`` as it travels to its helper: its fields, not its caches."""
+
+    secrets: tuple[PlacedSecret, ...]
+    values: dict[str, bytes]
+    rules: tuple[HttpRule, ...]
+    ca: CA
+    extra_cadata: str | None
+
+    @classmethod
+    def of(cls, i: Interception) -> _Intercept:
+        return cls(tuple(i.secrets), dict(i.values), tuple(i.rules), i.ca, i.extra_cadata)
+
+    def made(self) -> Interception:
+        from ..net.intercept import Interception
+
+        return Interception(list(self.secrets), self.values, list(self.rules), self.ca, self.extra_cadata)
+
+
+@dataclass(frozen=True)
+class _Start:
+    """What a network helper starts with besides its descriptors (its channel, PID 1's
+    pidfd, then the proxy's listener and the event pipe where ``proxy`` and ``events``)."""
+
+    net: NetPlan
+    name: str
+    log_path: str | None
+    attended: bool
+    pid1: int
+    ask_name: str | None
+    leave_after: float | None
+    intercept: _Intercept | None
+    proxy: bool
+    events: bool
+
+
+def _in_spawner(start: _Start, theirs: socket.socket, given: list[int], cgroup_dirs: list[str]) -> int | None:
+    """The helper started by the spawner; None where it cannot be (the caller forks).
+    ``start`` goes in a memfd only the helper reads: it holds the secrets' values,
+    which the spawner (whose memory every joined keeper copies) must never have."""
+    try:
+        tasks = cgroups.open_tasks(cgroup_dirs)
+    except OSError:
+        tasks = []  # a cgroup removed meanwhile: it serves uncharged (see ``_enter``)
+    try:
+        args = os.memfd_create("warren-netd", os.MFD_CLOEXEC)
+    except OSError:
+        for _path, fd in tasks:
+            os.close(fd)
+        return None
+    try:
+        with open(args, "wb", closefd=False) as out:
+            pickle.dump(start, out, protocol=pickle.HIGHEST_PROTOCOL)
+        os.lseek(args, 0, os.SEEK_SET)
+        return clone.start_helper(NETD_HELPER, theirs, tasks, [args, *given])
+    except OSError:
+        return None
+    finally:
+        os.close(args)
+        for _path, fd in tasks:
+            os.close(fd)
+
+
+def _netd_in_spawner(ctl: socket.socket, tasks: list[tuple[str, int]], fds: list[int]) -> int:
+    """The helper's start in its child of the spawner (``spawner.HELPERS``)."""
+    with contextlib.suppress(OSError):
+        cgroups.enter_self(tasks)
+    with open(fds[0], "rb") as source:
+        start = pickle.load(source)
+    assert isinstance(start, _Start)
+    return _serve(start, ctl, fds[1:])
+
+
+spawner.HELPERS[NETD_HELPER] = _netd_in_spawner
+
+
+def _forked(start: _Start, theirs: socket.socket, given: list[int], cgroup_dirs: list[str]) -> int:
+    """The helper as a fork of the supervisor (single-threaded: the helper's
+    parent-death signal is per thread)."""
     pid = os.fork()
     if pid == 0:
         code = 1
@@ -70,30 +184,31 @@ def start_netd(
             signal.set_wakeup_fd(-1)
             if cgroup_dirs:
                 _enter(cgroup_dirs)
-            keep = [theirs.fileno(), pid1_pidfd]
-            keep += [proxy_listener.fileno()] if proxy_listener is not None else []
-            keep += [events] if events is not None else []
-            _sys.close_all_but(*keep)
-            code = netd.serve(
-                theirs,
-                plan.net,
-                name=name,
-                pid1_pidfd=pid1_pidfd,
-                log=netlog.Writer(Path(log_path) if log_path is not None else None, events),
-                proxy_listener=proxy_listener,
-                intercept=intercept,
-                attended=attended,
-                pid1=pid1,
-                ask_name=ask_name,
-                leave_after=leave_after,
-            )
+            _sys.close_all_but(theirs.fileno(), *given)
+            code = _serve(start, theirs, given)
         finally:
             os._exit(code)
-    theirs.close()
-    if proxy_listener is not None:
-        proxy_listener.close()
-    ours.settimeout(5)
-    return Netd(pid, os.pidfd_open(pid), ours)
+    return pid
+
+
+def _serve(start: _Start, ctl: socket.socket, given: list[int]) -> int:
+    """In the helper: its descriptors named (``_Start``), then ``netd.serve``."""
+    pid1_pidfd, rest = given[0], given[1:]
+    proxy_listener = socket.socket(fileno=rest.pop(0)) if start.proxy else None
+    events = rest.pop(0) if start.events else None
+    return netd.serve(
+        ctl,
+        start.net,
+        name=start.name,
+        pid1_pidfd=pid1_pidfd,
+        log=netlog.Writer(Path(start.log_path) if start.log_path is not None else None, events),
+        proxy_listener=proxy_listener,
+        intercept=None if start.intercept is None else start.intercept.made(),
+        attended=start.attended,
+        pid1=start.pid1,
+        ask_name=start.ask_name,
+        leave_after=start.leave_after,
+    )
 
 
 def _enter(dirs: list[str]) -> None:

@@ -1,8 +1,9 @@
 """The network helper of one sandbox: its allowlist proxy and its exposed ports.
 
-Forked by the supervisor (which stays single-threaded: the clone's parent-death
-signal is per thread) when a sandbox in ``--network allow`` starts, or on its first
-``expose``:
+Started for the supervisor by its spawner (``boxnet.start_netd``: a clone that
+shares the spawner's quiet pages; a fork of the supervisor, which stays
+single-threaded for the parent-death signal's sake, where no spawner can be had)
+when a sandbox in ``--network allow`` starts, or on its first ``expose``:
 
     supervisor ── netd (this: the host's network namespace, threads)
                    ├─ proxy: accepts on the socket PID 1 made inside the sandbox
