@@ -17,6 +17,7 @@ import pytest
 
 from conftest import Layout, large_tree, loopback_http, sandbox_members
 from conftest import network_helper_runs as _netd
+from test_envroot import image  # noqa: F401 (the small image: a fixture)
 from warren import PolicySpec, Sandbox
 from warren._core import nativeinit
 
@@ -350,3 +351,73 @@ def test_a_host_file_replaced_while_the_sandbox_had_no_keeper_is_read_as_it_is_n
         import shutil
 
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_an_image_sandbox_sheds_its_keeper_and_a_snapshot_meanwhile_holds_its_moment(
+    image: Path,  # noqa: F811
+    state_home: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A sandbox on an image sheds its keeper too: its layers are the supervisor's
+    (given at ``Ready``), not the keeper's. A snapshot taken while no keeper runs
+    stacks the root again without a copy, and a keeper joined after it starts at the
+    new root (``setns`` lands on the topmost mount of the namespace's root): what the
+    sandbox writes then goes to its new layer, never to the frozen one. Judged by a
+    sandbox made from the snapshot, the saved copy on the host, and a fork."""
+    monkeypatch.setenv("WARREN_SPARE_IDLE", "1")
+    box = Sandbox.create(PolicySpec(image=str(image), workspace="none"))
+    try:
+        assert box.exec(["sh", "-c", "echo one > /etc/state"]).exit_code == 0
+        _until("the keeper left the idle image sandbox", _idle)
+        snap = box.snapshot()
+        assert snap.saved is False  # stacked again, not copied
+        _until("the keeper left again", _idle)
+        assert box.exec(["sh", "-c", "echo two > /etc/state"]).exit_code == 0  # a joined keeper's command
+        with Sandbox.create(PolicySpec(from_snapshot=snap.id, workspace="none")) as b:
+            assert b.exec(["cat", "/etc/state"]).stdout == b"one\n"
+        _until("the keeper left again", _idle)
+        assert box.exec(["cat", "/etc/state"]).stdout == b"two\n"
+        with box.fork() as c:
+            assert c.exec(["cat", "/etc/state"]).stdout == b"two\n"
+        deadline = time.monotonic() + 60
+        while not [s for s in Sandbox.snapshots() if s.id == snap.id and s.saved]:
+            assert time.monotonic() < deadline, "the snapshot was never saved"
+            time.sleep(0.05)
+        saved = state_home / "warren" / "snapshots" / snap.id / "layer" / "etc" / "state"
+        assert saved.read_text() == "one\n"  # on the host
+    finally:
+        box.remove()
+        for s in Sandbox.snapshots():
+            Sandbox.remove_snapshot(s.id)
+
+
+def test_a_review_sandbox_sheds_its_keeper_and_checkpoints_and_rollbacks_hold_across_joins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A review sandbox sheds its keeper too (its layers and the host workspace's
+    detached mount are the supervisor's): a command's changes are checkpointed before
+    the next as ever, a rollback made while no keeper runs undoes them, and the host
+    workspace is untouched throughout (judged on the host)."""
+    from warren.policy import build
+
+    monkeypatch.setenv("WARREN_SPARE_IDLE", "1")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("a\n")
+    box = Sandbox.create(build(PolicySpec(workspace=str(ws), review=True)))
+    try:
+        assert box.exec(["sh", "-c", f"echo one > {ws}/a.txt"]).exit_code == 0
+        _until("the keeper left the idle review sandbox", _idle)
+        assert box.exec(["sh", "-c", f"echo two > {ws}/a.txt; echo new > {ws}/b.txt"]).exit_code == 0
+        _until("the keeper left again", _idle)
+        points = box.checkpoints()
+        assert [c.command for c in points][-1].startswith("sh -c 'echo two"), points
+        back = box.rollback(points[-1].id)  # to before the last command, no keeper running
+        assert back.stopped == ""
+        assert box.exec(["sh", "-c", f"cat {ws}/a.txt; ls {ws}"]).stdout == b"one\na.txt\n"
+        _until("the keeper left again", _idle)
+        assert box.exec(["cat", f"{ws}/a.txt"]).stdout == b"one\n"
+        assert {(c.kind, c.path) for c in box.diff().changes} == {("modified", "a.txt")}
+        assert (ws / "a.txt").read_text() == "a\n" and not (ws / "b.txt").exists()  # the host untouched
+    finally:
+        box.remove()

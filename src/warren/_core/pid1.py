@@ -532,8 +532,6 @@ class Init:
             and not self.connectors
             and self.serving_again is None
             and self.pending is None
-            and self.plan.review is None
-            and self.plan.image is None
             # the hard-link walk's window open (held calls wait for its ``Walked``) or
             # failed (every such call refused from then on): a new keeper has neither
             and not self._in_window()
