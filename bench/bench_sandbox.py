@@ -5,10 +5,13 @@
   memory: PSS of the supervisor and every process of the sandboxes (PID 1, the keeper
   serving it, its spare), per sandbox, 50 alive: just used, then idle
 
-Run: python bench/bench_sandbox.py [--runs 1000] [--idle 50] [--network]
+Run: python bench/bench_sandbox.py [--runs 1000] [--idle 50] [--network] [--review]
+[--image DIR]
 ``--network``: every sandbox with network allowed through warren's proxy (to one host,
 never reached): its network helper, a process of the supervisor's while it runs, counts
-in its memory.
+in its memory. ``--review``: every sandbox in review mode (checkpoints before each
+command). ``--image DIR``: every sandbox on the root directory DIR (no workspace; it
+needs ``true``).
 PSS of another user's non-dumpable PID 1 is unreadable without privileges: run it as
 root for the memory figure (it says so otherwise).
 """
@@ -51,6 +54,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=1000)
     ap.add_argument("--idle", type=int, default=50)
     ap.add_argument("--network", action="store_true", help="network allowed through the proxy")
+    ap.add_argument("--review", action="store_true", help="review mode")
+    ap.add_argument("--image", metavar="DIR", help="on this root directory, no workspace")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="warren-bench-") as tmp:
         os.environ["XDG_STATE_HOME"] = str(Path(tmp) / "state")
@@ -59,11 +64,15 @@ def main() -> None:
         os.environ.setdefault("WARREN_SPARE_IDLE", str(SPARE_IDLE))
         ws = Path(tmp) / "ws"
         ws.mkdir()
-        policy = (
-            PolicySpec(workspace=str(ws), network="allow", allow_hosts=["pypi.org:443"])
-            if args.network
-            else PolicySpec(workspace=str(ws))
-        )
+        extra: dict[str, object] = {}
+        if args.network:
+            extra.update(network="allow", allow_hosts=["pypi.org:443"])
+        if args.review:
+            extra.update(review=True)
+        if args.image:
+            extra.update(image=str(Path(args.image).resolve()))
+        workspace = "none" if args.image else str(ws)
+        policy = PolicySpec(workspace=workspace, **extra)  # type: ignore[arg-type]
 
         t = time.perf_counter()
         first = Sandbox.create(policy, name="bench")

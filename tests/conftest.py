@@ -363,9 +363,9 @@ def network_helpers() -> list[int]:
 def spawners() -> list[int]:
     """The spawner (``_core.spawner``) of this test's supervisor, in a list (empty while
     none runs): the supervisor's child with a pid in the host's namespace only that is
-    neither a network helper nor pasta."""
+    neither a network helper, a helper in a sandbox's namespaces nor pasta."""
     from warren._core.procs import descendants
-    from warren.server import netd, statedir
+    from warren.server import joined, netd, statedir
 
     found = statedir.read_address(statedir.location(os.environ))
     if found is None:
@@ -383,11 +383,21 @@ def spawners() -> list[int]:
         if (
             int(status["PPid"]) == sup
             and len(status["NSpid"].split()) == 1
-            and comm(pid) != netd.NAME
+            and comm(pid) not in (netd.NAME, joined.NAME)
             and b"pasta" not in cmdline
         ):
             picked.append(pid)
     return picked
+
+
+def joined_helpers() -> list[int]:
+    """The helpers of this test's supervisor in its sandboxes' user and mount
+    namespaces (``server.joined.Helper``: review sandboxes', snapshots')."""
+    from warren._core.procs import descendants
+    from warren.server import joined, statedir
+
+    found = statedir.read_address(statedir.location(os.environ))
+    return [] if found is None else [pid for pid in descendants(found[1]) if comm(pid) == joined.NAME]
 
 
 def network_helper_runs() -> bool:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Layout, large_tree, loopback_http, sandbox_members
+from conftest import Layout, joined_helpers, large_tree, loopback_http, sandbox_members
 from conftest import network_helper_runs as _netd
 from test_envroot import image  # noqa: F401 (the small image: a fixture)
 from warren import PolicySpec, Sandbox
@@ -48,6 +48,11 @@ def _until(what: str, check: Callable[[], bool], timeout: float = 30) -> None:
 
 def _idle() -> bool:
     return _members() == ["warren-init"]
+
+
+def _idle_outside() -> bool:
+    """Idle, and no helper of the supervisor's left in the sandbox's namespaces."""
+    return _idle() and not joined_helpers()
 
 
 def _python() -> bool:
@@ -371,7 +376,7 @@ def test_an_image_sandbox_sheds_its_keeper_and_a_snapshot_meanwhile_holds_its_mo
         _until("the keeper left the idle image sandbox", _idle)
         snap = box.snapshot()
         assert snap.saved is False  # stacked again, not copied
-        _until("the keeper left again", _idle)
+        _until("the keeper and the helper that stacked it left", _idle_outside)
         assert box.exec(["sh", "-c", "echo two > /etc/state"]).exit_code == 0  # a joined keeper's command
         with Sandbox.create(PolicySpec(from_snapshot=snap.id, workspace="none")) as b:
             assert b.exec(["cat", "/etc/state"]).stdout == b"one\n"
@@ -395,9 +400,11 @@ def test_a_review_sandbox_sheds_its_keeper_and_checkpoints_and_rollbacks_hold_ac
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A review sandbox sheds its keeper too (its layers and the host workspace's
-    detached mount are the supervisor's): a command's changes are checkpointed before
-    the next as ever, a rollback made while no keeper runs undoes them, and the host
-    workspace is untouched throughout (judged on the host)."""
+    detached mount are the supervisor's), and its helper in the sandbox's namespaces
+    (a fork of the supervisor, kept for checkpoints while it is in use): a command's
+    changes are checkpointed before the next as ever, a rollback made while neither
+    runs undoes them, and the host workspace is untouched throughout (judged on the
+    host)."""
     from warren.policy import build
 
     monkeypatch.setenv("WARREN_SPARE_IDLE", "1")
@@ -407,9 +414,12 @@ def test_a_review_sandbox_sheds_its_keeper_and_checkpoints_and_rollbacks_hold_ac
     box = Sandbox.create(build(PolicySpec(workspace=str(ws), review=True)))
     try:
         assert box.exec(["sh", "-c", f"echo one > {ws}/a.txt"]).exit_code == 0
-        _until("the keeper left the idle review sandbox", _idle)
+        _until("a helper in its namespaces, for checkpoints", lambda: bool(joined_helpers()))
+        _until(
+            "the keeper and the helper left the idle review sandbox", lambda: _idle() and not joined_helpers()
+        )
         assert box.exec(["sh", "-c", f"echo two > {ws}/a.txt; echo new > {ws}/b.txt"]).exit_code == 0
-        _until("the keeper left again", _idle)
+        _until("the keeper and the helper left again", _idle_outside)
         points = box.checkpoints()
         assert [c.command for c in points][-1].startswith("sh -c 'echo two"), points
         back = box.rollback(points[-1].id)  # to before the last command, no keeper running

@@ -414,6 +414,7 @@ class Box:
             with contextlib.suppress(OSError):
                 self.outbox.flush()
             self.keeper_gone = True
+            self._let_helper_go()
             self.kept_ruleset = fds.pop(0) if msg.ruleset and fds else None
             self.kept_git = list(zip(msg.git, fds, strict=False))
             del fds[: len(self.kept_git)]
@@ -530,13 +531,24 @@ class Box:
 
     @property
     def wants_helper(self) -> bool:
-        """A review sandbox, running, with no helper ready: one is forked ahead."""
+        """A review sandbox, running and not idle (a keeper serves it), with no helper
+        ready: one is forked ahead."""
         return (
             self.review_layer is not None
             and self.ns is not None
             and self.ready
+            and not self.keeper_gone
             and (self.helper is None or self.helper.closed)
         )
+
+    def _let_helper_go(self) -> None:
+        """The sandbox is idle (its keeper left): its helper in the namespaces goes too, a
+        fork of the supervisor that comes to own about 6 MB of its pages; the next
+        checkpoint or snapshot forks another. Kept while a merged base it started is
+        being built (its process's end is how that build is known to have failed)."""
+        if self.helper is not None and self.base_pending is None and self.base_due is None:
+            self.helper.close()
+            self.helper = None
 
     def await_pid1(self, kind: type[protocol.Message], timeout: float) -> protocol.Message | None:
         """Wait (``timeout`` at most) for PID 1's next message of ``kind``, handling the
