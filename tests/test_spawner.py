@@ -197,3 +197,47 @@ def test_a_network_helper_comes_from_the_spawner_or_where_none_runs_from_the_sup
         finally:
             box.remove()
             other.remove()
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0,
+    reason="the helper is not dumpable: only root reads its memory (uid 1001 runs the review "
+    "and snapshot tests, which use it)",
+)
+def test_a_review_sandbox_s_helper_in_its_namespaces_comes_from_the_spawner(
+    layout: Layout, state_home: Path, tmp_path: Path
+) -> None:
+    """The helper a review sandbox keeps in its namespaces for its checkpoints
+    (``joined.Helper``) is cloned by the spawner too, so it holds none of the
+    supervisor's later pages: another sandbox's name, made after the spawner started,
+    is in the supervisor's memory and not in the helper's (a fork of the supervisor
+    would hold it: the test fails on the code before)."""
+    import secrets
+
+    from conftest import joined_helpers
+
+    assert Sandbox.list() == []  # the supervisor and its spawner, before the name exists
+    marker = "marker-" + secrets.token_hex(8)
+    other = Sandbox.create(PolicySpec(workspace=str(layout.workspace)), name=marker)
+    ws = tmp_path / "review"
+    ws.mkdir()
+    box = Sandbox.create(PolicySpec(workspace=str(ws), review=True))
+    try:
+        assert box.exec(["sh", "-c", "echo x > f"], cwd=str(ws)).exit_code == 0
+        box.checkpoint()
+        deadline = time.monotonic() + 30
+        while not joined_helpers():
+            assert time.monotonic() < deadline, "no helper in the review sandbox's namespaces"
+            time.sleep(0.05)
+        (helper,) = joined_helpers()
+        sup = _supervisor()
+        assert _status(helper, "PPid") == [str(sup)]  # the supervisor's child: it reaps it
+        assert memory_holds(sup, marker.encode())  # the control
+        assert not memory_holds(helper, marker.encode())
+        assert box.exec(["sh", "-c", "echo y > f"], cwd=str(ws)).exit_code == 0
+        assert box.rollback(box.checkpoints()[-1].id).stopped == ""
+        assert (ws / "f").exists() is False  # the host workspace untouched (review)
+        assert box.exec(["cat", "f"], cwd=str(ws)).stdout == b"x\n"
+    finally:
+        box.remove()
+        other.remove()
