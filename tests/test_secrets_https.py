@@ -610,3 +610,54 @@ def test_the_network_helper_holds_a_secret_and_the_spawner_never_does(
         assert not memory_holds(spawner, token.encode())
     finally:
         box.remove()
+
+
+def test_a_spawner_started_again_holds_no_secret_of_a_running_sandbox(
+    echo: tuple[Echo, int, int, Path], state_home: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A spawner that died is replaced by a new interpreter, not a fork of the
+    supervisor, which by then holds the secrets of the sandboxes it serves (the
+    control: the supervisor's memory has the value): the new spawner, and so every
+    keeper it joins, has none of it; sandboxes keep starting, and the secret still goes
+    to its host. Judged on the host from the processes' memory."""
+    import os
+    import secrets
+    import signal
+    import time
+
+    from conftest import memory_holds, spawners
+    from warren.server import statedir
+
+    e, https, plain, ca = echo
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    warren.Sandbox.create(PolicySpec(workspace=str(ws))).remove()  # the supervisor, before the token exists
+    token = "ghp_" + secrets.token_hex(16)
+    monkeypatch.setenv("WARREN_TEST_TOKEN", token)
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca))
+    box = warren.Sandbox.create(build(_spec(ws, https, plain, secrets=["TOKEN=WARREN_TEST_TOKEN@api.test"])))
+    other: warren.Sandbox | None = None
+    try:
+        get = 'curl -fsS --max-time 10 -o /dev/null -H "Authorization: Bearer $TOKEN" https://api.test:{}/{}'
+        assert box.exec(["sh", "-c", get.format(https, "respawn-first")]).exit_code == 0
+        found = statedir.read_address(statedir.location(os.environ))
+        assert found is not None
+        assert memory_holds(found[1], token.encode())  # the control: the supervisor holds it
+        (first,) = spawners()
+        os.kill(first, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while first in spawners():
+            assert time.monotonic() < deadline, "the killed spawner is still there"
+            time.sleep(0.02)
+        other = warren.Sandbox.create(PolicySpec(workspace=str(ws)))  # cloned by a new spawner
+        assert other.exec(["echo", "fine"]).stdout == b"fine\n"
+        (second,) = spawners()
+        assert second != first
+        assert not memory_holds(second, token.encode())
+        assert box.exec(["sh", "-c", get.format(https, "respawn-after")]).exit_code == 0
+        seen = {p: h.get("Authorization") for _s, _h, _m, p, h in e.seen}
+        assert seen["/respawn-first"] == seen["/respawn-after"] == f"Bearer {token}"
+    finally:
+        box.remove()
+        if other is not None:
+            other.remove()

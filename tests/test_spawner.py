@@ -120,6 +120,14 @@ def test_a_killed_spawner_is_replaced_and_sandboxes_keep_starting(box: Sandbox, 
     try:
         r = second.exec(["sh", "-c", "echo fine"])
         assert (r.exit_code, r.stdout) == (0, b"fine\n")
+        # the new spawner (a new interpreter: ``Spawner.start_fresh``) starts the
+        # helpers a review sandbox needs for its checkpoints too
+        with Sandbox.create(PolicySpec(workspace=str(layout.workspace), review=True)) as review:
+            assert review.exec(["sh", "-c", "echo x > review.txt"]).exit_code == 0
+            taken = review.checkpoint()
+            assert review.exec(["sh", "-c", "echo y > review.txt"]).exit_code == 0
+            review.rollback(taken.id)
+            assert review.exec(["cat", "review.txt"]).stdout == b"x\n"
         assert box.exec(["true"]).exit_code == 0  # the first sandbox never noticed
         assert spawner not in _spawners(sup) and len(_spawners(sup)) == 1
         # Both PID 1s are the supervisor's children (a third may be one booted ahead for

@@ -43,18 +43,23 @@ _spawner: spawner.Spawner | None = None
 
 def start_spawner() -> None:
     """Fork the spawner now, if none runs: a supervisor just started does so as it
-    publishes its address, so that the spawner's own start (importing what PID 1 needs,
-    ~30 ms) runs beside the first request's planning instead of after it. A spawner
-    that cannot be had now is tried again at the first clone."""
-    with contextlib.suppress(OSError):
-        _the_spawner()
+    publishes its address, before it has read any request, so that the spawner's own
+    start (importing what PID 1 needs, ~30 ms) runs beside the first request's planning
+    instead of after it. A spawner that cannot be had now is started at the first
+    clone, as a new interpreter (``_the_spawner``)."""
+    global _spawner
+    if _spawner is None:
+        with contextlib.suppress(OSError):
+            _spawner = spawner.Spawner.start(clone_in_spawner)
 
 
 def _the_spawner() -> spawner.Spawner:
-    """The spawner, forked now if none runs (``OSError`` when it cannot be)."""
+    """The spawner; where none runs (it died, or none could be forked at the start), a
+    new one as a process of its own, not a fork of this one: a fork now would copy
+    whatever it holds by now (``Spawner.start_fresh``). ``OSError`` when none can be."""
     global _spawner
     if _spawner is None:
-        _spawner = spawner.Spawner.start(_clone_in_spawner)
+        _spawner = spawner.Spawner.start_fresh(sandbox_nofile)
     return _spawner
 
 
@@ -158,7 +163,7 @@ def _cannot_clone(e: OSError) -> SetupError:
     )
 
 
-def _clone_in_spawner(
+def clone_in_spawner(
     plan: object,
     control: socket.socket,
     oneshot: bool,

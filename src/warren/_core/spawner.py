@@ -4,11 +4,13 @@ A PID 1 is a copy-on-write image of the process that clones it, and a page stays
 shared only while neither side writes it. Cloned from the supervisor, whose heap
 changes with every client it serves, each PID 1 soon held a private copy of most of
 the supervisor's pages: 5-6 MiB of memory per idle sandbox, measured after 20 s. The
-spawner is forked from the supervisor once (as it starts: ``clone.start_spawner``),
-drops everything but its channel, takes its objects out of the garbage collector's
-reach (``gc.freeze``: a collection writes to every object it visits), and then only
-clones: its pages stay as they were, so every PID 1 shares them with every other. It
-also holds no client's request beyond the one it is cloning for.
+spawner is forked from the supervisor once (as it starts, before it has read any
+request: ``clone.start_spawner``; one started later, to replace one that died, is a
+new interpreter: ``Spawner.start_fresh``), drops everything but its channel, takes
+its objects out of the garbage collector's reach (``gc.freeze``: a collection writes
+to every object it visits), and then only clones: its pages stay as they were, so
+every PID 1 shares them with every other. It also holds no client's request beyond
+the one it is cloning for.
 
 Each PID 1 is cloned with CLONE_PARENT: its parent is the supervisor, as if the
 supervisor had cloned it — the supervisor reaps it, and PID 1's parent-death signal
@@ -34,6 +36,7 @@ import pickle
 import signal
 import socket
 import struct
+import sys
 from collections.abc import Callable
 from typing import NoReturn
 
@@ -74,6 +77,9 @@ class Request:
 # descriptors, the other descriptors it was given) -> its exit code.
 Helper = Callable[[socket.socket, list[tuple[str, int]], list[int]], int]
 HELPERS: dict[str, Helper] = {}
+# Modules a helper needs besides its own (``joined``'s operations), imported by a
+# spawner started as a new interpreter (``Spawner.start_fresh``).
+NEEDS: set[str] = set()
 
 
 Clone = Callable[[object, socket.socket, bool, list[tuple[str, int]], bool, dict[int, list[int]]], int]
@@ -88,12 +94,36 @@ class Spawner:
 
     @classmethod
     def start(cls, clone: Clone) -> Spawner:
+        """Forked: only by a supervisor that has served nothing yet, whose memory holds
+        no client's request (``clone.start_spawner``)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         pid = os.fork()
         if pid == 0:
             ours.close()
             _serve(theirs, clone)
         theirs.close()
+        return cls(pid, ours)
+
+    @classmethod
+    def start_fresh(cls, nofile: int | None) -> Spawner:
+        """A new interpreter running the spawner (``main``): any spawner started after
+        the supervisor has served requests (one that died, replaced). A fork then
+        would copy whatever the supervisor holds by then — the secrets of the sandboxes
+        it serves among it — into the spawner and every keeper it joins. It imports
+        the modules that registered ``HELPERS`` here, which register them there;
+        ``nofile``: ``clone.sandbox_nofile``. About 0.1 s, once."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        modules = sorted({body.__module__ for body in HELPERS.values()} | NEEDS)
+        package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package, env.get("PYTHONPATH", "")) if p)
+        argv = [sys.executable, "-c", "from warren._core.spawner import main; main()"]
+        argv += [str(theirs.fileno()), str(nofile or 0), *modules]
+        try:
+            os.set_inheritable(theirs.fileno(), True)
+            pid = os.posix_spawn(sys.executable, argv, env)
+        finally:
+            theirs.close()
         return cls(pid, ours)
 
     def clone(self, request: Request, fds: list[int]) -> int:
@@ -108,6 +138,21 @@ class Spawner:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def main() -> NoReturn:
+    """The spawner as a process of its own (``Spawner.start_fresh``): argv is its
+    channel's descriptor, the sandboxes' descriptor limit (0: none), and the modules
+    whose import registers its helpers."""
+    import importlib
+
+    from . import clone
+
+    fd, nofile, *modules = sys.argv[1:]
+    for name in modules:
+        importlib.import_module(name)
+    clone.sandbox_nofile = int(nofile) or None
+    _serve(socket.socket(fileno=int(fd)), clone.clone_in_spawner)
 
 
 def _start_helper(name: str, control: socket.socket, tasks: list[tuple[str, int]], fds: list[int]) -> int:

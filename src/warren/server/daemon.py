@@ -89,6 +89,7 @@ def inline(fd: int) -> int:
     os.chdir("/")
     sock = socket.socket(fileno=fd)
     sup = Supervisor(None, None, 0)
+    clone.start_spawner()  # before anything of the client's is read
     sup.clients.add(sock, os.getuid(), os.getgid())
     sup.serve()
     return 0

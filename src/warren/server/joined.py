@@ -45,6 +45,7 @@ def op(name: str) -> Callable[[Op], Op]:
 
     def register(work: Op) -> Op:
         _OPS[name] = work
+        spawner.NEEDS.add(work.__module__)  # a spawner started anew imports it too
         return work
 
     return register
