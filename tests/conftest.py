@@ -363,9 +363,10 @@ def network_helpers() -> list[int]:
 def spawners() -> list[int]:
     """The spawner (``_core.spawner``) of this test's supervisor, in a list (empty while
     none runs): the supervisor's child with a pid in the host's namespace only that is
-    neither a network helper, a helper in a sandbox's namespaces nor pasta."""
+    neither a network helper, a helper in a sandbox's namespaces, a paused sandbox's
+    thaw guard nor pasta."""
     from warren._core.procs import descendants
-    from warren.server import joined, netd, statedir
+    from warren.server import joined, netd, pause, statedir
 
     found = statedir.read_address(statedir.location(os.environ))
     if found is None:
@@ -383,7 +384,7 @@ def spawners() -> list[int]:
         if (
             int(status["PPid"]) == sup
             and len(status["NSpid"].split()) == 1
-            and comm(pid) not in (netd.NAME, joined.NAME)
+            and comm(pid) not in (netd.NAME, joined.NAME, pause.NAME)
             and b"pasta" not in cmdline
         ):
             picked.append(pid)

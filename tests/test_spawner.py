@@ -249,3 +249,45 @@ def test_a_review_sandbox_s_helper_in_its_namespaces_comes_from_the_spawner(
     finally:
         box.remove()
         other.remove()
+
+
+def test_a_paused_sandbox_s_thaw_guard_comes_from_the_spawner(layout: Layout, state_home: Path) -> None:
+    """A sandbox paused by its freezer has a guard that thaws it if the supervisor dies
+    (``pause._thaw_guard``; ``test_limits_live.py`` kills the supervisor). A sandbox may
+    stay paused for hours: the guard is cloned by the spawner, so it holds none of the
+    supervisor's later pages (another sandbox's name, made after the spawner started,
+    is in the supervisor's memory and not in the guard's), and it ends with the resume."""
+    import secrets
+
+    from conftest import comm
+    from test_limits_live import _pause_mechanism
+    from warren.server import pause
+
+    assert Sandbox.list() == []  # the supervisor and its spawner, before the name exists
+    marker = "marker-" + secrets.token_hex(8)
+    other = Sandbox.create(PolicySpec(workspace=str(layout.workspace)), name=marker)
+    box = Sandbox.create(PolicySpec(workspace=str(layout.workspace)))
+    try:
+        assert box.exec(["true"]).exit_code == 0
+        sup = _supervisor()
+        if not _pause_mechanism(layout).startswith("cgroup"):
+            pytest.skip("paused by signals here (no freezer for this caller): no guard is needed")
+        box.pause()
+        try:
+            deadline = time.monotonic() + 10
+            while not (guards := [p for p in _children(sup) if comm(p) == pause.NAME]):
+                assert time.monotonic() < deadline, "no thaw guard for the paused sandbox"
+                time.sleep(0.02)
+            (guard,) = guards
+            assert memory_holds(sup, marker.encode())  # the control
+            assert not memory_holds(guard, marker.encode())
+        finally:
+            box.resume()
+        deadline = time.monotonic() + 10
+        while guard in _children(sup):
+            assert time.monotonic() < deadline, "the guard outlived the resume"
+            time.sleep(0.02)
+        assert box.exec(["echo", "resumed"]).stdout == b"resumed\n"
+    finally:
+        box.remove()
+        other.remove()

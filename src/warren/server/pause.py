@@ -14,10 +14,14 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import time
 
-from .._core import _sys, cgroups, procs
+from .._core import _sys, cgroups, clone, procs, spawner
 from ..errors import SandboxError, WarrenError
+
+GUARD = "thaw-guard"  # its name among the spawner's helpers
+NAME = "warren-thaw"  # its process's name, as ``ps`` and the tests see it
 
 
 class Paused:
@@ -74,24 +78,59 @@ def _as_sandbox_error(name: str, what: str):  # type: ignore[no-untyped-def]
 
 def _thaw_guard(freezer: str) -> int:
     """A small process that thaws a frozen sandbox if this supervisor dies: nobody else
-    would before the next supervisor's sweep. It waits on a pipe whose write end only
-    this process holds: EOF without a word means this process is gone."""
-    r, w = os.pipe2(os.O_CLOEXEC)
-    pid = os.fork()
-    if pid == 0:
+    would before the next supervisor's sweep. It waits on a socket whose other end only
+    this process holds: its end without a word means this process is gone. Started by
+    the spawner (``spawner.HELPERS``): a paused sandbox may stay paused for hours, and a
+    fork of the supervisor comes to own every page the supervisor writes meanwhile
+    (several MB); forked here where no spawner can be had. Returns this end."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
         try:
-            signal.set_wakeup_fd(-1)
-            _sys.close_all_but(r)
-            word = b""
-            with contextlib.suppress(OSError):
-                word = os.read(r, 1)
-            if not word:
-                with contextlib.suppress(OSError, WarrenError):
-                    cgroups.freeze(freezer, False)
-        finally:
-            os._exit(0)
-    os.close(r)
-    return w
+            clone.start_helper(GUARD, theirs, [], [])
+        except OSError:
+            if os.fork() == 0:
+                try:
+                    signal.set_wakeup_fd(-1)
+                    _sys.close_all_but(theirs.fileno())
+                    _guard(theirs)
+                finally:
+                    os._exit(0)
+        with contextlib.suppress(OSError):  # it died at once: paused all the same, unguarded
+            ours.sendall(os.fsencode(freezer) + b"\n")
+    finally:
+        theirs.close()
+    return ours.detach()
+
+
+def _guard(channel: socket.socket) -> None:
+    """The guard: the freezer's path, then one word ("r": thawed or gone, nothing to
+    do) or the channel's end (the supervisor died: thaw)."""
+    with contextlib.suppress(OSError), open("/proc/thread-self/comm", "w") as comm:
+        comm.write(NAME)
+    said = b""
+    try:
+        while b"\n" not in said:
+            chunk = channel.recv(4096)
+            if not chunk:
+                return  # never told what it guards
+            said += chunk
+    except OSError:
+        return
+    freezer, _, word = said.partition(b"\n")
+    if not word:
+        with contextlib.suppress(OSError):
+            word = channel.recv(1)
+    if not word:
+        with contextlib.suppress(OSError, WarrenError):
+            cgroups.freeze(os.fsdecode(freezer), False)
+
+
+def _guard_in_spawner(channel: socket.socket, _tasks: list[tuple[str, int]], _fds: list[int]) -> int:
+    _guard(channel)
+    return 0
+
+
+spawner.HELPERS[GUARD] = _guard_in_spawner
 
 
 STOP_WITHIN = 2.0  # seconds: every process of the sandbox stopped by then, or the pause fails
