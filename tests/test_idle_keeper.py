@@ -431,3 +431,46 @@ def test_a_review_sandbox_sheds_its_keeper_and_checkpoints_and_rollbacks_hold_ac
         assert (ws / "a.txt").read_text() == "a\n" and not (ws / "b.txt").exists()  # the host untouched
     finally:
         box.remove()
+
+
+def test_a_pause_right_after_use_sheds_the_keeper_unless_a_process_of_the_sandbox_runs(
+    layout: Layout, tmp_path: Path
+) -> None:
+    """A pause may last hours: an idle sandbox's keeper and spare leave first
+    (``protocol.LeaveNow``) rather than stay frozen, at the default idle time too.
+    Judged on the host: while paused, the sandbox's pid namespace holds the init
+    alone; after the resume a joined keeper serves a command confined as the one
+    before the pause. A process a command left running keeps the keeper (frozen with
+    it), and so does a background process started with ``spawn``."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    box = Sandbox.create(PolicySpec(workspace=str(layout.workspace)))
+    first = box.exec(["sh", "-c", PROBE.format(outside=outside / "a", n=1)], cwd=str(layout.workspace))
+    assert _python()  # the keeper, and its spare
+    box.pause()
+    try:
+        assert _members() == ["warren-init"]
+    finally:
+        box.resume()
+    again = box.exec(["sh", "-c", PROBE.format(outside=outside / "b", n=2)], cwd=str(layout.workspace))
+    assert first.exit_code == again.exit_code == 0 and first.stdout == again.stdout, (first, again)
+    assert list(outside.iterdir()) == [] and (layout.workspace / "made.2").read_text() == "2\n"
+    # a process a command left running: the keeper stays, frozen with it
+    box.exec(["sh", "-c", "sleep 300 >/dev/null 2>&1 &"])
+    _until("the background sleep runs", lambda: "sleep" in _members())  # (its sh execs it a moment later)
+    box.pause()
+    try:
+        assert "sleep" in _members() and _python(), _members()
+    finally:
+        box.resume()
+    box.exec(["pkill", "-x", "sleep"])
+    # a background process of spawn's: the same
+    spawned = box.spawn(["sleep", "300"])
+    _until("the spawned sleep runs", lambda: "sleep" in _members())
+    box.pause()
+    try:
+        assert "sleep" in _members() and _python(), _members()
+    finally:
+        box.resume()
+    spawned.kill()
+    assert box.exec(["echo", "served"]).stdout == b"served\n"

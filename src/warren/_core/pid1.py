@@ -46,6 +46,12 @@ PR_SET_CHILD_SUBREAPER = 36
 # A keeper's exit status when it leaves an idle sandbox (native/init.c: the sandbox goes on)
 LEAVING = 86
 LOOK_AGAIN = 5.0  # seconds between looks for an idle sandbox while a process of it runs
+# How long a keeper asked to leave before a pause (``protocol.LeaveNow``) waits for the
+# helpers it let go to end before it answers (seconds).
+LEAVE_NOW_WAIT = 0.25
+# ... and, its helpers ended, for the processes they leave as they end (a spare's
+# command process, made ahead) before it takes one still there for the sandbox's own.
+LEAVE_NOW_SETTLE = 0.03
 MAX_HELPERS = 4096
 # PID 1 forks the next spare once the helper that took the last request has ended (its
 # client has its answer), or when that request has run this long (a long command: the
@@ -336,6 +342,9 @@ class Init:
     received: int = field(default=0, init=False)  # messages read from the supervisor (``Leaving``)
     leaving: bool = field(default=False, init=False)  # ``Leaving`` said, ``LeaveOk`` awaited
     looked: float = field(default=0.0, init=False)  # when ``_alone`` last looked (monotonic)
+    # Asked to leave now (``protocol.LeaveNow``), answered by then (monotonic) at the latest.
+    leave_by: float | None = field(default=None, init=False)
+    drained: float | None = field(default=None, init=False)  # ... when its helpers had all ended
 
     @property
     def ready_run(self) -> bool:
@@ -383,6 +392,8 @@ class Init:
                 timeout = max(0.0, (self.last_request + SPARE_IDLE - time.monotonic()) * 1000)
             elif self._may_leave():
                 timeout = max(0.0, (self._leave_at() - time.monotonic()) * 1000)
+            if self.leave_by is not None:
+                timeout = 10 if timeout is None else min(timeout, 10)
             due = self._again_due()
             if due is not None:
                 left = max(0.0, (due - time.monotonic()) * 1000)
@@ -390,7 +401,7 @@ class Init:
             events = poller.poll(timeout)
             if due is not None and time.monotonic() >= due:
                 self._again_timed_out()
-            if not events and self.want_spare and self.stopping is None:
+            if not events and self.want_spare and self.stopping is None and self.leave_by is None:
                 # The last request answered (its helper ended), or running long: the
                 # next spare now, not while that request's helper still needs the CPU.
                 self.want_spare = False
@@ -406,18 +417,13 @@ class Init:
                 # creator's first exec) at once, with its spare, and the supervisor
                 # stops it whole when unused (``ahead.IDLE``).
                 self._drop_spare()
-            elif self._may_leave() and time.monotonic() >= self._leave_at() and self._alone():
-                self.leaving = True
-                with contextlib.suppress(OSError):
-                    # its ruleset with it: the next keeper's, unless a host change rebuilds it;
-                    # and what no later process can open (``mounts.git_under``)
-                    kept = [self.ruleset] if self.ruleset is not None else []
-                    git = sorted(mounts.git_under)
-                    wire.send(
-                        self.control,
-                        protocol.Leaving(received=self.received, ruleset=bool(kept), git=git),
-                        fds=kept + [mounts.git_under[path] for path in git],
-                    )
+            elif (
+                self.leave_by is None
+                and self._may_leave()
+                and time.monotonic() >= self._leave_at()
+                and self._alone()
+            ):
+                self._say_leaving()
             given = self.spare.fileno() if self.spare is not None and self.advertised else -1
             for fd, _ev in events:
                 if fd == given:
@@ -468,6 +474,7 @@ class Init:
                                 protocol.Walked,
                                 protocol.Adopted,
                                 protocol.LeaveOk,
+                                protocol.LeaveNow,
                             )
                         )
                     ) is not None:
@@ -495,6 +502,8 @@ class Init:
                             self._dispatch_pending()
                         elif isinstance(got[0], protocol.Quiesce):
                             self._quiesce(got[0])
+                        elif isinstance(got[0], protocol.LeaveNow):
+                            self._asked_to_leave()
                         else:
                             self._dispatch(*got)
                 except (wire.ConnectionClosed, OSError):
@@ -504,6 +513,8 @@ class Init:
             if self.kill_now:
                 self.members.kill(signal.SIGKILL)
                 return 137
+            if self.leave_by is not None:
+                self._answer_leave_now()
             done = self._reap()
             if self.oneshot and self.served and done and not self.helpers:
                 # The one command ended: nothing of this sandbox outlives it.
@@ -514,6 +525,53 @@ class Init:
                     # No pid namespace dies with PID 1 here: what is left goes now.
                     self.members.kill(signal.SIGKILL)
                 return 0
+
+    def _say_leaving(self) -> None:
+        """Tell the supervisor this keeper leaves the idle sandbox (``LeaveOk`` lets it
+        go), with its ruleset (the next keeper's, unless a host change rebuilds it) and
+        what no later process can open (``mounts.git_under``)."""
+        self.leaving = True
+        with contextlib.suppress(OSError):
+            kept = [self.ruleset] if self.ruleset is not None else []
+            git = sorted(mounts.git_under)
+            wire.send(
+                self.control,
+                protocol.Leaving(received=self.received, ruleset=bool(kept), git=git),
+                fds=kept + [mounts.git_under[path] for path in git],
+            )
+
+    def _asked_to_leave(self) -> None:
+        """``LeaveNow``: the sandbox is being paused. Its spare and a helper that might
+        serve again go now (the supervisor let its end of the spare go already), no new
+        one is forked, and the answer comes once they have ended (``_answer_leave_now``)."""
+        self._drop_spare()
+        self._end_serving()
+        self.want_spare = False
+        self.leave_by, self.drained = time.monotonic() + LEAVE_NOW_WAIT, None
+        self._answer_leave_now()
+
+    def _answer_leave_now(self) -> None:
+        """``Leaving`` once the sandbox is idle (its helpers ended, nothing of it runs);
+        ``Staying`` once a process of the sandbox's own still runs after they ended
+        (``LEAVE_NOW_SETTLE``), by ``leave_by`` at the latest, or at once where it cannot
+        leave at all (PID 1)."""
+        assert self.leave_by is not None
+        self._reap()
+        now = time.monotonic()
+        if self.drained is None and not (self.helpers - self.connectors):
+            self.drained = now
+        if self._may_leave() and self._alone():
+            self.leave_by = None
+            self._say_leaving()
+        elif (
+            os.getpid() == 1
+            or now >= self.leave_by
+            or (self.drained is not None and now - self.drained >= LEAVE_NOW_SETTLE)
+        ):
+            self.leave_by = None
+            self.want_spare = not self.oneshot and self.stopping is None
+            with contextlib.suppress(OSError):
+                wire.send(self.control, protocol.Staying())
 
     def _may_leave(self) -> bool:
         """A long-lived sandbox under the native init (this process is its keeper, not

@@ -108,6 +108,7 @@ if TYPE_CHECKING:
         Emptied,
         Failed,
         Layers,
+        LeaveNow,
         LeaveOk,
         Leaving,
         NetEvents,
@@ -120,6 +121,7 @@ if TYPE_CHECKING:
         Ready,
         Refresh,
         Spare,
+        Staying,
         Walked,
     )
 
@@ -135,6 +137,7 @@ _LAZY = {
     "Handoff": "handoff",
     "Launch": "handoff",
     "Layers": "pid1",
+    "LeaveNow": "pid1",
     "LeaveOk": "pid1",
     "Leaving": "pid1",
     "NetEvents": "pid1",
@@ -147,6 +150,7 @@ _LAZY = {
     "Ready": "pid1",
     "Refresh": "pid1",
     "Spare": "pid1",
+    "Staying": "pid1",
     "Walked": "pid1",
 }
 
@@ -192,6 +196,7 @@ __all__ = [
     "Handoff",
     "Launch",
     "Layers",
+    "LeaveNow",
     "LeaveOk",
     "Leaving",
     "ListRequest",
@@ -243,6 +248,7 @@ __all__ = [
     "Started",
     "Stats",
     "StatsRequest",
+    "Staying",
     "StdinRequest",
     "StdinState",
     "StopRequest",

@@ -130,6 +130,21 @@ class LeaveOk(Message):
     TAG = "leave-ok"
 
 
+class LeaveNow(Message):
+    """From the supervisor as it pauses a long-lived sandbox (its spare let go first):
+    leave now if the sandbox is idle, rather than be frozen with it for as long as it
+    stays paused. Answered with ``Leaving`` (then ``LeaveOk``, as ever) or ``Staying``."""
+
+    TAG = "leave-now"
+
+
+class Staying(Message):
+    """From a keeper asked ``LeaveNow`` (or a Python PID 1, which never leaves): it
+    cannot leave now (a process of the sandbox runs, a request waits or is served)."""
+
+    TAG = "staying"
+
+
 class Failed(Message):
     TAG = "failed"
     error: ErrorRecord

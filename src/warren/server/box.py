@@ -21,16 +21,17 @@ import signal
 import socket
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from .. import durations, protocol, wire
-from .._core import cgroups, execstub, idletime, shim
+from .._core import cgroups, execstub, idletime, procs, shim
 from ..errors import PolicyError, PortNotForwarded, SandboxError, SetupError, WarrenError, from_record
 from ..images.store import Lease
 from ..plan import Plan
 from ..plan.limits import V2
-from . import boxnet, follow, gitkeeper, joined, launch, linkwalk, pause, repowatch, trail, usage
+from . import boxnet, follow, gitkeeper, joined, launch, linkwalk, pause, repowatch, spawns, trail, usage
 from .trail import Started, Trail
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ DEGRADED_KILL_AFTER = 0.5
 # its helper, which answers the client after reporting the end, is gone by then (PID 1
 # must be alone: ``checkpoints.quiesce``), and the next command of a burst comes before.
 FREEZE_AFTER = 0.05
+LEAVE_NOW_WAIT = 0.5  # seconds a pause waits for an idle sandbox's keeper to leave (``shed_keeper``)
 _R, _W = selectors.EVENT_READ, selectors.EVENT_WRITE
 DIRECT_MAX = 64 << 10  # a larger request (a long argv or environment) goes through PID 1
 # Requests held while a sandbox's hard-link walk runs (``Box._to_pid1``), each with copies
@@ -64,6 +66,7 @@ _FROM_PID1 = (
     protocol.Quiet,  # late (``await_pid1`` gave up waiting): nothing to do
     protocol.Emptied,
     protocol.Leaving,
+    protocol.Staying,  # late (``shed_keeper`` gave up waiting): nothing to do
 )
 
 
@@ -550,9 +553,12 @@ class Box:
             self.helper.close()
             self.helper = None
 
-    def await_pid1(self, kind: type[protocol.Message], timeout: float) -> protocol.Message | None:
+    def await_pid1(
+        self, kind: type[protocol.Message], timeout: float, until: Callable[[], bool] | None = None
+    ) -> protocol.Message | None:
         """Wait (``timeout`` at most) for PID 1's next message of ``kind``, handling the
-        others meanwhile as they come; None when it does not come."""
+        others meanwhile as they come; None when it does not come (or once ``until``
+        holds after one was handled)."""
         deadline = time.monotonic() + timeout
         sock = self.launched.control
         while True:
@@ -572,6 +578,8 @@ class Box:
                     self._control_message(msg, fds)
                 except WarrenError as e:
                     self.fail(e)
+                    return None
+                if until is not None and until():
                     return None
                 continue
             left = deadline - time.monotonic()
@@ -993,13 +1001,61 @@ class Box:
 
     # --- pause, stop ---------------------------------------------------------------------------
 
-    def set_paused(self, paused: bool) -> None:
-        """Freeze every process of the sandbox, or thaw them (``pause``)."""
+    def set_paused(self, paused: bool, shed_from: str | None = None) -> None:
+        """Freeze every process of the sandbox, or thaw them (``pause``). Given the state
+        directory (``shed_from``: a pause asked for, which may last), an idle long-lived
+        sandbox's keeper leaves first (``shed_keeper``); not for a snapshot's moment."""
         if paused and self.paused is None:
+            if shed_from is not None:
+                self.shed_keeper(shed_from)
             self.paused = pause.pause(self.name, self.process_roots(), self.launched.cgroups)
         elif not paused and self.paused is not None:
             pause.resume(self.name, self.process_roots(), self.paused)
             self.paused = None
+
+    def shed_keeper(self, root: str) -> None:
+        """Before a pause: the keeper of an idle long-lived sandbox leaves (asked with
+        ``LeaveNow``, agreed as any ``Leaving``) rather than stay frozen, with the spare
+        it forked, for as long as the sandbox stays paused; the first request after the
+        resume joins a new one. Not asked where it must stay (an exec running, a
+        background process on record, a forwarded port, a request held); where it
+        answers that it stays (a command left a process running), or says nothing
+        within ``LEAVE_NOW_WAIT``, the pause goes on with it."""
+        self.take_reports()  # execs answered just now: their helpers reported, not yet gone
+        if (
+            self.oneshot
+            or self.keeper_gone
+            or not self.plan.namespaces
+            or not self.ready
+            or self.active
+            or self.held
+            or self.exposed
+            or spawns.running(root, self.name)
+        ):
+            return
+        keeper = os.dup(self.keeper_pidfd) if self.joined_keeper() else -1
+
+        def settled() -> bool:
+            if self.spare is not None:
+                self.drop_spare()  # one it gave before it read ``LeaveNow``: let go too
+            return self.keeper_gone
+
+        try:
+            self.drop_spare()
+            self.send(protocol.LeaveNow())
+            self.await_pid1(protocol.Staying, LEAVE_NOW_WAIT, until=settled)
+            if not self.keeper_gone:
+                return
+            # Gone from the sandbox before it is frozen: a keeper frozen as it exits
+            # would hold its memory until the resume.
+            deadline = time.monotonic() + LEAVE_NOW_WAIT
+            while time.monotonic() < deadline:
+                if (keeper < 0 or _ended(keeper)) and not procs.descendants(self.pid):
+                    break
+                time.sleep(0.002)
+        finally:
+            if keeper >= 0:
+                os.close(keeper)
 
     def terminate(self) -> None:
         """Stop the sandbox: thawed first (frozen tasks cannot act on SIGTERM), SIGTERM to

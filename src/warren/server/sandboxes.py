@@ -352,7 +352,7 @@ class Sandboxes:
                 self.entry(msg.sandbox)  # raises SandboxNotFound when there is no such sandbox
             return spawns.listing(self.root, msg.sandbox, alive=box is not None and box.ready), b""
         if isinstance(msg, protocol.PauseRequest):
-            self.live(msg.sandbox, paused_ok=True).set_paused(msg.paused)
+            self.live(msg.sandbox, paused_ok=True).set_paused(msg.paused, shed_from=self.root)
             return self.info(msg.sandbox), b""
         if isinstance(msg, protocol.SnapshotRequest):
             return _snapshot_info(self.snapshot(msg.sandbox)), b""
