@@ -138,19 +138,24 @@ def start_helper(
 ) -> int:
     """A helper of the supervisor's (``spawner.HELPERS[name]``) started by the spawner,
     so that it shares the spawner's quiet pages rather than the supervisor's busy ones;
-    its pid (the caller's child, as a PID 1 is). ``control``: its end of its channel;
-    ``cgroup_tasks``: what it enters first; ``fds``: the rest it is given. ``OSError``
-    when no spawner can be had or it cannot: the caller forks the helper itself."""
+    where no spawner can be had, forked from this process, running the same body. Its
+    pid (this process's child either way, as a PID 1 is). ``control``: its end of its
+    channel; ``cgroup_tasks``: what it enters first; ``fds``: the rest it is given.
+    ``OSError`` when it cannot be forked either."""
     global _spawner
     request = spawner.Request(None, False, [path for path, _fd in cgroup_tasks])
     request.helper = name
     try:
         return _the_spawner().clone(request, [control.fileno(), *(fd for _path, fd in cgroup_tasks), *fds])
-    except ConnectionError:
-        if _spawner is not None:
-            _spawner.close()
-        _spawner = None  # it died: the next clone forks another
-        raise
+    except OSError as e:
+        if isinstance(e, ConnectionError):
+            if _spawner is not None:
+                _spawner.close()
+            _spawner = None  # it died: the next clone starts another
+    pid = os.fork()
+    if pid == 0:
+        spawner.run_helper(name, control, cgroup_tasks, fds)
+    return pid
 
 
 def _cannot_clone(e: OSError) -> SetupError:

@@ -159,20 +159,27 @@ def _start_helper(name: str, control: socket.socket, tasks: list[tuple[str, int]
     """In the spawner: the helper ``name`` cloned with CLONE_PARENT (the supervisor's
     child, as PID 1 is: it reaps it, and names it by a pidfd it opens before reaping
     anything, so the pid cannot be another's by then); its pid."""
-    body = HELPERS.get(name)
-    if body is None:
+    if name not in HELPERS:
         raise OSError(38, f"no helper named {name!r} in the spawner")
     pid = _sys.clone_process(_sys.CLONE_PARENT)
     if pid == 0:
-        code = 125
-        try:
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the spawner's (``rejoin.reap_keepers``)
-            # All but what it was given: the spawner's channel too.
-            _sys.close_all_but(control.fileno(), *(fd for _path, fd in tasks), *fds)
-            code = body(control, tasks, fds)
-        finally:
-            os._exit(code)
+        run_helper(name, control, tasks, fds)
     return pid
+
+
+def run_helper(name: str, control: socket.socket, tasks: list[tuple[str, int]], fds: list[int]) -> NoReturn:
+    """In a helper's new process (a clone of the spawner's, or a fork of the
+    supervisor's where no spawner can be had: ``clone.start_helper``): nothing kept but
+    what it was given, then its body, then its exit."""
+    code = 125
+    try:
+        with contextlib.suppress(ValueError):
+            signal.set_wakeup_fd(-1)  # a forked supervisor's, numbered for a descriptor it closes
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the spawner's (``rejoin.reap_keepers``)
+        _sys.close_all_but(control.fileno(), *(fd for _path, fd in tasks), *fds)
+        code = HELPERS[name](control, tasks, fds)
+    finally:
+        os._exit(code)
 
 
 def _recv_exactly(sock: socket.socket, n: int) -> bytes:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import protocol, wire
-from .._core import _sys, cgroups, clone, spawner
+from .._core import cgroups, clone, spawner
 from ..errors import SandboxError, WarrenError
 from ..net import log as netlog
 from ..net.pasta import Pasta
@@ -86,9 +86,7 @@ def start_netd(
     given = [pid1_pidfd, *([proxy_listener.fileno()] if proxy_listener is not None else [])]
     given += [events] if events is not None else []
     try:
-        pid = _in_spawner(start, theirs, given, cgroup_dirs or [])
-        if pid is None:
-            pid = _forked(start, theirs, given, cgroup_dirs or [])
+        pid = _started(start, theirs, given, cgroup_dirs or [])
     finally:
         theirs.close()
         if proxy_listener is not None:
@@ -134,29 +132,24 @@ class _Start:
     events: bool
 
 
-def _in_spawner(start: _Start, theirs: socket.socket, given: list[int], cgroup_dirs: list[str]) -> int | None:
-    """The helper started by the spawner; None where it cannot be (the caller forks).
-    ``start`` goes in a memfd only the helper reads: it holds the secrets' values,
-    which the spawner (whose memory every joined keeper copies) must never have."""
+def _started(start: _Start, theirs: socket.socket, given: list[int], cgroup_dirs: list[str]) -> int:
+    """The helper started (``clone.start_helper``), its pid. ``start`` goes in a memfd
+    only the helper reads: it holds the secrets' values, which the spawner (whose
+    memory every joined keeper copies) must never have."""
     try:
         tasks = cgroups.open_tasks(cgroup_dirs)
     except OSError:
-        tasks = []  # a cgroup removed meanwhile: it serves uncharged (see ``_enter``)
+        tasks = []  # a cgroup removed meanwhile: it serves uncharged (its own caps bound it)
     try:
         args = os.memfd_create("warren-netd", os.MFD_CLOEXEC)
-    except OSError:
-        for _path, fd in tasks:
-            os.close(fd)
-        return None
-    try:
-        with open(args, "wb", closefd=False) as out:
-            pickle.dump(start, out, protocol=pickle.HIGHEST_PROTOCOL)
-        os.lseek(args, 0, os.SEEK_SET)
-        return clone.start_helper(NETD_HELPER, theirs, tasks, [args, *given])
-    except OSError:
-        return None
+        try:
+            with open(args, "wb", closefd=False) as out:
+                pickle.dump(start, out, protocol=pickle.HIGHEST_PROTOCOL)
+            os.lseek(args, 0, os.SEEK_SET)
+            return clone.start_helper(NETD_HELPER, theirs, tasks, [args, *given])
+        finally:
+            os.close(args)
     finally:
-        os.close(args)
         for _path, fd in tasks:
             os.close(fd)
 
@@ -172,23 +165,6 @@ def _netd_in_spawner(ctl: socket.socket, tasks: list[tuple[str, int]], fds: list
 
 
 spawner.HELPERS[NETD_HELPER] = _netd_in_spawner
-
-
-def _forked(start: _Start, theirs: socket.socket, given: list[int], cgroup_dirs: list[str]) -> int:
-    """The helper as a fork of the supervisor (single-threaded: the helper's
-    parent-death signal is per thread)."""
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            signal.set_wakeup_fd(-1)
-            if cgroup_dirs:
-                _enter(cgroup_dirs)
-            _sys.close_all_but(theirs.fileno(), *given)
-            code = _serve(start, theirs, given)
-        finally:
-            os._exit(code)
-    return pid
 
 
 def _serve(start: _Start, ctl: socket.socket, given: list[int]) -> int:
@@ -209,14 +185,6 @@ def _serve(start: _Start, ctl: socket.socket, given: list[int]) -> int:
         ask_name=start.ask_name,
         leave_after=start.leave_after,
     )
-
-
-def _enter(dirs: list[str]) -> None:
-    """The forked helper (single-threaded still) moves itself into ``dirs``. If it cannot
-    (a cgroup removed meanwhile) it serves from the supervisor's: its own memory is
-    bounded by construction (``net.log``, the proxy's caps), only no longer charged."""
-    with contextlib.suppress(OSError):
-        cgroups.enter_self(cgroups.open_tasks(dirs))
 
 
 def stop_netd(helper: Netd) -> None:

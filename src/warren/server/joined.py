@@ -63,14 +63,10 @@ class Helper:
     @classmethod
     def start(cls, ns: tuple[int, int]) -> Helper:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
-        parent = os.getpid()
         try:
-            pid = clone.start_helper(SPAWNED, theirs, [], list(ns))  # this process's child too
-        except OSError:
-            pid = os.fork()
-            if pid == 0:
-                _serve(theirs.fileno(), ns, parent)
-        theirs.close()
+            pid = clone.start_helper(SPAWNED, theirs, [], list(ns))  # this process's child
+        finally:
+            theirs.close()
         # Not reaped yet: only this thread reaps, and it is here.
         return cls(pid, ours, os.pidfd_open(pid))
 
@@ -109,7 +105,8 @@ class Helper:
 
 
 def _spawned(channel: socket.socket, _tasks: list[tuple[str, int]], fds: list[int]) -> int:
-    """A ``Helper`` cloned by the spawner (CLONE_PARENT: its parent is the supervisor)."""
+    """A ``Helper``'s start (cloned by the spawner with CLONE_PARENT, or forked: its
+    parent is the supervisor either way)."""
     _serve(channel.detach(), (fds[0], fds[1]), os.getppid())
     return 1  # not reached: it exits there
 

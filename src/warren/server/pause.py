@@ -17,7 +17,7 @@ import signal
 import socket
 import time
 
-from .._core import _sys, cgroups, clone, procs, spawner
+from .._core import cgroups, clone, procs, spawner
 from ..errors import SandboxError, WarrenError
 
 GUARD = "thaw-guard"  # its name among the spawner's helpers
@@ -85,16 +85,7 @@ def _thaw_guard(freezer: str) -> int:
     (several MB); forked here where no spawner can be had. Returns this end."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     try:
-        try:
-            clone.start_helper(GUARD, theirs, [], [])
-        except OSError:
-            if os.fork() == 0:
-                try:
-                    signal.set_wakeup_fd(-1)
-                    _sys.close_all_but(theirs.fileno())
-                    _guard(theirs)
-                finally:
-                    os._exit(0)
+        clone.start_helper(GUARD, theirs, [], [])
         with contextlib.suppress(OSError):  # it died at once: paused all the same, unguarded
             ours.sendall(os.fsencode(freezer) + b"\n")
     finally:
