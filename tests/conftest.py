@@ -403,11 +403,7 @@ def joined_helpers() -> list[int]:
 
 def network_helper_runs() -> bool:
     """A network helper (``server.netd``) of this test's supervisor runs."""
-    from warren._core.procs import descendants
-    from warren.server import netd, statedir
-
-    found = statedir.read_address(statedir.location(os.environ))
-    return found is not None and any(comm(pid) == netd.NAME for pid in descendants(found[1]))
+    return bool(network_helpers())
 
 
 def server_of(pid1: int) -> int:

@@ -578,6 +578,24 @@ def test_a_long_lived_sandbox_s_network_helper_starts_again_with_the_same_ca(
     assert seen["/before-restart"] == seen["/after-restart"] == f"Bearer {TOKEN}"
 
 
+def _secret_box(
+    echo: tuple[Echo, int, int, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> tuple[warren.Sandbox, str, Path]:
+    """A sandbox with a fresh secret for api.test, made by a supervisor (and spawner)
+    started before the secret existed: the sandbox, the secret's value, its workspace."""
+    import secrets
+
+    _e, https, plain, ca = echo
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    warren.Sandbox.create(PolicySpec(workspace=str(ws))).remove()  # the supervisor, before the token exists
+    token = "ghp_" + secrets.token_hex(16)
+    monkeypatch.setenv("WARREN_TEST_TOKEN", token)
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca))
+    spec = _spec(ws, https, plain, secrets=["TOKEN=WARREN_TEST_TOKEN@api.test"])
+    return warren.Sandbox.create(build(spec)), token, ws
+
+
 def test_the_network_helper_holds_a_secret_and_the_spawner_never_does(
     echo: tuple[Echo, int, int, Path], state_home: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -586,18 +604,11 @@ def test_the_network_helper_holds_a_secret_and_the_spawner_never_does(
     goes to it in a descriptor only it reads: the spawner, whose memory every joined
     keeper copies, never holds it. Judged on the host from both processes' memory; the
     helper's holds the value (the control: the scan finds it there)."""
-    import secrets
 
     from conftest import memory_holds, network_helpers, spawners
 
-    e, https, plain, ca = echo
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    warren.Sandbox.create(PolicySpec(workspace=str(ws))).remove()  # the supervisor, before the token exists
-    token = "ghp_" + secrets.token_hex(16)
-    monkeypatch.setenv("WARREN_TEST_TOKEN", token)
-    monkeypatch.setenv("SSL_CERT_FILE", str(ca))
-    box = warren.Sandbox.create(build(_spec(ws, https, plain, secrets=["TOKEN=WARREN_TEST_TOKEN@api.test"])))
+    e, https, _plain, _ca = echo
+    box, token, _ws = _secret_box(echo, monkeypatch, tmp_path)
     try:
         get = (
             'curl -fsS --max-time 10 -o /dev/null -H "Authorization: Bearer $TOKEN" https://api.test:{}/held'
@@ -621,21 +632,14 @@ def test_a_spawner_started_again_holds_no_secret_of_a_running_sandbox(
     keeper it joins, has none of it; sandboxes keep starting, and the secret still goes
     to its host. Judged on the host from the processes' memory."""
     import os
-    import secrets
     import signal
     import time
 
     from conftest import memory_holds, spawners
     from warren.server import statedir
 
-    e, https, plain, ca = echo
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    warren.Sandbox.create(PolicySpec(workspace=str(ws))).remove()  # the supervisor, before the token exists
-    token = "ghp_" + secrets.token_hex(16)
-    monkeypatch.setenv("WARREN_TEST_TOKEN", token)
-    monkeypatch.setenv("SSL_CERT_FILE", str(ca))
-    box = warren.Sandbox.create(build(_spec(ws, https, plain, secrets=["TOKEN=WARREN_TEST_TOKEN@api.test"])))
+    e, https, _plain, _ca = echo
+    box, token, ws = _secret_box(echo, monkeypatch, tmp_path)
     other: warren.Sandbox | None = None
     try:
         get = 'curl -fsS --max-time 10 -o /dev/null -H "Authorization: Bearer $TOKEN" https://api.test:{}/{}'
