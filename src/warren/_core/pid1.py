@@ -568,8 +568,10 @@ class Init:
             or now >= self.leave_by
             or (self.drained is not None and now - self.drained >= LEAVE_NOW_SETTLE)
         ):
+            # No spare forked now: the sandbox is being paused, by signals perhaps, which
+            # a process forking meanwhile would outrun. The next request forks its own
+            # helper, and the spares come back after it.
             self.leave_by = None
-            self.want_spare = not self.oneshot and self.stopping is None
             with contextlib.suppress(OSError):
                 wire.send(self.control, protocol.Staying())
 
