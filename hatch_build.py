@@ -52,6 +52,12 @@ HELPERS = (
         True,
         "a receiver asking for a unix message's sender is told warren's PID 1 (Chromium needs --no-zygote)",
     ),
+    (
+        "warren-thaw",  # thaws a paused sandbox if its supervisor dies (``server.pause``)
+        "native/thaw.c",
+        False,
+        "a paused sandbox's guard is a Python process (about 1.5 MB of memory of its own)",
+    ),
 )
 # Shared objects loaded (ctypes) by warren's own processes: (name, source, what goes
 # without it).

@@ -3,7 +3,9 @@
   exec("true") in a live sandbox vs subprocess.run(["true"]): median and p99
   create + remove of a sandbox (supervisor already running)
   memory: PSS of the supervisor and every process of the sandboxes (PID 1, the keeper
-  serving it, its spare), per sandbox, 50 alive: just used, then idle
+  serving it, its spare), per sandbox, 50 alive: just used, then idle, then each paused
+  right after an exec (the supervisor's thaw guard of each counts, where a freezer
+  pauses: ``WARREN_NATIVE_THAW=0`` measures the Python guard)
 
 Run: python bench/bench_sandbox.py [--runs 1000] [--idle 50] [--network] [--review]
 [--image DIR]
@@ -117,11 +119,17 @@ def main() -> None:
         time.sleep(SPARE_IDLE + 2)
         _memory(f"idle for {SPARE_IDLE + 1:g} s (spares and keepers let go)")
         for sb in [first, *idle]:
+            sb.exec(["true"])
+            sb.pause()
+        time.sleep(1)
+        _memory("each paused right after an exec", state="paused")
+        for sb in [first, *idle]:
+            sb.resume()
             sb.remove()
 
 
-def _memory(when: str) -> None:
-    entries = [e for e in Sandbox.list() if e.state == "running"]
+def _memory(when: str, state: str = "running") -> None:
+    entries = [e for e in Sandbox.list() if e.state == state]
     found = statedir.read_address(statedir.location(os.environ))
     assert found is not None
     sup = found[1]

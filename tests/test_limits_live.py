@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import WARREN, Layout
+from conftest import WARREN, Layout, comm
 from test_limits import (
     MEMORY_BOMB,
     ROOT_CGROUPS,
@@ -147,8 +147,8 @@ def test_pause_stops_all_work_and_resume_continues_where_it_was(
     elif how == "cgroup2 cgroup.freeze":
         events = _group(state_home, "/unified/").joinpath("cgroup.events").read_text()
         assert "frozen 1" in events.splitlines()
-        procs = _group(state_home, "/unified/").joinpath("cgroup.procs").read_text().split()
-        assert sorted(map(int, procs)) == sorted(tree)  # the whole sandbox, nothing else
+        members = _group(state_home, "/unified/").joinpath("cgroup.procs").read_text().split()
+        assert sorted(map(int, members)) == sorted(tree)  # the whole sandbox, nothing else
     else:
         assert how.startswith("signals")
         assert len(tree) >= 3 and {_state(p) for p in tree} <= {"T", "t"}, [(p, _state(p)) for p in tree]
@@ -167,6 +167,22 @@ def test_pause_stops_all_work_and_resume_continues_where_it_was(
     subprocess.run([*WARREN, "pause", "pz"], check=True)
     subprocess.run([*WARREN, "resume", "pz"], check=True)
     assert sandbox.exec(["true"]).exit_code == 0
+    # The thaw guards of the pauses (one each where a freezer paused) ended with the resumes.
+    found = statedir.read_address(statedir.location(os.environ))
+    assert found is not None
+    assert _wait(lambda: not _guards(found[1]), 5)
+
+
+def _guards(supervisor: int) -> list[int]:
+    """The thaw guards of a supervisor's paused sandboxes: named so by the Python guard,
+    and from its exec (its command line) by the native one."""
+    return [p for p in procs.descendants(supervisor) if "warren-thaw" in (comm(p), _argv0(p))]
+
+
+def _argv0(pid: int) -> str:
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+    return ""
 
 
 def test_pause_stops_the_threads_of_a_process_whose_leader_exited(sandbox: Sandbox, layout: Layout) -> None:
@@ -198,15 +214,41 @@ def test_a_paused_sandbox_stops_and_is_removed_cleanly(sandbox: Sandbox, state_h
     assert [s.name for s in Sandbox.list()] == []
 
 
-def test_supervisor_killed_while_paused_leaves_no_process(sandbox: Sandbox, state_home: Path) -> None:
+@pytest.mark.parametrize("kill", ["supervisor", "its group", "supervisor, python guard"])
+def test_supervisor_killed_while_paused_leaves_no_process(
+    kill: str, state_home: Path, layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Frozen tasks cannot die until thawed: the supervisor's thaw guard thaws them when
-    it dies, so the parent-death signal takes them at once, not at the next start."""
+    it dies, so the parent-death signal takes them at once, not at the next start. The
+    native guard (``native/thaw.c``) runs in a session of its own, so a kill of the
+    supervisor's whole process group (a service manager's stop, a terminal's hangup)
+    leaves it to thaw; the Python guard (``WARREN_NATIVE_THAW=0``, or no C compiler at
+    install) is tested with the supervisor killed alone."""
+    from warren.server import pause
+
+    python_guard = kill.endswith("python guard")
+    if python_guard:
+        monkeypatch.setenv("WARREN_NATIVE_THAW", "0")
+    elif pause.program() is None:
+        pytest.skip("warren-thaw is not built here (no C compiler at install)")
+    sandbox = Sandbox.create(PolicySpec(workspace=str(layout.workspace)), name="pz")
     token = f"{random.getrandbits(30)}"
     sandbox.exec(["sh", "-c", f"setsid sleep 300.{token} &"])
     sandbox.pause()
     found = statedir.read_address(statedir.location(os.environ))
     assert found is not None
-    os.kill(found[1], signal.SIGKILL)
+    if _pause_mechanism(layout).startswith("cgroup"):
+        # (The Python guard names itself once it runs, a moment after the pause's answer.)
+        assert _wait(lambda: len(_guards(found[1])) == 1, 5), _guards(found[1])
+        (guard,) = _guards(found[1])
+        # The native guard is a program of its own (a few pages); the Python one a clone
+        # of the spawner, with the supervisor's command line.
+        assert (_argv0(guard) == pause.NAME) != python_guard, _argv0(guard)
+    if kill == "its group":
+        assert os.getpgid(found[1]) != os.getpgid(0)  # a session of its own: not this test's
+        os.killpg(os.getpgid(found[1]), signal.SIGKILL)
+    else:
+        os.kill(found[1], signal.SIGKILL)
     assert _wait(lambda: not _host_pids_with(token), 5), "frozen processes outlived their supervisor"
     listed = subprocess.run([*WARREN, "ls"], capture_output=True, text=True, check=True).stdout
     assert "dead" in listed

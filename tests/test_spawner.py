@@ -251,13 +251,19 @@ def test_a_review_sandbox_s_helper_in_its_namespaces_comes_from_the_spawner(
         other.remove()
 
 
-def test_a_paused_sandbox_s_thaw_guard_comes_from_the_spawner(layout: Layout, state_home: Path) -> None:
+def test_a_paused_sandbox_s_python_thaw_guard_comes_from_the_spawner(
+    layout: Layout, state_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A sandbox paused by its freezer has a guard that thaws it if the supervisor dies
     (``pause._thaw_guard``; ``test_limits_live.py`` kills the supervisor). A sandbox may
-    stay paused for hours: the guard is cloned by the spawner, so it holds none of the
-    supervisor's later pages (another sandbox's name, made after the spawner started,
-    is in the supervisor's memory and not in the guard's), and it ends with the resume."""
+    stay paused for hours: the guard is native where it was built (``warren-thaw``,
+    ``test_limits_live.py``), else — here, ``WARREN_NATIVE_THAW=0`` — cloned by the
+    spawner, so it holds none of the supervisor's later pages (another sandbox's name,
+    made after the spawner started, is in the supervisor's memory and not in the
+    guard's), and it ends with the resume."""
     import secrets
+
+    monkeypatch.setenv("WARREN_NATIVE_THAW", "0")
 
     from conftest import comm
     from test_limits_live import _pause_mechanism

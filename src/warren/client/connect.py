@@ -45,6 +45,7 @@ _SUPERVISOR_ENV = (
     "WARREN_NATIVE_CONTINUER",  # 0: a walk's window answered by the Python broker (_core.continuer)
     "WARREN_SPARE_IDLE",  # seconds before an unused spare helper is let go (pid1.SPARE_IDLE)
     "WARREN_NATIVE_INIT",  # 0: PID 1 stays Python, kept by an idle sandbox too (_core.nativeinit)
+    "WARREN_NATIVE_THAW",  # 0: a paused sandbox's thaw guard is a Python process (server.pause)
     "WARREN_SERVE_AGAIN",  # 0: a helper serves one request, never the next of a burst (_core.again)
     "WARREN_LINK_WALK_DELAY",  # seconds the hard-link walk after launch waits first (tests: server.linkwalk)
     "WARREN_OVERLAY_BY_PATH",  # 1: image roots' layers by path, as before Linux 6.13 (mounts)

@@ -17,11 +17,11 @@ import signal
 import socket
 import time
 
-from .._core import cgroups, clone, procs, spawner
+from .._core import cgroups, clone, procs, programs, spawner
 from ..errors import SandboxError, WarrenError
 
 GUARD = "thaw-guard"  # its name among the spawner's helpers
-NAME = "warren-thaw"  # its process's name, as ``ps`` and the tests see it
+NAME = "warren-thaw"  # its process's name, as ``ps`` and the tests see it; its program's too
 
 
 class Paused:
@@ -76,21 +76,51 @@ def _as_sandbox_error(name: str, what: str):  # type: ignore[no-untyped-def]
         ) from None
 
 
+def program() -> str | None:
+    """The native guard (``native/thaw.c``, compiled at install); None without it or with
+    ``WARREN_NATIVE_THAW=0`` (the Python guard, ``_guard``)."""
+    return programs.find(NAME, "WARREN_NATIVE_THAW")
+
+
 def _thaw_guard(freezer: str) -> int:
     """A small process that thaws a frozen sandbox if this supervisor dies: nobody else
     would before the next supervisor's sweep. It waits on a socket whose other end only
-    this process holds: its end without a word means this process is gone. Started by
-    the spawner (``spawner.HELPERS``): a paused sandbox may stay paused for hours, and a
-    fork of the supervisor comes to own every page the supervisor writes meanwhile
-    (several MB); forked here where no spawner can be had. Returns this end."""
+    this process holds: its end without a word means this process is gone. A paused
+    sandbox may stay paused for hours: the guard is the native program (``program``, a
+    few pages, spawned from a sealed memfd in a session of its own), else the Python
+    guard cloned by the spawner (``spawner.HELPERS``: a fork of the supervisor would come
+    to own every page the supervisor writes meanwhile, several MB), else forked here.
+    Returns this end."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     try:
-        clone.start_helper(GUARD, theirs, [], [])
+        if not _spawn_native(theirs):
+            clone.start_helper(GUARD, theirs, [], [])
         with contextlib.suppress(OSError):  # it died at once: paused all the same, unguarded
             ours.sendall(os.fsencode(freezer) + b"\n")
     finally:
         theirs.close()
     return ours.detach()
+
+
+def _spawn_native(channel: socket.socket) -> bool:
+    """The native guard with ``channel`` as its fd 3 (this process's child: the
+    supervisor reaps it as any); False where there is none, or it cannot be spawned."""
+    fd = programs.load(NAME, program)
+    if fd is None:
+        return False
+    try:
+        os.posix_spawn(
+            f"/proc/self/fd/{fd}",
+            [NAME],
+            {},
+            file_actions=[(os.POSIX_SPAWN_DUP2, channel.fileno(), 3)],
+            setsigmask=(),
+            setsigdef=(signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE, signal.SIGCHLD),
+            setsid=True,
+        )
+    except OSError:
+        return False
+    return True
 
 
 def _guard(channel: socket.socket) -> None:
