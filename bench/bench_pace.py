@@ -21,6 +21,10 @@ all are measured after the same idle moments:
 state: another install, e.g. the code before a change), so before and after come from
 the same minutes; ``--also-python PY`` does the same for ``Sandbox.exec`` (a process of
 that install's Python makes the other sandbox and its execs, each when told).
+``--idle-exec`` (with --exec) times ``Sandbox.exec`` in a sandbox whose keeper has left
+each time (its own supervisor, with ``WARREN_SPARE_IDLE=0.3``: every command at the pace
+finds the sandbox idle, as an agent slower than a minute does; no target, the row shows
+what that first command costs).
 ``--busy N`` runs N busy loops (one process each) for the whole run:
 the load the ratios are measured under (issue 36: with two, run <= 3.0x, exec <= 2.0x
 of bwrap under the same load; the exec row then reads as a ratio to bwrap too).
@@ -30,7 +34,7 @@ session would have).
 ``--repo`` makes each workspace a git repository with a commit, as most agents' are.
 
 Run: python bench/bench_pace.py [--pace 1,10,30] [--runs 6] [--exec] [--create] [--cold] [--busy 2]
-       [--also PATH] [--also-python PATH] [--burst 4] [--repo]
+       [--also PATH] [--also-python PATH] [--burst 4] [--repo] [--idle-exec]
 """
 
 from __future__ import annotations
@@ -116,6 +120,7 @@ def main() -> None:
     ap.add_argument("--also", help="another warren CLI measured in the same cycles (its own state)")
     ap.add_argument("--also-python", help="another install's Python: its Sandbox.exec beside (with --exec)")
     ap.add_argument("--repo", action="store_true", help="each workspace a git repository with a commit")
+    ap.add_argument("--idle-exec", action="store_true", help="with --exec: also each exec after the keeper left")
     args = ap.parse_args()
     warren_cli = shutil.which("warren")
     if warren_cli is None:
@@ -130,14 +135,14 @@ def main() -> None:
         # directory above a denied path (the state directory is one) is another sandbox
         # for every sandbox booted before it (its read rules name each entry there).
         colds = [f"{k} cold" for k in clis] if args.cold else []
-        places = {k: Path(tmp) / str(i) for i, k in enumerate([*clis, *colds, "lib", "also-lib"])}
+        places = {k: Path(tmp) / str(i) for i, k in enumerate([*clis, *colds, "lib", "also-lib", "idle-lib"])}
         for place in places.values():
             (place / "ws").mkdir(parents=True)
             if args.repo:
                 _repository(place / "ws")
         envs = {k: {**os.environ, "XDG_STATE_HOME": str(places[k] / "state")} for k in [*clis, *colds]}
         box = None
-        other: subprocess.Popen[str] | None = None
+        others: list[subprocess.Popen[str]] = []
         try:
             kinds: dict[str, Callable[[], float]] = {"bwrap": _timer(BWRAP, places["lib"] / "ws")}
             for label, cli in clis.items():
@@ -158,8 +163,11 @@ def main() -> None:
                     kinds["subprocess.run burst"] = _followers(kinds["subprocess.run"], args.burst)
                     kinds["Sandbox.exec burst"] = _followers(_lib_exec(box), args.burst)
                 if args.also_python:
-                    other = _other_exec(args.also_python, places["also-lib"])
-                    kinds["also Sandbox.exec"] = _asked(other)
+                    others.append(_other_exec(args.also_python, places["also-lib"]))
+                    kinds["also Sandbox.exec"] = _asked(others[-1])
+                if args.idle_exec:
+                    others.append(_other_exec(sys.executable, places["idle-lib"], {"WARREN_SPARE_IDLE": "0.3"}))
+                    kinds["Sandbox.exec, keeper gone"] = _asked(others[-1])
             if args.create:
                 kinds["create + exec"] = _create_exec(places["lib"] / "ws")
             print(
@@ -173,8 +181,9 @@ def main() -> None:
         finally:
             if box is not None:
                 box.remove()
-            if other is not None and other.stdin is not None:
-                other.stdin.close()  # it removes its sandbox and ends
+            for other in others:
+                if other.stdin is not None:
+                    other.stdin.close()  # it removes its sandbox and ends
                 other.wait(60)
             for p in busy:
                 p.kill()
@@ -233,12 +242,14 @@ box.remove()
 """
 
 
-def _other_exec(python: str, place: Path) -> subprocess.Popen[str]:
+def _other_exec(python: str, place: Path, extra: dict[str, str] | None = None) -> subprocess.Popen[str]:
     """A process of another install's Python with a sandbox of its own (its own state,
-    so its own supervisor), timing one exec each time it is told."""
+    so its own supervisor), timing one exec each time it is told. With ``extra`` (added
+    to its environment), this install's code instead (``PYTHONPATH`` kept)."""
     (place / "ws").mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "XDG_STATE_HOME": str(place / "state")}
-    env.pop("PYTHONPATH", None)
+    env = {**os.environ, "XDG_STATE_HOME": str(place / "state"), **(extra or {})}
+    if extra is None:
+        env.pop("PYTHONPATH", None)
     p = subprocess.Popen(
         [python, "-c", _OTHER, str(place / "ws")],
         stdin=subprocess.PIPE,
@@ -321,6 +332,9 @@ def _measure(
         if "also Sandbox.exec" in med:
             a = med["also Sandbox.exec"]
             line.append(f"{args.also_python}'s Sandbox.exec {a:5.2f} ms, +{a - s:4.2f} ms")
+        if "Sandbox.exec, keeper gone" in med:
+            g = med["Sandbox.exec, keeper gone"]
+            line.append(f"Sandbox.exec after the keeper left {g:5.2f} ms, +{g - s:4.2f} ms")
     if args.create:
         c = med["create + exec"]
         verdict = "met" if c / b <= 2.0 else "NOT met"

@@ -376,7 +376,14 @@ class Init:
         poller.register(self.control, select.POLLIN)
         poller.register(self.wake_r, select.POLLIN)
         if (self.ahead or not self.oneshot) and self.stopping is None:
-            self._try_spare()
+            if not self.oneshot and wire.readable(self.control, 0):
+                # Something waits already: a keeper joined for a request (``rejoin``) has
+                # it on its channel. Its helper is the one fork it waits for; a spare
+                # forked first (and given to the supervisor) would make it wait for two.
+                # The spare comes once things are quiet, as after any request.
+                self.want_spare = True
+            else:
+                self._try_spare()
         while True:
             timeout: float | None = None
             if self.stopping is not None:
