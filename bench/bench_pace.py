@@ -120,7 +120,7 @@ def main() -> None:
     ap.add_argument("--also", help="another warren CLI measured in the same cycles (its own state)")
     ap.add_argument("--also-python", help="another install's Python: its Sandbox.exec beside (with --exec)")
     ap.add_argument("--repo", action="store_true", help="each workspace a git repository with a commit")
-    ap.add_argument("--idle-exec", action="store_true", help="with --exec: also each exec after the keeper left")
+    ap.add_argument("--idle-exec", action="store_true", help="with --exec: also execs after the keeper left")
     args = ap.parse_args()
     warren_cli = shutil.which("warren")
     if warren_cli is None:
@@ -166,7 +166,8 @@ def main() -> None:
                     others.append(_other_exec(args.also_python, places["also-lib"]))
                     kinds["also Sandbox.exec"] = _asked(others[-1])
                 if args.idle_exec:
-                    others.append(_other_exec(sys.executable, places["idle-lib"], {"WARREN_SPARE_IDLE": "0.3"}))
+                    idle = {"WARREN_SPARE_IDLE": "0.3"}
+                    others.append(_other_exec(sys.executable, places["idle-lib"], idle))
                     kinds["Sandbox.exec, keeper gone"] = _asked(others[-1])
             if args.create:
                 kinds["create + exec"] = _create_exec(places["lib"] / "ws")

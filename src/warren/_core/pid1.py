@@ -376,7 +376,7 @@ class Init:
         poller.register(self.control, select.POLLIN)
         poller.register(self.wake_r, select.POLLIN)
         if (self.ahead or not self.oneshot) and self.stopping is None:
-            if not self.oneshot and wire.readable(self.control, 0):
+            if not self.oneshot and wire.readable(self.control.fileno(), 0):
                 # Something waits already: a keeper joined for a request (``rejoin``) has
                 # it on its channel. Its helper is the one fork it waits for; a spare
                 # forked first (and given to the supervisor) would make it wait for two.
