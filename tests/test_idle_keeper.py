@@ -474,3 +474,63 @@ def test_a_pause_right_after_use_sheds_the_keeper_unless_a_process_of_the_sandbo
         box.resume()
     spawned.kill()
     assert box.exec(["echo", "served"]).stdout == b"served\n"
+
+
+def test_the_helper_a_joined_keeper_forks_for_its_request_keeps_none_of_it_once_served(
+    layout: Layout,
+) -> None:
+    """A keeper joined for a request forks the helper for it with the request in hand
+    (its descriptors by the fork, nothing sent: ``pid1.Init._give``), as its first fork.
+    That helper serves the next exec too (``again``), having closed all the first one
+    brought: judged on the host, the supervisor sees no exec still running (the first
+    one's end reached it), so a pause then sheds the keeper and the init is alone; and
+    after the resume, commands run as before."""
+    box = Sandbox.create(PolicySpec(workspace=str(layout.workspace)))
+    box.exec(["true"])
+    box.pause()  # sheds the keeper (the test above)
+    box.resume()
+    assert _members() == ["warren-init"]
+    first = box.exec(["sh", "-c", "echo $PPID"])  # the joined keeper's first fork serves it
+    second = box.exec(["sh", "-c", "echo $PPID"])
+    assert first.exit_code == second.exit_code == 0 and first.stdout == second.stdout, (first, second)
+    if os.getuid() == 0:  # (a helper is not dumpable: only root reads its descriptors)
+        # Waiting for the next request, it holds nothing a request brought: none of the
+        # sandbox's cgroup counters (a request's), none of the first's descriptors.
+        helper = _host_pid(box.pid1, int(first.stdout))
+        held = [_target(helper, fd) for fd in os.listdir(f"/proc/{helper}/fd")]
+        assert not [t for t in held if t.startswith("/sys/fs/cgroup")], held
+    box.pause()
+    try:
+        assert _members() == ["warren-init"]
+    finally:
+        box.resume()
+    assert box.exec(["echo", "served"]).stdout == b"served\n"
+
+
+def _host_pid(pid1: int, inside: int) -> int:
+    """The host's pid of the process whose pid is ``inside`` in the pid namespace of
+    ``pid1`` (a joined keeper and its helpers are the spawner's descendants, not the
+    init's)."""
+    from warren._core.procs import descendants
+    from warren.server import statedir
+
+    found = statedir.read_address(statedir.location(os.environ))
+    assert found is not None
+    ns = os.readlink(f"/proc/{pid1}/ns/pid")
+    for pid in descendants(found[1]):
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                nspid = f.read().split("NSpid:", 1)[1].split("\n", 1)[0].split()
+            same = os.readlink(f"/proc/{pid}/ns/pid") == ns
+        except (OSError, IndexError):
+            continue
+        if same and nspid[-1] == str(inside):
+            return pid
+    raise AssertionError(f"no process {inside} in the sandbox")
+
+
+def _target(pid: int, fd: str) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/fd/{fd}")
+    except OSError:
+        return ""

@@ -869,16 +869,19 @@ class Init:
         try:
             if not fds or len(self.helpers) >= MAX_HELPERS or (self.oneshot and self.served):
                 return
+            msg_sent = False
             if self.spare is not None and not self.advertised:
                 spare, self.spare = self.spare, None
                 pid, gen, window = self.spare_pid, self.spare_gen, self.window_spare
             else:  # none, or the supervisor's (it had not heard of it yet)
                 try:
-                    # The request waits. Forked while PID 1 holds the request's descriptors:
-                    # the child keeps no copy (``_keep_own``; a stdin pipe's reader kept
-                    # open there would never let the writer see the process close it).
-                    spare, _, _ = self._fork_helper(warm_up=False, given=False)
+                    # The request waits: forked with it in hand (its descriptors are the
+                    # child's by the fork, and kept there: ``_keep_own``), so that nothing
+                    # is sent to it, a send of PID 1's being a call its own broker is
+                    # asked to pass (a wake of the broker's thread on the request's path).
+                    spare, _, _ = self._fork_helper(warm_up=False, given=False, request=(msg, fds))
                     pid, gen, window = self.forked, self.generation, self.window_spare
+                    msg_sent = True
                 except OSError as e:
                     self._without_helper(msg, fds[0], e)
                     self.served = True
@@ -886,8 +889,9 @@ class Init:
             self.serving = pid
             if isinstance(msg.request, protocol.ConnectorRequest):
                 self.connectors.add(pid)
-            with contextlib.suppress(OSError):
-                wire.send(spare, msg, fds=fds)
+            if not msg_sent:
+                with contextlib.suppress(OSError):
+                    wire.send(spare, msg, fds=fds)
             if self.oneshot and self.plan.namespaces and isinstance(msg.request, protocol.ExecRequest):
                 self._keep_last(spare)
             elif self._serves_again() and isinstance(msg.request, protocol.ExecRequest):
@@ -1141,14 +1145,15 @@ class Init:
         return socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
 
     def _fork_helper(
-        self, warm_up: bool, given: bool
+        self, warm_up: bool, given: bool, request: tuple[protocol.Handoff, list[int]] | None = None
     ) -> tuple[socket.socket, socket.socket | None, socket.socket | None]:
         """A helper: PID 1's end of its channel and, ``given``, the supervisor's end of
         the one it takes a request on directly, and (where the exec stub is loaded) a
         copy of the helper's end of its channel to its command's process, through which
         the supervisor may hand that process a command itself (``Launcher.launched``).
-        What PID 1 holds for a request comes to the helper through its channel, never by
-        the fork (``_keep_own``)."""
+        What PID 1 holds for other requests never comes to the helper by the fork
+        (``_keep_own``); ``request``, the one it is forked for, with its descriptors, does
+        (they are kept, the rest closed), and nothing is sent to it."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         direct = inside = None
         pair: tuple[socket.socket, socket.socket] | None = None
@@ -1164,7 +1169,7 @@ class Init:
             ours.close()
             if direct is not None:
                 direct.close()
-            self._helper(theirs, warm_up, inside, pair)
+            self._helper(theirs, warm_up, inside, pair, request)
 
         try:
             if window is not None and window.open:
@@ -1201,9 +1206,11 @@ class Init:
         warm_up: bool,
         direct: socket.socket | None,
         pair: tuple[socket.socket, socket.socket] | None = None,
+        first: tuple[protocol.Handoff, list[int]] | None = None,
     ) -> NoReturn:
         """A spare helper: ready (its command's process forked too), then serves the one
-        request PID 1 hands it, or (``direct``) the supervisor."""
+        request PID 1 hands it, or (``direct``) the supervisor; ``first``: the request
+        it was forked for, in hand (``_fork_helper``)."""
         code = 0
         conn: socket.socket | None = None
         request: protocol.Message | None = None
@@ -1219,7 +1226,7 @@ class Init:
             ):
                 signal.signal(sig, signal.SIG_DFL)
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
-            self._keep_own(from_pid1, direct, pair)
+            self._keep_own(from_pid1, direct, pair, first[1] if first is not None else [])
             _sys.prctl(PR_SET_CHILD_SUBREAPER, 1)
             self.in_window = self._in_window()  # as it was at the fork
             launcher: Launcher | None = None
@@ -1238,7 +1245,8 @@ class Init:
                 if not self.oneshot:
                     own = (direct, launcher.sock if launcher else None)
                     kept = again.open_fds() - {s.fileno() for s in own if s is not None}
-                got = _await_handoff(from_pid1, direct)
+                    kept -= set(first[1] if first is not None else [])  # the request's own
+                got = first if first is not None else _await_handoff(from_pid1, direct)
                 if got is None:
                     if launcher is not None:
                         launcher.discard()
@@ -1254,6 +1262,7 @@ class Init:
                 elif self.oneshot:
                     from_pid1.close()
                 conn = socket.socket(fileno=fds[0])
+                first = None  # taken: its connection is ``conn`` from here
                 conn.setblocking(True)
                 mine = len(fds) - len(handoff.extra)
                 extra = dict(zip(handoff.extra, fds[mine:], strict=True))
@@ -1301,7 +1310,7 @@ class Init:
                 # client hears why instead of a connection lost. (A spare given to the
                 # supervisor just ends: the next request goes to another helper.)
                 with contextlib.suppress(BaseException):
-                    got = _await_handoff(from_pid1, None)
+                    got = first if first is not None else _await_handoff(from_pid1, None)
                     if got is not None:
                         conn = socket.socket(fileno=got[1][0])
                         request = got[0].request
@@ -1328,9 +1337,11 @@ class Init:
         from_pid1: socket.socket,
         direct: socket.socket | None,
         pair: tuple[socket.socket, socket.socket] | None,
+        request: list[int],
     ) -> None:
         """In a new helper: every descriptor closed but its own (its channels, the
-        Landlock ruleset, the exec stub's program) and stdio. The fork copied all PID 1
+        ``request``'s it was forked for, the Landlock ruleset, the exec stub's program)
+        and stdio. The fork copied all PID 1
         held at that moment, which is more than PID 1 itself keeps: its control channel
         and broker, what it holds for other helpers and requests (a helper that may serve
         again, a request waiting for one, a one-shot's run), and what its broker's thread
@@ -1348,7 +1359,7 @@ class Init:
         gc.freeze()
         for sock in (self.control, *([self.spare] if self.spare is not None else [])):
             sock.detach()
-        keep = [from_pid1.fileno(), *(s.fileno() for s in (direct, *(pair or ())) if s is not None)]
+        keep = [from_pid1.fileno(), *(s.fileno() for s in (direct, *(pair or ())) if s is not None), *request]
         if self.ruleset is not None:
             keep.append(self.ruleset)
         stub = execstub.loaded()
