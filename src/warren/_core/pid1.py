@@ -1339,18 +1339,18 @@ class Init:
         pair: tuple[socket.socket, socket.socket] | None,
         request: list[int],
     ) -> None:
-        """In a new helper: every descriptor closed but its own (its channels, the
-        ``request``'s it was forked for, the Landlock ruleset, the exec stub's program)
-        and stdio. The fork copied all PID 1
-        held at that moment, which is more than PID 1 itself keeps: its control channel
-        and broker, what it holds for other helpers and requests (a helper that may serve
-        again, a request waiting for one, a one-shot's run), and what its broker's thread
-        holds for a moment on a command's behalf (a copy of a command's socket while it
-        connects it, ``pidfd_getfd``). A copy kept here would keep a channel open that
-        its other end waits on to close, or a command's connection in a process that is
-        not the command (``warren net`` would name this helper as its process). Closed by
-        what is kept, not by a list of what PID 1 may hold: nothing it adds later stays
-        open here by being forgotten."""
+        """In a new helper: every descriptor closed but its own (its channels, those of
+        the ``request`` it was forked for, the Landlock ruleset, the exec stub's program)
+        and stdio. The fork copied all PID 1 held at that moment, which is more than PID 1
+        itself keeps: its control channel and broker, what it holds for other helpers and
+        requests (a helper that may serve again, a request waiting for one, a one-shot's
+        run), and what its broker's thread holds for a moment on a command's behalf (a
+        copy of a command's socket while it connects it, ``pidfd_getfd``). A copy kept
+        here would keep a channel open that its other end waits on to close (a stdin
+        pipe's reader, and its writer never sees the process close it), or a command's
+        connection in a process that is not the command (``warren net`` would name this
+        helper as its process). Closed by what is kept, not by a list of what PID 1 may
+        hold: nothing it adds later stays open here by being forgotten."""
         # Its Python objects let go of their numbers first: closed below, and a number
         # reused here must never be closed again by their finalizers. Whatever else holds
         # a descriptor of PID 1's is never finalized here either: every object there is
