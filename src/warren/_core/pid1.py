@@ -1198,6 +1198,11 @@ class Init:
             pair[1].close()
         self.helpers.add(pid)
         self.forked = pid
+        if request is not None:
+            # Its calls are warren's from here on (the broker passes those of ``helpers``):
+            # it makes none of the request's before this word (``_registered``).
+            with contextlib.suppress(OSError):
+                ours.send(REGISTERED, socket.MSG_NOSIGNAL)
         return ours, direct, stub
 
     def _helper(
@@ -1237,6 +1242,8 @@ class Init:
                 cannot = e  # at a limit: said to the request that comes
             if warm_up:
                 warm(self.plan)
+            if first is not None and not _registered(from_pid1):
+                os._exit(0)  # PID 1 is gone: the sandbox ends, and its client hears why
             while True:
                 # What this helper holds of its own: whatever a request brings or leaves
                 # open beyond it is closed before it serves again (never, in a one-shot
@@ -1445,6 +1452,23 @@ class _GoesOn:
             return self.asked
         self.said = again.told_burst(self.from_pid1) and again.alone()
         return self.said
+
+
+# What PID 1 says to a helper forked with its request in hand once the broker knows it
+# as warren's (``Init._fork_helper``).
+REGISTERED = b"k"
+
+
+def _registered(from_pid1: socket.socket) -> bool:
+    """In a helper forked with its request in hand: wait for PID 1's word that its pid is
+    among the helpers the broker passes the calls of. Until then a call of its that the
+    broker judges (a send of descriptors to its command's process) would be judged as a
+    command's (found by the gate: 50 concurrent execs, some refused EPERM). False when
+    PID 1 is gone."""
+    try:
+        return from_pid1.recv(1) == REGISTERED
+    except OSError:
+        return False
 
 
 def _said_taken(spare: socket.socket) -> bool:
