@@ -869,10 +869,11 @@ class Init:
         try:
             if not fds or len(self.helpers) >= MAX_HELPERS or (self.oneshot and self.served):
                 return
-            msg_sent = False
             if self.spare is not None and not self.advertised:
                 spare, self.spare = self.spare, None
                 pid, gen, window = self.spare_pid, self.spare_gen, self.window_spare
+                with contextlib.suppress(OSError):
+                    wire.send(spare, msg, fds=fds)
             else:  # none, or the supervisor's (it had not heard of it yet)
                 try:
                     # The request waits: forked with it in hand (its descriptors are the
@@ -881,7 +882,6 @@ class Init:
                     # asked to pass (a wake of the broker's thread on the request's path).
                     spare, _, _ = self._fork_helper(warm_up=False, given=False, request=(msg, fds))
                     pid, gen, window = self.forked, self.generation, self.window_spare
-                    msg_sent = True
                 except OSError as e:
                     self._without_helper(msg, fds[0], e)
                     self.served = True
@@ -889,9 +889,6 @@ class Init:
             self.serving = pid
             if isinstance(msg.request, protocol.ConnectorRequest):
                 self.connectors.add(pid)
-            if not msg_sent:
-                with contextlib.suppress(OSError):
-                    wire.send(spare, msg, fds=fds)
             if self.oneshot and self.plan.namespaces and isinstance(msg.request, protocol.ExecRequest):
                 self._keep_last(spare)
             elif self._serves_again() and isinstance(msg.request, protocol.ExecRequest):
@@ -1198,11 +1195,10 @@ class Init:
             pair[1].close()
         self.helpers.add(pid)
         self.forked = pid
-        if request is not None:
-            # Its calls are warren's from here on (the broker passes those of ``helpers``):
-            # it makes none of the request's before this word (``_registered``).
-            with contextlib.suppress(OSError):
-                ours.send(REGISTERED, socket.MSG_NOSIGNAL)
+        # Its calls are warren's from here on (the broker passes those of ``helpers``): it
+        # makes none before this word (``_registered``).
+        with contextlib.suppress(OSError):
+            ours.send(REGISTERED, socket.MSG_NOSIGNAL)
         return ours, direct, stub
 
     def _helper(
@@ -1233,6 +1229,8 @@ class Init:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
             self._keep_own(from_pid1, direct, pair, first[1] if first is not None else [])
             _sys.prctl(PR_SET_CHILD_SUBREAPER, 1)
+            if not _registered(from_pid1):
+                os._exit(0)  # PID 1 is gone: the sandbox ends, and a client hears why from it
             self.in_window = self._in_window()  # as it was at the fork
             launcher: Launcher | None = None
             cannot: OSError | None = None
@@ -1242,8 +1240,6 @@ class Init:
                 cannot = e  # at a limit: said to the request that comes
             if warm_up:
                 warm(self.plan)
-            if first is not None and not _registered(from_pid1):
-                os._exit(0)  # PID 1 is gone: the sandbox ends, and its client hears why
             while True:
                 # What this helper holds of its own: whatever a request brings or leaves
                 # open beyond it is closed before it serves again (never, in a one-shot
@@ -1454,17 +1450,17 @@ class _GoesOn:
         return self.said
 
 
-# What PID 1 says to a helper forked with its request in hand once the broker knows it
-# as warren's (``Init._fork_helper``).
+# What PID 1 says to a helper it forked once the broker knows it as warren's
+# (``Init._fork_helper``).
 REGISTERED = b"k"
 
 
 def _registered(from_pid1: socket.socket) -> bool:
-    """In a helper forked with its request in hand: wait for PID 1's word that its pid is
-    among the helpers the broker passes the calls of. Until then a call of its that the
-    broker judges (a send of descriptors to its command's process) would be judged as a
-    command's (found by the gate: 50 concurrent execs, some refused EPERM). False when
-    PID 1 is gone."""
+    """In a new helper, first: wait for PID 1's word that its pid is among the helpers
+    the broker passes the calls of. Until then a call of its that the broker judges (a
+    send of descriptors: to its command's process, or ``shim.warm``'s) would be judged
+    as a command's: a helper forked with its request in hand had some refused EPERM
+    (found by a gate: 50 concurrent execs). False when PID 1 is gone."""
     try:
         return from_pid1.recv(1) == REGISTERED
     except OSError:
