@@ -33,6 +33,10 @@ import pytest
 
 from conftest import WARREN
 
+# The examples as a reader runs them: the uid 1001 half, a user who is not root, as most
+# readers are (an example that needs root says so and is not run).
+pytestmark = pytest.mark.caller_independent(half="user")
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```\n", re.M | re.S)

@@ -393,6 +393,8 @@ def test_a_sandbox_created_to_pause_on_timeout_is_paused_then_resumed(world: Wor
         Sandbox.kill(sandbox.sandbox_id)
 
 
+# The service's own bookkeeping (its token file, its reaper): the same whoever calls.
+@pytest.mark.caller_independent(half="root")
 def test_a_restarted_service_keeps_the_access_tokens_and_still_ends_sandboxes_on_time(
     world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -432,6 +434,8 @@ def test_a_restarted_service_keeps_the_access_tokens_and_still_ends_sandboxes_on
         second.stop()
 
 
+# The service's reaper: the same whoever calls.
+@pytest.mark.caller_independent(half="user")
 def test_an_idle_service_does_not_start_the_supervisor_to_reap_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -796,6 +800,9 @@ def _raw_stream(world: World, sandbox: Sandbox, command: str) -> socket.socket:
     return raw
 
 
+# The stream's end over HTTP: the same whoever calls (a command's timeout itself runs in
+# both halves).
+@pytest.mark.caller_independent(half="root")
 def test_a_commands_timeout_ends_its_stream_in_the_async_sdk_too(world: World, sb: Sandbox) -> None:
     async def run(timeout: float) -> None:
         sandbox = await AsyncSandbox.connect(sb.sandbox_id)

@@ -15,6 +15,10 @@ import pytest
 from conftest import module_state
 from warren import Sandbox
 
+# The integrations' examples as a reader runs them: the uid 1001 half (the backends
+# themselves run in both halves: tests/test_integration_*.py).
+pytestmark = pytest.mark.caller_independent(half="user")
+
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "integrations"
 FRAMEWORKS = ("agents", "deepagents", "deepagents_code", "minisweagent", "langchain", "litellm")
 

@@ -22,7 +22,7 @@ from warren import PolicySpec, Sandbox
 from warren._core.procs import table
 from warren.server import links
 
-DELAY = 5.0  # room for a launch on a machine busy with both halves of the suite
+DELAY = 3.0  # room for a launch on a machine busy with both halves of the suite
 
 
 @pytest.fixture(scope="module")

@@ -23,6 +23,11 @@ import pytest
 
 from service_util import OTHER_MCP_PYTHON, OTHER_MCP_VENV, Serve
 
+# The wire between each major of the mcp package and warren's server: the same whoever
+# calls. The sandboxes behind it run in both halves (tests/test_mcp.py,
+# tests/test_mcp_session.py).
+pytestmark = pytest.mark.caller_independent(half="root")
+
 HERE = Path(__file__).resolve().parent
 
 

@@ -55,6 +55,11 @@ from warren.client.http import HttpTransport
 from warren.client.sandbox import Sandbox
 from warren.errors import SandboxNotFound, WarrenError
 
+# The HTTP transport under the SDK's own tests: the same whoever calls. What it carries
+# runs in both halves directly (tests/test_sandbox.py, tests/test_library.py,
+# tests/test_stdin.py).
+pytestmark = pytest.mark.caller_independent(half="user")
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
