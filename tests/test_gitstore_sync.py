@@ -115,3 +115,45 @@ def test_a_worktree_entry_removed_inside_during_a_round_is_not_made_again(
     finally:
         os.close(gfd)
         os.close(tfd)
+
+
+def test_a_worktree_entry_removed_inside_after_a_round_synced_it_goes_from_the_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A round syncs an entry both sides hold, then git inside removes it (``worktree
+    remove``) before the round ends: the next round removes the host's entry as inside.
+    The round took what it knew from a listing made at its end, which no longer held the
+    entry, so the next one took the host's for new and made it again inside, empty:
+    its ``HEAD`` "may not go" from then on, every round, and the host kept the entry (seen
+    under a gate's load)."""
+    host, tree = tmp_path / "git", tmp_path / "tree"
+    for side in (host, tree):
+        entry = side / "worktrees" / "wt"
+        entry.mkdir(parents=True)
+        (entry / "HEAD").write_bytes(b"ref: refs/heads/task\n")
+        (entry / "gitdir").write_bytes(f"{tmp_path}/wt/.git\n".encode())
+        (entry / "commondir").write_bytes(b"../..\n")
+    gfd = os.open(host, os.O_RDONLY | os.O_DIRECTORY)
+    tfd = os.open(tree, os.O_RDONLY | os.O_DIRECTORY)
+    shadow = gitstore.Shadow(str(host), "s", (), gfd, tfd, tfd)
+    state: dict[str, object] = {}
+    try:
+        gitstore._sync_worktrees(shadow, state, None)  # both sides known
+        (tree / "worktrees" / "wt" / "HEAD").write_bytes(b"ref: refs/heads/other\n")  # a change to sync
+        synced = gitstore._sync_worktree
+
+        def then_removed(*args: object, **kwargs: object) -> list[str]:
+            done = synced(*args, **kwargs)  # type: ignore[arg-type]
+            shutil.rmtree(tree / "worktrees" / "wt")  # git inside, right after the round's sync
+            return done
+
+        monkeypatch.setattr(gitstore, "_sync_worktree", then_removed)
+        gitstore._sync_worktrees(shadow, state, None)
+        assert (host / "worktrees" / "wt" / "HEAD").read_bytes() == b"ref: refs/heads/other\n"
+        monkeypatch.setattr(gitstore, "_sync_worktree", synced)
+        done = gitstore._sync_worktrees(shadow, state, None)
+        assert not (tree / "worktrees" / "wt").exists(), done  # not made again inside
+        assert not (host / "worktrees" / "wt").exists(), done  # removed on the host, as inside
+    finally:
+        os.close(gfd)
+        os.close(tfd)

@@ -569,6 +569,10 @@ def _sync_worktrees(
     known: list[str] = state.setdefault("worktrees", [])
     stamps: dict[str, list[int]] = state.setdefault("stamps", {})
     skipped: set[str] = set()  # known, and judged again next round
+    # What this round left on both sides: known to the next. Not a listing made at the
+    # round's end: an entry git inside removed since its sync would be missing from it,
+    # and the next round would take the host's for new and make it inside again.
+    both: set[str] = set()
     hw = _open_worktrees(shadow.gfd)
     try:
         tw = _open_worktrees(shadow.tfd)
@@ -624,10 +628,12 @@ def _sync_worktrees(
                         skipped.add(name)
                     continue
                 on_host = on_tree = True
-            if not (on_host and on_tree):
+            if on_host and on_tree:
+                both.add(name)
+            else:
                 for k in [k for k in stamps if k.startswith(key)]:
                     del stamps[k]
-        state["worktrees"] = sorted((_dir_names(hw) & _dir_names(tw)) | skipped)
+        state["worktrees"] = sorted(both | skipped)
     finally:
         for fd in (hw, tw):
             if fd is not None:
