@@ -728,6 +728,36 @@ def test_submodule_add_and_update_inside_round_trip_with_host_git(
     assert host_git(repo, "status", "--porcelain").stdout == ""
 
 
+def _inits() -> set[int]:
+    """The PID 1s (``warren-init``) of the module's supervisor's sandboxes."""
+    from warren import statedir
+    from warren._core.procs import descendants
+
+    found = statedir.read_address(statedir.location(os.environ))
+    pids = set()
+    for pid in descendants(found[1]) if found is not None else ():
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "warren-init":
+                pids.add(pid)
+    return pids
+
+
+def _until_booted_ahead(timeout: float = 20) -> None:
+    """Until the sandbox booted for the next run has its PID 1: one there half a second
+    after the run before it ended (whose own has gone by then). Half a second alone was
+    not always enough under a gate's load: the next run then booted its own, after the
+    commit, not before."""
+    deadline = time.monotonic() + timeout
+    time.sleep(0.5)
+    while time.monotonic() < deadline:
+        seen = _inits()
+        if seen:
+            time.sleep(0.3)
+            if seen & _inits():
+                return
+        time.sleep(0.05)
+
+
 def test_a_command_right_after_a_host_commit_sees_its_index(
     layout: Layout, repo: Path, live: str | None
 ) -> None:
@@ -745,7 +775,7 @@ def test_a_command_right_after_a_host_commit_sees_its_index(
         if live is None:
             for _ in range(1 if n else 2):  # (the second run of a kind is what boots the next)
                 assert inside(layout, live, "true").returncode == 0
-            time.sleep(0.5)  # the next run's sandbox is booted meanwhile
+            _until_booted_ahead()  # the next run's sandbox
         committed = float(Path("/proc/uptime").read_text().split()[0])
         assert host_git(repo, "add", f"f{n}").returncode == 0
         assert host_git(repo, "commit", "-qm", f"c{n}").returncode == 0
