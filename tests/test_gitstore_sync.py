@@ -157,3 +157,35 @@ def test_a_worktree_entry_removed_inside_after_a_round_synced_it_goes_from_the_h
     finally:
         os.close(gfd)
         os.close(tfd)
+
+
+def test_a_worktree_file_held_back_is_said_once_not_every_round(tmp_path: Path) -> None:
+    """A sandbox that removes its worktree's ``HEAD`` (which may not go) and leaves it so:
+    the host's is kept, and the supervisor's log says so once, not at every command's
+    round; said again once it has been let through and is held back anew."""
+    host, tree = tmp_path / "git", tmp_path / "tree"
+    for side in (host, tree):
+        entry = side / "worktrees" / "wt"
+        entry.mkdir(parents=True)
+        (entry / "HEAD").write_bytes(b"ref: refs/heads/task\n")
+        (entry / "gitdir").write_bytes(f"{tmp_path}/wt/.git\n".encode())
+        (entry / "commondir").write_bytes(b"../..\n")
+    gfd = os.open(host, os.O_RDONLY | os.O_DIRECTORY)
+    tfd = os.open(tree, os.O_RDONLY | os.O_DIRECTORY)
+    shadow = gitstore.Shadow(str(host), "s", (), gfd, tfd, tfd)
+    state: dict[str, object] = {}
+    head = tree / "worktrees" / "wt" / "HEAD"
+    try:
+        assert gitstore._sync_worktrees(shadow, state, None) == []
+        head.unlink()
+        said = [gitstore._sync_worktrees(shadow, state, None) for _ in range(3)]
+        assert [len(s) for s in said] == [1, 0, 0] and "HEAD may not go" in said[0][0], said
+        assert (host / "worktrees" / "wt" / "HEAD").read_bytes() == b"ref: refs/heads/task\n"
+        head.write_bytes(b"ref: refs/heads/other\n")  # let through
+        assert gitstore._sync_worktrees(shadow, state, None) == []
+        assert (host / "worktrees" / "wt" / "HEAD").read_bytes() == b"ref: refs/heads/other\n"
+        head.unlink()
+        assert len(gitstore._sync_worktrees(shadow, state, None)) == 1  # held anew: said again
+    finally:
+        os.close(gfd)
+        os.close(tfd)

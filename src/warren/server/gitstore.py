@@ -196,6 +196,8 @@ class Shadow:
     tfd: int
     users: int = 0
     held: str | None = None  # why the index is held back, once said
+    # a linked worktree's file ("wt/HEAD") -> why it is held back, once said
+    held_worktree: dict[str, str] = field(default_factory=dict)
     # (fd, name) -> (the file's stat part of its stamp, its digest, when that was taken):
     # a file whose stat is unchanged and whose last change is older than RACY_NS before
     # its digest was taken has the same content (``_stamp``), so it is not read again.
@@ -633,6 +635,8 @@ def _sync_worktrees(
             else:
                 for k in [k for k in stamps if k.startswith(key)]:
                     del stamps[k]
+                for k in [k for k in shadow.held_worktree if k.startswith(name + "/")]:
+                    del shadow.held_worktree[k]
         state["worktrees"] = sorted(both | skipped)
     finally:
         for fd in (hw, tw):
@@ -770,8 +774,13 @@ def _sync_one(
         stamps[key + "tree:" + rel] = _stamp_rel(td, rel)
         return []
     data = _checked(td, rel, t_now, gitlink_ok, kept=("HEAD", "gitdir"))
+    where = f"{name}/{rel}"
     if isinstance(data, str):
-        return [f"{shadow.path}/worktrees/{name}/{rel}: kept the host's ({data})"]
+        if shadow.held_worktree.get(where) == data:
+            return []  # looked at again each round, said once
+        shadow.held_worktree[where] = data
+        return [f"{shadow.path}/worktrees/{where}: kept the host's ({data})"]
+    shadow.held_worktree.pop(where, None)
     if parent:
         ensure_dir(hd, parent)
     with _at(hd, parent) as dst:
