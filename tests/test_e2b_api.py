@@ -556,7 +556,12 @@ def test_a_filesystem_only_pause_ends_the_processes_and_keeps_the_files(world: W
     try:
         sandbox.files.write("kept.txt", "still here")
         sandbox.commands.run("echo in-tmp > /tmp/t; sleep 300 & sleep 301 &")
-        assert len(sandbox.commands.run("pgrep -x sleep").stdout.split()) == 2  # the control
+        # the control (a background child is named sleep once it has exec'd: under load,
+        # a moment after the shell that started it has gone)
+        sleeping = sandbox.commands.run(
+            "for i in $(seq 100); do [ $(pgrep -cx sleep) = 2 ] && break; sleep 0.1; done; pgrep -x sleep"
+        )
+        assert len(sleeping.stdout.split()) == 2, sleeping.stdout
         assert sandbox.pause(keep_memory=False) is True
         assert world.warren_state(sandbox.sandbox_id) == "paused"
         with pytest.raises(SandboxException):  # no auto-resume: a request does not wake it
