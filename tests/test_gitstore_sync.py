@@ -6,8 +6,10 @@ not read again once its last change is old."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -74,6 +76,26 @@ def test_a_worktree_entry_git_removes_inside_is_not_filled_again_midway(tmp_path
         os.close(tfd)
 
 
+@contextlib.contextmanager
+def _entry_on_both_sides(host: Path, tree: Path) -> Iterator[gitstore.Shadow]:
+    """A linked worktree's entry ``wt`` in the host's git directory ``host`` and in
+    warren's tree of it, alike, and the ``Shadow`` that syncs them (its descriptors
+    closed after)."""
+    for side in (host, tree):
+        entry = side / "worktrees" / "wt"
+        entry.mkdir(parents=True)
+        (entry / "HEAD").write_bytes(b"ref: refs/heads/task\n")
+        (entry / "gitdir").write_bytes(f"{host.parent}/wt/.git\n".encode())
+        (entry / "commondir").write_bytes(b"../..\n")
+    gfd = os.open(host, os.O_RDONLY | os.O_DIRECTORY)
+    tfd = os.open(tree, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        yield gitstore.Shadow(str(host), "s", (), gfd, tfd, tfd)
+    finally:
+        os.close(gfd)
+        os.close(tfd)
+
+
 def test_a_worktree_entry_removed_inside_during_a_round_is_not_made_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -82,17 +104,8 @@ def test_a_worktree_entry_removed_inside_during_a_round_is_not_made_again(
     directory the host then kept, the prune undone), and the next round removes the
     host's entry as inside."""
     host, tree = tmp_path / "git", tmp_path / "tree"
-    for side in (host, tree):
-        entry = side / "worktrees" / "wt"
-        entry.mkdir(parents=True)
-        (entry / "HEAD").write_bytes(b"ref: refs/heads/task\n")
-        (entry / "gitdir").write_bytes(f"{tmp_path}/wt/.git\n".encode())
-        (entry / "commondir").write_bytes(b"../..\n")
-    gfd = os.open(host, os.O_RDONLY | os.O_DIRECTORY)
-    tfd = os.open(tree, os.O_RDONLY | os.O_DIRECTORY)
-    shadow = gitstore.Shadow(str(host), "s", (), gfd, tfd, tfd)
     state: dict[str, object] = {}
-    try:
+    with _entry_on_both_sides(host, tree) as shadow:
         gitstore._sync_worktrees(shadow, state, None)  # both sides known
         listed = gitstore._dir_names
 
@@ -112,9 +125,6 @@ def test_a_worktree_entry_removed_inside_during_a_round_is_not_made_again(
         monkeypatch.setattr(gitstore, "_dir_names", listed)
         gitstore._sync_worktrees(shadow, state, None)
         assert not (host / "worktrees" / "wt").exists()  # removed on the host, as inside
-    finally:
-        os.close(gfd)
-        os.close(tfd)
 
 
 def test_a_worktree_entry_removed_inside_after_a_round_synced_it_goes_from_the_host(
@@ -127,17 +137,8 @@ def test_a_worktree_entry_removed_inside_after_a_round_synced_it_goes_from_the_h
     its ``HEAD`` "may not go" from then on, every round, and the host kept the entry (seen
     under a gate's load)."""
     host, tree = tmp_path / "git", tmp_path / "tree"
-    for side in (host, tree):
-        entry = side / "worktrees" / "wt"
-        entry.mkdir(parents=True)
-        (entry / "HEAD").write_bytes(b"ref: refs/heads/task\n")
-        (entry / "gitdir").write_bytes(f"{tmp_path}/wt/.git\n".encode())
-        (entry / "commondir").write_bytes(b"../..\n")
-    gfd = os.open(host, os.O_RDONLY | os.O_DIRECTORY)
-    tfd = os.open(tree, os.O_RDONLY | os.O_DIRECTORY)
-    shadow = gitstore.Shadow(str(host), "s", (), gfd, tfd, tfd)
     state: dict[str, object] = {}
-    try:
+    with _entry_on_both_sides(host, tree) as shadow:
         gitstore._sync_worktrees(shadow, state, None)  # both sides known
         (tree / "worktrees" / "wt" / "HEAD").write_bytes(b"ref: refs/heads/other\n")  # a change to sync
         synced = gitstore._sync_worktree
@@ -154,9 +155,6 @@ def test_a_worktree_entry_removed_inside_after_a_round_synced_it_goes_from_the_h
         done = gitstore._sync_worktrees(shadow, state, None)
         assert not (tree / "worktrees" / "wt").exists(), done  # not made again inside
         assert not (host / "worktrees" / "wt").exists(), done  # removed on the host, as inside
-    finally:
-        os.close(gfd)
-        os.close(tfd)
 
 
 def test_a_worktree_file_held_back_is_said_once_not_every_round(tmp_path: Path) -> None:
@@ -164,18 +162,9 @@ def test_a_worktree_file_held_back_is_said_once_not_every_round(tmp_path: Path) 
     the host's is kept, and the supervisor's log says so once, not at every command's
     round; said again once it has been let through and is held back anew."""
     host, tree = tmp_path / "git", tmp_path / "tree"
-    for side in (host, tree):
-        entry = side / "worktrees" / "wt"
-        entry.mkdir(parents=True)
-        (entry / "HEAD").write_bytes(b"ref: refs/heads/task\n")
-        (entry / "gitdir").write_bytes(f"{tmp_path}/wt/.git\n".encode())
-        (entry / "commondir").write_bytes(b"../..\n")
-    gfd = os.open(host, os.O_RDONLY | os.O_DIRECTORY)
-    tfd = os.open(tree, os.O_RDONLY | os.O_DIRECTORY)
-    shadow = gitstore.Shadow(str(host), "s", (), gfd, tfd, tfd)
     state: dict[str, object] = {}
     head = tree / "worktrees" / "wt" / "HEAD"
-    try:
+    with _entry_on_both_sides(host, tree) as shadow:
         assert gitstore._sync_worktrees(shadow, state, None) == []
         head.unlink()
         said = [gitstore._sync_worktrees(shadow, state, None) for _ in range(3)]
@@ -186,6 +175,3 @@ def test_a_worktree_file_held_back_is_said_once_not_every_round(tmp_path: Path) 
         assert (host / "worktrees" / "wt" / "HEAD").read_bytes() == b"ref: refs/heads/other\n"
         head.unlink()
         assert len(gitstore._sync_worktrees(shadow, state, None)) == 1  # held anew: said again
-    finally:
-        os.close(gfd)
-        os.close(tfd)
