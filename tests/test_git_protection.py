@@ -16,7 +16,17 @@ from pathlib import Path
 
 import pytest
 
-from conftest import GIT_ENV, WARREN, Layout, host_git, host_marker, large_tree, run_cli, supervisor_watches
+from conftest import (
+    GIT_ENV,
+    WARREN,
+    Layout,
+    comm,
+    host_git,
+    host_marker,
+    large_tree,
+    run_cli,
+    supervisor_watches,
+)
 
 
 @pytest.fixture(autouse=True, params=["run", "exec"])
@@ -734,12 +744,7 @@ def _inits() -> set[int]:
     from warren._core.procs import descendants
 
     found = statedir.read_address(statedir.location(os.environ))
-    pids = set()
-    for pid in descendants(found[1]) if found is not None else ():
-        with contextlib.suppress(OSError):
-            if Path(f"/proc/{pid}/comm").read_text().strip() == "warren-init":
-                pids.add(pid)
-    return pids
+    return set() if found is None else {pid for pid in descendants(found[1]) if comm(pid) == "warren-init"}
 
 
 def _until_booted_ahead(timeout: float = 20) -> None:
