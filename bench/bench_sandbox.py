@@ -5,7 +5,10 @@
   memory: PSS of the supervisor and every process of the sandboxes (PID 1, the keeper
   serving it, its spare), per sandbox, 50 alive: just used, then idle, then each paused
   right after an exec (the supervisor's thaw guard of each counts, where a freezer
-  pauses: ``WARREN_NATIVE_THAW=0`` measures the Python guard)
+  pauses: ``WARREN_NATIVE_THAW=0`` measures the Python guard); each time by role too
+  (PSS per sandbox, and what one process holds alone: its USS), and what a sandbox
+  would hold without its exec helper's own pages (the total less the helpers' USS: a
+  process's end gives back its USS, not its PSS)
 
 Run: python bench/bench_sandbox.py [--runs 1000] [--idle 50] [--network] [--review]
 [--image DIR]
@@ -41,14 +44,67 @@ def _stats(samples: list[float]) -> str:
     return f"median {statistics.median(samples) * 1000:7.2f} ms   p99 {p99 * 1000:7.2f} ms"
 
 
-def _pss_kib(pid: int) -> int | None:
+def _rollup(pid: int) -> dict[str, int] | None:
+    """``smaps_rollup``'s figures (kB), None where unreadable (gone, or not dumpable)."""
     try:
-        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss:"):
-                return int(line.split()[1])
+        lines = Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()
     except OSError:
         return None
-    return None
+    fields: dict[str, int] = {}
+    for line in lines[1:]:
+        name, _, rest = line.partition(":")
+        if rest.strip().endswith("kB"):
+            fields[name] = int(rest.split()[0])
+    return fields
+
+
+def _pss_kib(pid: int) -> int | None:
+    rollup = _rollup(pid)
+    return None if rollup is None else rollup.get("Pss")
+
+
+def _uss_kib(rollup: dict[str, int]) -> int:
+    """The pages this process alone holds: what its end gives back (a page it shares
+    stays, its PSS then split among fewer)."""
+    return rollup.get("Private_Clean", 0) + rollup.get("Private_Dirty", 0)
+
+
+def _status(pid: int) -> tuple[str, int, int]:
+    """The process's name, its parent, and how many pid namespaces it is in."""
+    name, ppid, levels = "?", 0, 0
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key == "Name":
+                name = value.strip()
+            elif key == "PPid":
+                ppid = int(value)
+            elif key == "NSpid":
+                levels = len(value.split())
+    except OSError:
+        pass
+    return name, ppid, levels
+
+
+def _roles(sup: int, pids: list[int]) -> dict[int, str]:
+    """What each process under the supervisor is: the native pieces by name; a Python
+    process inside a sandbox's pid namespace is its keeper (PID 1 itself with
+    ``WARREN_NATIVE_INIT=0``) or, the child of such a one, an exec helper (a spare, or
+    one serving); outside, the spawner or another host-side helper of the supervisor's."""
+    status = {p: _status(p) for p in pids}
+    roles: dict[int, str] = {}
+    for p, (name, ppid, levels) in status.items():
+        if p == sup:
+            roles[p] = "supervisor"
+        elif not name.startswith("python"):
+            roles[p] = name
+        elif levels < 2:
+            roles[p] = "spawner and host-side helpers"
+        else:
+            parent = status.get(ppid, ("", 0, 0))
+            inside = parent[0].startswith("python") and parent[2] >= 2
+            roles[p] = "exec helper (the spare)" if inside else "keeper"
+    return roles
 
 
 def main() -> None:
@@ -142,10 +198,33 @@ def _memory(when: str, state: str = "running") -> None:
         return
     total = sum(v for v in values if v is not None)
     sup_kib = _pss_kib(sup) or 0
-    print(f"memory with {len(entries)} sandboxes alive, {when}: {len(pids) - 1} processes")
+    n = len(entries)
+    print(f"memory with {n} sandboxes alive, {when}: {len(pids) - 1} processes")
     print(f"  supervisor PSS               {sup_kib / 1024:7.2f} MiB")
     print(f"  supervisor + all sandboxes   {total / 1024:7.2f} MiB")
-    print(f"  per sandbox                  {(total - sup_kib) / len(entries) / 1024:7.2f} MiB")
+    print(f"  per sandbox                  {(total - sup_kib) / n / 1024:7.2f} MiB")
+    # By role: each one's PSS per sandbox, and what one process of it holds alone (USS).
+    # Without a process, the total falls by its USS, not its PSS: the pages it shared
+    # stay, their PSS split among the others (a spare shares about 2 MB with its keeper
+    # alone, which are the keeper's once the spare is gone).
+    by_role: dict[str, list[int]] = {}
+    for pid, role in _roles(sup, pids).items():
+        rollup = None if pid == sup else _rollup(pid)
+        if rollup is None:
+            continue
+        kept = by_role.setdefault(role, [0, 0, 0])
+        kept[0] += 1
+        kept[1] += rollup.get("Pss", 0)
+        kept[2] += _uss_kib(rollup)
+    for role, (count, pss, uss) in sorted(by_role.items(), key=lambda kv: -kv[1][1]):
+        print(
+            f"    {role:30s} x{count:<4d} PSS {pss / n / 1024:5.2f} MiB per sandbox,"
+            f" {uss / count / 1024:5.2f} MiB its own each"
+        )
+    spares = by_role.get("exec helper (the spare)")
+    if spares is not None:
+        without = (total - sup_kib - spares[2]) / n / 1024
+        print(f"  per sandbox without its exec helper's own pages   {without:7.2f} MiB")
 
 
 if __name__ == "__main__":
