@@ -72,3 +72,20 @@ def test_the_planner_and_policy_packages_still_name_what_they_export() -> None:
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "module 'warren.plan' has no attribute 'nothing'"
+
+
+def test_the_supervisor_starts_without_the_image_store_or_the_tls_stack() -> None:
+    """What only an image sandbox (the image store: its unpacking and archive modules) or
+    a sandbox with secrets (warren's CA, ``ssl``) uses is loaded when one comes, not on
+    every supervisor's start: planning names the caller's image store
+    (``images.location``), the rest only annotates."""
+    probe = (
+        "import json, sys\n"
+        "import warren.server.supervisor\n"
+        "import warren.server.daemon\n"
+        "watched = ('warren.images.store', 'warren.images.unpack', 'warren.net.tlsca', 'ssl')\n"
+        "print(json.dumps([m for m in watched if m in sys.modules]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == []

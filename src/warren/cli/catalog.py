@@ -321,7 +321,8 @@ def values(kind: str) -> list[str]:
 
             return profile_names(Path.cwd())
         if kind == "images":
-            from ..images.store import ImageStore, default_root
+            from ..images.location import default_root
+            from ..images.store import ImageStore
 
             return [i.name for i in ImageStore().images()] if default_root().is_dir() else []
         if statedir.read_address(statedir.location(os.environ)) is None:

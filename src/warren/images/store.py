@@ -63,6 +63,7 @@ from ..errors import ImageError, ImageInUse
 from . import holds, unpack
 from .config import DEFAULT_PATH, ImageInfo, oci_config, parse_config
 from .holds import HEX, RECORD_LIMIT, TMP, Holder
+from .location import default_root
 from .ref import ImageConfig, ImageRef
 
 HINT = "warren image ls lists what is here; warren image build/import makes one"
@@ -70,14 +71,6 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 
 Progress = Callable[[str, int, int | None], None]
 """Called as (label, bytes done, bytes in all or None) while a layer is read."""
-
-
-def default_root(env: dict[str, str] | None = None) -> Path:
-    env = dict(os.environ) if env is None else env
-    base = env.get("XDG_DATA_HOME") or ""
-    if not base.startswith("/"):
-        base = os.path.join(env.get("HOME") or os.path.expanduser("~"), ".local", "share")
-    return Path(os.path.normpath(base)) / "warren" / "images"
 
 
 def check_name(name: object) -> str:

@@ -28,13 +28,13 @@ from typing import TYPE_CHECKING, Protocol
 from .. import durations, protocol, wire
 from .._core import cgroups, execstub, idletime, procs, shim
 from ..errors import PolicyError, PortNotForwarded, SandboxError, SetupError, WarrenError, from_record
-from ..images.store import Lease
 from ..plan import Plan
 from ..plan.limits import V2
 from . import boxnet, follow, gitkeeper, joined, launch, linkwalk, pause, repowatch, spawns, trail, usage
 from .trail import Started, Trail
 
 if TYPE_CHECKING:
+    from ..images.store import Lease
     from ..net.intercept import Interception
     from ..net.pasta import Pasta
     from .ahead import Booted, Request

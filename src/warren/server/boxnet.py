@@ -21,7 +21,6 @@ from ..errors import SandboxError, WarrenError
 from ..net import log as netlog
 from ..net.pasta import Pasta
 from ..net.secrets import HttpRule, PlacedSecret
-from ..net.tlsca import CA
 from ..plan import Plan
 from ..plan.model import NetPlan
 from . import netd
@@ -29,6 +28,7 @@ from . import netd
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ..net.intercept import Interception
+    from ..net.tlsca import CA
 
 NETLOG_FILE = "net.jsonl"  # in a long-lived sandbox's state directory
 NETLOG_MAX = 5000  # events in one reply (the newest)

@@ -15,9 +15,13 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ..errors import PolicyError
+from ..images.location import default_root
 from ..images.ref import ImageRef
-from ..images.store import ImageStore, Lease, default_root
 from ..plan.model import Plan
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ..images.store import Lease
 
 
 def store_root(env: Mapping[str, str]) -> Path:
@@ -28,6 +32,8 @@ def store_root(env: Mapping[str, str]) -> Path:
 def resolve_image(name: str, env: Mapping[str, str]) -> ImageRef:
     if name.startswith("/"):
         return _directory(name)
+    from ..images.store import ImageStore  # an image sandbox's: not loaded on every start
+
     return ImageStore(store_root(env)).resolve(name)
 
 
@@ -39,6 +45,8 @@ def lease(plan: Plan, holder: str) -> Lease | None:
     name = plan.image
     if name is None or plan.image_store is None:
         return None
+    from ..images.store import ImageStore
+
     store = ImageStore(Path(plan.image_store))
     if "+" in name:
         layers = [Path(p) for p in plan.mounts[0].layers] if plan.mounts else []

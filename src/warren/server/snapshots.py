@@ -39,10 +39,13 @@ from pathlib import Path
 from .._core import extents, safepath
 from ..errors import ImageError, SetupError, SnapshotError, SnapshotNotFound, WarrenError
 from ..images.ref import ImageRef
-from ..images.store import ImageStore
 from ..policy import config
 from ..policy.limits import show_size
 from . import review
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ..images.store import ImageStore
 
 DIR = "snapshots"
 _RD = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -52,6 +55,14 @@ _ID_CHARS = frozenset("0123456789abcdef")
 RESERVE_MAX = 256 << 20  # kept free on the state directory's disk: the registry, logs
 RECHECK = 16 << 20  # the disk's free space is read again after this much is written
 _INODE_COST = 4096  # a name in the copy costs at least a block of the state disk
+
+
+def _store(root: str) -> ImageStore:
+    """The image store at ``root``, whose layers a snapshot of an image sandbox holds
+    (loaded then, not on the supervisor's start)."""
+    from ..images.store import ImageStore
+
+    return ImageStore(Path(root))
 
 
 @dataclass(frozen=True)
@@ -233,7 +244,7 @@ def begin(
         top = os.open(snap_id, _DIRFLAGS, dir_fd=base)
         try:
             if store:
-                ImageStore(Path(store)).hold_for_snapshot(
+                _store(store).hold_for_snapshot(
                     snap_id, os.path.join(root, DIR, snap_id), image.name, image.layers
                 )
                 held = True
@@ -262,7 +273,7 @@ def begin(
         with contextlib.suppress(OSError):
             safepath.remove_tree(base, snap_id)
         if held:
-            ImageStore(Path(store or "")).release_snapshot(snap_id)
+            _store(store or "").release_snapshot(snap_id)
         if isinstance(e, ImageError):
             raise
         raise _cannot(sandbox, e) from None
@@ -300,7 +311,7 @@ def discard(root: str, snap: Snapshot) -> None:
         os.close(base)
     if snap.store:
         with contextlib.suppress(ImageError):
-            ImageStore(Path(snap.store)).release_snapshot(snap.id)
+            _store(snap.store).release_snapshot(snap.id)
 
 
 def _empty_layer(root: str, snap_id: str) -> None:
@@ -656,5 +667,5 @@ def remove(root: str, snap_id: str, in_use: set[str]) -> Snapshot:
         os.close(base)
     if snap.store:
         with contextlib.suppress(ImageError):
-            ImageStore(Path(snap.store)).release_snapshot(snap_id)
+            _store(snap.store).release_snapshot(snap_id)
     return snap
