@@ -565,7 +565,12 @@ def _sleepers(pattern: str) -> str:
 def test_a_killed_client_takes_its_command_tree_with_it_without_user_namespaces(box: Path) -> None:
     env = {**os.environ, "XDG_STATE_HOME": str(box / "state"), "XDG_RUNTIME_DIR": str(box / "run")}
     assert BWRAP is not None
-    warren = [sys.executable, "-m", "warren", "run", "--", "sh", "-c", "setsid sleep 302 & sleep 303"]
+    # Its sleeps are marked, and only this user's are looked for and killed: the other
+    # half of scripts/test (root, which may kill any) runs this test at the same time.
+    t = f"{os.getpid()}{time.monotonic_ns() % 100000}"
+    mine = rf"^sleep 30[23]\.{t}$"
+    command = f"setsid sleep 302.{t} & sleep 303.{t}"
+    warren = [sys.executable, "-m", "warren", "run", "--", "sh", "-c", command]
     client = subprocess.Popen(
         [BWRAP, "--dev-bind", "/", "/", "--unshare-user", "--disable-userns", "--", *warren],
         cwd=box / "ws",
@@ -575,17 +580,17 @@ def test_a_killed_client_takes_its_command_tree_with_it_without_user_namespaces(
         stderr=subprocess.DEVNULL,
     )
     try:
-        assert _wait_for(lambda: _sleepers("^sleep 30[23]$").count("\n") == 2)
+        assert _wait_for(lambda: _sleepers(mine).count("\n") == 2)
         # bwrap's child is the warren client: SIGKILL it, as an agent framework might.
         inner = subprocess.run(
             ["pgrep", "-P", str(client.pid)], capture_output=True, text=True
         ).stdout.split()
         os.kill(int(inner[0]), signal.SIGKILL)
-        assert _wait_for(lambda: _sleepers("^sleep 30[23]$") == ""), "the command tree outlived its client"
+        assert _wait_for(lambda: _sleepers(mine) == ""), "the command tree outlived its client"
     finally:
         client.kill()
         client.wait()
-        subprocess.run(["pkill", "-f", "^sleep 30[23]$"])
+        subprocess.run(["pkill", "-U", str(os.getuid()), "-f", mine])
 
 
 def test_plan_names_each_protection_the_degraded_mode_cannot_hold(box: Path) -> None:
