@@ -497,7 +497,19 @@ def test_the_helper_a_joined_keeper_forks_for_its_request_keeps_none_of_it_once_
         # sandbox's cgroup counters (a request's), none of the first's descriptors. It
         # lets them go once the command's end is told, which may come just after the
         # client has its result: looked at until then (one it kept, it keeps for good).
+        # It may end instead of serving again (the keeper's go later than
+        # ``again.GO_WAIT_MS`` under load, or a spare forked first): then the round is
+        # made again, the keeper shed first; one that never stays fails.
         helper = _host_pid(box.pid1, int(first.stdout))
+        for _ in range(5):
+            if helper is not None:
+                break
+            box.pause()
+            box.resume()
+            first = box.exec(["sh", "-c", "echo $PPID"])
+            assert first.exit_code == 0, first
+            helper = _host_pid(box.pid1, int(first.stdout))
+        assert helper is not None, "in six rounds, no helper of a joined keeper stayed to serve again"
         deadline = time.monotonic() + 10
         while True:
             held = [_target(helper, fd) for fd in _fds(helper)]
@@ -514,10 +526,10 @@ def test_the_helper_a_joined_keeper_forks_for_its_request_keeps_none_of_it_once_
     assert box.exec(["echo", "served"]).stdout == b"served\n"
 
 
-def _host_pid(pid1: int, inside: int) -> int:
+def _host_pid(pid1: int, inside: int) -> int | None:
     """The host's pid of the process whose pid is ``inside`` in the pid namespace of
     ``pid1`` (a joined keeper and its helpers are the spawner's descendants, not the
-    init's)."""
+    init's); None when there is none (it has ended)."""
     from warren._core.procs import descendants
     from warren.server import statedir
 
@@ -533,7 +545,7 @@ def _host_pid(pid1: int, inside: int) -> int:
             continue
         if same and nspid[-1] == str(inside):
             return pid
-    raise AssertionError(f"no process {inside} in the sandbox")
+    return None
 
 
 def _fds(pid: int) -> list[str]:
