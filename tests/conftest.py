@@ -55,23 +55,14 @@ def pytest_configure(config: pytest.Config) -> None:
 # The longest modules (minutes of one worker: an image built, real projects' suites,
 # installers) start first, so that a worker does not begin one of them when the other
 # has nothing left (pytest-xdist hands out a file at a time in this order).
-# Longest first, by one worker's time per half in a gate's `--durations=0` (2026-11-29).
 LONGEST_FIRST = (
-    "test_image_fidelity.py",  # 55-90 s: builds the Debian image (setup)
-    "test_idle_keeper.py",  # 70 s: waits for keepers to leave
-    "test_checkpoint_bases.py",  # 50-60 s as root: a thousand checkpoints
-    "test_e2b_api.py",
-    "test_integration_deepagents.py",
-    "test_service_schema.py",
-    "test_install.py",
+    "test_image_fidelity.py",
     "test_tmpdir.py",
-    "test_git_protection.py",
-    "test_broker_races.py",
-    "test_service_hardening.py",
-    "test_linkwalk_optimistic.py",
-    "test_linkwalk.py",
-    "test_uploads.py",
+    "test_e2b_api.py",
+    "test_install.py",
+    "test_service_schema.py",
     "test_real_project.py",
+    "test_uploads.py",
     "test_images_debian.py",  # after the other worker has built the image both use
 )
 
