@@ -3,7 +3,8 @@
   exec("true") in a live sandbox vs subprocess.run(["true"]): median and p99
   create + remove of a sandbox (supervisor already running)
   memory: PSS of the supervisor and every process of the sandboxes (PID 1, the keeper
-  serving it, its spare), per sandbox, 50 alive: just used, then idle, then each paused
+  serving it, its spare), per sandbox, 50 alive: just used, then idle, then used again
+  (the keepers joined, where PID 1 forked the first ones), then each paused
   right after an exec (the supervisor's thaw guard of each counts, where a freezer
   pauses: ``WARREN_NATIVE_THAW=0`` measures the Python guard); each time by role too
   (PSS per sandbox, and what one process holds alone: its USS), and what a sandbox
@@ -174,6 +175,11 @@ def main() -> None:
         # the native init leaves then too (``pid1.Init._may_leave``)
         time.sleep(SPARE_IDLE + 2)
         _memory(f"idle for {SPARE_IDLE + 1:g} s (spares and keepers let go)")
+        # The next command joins a keeper from the spawner (it never ran PID 1's setup)
+        for sb in [first, *idle]:
+            sb.exec(["true"])
+        time.sleep(1)
+        _memory("used again (each keeper joined, with a spare)")
         for sb in [first, *idle]:
             sb.exec(["true"])
             sb.pause()
