@@ -26,6 +26,13 @@ PLANNER = (
 )
 
 
+def _probe(code: str) -> str:
+    """What ``code`` prints, run in a fresh interpreter (nothing of this one's loaded)."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def _scope_loads(runtime: Path) -> tuple[str, list[str]]:
     """What ``systemd_scope`` returns for a client whose XDG_RUNTIME_DIR is ``runtime``,
     and which of the planner's modules (and the cgroup module) it loaded, in a fresh
@@ -38,9 +45,7 @@ def _scope_loads(runtime: Path) -> tuple[str, list[str]]:
         "print(repr(scope))\n"
         f"print(json.dumps(sorted(m for m in {watched!r} if m in sys.modules)))\n"
     )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    scope, loaded = done.stdout.splitlines()
+    scope, loaded = _probe(probe).splitlines()
     return scope, json.loads(loaded)
 
 
@@ -69,9 +74,7 @@ def test_the_planner_and_policy_packages_still_name_what_they_export() -> None:
         "except AttributeError as e:\n"
         "    print(e)\n"
     )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "module 'warren.plan' has no attribute 'nothing'"
+    assert _probe(probe).strip() == "module 'warren.plan' has no attribute 'nothing'"
 
 
 def test_the_supervisor_starts_without_the_image_store_or_the_tls_stack() -> None:
@@ -86,6 +89,4 @@ def test_the_supervisor_starts_without_the_image_store_or_the_tls_stack() -> Non
         "watched = ('warren.images.store', 'warren.images.unpack', 'warren.net.tlsca', 'ssl')\n"
         "print(json.dumps([m for m in watched if m in sys.modules]))\n"
     )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == []
+    assert json.loads(_probe(probe)) == []
