@@ -21,7 +21,7 @@ from ..plan.model import Plan
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from ..images.store import Lease
+    from ..images.store import ImageStore, Lease
 
 
 def store_root(env: Mapping[str, str]) -> Path:
@@ -29,12 +29,18 @@ def store_root(env: Mapping[str, str]) -> Path:
     return default_root(dict(env))
 
 
+def image_store(root: str | Path) -> ImageStore:
+    """The image store at ``root``, loaded when an image sandbox (or a snapshot of one)
+    needs it, not on every supervisor's start."""
+    from ..images.store import ImageStore
+
+    return ImageStore(Path(root))
+
+
 def resolve_image(name: str, env: Mapping[str, str]) -> ImageRef:
     if name.startswith("/"):
         return _directory(name)
-    from ..images.store import ImageStore  # an image sandbox's: not loaded on every start
-
-    return ImageStore(store_root(env)).resolve(name)
+    return image_store(store_root(env)).resolve(name)
 
 
 def lease(plan: Plan, holder: str) -> Lease | None:
@@ -45,9 +51,7 @@ def lease(plan: Plan, holder: str) -> Lease | None:
     name = plan.image
     if name is None or plan.image_store is None:
         return None
-    from ..images.store import ImageStore
-
-    store = ImageStore(Path(plan.image_store))
+    store = image_store(plan.image_store)
     if "+" in name:
         layers = [Path(p) for p in plan.mounts[0].layers] if plan.mounts else []
         return store.acquire_layers(name, layers, holder)

@@ -42,10 +42,7 @@ from ..images.ref import ImageRef
 from ..policy import config
 from ..policy.limits import show_size
 from . import review
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from ..images.store import ImageStore
+from .envroot import image_store
 
 DIR = "snapshots"
 _RD = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -55,14 +52,6 @@ _ID_CHARS = frozenset("0123456789abcdef")
 RESERVE_MAX = 256 << 20  # kept free on the state directory's disk: the registry, logs
 RECHECK = 16 << 20  # the disk's free space is read again after this much is written
 _INODE_COST = 4096  # a name in the copy costs at least a block of the state disk
-
-
-def _store(root: str) -> ImageStore:
-    """The image store at ``root``, whose layers a snapshot of an image sandbox holds
-    (loaded then, not on the supervisor's start)."""
-    from ..images.store import ImageStore
-
-    return ImageStore(Path(root))
 
 
 @dataclass(frozen=True)
@@ -244,7 +233,7 @@ def begin(
         top = os.open(snap_id, _DIRFLAGS, dir_fd=base)
         try:
             if store:
-                _store(store).hold_for_snapshot(
+                image_store(store).hold_for_snapshot(
                     snap_id, os.path.join(root, DIR, snap_id), image.name, image.layers
                 )
                 held = True
@@ -273,7 +262,7 @@ def begin(
         with contextlib.suppress(OSError):
             safepath.remove_tree(base, snap_id)
         if held:
-            _store(store or "").release_snapshot(snap_id)
+            image_store(store or "").release_snapshot(snap_id)
         if isinstance(e, ImageError):
             raise
         raise _cannot(sandbox, e) from None
@@ -311,7 +300,7 @@ def discard(root: str, snap: Snapshot) -> None:
         os.close(base)
     if snap.store:
         with contextlib.suppress(ImageError):
-            _store(snap.store).release_snapshot(snap.id)
+            image_store(snap.store).release_snapshot(snap.id)
 
 
 def _empty_layer(root: str, snap_id: str) -> None:
@@ -667,5 +656,5 @@ def remove(root: str, snap_id: str, in_use: set[str]) -> Snapshot:
         os.close(base)
     if snap.store:
         with contextlib.suppress(ImageError):
-            _store(snap.store).release_snapshot(snap_id)
+            image_store(snap.store).release_snapshot(snap_id)
     return snap
