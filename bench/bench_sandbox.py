@@ -59,11 +59,6 @@ def _rollup(pid: int) -> dict[str, int] | None:
     return fields
 
 
-def _pss_kib(pid: int) -> int | None:
-    rollup = _rollup(pid)
-    return None if rollup is None else rollup.get("Pss")
-
-
 def _uss_kib(rollup: dict[str, int]) -> int:
     """The pages this process alone holds: what its end gives back (a page it shares
     stays, its PSS then split among fewer)."""
@@ -198,12 +193,13 @@ def _memory(when: str, state: str = "running") -> None:
     # Each sandbox: PID 1, and while in use its keeper (the spawner's child where PID 1 is
     # the native init) and a spare exec helper with its launcher.
     pids = [sup, *descendants(sup)]
-    values = [_pss_kib(p) for p in pids]
-    if any(v is None for v in values):
+    rollups = {p: _rollup(p) for p in pids}
+    read = {p: r for p, r in rollups.items() if r is not None}
+    if len(read) < len(rollups):
         print("memory: PSS of PID 1 is not readable as this user (not dumpable); run as root")
         return
-    total = sum(v for v in values if v is not None)
-    sup_kib = _pss_kib(sup) or 0
+    total = sum(r.get("Pss", 0) for r in read.values())
+    sup_kib = read[sup].get("Pss", 0)
     n = len(entries)
     print(f"memory with {n} sandboxes alive, {when}: {len(pids) - 1} processes")
     print(f"  supervisor PSS               {sup_kib / 1024:7.2f} MiB")
@@ -215,9 +211,9 @@ def _memory(when: str, state: str = "running") -> None:
     # alone, which are the keeper's once the spare is gone).
     by_role: dict[str, list[int]] = {}
     for pid, role in _roles(sup, pids).items():
-        rollup = None if pid == sup else _rollup(pid)
-        if rollup is None:
+        if pid == sup:
             continue
+        rollup = read[pid]
         kept = by_role.setdefault(role, [0, 0, 0])
         kept[0] += 1
         kept[1] += rollup.get("Pss", 0)
