@@ -479,11 +479,17 @@ def test_a_host_abstract_unix_socket_is_unreachable_without_user_namespaces(box:
         server.close()
 
 
+def _mark() -> str:
+    """A mark for this test's sleeps: other tests of this user (and, as root, of the other
+    half of scripts/test) sleep as long at the same time."""
+    return f"{os.getpid()}{time.monotonic_ns() % 100000}"
+
+
 def test_a_long_lived_sandbox_lists_signals_and_stops_only_its_own_processes(box: Path) -> None:
     host = subprocess.Popen(["sleep", "60"])  # a process of the caller's, outside the sandbox
     try:
         # Its sleeps are marked (other tests of this user sleep 300 at the same time).
-        token = f"{os.getpid()}{time.monotonic_ns() % 100000}"
+        token = _mark()
         r = nouserns(box, ["--", sys.executable, "-c", LONG_LIVED, str(host.pid), token], state="long-lived")
         assert r.returncode == 0, r.stderr
         # The two commands, and at most warren's helpers for them (shims, spares), as
@@ -567,7 +573,7 @@ def test_a_killed_client_takes_its_command_tree_with_it_without_user_namespaces(
     assert BWRAP is not None
     # Its sleeps are marked, and only this user's are looked for and killed: the other
     # half of scripts/test (root, which may kill any) runs this test at the same time.
-    t = f"{os.getpid()}{time.monotonic_ns() % 100000}"
+    t = _mark()
     mine = rf"^sleep 30[23]\.{t}$"
     command = f"setsid sleep 302.{t} & sleep 303.{t}"
     warren = [sys.executable, "-m", "warren", "run", "--", "sh", "-c", command]
