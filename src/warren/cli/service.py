@@ -89,7 +89,7 @@ def mcp(args: list[str]) -> int:
         idle = os.environ.get("WARREN_MCP_IDLE_TIMEOUT") or MCP_IDLE_TIMEOUT
         parse_duration(idle, "$WARREN_MCP_IDLE_TIMEOUT")  # refused here, not at the first tool call
         spec = dataclasses.replace(spec, idle_timeout=idle)
-    server = build(LocalTransport(standby=True), spec, spec.workspace)
+    server = build(LocalTransport(), spec, spec.workspace)
 
     def ended(signum: int, _frame: object) -> None:
         # Unwinding would wait for the SDK's thread blocked reading stdin: clean up, leave.

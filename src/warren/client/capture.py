@@ -34,14 +34,11 @@ def run_captured(
     command: Command,
     *,
     lost: Callable[[], Exception] | None = None,
-    ahead: Callable[[], None] | None = None,
 ) -> Result:
     """``message``'s command gets pipes for stdout and stderr (and stdin when
     ``command`` has some; output and proxy decisions go to its callbacks as they come);
     a run with ``net_events`` also gets the pipe its proxy decisions come through.
-    ``lost`` makes the error for a connection that ends without an answer; ``ahead``
-    is called once the request is sent, while the command starts (the library makes its
-    next connection then: ``connect.stand_by``)."""
+    ``lost`` makes the error for a connection that ends without an answer."""
     start = time.monotonic()
     stdin, on_net_event = command.stdin, command.on_net_event
     out_r, out_w = os.pipe2(os.O_CLOEXEC)
@@ -66,8 +63,6 @@ def run_captured(
     finally:
         for fd in theirs:
             os.close(fd)
-    if ahead is not None:
-        ahead()
     captures = {
         out_r: Capture(command.output_limit, command.on_stdout),
         err_r: Capture(command.output_limit, command.on_stderr),

@@ -7,10 +7,6 @@ it holds none of the caller's memory — with a scrubbed environment (the caller
 sent per request, and filtered by the policy). When the state directory is unusable,
 one-shot runs still work: an inline supervisor serves just this connection.
 
-A long-lived client (the library's) makes its next connection ahead, after a request
-(``stand_by``): the supervisor accepts and verifies it then, and the next request,
-an exec's, is read the moment it is sent. At most one per process.
-
 On the CLI's fast path: standard library only, nothing heavy.
 """
 
@@ -18,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import socket
 import sys
 import time
@@ -224,21 +219,14 @@ def _unreachable(root: str, pid: int, ns: str) -> SetupError:
 # State directory -> the address of its supervisor, once found and checked (state
 # directory verified, same namespaces): later connections only check the peer's uid.
 _verified: dict[str, str] = {}
-# The connection made ahead to a supervisor (``stand_by``: one at most), with the pid that made it.
-_standing: dict[str, tuple[int, wire.Sock]] = {}
 
 
-def supervisor(env: Mapping[str, str] | None = None, *, held: bool = True) -> wire.Sock:
-    """A verified connection to this user's supervisor, starting it when needed: with
-    ``held``, the one made ahead (``stand_by``) if it is still open — for a request
-    that can go again if that one is closed as it is sent (``NotTaken``), so one
-    without payload. A SetupError when it cannot be had here (state directory
-    unusable, or the running supervisor lives in other namespaces)."""
+def supervisor(env: Mapping[str, str] | None = None) -> wire.Sock:
+    """A verified connection to this user's supervisor, starting it when needed. A
+    SetupError when it cannot be had here (state directory unusable, or the running
+    supervisor lives in other namespaces)."""
     env = os.environ if env is None else env
     location = statedir.location(env)
-    ahead = _take_standing(location) if held else None
-    if ahead is not None:
-        return ahead
     known = _verified.get(location)
     if known is not None:
         try:
@@ -300,63 +288,6 @@ def supervisor(env: Mapping[str, str] | None = None, *, held: bool = True) -> wi
     )
 
 
-def stand_by(env: Mapping[str, str] | None = None) -> None:
-    """Make the next connection to the supervisor ahead, unless one is held already
-    (``supervisor`` takes it): connected, verified, and said to be a ``Standby``, which
-    the supervisor holds for its request (``server.connections``: five minutes). Only
-    to a supervisor reached before in this process, never starting one; nothing when it
-    cannot be had. One per process: a connection held to another state directory's
-    supervisor is closed."""
-    location = statedir.location(os.environ if env is None else env)
-    known = _verified.get(location)
-    held = _standing.get(location)
-    if held is not None and held[0] != os.getpid():
-        _take_standing(location)  # a fork's copy of its parent's: closed here
-    elif held is not None:
-        return
-    if known is None:
-        return
-    for other in [other for other in list(_standing) if other != location]:
-        # One at a time: a process that moves between state directories (a test suite)
-        # holds no connection to each supervisor it ever reached.
-        gone = _standing.pop(other, None)
-        if gone is not None:
-            gone[1].close()
-    try:
-        sock = wire.connect(known)
-    except OSError:
-        return
-    try:
-        _verify_server(sock)
-        wire.send(sock, protocol.Standby())
-    except (OSError, WarrenError):
-        sock.close()
-        return
-    if _standing.setdefault(location, (os.getpid(), sock))[1] is not sock:
-        sock.close()  # another thread's came first
-
-
-def _take_standing(location: str) -> wire.Sock | None:
-    """The connection made ahead to the supervisor at ``location``, if this process
-    holds one and the supervisor has not closed it (it held it too long, made room, or
-    exited: then it is readable, at its end). Taken: the next ``stand_by`` makes
-    another. A request sent on it as the supervisor closes it is reset unread, and
-    ``NotTaken`` sends it again on a new one."""
-    held = _standing.pop(location, None)
-    if held is None:
-        return None
-    pid, sock = held
-    if pid != os.getpid():
-        sock.close()  # a fork's copy: the process that made it still holds its own
-        return None
-    poller = select.poll()
-    poller.register(sock, select.POLLIN)
-    if poller.poll(0):
-        sock.close()
-        return None
-    return sock
-
-
 def inline() -> wire.Sock:
     """A supervisor of our own, for this one connection (no state directory needed)."""
     import socket
@@ -386,23 +317,18 @@ def request(
     expect: tuple[type[protocol.Message], ...],
     env: Mapping[str, str] | None = None,
     payload: bytes = b"",
-    *,
-    ahead: Callable[[], None] | None = None,
 ) -> tuple[protocol.Message, bytes]:
     """One request to the supervisor (or, through it, to a sandbox's PID 1) and its
-    reply; an ``Error`` reply is raised as the error it carries. ``ahead``: called once
-    the request is sent, before its reply is awaited (``stand_by``).
+    reply; an ``Error`` reply is raised as the error it carries.
 
     A supervisor that exits (its idle time out, a `warren shutdown`, or killed) with the
     connection still waiting to be accepted resets it: the request was never read, so it
     goes once more, to the next supervisor (`NotTaken`)."""
     try:
-        return exchange(
-            supervisor(env, held=not payload), message, expect, payload, retry=not payload, ahead=ahead
-        )
+        return exchange(supervisor(env), message, expect, payload, retry=not payload)
     except NotTaken:
         forget(env)
-        return exchange(supervisor(env), message, expect, payload, ahead=ahead)
+        return exchange(supervisor(env), message, expect, payload)
 
 
 def lost_command(op: str, sandbox: str | None, env: Mapping[str, str] | None = None) -> SandboxError:
@@ -448,11 +374,7 @@ class NotTaken(Exception):
 
 def forget(env: Mapping[str, str] | None = None) -> None:
     """Look the supervisor up afresh next time (after `NotTaken`: the one known went away)."""
-    location = statedir.location(os.environ if env is None else env)
-    _verified.pop(location, None)
-    held = _standing.pop(location, None)
-    if held is not None:
-        held[1].close()
+    _verified.pop(statedir.location(os.environ if env is None else env), None)
 
 
 def send_request(sock: wire.Sock, message: protocol.Message, fds: Sequence[int] = ()) -> None:
@@ -481,7 +403,6 @@ def exchange(
     payload: bytes = b"",
     *,
     retry: bool = False,
-    ahead: Callable[[], None] | None = None,
 ) -> tuple[protocol.Message, bytes]:
     """Send ``message`` on ``sock``, read the one reply and close: see ``request``.
     ``retry`` (a request without payload): `NotTaken` when it was never read."""
@@ -496,8 +417,6 @@ def exchange(
                 raise NotTaken from None
             if not payload:
                 raise
-        if ahead is not None:
-            ahead()
         if retry:
             _await_reply(sock)
     except (wire.ConnectionClosed, ConnectionResetError, BrokenPipeError):

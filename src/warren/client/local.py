@@ -68,17 +68,8 @@ def _lost(
 
 
 class LocalTransport(Transport):
-    def __init__(self, env: Mapping[str, str] | None = None, *, standby: bool = False) -> None:
-        """``standby``: after each request, make the next connection to the supervisor
-        ahead (``connect.stand_by``), for a process that will ask again: the library's
-        own transport (``Sandbox`` without one), a service's. Not the CLI's, which asks
-        once and exits."""
+    def __init__(self, env: Mapping[str, str] | None = None) -> None:
         self._env = env  # None: this process's environment at each call
-        self._standby = standby
-
-    def _ahead(self) -> None:
-        if self._standby:
-            connect.stand_by(self._env)
 
     @property
     def env(self) -> Mapping[str, str]:
@@ -93,10 +84,7 @@ class LocalTransport(Transport):
     def _request(
         self, message: protocol.Message, expect: tuple[type[protocol.Message], ...], payload: bytes = b""
     ) -> tuple[protocol.Message, bytes]:
-        try:
-            return connect.request(message, expect, self.env, payload, ahead=self._ahead)
-        finally:
-            self._ahead()  # unless made already, once the request was sent
+        return connect.request(message, expect, self.env, payload)
 
     # --- one-shot --------------------------------------------------------------------
 
@@ -147,16 +135,13 @@ class LocalTransport(Transport):
         away without reading it (``connect.NotTaken``: nothing ran, no byte of stdin
         was read, so the second one is the first the command sees)."""
         try:
-            try:
-                return self._captured_once(message, command, lost)
-            except connect.NotTaken:
-                connect.forget(self.env)
-            try:
-                return self._captured_once(message, command, lost)
-            except connect.NotTaken:
-                raise lost() from None
-        finally:
-            self._ahead()
+            return self._captured_once(message, command, lost)
+        except connect.NotTaken:
+            connect.forget(self.env)
+        try:
+            return self._captured_once(message, command, lost)
+        except connect.NotTaken:
+            raise lost() from None
 
     def _captured_once(
         self,
@@ -171,7 +156,7 @@ class LocalTransport(Transport):
         from .capture import run_captured
 
         try:
-            return run_captured(sock, message, command, lost=lost, ahead=self._ahead)
+            return run_captured(sock, message, command, lost=lost)
         finally:
             sock.close()
 

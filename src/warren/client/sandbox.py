@@ -75,7 +75,7 @@ def _local(remote: str | None = None, token: str | None = None) -> Transport:
         return transport
     from .local import LocalTransport
 
-    return LocalTransport(standby=True)
+    return LocalTransport()
 
 
 def feed_stdin(

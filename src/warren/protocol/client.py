@@ -373,15 +373,6 @@ class ShutdownRequest(Message):
     TAG = "shutdown"
 
 
-class Standby(Message):
-    """A connection made ahead of a client's next request, which it sends later on the
-    same connection: the supervisor accepts and verifies it now, off that request's
-    path, and holds it (``server.connections``) until the request comes. No reply. The
-    client keeps at most one per supervisor (``client.connect.stand_by``)."""
-
-    TAG = "standby"
-
-
 class Signal(Message):
     """From a client to the command it runs (same connection): forward this signal."""
 

@@ -133,7 +133,7 @@ async def _serve(opts: Options) -> None:
         )
     name = opts.name or f"sandboxd-{os.getpid()}"
     try:
-        runtime = await asyncio.to_thread(Runtime.create, opts.spec, LocalTransport(standby=True), name)
+        runtime = await asyncio.to_thread(Runtime.create, opts.spec, LocalTransport(), name)
     except BaseException:
         rest_sock.close()
         await server.stop(None)

@@ -1,12 +1,6 @@
 """The supervisor's connected clients as a set: taking connections (verified, a batch
 per turn, at most ``MAX_CLIENTS``), making room, answering and letting go.
 
-A connection whose client said ``Standby`` (made ahead of its next request) is held
-apart, ``standing``: it is not a client that waits (the loop's quiet, its idle end and
-its boots ahead do not count it), it is the first to make room, and it goes without a
-word at its deadline (``STANDBY_HOLD``); the client, finding it closed, connects again.
-Its next request makes it a client like any other.
-
 Nothing here waits on a client: a reply is queued and written as the socket takes it,
 a client too slow to send its request header is dropped at its deadline, and one told
 there is no room is told so only if its socket takes the words at once. What a client
@@ -28,7 +22,6 @@ from . import clients, peer
 from .clients import Client
 
 MAX_CLIENTS = 1024
-STANDBY_HOLD = 300.0  # how long a connection made ahead is held for its request
 ACCEPT_BATCH = 64  # connections accepted per turn of the loop: the others' requests are read between
 _R, _W = selectors.EVENT_READ, selectors.EVENT_WRITE
 
@@ -41,11 +34,10 @@ class Connections:
         self.listener = listener
         self.notes = notes
         self.clients: dict[Client, None] = {}  # oldest first
-        self.standing: dict[Client, None] = {}  # connections made ahead (``Standby``), oldest first
         self.asked_at = 0.0  # the last connection accepted or let go (the supervisor: or exec ended)
 
     def __contains__(self, c: object) -> bool:
-        return c in self.clients or c in self.standing
+        return c in self.clients
 
     def __iter__(self) -> Iterator[Client]:
         return iter(self.clients)
@@ -74,7 +66,7 @@ class Connections:
                 self.notes.log("refused", f"refused a connection: {why}")
                 sock.close()
                 continue
-            if len(self.clients) + len(self.standing) >= MAX_CLIENTS and not self._make_room():
+            if len(self.clients) >= MAX_CLIENTS and not self._make_room():
                 self.notes.log("full", f"refused a connection: {MAX_CLIENTS} clients, all busy")
                 clients.tell(sock, clients.full(f"all {MAX_CLIENTS} of its connections are busy"))
                 continue
@@ -84,10 +76,6 @@ class Connections:
         return taken
 
     def _make_room(self) -> bool:
-        for c in self.standing:
-            if not _waiting(c):
-                self._let_go(c)
-                return True
         for c in self.clients:
             if c.deadline is None or c.busy or c.box is not None or c.stdin is not None:
                 continue
@@ -112,43 +100,19 @@ class Connections:
         self.sel.register(sock, _R, ("client", c))
         return c
 
-    def stand_by(self, c: Client) -> None:
-        """``c`` said it is a connection made ahead: held until its request comes."""
-        self.clients.pop(c, None)
-        self.standing[c] = None
-        c.deadline = time.monotonic() + STANDBY_HOLD
-
-    def resume(self, c: Client) -> None:
-        """A connection held ahead has something to say: a client again, which has
-        ``HEADER_DEADLINE`` for its request as any other."""
-        if c in self.standing:
-            del self.standing[c]
-            self.clients[c] = None
-        c.deadline = time.monotonic() + clients.HEADER_DEADLINE
-
     def expire(self, now: float) -> None:
-        for c in list(self.standing):
-            if c.deadline is not None and now > c.deadline and not _waiting(c):
-                self._let_go(c)  # not a fault: its client did not need it in time
         for c in list(self.clients):
             if c.deadline is not None and now > c.deadline:
                 within = f"{clients.HEADER_DEADLINE:g} s"
                 self.notes.log("expired", f"closed a connection that sent no whole request in {within}")
                 self.drop(c)  # too slow to send its request: it holds up nobody
 
-    def _let_go(self, c: Client) -> None:
-        """Close a connection held ahead, without a word and without reading: a request
-        its client sends from now on is reset unread, which the client takes as not
-        taken and sends again on a new connection (``client.connect.NotTaken``)."""
-        self.drop(c, handed_off=True)
-
     def drop(self, c: Client, handed_off: bool = False) -> None:
         """Forget a client; a one-shot sandbox running its command is killed. A
         connection handed to a sandbox is only let go of: its helper reads on."""
-        if c not in self:
+        if c not in self.clients:
             return
         self.clients.pop(c, None)
-        self.standing.pop(c, None)
         c.release()
         self.asked_at = time.monotonic()
         with contextlib.suppress(KeyError, ValueError):
@@ -185,14 +149,3 @@ class Connections:
             self.drop(c)
         elif c in self.clients:
             self.sel.modify(c.sock, _R if done else _R | _W, ("client", c))
-
-
-def _waiting(c: Client) -> bool:
-    """Whether ``c``'s socket has something to read now (its request, or its end)."""
-    try:
-        c.sock.recv(1, socket.MSG_DONTWAIT | socket.MSG_PEEK)
-    except BlockingIOError:
-        return False
-    except OSError:
-        pass
-    return True

@@ -93,7 +93,6 @@ _SUPERVISOR_REQUESTS = (
     protocol.PauseRequest,
     protocol.StdinRequest,
     protocol.ShutdownRequest,
-    protocol.Standby,
     protocol.SnapshotRequest,
     protocol.SnapshotListRequest,
     protocol.SnapshotRemoveRequest,
@@ -383,8 +382,6 @@ class Supervisor:
                 return
         if not mask & _R:
             return
-        if c in self.clients.standing:
-            self.clients.resume(c)
         if c.box is not None:
             self._from_running_client(c)
             return
@@ -415,18 +412,9 @@ class Supervisor:
             return
         if got is None:
             return
-        msg, payload_len, fds = got
-        if isinstance(msg, protocol.Standby):
-            for fd in fds:
-                os.close(fd)
-            if payload_len:
-                why = ProtocolError("a standby request carries no payload", operation="decode")
-                self.clients.reply(c, protocol.error_message(why))
-            else:
-                self.clients.stand_by(c)  # its request comes later, on this connection
-            return
         c.deadline = None
         c.busy = True
+        msg, payload_len, fds = got
         try:
             self._request(c, msg, payload_len, fds)
         except WarrenError as e:

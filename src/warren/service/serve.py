@@ -307,7 +307,7 @@ def serve(
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _frame: early.append(signum))
     sock = bind(listen)
-    transport = LocalTransport(standby=True)
+    transport = LocalTransport()
     mcp = build(transport, mcp_spec, mcp_workspace, streamable_path="/mcp")
     mcp_routes = list(mcp.streamable_http_app().routes)
 
