@@ -20,7 +20,11 @@ all are measured after the same idle moments:
 ``--also CLI`` measures a second warren CLI in the same cycles (its own supervisor and
 state: another install, e.g. the code before a change), so before and after come from
 the same minutes; ``--also-python PY`` does the same for ``Sandbox.exec`` (a process of
-that install's Python makes the other sandbox and its execs, each when told).
+that install's Python makes the other sandbox and its execs, each when told), and then
+this install's execs are also made the same way, by a process of its own that does
+nothing else: the row to compare with. The benchmark's own process runs `warren run`
+and bwrap between its execs, and an exec from it reads 0.1-0.3 ms slower than one
+from a process that only waits (its caches): as large as a change on that path.
 ``--idle-exec`` (with --exec) times ``Sandbox.exec`` in a sandbox whose keeper has left
 each time (its own supervisor, with ``WARREN_SPARE_IDLE=0.3``: every command at the pace
 finds the sandbox idle, as an agent slower than a minute does; no target, the row shows
@@ -135,7 +139,8 @@ def main() -> None:
         # directory above a denied path (the state directory is one) is another sandbox
         # for every sandbox booted before it (its read rules name each entry there).
         colds = [f"{k} cold" for k in clis] if args.cold else []
-        places = {k: Path(tmp) / str(i) for i, k in enumerate([*clis, *colds, "lib", "also-lib", "idle-lib"])}
+        named = [*clis, *colds, "lib", "also-lib", "self-lib", "idle-lib"]
+        places = {k: Path(tmp) / str(i) for i, k in enumerate(named)}
         for place in places.values():
             (place / "ws").mkdir(parents=True)
             if args.repo:
@@ -165,6 +170,8 @@ def main() -> None:
                 if args.also_python:
                     others.append(_other_exec(args.also_python, places["also-lib"]))
                     kinds["also Sandbox.exec"] = _asked(others[-1])
+                    others.append(_other_exec(sys.executable, places["self-lib"], {}))
+                    kinds["Sandbox.exec, in a process of its own"] = _asked(others[-1])
                 if args.idle_exec:
                     idle = {"WARREN_SPARE_IDLE": "0.3"}
                     others.append(_other_exec(sys.executable, places["idle-lib"], idle))
@@ -331,8 +338,9 @@ def _measure(
                 f"+{eb - sb:4.2f} ms over subprocess.run ({verdict})"
             )
         if "also Sandbox.exec" in med:
-            a = med["also Sandbox.exec"]
-            line.append(f"{args.also_python}'s Sandbox.exec {a:5.2f} ms, +{a - s:4.2f} ms")
+            a, o = med["also Sandbox.exec"], med["Sandbox.exec, in a process of its own"]
+            line.append(f"in a process of its own: this Sandbox.exec {o:5.2f} ms, +{o - s:4.2f} ms")
+            line.append(f"{args.also_python}'s {a:5.2f} ms, +{a - s:4.2f} ms")
         if "Sandbox.exec, keeper gone" in med:
             g = med["Sandbox.exec, keeper gone"]
             line.append(f"Sandbox.exec after the keeper left {g:5.2f} ms, +{g - s:4.2f} ms")
