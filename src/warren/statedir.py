@@ -37,11 +37,24 @@ LOG_FILE = "supervisor.log"
 SANDBOXES = "sandboxes"
 
 
-def location(env: Mapping[str, str]) -> str:
-    base = env.get("XDG_STATE_HOME") or ""
+def _xdg(env: Mapping[str, str], name: str, default: str) -> str:
+    """warren's directory in the XDG base directory ``name`` (a relative value is
+    ignored, as the specification says: ``default`` under the home instead)."""
+    base = env.get(name) or ""
     if not base.startswith("/"):
-        base = os.path.join(env.get("HOME") or os.path.expanduser("~"), ".local", "state")
+        base = os.path.join(env.get("HOME") or os.path.expanduser("~"), default)
     return os.path.join(os.path.normpath(base), "warren")
+
+
+def location(env: Mapping[str, str]) -> str:
+    return _xdg(env, "XDG_STATE_HOME", os.path.join(".local", "state"))
+
+
+def data_home(env: Mapping[str, str]) -> str:
+    """warren's data directory: ``$XDG_DATA_HOME/warren`` (default
+    ``~/.local/share/warren``), where its image store, E2B homes and repositories' git
+    directories are."""
+    return _xdg(env, "XDG_DATA_HOME", os.path.join(".local", "share"))
 
 
 def e2b_homes(env: Mapping[str, str]) -> str:
@@ -50,10 +63,7 @@ def e2b_homes(env: Mapping[str, str]) -> str:
     home and the tool caches share a mount inside (links and renames between them work).
     Hidden in every sandbox; an E2B sandbox reaches only its own home beneath it
     (``plan.make``)."""
-    base = env.get("XDG_DATA_HOME") or ""
-    if not base.startswith("/"):
-        base = os.path.join(env.get("HOME") or os.path.expanduser("~"), ".local", "share")
-    return os.path.join(os.path.normpath(base), "warren", "e2b")
+    return os.path.join(data_home(env), "e2b")
 
 
 def _state_error(path: str, message: str, hint: str, err: int | None = None) -> SetupError:

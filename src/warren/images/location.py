@@ -7,10 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..statedir import data_home
+
 
 def default_root(env: dict[str, str] | None = None) -> Path:
-    env = dict(os.environ) if env is None else env
-    base = env.get("XDG_DATA_HOME") or ""
-    if not base.startswith("/"):
-        base = os.path.join(env.get("HOME") or os.path.expanduser("~"), ".local", "share")
-    return Path(os.path.normpath(base)) / "warren" / "images"
+    return Path(data_home(os.environ if env is None else env)) / "images"

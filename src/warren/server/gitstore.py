@@ -67,6 +67,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._core import dirwatch, safepath
+from ..statedir import data_home
 from .gitfind import is_dir as _is_dir
 
 # The keys a sandbox's config writes reach the host with: none of them names a
@@ -173,11 +174,8 @@ def _odd(key: str) -> bool:
 
 
 def location(gitdir: str, env: Mapping[str, str]) -> str:
-    base = env.get("XDG_DATA_HOME") or ""
-    if not base.startswith("/"):
-        base = os.path.join(env.get("HOME") or os.path.expanduser("~"), ".local", "share")
     digest = hashlib.sha256(os.fsencode(gitdir)).hexdigest()[:20]
-    return os.path.join(os.path.normpath(base), "warren", "git", digest)
+    return os.path.join(data_home(env), "git", digest)
 
 
 # --- one repository's sandbox-side git directory -------------------------------------------
