@@ -500,14 +500,24 @@ def any_layout(request: pytest.FixtureRequest, tmp_path: Path) -> Layout:
 def state_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """warren's state (and so its supervisor) private to one test; every sandbox it
     left is removed afterwards."""
-    from warren.client.sandbox import Sandbox
-
     home = tmp_path / "state"
     monkeypatch.setenv("XDG_STATE_HOME", str(home))
     yield home
+    remove_sandboxes()
+    shut_down_supervisor()
+
+
+def remove_sandboxes() -> None:
+    """Every sandbox of this state removed (its supervisor goes on: a module sharing one
+    state starts each test with none). None is started for a state no supervisor ever
+    served (one killed is: the next sweeps what it left)."""
+    from warren.client.sandbox import Sandbox
+    from warren.server import statedir
+
+    if statedir.read_address(statedir.location(os.environ)) is None:
+        return
     for info in Sandbox.list():
         Sandbox(info).remove()
-    shut_down_supervisor()
 
 
 @contextlib.contextmanager
@@ -581,14 +591,11 @@ def held_walk_state(tmp_path_factory: pytest.TempPathFactory, delay: float) -> I
 def module_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """For a module-scoped ``state_home``: one private state (and supervisor) for the
     module's tests, every sandbox it left removed at the end."""
-    from warren.client.sandbox import Sandbox
-
     home = tmp_path_factory.mktemp("state")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("XDG_STATE_HOME", str(home))
         yield home
-        for entry in Sandbox.list():
-            Sandbox(entry).remove()
+        remove_sandboxes()
         shut_down_supervisor()
 
 

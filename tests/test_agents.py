@@ -25,7 +25,14 @@ from typing import Any
 
 import pytest
 
-from conftest import run_cli
+from conftest import module_state, run_cli
+
+
+@pytest.fixture(scope="module")
+def state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One private supervisor for the module's tests, as a user's serves all of theirs."""
+    yield from module_state(tmp_path_factory)
+
 
 AGENTS_PREFIX = Path(os.environ.get("WARREN_AGENTS", "/opt/warren-agents"))
 BIN = AGENTS_PREFIX / "node_modules" / ".bin"

@@ -16,12 +16,23 @@ from pathlib import Path
 import pytest
 
 import warren
-from conftest import Layout, run_cli
+from conftest import Layout, module_state, remove_sandboxes, run_cli
 from warren.client.aio import AsyncSandbox
 from warren.client.sandbox import Sandbox
 from warren.policy import PolicySpec
 
-pytestmark = pytest.mark.usefixtures("state_home")
+
+@pytest.fixture(scope="module", autouse=True)
+def state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One private supervisor for the module's tests, as a user's serves all of theirs."""
+    yield from module_state(tmp_path_factory)
+
+
+@pytest.fixture(autouse=True)
+def _none_left(state_home: Path) -> Iterator[None]:
+    """Each test starts with no sandbox (its listings are exact)."""
+    yield
+    remove_sandboxes()
 
 
 def cli(ws: Path, *args: str, stdin: str | None = None) -> tuple[int, str, str]:

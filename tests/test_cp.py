@@ -16,15 +16,20 @@ import contextlib
 import os
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import Layout, run_cli
+from conftest import Layout, module_state, run_cli
 from warren.client.sandbox import Sandbox
 from warren.policy import PolicySpec
 
-pytestmark = pytest.mark.usefixtures("state_home")
+
+@pytest.fixture(scope="module", autouse=True)
+def state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One private supervisor for the module's tests, as a user's serves all of theirs."""
+    yield from module_state(tmp_path_factory)
 
 
 def cp(ws: Path, *args: str) -> tuple[int, str]:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import WARREN, Layout
+from conftest import WARREN, Layout, module_state, remove_sandboxes
 from warren import PolicySpec, Sandbox
 from warren.errors import PolicyError
 from warren.plan.limits import OVERHEAD_TASKS, CgroupFacts, Hierarchy
@@ -31,6 +31,20 @@ from warren.plan.limits import plan as plan_limits
 from warren.policy import config
 from warren.policy.limits import Limits, default_pids, defaults, lowered, mem_total, parse
 from warren.server import statedir
+
+
+@pytest.fixture(scope="module")
+def state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One private supervisor for the module's tests, as a user's serves all of theirs."""
+    yield from module_state(tmp_path_factory)
+
+
+@pytest.fixture(autouse=True)
+def _none_left(state_home: Path) -> Iterator[None]:
+    """Each test starts with no sandbox (what it finds of the state is its own)."""
+    yield
+    remove_sandboxes()
+
 
 CG = "/sys/fs/cgroup"
 ROOT_CGROUPS = all(os.access(f"{CG}/{c}", os.W_OK) for c in ("pids", "cpu")) and os.getuid() == 0

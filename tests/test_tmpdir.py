@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RENAME_FROM_TMPDIR, make_wheel, run_cli
+from conftest import RENAME_FROM_TMPDIR, make_wheel, module_state, run_cli
 from warren.cli.hints import writes_repository
 from warren.plan import CallerFacts, HostFacts
 from warren.plan import make_plan as _make_plan
@@ -32,6 +32,13 @@ from warren.plan.render import render
 from warren.plan.tmpdir import Scratch, scratch_tmpdir
 from warren.policy import PolicySpec, build
 from warren.server import statedir
+
+
+@pytest.fixture(scope="module")
+def state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One private supervisor for the module's tests, as a user's serves all of theirs."""
+    yield from module_state(tmp_path_factory)
+
 
 ROOT_ONLY = "22 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n"
 SHM_TMPFS = ROOT_ONLY + "30 22 0:50 / /dev/shm rw - tmpfs tmpfs rw\n"

@@ -27,9 +27,15 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_wheel, need_tool, run_cli
+from conftest import make_wheel, module_state, need_tool, run_cli
 
-pytestmark = pytest.mark.usefixtures("state_home")
+
+@pytest.fixture(scope="module", autouse=True)
+def state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One supervisor serves the module's one-shot runs, as a user's serves all of theirs
+    (each test's tools have homes of their own)."""
+    yield from module_state(tmp_path_factory)
+
 
 UV = os.path.join(os.path.dirname(sys.executable), "uv")
 

@@ -25,14 +25,14 @@ import subprocess
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
 
-from conftest import Layout, server_of
+from conftest import Layout, module_state, server_of
 from service_util import Serve
 from warren import protocol, wire
 from warren._core import safepath
@@ -42,7 +42,12 @@ from warren.errors import SandboxFileError, SandboxNotFound, SandboxPaused, Warr
 from warren.policy import PolicySpec
 from warren.server import statedir
 
-pytestmark = pytest.mark.usefixtures("state_home")
+
+@pytest.fixture(scope="module", autouse=True)
+def state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One private supervisor for the module's tests, as a user's serves all of theirs."""
+    yield from module_state(tmp_path_factory)
+
 
 SIZE = 50 * 1024 * 1024
 KILLS = 6  # half while the helper writes its file, half anywhere in the upload
