@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import stat
 
+from . import xdg
 from .errors import SetupError
 
 TYPE_CHECKING = False
@@ -37,24 +38,20 @@ LOG_FILE = "supervisor.log"
 SANDBOXES = "sandboxes"
 
 
-def _xdg(env: Mapping[str, str], name: str, default: str) -> str:
-    """warren's directory in the XDG base directory ``name`` (a relative value is
-    ignored, as the specification says: ``default`` under the home instead)."""
-    base = env.get(name) or ""
-    if not base.startswith("/"):
-        base = os.path.join(env.get("HOME") or os.path.expanduser("~"), default)
-    return os.path.join(os.path.normpath(base), "warren")
+def _xdg(env: Mapping[str, str], name: str) -> str:
+    """warren's directory in the XDG base directory ``name`` (``xdg.base``)."""
+    return os.path.join(xdg.base(env, name, env.get("HOME") or os.path.expanduser("~")), "warren")
 
 
 def location(env: Mapping[str, str]) -> str:
-    return _xdg(env, "XDG_STATE_HOME", os.path.join(".local", "state"))
+    return _xdg(env, "XDG_STATE_HOME")
 
 
 def data_home(env: Mapping[str, str]) -> str:
     """warren's data directory: ``$XDG_DATA_HOME/warren`` (default
     ``~/.local/share/warren``), where its image store, E2B homes and repositories' git
     directories are."""
-    return _xdg(env, "XDG_DATA_HOME", os.path.join(".local", "share"))
+    return _xdg(env, "XDG_DATA_HOME")
 
 
 def e2b_homes(env: Mapping[str, str]) -> str:

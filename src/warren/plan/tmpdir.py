@@ -37,6 +37,7 @@ import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .. import xdg
 from .facts import HostFacts, mount_of
 from .mounts import NEVER_SHARED, SCRATCH_PREFIX, overlaid_base, within
 
@@ -62,8 +63,7 @@ def host_tmpdir(caller_env: Mapping[str, str]) -> str:
 
 
 def cache_home(caller_env: Mapping[str, str], home: str) -> str:
-    raw = caller_env.get("XDG_CACHE_HOME") or ""
-    return posixpath.normpath(raw) if raw.startswith("/") else posixpath.join(home, ".cache")
+    return xdg.base(caller_env, "XDG_CACHE_HOME", home)
 
 
 def _ancestors(path: str) -> list[str]:

@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from .. import xdg
 from ..errors import ConfigError, PolicyError
 from . import limits as _limits
 from . import lookups as _lookups
@@ -30,8 +31,7 @@ DEFAULT_TRAIL_BUDGET = 4 << 20  # bytes per generation of a sandbox's trail (ser
 
 
 def user_config_path(env: Mapping[str, str], home: Path) -> Path:
-    base = env.get("XDG_CONFIG_HOME") or str(home / ".config")
-    return Path(base) / "warren" / "config.toml"
+    return Path(xdg.base(env, "XDG_CONFIG_HOME", str(home))) / "warren" / "config.toml"
 
 
 # A config file is a few lines; a workspace's is the sandbox's to write, and is read

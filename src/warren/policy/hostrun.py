@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import xdg
 from .model import Root
 
 
@@ -65,9 +66,9 @@ def places(env: Mapping[str, str], home: Path) -> tuple[HostRun, ...]:
         return posixpath.normpath(value) if value.startswith("/") else default
 
     h = str(home)
-    data = var("XDG_DATA_HOME", join(h, ".local/share"))
-    cache = var("XDG_CACHE_HOME", join(h, ".cache"))
-    local_bin = var("XDG_BIN_HOME", join(h, ".local/bin"))
+    data = xdg.base(env, "XDG_DATA_HOME", h)
+    cache = xdg.base(env, "XDG_CACHE_HOME", h)
+    local_bin = xdg.base(env, "XDG_BIN_HOME", h)
     cargo = var("CARGO_HOME", join(h, ".cargo"))
     user_base = var("PYTHONUSERBASE", join(h, ".local"))
     gopath = var("GOPATH", join(h, "go")).split(":")[0]
@@ -94,7 +95,7 @@ def places(env: Mapping[str, str], home: Path) -> tuple[HostRun, ...]:
         (join(cargo, "config"), "cargo's config (its rustc-wrapper and runners run)"),
         (join(h, ".gitconfig"), "git's global config (the programs it names run)"),
         (
-            var("XDG_CONFIG_HOME", join(h, ".config")) + "/git",
+            xdg.base(env, "XDG_CONFIG_HOME", h) + "/git",
             "git's global config (the programs it names run)",
         ),
         (var("RUSTUP_HOME", join(h, ".rustup")), "rustup's toolchains"),

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import xdg
 from ..errors import PolicyError
 
 # A preset passes its tool's settings, never its credentials: a name containing one
@@ -432,9 +433,10 @@ def expand(requested: tuple[str, ...], env: Mapping[str, str], home: Path) -> Pr
     """Resolve preset names into concrete cache paths for this caller."""
     seen: set[str] = set()
     presets = [p for name in requested for p in _flatten(name, seen)]
-    cache_home = Path(env.get("XDG_CACHE_HOME") or home / ".cache")
-    data_home = Path(env.get("XDG_DATA_HOME") or home / ".local" / "share")
-    state_home = Path(env.get("XDG_STATE_HOME") or home / ".local" / "state")
+    # A relative XDG base is ignored, as the specification says (``xdg.base``).
+    cache_home, data_home, state_home = (
+        xdg.base(env, name, str(home)) for name in ("XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME")
+    )
     writable: list[tuple[Path, str]] = []
     env_pass: list[str] = []
     patterns: list[str] = []
