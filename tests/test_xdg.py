@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from warren import statedir, xdg
+from warren.doctor.evidence import tool_caches
 from warren.plan.tmpdir import cache_home
 from warren.policy import PolicySpec, build, hostrun
 from warren.policy.config import user_config_path
@@ -52,3 +53,11 @@ def test_presets_grant_the_default_caches_under_a_relative_xdg_base(tmp_path: Pa
     # The private home stands in for the very place the host runs uv's tools from.
     host_runs = hostrun.places({"HOME": str(tmp_path), **RELATIVE}, tmp_path)
     assert str(tools) in {place.path for place in host_runs}
+
+
+def test_the_doctor_looks_for_each_tools_cache_where_the_tool_does(tmp_path: Path) -> None:
+    """uv ignores a relative XDG_CACHE_HOME (`uv cache dir` says ~/.cache/uv); pip takes
+    it relative to its working directory (`pip cache dir`)."""
+    caches = dict(tool_caches({"XDG_CACHE_HOME": "relative/dir"}, str(tmp_path)))
+    assert caches["uv"] == f"{tmp_path}/.cache/uv"
+    assert caches["pip"] == str(Path.cwd() / "relative" / "dir" / "pip")

@@ -253,12 +253,17 @@ def read_mounts() -> tuple[MountEntry, ...]:
 
 
 def tool_caches(env: Mapping[str, str], home: str) -> list[tuple[str, str]]:
-    """(tool, cache directory) for uv, pip, npm and cargo, as each tool resolves it."""
-    xdg = env.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
+    """(tool, cache directory) for uv, pip, npm and cargo, as each tool resolves it: uv
+    ignores a relative XDG_CACHE_HOME (as the XDG specification says), pip takes it
+    relative to its working directory (here, this process's). (The probe is
+    self-contained: ``warren.xdg``'s rule spelled out.)"""
     cargo = env.get("CARGO_HOME") or os.path.join(home, ".cargo")
+    raw = env.get("XDG_CACHE_HOME") or ""
+    uv_xdg = os.path.normpath(raw) if raw.startswith("/") else os.path.join(home, ".cache")
+    pip_xdg = os.path.abspath(raw or os.path.join(home, ".cache"))
     return [
-        ("uv", env.get("UV_CACHE_DIR") or os.path.join(xdg, "uv")),
-        ("pip", env.get("PIP_CACHE_DIR") or os.path.join(xdg, "pip")),
+        ("uv", env.get("UV_CACHE_DIR") or os.path.join(uv_xdg, "uv")),
+        ("pip", env.get("PIP_CACHE_DIR") or os.path.join(pip_xdg, "pip")),
         ("npm", env.get("npm_config_cache") or env.get("NPM_CONFIG_CACHE") or os.path.join(home, ".npm")),
         ("cargo", os.path.join(cargo, "registry")),
     ]
