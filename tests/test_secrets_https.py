@@ -289,7 +289,10 @@ def ran(
             UV=Path(sys.executable).with_name("uv"),
         )
         r = warren.run(["sh", "-c", script], build(spec), timeout=120)
-    return r, r.stdout.decode() + r.stderr.decode()
+    # The proxy's decisions last (names and reasons, never a value): a refusal or a 502
+    # says why (a 502 seen once, under heavy load, said nothing more in the output).
+    net = "".join(f"NET {e.method} {e.host}:{e.port} {e.allowed} {e.reason}\n" for e in r.net_log)
+    return r, r.stdout.decode() + r.stderr.decode() + net
 
 
 def _line(out: str, key: str) -> str:
