@@ -479,9 +479,15 @@ def test_a_supervisor_killed_mid_apply_leaves_each_file_old_or_new(tmp_path: Pat
         new = {n: (ws / n).read_bytes() for n in old}  # the host's is still the old
         assert new == old
         root = statedir.location(os.environ)
-        began = time.monotonic()
-        sb.apply(force=True)  # how long an apply takes here: the kills land within it
-        took = time.monotonic() - began
+        # How long an apply takes here, the kills aimed within it: the faster of two (the
+        # first of a sandbox's applies can be much slower than those the kills then aim at).
+        took = float("inf")
+        for _ in range(2):
+            for name, data in old.items():
+                (ws / name).write_bytes(data)
+            began = time.monotonic()
+            sb.apply(force=True)
+            took = min(took, time.monotonic() - began)
         seen_partial = False
         for share in (0.2, 0.4, 0.6, 0.8, 0.3, 0.5, 0.7, 0.1, 0.9, 0.45):
             for name, data in old.items():
