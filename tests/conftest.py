@@ -507,6 +507,14 @@ def state_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
     shut_down_supervisor()
 
 
+@pytest.fixture
+def no_sandbox_left(state_home: Path) -> Iterator[None]:
+    """For a module sharing one state (a module-scoped ``state_home``) whose tests read
+    it exactly (listings, cgroup records): each test starts with no sandbox."""
+    yield
+    remove_sandboxes()
+
+
 def remove_sandboxes() -> None:
     """Every sandbox of this state removed (its supervisor goes on: a module sharing one
     state starts each test with none). None is started for a state no supervisor ever

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import warren
-from conftest import Layout, module_state, remove_sandboxes, run_cli
+from conftest import Layout, module_state, run_cli
 from warren.client.aio import AsyncSandbox
 from warren.client.sandbox import Sandbox
 from warren.policy import PolicySpec
@@ -28,11 +28,7 @@ def state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield from module_state(tmp_path_factory)
 
 
-@pytest.fixture(autouse=True)
-def _none_left(state_home: Path) -> Iterator[None]:
-    """Each test starts with no sandbox (its listings are exact)."""
-    yield
-    remove_sandboxes()
+pytestmark = pytest.mark.usefixtures("no_sandbox_left")
 
 
 def cli(ws: Path, *args: str, stdin: str | None = None) -> tuple[int, str, str]:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import WARREN, Layout, module_state, remove_sandboxes
+from conftest import WARREN, Layout, module_state
 from warren import PolicySpec, Sandbox
 from warren.errors import PolicyError
 from warren.plan.limits import OVERHEAD_TASKS, CgroupFacts, Hierarchy
@@ -39,11 +39,7 @@ def state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield from module_state(tmp_path_factory)
 
 
-@pytest.fixture(autouse=True)
-def _none_left(state_home: Path) -> Iterator[None]:
-    """Each test starts with no sandbox (what it finds of the state is its own)."""
-    yield
-    remove_sandboxes()
+pytestmark = pytest.mark.usefixtures("no_sandbox_left")
 
 
 CG = "/sys/fs/cgroup"
